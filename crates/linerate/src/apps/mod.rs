@@ -1,0 +1,1 @@
+//! Workers: the loops that move batches between ports.

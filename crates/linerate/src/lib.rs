@@ -1,0 +1,19 @@
+//! linerate: line-rate packet capture, distribution, generation, forwarding and measurement on
+//! stock Linux.
+//!
+//! Bytes stay in one [`mem::Pool`] of frames; [`mem::Batch`]es of up to 64 [`mem::Desc`]s move
+//! between [`port::Port`]s and workers through [`ring`]s. See DESIGN.md for the architecture.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod apps;
+pub mod filter;
+pub mod mem;
+pub mod port;
+pub mod ring;
+pub mod stats;
+pub mod time;
+pub mod units;
+pub mod wire;
+
+mod sync;

@@ -1,0 +1,88 @@
+//! `a,b`: several input ports read round-robin, one batch from each in turn.
+
+use super::{LinkType, Port, PortError, PortStats};
+use crate::mem::Batch;
+
+/// Several ports read round-robin; each packet's `port` field says which one it came from.
+/// Transmit goes to the first port.
+pub struct Aggregate {
+    name: String,
+    ports: Vec<Box<dyn Port>>,
+    next: usize,
+    batches: Vec<Batch>,
+}
+
+impl Aggregate {
+    /// Aggregates `ports` under the name `name`.
+    pub fn new(name: &str, ports: Vec<Box<dyn Port>>) -> Aggregate {
+        let batches = ports.iter().map(|_| Batch::new()).collect();
+        Aggregate {
+            name: name.into(),
+            ports,
+            next: 0,
+            batches,
+        }
+    }
+}
+
+impl Port for Aggregate {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        // Ports have their own pools: a batch holds one pool, so each round reads one port whose
+        // packets go out in that port's own batch, swapped with the caller's.
+        let n = self.ports.len();
+        for k in 0..n {
+            let i = (self.next + k) % n;
+            if self.ports[i].is_finished() {
+                continue;
+            }
+            let got = self.ports[i].rx(&mut self.batches[i])?;
+            if got > 0 {
+                self.next = (i + 1) % n;
+                for d in self.batches[i].descs_mut() {
+                    d.port = i as u16;
+                }
+                batch.clear();
+                std::mem::swap(batch, &mut self.batches[i]);
+                return Ok(got);
+            }
+        }
+        Ok(0)
+    }
+
+    fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        self.ports[0].tx(batch)
+    }
+
+    fn flush(&mut self) -> Result<(), PortError> {
+        for p in &mut self.ports {
+            p.flush()?;
+        }
+        Ok(())
+    }
+
+    fn stats(&mut self) -> PortStats {
+        let mut s = PortStats::default();
+        for p in &mut self.ports {
+            let o = p.stats();
+            s.rx_packets += o.rx_packets;
+            s.rx_bytes += o.rx_bytes;
+            s.tx_packets += o.tx_packets;
+            s.tx_bytes += o.tx_bytes;
+            s.rx_drops = s.rx_drops.merged(&o.rx_drops);
+            s.tx_drops = s.tx_drops.merged(&o.tx_drops);
+        }
+        s
+    }
+
+    fn link_type(&self) -> LinkType {
+        self.ports[0].link_type()
+    }
+
+    fn is_finished(&self) -> bool {
+        self.ports.iter().all(|p| p.is_finished())
+    }
+}

@@ -1,0 +1,245 @@
+//! `mem:NAME`: an in-process virtual wire with two ends.
+//!
+//! Opening `mem:NAME` twice gives the two ends of one wire; what one end sends, the other
+//! receives. The wire is bounded (a ring of descriptors each way) and never blocks: what does not
+//! fit is dropped and counted as `ring_full` on the sending end, as a real link would. Both ends
+//! share one pool, so a packet built in a frame of the port's pool crosses with no copy; frames of
+//! another pool are copied once.
+
+use super::{DropReason, Port, PortError, PortOptions, PortStats};
+use crate::mem::{Batch, Desc, Pool, PoolConfig, BATCH};
+use crate::ring::{ring, Consumer, Producer};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Default number of descriptors each direction of a wire holds.
+pub const WIRE_SLOTS: usize = 4096;
+
+/// One end of a memory wire.
+pub struct MemPort {
+    name: String,
+    pool: Arc<Pool>,
+    tx: Producer<Desc>,
+    rx: Consumer<Desc>,
+    scratch: Batch,
+    stats: PortStats,
+}
+
+fn registry() -> &'static Mutex<HashMap<String, MemPort>> {
+    static R: OnceLock<Mutex<HashMap<String, MemPort>>> = OnceLock::new();
+    R.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Makes a wire; returns its two ends.
+pub fn wire(name: &str, opts: &PortOptions) -> Result<(MemPort, MemPort), PortError> {
+    // Enough frames for both directions full plus the batches in flight.
+    let frames = opts.frames.max((2 * WIRE_SLOTS + 8 * BATCH) as u32);
+    let pool = Arc::new(Pool::new(&PoolConfig {
+        frames,
+        ..Default::default()
+    })?);
+    let (ptx, prx) = ring::<Desc>(WIRE_SLOTS);
+    let (qtx, qrx) = ring::<Desc>(WIRE_SLOTS);
+    let end = |tx, rx| MemPort {
+        name: format!("mem:{name}"),
+        pool: pool.clone(),
+        tx,
+        rx,
+        scratch: Batch::with_pool(&pool),
+        stats: PortStats::default(),
+    };
+    Ok((end(ptx, qrx), end(qtx, prx)))
+}
+
+impl MemPort {
+    /// Opens `mem:NAME`: the first call makes the wire and returns one end, the second returns
+    /// the other end.
+    pub fn open(name: &str, opts: &PortOptions) -> Result<MemPort, PortError> {
+        let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(peer) = reg.remove(name) {
+            return Ok(peer);
+        }
+        let (a, b) = wire(name, opts)?;
+        reg.insert(name.to_string(), b);
+        Ok(a)
+    }
+}
+
+impl Port for MemPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    #[inline]
+    fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        batch.bind(&self.pool);
+        let mut tmp = [Desc::default(); BATCH];
+        let room = batch.room();
+        let n = self.rx.pop_burst(&mut tmp[..room]);
+        batch.extend(&tmp[..n]);
+        self.stats.rx_packets += n as u64;
+        self.stats.rx_bytes += tmp[..n].iter().map(|d| d.wire_len as u64).sum::<u64>();
+        Ok(n)
+    }
+
+    #[inline]
+    fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        let own = batch.pool().is_some_and(|p| Arc::ptr_eq(p, &self.pool));
+        let total = batch.len();
+        if own {
+            let sent = self.tx.push_burst(batch.descs());
+            self.count_tx(&batch.descs()[..sent]);
+            batch.consume(sent);
+        } else {
+            // Copy into frames of the wire's pool, then free the originals.
+            let mut tmp = [Desc::default(); BATCH];
+            let mut k = 0;
+            for p in batch.iter() {
+                let Some(a) = self.scratch.alloc() else {
+                    self.stats.tx_drops.add(DropReason::NoFrame, 1);
+                    continue;
+                };
+                let frame = self.scratch.frame_mut(a);
+                let len = p.data.len().min(frame.len());
+                frame[..len].copy_from_slice(&p.data[..len]);
+                tmp[k] = Desc {
+                    addr: a,
+                    len: len as u32,
+                    flags: 0,
+                    ..*p.desc
+                };
+                k += 1;
+            }
+            batch.clear();
+            let sent = self.tx.push_burst(&tmp[..k]);
+            self.count_tx(&tmp[..sent]);
+            for d in &tmp[sent..k] {
+                self.scratch.free_addr(d.addr);
+            }
+            self.stats
+                .tx_drops
+                .add(DropReason::RingFull, (k - sent) as u64);
+            return Ok(total);
+        }
+        let left = batch.len();
+        if left > 0 {
+            self.stats.tx_drops.add(DropReason::RingFull, left as u64);
+            batch.clear();
+        }
+        Ok(total)
+    }
+
+    fn stats(&mut self) -> PortStats {
+        self.stats
+    }
+
+    fn pool(&self) -> Option<&Arc<Pool>> {
+        Some(&self.pool)
+    }
+}
+
+impl MemPort {
+    #[inline(always)]
+    fn count_tx(&mut self, sent: &[Desc]) {
+        self.stats.tx_packets += sent.len() as u64;
+        self.stats.tx_bytes += sent.iter().map(|d| d.wire_len as u64).sum::<u64>();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn fill(b: &mut Batch, n: usize, tag: u8) {
+        for i in 0..n {
+            let a = b.alloc().expect("frame");
+            let f = b.frame_mut(a);
+            f[..60].fill(tag);
+            f[0] = i as u8;
+            b.push(Desc {
+                addr: a,
+                len: 60,
+                wire_len: 60,
+                ..Default::default()
+            });
+        }
+    }
+
+    #[test]
+    fn wire_moves_packets_both_ways_zero_copy() {
+        let (mut a, mut b) = wire("t1", &PortOptions::default()).unwrap();
+        let mut tx = Batch::with_pool(a.pool().unwrap());
+        fill(&mut tx, 10, 7);
+        assert_eq!(a.tx(&mut tx).unwrap(), 10);
+        assert!(tx.is_empty());
+        let mut rx = Batch::new();
+        assert_eq!(b.rx(&mut rx).unwrap(), 10);
+        for (i, p) in rx.iter().enumerate() {
+            assert_eq!(p.data[0], i as u8);
+            assert_eq!(p.data[1], 7);
+        }
+        assert_eq!(a.stats().tx_packets, 10);
+        assert_eq!(b.stats().rx_packets, 10);
+        assert_eq!(b.stats().rx_bytes, 600);
+        // and back
+        rx.clear();
+        let mut tx2 = Batch::with_pool(b.pool().unwrap());
+        fill(&mut tx2, 3, 9);
+        b.tx(&mut tx2).unwrap();
+        assert_eq!(a.rx(&mut rx).unwrap(), 3);
+    }
+
+    #[test]
+    fn full_wire_counts_drops() {
+        let (mut a, mut b) = wire("t2", &PortOptions::default()).unwrap();
+        let mut tx = Batch::with_pool(a.pool().unwrap());
+        let mut sent = 0u64;
+        for _ in 0..(WIRE_SLOTS / BATCH + 2) {
+            fill(&mut tx, BATCH, 1);
+            a.tx(&mut tx).unwrap();
+            sent += BATCH as u64;
+        }
+        let s = a.stats();
+        assert_eq!(s.tx_packets, WIRE_SLOTS as u64);
+        assert_eq!(
+            s.tx_drops.get(DropReason::RingFull),
+            sent - WIRE_SLOTS as u64
+        );
+        let mut rx = Batch::new();
+        let mut got = 0;
+        loop {
+            let n = b.rx(&mut rx).unwrap();
+            if n == 0 {
+                break;
+            }
+            got += n;
+            rx.clear();
+        }
+        assert_eq!(got, WIRE_SLOTS);
+    }
+
+    #[test]
+    fn foreign_frames_are_copied() {
+        let (mut a, mut b) = wire("t3", &PortOptions::default()).unwrap();
+        let other = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
+        let mut tx = Batch::with_pool(&other);
+        fill(&mut tx, 5, 3);
+        assert_eq!(a.tx(&mut tx).unwrap(), 5);
+        drop(tx);
+        assert_eq!(other.free_frames(), other.frames() as usize);
+        let mut rx = Batch::new();
+        assert_eq!(b.rx(&mut rx).unwrap(), 5);
+        assert!(rx.iter().all(|p| p.data.len() == 60 && p.data[1] == 3));
+    }
+
+    #[test]
+    fn named_open_pairs_ends() {
+        let mut a = MemPort::open("pair-x", &PortOptions::default()).unwrap();
+        let mut b = MemPort::open("pair-x", &PortOptions::default()).unwrap();
+        let mut tx = Batch::with_pool(a.pool().unwrap());
+        fill(&mut tx, 2, 1);
+        a.tx(&mut tx).unwrap();
+        let mut rx = Batch::new();
+        assert_eq!(b.rx(&mut rx).unwrap(), 2);
+    }
+}

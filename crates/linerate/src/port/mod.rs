@@ -1,0 +1,309 @@
+//! Ports: where packets come from and go to, behind one trait.
+//!
+//! A port URI names a port: `mem:NAME`, `pcap:FILE` (or a bare path), `afpacket:IFACE`, and
+//! `a,b` aggregates several inputs round-robin. All unsafe kernel I/O lives in this module.
+
+pub mod afpacket;
+mod aggregate;
+pub mod mem;
+pub mod pcap;
+
+use crate::filter::Filter;
+use crate::mem::{Batch, Pool};
+use std::sync::Arc;
+
+pub use aggregate::Aggregate;
+
+/// Why a packet was dropped. Every packet that enters linerate is delivered or counted under one
+/// of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(usize)]
+pub enum DropReason {
+    /// A ring or wire toward the next stage was full.
+    RingFull = 0,
+    /// No free frame in the pool.
+    NoFrame,
+    /// Dropped by the kernel before we saw it (socket ring full).
+    Kernel,
+    /// Rejected by the BPF filter.
+    Filter,
+    /// Too short or inconsistent to handle.
+    Malformed,
+    /// The consumer it was meant for is gone.
+    ConsumerGone,
+    /// Larger than a frame.
+    TooBig,
+}
+
+impl DropReason {
+    /// Number of reasons.
+    pub const COUNT: usize = 7;
+    /// All reasons, in counter order.
+    pub const ALL: [DropReason; Self::COUNT] = [
+        DropReason::RingFull,
+        DropReason::NoFrame,
+        DropReason::Kernel,
+        DropReason::Filter,
+        DropReason::Malformed,
+        DropReason::ConsumerGone,
+        DropReason::TooBig,
+    ];
+    /// The name used in output (JSON keys, Prometheus labels).
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::RingFull => "ring_full",
+            DropReason::NoFrame => "no_frame",
+            DropReason::Kernel => "kernel",
+            DropReason::Filter => "filter",
+            DropReason::Malformed => "malformed",
+            DropReason::ConsumerGone => "consumer_gone",
+            DropReason::TooBig => "too_big",
+        }
+    }
+}
+
+/// Drop counters by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drops(pub [u64; DropReason::COUNT]);
+
+impl Drops {
+    /// Adds `n` drops for `r`.
+    #[inline(always)]
+    pub fn add(&mut self, r: DropReason, n: u64) {
+        self.0[r as usize] += n;
+    }
+    /// Drops for `r`.
+    pub fn get(&self, r: DropReason) -> u64 {
+        self.0[r as usize]
+    }
+    /// All drops.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+    /// Sum of two sets of counters.
+    pub fn merged(&self, o: &Drops) -> Drops {
+        let mut d = *self;
+        for i in 0..DropReason::COUNT {
+            d.0[i] += o.0[i];
+        }
+        d
+    }
+}
+
+/// What a port has done so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Packets received (handed to the caller).
+    pub rx_packets: u64,
+    /// Bytes received (on-the-wire lengths).
+    pub rx_bytes: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Packets dropped on receive, by reason (kernel drops included).
+    pub rx_drops: Drops,
+    /// Packets dropped on transmit, by reason.
+    pub tx_drops: Drops,
+}
+
+/// A link-layer header type (pcap LINKTYPE_ / DLT_ value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LinkType(pub u32);
+
+impl LinkType {
+    /// Ethernet.
+    pub const ETHERNET: LinkType = LinkType(1);
+    /// Raw IP (IPv4 or IPv6 by version nibble).
+    pub const RAW: LinkType = LinkType(101);
+    /// Raw IPv4.
+    pub const IPV4: LinkType = LinkType(228);
+    /// Raw IPv6.
+    pub const IPV6: LinkType = LinkType(229);
+    /// Linux cooked capture v1.
+    pub const LINUX_SLL: LinkType = LinkType(113);
+    /// Linux cooked capture v2.
+    pub const LINUX_SLL2: LinkType = LinkType(276);
+    /// BSD loopback (4-byte host-order family).
+    pub const NULL: LinkType = LinkType(0);
+}
+
+/// Errors of ports.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    /// The URI does not name a port.
+    #[error("bad port '{uri}': {why}")]
+    BadUri {
+        /// The URI given.
+        uri: String,
+        /// What is wrong and what to write instead.
+        why: String,
+    },
+    /// The interface does not exist.
+    #[error("interface '{0}' not found (list interfaces with `ip link`)")]
+    NoInterface(String),
+    /// The kernel refused an operation on an interface.
+    #[error("{iface}: {op}: {source}{hint}")]
+    Os {
+        /// The interface.
+        iface: String,
+        /// What we tried.
+        op: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+        /// What to do about it.
+        hint: &'static str,
+    },
+    /// A capture file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A capture file is malformed at a byte offset.
+    #[error("{path}: {why} at byte offset {offset}")]
+    Format {
+        /// The file.
+        path: String,
+        /// Offset of the bad record or header.
+        offset: u64,
+        /// What is wrong.
+        why: String,
+    },
+    /// The operation is not available on this port.
+    #[error("{port}: {op} is not supported")]
+    Unsupported {
+        /// The port.
+        port: String,
+        /// The operation.
+        op: &'static str,
+    },
+    /// Packet memory could not be set up.
+    #[error(transparent)]
+    Mem(#[from] crate::mem::MemError),
+    /// A filter could not be applied.
+    #[error(transparent)]
+    Filter(#[from] crate::filter::FilterError),
+}
+
+/// Options common to all ports.
+#[derive(Clone, Debug)]
+pub struct PortOptions {
+    /// Frames in the port's pool.
+    pub frames: u32,
+    /// Bytes captured per packet at most.
+    pub snaplen: u32,
+    /// Receive threads that will share the interface (PACKET_FANOUT group when > 1).
+    pub fanout_group: Option<u16>,
+    /// Whether to put the interface in promiscuous mode.
+    pub promisc: bool,
+    /// Receive block timeout (ms) for ring ports.
+    pub block_timeout_ms: u32,
+}
+
+impl Default for PortOptions {
+    fn default() -> Self {
+        PortOptions {
+            frames: 4096,
+            snaplen: 65535,
+            fanout_group: None,
+            promisc: true,
+            block_timeout_ms: 10,
+        }
+    }
+}
+
+/// A source and/or sink of packets.
+///
+/// Calls move whole batches; nothing here is per packet. `rx` appends received packets to the
+/// batch (binding it to the port's pool) and returns how many; `tx` sends from the front of the
+/// batch, removes what it took over, and returns how many it took. Packets a port cannot send
+/// now stay in the batch for the caller to retry or drop.
+pub trait Port: Send {
+    /// The port's URI.
+    fn name(&self) -> &str;
+    /// Receives up to `batch.room()` packets; Ok(0) when none is waiting now.
+    fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError>;
+    /// Sends packets from the front of `batch`; returns how many it took.
+    fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError>;
+    /// Pushes out anything buffered (pcap writers, tx rings).
+    fn flush(&mut self) -> Result<(), PortError> {
+        Ok(())
+    }
+    /// Counters so far (reads kernel counters where there are any).
+    fn stats(&mut self) -> PortStats;
+    /// Link-layer type of received packets.
+    fn link_type(&self) -> LinkType {
+        LinkType::ETHERNET
+    }
+    /// A finite source (a file) has nothing more to give.
+    fn is_finished(&self) -> bool {
+        false
+    }
+    /// The pool packets are received into, to allocate frames for zero-copy transmit.
+    fn pool(&self) -> Option<&Arc<Pool>> {
+        None
+    }
+    /// Applies a filter in the kernel if the port can; returns false if the caller must run it
+    /// in user space.
+    fn attach_filter(&mut self, _filter: &Filter) -> Result<bool, PortError> {
+        Ok(false)
+    }
+    /// A file descriptor to poll for readability, if any.
+    fn poll_fd(&self) -> Option<i32> {
+        None
+    }
+}
+
+/// Opens the port named by `uri`.
+pub fn open(uri: &str, opts: &PortOptions) -> Result<Box<dyn Port>, PortError> {
+    if uri.contains(',') {
+        let mut ports = Vec::new();
+        for (i, part) in uri.split(',').enumerate() {
+            if part.is_empty() {
+                return Err(PortError::BadUri {
+                    uri: uri.into(),
+                    why: "empty name in a list of ports (write a,b)".into(),
+                });
+            }
+            let _ = i;
+            ports.push(open(part, opts)?);
+        }
+        return Ok(Box::new(Aggregate::new(uri, ports)));
+    }
+    let (scheme, rest) = match uri.split_once(':') {
+        Some((s, r)) if ["mem", "pcap", "afpacket", "xdp", "cluster"].contains(&s) => (s, r),
+        _ => ("", uri),
+    };
+    if rest.is_empty() {
+        return Err(PortError::BadUri {
+            uri: uri.into(),
+            why: "no name after the scheme (e.g. mem:w0, pcap:file.pcap, afpacket:eth0)".into(),
+        });
+    }
+    match scheme {
+        "mem" => Ok(Box::new(mem::MemPort::open(rest, opts)?)),
+        "pcap" => Ok(Box::new(pcap::PcapPort::open(rest, opts)?)),
+        "afpacket" => Ok(Box::new(afpacket::AfPacket::open(rest, opts)?)),
+        "" => {
+            if std::path::Path::new(rest).exists()
+                || rest.ends_with(".pcap")
+                || rest.ends_with(".pcapng")
+                || rest == "-"
+            {
+                Ok(Box::new(pcap::PcapPort::open(rest, opts)?))
+            } else {
+                Err(PortError::BadUri {
+                    uri: uri.into(),
+                    why: "not a file; name a port as mem:NAME, pcap:FILE or afpacket:IFACE".into(),
+                })
+            }
+        }
+        other => Err(PortError::BadUri {
+            uri: uri.into(),
+            why: format!("'{other}:' ports are not available in this build"),
+        }),
+    }
+}
