@@ -1,1 +1,36 @@
-fn main() {}
+//! `linerate`: the command. Subcommands parse flags, build ports and workers, and print.
+
+mod cmd;
+mod common;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "linerate",
+    version,
+    about = "Line-rate packet capture, distribution, generation and measurement on stock Linux",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Receive and count packets, with pfcount's statistics; optionally filter and record them.
+    Count(cmd::count::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Count(a) => cmd::count::run(a),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => common::report_error(&e),
+    }
+}

@@ -1,1 +1,4 @@
-//! Workers: the loops that move batches between ports.
+//! Workers: the loops that move batches between ports. The CLI only parses flags and wires
+//! ports and workers together.
+
+pub mod count;

@@ -48,6 +48,7 @@ pub struct Pkt<'a> {
 pub struct Batch {
     descs: [Desc; BATCH],
     len: usize,
+    limit: usize,
     pool: Option<Arc<Pool>>,
     cache: Vec<u64>,
 }
@@ -64,6 +65,7 @@ impl Batch {
         Batch {
             descs: [Desc::default(); BATCH],
             len: 0,
+            limit: BATCH,
             pool: None,
             cache: Vec::with_capacity(4 * CHUNK),
         }
@@ -110,13 +112,19 @@ impl Batch {
     /// Whether no more descriptors fit.
     #[inline(always)]
     pub fn is_full(&self) -> bool {
-        self.len == BATCH
+        self.len >= self.limit
     }
 
-    /// Room left.
+    /// Room left (ports receive at most this many).
     #[inline(always)]
     pub fn room(&self) -> usize {
-        BATCH - self.len
+        self.limit.saturating_sub(self.len)
+    }
+
+    /// Caps how many descriptors the batch takes (1..=64), e.g. to stop exactly at a count.
+    #[inline(always)]
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit.clamp(1, BATCH);
     }
 
     /// The descriptors.
@@ -134,7 +142,7 @@ impl Batch {
     /// Appends a descriptor whose frame this batch now owns. Returns false when full.
     #[inline(always)]
     pub fn push(&mut self, d: Desc) -> bool {
-        if self.len == BATCH {
+        if self.len >= self.limit {
             return false;
         }
         self.descs[self.len] = d;
@@ -145,7 +153,7 @@ impl Batch {
     /// Appends descriptors from a slice (as many as fit); returns how many.
     #[inline]
     pub fn extend(&mut self, ds: &[Desc]) -> usize {
-        let n = ds.len().min(BATCH - self.len);
+        let n = ds.len().min(self.room());
         self.descs[self.len..self.len + n].copy_from_slice(&ds[..n]);
         self.len += n;
         n

@@ -18,6 +18,22 @@ impl PcapPort {
     }
 }
 
+impl PcapPort {
+    /// Creates a pcap file for writing.
+    pub fn create(path: &str, _lt: super::LinkType, _snaplen: u32) -> Result<PcapPort, PortError> {
+        Err(PortError::Unsupported { port: format!("pcap:{path}"), op: "create" })
+    }
+    /// Writes pcap to any writer.
+    pub fn to_writer(
+        name: &str,
+        _w: Box<dyn std::io::Write + Send>,
+        _lt: super::LinkType,
+        _snaplen: u32,
+    ) -> Result<PcapPort, PortError> {
+        Err(PortError::Unsupported { port: format!("pcap:{name}"), op: "create" })
+    }
+}
+
 impl Port for PcapPort {
     fn name(&self) -> &str {
         &self.name

@@ -1,0 +1,154 @@
+//! `linerate count`: pfcount / zcount.
+
+use crate::common::{pin, stop_flag, usage};
+use anyhow::Context;
+use clap::Parser;
+use linerate::apps::count::{self, CountOptions, Ended};
+use linerate::filter::Filter;
+use linerate::port::{self, pcap::PcapPort, Port, PortError, PortOptions};
+use linerate::stats::{self, group};
+use linerate::units;
+use std::io::Write;
+use std::process::ExitCode;
+
+/// Flags of `linerate count`.
+#[derive(Parser, Debug)]
+pub struct Args {
+    /// Input port: afpacket:IFACE, pcap:FILE (or a path, - for stdin), mem:NAME, or a,b to
+    /// aggregate several.
+    #[arg(short = 'i', long = "in", value_name = "PORT")]
+    input: String,
+    /// Stop after COUNT packets (after filtering); units allowed: 10k, 1M.
+    #[arg(short = 'c', long, value_name = "COUNT", value_parser = units::parse_count)]
+    count: Option<u64>,
+    /// Stop after this long (seconds, or with a unit: 500ms, 2m).
+    #[arg(short = 't', long, value_name = "SECONDS", value_parser = units::parse_duration)]
+    duration: Option<std::time::Duration>,
+    /// Write counted packets to a pcap file (- for standard output).
+    #[arg(short = 'w', long, value_name = "OUT.pcap")]
+    write: Option<String>,
+    /// BPF filter in libpcap syntax (in the kernel for afpacket, in user space otherwise).
+    #[arg(short = 'f', long, value_name = "BPF")]
+    filter: Option<String>,
+    /// Pin the receive loop to this core.
+    #[arg(short = 'g', long, value_name = "CORE")]
+    core: Option<usize>,
+    /// Print statistics as JSON lines instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Print only the final summary.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+    /// Seconds between statistics lines.
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = units::parse_duration)]
+    interval: std::time::Duration,
+    /// Bytes to keep of each packet (snap length).
+    #[arg(short = 's', long, value_name = "BYTES", default_value = "65535", value_parser = units::parse_size)]
+    snaplen: u64,
+}
+
+/// Runs `linerate count`.
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let stop = stop_flag()?;
+    let opts = PortOptions { snaplen: a.snaplen.clamp(64, 262_144) as u32, ..Default::default() };
+    let mut input = open_port(&a.input, &opts)?;
+    let link = input.link_type();
+    let mut user_filter = None;
+    if let Some(expr) = &a.filter {
+        let f = Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?;
+        let in_kernel = input.attach_filter(&f).with_context(|| format!("-f on {}", a.input))?;
+        if !in_kernel {
+            user_filter = Some(f);
+        }
+    }
+    let to_stdout = a.write.as_deref() == Some("-");
+    let mut writer: Option<Box<dyn Port>> = match a.write.as_deref() {
+        None => None,
+        Some("-") => Some(Box::new(PcapPort::to_writer(
+            "-",
+            Box::new(std::io::stdout()),
+            link,
+            opts.snaplen,
+        )?)),
+        Some(path) => Some(Box::new(
+            PcapPort::create(path, link, opts.snaplen).map_err(|e| usage(format!("-w: {e}")))?,
+        )),
+    };
+    pin(a.core)?;
+
+    // Statistics go to standard output, or to standard error when it carries the pcap stream.
+    let mut out: Box<dyn Write> =
+        if to_stdout { Box::new(std::io::stderr()) } else { Box::new(std::io::stdout()) };
+    if !a.quiet && !a.json {
+        let _ = writeln!(out, "Capturing from {} (link type {})", a.input, link.0);
+    }
+    let copts = CountOptions {
+        count: a.count,
+        duration: a.duration,
+        filter: user_filter,
+        interval: a.interval,
+    };
+    let w = writer.as_mut().map(|w| w.as_mut() as &mut dyn Port);
+    let report = count::run(input.as_mut(), w, &copts, &stop, |t| {
+        if a.quiet {
+            return;
+        }
+        let s = if a.json {
+            stats::json_line("stats", &t.start, &t.prev, &t.now) + "\n"
+        } else {
+            stats::pfcount_block(&t.start, &t.prev, &t.now)
+        };
+        let _ = out.write_all(s.as_bytes());
+        let _ = out.flush();
+    });
+    drop(writer);
+    let t = &report.tick;
+    let ended = match report.ended {
+        Ended::Count => "count reached",
+        Ended::Duration => "time limit",
+        Ended::EndOfInput => "end of input",
+        Ended::Stopped => "interrupted",
+        Ended::Error => "input error",
+    };
+    if a.json {
+        let mut j: serde_json::Value =
+            serde_json::from_str(&stats::json_line("summary", &t.start, &t.start, &t.now))?;
+        j["ended"] = ended.into();
+        if let Some(e) = &report.error {
+            j["error"] = e.to_string().into();
+        }
+        let _ = writeln!(out, "{j}");
+    } else {
+        let _ = out.write_all(stats::pfcount_block(&t.start, &t.start, &t.now).as_bytes());
+        let r = stats::Rates::between(&t.start, &t.now);
+        let _ = writeln!(
+            out,
+            "Summary: {} pkts, {} bytes, {} dropped ({}), {} filtered; ended: {}",
+            group(r.pkts),
+            group(r.bytes),
+            group(r.drops),
+            if r.drops == 0 { "none".to_string() } else { stats::breakdown(&t.now.drops) },
+            group(t.now.drops.get(linerate::port::DropReason::Filter)),
+            ended
+        );
+    }
+    let _ = out.flush();
+    match report.error {
+        None => Ok(ExitCode::SUCCESS),
+        Some(e) => Err(anyhow::Error::new(e).context(format!(
+            "stopped after {} packets",
+            group(t.now.pkts)
+        ))),
+    }
+}
+
+/// Opens a port; a missing interface, file or bad URI is a usage error (exit code 2).
+pub fn open_port(uri: &str, opts: &PortOptions) -> anyhow::Result<Box<dyn Port>> {
+    port::open(uri, opts).map_err(|e| match e {
+        PortError::BadUri { .. }
+        | PortError::NoInterface(_)
+        | PortError::Io { .. }
+        | PortError::Unsupported { .. } => usage(format!("-i: {e}")),
+        other => anyhow::Error::new(other).context(format!("opening {uri}")),
+    })
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what linerate needs to build, run and test on Debian 12 (run as root).
+# Idempotent: packages already present are left alone.
+set -euo pipefail
+pkgs=(libpcap-dev pkg-config iproute2 ethtool tcpdump tshark clang llvm libbpf-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # tshark asks whether non-root users may capture; answer no without a prompt.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "setup: Debian packages present (${pkgs[*]})"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs every check of the project: formatting, lints, the loom model of the ring, the fuzz
+# targets (built and run briefly), and the unit and integration tests (last).
+# Tests that need root or network namespaces skip with a reason unless LINERATE_REQUIRE_PRIV=1,
+# under which a skip is a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+echo "== rustfmt"
+cargo fmt --all -- --check
+
+echo "== clippy"
+cargo clippy --workspace --all-targets --release -- -D warnings
+
+echo "== loom model of the SPSC ring"
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p linerate --lib loom
+
+echo "== fuzz targets (build, then ${LINERATE_FUZZ_SECONDS:-20} s each)"
+bash scripts/fuzz.sh "${LINERATE_FUZZ_SECONDS:-20}"
+
+echo "== unit and integration tests"
+cargo test --workspace --release
