@@ -21,7 +21,10 @@ impl PcapPort {
 impl PcapPort {
     /// Creates a pcap file for writing.
     pub fn create(path: &str, _lt: super::LinkType, _snaplen: u32) -> Result<PcapPort, PortError> {
-        Err(PortError::Unsupported { port: format!("pcap:{path}"), op: "create" })
+        Err(PortError::Unsupported {
+            port: format!("pcap:{path}"),
+            op: "create",
+        })
     }
     /// Writes pcap to any writer.
     pub fn to_writer(
@@ -30,7 +33,10 @@ impl PcapPort {
         _lt: super::LinkType,
         _snaplen: u32,
     ) -> Result<PcapPort, PortError> {
-        Err(PortError::Unsupported { port: format!("pcap:{name}"), op: "create" })
+        Err(PortError::Unsupported {
+            port: format!("pcap:{name}"),
+            op: "create",
+        })
     }
 }
 
