@@ -87,9 +87,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         Box::new(std::io::stdout())
     };
-    if !a.quiet && !a.json {
+    if a.json {
+        let start = serde_json::json!({
+            "type": "start",
+            "port": a.input,
+            "link_type": link.0,
+            "filter": a.filter,
+            "filter_in_kernel": a.filter.is_some() && user_filter.is_none(),
+        });
+        let _ = writeln!(out, "{start}");
+    } else if !a.quiet {
         let _ = writeln!(out, "Capturing from {} (link type {})", a.input, link.0);
     }
+    let _ = out.flush();
     let copts = CountOptions {
         count: a.count,
         duration: a.duration,
