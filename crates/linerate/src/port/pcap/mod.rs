@@ -15,7 +15,9 @@
 mod reader;
 mod writer;
 
-pub use reader::{FileFormat, PcapReader, Record, BUF_SIZE, MAX_BLOCK, MAX_CAPLEN, MAX_IFACES};
+pub use reader::{
+    FileFormat, PcapReader, Record, BUF_SIZE, INITIAL_BUF, MAX_BLOCK, MAX_CAPLEN, MAX_IFACES,
+};
 pub use writer::{PcapWriter, Precision, DEFAULT_SNAPLEN};
 
 use super::{DropReason, LinkType, Port, PortError, PortOptions, PortStats};

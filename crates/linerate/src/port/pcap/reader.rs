@@ -13,8 +13,11 @@
 use crate::port::{LinkType, PortError};
 use std::io::{ErrorKind, Read};
 
-/// Size of the read buffer.
+/// Size of the read buffer (it starts at [`INITIAL_BUF`] and grows to this once the input proves
+/// larger, so small inputs cost little).
 pub const BUF_SIZE: usize = 2 << 20;
+/// Initial size of the read buffer.
+pub const INITIAL_BUF: usize = 64 << 10;
 /// Largest captured length accepted in a record (libpcap's `MAXIMUM_SNAPLEN`).
 pub const MAX_CAPLEN: u32 = 262_144;
 /// Largest pcapng block that is parsed (headers, interfaces, packets); larger unknown blocks are
@@ -204,7 +207,7 @@ impl<R: Read> PcapReader<R> {
     pub fn new(src: R, path: &str) -> Result<PcapReader<R>, PortError> {
         let mut r = PcapReader {
             src,
-            buf: vec![0u8; BUF_SIZE].into_boxed_slice(),
+            buf: vec![0u8; INITIAL_BUF].into_boxed_slice(),
             pos: 0,
             end: 0,
             off: 0,
@@ -318,7 +321,7 @@ impl<R: Read> PcapReader<R> {
     }
 
     /// Makes `need` bytes available at `pos` unless the input ends first; returns whether they
-    /// are. `need` must not exceed the buffer.
+    /// are (never when `need` exceeds [`BUF_SIZE`]).
     #[inline]
     fn fill(&mut self, need: usize) -> Result<bool, PortError> {
         if self.end - self.pos >= need {
@@ -329,8 +332,19 @@ impl<R: Read> PcapReader<R> {
 
     #[inline(never)]
     fn refill(&mut self, need: usize) -> Result<bool, PortError> {
-        if need > self.buf.len() {
+        if need > BUF_SIZE {
             return Ok(false);
+        }
+        if self.buf.len() < BUF_SIZE && (need > self.buf.len() || self.end == self.buf.len()) {
+            // Grow once, to a fixed size (never to a size read from the file).
+            let mut big = vec![0u8; BUF_SIZE].into_boxed_slice();
+            let n = self.end - self.pos;
+            if let (Some(dst), Some(src)) = (big.get_mut(..n), self.buf.get(self.pos..self.end)) {
+                dst.copy_from_slice(src);
+            }
+            self.buf = big;
+            self.pos = 0;
+            self.end = n;
         }
         if self.buf.len() - self.pos < need {
             self.buf.copy_within(self.pos..self.end, 0);
@@ -403,12 +417,7 @@ impl<R: Read> PcapReader<R> {
             m if m == PCAP_US.swap_bytes() => (false, 16, true),
             m if m == PCAP_NS.swap_bytes() => (true, 16, true),
             m if m == PCAP_MODIFIED.swap_bytes() => (false, 24, true),
-            m => {
-                return Err(self.bad(
-                    0,
-                    format!("bad magic 0x{m:08x}: not a pcap or pcapng file"),
-                ))
-            }
+            m => return Err(self.bad(0, format!("bad magic 0x{m:08x}: not a pcap or pcapng file"))),
         };
         if h.len() < 24 {
             return Err(self.bad(
@@ -418,10 +427,7 @@ impl<R: Read> PcapReader<R> {
         }
         let (major, minor) = (rd16(h, 4, be), rd16(h, 6, be));
         if !((major == 2 && minor <= 4) || (major == 543 && minor == 0)) {
-            return Err(self.bad(
-                4,
-                format!("unsupported pcap version {major}.{minor}"),
-            ));
+            return Err(self.bad(4, format!("unsupported pcap version {major}.{minor}")));
         }
         let (snaplen, link) = (rd32(h, 16, be), rd32(h, 20, be) & 0xffff);
         self.snaplen = snaplen;
@@ -531,20 +537,12 @@ impl<R: Read> PcapReader<R> {
         let be = match rd32(h, 8, false) {
             NG_BOM => false,
             m if m == NG_BOM.swap_bytes() => true,
-            m => {
-                return Err(self.bad(
-                    offset + 8,
-                    format!("bad pcapng byte-order magic 0x{m:08x}"),
-                ))
-            }
+            m => return Err(self.bad(offset + 8, format!("bad pcapng byte-order magic 0x{m:08x}"))),
         };
         let blen = rd32(h, 4, be);
         self.big_endian = be;
-        if blen < 28 || blen % 4 != 0 || blen > MAX_BLOCK {
-            return Err(self.bad(
-                offset,
-                format!("bad section header block length {blen}"),
-            ));
+        if blen < 28 || !blen.is_multiple_of(4) || blen > MAX_BLOCK {
+            return Err(self.bad(offset, format!("bad section header block length {blen}")));
         }
         let body = self.block(offset, blen)?;
         let major = rd16(body, 4, be);
@@ -564,6 +562,7 @@ impl<R: Read> PcapReader<R> {
 
     /// The body of the block of `blen` bytes at `pos` (between the length fields), after
     /// checking that it is all there and that its trailing length matches.
+    /// The buffer may move: positions must be taken after this call.
     fn block(&mut self, offset: u64, blen: u32) -> Result<&[u8], PortError> {
         let n = blen as usize;
         if !self.fill(n)? {
@@ -604,7 +603,7 @@ impl<R: Read> PcapReader<R> {
             return self.read_shb();
         }
         let blen = rd32(self.head(), 4, be);
-        if blen < 12 || blen % 4 != 0 {
+        if blen < 12 || !blen.is_multiple_of(4) {
             return Err(self.bad(
                 offset,
                 format!("bad block length {blen} (less than 12 or not a multiple of 4)"),
@@ -632,8 +631,13 @@ impl<R: Read> PcapReader<R> {
                 format!("block length {blen} is absurd (more than {MAX_BLOCK})"),
             ));
         }
+        self.block(offset, blen)?;
+        // Taken after `block`, which may have moved the buffer.
         let body_start = self.pos + 8;
-        let body = self.block(offset, blen)?;
+        let body = self
+            .buf
+            .get(body_start..self.pos + blen as usize - 4)
+            .unwrap_or(&[]);
         let body_len = body.len();
         let ev = match btype {
             NG_IDB => {

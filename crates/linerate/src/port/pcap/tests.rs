@@ -227,10 +227,7 @@ fn writer_truncates_to_snaplen() {
 fn big_endian_and_nanosecond_pcap() {
     for be in [false, true] {
         for nanos in [false, true] {
-            let recs = vec![
-                (10, 20, pkt(0, 42), 42),
-                (11, 999_999, pkt(1, 100), 1500),
-            ];
+            let recs = vec![(10, 20, pkt(0, 42), 42), (11, 999_999, pkt(1, 100), 1500)];
             let f = pcap_file(be, nanos, 113, &recs);
             let mut p = port(f).unwrap();
             assert_eq!(p.link_type(), LinkType::LINUX_SLL);
@@ -484,8 +481,12 @@ fn many_packets_span_buffer_refills() {
     let mut w = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 0).unwrap();
     let n = 20_000;
     for i in 0..n {
-        w.write_packet(i as u64 * 1000, &pkt(i, 64 + i % 1400), 64 + (i % 1400) as u32)
-            .unwrap();
+        w.write_packet(
+            i as u64 * 1000,
+            &pkt(i, 64 + i % 1400),
+            64 + (i % 1400) as u32,
+        )
+        .unwrap();
     }
     let mut p = port(w.into_inner()).unwrap();
     let mut b = Batch::new();
@@ -529,14 +530,64 @@ fn open_reads_existing_files_and_creates_missing_ones() {
     assert!(err.is_none());
     assert_eq!(got, vec![(1_000_002_000, pkt(0, 70), 70)]);
     let mut b = Batch::new();
-    assert!(matches!(
-        r.tx(&mut b),
-        Err(PortError::Unsupported { .. })
-    ));
+    assert!(matches!(r.tx(&mut b), Err(PortError::Unsupported { .. })));
     let mut c = PcapPort::create(path, LinkType::RAW).unwrap();
     c.flush().unwrap();
     drop(c);
     let r = PcapPort::open(path, &small()).unwrap();
     assert_eq!(r.link_type(), LinkType::RAW);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn records_larger_than_the_initial_buffer_are_read_whole() {
+    let big = pkt(5, INITIAL_BUF * 3);
+    let f = pcap_file(
+        true,
+        false,
+        1,
+        &[(1, 0, pkt(0, 60), 60), (2, 0, big.clone(), 1)],
+    );
+    let mut r = PcapReader::new(Cursor::new(f), "big").unwrap();
+    assert_eq!(r.next_packet().unwrap().unwrap().data, &pkt(0, 60)[..]);
+    let rec = r.next_packet().unwrap().unwrap();
+    assert!(rec.data == &big[..]);
+    assert_eq!(rec.offset, 24 + 16 + 60);
+    assert!(r.next_packet().unwrap().is_none());
+    assert!(r.is_done());
+
+    let mut f = shb(false);
+    f.extend(idb(false, 1, 0, None));
+    f.extend(epb(false, 0, 1, &big, big.len() as u32));
+    let mut r = PcapReader::new(Cursor::new(f), "big").unwrap();
+    assert!(r.next_packet().unwrap().unwrap().data == &big[..]);
+    assert!(r.next_packet().unwrap().is_none());
+}
+
+#[test]
+fn many_pcapng_blocks_span_buffer_refills() {
+    for be in [false, true] {
+        let mut f = shb(be);
+        f.extend(idb(be, 1, 0, Some(9)));
+        let n = 12_000;
+        for i in 0..n {
+            if i % 1000 == 0 {
+                f.extend(block(be, 0x55, &pkt(i, 333)));
+            }
+            f.extend(epb(be, 0, i as u64, &pkt(i, 64 + i % 1400), 9000));
+        }
+        let mut p = port(f).unwrap();
+        let mut b = Batch::new();
+        let mut i = 0;
+        while !p.is_finished() {
+            p.rx(&mut b).unwrap();
+            for x in b.iter() {
+                assert!(x.data == &pkt(i, 64 + i % 1400)[..], "packet {i}");
+                assert_eq!((x.desc.ts, x.desc.wire_len), (i as u64, 9000));
+                i += 1;
+            }
+            b.clear();
+        }
+        assert_eq!(i, n);
+    }
 }
