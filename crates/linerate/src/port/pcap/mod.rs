@@ -4,7 +4,9 @@
 //! creates it for writing Ethernet packets; [`PcapPort::create`] always creates (truncates) a file
 //! for writing (`-` writes standard output). Reading copies each packet once, straight from a
 //! 2 MiB read buffer into a frame of the port's own pool; packets longer than a frame (or than
-//! `PortOptions::snaplen`) are delivered truncated (`len` < `wire_len`), not dropped.
+//! `PortOptions::snaplen`) are delivered truncated (`len` < `wire_len`), not dropped. When the
+//! pool has no free frame, `rx` returns what it has (possibly 0) and reads on at the next call:
+//! a file never drops for lack of frames. Stats count wire lengths.
 //!
 //! A truncated or corrupt file ends with [`PortError::Format`] naming the byte offset of the bad
 //! header or record, returned by the `rx` call after the one that delivered the last good
