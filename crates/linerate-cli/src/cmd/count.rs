@@ -69,14 +69,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let to_stdout = a.write.as_deref() == Some("-");
     let mut writer: Option<Box<dyn Port>> = match a.write.as_deref() {
         None => None,
-        Some("-") => Some(Box::new(PcapPort::to_writer(
-            "-",
-            Box::new(std::io::stdout()),
-            link,
-            opts.snaplen,
-        )?)),
         Some(path) => Some(Box::new(
-            PcapPort::create(path, link, opts.snaplen).map_err(|e| usage(format!("-w: {e}")))?,
+            PcapPort::create_with(path, link, opts.snaplen)
+                .map_err(|e| usage(format!("-w: {e}")))?,
         )),
     };
     pin(a.core)?;
