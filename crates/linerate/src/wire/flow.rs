@@ -128,24 +128,105 @@ pub fn hash_vlan(p: &Parsed) -> u32 {
     fmix32(u32::from(p.outer_vlan()))
 }
 
-/// The Toeplitz hash of `input` under `key` (bits of the key past its end count as zero): for
-/// every set bit `i` of the input (most significant bit of byte 0 first), XOR the 32 key bits
-/// starting at bit `i`.
-pub fn toeplitz(key: &[u8], input: &[u8]) -> u32 {
-    let kb = |i: usize| key.get(i).copied().unwrap_or(0);
-    let mut window = u32::from_be_bytes([kb(0), kb(1), kb(2), kb(3)]);
-    let mut h = 0u32;
-    for (i, &byte) in input.iter().enumerate() {
-        let next = kb(i + 4);
-        for bit in 0..8 {
-            if byte & (0x80 >> bit) != 0 {
-                h ^= window;
-            }
-            window = (window << 1) | u32::from((next >> (7 - bit)) & 1);
+/// The 32 key bits starting at bit `8 * i + bit` (bits past the end of the key are zero).
+#[inline(always)]
+const fn key_window(key: &[u8], i: usize, bit: u32) -> u32 {
+    let mut k40: u64 = 0;
+    let mut j = 0;
+    while j < 5 {
+        let b = if i + j < key.len() { key[i + j] } else { 0 };
+        k40 = (k40 << 8) | b as u64;
+        j += 1;
+    }
+    (k40 >> (8 - bit)) as u32
+}
+
+/// What input byte value `b` at position `i` contributes to the Toeplitz hash (the hash is
+/// linear: the XOR of its bytes' contributions).
+const fn byte_contribution(key: &[u8], i: usize, b: u8) -> u32 {
+    let mut h = 0;
+    let mut bit = 0;
+    while bit < 8 {
+        if b & (0x80 >> bit) != 0 {
+            h ^= key_window(key, i, bit);
         }
+        bit += 1;
     }
     h
 }
+
+/// The Toeplitz hash of `input` under `key` (bits of the key past its end count as zero): for
+/// every set bit `i` of the input (most significant bit of byte 0 first), XOR the 32 key bits
+/// starting at bit `i`. Bit by bit; [`Toeplitz`] is the table-driven form for a fixed key.
+pub fn toeplitz(key: &[u8], input: &[u8]) -> u32 {
+    input
+        .iter()
+        .enumerate()
+        .fold(0, |h, (i, &b)| h ^ byte_contribution(key, i, b))
+}
+
+/// Longest input [`Toeplitz`] has tables for (IPv6 addresses and ports).
+pub const TOEPLITZ_MAX_INPUT: usize = 36;
+
+/// A Toeplitz hasher for one key with a 256-entry table per input position (36 KiB): one lookup
+/// and one XOR per input byte.
+pub struct Toeplitz {
+    key: Vec<u8>,
+    table: Box<[[u32; 256]; TOEPLITZ_MAX_INPUT]>,
+}
+
+impl Toeplitz {
+    /// Builds the tables for `key`.
+    pub fn new(key: &[u8]) -> Self {
+        let mut table = Box::new([[0u32; 256]; TOEPLITZ_MAX_INPUT]);
+        for (i, row) in table.iter_mut().enumerate() {
+            for (b, e) in row.iter_mut().enumerate() {
+                *e = byte_contribution(key, i, b as u8);
+            }
+        }
+        Toeplitz {
+            key: key.to_vec(),
+            table,
+        }
+    }
+
+    /// The same value as [`toeplitz`] with this key.
+    pub fn hash(&self, input: &[u8]) -> u32 {
+        let mut h = 0;
+        for (i, &b) in input.iter().enumerate() {
+            h ^= match self.table.get(i) {
+                Some(row) => row[usize::from(b)],
+                None => byte_contribution(&self.key, i, b),
+            };
+        }
+        h
+    }
+
+    /// The same value as [`hash_toeplitz`] with this key.
+    pub fn hash_parsed(&self, p: &Parsed) -> u32 {
+        if p.ip_version == 0 {
+            return 0;
+        }
+        let (b, n) = rss_input(p);
+        self.hash(b.get(..n).unwrap_or_default())
+    }
+}
+
+/// Tables for [`RSS_KEY_SYMMETRIC`]: its period is 16 bits, so a byte's contribution depends only
+/// on the parity of its position (for inputs up to 36 bytes, where the 40-byte key never runs out).
+static SYM_TABLE: [[u32; 256]; 2] = {
+    let mut t = [[0u32; 256]; 2];
+    let mut p = 0;
+    while p < 2 {
+        let mut b = 0;
+        while b < 256 {
+            t[p][b] = byte_contribution(&RSS_KEY_SYMMETRIC, p, b as u8);
+            b += 1;
+        }
+        p += 1;
+    }
+    t
+};
 
 /// The RSS input of a packet: src address, dst address (4 or 16 bytes each), then, when ports
 /// are used (see [`hash_5tuple_symmetric`]), src port and dst port; returns the buffer and the
@@ -176,8 +257,17 @@ pub fn hash_toeplitz(p: &Parsed, key: &[u8]) -> u32 {
 }
 
 /// [`hash_toeplitz`] with [`RSS_KEY_SYMMETRIC`]: both directions give the same value.
+/// Table-driven (two 1 KiB tables).
 pub fn hash_toeplitz_symmetric(p: &Parsed) -> u32 {
-    hash_toeplitz(p, &RSS_KEY_SYMMETRIC)
+    if p.ip_version == 0 {
+        return 0;
+    }
+    let (b, n) = rss_input(p);
+    let mut h = 0;
+    for (i, &x) in b.iter().take(n).enumerate() {
+        h ^= SYM_TABLE[i & 1][usize::from(x)];
+    }
+    h
 }
 
 /// Which way a packet went relative to its [`FlowKey::canonical`] key.
@@ -412,6 +502,36 @@ mod tests {
             let other = flow(6, v6(src), v6(dst), 0, 0, 47);
             assert_eq!(hash_toeplitz(&other, &RSS_KEY_MICROSOFT), ip_only, "{src}");
         }
+    }
+
+    #[test]
+    fn table_forms_match_the_bitwise_hash() {
+        let ms = Toeplitz::new(&RSS_KEY_MICROSOFT);
+        for (dst, dport, src, sport, _, with_tcp) in V4 {
+            let tcp = flow(4, v4(src), v4(dst), sport, dport, 6);
+            assert_eq!(ms.hash_parsed(&tcp), with_tcp);
+        }
+        let mut r = Rng(7);
+        for n in 0..=40 {
+            let input: Vec<u8> = (0..n).map(|_| r.next() as u8).collect();
+            assert_eq!(
+                ms.hash(&input),
+                toeplitz(&RSS_KEY_MICROSOFT, &input),
+                "len {n}"
+            );
+            if n <= TOEPLITZ_MAX_INPUT {
+                let mut h = 0;
+                for (i, &b) in input.iter().enumerate() {
+                    h ^= SYM_TABLE[i & 1][usize::from(b)];
+                }
+                assert_eq!(h, toeplitz(&RSS_KEY_SYMMETRIC, &input), "len {n}");
+            }
+        }
+        let p = flow(6, v6("2001:db8::1"), v6("2001:db8::2"), 1, 2, 17);
+        assert_eq!(
+            hash_toeplitz_symmetric(&p),
+            hash_toeplitz(&p, &RSS_KEY_SYMMETRIC)
+        );
     }
 
     struct Rng(u64);
