@@ -1,12 +1,14 @@
 //! Ports: where packets come from and go to, behind one trait.
 //!
-//! A port URI names a port: `mem:NAME`, `pcap:FILE` (or a bare path), `afpacket:IFACE`, and
+//! A port URI names a port: `mem:NAME`, `pcap:FILE` (or a bare path), `afpacket:IFACE`,
+//! `xdp:IFACE[@QUEUE]`, and
 //! `a,b` aggregates several inputs round-robin. All unsafe kernel I/O lives in this module.
 
 pub mod afpacket;
 mod aggregate;
 pub mod mem;
 pub mod pcap;
+pub mod xdp;
 
 use crate::filter::Filter;
 use crate::mem::{Batch, Pool};
@@ -296,6 +298,11 @@ pub fn open(uri: &str, opts: &PortOptions) -> Result<Box<dyn Port>, PortError> {
         "mem" => Ok(Box::new(mem::MemPort::open(rest, opts)?)),
         "pcap" => Ok(Box::new(pcap::PcapPort::open(rest, opts)?)),
         "afpacket" => Ok(Box::new(afpacket::AfPacket::open(rest, opts)?)),
+        "xdp" => Ok(Box::new(xdp::XdpPort::open(
+            rest,
+            opts,
+            &xdp::XdpConfig::default(),
+        )?)),
         "" => {
             if std::path::Path::new(rest).exists()
                 || rest.ends_with(".pcap")

@@ -1,0 +1,647 @@
+//! System calls: AF_XDP sockets and their options, the `bpf(2)` commands the port needs, and
+//! the two rtnetlink requests that query and remove an interface's XDP program.
+//!
+//! The kernel ABI structures are declared here (from `linux/if_xdp.h`, `linux/bpf.h`,
+//! `linux/if_link.h`), as the fixed-layout prefixes the kernel accepts.
+
+use crate::port::PortError;
+use std::io;
+
+pub(super) const AF_XDP: i32 = 44;
+pub(super) const SOL_XDP: i32 = 283;
+pub(super) const XDP_MMAP_OFFSETS: i32 = 1;
+pub(super) const XDP_RX_RING: i32 = 2;
+pub(super) const XDP_TX_RING: i32 = 3;
+pub(super) const XDP_UMEM_REG: i32 = 4;
+pub(super) const XDP_UMEM_FILL_RING: i32 = 5;
+pub(super) const XDP_UMEM_COMPLETION_RING: i32 = 6;
+pub(super) const XDP_STATISTICS: i32 = 7;
+pub(super) const XDP_OPTIONS: i32 = 8;
+pub(super) const XDP_OPTIONS_ZEROCOPY: u32 = 1;
+
+pub(super) const XDP_COPY: u16 = 2;
+pub(super) const XDP_ZEROCOPY: u16 = 4;
+pub(super) const XDP_USE_NEED_WAKEUP: u16 = 8;
+pub(super) const XDP_RING_NEED_WAKEUP: u32 = 1;
+
+pub(super) const XDP_PGOFF_RX_RING: i64 = 0;
+pub(super) const XDP_PGOFF_TX_RING: i64 = 0x8000_0000;
+pub(super) const XDP_UMEM_PGOFF_FILL_RING: i64 = 0x1_0000_0000;
+pub(super) const XDP_UMEM_PGOFF_COMPLETION_RING: i64 = 0x1_8000_0000;
+
+/// XDP attach flags (`XDP_FLAGS_*`).
+pub(super) const XDP_FLAGS_SKB_MODE: u32 = 2;
+pub(super) const XDP_FLAGS_DRV_MODE: u32 = 4;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct RingOffset {
+    pub producer: u64,
+    pub consumer: u64,
+    pub desc: u64,
+    pub flags: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct MmapOffsets {
+    pub rx: RingOffset,
+    pub tx: RingOffset,
+    pub fr: RingOffset,
+    pub cr: RingOffset,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct UmemReg {
+    pub addr: u64,
+    pub len: u64,
+    pub chunk_size: u32,
+    pub headroom: u32,
+    pub flags: u32,
+    pub tx_metadata_len: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct SockaddrXdp {
+    pub family: u16,
+    pub flags: u16,
+    pub ifindex: u32,
+    pub queue_id: u32,
+    pub shared_umem_fd: u32,
+}
+
+/// One packet in an rx or tx ring (`struct xdp_desc`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpDesc {
+    /// Byte offset of the packet in the UMEM.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// Options (0).
+    pub options: u32,
+}
+
+/// The socket's kernel counters (`struct xdp_statistics`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpStatistics {
+    /// Dropped for reasons other than an invalid descriptor (e.g. no frame in the fill ring).
+    pub rx_dropped: u64,
+    /// Invalid descriptors dropped on receive.
+    pub rx_invalid_descs: u64,
+    /// Invalid descriptors dropped on transmit.
+    pub tx_invalid_descs: u64,
+    /// Dropped because the rx ring was full.
+    pub rx_ring_full: u64,
+    /// Times the fill ring was empty when a packet arrived.
+    pub rx_fill_ring_empty_descs: u64,
+    /// Times the tx ring was empty when the kernel looked.
+    pub tx_ring_empty_descs: u64,
+}
+
+/// An owned file descriptor, closed on drop.
+#[derive(Debug)]
+pub(super) struct Fd(pub(super) i32);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is owned by this value and closed once.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+fn hint(op: &'static str, e: &io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            " (needs root, or CAP_NET_RAW + CAP_BPF + CAP_NET_ADMIN)"
+        }
+        Some(libc::EAFNOSUPPORT) => " (the kernel has no AF_XDP support: CONFIG_XDP_SOCKETS)",
+        Some(libc::EBUSY) if op.starts_with("bind") => {
+            " (another AF_XDP socket is bound to this queue)"
+        }
+        Some(libc::EBUSY) => " (another XDP program is attached: `ip link set dev IFACE xdp off`)",
+        Some(libc::EOPNOTSUPP) if op.starts_with("bind") => {
+            " (the driver cannot do this mode: use --xdp-mode copy)"
+        }
+        Some(libc::EOPNOTSUPP) => " (the driver has no native XDP: use generic attach)",
+        Some(libc::ENOMEM) => " (UMEM or ring too large: lower the frame count)",
+        Some(libc::ENETDOWN) => " (bring the interface up: ip link set IFACE up)",
+        Some(libc::EINVAL) if op.starts_with("bind") => {
+            " (no such queue on the interface, or a bad UMEM/ring geometry)"
+        }
+        _ => "",
+    }
+}
+
+/// Turns an OS error of `op` on `iface` into a port error.
+pub(super) fn err_of(iface: &str, op: &'static str, source: io::Error) -> PortError {
+    match source.raw_os_error() {
+        Some(libc::ENODEV) | Some(libc::ENXIO) => PortError::NoInterface(iface.to_string()),
+        _ => PortError::Os {
+            iface: iface.to_string(),
+            op,
+            hint: hint(op, &source),
+            source,
+        },
+    }
+}
+
+/// The last OS error of `op` on `iface` as a port error.
+pub(super) fn os_err(iface: &str, op: &'static str) -> PortError {
+    err_of(iface, op, io::Error::last_os_error())
+}
+
+/// The index of interface `name` in the calling thread's network namespace.
+pub(super) fn ifindex(name: &str) -> Result<u32, PortError> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.bytes().any(|b| b == 0) {
+        return Err(PortError::NoInterface(name.to_string()));
+    }
+    let c = std::ffi::CString::new(name).map_err(|_| PortError::NoInterface(name.to_string()))?;
+    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
+    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if idx == 0 {
+        return Err(PortError::NoInterface(name.to_string()));
+    }
+    Ok(idx)
+}
+
+/// A new AF_XDP socket.
+pub(super) fn xdp_socket(iface: &str) -> Result<Fd, PortError> {
+    // SAFETY: plain socket(2) call; the result is checked.
+    let fd = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(os_err(iface, "socket(AF_XDP)"));
+    }
+    Ok(Fd(fd))
+}
+
+/// setsockopt(fd, SOL_XDP, opt, &val).
+pub(super) fn setopt<T>(
+    fd: &Fd,
+    iface: &str,
+    opt: i32,
+    op: &'static str,
+    val: &T,
+) -> Result<(), PortError> {
+    // SAFETY: `val` points to a live `T` of the size given; the kernel copies it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.0,
+            SOL_XDP,
+            opt,
+            val as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(os_err(iface, op));
+    }
+    Ok(())
+}
+
+/// getsockopt(fd, SOL_XDP, opt) into a `T` (plain data, zero-initialised first).
+pub(super) fn getopt<T: Copy + Default>(fd: &Fd, opt: i32) -> io::Result<T> {
+    let mut v = T::default();
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `v` is writable for `len` bytes; the kernel writes at most that.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.0,
+            SOL_XDP,
+            opt,
+            &mut v as *mut T as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(v)
+}
+
+/// Maps `len` bytes of a ring of `fd` at page offset `pgoff`.
+pub(super) fn map_ring(fd: &Fd, iface: &str, len: usize, pgoff: i64) -> Result<*mut u8, PortError> {
+    // SAFETY: a shared mapping of the socket's ring; the kernel validates offset and length and
+    // the result is checked.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            fd.0,
+            pgoff,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(os_err(iface, "mmap(ring)"));
+    }
+    Ok(p as *mut u8)
+}
+
+/// bind(2) of an AF_XDP socket.
+pub(super) fn bind(fd: &Fd, sa: &SockaddrXdp) -> io::Result<()> {
+    // SAFETY: `sa` is a live sockaddr_xdp of the size given.
+    let r = unsafe {
+        libc::bind(
+            fd.0,
+            sa as *const SockaddrXdp as *const libc::sockaddr,
+            std::mem::size_of::<SockaddrXdp>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Kicks the kernel to transmit (copy mode, or a tx ring that needs a wakeup).
+pub(super) fn kick_tx(fd: &Fd) -> io::Result<()> {
+    // SAFETY: sendto with no buffer and no address on our socket.
+    let r = unsafe {
+        libc::sendto(
+            fd.0,
+            std::ptr::null(),
+            0,
+            libc::MSG_DONTWAIT,
+            std::ptr::null(),
+            0,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::ENOBUFS) | Some(libc::EINTR) => {
+                Ok(())
+            }
+            _ => Err(e),
+        };
+    }
+    Ok(())
+}
+
+/// Waits up to `ms` for `fd` to be readable (also wakes the kernel's receive path when the fill
+/// ring asked for it). Returns whether it is readable.
+pub(super) fn poll_in(fd: i32, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    r > 0 && p.revents & libc::POLLIN != 0
+}
+
+/// Wakes the kernel's receive path without waiting (need_wakeup set on the fill ring).
+pub(super) fn kick_rx(fd: &Fd) {
+    // SAFETY: a non-blocking zero-length recvfrom on our socket, as the AF_XDP API asks.
+    unsafe {
+        libc::recvfrom(
+            fd.0,
+            std::ptr::null_mut(),
+            0,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    };
+}
+
+// ---------------------------------------------------------------------------------------------
+// bpf(2)
+
+pub(super) const BPF_MAP_CREATE: u32 = 0;
+pub(super) const BPF_MAP_UPDATE_ELEM: u32 = 2;
+pub(super) const BPF_MAP_DELETE_ELEM: u32 = 3;
+pub(super) const BPF_PROG_LOAD: u32 = 5;
+pub(super) const BPF_PROG_GET_FD_BY_ID: u32 = 13;
+pub(super) const BPF_OBJ_GET_INFO_BY_FD: u32 = 15;
+pub(super) const BPF_LINK_CREATE: u32 = 28;
+pub(super) const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+pub(super) const BPF_PROG_TYPE_XDP: u32 = 6;
+pub(super) const BPF_XDP: u32 = 37;
+
+/// bpf(cmd, attr, size): `attr` is the command's `union bpf_attr` member, zero-padded.
+pub(super) fn bpf<T>(cmd: u32, attr: &mut T) -> io::Result<i32> {
+    // SAFETY: `attr` is a live, initialised structure of the size given, laid out as the
+    // command's member of `union bpf_attr`; the kernel reads (and for some commands writes)
+    // at most that many bytes.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd as libc::c_long,
+            attr as *mut T as *mut libc::c_void,
+            std::mem::size_of::<T>() as libc::c_long,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r as i32)
+}
+
+#[repr(C)]
+#[derive(Default)]
+pub(super) struct MapCreateAttr {
+    pub map_type: u32,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+    pub map_flags: u32,
+    pub inner_map_fd: u32,
+    pub numa_node: u32,
+    pub map_name: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Default)]
+pub(super) struct MapElemAttr {
+    pub map_fd: u32,
+    pub pad: u32,
+    pub key: u64,
+    pub value: u64,
+    pub flags: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+pub(super) struct ProgLoadAttr {
+    pub prog_type: u32,
+    pub insn_cnt: u32,
+    pub insns: u64,
+    pub license: u64,
+    pub log_level: u32,
+    pub log_size: u32,
+    pub log_buf: u64,
+    pub kern_version: u32,
+    pub prog_flags: u32,
+    pub prog_name: [u8; 16],
+    pub prog_ifindex: u32,
+    pub expected_attach_type: u32,
+}
+
+#[repr(C)]
+#[derive(Default)]
+pub(super) struct LinkCreateAttr {
+    pub prog_fd: u32,
+    pub target_ifindex: u32,
+    pub attach_type: u32,
+    pub flags: u32,
+    pub pad: [u64; 4],
+}
+
+#[repr(C)]
+#[derive(Default)]
+pub(super) struct GetFdByIdAttr {
+    pub id: u32,
+    pub next_id: u32,
+    pub open_flags: u32,
+}
+
+#[repr(C)]
+#[derive(Default)]
+pub(super) struct InfoByFdAttr {
+    pub bpf_fd: u32,
+    pub info_len: u32,
+    pub info: u64,
+}
+
+/// The leading fields of `struct bpf_prog_info` up to and including the name.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+pub(super) struct ProgInfo {
+    pub prog_type: u32,
+    pub id: u32,
+    pub tag: [u8; 8],
+    pub jited_prog_len: u32,
+    pub xlated_prog_len: u32,
+    pub jited_prog_insns: u64,
+    pub xlated_prog_insns: u64,
+    pub load_time: u64,
+    pub created_by_uid: u32,
+    pub nr_map_ids: u32,
+    pub map_ids: u64,
+    pub name: [u8; 16],
+}
+
+/// Name of the program with kernel id `id` (empty if it has none), or an error if it is gone.
+pub(super) fn prog_name_by_id(id: u32) -> io::Result<String> {
+    let mut a = GetFdByIdAttr {
+        id,
+        ..Default::default()
+    };
+    let fd = Fd(bpf(BPF_PROG_GET_FD_BY_ID, &mut a)?);
+    let mut info = ProgInfo::default();
+    let mut q = InfoByFdAttr {
+        bpf_fd: fd.0 as u32,
+        info_len: std::mem::size_of::<ProgInfo>() as u32,
+        info: &mut info as *mut ProgInfo as u64,
+    };
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut q)?;
+    let end = info
+        .name
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(info.name.len());
+    Ok(String::from_utf8_lossy(&info.name[..end]).into_owned())
+}
+
+// ---------------------------------------------------------------------------------------------
+// rtnetlink: the XDP attachment of an interface
+
+const IFLA_XDP: u16 = 43;
+const IFLA_XDP_FD: u16 = 1;
+const IFLA_XDP_ATTACHED: u16 = 2;
+const IFLA_XDP_FLAGS: u16 = 3;
+const IFLA_XDP_PROG_ID: u16 = 4;
+const NLA_F_NESTED: u16 = 1 << 15;
+
+/// What rtnetlink says about an interface's XDP program.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpAttachment {
+    /// `XDP_ATTACHED_*`: 0 none, 1 driver, 2 generic (skb), 3 hardware, 4 several.
+    pub mode: u8,
+    /// Kernel id of the program (0 if none).
+    pub prog_id: u32,
+}
+
+/// A route netlink socket, in the network namespace of the thread that opened it.
+pub(super) struct Netlink(Fd);
+
+impl Netlink {
+    pub(super) fn open() -> io::Result<Netlink> {
+        // SAFETY: plain socket(2) call; the result is checked.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                libc::NETLINK_ROUTE,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Netlink(Fd(fd)))
+    }
+
+    /// Sends one request and returns the first reply message (an error reply becomes Err).
+    fn request(&self, msg: &[u8]) -> io::Result<Vec<u8>> {
+        // SAFETY: `msg` is a readable buffer of its length.
+        let r = unsafe { libc::send(self.0 .0, msg.as_ptr() as *const libc::c_void, msg.len(), 0) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut buf = vec![0u8; 32768];
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe {
+            libc::recv(
+                self.0 .0,
+                buf.as_mut_ptr() as *mut libc::c_void,
+                buf.len(),
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(n as usize);
+        if buf.len() < 16 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "short netlink reply",
+            ));
+        }
+        let ty = u16::from_ne_bytes([buf[4], buf[5]]);
+        if ty == libc::NLMSG_ERROR as u16 {
+            let code = buf
+                .get(16..20)
+                .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+                .unwrap_or(0);
+            if code != 0 {
+                return Err(io::Error::from_raw_os_error(-code));
+            }
+        }
+        Ok(buf)
+    }
+}
+
+fn nl_header(buf: &mut Vec<u8>, ty: u16, flags: u16) {
+    buf.extend_from_slice(&0u32.to_ne_bytes()); // length, patched at the end
+    buf.extend_from_slice(&ty.to_ne_bytes());
+    buf.extend_from_slice(&flags.to_ne_bytes());
+    buf.extend_from_slice(&1u32.to_ne_bytes()); // seq
+    buf.extend_from_slice(&0u32.to_ne_bytes()); // pid
+}
+
+fn ifinfomsg(buf: &mut Vec<u8>, ifindex: u32) {
+    buf.push(libc::AF_UNSPEC as u8);
+    buf.push(0);
+    buf.extend_from_slice(&0u16.to_ne_bytes()); // type
+    buf.extend_from_slice(&(ifindex as i32).to_ne_bytes());
+    buf.extend_from_slice(&0u32.to_ne_bytes()); // flags
+    buf.extend_from_slice(&0u32.to_ne_bytes()); // change
+}
+
+fn nl_finish(buf: &mut [u8]) {
+    let len = buf.len() as u32;
+    buf[..4].copy_from_slice(&len.to_ne_bytes());
+}
+
+/// Walks netlink attributes in `b`, calling `f(type, payload)`.
+fn attrs(mut b: &[u8], mut f: impl FnMut(u16, &[u8])) {
+    while b.len() >= 4 {
+        let len = u16::from_ne_bytes([b[0], b[1]]) as usize;
+        let ty = u16::from_ne_bytes([b[2], b[3]]) & !NLA_F_NESTED;
+        if len < 4 || len > b.len() {
+            return;
+        }
+        f(ty, &b[4..len]);
+        let step = len.div_ceil(4) * 4;
+        b = b.get(step..).unwrap_or(&[]);
+    }
+}
+
+/// The XDP program attached to interface `ifindex`, as rtnetlink reports it.
+pub(super) fn xdp_query(nl: &Netlink, ifindex: u32) -> io::Result<XdpAttachment> {
+    let mut m = Vec::with_capacity(64);
+    nl_header(&mut m, libc::RTM_GETLINK, libc::NLM_F_REQUEST as u16);
+    ifinfomsg(&mut m, ifindex);
+    nl_finish(&mut m);
+    let reply = nl.request(&m)?;
+    let mut out = XdpAttachment::default();
+    // nlmsghdr (16) + ifinfomsg (16), then attributes.
+    let len = u32::from_ne_bytes([reply[0], reply[1], reply[2], reply[3]]) as usize;
+    let body = reply.get(32..len.min(reply.len())).unwrap_or(&[]);
+    attrs(body, |ty, p| {
+        if ty == IFLA_XDP {
+            attrs(p, |t, v| match t {
+                IFLA_XDP_ATTACHED => out.mode = v.first().copied().unwrap_or(0),
+                IFLA_XDP_PROG_ID if v.len() >= 4 => {
+                    out.prog_id = u32::from_ne_bytes([v[0], v[1], v[2], v[3]])
+                }
+                _ => {}
+            });
+        }
+    });
+    Ok(out)
+}
+
+/// Attaches program `prog_fd` (or detaches with -1) on `ifindex` through rtnetlink, with
+/// `XDP_FLAGS_*` `flags` (the pre-bpf_link way; the program stays until removed).
+pub(super) fn xdp_set_netlink(
+    nl: &Netlink,
+    ifindex: u32,
+    prog_fd: i32,
+    flags: u32,
+) -> io::Result<()> {
+    let mut m = Vec::with_capacity(64);
+    nl_header(
+        &mut m,
+        libc::RTM_SETLINK,
+        (libc::NLM_F_REQUEST | libc::NLM_F_ACK) as u16,
+    );
+    ifinfomsg(&mut m, ifindex);
+    // IFLA_XDP { IFLA_XDP_FD, IFLA_XDP_FLAGS }
+    m.extend_from_slice(&(4u16 + 8 + 8).to_ne_bytes());
+    m.extend_from_slice(&(IFLA_XDP | NLA_F_NESTED).to_ne_bytes());
+    m.extend_from_slice(&8u16.to_ne_bytes());
+    m.extend_from_slice(&IFLA_XDP_FD.to_ne_bytes());
+    m.extend_from_slice(&prog_fd.to_ne_bytes());
+    m.extend_from_slice(&8u16.to_ne_bytes());
+    m.extend_from_slice(&IFLA_XDP_FLAGS.to_ne_bytes());
+    m.extend_from_slice(&flags.to_ne_bytes());
+    nl_finish(&mut m);
+    nl.request(&m).map(|_| ())
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn abi_sizes_match_the_kernel_headers() {
+        assert_eq!(std::mem::size_of::<XdpDesc>(), 16);
+        assert_eq!(std::mem::size_of::<SockaddrXdp>(), 16);
+        assert_eq!(std::mem::size_of::<UmemReg>(), 32);
+        assert_eq!(std::mem::size_of::<MmapOffsets>(), 128);
+        assert_eq!(std::mem::size_of::<XdpStatistics>(), 48);
+        assert_eq!(std::mem::offset_of!(ProgInfo, name), 64);
+        assert_eq!(std::mem::offset_of!(ProgLoadAttr, prog_name), 48);
+    }
+
+    #[test]
+    fn attribute_walk_stops_on_malformed_input() {
+        let mut seen = Vec::new();
+        attrs(&[8, 0, 1, 0, 1, 2, 3, 4, 200, 0, 2, 0], |t, p| {
+            seen.push((t, p.to_vec()))
+        });
+        assert_eq!(seen, vec![(1, vec![1, 2, 3, 4])]);
+        attrs(&[0, 0, 0, 0, 1], |_, _| {
+            panic!("zero-length attribute must stop the walk")
+        });
+    }
+}

@@ -1,0 +1,38 @@
+//! The committed XDP object `bpf/xdp_redirect.o` is what `bpf/build.sh` builds from
+//! `bpf/xdp_redirect.c`: clang's BPF output is byte-reproducible for a given clang and flags
+//! (build.sh compiles from bpf/ with a relative path, without debug info), so the check is a
+//! byte comparison with a fresh build. Without clang the test says SKIP; with
+//! `LINERATE_REQUIRE_CLANG=1` that is a failure.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+#[test]
+fn committed_object_matches_a_fresh_build_of_the_source() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let bpf = root.join("bpf");
+    let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
+    if Command::new(&clang).arg("--version").output().is_err() {
+        if std::env::var("LINERATE_REQUIRE_CLANG").as_deref() == Ok("1") {
+            panic!("LINERATE_REQUIRE_CLANG=1 but {clang} cannot run");
+        }
+        eprintln!("SKIP: {clang} not found; cannot rebuild bpf/xdp_redirect.o");
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("lr-xdp-{}.o", std::process::id()));
+    let st = Command::new(bpf.join("build.sh"))
+        .arg(&out)
+        .env("CLANG", &clang)
+        .status()
+        .expect("run bpf/build.sh");
+    assert!(st.success(), "bpf/build.sh failed");
+    let fresh = std::fs::read(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    let committed = std::fs::read(bpf.join("xdp_redirect.o")).unwrap();
+    assert!(
+        fresh == committed,
+        "bpf/xdp_redirect.o is out of date with bpf/xdp_redirect.c: run bpf/build.sh and commit"
+    );
+    // And the library embeds that same object.
+    assert_eq!(linerate::port::xdp::prog::OBJECT, committed.as_slice());
+}

@@ -1,0 +1,254 @@
+//! `xdp:` over a veth pair between two network namespaces: exact numbers of frames received and
+//! sent, byte-identical; a stale program of a crashed run is replaced; no XDP program and no
+//! namespace is left behind. Needs root; skips otherwise (see `netns::require_priv`).
+
+mod netns;
+
+use linerate::mem::{Batch, Desc, Pool, PoolConfig};
+use linerate::port::afpacket::AfPacket;
+use linerate::port::xdp::{AttachApi, AttachMode, XdpConfig, XdpMode, XdpPort};
+use linerate::port::{Port, PortOptions};
+use netns::{NetnsPair, Side};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MAGIC: &[u8; 8] = b"LRXDPTS1";
+
+/// Ethernet/IPv4/UDP frame `seq` from `src` to `dst`, payload of varying length.
+fn frame(dst: [u8; 6], src: [u8; 6], seq: u32) -> Vec<u8> {
+    let plen = MAGIC.len() + 4 + (seq as usize * 13) % 400;
+    let mut f = Vec::with_capacity(42 + plen);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let ip_len = (20 + 8 + plen) as u16;
+    f.extend_from_slice(&[0x45, 0, 0, 0, 0, 0, 0, 0, 64, 17, 0, 0]);
+    f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    f.extend_from_slice(&[198, 18, 0, 1, 198, 18, 0, 2]);
+    f.extend_from_slice(&[0x9c, 0x40, 0, 9]);
+    f.extend_from_slice(&((8 + plen) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(MAGIC);
+    f.extend_from_slice(&seq.to_be_bytes());
+    while f.len() < 42 + plen {
+        f.push(seq as u8 ^ f.len() as u8);
+    }
+    f
+}
+
+fn seq_of(d: &[u8]) -> Option<u32> {
+    if d.get(42..50)? != MAGIC {
+        return None;
+    }
+    let s = d.get(50..54)?;
+    Some(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+/// Sends `frames` through `port` from a pool of our own, paced so that veth never overflows.
+fn send_paced(port: &mut dyn Port, frames: &[Vec<u8>]) -> usize {
+    let pool = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
+    let mut b = Batch::with_pool(&pool);
+    let mut sent = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for chunk in frames.chunks(32) {
+        for f in chunk {
+            let a = b.alloc().unwrap();
+            b.frame_mut(a)[..f.len()].copy_from_slice(f);
+            b.push(Desc {
+                addr: a,
+                len: f.len() as u32,
+                wire_len: f.len() as u32,
+                ..Default::default()
+            });
+        }
+        while !b.is_empty() && Instant::now() < deadline {
+            sent += port.tx(&mut b).unwrap();
+            port.flush().unwrap();
+        }
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    for _ in 0..20 {
+        port.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    sent
+}
+
+/// Receives until `want` of our frames arrived or `quiet` passes with nothing; returns them.
+fn recv(port: &mut dyn Port, want: usize, quiet: Duration) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    let mut b = Batch::new();
+    let mut last = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while got.len() < want + 1 && last.elapsed() < quiet && Instant::now() < deadline {
+        let n = port.rx(&mut b).unwrap();
+        if n > 0 {
+            last = Instant::now();
+        }
+        for p in b.iter() {
+            if seq_of(p.data).is_some() {
+                got.push(p.data.to_vec());
+            }
+        }
+        b.clear();
+    }
+    got
+}
+
+fn xdp_attached(p: &NetnsPair, side: Side, ifname: &str) -> bool {
+    let out = p.ip_in(side, &["link", "show", "dev", ifname]).unwrap();
+    out.contains("xdp") || out.contains("prog/xdp")
+}
+
+fn copy_cfg() -> XdpConfig {
+    XdpConfig {
+        mode: XdpMode::Copy,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn xdp_receives_exactly_what_was_sent() {
+    if !netns::require_priv() {
+        return;
+    }
+    let p = NetnsPair::new().unwrap();
+    const N: u32 = 3000;
+    let frames: Vec<Vec<u8>> = (0..N).map(|s| frame(p.mac_b, p.mac_a, s)).collect();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let got = std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            p.run_in(Side::B, || {
+                let mut port =
+                    XdpPort::open("vB@0", &PortOptions::default(), &XdpConfig::default()).unwrap();
+                assert!(!port.is_zerocopy(), "veth has no zero-copy AF_XDP");
+                assert_eq!(port.attach_mode(), AttachMode::Native);
+                ready_tx.send(()).unwrap();
+                let got = recv(&mut port, N as usize, Duration::from_secs(2));
+                let st = port.stats();
+                assert_eq!(st.rx_drops.total(), 0, "{st:?}");
+                got
+            })
+        });
+        ready_rx.recv().unwrap();
+        let sent = p.run_in(Side::A, || {
+            let mut tx = AfPacket::open("vA", &PortOptions::default()).unwrap();
+            send_paced(&mut tx, &frames)
+        });
+        assert_eq!(sent, N as usize);
+        rx.join().unwrap()
+    });
+    assert_eq!(got.len(), N as usize, "exactly N frames");
+    let seqs: HashSet<u32> = got.iter().filter_map(|d| seq_of(d)).collect();
+    assert_eq!(seqs.len(), N as usize, "each once");
+    for d in &got {
+        assert_eq!(d, &frames[seq_of(d).unwrap() as usize], "byte-identical");
+    }
+    assert!(!xdp_attached(&p, Side::B, "vB"), "program removed on drop");
+}
+
+#[test]
+fn xdp_sends_exactly_n_frames() {
+    if !netns::require_priv() {
+        return;
+    }
+    let p = NetnsPair::new().unwrap();
+    const N: u32 = 2500;
+    let frames: Vec<Vec<u8>> = (0..N).map(|s| frame(p.mac_a, p.mac_b, s)).collect();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let got = std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            p.run_in(Side::A, || {
+                let mut port = AfPacket::open("vA", &PortOptions::default()).unwrap();
+                ready_tx.send(()).unwrap();
+                recv(&mut port, N as usize, Duration::from_secs(2))
+            })
+        });
+        ready_rx.recv().unwrap();
+        let st = p.run_in(Side::B, || {
+            let mut tx = XdpPort::open("vB", &PortOptions::default(), &copy_cfg()).unwrap();
+            // Packets built in the port's own pool go out without a copy.
+            let sent = send_paced(&mut tx, &frames);
+            assert_eq!(sent, N as usize);
+            tx.stats()
+        });
+        assert_eq!(st.tx_packets, N as u64);
+        assert_eq!(st.tx_drops.total(), 0);
+        rx.join().unwrap()
+    });
+    assert_eq!(got.len(), N as usize);
+    for d in &got {
+        assert_eq!(d, &frames[seq_of(d).unwrap() as usize]);
+    }
+    assert!(!xdp_attached(&p, Side::B, "vB"));
+}
+
+#[test]
+fn stale_program_is_replaced_and_nothing_is_left_behind() {
+    if !netns::require_priv() {
+        return;
+    }
+    let names;
+    {
+        let p = NetnsPair::new().unwrap();
+        names = (p.a.clone(), p.b.clone());
+        // A run that attached the pre-bpf_link way dies without cleaning up: a forked child
+        // opens the port and exits at once (the kernel closes its socket, the program stays).
+        let path = format!("/var/run/netns/{}", p.b);
+        let cpath = std::ffi::CString::new(path).unwrap();
+        // SAFETY: the child only makes system calls and allocates (glibc's fork keeps malloc
+        // usable), then leaves with _exit; the parent waits for it.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: open/setns on a valid path; _exit never returns.
+            unsafe {
+                let fd = libc::open(cpath.as_ptr(), libc::O_RDONLY);
+                let ok = fd >= 0 && libc::setns(fd, libc::CLONE_NEWNET) == 0;
+                let cfg = XdpConfig {
+                    api: AttachApi::Netlink,
+                    attach: AttachMode::Generic,
+                    ..copy_cfg()
+                };
+                let r = ok
+                    && XdpPort::open("vB", &PortOptions::default(), &cfg)
+                        .map(std::mem::forget)
+                        .is_ok();
+                libc::_exit(if r { 0 } else { 3 });
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(status, 0, "child could not attach");
+        assert!(xdp_attached(&p, Side::B, "vB"), "stale program in place");
+        p.run_in(Side::B, || {
+            let port = XdpPort::open("vB", &PortOptions::default(), &copy_cfg()).unwrap();
+            assert!(port.replaced_stale().is_some(), "stale program detected");
+            assert_eq!(port.attach_mode(), AttachMode::Native);
+        });
+        assert!(!xdp_attached(&p, Side::B, "vB"), "no program after drop");
+    }
+    let list = netns::ip(&["netns", "list"]).unwrap();
+    assert!(
+        !list.contains(&names.0) && !list.contains(&names.1),
+        "{list}"
+    );
+}
+
+#[test]
+fn one_socket_per_queue_and_the_program_goes_with_the_last_port() {
+    if !netns::require_priv() {
+        return;
+    }
+    let p = NetnsPair::new().unwrap();
+    p.run_in(Side::B, || {
+        let a = XdpPort::open("vB@0", &PortOptions::default(), &copy_cfg()).unwrap();
+        let e = XdpPort::open("vB@0", &PortOptions::default(), &copy_cfg());
+        let msg = e.err().expect("a second socket on one queue").to_string();
+        assert!(msg.contains("vB") && msg.contains("bind"), "{msg}");
+        drop(a);
+    });
+    assert!(!xdp_attached(&p, Side::B, "vB"));
+}
