@@ -22,6 +22,8 @@ struct Cli {
 enum Cmd {
     /// Receive and count packets, with pfcount's statistics; optionally filter and record them.
     Count(cmd::count::Args),
+    /// Forward packets between two ports (l2fwd, pfdnabounce), with l2fwd's statistics.
+    Fwd(cmd::fwd::Args),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     };
     let r = match cli.cmd {
         Cmd::Count(a) => cmd::count::run(a),
+        Cmd::Fwd(a) => cmd::fwd::run(a),
     };
     match r {
         Ok(code) => code,

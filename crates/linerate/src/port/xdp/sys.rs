@@ -168,6 +168,36 @@ pub(super) fn ifindex(name: &str) -> Result<u32, PortError> {
     Ok(idx)
 }
 
+/// The hardware (MAC) address of interface `name` in the calling thread's network namespace.
+pub fn iface_mac(name: &str) -> Result<[u8; 6], PortError> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.bytes().any(|b| b == 0) {
+        return Err(PortError::NoInterface(name.to_string()));
+    }
+    // SAFETY: plain socket(2) call; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(os_err(name, "socket(AF_INET)"));
+    }
+    let fd = Fd(fd);
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: SIOCGIFHWADDR reads ifr_name and writes the address into `req`, which is ours.
+    let r = unsafe { libc::ioctl(fd.0, libc::SIOCGIFHWADDR, &mut req) };
+    if r < 0 {
+        return Err(os_err(name, "SIOCGIFHWADDR"));
+    }
+    // SAFETY: after SIOCGIFHWADDR the union holds a sockaddr.
+    let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
+    let mut m = [0u8; 6];
+    for (d, s) in m.iter_mut().zip(sa.sa_data.iter()) {
+        *d = *s as u8;
+    }
+    Ok(m)
+}
+
 /// A new AF_XDP socket.
 pub(super) fn xdp_socket(iface: &str) -> Result<Fd, PortError> {
     // SAFETY: plain socket(2) call; the result is checked.
@@ -294,6 +324,25 @@ pub(super) fn poll_in(fd: i32, ms: i32) -> bool {
     // SAFETY: one valid pollfd.
     let r = unsafe { libc::poll(&mut p, 1, ms) };
     r > 0 && p.revents & libc::POLLIN != 0
+}
+
+/// Waits up to `ms` for any of `fds` to be readable; sets `ready[i]` for those that are (also
+/// on error or hang-up, so the caller's next read reports it). Any pollable descriptor works.
+pub fn poll_many(fds: &[i32], ms: i32, ready: &mut [bool]) {
+    let mut p = [libc::pollfd {
+        fd: -1,
+        events: libc::POLLIN,
+        revents: 0,
+    }; 8];
+    let n = fds.len().min(p.len()).min(ready.len());
+    for (slot, &fd) in p.iter_mut().zip(&fds[..n]) {
+        slot.fd = fd;
+    }
+    // SAFETY: `p[..n]` are valid pollfd structures.
+    let r = unsafe { libc::poll(p.as_mut_ptr(), n as libc::nfds_t, ms) };
+    for (flag, slot) in ready[..n].iter_mut().zip(&p[..n]) {
+        *flag = r > 0 && slot.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0;
+    }
 }
 
 /// Wakes the kernel's receive path without waiting (need_wakeup set on the fill ring).

@@ -1,0 +1,229 @@
+//! `linerate fwd`: DPDK l2fwd / PF_RING pfdnabounce between two ports (or back out of one).
+
+use crate::common::{pin, stop_flag, usage};
+use anyhow::Context;
+use clap::Parser;
+use linerate::apps::fwd::{self, Ended, FwdOptions, MacRewrite, Ports};
+use linerate::filter::Filter;
+use linerate::port::xdp::{sys::iface_mac, AttachMode, XdpConfig, XdpMode, XdpPort};
+use linerate::port::{self, Port, PortError, PortOptions};
+use linerate::units;
+use std::io::Write;
+use std::process::ExitCode;
+
+/// Flags of `linerate fwd`.
+#[derive(Parser, Debug)]
+pub struct Args {
+    /// Input port (port 0): xdp:IFACE[@QUEUE], afpacket:IFACE, mem:NAME.
+    #[arg(short = 'i', long = "in", value_name = "PORT")]
+    pub input: String,
+    /// Output port (port 1); the same as -i bounces packets back out of it.
+    #[arg(short = 'o', long = "out", value_name = "PORT")]
+    pub output: String,
+    /// Forward port 1 → port 0 as well.
+    #[arg(long)]
+    pub bidir: bool,
+    /// BPF filter in libpcap syntax: only matching packets are forwarded (in the kernel on
+    /// afpacket inputs, in user space otherwise).
+    #[arg(short = 'f', long, value_name = "BPF")]
+    pub filter: Option<String>,
+    /// Leave MAC addresses alone (l2fwd's --no-mac-updating).
+    #[arg(long, conflicts_with = "mac")]
+    pub no_mac_updating: bool,
+    /// Write these source and destination MACs instead of l2fwd's
+    /// (src = output port's MAC, dst = 02:00:00:00:00:TX_PORTID).
+    #[arg(long, value_name = "SRC,DST")]
+    pub mac: Option<String>,
+    /// Pin the forwarding loop to this core.
+    #[arg(short = 'g', long, value_name = "CORE")]
+    pub core: Option<usize>,
+    /// Seconds between statistics blocks (0: only the final one), as l2fwd's -T.
+    #[arg(short = 'T', long = "period", value_name = "SECONDS", default_value = "10", value_parser = units::parse_duration)]
+    pub period: std::time::Duration,
+    /// Stop after this long.
+    #[arg(short = 't', long, value_name = "SECONDS", value_parser = units::parse_duration)]
+    pub duration: Option<std::time::Duration>,
+    /// Stop after this many packets were sent.
+    #[arg(short = 'c', long, value_name = "COUNT", value_parser = units::parse_count)]
+    pub count: Option<u64>,
+    /// AF_XDP socket mode for xdp: ports.
+    #[arg(long, value_name = "copy|zerocopy|auto", default_value = "auto")]
+    pub xdp_mode: XdpMode,
+    /// How the XDP program is attached for xdp: ports.
+    #[arg(long, value_name = "native|generic|auto", default_value = "auto")]
+    pub xdp_attach: AttachMode,
+    /// Print statistics as JSON lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Opens a port, with the AF_XDP settings for `xdp:` ports; bad names are usage errors.
+pub fn open(
+    flag: &str,
+    uri: &str,
+    opts: &PortOptions,
+    xdp: &XdpConfig,
+) -> anyhow::Result<Box<dyn Port>> {
+    let r = match uri.strip_prefix("xdp:") {
+        Some(rest) if !rest.contains(',') => {
+            XdpPort::open(rest, opts, xdp).map(|p| Box::new(p) as Box<dyn Port>)
+        }
+        _ => port::open(uri, opts),
+    };
+    r.map_err(|e| match e {
+        PortError::BadUri { .. } | PortError::NoInterface(_) | PortError::Unsupported { .. } => {
+            usage(format!("{flag}: {e}"))
+        }
+        other => anyhow::Error::new(other).context(format!("opening {uri}")),
+    })
+}
+
+/// The interface behind a kernel port URI.
+fn iface_of(uri: &str) -> Option<&str> {
+    let rest = uri
+        .strip_prefix("xdp:")
+        .or_else(|| uri.strip_prefix("afpacket:"))?;
+    Some(rest.rsplit_once('@').map_or(rest, |(i, _)| i))
+}
+
+/// The MAC l2fwd writes as the source of frames leaving `uri`: the interface's, or a
+/// locally administered 02:00:00:00:01:NN for ports without one.
+fn port_mac(uri: &str, n: u8) -> [u8; 6] {
+    iface_of(uri)
+        .and_then(|i| iface_mac(i).ok())
+        .unwrap_or([0x02, 0, 0, 0, 0x01, n])
+}
+
+/// The rewrite the flags ask for.
+pub fn mac_rewrite(a: &Args) -> anyhow::Result<MacRewrite> {
+    if a.no_mac_updating {
+        return Ok(MacRewrite::Off);
+    }
+    if let Some(m) = &a.mac {
+        let (s, d) = m
+            .split_once(',')
+            .ok_or_else(|| usage(format!("--mac {m}: write SRC,DST")))?;
+        let src = fwd::parse_mac(s).map_err(|e| usage(format!("--mac: {e}")))?;
+        let dst = fwd::parse_mac(d).map_err(|e| usage(format!("--mac: {e}")))?;
+        return Ok(MacRewrite::Fixed { src, dst });
+    }
+    Ok(MacRewrite::L2fwd {
+        port_macs: [port_mac(&a.input, 0), port_mac(&a.output, 1)],
+    })
+}
+
+/// Runs `linerate fwd`.
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let stop = stop_flag()?;
+    run_with(a, &stop, &mut std::io::stdout())
+}
+
+/// Runs the forwarder with a given stop flag and output (the lab runs it on a thread).
+pub fn run_with(
+    a: Args,
+    stop: &std::sync::atomic::AtomicBool,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let opts = PortOptions::default();
+    let xdp = XdpConfig {
+        mode: a.xdp_mode,
+        attach: a.xdp_attach,
+        ..Default::default()
+    };
+    let mac = mac_rewrite(&a)?;
+    let bounce = a.input == a.output;
+    let mut p0 = open("-i", &a.input, &opts, &xdp)?;
+    let mut p1 = if bounce {
+        None
+    } else {
+        Some(open("-o", &a.output, &opts, &xdp)?)
+    };
+    let mut user_filter = None;
+    if let Some(expr) = &a.filter {
+        let f = Filter::compile(expr, p0.link_type()).map_err(|e| usage(format!("-f: {e}")))?;
+        let mut all_kernel = p0
+            .attach_filter(&f)
+            .with_context(|| format!("-f on {}", a.input))?;
+        if a.bidir {
+            if let Some(p) = p1.as_mut() {
+                all_kernel &= p
+                    .attach_filter(&f)
+                    .with_context(|| format!("-f on {}", a.output))?;
+            }
+        }
+        if !all_kernel {
+            user_filter = Some(f);
+        }
+    }
+    pin(a.core)?;
+    let _ = writeln!(
+        out,
+        "Forwarding {} -> {}{}{}{}",
+        a.input,
+        if bounce { "itself (bounce)" } else { &a.output },
+        if a.bidir && !bounce { " and back" } else { "" },
+        match mac {
+            MacRewrite::Off => ", MAC addresses unchanged".to_string(),
+            MacRewrite::L2fwd { .. } =>
+                ", MAC rewrite: src = output port, dst = 02:00:00:00:00:TX_PORTID".into(),
+            MacRewrite::Fixed { .. } => ", MAC rewrite: fixed".into(),
+        },
+        match (&a.filter, &user_filter) {
+            (None, _) => String::new(),
+            (Some(f), None) => format!(", filter '{f}' in the kernel"),
+            (Some(f), Some(_)) => format!(", filter '{f}' in user space"),
+        }
+    );
+    let _ = out.flush();
+    let fo = FwdOptions {
+        bidir: a.bidir,
+        filter: user_filter,
+        mac,
+        interval: if a.period.is_zero() {
+            std::time::Duration::from_secs(86400 * 365)
+        } else {
+            a.period
+        },
+        duration: a.duration,
+        count: a.count,
+        ..Default::default()
+    };
+    let ports = match p1.as_mut() {
+        Some(p1) => Ports::Two(p0.as_mut(), p1.as_mut()),
+        None => Ports::One(p0.as_mut()),
+    };
+    let json = a.json;
+    let print = |out: &mut dyn Write, s: &fwd::FwdStats, kind: &str| {
+        if json {
+            let ports: Vec<serde_json::Value> = s.ports[..s.nports]
+                .iter()
+                .map(|p| {
+                    serde_json::json!({"sent": p.sent, "received": p.received,
+                        "dropped": p.dropped, "filtered": p.filtered})
+                })
+                .collect();
+            let _ = writeln!(out, "{}", serde_json::json!({"type": kind, "ports": ports}));
+        } else {
+            let _ = out.write_all(fwd::l2fwd_block(s).as_bytes());
+        }
+        let _ = out.flush();
+    };
+    let report = fwd::run(ports, &fo, stop, |s| print(out, s, "stats"));
+    print(out, &report.stats, "summary");
+    let ended = match report.ended {
+        Ended::Count => "count reached",
+        Ended::Duration => "time limit",
+        Ended::EndOfInput => "end of input",
+        Ended::Stopped => "interrupted",
+        Ended::Error => "port error",
+    };
+    if !json {
+        let _ = writeln!(out, "Forwarding ended: {ended}");
+    }
+    drop(p1);
+    drop(p0);
+    match report.error {
+        None => Ok(ExitCode::SUCCESS),
+        Some(e) => Err(anyhow::Error::new(e).context("forwarding stopped")),
+    }
+}

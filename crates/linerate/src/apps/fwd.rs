@@ -1,0 +1,601 @@
+//! `fwd`: forward packets from one port to another (DPDK l2fwd, PF_RING pfdnabounce).
+//!
+//! The loop is l2fwd's: receive a burst on each input, filter it, rewrite the MAC addresses,
+//! send it on the paired output; what an output cannot take right away waits in that output's
+//! buffer (one batch) and is retried on the next pass; every `drain` (~100 µs) every output is
+//! flushed; every `interval` the per-port counters go to the printer. A port that had nothing
+//! is asked again only when its descriptor polls readable (one `poll` for all idle ports, with
+//! a 1 ms sleep when every port is idle), so a busy port never waits behind an idle one.
+//!
+//! Bytes move without a copy when the output shares the input's pool (a bounce on one xdp or
+//! mem port); otherwise the output copies once.
+
+use crate::filter::Filter;
+use crate::mem::Batch;
+use crate::port::xdp::sys::poll_many;
+use crate::port::{Port, PortError};
+use crate::time::mono_ns;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// How MAC addresses of forwarded frames are rewritten.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MacRewrite {
+    /// Leave frames as they are (`--no-mac-updating`).
+    #[default]
+    Off,
+    /// l2fwd's rewrite: source = the output port's MAC, destination = 02:00:00:00:00:TX_PORTID.
+    /// `port_macs[i]` is port i's MAC.
+    L2fwd {
+        /// MAC of port 0 and port 1.
+        port_macs: [[u8; 6]; 2],
+    },
+    /// Fixed source and destination (`--mac SRC,DST`).
+    Fixed {
+        /// New source MAC.
+        src: [u8; 6],
+        /// New destination MAC.
+        dst: [u8; 6],
+    },
+}
+
+impl MacRewrite {
+    /// The (src, dst) written into frames leaving port `out`, if any.
+    pub fn for_port(&self, out: usize) -> Option<([u8; 6], [u8; 6])> {
+        match *self {
+            MacRewrite::Off => None,
+            MacRewrite::L2fwd { port_macs } => {
+                Some((port_macs[out.min(1)], [0x02, 0, 0, 0, 0, out as u8]))
+            }
+            MacRewrite::Fixed { src, dst } => Some((src, dst)),
+        }
+    }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.trim().split([':', '-']).collect();
+    if parts.len() != 6 {
+        return Err(format!(
+            "'{s}' is not a MAC address (write aa:bb:cc:dd:ee:ff)"
+        ));
+    }
+    let mut m = [0u8; 6];
+    for (o, p) in m.iter_mut().zip(parts) {
+        *o = u8::from_str_radix(p, 16)
+            .ok()
+            .filter(|_| !p.is_empty() && p.len() <= 2)
+            .ok_or_else(|| format!("'{s}' is not a MAC address (bad byte '{p}')"))?;
+    }
+    Ok(m)
+}
+
+/// What to forward and when to stop.
+#[derive(Debug)]
+pub struct FwdOptions {
+    /// Forward port 1 → port 0 too.
+    pub bidir: bool,
+    /// Filter run in user space on received bursts (None when the inputs run it in the kernel).
+    pub filter: Option<Filter>,
+    /// MAC rewrite.
+    pub mac: MacRewrite,
+    /// Interval between statistics.
+    pub interval: Duration,
+    /// Interval between drains of the outputs (l2fwd: ~100 µs).
+    pub drain: Duration,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Stop after this many packets were sent (all outputs).
+    pub count: Option<u64>,
+}
+
+impl Default for FwdOptions {
+    fn default() -> Self {
+        FwdOptions {
+            bidir: false,
+            filter: None,
+            mac: MacRewrite::Off,
+            interval: Duration::from_secs(1),
+            drain: Duration::from_micros(100),
+            duration: None,
+            count: None,
+        }
+    }
+}
+
+/// Counters of one port, l2fwd's three plus the filter's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FwdPortStats {
+    /// Packets sent on this port.
+    pub sent: u64,
+    /// Packets received on this port.
+    pub received: u64,
+    /// Packets lost on this port: not sent (output full, too big) or dropped by the kernel on
+    /// receive.
+    pub dropped: u64,
+    /// Packets received here that the filter rejected.
+    pub filtered: u64,
+}
+
+/// Counters of all ports at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FwdStats {
+    /// Monotonic time (ns).
+    pub t_ns: u64,
+    /// Port 0 and port 1 (port 1 unused when both ends are one port).
+    pub ports: [FwdPortStats; 2],
+    /// How many ports there are (1 for a bounce on one port, else 2).
+    pub nports: usize,
+}
+
+impl FwdStats {
+    /// Sum over the ports.
+    pub fn total(&self) -> FwdPortStats {
+        let mut t = FwdPortStats::default();
+        for p in &self.ports[..self.nports] {
+            t.sent += p.sent;
+            t.received += p.received;
+            t.dropped += p.dropped;
+            t.filtered += p.filtered;
+        }
+        t
+    }
+}
+
+/// l2fwd's statistics block.
+pub fn l2fwd_block(s: &FwdStats) -> String {
+    let mut o = String::with_capacity(600);
+    o.push_str("\nPort statistics ====================================");
+    for (i, p) in s.ports[..s.nports].iter().enumerate() {
+        o.push_str(&format!(
+            "\nStatistics for port {i} ------------------------------\
+             \nPackets sent: {:>24}\
+             \nPackets received: {:>20}\
+             \nPackets dropped: {:>21}",
+            p.sent, p.received, p.dropped
+        ));
+        if p.filtered > 0 {
+            o.push_str(&format!("\nPackets filtered: {:>20}", p.filtered));
+        }
+    }
+    let t = s.total();
+    o.push_str(&format!(
+        "\nAggregate statistics ===============================\
+         \nTotal packets sent: {:>18}\
+         \nTotal packets received: {:>14}\
+         \nTotal packets dropped: {:>15}",
+        t.sent, t.received, t.dropped
+    ));
+    if t.filtered > 0 {
+        o.push_str(&format!("\nTotal packets filtered: {:>14}", t.filtered));
+    }
+    o.push_str("\n====================================================\n");
+    o
+}
+
+/// Why the loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// `--count` packets were sent.
+    Count,
+    /// The time limit passed.
+    Duration,
+    /// Every input is a finished file.
+    EndOfInput,
+    /// A signal (or the caller) asked to stop.
+    Stopped,
+    /// A port failed.
+    Error,
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct FwdReport {
+    /// Final counters.
+    pub stats: FwdStats,
+    /// Why it ended.
+    pub ended: Ended,
+    /// The port error that ended it, if any.
+    pub error: Option<PortError>,
+}
+
+/// The ports: two, or one that is both input and output (bounce).
+pub enum Ports<'a> {
+    /// Input port 0, output port 1 (and back with `bidir`).
+    Two(&'a mut dyn Port, &'a mut dyn Port),
+    /// One port: what it receives goes back out of it.
+    One(&'a mut dyn Port),
+}
+
+/// Forwards until a limit, `stop`, or an error; calls `on_tick` every interval.
+pub fn run(
+    ports: Ports<'_>,
+    opts: &FwdOptions,
+    stop: &AtomicBool,
+    mut on_tick: impl FnMut(&FwdStats),
+) -> FwdReport {
+    let mut list: Vec<&mut dyn Port> = match ports {
+        Ports::Two(a, b) => vec![a, b],
+        Ports::One(a) => vec![a],
+    };
+    let np = list.len();
+    // (input, output) pairs.
+    let dirs: Vec<(usize, usize)> = if np == 1 {
+        vec![(0, 0)]
+    } else if opts.bidir {
+        vec![(0, 1), (1, 0)]
+    } else {
+        vec![(0, 1)]
+    };
+    let mut st = FwdStats {
+        nports: np,
+        ..Default::default()
+    };
+    // Port drops as the ports count them, at the start (subtracted so a report starts at 0).
+    let lost = |p: &mut dyn Port| {
+        let s = p.stats();
+        crate::stats::lost(&s.rx_drops) + crate::stats::lost(&s.tx_drops)
+    };
+    let base: Vec<u64> = list.iter_mut().map(|p| lost(&mut **p)).collect();
+    let mut own_drops = [0u64; 2];
+    let mut rx = Batch::new();
+    let mut pending: Vec<Batch> = (0..np).map(|_| Batch::new()).collect();
+    let mut idle = vec![false; np];
+    let fds: Vec<Option<i32>> = list.iter().map(|p| p.poll_fd()).collect();
+    let t0 = mono_ns();
+    let interval = opts.interval.as_nanos().max(1) as u64;
+    let drain = opts.drain.as_nanos().max(1) as u64;
+    let mut next_tick = t0 + interval;
+    let mut next_drain = t0 + drain;
+    let deadline = opts.duration.map(|d| t0 + d.as_nanos() as u64);
+    let mut error = None;
+    let mut pfds: Vec<i32> = Vec::with_capacity(np);
+    let mut ready: Vec<bool> = Vec::with_capacity(np);
+    let mut idle_passes = 0u32;
+
+    let ended = 'outer: loop {
+        if stop.load(Ordering::Relaxed) {
+            break Ended::Stopped;
+        }
+        // Ask idle ports whether they have something now (one poll for all of them).
+        pfds.clear();
+        if idle.iter().any(|&i| i) {
+            let all_idle = idle.iter().all(|&i| i) && pending.iter().all(|b| b.is_empty());
+            for (i, fd) in fds.iter().enumerate() {
+                if idle[i] {
+                    if let Some(fd) = fd {
+                        pfds.push(*fd);
+                    } else {
+                        idle[i] = false;
+                    }
+                }
+            }
+            if !pfds.is_empty() {
+                let wait_ms = if all_idle { 1 } else { 0 };
+                ready.clear();
+                ready.resize(pfds.len(), false);
+                poll_many(&pfds, wait_ms, &mut ready);
+                let mut k = 0;
+                for (i, fd) in fds.iter().enumerate() {
+                    if idle[i] && fd.is_some() {
+                        if ready[k] {
+                            idle[i] = false;
+                        }
+                        k += 1;
+                    }
+                }
+            }
+        }
+        let mut got = 0usize;
+        for &(i, o) in &dirs {
+            // Retry what the output could not take last time before taking more.
+            if !pending[o].is_empty() {
+                match list[o].tx(&mut pending[o]) {
+                    Ok(n) => st.ports[o].sent += n as u64,
+                    Err(e) => {
+                        error = Some(e);
+                        break 'outer Ended::Error;
+                    }
+                }
+                if !pending[o].is_empty() {
+                    continue; // output still full: leave the input to the kernel's ring
+                }
+            }
+            if idle[i] {
+                continue;
+            }
+            let n = match list[i].rx(&mut rx) {
+                Ok(n) => n,
+                Err(e) => {
+                    error = Some(e);
+                    break 'outer Ended::Error;
+                }
+            };
+            if n == 0 {
+                idle[i] = true;
+                continue;
+            }
+            got += n;
+            st.ports[i].received += n as u64;
+            if let Some(f) = &opts.filter {
+                st.ports[i].filtered += rx.retain(|p| f.matches(p.data)) as u64;
+            }
+            if let Some((src, dst)) = opts.mac.for_port(o) {
+                for k in 0..rx.len() {
+                    let d = rx.data_mut(k);
+                    if d.len() >= 12 {
+                        d[..6].copy_from_slice(&dst);
+                        d[6..12].copy_from_slice(&src);
+                    }
+                }
+            }
+            match list[o].tx(&mut rx) {
+                Ok(n) => st.ports[o].sent += n as u64,
+                Err(e) => {
+                    rx.clear();
+                    error = Some(e);
+                    break 'outer Ended::Error;
+                }
+            }
+            if !rx.is_empty() {
+                // Keep the rest for the next pass; bytes of ring ports are only valid until the
+                // next rx on the input, so the pending batch must own them: when it cannot (an
+                // external pool), they are dropped like l2fwd's full tx buffer.
+                let keep = rx.pool().is_some_and(|p| p.allocates()) && pending[o].is_empty();
+                if keep {
+                    std::mem::swap(&mut pending[o], &mut rx);
+                } else {
+                    own_drops[o] += rx.len() as u64;
+                    rx.clear();
+                }
+            }
+        }
+        if got == 0 && pfds.is_empty() {
+            // Only unpollable ports (mem), all empty: back off a little after a while.
+            idle_passes += 1;
+            if idle_passes > 64 {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        } else {
+            idle_passes = 0;
+        }
+        let now = mono_ns();
+        if now >= next_drain {
+            for p in list.iter_mut() {
+                if let Err(e) = p.flush() {
+                    error = Some(e);
+                    break 'outer Ended::Error;
+                }
+            }
+            next_drain = now + drain;
+            if opts.count.is_some_and(|c| st.total().sent >= c) {
+                break Ended::Count;
+            }
+            if list.iter().all(|p| p.is_finished()) {
+                break Ended::EndOfInput;
+            }
+            if deadline.is_some_and(|d| now >= d) {
+                break Ended::Duration;
+            }
+        }
+        if now >= next_tick {
+            snapshot(&mut st, &mut list, &base, &own_drops, now);
+            on_tick(&st);
+            next_tick = now + interval;
+        }
+    };
+    // Last drain: bounded.
+    for (o, b) in pending.iter_mut().enumerate() {
+        for _ in 0..50 {
+            if b.is_empty() {
+                break;
+            }
+            match list[o].tx(b) {
+                Ok(n) => st.ports[o].sent += n as u64,
+                Err(e) => {
+                    error.get_or_insert(e);
+                    break;
+                }
+            }
+            let _ = list[o].flush();
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        own_drops[o] += b.len() as u64;
+        b.clear();
+    }
+    for _ in 0..20 {
+        for p in list.iter_mut() {
+            if let Err(e) = p.flush() {
+                error.get_or_insert(e);
+            }
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    snapshot(&mut st, &mut list, &base, &own_drops, mono_ns());
+    FwdReport {
+        stats: st,
+        ended,
+        error,
+    }
+}
+
+fn snapshot(st: &mut FwdStats, list: &mut [&mut dyn Port], base: &[u64], own: &[u64; 2], now: u64) {
+    st.t_ns = now;
+    for (i, p) in list.iter_mut().enumerate() {
+        let s = p.stats();
+        let lost = crate::stats::lost(&s.rx_drops) + crate::stats::lost(&s.tx_drops);
+        st.ports[i].dropped = lost.saturating_sub(base[i]) + own[i];
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::mem::Desc;
+    use crate::port::mem::wire;
+    use crate::port::{LinkType, PortOptions};
+
+    fn udp(dport: u16, seq: u32) -> Vec<u8> {
+        let mut f = vec![0u8; 60];
+        f[..6].copy_from_slice(&[0xaa; 6]);
+        f[6..12].copy_from_slice(&[0xbb; 6]);
+        f[12] = 0x08;
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&46u16.to_be_bytes());
+        f[22] = 64;
+        f[23] = 17;
+        f[36..38].copy_from_slice(&dport.to_be_bytes());
+        f[42..46].copy_from_slice(&seq.to_be_bytes());
+        f
+    }
+
+    fn send(p: &mut dyn Port, frames: &[Vec<u8>]) {
+        let mut b = Batch::with_pool(p.pool().unwrap());
+        for f in frames {
+            let a = b.alloc().unwrap();
+            b.frame_mut(a)[..f.len()].copy_from_slice(f);
+            b.push(Desc {
+                addr: a,
+                len: f.len() as u32,
+                wire_len: f.len() as u32,
+                ..Default::default()
+            });
+            if b.is_full() {
+                assert_eq!(p.tx(&mut b).unwrap(), 64);
+            }
+        }
+        p.tx(&mut b).unwrap();
+    }
+
+    fn drain(p: &mut dyn Port) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut b = Batch::new();
+        while p.rx(&mut b).unwrap() > 0 {
+            out.extend(b.iter().map(|x| x.data.to_vec()));
+            b.clear();
+        }
+        out
+    }
+
+    #[test]
+    fn forwards_filters_and_rewrites_like_l2fwd() {
+        let o = PortOptions::default();
+        let (mut src, mut fin) = wire("fwd-t-in", &o).unwrap();
+        let (mut fout, mut sink) = wire("fwd-t-out", &o).unwrap();
+        let frames: Vec<Vec<u8>> = (0..500)
+            .map(|i| udp(if i % 5 == 0 { 53 } else { 9 }, i))
+            .collect();
+        send(&mut src, &frames);
+        let opts = FwdOptions {
+            filter: Some(Filter::compile("udp port 9", LinkType::ETHERNET).unwrap()),
+            mac: MacRewrite::L2fwd {
+                port_macs: [[2, 0, 0, 0, 0xaa, 0], [2, 0, 0, 0, 0xaa, 1]],
+            },
+            count: Some(400),
+            duration: Some(Duration::from_secs(5)),
+            ..Default::default()
+        };
+        let stop = AtomicBool::new(false);
+        let r = run(Ports::Two(&mut fin, &mut fout), &opts, &stop, |_| {});
+        assert_eq!(r.ended, Ended::Count);
+        let t = r.stats.total();
+        assert_eq!(
+            (t.received, t.sent, t.filtered, t.dropped),
+            (500, 400, 100, 0)
+        );
+        assert_eq!(r.stats.ports[0].received, 500);
+        assert_eq!(r.stats.ports[1].sent, 400);
+        let got = drain(&mut sink);
+        assert_eq!(got.len(), 400);
+        for (k, g) in got.iter().enumerate() {
+            assert_eq!(
+                &g[..6],
+                &[2, 0, 0, 0, 0, 1],
+                "dst = 02:00:00:00:00:TX_PORTID"
+            );
+            assert_eq!(&g[6..12], &[2, 0, 0, 0, 0xaa, 1], "src = output port MAC");
+            assert_eq!(
+                &g[12..],
+                &frames[(k / 4) * 5 + k % 4 + 1][12..],
+                "rest unchanged"
+            );
+        }
+    }
+
+    #[test]
+    fn bidir_and_bounce() {
+        let o = PortOptions::default();
+        let (mut a, mut fa) = wire("fwd-t-bidir-a", &o).unwrap();
+        let (mut fb, mut b) = wire("fwd-t-bidir-b", &o).unwrap();
+        let fa_frames: Vec<Vec<u8>> = (0..130).map(|i| udp(9, i)).collect();
+        let fb_frames: Vec<Vec<u8>> = (0..70).map(|i| udp(9, 1000 + i)).collect();
+        send(&mut a, &fa_frames);
+        send(&mut b, &fb_frames);
+        let opts = FwdOptions {
+            bidir: true,
+            mac: MacRewrite::Off,
+            count: Some(200),
+            duration: Some(Duration::from_secs(5)),
+            ..Default::default()
+        };
+        let stop = AtomicBool::new(false);
+        let r = run(Ports::Two(&mut fa, &mut fb), &opts, &stop, |_| {});
+        assert_eq!(r.stats.ports[0].sent, 70);
+        assert_eq!(r.stats.ports[1].sent, 130);
+        assert_eq!(drain(&mut b), fa_frames, "unchanged without MAC updating");
+        assert_eq!(drain(&mut a), fb_frames);
+
+        // Bounce on one port: out the way it came, zero copy (same pool).
+        let (mut peer, mut one) = wire("fwd-t-bounce", &o).unwrap();
+        send(&mut peer, &fa_frames);
+        let opts = FwdOptions {
+            mac: MacRewrite::Fixed {
+                src: [1; 6],
+                dst: [2; 6],
+            },
+            count: Some(130),
+            duration: Some(Duration::from_secs(5)),
+            ..Default::default()
+        };
+        let r = run(Ports::One(&mut one), &opts, &stop, |_| {});
+        assert_eq!(r.stats.nports, 1);
+        assert_eq!(r.stats.total().sent, 130);
+        let back = drain(&mut peer);
+        assert_eq!(back.len(), 130);
+        assert!(back.iter().all(|f| f[..6] == [2; 6] && f[6..12] == [1; 6]));
+    }
+
+    #[test]
+    fn stats_block_has_l2fwd_shape_and_macs_parse() {
+        let mut s = FwdStats {
+            nports: 2,
+            ..Default::default()
+        };
+        s.ports[0].received = 20_289_050;
+        s.ports[1].sent = 20_288_314;
+        s.ports[1].dropped = 73;
+        let b = l2fwd_block(&s);
+        for want in [
+            "Port statistics ====",
+            "Statistics for port 0 ----",
+            "Statistics for port 1 ----",
+            "Packets received:             20289050",
+            "Packets sent:                 20288314",
+            "Packets dropped:                    73",
+            "Aggregate statistics ====",
+            "Total packets dropped:              73",
+        ] {
+            assert!(b.contains(want), "{want:?} in\n{b}");
+        }
+        assert_eq!(parse_mac("02:00:00:00:00:0a").unwrap(), [2, 0, 0, 0, 0, 10]);
+        assert!(parse_mac("02:00:00:00:00").is_err());
+        assert!(parse_mac("02:00:00:00:00:1g0").is_err());
+        assert_eq!(
+            MacRewrite::L2fwd {
+                port_macs: [[1; 6], [3; 6]]
+            }
+            .for_port(0),
+            Some(([1; 6], [2, 0, 0, 0, 0, 0]))
+        );
+    }
+}
