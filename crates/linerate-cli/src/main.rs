@@ -24,6 +24,8 @@ enum Cmd {
     Count(cmd::count::Args),
     /// Forward packets between two ports (l2fwd, pfdnabounce), with l2fwd's statistics.
     Fwd(cmd::fwd::Args),
+    /// Run seed 002's l2fwd lab (or a bounce) on network namespaces of this machine (root).
+    Lab(cmd::lab::Args),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Count(a) => cmd::count::run(a),
         Cmd::Fwd(a) => cmd::fwd::run(a),
+        Cmd::Lab(a) => cmd::lab::run(a),
     };
     match r {
         Ok(code) => code,

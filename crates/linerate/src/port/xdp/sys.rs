@@ -198,6 +198,20 @@ pub fn iface_mac(name: &str) -> Result<[u8; 6], PortError> {
     Ok(m)
 }
 
+/// Moves the calling thread into the named network namespace (`/var/run/netns/NAME`, as
+/// `ip netns add` creates it). Ports opened afterwards on this thread live in that namespace.
+pub fn enter_netns(name: &str) -> io::Result<()> {
+    let path = format!("/var/run/netns/{name}");
+    let f = std::fs::File::open(&path)?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: setns on a valid namespace descriptor; it changes only the calling thread.
+    let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// A new AF_XDP socket.
 pub(super) fn xdp_socket(iface: &str) -> Result<Fd, PortError> {
     // SAFETY: plain socket(2) call; the result is checked.

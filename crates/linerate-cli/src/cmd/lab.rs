@@ -1,0 +1,709 @@
+//! `linerate lab`: seed 002's DPDK lab (pktgen on one VM, l2fwd on another) or pfdnabounce, on
+//! network namespaces of this machine, in one command.
+//!
+//! The lab creates two namespaces (`lr-lab-PID-gen`, `lr-lab-PID-fwd`) and veth pairs, runs a
+//! generator and a receiver in the first and the forwarder in the second (threads that entered
+//! the namespaces), prints what the seed's report shows, and deletes everything: on return, on
+//! error, on the first SIGINT/SIGTERM (the run stops, then cleans up), on a second one (the
+//! signal thread cleans up and exits), and at the next start for namespaces of a lab whose
+//! process is gone (SIGKILL).
+//!
+//! The generator is a small built-in sender until `linerate gen` is available: 64-byte UDP
+//! frames (60 bytes + CRC) built in a batch and sent at full speed (or `--rate`) through the
+//! afpacket (or xdp) transmit path, bounded by `-c` and `-t`. Each frame carries its send time,
+//! so the receiver measures one-way latency through the forwarder (send-side stamp when the
+//! batch is built, kernel receive timestamp on the receiving socket).
+
+use crate::common::usage;
+use clap::{Parser, ValueEnum};
+use linerate::apps::fwd::{self, FwdOptions, FwdStats, MacRewrite, Ports};
+use linerate::mem::{Batch, Desc, Pool, PoolConfig};
+use linerate::port::xdp::sys::{enter_netns, iface_mac};
+use linerate::port::xdp::{AttachMode, XdpConfig, XdpMode};
+use linerate::port::{Port, PortOptions};
+use linerate::stats::{group, group_f};
+use linerate::units;
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Which experiment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Kind {
+    /// Seed 002: generator → forwarder port 0 → forwarder port 1 → back to the generator.
+    L2fwd,
+    /// pfdnabounce: the forwarder sends every packet back out of the port it came in on.
+    Bounce,
+    /// A cluster behind the forwarder (needs the cluster port; not in this build).
+    Cluster,
+}
+
+/// Port kind for the forwarder or the generator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PortKind {
+    /// AF_XDP.
+    Xdp,
+    /// AF_PACKET.
+    Afpacket,
+}
+
+impl PortKind {
+    fn uri(self, iface: &str) -> String {
+        match self {
+            PortKind::Xdp => format!("xdp:{iface}"),
+            PortKind::Afpacket => format!("afpacket:{iface}"),
+        }
+    }
+}
+
+/// Flags of `linerate lab`.
+#[derive(Parser, Debug)]
+pub struct Args {
+    /// The experiment.
+    #[arg(value_enum, default_value = "l2fwd")]
+    kind: Kind,
+    /// How long the generator sends.
+    #[arg(short = 't', long, value_name = "SECONDS", default_value = "5", value_parser = units::parse_duration)]
+    duration: Duration,
+    /// Stop the generator after this many packets.
+    #[arg(short = 'c', long, value_name = "COUNT", value_parser = units::parse_count)]
+    count: Option<u64>,
+    /// Generator rate in packets per second (default: as fast as it can).
+    #[arg(short = 'r', long, value_name = "PPS", value_parser = units::parse_count)]
+    rate: Option<u64>,
+    /// The forwarder's ports.
+    #[arg(long, value_enum, default_value = "xdp")]
+    fwd_port: PortKind,
+    /// The generator's and receiver's ports.
+    #[arg(long, value_enum, default_value = "afpacket")]
+    gen_port: PortKind,
+    /// AF_XDP socket mode of xdp ports.
+    #[arg(long, value_name = "copy|zerocopy|auto", default_value = "auto")]
+    xdp_mode: XdpMode,
+    /// Forwarder core (the generator takes another one if there is one).
+    #[arg(short = 'g', long, value_name = "CORE")]
+    core: Option<usize>,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Namespaces (and with them their veths) this lab created; deleted on drop.
+struct Topology {
+    ns: Vec<String>,
+}
+
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| anyhow::anyhow!("cannot run `ip` (iproute2): {e}"))?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "`ip {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn sysctl_in(ns: &str, kv: &str) {
+    let _ = Command::new("ip")
+        .args(["netns", "exec", ns, "sysctl", "-qw", kv])
+        .output();
+}
+
+/// Deletes namespaces of earlier labs whose process is gone.
+fn remove_stale() -> Vec<String> {
+    let mut removed = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/var/run/netns") else {
+        return removed;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("lr-lab-") else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && ip(&["netns", "del", &name]).is_ok()
+        {
+            removed.push(name);
+        }
+    }
+    removed
+}
+
+impl Topology {
+    fn names() -> (String, String) {
+        let pid = std::process::id();
+        (format!("lr-lab-{pid}-gen"), format!("lr-lab-{pid}-fwd"))
+    }
+
+    /// G: g0 (and g1) — F: f0 (and f1).
+    fn create(pairs: usize) -> anyhow::Result<Topology> {
+        let (g, f) = Self::names();
+        let mut t = Topology { ns: Vec::new() };
+        for ns in [&g, &f] {
+            ip(&["netns", "add", ns])?;
+            t.ns.push(ns.clone());
+        }
+        for i in 0..pairs {
+            let (gi, fi) = (format!("g{i}"), format!("f{i}"));
+            let (gm, fm) = (
+                format!("02:6c:61:62:00:{:02x}", i),
+                format!("02:6c:61:62:01:{:02x}", i),
+            );
+            ip(&[
+                "link", "add", &gi, "netns", &g, "address", &gm, "type", "veth", "peer", "name",
+                &fi, "netns", &f, "address", &fm,
+            ])?;
+        }
+        for ns in [&g, &f] {
+            sysctl_in(ns, "net.ipv6.conf.all.disable_ipv6=1");
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            for i in 0..pairs {
+                let ifname = if ns == &g {
+                    format!("g{i}")
+                } else {
+                    format!("f{i}")
+                };
+                ip(&["-n", ns, "link", "set", &ifname, "up"])?;
+            }
+        }
+        Ok(t)
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for ns in &self.ns {
+            let _ = ip(&["netns", "del", ns]);
+        }
+    }
+}
+
+const MAGIC: u32 = 0x4c52_4c42; // "LRLB"
+
+/// A 60-byte UDP frame (64 on the wire) with the magic, a sequence number and a send time.
+fn build_frame(buf: &mut [u8], dst: [u8; 6], src: [u8; 6], seq: u32, ts: u64) -> usize {
+    let f = &mut buf[..60];
+    f[..6].copy_from_slice(&dst);
+    f[6..12].copy_from_slice(&src);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    f[14..34].copy_from_slice(&[
+        0x45, 0, 0, 46, 0, 0, 0x40, 0, 64, 17, 0, 0, 198, 18, 0, 1, 198, 19, 0, 1,
+    ]);
+    let mut sum = 0u32;
+    for c in f[14..34].chunks(2) {
+        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f[34..42].copy_from_slice(&[0x04, 0x00, 0x00, 0x09, 0, 26, 0, 0]);
+    f[42..46].copy_from_slice(&MAGIC.to_be_bytes());
+    f[46..50].copy_from_slice(&seq.to_be_bytes());
+    f[50..58].copy_from_slice(&ts.to_be_bytes());
+    f[58..60].fill(0);
+    60
+}
+
+/// The send time of one of our frames.
+fn stamp_of(d: &[u8]) -> Option<u64> {
+    if d.get(42..46)? != MAGIC.to_be_bytes() {
+        return None;
+    }
+    let t = d.get(50..58)?;
+    Some(u64::from_be_bytes(t.try_into().ok()?))
+}
+
+/// Sends 64-byte frames on `port` until `count`, `duration` or `stop`; returns packets sent.
+fn generate(
+    port: &mut dyn Port,
+    dst: [u8; 6],
+    src: [u8; 6],
+    count: Option<u64>,
+    duration: Duration,
+    rate: Option<u64>,
+    stop: &AtomicBool,
+) -> anyhow::Result<u64> {
+    let pool = Arc::new(Pool::new(&PoolConfig {
+        frames: 4096,
+        ..Default::default()
+    })?);
+    let pool = port.pool().cloned().unwrap_or(pool);
+    let mut b = Batch::with_pool(&pool);
+    let t0 = Instant::now();
+    let mut seq = 0u32;
+    let mut sent = 0u64;
+    let limit = count.unwrap_or(u64::MAX);
+    while sent < limit && t0.elapsed() < duration && !stop.load(Ordering::Relaxed) {
+        if let Some(r) = rate {
+            let due = (t0.elapsed().as_secs_f64() * r as f64) as u64;
+            if sent >= due {
+                std::thread::sleep(Duration::from_micros(20));
+                continue;
+            }
+        }
+        let ts = linerate::time::wall_ns();
+        let want = (limit - sent).min(64) as usize;
+        while b.len() < want {
+            let Some(a) = b.alloc() else { break };
+            let n = build_frame(b.frame_mut(a), dst, src, seq, ts);
+            seq = seq.wrapping_add(1);
+            b.push(Desc {
+                addr: a,
+                len: n as u32,
+                wire_len: n as u32,
+                ..Default::default()
+            });
+        }
+        sent += port.tx(&mut b)? as u64;
+    }
+    // What is still in the batch was never handed to the port.
+    b.clear();
+    port.flush()?;
+    Ok(sent)
+}
+
+/// Latency samples (ns), a bounded reservoir.
+struct Lat {
+    samples: Vec<u64>,
+    seen: u64,
+}
+
+impl Lat {
+    const MAX: usize = 1 << 20;
+    fn add(&mut self, ns: u64) {
+        self.seen += 1;
+        if self.samples.len() < Self::MAX {
+            self.samples.push(ns);
+        } else {
+            // Keep every k-th sample beyond the cap.
+            let i = (self.seen.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 44) as usize % Self::MAX;
+            self.samples[i] = ns;
+        }
+    }
+    fn percentiles(&mut self) -> Option<[f64; 5]> {
+        if self.samples.is_empty() {
+            return None;
+        }
+        self.samples.sort_unstable();
+        let at = |q: f64| {
+            let i = ((self.samples.len() - 1) as f64 * q).round() as usize;
+            self.samples[i] as f64 / 1e3
+        };
+        Some([at(0.5), at(0.9), at(0.99), at(0.999), at(1.0)])
+    }
+}
+
+/// Receives our frames on `port` until `stop`, then until 300 ms of quiet (bounded).
+fn receive(port: &mut dyn Port, stop: &AtomicBool, lat: &mut Lat) -> anyhow::Result<u64> {
+    let mut b = Batch::new();
+    let mut got = 0u64;
+    let mut quiet_since: Option<Instant> = None;
+    loop {
+        let n = port.rx(&mut b)?;
+        for p in b.iter() {
+            if let Some(t) = stamp_of(p.data) {
+                got += 1;
+                let rx = if p.desc.ts != 0 {
+                    p.desc.ts
+                } else {
+                    linerate::time::wall_ns()
+                };
+                lat.add(rx.saturating_sub(t));
+            }
+        }
+        b.clear();
+        if stop.load(Ordering::Relaxed) {
+            let q = quiet_since.get_or_insert_with(Instant::now);
+            if n > 0 {
+                *q = Instant::now();
+            }
+            if q.elapsed() > Duration::from_millis(300) {
+                break;
+            }
+        }
+    }
+    Ok(got)
+}
+
+/// Runs `linerate lab`.
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    if a.kind == Kind::Cluster {
+        return Err(usage(
+            "lab cluster: the cluster port is not in this build; run `linerate lab l2fwd` or \
+             `linerate lab bounce`",
+        ));
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        anyhow::bail!(
+            "linerate lab needs root: it creates network namespaces and veth pairs and attaches \
+             XDP programs (run: sudo linerate lab {})",
+            format!("{:?}", a.kind).to_lowercase()
+        );
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let signals = Arc::new(AtomicU64::new(0));
+    {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let mut sigs = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+        let stop = stop.clone();
+        let signals = signals.clone();
+        std::thread::spawn(move || {
+            for _ in sigs.forever() {
+                stop.store(true, Ordering::Relaxed);
+                if signals.fetch_add(1, Ordering::Relaxed) >= 1 {
+                    // Second signal: clean up from here and leave.
+                    let (g, f) = Topology::names();
+                    let _ = ip(&["netns", "del", &g]);
+                    let _ = ip(&["netns", "del", &f]);
+                    eprintln!("linerate lab: interrupted twice; namespaces removed");
+                    std::process::exit(130);
+                }
+            }
+        });
+    }
+    let stale = remove_stale();
+    if !stale.is_empty() {
+        eprintln!(
+            "linerate lab: removed namespaces of an earlier lab that did not end cleanly: {}",
+            stale.join(", ")
+        );
+    }
+    let pairs = if a.kind == Kind::L2fwd { 2 } else { 1 };
+    let topo = Topology::create(pairs)?;
+    let (gns, fns) = (topo.ns[0].clone(), topo.ns[1].clone());
+    let r = run_lab(&a, &gns, &fns, &stop);
+    drop(topo);
+    let leftover = std::fs::read_dir("/var/run/netns")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    let n = e.file_name();
+                    n == gns.as_str() || n == fns.as_str()
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    if leftover > 0 {
+        eprintln!("linerate lab: warning: {leftover} namespace(s) could not be removed");
+    }
+    r
+}
+
+/// The forwarder's ports and rewrite.
+type FwdSetup = (Box<dyn Port>, Option<Box<dyn Port>>, MacRewrite);
+
+struct Outcome {
+    sent: u64,
+    received: u64,
+    fwd: FwdStats,
+    fwd_desc: String,
+    lat: Option<[f64; 5]>,
+    lat_n: usize,
+    secs: f64,
+}
+
+fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<ExitCode> {
+    let l2fwd = a.kind == Kind::L2fwd;
+    let ncores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let fwd_core = a.core.unwrap_or(ncores.saturating_sub(1));
+    let gen_core = if ncores > 1 {
+        Some((fwd_core + 1) % ncores)
+    } else {
+        None
+    };
+    let popts = PortOptions::default();
+    let xdp = XdpConfig {
+        mode: a.xdp_mode,
+        attach: AttachMode::Auto,
+        ..Default::default()
+    };
+    let fwd_stop = AtomicBool::new(false);
+    let rx_stop = AtomicBool::new(false);
+    let gen_done = AtomicBool::new(false);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<String>>();
+    let t_start = Instant::now();
+    let outcome = std::thread::scope(|s| -> anyhow::Result<Outcome> {
+        // The forwarder.
+        let ready = ready_tx.clone();
+        let (fwd_stop, popts, xdp) = (&fwd_stop, &popts, &xdp);
+        let fwd_h = s.spawn(move || -> anyhow::Result<FwdStats> {
+            let setup = || -> anyhow::Result<FwdSetup> {
+                enter_netns(fns)?;
+                pin_quiet(Some(fwd_core));
+                let p0 = super::fwd::open("-i", &a.fwd_port.uri("f0"), popts, xdp)?;
+                let p1 = if l2fwd {
+                    Some(super::fwd::open("-o", &a.fwd_port.uri("f1"), popts, xdp)?)
+                } else {
+                    None
+                };
+                let mac = if l2fwd {
+                    // Frames go back to the generator's receiving interface.
+                    MacRewrite::Fixed {
+                        src: iface_mac("f1")?,
+                        dst: [0x02, 0x6c, 0x61, 0x62, 0x00, 0x01],
+                    }
+                } else {
+                    MacRewrite::Fixed {
+                        src: iface_mac("f0")?,
+                        dst: [0x02, 0x6c, 0x61, 0x62, 0x00, 0x00],
+                    }
+                };
+                Ok((p0, p1, mac))
+            };
+            let (mut p0, mut p1, mac) = match setup() {
+                Ok(x) => x,
+                Err(e) => {
+                    let msg = format!("{e:#}");
+                    let _ = ready.send(Err(e));
+                    anyhow::bail!("forwarder: {msg}");
+                }
+            };
+            let _ = ready.send(Ok(format!(
+                "{} -> {}",
+                p0.name(),
+                p1.as_ref()
+                    .map_or("itself (bounce)".to_string(), |p| p.name().to_string())
+            )));
+            let opts = FwdOptions {
+                mac,
+                interval: Duration::from_secs(3600),
+                ..Default::default()
+            };
+            let ports = match p1.as_mut() {
+                Some(p1) => Ports::Two(p0.as_mut(), p1.as_mut()),
+                None => Ports::One(p0.as_mut()),
+            };
+            let r = fwd::run(ports, &opts, fwd_stop, |_| {});
+            if let Some(e) = r.error {
+                return Err(anyhow::Error::new(e).context("forwarder"));
+            }
+            Ok(r.stats)
+        });
+        // The receiver (on g1 for l2fwd, g0 for bounce).
+        let ready = ready_tx.clone();
+        let rx_if = if l2fwd { "g1" } else { "g0" };
+        let rx_stop = &rx_stop;
+        let rx_h = s.spawn(move || -> anyhow::Result<(u64, Lat)> {
+            let mut lat = Lat {
+                samples: Vec::new(),
+                seen: 0,
+            };
+            let port = enter_netns(gns)
+                .map_err(anyhow::Error::from)
+                .and_then(|()| super::fwd::open("-i", &PortKind::Afpacket.uri(rx_if), popts, xdp));
+            let mut port = match port {
+                Ok(p) => p,
+                Err(e) => {
+                    let msg = format!("{e:#}");
+                    let _ = ready.send(Err(e));
+                    anyhow::bail!("receiver: {msg}");
+                }
+            };
+            let _ = ready.send(Ok(String::new()));
+            let got = receive(port.as_mut(), rx_stop, &mut lat)?;
+            Ok((got, lat))
+        });
+        drop(ready_tx);
+        let mut fwd_desc = String::new();
+        let mut setup_err = None;
+        for _ in 0..2 {
+            match ready_rx.recv() {
+                Ok(Ok(d)) if !d.is_empty() => fwd_desc = d,
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => setup_err = Some(e),
+                Err(_) => break,
+            }
+        }
+        let gen_res = if setup_err.is_none() {
+            // The generator, on this thread's own child in the generator namespace.
+            let (gen_done, stop) = (&gen_done, stop);
+            s.spawn(move || -> anyhow::Result<u64> {
+                enter_netns(gns)?;
+                pin_quiet(gen_core);
+                let mut port = super::fwd::open("-o", &a.gen_port.uri("g0"), popts, xdp)?;
+                let dst = [0x02, 0x6c, 0x61, 0x62, 0x01, 0x00]; // f0
+                let src = [0x02, 0x6c, 0x61, 0x62, 0x00, 0x00]; // g0
+                let r = generate(port.as_mut(), dst, src, a.count, a.duration, a.rate, stop);
+                gen_done.store(true, Ordering::Relaxed);
+                r
+            })
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("generator panicked")))
+        } else {
+            Ok(0)
+        };
+        let secs = t_start.elapsed().as_secs_f64();
+        // Let what is in flight arrive, then stop the receiver and the forwarder.
+        rx_stop.store(true, Ordering::Relaxed);
+        let rx = rx_h
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("receiver panicked")));
+        fwd_stop.store(true, Ordering::Relaxed);
+        let fwd_r = fwd_h
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("forwarder panicked")));
+        if let Some(e) = setup_err {
+            return Err(e);
+        }
+        let sent = gen_res?;
+        let (received, mut lat) = rx?;
+        let fwd = fwd_r?;
+        let lat_n = lat.samples.len();
+        Ok(Outcome {
+            sent,
+            received,
+            fwd,
+            fwd_desc,
+            lat: lat.percentiles(),
+            lat_n,
+            secs,
+        })
+    })?;
+    print(a, gns, fns, &outcome, stop.load(Ordering::Relaxed));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn pin_quiet(core: Option<usize>) {
+    if let Some(c) = core {
+        if let Some(id) = core_affinity::get_core_ids()
+            .unwrap_or_default()
+            .into_iter()
+            .find(|i| i.id == c)
+        {
+            core_affinity::set_for_current(id);
+        }
+    }
+}
+
+fn print(a: &Args, gns: &str, fns: &str, o: &Outcome, interrupted: bool) {
+    let t = o.fwd.total();
+    let fwd_rx = o.fwd.ports[0].received;
+    let forwarded = t.sent;
+    let fwd_drop = t.dropped;
+    let lost = o.sent.saturating_sub(o.received);
+    let loss = if o.sent == 0 {
+        0.0
+    } else {
+        lost as f64 * 100.0 / o.sent as f64
+    };
+    // On the way in (veth, the forwarder's socket ring), in the forwarder (not sent), on the
+    // way back.
+    let before = o.sent.saturating_sub(fwd_rx);
+    let inside = fwd_rx.saturating_sub(forwarded + t.filtered);
+    let after = forwarded.saturating_sub(o.received);
+    if a.json {
+        let j = serde_json::json!({
+            "lab": format!("{:?}", a.kind).to_lowercase(),
+            "seconds": o.secs,
+            "frame_bytes": 64,
+            "generator": {"sent": o.sent, "received": o.received},
+            "forwarder": {"received": fwd_rx, "forwarded": forwarded, "dropped": fwd_drop,
+                          "ports": o.fwd.ports[..o.fwd.nports].iter().map(|p| serde_json::json!({
+                              "sent": p.sent, "received": p.received, "dropped": p.dropped}))
+                              .collect::<Vec<_>>()},
+            "lost": lost,
+            "loss_rate": if o.sent == 0 { 0.0 } else { lost as f64 / o.sent as f64 },
+            "lost_before_forwarder": before,
+            "lost_in_forwarder": inside,
+            "lost_after_forwarder": after,
+            "latency_us": o.lat.map(|l| serde_json::json!({
+                "p50": l[0], "p90": l[1], "p99": l[2], "p99_9": l[3], "max": l[4],
+                "samples": o.lat_n})),
+            "interrupted": interrupted,
+        });
+        println!("{j}");
+        return;
+    }
+    let kind = format!("{:?}", a.kind).to_lowercase();
+    println!("linerate lab {kind}: namespaces {gns} (generator) and {fns} (forwarder)");
+    println!("  forwarder: {}", o.fwd_desc);
+    println!(
+        "  generator: {}, 64-byte UDP frames{}",
+        a.gen_port.uri("g0"),
+        a.rate.map_or(" at full speed".to_string(), |r| format!(
+            " at {} pps",
+            group(r)
+        ))
+    );
+    print!("{}", fwd::l2fwd_block(&o.fwd));
+    let pps = |n: u64| group_f(n as f64 / o.secs.max(1e-9), 0);
+    println!(
+        "Lab report ({:.2} s{})",
+        o.secs,
+        if interrupted { ", interrupted" } else { "" }
+    );
+    println!(
+        "  generator sent:        {:>15} packets ({} pps)",
+        group(o.sent),
+        pps(o.sent)
+    );
+    println!("  forwarder received:    {:>15} packets", group(fwd_rx));
+    println!(
+        "  forwarder forwarded:   {:>15} packets ({} pps)",
+        group(forwarded),
+        pps(forwarded)
+    );
+    println!("  forwarder dropped:     {:>15} packets", group(fwd_drop));
+    println!(
+        "  generator received:    {:>15} packets ({} pps)",
+        group(o.received),
+        pps(o.received)
+    );
+    println!(
+        "  loss: {} of {} ({:.4} %): {} on the way to the forwarder, {} in it, {} on the way back",
+        group(lost),
+        group(o.sent),
+        loss,
+        group(before),
+        group(inside),
+        group(after)
+    );
+    match o.lat {
+        Some(l) => println!(
+            "  latency (us, send stamp to kernel receive stamp, {} samples): p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+            group(o.lat_n as u64),
+            l[0], l[1], l[2], l[3], l[4]
+        ),
+        None => println!("  latency: no packet came back"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_64_bytes_on_the_wire_with_a_valid_ip_checksum() {
+        let mut buf = [0u8; 128];
+        let n = build_frame(&mut buf, [1; 6], [2; 6], 7, 123_456);
+        assert_eq!(n, 60);
+        let mut sum = 0u32;
+        for c in buf[14..34].chunks(2) {
+            sum += u16::from_be_bytes([c[0], c[1]]) as u32;
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        assert_eq!(sum, 0xffff);
+        assert_eq!(stamp_of(&buf[..60]), Some(123_456));
+        assert_eq!(stamp_of(&buf[..40]), None);
+        let mut l = Lat {
+            samples: (1..=1000).map(|x| x * 1000).collect(),
+            seen: 1000,
+        };
+        let p = l.percentiles().unwrap();
+        assert_eq!(p[0], 501.0);
+        assert_eq!(p[4], 1000.0);
+    }
+}

@@ -1,0 +1,167 @@
+//! `linerate lab`: seed 002's l2fwd lab and a bounce on namespaces it creates itself. The
+//! report adds up (sent = received + losses on the way), a paced run loses nothing, every
+//! namespace is gone afterwards, also after SIGINT; without root it says so; `cluster` is a
+//! usage error in this build. Needs root (skips otherwise, fails under LINERATE_REQUIRE_PRIV=1).
+
+#[path = "../../linerate/tests/netns/mod.rs"]
+mod netns;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_linerate")
+}
+
+/// Namespaces a lab run by process `pid` created that still exist.
+fn lab_namespaces(pid: u32) -> Vec<String> {
+    let prefix = format!("lr-lab-{pid}-");
+    std::fs::read_dir("/var/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn run_json(args: &[&str]) -> (serde_json::Value, u32) {
+    let child = Command::new(bin())
+        .args(args)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let j: serde_json::Value =
+        serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+    (j, pid)
+}
+
+fn check_books(j: &serde_json::Value) {
+    let n = |p: &str| {
+        j.pointer(p)
+            .and_then(|v| v.as_u64())
+            .unwrap_or_else(|| panic!("{p} in {j}"))
+    };
+    let sent = n("/generator/sent");
+    let got = n("/generator/received");
+    assert_eq!(
+        sent,
+        got + n("/lost_before_forwarder") + n("/lost_in_forwarder") + n("/lost_after_forwarder"),
+        "losses add up: {j}"
+    );
+    assert_eq!(n("/lost"), sent - got);
+}
+
+#[test]
+fn l2fwd_lab_paced_delivers_everything_and_cleans_up() {
+    if !netns::require_priv() {
+        return;
+    }
+    let (j, pid) = run_json(&["lab", "l2fwd", "-c", "4000", "-r", "20000", "-t", "20"]);
+    assert_eq!(j["generator"]["sent"], 4000, "{j}");
+    assert_eq!(j["generator"]["received"], 4000, "{j}");
+    assert_eq!(j["forwarder"]["forwarded"], 4000, "{j}");
+    assert_eq!(j["forwarder"]["ports"][0]["received"], 4000, "{j}");
+    assert_eq!(j["forwarder"]["ports"][1]["sent"], 4000, "{j}");
+    assert_eq!(j["loss_rate"], 0.0);
+    assert!(j["latency_us"]["p50"].as_f64().unwrap() > 0.0, "{j}");
+    assert_eq!(j["latency_us"]["samples"], 4000);
+    check_books(&j);
+    assert!(lab_namespaces(pid).is_empty());
+}
+
+#[test]
+fn bounce_lab_at_full_speed_keeps_its_books() {
+    if !netns::require_priv() {
+        return;
+    }
+    let (j, pid) = run_json(&["lab", "bounce", "-t", "1", "--fwd-port", "afpacket"]);
+    assert!(j["generator"]["sent"].as_u64().unwrap() > 0, "{j}");
+    assert!(j["generator"]["received"].as_u64().unwrap() > 0, "{j}");
+    assert_eq!(j["forwarder"]["ports"].as_array().unwrap().len(), 1);
+    check_books(&j);
+    assert!(lab_namespaces(pid).is_empty());
+}
+
+#[test]
+fn sigint_stops_the_lab_and_removes_its_namespaces() {
+    if !netns::require_priv() {
+        return;
+    }
+    let child = Command::new(bin())
+        .args(["lab", "l2fwd", "-t", "60", "-r", "10000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let t0 = Instant::now();
+    while lab_namespaces(pid).len() < 2 && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(lab_namespaces(pid).len(), 2, "lab started");
+    std::thread::sleep(Duration::from_millis(700));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("interrupted"), "{text}");
+    assert!(text.contains("Port statistics ===="), "{text}");
+    assert!(t0.elapsed() < Duration::from_secs(30), "stopped promptly");
+    assert!(lab_namespaces(pid).is_empty(), "{:?}", lab_namespaces(pid));
+}
+
+#[test]
+fn without_root_the_lab_says_so_and_cluster_is_a_usage_error() {
+    let out = Command::new(bin())
+        .args(["lab", "cluster"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cluster"));
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        let out = Command::new(bin()).args(["lab", "l2fwd"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("needs root"));
+        return;
+    }
+    // As root: drop to nobody for the check.
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            bin(),
+            "lab",
+            "l2fwd",
+        ])
+        .output();
+    match out {
+        Ok(out) if !matches!(out.status.code(), Some(126) | Some(127)) => {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{err}");
+            assert!(
+                err.contains("needs root") && err.contains("sudo linerate lab l2fwd"),
+                "{err}"
+            );
+        }
+        _ => eprintln!("SKIP (part): setpriv not available to drop root"),
+    }
+}
