@@ -23,7 +23,12 @@ cargo build --release -q -p linerate-cli
 LR=$PWD/target/release/linerate
 A=lrfA$$ B=lrfB$$ C=lrfC$$
 GEN="" FWD=""
-stop_group() { [ -n "$1" ] && { kill -INT -- -"$1" 2>/dev/null || true; sleep 0.5; kill -KILL -- -"$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }; }
+stop_group() {
+  if [ -n "$1" ]; then
+    kill -INT -- -"$1" 2>/dev/null || true; sleep 0.5
+    kill -KILL -- -"$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true
+  fi
+}
 cleanup() {
   stop_group "$FWD"; stop_group "$GEN"
   for n in "$A" "$B" "$C"; do ip netns del "$n" 2>/dev/null || true; done
@@ -99,6 +104,9 @@ if command -v dpdk-testpmd >/dev/null; then
   run_fwd "dpdk-testpmd io net_af_xdp" "$MACB0" $TP \
     --vdev net_af_xdp0,iface=vB0,start_queue=0,queue_count=1 \
     --vdev net_af_xdp1,iface=vB1,start_queue=0,queue_count=1 $TPA
+  # testpmd (libbpf xsk) attaches its program through rtnetlink: a killed testpmd leaves it.
+  ip -n "$B" link set dev vB0 xdp off 2>/dev/null || true
+  ip -n "$B" link set dev vB1 xdp off 2>/dev/null || true
   # shellcheck disable=SC2086
   run_fwd "dpdk-testpmd io net_af_packet" "$MACB0" $TP \
     --vdev net_af_packet0,iface=vB0,qpairs=1,blocksz=4096,framesz=2048,framecnt=4096 \
@@ -118,7 +126,7 @@ capture() { # name, port
   local i0 i1; i0=$(cnt "$B" vB0); sleep "$SECS"; i1=$(cnt "$B" vB0)
   stop_group "$GEN"; GEN=""
   stop_group "$FWD"; FWD=""
-  local got; got=$(grep '"summary"' "$OUT/cap-$1.out" | grep -o '"pkts":[0-9]*' | head -1 | cut -d: -f2)
+  local got; got=$(grep '"summary"' "$OUT/cap-$1.out" | grep -o '"pkts":[0-9]*' | head -1 | cut -d: -f2 || true)
   CAP+=("| linerate count -i $2 | $(printf "%'d" $(( (i1 - i0) / SECS ))) | ${got:-?} total |")
 }
 capture xdp xdp:vB0
