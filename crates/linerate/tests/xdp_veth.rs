@@ -195,33 +195,12 @@ fn stale_program_is_replaced_and_nothing_is_left_behind() {
         names = (p.a.clone(), p.b.clone());
         // A run that attached the pre-bpf_link way dies without cleaning up: a forked child
         // opens the port and exits at once (the kernel closes its socket, the program stays).
-        let path = format!("/var/run/netns/{}", p.b);
-        let cpath = std::ffi::CString::new(path).unwrap();
-        // SAFETY: the child only makes system calls and allocates (glibc's fork keeps malloc
-        // usable), then leaves with _exit; the parent waits for it.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            // SAFETY: open/setns on a valid path; _exit never returns.
-            unsafe {
-                let fd = libc::open(cpath.as_ptr(), libc::O_RDONLY);
-                let ok = fd >= 0 && libc::setns(fd, libc::CLONE_NEWNET) == 0;
-                let cfg = XdpConfig {
-                    api: AttachApi::Netlink,
-                    attach: AttachMode::Generic,
-                    ..copy_cfg()
-                };
-                let r = ok
-                    && XdpPort::open("vB", &PortOptions::default(), &cfg)
-                        .map(std::mem::forget)
-                        .is_ok();
-                libc::_exit(if r { 0 } else { 3 });
-            }
-        }
-        let mut status = 0;
-        // SAFETY: waiting for our own child.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert_eq!(status, 0, "child could not attach");
+        let cfg = XdpConfig {
+            api: AttachApi::Netlink,
+            attach: AttachMode::Generic,
+            ..copy_cfg()
+        };
+        assert_eq!(crash_child(&p.b, cfg), 0, "child could not attach");
         assert!(xdp_attached(&p, Side::B, "vB"), "stale program in place");
         p.run_in(Side::B, || {
             let port = XdpPort::open("vB", &PortOptions::default(), &copy_cfg()).unwrap();
@@ -251,4 +230,93 @@ fn one_socket_per_queue_and_the_program_goes_with_the_last_port() {
         drop(a);
     });
     assert!(!xdp_attached(&p, Side::B, "vB"));
+}
+
+/// Forks a child that enters namespace `ns`, opens `xdp:vB` with `cfg` and exits without any
+/// cleanup (as a crash would); returns its exit status.
+fn crash_child(ns: &str, cfg: XdpConfig) -> i32 {
+    let cpath = std::ffi::CString::new(format!("/var/run/netns/{ns}")).unwrap();
+    // SAFETY: the child only makes system calls and allocates (glibc's fork keeps malloc
+    // usable), then leaves with _exit; the parent waits for it.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        // SAFETY: open/setns on a valid path; _exit never returns.
+        unsafe {
+            let fd = libc::open(cpath.as_ptr(), libc::O_RDONLY);
+            let ok = fd >= 0 && libc::setns(fd, libc::CLONE_NEWNET) == 0;
+            let r = ok
+                && XdpPort::open("vB", &PortOptions::default(), &cfg)
+                    .map(std::mem::forget)
+                    .is_ok();
+            libc::_exit(if r { 0 } else { 3 });
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    status
+}
+
+#[test]
+fn a_killed_run_attached_through_bpf_link_leaves_no_program() {
+    if !netns::require_priv() {
+        return;
+    }
+    let p = NetnsPair::new().unwrap();
+    assert_eq!(crash_child(&p.b, copy_cfg()), 0, "child could not attach");
+    assert!(
+        !xdp_attached(&p, Side::B, "vB"),
+        "the kernel removed the link's program"
+    );
+    // And the interface is free for the next run.
+    p.run_in(Side::B, || {
+        let port = XdpPort::open("vB", &PortOptions::default(), &copy_cfg()).unwrap();
+        assert_eq!(port.replaced_stale(), None);
+    });
+}
+
+#[test]
+fn several_queues_share_one_program() {
+    if !netns::require_priv() {
+        return;
+    }
+    let p = NetnsPair::new().unwrap();
+    p.ip_in(
+        Side::B,
+        &[
+            "link",
+            "add",
+            "mq0",
+            "numtxqueues",
+            "2",
+            "numrxqueues",
+            "2",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "mq1",
+            "numtxqueues",
+            "2",
+            "numrxqueues",
+            "2",
+        ],
+    )
+    .unwrap();
+    p.ip_in(Side::B, &["link", "set", "mq0", "up"]).unwrap();
+    p.ip_in(Side::B, &["link", "set", "mq1", "up"]).unwrap();
+    p.run_in(Side::B, || {
+        let q0 = XdpPort::open("mq0@0", &PortOptions::default(), &copy_cfg()).unwrap();
+        let q1 = XdpPort::open("mq0@1", &PortOptions::default(), &copy_cfg()).unwrap();
+        assert_eq!((q0.queue(), q1.queue()), (0, 1));
+        let bad = XdpPort::open("mq0@7", &PortOptions::default(), &copy_cfg());
+        assert!(bad.is_err(), "no queue 7");
+        drop(q0);
+        let out = netns::ip(&["link", "show", "dev", "mq0"]).unwrap();
+        assert!(out.contains("xdp"), "still attached for queue 1: {out}");
+        drop(q1);
+        let out = netns::ip(&["link", "show", "dev", "mq0"]).unwrap();
+        assert!(!out.contains("xdp"), "removed with the last queue: {out}");
+    });
 }
