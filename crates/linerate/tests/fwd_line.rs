@@ -102,7 +102,13 @@ fn run_line(in_uri: &str, out_uri: &str, n: u32) {
                 let mut b = Batch::new();
                 let mut last = Instant::now();
                 let end = Instant::now() + Duration::from_secs(20);
-                while last.elapsed() < Duration::from_millis(1500) && Instant::now() < end {
+                // Until everything expected arrived (or 5 s of silence), then 300 ms more to
+                // catch anything extra.
+                loop {
+                    let quiet = if got.len() >= pass { 300 } else { 5000 };
+                    if last.elapsed() >= Duration::from_millis(quiet) || Instant::now() >= end {
+                        break;
+                    }
                     if p.rx(&mut b).unwrap() > 0 {
                         last = Instant::now();
                     }

@@ -15,6 +15,14 @@ use std::time::{Duration, Instant};
 
 const MAGIC: &[u8; 8] = b"LRXDPTS1";
 
+/// Tests of this file run one at a time: a forked "crashing" child inherits every descriptor of
+/// the process (sockets, bpf_links of a concurrent test), which would keep them alive.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Ethernet/IPv4/UDP frame `seq` from `src` to `dst`, payload of varying length.
 fn frame(dst: [u8; 6], src: [u8; 6], seq: u32) -> Vec<u8> {
     let plen = MAGIC.len() + 4 + (seq as usize * 13) % 400;
@@ -81,7 +89,16 @@ fn recv(port: &mut dyn Port, want: usize, quiet: Duration) -> Vec<Vec<u8>> {
     let mut b = Batch::new();
     let mut last = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(15);
-    while got.len() < want + 1 && last.elapsed() < quiet && Instant::now() < deadline {
+    loop {
+        // Until `want` arrived (or `quiet` of silence), then 300 ms more to catch extras.
+        let q = if got.len() >= want {
+            Duration::from_millis(300)
+        } else {
+            quiet
+        };
+        if last.elapsed() >= q || Instant::now() >= deadline {
+            break;
+        }
         let n = port.rx(&mut b).unwrap();
         if n > 0 {
             last = Instant::now();
@@ -113,6 +130,7 @@ fn xdp_receives_exactly_what_was_sent() {
     if !netns::require_priv() {
         return;
     }
+    let _serial = serial();
     let p = NetnsPair::new().unwrap();
     const N: u32 = 3000;
     let frames: Vec<Vec<u8>> = (0..N).map(|s| frame(p.mac_b, p.mac_a, s)).collect();
@@ -125,7 +143,7 @@ fn xdp_receives_exactly_what_was_sent() {
                 assert!(!port.is_zerocopy(), "veth has no zero-copy AF_XDP");
                 assert_eq!(port.attach_mode(), AttachMode::Native);
                 ready_tx.send(()).unwrap();
-                let got = recv(&mut port, N as usize, Duration::from_secs(2));
+                let got = recv(&mut port, N as usize, Duration::from_secs(5));
                 let st = port.stats();
                 assert_eq!(st.rx_drops.total(), 0, "{st:?}");
                 got
@@ -153,6 +171,7 @@ fn xdp_sends_exactly_n_frames() {
     if !netns::require_priv() {
         return;
     }
+    let _serial = serial();
     let p = NetnsPair::new().unwrap();
     const N: u32 = 2500;
     let frames: Vec<Vec<u8>> = (0..N).map(|s| frame(p.mac_a, p.mac_b, s)).collect();
@@ -162,7 +181,7 @@ fn xdp_sends_exactly_n_frames() {
             p.run_in(Side::A, || {
                 let mut port = AfPacket::open("vA", &PortOptions::default()).unwrap();
                 ready_tx.send(()).unwrap();
-                recv(&mut port, N as usize, Duration::from_secs(2))
+                recv(&mut port, N as usize, Duration::from_secs(5))
             })
         });
         ready_rx.recv().unwrap();
@@ -189,6 +208,7 @@ fn stale_program_is_replaced_and_nothing_is_left_behind() {
     if !netns::require_priv() {
         return;
     }
+    let _serial = serial();
     let names;
     {
         let p = NetnsPair::new().unwrap();
@@ -221,6 +241,7 @@ fn one_socket_per_queue_and_the_program_goes_with_the_last_port() {
     if !netns::require_priv() {
         return;
     }
+    let _serial = serial();
     let p = NetnsPair::new().unwrap();
     p.run_in(Side::B, || {
         let a = XdpPort::open("vB@0", &PortOptions::default(), &copy_cfg()).unwrap();
@@ -263,6 +284,7 @@ fn a_killed_run_attached_through_bpf_link_leaves_no_program() {
     if !netns::require_priv() {
         return;
     }
+    let _serial = serial();
     let p = NetnsPair::new().unwrap();
     assert_eq!(crash_child(&p.b, copy_cfg()), 0, "child could not attach");
     assert!(
@@ -281,6 +303,7 @@ fn several_queues_share_one_program() {
     if !netns::require_priv() {
         return;
     }
+    let _serial = serial();
     let p = NetnsPair::new().unwrap();
     p.ip_in(
         Side::B,

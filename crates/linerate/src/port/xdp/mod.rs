@@ -31,6 +31,8 @@ use sys::{Fd, XdpDesc, XdpStatistics};
 
 /// Longest `poll()` wait (ms) of an `rx` that finds nothing ready.
 pub const RX_POLL_MS: i32 = 1;
+/// How long `open` retries a bind that finds the queue busy (a socket being released).
+const BIND_BUSY_WAIT_MS: u32 = 1000;
 
 /// Copy or zero-copy socket mode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -145,7 +147,23 @@ impl XdpPort {
         };
         let mut last = None;
         for &mode in tries {
-            match Self::setup(&name, iface, ifindex, queue, frames, rs, mode) {
+            // The kernel releases a closed socket's hold on its queue asynchronously: right
+            // after a previous run ended (or crashed) bind can say EBUSY for a moment.
+            let mut waited = 0;
+            let r = loop {
+                match Self::setup(&name, iface, ifindex, queue, frames, rs, mode) {
+                    Err(PortError::Os { op, source, .. })
+                        if op.starts_with("bind")
+                            && source.raw_os_error() == Some(libc::EBUSY)
+                            && waited < BIND_BUSY_WAIT_MS =>
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        waited += 20;
+                    }
+                    r => break r,
+                }
+            };
+            match r {
                 Ok(parts) => {
                     let attach = Attachment::get(iface, ifindex, cfg.attach, cfg.api)?;
                     attach.set_queue(queue, parts.fd.0)?;
