@@ -165,3 +165,41 @@ fn without_root_the_lab_says_so_and_cluster_is_a_usage_error() {
         _ => eprintln!("SKIP (part): setpriv not available to drop root"),
     }
 }
+
+#[test]
+fn fwd_flag_errors_are_usage_errors() {
+    for (args, want) in [
+        (
+            &["fwd", "-i", "mem:a", "-o", "mem:b", "--mac", "1,2"][..],
+            "not a MAC address",
+        ),
+        (
+            &["fwd", "-i", "xdp:lr-nope0", "-o", "mem:b"][..],
+            "not found",
+        ),
+        (&["fwd", "-i", "xdp:lo@x", "-o", "mem:b"][..], "queue 'x'"),
+        (
+            &["fwd", "-i", "mem:a", "-o", "mem:b", "--xdp-mode", "fast"][..],
+            "fast",
+        ),
+        (
+            &[
+                "fwd",
+                "-i",
+                "mem:a",
+                "-o",
+                "mem:b",
+                "--no-mac-updating",
+                "--mac",
+                "a,b",
+            ][..],
+            "cannot be used with",
+        ),
+    ] {
+        let out = Command::new(bin()).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+}
