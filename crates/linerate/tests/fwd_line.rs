@@ -11,6 +11,7 @@ use linerate::apps::fwd::{self, Ended, FwdOptions, MacRewrite, Ports};
 use linerate::filter::Filter;
 use linerate::mem::{Batch, Desc, Pool, PoolConfig};
 use linerate::port::xdp::sys::iface_mac;
+use linerate::port::xdp::{XdpConfig, XdpPort};
 use linerate::port::{self, LinkType, Port, PortOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -73,6 +74,11 @@ fn has_xdp(l: &NetnsLine, n: Node, ifname: &str) -> bool {
 
 /// Runs A → B → C with B forwarding `in_uri` → `out_uri`; returns C's frames and B's report.
 fn run_line(in_uri: &str, out_uri: &str, n: u32) {
+    run_line_with(in_uri, out_uri, n, false)
+}
+
+/// As `run_line`; with `shared`, the two xdp ports share one UMEM (no copy in between).
+fn run_line_with(in_uri: &str, out_uri: &str, n: u32, shared: bool) {
     let l = NetnsLine::new().unwrap();
     // Every third frame goes to UDP port 53 and is filtered out.
     let frames: Vec<Vec<u8>> = (0..n)
@@ -126,8 +132,24 @@ fn run_line(in_uri: &str, out_uri: &str, n: u32) {
         let b = s.spawn(move || {
             lr.run_in(Node::B, move || {
                 let o = PortOptions::default();
-                let mut p0 = port::open(in_uri, &o).unwrap();
-                let mut p1 = port::open(out_uri, &o).unwrap();
+                let (mut p0, mut p1): (Box<dyn Port>, Box<dyn Port>) = if shared {
+                    let big = PortOptions {
+                        frames: 16384,
+                        ..o.clone()
+                    };
+                    let cfg = XdpConfig::default();
+                    let a = XdpPort::open(in_uri.trim_start_matches("xdp:"), &big, &cfg).unwrap();
+                    let b =
+                        XdpPort::open_shared(out_uri.trim_start_matches("xdp:"), &big, &cfg, &a)
+                            .unwrap();
+                    assert!(Arc::ptr_eq(a.pool().unwrap(), b.pool().unwrap()));
+                    (Box::new(a), Box::new(b))
+                } else {
+                    (
+                        port::open(in_uri, &o).unwrap(),
+                        port::open(out_uri, &o).unwrap(),
+                    )
+                };
                 let f = Filter::compile("udp port 9", LinkType::ETHERNET).unwrap();
                 let in_kernel = p0.attach_filter(&f).unwrap();
                 let opts = FwdOptions {
@@ -210,4 +232,12 @@ fn afpacket_to_xdp() {
         return;
     }
     run_line("afpacket:vB0", "xdp:vB1", 2000);
+}
+
+#[test]
+fn xdp_to_xdp_on_one_shared_umem() {
+    if !netns::require_priv() {
+        return;
+    }
+    run_line_with("xdp:vB0", "xdp:vB1", 3000, true);
 }

@@ -70,12 +70,51 @@ pub fn open(
         }
         _ => port::open(uri, opts),
     };
-    r.map_err(|e| match e {
+    r.map_err(|e| port_err(flag, uri, e))
+}
+
+/// Input port, output port, and whether they share one UMEM.
+pub type PortPair = (Box<dyn Port>, Box<dyn Port>, bool);
+
+/// Opens the input and output ports. Two `xdp:` ports share one UMEM when the kernel allows
+/// (then a received frame is sent without a copy); the returned flag says whether they do.
+pub fn open_pair(
+    input: &str,
+    output: &str,
+    opts: &PortOptions,
+    xdp: &XdpConfig,
+) -> anyhow::Result<PortPair> {
+    fn single(u: &str) -> Option<&str> {
+        u.strip_prefix("xdp:").filter(|r| !r.contains(','))
+    }
+    if let (Some(i), Some(o)) = (single(input), single(output)) {
+        let big = PortOptions {
+            frames: opts.frames.max(4 * xdp.ring_size + 2048),
+            ..opts.clone()
+        };
+        let p0 = XdpPort::open(i, &big, xdp).map_err(|e| port_err("-i", input, e))?;
+        return Ok(match XdpPort::open_shared(o, &big, xdp, &p0) {
+            Ok(p1) => (Box::new(p0), Box::new(p1), true),
+            Err(_) => {
+                let p1 = XdpPort::open(o, opts, xdp).map_err(|e| port_err("-o", output, e))?;
+                (Box::new(p0), Box::new(p1), false)
+            }
+        });
+    }
+    Ok((
+        open("-i", input, opts, xdp)?,
+        open("-o", output, opts, xdp)?,
+        false,
+    ))
+}
+
+fn port_err(flag: &str, uri: &str, e: PortError) -> anyhow::Error {
+    match e {
         PortError::BadUri { .. } | PortError::NoInterface(_) | PortError::Unsupported { .. } => {
             usage(format!("{flag}: {e}"))
         }
         other => anyhow::Error::new(other).context(format!("opening {uri}")),
-    })
+    }
 }
 
 /// The interface behind a kernel port URI.
@@ -132,11 +171,11 @@ pub fn run_with(
     };
     let mac = mac_rewrite(&a)?;
     let bounce = a.input == a.output;
-    let mut p0 = open("-i", &a.input, &opts, &xdp)?;
-    let mut p1 = if bounce {
-        None
+    let (mut p0, mut p1, shared) = if bounce {
+        (open("-i", &a.input, &opts, &xdp)?, None, false)
     } else {
-        Some(open("-o", &a.output, &opts, &xdp)?)
+        let (p0, p1, shared) = open_pair(&a.input, &a.output, &opts, &xdp)?;
+        (p0, Some(p1), shared)
     };
     let mut user_filter = None;
     if let Some(expr) = &a.filter {
@@ -158,10 +197,15 @@ pub fn run_with(
     pin(a.core)?;
     let _ = writeln!(
         out,
-        "Forwarding {} -> {}{}{}{}",
+        "Forwarding {} -> {}{}{}{}{}",
         a.input,
         if bounce { "itself (bounce)" } else { &a.output },
         if a.bidir && !bounce { " and back" } else { "" },
+        if shared {
+            ", one shared UMEM (no copy)"
+        } else {
+            ""
+        },
         match mac {
             MacRewrite::Off => ", MAC addresses unchanged".to_string(),
             MacRewrite::L2fwd { .. } =>

@@ -401,7 +401,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The forwarder's ports and rewrite.
-type FwdSetup = (Box<dyn Port>, Option<Box<dyn Port>>, MacRewrite);
+type FwdSetup = (Box<dyn Port>, Option<Box<dyn Port>>, MacRewrite, bool);
 
 struct Outcome {
     sent: u64,
@@ -441,11 +441,17 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
             let setup = || -> anyhow::Result<FwdSetup> {
                 enter_netns(fns)?;
                 pin_quiet(Some(fwd_core));
-                let p0 = super::fwd::open("-i", &a.fwd_port.uri("f0"), popts, xdp)?;
-                let p1 = if l2fwd {
-                    Some(super::fwd::open("-o", &a.fwd_port.uri("f1"), popts, xdp)?)
+                let (p0, p1, shared) = if l2fwd {
+                    let (p0, p1, shared) = super::fwd::open_pair(
+                        &a.fwd_port.uri("f0"),
+                        &a.fwd_port.uri("f1"),
+                        popts,
+                        xdp,
+                    )?;
+                    (p0, Some(p1), shared)
                 } else {
-                    None
+                    let p0 = super::fwd::open("-i", &a.fwd_port.uri("f0"), popts, xdp)?;
+                    (p0, None, false)
                 };
                 let mac = if l2fwd {
                     // Frames go back to the generator's receiving interface.
@@ -459,9 +465,9 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
                         dst: [0x02, 0x6c, 0x61, 0x62, 0x00, 0x00],
                     }
                 };
-                Ok((p0, p1, mac))
+                Ok((p0, p1, mac, shared))
             };
-            let (mut p0, mut p1, mac) = match setup() {
+            let (mut p0, mut p1, mac, shared) = match setup() {
                 Ok(x) => x,
                 Err(e) => {
                     let msg = format!("{e:#}");
@@ -470,10 +476,15 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
                 }
             };
             let _ = ready.send(Ok(format!(
-                "{} -> {}",
+                "{} -> {}{}",
                 p0.name(),
                 p1.as_ref()
-                    .map_or("itself (bounce)".to_string(), |p| p.name().to_string())
+                    .map_or("itself (bounce)".to_string(), |p| p.name().to_string()),
+                if shared {
+                    " (one shared UMEM: no copy)"
+                } else {
+                    ""
+                }
             )));
             let opts = FwdOptions {
                 mac,

@@ -129,6 +129,29 @@ impl XdpPort {
     /// Opens `IFACE[@QUEUE]` (in the calling thread's network namespace): UMEM, rings, socket
     /// bound to the queue, program attached and the socket entered in its map.
     pub fn open(rest: &str, opts: &PortOptions, cfg: &XdpConfig) -> Result<XdpPort, PortError> {
+        Self::open_inner(rest, opts, cfg, None)
+    }
+
+    /// Opens `IFACE[@QUEUE]` on the UMEM of `with` (`XDP_SHARED_UMEM`, kernel 5.10+ for another
+    /// interface or queue): both ports receive into and send from one pool, so a batch received
+    /// on one is sent on the other without a copy. The socket mode (copy or zero-copy) is the
+    /// one `with` got. `with`'s pool should have room for both ports' rings (`PortOptions::frames`
+    /// ≥ 4 × ring size + 2048 when `with` was opened).
+    pub fn open_shared(
+        rest: &str,
+        opts: &PortOptions,
+        cfg: &XdpConfig,
+        with: &XdpPort,
+    ) -> Result<XdpPort, PortError> {
+        Self::open_inner(rest, opts, cfg, Some((&with.pool, with.fd.0)))
+    }
+
+    fn open_inner(
+        rest: &str,
+        opts: &PortOptions,
+        cfg: &XdpConfig,
+        share: Option<(&Arc<Pool>, i32)>,
+    ) -> Result<XdpPort, PortError> {
         let (iface, queue) = parse_name(rest)?;
         let name = format!("xdp:{rest}");
         let rs = cfg.ring_size;
@@ -141,6 +164,7 @@ impl XdpPort {
         let ifindex = sys::ifindex(iface)?;
         let frames = opts.frames.max(2 * rs + 1024);
         let tries: &[u16] = match cfg.mode {
+            _ if share.is_some() => &[sys::XDP_SHARED_UMEM],
             XdpMode::Auto => &[sys::XDP_ZEROCOPY, sys::XDP_COPY],
             XdpMode::Copy => &[sys::XDP_COPY],
             XdpMode::ZeroCopy => &[sys::XDP_ZEROCOPY],
@@ -151,7 +175,7 @@ impl XdpPort {
             // after a previous run ended (or crashed) bind can say EBUSY for a moment.
             let mut waited = 0;
             let r = loop {
-                match Self::setup(&name, iface, ifindex, queue, frames, rs, mode) {
+                match Self::setup(iface, ifindex, queue, frames, rs, mode, share) {
                     Err(PortError::Os { op, source, .. })
                         if op.starts_with("bind")
                             && source.raw_os_error() == Some(libc::EBUSY)
@@ -196,18 +220,23 @@ impl XdpPort {
     }
 
     fn setup(
-        name: &str,
         iface: &str,
         ifindex: u32,
         queue: u32,
         frames: u32,
         rs: u32,
         mode: u16,
+        share: Option<(&Arc<Pool>, i32)>,
     ) -> Result<Parts, PortError> {
-        let _ = name;
-        let pool = umem::pool(frames)?;
         let fd = sys::xdp_socket(iface)?;
-        umem::register(&fd, iface, &pool)?;
+        let pool = match share {
+            Some((p, _)) => p.clone(),
+            None => {
+                let pool = umem::pool(frames)?;
+                umem::register(&fd, iface, &pool)?;
+                pool
+            }
+        };
         sys::setopt(
             &fd,
             iface,
@@ -246,17 +275,20 @@ impl XdpPort {
         let rx = unsafe { Ring::new(rx_map, &off.rx, rs, false) };
         // SAFETY: as above.
         let tx = unsafe { Ring::new(tx_map, &off.tx, rs, true) };
+        // A shared-UMEM bind takes no mode flags: it inherits them from the UMEM's owner.
+        let (flags, shared_umem_fd, op) = match share {
+            Some((_, fd)) => (sys::XDP_SHARED_UMEM, fd as u32, "bind(XDP_SHARED_UMEM)"),
+            None if mode == sys::XDP_ZEROCOPY => {
+                (mode | sys::XDP_USE_NEED_WAKEUP, 0, "bind(XDP_ZEROCOPY)")
+            }
+            None => (mode | sys::XDP_USE_NEED_WAKEUP, 0, "bind(XDP_COPY)"),
+        };
         let sa = sys::SockaddrXdp {
             family: sys::AF_XDP as u16,
-            flags: mode | sys::XDP_USE_NEED_WAKEUP,
+            flags,
             ifindex,
             queue_id: queue,
-            shared_umem_fd: 0,
-        };
-        let op = if mode == sys::XDP_ZEROCOPY {
-            "bind(XDP_ZEROCOPY)"
-        } else {
-            "bind(XDP_COPY)"
+            shared_umem_fd,
         };
         sys::bind(&fd, &sa).map_err(|e| sys::err_of(iface, op, e))?;
         Ok(Parts {

@@ -19,6 +19,7 @@ pub(super) const XDP_STATISTICS: i32 = 7;
 pub(super) const XDP_OPTIONS: i32 = 8;
 pub(super) const XDP_OPTIONS_ZEROCOPY: u32 = 1;
 
+pub(super) const XDP_SHARED_UMEM: u16 = 1;
 pub(super) const XDP_COPY: u16 = 2;
 pub(super) const XDP_ZEROCOPY: u16 = 4;
 pub(super) const XDP_USE_NEED_WAKEUP: u16 = 8;
