@@ -453,17 +453,13 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
                     let p0 = super::fwd::open("-i", &a.fwd_port.uri("f0"), popts, xdp)?;
                     (p0, None, false)
                 };
-                let mac = if l2fwd {
-                    // Frames go back to the generator's receiving interface.
-                    MacRewrite::Fixed {
-                        src: iface_mac("f1")?,
-                        dst: [0x02, 0x6c, 0x61, 0x62, 0x00, 0x01],
-                    }
-                } else {
-                    MacRewrite::Fixed {
-                        src: iface_mac("f0")?,
-                        dst: [0x02, 0x6c, 0x61, 0x62, 0x00, 0x00],
-                    }
+                // l2fwd's rewrite: src = the output port's MAC, dst = 02:00:00:00:00:TX_PORT.
+                // The generator's receiver captures in promiscuous mode; its stack drops these
+                // frames early (not its MAC), as a NIC without the address would.
+                let f0 = iface_mac("f0")?;
+                let f1 = if l2fwd { iface_mac("f1")? } else { f0 };
+                let mac = MacRewrite::L2fwd {
+                    port_macs: [f0, f1],
                 };
                 Ok((p0, p1, mac, shared))
             };
@@ -640,7 +636,7 @@ fn print(a: &Args, gns: &str, fns: &str, o: &Outcome, interrupted: bool) {
     println!("linerate lab {kind}: namespaces {gns} (generator) and {fns} (forwarder)");
     println!("  forwarder: {}", o.fwd_desc);
     println!(
-        "  generator: {}, 64-byte UDP frames{}",
+        "  generator: {}, 64-byte UDP frames{}; MAC rewrite as l2fwd (dst 02:00:00:00:00:TX_PORT)",
         a.gen_port.uri("g0"),
         a.rate.map_or(" at full speed".to_string(), |r| format!(
             " at {} pps",

@@ -18,6 +18,9 @@ use crate::time::mono_ns;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+/// How often (ns) idle inputs are polled while another input is busy.
+const IDLE_POLL_NS: u64 = 20_000;
+
 /// How MAC addresses of forwarded frames are rewritten.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum MacRewrite {
@@ -241,6 +244,8 @@ pub fn run(
     let mut rx = Batch::new();
     let mut pending: Vec<Batch> = (0..np).map(|_| Batch::new()).collect();
     let mut idle = vec![false; np];
+    let is_input: Vec<bool> = (0..np).map(|p| dirs.iter().any(|&(i, _)| i == p)).collect();
+    let mut next_idle_poll = 0u64;
     let fds: Vec<Option<i32>> = list.iter().map(|p| p.poll_fd()).collect();
     let t0 = mono_ns();
     let interval = opts.interval.as_nanos().max(1) as u64;
@@ -257,10 +262,15 @@ pub fn run(
         if stop.load(Ordering::Relaxed) {
             break Ended::Stopped;
         }
-        // Ask idle ports whether they have something now (one poll for all of them).
+        // Ask idle inputs whether they have something now (one poll for all of them): at once
+        // with a 1 ms sleep when every input is idle, else without waiting and at most every
+        // IDLE_POLL_NS, so that a busy input is not slowed by a system call per burst.
         pfds.clear();
-        if idle.iter().any(|&i| i) {
-            let all_idle = idle.iter().all(|&i| i) && pending.iter().all(|b| b.is_empty());
+        let now = mono_ns();
+        let all_idle =
+            (0..np).all(|i| idle[i] || !is_input[i]) && pending.iter().all(|b| b.is_empty());
+        if idle.iter().any(|&i| i) && (all_idle || now >= next_idle_poll) {
+            next_idle_poll = now + IDLE_POLL_NS;
             for (i, fd) in fds.iter().enumerate() {
                 if idle[i] {
                     if let Some(fd) = fd {
@@ -359,7 +369,6 @@ pub fn run(
         } else {
             idle_passes = 0;
         }
-        let now = mono_ns();
         if now >= next_drain {
             for p in list.iter_mut() {
                 if let Err(e) = p.flush() {
