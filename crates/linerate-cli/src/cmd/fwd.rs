@@ -34,6 +34,11 @@ pub struct Args {
     /// (src = output port's MAC, dst = 02:00:00:00:00:TX_PORTID).
     #[arg(long, value_name = "SRC,DST")]
     pub mac: Option<String>,
+    /// A Lua script defining `filter(n)`, called once per received burst of n packets: it reads
+    /// them with len(i), byte(i, off), u16(i, off), u32(i, off), bytes(i, off, len) (packets
+    /// 1..n, offsets from 0, big-endian) and rejects some with drop(i).
+    #[arg(long, value_name = "FILE.lua")]
+    pub script: Option<String>,
     /// Pin the forwarding loop to this core.
     #[arg(short = 'g', long, value_name = "CORE")]
     pub core: Option<usize>,
@@ -170,6 +175,10 @@ pub fn run_with(
         ..Default::default()
     };
     let mac = mac_rewrite(&a)?;
+    let mut script = match &a.script {
+        Some(path) => Some(LuaFilter::load(path).map_err(|e| usage(format!("--script: {e}")))?),
+        None => None,
+    };
     let bounce = a.input == a.output;
     let (mut p0, mut p1, shared) = if bounce {
         (open("-i", &a.input, &opts, &xdp)?, None, false)
@@ -195,29 +204,44 @@ pub fn run_with(
         }
     }
     pin(a.core)?;
-    let _ = writeln!(
-        out,
-        "Forwarding {} -> {}{}{}{}{}",
-        a.input,
-        if bounce { "itself (bounce)" } else { &a.output },
-        if a.bidir && !bounce { " and back" } else { "" },
-        if shared {
-            ", one shared UMEM (no copy)"
-        } else {
-            ""
-        },
-        match mac {
-            MacRewrite::Off => ", MAC addresses unchanged".to_string(),
-            MacRewrite::L2fwd { .. } =>
-                ", MAC rewrite: src = output port, dst = 02:00:00:00:00:TX_PORTID".into(),
-            MacRewrite::Fixed { .. } => ", MAC rewrite: fixed".into(),
-        },
-        match (&a.filter, &user_filter) {
-            (None, _) => String::new(),
-            (Some(f), None) => format!(", filter '{f}' in the kernel"),
-            (Some(f), Some(_)) => format!(", filter '{f}' in user space"),
-        }
-    );
+    if a.json {
+        let start = serde_json::json!({
+            "type": "start",
+            "input": a.input,
+            "output": a.output,
+            "bounce": bounce,
+            "bidir": a.bidir,
+            "shared_umem": shared,
+            "filter": a.filter,
+            "filter_in_kernel": a.filter.is_some() && user_filter.is_none(),
+            "script": a.script,
+        });
+        let _ = writeln!(out, "{start}");
+    } else {
+        let _ = writeln!(
+            out,
+            "Forwarding {} -> {}{}{}{}{}",
+            a.input,
+            if bounce { "itself (bounce)" } else { &a.output },
+            if a.bidir && !bounce { " and back" } else { "" },
+            if shared {
+                ", one shared UMEM (no copy)"
+            } else {
+                ""
+            },
+            match mac {
+                MacRewrite::Off => ", MAC addresses unchanged".to_string(),
+                MacRewrite::L2fwd { .. } =>
+                    ", MAC rewrite: src = output port, dst = 02:00:00:00:00:TX_PORTID".into(),
+                MacRewrite::Fixed { .. } => ", MAC rewrite: fixed".into(),
+            },
+            match (&a.filter, &user_filter) {
+                (None, _) => String::new(),
+                (Some(f), None) => format!(", filter '{f}' in the kernel"),
+                (Some(f), Some(_)) => format!(", filter '{f}' in user space"),
+            }
+        );
+    }
     let _ = out.flush();
     let fo = FwdOptions {
         bidir: a.bidir,
@@ -252,13 +276,15 @@ pub fn run_with(
         }
         let _ = out.flush();
     };
-    let report = fwd::run(ports, &fo, stop, |s| print(out, s, "stats"));
+    let hook = script.as_mut().map(|s| s as &mut dyn fwd::BatchFilter);
+    let report = fwd::run_with(ports, &fo, hook, stop, |s| print(out, s, "stats"));
     print(out, &report.stats, "summary");
     let ended = match report.ended {
         Ended::Count => "count reached",
         Ended::Duration => "time limit",
         Ended::EndOfInput => "end of input",
         Ended::Stopped => "interrupted",
+        Ended::Error if report.script_error.is_some() => "script error",
         Ended::Error => "port error",
     };
     if !json {
@@ -266,8 +292,109 @@ pub fn run_with(
     }
     drop(p1);
     drop(p0);
+    if let Some(e) = report.script_error {
+        anyhow::bail!("forwarding stopped: script {e}");
+    }
     match report.error {
         None => Ok(ExitCode::SUCCESS),
         Some(e) => Err(anyhow::Error::new(e).context("forwarding stopped")),
+    }
+}
+
+/// `--script`: a Lua function `filter(n)` called per burst, with accessors for the packets.
+pub struct LuaFilter {
+    lua: mlua::Lua,
+    func: mlua::Function,
+}
+
+impl LuaFilter {
+    /// Loads `path` and finds its `filter` function.
+    pub fn load(path: &str) -> Result<LuaFilter, String> {
+        let src = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+        Self::from_source(path, &src)
+    }
+
+    /// Loads a script from memory (`name` appears in error messages).
+    pub fn from_source(name: &str, src: &[u8]) -> Result<LuaFilter, String> {
+        let lua = mlua::Lua::new();
+        lua.load(src)
+            .set_name(format!("@{name}"))
+            .exec()
+            .map_err(|e| first_line(&e))?;
+        let func: mlua::Function = lua
+            .globals()
+            .get("filter")
+            .map_err(|_| format!("{name}: defines no function filter(n)"))?;
+        Ok(LuaFilter { lua, func })
+    }
+}
+
+/// A Lua error's message without the stack traceback (one line, with file:line).
+fn first_line(e: &mlua::Error) -> String {
+    e.to_string().lines().next().unwrap_or("").to_string()
+}
+
+/// The bytes of packet `i` (1-based) of `b`.
+fn pkt(b: &linerate::mem::Batch, i: usize) -> Option<&[u8]> {
+    let j = i.checked_sub(1).filter(|&j| j < b.len())?;
+    Some(b.data(j))
+}
+
+fn be(d: &[u8], off: usize, n: usize) -> Option<u32> {
+    let s = d.get(off..off.checked_add(n)?)?;
+    Some(s.iter().fold(0u32, |a, &x| (a << 8) | x as u32))
+}
+
+impl fwd::BatchFilter for LuaFilter {
+    fn filter(&mut self, batch: &linerate::mem::Batch, keep: &mut [bool]) -> Result<(), String> {
+        let keep = std::cell::RefCell::new(keep);
+        let lua = &self.lua;
+        let func = &self.func;
+        lua.scope(|scope| {
+            let g = lua.globals();
+            g.set(
+                "len",
+                scope.create_function(|_, i: usize| Ok(pkt(batch, i).map(|d| d.len())))?,
+            )?;
+            g.set(
+                "byte",
+                scope.create_function(|_, (i, off): (usize, usize)| {
+                    Ok(pkt(batch, i).and_then(|d| be(d, off, 1)))
+                })?,
+            )?;
+            g.set(
+                "u16",
+                scope.create_function(|_, (i, off): (usize, usize)| {
+                    Ok(pkt(batch, i).and_then(|d| be(d, off, 2)))
+                })?,
+            )?;
+            g.set(
+                "u32",
+                scope.create_function(|_, (i, off): (usize, usize)| {
+                    Ok(pkt(batch, i).and_then(|d| be(d, off, 4)))
+                })?,
+            )?;
+            g.set(
+                "bytes",
+                scope.create_function(|l, (i, off, n): (usize, usize, usize)| {
+                    match pkt(batch, i).and_then(|d| d.get(off..off.checked_add(n)?)) {
+                        Some(s) => Ok(Some(l.create_string(s)?)),
+                        None => Ok(None),
+                    }
+                })?,
+            )?;
+            g.set(
+                "drop",
+                scope.create_function(|_, i: usize| {
+                    let mut k = keep.borrow_mut();
+                    if let Some(x) = i.checked_sub(1).and_then(|j| k.get_mut(j)) {
+                        *x = false;
+                    }
+                    Ok(())
+                })?,
+            )?;
+            func.call::<()>(batch.len())
+        })
+        .map_err(|e| first_line(&e))
     }
 }

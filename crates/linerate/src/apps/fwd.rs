@@ -200,6 +200,8 @@ pub struct FwdReport {
     pub ended: Ended,
     /// The port error that ended it, if any.
     pub error: Option<PortError>,
+    /// The batch filter's error that ended it, if any.
+    pub script_error: Option<String>,
 }
 
 /// The ports: two, or one that is both input and output (bounce).
@@ -210,10 +212,29 @@ pub enum Ports<'a> {
     One(&'a mut dyn Port),
 }
 
+/// Decides per burst which packets are forwarded (a Lua function, say): called once per
+/// received batch, after the BPF filter.
+pub trait BatchFilter {
+    /// Sets `keep[i] = false` for each packet `i` of `batch` that must not be forwarded
+    /// (`keep` starts all true and has one entry per packet). An error stops the forwarder.
+    fn filter(&mut self, batch: &Batch, keep: &mut [bool]) -> Result<(), String>;
+}
+
 /// Forwards until a limit, `stop`, or an error; calls `on_tick` every interval.
 pub fn run(
     ports: Ports<'_>,
     opts: &FwdOptions,
+    stop: &AtomicBool,
+    on_tick: impl FnMut(&FwdStats),
+) -> FwdReport {
+    run_with(ports, opts, None, stop, on_tick)
+}
+
+/// As [`run`], with a per-batch filter (packets it rejects count as filtered).
+pub fn run_with(
+    ports: Ports<'_>,
+    opts: &FwdOptions,
+    mut hook: Option<&mut dyn BatchFilter>,
     stop: &AtomicBool,
     mut on_tick: impl FnMut(&FwdStats),
 ) -> FwdReport {
@@ -246,6 +267,8 @@ pub fn run(
     let mut idle = vec![false; np];
     let is_input: Vec<bool> = (0..np).map(|p| dirs.iter().any(|&(i, _)| i == p)).collect();
     let mut next_idle_poll = 0u64;
+    let mut keep = [true; crate::mem::BATCH];
+    let mut script_error = None;
     let fds: Vec<Option<i32>> = list.iter().map(|p| p.poll_fd()).collect();
     let t0 = mono_ns();
     let interval = opts.interval.as_nanos().max(1) as u64;
@@ -330,6 +353,20 @@ pub fn run(
             if let Some(f) = &opts.filter {
                 st.ports[i].filtered += rx.retain(|p| f.matches(p.data)) as u64;
             }
+            if let Some(h) = hook.as_deref_mut() {
+                let n = rx.len();
+                keep[..n].fill(true);
+                if let Err(e) = h.filter(&rx, &mut keep[..n]) {
+                    rx.clear();
+                    script_error = Some(e);
+                    break 'outer Ended::Error;
+                }
+                let mut k = 0;
+                st.ports[i].filtered += rx.retain(|_| {
+                    k += 1;
+                    keep[k - 1]
+                }) as u64;
+            }
             if let Some((src, dst)) = opts.mac.for_port(o) {
                 for k in 0..rx.len() {
                     let d = rx.data_mut(k);
@@ -380,7 +417,7 @@ pub fn run(
             if opts.count.is_some_and(|c| st.total().sent >= c) {
                 break Ended::Count;
             }
-            if list.iter().all(|p| p.is_finished()) {
+            if (0..np).all(|i| !is_input[i] || list[i].is_finished()) {
                 break Ended::EndOfInput;
             }
             if deadline.is_some_and(|d| now >= d) {
@@ -425,6 +462,7 @@ pub fn run(
         stats: st,
         ended,
         error,
+        script_error,
     }
 }
 
@@ -572,6 +610,64 @@ mod tests {
         let back = drain(&mut peer);
         assert_eq!(back.len(), 130);
         assert!(back.iter().all(|f| f[..6] == [2; 6] && f[6..12] == [1; 6]));
+    }
+
+    struct EveryOther;
+    impl BatchFilter for EveryOther {
+        fn filter(&mut self, batch: &Batch, keep: &mut [bool]) -> Result<(), String> {
+            for (k, p) in keep.iter_mut().zip(batch.iter()) {
+                *k = p.data[45] % 2 == 0;
+            }
+            Ok(())
+        }
+    }
+
+    struct Fails;
+    impl BatchFilter for Fails {
+        fn filter(&mut self, _: &Batch, _: &mut [bool]) -> Result<(), String> {
+            Err("script.lua:3: boom".into())
+        }
+    }
+
+    #[test]
+    fn batch_filter_decides_and_its_error_stops_the_run() {
+        let o = PortOptions::default();
+        let (mut src, mut fin) = wire("fwd-t-hook-in", &o).unwrap();
+        let (mut fout, mut sink) = wire("fwd-t-hook-out", &o).unwrap();
+        let frames: Vec<Vec<u8>> = (0..300).map(|i| udp(9, i)).collect();
+        send(&mut src, &frames);
+        let opts = FwdOptions {
+            count: Some(150),
+            duration: Some(Duration::from_secs(5)),
+            ..Default::default()
+        };
+        let stop = AtomicBool::new(false);
+        let mut h = EveryOther;
+        let r = run_with(
+            Ports::Two(&mut fin, &mut fout),
+            &opts,
+            Some(&mut h),
+            &stop,
+            |_| {},
+        );
+        assert_eq!(r.ended, Ended::Count);
+        assert_eq!(r.stats.ports[0].filtered, 150);
+        let got = drain(&mut sink);
+        assert_eq!(got.len(), 150);
+        assert!(got.iter().all(|f| f[45] % 2 == 0));
+
+        send(&mut src, &frames[..10]);
+        let mut f = Fails;
+        let r = run_with(
+            Ports::Two(&mut fin, &mut fout),
+            &opts,
+            Some(&mut f),
+            &stop,
+            |_| {},
+        );
+        assert_eq!(r.ended, Ended::Error);
+        assert_eq!(r.script_error.as_deref(), Some("script.lua:3: boom"));
+        assert!(drain(&mut sink).is_empty());
     }
 
     #[test]

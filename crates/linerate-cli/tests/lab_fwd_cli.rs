@@ -1,0 +1,172 @@
+//! `linerate fwd` from the command line on ports that need no root: a pcap file in, a `mem:`
+//! wire out. BPF filter and Lua script decide what is forwarded; the statistics add up; flag and
+//! script errors are one-line usage errors.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_linerate")
+}
+
+fn sample() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/sample.pcap")
+        .display()
+        .to_string()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("lr-fwd-cli-{}-{name}", std::process::id()))
+}
+
+/// Runs fwd with --json; returns (start line, summary line).
+fn fwd_json(extra: &[&str]) -> (serde_json::Value, serde_json::Value) {
+    let s = sample();
+    let mut args = vec![
+        "fwd",
+        "-i",
+        &s,
+        "-o",
+        "mem:fwd-cli-out",
+        "-T",
+        "0",
+        "--json",
+        "-t",
+        "20",
+    ];
+    args.extend_from_slice(extra);
+    let out = Command::new(bin()).args(&args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.first().unwrap()["type"], "start");
+    assert_eq!(lines.last().unwrap()["type"], "summary");
+    (lines[0].clone(), lines.last().unwrap().clone())
+}
+
+#[test]
+fn bpf_filter_and_lua_script_forward_the_same_packets() {
+    let (start, bpf) = fwd_json(&["-f", "ip proto 17"]);
+    assert_eq!(start["filter_in_kernel"], false);
+    let script = tmp("udp.lua");
+    std::fs::write(
+        &script,
+        "-- IPv4 (ethertype at 12) carrying UDP (protocol byte at 23)\n\
+         function filter(n)\n\
+           for i = 1, n do\n\
+             if u16(i, 12) ~= 0x0800 or byte(i, 23) ~= 17 or len(i) < 34 then drop(i) end\n\
+           end\n\
+         end\n",
+    )
+    .unwrap();
+    let sp = script.display().to_string();
+    let (_, lua) = fwd_json(&["--script", &sp]);
+    let _ = std::fs::remove_file(&script);
+    for s in [&bpf, &lua] {
+        let p0 = &s["ports"][0];
+        let p1 = &s["ports"][1];
+        assert_eq!(p0["received"], 2000, "{s}");
+        assert_eq!(
+            p0["received"].as_u64().unwrap(),
+            p0["filtered"].as_u64().unwrap() + p1["sent"].as_u64().unwrap(),
+            "{s}"
+        );
+        assert_eq!(p1["dropped"], 0);
+    }
+    assert_eq!(bpf["ports"][1]["sent"], lua["ports"][1]["sent"]);
+    assert_eq!(bpf["ports"][1]["sent"], 1000);
+}
+
+#[test]
+fn script_errors_name_the_file_and_line() {
+    let bad = tmp("bad.lua");
+    std::fs::write(
+        &bad,
+        "function filter(n)\n  local x = nil\n  return x.y\nend\n",
+    )
+    .unwrap();
+    let none = tmp("none.lua");
+    std::fs::write(&none, "-- no filter here\n").unwrap();
+    let syntax = tmp("syntax.lua");
+    std::fs::write(&syntax, "function filter(n\n").unwrap();
+    let s = sample();
+    let run = |p: &PathBuf| {
+        let ps = p.display().to_string();
+        Command::new(bin())
+            .args([
+                "fwd",
+                "-i",
+                &s,
+                "-o",
+                "mem:fwd-cli-err",
+                "-T",
+                "0",
+                "--script",
+                &ps,
+            ])
+            .output()
+            .unwrap()
+    };
+    let o = run(&bad);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("bad.lua:3"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    let o = run(&none);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("defines no function filter"), "{err}");
+    let o = run(&syntax);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("syntax.lua"), "{err}");
+    for p in [bad, none, syntax] {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+#[test]
+fn fwd_flag_errors_are_usage_errors() {
+    for (args, want) in [
+        (
+            &["fwd", "-i", "mem:a", "-o", "mem:b", "--mac", "1,2"][..],
+            "not a MAC address",
+        ),
+        (
+            &["fwd", "-i", "xdp:lr-nope0", "-o", "mem:b"][..],
+            "not found",
+        ),
+        (&["fwd", "-i", "xdp:lo@x", "-o", "mem:b"][..], "queue 'x'"),
+        (
+            &["fwd", "-i", "mem:a", "-o", "mem:b", "--xdp-mode", "fast"][..],
+            "fast",
+        ),
+        (
+            &[
+                "fwd",
+                "-i",
+                "mem:a",
+                "-o",
+                "mem:b",
+                "--no-mac-updating",
+                "--mac",
+                "a,b",
+            ][..],
+            "cannot be used with",
+        ),
+    ] {
+        let out = Command::new(bin()).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+}
