@@ -5,6 +5,7 @@
 
 pub mod afpacket;
 mod aggregate;
+pub mod cluster;
 pub mod mem;
 pub mod pcap;
 
@@ -287,6 +288,7 @@ pub fn open(uri: &str, opts: &PortOptions) -> Result<Box<dyn Port>, PortError> {
         "mem" => Ok(Box::new(mem::MemPort::open(rest, opts)?)),
         "pcap" => Ok(Box::new(pcap::PcapPort::open(rest, opts)?)),
         "afpacket" => Ok(Box::new(afpacket::AfPacket::open(rest, opts)?)),
+        "cluster" => Ok(Box::new(cluster::ClusterPort::open(rest)?)),
         "" => {
             if std::path::Path::new(rest).exists()
                 || rest.ends_with(".pcap")

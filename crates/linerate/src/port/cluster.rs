@@ -1,0 +1,1244 @@
+//! `cluster:ID@Q`: a zero-copy cluster (PF_RING ZC / libzero style): one master distributes
+//! packets to queues that consumer threads or processes read.
+//!
+//! # The segment
+//! A cluster is one memory segment: a shared-memory file `/dev/shm/linerate-cluster-ID`
+//! (created owner-only, 0600) for processes, or anonymous memory for threads. Its layout:
+//!
+//! ```text
+//! Header (4 KiB)   magic, version, state, master pid + start time, sizes, offsets, master counters
+//! Queue q (×N)     QueueCtl (owner word, counters) | head | tail | slots: [Desc; SLOTS]
+//! refcounts        one AtomicU32 per frame
+//! frames           FRAMES × frame_size bytes
+//! ```
+//!
+//! Only the master writes packet bytes: it copies each received packet once into a frame of the
+//! segment, and from then on only 32-byte descriptors move. A packet sent to several queues
+//! (fan-out) sits in one frame with a reference count and is marked [`Desc::F_SHARED`]
+//! (read-only). Offsets, never pointers, are stored, so the segment can be mapped anywhere.
+//!
+//! # Queues
+//! Each queue is a single-producer single-consumer ring of descriptors. The consumer does not
+//! copy descriptors out: like a kernel ring, it hands out the slots `[tail, read)` in a batch and
+//! releases them (moves `tail`) at its next receive call, so the master learns which frames came
+//! back by watching `tail` and looking up its own record of what it put in each slot. No return
+//! ring, and nothing a consumer writes can make the master free a frame it did not send.
+//!
+//! # Faults
+//! - The master never waits: a queue without room gets `ring_full` drops, for that queue only.
+//! - A queue whose consumer left or died (its pid is gone or a zombie) gets `consumer_gone`
+//!   drops; the master reclaims the frames still in that queue. A consumer that restarts
+//!   re-attaches to the same queue and resumes. A queue that was never attached buffers up to its
+//!   size, then counts `ring_full` (consumers usually start after the master).
+//! - When the master exits it marks the segment closed; consumers drain what is left and stop
+//!   with an error naming the master. A master killed with SIGKILL is noticed the same way (its
+//!   pid and start time no longer match a running process), and the next master replaces its
+//!   stale segment.
+
+use super::{DropReason, Port, PortError, PortStats};
+use crate::mem::{Batch, Desc, Pool, Region, BATCH};
+use crossbeam_utils::CachePadded;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// `LRCLUST1`.
+const MAGIC: u64 = u64::from_le_bytes(*b"LRCLUST1");
+const VERSION: u32 = 1;
+const HEADER_SIZE: usize = 4096;
+/// Most queues a cluster has (a destination set is a 64-bit mask).
+pub const MAX_QUEUES: usize = 64;
+/// Default slots per queue.
+pub const DEFAULT_SLOTS: u32 = 4096;
+
+const STATE_RUNNING: u32 = 1;
+const STATE_CLOSED: u32 = 2;
+/// Owner pid value while the master reclaims a queue.
+const RECLAIMING: u32 = u32::MAX;
+
+/// Where cluster segments live.
+pub fn segment_path(id: u32) -> PathBuf {
+    let dir = std::env::var_os("LINERATE_SHM_DIR").unwrap_or_else(|| "/dev/shm".into());
+    Path::new(&dir).join(format!("linerate-cluster-{id}"))
+}
+
+/// Master counters in the header (written by the master only).
+#[repr(C)]
+#[derive(Debug)]
+struct MasterCounters {
+    rx_packets: AtomicU64,
+    rx_bytes: AtomicU64,
+    /// Packets no destination wanted (filter, or a policy that drops).
+    filtered: AtomicU64,
+    /// Packets lost for want of a free frame.
+    no_frame: AtomicU64,
+    /// Packets with at least one destination.
+    routed: AtomicU64,
+    /// Destinations asked for, summed over packets (a fan-out packet to 3 queues counts 3).
+    copies: AtomicU64,
+}
+
+#[repr(C)]
+#[derive(Debug)]
+struct Header {
+    magic: AtomicU64,
+    version: u32,
+    queues: u32,
+    slots: u32,
+    frames: u32,
+    frame_size: u32,
+    headroom: u32,
+    master_pid: u32,
+    cluster_id: u32,
+    master_start: u64,
+    state: AtomicU32,
+    _pad: u32,
+    queue_off: u64,
+    queue_stride: u64,
+    refcnt_off: u64,
+    frames_off: u64,
+    total_len: u64,
+    /// Application index of each queue.
+    app_of: [u8; MAX_QUEUES],
+    counters: MasterCounters,
+}
+
+/// Per-queue control block, at the start of each queue's area.
+#[repr(C, align(64))]
+#[derive(Debug)]
+struct QueueCtl {
+    /// `generation << 32 | pid` of the attached consumer; pid 0: none; generation 0: never.
+    owner: AtomicU64,
+    /// Descriptors the master put in the ring.
+    enqueued: AtomicU64,
+    enqueued_bytes: AtomicU64,
+    /// Dropped: the ring was full.
+    ring_full: AtomicU64,
+    /// Dropped: no consumer (left or died), including packets reclaimed from the ring.
+    consumer_gone: AtomicU64,
+    /// Enqueued packets the master took back from a dead consumer's ring (part of
+    /// `consumer_gone`, to be subtracted from `enqueued`).
+    reclaimed: AtomicU64,
+    /// Times a consumer attached.
+    attaches: AtomicU64,
+    /// Dropped: no free frame.
+    no_frame: AtomicU64,
+}
+
+#[repr(C)]
+struct Cursors {
+    head: CachePadded<AtomicU64>,
+    tail: CachePadded<AtomicU64>,
+}
+
+/// Inside a queue's area (4096-aligned): the cursors, the control block, the slots.
+const CTL_OFF: usize = std::mem::size_of::<Cursors>();
+const SLOTS_OFF: usize = (CTL_OFF + std::mem::size_of::<QueueCtl>()).div_ceil(128) * 128;
+const _: () = assert!(CTL_OFF.is_multiple_of(64) && std::mem::align_of::<Cursors>() <= 4096);
+
+/// Sizes of a cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// Queues per application (`-n 2,1` is `[2, 1]`); at most 64 queues in all.
+    pub apps: Vec<u32>,
+    /// Slots per queue (a power of two).
+    pub slots: u32,
+    /// Frames in the segment (0: enough for every queue full).
+    pub frames: u32,
+    /// Bytes per frame.
+    pub frame_size: u32,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            apps: vec![1],
+            slots: DEFAULT_SLOTS,
+            frames: 0,
+            frame_size: crate::mem::DEFAULT_FRAME_SIZE,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Total number of queues.
+    pub fn queues(&self) -> usize {
+        self.apps.iter().map(|&n| n as usize).sum()
+    }
+}
+
+struct Layout {
+    queues: usize,
+    slots: usize,
+    frames: usize,
+    frame_size: usize,
+    queue_off: usize,
+    queue_stride: usize,
+    refcnt_off: usize,
+    frames_off: usize,
+    total: usize,
+}
+
+impl Layout {
+    fn new(queues: usize, slots: usize, frames: usize, frame_size: usize) -> Layout {
+        let up = |n: usize, a: usize| n.div_ceil(a) * a;
+        let queue_off = HEADER_SIZE;
+        let queue_stride = up(SLOTS_OFF + slots * std::mem::size_of::<Desc>(), 4096);
+        let refcnt_off = queue_off + queues * queue_stride;
+        let frames_off = up(refcnt_off + frames * 4, 4096);
+        let total = frames_off + frames * frame_size;
+        Layout {
+            queues,
+            slots,
+            frames,
+            frame_size,
+            queue_off,
+            queue_stride,
+            refcnt_off,
+            frames_off,
+            total,
+        }
+    }
+}
+
+/// A mapped cluster segment (master or consumer side).
+pub struct Segment {
+    pool: Arc<Pool>,
+    id: u32,
+    path: Option<PathBuf>,
+    queues: usize,
+    slots: usize,
+    frames: usize,
+    frame_size: usize,
+    headroom: usize,
+    queue_off: usize,
+    queue_stride: usize,
+    refcnt_off: usize,
+    frames_off: usize,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("id", &self.id)
+            .field("path", &self.path)
+            .field("queues", &self.queues)
+            .field("slots", &self.slots)
+            .field("frames", &self.frames)
+            .finish()
+    }
+}
+
+fn err(path: &str, msg: String) -> PortError {
+    PortError::Io {
+        path: path.to_string(),
+        source: std::io::Error::other(msg),
+    }
+}
+
+impl Segment {
+    fn base(&self) -> *mut u8 {
+        self.pool.region().as_ptr()
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the region is at least HEADER_SIZE bytes (checked when mapped), page aligned,
+        // and Header (< 4 KiB, only integers and atomics) is valid for any bit pattern.
+        unsafe { &*(self.base() as *const Header) }
+    }
+
+    fn ctl(&self, q: usize) -> &QueueCtl {
+        debug_assert!(q < self.queues);
+        // SAFETY: q < queues; each queue area starts 4096-aligned inside the region (layout
+        // checked when mapped) and holds a QueueCtl made of atomics at CTL_OFF (64-aligned).
+        unsafe {
+            &*(self
+                .base()
+                .add(self.queue_off + q * self.queue_stride + CTL_OFF)
+                as *const QueueCtl)
+        }
+    }
+
+    fn cursors(&self, q: usize) -> &Cursors {
+        // SAFETY: as for ctl; the cursors start the queue area (4096-aligned), atomics only.
+        unsafe { &*(self.base().add(self.queue_off + q * self.queue_stride) as *const Cursors) }
+    }
+
+    #[inline(always)]
+    fn slot(&self, q: usize, cursor: u64) -> *mut Desc {
+        let i = (cursor as usize) & (self.slots - 1);
+        // SAFETY: i < slots, and the slot array (slots × 32 bytes) starts at SLOTS_OFF inside
+        // the queue's area (layout checked when mapped).
+        unsafe {
+            (self
+                .base()
+                .add(self.queue_off + q * self.queue_stride + SLOTS_OFF) as *mut Desc)
+                .add(i)
+        }
+    }
+
+    #[inline(always)]
+    fn refcnt(&self, frame: u32) -> &AtomicU32 {
+        let f = (frame as usize).min(self.frames - 1);
+        // SAFETY: f < frames; the refcount array of `frames` AtomicU32 starts 4-aligned at
+        // refcnt_off inside the region.
+        unsafe { &*(self.base().add(self.refcnt_off + 4 * f) as *const AtomicU32) }
+    }
+
+    #[inline(always)]
+    fn frame_addr(&self, frame: u32) -> u64 {
+        (self.frames_off + frame as usize * self.frame_size + self.headroom) as u64
+    }
+
+    /// The pool whose region is this segment (descriptors' addresses point into it).
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// Number of queues.
+    pub fn queues(&self) -> usize {
+        self.queues
+    }
+
+    /// Cluster id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The application (index in `-n`) queue `q` belongs to.
+    pub fn app_of(&self, q: usize) -> usize {
+        self.header().app_of.get(q).copied().unwrap_or(0) as usize
+    }
+
+    /// Whether the master closed the cluster.
+    pub fn is_closed(&self) -> bool {
+        self.header().state.load(Ordering::Acquire) == STATE_CLOSED
+    }
+
+    /// The master's pid.
+    pub fn master_pid(&self) -> u32 {
+        self.header().master_pid
+    }
+
+    /// Statistics of the whole cluster, as the master counted them.
+    pub fn stats(&self) -> ClusterStats {
+        let c = &self.header().counters;
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let queues = (0..self.queues)
+            .map(|q| {
+                let k = self.ctl(q);
+                let cur = self.cursors(q);
+                let owner = k.owner.load(Ordering::Relaxed);
+                QueueStats {
+                    app: self.app_of(q),
+                    enqueued: r(&k.enqueued),
+                    delivered: r(&k.enqueued).saturating_sub(r(&k.reclaimed)),
+                    bytes: r(&k.enqueued_bytes),
+                    ring_full: r(&k.ring_full),
+                    consumer_gone: r(&k.consumer_gone),
+                    no_frame: r(&k.no_frame),
+                    backlog: cur
+                        .head
+                        .load(Ordering::Relaxed)
+                        .saturating_sub(cur.tail.load(Ordering::Relaxed)),
+                    consumer_pid: match owner as u32 {
+                        0 | RECLAIMING => None,
+                        p => Some(p),
+                    },
+                    attaches: r(&k.attaches),
+                }
+            })
+            .collect();
+        ClusterStats {
+            rx_packets: r(&c.rx_packets),
+            rx_bytes: r(&c.rx_bytes),
+            filtered: r(&c.filtered),
+            no_frame: r(&c.no_frame),
+            routed: r(&c.routed),
+            copies: r(&c.copies),
+            queues,
+        }
+    }
+
+    fn map(
+        region: Region,
+        id: u32,
+        path: Option<PathBuf>,
+        who: &str,
+    ) -> Result<Segment, PortError> {
+        if region.len() < HEADER_SIZE {
+            return Err(err(who, "segment too small to be a cluster".into()));
+        }
+        // SAFETY: the region holds at least HEADER_SIZE bytes; Header is plain integers and
+        // atomics, valid for any bytes.
+        let h = unsafe { &*(region.as_ptr() as *const Header) };
+        if h.magic.load(Ordering::Acquire) != MAGIC || h.version != VERSION {
+            return Err(err(
+                who,
+                "not a linerate cluster segment (or another version)".into(),
+            ));
+        }
+        let l = Layout::new(
+            h.queues as usize,
+            h.slots as usize,
+            h.frames as usize,
+            h.frame_size as usize,
+        );
+        let sane = (1..=MAX_QUEUES).contains(&l.queues)
+            && l.slots.is_power_of_two()
+            && l.slots >= 64
+            && l.frames > 0
+            && l.frame_size.is_power_of_two()
+            && (h.headroom as usize) < l.frame_size
+            && l.queue_off as u64 == h.queue_off
+            && l.queue_stride as u64 == h.queue_stride
+            && l.refcnt_off as u64 == h.refcnt_off
+            && l.frames_off as u64 == h.frames_off
+            && l.total as u64 == h.total_len
+            && l.total <= region.len();
+        if !sane {
+            return Err(err(who, "cluster segment header is inconsistent".into()));
+        }
+        let headroom = h.headroom as usize;
+        Ok(Segment {
+            pool: Arc::new(Pool::external(region)),
+            id,
+            path,
+            queues: l.queues,
+            slots: l.slots,
+            frames: l.frames,
+            frame_size: l.frame_size,
+            headroom,
+            queue_off: l.queue_off,
+            queue_stride: l.queue_stride,
+            refcnt_off: l.refcnt_off,
+            frames_off: l.frames_off,
+        })
+    }
+
+    /// Maps the running cluster `id` (a consumer attaching).
+    pub fn open(id: u32) -> Result<Arc<Segment>, PortError> {
+        let path = segment_path(id);
+        let who = format!("cluster:{id}");
+        let region = Region::open_shared(&path).map_err(|e| match e {
+            crate::mem::MemError::Shm { source, .. }
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                err(
+                    &who,
+                    format!(
+                        "no cluster {id} ({} does not exist): start its master first, e.g. \
+                         `linerate balance -i PORT -c {id} -n 1`",
+                        path.display()
+                    ),
+                )
+            }
+            other => PortError::Mem(other),
+        })?;
+        let seg = Segment::map(region, id, Some(path), &who)?;
+        let h = seg.header();
+        if h.state.load(Ordering::Acquire) != STATE_RUNNING
+            || !same_process(h.master_pid, h.master_start)
+        {
+            return Err(err(
+                &who,
+                format!(
+                    "cluster {id} is not running (its master, pid {}, has exited): start it again",
+                    h.master_pid
+                ),
+            ));
+        }
+        Ok(Arc::new(seg))
+    }
+}
+
+/// Counters of one queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Application the queue belongs to.
+    pub app: usize,
+    /// Descriptors put in the ring.
+    pub enqueued: u64,
+    /// Packets delivered: enqueued minus those reclaimed from a dead consumer.
+    pub delivered: u64,
+    /// Bytes enqueued (wire lengths).
+    pub bytes: u64,
+    /// Dropped because the ring was full.
+    pub ring_full: u64,
+    /// Dropped because no consumer was attached (left or died), reclaimed ones included.
+    pub consumer_gone: u64,
+    /// Dropped for want of a free frame.
+    pub no_frame: u64,
+    /// Descriptors in the ring not yet released by the consumer.
+    pub backlog: u64,
+    /// The attached consumer.
+    pub consumer_pid: Option<u32>,
+    /// Times a consumer attached.
+    pub attaches: u64,
+}
+
+impl QueueStats {
+    /// Drops of this queue (all reasons).
+    pub fn drops(&self) -> u64 {
+        self.ring_full + self.consumer_gone + self.no_frame
+    }
+
+    /// Packets meant for this queue: delivered + drops.
+    pub fn offered(&self) -> u64 {
+        self.delivered + self.drops()
+    }
+}
+
+/// Counters of a cluster. Every received packet is filtered or routed; every destination a
+/// routed packet had is delivered or dropped under a reason on that queue:
+/// `rx_packets = filtered + routed` and `copies = Σ_q (delivered + ring_full + consumer_gone +
+/// no_frame)`. With one queue per application per packet (every mode but fan-out), each
+/// application's queues add up to `routed`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterStats {
+    /// Packets the master received.
+    pub rx_packets: u64,
+    /// Bytes the master received.
+    pub rx_bytes: u64,
+    /// Packets no queue wanted (filter or policy).
+    pub filtered: u64,
+    /// Packets lost for want of a free frame (counted once, also per queue).
+    pub no_frame: u64,
+    /// Packets with at least one destination.
+    pub routed: u64,
+    /// Destinations asked for, over all packets.
+    pub copies: u64,
+    /// Per queue.
+    pub queues: Vec<QueueStats>,
+}
+
+impl ClusterStats {
+    /// Number of applications.
+    pub fn apps(&self) -> usize {
+        self.queues.iter().map(|q| q.app + 1).max().unwrap_or(0)
+    }
+
+    /// Checks the accounting invariant for every application; returns a description of the
+    /// first violation.
+    pub fn check_invariant(&self) -> Result<(), String> {
+        if self.rx_packets != self.filtered + self.routed {
+            return Err(format!(
+                "rx {} != filtered {} + routed {}",
+                self.rx_packets, self.filtered, self.routed
+            ));
+        }
+        let sum: u64 = self.queues.iter().map(|q| q.offered()).sum();
+        if sum != self.copies {
+            return Err(format!(
+                "destinations asked {} != Σ delivered + drops {}",
+                self.copies, sum
+            ));
+        }
+        Ok(())
+    }
+
+    /// Packets meant for application `a` (delivered + drops over its queues).
+    pub fn app_offered(&self, a: usize) -> u64 {
+        self.queues
+            .iter()
+            .filter(|q| q.app == a)
+            .map(|q| q.offered())
+            .sum()
+    }
+
+    /// Packets delivered over all queues.
+    pub fn delivered(&self) -> u64 {
+        self.queues.iter().map(|q| q.delivered).sum()
+    }
+
+    /// Drops by reason over all queues (and the filter), as port counters.
+    pub fn drops(&self) -> crate::port::Drops {
+        let mut d = crate::port::Drops::default();
+        d.add(DropReason::Filter, self.filtered);
+        for q in &self.queues {
+            d.add(DropReason::RingFull, q.ring_full);
+            d.add(DropReason::ConsumerGone, q.consumer_gone);
+            d.add(DropReason::NoFrame, q.no_frame);
+        }
+        d
+    }
+}
+
+/// /proc/PID/stat: (state, start time in clock ticks since boot) of a process.
+fn proc_stat(pid: u32) -> Option<(u8, u64)> {
+    if pid == 0 || pid == RECLAIMING {
+        return None;
+    }
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut f = rest.split_ascii_whitespace();
+    let state = f.next()?.bytes().next()?;
+    // Fields after the state: ppid(4) … starttime is field 22, the 20th after the state.
+    let start = f.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// Whether `pid` is a running (not zombie) process.
+pub fn alive(pid: u32) -> bool {
+    matches!(proc_stat(pid), Some((s, _)) if s != b'Z' && s != b'X')
+}
+
+fn same_process(pid: u32, start: u64) -> bool {
+    matches!(proc_stat(pid), Some((s, st)) if s != b'Z' && s != b'X' && st == start)
+}
+
+fn my_pid() -> u32 {
+    std::process::id()
+}
+
+/// Per-queue state the master keeps in its own memory.
+struct MasterQueue {
+    head: u64,
+    reclaimed: u64,
+    cached_tail: u64,
+    /// Frame index in each slot, as the master put it there.
+    shadow: Vec<u32>,
+    /// Descriptors staged for this batch.
+    staged: [Desc; BATCH],
+    nstaged: usize,
+    /// Local copies of the counters, published once per batch.
+    enqueued: u64,
+    enqueued_bytes: u64,
+    ring_full: u64,
+    consumer_gone: u64,
+    reclaimed_pkts: u64,
+    no_frame: u64,
+    /// The queue had a consumer that left or died: drop for it until one attaches.
+    gone: bool,
+}
+
+/// The master side of a cluster: owns the segment, copies packets into frames and distributes
+/// descriptors. Dropping it closes the cluster (consumers stop) and removes the file.
+pub struct Master {
+    seg: Arc<Segment>,
+    q: Vec<MasterQueue>,
+    free: Vec<u32>,
+    rx_packets: u64,
+    rx_bytes: u64,
+    filtered: u64,
+    no_frame: u64,
+    routed: u64,
+    copies: u64,
+    space: [u32; MAX_QUEUES],
+}
+
+impl Master {
+    /// Creates cluster `id` in shared memory for consumer processes. An existing segment of a
+    /// running master is an error; a stale one (its master gone) is replaced.
+    pub fn create(id: u32, cfg: &ClusterConfig) -> Result<Master, PortError> {
+        let path = segment_path(id);
+        let who = format!("cluster:{id}");
+        if let Ok(old) = Region::open_shared(&path) {
+            if let Ok(seg) = Segment::map(old, id, None, &who) {
+                let h = seg.header();
+                if h.state.load(Ordering::Acquire) == STATE_RUNNING
+                    && same_process(h.master_pid, h.master_start)
+                {
+                    return Err(err(
+                        &who,
+                        format!(
+                            "cluster {id} is in use by its master, pid {} ({})",
+                            h.master_pid,
+                            path.display()
+                        ),
+                    ));
+                }
+            }
+            // Stale (its master died without closing it) or not ours to read: replace it.
+            // Consumers still mapping the old file keep the old inode and see a dead master.
+            let _ = std::fs::remove_file(&path);
+        }
+        let tmp = path.with_extension(format!("tmp{}", my_pid()));
+        let l = Self::layout(cfg)?;
+        let region = Region::create_shared(&tmp, l.total)?;
+        let m = Self::init(region, id, Some(path.clone()), cfg, &l, &who);
+        let m = match m {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
+        // Publish only a fully built segment: consumers never see a half-initialised one.
+        std::fs::rename(&tmp, &path).map_err(|source| PortError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(m)
+    }
+
+    /// Creates a cluster in anonymous memory, for consumer threads of this process.
+    pub fn anon(cfg: &ClusterConfig) -> Result<Master, PortError> {
+        let l = Self::layout(cfg)?;
+        let region = Region::anon(l.total)?;
+        Self::init(region, 0, None, cfg, &l, "cluster")
+    }
+
+    fn layout(cfg: &ClusterConfig) -> Result<Layout, PortError> {
+        let nq = cfg.queues();
+        if nq == 0 || nq > MAX_QUEUES || cfg.apps.contains(&0) {
+            return Err(PortError::BadUri {
+                uri: format!("-n {:?}", cfg.apps),
+                why: format!("1 to {MAX_QUEUES} queues in all, each application at least one"),
+            });
+        }
+        let slots = (cfg.slots.max(64) as usize).next_power_of_two();
+        if !cfg.frame_size.is_power_of_two() || !(256..=65536).contains(&cfg.frame_size) {
+            return Err(PortError::Mem(crate::mem::MemError::Config(format!(
+                "frame size {} must be a power of two from 256 to 65536",
+                cfg.frame_size
+            ))));
+        }
+        let frames = if cfg.frames == 0 {
+            nq * slots + 2 * BATCH
+        } else {
+            (cfg.frames as usize).max(2 * BATCH)
+        };
+        Ok(Layout::new(nq, slots, frames, cfg.frame_size as usize))
+    }
+
+    fn init(
+        region: Region,
+        id: u32,
+        path: Option<PathBuf>,
+        cfg: &ClusterConfig,
+        l: &Layout,
+        who: &str,
+    ) -> Result<Master, PortError> {
+        let base = region.as_ptr();
+        let mut app_of = [0u8; MAX_QUEUES];
+        let mut q = 0;
+        for (a, &n) in cfg.apps.iter().enumerate() {
+            for _ in 0..n {
+                app_of[q] = a as u8;
+                q += 1;
+            }
+        }
+        let headroom = crate::mem::DEFAULT_HEADROOM.min(l.frame_size as u32 / 4);
+        let pid = my_pid();
+        let start = proc_stat(pid).map_or(0, |s| s.1);
+        // SAFETY: the region is fresh (zeroed), ours alone, page aligned and at least
+        // HEADER_SIZE bytes; we write the header once before anyone else can map it (the file
+        // is published by rename afterwards, anonymous memory is private).
+        unsafe {
+            (base as *mut Header).write(Header {
+                magic: AtomicU64::new(0),
+                version: VERSION,
+                queues: l.queues as u32,
+                slots: l.slots as u32,
+                frames: l.frames as u32,
+                frame_size: l.frame_size as u32,
+                headroom,
+                master_pid: pid,
+                cluster_id: id,
+                master_start: start,
+                state: AtomicU32::new(STATE_RUNNING),
+                _pad: 0,
+                queue_off: l.queue_off as u64,
+                queue_stride: l.queue_stride as u64,
+                refcnt_off: l.refcnt_off as u64,
+                frames_off: l.frames_off as u64,
+                total_len: l.total as u64,
+                app_of,
+                counters: MasterCounters {
+                    rx_packets: AtomicU64::new(0),
+                    rx_bytes: AtomicU64::new(0),
+                    filtered: AtomicU64::new(0),
+                    no_frame: AtomicU64::new(0),
+                    routed: AtomicU64::new(0),
+                    copies: AtomicU64::new(0),
+                },
+            });
+            // Queue control blocks and cursors are all-zero atomics: the fresh mapping already
+            // holds them.
+            (*(base as *const Header))
+                .magic
+                .store(MAGIC, Ordering::Release);
+        }
+        let seg = Arc::new(Segment::map(region, id, path, who)?);
+        let q = (0..l.queues)
+            .map(|_| MasterQueue {
+                head: 0,
+                reclaimed: 0,
+                cached_tail: 0,
+                shadow: vec![0; l.slots],
+                staged: [Desc::default(); BATCH],
+                nstaged: 0,
+                enqueued: 0,
+                enqueued_bytes: 0,
+                ring_full: 0,
+                consumer_gone: 0,
+                reclaimed_pkts: 0,
+                no_frame: 0,
+                gone: false,
+            })
+            .collect();
+        Ok(Master {
+            free: (0..l.frames as u32).rev().collect(),
+            seg,
+            q,
+            rx_packets: 0,
+            rx_bytes: 0,
+            filtered: 0,
+            no_frame: 0,
+            routed: 0,
+            copies: 0,
+            space: [0; MAX_QUEUES],
+        })
+    }
+
+    /// The segment.
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+
+    /// A consumer port for queue `q` in this process (threaded mode).
+    pub fn consumer(&self, q: usize) -> Result<ClusterPort, PortError> {
+        ClusterPort::attach(self.seg.clone(), q)
+    }
+
+    /// Frames free now (not in any queue).
+    pub fn free_frames(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Takes back the frames consumers released.
+    #[inline]
+    fn reclaim(&mut self) {
+        let seg = &*self.seg;
+        for (qi, q) in self.q.iter_mut().enumerate() {
+            let tail = seg.cursors(qi).tail.load(Ordering::Acquire);
+            // A consumer can only release what it was given.
+            let tail = tail.clamp(q.reclaimed, q.head);
+            q.cached_tail = tail;
+            while q.reclaimed < tail {
+                let f = q.shadow[(q.reclaimed as usize) & (seg.slots - 1)];
+                release(seg, &mut self.free, f);
+                q.reclaimed += 1;
+            }
+        }
+    }
+
+    /// Distributes a batch: packet `i` goes to the queues set in `masks[i]` (bit q = queue q;
+    /// 0 = filtered). Each packet is copied once into a frame of the segment; queues without
+    /// room or without a consumer count drops. Never blocks.
+    pub fn distribute(&mut self, batch: &Batch, masks: &[u64]) {
+        self.reclaim();
+        let seg = self.seg.clone();
+        let nq = self.q.len();
+        for (qi, q) in self.q.iter_mut().enumerate() {
+            q.nstaged = 0;
+            let free = seg.slots as u64 - (q.head - q.cached_tail);
+            self.space[qi] = if q.gone {
+                0
+            } else {
+                free.min(BATCH as u64) as u32
+            };
+        }
+        let all = if nq == 64 { u64::MAX } else { (1u64 << nq) - 1 };
+        for (i, p) in batch.iter().enumerate() {
+            self.rx_packets += 1;
+            self.rx_bytes += p.desc.wire_len as u64;
+            let want = masks.get(i).copied().unwrap_or(0) & all;
+            if want == 0 {
+                self.filtered += 1;
+                continue;
+            }
+            self.routed += 1;
+            self.copies += want.count_ones() as u64;
+            let mut ok = 0u64;
+            let mut m = want;
+            while m != 0 {
+                let qi = m.trailing_zeros() as usize;
+                m &= m - 1;
+                if self.space[qi] > 0 {
+                    ok |= 1 << qi;
+                } else if self.q[qi].gone {
+                    self.q[qi].consumer_gone += 1;
+                } else {
+                    self.q[qi].ring_full += 1;
+                }
+            }
+            if ok == 0 {
+                continue;
+            }
+            let Some(frame) = self.free.pop() else {
+                self.no_frame += 1;
+                let mut m = ok;
+                while m != 0 {
+                    let qi = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    self.q[qi].no_frame += 1;
+                }
+                continue;
+            };
+            let addr = seg.frame_addr(frame);
+            let cap = seg.frame_size - seg.headroom;
+            let len = p.data.len().min(cap);
+            // SAFETY: the frame was on the master's free list: no queue holds it and no
+            // consumer can read it until its descriptor is published below.
+            if let Some(dst) = unsafe { seg.pool.region().bytes_mut(addr, len as u32) } {
+                dst.copy_from_slice(&p.data[..len]);
+            }
+            let k = ok.count_ones();
+            seg.refcnt(frame).store(k, Ordering::Relaxed);
+            let d = Desc {
+                addr,
+                len: len as u32,
+                flags: if k > 1 { Desc::F_SHARED } else { 0 },
+                ..*p.desc
+            };
+            let mut m = ok;
+            while m != 0 {
+                let qi = m.trailing_zeros() as usize;
+                m &= m - 1;
+                self.space[qi] -= 1;
+                let q = &mut self.q[qi];
+                q.shadow[((q.head + q.nstaged as u64) as usize) & (seg.slots - 1)] = frame;
+                q.staged[q.nstaged] = d;
+                q.nstaged += 1;
+            }
+        }
+        for (qi, q) in self.q.iter_mut().enumerate() {
+            if q.nstaged > 0 {
+                for j in 0..q.nstaged {
+                    // SAFETY: slots [head, head + nstaged) are free: the space check above
+                    // kept head - tail + nstaged ≤ slots, so the consumer is not reading them.
+                    unsafe { seg.slot(qi, q.head + j as u64).write(q.staged[j]) };
+                    q.enqueued_bytes += q.staged[j].wire_len as u64;
+                }
+                q.head += q.nstaged as u64;
+                q.enqueued += q.nstaged as u64;
+                seg.cursors(qi).head.store(q.head, Ordering::Release);
+            }
+        }
+        self.publish();
+    }
+
+    /// Publishes the local counters into the segment (single writer).
+    fn publish(&self) {
+        let h = &self.seg.header().counters;
+        h.rx_packets.store(self.rx_packets, Ordering::Relaxed);
+        h.rx_bytes.store(self.rx_bytes, Ordering::Relaxed);
+        h.filtered.store(self.filtered, Ordering::Relaxed);
+        h.no_frame.store(self.no_frame, Ordering::Relaxed);
+        h.routed.store(self.routed, Ordering::Relaxed);
+        h.copies.store(self.copies, Ordering::Relaxed);
+        for (qi, q) in self.q.iter().enumerate() {
+            let k = self.seg.ctl(qi);
+            k.enqueued.store(q.enqueued, Ordering::Relaxed);
+            k.enqueued_bytes.store(q.enqueued_bytes, Ordering::Relaxed);
+            k.ring_full.store(q.ring_full, Ordering::Relaxed);
+            k.consumer_gone.store(q.consumer_gone, Ordering::Relaxed);
+            k.reclaimed.store(q.reclaimed_pkts, Ordering::Relaxed);
+            k.no_frame.store(q.no_frame, Ordering::Relaxed);
+        }
+    }
+
+    /// Checks consumers (call every ~100 ms, not per batch: it reads /proc): a queue whose
+    /// consumer left or died is reclaimed and its packets dropped as `consumer_gone` until a
+    /// consumer attaches again.
+    pub fn maintain(&mut self) {
+        let seg = self.seg.clone();
+        for qi in 0..self.q.len() {
+            let ctl = seg.ctl(qi);
+            let owner = ctl.owner.load(Ordering::Acquire);
+            let (gen, pid) = ((owner >> 32) as u32, owner as u32);
+            if gen == 0 || pid == RECLAIMING {
+                continue; // never attached (buffer), or being handled
+            }
+            if pid != 0 && alive(pid) {
+                self.q[qi].gone = false;
+                continue;
+            }
+            // Left (pid 0) or dead: take the queue back, unless a consumer attaches meanwhile.
+            let busy = (gen as u64) << 32 | RECLAIMING as u64;
+            if ctl
+                .owner
+                .compare_exchange(owner, busy, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                continue;
+            }
+            self.reclaim();
+            let q = &mut self.q[qi];
+            // Everything still in the ring (read by the dead consumer or not) comes back.
+            while q.reclaimed < q.head {
+                let f = q.shadow[(q.reclaimed as usize) & (seg.slots - 1)];
+                release(&seg, &mut self.free, f);
+                q.reclaimed += 1;
+                q.reclaimed_pkts += 1;
+                q.consumer_gone += 1;
+            }
+            q.cached_tail = q.head;
+            seg.cursors(qi).tail.store(q.head, Ordering::Release);
+            q.gone = true;
+            ctl.owner.store((gen as u64) << 32, Ordering::Release);
+        }
+        self.publish();
+    }
+
+    /// Statistics of the cluster.
+    pub fn stats(&self) -> ClusterStats {
+        self.publish();
+        self.seg.stats()
+    }
+
+    /// Marks the cluster closed: consumers drain their queues and stop.
+    pub fn close(&mut self) {
+        self.publish();
+        self.seg
+            .header()
+            .state
+            .store(STATE_CLOSED, Ordering::Release);
+    }
+}
+
+#[inline(always)]
+fn release(seg: &Segment, free: &mut Vec<u32>, f: u32) {
+    let rc = seg.refcnt(f);
+    let n = rc.load(Ordering::Relaxed).saturating_sub(1);
+    rc.store(n, Ordering::Relaxed);
+    if n == 0 {
+        free.push(f);
+    }
+}
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        self.close();
+        if let Some(p) = &self.seg.path {
+            // Consumers keep their mapping; the name is free for the next master.
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// A consumer of one queue of a cluster: `cluster:ID@Q`.
+///
+/// `rx` hands out descriptors that point into the segment (zero copy) and releases the ones it
+/// handed out at the previous call, like a kernel ring: process (or copy) a batch before
+/// receiving the next. Frames marked [`Desc::F_SHARED`] are read-only.
+pub struct ClusterPort {
+    name: String,
+    seg: Arc<Segment>,
+    q: usize,
+    read: u64,
+    released: u64,
+    owner: u64,
+    stats: PortStats,
+    idle: u32,
+    master_gone: bool,
+}
+
+impl ClusterPort {
+    /// Opens `ID@Q` (or `ID`, queue 0).
+    pub fn open(spec: &str) -> Result<ClusterPort, PortError> {
+        let bad = |why: &str| PortError::BadUri {
+            uri: format!("cluster:{spec}"),
+            why: why.into(),
+        };
+        let (id, q) = spec.split_once('@').unwrap_or((spec, "0"));
+        let id: u32 = id
+            .parse()
+            .map_err(|_| bad("the cluster id is a number: cluster:ID@QUEUE"))?;
+        let q: usize = q
+            .parse()
+            .map_err(|_| bad("the queue is a number: cluster:ID@QUEUE"))?;
+        let seg = Segment::open(id)?;
+        Self::attach(seg, q)
+    }
+
+    /// Attaches to queue `q` of a mapped segment.
+    pub fn attach(seg: Arc<Segment>, q: usize) -> Result<ClusterPort, PortError> {
+        let name = format!("cluster:{}@{}", seg.id, q);
+        if q >= seg.queues {
+            return Err(PortError::BadUri {
+                uri: name,
+                why: format!("cluster {} has queues 0..{}", seg.id, seg.queues - 1),
+            });
+        }
+        let me = my_pid();
+        let ctl = seg.ctl(q);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let owner = loop {
+            let cur = ctl.owner.load(Ordering::Acquire);
+            let (gen, pid) = ((cur >> 32) as u32, cur as u32);
+            if pid == RECLAIMING {
+                if std::time::Instant::now() > deadline {
+                    return Err(err(
+                        &name,
+                        "the master is busy reclaiming this queue".into(),
+                    ));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                continue;
+            }
+            if pid != 0 && (pid == me || alive(pid)) {
+                return Err(err(
+                    &name,
+                    format!("queue {q} already has a consumer (pid {pid})"),
+                ));
+            }
+            // Free, or its consumer died and the master has not noticed yet: take it.
+            let new = ((gen.wrapping_add(1).max(1)) as u64) << 32 | me as u64;
+            if ctl
+                .owner
+                .compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                break new;
+            }
+        };
+        ctl.attaches.fetch_add(1, Ordering::Relaxed);
+        // Resume at the first descriptor not released: anything a dead predecessor held and
+        // did not release is delivered again (at least once).
+        let tail = seg.cursors(q).tail.load(Ordering::Acquire);
+        Ok(ClusterPort {
+            name,
+            seg,
+            q,
+            read: tail,
+            released: tail,
+            owner,
+            stats: PortStats::default(),
+            idle: 0,
+            master_gone: false,
+        })
+    }
+
+    /// The queue number.
+    pub fn queue(&self) -> usize {
+        self.q
+    }
+
+    /// The segment.
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+
+    #[inline(always)]
+    fn release(&mut self) {
+        if self.read != self.released {
+            self.seg
+                .cursors(self.q)
+                .tail
+                .store(self.read, Ordering::Release);
+            self.released = self.read;
+        }
+    }
+
+    fn check_master(&mut self, look_at_pid: bool) -> bool {
+        let h = self.seg.header();
+        if h.state.load(Ordering::Acquire) == STATE_CLOSED
+            || (look_at_pid && !same_process(h.master_pid, h.master_start))
+        {
+            self.master_gone = true;
+        }
+        self.master_gone
+    }
+
+    fn ended(&self) -> PortError {
+        let h = self.seg.header();
+        let how = if h.state.load(Ordering::Acquire) == STATE_CLOSED {
+            "closed the cluster"
+        } else {
+            "died"
+        };
+        err(
+            &self.name,
+            format!(
+                "the cluster master (pid {}) {how}; {} packets received from this queue",
+                h.master_pid,
+                crate::stats::group(self.stats.rx_packets)
+            ),
+        )
+    }
+}
+
+impl Port for ClusterPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    #[inline]
+    fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        batch.bind(&self.seg.pool);
+        self.release();
+        let head = self.seg.cursors(self.q).head.load(Ordering::Acquire);
+        let avail = head.saturating_sub(self.read) as usize;
+        // The master took the queue back (we were thought dead): stop rather than read frames
+        // that are no longer ours.
+        if head < self.read || self.seg.ctl(self.q).owner.load(Ordering::Relaxed) != self.owner {
+            return Err(err(
+                &self.name,
+                "the master reclaimed this queue (consumer considered dead); reattach".into(),
+            ));
+        }
+        let n = avail.min(batch.room()).min(self.seg.slots);
+        if n == 0 {
+            self.idle = self.idle.wrapping_add(1);
+            // The closed flag is one load; the master's pid is looked up now and then.
+            if self.master_gone || self.check_master(self.idle.is_multiple_of(1024)) {
+                return Err(self.ended());
+            }
+            return Ok(0);
+        }
+        self.idle = 0;
+        let mut bytes = 0u64;
+        for i in 0..n {
+            // SAFETY: slots [read, head) were written by the master before its release store
+            // of head (our acquire load above); it does not rewrite them until we move tail.
+            let d = unsafe { self.seg.slot(self.q, self.read + i as u64).read() };
+            bytes += d.wire_len as u64;
+            batch.push(d);
+        }
+        self.read += n as u64;
+        self.stats.rx_packets += n as u64;
+        self.stats.rx_bytes += bytes;
+        Ok(n)
+    }
+
+    fn tx(&mut self, _batch: &mut Batch) -> Result<usize, PortError> {
+        Err(PortError::Unsupported {
+            port: self.name.clone(),
+            op: "transmit into a cluster",
+        })
+    }
+
+    fn stats(&mut self) -> PortStats {
+        let mut s = self.stats;
+        let k = self.seg.ctl(self.q);
+        s.rx_drops
+            .add(DropReason::RingFull, k.ring_full.load(Ordering::Relaxed));
+        s.rx_drops.add(
+            DropReason::ConsumerGone,
+            k.consumer_gone.load(Ordering::Relaxed),
+        );
+        s.rx_drops
+            .add(DropReason::NoFrame, k.no_frame.load(Ordering::Relaxed));
+        s
+    }
+
+    fn pool(&self) -> Option<&Arc<Pool>> {
+        Some(&self.seg.pool)
+    }
+}
+
+impl Drop for ClusterPort {
+    fn drop(&mut self) {
+        self.release();
+        let gen = self.owner >> 32;
+        let _ = self.seg.ctl(self.q).owner.compare_exchange(
+            self.owner,
+            gen << 32,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+}
