@@ -5,13 +5,14 @@ use crate::cmd::count::open_port;
 use crate::common::{pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
+use linerate::apps::balance::source::SourcePort;
 use linerate::apps::balance::{
     self, BalanceOptions, BalanceReport, BalanceTick, Distributor, Ended, Mode, ThreadFigures,
     Threads,
 };
 use linerate::filter::Filter;
 use linerate::port::cluster::{ClusterConfig, ClusterStats, Master};
-use linerate::port::PortOptions;
+use linerate::port::{Port, PortOptions};
 use linerate::stats::prom::{cluster_text, MetricsServer};
 use linerate::stats::{group, group_f};
 use linerate::units;
@@ -22,16 +23,20 @@ use std::sync::Arc;
 /// Flags of `linerate balance`.
 #[derive(Parser, Debug)]
 pub struct Args {
-    /// Input port(s): afpacket:IFACE, pcap:FILE, mem:NAME; a,b aggregates round-robin.
+    /// Input port(s): afpacket:IFACE, pcap:FILE, mem:NAME; a,b aggregates round-robin;
+    /// `source[:COUNT]` is the built-in generator (64 B frames, rotating addresses).
     #[arg(short = 'i', long = "in", value_name = "PORTS")]
     input: String,
+    /// Wait until every queue has a consumer before reading the input.
+    #[arg(long)]
+    wait_consumers: bool,
     /// Cluster id: consumers attach with -i cluster:ID@QUEUE.
     #[arg(short = 'c', long = "cluster", value_name = "ID", default_value = "10")]
     cluster: u32,
     /// Queues per application: 2,1 = application 0 balanced over queues 0-1, application 1 a
     /// full copy on queue 2.
     #[arg(short = 'n', long = "queues", value_name = "N[,M...]", default_value = "1", value_parser = parse_apps)]
-    apps: Vec<u32>,
+    apps: Apps,
     /// Distribution mode: round-robin, fanout, ip, mac, proto, 5tuple, toeplitz, vlan, gre, gtp.
     #[arg(short = 'm', long = "mode", value_name = "MODE", default_value = "ip")]
     mode: Mode,
@@ -83,10 +88,16 @@ pub struct Args {
     work_ns: u64,
 }
 
-fn parse_apps(s: &str) -> Result<Vec<u32>, String> {
+/// Queues per application (`-n 2,1`).
+#[derive(Clone, Debug)]
+pub struct Apps(pub Vec<u32>);
+
+fn parse_apps(s: &str) -> Result<Apps, String> {
     let v: Result<Vec<u32>, _> = s.split(',').map(|x| x.trim().parse::<u32>()).collect();
     match v {
-        Ok(v) if !v.is_empty() && v.iter().all(|&n| n > 0) && v.iter().sum::<u32>() <= 64 => Ok(v),
+        Ok(v) if !v.is_empty() && v.iter().all(|&n| n > 0) && v.iter().sum::<u32>() <= 64 => {
+            Ok(Apps(v))
+        }
         _ => Err(format!(
             "'{s}': queues per application, e.g. 2 or 2,1 (1 to 64 queues in all)"
         )),
@@ -115,7 +126,18 @@ fn parse_cores(s: &str) -> anyhow::Result<(Option<usize>, Vec<usize>)> {
 /// Runs `linerate balance`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
-    let mut input = open_port(&a.input, &PortOptions::default())?;
+    let mut input: Box<dyn Port> = match a.input.strip_prefix("source") {
+        Some(rest) if rest.is_empty() || rest.starts_with(':') => {
+            let count = match rest.strip_prefix(':') {
+                Some(c) => {
+                    Some(units::parse_count(c).map_err(|e| usage(format!("-i {}: {e}", a.input)))?)
+                }
+                None => None,
+            };
+            Box::new(SourcePort::new(4096, count)?)
+        }
+        _ => open_port(&a.input, &PortOptions::default())?,
+    };
     let link = input.link_type();
     let filter = match &a.filter {
         Some(expr) => Some(Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?),
@@ -126,7 +148,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         None => (None, Vec::new()),
     };
     let cfg = ClusterConfig {
-        apps: a.apps.clone(),
+        apps: a.apps.0.clone(),
         slots: a.slots,
         frames: a.buffers,
         ..Default::default()
@@ -162,7 +184,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 "Balancing {} to {} consumer threads (-n {}, mode {})",
                 a.input,
                 cfg.queues(),
-                apps_str(&a.apps),
+                apps_str(&a.apps.0),
                 a.mode.name()
             );
         } else {
@@ -172,13 +194,29 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 a.cluster,
                 a.input,
                 cfg.queues(),
-                apps_str(&a.apps),
+                apps_str(&a.apps.0),
                 a.mode.name(),
                 a.cluster
             );
         }
     }
-    let mut dist = Distributor::new(a.mode, &a.apps, link);
+    if a.wait_consumers && !a.threads {
+        let t0 = std::time::Instant::now();
+        while master
+            .stats()
+            .queues
+            .iter()
+            .any(|q| q.consumer_pid.is_none())
+        {
+            if stop.load(std::sync::atomic::Ordering::Relaxed)
+                || a.duration.is_some_and(|d| t0.elapsed() >= d)
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    let mut dist = Distributor::new(a.mode, &a.apps.0, link);
     let opts = BalanceOptions {
         count: a.packets,
         duration: a.duration,

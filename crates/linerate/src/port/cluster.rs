@@ -232,9 +232,9 @@ impl std::fmt::Debug for Segment {
 }
 
 fn err(path: &str, msg: String) -> PortError {
-    PortError::Io {
-        path: path.to_string(),
-        source: std::io::Error::other(msg),
+    PortError::Gone {
+        port: path.to_string(),
+        why: msg,
     }
 }
 

@@ -181,6 +181,14 @@ pub enum PortError {
         /// The operation.
         op: &'static str,
     },
+    /// The port's source went away or refused us (a cluster's master exited, a queue is taken).
+    #[error("{port}: {why}")]
+    Gone {
+        /// The port.
+        port: String,
+        /// What happened and what to do.
+        why: String,
+    },
     /// Packet memory could not be set up.
     #[error(transparent)]
     Mem(#[from] crate::mem::MemError),
