@@ -17,6 +17,7 @@ use crate::mem::{Batch, BATCH};
 use crate::port::cluster::{ClusterPort, ClusterStats, Master};
 use crate::port::{LinkType, Port, PortError};
 use crate::time::mono_ns;
+use crate::wire;
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -186,14 +187,53 @@ impl Distributor {
     }
 }
 
-/// The hash `mode` computes over `data` (a packet of link type `link`).
+/// The hash `mode` computes over `data` (a packet of link type `link`), from the one-pass header
+/// parser ([`crate::wire::parse`]); packets without the headers a mode needs hash to 0 (the
+/// application's first queue). Exactly:
+/// - `ip`: [`wire::hash_ip_symmetric`]: MurmurHash3 of the source address XOR that of the
+///   destination (IPv4 or IPv6, after any VLAN tags): both directions alike;
+/// - `mac`: [`wire::hash_mac`]: symmetric over source and destination MAC;
+/// - `proto`: [`wire::hash_proto`]: the upper-layer protocol number (after IPv6 extension headers);
+/// - `5tuple`: [`wire::hash_5tuple_symmetric`]: addresses, ports (TCP, UDP, SCTP; 0 for other
+///   protocols and for fragments, so all fragments of a datagram stay together) and protocol,
+///   symmetric;
+/// - `toeplitz`: [`wire::hash_toeplitz_symmetric`]: the RSS Toeplitz hash with the key 0x6d5a
+///   repeated (symmetric) over addresses and ports, as a NIC with that key computes it;
+/// - `vlan`: [`wire::hash_vlan`]: the outermost VLAN id (0 untagged);
+/// - `gre` / `gtp`: the `ip` hash of the packet inside a GRE (IP protocol 47) or GTP-U (UDP port
+///   2152) tunnel, so traffic of one inner conversation (one subscriber for GTP) stays together;
+///   packets not in such a tunnel use the `ip` hash of their outer header.
 pub fn hash(mode: Mode, data: &[u8], link: LinkType) -> u32 {
-    let _ = (data, link);
+    if !mode.hashes() {
+        return 0;
+    }
+    let p = wire::parse(data, link);
     match mode {
         Mode::RoundRobin | Mode::Fanout => 0,
-        _ => 0,
+        Mode::Ip => wire::hash_ip_symmetric(&p),
+        Mode::Mac => wire::hash_mac(&p),
+        Mode::Proto => wire::hash_proto(&p),
+        Mode::FiveTuple => wire::hash_5tuple_symmetric(&p),
+        Mode::Toeplitz => wire::hash_toeplitz_symmetric(&p),
+        Mode::Vlan => wire::hash_vlan(&p),
+        Mode::GreInner | Mode::GtpInner => {
+            let tunnel = if mode == Mode::GreInner {
+                p.ip_version != 0 && p.proto == wire::proto::GRE
+            } else {
+                p.ip_version != 0
+                    && p.proto == wire::proto::UDP
+                    && (p.dport == GTP_U_PORT || p.sport == GTP_U_PORT)
+            };
+            match wire::inner(data, &p) {
+                Some(i) if tunnel && i.ip_version != 0 => wire::hash_ip_symmetric(&i),
+                _ => wire::hash_ip_symmetric(&p),
+            }
+        }
     }
 }
+
+/// GTP-U's UDP port.
+const GTP_U_PORT: u16 = 2152;
 
 /// What the master does and when it stops.
 #[derive(Debug, Default)]
