@@ -81,15 +81,15 @@ fn flow(i: u32) -> (Vec<u8>, Vec<u8>) {
         1024 + (i % 60000) as u16,
         [80u16, 443, 53, 8080][(i % 4) as usize],
     );
-    let proto = if i % 3 == 0 { 17 } else { 6 };
+    let proto = if i.is_multiple_of(3) { 17 } else { 6 };
     let ma = [2, 0, 0, (i >> 16) as u8, (i >> 8) as u8, i as u8];
     let mb = [2, 1, 1, 1, 1, (i % 5) as u8];
-    let vlan = if i % 5 == 0 {
+    let vlan = if i.is_multiple_of(5) {
         Some((i % 4000) as u16 + 1)
     } else {
         None
     };
-    if i % 7 == 0 {
+    if i.is_multiple_of(7) {
         let mut s6 = [0u8; 16];
         let mut d6 = [0u8; 16];
         s6[0] = 0x20;
