@@ -301,3 +301,48 @@ fn master_close_stops_consumers_after_the_drain_with_a_clear_error() {
         "{e}"
     );
 }
+
+#[test]
+fn a_queue_replaced_by_an_egress_port_sends_its_packets_there() {
+    use linerate::apps::balance::Egress;
+    use linerate::port::mem::wire;
+    let cfg = ClusterConfig {
+        apps: vec![2],
+        slots: 1024,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let (near, mut far) = wire("egress-t", &linerate::port::PortOptions::default()).unwrap();
+    let mut egress = vec![Egress::new(&master, 1, Box::new(near)).unwrap()];
+    let threads = Threads::spawn_some(&master, &[0], 0, None).unwrap();
+    let mut dist = Distributor::new(Mode::RoundRobin, &[2], LinkType::ETHERNET);
+    let stop = AtomicBool::new(false);
+    let r = balance::run_with(
+        &mut VecPort::new(numbered(2000)),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &mut egress,
+        &stop,
+        |_| {},
+    );
+    assert!(r.error.is_none());
+    master.close();
+    assert_eq!(threads.join().unwrap()[0].0, 1000);
+    let mut b = Batch::new();
+    let mut got = vec![];
+    while far.rx(&mut b).unwrap() > 0 {
+        got.extend(
+            b.iter()
+                .map(|p| u32::from_be_bytes(p.data[..4].try_into().unwrap())),
+        );
+        b.clear();
+    }
+    assert_eq!(got.len(), 1000);
+    assert!(
+        got.iter().all(|i| i % 2 == 1),
+        "queue 1 got the odd packets"
+    );
+    assert_eq!(egress[0].dropped, 0);
+    master.stats().check_invariant().unwrap();
+}

@@ -6,12 +6,14 @@ use crate::common::{pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::balance::source::SourcePort;
+use linerate::apps::balance::Egress;
 use linerate::apps::balance::{
     self, BalanceOptions, BalanceReport, BalanceTick, Distributor, Ended, Mode, ThreadFigures,
     Threads,
 };
 use linerate::filter::Filter;
 use linerate::port::cluster::{ClusterConfig, ClusterStats, Master};
+use linerate::port::pcap::PcapPort;
 use linerate::port::{Port, PortOptions};
 use linerate::stats::prom::{cluster_text, MetricsServer};
 use linerate::stats::{group, group_f};
@@ -83,6 +85,9 @@ pub struct Args {
     /// Seconds between statistics.
     #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = units::parse_duration)]
     interval: std::time::Duration,
+    /// Replace queue Q by an egress port (pcap file, afpacket:IFACE, mem:NAME); repeatable.
+    #[arg(short = 'r', long = "egress", value_name = "Q:PORT")]
+    egress: Vec<String>,
     /// Simulated work per packet in consumer threads (ns), to see overload.
     #[arg(long, value_name = "NS", default_value = "0")]
     work_ns: u64,
@@ -164,6 +169,29 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    let mut egress = Vec::new();
+    for spec in &a.egress {
+        let bad = || usage(format!("-r {spec}: write QUEUE:PORT, e.g. -r 0:out.pcap"));
+        let (q, uri) = spec.split_once(':').ok_or_else(bad)?;
+        let q: usize = q.parse().map_err(|_| bad())?;
+        if q >= cfg.queues() {
+            return Err(usage(format!(
+                "-r {spec}: the cluster has queues 0..{}",
+                cfg.queues() - 1
+            )));
+        }
+        let out: Box<dyn Port> = match uri.strip_prefix("pcap:") {
+            Some(path) => {
+                Box::new(PcapPort::create(path, link).map_err(|e| usage(format!("-r: {e}")))?)
+            }
+            None if uri.ends_with(".pcap") || uri.ends_with(".pcapng") => {
+                Box::new(PcapPort::create(uri, link).map_err(|e| usage(format!("-r: {e}")))?)
+            }
+            None => open_port(uri, &PortOptions::default())?,
+        };
+        egress.push(Egress::new(&master, q, out)?);
+    }
+    let egress_queues: Vec<usize> = egress.iter().map(|e| e.queue()).collect();
     let threads = if a.threads {
         let cores = Arc::new(thread_cores);
         let on_start: Arc<dyn Fn(usize) + Send + Sync> = Arc::new(move |q| {
@@ -171,7 +199,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 let _ = pin(Some(c));
             }
         });
-        Some(Threads::spawn(&master, a.work_ns, Some(on_start))?)
+        let queues: Vec<usize> = (0..cfg.queues())
+            .filter(|q| !egress_queues.contains(q))
+            .collect();
+        Some(Threads::spawn_some(
+            &master,
+            &queues,
+            a.work_ns,
+            Some(on_start),
+        )?)
     } else {
         None
     };
@@ -225,32 +261,57 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let mut last_threads: Vec<(u64, u64)> = vec![(0, 0); cfg.queues()];
     let id = a.cluster;
-    let report = balance::run(input.as_mut(), &mut master, &mut dist, &opts, &stop, |t| {
-        let now_threads: Vec<(u64, u64)> = threads
-            .as_ref()
-            .map(|th| th.counters().iter().map(|c| c.get()).collect())
-            .unwrap_or_default();
-        if let Some(m) = &metrics {
-            m.set(cluster_text(id, &t.now.stats, &now_threads));
+    let report = balance::run_with(
+        input.as_mut(),
+        &mut master,
+        &mut dist,
+        &opts,
+        &mut egress,
+        &stop,
+        |t| {
+            let now_threads: Vec<(u64, u64)> = threads
+                .as_ref()
+                .map(|th| th.counters().iter().map(|c| c.get()).collect())
+                .unwrap_or_default();
+            if let Some(m) = &metrics {
+                m.set(cluster_text(id, &t.now.stats, &now_threads));
+            }
+            if !a.quiet {
+                let s = if a.json {
+                    json_tick("stats", t, &now_threads) + "\n"
+                } else if threads.is_some() {
+                    threads_text(t, &last_threads, &now_threads, &egress_queues)
+                } else {
+                    master_text(t)
+                };
+                let _ = out.write_all(s.as_bytes());
+                let _ = out.flush();
+            }
+            last_threads = now_threads;
+        },
+    );
+    let mut out = std::io::stdout();
+    for e in &mut egress {
+        let q = e.queue();
+        let dropped = e.dropped;
+        let st = e.out().stats();
+        if !a.json {
+            let _ = writeln!(
+                out,
+                "Egress Q {q} -> {}: {} pkts sent, {} not taken by the port",
+                e.out().name(),
+                group(st.tx_packets),
+                group(dropped + st.tx_drops.total())
+            );
         }
-        if !a.quiet {
-            let s = if a.json {
-                json_tick("stats", t, &now_threads) + "\n"
-            } else if threads.is_some() {
-                threads_text(t, &last_threads, &now_threads)
-            } else {
-                master_text(t)
-            };
-            let _ = out.write_all(s.as_bytes());
-            let _ = out.flush();
-        }
-        last_threads = now_threads;
-    });
-    finish(a, master, threads, report, &metrics)
+    }
+    drop(egress);
+    finish(a, &egress_queues, master, threads, report, &metrics)
 }
 
 fn finish(
     a: Args,
+    egress_queues: &[usize],
     mut master: Master,
     threads: Option<Threads>,
     report: BalanceReport,
@@ -289,7 +350,12 @@ fn finish(
         let mut whole = t.clone();
         whole.prev = whole.start.clone();
         let text = if !final_threads.is_empty() {
-            threads_text(&whole, &vec![(0, 0); final_threads.len()], &final_threads)
+            threads_text(
+                &whole,
+                &vec![(0, 0); final_threads.len()],
+                &final_threads,
+                egress_queues,
+            )
         } else {
             master_text(&whole)
         };
@@ -344,12 +410,24 @@ fn secs(a: u64, b: u64) -> f64 {
 }
 
 /// Per-thread blocks and the aggregate line, as pfdnacluster_multithread prints them.
-pub fn threads_text(t: &BalanceTick, prev: &[(u64, u64)], now: &[(u64, u64)]) -> String {
+/// Queues in `egress` go to ports, not threads: they count as Sent.
+pub fn threads_text(
+    t: &BalanceTick,
+    prev: &[(u64, u64)],
+    now: &[(u64, u64)],
+    egress: &[usize],
+) -> String {
     let mut s = String::new();
     let abs_s = secs(t.start.t_ns, t.now.t_ns);
     let act_s = secs(t.prev.t_ns, t.now.t_ns);
     let mut processed = 0u64;
+    let mut sent = 0u64;
     for (q, &(p, b)) in now.iter().enumerate() {
+        if egress.contains(&q) {
+            let d = |s: &ClusterStats| s.queues.get(q).map_or(0, |x| x.delivered);
+            sent += d(&t.now.stats) - d(&t.prev.stats).min(d(&t.now.stats));
+            continue;
+        }
         let qs = t.now.stats.queues.get(q).copied().unwrap_or_default();
         let q0 = t.start.stats.queues.get(q).copied().unwrap_or_default();
         let prev_p = prev.get(q).map_or(0, |x| x.0);
@@ -369,9 +447,10 @@ pub fn threads_text(t: &BalanceTick, prev: &[(u64, u64)], now: &[(u64, u64)]) ->
     let captured = t.now.stats.rx_packets - t.prev.stats.rx_packets;
     s.push_str("=========================\n");
     s.push_str(&format!(
-        "Aggregate Actual stats: [Captured {} pkt/sec][Processed {} pkt/sec][Sent 0.00 pkt/sec]\n",
+        "Aggregate Actual stats: [Captured {} pkt/sec][Processed {} pkt/sec][Sent {} pkt/sec]\n",
         group_f(captured as f64 / act_s, 2),
-        group_f(processed as f64 / act_s, 2)
+        group_f(processed as f64 / act_s, 2),
+        group_f(sent as f64 / act_s, 2)
     ));
     s.push_str("=========================\n");
     s

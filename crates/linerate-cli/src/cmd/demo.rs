@@ -89,7 +89,7 @@ fn run_threads(
     let mut t: BalanceTick = r.tick.clone();
     t.now.stats = stats.clone();
     t.prev = t.start.clone();
-    let text = threads_text(&t, &vec![(0, 0); got.len()], &got);
+    let text = threads_text(&t, &vec![(0, 0); got.len()], &got, &[]);
     Ok(Measured {
         secs,
         stats,

@@ -287,6 +287,80 @@ pub fn run(
     dist: &mut Distributor,
     opts: &BalanceOptions,
     stop: &AtomicBool,
+    on_tick: impl FnMut(&BalanceTick),
+) -> BalanceReport {
+    run_with(input, master, dist, opts, &mut [], stop, on_tick)
+}
+
+/// A queue replaced by an egress port (`-r Q:PORT`): the master itself drains the queue into
+/// the port after each batch (zero copy up to the port, which copies into its own memory: a
+/// pcap file, a kernel ring).
+pub struct Egress {
+    queue: usize,
+    port: ClusterPort,
+    out: Box<dyn Port>,
+    batch: Batch,
+    /// Packets the egress port did not take (its ring or wire was full).
+    pub dropped: u64,
+}
+
+impl Egress {
+    /// Makes queue `queue` of `master`'s cluster an egress to `out`.
+    pub fn new(master: &Master, queue: usize, out: Box<dyn Port>) -> Result<Egress, PortError> {
+        Ok(Egress {
+            queue,
+            port: master.consumer(queue)?,
+            out,
+            batch: Batch::new(),
+            dropped: 0,
+        })
+    }
+
+    /// The queue it replaces.
+    pub fn queue(&self) -> usize {
+        self.queue
+    }
+
+    /// The egress port.
+    pub fn out(&mut self) -> &mut dyn Port {
+        self.out.as_mut()
+    }
+
+    /// Moves what waits in the queue to the port (a few batches at most).
+    pub fn pump(&mut self) -> Result<usize, PortError> {
+        let mut moved = 0;
+        for _ in 0..8 {
+            let n = self.port.rx(&mut self.batch)?;
+            if n == 0 {
+                break;
+            }
+            moved += n;
+            while !self.batch.is_empty() {
+                if self.out.tx(&mut self.batch)? == 0 {
+                    break;
+                }
+            }
+            self.dropped += self.batch.len() as u64;
+            self.batch.clear();
+        }
+        Ok(moved)
+    }
+
+    /// Drains the queue completely and flushes the port.
+    pub fn finish(&mut self) -> Result<(), PortError> {
+        while self.pump()? > 0 {}
+        self.out.flush()
+    }
+}
+
+/// [`run`] with queues replaced by egress ports.
+pub fn run_with(
+    input: &mut dyn Port,
+    master: &mut Master,
+    dist: &mut Distributor,
+    opts: &BalanceOptions,
+    egress: &mut [Egress],
+    stop: &AtomicBool,
     mut on_tick: impl FnMut(&BalanceTick),
 ) -> BalanceReport {
     let mut batch = Batch::new();
@@ -328,6 +402,10 @@ pub fn run(
             master.distribute(&batch, &masks[..batch.len()]);
             pkts += batch.len() as u64;
             batch.clear();
+            if let Err(e) = egress.iter_mut().try_for_each(|e| e.pump().map(|_| ())) {
+                error = Some(e);
+                break Ended::Error;
+            }
         } else if input.is_finished() {
             break Ended::EndOfInput;
         } else {
@@ -361,6 +439,11 @@ pub fn run(
             break Ended::Duration;
         }
     };
+    for e in egress.iter_mut() {
+        if let Err(err) = e.finish() {
+            error.get_or_insert(err);
+        }
+    }
     master.maintain();
     let now = Snap {
         t_ns: mono_ns(),
@@ -455,11 +538,22 @@ impl Threads {
         work_ns: u64,
         on_start: Option<std::sync::Arc<dyn Fn(usize) + Send + Sync>>,
     ) -> Result<Threads, PortError> {
+        let all: Vec<usize> = (0..master.segment().queues()).collect();
+        Self::spawn_some(master, &all, work_ns, on_start)
+    }
+
+    /// As [`Threads::spawn`], for the queues in `queues` only (the others' counters stay 0).
+    pub fn spawn_some(
+        master: &Master,
+        queues: &[usize],
+        work_ns: u64,
+        on_start: Option<std::sync::Arc<dyn Fn(usize) + Send + Sync>>,
+    ) -> Result<Threads, PortError> {
         let n = master.segment().queues();
         let counters: std::sync::Arc<Vec<ThreadCounters>> =
             std::sync::Arc::new((0..n).map(|_| ThreadCounters::default()).collect());
         let mut handles = Vec::with_capacity(n);
-        for q in 0..n {
+        for &q in queues {
             let mut port = master.consumer(q)?;
             let c = counters.clone();
             let on_start = on_start.clone();
