@@ -155,34 +155,55 @@ impl Distributor {
     /// Fills `out[i]` with the destination mask of packet `i` of `batch` (0: filtered out).
     #[inline]
     pub fn masks(&mut self, batch: &Batch, filter: Option<&Filter>, out: &mut [u64; BATCH]) {
-        for (i, p) in batch.iter().enumerate() {
-            if filter.is_some_and(|f| !f.matches(p.data)) {
-                out[i] = 0;
-                continue;
+        let n = batch.len().min(BATCH);
+        // Bit i set: packet i passed the filter.
+        let mut keep = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        if let Some(f) = filter {
+            for i in 0..n {
+                if !f.matches(batch.data(i)) {
+                    keep &= !(1 << i);
+                }
             }
-            out[i] = match self.mode {
-                Mode::Fanout => self.all,
-                Mode::RoundRobin => {
+        }
+        match self.mode {
+            Mode::Fanout => out[..n].fill(self.all),
+            Mode::RoundRobin => {
+                for (i, o) in out[..n].iter_mut().enumerate() {
+                    if keep & (1 << i) == 0 {
+                        continue;
+                    }
                     let mut m = 0u64;
-                    for (a, &(first, n)) in self.apps.iter().enumerate() {
+                    for (a, &(first, nq)) in self.apps.iter().enumerate() {
                         let r = &mut self.rr[a];
                         m |= 1 << (first + *r);
                         *r += 1;
-                        if *r == n {
+                        if *r == nq {
                             *r = 0;
                         }
                     }
-                    m
+                    *o = m;
                 }
-                mode => {
-                    let h = hash(mode, p.data, self.link);
-                    let mut m = 0u64;
-                    for &(first, n) in &self.apps {
-                        m |= 1 << (first + h % n);
+            }
+            mode => {
+                for (i, o) in out[..n].iter_mut().enumerate() {
+                    if keep & (1 << i) == 0 {
+                        continue;
                     }
-                    m
+                    let h = hash(mode, batch.data(i), self.link);
+                    let mut m = 0u64;
+                    for &(first, nq) in &self.apps {
+                        m |= 1 << (first + h % nq);
+                    }
+                    *o = m;
                 }
-            };
+            }
+        }
+        if keep != u64::MAX {
+            for (i, o) in out[..n].iter_mut().enumerate() {
+                if keep & (1 << i) == 0 {
+                    *o = 0;
+                }
+            }
         }
     }
 }
