@@ -323,6 +323,7 @@ fn a_queue_replaced_by_an_egress_port_sends_its_packets_there() {
         &mut dist,
         &opts(),
         &mut egress,
+        None,
         &stop,
         |_| {},
     );
@@ -345,4 +346,74 @@ fn a_queue_replaced_by_an_egress_port_sends_its_packets_there() {
     );
     assert_eq!(egress[0].dropped, 0);
     master.stats().check_invariant().unwrap();
+}
+
+#[test]
+fn consumers_transmit_into_the_cluster_and_the_master_sends_it_out() {
+    use linerate::port::mem::wire;
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 256,
+        tx_lanes: 2,
+        tx_slots: 256,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let (mut near, mut far) = wire("tx-t", &linerate::port::PortOptions::default()).unwrap();
+    let mut a = master.port();
+    let mut b = master.port();
+    let mut src = VecPort::new(numbered(1000));
+    let mut sent = 0;
+    let mut got = vec![];
+    let mut rx = Batch::new();
+    let mut batch = Batch::new();
+    while sent < 1000 {
+        src.rx(&mut batch).unwrap();
+        let port = if sent % 128 == 0 { &mut a } else { &mut b };
+        let n = port.tx(&mut batch).unwrap();
+        sent += n;
+        assert_eq!(batch.len(), 0, "a lane with room takes the whole batch");
+        master.pump_tx(&mut near).unwrap();
+        while far.rx(&mut rx).unwrap() > 0 {
+            got.extend(
+                rx.iter()
+                    .map(|p| u32::from_be_bytes(p.data[..4].try_into().unwrap())),
+            );
+            rx.clear();
+        }
+    }
+    got.sort();
+    assert_eq!(got, (0..1000).collect::<Vec<u32>>());
+    let st = master.stats();
+    assert_eq!(st.tx_packets, 1000);
+    assert_eq!(st.tx_dropped, 0);
+    // Two lanes: a third transmitter is refused while both live.
+    let mut c = master.port();
+    let mut one = Batch::new();
+    VecPort::new(numbered(1)).rx(&mut one).unwrap();
+    let e = c.tx(&mut one).unwrap_err().to_string();
+    assert!(e.contains("transmit lanes"), "{e}");
+    drop(a);
+    assert_eq!(c.tx(&mut one).unwrap(), 1, "a freed lane is taken");
+    // A full lane keeps what it cannot take, and never waits.
+    let mut big = Batch::new();
+    let mut src = VecPort::new(numbered(400));
+    let mut kept = 0;
+    for _ in 0..7 {
+        src.rx(&mut big).unwrap();
+        c.tx(&mut big).unwrap();
+        kept = big.len();
+        big.clear();
+    }
+    assert!(kept > 0, "the 256-slot lane filled up");
+}
+
+#[test]
+fn a_cluster_without_egress_refuses_transmit() {
+    let master = Master::anon(&ClusterConfig::default()).unwrap();
+    let mut p = master.port();
+    let mut b = Batch::new();
+    VecPort::new(numbered(1)).rx(&mut b).unwrap();
+    let e = p.tx(&mut b).unwrap_err().to_string();
+    assert!(e.contains("-o PORT"), "{e}");
 }

@@ -85,6 +85,9 @@ pub struct Args {
     /// Seconds between statistics.
     #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = units::parse_duration)]
     interval: std::time::Duration,
+    /// Send what consumers transmit into the cluster (`cluster:ID` ports) out of this port.
+    #[arg(short = 'o', long = "out", value_name = "PORT")]
+    out: Option<String>,
     /// Replace queue Q by an egress port (pcap file, afpacket:IFACE, mem:NAME); repeatable.
     #[arg(short = 'r', long = "egress", value_name = "Q:PORT")]
     egress: Vec<String>,
@@ -128,6 +131,24 @@ fn parse_cores(s: &str) -> anyhow::Result<(Option<usize>, Vec<usize>)> {
     Ok((m, v))
 }
 
+/// Opens an output port: a pcap file to create, or any port URI.
+fn open_out(
+    uri: &str,
+    link: linerate::port::LinkType,
+    flag: &str,
+) -> anyhow::Result<Box<dyn Port>> {
+    let create = |path: &str| -> anyhow::Result<Box<dyn Port>> {
+        Ok(Box::new(
+            PcapPort::create(path, link).map_err(|e| usage(format!("{flag}: {e}")))?,
+        ))
+    };
+    match uri.strip_prefix("pcap:") {
+        Some(path) => create(path),
+        None if uri.ends_with(".pcap") || uri.ends_with(".pcapng") => create(uri),
+        None => open_port(uri, &PortOptions::default()),
+    }
+}
+
 /// Runs `linerate balance`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
@@ -156,7 +177,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         apps: a.apps.0.clone(),
         slots: a.slots,
         frames: a.buffers,
+        tx_lanes: if a.out.is_some() { 8 } else { 0 },
         ..Default::default()
+    };
+    let mut tx_out = match &a.out {
+        Some(uri) => Some(open_out(uri, link, "-o")?),
+        None => None,
     };
     let mut master = if a.threads {
         Master::anon(&cfg).context("creating the cluster")?
@@ -180,16 +206,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 cfg.queues() - 1
             )));
         }
-        let out: Box<dyn Port> = match uri.strip_prefix("pcap:") {
-            Some(path) => {
-                Box::new(PcapPort::create(path, link).map_err(|e| usage(format!("-r: {e}")))?)
-            }
-            None if uri.ends_with(".pcap") || uri.ends_with(".pcapng") => {
-                Box::new(PcapPort::create(uri, link).map_err(|e| usage(format!("-r: {e}")))?)
-            }
-            None => open_port(uri, &PortOptions::default())?,
-        };
-        egress.push(Egress::new(&master, q, out)?);
+        egress.push(Egress::new(&master, q, open_out(uri, link, "-r")?)?);
     }
     let egress_queues: Vec<usize> = egress.iter().map(|e| e.queue()).collect();
     let threads = if a.threads {
@@ -267,6 +284,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         &mut dist,
         &opts,
         &mut egress,
+        tx_out.as_mut().map(|p| p.as_mut() as &mut dyn Port),
         &stop,
         |t| {
             let now_threads: Vec<(u64, u64)> = threads
@@ -305,7 +323,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    if let (Some(o), false) = (tx_out.as_mut(), a.json) {
+        let st = report.tick.now.stats.clone();
+        let _ = writeln!(
+            out,
+            "Out {}: {} pkts transmitted by consumers sent, {} not taken by the port",
+            o.name(),
+            group(st.tx_packets),
+            group(st.tx_dropped)
+        );
+    }
     drop(egress);
+    drop(tx_out);
     finish(a, &egress_queues, master, threads, report, &metrics)
 }
 
@@ -483,6 +512,16 @@ pub fn master_text(t: &BalanceTick) -> String {
         group_f(act_s * 1e3, 2),
         group_f(pr as f64 / act_s, 2)
     ));
+    if n.tx_packets + n.tx_dropped > 0 {
+        let tx = n.tx_packets - a.tx_packets;
+        s.push_str(&format!(
+            "TX (consumers -> -o): {} pkts [{} pkt/sec], actual {} pps, {} not taken\n",
+            group(tx),
+            group_f(tx as f64 / abs_s, 2),
+            group_f((n.tx_packets - p.tx_packets) as f64 / act_s, 2),
+            group(n.tx_dropped)
+        ));
+    }
     for (q, x) in n.queues.iter().enumerate() {
         let x0 = a.queues.get(q).copied().unwrap_or_default();
         let xp = p.queues.get(q).copied().unwrap_or_default();
@@ -548,6 +587,8 @@ pub fn json_tick(kind: &str, t: &BalanceTick, threads: &[(u64, u64)]) -> String 
         "destinations": n.copies,
         "delivered": n.delivered(),
         "rx_pps": (n.rx_packets - p.rx_packets) as f64 / act_s,
+        "tx": n.tx_packets,
+        "tx_dropped": n.tx_dropped,
         "queues": queues,
         "threads": th,
     })

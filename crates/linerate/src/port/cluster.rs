@@ -76,6 +76,11 @@ struct MasterCounters {
     routed: AtomicU64,
     /// Destinations asked for, summed over packets (a fan-out packet to 3 queues counts 3).
     copies: AtomicU64,
+    /// Packets consumers transmitted that the master sent to the egress port (`-o`).
+    tx_packets: AtomicU64,
+    tx_bytes: AtomicU64,
+    /// Packets consumers transmitted that the egress port did not take.
+    tx_dropped: AtomicU64,
 }
 
 #[repr(C)]
@@ -98,6 +103,11 @@ struct Header {
     refcnt_off: u64,
     frames_off: u64,
     total_len: u64,
+    /// Transmit lanes (consumers → master → `-o` port), slots per lane, where they are.
+    tx_lanes: u32,
+    tx_slots: u32,
+    tx_off: u64,
+    tx_stride: u64,
     /// Application index of each queue.
     app_of: [u8; MAX_QUEUES],
     counters: MasterCounters,
@@ -147,6 +157,10 @@ pub struct ClusterConfig {
     pub slots: u32,
     /// Frames in the segment (0: enough for every queue full).
     pub frames: u32,
+    /// Transmit lanes for consumers (`-o`: 0 when the master has no egress).
+    pub tx_lanes: u32,
+    /// Slots (and private frames) per transmit lane.
+    pub tx_slots: u32,
     /// Bytes per frame.
     pub frame_size: u32,
 }
@@ -157,6 +171,8 @@ impl Default for ClusterConfig {
             apps: vec![1],
             slots: DEFAULT_SLOTS,
             frames: 0,
+            tx_lanes: 0,
+            tx_slots: 1024,
             frame_size: crate::mem::DEFAULT_FRAME_SIZE,
         }
     }
@@ -178,18 +194,40 @@ struct Layout {
     queue_stride: usize,
     refcnt_off: usize,
     frames_off: usize,
+    tx_lanes: usize,
+    tx_slots: usize,
+    tx_off: usize,
+    tx_stride: usize,
     total: usize,
 }
 
+/// Inside a transmit lane: cursors, control block, slots, then the lane's own frames here.
+fn tx_frames_off(tx_slots: usize) -> usize {
+    (SLOTS_OFF + tx_slots * std::mem::size_of::<Desc>()).div_ceil(4096) * 4096
+}
+
 impl Layout {
-    fn new(queues: usize, slots: usize, frames: usize, frame_size: usize) -> Layout {
+    fn new(
+        queues: usize,
+        slots: usize,
+        frames: usize,
+        frame_size: usize,
+        tx_lanes: usize,
+        tx_slots: usize,
+    ) -> Layout {
         let up = |n: usize, a: usize| n.div_ceil(a) * a;
         let queue_off = HEADER_SIZE;
         let queue_stride = up(SLOTS_OFF + slots * std::mem::size_of::<Desc>(), 4096);
         let refcnt_off = queue_off + queues * queue_stride;
         let frames_off = up(refcnt_off + frames * 4, 4096);
-        let total = frames_off + frames * frame_size;
+        let tx_off = (frames_off + frames * frame_size).div_ceil(4096) * 4096;
+        let tx_stride = up(tx_frames_off(tx_slots) + tx_slots * frame_size, 4096);
+        let total = tx_off + tx_lanes * tx_stride;
         Layout {
+            tx_lanes,
+            tx_slots,
+            tx_off,
+            tx_stride,
             queues,
             slots,
             frames,
@@ -217,6 +255,10 @@ pub struct Segment {
     queue_stride: usize,
     refcnt_off: usize,
     frames_off: usize,
+    tx_lanes: usize,
+    tx_slots: usize,
+    tx_off: usize,
+    tx_stride: usize,
 }
 
 impl std::fmt::Debug for Segment {
@@ -277,6 +319,41 @@ impl Segment {
                 .add(self.queue_off + q * self.queue_stride + SLOTS_OFF) as *mut Desc)
                 .add(i)
         }
+    }
+
+    fn lane_base(&self, l: usize) -> *mut u8 {
+        debug_assert!(l < self.tx_lanes);
+        // SAFETY: l < tx_lanes: the lane's area lies inside the region (layout checked when
+        // mapped).
+        unsafe { self.base().add(self.tx_off + l * self.tx_stride) }
+    }
+
+    fn lane_cursors(&self, l: usize) -> &Cursors {
+        // SAFETY: the cursors start the lane's 4096-aligned area; atomics only.
+        unsafe { &*(self.lane_base(l) as *const Cursors) }
+    }
+
+    fn lane_ctl(&self, l: usize) -> &QueueCtl {
+        // SAFETY: a QueueCtl (atomics) at CTL_OFF inside the lane's area, 64-aligned.
+        unsafe { &*(self.lane_base(l).add(CTL_OFF) as *const QueueCtl) }
+    }
+
+    #[inline(always)]
+    fn lane_slot(&self, l: usize, cursor: u64) -> *mut Desc {
+        let i = (cursor as usize) & (self.tx_slots - 1);
+        // SAFETY: i < tx_slots; the lane's slot array starts at SLOTS_OFF in its area.
+        unsafe { (self.lane_base(l).add(SLOTS_OFF) as *mut Desc).add(i) }
+    }
+
+    /// Address (in the region) of the packet in the lane frame that goes with slot `cursor`.
+    #[inline(always)]
+    fn lane_frame_addr(&self, l: usize, cursor: u64) -> u64 {
+        let i = (cursor as usize) & (self.tx_slots - 1);
+        (self.tx_off
+            + l * self.tx_stride
+            + tx_frames_off(self.tx_slots)
+            + i * self.frame_size
+            + self.headroom) as u64
     }
 
     #[inline(always)]
@@ -358,6 +435,9 @@ impl Segment {
             no_frame: r(&c.no_frame),
             routed: r(&c.routed),
             copies: r(&c.copies),
+            tx_packets: r(&c.tx_packets),
+            tx_bytes: r(&c.tx_bytes),
+            tx_dropped: r(&c.tx_dropped),
             queues,
         }
     }
@@ -385,6 +465,8 @@ impl Segment {
             h.slots as usize,
             h.frames as usize,
             h.frame_size as usize,
+            h.tx_lanes as usize,
+            h.tx_slots as usize,
         );
         let sane = (1..=MAX_QUEUES).contains(&l.queues)
             && l.slots.is_power_of_two()
@@ -396,6 +478,10 @@ impl Segment {
             && l.queue_stride as u64 == h.queue_stride
             && l.refcnt_off as u64 == h.refcnt_off
             && l.frames_off as u64 == h.frames_off
+            && l.tx_lanes <= MAX_QUEUES
+            && (l.tx_lanes == 0 || (l.tx_slots.is_power_of_two() && l.tx_slots >= 64))
+            && l.tx_off as u64 == h.tx_off
+            && l.tx_stride as u64 == h.tx_stride
             && l.total as u64 == h.total_len
             && l.total <= region.len();
         if !sane {
@@ -415,6 +501,10 @@ impl Segment {
             queue_stride: l.queue_stride,
             refcnt_off: l.refcnt_off,
             frames_off: l.frames_off,
+            tx_lanes: l.tx_lanes,
+            tx_slots: l.tx_slots,
+            tx_off: l.tx_off,
+            tx_stride: l.tx_stride,
         })
     }
 
@@ -510,6 +600,12 @@ pub struct ClusterStats {
     pub routed: u64,
     /// Destinations asked for, over all packets.
     pub copies: u64,
+    /// Packets consumers transmitted that went out of the egress port.
+    pub tx_packets: u64,
+    /// Their bytes.
+    pub tx_bytes: u64,
+    /// Packets consumers transmitted that the egress port did not take.
+    pub tx_dropped: u64,
     /// Per queue.
     pub queues: Vec<QueueStats>,
 }
@@ -627,6 +723,11 @@ pub struct Master {
     routed: u64,
     copies: u64,
     space: [u32; MAX_QUEUES],
+    tx_tail: Vec<u64>,
+    tx_packets: u64,
+    tx_bytes: u64,
+    tx_dropped: u64,
+    tx_batch: Batch,
 }
 
 impl Master {
@@ -701,7 +802,16 @@ impl Master {
         } else {
             (cfg.frames as usize).max(2 * BATCH)
         };
-        Ok(Layout::new(nq, slots, frames, cfg.frame_size as usize))
+        let tx_lanes = (cfg.tx_lanes as usize).min(MAX_QUEUES);
+        let tx_slots = (cfg.tx_slots.max(64) as usize).next_power_of_two();
+        Ok(Layout::new(
+            nq,
+            slots,
+            frames,
+            cfg.frame_size as usize,
+            tx_lanes,
+            tx_slots,
+        ))
     }
 
     fn init(
@@ -746,6 +856,10 @@ impl Master {
                 refcnt_off: l.refcnt_off as u64,
                 frames_off: l.frames_off as u64,
                 total_len: l.total as u64,
+                tx_lanes: l.tx_lanes as u32,
+                tx_slots: l.tx_slots as u32,
+                tx_off: l.tx_off as u64,
+                tx_stride: l.tx_stride as u64,
                 app_of,
                 counters: MasterCounters {
                     rx_packets: AtomicU64::new(0),
@@ -754,6 +868,9 @@ impl Master {
                     no_frame: AtomicU64::new(0),
                     routed: AtomicU64::new(0),
                     copies: AtomicU64::new(0),
+                    tx_packets: AtomicU64::new(0),
+                    tx_bytes: AtomicU64::new(0),
+                    tx_dropped: AtomicU64::new(0),
                 },
             });
             // Queue control blocks and cursors are all-zero atomics: the fresh mapping already
@@ -791,6 +908,11 @@ impl Master {
             routed: 0,
             copies: 0,
             space: [0; MAX_QUEUES],
+            tx_tail: vec![0; l.tx_lanes],
+            tx_packets: 0,
+            tx_bytes: 0,
+            tx_dropped: 0,
+            tx_batch: Batch::new(),
         })
     }
 
@@ -802,6 +924,79 @@ impl Master {
     /// A consumer port for queue `q` in this process (threaded mode).
     pub fn consumer(&self, q: usize) -> Result<ClusterPort, PortError> {
         ClusterPort::attach(self.seg.clone(), q)
+    }
+
+    /// A port of this process attached to nothing yet: its first `tx` takes a transmit lane,
+    /// its first `rx` the first free queue (what `cluster:ID` opens).
+    pub fn port(&self) -> ClusterPort {
+        ClusterPort::unattached(self.seg.clone())
+    }
+
+    /// Whether a transmit lane has packets waiting.
+    pub fn tx_pending(&self) -> bool {
+        (0..self.seg.tx_lanes)
+            .any(|l| self.seg.lane_cursors(l).head.load(Ordering::Relaxed) != self.tx_tail[l])
+    }
+
+    /// Sends what consumers transmitted into the cluster to `out` (the `-o` port), a few
+    /// batches per lane at most; what `out` does not take is counted as `tx_dropped`. Never
+    /// blocks. Returns the number of packets taken from the lanes.
+    pub fn pump_tx(&mut self, out: &mut dyn Port) -> Result<usize, PortError> {
+        let seg = self.seg.clone();
+        let mut moved = 0;
+        for l in 0..seg.tx_lanes {
+            let head = seg.lane_cursors(l).head.load(Ordering::Acquire);
+            let mut tail = self.tx_tail[l];
+            // A lane's producer can only publish what fits.
+            let head = head.clamp(tail, tail + seg.tx_slots as u64);
+            let mut rounds = 0;
+            while tail < head && rounds < 8 {
+                rounds += 1;
+                let n = ((head - tail) as usize).min(BATCH);
+                self.tx_batch.bind(&seg.pool);
+                for i in 0..n {
+                    let c = tail + i as u64;
+                    // SAFETY: slots [tail, head) were written by the lane's producer before its
+                    // release store of head (acquired above); it reuses them only after we move
+                    // the lane's tail.
+                    let d = unsafe { seg.lane_slot(l, c).read() };
+                    let cap = (seg.frame_size - seg.headroom) as u32;
+                    // The address is ours to compute: a producer cannot point us elsewhere.
+                    self.tx_batch.push(Desc {
+                        addr: seg.lane_frame_addr(l, c),
+                        len: d.len.min(cap),
+                        flags: Desc::F_SHARED,
+                        ..d
+                    });
+                }
+                let wire = |b: &Batch| b.descs().iter().map(|d| d.wire_len as u64).sum::<u64>();
+                let bytes = wire(&self.tx_batch);
+                while !self.tx_batch.is_empty() {
+                    match out.tx(&mut self.tx_batch) {
+                        Ok(0) => break,
+                        Ok(_) => {}
+                        Err(e) => {
+                            self.tx_batch.forget();
+                            return Err(e);
+                        }
+                    }
+                }
+                let left = self.tx_batch.len();
+                let left_bytes = wire(&self.tx_batch);
+                self.tx_batch.forget();
+                self.tx_packets += (n - left) as u64;
+                self.tx_bytes += bytes - left_bytes;
+                self.tx_dropped += left as u64;
+                tail += n as u64;
+                moved += n;
+                seg.lane_cursors(l).tail.store(tail, Ordering::Release);
+            }
+            self.tx_tail[l] = tail;
+        }
+        if moved > 0 {
+            self.publish();
+        }
+        Ok(moved)
     }
 
     /// Frames free now (not in any queue).
@@ -931,6 +1126,9 @@ impl Master {
         h.no_frame.store(self.no_frame, Ordering::Relaxed);
         h.routed.store(self.routed, Ordering::Relaxed);
         h.copies.store(self.copies, Ordering::Relaxed);
+        h.tx_packets.store(self.tx_packets, Ordering::Relaxed);
+        h.tx_bytes.store(self.tx_bytes, Ordering::Relaxed);
+        h.tx_dropped.store(self.tx_dropped, Ordering::Relaxed);
         for (qi, q) in self.q.iter().enumerate() {
             let k = self.seg.ctl(qi);
             k.enqueued.store(q.enqueued, Ordering::Relaxed);
@@ -1021,18 +1219,65 @@ impl Drop for Master {
     }
 }
 
-/// A consumer of one queue of a cluster: `cluster:ID@Q`.
+/// Claims an owner word for this process: Ok(new value), or Err(Some(pid)) when a live
+/// process holds it, Err(None) when the master kept it busy (reclaiming) for too long.
+fn claim(owner: &AtomicU64) -> Result<u64, Option<u32>> {
+    let me = my_pid();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let cur = owner.load(Ordering::Acquire);
+        let (gen, pid) = ((cur >> 32) as u32, cur as u32);
+        if pid == RECLAIMING {
+            if std::time::Instant::now() > deadline {
+                return Err(None);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            continue;
+        }
+        if pid != 0 && (pid == me || alive(pid)) {
+            return Err(Some(pid));
+        }
+        // Free, or its holder died and the master has not noticed yet: take it.
+        let new = (gen.wrapping_add(1).max(1) as u64) << 32 | me as u64;
+        if owner
+            .compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            return Ok(new);
+        }
+    }
+}
+
+fn unclaim(owner: &AtomicU64, mine: u64) {
+    let gen = mine >> 32;
+    let _ = owner.compare_exchange(mine, gen << 32, Ordering::AcqRel, Ordering::Relaxed);
+}
+
+/// This port's transmit lane.
+struct TxLane {
+    lane: usize,
+    head: u64,
+    cached_tail: u64,
+    owner: u64,
+}
+
+/// A consumer of a cluster: `cluster:ID@Q` reads queue Q; `cluster:ID` reads the first free
+/// queue (taken at the first `rx`). Either may transmit into the cluster (a transmit lane is
+/// taken at the first `tx`) when the master has an egress port (`-o`).
 ///
 /// `rx` hands out descriptors that point into the segment (zero copy) and releases the ones it
 /// handed out at the previous call, like a kernel ring: process (or copy) a batch before
-/// receiving the next. Frames marked [`Desc::F_SHARED`] are read-only.
+/// receiving the next. Frames marked [`Desc::F_SHARED`] are read-only. `tx` copies each packet
+/// once into a frame of its lane.
 pub struct ClusterPort {
     name: String,
     seg: Arc<Segment>,
-    q: usize,
+    /// The queue, once attached.
+    rx_q: Option<usize>,
     read: u64,
     released: u64,
     owner: u64,
+    tx: Option<TxLane>,
     stats: PortStats,
     idle: u32,
     polls: u32,
@@ -1040,85 +1285,144 @@ pub struct ClusterPort {
 }
 
 impl ClusterPort {
-    /// Opens `ID@Q` (or `ID`, queue 0).
+    /// Opens `ID@Q` (a queue) or `ID` (any free queue, and transmit).
     pub fn open(spec: &str) -> Result<ClusterPort, PortError> {
         let bad = |why: &str| PortError::BadUri {
             uri: format!("cluster:{spec}"),
             why: why.into(),
         };
-        let (id, q) = spec.split_once('@').unwrap_or((spec, "0"));
+        let (id, q) = match spec.split_once('@') {
+            Some((id, q)) => (id, Some(q)),
+            None => (spec, None),
+        };
         let id: u32 = id
             .parse()
-            .map_err(|_| bad("the cluster id is a number: cluster:ID@QUEUE"))?;
-        let q: usize = q
-            .parse()
-            .map_err(|_| bad("the queue is a number: cluster:ID@QUEUE"))?;
+            .map_err(|_| bad("the cluster id is a number: cluster:ID or cluster:ID@QUEUE"))?;
         let seg = Segment::open(id)?;
-        Self::attach(seg, q)
+        match q {
+            Some(q) => {
+                let q: usize = q
+                    .parse()
+                    .map_err(|_| bad("the queue is a number: cluster:ID@QUEUE"))?;
+                Self::attach(seg, q)
+            }
+            None => Ok(Self::unattached(seg)),
+        }
     }
 
-    /// Attaches to queue `q` of a mapped segment.
-    pub fn attach(seg: Arc<Segment>, q: usize) -> Result<ClusterPort, PortError> {
-        let name = format!("cluster:{}@{}", seg.id, q);
-        if q >= seg.queues {
-            return Err(PortError::BadUri {
-                uri: name,
-                why: format!("cluster {} has queues 0..{}", seg.id, seg.queues - 1),
-            });
-        }
-        let me = my_pid();
-        let ctl = seg.ctl(q);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        let owner = loop {
-            let cur = ctl.owner.load(Ordering::Acquire);
-            let (gen, pid) = ((cur >> 32) as u32, cur as u32);
-            if pid == RECLAIMING {
-                if std::time::Instant::now() > deadline {
-                    return Err(err(
-                        &name,
-                        "the master is busy reclaiming this queue".into(),
-                    ));
-                }
-                std::thread::sleep(std::time::Duration::from_millis(5));
-                continue;
-            }
-            if pid != 0 && (pid == me || alive(pid)) {
-                return Err(err(
-                    &name,
-                    format!("queue {q} already has a consumer (pid {pid})"),
-                ));
-            }
-            // Free, or its consumer died and the master has not noticed yet: take it.
-            let new = ((gen.wrapping_add(1).max(1)) as u64) << 32 | me as u64;
-            if ctl
-                .owner
-                .compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                break new;
-            }
-        };
-        ctl.attaches.fetch_add(1, Ordering::Relaxed);
-        // Resume at the first descriptor not released: anything a dead predecessor held and
-        // did not release is delivered again (at least once).
-        let tail = seg.cursors(q).tail.load(Ordering::Acquire);
-        Ok(ClusterPort {
-            name,
+    fn unattached(seg: Arc<Segment>) -> ClusterPort {
+        ClusterPort {
+            name: format!("cluster:{}", seg.id),
             seg,
-            q,
-            read: tail,
-            released: tail,
-            owner,
+            rx_q: None,
+            read: 0,
+            released: 0,
+            owner: 0,
+            tx: None,
             stats: PortStats::default(),
             idle: 0,
             polls: 0,
             master_gone: false,
+        }
+    }
+
+    /// Attaches to queue `q` of a mapped segment.
+    pub fn attach(seg: Arc<Segment>, q: usize) -> Result<ClusterPort, PortError> {
+        let mut p = Self::unattached(seg);
+        p.name = format!("cluster:{}@{}", p.seg.id, q);
+        p.attach_rx(Some(q))?;
+        Ok(p)
+    }
+
+    fn attach_rx(&mut self, want: Option<usize>) -> Result<(), PortError> {
+        let seg = self.seg.clone();
+        let queues: Vec<usize> = match want {
+            Some(q) if q >= seg.queues => {
+                return Err(PortError::BadUri {
+                    uri: self.name.clone(),
+                    why: format!("cluster {} has queues 0..{}", seg.id, seg.queues - 1),
+                })
+            }
+            Some(q) => vec![q],
+            None => (0..seg.queues).collect(),
+        };
+        let mut last = None;
+        for &q in &queues {
+            match claim(&seg.ctl(q).owner) {
+                Ok(owner) => {
+                    seg.ctl(q).attaches.fetch_add(1, Ordering::Relaxed);
+                    // Resume at the first descriptor not released: anything a dead predecessor
+                    // held and did not release is delivered again (at least once).
+                    let tail = seg.cursors(q).tail.load(Ordering::Acquire);
+                    self.rx_q = Some(q);
+                    self.owner = owner;
+                    self.read = tail;
+                    self.released = tail;
+                    if want.is_none() {
+                        self.name = format!("cluster:{}@{}", seg.id, q);
+                    }
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(match (want, last) {
+            (Some(q), Some(Some(pid))) => err(
+                &self.name,
+                format!("queue {q} already has a consumer (pid {pid})"),
+            ),
+            (None, Some(Some(_))) => err(
+                &self.name,
+                format!(
+                    "all {} queues of cluster {} have a consumer",
+                    seg.queues, seg.id
+                ),
+            ),
+            _ => err(
+                &self.name,
+                "the master is busy reclaiming this queue".into(),
+            ),
         })
     }
 
-    /// The queue number.
-    pub fn queue(&self) -> usize {
-        self.q
+    fn attach_tx(&mut self) -> Result<(), PortError> {
+        let seg = self.seg.clone();
+        if seg.tx_lanes == 0 {
+            return Err(err(
+                &self.name,
+                format!(
+                    "cluster {} takes no transmitted packets: start its master with -o PORT",
+                    seg.id
+                ),
+            ));
+        }
+        for l in 0..seg.tx_lanes {
+            if let Ok(owner) = claim(&seg.lane_ctl(l).owner) {
+                seg.lane_ctl(l).attaches.fetch_add(1, Ordering::Relaxed);
+                let c = seg.lane_cursors(l);
+                // Continue after what a previous producer published.
+                let head = c.head.load(Ordering::Acquire);
+                self.tx = Some(TxLane {
+                    lane: l,
+                    head,
+                    cached_tail: c.tail.load(Ordering::Acquire),
+                    owner,
+                });
+                return Ok(());
+            }
+        }
+        Err(err(
+            &self.name,
+            format!(
+                "all {} transmit lanes of cluster {} are taken",
+                seg.tx_lanes, seg.id
+            ),
+        ))
+    }
+
+    /// The queue number, once attached.
+    pub fn queue(&self) -> Option<usize> {
+        self.rx_q
     }
 
     /// The segment.
@@ -1128,12 +1432,11 @@ impl ClusterPort {
 
     #[inline(always)]
     fn release(&mut self) {
-        if self.read != self.released {
-            self.seg
-                .cursors(self.q)
-                .tail
-                .store(self.read, Ordering::Release);
-            self.released = self.read;
+        if let Some(q) = self.rx_q {
+            if self.read != self.released {
+                self.seg.cursors(q).tail.store(self.read, Ordering::Release);
+                self.released = self.read;
+            }
         }
     }
 
@@ -1172,9 +1475,16 @@ impl Port for ClusterPort {
 
     #[inline]
     fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        let q = match self.rx_q {
+            Some(q) => q,
+            None => {
+                self.attach_rx(None)?;
+                self.rx_q.unwrap_or(0)
+            }
+        };
         batch.bind(&self.seg.pool);
         self.release();
-        let head = self.seg.cursors(self.q).head.load(Ordering::Acquire);
+        let head = self.seg.cursors(q).head.load(Ordering::Acquire);
         let avail = head.saturating_sub(self.read) as usize;
         // The master took the queue back (we were thought dead): stop rather than read frames
         // that are no longer ours. (Looked at now and then: it only happens to a consumer
@@ -1182,7 +1492,7 @@ impl Port for ClusterPort {
         self.polls = self.polls.wrapping_add(1);
         if head < self.read
             || (self.polls.is_multiple_of(256)
-                && self.seg.ctl(self.q).owner.load(Ordering::Relaxed) != self.owner)
+                && self.seg.ctl(q).owner.load(Ordering::Relaxed) != self.owner)
         {
             return Err(err(
                 &self.name,
@@ -1203,7 +1513,7 @@ impl Port for ClusterPort {
         for i in 0..n {
             // SAFETY: slots [read, head) were written by the master before its release store
             // of head (our acquire load above); it does not rewrite them until we move tail.
-            let d = unsafe { self.seg.slot(self.q, self.read + i as u64).read() };
+            let d = unsafe { self.seg.slot(q, self.read + i as u64).read() };
             bytes += d.wire_len as u64;
             batch.push(d);
         }
@@ -1213,24 +1523,75 @@ impl Port for ClusterPort {
         Ok(n)
     }
 
-    fn tx(&mut self, _batch: &mut Batch) -> Result<usize, PortError> {
-        Err(PortError::Unsupported {
-            port: self.name.clone(),
-            op: "transmit into a cluster",
-        })
+    /// Copies packets from the front of `batch` into frames of this port's transmit lane and
+    /// publishes them to the master; returns how many it took (the rest stay in the batch when
+    /// the lane is full).
+    fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        if self.check_master(false) {
+            return Err(self.ended());
+        }
+        if self.tx.is_none() {
+            self.attach_tx()?;
+        }
+        let seg = self.seg.clone();
+        let Some(t) = self.tx.as_mut() else {
+            return Ok(0);
+        };
+        let cap = seg.tx_slots as u64;
+        let want = batch.len() as u64;
+        if cap - (t.head - t.cached_tail) < want {
+            t.cached_tail = seg.lane_cursors(t.lane).tail.load(Ordering::Acquire);
+        }
+        let n = (cap - (t.head - t.cached_tail)).min(want) as usize;
+        let room = (seg.frame_size - seg.headroom) as u32;
+        let mut bytes = 0u64;
+        for i in 0..n {
+            let c = t.head + i as u64;
+            let src = batch.data(i);
+            let d = batch.descs()[i];
+            let len = (src.len() as u32).min(room);
+            let addr = seg.lane_frame_addr(t.lane, c);
+            // SAFETY: the frame of slot c belongs to this lane's producer (us: the lane's owner
+            // word is ours) until the master moves the lane's tail past c, and c < tail + cap.
+            if let Some(dst) = unsafe { seg.pool.region().bytes_mut(addr, len) } {
+                dst.copy_from_slice(&src[..len as usize]);
+            }
+            let out = Desc {
+                addr,
+                len,
+                wire_len: d.wire_len.max(len),
+                flags: 0,
+                ..d
+            };
+            bytes += out.wire_len as u64;
+            // SAFETY: slot c is free (c < tail + cap) and only this producer writes the lane.
+            unsafe { seg.lane_slot(t.lane, c).write(out) };
+        }
+        if n > 0 {
+            t.head += n as u64;
+            seg.lane_cursors(t.lane)
+                .head
+                .store(t.head, Ordering::Release);
+            self.stats.tx_packets += n as u64;
+            self.stats.tx_bytes += bytes;
+            batch.free_front(n);
+        }
+        Ok(n)
     }
 
     fn stats(&mut self) -> PortStats {
         let mut s = self.stats;
-        let k = self.seg.ctl(self.q);
-        s.rx_drops
-            .add(DropReason::RingFull, k.ring_full.load(Ordering::Relaxed));
-        s.rx_drops.add(
-            DropReason::ConsumerGone,
-            k.consumer_gone.load(Ordering::Relaxed),
-        );
-        s.rx_drops
-            .add(DropReason::NoFrame, k.no_frame.load(Ordering::Relaxed));
+        if let Some(q) = self.rx_q {
+            let k = self.seg.ctl(q);
+            s.rx_drops
+                .add(DropReason::RingFull, k.ring_full.load(Ordering::Relaxed));
+            s.rx_drops.add(
+                DropReason::ConsumerGone,
+                k.consumer_gone.load(Ordering::Relaxed),
+            );
+            s.rx_drops
+                .add(DropReason::NoFrame, k.no_frame.load(Ordering::Relaxed));
+        }
         s
     }
 
@@ -1242,12 +1603,11 @@ impl Port for ClusterPort {
 impl Drop for ClusterPort {
     fn drop(&mut self) {
         self.release();
-        let gen = self.owner >> 32;
-        let _ = self.seg.ctl(self.q).owner.compare_exchange(
-            self.owner,
-            gen << 32,
-            Ordering::AcqRel,
-            Ordering::Relaxed,
-        );
+        if let Some(q) = self.rx_q {
+            unclaim(&self.seg.ctl(q).owner, self.owner);
+        }
+        if let Some(t) = &self.tx {
+            unclaim(&self.seg.lane_ctl(t.lane).owner, t.owner);
+        }
     }
 }

@@ -310,7 +310,7 @@ pub fn run(
     stop: &AtomicBool,
     on_tick: impl FnMut(&BalanceTick),
 ) -> BalanceReport {
-    run_with(input, master, dist, opts, &mut [], stop, on_tick)
+    run_with(input, master, dist, opts, &mut [], None, stop, on_tick)
 }
 
 /// A queue replaced by an egress port (`-r Q:PORT`): the master itself drains the queue into
@@ -374,13 +374,16 @@ impl Egress {
     }
 }
 
-/// [`run`] with queues replaced by egress ports.
+/// [`run`] with queues replaced by egress ports, and `tx_out` receiving what consumers transmit
+/// into the cluster (`-o`).
+#[allow(clippy::too_many_arguments)]
 pub fn run_with(
     input: &mut dyn Port,
     master: &mut Master,
     dist: &mut Distributor,
     opts: &BalanceOptions,
     egress: &mut [Egress],
+    mut tx_out: Option<&mut dyn Port>,
     stop: &AtomicBool,
     mut on_tick: impl FnMut(&BalanceTick),
 ) -> BalanceReport {
@@ -429,12 +432,20 @@ pub fn run_with(
             }
         } else if input.is_finished() {
             break Ended::EndOfInput;
+        } else if tx_out.is_some() && master.tx_pending() {
+            idle = 0;
         } else {
             idle += 1;
             if idle > 64 {
                 std::thread::sleep(Duration::from_micros(20));
             } else {
                 std::hint::spin_loop();
+            }
+        }
+        if let Some(out) = tx_out.as_deref_mut() {
+            if let Err(e) = master.pump_tx(out) {
+                error = Some(e);
+                break Ended::Error;
             }
         }
         // The clock is read once per batch (or per idle poll).
@@ -462,6 +473,15 @@ pub fn run_with(
     };
     for e in egress.iter_mut() {
         if let Err(err) = e.finish() {
+            error.get_or_insert(err);
+        }
+    }
+    if let Some(out) = tx_out {
+        let drained = (|| {
+            while master.pump_tx(out)? > 0 {}
+            out.flush()
+        })();
+        if let Err(err) = drained {
             error.get_or_insert(err);
         }
     }
