@@ -39,6 +39,26 @@ pub fn cluster_text(id: u32, s: &ClusterStats, threads: &[(u64, u64)]) -> String
         "linerate_cluster_filtered_total{{cluster=\"{id}\"}} {}",
         s.filtered
     );
+    c(
+        &mut o,
+        "tx_packets_total",
+        "Packets consumers transmitted, sent out of -o.",
+    );
+    let _ = writeln!(
+        o,
+        "linerate_cluster_tx_packets_total{{cluster=\"{id}\"}} {}",
+        s.tx_packets
+    );
+    c(
+        &mut o,
+        "tx_dropped_total",
+        "Packets consumers transmitted that -o did not take.",
+    );
+    let _ = writeln!(
+        o,
+        "linerate_cluster_tx_dropped_total{{cluster=\"{id}\"}} {}",
+        s.tx_dropped
+    );
     c(&mut o, "delivered_total", "Packets delivered to a queue.");
     for (q, x) in s.queues.iter().enumerate() {
         let _ = writeln!(
