@@ -272,3 +272,65 @@ fn demo_prints_the_four_seed_tests_side_by_side() {
         "{s}"
     );
 }
+
+#[test]
+fn a_lua_function_picks_queues_drops_and_fans_out() {
+    let dir = std::env::temp_dir().join(format!("lr-lua-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("b.lua");
+    // byte 30 is the last byte of the source address: 0 → drop, odd → queue 1 and the copy
+    // application (fan-out), even → queue 0 and the copy application.
+    std::fs::write(
+        &f,
+        "function balance(pkts, n)\n  local r = {}\n  for i = 1, n do\n    local b = pkts[i]:byte(30)\n    if b == 0 then r[i] = false\n    else r[i] = { b % 2, 2 } end\n  end\n  return r\nend\n",
+    )
+    .unwrap();
+    let out = run(
+        &[
+            "balance",
+            "--threads",
+            "-i",
+            "source:25600",
+            "-n",
+            "2,1",
+            "-m",
+            &format!("lua:{}", f.display()),
+            "--json",
+            "-q",
+            "65536",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(j["invariant_ok"], true, "{j}");
+    // the source's 4096 flows: source addresses 10.0.x.y cycle y through 0..255
+    assert_eq!(j["filtered"], 100, "one packet in 256 has y = 0");
+    assert_eq!(j["distributed"], 25_500);
+    assert_eq!(j["destinations"], 51_000);
+    let bad = dir.join("bad.lua");
+    std::fs::write(&bad, "function balance(p, n)\n  return nil + 1\nend\n").unwrap();
+    let out = run(
+        &[
+            "balance",
+            "--threads",
+            "-i",
+            "source:1000",
+            "-m",
+            &format!("lua:{}", bad.display()),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.lua:2:") && err.lines().count() == 1,
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,6 +5,7 @@ use crate::cmd::count::open_port;
 use crate::common::{pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
+use linerate::apps::balance::lua::LuaScript;
 use linerate::apps::balance::source::SourcePort;
 use linerate::apps::balance::Egress;
 use linerate::apps::balance::{
@@ -39,9 +40,10 @@ pub struct Args {
     /// full copy on queue 2.
     #[arg(short = 'n', long = "queues", value_name = "N[,M...]", default_value = "1", value_parser = parse_apps)]
     apps: Apps,
-    /// Distribution mode: round-robin, fanout, ip, mac, proto, 5tuple, toeplitz, vlan, gre, gtp.
+    /// Distribution mode: round-robin, fanout, ip, mac, proto, 5tuple, toeplitz, vlan, gre, gtp,
+    /// or lua:FILE (a function balance(pkts, n) returning queues per packet).
     #[arg(short = 'm', long = "mode", value_name = "MODE", default_value = "ip")]
-    mode: Mode,
+    mode: ModeArg,
     /// Consumer threads in this process instead of consumer processes.
     #[arg(long)]
     threads: bool,
@@ -94,6 +96,30 @@ pub struct Args {
     /// Simulated work per packet in consumer threads (ns), to see overload.
     #[arg(long, value_name = "NS", default_value = "0")]
     work_ns: u64,
+}
+
+/// `-m MODE` or `-m lua:FILE`.
+#[derive(Clone, Debug)]
+pub struct ModeArg {
+    mode: Mode,
+    script: Option<String>,
+}
+
+impl std::str::FromStr for ModeArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ModeArg, String> {
+        match s.strip_prefix("lua:") {
+            Some("") => Err("lua: names a script: -m lua:FILE".into()),
+            Some(f) => Ok(ModeArg {
+                mode: Mode::Lua,
+                script: Some(f.to_string()),
+            }),
+            None => Ok(ModeArg {
+                mode: s.parse()?,
+                script: None,
+            }),
+        }
+    }
 }
 
 /// Queues per application (`-n 2,1`).
@@ -173,6 +199,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some(s) => parse_cores(s)?,
         None => (None, Vec::new()),
     };
+    let mut dist = match &a.mode.script {
+        Some(f) => {
+            let script = LuaScript::load(std::path::Path::new(f), &a.apps.0)
+                .map_err(|e| usage(format!("-m lua:{f}: {e}")))?;
+            Distributor::with_script(script, &a.apps.0, link)
+        }
+        None => Distributor::new(a.mode.mode, &a.apps.0, link),
+    };
     let cfg = ClusterConfig {
         apps: a.apps.0.clone(),
         slots: a.slots,
@@ -238,7 +272,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 a.input,
                 cfg.queues(),
                 apps_str(&a.apps.0),
-                a.mode.name()
+                a.mode.mode.name()
             );
         } else {
             let _ = writeln!(
@@ -248,7 +282,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 a.input,
                 cfg.queues(),
                 apps_str(&a.apps.0),
-                a.mode.name(),
+                a.mode.mode.name(),
                 a.cluster
             );
         }
@@ -269,7 +303,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
-    let mut dist = Distributor::new(a.mode, &a.apps.0, link);
     let opts = BalanceOptions {
         count: a.packets,
         duration: a.duration,

@@ -10,6 +10,7 @@
 //! Every application sees every packet (a full copy); inside an application the mode picks one
 //! queue. `fanout` sends every packet to every queue.
 
+pub mod lua;
 pub mod source;
 
 use crate::filter::Filter;
@@ -47,6 +48,8 @@ pub enum Mode {
     GreInner,
     /// Symmetric IP hash of the packet inside a GTP-U tunnel (outer header when not GTP-U).
     GtpInner,
+    /// A Lua function decides (`-m lua:FILE`, see [`lua`]).
+    Lua,
 }
 
 impl Mode {
@@ -66,6 +69,9 @@ impl Mode {
 
     /// The mode's name as `-m` takes it.
     pub fn name(self) -> &'static str {
+        if self == Mode::Lua {
+            return "lua";
+        }
         Self::NAMES
             .iter()
             .find(|(_, m)| *m == self)
@@ -74,7 +80,7 @@ impl Mode {
 
     /// Whether the mode computes a hash of the packet.
     pub fn hashes(self) -> bool {
-        !matches!(self, Mode::RoundRobin | Mode::Fanout)
+        !matches!(self, Mode::RoundRobin | Mode::Fanout | Mode::Lua)
     }
 }
 
@@ -113,6 +119,8 @@ pub struct Distributor {
     apps: Vec<(u32, u32)>,
     rr: Vec<u32>,
     all: u64,
+    script: Option<lua::LuaScript>,
+    error: Option<lua::LuaError>,
 }
 
 impl Distributor {
@@ -138,7 +146,21 @@ impl Distributor {
             rr: vec![0; apps.len()],
             apps,
             all,
+            script: None,
+            error: None,
         }
+    }
+
+    /// A distributor whose decisions a Lua script makes (`-m lua:FILE`).
+    pub fn with_script(script: lua::LuaScript, apps: &[u32], link: LinkType) -> Distributor {
+        let mut d = Self::new(Mode::Lua, apps, link);
+        d.script = Some(script);
+        d
+    }
+
+    /// The error the script raised, if it failed (its batch was dropped as filtered).
+    pub fn take_error(&mut self) -> Option<lua::LuaError> {
+        self.error.take()
     }
 
     /// The mode.
@@ -167,6 +189,16 @@ impl Distributor {
         }
         match self.mode {
             Mode::Fanout => out[..n].fill(self.all),
+            Mode::Lua => {
+                let r = match self.script.as_mut() {
+                    Some(s) => s.decide(batch, keep, out),
+                    None => Err(lua::LuaError::Lua("no script loaded".into())),
+                };
+                if let Err(e) = r {
+                    out[..n].fill(0);
+                    self.error.get_or_insert(e);
+                }
+            }
             Mode::RoundRobin => {
                 for (i, o) in out[..n].iter_mut().enumerate() {
                     if keep & (1 << i) == 0 {
@@ -230,7 +262,7 @@ pub fn hash(mode: Mode, data: &[u8], link: LinkType) -> u32 {
     }
     let p = wire::parse(data, link);
     match mode {
-        Mode::RoundRobin | Mode::Fanout => 0,
+        Mode::RoundRobin | Mode::Fanout | Mode::Lua => 0,
         Mode::Ip => wire::hash_ip_symmetric(&p),
         Mode::Mac => wire::hash_mac(&p),
         Mode::Proto => wire::hash_proto(&p),
@@ -426,6 +458,13 @@ pub fn run_with(
             master.distribute(&batch, &masks[..batch.len()]);
             pkts += batch.len() as u64;
             batch.clear();
+            if let Some(e) = dist.take_error() {
+                error = Some(PortError::Gone {
+                    port: format!("-m lua:{}", dist.script.as_ref().map_or("?", |s| s.name())),
+                    why: e.to_string(),
+                });
+                break Ended::Error;
+            }
             if let Err(e) = egress.iter_mut().try_for_each(|e| e.pump().map(|_| ())) {
                 error = Some(e);
                 break Ended::Error;
