@@ -1,6 +1,6 @@
 //! `linerate demo`: seed 000's cluster tests 1, 2, 3 and 10 on this machine, no NIC, no root.
 //!
-//! A built-in source (64 B frames, 60 + CRC, rotating addresses, written once into its pool)
+//! A built-in source (64 B frames, 60 + CRC, consecutive packets of rotating flows)
 //! feeds the balancer as fast as it can take packets; tests 1-3 use consumer threads
 //! (pfdnacluster_multithread), test 10 uses consumer processes (`linerate count -i
 //! cluster:ID@Q`, pfdnacluster_master + pfcount).
