@@ -696,8 +696,7 @@ struct MasterQueue {
     cached_tail: u64,
     /// Frame index in each slot, as the master put it there.
     shadow: Vec<u32>,
-    /// Descriptors staged for this batch.
-    staged: [Desc; BATCH],
+    /// Descriptors written for this batch, not yet published.
     nstaged: usize,
     /// Local copies of the counters, published once per batch.
     enqueued: u64,
@@ -728,6 +727,7 @@ pub struct Master {
     tx_bytes: u64,
     tx_dropped: u64,
     tx_batch: Batch,
+    batches: u32,
 }
 
 impl Master {
@@ -886,7 +886,6 @@ impl Master {
                 reclaimed: 0,
                 cached_tail: 0,
                 shadow: vec![0; l.slots],
-                staged: [Desc::default(); BATCH],
                 nstaged: 0,
                 enqueued: 0,
                 enqueued_bytes: 0,
@@ -913,6 +912,7 @@ impl Master {
             tx_bytes: 0,
             tx_dropped: 0,
             tx_batch: Batch::new(),
+            batches: 0,
         })
     }
 
@@ -1096,25 +1096,28 @@ impl Master {
                 m &= m - 1;
                 self.space[qi] -= 1;
                 let q = &mut self.q[qi];
-                q.shadow[((q.head + q.nstaged as u64) as usize) & (seg.slots - 1)] = frame;
-                q.staged[q.nstaged] = d;
+                let c = q.head + q.nstaged as u64;
+                q.shadow[(c as usize) & (seg.slots - 1)] = frame;
+                // SAFETY: slot c is free: the space check above keeps head - tail + nstaged ≤
+                // slots, so the consumer is not reading it; it becomes visible only with the
+                // release store of head below.
+                unsafe { seg.slot(qi, c).write(d) };
+                q.enqueued_bytes += d.wire_len as u64;
                 q.nstaged += 1;
             }
         }
         for (qi, q) in self.q.iter_mut().enumerate() {
             if q.nstaged > 0 {
-                for j in 0..q.nstaged {
-                    // SAFETY: slots [head, head + nstaged) are free: the space check above
-                    // kept head - tail + nstaged ≤ slots, so the consumer is not reading them.
-                    unsafe { seg.slot(qi, q.head + j as u64).write(q.staged[j]) };
-                    q.enqueued_bytes += q.staged[j].wire_len as u64;
-                }
                 q.head += q.nstaged as u64;
                 q.enqueued += q.nstaged as u64;
                 seg.cursors(qi).head.store(q.head, Ordering::Release);
             }
         }
-        self.publish();
+        // Counters go to the segment every 8 batches (and at every maintain, stats, close).
+        self.batches = self.batches.wrapping_add(1);
+        if self.batches.is_multiple_of(8) {
+            self.publish();
+        }
     }
 
     /// Publishes the local counters into the segment (single writer).
