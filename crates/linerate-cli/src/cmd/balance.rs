@@ -30,6 +30,9 @@ pub struct Args {
     /// `source[:COUNT]` is the built-in generator (64 B frames, rotating addresses).
     #[arg(short = 'i', long = "in", value_name = "PORTS")]
     input: String,
+    /// Pace `-i source` (e.g. 5Mpps, 10Gbps = 64 B at 10 GbE line rate, 50%).
+    #[arg(long, value_name = "RATE", value_parser = units::parse_rate)]
+    source_rate: Option<units::Rate>,
     /// Wait until every queue has a consumer before reading the input.
     #[arg(long)]
     wait_consumers: bool,
@@ -186,7 +189,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 }
                 None => None,
             };
-            Box::new(SourcePort::new(4096, count)?)
+            Box::new(SourcePort::new(4096, count)?.with_rate(a.source_rate))
         }
         _ => open_port(&a.input, &PortOptions::default())?,
     };

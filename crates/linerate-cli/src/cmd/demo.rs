@@ -31,6 +31,10 @@ pub struct Args {
     /// Run only these tests (e.g. 1,3).
     #[arg(long, value_delimiter = ',')]
     only: Vec<u32>,
+    /// Pace the source (e.g. 14.88Mpps or 10Gbps: 64 B frames at 10 GbE line rate); default:
+    /// as fast as the master takes packets.
+    #[arg(long, value_name = "RATE", value_parser = linerate::units::parse_rate)]
+    rate: Option<linerate::units::Rate>,
     /// Print every test's full per-thread blocks too.
     #[arg(short = 'v', long)]
     verbose: bool,
@@ -64,7 +68,7 @@ fn pps(n: u64, secs: f64) -> String {
 fn run_threads(
     apps: &[u32],
     mode: Mode,
-    flows: u32,
+    mut src: SourcePort,
     dur: Duration,
     stop: &AtomicBool,
 ) -> anyhow::Result<Measured> {
@@ -74,7 +78,6 @@ fn run_threads(
     };
     let mut master = Master::anon(&cfg)?;
     let threads = Threads::spawn(&master, 0, None)?;
-    let mut src = SourcePort::new(flows, None)?;
     let mut dist = Distributor::new(mode, apps, LinkType::ETHERNET);
     let opts = BalanceOptions {
         duration: Some(dur),
@@ -101,7 +104,7 @@ fn run_threads(
 fn run_processes(
     apps: &[u32],
     mode: Mode,
-    flows: u32,
+    mut src: SourcePort,
     dur: Duration,
     stop: &AtomicBool,
 ) -> anyhow::Result<Measured> {
@@ -140,7 +143,6 @@ fn run_processes(
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let mut src = SourcePort::new(flows, None)?;
     let mut dist = Distributor::new(mode, apps, LinkType::ETHERNET);
     let opts = BalanceOptions {
         duration: Some(dur),
@@ -200,6 +202,10 @@ fn drops_str(s: &ClusterStats) -> String {
     format!("{} ({:.1} %)", group(d), pct)
 }
 
+fn source(a: &Args) -> anyhow::Result<SourcePort> {
+    Ok(SourcePort::new(a.flows, None)?.with_rate(a.rate))
+}
+
 /// Runs `linerate demo`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
@@ -209,11 +215,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let _ = writeln!(
         out,
         "linerate demo: seed 000 (PF_RING DNA/libzero examples) tests 1, 2, 3 and 10 on this machine\n\
-         source: built-in, 64 B frames (60 + CRC), {} rotating flows, as fast as the balancer takes them; {} s per test; {} cores\n\
+         source: built-in, 64 B frames (60 + CRC), {} rotating flows, {}; {} s per test; {} cores, load average {}\n\
          seed figures: Xeon E3-1230 3.2 GHz, 82599 10 GbE, line rate 14.88 Mpps (64 B)\n",
         a.flows,
+        match a.rate {
+            None => "as fast as the balancer takes them".to_string(),
+            Some(linerate::units::Rate::Pps(p)) => format!("paced at {} pps", group_f(p, 0)),
+            Some(linerate::units::Rate::Bps(b)) => format!("paced at {} bit/s", group_f(b, 0)),
+            Some(linerate::units::Rate::Percent(x)) => format!("paced at {x} % of 10 GbE"),
+        },
         a.duration.as_secs_f64(),
-        cores
+        cores,
+        std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split(' ').next().map(str::to_string))
+            .unwrap_or_else(|| "?".into())
     );
     let mut rows = Vec::new();
     let specs: [Spec; 4] = [
@@ -271,9 +287,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let _ = writeln!(out, "Test {test}. {title} ... running");
         let _ = out.flush();
         let m = if procs {
-            run_processes(apps, mode, a.flows, a.duration, &stop)?
+            run_processes(apps, mode, source(&a)?, a.duration, &stop)?
         } else {
-            run_threads(apps, mode, a.flows, a.duration, &stop)?
+            run_threads(apps, mode, source(&a)?, a.duration, &stop)?
         };
         if a.verbose || test == 10 {
             let _ = out.write_all(m.text.as_bytes());

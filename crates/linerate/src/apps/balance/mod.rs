@@ -573,7 +573,7 @@ pub fn consume(
                 if idle > 64 {
                     std::thread::sleep(Duration::from_micros(20));
                 } else {
-                    std::thread::yield_now();
+                    std::hint::spin_loop();
                 }
             }
             Ok(n) => {

@@ -102,6 +102,9 @@ pub struct SourcePort {
     stats: PortStats,
     flows: Vec<[u8; FRAME_LEN]>,
     next: usize,
+    /// Packets per second, and when the first packet went (ns, monotonic).
+    rate: Option<f64>,
+    t0: Option<u64>,
 }
 
 impl SourcePort {
@@ -118,7 +121,22 @@ impl SourcePort {
             stats: PortStats::default(),
             flows: (0..flows.max(1)).map(|i| frame(i, flows)).collect(),
             next: 0,
+            rate: None,
+            t0: None,
         })
+    }
+
+    /// Paces the source at `rate` (`Pps`, `Bps` counted as on the wire with preamble and gap:
+    /// 84 bytes per 64-byte frame, or `Percent` of 10 GbE, 14.88 Mpps). The clock is read once
+    /// per batch; no more than the time elapsed allows is handed out (bursts of at most 64).
+    pub fn with_rate(mut self, rate: Option<crate::units::Rate>) -> SourcePort {
+        use crate::units::Rate;
+        self.rate = rate.map(|r| match r {
+            Rate::Pps(p) => p,
+            Rate::Bps(b) => b / (84.0 * 8.0),
+            Rate::Percent(x) => 10e9 / (84.0 * 8.0) * x / 100.0,
+        });
+        self
     }
 }
 
@@ -130,7 +148,16 @@ impl Port for SourcePort {
     #[inline]
     fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
         batch.bind(&self.pool);
-        let want = self.limit.map_or(u64::MAX, |l| l - self.sent);
+        let mut want = self.limit.map_or(u64::MAX, |l| l - self.sent);
+        if let Some(r) = self.rate {
+            let now = crate::time::mono_ns();
+            let t0 = *self.t0.get_or_insert(now);
+            let allowed = ((now - t0) as f64 * r / 1e9) as u64 + 1;
+            want = want.min(allowed.saturating_sub(self.sent));
+            if want == 0 {
+                return Ok(0);
+            }
+        }
         let mut n = 0;
         while !batch.is_full() && (n as u64) < want {
             let Some(a) = batch.alloc() else { break };
@@ -217,6 +244,22 @@ mod tests {
         assert_eq!(got, sent);
         assert_eq!(sent + a.stats().tx_drops.total(), 3000);
         assert!(seen.len() > 200, "addresses rotate");
+    }
+
+    #[test]
+    fn a_paced_source_keeps_its_rate() {
+        let mut s = SourcePort::new(10, None)
+            .unwrap()
+            .with_rate(Some(crate::units::Rate::Pps(100_000.0)));
+        let mut b = Batch::new();
+        let t0 = std::time::Instant::now();
+        let mut got = 0;
+        while t0.elapsed() < std::time::Duration::from_millis(100) {
+            got += s.rx(&mut b).unwrap();
+            b.clear();
+        }
+        // 100 ms at 100 kpps: 10 000 packets, never more than the elapsed time allows
+        assert!(got <= 10_100 && got > 5_000, "{got}");
     }
 
     #[test]
