@@ -328,3 +328,69 @@ fn a_process_transmits_into_the_cluster_and_the_master_sends_it_out() {
     assert_eq!(summary(&c)["pkts"].as_u64().unwrap(), sent);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The master never waits for a consumer: a stopped one (SIGSTOP) loses packets on its own
+/// queue only, and after SIGCONT it drains its queue and ends normally.
+#[test]
+fn a_stopped_consumer_costs_only_its_own_queue() {
+    let id = cluster_id(5);
+    let ids = id.to_string();
+    let master = spawn(&[
+        "balance",
+        "-i",
+        "source",
+        "--source-rate",
+        "20kpps",
+        "-c",
+        &ids,
+        "-n",
+        "2",
+        "-m",
+        "round-robin",
+        "-q",
+        "16384",
+        "--wait-consumers",
+        "-t",
+        "4",
+        "--json",
+    ]);
+    let mut procs = Procs(vec![]);
+    wait_for("the segment", Duration::from_secs(10), || seg(id).exists());
+    for q in 0..2 {
+        procs.0.push(spawn(&[
+            "count",
+            "-i",
+            &format!("cluster:{id}@{q}"),
+            "--json",
+            "-q",
+        ]));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let stopped = procs.0[0].id() as i32;
+    // SAFETY: kill(2) on the PID of a child this test started and still holds.
+    assert_eq!(unsafe { libc::kill(stopped, libc::SIGSTOP) }, 0);
+    let m = finish(master, Duration::from_secs(30));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(stopped, libc::SIGCONT) }, 0);
+    assert!(m.status.success(), "{}", String::from_utf8_lossy(&m.stderr));
+    let ms = summary(&m);
+    assert_eq!(ms["invariant_ok"], true);
+    let q = ms["queues"].as_array().unwrap();
+    assert!(
+        q[0]["drops"]["ring_full"].as_u64().unwrap() > 0,
+        "the stopped consumer's queue overflowed: {ms}"
+    );
+    assert_eq!(
+        q[1]["drops"]["ring_full"], 0,
+        "the other queue lost nothing: {ms}"
+    );
+    assert!(q[1]["delivered"].as_u64().unwrap() > 20_000, "{ms}");
+    for (k, c) in procs.0.drain(..).enumerate() {
+        let out = finish(c, Duration::from_secs(20));
+        assert_eq!(
+            summary(&out)["pkts"],
+            q[k]["delivered"],
+            "consumer {k} drained its queue"
+        );
+    }
+}
