@@ -151,10 +151,10 @@ fn symmetric_modes_keep_both_directions_of_10000_flows_together_and_spread_them(
         let (mut mf, mut mr) = ([0u64; BATCH], [0u64; BATCH]);
         for chunk in (0..10_000u32).collect::<Vec<_>>().chunks(32) {
             let (fwd, rev): (Vec<_>, Vec<_>) = chunk.iter().map(|&i| flow(i)).unzip();
-            let bf = batch_of(&pool, &fwd);
-            let br = batch_of(&pool, &rev);
-            d.masks(&bf, None, &mut mf);
-            d.masks(&br, None, &mut mr);
+            let mut bf = batch_of(&pool, &fwd);
+            let mut br = batch_of(&pool, &rev);
+            d.masks(&mut bf, None, &mut mf);
+            d.masks(&mut br, None, &mut mr);
             for k in 0..chunk.len() {
                 assert_eq!(
                     mf[k], mr[k],
@@ -162,6 +162,11 @@ fn symmetric_modes_keep_both_directions_of_10000_flows_together_and_spread_them(
                     chunk[k]
                 );
                 assert_eq!(mf[k].count_ones(), 1);
+                assert_eq!(
+                    bf.descs()[k].hash,
+                    br.descs()[k].hash,
+                    "the hash travels in the descriptor"
+                );
                 per_queue[mf[k].trailing_zeros() as usize] += 1;
             }
         }
@@ -319,7 +324,7 @@ fn every_mode_over_the_corpus_without_panic() {
                 Err(_) => break,
             }
             for d in &mut dists {
-                d.masks(&b, None, &mut masks);
+                d.masks(&mut b, None, &mut masks);
                 for m in &masks[..b.len()] {
                     // app 0: one of queues 0..3 (or all three for fan-out); app 1: queue 3
                     assert!(

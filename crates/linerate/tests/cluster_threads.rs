@@ -417,3 +417,33 @@ fn a_cluster_without_egress_refuses_transmit() {
     let e = p.tx(&mut b).unwrap_err().to_string();
     assert!(e.contains("-o PORT"), "{e}");
 }
+
+#[test]
+fn consumers_receive_the_hash_in_the_descriptor() {
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 256,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let mut c = master.consumer(0).unwrap();
+    let mut dist = Distributor::new(Mode::FiveTuple, &[1], LinkType::ETHERNET);
+    let stop = AtomicBool::new(false);
+    balance::run(
+        &mut SourcePort::new(100, Some(64)).unwrap(),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &stop,
+        |_| {},
+    );
+    let mut b = Batch::new();
+    assert_eq!(c.rx(&mut b).unwrap(), 64);
+    for p in b.iter() {
+        assert_eq!(
+            p.desc.hash,
+            balance::hash(Mode::FiveTuple, p.data, LinkType::ETHERNET)
+        );
+    }
+    assert!(b.iter().any(|p| p.desc.hash != 0));
+}

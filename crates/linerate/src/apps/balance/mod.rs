@@ -176,7 +176,10 @@ impl Distributor {
 
     /// Fills `out[i]` with the destination mask of packet `i` of `batch` (0: filtered out).
     #[inline]
-    pub fn masks(&mut self, batch: &Batch, filter: Option<&Filter>, out: &mut [u64; BATCH]) {
+    ///
+    /// Hashing modes also store each packet's hash in its descriptor (`Desc::hash`), which
+    /// consumers receive.
+    pub fn masks(&mut self, batch: &mut Batch, filter: Option<&Filter>, out: &mut [u64; BATCH]) {
         let n = batch.len().min(BATCH);
         // Bit i set: packet i passed the filter.
         let mut keep = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
@@ -222,6 +225,9 @@ impl Distributor {
                         continue;
                     }
                     let h = hash(mode, batch.data(i), self.link);
+                    if let Some(d) = batch.descs_mut().get_mut(i) {
+                        d.hash = h;
+                    }
                     let mut m = 0u64;
                     for &(first, nq) in &self.apps {
                         m |= 1 << (first + h % nq);
@@ -454,7 +460,7 @@ pub fn run_with(
         };
         if n > 0 {
             idle = 0;
-            dist.masks(&batch, opts.filter.as_ref(), &mut masks);
+            dist.masks(&mut batch, opts.filter.as_ref(), &mut masks);
             master.distribute(&batch, &masks[..batch.len()]);
             pkts += batch.len() as u64;
             batch.clear();
@@ -765,14 +771,14 @@ mod tests {
 
     #[test]
     fn round_robin_and_fanout_masks_with_two_apps() {
-        let b = batch_of(4);
+        let mut b = batch_of(4);
         let mut out = [0u64; BATCH];
         let mut d = Distributor::new(Mode::RoundRobin, &[2, 1], LinkType::ETHERNET);
-        d.masks(&b, None, &mut out);
+        d.masks(&mut b, None, &mut out);
         // app 0 alternates queues 0 and 1, app 1 (queue 2) gets everything
         assert_eq!(&out[..4], &[0b101, 0b110, 0b101, 0b110]);
         let mut d = Distributor::new(Mode::Fanout, &[2, 1], LinkType::ETHERNET);
-        d.masks(&b, None, &mut out);
+        d.masks(&mut b, None, &mut out);
         assert!(out[..4].iter().all(|&m| m == 0b111));
     }
 
