@@ -394,3 +394,57 @@ fn a_stopped_consumer_costs_only_its_own_queue() {
         );
     }
 }
+
+/// `cluster:ID` without a queue takes the first free queue (pfcount -i dnacluster:10).
+#[test]
+fn consumers_without_a_queue_number_take_free_queues() {
+    let id = cluster_id(6);
+    let ids = id.to_string();
+    let master = spawn(&[
+        "balance",
+        "-i",
+        "source:20000",
+        "-c",
+        &ids,
+        "-n",
+        "2",
+        "-m",
+        "round-robin",
+        "--wait-consumers",
+        "-t",
+        "20",
+        "--json",
+        "-q",
+        "16384",
+    ]);
+    let mut procs = Procs(vec![]);
+    wait_for("the segment", Duration::from_secs(10), || seg(id).exists());
+    for _ in 0..2 {
+        procs.0.push(spawn(&[
+            "count",
+            "-i",
+            &format!("cluster:{id}"),
+            "--json",
+            "-q",
+        ]));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let m = finish(master, Duration::from_secs(30));
+    assert!(m.status.success(), "{}", String::from_utf8_lossy(&m.stderr));
+    let ms = summary(&m);
+    let q = ms["queues"].as_array().unwrap();
+    let mut got: Vec<u64> = procs
+        .0
+        .drain(..)
+        .map(|c| {
+            summary(&finish(c, Duration::from_secs(20)))["pkts"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    got.sort();
+    let mut want: Vec<u64> = q.iter().map(|x| x["delivered"].as_u64().unwrap()).collect();
+    want.sort();
+    assert_eq!(got, want, "each consumer got one queue");
+    assert!(got.iter().all(|&n| n > 0));
+}
