@@ -767,12 +767,33 @@ impl Master {
                 return Err(e);
             }
         };
-        // Publish only a fully built segment: consumers never see a half-initialised one.
-        std::fs::rename(&tmp, &path).map_err(|source| PortError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Ok(m)
+        // Publish only a fully built segment: consumers never see a half-initialised one. A
+        // hard link fails if the name exists, so of two masters started at once only one wins.
+        let linked = std::fs::hard_link(&tmp, &path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok(m),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // Our segment has no name left: dropping `m` must not remove the winner's.
+                let mut m = m;
+                m.forget_path();
+                Err(err(
+                    &who,
+                    format!(
+                        "cluster {id} was just created by another master ({})",
+                        path.display()
+                    ),
+                ))
+            }
+            Err(source) => {
+                let mut m = m;
+                m.forget_path();
+                Err(PortError::Io {
+                    path: path.display().to_string(),
+                    source,
+                })
+            }
+        }
     }
 
     /// Creates a cluster in anonymous memory, for consumer threads of this process.
@@ -919,6 +940,13 @@ impl Master {
     /// The segment.
     pub fn segment(&self) -> &Arc<Segment> {
         &self.seg
+    }
+
+    /// Makes dropping this master leave the file name alone (it is not ours).
+    fn forget_path(&mut self) {
+        if let Some(seg) = Arc::get_mut(&mut self.seg) {
+            seg.path = None;
+        }
     }
 
     /// A consumer port for queue `q` in this process (threaded mode).
