@@ -447,3 +447,45 @@ fn consumers_receive_the_hash_in_the_descriptor() {
     }
     assert!(b.iter().any(|p| p.desc.hash != 0));
 }
+
+#[test]
+fn a_silent_consumer_is_declared_gone_after_the_consumer_timeout() {
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 256,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let all = master.free_frames();
+    master.set_consumer_timeout(Some(Duration::from_millis(50)));
+    let mut c = master.consumer(0).unwrap();
+    let mut dist = Distributor::new(Mode::RoundRobin, &[1], LinkType::ETHERNET);
+    let stop = AtomicBool::new(false);
+    balance::run(
+        &mut VecPort::new(numbered(100)),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &stop,
+        |_| {},
+    );
+    let mut b = Batch::new();
+    assert_eq!(c.rx(&mut b).unwrap(), 64);
+    master.maintain();
+    assert_eq!(
+        master.stats().queues[0].consumer_gone,
+        0,
+        "alive and recent"
+    );
+    std::thread::sleep(Duration::from_millis(120));
+    master.maintain();
+    let st = master.stats();
+    assert_eq!(
+        st.queues[0].consumer_gone, 100,
+        "everything still in its queue is taken back"
+    );
+    assert_eq!(master.free_frames(), all);
+    st.check_invariant().unwrap();
+    let e = c.rx(&mut b).unwrap_err().to_string();
+    assert!(e.contains("reclaimed"), "{e}");
+}

@@ -33,6 +33,10 @@ pub struct Args {
     /// Pace `-i source` (e.g. 5Mpps, 10Gbps = 64 B at 10 GbE line rate, 50%).
     #[arg(long, value_name = "RATE", value_parser = units::parse_rate)]
     source_rate: Option<units::Rate>,
+    /// Declare a consumer gone when it has not received for this long (default: only when its
+    /// process is gone); its queue is reclaimed and it stops with an error.
+    #[arg(long, value_name = "SECONDS", value_parser = units::parse_duration)]
+    consumer_timeout: Option<std::time::Duration>,
     /// Wait until every queue has a consumer before reading the input.
     #[arg(long)]
     wait_consumers: bool,
@@ -226,6 +230,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         Master::create(a.cluster, &cfg).context("creating the cluster")?
     };
+    master.set_consumer_timeout(a.consumer_timeout);
     let metrics = match &a.metrics {
         Some(addr) => {
             Some(MetricsServer::start(addr).map_err(|e| usage(format!("--metrics {addr}: {e}")))?)

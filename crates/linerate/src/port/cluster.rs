@@ -122,7 +122,9 @@ struct QueueCtl {
     /// Times a consumer attached.
     attaches: AtomicU64,
     /// Keeps the consumer-read words above off the line of the master's counters below.
-    _line: [u64; 6],
+    /// The consumer's last sign of life: wall-clock ms, written every 64 receive calls.
+    heartbeat: AtomicU64,
+    _line: [u64; 5],
     /// Descriptors the master put in the ring.
     enqueued: AtomicU64,
     enqueued_bytes: AtomicU64,
@@ -685,6 +687,11 @@ fn same_process(pid: u32, start: u64) -> bool {
     matches!(proc_stat(pid), Some((s, st)) if s != b'Z' && s != b'X' && st == start)
 }
 
+/// Wall-clock milliseconds (comparable between processes, unlike a per-process monotonic clock).
+fn now_ms() -> u64 {
+    crate::time::wall_ns() / 1_000_000
+}
+
 fn my_pid() -> u32 {
     std::process::id()
 }
@@ -728,6 +735,7 @@ pub struct Master {
     tx_dropped: u64,
     tx_batch: Batch,
     batches: u32,
+    consumer_timeout_ms: Option<u64>,
 }
 
 impl Master {
@@ -934,12 +942,19 @@ impl Master {
             tx_dropped: 0,
             tx_batch: Batch::new(),
             batches: 0,
+            consumer_timeout_ms: None,
         })
     }
 
     /// The segment.
     pub fn segment(&self) -> &Arc<Segment> {
         &self.seg
+    }
+
+    /// Declares a consumer gone when it has not called `rx` for longer than `t` (None: only
+    /// when its process is gone). Its queue is reclaimed; the consumer's next `rx` fails.
+    pub fn set_consumer_timeout(&mut self, t: Option<std::time::Duration>) {
+        self.consumer_timeout_ms = t.map(|d| d.as_millis().max(1) as u64);
     }
 
     /// Makes dropping this master leave the file name alone (it is not ours).
@@ -1183,7 +1198,10 @@ impl Master {
             if gen == 0 || pid == RECLAIMING {
                 continue; // never attached (buffer), or being handled
             }
-            if pid != 0 && alive(pid) {
+            let silent = self.consumer_timeout_ms.is_some_and(|t| {
+                now_ms().saturating_sub(ctl.heartbeat.load(Ordering::Relaxed)) > t
+            });
+            if pid != 0 && !silent && alive(pid) {
                 self.q[qi].gone = false;
                 continue;
             }
@@ -1382,6 +1400,7 @@ impl ClusterPort {
             match claim(&seg.ctl(q).owner) {
                 Ok(owner) => {
                     seg.ctl(q).attaches.fetch_add(1, Ordering::Relaxed);
+                    seg.ctl(q).heartbeat.store(now_ms(), Ordering::Relaxed);
                     // Resume at the first descriptor not released: anything a dead predecessor
                     // held and did not release is delivered again (at least once).
                     let tail = seg.cursors(q).tail.load(Ordering::Acquire);
@@ -1517,14 +1536,15 @@ impl Port for ClusterPort {
         self.release();
         let head = self.seg.cursors(q).head.load(Ordering::Acquire);
         let avail = head.saturating_sub(self.read) as usize;
-        // The master took the queue back (we were thought dead): stop rather than read frames
-        // that are no longer ours. (Looked at now and then: it only happens to a consumer
-        // whose process the master saw gone.)
+        // The master took the queue back (we were thought dead, or silent for longer than its
+        // consumer timeout): stop rather than read frames that are no longer ours. The owner
+        // word has a cache line of its own that changes only then, so this load is cheap.
         self.polls = self.polls.wrapping_add(1);
-        if head < self.read
-            || (self.polls.is_multiple_of(256)
-                && self.seg.ctl(q).owner.load(Ordering::Relaxed) != self.owner)
-        {
+        let ctl = self.seg.ctl(q);
+        if self.polls.is_multiple_of(64) {
+            ctl.heartbeat.store(now_ms(), Ordering::Relaxed);
+        }
+        if head < self.read || ctl.owner.load(Ordering::Acquire) != self.owner {
             return Err(err(
                 &self.name,
                 "the master reclaimed this queue (consumer considered dead); reattach".into(),
