@@ -22,6 +22,10 @@ struct Cli {
 enum Cmd {
     /// Receive and count packets, with pfcount's statistics; optionally filter and record them.
     Count(cmd::count::Args),
+    /// Distribute packets to consumer processes or threads (zbalance_ipc / pfdnacluster).
+    Balance(cmd::balance::Args),
+    /// Run seed 000's cluster tests on this machine, no NIC or root needed.
+    Demo(cmd::demo::Args),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +35,8 @@ fn main() -> ExitCode {
     };
     let r = match cli.cmd {
         Cmd::Count(a) => cmd::count::run(a),
+        Cmd::Balance(a) => cmd::balance::run(a),
+        Cmd::Demo(a) => cmd::demo::run(a),
     };
     match r {
         Ok(code) => code,

@@ -1,3 +1,5 @@
 //! One module per subcommand.
 
+pub mod balance;
 pub mod count;
+pub mod demo;
