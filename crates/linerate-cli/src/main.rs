@@ -26,6 +26,10 @@ enum Cmd {
     Fwd(cmd::fwd::Args),
     /// Run seed 002's l2fwd lab (or a bounce) on network namespaces of this machine (root).
     Lab(cmd::lab::Args),
+    /// Distribute packets to consumer processes or threads (zbalance_ipc / pfdnacluster).
+    Balance(cmd::balance::Args),
+    /// Run seed 000's cluster tests on this machine, no NIC or root needed.
+    Demo(cmd::demo::Args),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +41,8 @@ fn main() -> ExitCode {
         Cmd::Count(a) => cmd::count::run(a),
         Cmd::Fwd(a) => cmd::fwd::run(a),
         Cmd::Lab(a) => cmd::lab::run(a),
+        Cmd::Balance(a) => cmd::balance::run(a),
+        Cmd::Demo(a) => cmd::demo::run(a),
     };
     match r {
         Ok(code) => code,

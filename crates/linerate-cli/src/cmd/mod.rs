@@ -1,5 +1,7 @@
 //! One module per subcommand.
 
+pub mod balance;
 pub mod count;
+pub mod demo;
 pub mod fwd;
 pub mod lab;

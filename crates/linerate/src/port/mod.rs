@@ -6,6 +6,7 @@
 
 pub mod afpacket;
 mod aggregate;
+pub mod cluster;
 pub mod mem;
 pub mod pcap;
 pub mod xdp;
@@ -182,6 +183,14 @@ pub enum PortError {
         /// The operation.
         op: &'static str,
     },
+    /// The port's source went away or refused us (a cluster's master exited, a queue is taken).
+    #[error("{port}: {why}")]
+    Gone {
+        /// The port.
+        port: String,
+        /// What happened and what to do.
+        why: String,
+    },
     /// Packet memory could not be set up.
     #[error(transparent)]
     Mem(#[from] crate::mem::MemError),
@@ -303,6 +312,7 @@ pub fn open(uri: &str, opts: &PortOptions) -> Result<Box<dyn Port>, PortError> {
             opts,
             &xdp::XdpConfig::default(),
         )?)),
+        "cluster" => Ok(Box::new(cluster::ClusterPort::open(rest)?)),
         "" => {
             if std::path::Path::new(rest).exists()
                 || rest.ends_with(".pcap")
