@@ -1,7 +1,7 @@
 //! `linerate lab`: seed 002's l2fwd lab and a bounce on namespaces it creates itself. The
 //! report adds up (sent = received + losses on the way), a paced run loses nothing, every
-//! namespace is gone afterwards, also after SIGINT; without root it says so; `cluster` is a
-//! usage error in this build. Needs root (skips otherwise, fails under LINERATE_REQUIRE_PRIV=1).
+//! namespace is gone afterwards, also after SIGINT; without root it says so; `cluster` delivers
+//! round-robin to its consumer threads. Needs root (skips otherwise, fails under LINERATE_REQUIRE_PRIV=1).
 
 #[path = "../../linerate/tests/netns/mod.rs"]
 mod netns;
@@ -128,13 +128,24 @@ fn sigint_stops_the_lab_and_removes_its_namespaces() {
 }
 
 #[test]
-fn without_root_the_lab_says_so_and_cluster_is_a_usage_error() {
-    let out = Command::new(bin())
-        .args(["lab", "cluster"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cluster"));
+fn cluster_lab_delivers_round_robin_to_its_consumer_threads() {
+    if !netns::require_priv() {
+        return;
+    }
+    let (j, pid) = run_json(&["lab", "cluster", "-c", "3000", "-r", "20000", "-t", "20"]);
+    assert_eq!(j["generator"]["sent"], 3000, "{j}");
+    assert_eq!(j["cluster"]["received"], 3000, "{j}");
+    assert_eq!(j["cluster"]["delivered"], 3000, "{j}");
+    let q = j["cluster"]["queues"].as_array().unwrap();
+    assert_eq!(q.len(), 2);
+    assert_eq!(q[0]["delivered"], 1500);
+    assert_eq!(q[1]["delivered"], 1500);
+    assert_eq!(j["loss_rate"], 0.0);
+    assert!(lab_namespaces(pid).is_empty());
+}
+
+#[test]
+fn without_root_the_lab_says_so() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         let out = Command::new(bin()).args(["lab", "l2fwd"]).output().unwrap();

@@ -14,7 +14,6 @@
 //! so the receiver measures one-way latency through the forwarder (send-side stamp when the
 //! batch is built, kernel receive timestamp on the receiving socket).
 
-use crate::common::usage;
 use clap::{Parser, ValueEnum};
 use linerate::apps::fwd::{self, FwdOptions, FwdStats, MacRewrite, Ports};
 use linerate::mem::{Batch, Desc, Pool, PoolConfig};
@@ -35,7 +34,8 @@ pub enum Kind {
     L2fwd,
     /// pfdnabounce: the forwarder sends every packet back out of the port it came in on.
     Bounce,
-    /// A cluster behind the forwarder (needs the cluster port; not in this build).
+    /// pfdnacluster: the cluster master (`linerate balance`) in the second namespace reads f0 and
+    /// distributes round-robin to `--queues` consumer threads.
     Cluster,
 }
 
@@ -84,6 +84,9 @@ pub struct Args {
     /// Forwarder core (the generator takes another one if there is one).
     #[arg(short = 'g', long, value_name = "CORE")]
     core: Option<usize>,
+    /// Consumer threads of `lab cluster`.
+    #[arg(long, value_name = "N", default_value = "2")]
+    queues: u32,
     /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
@@ -188,6 +191,176 @@ impl Drop for Topology {
 }
 
 const MAGIC: u32 = 0x4c52_4c42; // "LRLB"
+
+/// The cluster master child process, for the signal thread (0: none).
+static CHILD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// `lab cluster`: generator on g0, `linerate balance -i PORT:f0 --threads` in the second
+/// namespace (a child process of this binary), round-robin over `--queues` consumer threads.
+fn run_cluster(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<ExitCode> {
+    let exe = std::env::current_exe()?;
+    let id = 1000 + std::process::id() % 50_000;
+    let port = a.fwd_port.uri("f0");
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", fns])
+        .arg(&exe)
+        .args(["balance", "-i", &port, "-c", &id.to_string()])
+        .args([
+            "-n",
+            &a.queues.to_string(),
+            "-m",
+            "round-robin",
+            "--threads",
+            "--json",
+        ])
+        .args(["--interval", "3600"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot start the cluster master: {e}"))?;
+    CHILD.store(child.id(), Ordering::Relaxed);
+    // Ready when the master's XDP program is on f0 (xdp) or after a moment (afpacket).
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait()? {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                use std::io::Read;
+                let _ = e.read_to_string(&mut err);
+            }
+            CHILD.store(0, Ordering::Relaxed);
+            anyhow::bail!("the cluster master exited ({st}): {}", err.trim());
+        }
+        let attached = a.fwd_port == PortKind::Afpacket
+            || Command::new("ip")
+                .args(["-n", fns, "link", "show", "dev", "f0"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).contains("xdp"))
+                .unwrap_or(false);
+        if (attached && t0.elapsed() > Duration::from_millis(300))
+            || t0.elapsed() > Duration::from_secs(5)
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let popts = PortOptions::default();
+    let xdp = XdpConfig {
+        mode: a.xdp_mode,
+        ..Default::default()
+    };
+    let t_start = Instant::now();
+    let sent = std::thread::scope(|s| {
+        s.spawn(|| -> anyhow::Result<u64> {
+            enter_netns(gns)?;
+            let mut port = super::fwd::open("-o", &a.gen_port.uri("g0"), &popts, &xdp)?;
+            let dst = [0x02, 0x6c, 0x61, 0x62, 0x01, 0x00]; // f0
+            let src = [0x02, 0x6c, 0x61, 0x62, 0x00, 0x00]; // g0
+            generate(port.as_mut(), dst, src, a.count, a.duration, a.rate, stop)
+        })
+        .join()
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("generator panicked")))
+    });
+    let secs = t_start.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: signalling our own child process (ip netns exec runs the master in its place).
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait()?.is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if child.try_wait()?.is_none() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output()?;
+    CHILD.store(0, Ordering::Relaxed);
+    let sent = sent?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let summary: serde_json::Value = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|j| j["type"] == "summary")
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "the cluster master gave no summary: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+        })?;
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let rx = n(&summary["rx"]);
+    let queues: Vec<(u64, u64)> = summary["queues"]
+        .as_array()
+        .map(|qs| {
+            qs.iter()
+                .map(|q| {
+                    let d = &q["drops"];
+                    (
+                        n(&q["delivered"]),
+                        n(&d["ring_full"]) + n(&d["consumer_gone"]) + n(&d["no_frame"]),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let delivered: u64 = queues.iter().map(|q| q.0).sum();
+    let qdrops: u64 = queues.iter().map(|q| q.1).sum();
+    let lost = sent.saturating_sub(delivered);
+    let interrupted = stop.load(Ordering::Relaxed);
+    if a.json {
+        let j = serde_json::json!({
+            "lab": "cluster",
+            "seconds": secs,
+            "frame_bytes": 64,
+            "generator": {"sent": sent},
+            "cluster": {"received": rx, "delivered": delivered, "dropped": qdrops,
+                        "queues": queues.iter().map(|q| serde_json::json!({"delivered": q.0, "dropped": q.1})).collect::<Vec<_>>()},
+            "lost": lost,
+            "loss_rate": if sent == 0 { 0.0 } else { lost as f64 / sent as f64 },
+            "lost_before_cluster": sent.saturating_sub(rx),
+            "interrupted": interrupted,
+        });
+        println!("{j}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let pps = |x: u64| group_f(x as f64 / secs.max(1e-9), 0);
+    println!("linerate lab cluster: namespaces {gns} (generator) and {fns} (cluster)");
+    println!(
+        "  cluster: linerate balance -i {port} -n {} -m round-robin --threads (cluster {id})",
+        a.queues
+    );
+    println!("  generator: {}, 64-byte UDP frames", a.gen_port.uri("g0"));
+    println!(
+        "Lab report ({secs:.2} s{})",
+        if interrupted { ", interrupted" } else { "" }
+    );
+    println!(
+        "  generator sent:        {:>15} packets ({} pps)",
+        group(sent),
+        pps(sent)
+    );
+    println!("  cluster received:      {:>15} packets", group(rx));
+    for (q, (d, x)) in queues.iter().enumerate() {
+        println!(
+            "  queue {q}: delivered {:>15}, dropped {}",
+            group(*d),
+            group(*x)
+        );
+    }
+    println!(
+        "  loss: {} of {} ({:.4} %): {} on the way to the cluster, {} in it",
+        group(lost),
+        group(sent),
+        if sent == 0 {
+            0.0
+        } else {
+            lost as f64 * 100.0 / sent as f64
+        },
+        group(sent.saturating_sub(rx)),
+        group(rx.saturating_sub(delivered))
+    );
+    println!("  latency: not measured for a cluster (consumers do not send back)");
+    Ok(ExitCode::SUCCESS)
+}
 
 /// A 60-byte UDP frame (64 on the wire) with the magic, a sequence number and a send time.
 fn build_frame(buf: &mut [u8], dst: [u8; 6], src: [u8; 6], seq: u32, ts: u64) -> usize {
@@ -337,12 +510,6 @@ fn receive(port: &mut dyn Port, stop: &AtomicBool, lat: &mut Lat) -> anyhow::Res
 
 /// Runs `linerate lab`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    if a.kind == Kind::Cluster {
-        return Err(usage(
-            "lab cluster: the cluster port is not in this build; run `linerate lab l2fwd` or \
-             `linerate lab bounce`",
-        ));
-    }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         anyhow::bail!(
@@ -363,6 +530,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 stop.store(true, Ordering::Relaxed);
                 if signals.fetch_add(1, Ordering::Relaxed) >= 1 {
                     // Second signal: clean up from here and leave.
+                    let child = CHILD.load(Ordering::Relaxed);
+                    if child != 0 {
+                        // SAFETY: signalling our own child process.
+                        unsafe { libc::kill(child as i32, libc::SIGKILL) };
+                    }
                     let (g, f) = Topology::names();
                     let _ = ip(&["netns", "del", &g]);
                     let _ = ip(&["netns", "del", &f]);
@@ -382,7 +554,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let pairs = if a.kind == Kind::L2fwd { 2 } else { 1 };
     let topo = Topology::create(pairs)?;
     let (gns, fns) = (topo.ns[0].clone(), topo.ns[1].clone());
-    let r = run_lab(&a, &gns, &fns, &stop);
+    let r = if a.kind == Kind::Cluster {
+        run_cluster(&a, &gns, &fns, &stop)
+    } else {
+        run_lab(&a, &gns, &fns, &stop)
+    };
     drop(topo);
     let leftover = std::fs::read_dir("/var/run/netns")
         .map(|d| {
