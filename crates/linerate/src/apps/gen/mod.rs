@@ -1,0 +1,507 @@
+//! `gen`: a packet generator with precise software rate control and latency probes (MoonGen,
+//! pktgen-dpdk).
+//!
+//! Packets are built from [`template::Template`]s in frames of the output port's pool (or of a
+//! private pool when the port copies, as AF_PACKET does) in groups of up to 64: for each packet
+//! the worker picks the stream due first, takes its departure time from its [`sched::Schedule`],
+//! writes the template with the varied fields ([`vary`]) and updates the checksums
+//! incrementally. An optional [`Hook`] (a Lua script) sees each group once. Then the group
+//! departs: the worker busy-waits on the injected [`Clock`] until a packet is due, stamps the
+//! send time into every due packet's probe signature and hands them to the port in one call.
+//! The achieved gaps are compared with the scheduled ones ([`sched::Precision`]).
+
+pub mod latency;
+pub mod replay;
+
+pub mod rng;
+pub mod sched;
+pub mod template;
+pub mod vary;
+
+use crate::mem::{Batch, Pool, PoolConfig, BATCH};
+use crate::port::{Port, PortError, PortStats};
+use crate::stats::Snapshot;
+use crate::time::Clock;
+use rng::Rng;
+use sched::{Pattern, Precision, Schedule};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use template::{Layout, Template, TemplateError, TemplateSpec, Vals};
+use vary::{AddrSeq, Seq, SizeSpec, Sizes};
+
+/// One stream: a template, how its fields vary, its sizes and its rate.
+#[derive(Clone, Debug)]
+pub struct StreamSpec {
+    /// Stream id carried in the probe signature.
+    pub id: u16,
+    /// The headers.
+    pub template: TemplateSpec,
+    /// Source addresses (None: the template's).
+    pub src_ip: Option<AddrSeq>,
+    /// Destination addresses.
+    pub dst_ip: Option<AddrSeq>,
+    /// Source ports.
+    pub sport: Option<Seq>,
+    /// Destination ports.
+    pub dport: Option<Seq>,
+    /// Frame sizes (with CRC).
+    pub size: SizeSpec,
+    /// Packets per second (None: as fast as possible).
+    pub pps: Option<f64>,
+    /// Spacing of departures.
+    pub pattern: Pattern,
+    /// Write a probe signature (stream, sequence, send time) into each packet that has room.
+    pub probe: bool,
+}
+
+impl Default for StreamSpec {
+    fn default() -> Self {
+        StreamSpec {
+            id: 0,
+            template: TemplateSpec::default(),
+            src_ip: None,
+            dst_ip: None,
+            sport: None,
+            dport: None,
+            size: SizeSpec::Fixed(64),
+            pps: None,
+            pattern: Pattern::Cbr,
+            probe: true,
+        }
+    }
+}
+
+/// Errors of the generator.
+#[derive(Debug, thiserror::Error)]
+pub enum GenError {
+    /// A template could not be built.
+    #[error("stream {stream}: {source}")]
+    Template {
+        /// Stream id.
+        stream: u16,
+        /// Why.
+        source: TemplateError,
+    },
+    /// A stream's fields do not fit its template.
+    #[error("stream {stream}: {why}")]
+    Spec {
+        /// Stream id.
+        stream: u16,
+        /// Why.
+        why: String,
+    },
+    /// No stream was given.
+    #[error("no stream to generate")]
+    NoStream,
+    /// The port failed.
+    #[error(transparent)]
+    Port(#[from] PortError),
+    /// A hook (script) failed.
+    #[error("{0}")]
+    Hook(String),
+    /// Packet memory could not be had.
+    #[error(transparent)]
+    Mem(#[from] crate::mem::MemError),
+}
+
+/// Sees every group of freshly built packets once, before they depart (a Lua script).
+pub trait Hook {
+    /// Modifies the packets of `batch`; `streams[i]` is the index (in the options' stream
+    /// list) of packet `i`'s stream and `layouts[s]` the header layout of stream `s`.
+    fn modify(
+        &mut self,
+        batch: &mut Batch,
+        streams: &[u8],
+        layouts: &[Layout],
+    ) -> Result<(), String>;
+}
+
+/// What to generate and when to stop.
+#[derive(Clone, Debug)]
+pub struct GenOptions {
+    /// The streams (at most 255).
+    pub streams: Vec<StreamSpec>,
+    /// Stop after this many packets in all.
+    pub count: Option<u64>,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Seed of the random fields, sizes and Poisson gaps.
+    pub seed: u64,
+    /// Interval between statistics snapshots.
+    pub interval: Duration,
+    /// Sleep instead of spinning when the next departure is further away than this.
+    pub sleep_above: Duration,
+}
+
+impl Default for GenOptions {
+    fn default() -> Self {
+        GenOptions {
+            streams: vec![StreamSpec::default()],
+            count: None,
+            duration: None,
+            seed: 1,
+            interval: Duration::from_secs(1),
+            sleep_above: Duration::from_millis(2),
+        }
+    }
+}
+
+/// Results of a run.
+#[derive(Clone, Debug, Default)]
+pub struct GenReport {
+    /// Packets handed to the port.
+    pub pkts: u64,
+    /// Their bytes (without CRC).
+    pub bytes: u64,
+    /// Packets per stream (in the order of the options).
+    pub per_stream: Vec<u64>,
+    /// Departure precision (rated streams only).
+    pub precision: Precision,
+    /// First and last departure (clock ns).
+    pub first_ns: u64,
+    /// Last departure.
+    pub last_ns: u64,
+    /// The port's counters at the end.
+    pub port: PortStats,
+    /// Why the run ended early, if it failed.
+    pub error: Option<String>,
+}
+
+impl GenReport {
+    /// Packets per second between the first and the last departure.
+    pub fn pps(&self) -> f64 {
+        let dt = self.last_ns.saturating_sub(self.first_ns);
+        if dt == 0 || self.pkts < 2 {
+            return 0.0;
+        }
+        (self.pkts - 1) as f64 * 1e9 / dt as f64
+    }
+
+    /// Adds another thread's report.
+    pub fn merge(&mut self, o: &GenReport) {
+        self.pkts += o.pkts;
+        self.bytes += o.bytes;
+        if self.per_stream.len() < o.per_stream.len() {
+            self.per_stream.resize(o.per_stream.len(), 0);
+        }
+        for (a, b) in self.per_stream.iter_mut().zip(&o.per_stream) {
+            *a += b;
+        }
+        self.precision.merge(&o.precision);
+        if self.first_ns == 0 || (o.first_ns != 0 && o.first_ns < self.first_ns) {
+            self.first_ns = o.first_ns;
+        }
+        self.last_ns = self.last_ns.max(o.last_ns);
+        self.port.tx_packets += o.port.tx_packets;
+        self.port.tx_bytes += o.port.tx_bytes;
+        self.port.tx_drops = self.port.tx_drops.merged(&o.port.tx_drops);
+        if self.error.is_none() {
+            self.error.clone_from(&o.error);
+        }
+    }
+}
+
+/// A compiled stream.
+struct Stream {
+    id: u16,
+    tpl: Template,
+    src: Option<Seq>,
+    dst: Option<Seq>,
+    sport: Option<Seq>,
+    dport: Option<Seq>,
+    sizes: Sizes,
+    sched: Option<Schedule>,
+    probe: bool,
+    seq: u32,
+}
+
+fn compile(spec: &StreamSpec, seed: u64, start: u64) -> Result<Stream, GenError> {
+    let err = |why: String| GenError::Spec {
+        stream: spec.id,
+        why,
+    };
+    let mut t = spec.template.clone();
+    if let Some(a) = &spec.src_ip {
+        t.src_ip = a.base;
+    }
+    if let Some(a) = &spec.dst_ip {
+        t.dst_ip = a.base;
+    }
+    if let Some(s) = &spec.sport {
+        t.sport = s.first() as u16;
+    }
+    if let Some(s) = &spec.dport {
+        t.dport = s.first() as u16;
+    }
+    let tpl = Template::new(&t).map_err(|source| GenError::Template {
+        stream: spec.id,
+        source,
+    })?;
+    let (lo, hi) = spec.size.bounds();
+    for s in [lo, hi] {
+        tpl.check_size(s).map_err(|source| GenError::Template {
+            stream: spec.id,
+            source,
+        })?;
+    }
+    if spec.probe && !tpl.has_sig_room(lo as usize - 4) {
+        return Err(err(format!(
+            "latency probes need {} B after the headers: use a size of at least {} B",
+            template::SIG_LEN,
+            tpl.layout().payload + template::SIG_LEN + 4
+        )));
+    }
+    let fam = |a: &AddrSeq| a.base.is_ipv4() == t.src_ip.is_ipv4();
+    if spec.src_ip.as_ref().is_some_and(|a| !fam(a))
+        || spec.dst_ip.as_ref().is_some_and(|a| !fam(a))
+    {
+        return Err(err("source and destination must be of one family".into()));
+    }
+    let sched = spec
+        .pps
+        .map(|pps| Schedule::new(spec.pattern, pps, start, seed ^ 0x5eed));
+    Ok(Stream {
+        id: spec.id,
+        tpl,
+        src: spec.src_ip.as_ref().map(|a| a.seq.clone()),
+        dst: spec.dst_ip.as_ref().map(|a| a.seq.clone()),
+        sport: spec.sport.clone(),
+        dport: spec.dport.clone(),
+        sizes: Sizes::new(&spec.size),
+        sched,
+        probe: spec.probe,
+        seq: 0,
+    })
+}
+
+impl Stream {
+    /// Writes the next packet into `out`; returns its length.
+    #[inline(always)]
+    fn build(&mut self, out: &mut [u8], rng: &mut Rng) -> usize {
+        let mut v: Vals = self.tpl.base();
+        v.len = self.sizes.next(rng);
+        if let Some(s) = &mut self.src {
+            v.src_ip = s.next(rng) as u32;
+        }
+        if let Some(s) = &mut self.dst {
+            v.dst_ip = s.next(rng) as u32;
+        }
+        if let Some(s) = &mut self.sport {
+            v.sport = s.next(rng) as u16;
+        }
+        if let Some(s) = &mut self.dport {
+            v.dport = s.next(rng) as u16;
+        }
+        let n = self.tpl.write(out, &v);
+        if self.probe {
+            template::put_sig(&mut out[..n], self.tpl.layout(), self.id, self.seq);
+        }
+        self.seq = self.seq.wrapping_add(1);
+        n
+    }
+}
+
+/// The frames to build in: the port's pool when it has one (packets cross with no copy),
+/// else a private one (the port copies on transmit).
+pub fn build_pool(port: &dyn Port) -> Result<Arc<Pool>, GenError> {
+    match port.pool() {
+        Some(p) if p.allocates() => Ok(p.clone()),
+        _ => Ok(Arc::new(Pool::new(&PoolConfig {
+            frames: 1024,
+            ..Default::default()
+        })?)),
+    }
+}
+
+/// Runs the generator on `port` until the count, the duration, `stop`, or an error. `on_tick`
+/// gets a statistics snapshot every interval (from the clock's readings).
+pub fn run(
+    port: &mut dyn Port,
+    opts: &GenOptions,
+    clock: &dyn Clock,
+    stop: &AtomicBool,
+    mut hook: Option<&mut dyn Hook>,
+    mut on_tick: impl FnMut(&Snapshot),
+) -> Result<GenReport, GenError> {
+    if opts.streams.is_empty() {
+        return Err(GenError::NoStream);
+    }
+    if opts.streams.len() > 255 {
+        return Err(GenError::Spec {
+            stream: 0,
+            why: "at most 255 streams per worker".into(),
+        });
+    }
+    let pool = build_pool(port)?;
+    let t0 = clock.now_ns();
+    // Start a little later so that the first packets are not already late.
+    let start = t0 + 10_000;
+    let mut streams = opts
+        .streams
+        .iter()
+        .enumerate()
+        .map(|(i, s)| compile(s, opts.seed.wrapping_add(i as u64 * 7919), start))
+        .collect::<Result<Vec<Stream>, GenError>>()?;
+    let layouts: Vec<Layout> = streams.iter().map(|s| *s.tpl.layout()).collect();
+    let rated = streams.iter().any(|s| s.sched.is_some());
+    let mut rng = Rng::new(opts.seed);
+    let mut ready = Batch::with_pool(&pool);
+    let mut out = Batch::with_pool(&pool);
+    let mut sched_t = [0u64; BATCH];
+    let mut which = [0u8; BATCH];
+    let mut rep = GenReport {
+        per_stream: vec![0; streams.len()],
+        ..Default::default()
+    };
+    let deadline = opts.duration.map(|d| t0 + d.as_nanos() as u64);
+    let interval = opts.interval.as_nanos().max(1) as u64;
+    let mut next_tick = t0 + interval;
+    let mut rr = 0usize;
+    let sleep_above = opts.sleep_above.as_nanos() as u64;
+    let snap = |port: &mut dyn Port, t, rep: &GenReport| Snapshot {
+        t_ns: t,
+        pkts: rep.pkts,
+        bytes: rep.bytes,
+        drops: port.stats().tx_drops,
+    };
+    'run: loop {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let mut want = BATCH;
+        if let Some(c) = opts.count {
+            let left = c.saturating_sub(rep.pkts);
+            if left == 0 {
+                break;
+            }
+            want = want.min(left as usize);
+        }
+        // 1. Build a group.
+        for k in 0..want {
+            let s = if rated {
+                let mut best = 0;
+                let mut bt = u64::MAX;
+                for (i, st) in streams.iter().enumerate() {
+                    let t = st.sched.as_ref().map_or(0, |s| s.peek());
+                    if t < bt {
+                        bt = t;
+                        best = i;
+                    }
+                }
+                best
+            } else {
+                rr = (rr + 1) % streams.len();
+                rr
+            };
+            let Some(addr) = ready.alloc() else { break };
+            let st = &mut streams[s];
+            let n = st.build(ready.frame_mut(addr), &mut rng);
+            sched_t[k] = st.sched.as_mut().map_or(0, |s| s.advance());
+            which[k] = s as u8;
+            ready.push(crate::mem::Desc {
+                addr,
+                len: n as u32,
+                wire_len: n as u32,
+                ..Default::default()
+            });
+        }
+        let n = ready.len();
+        if n == 0 {
+            // The pool is empty: the port still holds frames. Let it drain.
+            port.flush()?;
+            std::hint::spin_loop();
+            continue;
+        }
+        if let Some(h) = hook.as_deref_mut() {
+            if let Err(e) = h.modify(&mut ready, &which[..n], &layouts) {
+                ready.clear();
+                rep.error = Some(e.clone());
+                return Err(GenError::Hook(e));
+            }
+        }
+        // 2. Depart.
+        let mut k = 0;
+        while k < n {
+            let mut now = clock.now_ns();
+            let mut m = n - k;
+            if rated {
+                let t = sched_t[k];
+                if deadline.is_some_and(|d| t > d) {
+                    ready.consume(k);
+                    ready.clear();
+                    break 'run;
+                }
+                while now < t {
+                    if t - now > sleep_above {
+                        std::thread::sleep(Duration::from_nanos(t - now - sleep_above / 2));
+                        if stop.load(Ordering::Relaxed) {
+                            ready.consume(k);
+                            ready.clear();
+                            break 'run;
+                        }
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                    now = clock.now_ns();
+                }
+                m = sched_t[k..n]
+                    .iter()
+                    .take_while(|&&t| t <= now)
+                    .count()
+                    .max(1);
+            }
+            out.extend(&ready.descs()[k..k + m]);
+            for j in 0..m {
+                let s = usize::from(which[k + j]);
+                if streams[s].probe {
+                    template::put_time(out.data_mut(j), &layouts[s], now);
+                }
+                rep.per_stream[s] += 1;
+                rep.bytes += u64::from(out.descs()[j].len);
+                if rated {
+                    rep.precision.record(sched_t[k + j], now);
+                }
+            }
+            if rep.first_ns == 0 {
+                rep.first_ns = now;
+            }
+            rep.last_ns = now;
+            rep.pkts += m as u64;
+            let mut tries = 0;
+            while !out.is_empty() {
+                match port.tx(&mut out) {
+                    Ok(_) if out.is_empty() => break,
+                    Ok(_) => {
+                        tries += 1;
+                        if tries > 1_000_000 {
+                            out.clear();
+                        }
+                        std::hint::spin_loop();
+                    }
+                    Err(e) => {
+                        out.clear();
+                        ready.consume(k + m);
+                        ready.clear();
+                        rep.error = Some(e.to_string());
+                        rep.port = port.stats();
+                        return Err(e.into());
+                    }
+                }
+            }
+            k += m;
+        }
+        ready.forget();
+        let now = clock.now_ns();
+        if now >= next_tick {
+            on_tick(&snap(port, now, &rep));
+            next_tick = now + interval;
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+    }
+    port.flush()?;
+    rep.port = port.stats();
+    Ok(rep)
+}
