@@ -51,7 +51,8 @@ pub struct StreamSpec {
     pub pps: Option<f64>,
     /// Spacing of departures.
     pub pattern: Pattern,
-    /// Write a probe signature (stream, sequence, send time) into each packet that has room.
+    /// Write a probe signature (stream, sequence, send time) into each packet that has room
+    /// (16 B of transport payload: 64 B frames have it for IPv4/UDP only).
     pub probe: bool,
 }
 
@@ -238,19 +239,18 @@ fn compile(spec: &StreamSpec, seed: u64, start: u64) -> Result<Stream, GenError>
         stream: spec.id,
         source,
     })?;
+    // A fixed size must fit the headers; ranges and IMIX send their small frames at the
+    // headers' length when the headers are longer (IPv6, TCP at 64 B).
     let (lo, hi) = spec.size.bounds();
+    let lo = match spec.size {
+        SizeSpec::Fixed(_) => lo,
+        _ => lo.max(tpl.min_len() as u32 + 4),
+    };
     for s in [lo, hi] {
         tpl.check_size(s).map_err(|source| GenError::Template {
             stream: spec.id,
             source,
         })?;
-    }
-    if spec.probe && !tpl.has_sig_room(lo as usize - 4) {
-        return Err(err(format!(
-            "latency probes need {} B after the headers: use a size of at least {} B",
-            template::SIG_LEN,
-            tpl.layout().payload + template::SIG_LEN + 4
-        )));
     }
     let fam = |a: &AddrSeq| a.base.is_ipv4() == t.src_ip.is_ipv4();
     if spec.src_ip.as_ref().is_some_and(|a| !fam(a))
