@@ -39,7 +39,7 @@ fn loss_duplicates_reordering_and_latency_are_counted() {
     let mut held: Vec<(usize, Vec<u8>)> = Vec::new();
     let mut passed = 0usize;
     let (mut dropped, mut duped, mut late) = ([0u64; 2], [0u64; 2], [0u64; 2]);
-    let mut send = |outb: &mut Batch, bytes: &[u8], mid_out: &mut dyn Port| {
+    let send = |outb: &mut Batch, bytes: &[u8], mid_out: &mut dyn Port| {
         let a = outb.alloc().unwrap();
         outb.frame_mut(a)[..bytes.len()].copy_from_slice(bytes);
         outb.push(Desc {

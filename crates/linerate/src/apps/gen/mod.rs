@@ -15,6 +15,7 @@ pub mod replay;
 
 pub mod rng;
 pub mod sched;
+pub mod script;
 pub mod template;
 pub mod vary;
 
