@@ -22,6 +22,8 @@ struct Cli {
 enum Cmd {
     /// Receive and count packets, with pfcount's statistics; optionally filter and record them.
     Count(cmd::count::Args),
+    /// Generate packets (MoonGen / pktgen-dpdk): templates, rates, latency probes, Lua, replay.
+    Gen(Box<cmd::gen::Args>),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     };
     let r = match cli.cmd {
         Cmd::Count(a) => cmd::count::run(a),
+        Cmd::Gen(a) => cmd::gen::run(*a),
     };
     match r {
         Ok(code) => code,

@@ -315,8 +315,94 @@ pub fn build_pool(port: &dyn Port) -> Result<Arc<Pool>, GenError> {
     }
 }
 
+/// A group of built packets waiting to depart.
+struct Group {
+    b: Batch,
+    t: [u64; BATCH],
+    which: [u8; BATCH],
+    /// Packets of `b` already handed to the port.
+    k: usize,
+    /// The hook has seen the group.
+    hooked: bool,
+}
+
+impl Group {
+    fn new(pool: &Arc<Pool>) -> Group {
+        Group {
+            b: Batch::with_pool(pool),
+            t: [0; BATCH],
+            which: [0; BATCH],
+            k: 0,
+            hooked: false,
+        }
+    }
+
+    /// Frees what has not departed and empties the group.
+    fn reset(&mut self) {
+        self.b.consume(self.k);
+        self.b.clear();
+        self.k = 0;
+        self.hooked = false;
+    }
+}
+
+/// Builds packets (at most `max`, and no more than `left` in all) into `g`.
+#[inline]
+fn fill(
+    g: &mut Group,
+    streams: &mut [Stream],
+    rng: &mut Rng,
+    rated: bool,
+    rr: &mut usize,
+    max: usize,
+    left: &mut u64,
+) {
+    let mut built = 0;
+    while built < max && !g.b.is_full() && *left > 0 {
+        let s = if rated {
+            let mut best = 0;
+            let mut bt = u64::MAX;
+            for (i, st) in streams.iter().enumerate() {
+                let t = st.sched.as_ref().map_or(0, |s| s.peek());
+                if t < bt {
+                    bt = t;
+                    best = i;
+                }
+            }
+            best
+        } else {
+            *rr = (*rr + 1) % streams.len();
+            *rr
+        };
+        let Some(addr) = g.b.alloc() else { break };
+        let st = &mut streams[s];
+        let n = st.build(g.b.frame_mut(addr), rng);
+        let k = g.b.len();
+        g.t[k] = st.sched.as_mut().map_or(0, |s| s.advance());
+        g.which[k] = s as u8;
+        g.b.push(crate::mem::Desc {
+            addr,
+            len: n as u32,
+            wire_len: n as u32,
+            ..Default::default()
+        });
+        built += 1;
+        *left -= 1;
+    }
+}
+
+/// Packets built per slice of waiting time: small enough to fit in a gap of ~1 µs.
+const FILL_CHUNK: usize = 8;
+/// Slack (ns) below which the worker does not start building while it waits.
+const FILL_SLACK: u64 = 400;
+
 /// Runs the generator on `port` until the count, the duration, `stop`, or an error. `on_tick`
 /// gets a statistics snapshot every interval (from the clock's readings).
+///
+/// Two groups of up to 64 packets alternate: while the worker waits for the next departure of
+/// one, it builds the next group a few packets at a time, so that building never delays a
+/// departure at rates up to a few Mpps. The hook sees a group once, complete, before its first
+/// departure.
 pub fn run(
     port: &mut dyn Port,
     opts: &GenOptions,
@@ -337,7 +423,7 @@ pub fn run(
     let pool = build_pool(port)?;
     let t0 = clock.now_ns();
     // Start a little later so that the first packets are not already late.
-    let start = t0 + 10_000;
+    let start = t0 + 20_000;
     let mut streams = opts
         .streams
         .iter()
@@ -347,14 +433,14 @@ pub fn run(
     let layouts: Vec<Layout> = streams.iter().map(|s| *s.tpl.layout()).collect();
     let rated = streams.iter().any(|s| s.sched.is_some());
     let mut rng = Rng::new(opts.seed);
-    let mut ready = Batch::with_pool(&pool);
+    let mut cur = Group::new(&pool);
+    let mut nxt = Group::new(&pool);
     let mut out = Batch::with_pool(&pool);
-    let mut sched_t = [0u64; BATCH];
-    let mut which = [0u8; BATCH];
     let mut rep = GenReport {
         per_stream: vec![0; streams.len()],
         ..Default::default()
     };
+    let mut left = opts.count.unwrap_or(u64::MAX);
     let deadline = opts.duration.map(|d| t0 + d.as_nanos() as u64);
     let interval = opts.interval.as_nanos().max(1) as u64;
     let mut next_tick = t0 + interval;
@@ -366,141 +452,134 @@ pub fn run(
         bytes: rep.bytes,
         drops: port.stats().tx_drops,
     };
-    'run: loop {
+    let result: Result<(), GenError> = 'run: loop {
         if stop.load(Ordering::Relaxed) {
-            break;
+            break Ok(());
         }
-        let mut want = BATCH;
-        if let Some(c) = opts.count {
-            let left = c.saturating_sub(rep.pkts);
-            if left == 0 {
-                break;
-            }
-            want = want.min(left as usize);
-        }
-        // 1. Build a group.
-        for k in 0..want {
-            let s = if rated {
-                let mut best = 0;
-                let mut bt = u64::MAX;
-                for (i, st) in streams.iter().enumerate() {
-                    let t = st.sched.as_ref().map_or(0, |s| s.peek());
-                    if t < bt {
-                        bt = t;
-                        best = i;
-                    }
+        // The next group: finish building it, let the hook see it, make it current.
+        if cur.k >= cur.b.len() {
+            cur.reset();
+            std::mem::swap(&mut cur, &mut nxt);
+            fill(
+                &mut cur,
+                &mut streams,
+                &mut rng,
+                rated,
+                &mut rr,
+                BATCH,
+                &mut left,
+            );
+            if cur.b.is_empty() {
+                if left == 0 {
+                    break Ok(());
                 }
-                best
-            } else {
-                rr = (rr + 1) % streams.len();
-                rr
-            };
-            let Some(addr) = ready.alloc() else { break };
-            let st = &mut streams[s];
-            let n = st.build(ready.frame_mut(addr), &mut rng);
-            sched_t[k] = st.sched.as_mut().map_or(0, |s| s.advance());
-            which[k] = s as u8;
-            ready.push(crate::mem::Desc {
-                addr,
-                len: n as u32,
-                wire_len: n as u32,
-                ..Default::default()
-            });
-        }
-        let n = ready.len();
-        if n == 0 {
-            // The pool is empty: the port still holds frames. Let it drain.
-            port.flush()?;
-            std::hint::spin_loop();
-            continue;
-        }
-        if let Some(h) = hook.as_deref_mut() {
-            if let Err(e) = h.modify(&mut ready, &which[..n], &layouts) {
-                ready.clear();
-                rep.error = Some(e.clone());
-                return Err(GenError::Hook(e));
+                // The pool is empty: the port still holds frames. Let it drain.
+                if let Err(e) = port.flush() {
+                    break Err(e.into());
+                }
+                std::hint::spin_loop();
+                continue;
             }
         }
-        // 2. Depart.
-        let mut k = 0;
-        while k < n {
-            let mut now = clock.now_ns();
-            let mut m = n - k;
+        if !cur.hooked {
+            cur.hooked = true;
+            if let Some(h) = hook.as_deref_mut() {
+                let n = cur.b.len();
+                if let Err(e) = h.modify(&mut cur.b, &cur.which[..n], &layouts) {
+                    rep.error = Some(e.clone());
+                    break Err(GenError::Hook(e));
+                }
+            }
+        }
+        // Depart: wait for the first packet not sent, then send every packet due.
+        let n = cur.b.len();
+        let k = cur.k;
+        let mut now = clock.now_ns();
+        let mut m = n - k;
+        if rated {
+            let t = cur.t[k];
+            if deadline.is_some_and(|d| t > d) {
+                break Ok(());
+            }
+            while now < t {
+                let slack = t - now;
+                if slack > FILL_SLACK && !nxt.b.is_full() && left > 0 {
+                    fill(
+                        &mut nxt,
+                        &mut streams,
+                        &mut rng,
+                        rated,
+                        &mut rr,
+                        FILL_CHUNK,
+                        &mut left,
+                    );
+                } else if slack > sleep_above {
+                    std::thread::sleep(Duration::from_nanos(slack - sleep_above / 2));
+                    if stop.load(Ordering::Relaxed) {
+                        break 'run Ok(());
+                    }
+                } else {
+                    std::hint::spin_loop();
+                }
+                now = clock.now_ns();
+            }
+            m = cur.t[k..n].iter().take_while(|&&t| t <= now).count().max(1);
+        }
+        out.extend(&cur.b.descs()[k..k + m]);
+        for j in 0..m {
+            let s = usize::from(cur.which[k + j]);
+            if streams[s].probe {
+                template::put_time(out.data_mut(j), &layouts[s], now);
+            }
+            rep.per_stream[s] += 1;
+            rep.bytes += u64::from(out.descs()[j].len);
             if rated {
-                let t = sched_t[k];
-                if deadline.is_some_and(|d| t > d) {
-                    ready.consume(k);
-                    ready.clear();
-                    break 'run;
-                }
-                while now < t {
-                    if t - now > sleep_above {
-                        std::thread::sleep(Duration::from_nanos(t - now - sleep_above / 2));
-                        if stop.load(Ordering::Relaxed) {
-                            ready.consume(k);
-                            ready.clear();
-                            break 'run;
-                        }
-                    } else {
-                        std::hint::spin_loop();
-                    }
-                    now = clock.now_ns();
-                }
-                m = sched_t[k..n]
-                    .iter()
-                    .take_while(|&&t| t <= now)
-                    .count()
-                    .max(1);
+                rep.precision.record(cur.t[k + j], now);
             }
-            out.extend(&ready.descs()[k..k + m]);
-            for j in 0..m {
-                let s = usize::from(which[k + j]);
-                if streams[s].probe {
-                    template::put_time(out.data_mut(j), &layouts[s], now);
-                }
-                rep.per_stream[s] += 1;
-                rep.bytes += u64::from(out.descs()[j].len);
-                if rated {
-                    rep.precision.record(sched_t[k + j], now);
-                }
-            }
-            if rep.first_ns == 0 {
-                rep.first_ns = now;
-            }
-            rep.last_ns = now;
-            rep.pkts += m as u64;
-            let mut tries = 0;
-            while !out.is_empty() {
-                match port.tx(&mut out) {
-                    Ok(_) if out.is_empty() => break,
-                    Ok(_) => {
-                        tries += 1;
-                        if tries > 1_000_000 {
-                            out.clear();
-                        }
-                        std::hint::spin_loop();
-                    }
-                    Err(e) => {
+        }
+        cur.k += m;
+        if rep.first_ns == 0 {
+            rep.first_ns = now;
+        }
+        rep.last_ns = now;
+        rep.pkts += m as u64;
+        let mut tries = 0;
+        while !out.is_empty() {
+            match port.tx(&mut out) {
+                Ok(_) if out.is_empty() => break,
+                Ok(_) => {
+                    tries += 1;
+                    if tries > 1_000_000 {
                         out.clear();
-                        ready.consume(k + m);
-                        ready.clear();
-                        rep.error = Some(e.to_string());
-                        rep.port = port.stats();
-                        return Err(e.into());
                     }
+                    std::hint::spin_loop();
+                }
+                Err(e) => {
+                    out.clear();
+                    break 'run Err(e.into());
                 }
             }
-            k += m;
         }
-        ready.forget();
-        let now = clock.now_ns();
-        if now >= next_tick {
-            on_tick(&snap(port, now, &rep));
-            next_tick = now + interval;
+        if cur.k >= n {
+            cur.b.forget();
+            cur.k = 0;
+            cur.hooked = false;
+            let now = clock.now_ns();
+            if now >= next_tick {
+                on_tick(&snap(port, now, &rep));
+                next_tick = now + interval;
+            }
+            if deadline.is_some_and(|d| now >= d) {
+                break Ok(());
+            }
         }
-        if deadline.is_some_and(|d| now >= d) {
-            break;
-        }
+    };
+    cur.reset();
+    nxt.reset();
+    rep.port = port.stats();
+    if let Err(e) = result {
+        rep.error.get_or_insert_with(|| e.to_string());
+        return Err(e);
     }
     port.flush()?;
     rep.port = port.stats();
