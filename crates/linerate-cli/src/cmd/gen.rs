@@ -12,7 +12,7 @@ use linerate::apps::gen::template::{TemplateSpec, L4};
 use linerate::apps::gen::vary::{parse_addr, parse_mac, parse_seq, port_value, Seq, SizeSpec};
 use linerate::apps::gen::{self, GenOptions, GenReport, Hook, StreamSpec};
 use linerate::mem::Batch;
-use linerate::port::{self, Port, PortError, PortOptions};
+use linerate::port::{self, pcap::PcapPort, LinkType, Port, PortError, PortOptions};
 use linerate::stats::{breakdown, group, group_f};
 use linerate::time::{Clock, TscClock};
 use linerate::units::{self, Rate};
@@ -293,6 +293,32 @@ fn open(uri: &str, opts: &PortOptions, what: &str) -> anyhow::Result<Box<dyn Por
     })
 }
 
+/// Opens an output port: a capture file (`pcap:FILE`, or a path) is created for writing.
+/// Writing to a file needs a limit (`limited`), so that a forgotten -c cannot fill a disk.
+fn open_out(uri: &str, opts: &PortOptions, limited: bool) -> anyhow::Result<Box<dyn Port>> {
+    let scheme = uri.split_once(':').map(|(s, _)| s);
+    let path = match scheme {
+        Some("pcap") => uri.strip_prefix("pcap:"),
+        Some("mem" | "afpacket" | "xdp" | "cluster") => None,
+        Some(s) if !s.contains(['/', '.']) => {
+            return Err(usage(format!(
+                "-o {uri}: unknown port '{s}:' (use mem:NAME, afpacket:IFACE, pcap:FILE or a path)"
+            )))
+        }
+        _ => Some(uri),
+    };
+    match path {
+        Some(p) if !limited => Err(usage(format!(
+            "-o {p}: a capture file needs a limit (-c COUNT or -t DURATION)"
+        ))),
+        Some(p) => Ok(Box::new(
+            PcapPort::create_with(p, LinkType::ETHERNET, 65535)
+                .map_err(|e| usage(format!("-o: {e}")))?,
+        )),
+        None => open(uri, opts, "-o"),
+    }
+}
+
 /// Writes the histogram as CSV at `path` and as SVG beside it (same name, .svg).
 pub fn write_hist(path: &str, t: &Tracker, title: &str) -> anyhow::Result<String> {
     let h = t.merged();
@@ -384,6 +410,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         None => ScriptConfig::default(),
     };
+    let limited =
+        pick(&a.count, &cfg, "count").is_some() || pick(&a.duration, &cfg, "duration").is_some();
     // Output ports: one per thread.
     let parts: Vec<&str> = a.output.split(',').collect();
     let mut outs: Vec<Box<dyn Port>> = Vec::new();
@@ -399,7 +427,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
             a.output.as_str()
         };
-        outs.push(open(uri, &popts, "-o")?);
+        outs.push(open_out(uri, &popts, limited)?);
     }
     let mut rx_port = match &a.rx {
         Some(uri) => Some(open(uri, &popts, "--rx")?),
@@ -407,7 +435,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let mut specs = Vec::new();
     for i in 0..a.threads {
-        specs.push(streams_from(&a, &cfg, i)?);
+        let (streams, count, duration) = streams_from(&a, &cfg, i)?;
+        gen::validate(&GenOptions {
+            streams: streams.clone(),
+            ..Default::default()
+        })
+        .map_err(|e| usage(e.to_string()))?;
+        specs.push((streams, count, duration));
     }
     let clock = TscClock::new();
     let done = AtomicBool::new(false);
@@ -617,7 +651,9 @@ fn run_replay(
     if a.threads != 1 {
         return Err(usage("--pcap replays on one thread"));
     }
-    let mut outp = open(&a.output, popts, "-o")?;
+    // A replay ends with its capture (times --loop): always finite.
+    let limited = true;
+    let mut outp = open_out(&a.output, popts, limited)?;
     // Check the capture opens before starting.
     drop(open(path, popts, "--pcap")?);
     let opts = ReplayOptions {

@@ -274,7 +274,7 @@ pub fn hist_csv(h: &Histogram<u64>) -> String {
 /// The histogram as an SVG bar chart: 100 linear bins from the minimum to the 99.9th
 /// percentile (the tail beyond in a last bar), counts on a linear axis, with labels.
 pub fn hist_svg(h: &Histogram<u64>, title: &str) -> String {
-    const W: f64 = 800.0;
+    const W: f64 = 840.0;
     const H: f64 = 420.0;
     const L: f64 = 70.0;
     const B: f64 = 50.0;
@@ -294,7 +294,7 @@ pub fn hist_svg(h: &Histogram<u64>, title: &str) -> String {
         counts[i] += v.count_at_value();
     }
     let maxc = counts.iter().copied().max().unwrap_or(1).max(1) as f64;
-    let pw = W - L - 20.0;
+    let pw = W - L - 60.0;
     let ph = H - T - B;
     let bw = pw / (BINS + 1) as f64;
     let esc = |s: &str| {

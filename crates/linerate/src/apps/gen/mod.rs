@@ -78,12 +78,12 @@ impl Default for StreamSpec {
 #[derive(Debug, thiserror::Error)]
 pub enum GenError {
     /// A template could not be built.
-    #[error("stream {stream}: {source}")]
+    #[error("stream {stream}: {why}")]
     Template {
         /// Stream id.
         stream: u16,
         /// Why.
-        source: TemplateError,
+        why: TemplateError,
     },
     /// A stream's fields do not fit its template.
     #[error("stream {stream}: {why}")]
@@ -236,9 +236,9 @@ fn compile(spec: &StreamSpec, seed: u64, start: u64) -> Result<Stream, GenError>
     if let Some(s) = &spec.dport {
         t.dport = s.first() as u16;
     }
-    let tpl = Template::new(&t).map_err(|source| GenError::Template {
+    let tpl = Template::new(&t).map_err(|why| GenError::Template {
         stream: spec.id,
-        source,
+        why,
     })?;
     // A fixed size must fit the headers; ranges and IMIX send their small frames at the
     // headers' length when the headers are longer (IPv6, TCP at 64 B).
@@ -248,9 +248,9 @@ fn compile(spec: &StreamSpec, seed: u64, start: u64) -> Result<Stream, GenError>
         _ => lo.max(tpl.min_len() as u32 + 4),
     };
     for s in [lo, hi] {
-        tpl.check_size(s).map_err(|source| GenError::Template {
+        tpl.check_size(s).map_err(|why| GenError::Template {
             stream: spec.id,
-            source,
+            why,
         })?;
     }
     let fam = |a: &AddrSeq| a.base.is_ipv4() == t.src_ip.is_ipv4();
@@ -301,6 +301,18 @@ impl Stream {
         self.seq = self.seq.wrapping_add(1);
         n
     }
+}
+
+/// Checks that every stream of `opts` can be built (templates, sizes, families), as
+/// [`run`] would, without sending anything.
+pub fn validate(opts: &GenOptions) -> Result<(), GenError> {
+    if opts.streams.is_empty() {
+        return Err(GenError::NoStream);
+    }
+    for s in &opts.streams {
+        compile(s, 0, 0)?;
+    }
+    Ok(())
 }
 
 /// The frames to build in: the port's pool when it has one (packets cross with no copy),
@@ -527,6 +539,7 @@ pub fn run(
         }
         out.extend(&cur.b.descs()[k..k + m]);
         for j in 0..m {
+            out.descs_mut()[j].ts = now;
             let s = usize::from(cur.which[k + j]);
             if streams[s].probe {
                 template::put_time(out.data_mut(j), &layouts[s], now);
