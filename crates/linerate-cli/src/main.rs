@@ -24,6 +24,8 @@ enum Cmd {
     Count(cmd::count::Args),
     /// Generate packets (MoonGen / pktgen-dpdk): templates, rates, latency probes, Lua, replay.
     Gen(Box<cmd::gen::Args>),
+    /// RFC 2544 benchmark between two ports: throughput, latency, frame loss, back-to-back.
+    Rfc2544(cmd::rfc2544::Args),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Count(a) => cmd::count::run(a),
         Cmd::Gen(a) => cmd::gen::run(*a),
+        Cmd::Rfc2544(a) => cmd::rfc2544::run(a),
     };
     match r {
         Ok(code) => code,

@@ -394,3 +394,64 @@ fn usage_errors_exit_2() {
         assert!(e.starts_with("linerate: error:"), "{e}");
     }
 }
+
+#[test]
+fn rfc2544_on_a_mem_wire() {
+    let csv = tmp("rfc.csv");
+    let out = ok(&run(&[
+        "rfc2544",
+        "-o",
+        "mem:rfc",
+        "-i",
+        "mem:rfc",
+        "--sizes",
+        "64,1518",
+        "--trial",
+        "20ms",
+        "--settle",
+        "10ms",
+        "--resolution",
+        "10",
+        "--link-speed",
+        "100Mbps",
+        "--b2b-max",
+        "1024",
+        "--loss-steps",
+        "100,50,10",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--json",
+    ]));
+    let s = summary(&out);
+    let res = s["results"].as_array().unwrap();
+    assert_eq!(res.len(), 2);
+    for r in res {
+        assert_eq!(r["loss_pct"].as_array().unwrap().len(), 3);
+        if let Some(p) = r["throughput_pct"].as_f64() {
+            assert!(p > 0.0 && p <= 100.0);
+        }
+        let b = r["back_to_back"].as_u64().unwrap();
+        assert!(b <= 1024);
+    }
+    // Every trial line: received never exceeds sent; the throughput trials kept all frames.
+    let trials: Vec<serde_json::Value> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|j| j["type"] == "trial")
+        .collect();
+    assert!(trials.len() >= 2 * (1 + 3 + 1));
+    for t in &trials {
+        assert!(t["received"].as_u64() <= t["sent"].as_u64(), "{t}");
+    }
+    let c = std::fs::read_to_string(&csv).unwrap();
+    assert!(c.starts_with("test,size,rate_pct,"));
+    assert_eq!(c.lines().filter(|l| l.starts_with("loss,")).count(), 6);
+    assert_eq!(
+        c.lines().filter(|l| l.starts_with("back-to-back,")).count(),
+        2
+    );
+    for l in c.lines().filter(|l| l.starts_with("throughput,")) {
+        let f: Vec<&str> = l.split(',').collect();
+        assert_eq!(f[5], f[6], "a throughput trial lost nothing: {l}");
+    }
+}

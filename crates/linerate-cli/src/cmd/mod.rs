@@ -2,3 +2,4 @@
 
 pub mod count;
 pub mod gen;
+pub mod rfc2544;

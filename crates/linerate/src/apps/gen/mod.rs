@@ -12,6 +12,7 @@
 
 pub mod latency;
 pub mod replay;
+pub mod rfc2544;
 
 pub mod rng;
 pub mod sched;
