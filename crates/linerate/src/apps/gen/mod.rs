@@ -531,9 +531,9 @@ pub fn run(
                     if stop.load(Ordering::Relaxed) {
                         break 'run Ok(());
                     }
-                } else {
-                    std::hint::spin_loop();
                 }
+                // Busy-read the clock: no PAUSE, which a hypervisor may take for a spinning
+                // lock waiter (pause-loop exiting) and deschedule.
                 now = clock.now_ns();
             }
             m = cur.t[k..n].iter().take_while(|&&t| t <= now).count().max(1);
