@@ -37,8 +37,21 @@ fn probes_cross_a_veth_with_latency() {
     const N: u64 = 4000;
     let pair = NetnsPair::new().expect("netns pair");
     let mut count = Command::new("ip")
-        .args(["netns", "exec", pair.ns(Side::B), env!("CARGO_BIN_EXE_linerate")])
-        .args(["count", "-i", "afpacket:vB", "-c", &N.to_string(), "-t", "30"])
+        .args([
+            "netns",
+            "exec",
+            pair.ns(Side::B),
+            env!("CARGO_BIN_EXE_linerate"),
+        ])
+        .args([
+            "count",
+            "-i",
+            "afpacket:vB",
+            "-c",
+            &N.to_string(),
+            "-t",
+            "30",
+        ])
         .args(["-f", "udp dst port 9", "--latency", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -49,9 +62,27 @@ fn probes_cross_a_veth_with_latency() {
     assert!(first.contains("\"type\":\"start\""), "{first}");
 
     let gen = Command::new("ip")
-        .args(["netns", "exec", pair.ns(Side::A), env!("CARGO_BIN_EXE_linerate")])
-        .args(["gen", "-o", "afpacket:vA", "-c", &N.to_string(), "--rate", "40kpps"])
-        .args(["--dst-mac", &mac(&pair.mac_b), "--src-mac", &mac(&pair.mac_a)])
+        .args([
+            "netns",
+            "exec",
+            pair.ns(Side::A),
+            env!("CARGO_BIN_EXE_linerate"),
+        ])
+        .args([
+            "gen",
+            "-o",
+            "afpacket:vA",
+            "-c",
+            &N.to_string(),
+            "--rate",
+            "40kpps",
+        ])
+        .args([
+            "--dst-mac",
+            &mac(&pair.mac_b),
+            "--src-mac",
+            &mac(&pair.mac_a),
+        ])
         .args(["--src-ip", &ip(&pair.ip_a), "--dst-ip", &ip(&pair.ip_b)])
         .args(["--dport", "9", "--size", "128", "--json"])
         .output()
