@@ -94,9 +94,15 @@ impl PktRef {
         f(&mut st.bytes[start..start + len], lay)
     }
 
-    fn layout(&self) -> mlua::Result<Layout> {
-        self.with(false, |_, l| {
-            l.ok_or_else(|| lua_err("packet has no IP header"))
+    /// [`PktRef::with`] for packets with IP headers: one borrow per call.
+    fn with_ip<R>(
+        &self,
+        write: bool,
+        f: impl FnOnce(&mut [u8], &Layout) -> mlua::Result<R>,
+    ) -> mlua::Result<R> {
+        self.with(write, |b, l| match l {
+            Some(l) => f(b, &l),
+            None => Err(lua_err("packet has no IP header")),
         })
     }
 }
@@ -225,10 +231,7 @@ impl UserData for PktRef {
                 b[6..12].copy_from_slice(&mac_of(&v)?);
                 Ok(())
             }),
-            Layer::Ip => {
-                let lay = this.layout()?;
-                this.with(true, |b, _| put_ip(b, &lay, true, &v))
-            }
+            Layer::Ip => this.with_ip(true, |b, lay| put_ip(b, lay, true, &v)),
             _ => Err(lua_err(
                 "setSrc needs a layer: pkt:eth():setSrc or pkt:ip4():setSrc",
             )),
@@ -238,54 +241,51 @@ impl UserData for PktRef {
                 b[0..6].copy_from_slice(&mac_of(&v)?);
                 Ok(())
             }),
-            Layer::Ip => {
-                let lay = this.layout()?;
-                this.with(true, |b, _| put_ip(b, &lay, false, &v))
-            }
+            Layer::Ip => this.with_ip(true, |b, lay| put_ip(b, lay, false, &v)),
             _ => Err(lua_err(
                 "setDst needs a layer: pkt:eth():setDst or pkt:ip4():setDst",
             )),
         });
         m.add_method("getSrc", |_, this, ()| {
-            let lay = this.layout()?;
-            this.with(false, |b, _| get_ip(b, &lay, true))
+            this.with_ip(false, |b, lay| get_ip(b, lay, true))
         });
         m.add_method("getDst", |_, this, ()| {
-            let lay = this.layout()?;
-            this.with(false, |b, _| get_ip(b, &lay, false))
+            this.with_ip(false, |b, lay| get_ip(b, lay, false))
         });
         for (name, off) in [("setSrcPort", 0usize), ("setDstPort", 2)] {
             m.add_method(name, move |_, this, v: u16| {
-                let lay = this.layout()?;
-                this.with(true, |b, _| put_n(b, lay.l4 + off, 2, u64::from(v)))
+                this.with_ip(true, |b, lay| put_n(b, lay.l4 + off, 2, u64::from(v)))
             });
         }
         for (name, off) in [("getSrcPort", 0usize), ("getDstPort", 2)] {
             m.add_method(name, move |_, this, ()| {
-                let lay = this.layout()?;
-                this.with(false, |b, _| get_n(b, lay.l4 + off, 2))
+                this.with_ip(false, |b, lay| get_n(b, lay.l4 + off, 2))
             });
         }
         m.add_method("setTTL", |_, this, v: u8| {
-            let lay = this.layout()?;
-            let o = lay.l3 + if lay.v6 { 7 } else { 8 };
-            this.with(true, |b, _| put_n(b, o, 1, u64::from(v)))
+            this.with_ip(true, |b, lay| {
+                put_n(b, lay.l3 + if lay.v6 { 7 } else { 8 }, 1, u64::from(v))
+            })
         });
         m.add_method("setSeq", |_, this, v: u32| {
-            let lay = this.layout()?;
-            if lay.proto != L4::Tcp {
-                return Err(lua_err("setSeq is for TCP packets"));
-            }
-            this.with(true, |b, _| put_n(b, lay.l4 + 4, 4, u64::from(v)))
+            this.with_ip(true, |b, lay| {
+                if lay.proto != L4::Tcp {
+                    return Err(lua_err("setSeq is for TCP packets"));
+                }
+                put_n(b, lay.l4 + 4, 4, u64::from(v))
+            })
         });
         m.add_method("setFlags", |_, this, v: u8| {
-            let lay = this.layout()?;
-            if lay.proto != L4::Tcp {
-                return Err(lua_err("setFlags is for TCP packets"));
-            }
-            this.with(true, |b, _| put_n(b, lay.l4 + 13, 1, u64::from(v)))
+            this.with_ip(true, |b, lay| {
+                if lay.proto != L4::Tcp {
+                    return Err(lua_err("setFlags is for TCP packets"));
+                }
+                put_n(b, lay.l4 + 13, 1, u64::from(v))
+            })
         });
-        m.add_method("payloadOffset", |_, this, ()| Ok(this.layout()?.payload));
+        m.add_method("payloadOffset", |_, this, ()| {
+            this.with_ip(false, |_, lay| Ok(lay.payload))
+        });
     }
 }
 
