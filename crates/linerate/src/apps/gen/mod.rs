@@ -562,11 +562,13 @@ pub fn run(
             match port.tx(&mut out) {
                 Ok(_) if out.is_empty() => break,
                 Ok(_) => {
+                    // The port is full: its frames come back when the kernel (often its
+                    // softirq thread, on this very core) has sent them. Give it the CPU.
                     tries += 1;
-                    if tries > 1_000_000 {
+                    if tries > 100_000 {
                         out.clear();
                     }
-                    std::hint::spin_loop();
+                    std::thread::yield_now();
                 }
                 Err(e) => {
                     out.clear();
