@@ -3,3 +3,5 @@
 pub mod balance;
 pub mod count;
 pub mod demo;
+pub mod gen;
+pub mod rfc2544;

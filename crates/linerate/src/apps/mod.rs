@@ -3,3 +3,4 @@
 
 pub mod balance;
 pub mod count;
+pub mod gen;
