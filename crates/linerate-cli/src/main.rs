@@ -30,6 +30,10 @@ enum Cmd {
     Balance(cmd::balance::Args),
     /// Run seed 000's cluster tests on this machine, no NIC or root needed.
     Demo(cmd::demo::Args),
+    /// Generate packets (MoonGen / pktgen-dpdk): templates, rates, latency probes, Lua, replay.
+    Gen(Box<cmd::gen::Args>),
+    /// RFC 2544 benchmark between two ports: throughput, latency, frame loss, back-to-back.
+    Rfc2544(cmd::rfc2544::Args),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +47,8 @@ fn main() -> ExitCode {
         Cmd::Lab(a) => cmd::lab::run(a),
         Cmd::Balance(a) => cmd::balance::run(a),
         Cmd::Demo(a) => cmd::demo::run(a),
+        Cmd::Gen(a) => cmd::gen::run(*a),
+        Cmd::Rfc2544(a) => cmd::rfc2544::run(a),
     };
     match r {
         Ok(code) => code,

@@ -4,9 +4,11 @@ use crate::common::{pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::count::{self, CountOptions, Ended};
+use linerate::apps::gen::latency::Tracker;
 use linerate::filter::Filter;
 use linerate::port::{self, pcap::PcapPort, Port, PortError, PortOptions};
 use linerate::stats::{self, group};
+use linerate::time::{Clock, TscClock};
 use linerate::units;
 use std::io::Write;
 use std::process::ExitCode;
@@ -46,6 +48,13 @@ pub struct Args {
     /// Seconds between statistics lines.
     #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = units::parse_duration)]
     interval: std::time::Duration,
+    /// Track latency probes of `linerate gen`: per stream loss, duplicates, reordering and
+    /// one-way latency (sender and receiver on one machine).
+    #[arg(long)]
+    latency: bool,
+    /// With --latency: write the latency histogram as CSV here, and an SVG plot beside it.
+    #[arg(long, value_name = "FILE.csv", requires = "latency")]
+    hist_out: Option<String>,
     /// Bytes to keep of each packet (snap length).
     #[arg(short = 's', long, value_name = "BYTES", default_value = "65535", value_parser = units::parse_size)]
     snaplen: u64,
@@ -106,18 +115,30 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         interval: a.interval,
     };
     let w = writer.as_mut().map(|w| w.as_mut() as &mut dyn Port);
-    let report = count::run(input.as_mut(), w, &copts, &stop, |t| {
-        if a.quiet {
-            return;
-        }
-        let s = if a.json {
-            stats::json_line("stats", &t.start, &t.prev, &t.now) + "\n"
-        } else {
-            stats::pfcount_block(&t.start, &t.prev, &t.now)
-        };
-        let _ = out.write_all(s.as_bytes());
-        let _ = out.flush();
-    });
+    let mut tracker = a.latency.then(|| (Tracker::new(), TscClock::new()));
+    let report = count::run_observed(
+        input.as_mut(),
+        w,
+        &copts,
+        &stop,
+        |t| {
+            if a.quiet {
+                return;
+            }
+            let s = if a.json {
+                stats::json_line("stats", &t.start, &t.prev, &t.now) + "\n"
+            } else {
+                stats::pfcount_block(&t.start, &t.prev, &t.now)
+            };
+            let _ = out.write_all(s.as_bytes());
+            let _ = out.flush();
+        },
+        |b| {
+            if let Some((t, c)) = tracker.as_mut() {
+                t.observe(b, link, c.now_ns());
+            }
+        },
+    );
     drop(writer);
     let t = &report.tick;
     let ended = match report.ended {
@@ -133,6 +154,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         j["ended"] = ended.into();
         if let Some(e) = &report.error {
             j["error"] = e.to_string().into();
+        }
+        if let Some((t, _)) = &tracker {
+            j["latency"] = super::gen::latency_json(t, |_| None);
+            j["no_probe"] = t.other.into();
         }
         let _ = writeln!(out, "{j}");
     } else {
@@ -152,6 +177,22 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             group(t.now.drops.get(linerate::port::DropReason::Filter)),
             ended
         );
+    }
+    if let Some((t, _)) = &tracker {
+        if !a.json {
+            let _ = writeln!(
+                out,
+                "Latency probes ({} packets without one):",
+                group(t.other)
+            );
+            let _ = write!(out, "{}", t.table(|_| None));
+        }
+        if let Some(p) = &a.hist_out {
+            let svg = super::gen::write_hist(p, t, &format!("linerate count -i {}", a.input))?;
+            if !a.json {
+                let _ = writeln!(out, "Histogram: {p} and {svg}");
+            }
+        }
     }
     let _ = out.flush();
     match report.error {

@@ -4,4 +4,6 @@ pub mod balance;
 pub mod count;
 pub mod demo;
 pub mod fwd;
+pub mod gen;
 pub mod lab;
+pub mod rfc2544;

@@ -67,10 +67,23 @@ pub enum Ended {
 /// interval.
 pub fn run(
     port: &mut dyn Port,
+    writer: Option<&mut dyn Port>,
+    opts: &CountOptions,
+    stop: &AtomicBool,
+    on_tick: impl FnMut(&Tick),
+) -> Report {
+    run_observed(port, writer, opts, stop, on_tick, |_| {})
+}
+
+/// [`run`], with `observe` called on every counted batch (after filtering) as soon as it
+/// is received (the latency tracker of `count --latency` reads its own clock).
+pub fn run_observed(
+    port: &mut dyn Port,
     mut writer: Option<&mut dyn Port>,
     opts: &CountOptions,
     stop: &AtomicBool,
     mut on_tick: impl FnMut(&Tick),
+    mut observe: impl FnMut(&Batch),
 ) -> Report {
     let mut batch = Batch::new();
     let mut pkts = 0u64;
@@ -118,6 +131,7 @@ pub fn run(
             if let Some(f) = &opts.filter {
                 filtered += batch.retain(|p| f.matches(p.data)) as u64;
             }
+            observe(&batch);
             pkts += batch.len() as u64;
             bytes += batch.descs().iter().map(|d| d.wire_len as u64).sum::<u64>();
             if let Some(w) = writer.as_deref_mut() {

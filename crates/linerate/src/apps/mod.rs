@@ -4,3 +4,4 @@
 pub mod balance;
 pub mod count;
 pub mod fwd;
+pub mod gen;

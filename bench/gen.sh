@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Generation benchmark of `linerate gen` against trafgen, tcpreplay --topspeed and dpdk-testpmd
+# txonly (net_af_packet, net_af_xdp), in one run, plus raw generation on a mem port and the
+# departure precision table at 100 kpps and 1 Mpps.
+#
+#   sudo bash bench/gen.sh [SECONDS]
+#
+# Veth between namespaces A and B, `ethtool -K vA sg off`, 64 B frames (60 + CRC) to a MAC that
+# is not vB's (dropped early by vB: this measures the sender). Each sender runs in A, pinned to
+# core 0 (1 core) or cores 0-1 (2 cores), for SECONDS (default 6); pps = vB rx_packets delta
+# over the run. Tools that are not installed are skipped. Prints a Markdown table (PEERS.md has
+# the reference figures). Runs by hand, not in CI.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-6}
+OUT=bench/out
+mkdir -p "$OUT"
+cargo build --release -q -p linerate-cli || exit 1
+LR=$PWD/target/release/linerate
+A=lrgA$$ B=lrgB$$
+PGID=
+cleanup() {
+  [ -n "$PGID" ] && kill -INT -- -"$PGID" 2>/dev/null
+  ip netns del "$A" 2>/dev/null
+  ip netns del "$B" 2>/dev/null
+}
+trap cleanup EXIT
+ip netns add "$A"; ip netns add "$B"
+ip link add vA netns "$A" type veth peer name vB netns "$B"
+ip -n "$A" link set vA up; ip -n "$B" link set vB up
+ip -n "$A" link set lo up; ip -n "$B" link set lo up
+ip -n "$A" addr add 198.18.0.1/24 dev vA; ip -n "$B" addr add 198.18.0.2/24 dev vB
+ip netns exec "$A" ethtool -K vA sg off >/dev/null 2>&1
+MACA=$(ip -n "$A" -o link show vA | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)
+DMAC=02:00:00:00:00:02
+cat > "$OUT/udp64.cfg" <<CFG
+{ eth(da=DMAC, sa=SMAC, type=0x0800), ipv4(saddr=198.18.0.1, daddr=198.18.0.2, ttl=64, df), udp(sp=1024, dp=9), fill(0x00, 18) }
+CFG
+rxpk() { ip netns exec "$B" cat /sys/class/net/vB/statistics/rx_packets; }
+
+declare -A R
+ORDER=()
+# run NAME CORES COMMAND...: runs the sender in A for SECS seconds, records vB's rx pps.
+run() {
+  local name=$1 cores=$2; shift 2
+  local r0 r1 t0 t1
+  setsid ip netns exec "$A" taskset -c "$cores" "$@" >"$OUT/gen-$name.out" 2>&1 &
+  PGID=$!
+  sleep 1
+  r0=$(rxpk); t0=$(date +%s.%N)
+  sleep "$SECS"
+  r1=$(rxpk); t1=$(date +%s.%N)
+  kill -INT -- -"$PGID" 2>/dev/null; sleep 0.3; kill -KILL -- -"$PGID" 2>/dev/null
+  wait "$PGID" 2>/dev/null; PGID=
+  R[$name]=$(python3 -c "print(round(($r1-$r0)/($t1-$t0)))")
+  ORDER+=("$name")
+  echo "  $name: ${R[$name]} pps" >&2
+}
+
+LRARGS=(gen -o afpacket:vA --dst-mac "$DMAC" --src-mac "$MACA" --src-ip 198.18.0.1
+        --dst-ip 198.18.0.2 --size 64 --no-probe -t $((SECS + 3)) -q)
+run "linerate gen (1 core)" 0 "$LR" "${LRARGS[@]}"
+run "linerate gen --threads 2" 0-1 "$LR" "${LRARGS[@]}" --threads 2
+if command -v trafgen >/dev/null; then
+  run "trafgen -P 1" 0 trafgen --no-sock-mem -Q -C -P 1 -i "$OUT/udp64.cfg" --cpp \
+    -D DMAC="$DMAC" -D SMAC="$MACA" -o vA
+  run "trafgen -P 2" 0-1 trafgen --no-sock-mem -Q -C -P 2 -i "$OUT/udp64.cfg" --cpp \
+    -D DMAC="$DMAC" -D SMAC="$MACA" -o vA
+fi
+if command -v tcpreplay >/dev/null; then
+  "$LR" gen -o "$OUT/udp64.pcap" --dst-mac "$DMAC" --src-mac "$MACA" -c 100k --size 64 \
+    --no-probe -q >/dev/null
+  run "tcpreplay --topspeed" 0 tcpreplay --topspeed --loop 0 -q -i vA "$OUT/udp64.pcap"
+fi
+if command -v dpdk-testpmd >/dev/null; then
+  TP=(dpdk-testpmd --no-huge --no-pci -m 512 -l 0-1 --no-shconf --file-prefix lrg$$)
+  TPA=(-- --forward-mode=txonly --txpkts=60 --eth-peer=0,$DMAC --stats-period 1 --nb-cores=1
+       --total-num-mbufs=32768)
+  run "testpmd txonly af_packet" 0-1 "${TP[@]}" \
+    --vdev net_af_packet0,iface=vA,qpairs=1,blocksz=4096,framesz=2048,framecnt=4096 "${TPA[@]}"
+  run "testpmd txonly af_xdp" 0-1 "${TP[@]}" \
+    --vdev net_af_xdp0,iface=vA,start_queue=0,queue_count=1 "${TPA[@]}"
+fi
+
+echo
+echo "## Generation on veth, 64 B frames, ${SECS} s each (pps received by vB)"
+echo
+echo "| sender | cores | pps | vs linerate (1 core) |"
+echo "|---|---|---|---|"
+base=${R["linerate gen (1 core)"]}
+for n in "${ORDER[@]}"; do
+  cores=1; case $n in *2*|testpmd*) cores=2;; esac
+  case $n in testpmd*) cores="1 fwd + 1 main";; esac
+  python3 -c "print(f'| {\"$n\"} | $cores | {${R[$n]}:,} | {${R[$n]}/max(1,$base):.2f}× |')"
+done
+
+echo
+echo "## Raw generation on a mem port (no reader; 1 core)"
+echo
+echo '```'
+taskset -c 1 "$LR" gen -o mem:bench -c 20M --no-probe -q
+taskset -c 1 "$LR" gen -o mem:bench -c 20M -q
+taskset -c 1 "$LR" gen -o mem:bench -c 5M --size imix -q
+echo '```'
+echo
+echo "## Departure precision on a mem port (CBR, 64 B, 1 core, SCHED_FIFO)"
+for r in 100kpps 1Mpps; do
+  echo
+  echo "### $r"
+  echo '```'
+  chrt -f 10 taskset -c 1 "$LR" gen -o mem:bench --rate $r -c $((SECS * 100))k -q | tail -5
+  echo '```'
+done

@@ -1,0 +1,717 @@
+//! `linerate gen`: MoonGen / pktgen-dpdk. Templates with varied fields, rate control on the
+//! TSC, latency probes, Lua userscripts, pcap replay.
+
+use crate::common::{stop_flag, usage};
+use anyhow::Context;
+use clap::Parser;
+use linerate::apps::gen::latency::{hist_csv, hist_svg, Tracker};
+use linerate::apps::gen::replay::{self, ReplayOptions};
+use linerate::apps::gen::sched::{Pattern, Precision, PRECISION_BOUNDS};
+use linerate::apps::gen::script::{LuaHook, ScriptConfig};
+use linerate::apps::gen::template::{TemplateSpec, L4};
+use linerate::apps::gen::vary::{parse_addr, parse_mac, parse_seq, port_value, Seq, SizeSpec};
+use linerate::apps::gen::{self, GenOptions, GenReport, Hook, StreamSpec};
+use linerate::mem::Batch;
+use linerate::port::{self, pcap::PcapPort, LinkType, Port, PortError, PortOptions};
+use linerate::stats::{breakdown, group, group_f};
+use linerate::time::{Clock, TscClock};
+use linerate::units::{self, Rate};
+use std::io::Write;
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Flags of `linerate gen`.
+#[derive(Parser, Debug, Default)]
+pub struct Args {
+    /// Output port: afpacket:IFACE, mem:NAME, pcap:FILE, or a,b (one per thread).
+    #[arg(short = 'o', long = "out", value_name = "PORT")]
+    pub output: String,
+    /// Frame size with CRC: 64, a range 64-1518 (uniform), or imix (64/594/1518 in 7:4:1).
+    #[arg(long, value_name = "SIZE")]
+    pub size: Option<String>,
+    /// Rate in all: 1Mpps, 500kpps, 5Gbps (frames + 20 B preamble and gap), 80% (of
+    /// --link-speed). As fast as possible without it.
+    #[arg(long, value_name = "RATE")]
+    pub rate: Option<String>,
+    /// Spacing of packets: cbr, poisson or burst:N.
+    #[arg(long, value_name = "PATTERN")]
+    pub pattern: Option<String>,
+    /// Stop after this many packets in all (10k, 1M).
+    #[arg(short = 'c', long, value_name = "COUNT")]
+    pub count: Option<String>,
+    /// Stop after this long (10s, 500ms).
+    #[arg(short = 't', long, value_name = "DURATION")]
+    pub duration: Option<String>,
+    /// Generator threads, each with its own port (opened again, or the next of a,b).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Streams per thread (the rate is shared; each has its own id for latency).
+    #[arg(long, default_value_t = 1)]
+    pub streams: usize,
+    /// Destination MAC.
+    #[arg(long, value_name = "MAC")]
+    pub dst_mac: Option<String>,
+    /// Source MAC.
+    #[arg(long, value_name = "MAC")]
+    pub src_mac: Option<String>,
+    /// Source address(es): A, A-B (increment), random:A-B, or A,B,C. IPv6 varies the low 32
+    /// bits.
+    #[arg(long, value_name = "RANGE")]
+    pub src_ip: Option<String>,
+    /// Destination address(es), as --src-ip.
+    #[arg(long, value_name = "RANGE")]
+    pub dst_ip: Option<String>,
+    /// Source port(s): P, A-B, random:A-B or P,Q.
+    #[arg(long, value_name = "RANGE")]
+    pub sport: Option<String>,
+    /// Destination port(s), as --sport.
+    #[arg(long, value_name = "RANGE")]
+    pub dport: Option<String>,
+    /// Vary the source address over N values (N flows).
+    #[arg(long, value_name = "N")]
+    pub flows: Option<String>,
+    /// Transport protocol: udp or tcp.
+    #[arg(long, value_name = "PROTO")]
+    pub proto: Option<String>,
+    /// Add an 802.1Q tag with this VLAN id.
+    #[arg(long, value_name = "ID")]
+    pub vlan: Option<String>,
+    /// TTL / hop limit.
+    #[arg(long, default_value_t = 64)]
+    pub ttl: u8,
+    /// Lua userscript: modify(pkts, n) is called once per batch; its config table gives
+    /// defaults to these flags.
+    #[arg(long, value_name = "FILE.lua")]
+    pub script: Option<String>,
+    /// Do not write latency probes (signature, stream, sequence, send time) into packets.
+    #[arg(long)]
+    pub no_probe: bool,
+    /// Receive on this port meanwhile and report loss, duplicates, reordering and latency.
+    #[arg(long, value_name = "PORT")]
+    pub rx: Option<String>,
+    /// With --rx: write the latency histogram as CSV here, and an SVG plot beside it.
+    #[arg(long, value_name = "FILE.csv")]
+    pub hist_out: Option<String>,
+    /// With --rx: how long to wait for late packets after the last one is sent.
+    #[arg(long, value_name = "DURATION", default_value = "200ms")]
+    pub rx_wait: String,
+    /// Replay this capture instead of building packets.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<String>,
+    /// Replay at this multiple of the recorded speed.
+    #[arg(long, value_name = "X", conflicts_with = "topspeed")]
+    pub speed: Option<f64>,
+    /// Replay as fast as possible.
+    #[arg(long)]
+    pub topspeed: bool,
+    /// Replay the capture N times.
+    #[arg(long = "loop", value_name = "N", default_value_t = 1)]
+    pub loops: u64,
+    /// Seed of random fields, sizes and Poisson gaps.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Line rate for --rate N% (default: the interface's speed, else 10Gbps).
+    #[arg(long, value_name = "RATE")]
+    pub link_speed: Option<String>,
+    /// Pin thread i to core CORE+i.
+    #[arg(short = 'g', long, value_name = "CORE")]
+    pub core: Option<usize>,
+    /// Print statistics as JSON lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Print only the final summary.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Seconds between statistics lines.
+    #[arg(long, value_name = "SECONDS", default_value = "1")]
+    pub interval: String,
+}
+
+fn pick<'a>(flag: &'a Option<String>, cfg: &'a ScriptConfig, key: &str) -> Option<&'a str> {
+    flag.as_deref().or_else(|| cfg.get(key))
+}
+
+fn flag<T>(name: &str, r: Result<T, String>) -> anyhow::Result<T> {
+    r.map_err(|e| usage(format!("{name}: {e}")))
+}
+
+/// Line rate of a port, bits per second.
+fn link_bps(a: &Args, out: &str) -> anyhow::Result<f64> {
+    if let Some(s) = &a.link_speed {
+        return match flag("--link-speed", units::parse_rate(s))? {
+            Rate::Bps(b) => Ok(b),
+            _ => Err(usage("--link-speed takes bits per second (10Gbps)")),
+        };
+    }
+    if let Some(iface) = out.strip_prefix("afpacket:") {
+        if let Ok(s) = std::fs::read_to_string(format!("/sys/class/net/{iface}/speed")) {
+            if let Ok(mbps) = s.trim().parse::<i64>() {
+                if mbps > 0 {
+                    return Ok(mbps as f64 * 1e6);
+                }
+            }
+        }
+    }
+    Ok(10e9)
+}
+
+/// Builds the stream list of one thread from the flags (and the script's defaults).
+pub fn streams_from(
+    a: &Args,
+    cfg: &ScriptConfig,
+    thread: usize,
+) -> anyhow::Result<(Vec<StreamSpec>, Option<u64>, Option<Duration>)> {
+    let size: SizeSpec = flag(
+        "--size",
+        pick(&a.size, cfg, "size")
+            .unwrap_or("64")
+            .parse::<SizeSpec>(),
+    )?;
+    let pattern: Pattern = flag(
+        "--pattern",
+        pick(&a.pattern, cfg, "pattern").unwrap_or("cbr").parse(),
+    )?;
+    let mut t = TemplateSpec {
+        ttl: a.ttl,
+        ..Default::default()
+    };
+    if let Some(m) = pick(&a.dst_mac, cfg, "dst_mac") {
+        t.dst_mac = flag("--dst-mac", parse_mac(m))?;
+    }
+    if let Some(m) = pick(&a.src_mac, cfg, "src_mac") {
+        t.src_mac = flag("--src-mac", parse_mac(m))?;
+    }
+    t.l4 = match pick(&a.proto, cfg, "proto").unwrap_or("udp") {
+        "udp" => L4::Udp,
+        "tcp" => L4::Tcp,
+        other => return Err(usage(format!("--proto {other}: use udp or tcp"))),
+    };
+    if let Some(v) = pick(&a.vlan, cfg, "vlan") {
+        let id: u16 = v
+            .parse()
+            .ok()
+            .filter(|&v| v < 4096)
+            .ok_or_else(|| usage(format!("--vlan {v}: a VLAN id is 0..4095")))?;
+        t.vlan = Some(id);
+    }
+    let mut src = pick(&a.src_ip, cfg, "src_ip")
+        .map(|s| flag("--src-ip", parse_addr(s)))
+        .transpose()?;
+    let dst = pick(&a.dst_ip, cfg, "dst_ip")
+        .map(|s| flag("--dst-ip", parse_addr(s)))
+        .transpose()?;
+    // IPv6 defaults when one side is IPv6.
+    let v6 = src.as_ref().map(|s| s.base.is_ipv6()).unwrap_or(false)
+        || dst.as_ref().map(|s| s.base.is_ipv6()).unwrap_or(false);
+    if v6 {
+        t.src_ip = "2001:db8::1".parse::<IpAddr>()?;
+        t.dst_ip = "2001:db8::2".parse::<IpAddr>()?;
+    }
+    if let Some(f) = pick(&a.flows, cfg, "flows") {
+        let n = flag("--flows", units::parse_count(f))?;
+        if n == 0 || n > u64::from(u32::MAX) {
+            return Err(usage(format!("--flows {f}: between 1 and 2^32-1")));
+        }
+        let base = match &src {
+            Some(s) if !matches!(s.seq, Seq::Fixed(_)) => {
+                return Err(usage(
+                    "--flows varies the source address: give --src-ip as one address",
+                ))
+            }
+            Some(s) => s.clone(),
+            None => parse_addr(&t.src_ip.to_string()).map_err(usage)?,
+        };
+        let lo = base.seq.first();
+        src = Some(linerate::apps::gen::vary::AddrSeq {
+            base: base.base,
+            seq: Seq::Inc {
+                lo,
+                span: n.min(u64::from(u32::MAX) - lo + 1),
+                cur: 0,
+            },
+        });
+    }
+    let sport = pick(&a.sport, cfg, "sport")
+        .map(|s| flag("--sport", parse_seq(s, port_value)))
+        .transpose()?;
+    let dport = pick(&a.dport, cfg, "dport")
+        .map(|s| flag("--dport", parse_seq(s, port_value)))
+        .transpose()?;
+    let nthreads = a.threads.max(1);
+    let nstreams = a.streams.max(1);
+    let pps = match pick(&a.rate, cfg, "rate") {
+        None => None,
+        Some(r) => {
+            let bits_per_frame = (size.mean() + 20.0) * 8.0;
+            let total = match flag("--rate", units::parse_rate(r))? {
+                Rate::Pps(p) => p,
+                Rate::Bps(b) => b / bits_per_frame,
+                Rate::Percent(p) => link_bps(a, &a.output)? * p / 100.0 / bits_per_frame,
+            };
+            if total <= 0.0 {
+                return Err(usage(format!("--rate {r}: must be above zero")));
+            }
+            Some(total / (nthreads * nstreams) as f64)
+        }
+    };
+    let count = pick(&a.count, cfg, "count")
+        .map(|c| flag("--count", units::parse_count(c)))
+        .transpose()?
+        .map(|c| c / nthreads as u64 + u64::from((thread as u64) < c % nthreads as u64));
+    let duration = pick(&a.duration, cfg, "duration")
+        .map(|d| flag("--duration", units::parse_duration(d)))
+        .transpose()?;
+    let mut v = Vec::new();
+    for s in 0..nstreams {
+        let id = thread * nstreams + s;
+        let id = u16::try_from(id).map_err(|_| usage("too many streams (at most 65536)"))?;
+        v.push(StreamSpec {
+            id,
+            template: t.clone(),
+            src_ip: src.clone(),
+            dst_ip: dst.clone(),
+            sport: sport.clone(),
+            dport: dport.clone(),
+            size: size.clone(),
+            pps,
+            pattern,
+            probe: !a.no_probe,
+        });
+    }
+    Ok((v, count, duration))
+}
+
+fn open(uri: &str, opts: &PortOptions, what: &str) -> anyhow::Result<Box<dyn Port>> {
+    port::open(uri, opts).map_err(|e| match e {
+        PortError::BadUri { .. }
+        | PortError::NoInterface(_)
+        | PortError::Io { .. }
+        | PortError::Unsupported { .. } => usage(format!("{what}: {e}")),
+        other => anyhow::Error::new(other).context(format!("opening {uri}")),
+    })
+}
+
+/// Opens an output port: a capture file (`pcap:FILE`, or a path) is created for writing.
+/// Writing to a file needs a limit (`limited`), so that a forgotten -c cannot fill a disk.
+fn open_out(uri: &str, opts: &PortOptions, limited: bool) -> anyhow::Result<Box<dyn Port>> {
+    let scheme = uri.split_once(':').map(|(s, _)| s);
+    let path = match scheme {
+        Some("pcap") => uri.strip_prefix("pcap:"),
+        Some("mem" | "afpacket" | "xdp" | "cluster") => None,
+        Some(s) if !s.contains(['/', '.']) => {
+            return Err(usage(format!(
+                "-o {uri}: unknown port '{s}:' (use mem:NAME, afpacket:IFACE, pcap:FILE or a path)"
+            )))
+        }
+        _ => Some(uri),
+    };
+    match path {
+        Some(p) if !limited => Err(usage(format!(
+            "-o {p}: a capture file needs a limit (-c COUNT or -t DURATION)"
+        ))),
+        Some(p) => Ok(Box::new(
+            PcapPort::create_with(p, LinkType::ETHERNET, 65535)
+                .map_err(|e| usage(format!("-o: {e}")))?,
+        )),
+        None => open(uri, opts, "-o"),
+    }
+}
+
+/// Writes the histogram as CSV at `path` and as SVG beside it (same name, .svg).
+pub fn write_hist(path: &str, t: &Tracker, title: &str) -> anyhow::Result<String> {
+    let h = t.merged();
+    std::fs::write(path, hist_csv(&h)).with_context(|| format!("--hist-out {path}"))?;
+    let svg = std::path::Path::new(path).with_extension("svg");
+    std::fs::write(&svg, hist_svg(&h, title))
+        .with_context(|| format!("--hist-out {}", svg.display()))?;
+    Ok(svg.display().to_string())
+}
+
+fn precision_json(p: &Precision) -> serde_json::Value {
+    let mut j = serde_json::json!({ "gaps": p.gaps, "max_dev_ns": p.max_dev });
+    for (i, b) in PRECISION_BOUNDS.iter().enumerate() {
+        j[format!("within_{b}ns_pct")] = (100.0 * p.share(i)).into();
+    }
+    j
+}
+
+/// Latency table rows as JSON.
+pub fn latency_json(t: &Tracker, sent: impl Fn(u16) -> Option<u64>) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = t
+        .streams()
+        .map(|s| {
+            let l = s.summary();
+            serde_json::json!({
+                "stream": s.id, "rx": s.rx, "lost": s.lost(sent(s.id)), "dups": s.dups,
+                "reordered": s.reordered, "min_ns": l.min, "avg_ns": l.avg, "p50_ns": l.p50,
+                "p90_ns": l.p90, "p99_ns": l.p99, "p999_ns": l.p999, "max_ns": l.max,
+            })
+        })
+        .collect();
+    rows.into()
+}
+
+/// Receives on `port` until `done` and then `wait` without a packet; tracks probes.
+fn receive(
+    port: &mut dyn Port,
+    clock: &TscClock,
+    done: &AtomicBool,
+    stop: &AtomicBool,
+    wait: Duration,
+) -> anyhow::Result<Tracker> {
+    let link = port.link_type();
+    let mut t = Tracker::new();
+    let mut b = Batch::new();
+    let mut last = clock.now_ns();
+    loop {
+        let n = port.rx(&mut b)?;
+        let now = clock.now_ns();
+        if n > 0 {
+            t.observe(&b, link, now);
+            b.clear();
+            last = now;
+        } else {
+            if stop.load(Ordering::Relaxed)
+                || port.is_finished()
+                || (done.load(Ordering::Acquire) && now - last > wait.as_nanos() as u64)
+            {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+    }
+    Ok(t)
+}
+
+/// Runs `linerate gen`.
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let stop = stop_flag()?;
+    let interval = flag("--interval", units::parse_duration(&a.interval))?;
+    let rx_wait = flag("--rx-wait", units::parse_duration(&a.rx_wait))?;
+    if a.threads == 0 || a.threads > 64 {
+        return Err(usage("--threads: between 1 and 64"));
+    }
+    if a.hist_out.is_some() && a.rx.is_none() {
+        return Err(usage(
+            "--hist-out needs --rx PORT (or use count --latency --hist-out)",
+        ));
+    }
+    let popts = PortOptions::default();
+    if let Some(p) = &a.pcap {
+        return run_replay(&a, p, &popts, &stop);
+    }
+    let cfg = match &a.script {
+        Some(path) => {
+            LuaHook::load(path)
+                .map_err(|e| usage(format!("--script: {e}")))?
+                .config
+        }
+        None => ScriptConfig::default(),
+    };
+    let limited =
+        pick(&a.count, &cfg, "count").is_some() || pick(&a.duration, &cfg, "duration").is_some();
+    // Output ports: one per thread.
+    let parts: Vec<&str> = a.output.split(',').collect();
+    let mut outs: Vec<Box<dyn Port>> = Vec::new();
+    for i in 0..a.threads {
+        let uri = if parts.len() > 1 {
+            parts[i % parts.len()]
+        } else {
+            if i > 0 && !a.output.starts_with("afpacket:") && !a.output.starts_with("xdp:") {
+                return Err(usage(format!(
+                    "--threads {}: give one port per thread (-o mem:a,mem:b) unless the port is an interface",
+                    a.threads
+                )));
+            }
+            a.output.as_str()
+        };
+        outs.push(open_out(uri, &popts, limited)?);
+    }
+    let mut rx_port = match &a.rx {
+        Some(uri) => Some(open(uri, &popts, "--rx")?),
+        None => None,
+    };
+    let mut specs = Vec::new();
+    for i in 0..a.threads {
+        let (streams, count, duration) = streams_from(&a, &cfg, i)?;
+        gen::validate(&GenOptions {
+            streams: streams.clone(),
+            ..Default::default()
+        })
+        .map_err(|e| usage(e.to_string()))?;
+        specs.push((streams, count, duration));
+    }
+    let clock = TscClock::new();
+    let done = AtomicBool::new(false);
+    let ticks: Vec<(AtomicU64, AtomicU64)> = (0..a.threads)
+        .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
+        .collect();
+    let mut out: Box<dyn Write> = Box::new(std::io::stdout());
+    if a.json {
+        let j = serde_json::json!({"type": "start", "port": a.output, "threads": a.threads,
+            "pps_per_stream": specs[0].0[0].pps, "script": a.script});
+        let _ = writeln!(out, "{j}");
+    } else if !a.quiet {
+        let rate = specs[0].0[0]
+            .pps
+            .map(|p| {
+                format!(
+                    "{} pps",
+                    group_f(p * (a.threads * a.streams.max(1)) as f64, 0)
+                )
+            })
+            .unwrap_or_else(|| "as fast as possible".into());
+        let _ = writeln!(
+            out,
+            "Generating on {} ({} thread(s), {rate})",
+            a.output, a.threads
+        );
+    }
+    let _ = out.flush();
+    let t_start = clock.now_ns();
+    let (reports, tracker) = std::thread::scope(|sc| -> anyhow::Result<_> {
+        let mut handles = Vec::new();
+        for (i, (mut port, (streams, count, duration))) in
+            outs.drain(..).zip(specs.drain(..)).enumerate()
+        {
+            let clock = &clock;
+            let stop = &stop;
+            let tick = &ticks[i];
+            let script = a.script.clone();
+            let core = a.core.map(|c| c + i);
+            handles.push(sc.spawn(move || -> anyhow::Result<GenReport> {
+                crate::common::pin(core)?;
+                let mut hook = match &script {
+                    Some(p) => Some(LuaHook::load(p).map_err(|e| usage(format!("--script: {e}")))?),
+                    None => None,
+                };
+                let opts = GenOptions {
+                    streams,
+                    count,
+                    duration,
+                    seed: a.seed.wrapping_add(i as u64),
+                    interval: Duration::from_millis(100).min(interval),
+                    ..Default::default()
+                };
+                let h = hook.as_mut().map(|h| h as &mut dyn Hook);
+                let r = gen::run(port.as_mut(), &opts, clock, stop, h, |s| {
+                    tick.0.store(s.pkts, Ordering::Relaxed);
+                    tick.1.store(s.bytes, Ordering::Relaxed);
+                })
+                .with_context(|| format!("thread {i} on {}", port.name()))?;
+                tick.0.store(r.pkts, Ordering::Relaxed);
+                tick.1.store(r.bytes, Ordering::Relaxed);
+                Ok(r)
+            }));
+        }
+        let rxh = rx_port.as_mut().map(|p| {
+            let (clock, done, stop) = (&clock, &done, &stop);
+            sc.spawn(move || receive(p.as_mut(), clock, done, stop, rx_wait))
+        });
+        // Statistics while the threads run.
+        let (mut prev_p, mut prev_b, mut prev_t) = (0u64, 0u64, t_start);
+        let mut next = t_start + interval.as_nanos() as u64;
+        while !handles.iter().all(|h| h.is_finished()) {
+            std::thread::sleep(Duration::from_millis(10));
+            let now = clock.now_ns();
+            if now < next || a.quiet {
+                continue;
+            }
+            next = now + interval.as_nanos() as u64;
+            let p: u64 = ticks.iter().map(|t| t.0.load(Ordering::Relaxed)).sum();
+            let b: u64 = ticks.iter().map(|t| t.1.load(Ordering::Relaxed)).sum();
+            let dt = (now - prev_t) as f64 / 1e9;
+            let pps = (p - prev_p) as f64 / dt;
+            let mbps = ((b - prev_b) as f64 + 4.0 * (p - prev_p) as f64) * 8.0 / dt / 1e6;
+            if a.json {
+                let j = serde_json::json!({"type": "stats", "elapsed_ms": (now - t_start) as f64 / 1e6,
+                    "pkts": p, "bytes": b, "pps": pps, "mbps": mbps});
+                let _ = writeln!(out, "{j}");
+            } else {
+                let _ = writeln!(
+                    out,
+                    "TX: {} pkts [{} pps][{} Mbit/s]",
+                    group(p),
+                    group_f(pps, 0),
+                    group_f(mbps, 2)
+                );
+            }
+            let _ = out.flush();
+            (prev_p, prev_b, prev_t) = (p, b, now);
+        }
+        let mut reps = Vec::new();
+        let mut err = None;
+        for h in handles {
+            match h.join() {
+                Ok(Ok(r)) => reps.push(r),
+                Ok(Err(e)) => {
+                    err.get_or_insert(e);
+                }
+                Err(_) => {
+                    err.get_or_insert(anyhow::anyhow!("a generator thread panicked"));
+                }
+            }
+        }
+        done.store(true, Ordering::Release);
+        let tracker = match rxh.map(|h| h.join()) {
+            Some(Ok(Ok(t))) => Some(t),
+            Some(Ok(Err(e))) => return Err(e.context("--rx")),
+            Some(Err(_)) => return Err(anyhow::anyhow!("the receive thread panicked")),
+            None => None,
+        };
+        if let Some(e) = err {
+            return Err(e);
+        }
+        Ok((reps, tracker))
+    })?;
+    let mut total = GenReport::default();
+    for r in &reports {
+        total.merge(r);
+    }
+    let nstreams = a.streams.max(1);
+    let sent = |id: u16| -> Option<u64> {
+        let (t, s) = (usize::from(id) / nstreams, usize::from(id) % nstreams);
+        reports.get(t).and_then(|r| r.per_stream.get(s)).copied()
+    };
+    let elapsed = total.last_ns.saturating_sub(total.first_ns) as f64 / 1e9;
+    let pps = total.pps();
+    let mbps = if elapsed > 0.0 {
+        (total.bytes + 4 * total.pkts) as f64 * 8.0 / elapsed / 1e6
+    } else {
+        0.0
+    };
+    let rated = reports.iter().any(|r| r.precision.gaps > 0);
+    let hist_svg = match (&a.hist_out, &tracker) {
+        (Some(p), Some(t)) => Some(write_hist(p, t, &format!("linerate gen -o {}", a.output))?),
+        _ => None,
+    };
+    if a.json {
+        let mut j = serde_json::json!({
+            "type": "summary", "pkts": total.pkts, "bytes": total.bytes,
+            "elapsed_ms": elapsed * 1e3, "pps": pps, "mbps": mbps,
+            "per_stream": reports.iter().flat_map(|r| r.per_stream.clone()).collect::<Vec<u64>>(),
+            "port_drops": total.port.tx_drops.total(),
+        });
+        if rated {
+            j["precision"] = precision_json(&total.precision);
+        }
+        if let Some(t) = &tracker {
+            j["latency"] = latency_json(t, sent);
+            j["rx_other"] = t.other.into();
+        }
+        if let Some(s) = &hist_svg {
+            j["hist_svg"] = s.clone().into();
+        }
+        let _ = writeln!(out, "{j}");
+    } else {
+        let _ = writeln!(
+            out,
+            "Sent {} pkts, {} bytes in {} ms: {} pps, {} Mbit/s; port drops: {}",
+            group(total.pkts),
+            group(total.bytes),
+            group_f(elapsed * 1e3, 2),
+            group_f(pps, 0),
+            group_f(mbps, 2),
+            if total.port.tx_drops.total() == 0 {
+                "none".to_string()
+            } else {
+                breakdown(&total.port.tx_drops)
+            }
+        );
+        if rated {
+            let _ = write!(out, "{}", total.precision.table());
+        }
+        if let Some(t) = &tracker {
+            let _ = writeln!(out, "Received on {}:", a.rx.as_deref().unwrap_or(""));
+            let _ = write!(out, "{}", t.table(sent));
+            if t.other > 0 {
+                let _ = writeln!(out, "({} packets without a probe)", group(t.other));
+            }
+        }
+        if let Some(s) = &hist_svg {
+            let _ = writeln!(
+                out,
+                "Histogram: {} and {s}",
+                a.hist_out.as_deref().unwrap_or("")
+            );
+        }
+    }
+    let _ = out.flush();
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_replay(
+    a: &Args,
+    path: &str,
+    popts: &PortOptions,
+    stop: &AtomicBool,
+) -> anyhow::Result<ExitCode> {
+    if a.threads != 1 {
+        return Err(usage("--pcap replays on one thread"));
+    }
+    // A replay ends with its capture (times --loop): always finite.
+    let limited = true;
+    let mut outp = open_out(&a.output, popts, limited)?;
+    // Check the capture opens before starting.
+    drop(open(path, popts, "--pcap")?);
+    let opts = ReplayOptions {
+        speed: if a.topspeed {
+            None
+        } else {
+            Some(a.speed.unwrap_or(1.0))
+        },
+        loops: a.loops.max(1),
+        count: a
+            .count
+            .as_deref()
+            .map(|c| flag("--count", units::parse_count(c)))
+            .transpose()?,
+        ..Default::default()
+    };
+    if opts.speed.is_some_and(|s| s <= 0.0) {
+        return Err(usage("--speed must be above zero"));
+    }
+    crate::common::pin(a.core)?;
+    let clock = TscClock::new();
+    let r = replay::run(
+        || port::open(path, popts),
+        outp.as_mut(),
+        &opts,
+        &clock,
+        stop,
+    )
+    .with_context(|| format!("replaying {path} on {}", a.output))?;
+    let elapsed = r.last_ns.saturating_sub(r.first_ns) as f64 / 1e9;
+    let pps = if elapsed > 0.0 {
+        (r.pkts.saturating_sub(1)) as f64 / elapsed
+    } else {
+        0.0
+    };
+    let mut out = std::io::stdout();
+    if a.json {
+        let mut j = serde_json::json!({"type": "summary", "pkts": r.pkts, "bytes": r.bytes,
+            "loops": r.loops, "elapsed_ms": elapsed * 1e3, "pps": pps,
+            "port_drops": r.port.tx_drops.total()});
+        if opts.speed.is_some() {
+            j["precision"] = precision_json(&r.precision);
+        }
+        let _ = writeln!(out, "{j}");
+    } else {
+        let _ = writeln!(
+            out,
+            "Replayed {} pkts, {} bytes ({} loop(s)) in {} ms: {} pps; port drops: {}",
+            group(r.pkts),
+            group(r.bytes),
+            r.loops,
+            group_f(elapsed * 1e3, 2),
+            group_f(pps, 0),
+            group(r.port.tx_drops.total())
+        );
+        if opts.speed.is_some() {
+            let _ = write!(out, "{}", r.precision.table());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,457 @@
+//! `linerate gen` end to end: packets on a written pcap checked by tshark, the Lua examples on
+//! a mem port, latency through `--rx` and `count --latency`, pcap replay, usage errors.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_linerate")
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .output()
+        .expect("run linerate")
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}: {}{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn summary(out: &str) -> serde_json::Value {
+    out.lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
+        .find(|j| j["type"] == "summary")
+        .unwrap_or_else(|| panic!("no summary in {out}"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("linerate-gen-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn tshark_bad(path: &str) -> usize {
+    let o = Command::new("tshark")
+        .args(["-r", path, "-n"])
+        .args(["-o", "ip.check_checksum:TRUE"])
+        .args(["-o", "udp.check_checksum:TRUE"])
+        .args(["-o", "tcp.check_checksum:TRUE"])
+        .args([
+            "-Y",
+            "ip.checksum.status==2 || udp.checksum.status==2 || tcp.checksum.status==2",
+        ])
+        .output()
+        .expect("tshark is installed by scripts/setup.sh");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).lines().count()
+}
+
+fn tshark_fields(path: &str, fields: &[&str]) -> Vec<String> {
+    let mut c = Command::new("tshark");
+    c.args(["-r", path, "-n", "-T", "fields"]);
+    for f in fields {
+        c.args(["-e", f]);
+    }
+    let o = c.output().expect("tshark");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn flags_shape_the_packets() {
+    let f = tmp("flags.pcap");
+    let fs = f.to_str().unwrap();
+    let out = ok(&run(&[
+        "gen",
+        "-o",
+        fs,
+        "-c",
+        "3000",
+        "--size",
+        "64-1518",
+        "--src-ip",
+        "10.1.0.1-10.1.0.10",
+        "--dst-ip",
+        "random:172.16.0.1-172.16.0.254",
+        "--sport",
+        "1000,2000",
+        "--dport",
+        "random:5000-5009",
+        "--vlan",
+        "7",
+        "--dst-mac",
+        "02:00:00:00:00:0b",
+        "--json",
+    ]));
+    assert_eq!(summary(&out)["pkts"], 3000);
+    assert_eq!(tshark_bad(fs), 0);
+    let rows = tshark_fields(
+        fs,
+        &[
+            "vlan.id",
+            "ip.src",
+            "ip.dst",
+            "udp.srcport",
+            "udp.dstport",
+            "frame.len",
+            "eth.dst",
+        ],
+    );
+    assert_eq!(rows.len(), 3000);
+    let mut srcs = std::collections::BTreeSet::new();
+    for (i, r) in rows.iter().enumerate() {
+        let c: Vec<&str> = r.split('\t').collect();
+        assert_eq!(c[0], "7");
+        srcs.insert(c[1].to_string());
+        assert!(c[2].starts_with("172.16.0."), "{r}");
+        assert_eq!(c[3], if i % 2 == 0 { "1000" } else { "2000" });
+        let dp: u16 = c[4].parse().unwrap();
+        assert!((5000..=5009).contains(&dp));
+        let len: u32 = c[5].parse().unwrap();
+        assert!((60..=1514).contains(&len), "{len}");
+        assert_eq!(c[6], "02:00:00:00:00:0b");
+    }
+    assert_eq!(srcs.len(), 10);
+
+    // IPv6 / TCP / IMIX, two streams, flows.
+    let f = tmp("v6.pcap");
+    let fs = f.to_str().unwrap();
+    ok(&run(&[
+        "gen",
+        "-o",
+        fs,
+        "-c",
+        "1200",
+        "--size",
+        "imix",
+        "--proto",
+        "tcp",
+        "--src-ip",
+        "2001:db8::1",
+        "--dst-ip",
+        "2001:db8::2",
+        "--flows",
+        "100",
+        "--streams",
+        "2",
+        "-q",
+    ]));
+    assert_eq!(tshark_bad(fs), 0);
+    let rows = tshark_fields(fs, &["ipv6.src", "tcp.dstport", "frame.len"]);
+    assert_eq!(rows.len(), 1200);
+    let srcs: std::collections::BTreeSet<&str> =
+        rows.iter().map(|r| r.split('\t').next().unwrap()).collect();
+    assert_eq!(srcs.len(), 100);
+    let big = rows.iter().filter(|r| r.ends_with("\t1514")).count();
+    assert_eq!(big, 100, "one in 12 IMIX frames is 1518 B");
+}
+
+#[test]
+fn every_lua_example_runs_on_a_mem_port() {
+    let mut n = 0;
+    for e in std::fs::read_dir(root().join("examples")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().and_then(|x| x.to_str()) != Some("lua") {
+            continue;
+        }
+        let ps = p.to_str().unwrap();
+        // Rates of the examples apply; two streams for the QoS one.
+        let out = ok(&run(&[
+            "gen",
+            "-o",
+            "mem:ex",
+            "--rx",
+            "mem:ex",
+            "--script",
+            ps,
+            "-c",
+            "2000",
+            "--streams",
+            "2",
+            "--json",
+        ]));
+        let s = summary(&out);
+        assert_eq!(s["pkts"], 2000, "{ps}");
+        // What the receiver got is what was sent, less what the wire dropped.
+        let lat = s["latency"].as_array().unwrap();
+        let rx: u64 = lat.iter().map(|l| l["rx"].as_u64().unwrap()).sum();
+        let lost: u64 = lat.iter().map(|l| l["lost"].as_u64().unwrap()).sum();
+        let dups: u64 = lat.iter().map(|l| l["dups"].as_u64().unwrap()).sum();
+        let no_probe = s["rx_other"].as_u64().unwrap();
+        let drops = s["port_drops"].as_u64().unwrap();
+        assert_eq!(dups, 0);
+        if no_probe == 0 {
+            assert_eq!(rx + lost, 2000, "{ps}: {s}");
+            assert_eq!(lost, drops, "{ps}: {s}");
+        } else {
+            // 64 B TCP frames have no room for a probe.
+            assert_eq!(no_probe + drops, 2000, "{ps}: {s}");
+        }
+        // And the packets are valid.
+        let f = tmp("ex.pcap");
+        ok(&run(&[
+            "gen",
+            "-o",
+            f.to_str().unwrap(),
+            "--script",
+            ps,
+            "-c",
+            "500",
+            "-q",
+        ]));
+        assert_eq!(tshark_bad(f.to_str().unwrap()), 0, "{ps}");
+        n += 1;
+    }
+    assert!(n >= 5, "{n} examples");
+}
+
+#[test]
+fn script_errors_name_file_and_line() {
+    let f = tmp("bad.lua");
+    std::fs::write(&f, "function modify(pkts, n)\n  for i = 1, n do\n    pkts[i]:udp():setSrcPort(nil)\n  end\nend\n").unwrap();
+    let o = run(&[
+        "gen",
+        "-o",
+        "mem:bad",
+        "--script",
+        f.to_str().unwrap(),
+        "-c",
+        "10",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("bad.lua:3:"), "{e}");
+    std::fs::write(&f, "function modify(pkts, n)\n  x = = 1\nend\n").unwrap();
+    let o = run(&[
+        "gen",
+        "-o",
+        "mem:bad2",
+        "--script",
+        f.to_str().unwrap(),
+        "-c",
+        "10",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("bad.lua:2:"), "{e}");
+}
+
+#[test]
+fn latency_through_rx_and_count() {
+    let csv = tmp("lat.csv");
+    let out = ok(&run(&[
+        "gen",
+        "-o",
+        "mem:lat",
+        "--rx",
+        "mem:lat",
+        "--rate",
+        "100kpps",
+        "-c",
+        "5000",
+        "--streams",
+        "2",
+        "--size",
+        "128",
+        "--hist-out",
+        csv.to_str().unwrap(),
+        "--json",
+    ]));
+    let s = summary(&out);
+    assert_eq!(s["pkts"], 5000);
+    assert!(s["precision"]["gaps"].as_u64().unwrap() > 0);
+    let lat = s["latency"].as_array().unwrap();
+    assert_eq!(lat.len(), 2);
+    for l in lat {
+        assert_eq!(l["dups"], 0);
+        assert_eq!(
+            l["rx"].as_u64().unwrap() + l["lost"].as_u64().unwrap(),
+            2500,
+            "{l}"
+        );
+        assert!(l["min_ns"].as_u64().unwrap() <= l["p50_ns"].as_u64().unwrap());
+        assert!(l["p999_ns"].as_u64().unwrap() <= l["max_ns"].as_u64().unwrap());
+    }
+    let c = std::fs::read_to_string(&csv).unwrap();
+    assert!(c.starts_with("low_ns,high_ns,count,cumulative_percent"));
+    let svg = std::fs::read_to_string(csv.with_extension("svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("</svg>"));
+
+    // count --latency on a capture of probes.
+    let f = tmp("probes.pcap");
+    ok(&run(&[
+        "gen",
+        "-o",
+        f.to_str().unwrap(),
+        "-c",
+        "3000",
+        "--streams",
+        "3",
+        "-q",
+    ]));
+    let out = ok(&run(&[
+        "count",
+        "-i",
+        f.to_str().unwrap(),
+        "--latency",
+        "--hist-out",
+        tmp("count.csv").to_str().unwrap(),
+        "--json",
+        "-q",
+    ]));
+    let s = summary(&out);
+    let lat = s["latency"].as_array().unwrap();
+    assert_eq!(lat.len(), 3);
+    for l in lat {
+        assert_eq!(l["rx"], 1000);
+        assert_eq!(l["lost"], 0);
+        assert_eq!(l["reordered"], 0);
+    }
+    assert!(tmp("count.svg").exists());
+}
+
+#[test]
+fn replays_a_capture() {
+    let sample = root().join("examples/sample.pcap");
+    let f = tmp("replay.pcap");
+    let out = ok(&run(&[
+        "gen",
+        "-o",
+        f.to_str().unwrap(),
+        "--pcap",
+        sample.to_str().unwrap(),
+        "--topspeed",
+        "--loop",
+        "2",
+        "--json",
+    ]));
+    let s = summary(&out);
+    assert_eq!(s["pkts"], 4000);
+    assert_eq!(s["loops"], 2);
+    let o = ok(&run(&["count", "-i", f.to_str().unwrap(), "--json", "-q"]));
+    assert_eq!(summary(&o)["pkts"], 4000);
+    // Timed replay, 1000 times faster than recorded.
+    let out = ok(&run(&[
+        "gen",
+        "-o",
+        "mem:replay",
+        "--pcap",
+        sample.to_str().unwrap(),
+        "--speed",
+        "1000",
+        "-c",
+        "500",
+        "--json",
+    ]));
+    let s = summary(&out);
+    assert_eq!(s["pkts"], 500);
+    assert!(s["precision"]["gaps"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        &["gen", "-o", "mem:u", "--rate", "fast"][..],
+        &["gen", "-o", "mem:u", "--size", "40"],
+        &["gen", "-o", "mem:u", "--pattern", "burst:0"],
+        &[
+            "gen",
+            "-o",
+            "mem:u",
+            "--src-ip",
+            "10.0.0.1",
+            "--dst-ip",
+            "2001:db8::1",
+            "-c",
+            "1",
+        ],
+        &["gen", "-o", "mem:u", "--sport", "70000"],
+        &["gen", "-o", "mem:u", "--threads", "2"],
+        &["gen", "-o", "nosuch:x", "-c", "10"],
+        &["gen", "-o", "/nonexistent-dir/x.pcap", "-c", "10"],
+        &["gen", "-o", "unlimited.pcap"],
+        &["gen", "-o", "mem:u", "--hist-out", "x.csv"],
+    ] {
+        let o = run(args);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.starts_with("linerate: error:"), "{e}");
+    }
+}
+
+#[test]
+fn rfc2544_on_a_mem_wire() {
+    let csv = tmp("rfc.csv");
+    let out = ok(&run(&[
+        "rfc2544",
+        "-o",
+        "mem:rfc",
+        "-i",
+        "mem:rfc",
+        "--sizes",
+        "64,1518",
+        "--trial",
+        "20ms",
+        "--settle",
+        "10ms",
+        "--resolution",
+        "10",
+        "--link-speed",
+        "100Mbps",
+        "--b2b-max",
+        "1024",
+        "--loss-steps",
+        "100,50,10",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--json",
+    ]));
+    let s = summary(&out);
+    let res = s["results"].as_array().unwrap();
+    assert_eq!(res.len(), 2);
+    for r in res {
+        assert_eq!(r["loss_pct"].as_array().unwrap().len(), 3);
+        if let Some(p) = r["throughput_pct"].as_f64() {
+            assert!(p > 0.0 && p <= 100.0);
+        }
+        let b = r["back_to_back"].as_u64().unwrap();
+        assert!(b <= 1024);
+    }
+    // Every trial line: received never exceeds sent; the throughput trials kept all frames.
+    let trials: Vec<serde_json::Value> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|j| j["type"] == "trial")
+        .collect();
+    assert!(trials.len() >= 2 * (1 + 3 + 1));
+    for t in &trials {
+        assert!(t["received"].as_u64() <= t["sent"].as_u64(), "{t}");
+    }
+    let c = std::fs::read_to_string(&csv).unwrap();
+    assert!(c.starts_with("test,size,rate_pct,"));
+    assert_eq!(c.lines().filter(|l| l.starts_with("loss,")).count(), 6);
+    assert_eq!(
+        c.lines().filter(|l| l.starts_with("back-to-back,")).count(),
+        2
+    );
+    for l in c.lines().filter(|l| l.starts_with("throughput,")) {
+        let f: Vec<&str> = l.split(',').collect();
+        assert_eq!(f[5], f[6], "a throughput trial lost nothing: {l}");
+    }
+}

@@ -1,0 +1,389 @@
+//! Latency, loss, duplicates and reordering of probe packets (those carrying the signature of
+//! [`super::template::put_sig`]), per stream, with one-way latency in an HdrHistogram.
+//!
+//! Sequence numbers are 32-bit on the wire and extended to 64 bits on receipt. A window of the
+//! last 65'536 sequence numbers tells duplicates from late (reordered) packets.
+
+use super::template::read_sig;
+use crate::mem::Batch;
+use crate::port::LinkType;
+use crate::wire;
+use hdrhistogram::Histogram;
+
+const WINDOW: u64 = 1 << 16;
+
+/// State and counters of one stream.
+#[derive(Clone, Debug)]
+pub struct StreamLat {
+    /// Stream id.
+    pub id: u16,
+    /// Distinct probes received.
+    pub rx: u64,
+    /// Probes received again.
+    pub dups: u64,
+    /// Probes that arrived after a later one (sequence below the highest seen).
+    pub reordered: u64,
+    /// Probes whose send time was after their receive time (clocks out of step); counted as 0.
+    pub negative: u64,
+    /// Lowest and highest (extended) sequence numbers seen.
+    pub first_seq: u64,
+    /// Highest sequence seen.
+    pub max_seq: u64,
+    /// One-way latency, ns.
+    pub hist: Histogram<u64>,
+    seen: Box<[u64]>,
+}
+
+impl StreamLat {
+    fn new(id: u16, seq: u64) -> StreamLat {
+        StreamLat {
+            id,
+            rx: 0,
+            dups: 0,
+            reordered: 0,
+            negative: 0,
+            first_seq: seq,
+            max_seq: seq,
+            // 1 ns .. 100 s at 3 significant digits.
+            hist: new_hist(),
+            seen: vec![0u64; (WINDOW / 64) as usize].into_boxed_slice(),
+        }
+    }
+
+    #[inline]
+    fn bit(&mut self, s: u64) -> (&mut u64, u64) {
+        let i = ((s % WINDOW) / 64) as usize;
+        let m = 1u64 << (s % 64);
+        (&mut self.seen[i], m)
+    }
+
+    #[inline]
+    fn record(&mut self, seq32: u32, lat: i64) {
+        // Extend around the highest sequence seen.
+        let d = i64::from(seq32.wrapping_sub(self.max_seq as u32) as i32);
+        let s = (self.max_seq as i64 + d).max(0) as u64;
+        if self.rx == 0 && self.dups == 0 {
+            self.first_seq = s;
+            self.max_seq = s;
+        } else if s > self.max_seq {
+            if s - self.max_seq >= WINDOW {
+                self.seen.fill(0);
+            } else {
+                for x in self.max_seq + 1..s {
+                    let (w, m) = self.bit(x);
+                    *w &= !m;
+                }
+            }
+            self.max_seq = s;
+        } else if s < self.first_seq {
+            self.first_seq = s;
+            self.reordered += 1;
+        } else if s < self.max_seq {
+            if self.max_seq - s >= WINDOW {
+                // Too old to tell: count it as late.
+                self.reordered += 1;
+                self.rx += 1;
+                self.lat(lat);
+                return;
+            }
+            let (w, m) = self.bit(s);
+            if *w & m != 0 {
+                self.dups += 1;
+                return;
+            }
+            self.reordered += 1;
+        } else if self.rx > 0 {
+            // s == max_seq again.
+            self.dups += 1;
+            return;
+        }
+        let (w, m) = self.bit(s);
+        *w |= m;
+        self.rx += 1;
+        self.lat(lat);
+    }
+
+    #[inline]
+    fn lat(&mut self, lat: i64) {
+        if lat < 0 {
+            self.negative += 1;
+            self.hist.saturating_record(0);
+        } else {
+            self.hist.saturating_record(lat as u64);
+        }
+    }
+
+    /// Probes lost: `sent` (when the sender's count is known) or the gaps in the sequence
+    /// numbers seen, less what arrived.
+    pub fn lost(&self, sent: Option<u64>) -> u64 {
+        let expected = sent.unwrap_or(if self.rx == 0 {
+            0
+        } else {
+            self.max_seq - self.first_seq + 1
+        });
+        expected.saturating_sub(self.rx)
+    }
+
+    /// min, mean, p50, p90, p99, p99.9, max in ns.
+    pub fn summary(&self) -> LatSummary {
+        let h = &self.hist;
+        LatSummary {
+            min: h.min(),
+            avg: h.mean(),
+            p50: h.value_at_quantile(0.5),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        }
+    }
+}
+
+/// An empty latency histogram: 1 ns .. 100 s at 3 significant digits.
+pub fn new_hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("constant bounds are valid")
+}
+
+/// Latency percentiles, ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LatSummary {
+    /// Minimum.
+    pub min: u64,
+    /// Mean.
+    pub avg: f64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// Maximum.
+    pub max: u64,
+}
+
+/// Tracks every stream seen in received batches.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    streams: Vec<Option<Box<StreamLat>>>,
+    /// Packets without a signature.
+    pub other: u64,
+}
+
+impl Tracker {
+    /// An empty tracker.
+    pub fn new() -> Tracker {
+        Tracker::default()
+    }
+
+    /// Looks at every packet of `batch`, received at `now` (ns since the epoch).
+    pub fn observe(&mut self, batch: &Batch, link: LinkType, now: u64) {
+        for p in batch.iter() {
+            self.observe_one(p.data, link, now);
+        }
+    }
+
+    /// Looks at one packet.
+    #[inline]
+    pub fn observe_one(&mut self, data: &[u8], link: LinkType, now: u64) {
+        let parsed = wire::parse(data, link);
+        let sig = parsed
+            .payload
+            .and_then(|o| data.get(o as usize..))
+            .and_then(read_sig);
+        let Some(sig) = sig else {
+            self.other += 1;
+            return;
+        };
+        let i = usize::from(sig.stream);
+        if self.streams.len() <= i {
+            self.streams.resize_with(i + 1, || None);
+        }
+        let st = self.streams[i]
+            .get_or_insert_with(|| Box::new(StreamLat::new(sig.stream, u64::from(sig.seq))));
+        st.record(sig.seq, now as i64 - sig.ts as i64);
+    }
+
+    /// The streams seen, by id.
+    pub fn streams(&self) -> impl Iterator<Item = &StreamLat> {
+        self.streams.iter().filter_map(|s| s.as_deref())
+    }
+
+    /// One stream.
+    pub fn stream(&self, id: u16) -> Option<&StreamLat> {
+        self.streams.get(usize::from(id)).and_then(|s| s.as_deref())
+    }
+
+    /// All streams' latencies in one histogram.
+    pub fn merged(&self) -> Histogram<u64> {
+        let mut h = new_hist();
+        for s in self.streams() {
+            let _ = h.add(&s.hist);
+        }
+        h
+    }
+
+    /// A table: one line per stream. `sent(id)` gives the sender's count when known.
+    pub fn table(&self, sent: impl Fn(u16) -> Option<u64>) -> String {
+        let mut out = String::from(
+            "stream        rx      lost      dups   reorder      min      avg      p50      p90      p99    p99.9      max  (ns)\n",
+        );
+        for s in self.streams() {
+            let l = s.summary();
+            out += &format!(
+                "{:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8.0} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
+                s.id,
+                s.rx,
+                s.lost(sent(s.id)),
+                s.dups,
+                s.reordered,
+                l.min,
+                l.avg,
+                l.p50,
+                l.p90,
+                l.p99,
+                l.p999,
+                l.max
+            );
+        }
+        out
+    }
+}
+
+/// The histogram as CSV: `low_ns,high_ns,count,cumulative_percent`, one line per recorded
+/// bucket.
+pub fn hist_csv(h: &Histogram<u64>) -> String {
+    let mut s = String::from("low_ns,high_ns,count,cumulative_percent\n");
+    let total = h.len().max(1) as f64;
+    let mut cum = 0u64;
+    for v in h.iter_recorded() {
+        let x = v.value_iterated_to();
+        cum += v.count_at_value();
+        s += &format!(
+            "{},{},{},{:.4}\n",
+            h.lowest_equivalent(x),
+            h.highest_equivalent(x),
+            v.count_at_value(),
+            100.0 * cum as f64 / total
+        );
+    }
+    s
+}
+
+/// The histogram as an SVG bar chart: 100 linear bins from the minimum to the 99.9th
+/// percentile (the tail beyond in a last bar), counts on a linear axis, with labels.
+pub fn hist_svg(h: &Histogram<u64>, title: &str) -> String {
+    const W: f64 = 840.0;
+    const H: f64 = 420.0;
+    const L: f64 = 70.0;
+    const B: f64 = 50.0;
+    const T: f64 = 40.0;
+    const BINS: usize = 100;
+    let lo = h.min();
+    let hi = h.value_at_quantile(0.999).max(lo + 1);
+    let width = ((hi - lo) as f64 / BINS as f64).max(1.0);
+    let mut counts = [0u64; BINS + 1];
+    for v in h.iter_recorded() {
+        let x = v.value_iterated_to();
+        let i = if x > hi {
+            BINS
+        } else {
+            (((x - lo) as f64 / width) as usize).min(BINS - 1)
+        };
+        counts[i] += v.count_at_value();
+    }
+    let maxc = counts.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let pw = W - L - 60.0;
+    let ph = H - T - B;
+    let bw = pw / (BINS + 1) as f64;
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n",
+        W / 2.0,
+        esc(title)
+    );
+    for (i, &c) in counts.iter().enumerate() {
+        if c == 0 {
+            continue;
+        }
+        let bh = ph * c as f64 / maxc;
+        let x = L + i as f64 * bw;
+        let fill = if i == BINS { "#c0392b" } else { "#2e86c1" };
+        s += &format!(
+            "<rect x=\"{x:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{bh:.2}\" fill=\"{fill}\"><title>{} ns: {c}</title></rect>\n",
+            T + ph - bh,
+            (bw - 0.5).max(0.5),
+            lo + (i as f64 * width) as u64
+        );
+    }
+    // Axes, ticks and labels.
+    s += &format!(
+        "<line x1=\"{L}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"black\"/>\n<line x1=\"{L}\" y1=\"{T}\" x2=\"{L}\" y2=\"{y}\" stroke=\"black\"/>\n",
+        L + pw,
+        y = T + ph
+    );
+    for k in 0..=5 {
+        let f = k as f64 / 5.0;
+        let x = L + f * BINS as f64 * bw;
+        let v = lo as f64 + f * (hi - lo) as f64;
+        s += &format!(
+            "<line x1=\"{x:.1}\" y1=\"{y}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"black\"/><text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{v:.0}</text>\n",
+            T + ph + 5.0,
+            T + ph + 18.0,
+            y = T + ph
+        );
+        let y = T + ph - f * ph;
+        s += &format!(
+            "<line x1=\"{}\" y1=\"{y:.1}\" x2=\"{L}\" y2=\"{y:.1}\" stroke=\"black\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{:.0}</text>\n",
+            L - 5.0,
+            L - 8.0,
+            y + 4.0,
+            f * maxc
+        );
+    }
+    s += &format!(
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">one-way latency (ns); last bar: above p99.9 = {hi} ns; n = {}</text>\n<text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {})\" text-anchor=\"middle\">packets</text>\n</svg>\n",
+        L + pw / 2.0,
+        H - 12.0,
+        h.len(),
+        T + ph / 2.0,
+        T + ph / 2.0
+    );
+    s
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dups_reorder_and_loss() {
+        let mut s = StreamLat::new(3, 0);
+        for q in [0u32, 1, 2, 4, 3, 3, 6, 7, 7, 9] {
+            s.record(q, 100);
+        }
+        // distinct 0,1,2,3,4,6,7,9 = 8; dups: 3 and 7; late: 3; lost: 5 and 8
+        assert_eq!(s.rx, 8);
+        assert_eq!(s.dups, 2);
+        assert_eq!(s.reordered, 1);
+        assert_eq!(s.lost(None), 2);
+        assert_eq!(s.lost(Some(12)), 4);
+        assert_eq!(s.summary().p50, 100);
+    }
+
+    #[test]
+    fn sequence_wraps() {
+        let mut s = StreamLat::new(0, u64::from(u32::MAX - 1));
+        for q in [u32::MAX - 1, u32::MAX, 0, 1] {
+            s.record(q, 5);
+        }
+        assert_eq!(s.rx, 4);
+        assert_eq!(s.lost(None), 0);
+        assert_eq!(s.reordered, 0);
+    }
+}

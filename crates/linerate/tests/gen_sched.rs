@@ -1,0 +1,117 @@
+//! The scheduler and the worker on an injected clock: CBR departures exact, Poisson gaps with
+//! the right mean and variance and an exponential distribution (Kolmogorov-Smirnov), bursts.
+
+use linerate::apps::gen::sched::{Pattern, Schedule};
+use linerate::apps::gen::template::read_sig;
+use linerate::apps::gen::vary::SizeSpec;
+use linerate::apps::gen::{self, GenOptions, StreamSpec};
+use linerate::mem::Batch;
+use linerate::port::mem::wire;
+use linerate::port::{LinkType, Port, PortOptions};
+use linerate::time::FakeClock;
+use linerate::wire::parse;
+use std::sync::atomic::AtomicBool;
+
+fn ks_exponential(gaps: &mut [f64], mean: f64) -> f64 {
+    gaps.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = gaps.len() as f64;
+    let mut d: f64 = 0.0;
+    for (i, &g) in gaps.iter().enumerate() {
+        let f = 1.0 - (-g / mean).exp();
+        d = d
+            .max((f - i as f64 / n).abs())
+            .max(((i + 1) as f64 / n - f).abs());
+    }
+    d
+}
+
+#[test]
+fn poisson_gaps_are_exponential() {
+    let n = 200_000;
+    let mean = 1000.0; // 1 Mpps
+    let mut s = Schedule::new(Pattern::Poisson, 1e6, 0, 42);
+    let mut prev = s.advance();
+    let mut gaps: Vec<f64> = (0..n)
+        .map(|_| {
+            let t = s.advance();
+            let g = (t - prev) as f64;
+            prev = t;
+            g
+        })
+        .collect();
+    let m = gaps.iter().sum::<f64>() / n as f64;
+    let var = gaps.iter().map(|g| (g - m) * (g - m)).sum::<f64>() / (n - 1) as f64;
+    assert!((m - mean).abs() / mean < 0.01, "mean {m}");
+    // An exponential distribution's variance is its mean squared.
+    assert!(
+        (var - mean * mean).abs() / (mean * mean) < 0.03,
+        "variance {var}"
+    );
+    // KS at a 1% significance level: D < 1.63 / sqrt(n). Rounding to whole ns is far below.
+    let d = ks_exponential(&mut gaps, mean);
+    assert!(d < 1.63 / (n as f64).sqrt(), "KS D = {d}");
+    // And CBR gaps are not exponential: the test has power.
+    let mut cbr = vec![mean; 10_000];
+    assert!(ks_exponential(&mut cbr, mean) > 0.3);
+}
+
+/// Runs the worker on a fake clock that advances 1 ns per reading, so a busy-wait ends exactly
+/// at the scheduled time; returns the send times stamped into the probes.
+fn stamped(pattern: Pattern, pps: f64, n: u64) -> (Vec<u64>, gen::GenReport) {
+    let (mut a, mut b) = wire(&format!("gen-sched-{pattern:?}"), &PortOptions::default()).unwrap();
+    let opts = GenOptions {
+        streams: vec![StreamSpec {
+            pps: Some(pps),
+            pattern,
+            size: SizeSpec::Fixed(64),
+            ..Default::default()
+        }],
+        count: Some(n),
+        ..Default::default()
+    };
+    let clock = FakeClock::new(5_000_000, 1);
+    let stop = AtomicBool::new(false);
+    let rep = gen::run(&mut a, &opts, &clock, &stop, None, |_| {}).unwrap();
+    let mut ts = Vec::new();
+    let mut batch = Batch::new();
+    while b.rx(&mut batch).unwrap() > 0 {
+        for p in batch.iter() {
+            let parsed = parse(p.data, LinkType::ETHERNET);
+            let sig = read_sig(&p.data[parsed.payload.unwrap() as usize..]).unwrap();
+            assert_eq!(sig.seq as usize, ts.len());
+            ts.push(sig.ts);
+        }
+        batch.clear();
+    }
+    (ts, rep)
+}
+
+#[test]
+fn worker_cbr_departures_are_exact_on_a_fake_clock() {
+    let (ts, rep) = stamped(Pattern::Cbr, 1e6, 3000);
+    assert_eq!(ts.len(), 3000);
+    for w in ts.windows(2) {
+        assert_eq!(w[1] - w[0], 1000);
+    }
+    assert_eq!(rep.precision.gaps, 2999);
+    assert_eq!(rep.precision.within[0], 2999, "{}", rep.precision.table());
+    assert_eq!(rep.precision.max_dev, 0);
+}
+
+#[test]
+fn worker_bursts_leave_together() {
+    let (ts, _) = stamped(Pattern::Burst(8), 1e6, 800);
+    for (i, w) in ts.windows(2).enumerate() {
+        let want = if (i + 1) % 8 == 0 { 8000 } else { 0 };
+        assert_eq!(w[1] - w[0], want, "gap {i}");
+    }
+}
+
+#[test]
+fn worker_poisson_mean_rate() {
+    let (ts, rep) = stamped(Pattern::Poisson, 2e6, 20_000);
+    let mean = (ts[ts.len() - 1] - ts[0]) as f64 / (ts.len() - 1) as f64;
+    assert!((mean - 500.0).abs() < 10.0, "{mean}");
+    // The fake clock is exact, so the achieved gaps are the scheduled ones.
+    assert_eq!(rep.precision.within[0], rep.precision.gaps);
+}
