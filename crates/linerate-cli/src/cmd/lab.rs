@@ -8,15 +8,17 @@
 //! signal thread cleans up and exits), and at the next start for namespaces of a lab whose
 //! process is gone (SIGKILL).
 //!
-//! The generator is a small built-in sender until `linerate gen` is available: 64-byte UDP
-//! frames (60 bytes + CRC) built in a batch and sent at full speed (or `--rate`) through the
-//! afpacket (or xdp) transmit path, bounded by `-c` and `-t`. Each frame carries its send time,
-//! so the receiver measures one-way latency through the forwarder (send-side stamp when the
-//! batch is built, kernel receive timestamp on the receiving socket).
+//! The generator is `linerate gen`'s worker (`apps::gen`): 64-byte UDP frames (60 bytes + CRC)
+//! at full speed (or `--rate`) through the afpacket (or xdp) transmit path, bounded by `-c` and
+//! `-t`, each with gen's probe signature; the receiver runs gen's latency tracker, so the report
+//! has one-way latency percentiles through the forwarder (send stamp and user-space receive time,
+//! both CLOCK_REALTIME; the l2fwd receiver is an xdp port, the bounce receiver afpacket with a
+//! 1 ms block timeout), duplicates and reordering.
 
 use clap::{Parser, ValueEnum};
 use linerate::apps::fwd::{self, FwdOptions, FwdStats, MacRewrite, Ports};
-use linerate::mem::{Batch, Desc, Pool, PoolConfig};
+use linerate::apps::gen::{self, latency::Tracker, template::TemplateSpec, GenOptions, StreamSpec};
+use linerate::mem::Batch;
 use linerate::port::xdp::sys::{enter_netns, iface_mac};
 use linerate::port::xdp::{AttachMode, XdpConfig, XdpMode};
 use linerate::port::{Port, PortOptions};
@@ -190,8 +192,6 @@ impl Drop for Topology {
     }
 }
 
-const MAGIC: u32 = 0x4c52_4c42; // "LRLB"
-
 /// The cluster master child process, for the signal thread (0: none).
 static CHILD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
@@ -362,41 +362,20 @@ fn run_cluster(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Res
     Ok(ExitCode::SUCCESS)
 }
 
-/// A 60-byte UDP frame (64 on the wire) with the magic, a sequence number and a send time.
-fn build_frame(buf: &mut [u8], dst: [u8; 6], src: [u8; 6], seq: u32, ts: u64) -> usize {
-    let f = &mut buf[..60];
-    f[..6].copy_from_slice(&dst);
-    f[6..12].copy_from_slice(&src);
-    f[12..14].copy_from_slice(&[0x08, 0x00]);
-    f[14..34].copy_from_slice(&[
-        0x45, 0, 0, 46, 0, 0, 0x40, 0, 64, 17, 0, 0, 198, 18, 0, 1, 198, 19, 0, 1,
-    ]);
-    let mut sum = 0u32;
-    for c in f[14..34].chunks(2) {
-        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
+/// CLOCK_REALTIME for the generator's send stamps, the clock the receiver reads too, so that
+/// they compare directly in any thread (a TSC clock anchored once drifts from it by more than
+/// the latency being measured).
+struct WallClock;
+
+impl linerate::time::Clock for WallClock {
+    fn now_ns(&self) -> u64 {
+        linerate::time::wall_ns()
     }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    f[34..42].copy_from_slice(&[0x04, 0x00, 0x00, 0x09, 0, 26, 0, 0]);
-    f[42..46].copy_from_slice(&MAGIC.to_be_bytes());
-    f[46..50].copy_from_slice(&seq.to_be_bytes());
-    f[50..58].copy_from_slice(&ts.to_be_bytes());
-    f[58..60].fill(0);
-    60
 }
 
-/// The send time of one of our frames.
-fn stamp_of(d: &[u8]) -> Option<u64> {
-    if d.get(42..46)? != MAGIC.to_be_bytes() {
-        return None;
-    }
-    let t = d.get(50..58)?;
-    Some(u64::from_be_bytes(t.try_into().ok()?))
-}
-
-/// Sends 64-byte frames on `port` until `count`, `duration` or `stop`; returns packets sent.
+/// Sends 64-byte UDP frames (60 + CRC) with `linerate gen`'s worker on `port` until `count`,
+/// `duration` or `stop`; each carries gen's probe signature (stream, sequence, send time from
+/// the wall clock). Returns packets handed to the port.
 fn generate(
     port: &mut dyn Port,
     dst: [u8; 6],
@@ -406,93 +385,46 @@ fn generate(
     rate: Option<u64>,
     stop: &AtomicBool,
 ) -> anyhow::Result<u64> {
-    let pool = Arc::new(Pool::new(&PoolConfig {
-        frames: 4096,
-        ..Default::default()
-    })?);
-    let pool = port.pool().cloned().unwrap_or(pool);
-    let mut b = Batch::with_pool(&pool);
-    let t0 = Instant::now();
-    let mut seq = 0u32;
-    let mut sent = 0u64;
-    let limit = count.unwrap_or(u64::MAX);
-    while sent < limit && t0.elapsed() < duration && !stop.load(Ordering::Relaxed) {
-        if let Some(r) = rate {
-            let due = (t0.elapsed().as_secs_f64() * r as f64) as u64;
-            if sent >= due {
-                std::thread::sleep(Duration::from_micros(20));
-                continue;
-            }
-        }
-        let ts = linerate::time::wall_ns();
-        let want = (limit - sent).min(64) as usize;
-        while b.len() < want {
-            let Some(a) = b.alloc() else { break };
-            let n = build_frame(b.frame_mut(a), dst, src, seq, ts);
-            seq = seq.wrapping_add(1);
-            b.push(Desc {
-                addr: a,
-                len: n as u32,
-                wire_len: n as u32,
+    let opts = GenOptions {
+        streams: vec![StreamSpec {
+            template: TemplateSpec {
+                src_mac: src,
+                dst_mac: dst,
+                src_ip: std::net::IpAddr::from([198, 18, 0, 1]),
+                dst_ip: std::net::IpAddr::from([198, 19, 0, 1]),
                 ..Default::default()
-            });
-        }
-        sent += port.tx(&mut b)? as u64;
+            },
+            pps: rate.map(|r| r as f64),
+            probe: true,
+            ..Default::default()
+        }],
+        count,
+        duration: Some(duration),
+        ..Default::default()
+    };
+    let rep = gen::run(port, &opts, &WallClock, stop, None, |_| {})?;
+    if let Some(e) = rep.error {
+        anyhow::bail!("generator: {e}");
     }
-    // What is still in the batch was never handed to the port.
-    b.clear();
-    port.flush()?;
-    Ok(sent)
+    Ok(rep.pkts)
 }
 
-/// Latency samples (ns), a bounded reservoir.
-struct Lat {
-    samples: Vec<u64>,
-    seen: u64,
-}
-
-impl Lat {
-    const MAX: usize = 1 << 20;
-    fn add(&mut self, ns: u64) {
-        self.seen += 1;
-        if self.samples.len() < Self::MAX {
-            self.samples.push(ns);
-        } else {
-            // Keep every k-th sample beyond the cap.
-            let i = (self.seen.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 44) as usize % Self::MAX;
-            self.samples[i] = ns;
-        }
-    }
-    fn percentiles(&mut self) -> Option<[f64; 5]> {
-        if self.samples.is_empty() {
-            return None;
-        }
-        self.samples.sort_unstable();
-        let at = |q: f64| {
-            let i = ((self.samples.len() - 1) as f64 * q).round() as usize;
-            self.samples[i] as f64 / 1e3
-        };
-        Some([at(0.5), at(0.9), at(0.99), at(0.999), at(1.0)])
-    }
-}
-
-/// Receives our frames on `port` until `stop`, then until 300 ms of quiet (bounded).
-fn receive(port: &mut dyn Port, stop: &AtomicBool, lat: &mut Lat) -> anyhow::Result<u64> {
+/// Receives on `port` until `stop`, then until 300 ms of quiet; gen's tracker reads the probe
+/// signatures (latency from the send stamp to the kernel's receive timestamp, loss, duplicates,
+/// reordering). Returns how many of the generator's packets arrived.
+fn receive(port: &mut dyn Port, stop: &AtomicBool, lat: &mut Tracker) -> anyhow::Result<u64> {
     let mut b = Batch::new();
-    let mut got = 0u64;
+    let mut seen = 0u64;
     let mut quiet_since: Option<Instant> = None;
+    let link = port.link_type();
     loop {
         let n = port.rx(&mut b)?;
+        // Receive time in user space, per batch: AF_PACKET's kernel stamps come from a coarse
+        // clock (a tick of several ms) on this path, too coarse for microseconds.
+        let ts = linerate::time::wall_ns();
         for p in b.iter() {
-            if let Some(t) = stamp_of(p.data) {
-                got += 1;
-                let rx = if p.desc.ts != 0 {
-                    p.desc.ts
-                } else {
-                    linerate::time::wall_ns()
-                };
-                lat.add(rx.saturating_sub(t));
-            }
+            lat.observe_one(p.data, link, ts);
+            seen += 1;
         }
         b.clear();
         if stop.load(Ordering::Relaxed) {
@@ -505,7 +437,7 @@ fn receive(port: &mut dyn Port, stop: &AtomicBool, lat: &mut Lat) -> anyhow::Res
             }
         }
     }
-    Ok(got)
+    Ok(seen - lat.other)
 }
 
 /// Runs `linerate lab`.
@@ -586,6 +518,8 @@ struct Outcome {
     fwd_desc: String,
     lat: Option<[f64; 5]>,
     lat_n: usize,
+    dups: u64,
+    reordered: u64,
     secs: f64,
 }
 
@@ -677,14 +611,23 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
         let ready = ready_tx.clone();
         let rx_if = if l2fwd { "g1" } else { "g0" };
         let rx_stop = &rx_stop;
-        let rx_h = s.spawn(move || -> anyhow::Result<(u64, Lat)> {
-            let mut lat = Lat {
-                samples: Vec::new(),
-                seen: 0,
-            };
+        let rx_h = s.spawn(move || -> anyhow::Result<(u64, Tracker)> {
+            let mut lat = Tracker::new();
             let port = enter_netns(gns)
                 .map_err(anyhow::Error::from)
-                .and_then(|()| super::fwd::open("-i", &PortKind::Afpacket.uri(rx_if), popts, xdp));
+                .and_then(|()| {
+                    // l2fwd: an xdp receiver on g1 hands packets over at once. Bounce: g0 also
+                    // sends, so afpacket, with a 1 ms block timeout to bound its delay.
+                    if l2fwd {
+                        super::fwd::open("-i", &PortKind::Xdp.uri(rx_if), popts, xdp)
+                    } else {
+                        let o = PortOptions {
+                            block_timeout_ms: 1,
+                            ..popts.clone()
+                        };
+                        super::fwd::open("-i", &PortKind::Afpacket.uri(rx_if), &o, xdp)
+                    }
+                });
             let mut port = match port {
                 Ok(p) => p,
                 Err(e) => {
@@ -740,16 +683,23 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
             return Err(e);
         }
         let sent = gen_res?;
-        let (received, mut lat) = rx?;
+        let (received, lat) = rx?;
         let fwd = fwd_r?;
-        let lat_n = lat.samples.len();
+        let st = lat.stream(0);
+        let lat_n = st.map_or(0, |s| s.hist.len() as usize);
+        let pct = st.filter(|_| lat_n > 0).map(|s| {
+            let x = s.summary();
+            [x.p50, x.p90, x.p99, x.p999, x.max].map(|v| v as f64 / 1e3)
+        });
         Ok(Outcome {
             sent,
             received,
             fwd,
             fwd_desc,
-            lat: lat.percentiles(),
+            lat: pct,
             lat_n,
+            dups: st.map_or(0, |s| s.dups),
+            reordered: st.map_or(0, |s| s.reordered),
             secs,
         })
     })?;
@@ -803,6 +753,8 @@ fn print(a: &Args, gns: &str, fns: &str, o: &Outcome, interrupted: bool) {
             "latency_us": o.lat.map(|l| serde_json::json!({
                 "p50": l[0], "p90": l[1], "p99": l[2], "p99_9": l[3], "max": l[4],
                 "samples": o.lat_n})),
+            "duplicates": o.dups,
+            "reordered": o.reordered,
             "interrupted": interrupted,
         });
         println!("{j}");
@@ -854,39 +806,17 @@ fn print(a: &Args, gns: &str, fns: &str, o: &Outcome, interrupted: bool) {
     );
     match o.lat {
         Some(l) => println!(
-            "  latency (us, send stamp to kernel receive stamp, {} samples): p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+            "  latency (us, send stamp to user-space receive, {} samples): p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
             group(o.lat_n as u64),
             l[0], l[1], l[2], l[3], l[4]
         ),
         None => println!("  latency: no packet came back"),
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn frames_are_64_bytes_on_the_wire_with_a_valid_ip_checksum() {
-        let mut buf = [0u8; 128];
-        let n = build_frame(&mut buf, [1; 6], [2; 6], 7, 123_456);
-        assert_eq!(n, 60);
-        let mut sum = 0u32;
-        for c in buf[14..34].chunks(2) {
-            sum += u16::from_be_bytes([c[0], c[1]]) as u32;
-        }
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        assert_eq!(sum, 0xffff);
-        assert_eq!(stamp_of(&buf[..60]), Some(123_456));
-        assert_eq!(stamp_of(&buf[..40]), None);
-        let mut l = Lat {
-            samples: (1..=1000).map(|x| x * 1000).collect(),
-            seen: 1000,
-        };
-        let p = l.percentiles().unwrap();
-        assert_eq!(p[0], 501.0);
-        assert_eq!(p[4], 1000.0);
+    if o.dups > 0 || o.reordered > 0 {
+        println!(
+            "  duplicates {}, reordered {}",
+            group(o.dups),
+            group(o.reordered)
+        );
     }
 }
