@@ -63,8 +63,10 @@ pub struct Args {
 /// Runs `linerate count`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
+    // A capture-only loop: wait long in poll, the kernel wakes it when packets are ready.
     let opts = PortOptions {
         snaplen: a.snaplen.clamp(64, 262_144) as u32,
+        rx_wait_ms: 100,
         ..Default::default()
     };
     let mut input = open_port(&a.input, &opts)?;

@@ -218,6 +218,10 @@ pub struct PortOptions {
     pub ring_blocks: u32,
     /// Whether kernel ports also capture packets the host sends on the interface.
     pub capture_outgoing: bool,
+    /// Longest wait (ms) of an `rx` that finds nothing ready on a kernel ring port. Short (1)
+    /// for loops that serve several ports; a capture-only loop takes a long one, since the
+    /// kernel wakes it as soon as a block is ready, to save idle wake-ups.
+    pub rx_wait_ms: u32,
 }
 
 impl Default for PortOptions {
@@ -231,6 +235,7 @@ impl Default for PortOptions {
             ring_block_size: 1 << 20,
             ring_blocks: 64,
             capture_outgoing: false,
+            rx_wait_ms: 1,
         }
     }
 }

@@ -7,7 +7,8 @@
 //! the start of the next `rx`, except blocks that packets still held in the batch passed to that
 //! `rx` point into. Copy (or transmit) what must live longer.
 //!
-//! When nothing is ready, `rx` waits at most [`RX_POLL_MS`] in `poll()` and returns 0, so an idle
+//! When nothing is ready, `rx` waits at most `PortOptions::rx_wait_ms` (default [`RX_POLL_MS`])
+//! in `poll()` and returns 0, so an idle
 //! count loop sleeps instead of spinning; under load blocks are ready and `rx` makes no system
 //! call. [`Port::poll_fd`] gives the socket for event loops.
 //!
@@ -51,6 +52,7 @@ pub struct AfPacket {
     mtu: u32,
     tx_frames: u32,
     block_timeout_ms: u32,
+    rx_wait_ms: i32,
     link: LinkType,
     rx: RxBlocks,
     fd: Fd,
@@ -142,6 +144,7 @@ impl AfPacket {
             mtu,
             tx_frames: opts.frames,
             block_timeout_ms: opts.block_timeout_ms,
+            rx_wait_ms: opts.rx_wait_ms.clamp(0, 1000) as i32,
             link,
             rx,
             fd,
@@ -198,7 +201,7 @@ impl Port for AfPacket {
             let (k, b) = self.rx.fill(batch, &mut self.stats.rx_drops);
             n += k;
             bytes += b;
-            if n > 0 || attempt == 1 || !sys::poll_in(&self.fd, RX_POLL_MS) {
+            if n > 0 || attempt == 1 || !sys::poll_in(&self.fd, self.rx_wait_ms) {
                 break;
             }
         }

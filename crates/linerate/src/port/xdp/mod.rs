@@ -110,6 +110,7 @@ pub struct XdpPort {
     attach: Arc<Attachment>,
     stats: PortStats,
     kernel: XdpStatistics,
+    rx_wait_ms: i32,
     // Declared last: dropped after the rings are unmapped.
     fd: Fd,
 }
@@ -208,6 +209,7 @@ impl XdpPort {
                         attach,
                         stats: PortStats::default(),
                         kernel: XdpStatistics::default(),
+                        rx_wait_ms: opts.rx_wait_ms.clamp(0, 1000) as i32,
                         fd: parts.fd,
                     };
                     p.refill();
@@ -438,7 +440,7 @@ impl Port for XdpPort {
             return Ok(n);
         }
         // Nothing ready: sleep in poll (which also wakes the kernel if the fill ring asks).
-        if sys::poll_in(self.fd.0, RX_POLL_MS) {
+        if sys::poll_in(self.fd.0, self.rx_wait_ms) {
             return Ok(self.fill_batch(batch));
         }
         if self.fill.needs_wakeup() {
