@@ -2,3 +2,4 @@
 //! ports and workers together.
 
 pub mod count;
+pub mod flow;
