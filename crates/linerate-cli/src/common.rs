@@ -24,7 +24,11 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 /// Prints `linerate: error: ...` on one line and picks the exit code: 2 for usage errors, 1
 /// otherwise.
 pub fn report_error(e: &anyhow::Error) -> ExitCode {
-    let msg = e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ");
+    let msg = e
+        .chain()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(": ");
     eprintln!("linerate: error: {msg}");
     if e.downcast_ref::<UsageError>().is_some() {
         ExitCode::from(2)
@@ -57,4 +61,31 @@ pub fn pin(core: Option<usize>) -> anyhow::Result<()> {
         anyhow::bail!("cannot pin to core {core}");
     }
     Ok(())
+}
+
+/// Prints a flag error on one line (`linerate: error: ... (see --help)`) and exits 2; help and
+/// version go to standard output with exit code 0.
+pub fn clap_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+        || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    {
+        let _ = e.print();
+        return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    let text = e.to_string();
+    let msg: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .map(|l| l.trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    let msg = msg.join(" ");
+    let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
+    eprintln!("linerate: error: {msg} (see linerate --help)");
+    ExitCode::from(2)
 }

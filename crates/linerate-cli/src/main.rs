@@ -25,7 +25,10 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => return common::clap_error(e),
+    };
     let r = match cli.cmd {
         Cmd::Count(a) => cmd::count::run(a),
     };

@@ -18,7 +18,7 @@ fn hundred_million_descriptors_in_order() {
                 d.addr = next + i as u64;
                 d.len = (next + i as u64) as u32;
             }
-            let sent = if burst % 7 == 0 {
+            let sent = if burst.is_multiple_of(7) {
                 // bulk: all or nothing
                 if p.push_bulk(&buf[..n]) {
                     n
@@ -41,7 +41,10 @@ fn hundred_million_descriptors_in_order() {
     while expect < TOTAL {
         let n = c.pop_burst(&mut buf[..want]);
         for d in &buf[..n] {
-            assert_eq!(d.addr, expect, "descriptor out of order, lost or duplicated");
+            assert_eq!(
+                d.addr, expect,
+                "descriptor out of order, lost or duplicated"
+            );
             assert_eq!(d.len, expect as u32);
             expect += 1;
         }

@@ -50,13 +50,18 @@ pub struct Args {
 /// Runs `linerate count`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
-    let opts = PortOptions { snaplen: a.snaplen.clamp(64, 262_144) as u32, ..Default::default() };
+    let opts = PortOptions {
+        snaplen: a.snaplen.clamp(64, 262_144) as u32,
+        ..Default::default()
+    };
     let mut input = open_port(&a.input, &opts)?;
     let link = input.link_type();
     let mut user_filter = None;
     if let Some(expr) = &a.filter {
         let f = Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?;
-        let in_kernel = input.attach_filter(&f).with_context(|| format!("-f on {}", a.input))?;
+        let in_kernel = input
+            .attach_filter(&f)
+            .with_context(|| format!("-f on {}", a.input))?;
         if !in_kernel {
             user_filter = Some(f);
         }
@@ -64,24 +69,32 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let to_stdout = a.write.as_deref() == Some("-");
     let mut writer: Option<Box<dyn Port>> = match a.write.as_deref() {
         None => None,
-        Some("-") => Some(Box::new(PcapPort::to_writer(
-            "-",
-            Box::new(std::io::stdout()),
-            link,
-            opts.snaplen,
-        )?)),
         Some(path) => Some(Box::new(
-            PcapPort::create(path, link, opts.snaplen).map_err(|e| usage(format!("-w: {e}")))?,
+            PcapPort::create_with(path, link, opts.snaplen)
+                .map_err(|e| usage(format!("-w: {e}")))?,
         )),
     };
     pin(a.core)?;
 
     // Statistics go to standard output, or to standard error when it carries the pcap stream.
-    let mut out: Box<dyn Write> =
-        if to_stdout { Box::new(std::io::stderr()) } else { Box::new(std::io::stdout()) };
-    if !a.quiet && !a.json {
+    let mut out: Box<dyn Write> = if to_stdout {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
+    if a.json {
+        let start = serde_json::json!({
+            "type": "start",
+            "port": a.input,
+            "link_type": link.0,
+            "filter": a.filter,
+            "filter_in_kernel": a.filter.is_some() && user_filter.is_none(),
+        });
+        let _ = writeln!(out, "{start}");
+    } else if !a.quiet {
         let _ = writeln!(out, "Capturing from {} (link type {})", a.input, link.0);
     }
+    let _ = out.flush();
     let copts = CountOptions {
         count: a.count,
         duration: a.duration,
@@ -127,7 +140,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             group(r.pkts),
             group(r.bytes),
             group(r.drops),
-            if r.drops == 0 { "none".to_string() } else { stats::breakdown(&t.now.drops) },
+            if r.drops == 0 {
+                "none".to_string()
+            } else {
+                stats::breakdown(&t.now.drops)
+            },
             group(t.now.drops.get(linerate::port::DropReason::Filter)),
             ended
         );
@@ -135,10 +152,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let _ = out.flush();
     match report.error {
         None => Ok(ExitCode::SUCCESS),
-        Some(e) => Err(anyhow::Error::new(e).context(format!(
-            "stopped after {} packets",
-            group(t.now.pkts)
-        ))),
+        Some(e) => {
+            Err(anyhow::Error::new(e)
+                .context(format!("stopped after {} packets", group(t.now.pkts))))
+        }
     }
 }
 

@@ -81,7 +81,12 @@ pub fn run(
     let snap = |port: &mut dyn Port, t, pkts, bytes, filtered, wd: &Drops| {
         let mut drops = port.stats().rx_drops.merged(wd);
         drops.add(DropReason::Filter, filtered);
-        Snapshot { t_ns: t, pkts, bytes, drops }
+        Snapshot {
+            t_ns: t,
+            pkts,
+            bytes,
+            drops,
+        }
     };
     let start = snap(port, t0, 0, 0, 0, &write_drops);
     let mut prev = start;
@@ -145,7 +150,11 @@ pub fn run(
         }
         if now >= next_tick {
             let s = snap(port, now, pkts, bytes, filtered, &write_drops);
-            on_tick(&Tick { start, prev, now: s });
+            on_tick(&Tick {
+                start,
+                prev,
+                now: s,
+            });
             prev = s;
             next_tick = now + interval;
         }
@@ -159,7 +168,11 @@ pub fn run(
         }
     }
     let now = snap(port, mono_ns(), pkts, bytes, filtered, &write_drops);
-    Report { tick: Tick { start, prev, now }, error, ended }
+    Report {
+        tick: Tick { start, prev, now },
+        error,
+        ended,
+    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -180,7 +193,12 @@ mod tests {
             f[12] = 0x08; // IPv4
             f[14] = 0x45;
             f[23] = if i % 4 == 0 { 6 } else { 17 };
-            tx.push(Desc { addr, len: 60, wire_len: 60, ..Default::default() });
+            tx.push(Desc {
+                addr,
+                len: 60,
+                wire_len: 60,
+                ..Default::default()
+            });
             if tx.is_full() {
                 a.tx(&mut tx).unwrap();
             }
@@ -204,7 +222,10 @@ mod tests {
         let rest = run(
             &mut b,
             None,
-            &CountOptions { duration: Some(Duration::from_millis(50)), ..Default::default() },
+            &CountOptions {
+                duration: Some(Duration::from_millis(50)),
+                ..Default::default()
+            },
             &stop,
             |_| {},
         );

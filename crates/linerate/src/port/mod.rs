@@ -201,6 +201,12 @@ pub struct PortOptions {
     pub promisc: bool,
     /// Receive block timeout (ms) for ring ports.
     pub block_timeout_ms: u32,
+    /// Bytes per block of a TPACKET_V3 receive ring (a power of two, at least a page).
+    pub ring_block_size: u32,
+    /// Blocks in a TPACKET_V3 receive ring.
+    pub ring_blocks: u32,
+    /// Whether kernel ports also capture packets the host sends on the interface.
+    pub capture_outgoing: bool,
 }
 
 impl Default for PortOptions {
@@ -211,6 +217,9 @@ impl Default for PortOptions {
             fanout_group: None,
             promisc: true,
             block_timeout_ms: 10,
+            ring_block_size: 1 << 20,
+            ring_blocks: 64,
+            capture_outgoing: false,
         }
     }
 }

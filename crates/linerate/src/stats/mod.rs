@@ -53,7 +53,11 @@ impl Rates {
             ms: ns / 1e6,
             pps: pkts as f64 * 1e9 / ns,
             mbps: bytes as f64 * 8.0 * 1e3 / ns,
-            drop_pct: if total == 0 { 0.0 } else { drops as f64 * 100.0 / total as f64 },
+            drop_pct: if total == 0 {
+                0.0
+            } else {
+                drops as f64 * 100.0 / total as f64
+            },
         }
     }
 }
@@ -159,12 +163,26 @@ mod tests {
         let mut d = Drops::default();
         d.add(DropReason::Kernel, 10);
         d.add(DropReason::Filter, 5);
-        let b = Snapshot { t_ns: 1_000_000_000, pkts: 14_881_605, bytes: 14_881_605 * 60, drops: d };
+        let b = Snapshot {
+            t_ns: 1_000_000_000,
+            pkts: 14_881_605,
+            bytes: 14_881_605 * 60,
+            drops: d,
+        };
         let s = pfcount_block(&a, &a, &b);
-        assert!(s.contains("Absolute Stats: [14'881'605 pkts rcvd][10 pkts dropped][5 pkts filtered]"), "{s}");
+        assert!(
+            s.contains("Absolute Stats: [14'881'605 pkts rcvd][10 pkts dropped][5 pkts filtered]"),
+            "{s}"
+        );
         assert!(s.contains("Total Pkts=14'881'615/Dropped=0.0 %"), "{s}");
-        assert!(s.contains("[14'881'605.00 pkt/sec - 7'143.17 Mbit/sec]"), "{s}");
-        assert!(s.contains("Actual Stats: 14'881'605 pkts [1'000.00 ms][14'881'605.00 pps/7.14 Gbps]"), "{s}");
+        assert!(
+            s.contains("[14'881'605.00 pkt/sec - 7'143.17 Mbit/sec]"),
+            "{s}"
+        );
+        assert!(
+            s.contains("Actual Stats: 14'881'605 pkts [1'000.00 ms][14'881'605.00 pps/7.14 Gbps]"),
+            "{s}"
+        );
         assert!(s.contains("kernel=10 filter=5"), "{s}");
         let j: serde_json::Value = serde_json::from_str(&json_line("stats", &a, &a, &b)).unwrap();
         assert_eq!(j["pkts"], 14_881_605);

@@ -1,0 +1,321 @@
+//! `afpacket:IFACE`: Linux AF_PACKET with a TPACKET_V3 receive ring (zero copy), a TPACKET_V2
+//! transmit ring, kernel BPF filters, fanout groups and kernel drop counters.
+//!
+//! Receive maps the ring once and hands out descriptors that point into it: the port's pool is
+//! the ring itself (an external pool, no free list). **A received batch's bytes are valid until
+//! the next `rx` on the same port** (or `attach_filter`): blocks are given back to the kernel at
+//! the start of the next `rx`, except blocks that packets still held in the batch passed to that
+//! `rx` point into. Copy (or transmit) what must live longer.
+//!
+//! When nothing is ready, `rx` waits at most [`RX_POLL_MS`] in `poll()` and returns 0, so an idle
+//! count loop sleeps instead of spinning; under load blocks are ready and `rx` makes no system
+//! call. [`Port::poll_fd`] gives the socket for event loops.
+//!
+//! Transmit uses a second socket (opened with the port, so in the same network namespace; its
+//! ring is mapped on the first `tx`) bound with protocol 0, so it never receives. The receive socket ignores packets the host sends unless
+//! `PortOptions::capture_outgoing` is set, so a port that forwards never captures its own output.
+
+mod rx;
+mod sys;
+mod tx;
+
+use super::{DropReason, LinkType, Port, PortError, PortOptions, PortStats};
+use crate::filter::{Filter, Insn};
+use crate::mem::{Batch, Pool, Region};
+use rx::RxBlocks;
+use std::sync::Arc;
+use sys::Fd;
+use tx::TxRing;
+
+/// Longest `poll()` wait (ms) of an `rx` that finds nothing ready.
+pub const RX_POLL_MS: i32 = 1;
+/// Frame size declared for the receive ring (TPACKET_V3 packs packets of any size in blocks).
+const RX_FRAME: u32 = 2048;
+
+/// The kernel's receive counters, accumulated (the kernel resets them on each read).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelStats {
+    /// Packets that reached the socket (queued or dropped).
+    pub packets: u64,
+    /// Packets dropped because the ring was full.
+    pub drops: u64,
+    /// Times the queue was frozen (all blocks held by user space).
+    pub freeze_q: u64,
+}
+
+/// An AF_PACKET port on one interface.
+pub struct AfPacket {
+    name: String,
+    iface: String,
+    ifindex: i32,
+    mtu: u32,
+    tx_frames: u32,
+    block_timeout_ms: u32,
+    link: LinkType,
+    rx: RxBlocks,
+    fd: Fd,
+    /// The transmit socket until its ring is set up on the first `tx`.
+    tx_sock: Option<Fd>,
+    tx: Option<TxRing>,
+    stats: PortStats,
+    kernel: KernelStats,
+}
+
+impl AfPacket {
+    /// Opens `IFACE` (in the calling thread's network namespace): the receive ring is mapped and
+    /// bound, promiscuous mode and the fanout group applied as `opts` says.
+    pub fn open(iface: &str, opts: &PortOptions) -> Result<AfPacket, PortError> {
+        let name = format!("afpacket:{iface}");
+        let bs = opts.ring_block_size;
+        if !bs.is_power_of_two() || bs < 4096 || opts.ring_blocks == 0 {
+            return Err(PortError::BadUri {
+                uri: name,
+                why: format!(
+                    "ring block size {bs} must be a power of two of at least 4096 and blocks \
+                     ({}) at least 1",
+                    opts.ring_blocks
+                ),
+            });
+        }
+        let ifindex = sys::ifindex(iface)?;
+        let fd = sys::packet_socket(iface)?;
+        let v = libc::tpacket_versions::TPACKET_V3 as i32;
+        sys::packet_opt(&fd, iface, libc::PACKET_VERSION, "PACKET_VERSION", &v)?;
+        if !opts.capture_outgoing {
+            // Kernels before 4.20 lack it: outgoing packets are then captured too.
+            let _ = sys::setopt(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32);
+        }
+        let req = libc::tpacket_req3 {
+            tp_block_size: bs,
+            tp_block_nr: opts.ring_blocks,
+            tp_frame_size: RX_FRAME,
+            tp_frame_nr: (bs / RX_FRAME)
+                .checked_mul(opts.ring_blocks)
+                .ok_or_else(|| PortError::BadUri {
+                    uri: name.clone(),
+                    why: "receive ring too large".into(),
+                })?,
+            tp_retire_blk_tov: opts.block_timeout_ms,
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        sys::packet_opt(&fd, iface, libc::PACKET_RX_RING, "PACKET_RX_RING", &req)?;
+        let len = bs as usize * opts.ring_blocks as usize;
+        let ptr = sys::map_ring(&fd, iface, len)?;
+        // SAFETY: `ptr` is the start of a fresh mapping of exactly `len` bytes, owned from here
+        // by the region (the mapping keeps the socket's ring alive even after the fd closes).
+        let region = unsafe { Region::from_raw_mapping(ptr, len) };
+        let pool = Arc::new(Pool::external(region));
+        let rx = RxBlocks::new(pool, bs as usize, opts.ring_blocks as usize, opts.snaplen);
+        sys::bind(&fd, iface, ifindex, libc::ETH_P_ALL as u16)?;
+        if opts.promisc {
+            let mreq = libc::packet_mreq {
+                mr_ifindex: ifindex,
+                mr_type: libc::PACKET_MR_PROMISC as u16,
+                mr_alen: 0,
+                mr_address: [0; 8],
+            };
+            sys::packet_opt(
+                &fd,
+                iface,
+                libc::PACKET_ADD_MEMBERSHIP,
+                "PACKET_ADD_MEMBERSHIP",
+                &mreq,
+            )?;
+        }
+        if let Some(group) = opts.fanout_group {
+            let mode = libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG;
+            let arg: i32 = (group as u32 | (mode << 16)) as i32;
+            sys::packet_opt(&fd, iface, libc::PACKET_FANOUT, "PACKET_FANOUT", &arg)?;
+        }
+        // Opened now so that it lives in this namespace; its ring is set up on the first tx.
+        let tx_sock = sys::packet_socket(iface)?;
+        let mtu = sys::mtu(&fd, iface)?;
+        let link = match sys::hw_type(&fd, iface)? {
+            libc::ARPHRD_NONE => LinkType::RAW,
+            _ => LinkType::ETHERNET,
+        };
+        Ok(AfPacket {
+            name,
+            iface: iface.to_string(),
+            ifindex,
+            mtu,
+            tx_frames: opts.frames,
+            block_timeout_ms: opts.block_timeout_ms,
+            link,
+            rx,
+            fd,
+            tx_sock: Some(tx_sock),
+            tx: None,
+            stats: PortStats::default(),
+            kernel: KernelStats::default(),
+        })
+    }
+
+    /// The interface name.
+    pub fn iface(&self) -> &str {
+        &self.iface
+    }
+
+    /// The interface's MTU when the port was opened.
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    /// The ring the received descriptors point into (an external pool: it cannot allocate).
+    pub fn ring_pool(&self) -> &Arc<Pool> {
+        self.rx.pool()
+    }
+
+    /// Reads the kernel counters and returns their running totals.
+    pub fn kernel_stats(&mut self) -> KernelStats {
+        if let Ok(st) = sys::packet_stats(&self.fd) {
+            // tp_packets already includes tp_drops.
+            self.kernel.packets += st.tp_packets as u64;
+            self.kernel.drops += st.tp_drops as u64;
+            self.kernel.freeze_q += st.tp_freeze_q_cnt as u64;
+            self.stats
+                .rx_drops
+                .add(DropReason::Kernel, st.tp_drops as u64);
+        }
+        self.kernel
+    }
+}
+
+impl Port for AfPacket {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Receives from the ring; see the module documentation for how long the bytes stay valid.
+    #[inline]
+    fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        batch.bind(self.rx.pool());
+        self.rx.release(batch);
+        let mut n = 0;
+        let mut bytes = 0;
+        for attempt in 0..2 {
+            let (k, b) = self.rx.fill(batch, &mut self.stats.rx_drops);
+            n += k;
+            bytes += b;
+            if n > 0 || attempt == 1 || !sys::poll_in(&self.fd, RX_POLL_MS) {
+                break;
+            }
+        }
+        self.stats.rx_packets += n as u64;
+        self.stats.rx_bytes += bytes;
+        Ok(n)
+    }
+
+    #[inline]
+    fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        if self.tx.is_none() {
+            let Some(fd) = self.tx_sock.take() else {
+                return Err(PortError::Unsupported {
+                    port: self.name.clone(),
+                    op: "tx (the transmit ring could not be set up)",
+                });
+            };
+            self.tx = Some(TxRing::open(
+                fd,
+                &self.iface,
+                self.ifindex,
+                self.mtu,
+                self.tx_frames,
+            )?);
+        }
+        match &mut self.tx {
+            Some(t) => t.send(batch, &mut self.stats),
+            None => Ok(0),
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), PortError> {
+        match &mut self.tx {
+            Some(t) => t.flush(),
+            None => Ok(()),
+        }
+    }
+
+    fn stats(&mut self) -> PortStats {
+        self.kernel_stats();
+        self.stats
+    }
+
+    fn link_type(&self) -> LinkType {
+        self.link
+    }
+
+    /// None: the ring cannot allocate frames; build packets to send in a pool of your own.
+    fn pool(&self) -> Option<&Arc<Pool>> {
+        None
+    }
+
+    /// Attaches `filter` in the kernel. Packets already in the ring arrived unfiltered: the
+    /// port drops everything for a moment (a drop-all program), gives back every block, waiting
+    /// long enough for the block timer to retire a partly filled one, then attaches the real
+    /// program. The discarded packets are counted as filter drops. Bytes of earlier batches are
+    /// invalid afterwards.
+    fn attach_filter(&mut self, filter: &Filter) -> Result<bool, PortError> {
+        let drop_all = [Insn {
+            code: 0x06, // BPF_RET | BPF_K
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }];
+        sys::attach_bpf(&self.fd, &self.iface, &drop_all)?;
+        let wait = std::time::Duration::from_millis(2 * self.block_timeout_ms as u64 + 10);
+        let end = std::time::Instant::now() + wait;
+        loop {
+            let n = self.rx.discard_all();
+            self.stats.rx_drops.add(DropReason::Filter, n);
+            if std::time::Instant::now() >= end {
+                break;
+            }
+            sys::poll_in(&self.fd, RX_POLL_MS);
+        }
+        sys::attach_bpf(&self.fd, &self.iface, filter.program())?;
+        Ok(true)
+    }
+
+    fn poll_fd(&self) -> Option<i32> {
+        Some(self.fd.0)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_or_bad_interface_names_are_no_interface() {
+        let o = PortOptions::default();
+        for name in [
+            "lr-no-such-if0",
+            "",
+            "a-name-far-too-long-for-linux",
+            "bad\0name",
+        ] {
+            match AfPacket::open(name, &o) {
+                Err(PortError::NoInterface(n)) => assert_eq!(n, name),
+                Err(e) => panic!("{name:?}: unexpected error {e}"),
+                Ok(_) => panic!("{name:?}: opened"),
+            }
+        }
+    }
+
+    #[test]
+    fn bad_ring_geometry_is_rejected_before_any_syscall() {
+        let o = PortOptions {
+            ring_block_size: 5000,
+            ..Default::default()
+        };
+        assert!(matches!(
+            AfPacket::open("lo", &o),
+            Err(PortError::BadUri { .. })
+        ));
+    }
+}

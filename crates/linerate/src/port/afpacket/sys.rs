@@ -1,0 +1,234 @@
+//! System calls on packet sockets: an owned descriptor, socket options, mappings and errors.
+
+use crate::port::PortError;
+use std::io;
+
+/// An owned file descriptor, closed on drop.
+#[derive(Debug)]
+pub(super) struct Fd(pub(super) i32);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is owned by this value and closed once.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// What to tell the user about an OS error on `op`.
+fn hint(op: &'static str, e: &io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => " (needs root or CAP_NET_RAW)",
+        Some(libc::ENOMEM) if op.contains("RING") || op == "mmap" => {
+            " (ring too large: lower the block size or the number of blocks)"
+        }
+        Some(libc::EINVAL) if op == "PACKET_FANOUT" => {
+            " (the fanout group is in use with another mode or interface: pick another id)"
+        }
+        Some(libc::ENETDOWN) => " (bring the interface up: ip link set IFACE up)",
+        Some(libc::EAFNOSUPPORT) => " (the kernel has no AF_PACKET support)",
+        _ => "",
+    }
+}
+
+/// Turns the last OS error of `op` on `iface` into a port error.
+pub(super) fn os_err(iface: &str, op: &'static str) -> PortError {
+    err_of(iface, op, io::Error::last_os_error())
+}
+
+/// Turns an OS error of `op` on `iface` into a port error.
+pub(super) fn err_of(iface: &str, op: &'static str, source: io::Error) -> PortError {
+    match source.raw_os_error() {
+        Some(libc::ENODEV) | Some(libc::ENXIO) => PortError::NoInterface(iface.to_string()),
+        _ => PortError::Os {
+            iface: iface.to_string(),
+            op,
+            hint: hint(op, &source),
+            source,
+        },
+    }
+}
+
+/// The index of interface `name` in the calling thread's network namespace.
+pub(super) fn ifindex(name: &str) -> Result<i32, PortError> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.bytes().any(|b| b == 0) {
+        return Err(PortError::NoInterface(name.to_string()));
+    }
+    let c = std::ffi::CString::new(name).map_err(|_| PortError::NoInterface(name.to_string()))?;
+    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
+    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if idx == 0 {
+        return Err(PortError::NoInterface(name.to_string()));
+    }
+    Ok(idx as i32)
+}
+
+/// A new packet socket that receives nothing until bound with a protocol.
+pub(super) fn packet_socket(iface: &str) -> Result<Fd, PortError> {
+    // SAFETY: plain socket(2) call; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(os_err(iface, "socket(AF_PACKET)"));
+    }
+    Ok(Fd(fd))
+}
+
+/// setsockopt(fd, level, opt, &val).
+pub(super) fn setopt<T>(fd: &Fd, level: i32, opt: i32, val: &T) -> io::Result<()> {
+    // SAFETY: `val` points to a live `T` of the size given; the kernel copies it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.0,
+            level,
+            opt,
+            val as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// setsockopt at SOL_PACKET, mapped to a port error naming `op`.
+pub(super) fn packet_opt<T>(
+    fd: &Fd,
+    iface: &str,
+    opt: i32,
+    op: &'static str,
+    val: &T,
+) -> Result<(), PortError> {
+    setopt(fd, libc::SOL_PACKET, opt, val).map_err(|e| err_of(iface, op, e))
+}
+
+/// Binds a packet socket to interface `ifindex` for `proto` (host order; 0 = transmit only).
+pub(super) fn bind(fd: &Fd, iface: &str, ifindex: i32, proto: u16) -> Result<(), PortError> {
+    // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto.to_be();
+    sll.sll_ifindex = ifindex;
+    // SAFETY: `sll` is a valid sockaddr_ll of the size given.
+    let r = unsafe {
+        libc::bind(
+            fd.0,
+            &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(os_err(iface, "bind"));
+    }
+    Ok(())
+}
+
+/// Maps `len` bytes of the socket's rings (shared with the kernel).
+pub(super) fn map_ring(fd: &Fd, iface: &str, len: usize) -> Result<*mut u8, PortError> {
+    // SAFETY: a fresh shared mapping of the socket's ring, no address hint; checked below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.0,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(os_err(iface, "mmap"));
+    }
+    Ok(p as *mut u8)
+}
+
+/// Reads an interface property through an ioctl on `fd` (SIOCGIFMTU, SIOCGIFHWADDR).
+fn ifreq(fd: &Fd, iface: &str, req: libc::c_ulong) -> io::Result<libc::ifreq> {
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in r
+        .ifr_name
+        .iter_mut()
+        .zip(iface.bytes().take(libc::IFNAMSIZ - 1))
+    {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: `r` is a valid ifreq with a NUL-terminated name; the kernel fills the union.
+    let rc = unsafe { libc::ioctl(fd.0, req as _, &mut r as *mut libc::ifreq) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r)
+}
+
+/// The interface's MTU.
+pub(super) fn mtu(fd: &Fd, iface: &str) -> Result<u32, PortError> {
+    let r = ifreq(fd, iface, libc::SIOCGIFMTU).map_err(|e| err_of(iface, "SIOCGIFMTU", e))?;
+    // SAFETY: SIOCGIFMTU fills the `ifru_mtu` member of the union.
+    let m = unsafe { r.ifr_ifru.ifru_mtu };
+    Ok(m.max(0) as u32)
+}
+
+/// The interface's ARPHRD_ hardware type.
+pub(super) fn hw_type(fd: &Fd, iface: &str) -> Result<u16, PortError> {
+    let r = ifreq(fd, iface, libc::SIOCGIFHWADDR).map_err(|e| err_of(iface, "SIOCGIFHWADDR", e))?;
+    // SAFETY: SIOCGIFHWADDR fills the `ifru_hwaddr` member of the union.
+    Ok(unsafe { r.ifr_ifru.ifru_hwaddr.sa_family })
+}
+
+/// Waits up to `ms` for the socket to be readable. Returns whether it is.
+pub(super) fn poll_in(fd: &Fd, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.0,
+        events: libc::POLLIN | libc::POLLERR,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    r > 0
+}
+
+/// Attaches a classic BPF program (laid out as `struct sock_filter`) to the socket.
+pub(super) fn attach_bpf(
+    fd: &Fd,
+    iface: &str,
+    prog: &[crate::filter::Insn],
+) -> Result<(), PortError> {
+    let len = u16::try_from(prog.len()).map_err(|_| PortError::Os {
+        iface: iface.to_string(),
+        op: "SO_ATTACH_FILTER",
+        source: io::Error::from_raw_os_error(libc::EINVAL),
+        hint: " (filter program too long)",
+    })?;
+    let fprog = libc::sock_fprog {
+        len,
+        // The kernel only reads the program; Insn has the layout of sock_filter.
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    setopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+        .map_err(|e| err_of(iface, "SO_ATTACH_FILTER", e))
+}
+
+/// Reads (and so resets) the socket's TPACKET_V3 counters.
+pub(super) fn packet_stats(fd: &Fd) -> io::Result<libc::tpacket_stats_v3> {
+    let mut st = libc::tpacket_stats_v3 {
+        tp_packets: 0,
+        tp_drops: 0,
+        tp_freeze_q_cnt: 0,
+    };
+    let mut len = std::mem::size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
+    // SAFETY: `st` is writable for `len` bytes; the kernel writes at most that.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.0,
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            &mut st as *mut libc::tpacket_stats_v3 as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}

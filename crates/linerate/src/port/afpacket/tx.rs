@@ -1,0 +1,207 @@
+//! The transmit ring: TPACKET_V2 frames on a socket of its own, bypassing the qdisc.
+//!
+//! Each packet of a batch is copied into the next free frame (`TP_STATUS_AVAILABLE`), marked
+//! `TP_STATUS_SEND_REQUEST`, and one `sendto(fd, NULL, 0, MSG_DONTWAIT)` per batch asks the
+//! kernel to send every requested frame. The socket is bound with protocol 0, so it receives
+//! nothing. PACKET_LOSS makes the kernel skip a frame it cannot send instead of stalling the ring.
+
+use super::sys::{self, Fd};
+use crate::mem::{Batch, Region};
+use crate::port::{DropReason, PortError, PortStats};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Offset of the packet in a frame: the kernel's default for TPACKET_V2 transmit
+/// (`TPACKET2_HDRLEN - sizeof(struct sockaddr_ll)`).
+const DATA_OFF: usize = libc::TPACKET2_HDRLEN - std::mem::size_of::<libc::sockaddr_ll>();
+/// Most bytes a transmit ring maps.
+const MAX_RING_BYTES: usize = 16 << 20;
+/// Frames a transmit ring has at most.
+const MAX_FRAMES: usize = 4096;
+/// Ethernet header plus one VLAN tag.
+const L2_OVERHEAD: u32 = 14 + 4;
+
+/// A mapped TPACKET_V2 transmit ring.
+pub(super) struct TxRing {
+    iface: String,
+    map: Region,
+    fd: Fd,
+    frame_size: usize,
+    frames: usize,
+    head: usize,
+    max_len: usize,
+    /// The kernel did not take every requested frame on the last kick.
+    unsent: bool,
+}
+
+impl TxRing {
+    /// Sets up a ring of up to `frames` frames sized for `mtu` on `fd` (a fresh packet socket,
+    /// opened in the interface's network namespace) and binds it to `iface` for sending only.
+    pub(super) fn open(
+        fd: Fd,
+        iface: &str,
+        ifindex: i32,
+        mtu: u32,
+        frames: u32,
+    ) -> Result<Self, PortError> {
+        let v = libc::tpacket_versions::TPACKET_V2 as i32;
+        sys::packet_opt(&fd, iface, libc::PACKET_VERSION, "PACKET_VERSION", &v)?;
+        sys::packet_opt(&fd, iface, libc::PACKET_LOSS, "PACKET_LOSS", &1i32)?;
+        // Older kernels lack it; sending through the qdisc still works.
+        let _ = sys::setopt(&fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1i32);
+        let max_len = mtu.saturating_add(L2_OVERHEAD) as usize;
+        let frame_size = (max_len + DATA_OFF).next_power_of_two().max(2048);
+        let block_size = frame_size.max(1 << 16);
+        let frames = (frames as usize)
+            .clamp(64, MAX_FRAMES)
+            .min((MAX_RING_BYTES / frame_size).max(block_size / frame_size));
+        let per_block = block_size / frame_size;
+        let blocks = frames.div_ceil(per_block);
+        let frames = blocks * per_block;
+        let req = libc::tpacket_req {
+            tp_block_size: block_size as u32,
+            tp_block_nr: blocks as u32,
+            tp_frame_size: frame_size as u32,
+            tp_frame_nr: frames as u32,
+        };
+        sys::packet_opt(&fd, iface, libc::PACKET_TX_RING, "PACKET_TX_RING", &req)?;
+        let len = block_size * blocks;
+        let ptr = sys::map_ring(&fd, iface, len)?;
+        // SAFETY: `ptr` is the start of a fresh mapping of exactly `len` bytes, owned from here.
+        let map = unsafe { Region::from_raw_mapping(ptr, len) };
+        sys::bind(&fd, iface, ifindex, 0)?;
+        Ok(TxRing {
+            iface: iface.to_string(),
+            map,
+            fd,
+            frame_size,
+            frames,
+            head: 0,
+            max_len,
+            unsent: false,
+        })
+    }
+
+    #[inline(always)]
+    fn status(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: frame `i < frames` lies inside the mapping (frames are contiguous: the block
+        // size is a multiple of the frame size); tp_status is the first u32 of a 16-byte
+        // aligned frame; the kernel writes it concurrently, hence atomic access only.
+        unsafe { &*(self.map.as_ptr().add(i * self.frame_size) as *const AtomicU32) }
+    }
+
+    /// Asks the kernel to send the requested frames without waiting.
+    pub(super) fn kick(&mut self) -> Result<(), PortError> {
+        // SAFETY: sendto with no buffer and no address on our socket: the kernel sends the
+        // frames marked TP_STATUS_SEND_REQUEST in the ring.
+        let r = unsafe {
+            libc::sendto(
+                self.fd.0,
+                std::ptr::null(),
+                0,
+                libc::MSG_DONTWAIT,
+                std::ptr::null(),
+                0,
+            )
+        };
+        if r >= 0 {
+            self.unsent = false;
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => {
+                self.unsent = true;
+                Ok(())
+            }
+            _ => Err(sys::err_of(&self.iface, "sendto", e)),
+        }
+    }
+
+    /// Copies packets from the front of `batch` into free frames and sends them; returns how
+    /// many it took (sent, or dropped as too big or malformed and counted in `stats`).
+    #[inline]
+    pub(super) fn send(
+        &mut self,
+        batch: &mut Batch,
+        stats: &mut PortStats,
+    ) -> Result<usize, PortError> {
+        let mut taken = 0;
+        let mut queued = 0;
+        let mut bytes = 0u64;
+        while taken < batch.len() {
+            let data = batch.data(taken);
+            if data.len() < 14 {
+                stats.tx_drops.add(DropReason::Malformed, 1);
+                taken += 1;
+                continue;
+            }
+            if data.len() > self.max_len {
+                stats.tx_drops.add(DropReason::TooBig, 1);
+                taken += 1;
+                continue;
+            }
+            let st = self.status(self.head).load(Ordering::Acquire);
+            if st & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING) != 0 {
+                break;
+            }
+            let frame = self.head * self.frame_size;
+            // SAFETY: the frame is ours (status AVAILABLE or WRONG_FORMAT, seen with acquire)
+            // until we mark it SEND_REQUEST; the copy fits (len <= max_len <= frame_size -
+            // DATA_OFF) and lies inside the mapping.
+            unsafe {
+                let p = self.map.as_ptr().add(frame);
+                std::ptr::copy_nonoverlapping(data.as_ptr(), p.add(DATA_OFF), data.len());
+                let h = p as *mut libc::tpacket2_hdr;
+                std::ptr::addr_of_mut!((*h).tp_len).write(data.len() as u32);
+                std::ptr::addr_of_mut!((*h).tp_snaplen).write(data.len() as u32);
+            }
+            self.status(self.head)
+                .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+            self.head = if self.head + 1 == self.frames {
+                0
+            } else {
+                self.head + 1
+            };
+            bytes += data.len() as u64;
+            queued += 1;
+            taken += 1;
+        }
+        if queued > 0 || self.unsent {
+            self.kick()?;
+        }
+        stats.tx_packets += queued as u64;
+        stats.tx_bytes += bytes;
+        batch.free_front(taken);
+        Ok(taken)
+    }
+
+    /// Sends what an earlier kick left behind.
+    pub(super) fn flush(&mut self) -> Result<(), PortError> {
+        if self.unsent {
+            self.kick()?;
+        }
+        Ok(())
+    }
+
+    /// Frames requested but not taken by the kernel yet.
+    fn pending(&self) -> usize {
+        (0..self.frames)
+            .filter(|&i| self.status(i).load(Ordering::Acquire) & libc::TP_STATUS_SEND_REQUEST != 0)
+            .count()
+    }
+}
+
+impl Drop for TxRing {
+    fn drop(&mut self) {
+        // Give the kernel a bounded chance to take what is still requested before we close.
+        for _ in 0..100 {
+            if self.pending() == 0 || self.kick().is_err() {
+                break;
+            }
+            if self.pending() == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+}

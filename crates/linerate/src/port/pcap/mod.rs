@@ -1,0 +1,284 @@
+//! `pcap:FILE`: read pcap and pcapng captures, write classic pcap.
+//!
+//! [`PcapPort::open`] reads the file if it exists (`-` reads standard input) and otherwise
+//! creates it for writing Ethernet packets; [`PcapPort::create`] always creates (truncates) a file
+//! for writing (`-` writes standard output). Reading copies each packet once, straight from a
+//! 2 MiB read buffer into a frame of the port's own pool; packets longer than a frame (or than
+//! `PortOptions::snaplen`) are delivered truncated (`len` < `wire_len`), not dropped. When the
+//! pool has no free frame, `rx` returns what it has (possibly 0) and reads on at the next call:
+//! a file never drops for lack of frames. Stats count wire lengths.
+//!
+//! A truncated or corrupt file ends with [`PortError::Format`] naming the byte offset of the bad
+//! header or record, returned by the `rx` call after the one that delivered the last good
+//! packets. In a pcapng file with interfaces of several link types, the port's link type is the
+//! first interface's and packets of interfaces with another link type are dropped and counted
+//! as `malformed` (use [`PcapReader`] directly to get every packet with its own link type).
+
+mod reader;
+mod writer;
+
+pub use reader::{
+    FileFormat, PcapReader, Record, BUF_SIZE, INITIAL_BUF, MAX_BLOCK, MAX_CAPLEN, MAX_IFACES,
+};
+pub use writer::{PcapWriter, Precision, DEFAULT_SNAPLEN};
+
+use super::{DropReason, LinkType, Port, PortError, PortOptions, PortStats};
+use crate::mem::{Batch, Desc, Pool, PoolConfig};
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::sync::Arc;
+
+/// Size of the write buffer.
+pub const WRITE_BUF: usize = 1 << 20;
+
+type Source = Box<dyn Read + Send>;
+type Sink = BufWriter<Box<dyn Write + Send>>;
+
+enum Mode {
+    Read {
+        reader: Box<PcapReader<Source>>,
+        pool: Arc<Pool>,
+        /// Most bytes copied per packet.
+        limit: usize,
+    },
+    Write {
+        writer: PcapWriter<Sink>,
+        path: String,
+    },
+}
+
+/// A capture file, read or written.
+pub struct PcapPort {
+    name: String,
+    mode: Mode,
+    stats: PortStats,
+    finished: bool,
+    pending: Option<PortError>,
+}
+
+impl PcapPort {
+    /// Opens `path` for reading if it exists or is `-` (standard input); otherwise creates it
+    /// for writing Ethernet packets with `opts.snaplen`.
+    pub fn open(path: &str, opts: &PortOptions) -> Result<PcapPort, PortError> {
+        if path == "-" {
+            return Self::from_reader(path, Box::new(std::io::stdin()), opts);
+        }
+        match File::open(path) {
+            Ok(f) => Self::from_reader(path, Box::new(f), opts),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Self::create_with(path, LinkType::ETHERNET, opts.snaplen)
+            }
+            Err(e) => Err(PortError::Io {
+                path: path.into(),
+                source: e,
+            }),
+        }
+    }
+
+    /// Creates (or truncates) `path` for writing packets of `link` (`-`: standard output).
+    pub fn create(path: &str, link: LinkType) -> Result<PcapPort, PortError> {
+        Self::create_with(path, link, DEFAULT_SNAPLEN)
+    }
+
+    /// Creates (or truncates) `path` for writing packets of `link`, truncated to `snaplen`.
+    pub fn create_with(path: &str, link: LinkType, snaplen: u32) -> Result<PcapPort, PortError> {
+        let io = |source| PortError::Io {
+            path: path.into(),
+            source,
+        };
+        let sink: Box<dyn Write + Send> = if path == "-" {
+            Box::new(std::io::stdout())
+        } else {
+            Box::new(File::create(path).map_err(io)?)
+        };
+        let writer = PcapWriter::new(BufWriter::with_capacity(WRITE_BUF, sink), link, snaplen)
+            .map_err(io)?;
+        Ok(PcapPort {
+            name: format!("pcap:{path}"),
+            mode: Mode::Write {
+                writer,
+                path: path.into(),
+            },
+            stats: PortStats::default(),
+            finished: true,
+            pending: None,
+        })
+    }
+
+    /// Reads a capture from any byte source; `name` names it in errors (tests, fuzzing, pipes).
+    pub fn from_reader(
+        name: &str,
+        src: Box<dyn Read + Send>,
+        opts: &PortOptions,
+    ) -> Result<PcapPort, PortError> {
+        let reader = Box::new(PcapReader::new(src, name)?);
+        let pool = Arc::new(Pool::new(&PoolConfig {
+            frames: opts.frames,
+            ..Default::default()
+        })?);
+        let limit = pool.max_packet().min(opts.snaplen.max(1)) as usize;
+        let finished = reader.is_done();
+        Ok(PcapPort {
+            name: format!("pcap:{name}"),
+            mode: Mode::Read {
+                reader,
+                pool,
+                limit,
+            },
+            stats: PortStats::default(),
+            finished,
+            pending: None,
+        })
+    }
+
+    /// The file's flavour (None for a port opened for writing).
+    pub fn format(&self) -> Option<FileFormat> {
+        match &self.mode {
+            Mode::Read { reader, .. } => Some(reader.format()),
+            Mode::Write { .. } => None,
+        }
+    }
+
+    /// Whether the port writes (rather than reads) its file.
+    pub fn is_writer(&self) -> bool {
+        matches!(self.mode, Mode::Write { .. })
+    }
+}
+
+impl Port for PcapPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    #[inline]
+    fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        let Mode::Read {
+            reader,
+            pool,
+            limit,
+        } = &mut self.mode
+        else {
+            return Ok(0);
+        };
+        if let Some(e) = self.pending.take() {
+            return Err(e);
+        }
+        if self.finished {
+            return Ok(0);
+        }
+        batch.bind(pool);
+        let want = reader.link_type();
+        let limit = *limit;
+        let (mut n, mut bytes, mut other) = (0usize, 0u64, 0u64);
+        let mut failed = None;
+        while batch.room() > 0 {
+            let Some(addr) = batch.alloc() else { break };
+            match reader.next_packet() {
+                Ok(Some(rec)) => {
+                    if rec.link != want {
+                        batch.free_addr(addr);
+                        other += 1;
+                        continue;
+                    }
+                    let frame = batch.frame_mut(addr);
+                    let len = rec.data.len().min(limit).min(frame.len());
+                    if let (Some(dst), Some(src)) = (frame.get_mut(..len), rec.data.get(..len)) {
+                        dst.copy_from_slice(src);
+                    }
+                    let wire_len = rec.wire_len.max(len as u32);
+                    batch.push(Desc {
+                        addr,
+                        ts: rec.ts,
+                        len: len as u32,
+                        wire_len,
+                        ..Default::default()
+                    });
+                    n += 1;
+                    bytes += u64::from(wire_len);
+                }
+                Ok(None) => {
+                    batch.free_addr(addr);
+                    self.finished = true;
+                    break;
+                }
+                Err(e) => {
+                    batch.free_addr(addr);
+                    self.finished = true;
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        self.stats.rx_packets += n as u64;
+        self.stats.rx_bytes += bytes;
+        self.stats.rx_drops.add(DropReason::Malformed, other);
+        match failed {
+            Some(e) if n == 0 => Err(e),
+            Some(e) => {
+                self.pending = Some(e);
+                Ok(n)
+            }
+            None => Ok(n),
+        }
+    }
+
+    fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        let Mode::Write { writer, path } = &mut self.mode else {
+            return Err(PortError::Unsupported {
+                port: self.name.clone(),
+                op: "tx on a file opened for reading",
+            });
+        };
+        let n = batch.len();
+        let r = writer.write_batch(batch);
+        batch.clear();
+        match r {
+            Ok(_) => {
+                self.stats.tx_packets = writer.packets();
+                self.stats.tx_bytes = writer.bytes();
+                Ok(n)
+            }
+            Err(source) => Err(PortError::Io {
+                path: path.clone(),
+                source,
+            }),
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), PortError> {
+        if let Mode::Write { writer, path } = &mut self.mode {
+            writer.flush().map_err(|source| PortError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn stats(&mut self) -> PortStats {
+        self.stats
+    }
+
+    fn link_type(&self) -> LinkType {
+        match &self.mode {
+            Mode::Read { reader, .. } => reader.link_type(),
+            Mode::Write { writer, .. } => writer.link_type(),
+        }
+    }
+
+    /// True after the end of the file or an error was returned; always true for a writer (it
+    /// gives nothing).
+    fn is_finished(&self) -> bool {
+        self.finished && self.pending.is_none()
+    }
+
+    fn pool(&self) -> Option<&Arc<Pool>> {
+        match &self.mode {
+            Mode::Read { pool, .. } => Some(pool),
+            Mode::Write { .. } => None,
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests;

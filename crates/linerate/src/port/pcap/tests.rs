@@ -1,0 +1,593 @@
+use super::*;
+use std::io::Cursor;
+
+/// A packet as read back: timestamp, bytes, wire length.
+type Got = (u64, Vec<u8>, u32);
+
+fn port(bytes: Vec<u8>) -> Result<PcapPort, PortError> {
+    PcapPort::from_reader("mem.pcap", Box::new(Cursor::new(bytes)), &small())
+}
+
+fn small() -> PortOptions {
+    PortOptions {
+        frames: 256,
+        ..Default::default()
+    }
+}
+
+/// Reads everything; returns the packets and the error that ended the file, if any.
+fn read_all(p: &mut PcapPort) -> (Vec<Got>, Option<PortError>) {
+    let mut out = Vec::new();
+    let mut b = Batch::new();
+    for _ in 0..10_000 {
+        if p.is_finished() {
+            return (out, None);
+        }
+        match p.rx(&mut b) {
+            Ok(_) => {
+                for x in b.iter() {
+                    out.push((x.desc.ts, x.data.to_vec(), x.desc.wire_len));
+                }
+                b.clear();
+            }
+            Err(e) => {
+                assert!(p.is_finished(), "finished after an error");
+                return (out, Some(e));
+            }
+        }
+    }
+    panic!("reader did not finish");
+}
+
+fn read_bytes(bytes: Vec<u8>) -> (Vec<Got>, Option<PortError>) {
+    match port(bytes) {
+        Ok(mut p) => read_all(&mut p),
+        Err(e) => (Vec::new(), Some(e)),
+    }
+}
+
+fn offset_of(e: &PortError) -> u64 {
+    match e {
+        PortError::Format { offset, .. } => *offset,
+        other => panic!("expected a format error, got {other}"),
+    }
+}
+
+fn pkt(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|k| (i * 7 + k) as u8).collect()
+}
+
+// ---- hand-built files ----
+
+fn u16b(v: u16, be: bool) -> [u8; 2] {
+    if be {
+        v.to_be_bytes()
+    } else {
+        v.to_le_bytes()
+    }
+}
+
+fn u32b(v: u32, be: bool) -> [u8; 4] {
+    if be {
+        v.to_be_bytes()
+    } else {
+        v.to_le_bytes()
+    }
+}
+
+fn pcap_file(be: bool, nanos: bool, link: u32, recs: &[(u32, u32, Vec<u8>, u32)]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend(u32b(if nanos { 0xa1b2_3c4d } else { 0xa1b2_c3d4 }, be));
+    f.extend(u16b(2, be));
+    f.extend(u16b(4, be));
+    f.extend([0; 8]);
+    f.extend(u32b(65535, be));
+    f.extend(u32b(link, be));
+    for (s, frac, data, orig) in recs {
+        f.extend(u32b(*s, be));
+        f.extend(u32b(*frac, be));
+        f.extend(u32b(data.len() as u32, be));
+        f.extend(u32b(*orig, be));
+        f.extend(data);
+    }
+    f
+}
+
+fn block(be: bool, btype: u32, body: &[u8]) -> Vec<u8> {
+    let pad = body.len().div_ceil(4) * 4 - body.len();
+    let len = (12 + body.len() + pad) as u32;
+    let mut b = Vec::new();
+    b.extend(u32b(btype, be));
+    b.extend(u32b(len, be));
+    b.extend(body);
+    b.extend(vec![0u8; pad]);
+    b.extend(u32b(len, be));
+    b
+}
+
+fn shb(be: bool) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend(u32b(0x1a2b_3c4d, be));
+    body.extend(u16b(1, be));
+    body.extend(u16b(0, be));
+    body.extend([0xff; 8]);
+    block(be, 0x0a0d_0d0a, &body)
+}
+
+fn idb(be: bool, link: u16, snaplen: u32, tsresol: Option<u8>) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend(u16b(link, be));
+    body.extend(u16b(0, be));
+    body.extend(u32b(snaplen, be));
+    // An unknown option first, to check option walking.
+    body.extend(u16b(2, be));
+    body.extend(u16b(3, be));
+    body.extend(b"ab\0\0");
+    if let Some(r) = tsresol {
+        body.extend(u16b(9, be));
+        body.extend(u16b(1, be));
+        body.extend([r, 0, 0, 0]);
+    }
+    body.extend([0; 4]);
+    block(be, 1, &body)
+}
+
+fn epb(be: bool, iface: u32, ts: u64, data: &[u8], orig: u32) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend(u32b(iface, be));
+    body.extend(u32b((ts >> 32) as u32, be));
+    body.extend(u32b(ts as u32, be));
+    body.extend(u32b(data.len() as u32, be));
+    body.extend(u32b(orig, be));
+    body.extend(data);
+    body.extend(vec![0u8; data.len().div_ceil(4) * 4 - data.len()]);
+    block(be, 6, &body)
+}
+
+fn pb(be: bool, iface: u16, ts: u64, data: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend(u16b(iface, be));
+    body.extend(u16b(0, be));
+    body.extend(u32b((ts >> 32) as u32, be));
+    body.extend(u32b(ts as u32, be));
+    body.extend(u32b(data.len() as u32, be));
+    body.extend(u32b(data.len() as u32, be));
+    body.extend(data);
+    block(be, 2, &body)
+}
+
+fn spb(be: bool, data: &[u8], orig: u32) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend(u32b(orig, be));
+    body.extend(data);
+    block(be, 3, &body)
+}
+
+fn small_ng(be: bool) -> Vec<u8> {
+    let mut f = shb(be);
+    f.extend(block(be, 0x0bad, b"skip me please!!"));
+    f.extend(idb(be, 1, 0, Some(9)));
+    f.extend(epb(be, 0, 1_700_000_000_123_456_789, &pkt(0, 60), 60));
+    f.extend(spb(be, &pkt(1, 61), 61));
+    f.extend(pb(be, 0, 5, &pkt(2, 40)));
+    f
+}
+
+// ---- classic pcap ----
+
+#[test]
+fn writer_round_trip_micro_and_nano() {
+    for precision in [Precision::Micro, Precision::Nano] {
+        let mut w =
+            PcapWriter::with_precision(Vec::new(), LinkType::ETHERNET, 0, precision).unwrap();
+        let ts = 1_700_000_000_123_456_789u64;
+        for i in 0..100 {
+            w.write_packet(ts + i as u64, &pkt(i, 60 + i), 60 + i as u32 + 4)
+                .unwrap();
+        }
+        assert_eq!(w.packets(), 100);
+        let mut p = port(w.into_inner()).unwrap();
+        assert_eq!(p.link_type(), LinkType::ETHERNET);
+        assert_eq!(
+            p.format(),
+            Some(FileFormat::Pcap {
+                nanos: precision == Precision::Nano,
+                big_endian: cfg!(target_endian = "big"),
+            })
+        );
+        let (got, err) = read_all(&mut p);
+        assert!(err.is_none());
+        assert_eq!(got.len(), 100);
+        for (i, (t, d, wl)) in got.iter().enumerate() {
+            let want_ts = match precision {
+                Precision::Micro => (ts + i as u64) / 1000 * 1000,
+                Precision::Nano => ts + i as u64,
+            };
+            assert_eq!(*t, want_ts);
+            assert_eq!(d, &pkt(i, 60 + i));
+            assert_eq!(*wl, 64 + i as u32);
+        }
+        let s = p.stats();
+        assert_eq!(s.rx_packets, 100);
+        assert_eq!(s.rx_bytes, (0..100u64).map(|i| 64 + i).sum::<u64>());
+        assert_eq!(p.rx(&mut Batch::new()).unwrap(), 0);
+    }
+}
+
+#[test]
+fn writer_truncates_to_snaplen() {
+    let mut w = PcapWriter::new(Vec::new(), LinkType::RAW, 50).unwrap();
+    w.write_packet(0, &pkt(0, 80), 80).unwrap();
+    let (got, err) = read_bytes(w.into_inner());
+    assert!(err.is_none());
+    assert_eq!(got, vec![(0, pkt(0, 50), 80)]);
+}
+
+#[test]
+fn big_endian_and_nanosecond_pcap() {
+    for be in [false, true] {
+        for nanos in [false, true] {
+            let recs = vec![(10, 20, pkt(0, 42), 42), (11, 999_999, pkt(1, 100), 1500)];
+            let f = pcap_file(be, nanos, 113, &recs);
+            let mut p = port(f).unwrap();
+            assert_eq!(p.link_type(), LinkType::LINUX_SLL);
+            assert_eq!(
+                p.format(),
+                Some(FileFormat::Pcap {
+                    nanos,
+                    big_endian: be
+                })
+            );
+            let (got, err) = read_all(&mut p);
+            assert!(err.is_none(), "{err:?}");
+            let unit = if nanos { 1 } else { 1000 };
+            assert_eq!(
+                got,
+                vec![
+                    (10_000_000_000 + 20 * unit, pkt(0, 42), 42),
+                    (11_000_000_000 + 999_999 * unit, pkt(1, 100), 1500),
+                ]
+            );
+        }
+    }
+}
+
+#[test]
+fn link_types_pass_through() {
+    for lt in [1u32, 101, 228, 229, 113, 276, 0, 147, 0x1234] {
+        let p = port(pcap_file(false, false, lt, &[])).unwrap();
+        assert_eq!(p.link_type(), LinkType(lt));
+    }
+}
+
+#[test]
+fn long_packets_are_delivered_snapped() {
+    let f = pcap_file(false, false, 1, &[(1, 0, pkt(3, 3000), 3000)]);
+    let mut p = port(f).unwrap();
+    let max = p.pool().unwrap().max_packet() as usize;
+    let (got, err) = read_all(&mut p);
+    assert!(err.is_none());
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].1, pkt(3, 3000)[..max].to_vec());
+    assert_eq!(got[0].2, 3000);
+}
+
+#[test]
+fn good_packets_come_before_the_error() {
+    let recs: Vec<_> = (0..3).map(|i| (1, 0, pkt(i, 60), 60)).collect();
+    let mut f = pcap_file(false, false, 1, &recs);
+    let bad_at = f.len() as u64;
+    f.extend(u32b(1, false));
+    f.extend(u32b(0, false));
+    f.extend(u32b(300_000, false)); // absurd caplen
+    f.extend(u32b(60, false));
+    f.extend([0u8; 64]);
+    let mut p = port(f).unwrap();
+    let mut b = Batch::new();
+    assert_eq!(p.rx(&mut b).unwrap(), 3);
+    assert!(!p.is_finished());
+    let e = p.rx(&mut b).unwrap_err();
+    assert_eq!(offset_of(&e), bad_at);
+    let msg = e.to_string();
+    assert!(msg.contains("mem.pcap") && msg.contains("offset") && msg.contains("absurd"));
+    assert!(p.is_finished());
+    assert_eq!(p.rx(&mut b).unwrap(), 0);
+}
+
+#[test]
+fn bad_headers_are_errors_at_offset_zero() {
+    for f in [
+        vec![],
+        vec![0xd4, 0xc3],
+        vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0],
+        b"GIF89a-this-is-not-a-capture-file".to_vec(),
+    ] {
+        let e = port(f).err().expect("error");
+        assert_eq!(offset_of(&e), 0, "{e}");
+    }
+    let mut f = pcap_file(false, false, 1, &[]);
+    f[4] = 1; // version 1.4
+    assert_eq!(offset_of(&port(f).err().unwrap()), 4);
+}
+
+#[test]
+fn every_prefix_reads_some_packets_then_errors_or_ends_cleanly() {
+    let recs: Vec<_> = (0..4).map(|i| (i as u32, 0, pkt(i, 20 + i), 30)).collect();
+    let files = [
+        pcap_file(false, false, 1, &recs),
+        pcap_file(true, true, 1, &recs),
+        small_ng(false),
+        small_ng(true),
+    ];
+    for full in files {
+        let (all, err) = read_bytes(full.clone());
+        assert!(err.is_none());
+        let mut clean_ends = 0;
+        for cut in 0..full.len() {
+            let (got, err) = read_bytes(full[..cut].to_vec());
+            assert!(got.len() <= all.len());
+            assert_eq!(got[..], all[..got.len()], "cut {cut}");
+            match err {
+                Some(e) => assert!(offset_of(&e) <= cut as u64, "cut {cut}: {e}"),
+                None => clean_ends += 1,
+            }
+        }
+        // Clean ends are exactly the record boundaries (pcapng also ends cleanly after blocks
+        // that carry no packet).
+        assert!(clean_ends >= all.len(), "{clean_ends}");
+    }
+}
+
+// ---- pcapng ----
+
+#[test]
+fn pcapng_both_byte_orders() {
+    for be in [false, true] {
+        let mut p = port(small_ng(be)).unwrap();
+        assert_eq!(p.format(), Some(FileFormat::PcapNg { big_endian: be }));
+        assert_eq!(p.link_type(), LinkType::ETHERNET);
+        let (got, err) = read_all(&mut p);
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(
+            got,
+            vec![
+                (1_700_000_000_123_456_789, pkt(0, 60), 60),
+                (0, pkt(1, 61), 61),
+                (5, pkt(2, 40), 40),
+            ]
+        );
+    }
+}
+
+#[test]
+fn pcapng_timestamp_resolutions() {
+    for (resol, units, want) in [
+        (None, 1_500_000u64, 1_500_000_000u64),
+        (Some(6), 1_500_000, 1_500_000_000),
+        (Some(3), 1_500, 1_500_000_000),
+        (Some(12), 1_500_000_000_000, 1_500_000_000),
+        (Some(0x80 | 10), 1024 * 3 + 512, 3_500_000_000),
+    ] {
+        let mut f = shb(false);
+        f.extend(idb(false, 101, 65535, resol));
+        f.extend(epb(false, 0, units, &pkt(0, 20), 20));
+        let (got, err) = read_bytes(f);
+        assert!(err.is_none());
+        assert_eq!(got[0].0, want, "{resol:?}");
+    }
+}
+
+#[test]
+fn pcapng_other_link_types_are_dropped_as_malformed() {
+    let mut f = shb(false);
+    f.extend(idb(false, 1, 0, None));
+    f.extend(idb(false, 101, 0, None));
+    f.extend(epb(false, 0, 1, &pkt(0, 60), 60));
+    f.extend(epb(false, 1, 2, &pkt(1, 30), 30));
+    f.extend(epb(false, 0, 3, &pkt(2, 60), 60));
+    // A new section (big-endian) resets the interfaces.
+    f.extend(shb(true));
+    f.extend(idb(true, 1, 0, None));
+    f.extend(epb(true, 0, 4, &pkt(3, 60), 60));
+    let mut p = port(f).unwrap();
+    let (got, err) = read_all(&mut p);
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[2].1, pkt(3, 60));
+    let s = p.stats();
+    assert_eq!(s.rx_packets, 3);
+    assert_eq!(s.rx_drops.get(DropReason::Malformed), 1);
+}
+
+#[test]
+fn pcapng_corrupt_blocks_name_their_offset() {
+    let base = {
+        let mut f = shb(false);
+        f.extend(idb(false, 1, 0, None));
+        f
+    };
+    let at = base.len() as u64;
+    let with = |blk: Vec<u8>| {
+        let mut f = base.clone();
+        f.extend(epb(false, 0, 1, &pkt(0, 60), 60));
+        f.extend(blk);
+        f
+    };
+    let pkt_len = epb(false, 0, 1, &pkt(0, 60), 60).len() as u64;
+    let mut cases = Vec::new();
+    // length not a multiple of 4
+    let mut b = block(false, 6, &[0u8; 24]);
+    b[4..8].copy_from_slice(&38u32.to_le_bytes());
+    cases.push(b);
+    // length below 12
+    let mut b = block(false, 0x99, &[]);
+    b[4..8].copy_from_slice(&8u32.to_le_bytes());
+    cases.push(b);
+    // unknown block running past the end of the file
+    let mut b = block(false, 0x99, &[0; 8]);
+    b[4..8].copy_from_slice(&4000u32.to_le_bytes());
+    cases.push(b);
+    // huge packet block
+    let mut b = block(false, 6, &[0; 8]);
+    b[4..8].copy_from_slice(&0xffff_fff0u32.to_le_bytes());
+    cases.push(b);
+    // caplen larger than the block
+    let mut b = epb(false, 0, 1, &pkt(0, 60), 60);
+    b[20..24].copy_from_slice(&200u32.to_le_bytes());
+    cases.push(b);
+    // unknown interface
+    cases.push(epb(false, 7, 1, &pkt(0, 60), 60));
+    // trailing length mismatch
+    let mut b = epb(false, 0, 1, &pkt(0, 60), 60);
+    let n = b.len();
+    b[n - 4] ^= 4;
+    cases.push(b);
+    for (i, c) in cases.into_iter().enumerate() {
+        let (got, err) = read_bytes(with(c));
+        assert_eq!(got.len(), 1, "case {i}");
+        let e = err.unwrap_or_else(|| panic!("case {i}: no error"));
+        assert_eq!(offset_of(&e), at + pkt_len, "case {i}: {e}");
+    }
+    // Bad byte-order magic, and a packet before any interface.
+    let mut f = shb(false);
+    f[8] = 0;
+    assert_eq!(offset_of(&port(f).err().unwrap()), 8);
+    let mut f = shb(false);
+    let at = f.len() as u64;
+    f.extend(epb(false, 0, 1, &pkt(0, 60), 60));
+    assert_eq!(offset_of(&port(f).err().unwrap()), at);
+}
+
+#[test]
+fn pcapng_without_interfaces_is_empty() {
+    let mut p = port(shb(true)).unwrap();
+    assert!(p.is_finished());
+    assert_eq!(p.rx(&mut Batch::new()).unwrap(), 0);
+}
+
+#[test]
+fn large_unknown_blocks_are_skipped_unbuffered() {
+    let mut f = shb(false);
+    f.extend(idb(false, 1, 0, None));
+    f.extend(block(false, 0x77, &vec![1u8; 5 << 20]));
+    f.extend(epb(false, 0, 9, &pkt(0, 60), 60));
+    let (got, err) = read_bytes(f);
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(got, vec![(9000, pkt(0, 60), 60)]);
+}
+
+#[test]
+fn many_packets_span_buffer_refills() {
+    let mut w = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 0).unwrap();
+    let n = 20_000;
+    for i in 0..n {
+        w.write_packet(
+            i as u64 * 1000,
+            &pkt(i, 64 + i % 1400),
+            64 + (i % 1400) as u32,
+        )
+        .unwrap();
+    }
+    let mut p = port(w.into_inner()).unwrap();
+    let mut b = Batch::new();
+    let mut i = 0;
+    while !p.is_finished() {
+        p.rx(&mut b).unwrap();
+        for x in b.iter() {
+            assert_eq!(x.data, &pkt(i, 64 + i % 1400)[..], "packet {i}");
+            assert_eq!(x.desc.ts, i as u64 * 1000);
+            i += 1;
+        }
+        b.clear();
+    }
+    assert_eq!(i, n);
+}
+
+#[test]
+fn open_reads_existing_files_and_creates_missing_ones() {
+    let dir = std::env::temp_dir().join(format!("linerate-pcap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("out.pcap");
+    let path = path.to_str().unwrap();
+    let _ = std::fs::remove_file(path);
+    {
+        let mut w = PcapPort::open(path, &small()).unwrap();
+        assert!(w.is_writer());
+        assert_eq!(w.link_type(), LinkType::ETHERNET);
+        let mut src = port(pcap_file(false, false, 1, &[(1, 2, pkt(0, 70), 70)])).unwrap();
+        let mut b = Batch::new();
+        src.rx(&mut b).unwrap();
+        assert_eq!(w.tx(&mut b).unwrap(), 1);
+        assert!(b.is_empty());
+        w.flush().unwrap();
+        let s = w.stats();
+        assert_eq!((s.tx_packets, s.tx_bytes), (1, 70));
+        assert!(w.rx(&mut b).is_ok_and(|n| n == 0));
+    }
+    let mut r = PcapPort::open(path, &small()).unwrap();
+    assert!(!r.is_writer());
+    let (got, err) = read_all(&mut r);
+    assert!(err.is_none());
+    assert_eq!(got, vec![(1_000_002_000, pkt(0, 70), 70)]);
+    let mut b = Batch::new();
+    assert!(matches!(r.tx(&mut b), Err(PortError::Unsupported { .. })));
+    let mut c = PcapPort::create(path, LinkType::RAW).unwrap();
+    c.flush().unwrap();
+    drop(c);
+    let r = PcapPort::open(path, &small()).unwrap();
+    assert_eq!(r.link_type(), LinkType::RAW);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn records_larger_than_the_initial_buffer_are_read_whole() {
+    let big = pkt(5, INITIAL_BUF * 3);
+    let f = pcap_file(
+        true,
+        false,
+        1,
+        &[(1, 0, pkt(0, 60), 60), (2, 0, big.clone(), 1)],
+    );
+    let mut r = PcapReader::new(Cursor::new(f), "big").unwrap();
+    assert_eq!(r.next_packet().unwrap().unwrap().data, &pkt(0, 60)[..]);
+    let rec = r.next_packet().unwrap().unwrap();
+    assert!(rec.data == &big[..]);
+    assert_eq!(rec.offset, 24 + 16 + 60);
+    assert!(r.next_packet().unwrap().is_none());
+    assert!(r.is_done());
+
+    let mut f = shb(false);
+    f.extend(idb(false, 1, 0, None));
+    f.extend(epb(false, 0, 1, &big, big.len() as u32));
+    let mut r = PcapReader::new(Cursor::new(f), "big").unwrap();
+    assert!(r.next_packet().unwrap().unwrap().data == &big[..]);
+    assert!(r.next_packet().unwrap().is_none());
+}
+
+#[test]
+fn many_pcapng_blocks_span_buffer_refills() {
+    for be in [false, true] {
+        let mut f = shb(be);
+        f.extend(idb(be, 1, 0, Some(9)));
+        let n = 12_000;
+        for i in 0..n {
+            if i % 1000 == 0 {
+                f.extend(block(be, 0x55, &pkt(i, 333)));
+            }
+            f.extend(epb(be, 0, i as u64, &pkt(i, 64 + i % 1400), 9000));
+        }
+        let mut p = port(f).unwrap();
+        let mut b = Batch::new();
+        let mut i = 0;
+        while !p.is_finished() {
+            p.rx(&mut b).unwrap();
+            for x in b.iter() {
+                assert!(x.data == &pkt(i, 64 + i % 1400)[..], "packet {i}");
+                assert_eq!((x.desc.ts, x.desc.wire_len), (i as u64, 9000));
+                i += 1;
+            }
+            b.clear();
+        }
+        assert_eq!(i, n);
+    }
+}

@@ -1,0 +1,145 @@
+//! A classic pcap writer over any `Write`.
+
+use crate::mem::Batch;
+use crate::port::LinkType;
+use std::io::{self, Write};
+
+/// Snapshot length written when 0 is asked for.
+pub const DEFAULT_SNAPLEN: u32 = 262_144;
+
+/// Timestamp precision of a written file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Precision {
+    /// Microseconds (magic 0xa1b2c3d4): read by every tool.
+    #[default]
+    Micro,
+    /// Nanoseconds (magic 0xa1b23c4d).
+    Nano,
+}
+
+/// Writes classic pcap records (native byte order) to `W`.
+///
+/// It makes two `write_all` calls per packet and buffers nothing itself: give it a
+/// `BufWriter` (or another buffered sink). Packets longer than the snapshot length are
+/// truncated in the file; their original length is kept.
+pub struct PcapWriter<W: Write> {
+    w: W,
+    link: LinkType,
+    snaplen: u32,
+    precision: Precision,
+    packets: u64,
+    bytes: u64,
+}
+
+impl<W: Write> PcapWriter<W> {
+    /// Writes a microsecond pcap file header for `link` and `snaplen` (0 = 262144).
+    pub fn new(w: W, link: LinkType, snaplen: u32) -> io::Result<PcapWriter<W>> {
+        Self::with_precision(w, link, snaplen, Precision::Micro)
+    }
+
+    /// Writes a pcap file header with the given timestamp precision.
+    pub fn with_precision(
+        mut w: W,
+        link: LinkType,
+        snaplen: u32,
+        precision: Precision,
+    ) -> io::Result<PcapWriter<W>> {
+        let snaplen = if snaplen == 0 {
+            DEFAULT_SNAPLEN
+        } else {
+            snaplen
+        };
+        let magic: u32 = match precision {
+            Precision::Micro => 0xa1b2_c3d4,
+            Precision::Nano => 0xa1b2_3c4d,
+        };
+        let mut h = [0u8; 24];
+        h[0..4].copy_from_slice(&magic.to_ne_bytes());
+        h[4..6].copy_from_slice(&2u16.to_ne_bytes());
+        h[6..8].copy_from_slice(&4u16.to_ne_bytes());
+        // thiszone and sigfigs stay 0.
+        h[16..20].copy_from_slice(&snaplen.to_ne_bytes());
+        h[20..24].copy_from_slice(&link.0.to_ne_bytes());
+        w.write_all(&h)?;
+        Ok(PcapWriter {
+            w,
+            link,
+            snaplen,
+            precision,
+            packets: 0,
+            bytes: 0,
+        })
+    }
+
+    /// Appends one packet: `ts` in ns since the epoch, `data` its captured bytes, `wire_len` its
+    /// length on the wire (raised to the captured length if smaller).
+    #[inline]
+    pub fn write_packet(&mut self, ts: u64, data: &[u8], wire_len: u32) -> io::Result<()> {
+        let cap = data.len().min(self.snaplen as usize);
+        let wire = wire_len.max(data.len().min(u32::MAX as usize) as u32);
+        let sec = u32::try_from(ts / 1_000_000_000).unwrap_or(u32::MAX);
+        let sub = (ts % 1_000_000_000) as u32;
+        let frac = match self.precision {
+            Precision::Micro => sub / 1000,
+            Precision::Nano => sub,
+        };
+        let mut h = [0u8; 16];
+        h[0..4].copy_from_slice(&sec.to_ne_bytes());
+        h[4..8].copy_from_slice(&frac.to_ne_bytes());
+        h[8..12].copy_from_slice(&(cap as u32).to_ne_bytes());
+        h[12..16].copy_from_slice(&wire.to_ne_bytes());
+        self.w.write_all(&h)?;
+        self.w.write_all(data.get(..cap).unwrap_or(data))?;
+        self.packets += 1;
+        self.bytes += u64::from(wire);
+        Ok(())
+    }
+
+    /// Appends every packet of `batch` (the batch is left as it is); returns how many.
+    pub fn write_batch(&mut self, batch: &Batch) -> io::Result<usize> {
+        for p in batch.iter() {
+            self.write_packet(p.desc.ts, p.data, p.desc.wire_len)?;
+        }
+        Ok(batch.len())
+    }
+
+    /// Flushes the underlying writer.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.w.flush()
+    }
+
+    /// The link type written in the header.
+    pub fn link_type(&self) -> LinkType {
+        self.link
+    }
+
+    /// The snapshot length written in the header.
+    pub fn snaplen(&self) -> u32 {
+        self.snaplen
+    }
+
+    /// Packets written so far.
+    pub fn packets(&self) -> u64 {
+        self.packets
+    }
+
+    /// Wire bytes of the packets written so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The underlying writer.
+    pub fn get_ref(&self) -> &W {
+        &self.w
+    }
+
+    /// The underlying writer, mutably.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.w
+    }
+
+    /// Gives back the underlying writer (not flushed).
+    pub fn into_inner(self) -> W {
+        self.w
+    }
+}

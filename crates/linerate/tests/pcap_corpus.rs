@@ -1,0 +1,209 @@
+//! Reads every capture of the tcpdump test corpus through `PcapPort`: no panic, no hang, errors
+//! that name the file and a byte offset, and the same packet counts as tcpdump (libpcap).
+//!
+//! The corpus is `$LINERATE_CORPUS` or `/work/shared/corpus/tcpdump-tests` (found relative to
+//! this crate). Without it the test prints why and passes, unless `CI` is set.
+
+use linerate::mem::Batch;
+use linerate::port::pcap::PcapPort;
+use linerate::port::{Port, PortError, PortOptions};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn corpus() -> Option<PathBuf> {
+    let dir = match std::env::var_os("LINERATE_CORPUS") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/tcpdump-tests"),
+    };
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("corpus folder {} is missing (CI is set)", dir.display());
+    }
+    println!(
+        "skipped: corpus folder {} is missing (set LINERATE_CORPUS)",
+        dir.display()
+    );
+    None
+}
+
+struct Outcome {
+    packets: u64,
+    error: Option<PortError>,
+}
+
+fn opts() -> PortOptions {
+    PortOptions {
+        frames: 512,
+        ..Default::default()
+    }
+}
+
+fn read(path: &str) -> Outcome {
+    drain(path, PcapPort::open(path, &opts()))
+}
+
+fn drain(path: &str, port: Result<PcapPort, PortError>) -> Outcome {
+    let start = Instant::now();
+    let mut packets = 0u64;
+    let mut p = match port {
+        Ok(p) => p,
+        Err(e) => {
+            return Outcome {
+                packets,
+                error: Some(e),
+            }
+        }
+    };
+    assert!(!p.is_writer(), "{path}: an existing file must be read");
+    let mut b = Batch::new();
+    let mut error = None;
+    while !p.is_finished() {
+        assert!(
+            start.elapsed() < LIMIT,
+            "{path}: still reading after {LIMIT:?}"
+        );
+        match p.rx(&mut b) {
+            Ok(n) => {
+                packets += n as u64;
+                assert_eq!(n, b.len());
+                b.clear();
+            }
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    assert!(p.is_finished(), "{path}: finished after an error");
+    assert_eq!(p.stats().rx_packets, packets, "{path}");
+    Outcome { packets, error }
+}
+
+/// tcpdump's packet count and whether it read the file without error; None if tcpdump is
+/// missing.
+fn tcpdump(path: &str) -> Option<(u64, bool)> {
+    let out = Command::new("tcpdump")
+        .args(["--count", "-r", path])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let n = text
+        .split_whitespace()
+        .next()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(0);
+    Some((n, out.status.success()))
+}
+
+#[test]
+fn tcpdump_corpus() {
+    let Some(dir) = corpus() else { return };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("read corpus folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "{} is empty", dir.display());
+    let have_tcpdump = tcpdump("/dev/null").is_some();
+    let (mut clean, mut failed, mut compared) = (0, 0, 0);
+    let (mut cut_clean, mut cut_failed, mut total) = (0, 0, 0u64);
+    let tmp = std::env::temp_dir().join(format!("linerate-corpus-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).expect("temp dir");
+    let mut mismatches = Vec::new();
+    let mut info = Vec::new();
+    for f in &files {
+        let path = f.to_str().expect("utf-8 path");
+        let start = Instant::now();
+        let o = read(path);
+        assert!(start.elapsed() < LIMIT, "{path} took {:?}", start.elapsed());
+        match &o.error {
+            None => clean += 1,
+            Some(e) => {
+                failed += 1;
+                let msg = e.to_string();
+                assert!(msg.contains(path), "error without the path: {msg}");
+                if let PortError::Format { .. } = e {
+                    assert!(msg.contains("offset"), "error without an offset: {msg}");
+                } else {
+                    panic!("{path}: unexpected error kind: {msg}");
+                }
+            }
+        }
+        if !have_tcpdump {
+            continue;
+        }
+        let Some((n, ok)) = tcpdump(path) else {
+            continue;
+        };
+        compared += 1;
+        total += o.packets;
+        // The same file cut two thirds of the way: both readers must stop at the same record.
+        let bytes = std::fs::read(path).expect("read file");
+        let cut = bytes.get(..bytes.len() * 2 / 3).unwrap_or(&[]).to_vec();
+        let cut_path = tmp.join("cut.pcap");
+        let cut_path = cut_path.to_str().expect("utf-8 path");
+        std::fs::write(cut_path, &cut).expect("write cut file");
+        let oc = drain(
+            cut_path,
+            PcapPort::from_reader(cut_path, Box::new(std::io::Cursor::new(cut)), &opts()),
+        );
+        match &oc.error {
+            None => cut_clean += 1,
+            Some(e) => {
+                cut_failed += 1;
+                let msg = e.to_string();
+                assert!(msg.contains(cut_path) && msg.contains("offset"), "{msg}");
+            }
+        }
+        if let Some((nc, _)) = tcpdump(cut_path) {
+            if nc != oc.packets {
+                mismatches.push(format!(
+                    "{path} cut to 2/3: tcpdump read {nc} packets, we read {} ({:?})",
+                    oc.packets,
+                    oc.error.as_ref().map(|e| e.to_string())
+                ));
+            }
+        }
+        let ours = match &o.error {
+            None => "clean".to_string(),
+            Some(e) => e.to_string(),
+        };
+        if ok && (n != o.packets || o.error.is_some()) {
+            mismatches.push(format!(
+                "{path}: tcpdump read {n} packets cleanly, we read {} ({ours})",
+                o.packets
+            ));
+        } else if !ok && n != o.packets {
+            // tcpdump failed: an informational difference (where each reader stops).
+            info.push(format!(
+                "{path}: tcpdump failed after {n} packets, we read {} ({ours})",
+                o.packets
+            ));
+        } else if !ok && o.error.is_none() {
+            info.push(format!(
+                "{path}: tcpdump failed after {n} packets, we read them all cleanly"
+            ));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    println!(
+        "{} files: {clean} clean, {failed} ended with a format error, {total} packets; cut to \
+         2/3: {cut_clean} clean, {cut_failed} with a format error; compared with tcpdump: \
+         {compared}, mismatches: {}",
+        files.len(),
+        mismatches.len()
+    );
+    for m in &info {
+        println!("note: {m}");
+    }
+    for m in &mismatches {
+        println!("MISMATCH: {m}");
+    }
+    assert!(mismatches.is_empty(), "{} mismatches", mismatches.len());
+}
