@@ -22,6 +22,8 @@ struct Cli {
 enum Cmd {
     /// Receive and count packets, with pfcount's statistics; optionally filter and record them.
     Count(cmd::count::Args),
+    /// Argus-style bidirectional flow records (text, CSV, JSON lines) with IPFIX export.
+    Flows(cmd::flows::Args),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     };
     let r = match cli.cmd {
         Cmd::Count(a) => cmd::count::run(a),
+        Cmd::Flows(a) => cmd::flows::run(a),
     };
     match r {
         Ok(code) => code,

@@ -1,3 +1,4 @@
 //! One module per subcommand.
 
 pub mod count;
+pub mod flows;

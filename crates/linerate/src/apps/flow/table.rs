@@ -414,7 +414,9 @@ impl FlowTable {
         let mut found = self.lookup(h, &p.key);
         if let Some(i) = found {
             let e = &self.entries[i as usize];
-            if e.closed && (now >= e.touched + self.cfg.linger_ns || syn_only) {
+            // A new SYN after a FIN or RST opens a new connection on the same ports (as Argus).
+            let ending = e.closed || e.bits & (FIN_A | FIN_A << 1 | RST) != 0;
+            if (e.closed && now >= e.touched + self.cfg.linger_ns) || (syn_only && ending) {
                 self.finish(i, EndReason::End, out);
                 found = None;
             } else if !e.closed && now >= e.touched + self.cfg.idle_ns {
