@@ -128,6 +128,9 @@ pub struct PktInfo {
     pub icmp_code: u8,
     /// `E_*` bits.
     pub encap: u8,
+    /// Bytes of link header that are not on the wire (cooked, PPP, loopback headers): Argus
+    /// counts bytes from the IP header on these links and from the Ethernet header on Ethernet.
+    pub pseudo: u8,
 }
 
 /// TCP FIN.
@@ -195,11 +198,26 @@ pub fn extract(data: &[u8], link: LinkType) -> Result<PktInfo, NotFlow> {
                 _ => return Err(NotFlow::NonIp),
             }
         }
+        9 | 50 => {
+            // PPP, with or without the HDLC-like address and control bytes.
+            let hdlc = data.get(0..2) == Some(&[0xff, 0x03][..]);
+            let at = if hdlc { 2 } else { 0 };
+            let ppp = be16(data, at).ok_or(NotFlow::Truncated)?;
+            let et = match ppp {
+                0x0021 => 0x0800,
+                0x0057 => 0x86dd,
+                _ => return Err(NotFlow::NonIp),
+            };
+            (at + 2, et)
+        }
         12 | 14 | 101 => (0, 0),
         228 => (0, 0x0800),
         229 => (0, 0x86dd),
         _ => return Err(NotFlow::UnsupportedLink),
     };
+    if info.encap & E_ETH == 0 {
+        info.pseudo = l3 as u8;
+    }
     let mut off = l3;
     let mut et = ethertype;
     // Tags and label stacks, a bounded number of them.
@@ -510,7 +528,7 @@ pub(crate) mod tests {
     fn never_panics_on_prefixes_and_noise() {
         let f = eth_v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 1, 2, TCP_SYN, 4);
         for n in 0..f.len() {
-            for lt in [1u32, 0, 101, 113, 276, 228, 229, 108] {
+            for lt in [1u32, 0, 9, 50, 101, 113, 276, 228, 229, 108] {
                 let _ = extract(&f[..n], LinkType(lt));
             }
         }

@@ -129,7 +129,10 @@ impl Worker {
     fn batch(&mut self, batch: &Batch) {
         for p in batch.iter() {
             match extract(p.data, self.link) {
-                Ok(info) => self.table.packet(&info, p.desc.ts, p.desc.wire_len, &mut self.out),
+                Ok(info) => {
+                    let len = p.desc.wire_len.saturating_sub(info.pseudo as u32);
+                    self.table.packet(&info, p.desc.ts, len, &mut self.out)
+                }
                 Err(r) => self.not_flow[r as usize] += 1,
             }
         }
