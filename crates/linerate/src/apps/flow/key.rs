@@ -210,6 +210,8 @@ pub fn extract(data: &[u8], link: LinkType) -> Result<PktInfo, NotFlow> {
             };
             (at + 2, et)
         }
+        // Cisco HDLC: address, control, then an Ethernet type.
+        104 => (4, be16(data, 2).ok_or(NotFlow::Truncated)?),
         12 | 14 | 101 => (0, 0),
         228 => (0, 0x0800),
         229 => (0, 0x86dd),
@@ -528,7 +530,7 @@ pub(crate) mod tests {
     fn never_panics_on_prefixes_and_noise() {
         let f = eth_v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 1, 2, TCP_SYN, 4);
         for n in 0..f.len() {
-            for lt in [1u32, 0, 9, 50, 101, 113, 276, 228, 229, 108] {
+            for lt in [1u32, 0, 9, 50, 104, 101, 113, 276, 228, 229, 108] {
                 let _ = extract(&f[..n], LinkType(lt));
             }
         }
