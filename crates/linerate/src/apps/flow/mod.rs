@@ -264,7 +264,7 @@ fn worker_loop(
         if idle > 64 {
             std::thread::sleep(Duration::from_micros(50));
         } else {
-            std::hint::spin_loop();
+            std::thread::yield_now();
         }
     }
     w.table.flush(&mut w.out);
@@ -382,7 +382,7 @@ fn run_threads(
                             off += producers[t].push_burst(&stage[t][off..staged[t]]);
                             if off < staged[t] {
                                 drain(&rrx, sink);
-                                std::hint::spin_loop();
+                                std::thread::yield_now();
                             }
                         }
                         staged[t] = 0;
@@ -410,7 +410,7 @@ fn run_threads(
                         if idle > 64 {
                             std::thread::sleep(Duration::from_micros(50));
                         } else {
-                            std::hint::spin_loop();
+                            std::thread::yield_now();
                         }
                     }
                     Err(e) => {
