@@ -1,8 +1,8 @@
 //! IPFIX export proven against a real collector: nfcapd (Debian's nfdump) listens on a loopback
 //! port in a temporary folder, `linerate flows --ipfix` exports a known capture (and writes its
 //! own CSV in the same run), and `nfdump -r` must show the same flows with the same packets and
-//! bytes each way: as RFC 5103 biflows (nfdump stores the reverse counters as out packets/bytes)
-//! and, with `--ipfix-uniflow`, as two uniflow records per flow.
+//! bytes each way, and the initiator's TCP flags: as RFC 5103 biflows (nfdump stores the reverse
+//! counters as out packets/bytes) and, with `--ipfix-uniflow`, as two uniflow records per flow.
 //!
 //! Without nfdump the test prints why and passes, unless LINERATE_REQUIRE_PRIV=1.
 
@@ -90,8 +90,30 @@ impl Drop for Collector {
     }
 }
 
-/// (proto, src, sport, dst, dport) -> (records, packets, bytes, reverse packets, reverse bytes)
-type Flows = BTreeMap<(String, IpAddr, u16, IpAddr, u16), [u64; 5]>;
+/// (proto, src, sport, dst, dport) -> (records, packets, bytes, reverse packets, reverse bytes,
+/// OR of the source's TCP flags)
+type Flows = BTreeMap<(String, IpAddr, u16, IpAddr, u16), [u64; 6]>;
+
+/// TCP flags from our letters (`SAFRPUEC`, `-`) or nfdump's positions (`CEUAPRSF`, `.`).
+fn flags(s: &str) -> u64 {
+    let s = s.trim();
+    if s.len() == 8 && s.chars().all(|c| c == '.' || c.is_ascii_uppercase()) && s.contains('.') {
+        return s.chars().rev().enumerate().filter(|(_, c)| *c != '.').map(|(i, _)| 1 << i).sum();
+    }
+    s.chars()
+        .map(|c| match c {
+            'F' => 0x01,
+            'S' => 0x02,
+            'R' => 0x04,
+            'P' => 0x08,
+            'A' => 0x10,
+            'U' => 0x20,
+            'E' => 0x40,
+            'C' => 0x80,
+            _ => 0,
+        })
+        .sum()
+}
 
 fn norm_proto(p: &str) -> String {
     match p.trim().to_ascii_lowercase().as_str() {
@@ -116,21 +138,22 @@ fn add(m: &mut Flows, c: &[&str]) {
     v[2] += n(c[6]);
     v[3] += n(c[7]);
     v[4] += n(c[8]);
+    v[5] |= flags(c[9]);
 }
 
-/// Our CSV (proto,saddr,sport,daddr,dport,spkts,sbytes,dpkts,dbytes), as biflows or split into
-/// uniflows.
+/// Our CSV (proto,saddr,sport,daddr,dport,spkts,sbytes,dpkts,dbytes,sflags,dflags), as biflows
+/// or split into uniflows.
 fn ours(csv: &str, uniflow: bool) -> Flows {
     let mut m = Flows::new();
     for line in csv.lines().skip(1) {
         let c: Vec<&str> = line.split(',').collect();
         if uniflow {
-            add(&mut m, &[c[0], c[1], c[2], c[3], c[4], c[5], c[6], "0", "0"]);
+            add(&mut m, &[c[0], c[1], c[2], c[3], c[4], c[5], c[6], "0", "0", c[9]]);
             if c[7] != "0" {
-                add(&mut m, &[c[0], c[3], c[4], c[1], c[2], c[7], c[8], "0", "0"]);
+                add(&mut m, &[c[0], c[3], c[4], c[1], c[2], c[7], c[8], "0", "0", c[10]]);
             }
         } else {
-            add(&mut m, &c);
+            add(&mut m, &c[..10]);
         }
     }
     m
@@ -140,14 +163,14 @@ fn theirs(file: &Path) -> Flows {
     let o = Command::new("nfdump")
         .arg("-r")
         .arg(file)
-        .args(["-q", "-N", "-o", "fmt:%pr,%sa,%sp,%da,%dp,%ipkt,%ibyt,%opkt,%obyt"])
+        .args(["-q", "-N", "-o", "fmt:%pr,%sa,%sp,%da,%dp,%ipkt,%ibyt,%opkt,%obyt,%flg"])
         .output()
         .unwrap();
     assert!(o.status.success(), "nfdump: {}", String::from_utf8_lossy(&o.stderr));
     let mut m = Flows::new();
     for line in String::from_utf8_lossy(&o.stdout).lines() {
         let c: Vec<&str> = line.split(',').collect();
-        if c.len() == 9 {
+        if c.len() == 10 {
             add(&mut m, &c);
         }
     }
@@ -163,7 +186,7 @@ fn export(cap: &Path, tmp: &Path, uniflow: bool) {
         .arg(cap)
         .arg("-w")
         .arg(&csv)
-        .args(["--fields", "proto,saddr,sport,daddr,dport,spkts,sbytes,dpkts,dbytes"])
+        .args(["--fields", "proto,saddr,sport,daddr,dport,spkts,sbytes,dpkts,dbytes,sflags,dflags"])
         .args(["--ipfix", &format!("127.0.0.1:{}", col.port)]);
     if uniflow {
         cmd.arg("--ipfix-uniflow");

@@ -26,51 +26,86 @@ pub const TPL_V6_UNIFLOW: u16 = 259;
 /// (element id, length, reverse): the fields of a template, in record order.
 type Spec = (u16, u16, bool);
 
+/// The reverse tcpControlBits comes before the forward one: nfdump 1.7 stores both in one field
+/// (the last one wins), and the initiator's flags are the ones it should keep.
+const V4_BI: &[Spec] = &[
+    (152, 8, false), // flowStartMilliseconds
+    (153, 8, false), // flowEndMilliseconds
+    (8, 4, false),   // sourceIPv4Address
+    (12, 4, false),  // destinationIPv4Address
+    (7, 2, false),   // sourceTransportPort
+    (11, 2, false),  // destinationTransportPort
+    (4, 1, false),   // protocolIdentifier
+    (6, 1, true),    // reverse tcpControlBits
+    (6, 1, false),   // tcpControlBits
+    (32, 2, false),  // icmpTypeCodeIPv4
+    (58, 2, false),  // vlanId
+    (136, 1, false), // flowEndReason
+    (239, 1, false), // biflowDirection
+    (2, 8, false),   // packetDeltaCount
+    (1, 8, false),   // octetDeltaCount
+    (2, 8, true),    // reverse packetDeltaCount
+    (1, 8, true),    // reverse octetDeltaCount
+];
+const V6_BI: &[Spec] = &[
+    (152, 8, false),
+    (153, 8, false),
+    (27, 16, false), // sourceIPv6Address
+    (28, 16, false), // destinationIPv6Address
+    (7, 2, false),
+    (11, 2, false),
+    (4, 1, false),
+    (6, 1, true),
+    (6, 1, false),
+    (139, 2, false), // icmpTypeCodeIPv6
+    (58, 2, false),
+    (136, 1, false),
+    (239, 1, false),
+    (2, 8, false),
+    (1, 8, false),
+    (2, 8, true),
+    (1, 8, true),
+];
+/// Uniflow templates are the biflow ones without the reverse elements.
+const V4_UNI: &[Spec] = &[
+    (152, 8, false),
+    (153, 8, false),
+    (8, 4, false),
+    (12, 4, false),
+    (7, 2, false),
+    (11, 2, false),
+    (4, 1, false),
+    (6, 1, false),
+    (32, 2, false),
+    (58, 2, false),
+    (136, 1, false),
+    (239, 1, false),
+    (2, 8, false),
+    (1, 8, false),
+];
+const V6_UNI: &[Spec] = &[
+    (152, 8, false),
+    (153, 8, false),
+    (27, 16, false),
+    (28, 16, false),
+    (7, 2, false),
+    (11, 2, false),
+    (4, 1, false),
+    (6, 1, false),
+    (139, 2, false),
+    (58, 2, false),
+    (136, 1, false),
+    (239, 1, false),
+    (2, 8, false),
+    (1, 8, false),
+];
+
 const fn fields(v6: bool, bi: bool) -> &'static [Spec] {
-    const V4_BI: &[Spec] = &[
-        (152, 8, false), // flowStartMilliseconds
-        (153, 8, false), // flowEndMilliseconds
-        (8, 4, false),   // sourceIPv4Address
-        (12, 4, false),  // destinationIPv4Address
-        (7, 2, false),   // sourceTransportPort
-        (11, 2, false),  // destinationTransportPort
-        (4, 1, false),   // protocolIdentifier
-        (6, 1, false),   // tcpControlBits
-        (32, 2, false),  // icmpTypeCodeIPv4
-        (58, 2, false),  // vlanId
-        (136, 1, false), // flowEndReason
-        (239, 1, false), // biflowDirection
-        (2, 8, false),   // packetDeltaCount
-        (1, 8, false),   // octetDeltaCount
-        (2, 8, true),    // reverse packetDeltaCount
-        (1, 8, true),    // reverse octetDeltaCount
-        (6, 1, true),    // reverse tcpControlBits
-    ];
-    const V6_BI: &[Spec] = &[
-        (152, 8, false),
-        (153, 8, false),
-        (27, 16, false), // sourceIPv6Address
-        (28, 16, false), // destinationIPv6Address
-        (7, 2, false),
-        (11, 2, false),
-        (4, 1, false),
-        (6, 1, false),
-        (139, 2, false), // icmpTypeCodeIPv6
-        (58, 2, false),
-        (136, 1, false),
-        (239, 1, false),
-        (2, 8, false),
-        (1, 8, false),
-        (2, 8, true),
-        (1, 8, true),
-        (6, 1, true),
-    ];
     match (v6, bi) {
         (false, true) => V4_BI,
         (true, true) => V6_BI,
-        // Uniflow templates are the biflow ones without the reverse elements.
-        (false, false) => V4_BI.split_at(14).0,
-        (true, false) => V6_BI.split_at(14).0,
+        (false, false) => V4_UNI,
+        (true, false) => V6_UNI,
     }
 }
 
@@ -245,41 +280,44 @@ impl Encoder {
     }
 
     fn put(&mut self, r: &FlowRecord, reverse: bool, bi: bool) {
-        let b = &mut self.buf;
-        let ms = |ns: u64| ns / 1_000_000;
-        b.extend_from_slice(&ms(r.start_ns).to_be_bytes());
-        b.extend_from_slice(&ms(r.last_ns).to_be_bytes());
-        let alen = if r.v6 { 16 } else { 4 };
+        let spec = fields(r.v6, bi);
         let icmp = r.is_icmp();
         let (sa, da, sp, dp) = if reverse {
             (&r.dst, &r.src, r.dport, r.sport)
         } else {
             (&r.src, &r.dst, r.sport, r.dport)
         };
-        b.extend_from_slice(&sa[..alen]);
-        b.extend_from_slice(&da[..alen]);
         let (sp, dp) = if icmp { (0, 0) } else { (sp, dp) };
-        b.extend_from_slice(&sp.to_be_bytes());
-        b.extend_from_slice(&dp.to_be_bytes());
-        b.push(r.proto);
-        b.push(if reverse { r.dst_tcp_flags } else { r.src_tcp_flags });
-        let tc = if icmp { (r.icmp_type as u16) << 8 | r.icmp_code as u16 } else { 0 };
-        b.extend_from_slice(&tc.to_be_bytes());
-        b.extend_from_slice(&r.vlan.to_be_bytes());
-        b.push(r.reason as u8);
-        // biflowDirection: 1 = initiator (the source is the initiator); uniflow reverse: 2.
-        b.push(if reverse { 2 } else { 1 });
-        let (fp, fb, rp, rb) = if reverse {
-            (r.dst_pkts, r.dst_bytes, r.src_pkts, r.src_bytes)
+        // Forward and reverse counters and flags as seen from this record's source.
+        let (fp, fb, ff, rp, rb, rf) = if reverse {
+            (r.dst_pkts, r.dst_bytes, r.dst_tcp_flags, r.src_pkts, r.src_bytes, r.src_tcp_flags)
         } else {
-            (r.src_pkts, r.src_bytes, r.dst_pkts, r.dst_bytes)
+            (r.src_pkts, r.src_bytes, r.src_tcp_flags, r.dst_pkts, r.dst_bytes, r.dst_tcp_flags)
         };
-        b.extend_from_slice(&fp.to_be_bytes());
-        b.extend_from_slice(&fb.to_be_bytes());
-        if bi {
-            b.extend_from_slice(&rp.to_be_bytes());
-            b.extend_from_slice(&rb.to_be_bytes());
-            b.push(r.dst_tcp_flags);
+        let tc = if icmp { (r.icmp_type as u16) << 8 | r.icmp_code as u16 } else { 0 };
+        let b = &mut self.buf;
+        for &(ie, _, rev) in spec {
+            match (ie, rev) {
+                (152, _) => b.extend_from_slice(&(r.start_ns / 1_000_000).to_be_bytes()),
+                (153, _) => b.extend_from_slice(&(r.last_ns / 1_000_000).to_be_bytes()),
+                (8 | 12, _) => b.extend_from_slice(&(if ie == 8 { sa } else { da })[..4]),
+                (27 | 28, _) => b.extend_from_slice(if ie == 27 { sa } else { da }),
+                (7, _) => b.extend_from_slice(&sp.to_be_bytes()),
+                (11, _) => b.extend_from_slice(&dp.to_be_bytes()),
+                (4, _) => b.push(r.proto),
+                (6, false) => b.push(ff),
+                (6, true) => b.push(rf),
+                (32 | 139, _) => b.extend_from_slice(&tc.to_be_bytes()),
+                (58, _) => b.extend_from_slice(&r.vlan.to_be_bytes()),
+                (136, _) => b.push(r.reason as u8),
+                // biflowDirection: 1 = the source is the initiator; a uniflow reverse record: 2.
+                (239, _) => b.push(if reverse { 2 } else { 1 }),
+                (2, false) => b.extend_from_slice(&fp.to_be_bytes()),
+                (1, false) => b.extend_from_slice(&fb.to_be_bytes()),
+                (2, true) => b.extend_from_slice(&rp.to_be_bytes()),
+                (1, true) => b.extend_from_slice(&rb.to_be_bytes()),
+                _ => {}
+            }
         }
         self.in_msg += 1;
     }
@@ -493,8 +531,9 @@ mod tests {
         // templates once, in the first message; reverse elements carry PEN 29305
         assert_eq!(tpls.len(), 2);
         let t = &tpls[&TPL_V4_BIFLOW];
-        assert_eq!(t[14], (2, 8, Some(REVERSE_PEN)));
-        assert_eq!(t[15], (1, 8, Some(REVERSE_PEN)));
+        assert_eq!(t[7], (6, 1, Some(REVERSE_PEN)));
+        assert_eq!(t[15], (2, 8, Some(REVERSE_PEN)));
+        assert_eq!(t[16], (1, 8, Some(REVERSE_PEN)));
         // later messages start with a data set, not templates
         assert_ne!(u16::from_be_bytes([msgs[1][16], msgs[1][17]]), 2);
         // sequence numbers count the data records before each message
@@ -509,10 +548,10 @@ mod tests {
         assert_eq!(num(&f[0]), 1_700_000_000_003);
         assert_eq!(f[2], vec![10, 0, 0, 3]);
         assert_eq!(num(&f[4]), 1003);
-        assert_eq!(num(&f[9]), 7);
-        assert_eq!(num(&f[10]), 1);
-        assert_eq!((num(&f[12]), num(&f[13]), num(&f[14]), num(&f[15])), (4, 400, 3, 3000));
-        assert_eq!((num(&f[7]), num(&f[16])), (0x02, 0x12));
+        assert_eq!(num(&f[10]), 7);
+        assert_eq!(num(&f[11]), 1);
+        assert_eq!((num(&f[13]), num(&f[14]), num(&f[15]), num(&f[16])), (4, 400, 3, 3000));
+        assert_eq!((num(&f[8]), num(&f[7])), (0x02, 0x12));
         let (id6, f6) = &data[0];
         assert_eq!(*id6, TPL_V6_BIFLOW);
         assert_eq!(f6[2].len(), 16);
