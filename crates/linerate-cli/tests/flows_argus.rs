@@ -165,7 +165,35 @@ fn flows_agree_with_argus() {
     }
     let sample = root().join("examples/sample.pcap");
     compare(&sample);
-    for name in ["mptcp-v0.pcap", "of10_s4810.pcap"] {
+    // 600 conversations, 200 open at a time (70% TCP with handshakes and FINs, 20% UDP, 10%
+    // ICMP echo), made by the benchmark's generator.
+    if have("python3") {
+        let gen = std::env::temp_dir().join(format!("linerate-flows-gen-{}.pcap", std::process::id()));
+        let st = Command::new("python3")
+            .arg(root().join("bench/mkflows.py"))
+            .arg(&gen)
+            .args(["30000", "600", "200"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        compare(&gen);
+        let _ = std::fs::remove_file(&gen);
+    } else {
+        println!("skipped the generated capture: python3 missing");
+    }
+    // TCP over Ethernet (MPTCP, OpenFlow), Linux cooked v1 (redis on loopback; BGP over IPv6,
+    // pcapng), PPP (ICMP), Cisco HDLC (ICMP echo), BSD loopback (DNS), UDP and ICMP (DHCP, AFS).
+    for name in [
+        "mptcp-v0.pcap",
+        "of10_s4810.pcap",
+        "resp_3_malicious.pcap",
+        "bgp-orf.pcapng",
+        "icmp-rfc5837.pcap",
+        "HDLC.pcap",
+        "dns-badcookie.pcap",
+        "dhcp-rfc4388.pcap",
+        "eapon1.pcap",
+    ] {
         match corpus(name) {
             Some(p) => compare(&p),
             None => println!("skipped {name}: corpus not found (set LINERATE_CORPUS)"),
