@@ -30,7 +30,11 @@ struct Collector {
 impl Collector {
     fn start(dir: &Path) -> Collector {
         // A free loopback UDP port: bind, read it, release it.
-        let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         std::fs::create_dir_all(dir).unwrap();
         let child = Command::new("nfcapd")
             .arg("-w")
@@ -40,7 +44,11 @@ impl Collector {
             .stderr(Stdio::null())
             .spawn()
             .expect("start nfcapd");
-        let c = Collector { child, dir: dir.to_path_buf(), port };
+        let c = Collector {
+            child,
+            dir: dir.to_path_buf(),
+            port,
+        };
         // Ready when its socket shows in /proc/net/udp.
         let hex = format!(":{:04X} ", port);
         let t0 = Instant::now();
@@ -98,7 +106,13 @@ type Flows = BTreeMap<(String, IpAddr, u16, IpAddr, u16), [u64; 6]>;
 fn flags(s: &str) -> u64 {
     let s = s.trim();
     if s.len() == 8 && s.chars().all(|c| c == '.' || c.is_ascii_uppercase()) && s.contains('.') {
-        return s.chars().rev().enumerate().filter(|(_, c)| *c != '.').map(|(i, _)| 1 << i).sum();
+        return s
+            .chars()
+            .rev()
+            .enumerate()
+            .filter(|(_, c)| *c != '.')
+            .map(|(i, _)| 1 << i)
+            .sum();
     }
     s.chars()
         .map(|c| match c {
@@ -128,9 +142,23 @@ fn norm_proto(p: &str) -> String {
 fn add(m: &mut Flows, c: &[&str]) {
     let proto = norm_proto(c[0]);
     let icmp = proto.starts_with("icmp");
-    let port = |s: &str| if icmp { 0 } else { s.trim().parse().unwrap_or(0) };
-    let ip = |s: &str| s.trim().parse::<IpAddr>().unwrap_or_else(|_| panic!("address {s}"));
-    let n = |s: &str| s.trim().parse::<u64>().unwrap_or_else(|_| panic!("number {s} in {c:?}"));
+    let port = |s: &str| {
+        if icmp {
+            0
+        } else {
+            s.trim().parse().unwrap_or(0)
+        }
+    };
+    let ip = |s: &str| {
+        s.trim()
+            .parse::<IpAddr>()
+            .unwrap_or_else(|_| panic!("address {s}"))
+    };
+    let n = |s: &str| {
+        s.trim()
+            .parse::<u64>()
+            .unwrap_or_else(|_| panic!("number {s} in {c:?}"))
+    };
     let k = (proto, ip(c[1]), port(c[2]), ip(c[3]), port(c[4]));
     let v = m.entry(k).or_default();
     v[0] += 1;
@@ -148,9 +176,15 @@ fn ours(csv: &str, uniflow: bool) -> Flows {
     for line in csv.lines().skip(1) {
         let c: Vec<&str> = line.split(',').collect();
         if uniflow {
-            add(&mut m, &[c[0], c[1], c[2], c[3], c[4], c[5], c[6], "0", "0", c[9]]);
+            add(
+                &mut m,
+                &[c[0], c[1], c[2], c[3], c[4], c[5], c[6], "0", "0", c[9]],
+            );
             if c[7] != "0" {
-                add(&mut m, &[c[0], c[3], c[4], c[1], c[2], c[7], c[8], "0", "0", c[10]]);
+                add(
+                    &mut m,
+                    &[c[0], c[3], c[4], c[1], c[2], c[7], c[8], "0", "0", c[10]],
+                );
             }
         } else {
             add(&mut m, &c[..10]);
@@ -163,10 +197,19 @@ fn theirs(file: &Path) -> Flows {
     let o = Command::new("nfdump")
         .arg("-r")
         .arg(file)
-        .args(["-q", "-N", "-o", "fmt:%pr,%sa,%sp,%da,%dp,%ipkt,%ibyt,%opkt,%obyt,%flg"])
+        .args([
+            "-q",
+            "-N",
+            "-o",
+            "fmt:%pr,%sa,%sp,%da,%dp,%ipkt,%ibyt,%opkt,%obyt,%flg",
+        ])
         .output()
         .unwrap();
-    assert!(o.status.success(), "nfdump: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "nfdump: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let mut m = Flows::new();
     for line in String::from_utf8_lossy(&o.stdout).lines() {
         let c: Vec<&str> = line.split(',').collect();
@@ -186,7 +229,10 @@ fn export(cap: &Path, tmp: &Path, uniflow: bool) {
         .arg(cap)
         .arg("-w")
         .arg(&csv)
-        .args(["--fields", "proto,saddr,sport,daddr,dport,spkts,sbytes,dpkts,dbytes,sflags,dflags"])
+        .args([
+            "--fields",
+            "proto,saddr,sport,daddr,dport,spkts,sbytes,dpkts,dbytes,sflags,dflags",
+        ])
         .args(["--ipfix", &format!("127.0.0.1:{}", col.port)]);
     if uniflow {
         cmd.arg("--ipfix-uniflow");
@@ -197,12 +243,14 @@ fn export(cap: &Path, tmp: &Path, uniflow: bool) {
     let file = col.finish();
     let a = ours(&std::fs::read_to_string(&csv).unwrap(), uniflow);
     let b = theirs(&file);
-    let total = |m: &Flows| m.values().fold([0u64; 5], |mut s, v| {
-        for i in 0..5 {
-            s[i] += v[i];
-        }
-        s
-    });
+    let total = |m: &Flows| {
+        m.values().fold([0u64; 5], |mut s, v| {
+            for i in 0..5 {
+                s[i] += v[i];
+            }
+            s
+        })
+    };
     println!(
         "{} ({}): ours {:?}, nfdump {:?} (records, pkts, bytes, rev pkts, rev bytes)",
         cap.display(),
@@ -215,9 +263,18 @@ fn export(cap: &Path, tmp: &Path, uniflow: bool) {
         .iter()
         .filter(|(k, v)| b.get(*k) != Some(*v))
         .map(|(k, v)| format!("{k:?}: ours {v:?} nfdump {:?}", b.get(k)))
-        .chain(b.keys().filter(|k| !a.contains_key(*k)).map(|k| format!("{k:?}: only in nfdump")))
+        .chain(
+            b.keys()
+                .filter(|k| !a.contains_key(*k))
+                .map(|k| format!("{k:?}: only in nfdump")),
+        )
         .collect();
-    assert!(diff.is_empty(), "{} differences:\n{}", diff.len(), diff.join("\n"));
+    assert!(
+        diff.is_empty(),
+        "{} differences:\n{}",
+        diff.len(),
+        diff.join("\n")
+    );
 }
 
 #[test]

@@ -27,7 +27,10 @@ fn corpus() -> Option<PathBuf> {
     if std::env::var_os("CI").is_some() {
         panic!("corpus folder {} is missing (CI is set)", dir.display());
     }
-    println!("skipped: corpus folder {} is missing (set LINERATE_CORPUS)", dir.display());
+    println!(
+        "skipped: corpus folder {} is missing (set LINERATE_CORPUS)",
+        dir.display()
+    );
     None
 }
 
@@ -48,11 +51,20 @@ fn every_corpus_file_without_panic_and_every_packet_accounted() {
         // Every file with one thread; every seventh also with two.
         let threads: &[usize] = if k % 7 == 0 { &[1, 2] } else { &[1] };
         for &nt in threads {
-            let popts = PortOptions { frames: 1024, ..Default::default() };
-            let Ok(mut port) = PcapPort::open(path, &popts) else { continue };
+            let popts = PortOptions {
+                frames: 1024,
+                ..Default::default()
+            };
+            let Ok(mut port) = PcapPort::open(path, &popts) else {
+                continue;
+            };
             opened += 1;
             let opts = FlowOptions {
-                table: TableConfig { max_flows: 512, status_ns: 0, ..Default::default() },
+                table: TableConfig {
+                    max_flows: 512,
+                    status_ns: 0,
+                    ..Default::default()
+                },
                 threads: nt,
                 ring_size: 256,
                 ..Default::default()
@@ -61,16 +73,31 @@ fn every_corpus_file_without_panic_and_every_packet_accounted() {
             let mut sink = |r: &[FlowRecord]| recs.extend_from_slice(r);
             let t0 = Instant::now();
             let rep = flow::run(&mut port, &opts, &stop, &mut sink);
-            assert!(t0.elapsed() < Duration::from_secs(20), "{path}: {:?}", t0.elapsed());
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{path}: {:?}",
+                t0.elapsed()
+            );
             assert_eq!(
                 rep.table.packets + rep.not_flow_total(),
                 rep.packets,
                 "{path} ({nt} threads): packets in flows + not in flows = packets read"
             );
             let in_recs: u64 = recs.iter().map(|r| r.src_pkts + r.dst_pkts).sum();
-            assert_eq!(in_recs, rep.table.packets, "{path}: records carry every counted packet");
-            assert_eq!(recs.len() as u64, rep.table.records.iter().sum::<u64>(), "{path}");
-            assert_eq!(rep.table.flows, rep.table.records.iter().sum::<u64>(), "{path}");
+            assert_eq!(
+                in_recs, rep.table.packets,
+                "{path}: records carry every counted packet"
+            );
+            assert_eq!(
+                recs.len() as u64,
+                rep.table.records.iter().sum::<u64>(),
+                "{path}"
+            );
+            assert_eq!(
+                rep.table.flows,
+                rep.table.records.iter().sum::<u64>(),
+                "{path}"
+            );
             if nt == 1 {
                 pkts += rep.packets;
                 flows += rep.table.flows;
@@ -80,8 +107,10 @@ fn every_corpus_file_without_panic_and_every_packet_accounted() {
             }
         }
     }
-    let nf: Vec<String> =
-        NotFlow::ALL.iter().map(|n| format!("{} {}", n.name(), totals[*n as usize])).collect();
+    let nf: Vec<String> = NotFlow::ALL
+        .iter()
+        .map(|n| format!("{} {}", n.name(), totals[*n as usize]))
+        .collect();
     println!(
         "{} files ({opened} runs): {pkts} packets, {flows} flows; not in a flow: {}",
         files.len(),

@@ -127,12 +127,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let ipfix = match &a.ipfix {
         None => None,
         Some(dest) => {
-            let with_port =
-                if dest.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok() && !h.ends_with(':')) {
-                    dest.clone()
-                } else {
-                    format!("{dest}:4739")
-                };
+            let with_port = if dest.rsplit_once(':').is_some_and(|(h, p)| {
+                !h.is_empty() && p.parse::<u16>().is_ok() && !h.ends_with(':')
+            }) {
+                dest.clone()
+            } else {
+                format!("{dest}:4739")
+            };
             let addr = with_port
                 .to_socket_addrs()
                 .map_err(|e| usage(format!("--ipfix {dest}: {e}")))?
@@ -147,7 +148,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             Some(UdpExporter::new(addr, opts).with_context(|| format!("--ipfix {dest}"))?)
         }
     };
-    let popts = PortOptions { frames: 16_384, ..Default::default() };
+    let popts = PortOptions {
+        frames: 16_384,
+        ..Default::default()
+    };
     let mut input = super::count::open_port(&a.input, &popts)?;
     let live = a.input.starts_with("afpacket:") || a.input.starts_with("xdp:");
     let opts = FlowOptions {
@@ -178,7 +182,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     });
     if !a.quiet {
         let mut err = std::io::stderr();
-        let s = if a.json { json_summary(&report, export) } else { text_summary(&report, export) };
+        let s = if a.json {
+            json_summary(&report, export)
+        } else {
+            text_summary(&report, export)
+        };
         let _ = err.write_all(s.as_bytes());
     }
     if let Some(e) = sinks.write_error {
@@ -188,8 +196,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     match report.error {
         None => Ok(ExitCode::SUCCESS),
-        Some(e) => Err(anyhow::Error::new(e)
-            .context(format!("{}: stopped after {} packets", a.input, group(report.packets)))),
+        Some(e) => Err(anyhow::Error::new(e).context(format!(
+            "{}: stopped after {} packets",
+            a.input,
+            group(report.packets)
+        ))),
     }
 }
 
@@ -216,8 +227,10 @@ fn text_summary(r: &FlowReport, x: Option<linerate::apps::flow::ipfix::ExportSta
         group(t.records.iter().sum()),
         ended_name(r.ended),
     ));
-    let reasons: Vec<String> =
-        EndReason::ALL.iter().map(|e| format!("{} {}", e.name(), group(t.records[e.index()]))).collect();
+    let reasons: Vec<String> = EndReason::ALL
+        .iter()
+        .map(|e| format!("{} {}", e.name(), group(t.records[e.index()])))
+        .collect();
     s.push_str(&format!("Records by reason: {}\n", reasons.join(", ")));
     let nf: Vec<String> = NotFlow::ALL
         .iter()
@@ -227,7 +240,11 @@ fn text_summary(r: &FlowReport, x: Option<linerate::apps::flow::ipfix::ExportSta
     s.push_str(&format!(
         "Not in a flow: {} pkts{}\n",
         group(r.not_flow_total()),
-        if nf.is_empty() { String::new() } else { format!(" ({})", nf.join(", ")) }
+        if nf.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", nf.join(", "))
+        }
     ));
     s.push_str(&format!(
         "Flow table: {} thread(s), {} B per flow, {} MiB, peak {} flows, {} evicted (table full)\n",
@@ -238,7 +255,10 @@ fn text_summary(r: &FlowReport, x: Option<linerate::apps::flow::ipfix::ExportSta
         group(t.evicted)
     ));
     if r.port.rx_drops.total() > 0 {
-        s.push_str(&format!("Input drops: {}\n", linerate::stats::breakdown(&r.port.rx_drops)));
+        s.push_str(&format!(
+            "Input drops: {}\n",
+            linerate::stats::breakdown(&r.port.rx_drops)
+        ));
     }
     if let Some(x) = x {
         s.push_str(&format!(

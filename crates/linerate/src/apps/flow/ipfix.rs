@@ -128,7 +128,12 @@ pub struct IpfixOptions {
 
 impl Default for IpfixOptions {
     fn default() -> Self {
-        IpfixOptions { domain: 1, max_message: 1400, uniflow: false, template_refresh_s: 60 }
+        IpfixOptions {
+            domain: 1,
+            max_message: 1400,
+            uniflow: false,
+            template_refresh_s: 60,
+        }
     }
 }
 
@@ -153,7 +158,10 @@ impl Encoder {
     pub fn new(opts: IpfixOptions) -> Encoder {
         let max = opts.max_message.clamp(256, 65_535);
         Encoder {
-            opts: IpfixOptions { max_message: max, ..opts },
+            opts: IpfixOptions {
+                max_message: max,
+                ..opts
+            },
             buf: Vec::with_capacity(max),
             sent: 0,
             in_msg: 0,
@@ -200,7 +208,8 @@ impl Encoder {
             for (id, v6) in tpls {
                 let spec = fields(v6, !self.opts.uniflow);
                 self.buf.extend_from_slice(&id.to_be_bytes());
-                self.buf.extend_from_slice(&(spec.len() as u16).to_be_bytes());
+                self.buf
+                    .extend_from_slice(&(spec.len() as u16).to_be_bytes());
                 for &(ie, len, rev) in spec {
                     if rev {
                         self.buf.extend_from_slice(&(ie | 0x8000).to_be_bytes());
@@ -245,7 +254,13 @@ impl Encoder {
     }
 
     fn room_for(&mut self, tpl: u16, len: usize, send: &mut dyn FnMut(&[u8])) {
-        let need = |e: &Encoder| len + if e.set.is_some_and(|s| s.1 == tpl) { 0 } else { 4 };
+        let need = |e: &Encoder| {
+            len + if e.set.is_some_and(|s| s.1 == tpl) {
+                0
+            } else {
+                4
+            }
+        };
         if !self.buf.is_empty() && self.buf.len() + need(self) > self.opts.max_message {
             self.flush(send);
         }
@@ -290,11 +305,29 @@ impl Encoder {
         let (sp, dp) = if icmp { (0, 0) } else { (sp, dp) };
         // Forward and reverse counters and flags as seen from this record's source.
         let (fp, fb, ff, rp, rb, rf) = if reverse {
-            (r.dst_pkts, r.dst_bytes, r.dst_tcp_flags, r.src_pkts, r.src_bytes, r.src_tcp_flags)
+            (
+                r.dst_pkts,
+                r.dst_bytes,
+                r.dst_tcp_flags,
+                r.src_pkts,
+                r.src_bytes,
+                r.src_tcp_flags,
+            )
         } else {
-            (r.src_pkts, r.src_bytes, r.src_tcp_flags, r.dst_pkts, r.dst_bytes, r.dst_tcp_flags)
+            (
+                r.src_pkts,
+                r.src_bytes,
+                r.src_tcp_flags,
+                r.dst_pkts,
+                r.dst_bytes,
+                r.dst_tcp_flags,
+            )
         };
-        let tc = if icmp { (r.icmp_type as u16) << 8 | r.icmp_code as u16 } else { 0 };
+        let tc = if icmp {
+            (r.icmp_type as u16) << 8 | r.icmp_code as u16
+        } else {
+            0
+        };
         let b = &mut self.buf;
         for &(ie, _, rev) in spec {
             match (ie, rev) {
@@ -347,12 +380,17 @@ pub struct UdpExporter {
 impl UdpExporter {
     /// Connects a UDP socket to `to`.
     pub fn new(to: SocketAddr, opts: IpfixOptions) -> std::io::Result<UdpExporter> {
-        let bind: SocketAddr = if to.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }.parse().map_err(
-            |_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "bind address"),
-        )?;
+        let bind: SocketAddr = if to.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }
+            .parse()
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "bind address"))?;
         let sock = UdpSocket::bind(bind)?;
         sock.connect(to)?;
-        Ok(UdpExporter { sock, enc: Encoder::new(opts), stats: ExportStats::default(), opened_at: None })
+        Ok(UdpExporter {
+            sock,
+            enc: Encoder::new(opts),
+            stats: ExportStats::default(),
+            opened_at: None,
+        })
     }
 
     /// Counters so far.
@@ -453,7 +491,11 @@ mod tests {
     #[allow(clippy::type_complexity)]
     fn decode(
         msgs: &[Vec<u8>],
-    ) -> (std::collections::HashMap<u16, Tpl>, Vec<(u16, Vec<Vec<u8>>)>, Vec<(u32, usize)>) {
+    ) -> (
+        std::collections::HashMap<u16, Tpl>,
+        Vec<(u16, Vec<Vec<u8>>)>,
+        Vec<(u32, usize)>,
+    ) {
         let mut tpls = std::collections::HashMap::new();
         let mut data = Vec::new();
         let mut seqs = Vec::new();
@@ -481,7 +523,12 @@ mod tests {
                             p += 4;
                             let pen = if ie & 0x8000 != 0 {
                                 p += 4;
-                                Some(u32::from_be_bytes([set[p - 4], set[p - 3], set[p - 2], set[p - 1]]))
+                                Some(u32::from_be_bytes([
+                                    set[p - 4],
+                                    set[p - 3],
+                                    set[p - 2],
+                                    set[p - 1],
+                                ]))
                             } else {
                                 None
                             };
@@ -516,7 +563,10 @@ mod tests {
 
     #[test]
     fn biflow_messages_are_well_formed_and_bounded() {
-        let mut enc = Encoder::new(IpfixOptions { max_message: 512, ..Default::default() });
+        let mut enc = Encoder::new(IpfixOptions {
+            max_message: 512,
+            ..Default::default()
+        });
         enc.set_export_time(1_700_000_100);
         let mut msgs: Vec<Vec<u8>> = Vec::new();
         let mut send = |m: &[u8]| msgs.push(m.to_vec());
@@ -550,7 +600,10 @@ mod tests {
         assert_eq!(num(&f[4]), 1003);
         assert_eq!(num(&f[10]), 7);
         assert_eq!(num(&f[11]), 1);
-        assert_eq!((num(&f[13]), num(&f[14]), num(&f[15]), num(&f[16])), (4, 400, 3, 3000));
+        assert_eq!(
+            (num(&f[13]), num(&f[14]), num(&f[15]), num(&f[16])),
+            (4, 400, 3, 3000)
+        );
         assert_eq!((num(&f[8]), num(&f[7])), (0x02, 0x12));
         let (id6, f6) = &data[0];
         assert_eq!(*id6, TPL_V6_BIFLOW);
@@ -559,7 +612,11 @@ mod tests {
 
     #[test]
     fn uniflow_splits_and_templates_refresh() {
-        let mut enc = Encoder::new(IpfixOptions { uniflow: true, template_refresh_s: 10, ..Default::default() });
+        let mut enc = Encoder::new(IpfixOptions {
+            uniflow: true,
+            template_refresh_s: 10,
+            ..Default::default()
+        });
         let mut msgs: Vec<Vec<u8>> = Vec::new();
         let mut send = |m: &[u8]| msgs.push(m.to_vec());
         enc.set_export_time(100);
@@ -573,7 +630,10 @@ mod tests {
         enc.add(&rec(false, 4), &mut send);
         enc.flush(&mut send);
         let has_tpl = |m: &Vec<u8>| u16::from_be_bytes([m[16], m[17]]) == 2;
-        assert_eq!(msgs.iter().map(has_tpl).collect::<Vec<_>>(), vec![true, false, true]);
+        assert_eq!(
+            msgs.iter().map(has_tpl).collect::<Vec<_>>(),
+            vec![true, false, true]
+        );
         let (_, data, seqs) = decode(&msgs);
         assert_eq!(data.len(), 7);
         assert_eq!(seqs, vec![(0, 3), (3, 2), (5, 2)]);

@@ -106,7 +106,13 @@ impl FlowKey {
             | (self.proto as u64) << 48
             | (self.flags as u64) << 56;
         let mut h = 0u64;
-        for x in [w(&self.a, 0), w(&self.a, 8), w(&self.b, 0), w(&self.b, 8), tail] {
+        for x in [
+            w(&self.a, 0),
+            w(&self.a, 8),
+            w(&self.b, 0),
+            w(&self.b, 8),
+            tail,
+        ] {
             h = (h.rotate_left(5) ^ x).wrapping_mul(M);
         }
         (h ^ (h >> 32)) as u32
@@ -146,10 +152,7 @@ pub const TCP_ACK: u8 = 0x10;
 
 #[inline(always)]
 fn be16(d: &[u8], at: usize) -> Option<u16> {
-    match d.get(at..at + 2) {
-        Some(b) => Some(u16::from_be_bytes([b[0], b[1]])),
-        None => None,
-    }
+    d.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]))
 }
 
 /// ICMP types that are echoes (request, reply), v4 and v6.
@@ -317,7 +320,11 @@ fn ipv6(ip: &[u8], info: &mut PktInfo) -> Result<(), NotFlow> {
     dst.copy_from_slice(&h[24..40]);
     let payload = u16::from_be_bytes([h[4], h[5]]) as usize;
     // A zero payload length means a jumbogram: bounded by the capture.
-    let end = if payload == 0 { ip.len() } else { (40 + payload).min(ip.len()) };
+    let end = if payload == 0 {
+        ip.len()
+    } else {
+        (40 + payload).min(ip.len())
+    };
     let mut next = h[6];
     let mut off = 40usize;
     for _ in 0..8 {
@@ -462,7 +469,15 @@ pub(crate) mod tests {
     #[test]
     fn both_directions_give_one_key() {
         let a = eth_v4([10, 0, 0, 1], [10, 0, 0, 2], 6, 40000, 80, TCP_SYN, 0);
-        let b = eth_v4([10, 0, 0, 2], [10, 0, 0, 1], 6, 80, 40000, TCP_SYN | TCP_ACK, 0);
+        let b = eth_v4(
+            [10, 0, 0, 2],
+            [10, 0, 0, 1],
+            6,
+            80,
+            40000,
+            TCP_SYN | TCP_ACK,
+            0,
+        );
         let ka = extract(&a, LinkType::ETHERNET).unwrap();
         let kb = extract(&b, LinkType::ETHERNET).unwrap();
         assert_eq!(ka.key, kb.key);
@@ -502,7 +517,10 @@ pub(crate) mod tests {
         f[12] = 0x08;
         f[13] = 0x06;
         assert_eq!(extract(&f, LinkType::ETHERNET), Err(NotFlow::NonIp));
-        assert_eq!(extract(&f[..10], LinkType::ETHERNET), Err(NotFlow::Truncated));
+        assert_eq!(
+            extract(&f[..10], LinkType::ETHERNET),
+            Err(NotFlow::Truncated)
+        );
         assert_eq!(extract(&f, LinkType(147)), Err(NotFlow::UnsupportedLink));
     }
 

@@ -360,7 +360,7 @@ fn run_threads(
                             Ok(info) => {
                                 let h = info.key.hash();
                                 d.hash = h;
-                                let t = (h as u64 * nt as u64 >> 32) as usize;
+                                let t = ((h as u64 * nt as u64) >> 32) as usize;
                                 stage[t][staged[t]] = d;
                                 staged[t] += 1;
                             }
@@ -483,7 +483,13 @@ mod tests {
         for (f, ts) in frames {
             let addr = tx.alloc().unwrap();
             tx.frame_mut(addr)[..f.len()].copy_from_slice(f);
-            tx.push(Desc { addr, ts: *ts, len: f.len() as u32, wire_len: f.len() as u32, ..Default::default() });
+            tx.push(Desc {
+                addr,
+                ts: *ts,
+                len: f.len() as u32,
+                wire_len: f.len() as u32,
+                ..Default::default()
+            });
             if tx.is_full() {
                 assert_eq!(a.tx(&mut tx).unwrap(), BATCH);
             }
@@ -500,8 +506,14 @@ mod tests {
             let a = [10, 1, (c >> 8) as u8, c as u8];
             let b = [192, 168, 0, 1];
             v.push((eth_v4(a, b, 6, 1000 + c, 443, TCP_SYN, 0), s + c as u64));
-            v.push((eth_v4(b, a, 6, 443, 1000 + c, TCP_SYN | TCP_ACK, 0), s + c as u64 + 1));
-            v.push((eth_v4([10, 9, 9, 9], b, 17, 5000, 53, 0, c as usize), s + c as u64 + 2));
+            v.push((
+                eth_v4(b, a, 6, 443, 1000 + c, TCP_SYN | TCP_ACK, 0),
+                s + c as u64 + 1,
+            ));
+            v.push((
+                eth_v4([10, 9, 9, 9], b, 17, 5000, 53, 0, c as usize),
+                s + c as u64 + 2,
+            ));
         }
         let mut arp = eth_v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 1, 1, 0, 0);
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
@@ -515,7 +527,10 @@ mod tests {
         let mut port = feed(name, &traffic());
         let stop = Stop(AtomicBool::new(false));
         let mut recs = Vec::new();
-        let opts = FlowOptions { threads, ..Default::default() };
+        let opts = FlowOptions {
+            threads,
+            ..Default::default()
+        };
         // A memory port never finishes: stop when every packet came in.
         let mut sink = |r: &[FlowRecord]| recs.extend_from_slice(r);
         let stop_after = std::thread::scope(|s| {
@@ -540,7 +555,9 @@ mod tests {
             assert_eq!(recs.len(), 201);
             assert!(recs.iter().all(|r| r.reason == EndReason::Forced));
             let tcp: Vec<_> = recs.iter().filter(|r| r.proto == 6).collect();
-            assert!(tcp.iter().all(|r| r.src_pkts == 1 && r.dst_pkts == 1 && r.dport == 443));
+            assert!(tcp
+                .iter()
+                .all(|r| r.src_pkts == 1 && r.dst_pkts == 1 && r.dport == 443));
             let udp = recs.iter().find(|r| r.proto == 17).unwrap();
             assert_eq!(udp.src_pkts, 200);
             assert_eq!(rep.table.packets + rep.not_flow_total(), rep.packets);

@@ -336,10 +336,7 @@ impl Field {
                     Some(f) => v.push(f.0),
                     None => {
                         let names: Vec<&str> = Self::ALL.iter().map(|f| f.1).collect();
-                        return Err(format!(
-                            "unknown field '{n}' (fields: {})",
-                            names.join(",")
-                        ));
+                        return Err(format!("unknown field '{n}' (fields: {})", names.join(",")));
                     }
                 },
             }
@@ -432,7 +429,14 @@ fn clock(ns: u64, out: &mut String) {
     let s = ns / 1_000_000_000;
     let us = (ns % 1_000_000_000) / 1000;
     let t = s % 86_400;
-    let _ = write!(out, "{:02}:{:02}:{:02}.{:06}", t / 3600, t / 60 % 60, t % 60, us);
+    let _ = write!(
+        out,
+        "{:02}:{:02}:{:02}.{:06}",
+        t / 3600,
+        t / 60 % 60,
+        t % 60,
+        us
+    );
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.uuuuuuZ`.
@@ -445,7 +449,12 @@ pub fn iso_time(ns: u64, out: &mut String) {
 }
 
 fn secs(ns: u64, out: &mut String) {
-    let _ = write!(out, "{}.{:06}", ns / 1_000_000_000, (ns % 1_000_000_000) / 1000);
+    let _ = write!(
+        out,
+        "{}.{:06}",
+        ns / 1_000_000_000,
+        (ns % 1_000_000_000) / 1000
+    );
 }
 
 /// Appends field `f` of `r` in plain form (no padding) to `out`. `machine`: times in epoch
@@ -453,7 +462,11 @@ fn secs(ns: u64, out: &mut String) {
 pub fn field_value(r: &FlowRecord, f: Field, machine: bool, out: &mut String) {
     match f {
         Field::StartTime | Field::LastTime => {
-            let t = if f == Field::StartTime { r.start_ns } else { r.last_ns };
+            let t = if f == Field::StartTime {
+                r.start_ns
+            } else {
+                r.last_ns
+            };
             if machine {
                 secs(t, out)
             } else {
@@ -462,8 +475,13 @@ pub fn field_value(r: &FlowRecord, f: Field, machine: bool, out: &mut String) {
         }
         Field::Dur => secs(r.dur_ns(), out),
         Field::Flgs => {
-            for (bit, c) in [(E_ETH, 'e'), (E_VLAN, 'q'), (E_MPLS, 'm'), (E_PPPOE, 'p'), (E_FRAG, 'f')]
-            {
+            for (bit, c) in [
+                (E_ETH, 'e'),
+                (E_VLAN, 'q'),
+                (E_MPLS, 'm'),
+                (E_PPPOE, 'p'),
+                (E_FRAG, 'f'),
+            ] {
                 if r.encap & bit != 0 {
                     out.push(c);
                 }
@@ -508,12 +526,23 @@ pub fn field_value(r: &FlowRecord, f: Field, machine: bool, out: &mut String) {
         Field::State => out.push_str(r.state.name()),
         Field::SrcFlags | Field::DstFlags => {
             if r.proto == 6 {
-                tcp_flags_str(if f == Field::SrcFlags { r.src_tcp_flags } else { r.dst_tcp_flags }, out)
+                tcp_flags_str(
+                    if f == Field::SrcFlags {
+                        r.src_tcp_flags
+                    } else {
+                        r.dst_tcp_flags
+                    },
+                    out,
+                )
             }
         }
         Field::IcmpType | Field::IcmpCode => {
             if r.is_icmp() {
-                let v = if f == Field::IcmpType { r.icmp_type } else { r.icmp_code };
+                let v = if f == Field::IcmpType {
+                    r.icmp_type
+                } else {
+                    r.icmp_code
+                };
                 let _ = write!(out, "{v}");
             }
         }
@@ -621,7 +650,10 @@ impl<W: Write> RecordWriter<W> {
                     self.cell.clear();
                     field_value(r, f, true, &mut self.cell);
                     let num = f.numeric()
-                        || matches!(f, Field::StartTime | Field::LastTime | Field::Sport | Field::Dport);
+                        || matches!(
+                            f,
+                            Field::StartTime | Field::LastTime | Field::Sport | Field::Dport
+                        );
                     if self.cell.is_empty() {
                         self.line.push_str("null");
                     } else if num {
@@ -691,7 +723,11 @@ mod tests {
             "1700000000.123456,e,tcp,10.0.0.1,40000,<->,10.0.0.2,80,5,4,500,4000,FIN,2.000000,SAFP,SA,,,end"
         );
         let mut buf = Vec::new();
-        let mut w = RecordWriter::new(&mut buf, Format::Jsonl, vec![Field::SrcAddr, Field::SrcPkts, Field::IcmpType]);
+        let mut w = RecordWriter::new(
+            &mut buf,
+            Format::Jsonl,
+            vec![Field::SrcAddr, Field::SrcPkts, Field::IcmpType],
+        );
         w.write(&rec()).unwrap();
         assert_eq!(
             String::from_utf8(buf).unwrap(),
@@ -701,7 +737,13 @@ mod tests {
         let mut w = RecordWriter::new(&mut buf, Format::Text, Field::DEFAULT.to_vec());
         w.write(&rec()).unwrap();
         let s = String::from_utf8(buf).unwrap();
-        assert!(s.lines().nth(1).unwrap().starts_with("22:13:20.123456 e     tcp    10.0.0.1"), "{s}");
+        assert!(
+            s.lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("22:13:20.123456 e     tcp    10.0.0.1"),
+            "{s}"
+        );
         let mut t = String::new();
         iso_time(1_700_000_000_000_000_000, &mut t);
         assert_eq!(t, "2023-11-14T22:13:20.000000Z");
@@ -709,8 +751,16 @@ mod tests {
 
     #[test]
     fn field_lists() {
-        assert_eq!(Field::parse_list("saddr,DADDR").unwrap(), vec![Field::SrcAddr, Field::DstAddr]);
-        assert_eq!(Field::parse_list("default").unwrap().len(), Field::DEFAULT.len());
-        assert!(Field::parse_list("bogus").unwrap_err().contains("unknown field 'bogus'"));
+        assert_eq!(
+            Field::parse_list("saddr,DADDR").unwrap(),
+            vec![Field::SrcAddr, Field::DstAddr]
+        );
+        assert_eq!(
+            Field::parse_list("default").unwrap().len(),
+            Field::DEFAULT.len()
+        );
+        assert!(Field::parse_list("bogus")
+            .unwrap_err()
+            .contains("unknown field 'bogus'"));
     }
 }

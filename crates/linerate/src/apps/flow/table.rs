@@ -121,7 +121,10 @@ struct List {
     tail: u32,
 }
 
-const EMPTY: List = List { head: NIL, tail: NIL };
+const EMPTY: List = List {
+    head: NIL,
+    tail: NIL,
+};
 const OPEN: usize = 0;
 const CLOSED: usize = 1;
 const STATUS: usize = 2;
@@ -145,7 +148,11 @@ impl FlowTable {
         let nb = (n as usize).next_power_of_two().max(1024);
         let mut entries = vec![Entry::default(); n as usize];
         for (i, e) in entries.iter_mut().enumerate() {
-            e.chain = if i + 1 < n as usize { i as u32 + 1 } else { NIL };
+            e.chain = if i + 1 < n as usize {
+                i as u32 + 1
+            } else {
+                NIL
+            };
         }
         FlowTable {
             entries,
@@ -154,7 +161,10 @@ impl FlowTable {
             free: 0,
             lists: [EMPTY; 3],
             now: 0,
-            cfg: TableConfig { max_flows: n, ..cfg },
+            cfg: TableConfig {
+                max_flows: n,
+                ..cfg
+            },
             stats: TableStats::default(),
         }
     }
@@ -428,7 +438,11 @@ impl FlowTable {
         }
         let i = match found {
             Some(i) => {
-                let list = if self.entries[i as usize].closed { CLOSED } else { OPEN };
+                let list = if self.entries[i as usize].closed {
+                    CLOSED
+                } else {
+                    OPEN
+                };
                 self.unlink(list, i);
                 self.push_back(list, i);
                 i
@@ -494,7 +508,10 @@ impl FlowTable {
                     e.init_b = side == 0;
                     e.certain = true;
                 }
-            } else if f & TCP_ACK != 0 && (e.init_b as usize == side) && e.bits & (SA_A << (1 - sh)) != 0 {
+            } else if f & TCP_ACK != 0
+                && (e.init_b as usize == side)
+                && e.bits & (SA_A << (1 - sh)) != 0
+            {
                 e.bits |= ESTAB;
             }
             if f & TCP_FIN != 0 {
@@ -601,7 +618,10 @@ mod tests {
 
     #[test]
     fn tcp_connection_initiator_state_and_end() {
-        let mut t = FlowTable::new(TableConfig { max_flows: 16, ..Default::default() });
+        let mut t = FlowTable::new(TableConfig {
+            max_flows: 16,
+            ..Default::default()
+        });
         let mut out = Vec::new();
         // The capture begins after the SYN: the first packet seen is the server's SYN-ACK; the
         // initiator must still be A (10.0.0.9, the higher address).
@@ -635,7 +655,10 @@ mod tests {
 
     #[test]
     fn new_syn_after_close_starts_a_new_flow() {
-        let mut t = FlowTable::new(TableConfig { max_flows: 16, ..Default::default() });
+        let mut t = FlowTable::new(TableConfig {
+            max_flows: 16,
+            ..Default::default()
+        });
         let mut out = Vec::new();
         tcp(&mut t, true, TCP_SYN, S, &mut out);
         tcp(&mut t, false, TCP_RST | TCP_ACK, S + 1, &mut out);
@@ -652,7 +675,12 @@ mod tests {
 
     #[test]
     fn idle_expiry_is_ordered_and_status_records_split_long_flows() {
-        let cfg = TableConfig { max_flows: 64, idle_ns: 10 * S, status_ns: 4 * S, ..Default::default() };
+        let cfg = TableConfig {
+            max_flows: 64,
+            idle_ns: 10 * S,
+            status_ns: 4 * S,
+            ..Default::default()
+        };
         let mut t = FlowTable::new(cfg);
         let mut out = Vec::new();
         // flow 1 sends every second for 10 s; flow 2 sends once at 0.
@@ -662,15 +690,25 @@ mod tests {
             t.advance(k * S, &mut out);
         }
         // status at 4 s and 8 s for flow 1 (flow 2 has no packet after its first interval)
-        let status: Vec<_> = out.iter().filter(|r| r.reason == EndReason::Active).collect();
+        let status: Vec<_> = out
+            .iter()
+            .filter(|r| r.reason == EndReason::Active)
+            .collect();
         assert_eq!(status.len(), 3, "{out:?}");
         assert_eq!(status.iter().map(|r| r.src_pkts).sum::<u64>(), 9);
         t.advance(10 * S, &mut out);
         let idle: Vec<_> = out.iter().filter(|r| r.reason == EndReason::Idle).collect();
-        assert!(idle.is_empty(), "flow 2 was reported in its status record: {out:?}");
+        assert!(
+            idle.is_empty(),
+            "flow 2 was reported in its status record: {out:?}"
+        );
         t.advance(19 * S + 1, &mut out);
         t.flush(&mut out);
-        let total: u64 = out.iter().filter(|r| r.sport == 1).map(|r| r.src_pkts).sum();
+        let total: u64 = out
+            .iter()
+            .filter(|r| r.sport == 1)
+            .map(|r| r.src_pkts)
+            .sum();
         assert_eq!(total, 10);
         assert!(out.iter().all(|r| r.src_pkts + r.dst_pkts > 0));
         assert_eq!(out.iter().filter(|r| r.sport == 2).count(), 1);
@@ -678,7 +716,11 @@ mod tests {
 
     #[test]
     fn full_table_evicts_least_recent_and_counts_it() {
-        let mut t = FlowTable::new(TableConfig { max_flows: 4, status_ns: 0, ..Default::default() });
+        let mut t = FlowTable::new(TableConfig {
+            max_flows: 4,
+            status_ns: 0,
+            ..Default::default()
+        });
         let mut out = Vec::new();
         for p in 0..4u16 {
             udp(&mut t, p, p as u64, &mut out);
@@ -693,13 +735,21 @@ mod tests {
         t.flush(&mut out);
         assert_eq!(out.len(), 5);
         assert_eq!(t.stats().packets, 6);
-        let big = FlowTable::new(TableConfig { max_flows: 1 << 16, ..Default::default() });
+        let big = FlowTable::new(TableConfig {
+            max_flows: 1 << 16,
+            ..Default::default()
+        });
         assert!(big.bytes_per_flow() <= 200, "{}", big.bytes_per_flow());
     }
 
     #[test]
     fn many_flows_and_chains_stay_consistent() {
-        let mut t = FlowTable::new(TableConfig { max_flows: 5000, idle_ns: 100, status_ns: 0, ..Default::default() });
+        let mut t = FlowTable::new(TableConfig {
+            max_flows: 5000,
+            idle_ns: 100,
+            status_ns: 0,
+            ..Default::default()
+        });
         let mut out = Vec::new();
         for round in 0..3u64 {
             for p in 0..6000u16 {
