@@ -411,13 +411,41 @@ impl FlowTable {
         i
     }
 
+    /// Loads the bucket head for hash `h` (a batch loads all its heads first, so that their cache
+    /// misses overlap); returns it for [`FlowTable::warm_entry`].
+    #[inline(always)]
+    pub fn warm_bucket(&self, h: u32) -> u32 {
+        self.buckets[(h & self.mask) as usize]
+    }
+
+    /// Loads the first entry of a bucket chain (see [`FlowTable::warm_bucket`]).
+    #[inline(always)]
+    pub fn warm_entry(&self, i: u32) -> u32 {
+        match self.entries.get(i as usize) {
+            Some(e) => e.hash,
+            None => 0,
+        }
+    }
+
     /// Counts one packet; may emit records (an expired or reused flow, a due status record, an
     /// eviction).
     #[inline]
     pub fn packet(&mut self, p: &PktInfo, ts: u64, wire_len: u32, out: &mut Vec<FlowRecord>) {
+        self.packet_hashed(p, p.key.hash(), ts, wire_len, out)
+    }
+
+    /// [`FlowTable::packet`] with the key's hash already computed.
+    #[inline]
+    pub fn packet_hashed(
+        &mut self,
+        p: &PktInfo,
+        h: u32,
+        ts: u64,
+        wire_len: u32,
+        out: &mut Vec<FlowRecord>,
+    ) {
         self.now = self.now.max(ts);
         let now = self.now;
-        let h = p.key.hash();
         let side = (!p.from_a) as usize;
         let tcp = p.key.proto == 6;
         let syn_only = tcp && p.tcp_flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
