@@ -62,6 +62,8 @@ pub const E_MPLS: u8 = 4;
 pub const E_FRAG: u8 = 8;
 /// Encapsulation bit: PPPoE session.
 pub const E_PPPOE: u8 = 16;
+/// Encapsulation bit: a non-first fragment (only from [`extract_fragment`]; never shown).
+pub const E_LATER: u8 = 32;
 
 /// A canonical flow key: endpoint `a` sorts before endpoint `b` (address, then port), so both
 /// directions of a conversation have the same key. IPv4 addresses use the first 4 bytes.
@@ -137,6 +139,8 @@ pub struct PktInfo {
     /// Bytes of link header that are not on the wire (cooked, PPP, loopback headers): Argus
     /// counts bytes from the IP header on these links and from the Ethernet header on Ethernet.
     pub pseudo: u8,
+    /// IP identification of a fragment (first or later), 0 otherwise.
+    pub frag_id: u32,
 }
 
 /// TCP FIN.
@@ -171,9 +175,25 @@ pub fn is_echo_request(proto: u8, t: u8) -> bool {
     (proto == 1 && t == 8) || (proto == 58 && t == 128)
 }
 
-/// Reads the link, network and transport headers of one captured frame.
+/// Reads the link, network and transport headers of one captured frame. A non-first IP fragment
+/// is `Err(NotFlow::Fragment)`: see [`extract_fragment`].
 #[inline]
 pub fn extract(data: &[u8], link: LinkType) -> Result<PktInfo, NotFlow> {
+    parse(data, link, false)
+}
+
+/// Reads a non-first IP fragment: its key has the addresses (lower first) and protocol, ports 0,
+/// `frag_id` set and `E_FRAG | E_LATER` in `encap`; a [`super::frag::FragCache`] completes it
+/// from its first fragment. Anything else is an error.
+pub fn extract_fragment(data: &[u8], link: LinkType) -> Result<PktInfo, NotFlow> {
+    let info = parse(data, link, true)?;
+    if info.encap & E_LATER == 0 {
+        return Err(NotFlow::Malformed);
+    }
+    Ok(info)
+}
+
+fn parse(data: &[u8], link: LinkType, later: bool) -> Result<PktInfo, NotFlow> {
     let mut info = PktInfo::default();
     let (l3, ethertype) = match link.0 {
         1 => {
@@ -268,11 +288,11 @@ pub fn extract(data: &[u8], link: LinkType) -> Result<PktInfo, NotFlow> {
     }
     let ip = data.get(off..).ok_or(NotFlow::Truncated)?;
     match et {
-        0x0800 => ipv4(ip, &mut info)?,
-        0x86dd => ipv6(ip, &mut info)?,
+        0x0800 => ipv4(ip, &mut info, later)?,
+        0x86dd => ipv6(ip, &mut info, later)?,
         0 => match ip.first().map(|b| b >> 4) {
-            Some(4) => ipv4(ip, &mut info)?,
-            Some(6) => ipv6(ip, &mut info)?,
+            Some(4) => ipv4(ip, &mut info, later)?,
+            Some(6) => ipv6(ip, &mut info, later)?,
             Some(_) => return Err(NotFlow::NonIp),
             None => return Err(NotFlow::Truncated),
         },
@@ -281,7 +301,7 @@ pub fn extract(data: &[u8], link: LinkType) -> Result<PktInfo, NotFlow> {
     Ok(info)
 }
 
-fn ipv4(ip: &[u8], info: &mut PktInfo) -> Result<(), NotFlow> {
+fn ipv4(ip: &[u8], info: &mut PktInfo, later: bool) -> Result<(), NotFlow> {
     let h = ip.get(..20).ok_or(NotFlow::Truncated)?;
     if h[0] >> 4 != 4 {
         return Err(NotFlow::Malformed);
@@ -292,24 +312,25 @@ fn ipv4(ip: &[u8], info: &mut PktInfo) -> Result<(), NotFlow> {
         return Err(NotFlow::Malformed);
     }
     let frag = u16::from_be_bytes([h[6], h[7]]);
-    if frag & 0x1fff != 0 {
-        return Err(NotFlow::Fragment);
-    }
-    if frag & 0x2000 != 0 {
-        info.encap |= E_FRAG;
-    }
     let proto = h[9];
     let mut src = [0u8; 16];
     let mut dst = [0u8; 16];
     src[..4].copy_from_slice(&h[12..16]);
     dst[..4].copy_from_slice(&h[16..20]);
+    if frag & 0x3fff != 0 {
+        info.frag_id = u16::from_be_bytes([h[4], h[5]]) as u32;
+        info.encap |= E_FRAG;
+        if frag & 0x1fff != 0 {
+            return later_fragment(proto, src, dst, 0, info, later);
+        }
+    }
     // The transport header ends at the IP total length or at the capture, whichever is first.
     let end = total.min(ip.len());
     let l4 = ip.get(ihl..end).ok_or(NotFlow::Truncated)?;
     transport(proto, l4, src, dst, 0, info)
 }
 
-fn ipv6(ip: &[u8], info: &mut PktInfo) -> Result<(), NotFlow> {
+fn ipv6(ip: &[u8], info: &mut PktInfo, later: bool) -> Result<(), NotFlow> {
     let h = ip.get(..40).ok_or(NotFlow::Truncated)?;
     if h[0] >> 4 != 6 {
         return Err(NotFlow::Malformed);
@@ -342,11 +363,10 @@ fn ipv6(ip: &[u8], info: &mut PktInfo) -> Result<(), NotFlow> {
             44 => {
                 let e = ip.get(off..off + 8).ok_or(NotFlow::Truncated)?;
                 let fo = u16::from_be_bytes([e[2], e[3]]);
+                info.frag_id = u32::from_be_bytes([e[4], e[5], e[6], e[7]]);
+                info.encap |= E_FRAG;
                 if fo >> 3 != 0 {
-                    return Err(NotFlow::Fragment);
-                }
-                if fo & 1 != 0 {
-                    info.encap |= E_FRAG;
+                    return later_fragment(e[0], src, dst, K_V6, info, later);
                 }
                 next = e[0];
                 off += 8;
@@ -359,6 +379,25 @@ fn ipv6(ip: &[u8], info: &mut PktInfo) -> Result<(), NotFlow> {
     }
     let l4 = ip.get(off..end).ok_or(NotFlow::Truncated)?;
     transport(next, l4, src, dst, K_V6, info)
+}
+
+fn later_fragment(
+    proto: u8,
+    src: [u8; 16],
+    dst: [u8; 16],
+    kflags: u8,
+    info: &mut PktInfo,
+    later: bool,
+) -> Result<(), NotFlow> {
+    if !later {
+        return Err(NotFlow::Fragment);
+    }
+    info.encap |= E_LATER;
+    info.key.proto = proto;
+    info.key.flags = kflags;
+    info.from_a = src <= dst;
+    (info.key.a, info.key.b) = if info.from_a { (src, dst) } else { (dst, src) };
+    Ok(())
 }
 
 fn transport(

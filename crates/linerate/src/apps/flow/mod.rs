@@ -9,6 +9,7 @@
 //! with its own table; frames stay in the port's pool and are freed by the worker that counted
 //! them. Time is the packets' time (offline captures expire flows as live traffic would).
 
+pub mod frag;
 pub mod ipfix;
 pub mod key;
 pub mod record;
@@ -17,7 +18,8 @@ pub mod table;
 use crate::mem::{Batch, Desc, Pool, BATCH};
 use crate::port::{LinkType, Port, PortError, PortStats};
 use crate::ring::{ring, Consumer, Producer};
-use key::{extract, NotFlow, PktInfo};
+use frag::FragCache;
+use key::{extract, extract_fragment, NotFlow, PktInfo, E_FRAG};
 use record::FlowRecord;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
@@ -106,9 +108,37 @@ impl FlowReport {
     }
 }
 
+/// Datagrams whose first fragment was seen, per thread.
+const FRAG_SLOTS: usize = 4096;
+
+/// Parses one packet; a later fragment gets its first fragment's flow (or is `Fragment`).
+#[inline(always)]
+fn classify(data: &[u8], link: LinkType, frags: &mut FragCache) -> Result<PktInfo, NotFlow> {
+    match extract(data, link) {
+        Ok(p) => {
+            if p.encap & E_FRAG != 0 {
+                frags.first(&p);
+            }
+            Ok(p)
+        }
+        Err(NotFlow::Fragment) => match extract_fragment(data, link) {
+            Ok(mut p) => {
+                if frags.later(&mut p) {
+                    Ok(p)
+                } else {
+                    Err(NotFlow::Fragment)
+                }
+            }
+            Err(_) => Err(NotFlow::Fragment),
+        },
+        Err(r) => Err(r),
+    }
+}
+
 /// One table and what it needs to count a batch.
 struct Worker {
     table: FlowTable,
+    frags: FragCache,
     out: Vec<FlowRecord>,
     not_flow: [u64; NotFlow::COUNT],
     link: LinkType,
@@ -118,6 +148,7 @@ impl Worker {
     fn new(cfg: TableConfig, link: LinkType) -> Worker {
         Worker {
             table: FlowTable::new(cfg),
+            frags: FragCache::new(FRAG_SLOTS),
             out: Vec::with_capacity(4 * BATCH),
             not_flow: [0; NotFlow::COUNT],
             link,
@@ -134,7 +165,7 @@ impl Worker {
         let mut hash = [0u32; BATCH];
         let mut ok = [false; BATCH];
         for i in 0..n {
-            match extract(batch.data(i), self.link) {
+            match classify(batch.data(i), self.link, &mut self.frags) {
                 Ok(p) => {
                     hash[i] = p.key.hash();
                     info[i] = p;
@@ -361,6 +392,7 @@ fn run_threads(
                 let cfg = opts.table;
                 handles.push(s.spawn(move || worker_loop(c, pool, cfg, link, clock, done, rtx)));
             }
+            let mut frags = FragCache::new(FRAG_SLOTS);
             let mut stage = vec![[Desc::default(); BATCH]; nt];
             let mut staged = vec![0usize; nt];
             let mut wall = 0u64;
@@ -385,7 +417,7 @@ fn run_threads(
                         let mut d = batch.descs()[i];
                         bytes += d.wire_len as u64;
                         maxts = maxts.max(d.ts);
-                        match extract(batch.data(i), link) {
+                        match classify(batch.data(i), link, &mut frags) {
                             Ok(info) => {
                                 let h = info.key.hash();
                                 d.hash = h;

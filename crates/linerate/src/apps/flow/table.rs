@@ -11,7 +11,9 @@
 //! Nothing here allocates after [`FlowTable::new`]: records go into a caller's vector whose
 //! capacity the caller keeps.
 
-use super::key::{is_echo_request, PktInfo, K_ICMP_OTHER, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
+use super::key::{
+    is_echo_request, PktInfo, E_LATER, K_ICMP_OTHER, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN,
+};
 use super::record::{EndReason, FlowRecord, State};
 
 const NIL: u32 = u32::MAX;
@@ -519,8 +521,9 @@ impl FlowTable {
         e.last_ns = e.last_ns.max(ts);
         e.pkts[side] += 1;
         e.bytes[side] += wire_len as u64;
-        e.encap |= p.encap;
-        if tcp {
+        e.encap |= p.encap & !E_LATER;
+        let whole = p.encap & E_LATER == 0;
+        if tcp && whole {
             let f = p.tcp_flags;
             e.tcp[side] |= f;
             let sh = side as u8;
@@ -554,7 +557,7 @@ impl FlowTable {
                 self.unlink(OPEN, i);
                 self.push_back(CLOSED, i);
             }
-        } else if p.key.proto == 1 || p.key.proto == 58 {
+        } else if whole && (p.key.proto == 1 || p.key.proto == 58) {
             if is_echo_request(p.key.proto, p.icmp_type) {
                 if e.bits & ECHO_REQ == 0 && e.pkts[1 - side] > 0 && e.bits & ECHO_REP != 0 {
                     // The capture began with replies: the requester is the initiator.
