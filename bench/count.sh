@@ -75,7 +75,7 @@ echo "|---|---|---|---|---|---|"
 parse() { # name -> "captured drops"
   case $1 in
     tcpdump) awk '/packets captured/{c=$1} /dropped by kernel/{d=$1} END{print c+0, d+0}' "$OUT/tcpdump.out";;
-    netsniff-ng) awk '/packets incoming/{i=$1} /packets passed filter/{p=$1} /packets failed filter/{f=$1} END{print p+0, 0}' "$OUT/netsniff-ng.out";;
+    netsniff-ng) tr -d '\r' <"$OUT/netsniff-ng.out" | awk '/packets passed filter/{p=$1} /packets failed filter/{f=$1} END{print p+0, f+0}';;
     linerate) python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     if l.startswith("{"):

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
-  cargo install --locked cargo-fuzz@0.12.0
+  cargo install --locked cargo-fuzz@0.13.2
 fi
 cd fuzz
 if rustup run nightly rustc --version >/dev/null 2>&1; then

@@ -20,4 +20,13 @@ echo "== fuzz targets (build, then ${LINERATE_FUZZ_SECONDS:-20} s each)"
 bash scripts/fuzz.sh "${LINERATE_FUZZ_SECONDS:-20}"
 
 echo "== unit and integration tests"
-cargo test --workspace --release
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --workspace --release 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+# One closing line for the whole run, summed over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1); if ($(i) ~ /^ignored;?$/) g += $(i-1) } }
+     END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
+exit "$rc"

@@ -103,6 +103,14 @@ fn count_reports_exactly_what_was_sent_and_records_it() {
     assert!(first.contains("\"filter_in_kernel\":true"), "{first}");
 
     // Send N frames to port 9 interleaved with N/5 frames to port 10 that the filter drops.
+    let sent = send(&pair, N);
+    assert_eq!(sent.len(), N as usize);
+    finish_and_check(child, lines, N, &out, &sent, "count reached");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Sends `n` frames to UDP port 9 and n/5 to port 10 from namespace A; returns the port-9 ones.
+fn send(pair: &NetnsPair, n: u32) -> Vec<Vec<u8>> {
     let mut sent = Vec::new();
     pair.run_in(Side::A, || {
         let mut tx = AfPacket::open("vA", &PortOptions::default()).expect("open vA");
@@ -110,10 +118,10 @@ fn count_reports_exactly_what_was_sent_and_records_it() {
         let mut b = Batch::with_pool(&pool);
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut seq = 0u32;
-        while seq < N + N / 5 && Instant::now() < deadline {
-            while !b.is_full() && seq < N + N / 5 {
+        while seq < n + n / 5 && Instant::now() < deadline {
+            while !b.is_full() && seq < n + n / 5 {
                 let dport = if seq % 6 == 5 { 10 } else { 9 };
-                let f = frame(&pair, seq, dport);
+                let f = frame(pair, seq, dport);
                 let a = b.alloc().unwrap();
                 b.frame_mut(a)[..f.len()].copy_from_slice(&f);
                 b.push(Desc {
@@ -137,8 +145,20 @@ fn count_reports_exactly_what_was_sent_and_records_it() {
         }
         tx.flush().unwrap();
     });
-    assert_eq!(sent.len(), N as usize);
+    sent
+}
 
+type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
+
+/// Waits for `count` to end, then checks its summary and its pcap against what was sent.
+fn finish_and_check(
+    mut child: std::process::Child,
+    lines: Lines,
+    n: u32,
+    out: &std::path::Path,
+    sent: &[Vec<u8>],
+    ended: &str,
+) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -159,13 +179,60 @@ fn count_reports_exactly_what_was_sent_and_records_it() {
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find(|j| j["type"] == "summary")
         .expect("summary");
-    assert_eq!(summary["pkts"], N, "{summary}");
+    assert_eq!(summary["pkts"], n, "{summary}");
     assert_eq!(summary["drops_by_reason"]["kernel"], 0, "{summary}");
-    assert_eq!(summary["ended"], "count reached");
-    let got = records(&out);
-    assert_eq!(got.len(), N as usize);
-    for (i, (g, s)) in got.iter().zip(&sent).enumerate() {
+    assert_eq!(summary["ended"], ended);
+    let got = records(out);
+    assert_eq!(got.len(), n as usize);
+    for (i, (g, s)) in got.iter().zip(sent).enumerate() {
         assert!(g == s, "frame {i} differs");
     }
+}
+
+/// Spawns `linerate count` in namespace B with a kernel filter, writing to `out`; returns it
+/// once its start line says the port is open.
+fn spawn_count(
+    pair: &NetnsPair,
+    extra: &[&str],
+    out: &std::path::Path,
+) -> (std::process::Child, Lines) {
+    let mut child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            pair.ns(Side::B),
+            env!("CARGO_BIN_EXE_linerate"),
+            "count",
+        ])
+        .args(["-i", "afpacket:vB", "-t", "30", "--json"])
+        .args(extra)
+        .args(["-f", "udp dst port 9", "-w", out.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn linerate");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("start line").expect("read");
+    assert!(first.contains("\"type\":\"start\""), "{first}");
+    assert!(first.contains("\"filter_in_kernel\":true"), "{first}");
+    (child, lines)
+}
+
+#[test]
+fn sigint_prints_the_summary_and_completes_the_pcap() {
+    if !netns::require_priv() {
+        return;
+    }
+    let pair = NetnsPair::new().expect("netns pair");
+    let dir = std::env::temp_dir().join(format!("linerate-veth-int-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("int.pcap");
+    let (child, lines) = spawn_count(&pair, &[], &out);
+    let sent = send(&pair, 700);
+    // let the last block retire (block timeout 10 ms), then interrupt
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on the PID of the child we spawned.
+    let _ = unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    finish_and_check(child, lines, 700, &out, &sent, "interrupted");
     let _ = std::fs::remove_dir_all(&dir);
 }

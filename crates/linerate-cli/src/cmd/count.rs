@@ -30,6 +30,10 @@ pub struct Args {
     /// BPF filter in libpcap syntax (in the kernel for afpacket, in user space otherwise).
     #[arg(short = 'f', long, value_name = "BPF")]
     filter: Option<String>,
+    /// Run the filter in user space even where the kernel could (packets the kernel filters out
+    /// are never seen, so only a user-space filter can count them).
+    #[arg(long)]
+    user_filter: bool,
     /// Pin the receive loop to this core.
     #[arg(short = 'g', long, value_name = "CORE")]
     core: Option<usize>,
