@@ -7,6 +7,7 @@
 //! Every read is bounds-checked; no input makes it panic.
 
 use crate::port::LinkType;
+use crate::wire::{self, Layer, WireError};
 
 /// Why a packet was not put in a flow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -179,84 +180,31 @@ pub fn is_echo_request(proto: u8, t: u8) -> bool {
 /// is `Err(NotFlow::Fragment)`: see [`extract_fragment`].
 #[inline]
 pub fn extract(data: &[u8], link: LinkType) -> Result<PktInfo, NotFlow> {
-    parse(data, link, false)
+    read(data, link, false)
 }
 
 /// Reads a non-first IP fragment: its key has the addresses (lower first) and protocol, ports 0,
 /// `frag_id` set and `E_FRAG | E_LATER` in `encap`; a [`super::frag::FragCache`] completes it
 /// from its first fragment. Anything else is an error.
 pub fn extract_fragment(data: &[u8], link: LinkType) -> Result<PktInfo, NotFlow> {
-    let info = parse(data, link, true)?;
+    let info = read(data, link, true)?;
     if info.encap & E_LATER == 0 {
         return Err(NotFlow::Malformed);
     }
     Ok(info)
 }
 
-fn parse(data: &[u8], link: LinkType, later: bool) -> Result<PktInfo, NotFlow> {
-    let mut info = PktInfo::default();
-    let (l3, ethertype) = match link.0 {
-        1 => {
-            info.encap |= E_ETH;
-            let et = be16(data, 12).ok_or(NotFlow::Truncated)?;
-            (14usize, et)
-        }
-        113 => (16, be16(data, 14).ok_or(NotFlow::Truncated)?),
-        276 => (20, be16(data, 0).ok_or(NotFlow::Truncated)?),
-        0 | 108 => {
-            let b = data.get(0..4).ok_or(NotFlow::Truncated)?;
-            let fam = if link.0 == 108 {
-                u32::from_be_bytes([b[0], b[1], b[2], b[3]])
-            } else {
-                let le = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                if le > 0xffff {
-                    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
-                } else {
-                    le
-                }
-            };
-            match fam {
-                2 => (4, 0x0800),
-                24 | 28 | 30 => (4, 0x86dd),
-                _ => return Err(NotFlow::NonIp),
-            }
-        }
-        9 | 50 => {
-            // PPP, with or without the HDLC-like address and control bytes.
-            let hdlc = data.get(0..2) == Some(&[0xff, 0x03][..]);
-            let at = if hdlc { 2 } else { 0 };
-            let ppp = be16(data, at).ok_or(NotFlow::Truncated)?;
-            let et = match ppp {
-                0x0021 => 0x0800,
-                0x0057 => 0x86dd,
-                _ => return Err(NotFlow::NonIp),
-            };
-            (at + 2, et)
-        }
-        // Cisco HDLC: address, control, then an Ethernet type.
-        104 => (4, be16(data, 2).ok_or(NotFlow::Truncated)?),
-        12 | 14 | 101 => (0, 0),
-        228 => (0, 0x0800),
-        229 => (0, 0x86dd),
-        _ => return Err(NotFlow::UnsupportedLink),
-    };
-    if info.encap & E_ETH == 0 {
-        info.pseudo = l3 as u8;
-    }
-    let mut off = l3;
-    let mut et = ethertype;
-    // Tags and label stacks, a bounded number of them.
-    for _ in 0..8 {
+/// Offset of the IP header after what `wire::parse` does not step over: the PPP and Cisco HDLC
+/// link headers, and MPLS label stacks and PPPoE sessions after the link header (`off`, with
+/// ethertype `et`).
+fn step_over(
+    data: &[u8],
+    mut off: usize,
+    mut et: u16,
+    info: &mut PktInfo,
+) -> Result<usize, NotFlow> {
+    for _ in 0..4 {
         match et {
-            0x8100 | 0x88a8 | 0x9100 => {
-                let tci = be16(data, off).ok_or(NotFlow::Truncated)?;
-                if info.encap & E_VLAN == 0 {
-                    info.key.vlan = tci & 0x0fff;
-                }
-                info.encap |= E_VLAN;
-                et = be16(data, off + 2).ok_or(NotFlow::Truncated)?;
-                off += 4;
-            }
             0x8847 | 0x8848 => {
                 info.encap |= E_MPLS;
                 let mut bottom = false;
@@ -271,7 +219,7 @@ fn parse(data: &[u8], link: LinkType, later: bool) -> Result<PktInfo, NotFlow> {
                 if !bottom {
                     return Err(NotFlow::Malformed);
                 }
-                et = 0;
+                return Ok(off);
             }
             0x8864 => {
                 info.encap |= E_PPPOE;
@@ -283,148 +231,128 @@ fn parse(data: &[u8], link: LinkType, later: bool) -> Result<PktInfo, NotFlow> {
                     _ => return Err(NotFlow::NonIp),
                 };
             }
-            _ => break,
+            0x0800 | 0x86dd => return Ok(off),
+            _ => return Err(NotFlow::NonIp),
         }
     }
-    let ip = data.get(off..).ok_or(NotFlow::Truncated)?;
-    match et {
-        0x0800 => ipv4(ip, &mut info, later)?,
-        0x86dd => ipv6(ip, &mut info, later)?,
-        0 => match ip.first().map(|b| b >> 4) {
-            Some(4) => ipv4(ip, &mut info, later)?,
-            Some(6) => ipv6(ip, &mut info, later)?,
-            Some(_) => return Err(NotFlow::NonIp),
-            None => return Err(NotFlow::Truncated),
-        },
-        _ => return Err(NotFlow::NonIp),
-    }
-    Ok(info)
+    Err(NotFlow::Malformed)
 }
 
-fn ipv4(ip: &[u8], info: &mut PktInfo, later: bool) -> Result<(), NotFlow> {
-    let h = ip.get(..20).ok_or(NotFlow::Truncated)?;
-    if h[0] >> 4 != 4 {
-        return Err(NotFlow::Malformed);
+/// The one function that turns a frame into a flow key: `linerate::wire::parse` reads the
+/// headers; PPP, Cisco HDLC, MPLS and PPPoE (which it does not read) are stepped over here and
+/// the IP packet inside is parsed as raw IP.
+fn read(data: &[u8], link: LinkType, later: bool) -> Result<PktInfo, NotFlow> {
+    let mut info = PktInfo::default();
+    let mut p = wire::parse(data, link);
+    let mut base = 0usize;
+    match p.stop {
+        Some(WireError::UnsupportedLink(9 | 50 | 104)) => {
+            // PPP (with or without the HDLC-like address and control bytes), Cisco HDLC.
+            let (off, et) = if link.0 == 104 {
+                (4, be16(data, 2).ok_or(NotFlow::Truncated)?)
+            } else {
+                let at = if data.get(0..2) == Some(&[0xff, 0x03][..]) {
+                    2
+                } else {
+                    0
+                };
+                let et = match be16(data, at).ok_or(NotFlow::Truncated)? {
+                    0x0021 => 0x0800,
+                    0x0057 => 0x86dd,
+                    _ => return Err(NotFlow::NonIp),
+                };
+                (at + 2, et)
+            };
+            base = step_over(data, off, et, &mut info)?;
+            p = wire::parse(data.get(base..).unwrap_or_default(), LinkType::RAW);
+        }
+        Some(WireError::NotIp) if matches!(p.ethertype, 0x8847 | 0x8848 | 0x8864) => {
+            let hdr = match link.0 {
+                1 => 14,
+                113 => 16,
+                276 => 20,
+                _ => return Err(NotFlow::NonIp),
+            };
+            let off = hdr + 4 * p.vlan_count as usize;
+            base = step_over(data, off, p.ethertype, &mut info)?;
+            let vlans = (p.vlan_ids, p.vlan_count);
+            p = wire::parse(data.get(base..).unwrap_or_default(), LinkType::RAW);
+            (p.vlan_ids, p.vlan_count) = vlans;
+        }
+        _ => {}
     }
-    let ihl = ((h[0] & 0x0f) as usize) * 4;
-    let total = u16::from_be_bytes([h[2], h[3]]) as usize;
-    if ihl < 20 || total < ihl {
-        return Err(NotFlow::Malformed);
+    if link.0 == 1 {
+        info.encap |= E_ETH;
     }
-    let frag = u16::from_be_bytes([h[6], h[7]]);
-    let proto = h[9];
-    let mut src = [0u8; 16];
-    let mut dst = [0u8; 16];
-    src[..4].copy_from_slice(&h[12..16]);
-    dst[..4].copy_from_slice(&h[16..20]);
-    if frag & 0x3fff != 0 {
-        info.frag_id = u16::from_be_bytes([h[4], h[5]]) as u32;
+    if p.vlan_count > 0 {
+        info.encap |= E_VLAN;
+        info.key.vlan = p.outer_vlan() & 0x0fff;
+    }
+    if let Some(f) = p.fragment {
         info.encap |= E_FRAG;
-        if frag & 0x1fff != 0 {
-            return later_fragment(proto, src, dst, 0, info, later);
-        }
+        info.frag_id = f.id;
     }
-    // The transport header ends at the IP total length or at the capture, whichever is first.
-    let end = total.min(ip.len());
-    let l4 = ip.get(ihl..end).ok_or(NotFlow::Truncated)?;
-    transport(proto, l4, src, dst, 0, info)
-}
-
-fn ipv6(ip: &[u8], info: &mut PktInfo, later: bool) -> Result<(), NotFlow> {
-    let h = ip.get(..40).ok_or(NotFlow::Truncated)?;
-    if h[0] >> 4 != 6 {
-        return Err(NotFlow::Malformed);
+    // Bytes of link header not on a wire (cooked, PPP, HDLC, loopback headers).
+    if link.0 != 1 {
+        info.pseudo = (base + p.l3.unwrap_or(0) as usize).min(255) as u8;
     }
-    let mut src = [0u8; 16];
-    let mut dst = [0u8; 16];
-    src.copy_from_slice(&h[8..24]);
-    dst.copy_from_slice(&h[24..40]);
-    let payload = u16::from_be_bytes([h[4], h[5]]) as usize;
-    // A zero payload length means a jumbogram: bounded by the capture.
-    let end = if payload == 0 {
-        ip.len()
-    } else {
-        (40 + payload).min(ip.len())
+    let l4len = match p.l4 {
+        Some(l4) => (p.l3_end as usize).saturating_sub(l4 as usize),
+        None => 0,
     };
-    let mut next = h[6];
-    let mut off = 40usize;
-    for _ in 0..8 {
-        match next {
-            0 | 43 | 60 => {
-                let e = ip.get(off..off + 2).ok_or(NotFlow::Truncated)?;
-                next = e[0];
-                off += (e[1] as usize + 1) * 8;
-            }
-            51 => {
-                let e = ip.get(off..off + 2).ok_or(NotFlow::Truncated)?;
-                next = e[0];
-                off += (e[1] as usize + 2) * 4;
-            }
-            44 => {
-                let e = ip.get(off..off + 8).ok_or(NotFlow::Truncated)?;
-                let fo = u16::from_be_bytes([e[2], e[3]]);
-                info.frag_id = u32::from_be_bytes([e[4], e[5], e[6], e[7]]);
-                info.encap |= E_FRAG;
-                if fo >> 3 != 0 {
-                    return later_fragment(e[0], src, dst, K_V6, info, later);
-                }
-                next = e[0];
-                off += 8;
-            }
-            _ => break,
+    match p.stop {
+        None | Some(WireError::NoNextHeader) => {}
+        Some(WireError::NonFirstFragment) => {
+            return later_fragment(
+                p.proto,
+                p.src,
+                p.dst,
+                if p.ip_version == 6 { K_V6 } else { 0 },
+                &mut info,
+                later,
+            );
         }
+        // A transport header cut short (or with a bad length) still names its flow when its ports
+        // (or ICMP type) were read.
+        Some(WireError::Truncated(Layer::Tcp | Layer::Udp | Layer::Sctp))
+        | Some(WireError::BadHeaderLength(Layer::Tcp))
+            if l4len >= 4 => {}
+        Some(WireError::Truncated(Layer::Icmp)) if l4len >= 1 => {}
+        Some(WireError::Truncated(_)) => return Err(NotFlow::Truncated),
+        Some(WireError::NotIp) => return Err(NotFlow::NonIp),
+        Some(WireError::UnsupportedLink(_)) => return Err(NotFlow::UnsupportedLink),
+        Some(_) => return Err(NotFlow::Malformed),
     }
-    if off > end {
-        return Err(NotFlow::Truncated);
+    if p.ip_version != 4 && p.ip_version != 6 {
+        return Err(NotFlow::NonIp);
     }
-    let l4 = ip.get(off..end).ok_or(NotFlow::Truncated)?;
-    transport(next, l4, src, dst, K_V6, info)
-}
-
-fn later_fragment(
-    proto: u8,
-    src: [u8; 16],
-    dst: [u8; 16],
-    kflags: u8,
-    info: &mut PktInfo,
-    later: bool,
-) -> Result<(), NotFlow> {
-    if !later {
-        return Err(NotFlow::Fragment);
-    }
-    info.encap |= E_LATER;
-    info.key.proto = proto;
-    info.key.flags = kflags;
-    info.from_a = src <= dst;
-    (info.key.a, info.key.b) = if info.from_a { (src, dst) } else { (dst, src) };
-    Ok(())
-}
-
-fn transport(
-    proto: u8,
-    l4: &[u8],
-    src: [u8; 16],
-    dst: [u8; 16],
-    kflags: u8,
-    info: &mut PktInfo,
-) -> Result<(), NotFlow> {
+    let kflags = if p.ip_version == 6 { K_V6 } else { 0 };
+    let proto = p.proto;
     let mut flags = kflags;
     let (sport, dport) = match proto {
-        6 | 17 | 132 | 136 | 33 => {
-            let s = be16(l4, 0).ok_or(NotFlow::Truncated)?;
-            let d = be16(l4, 2).ok_or(NotFlow::Truncated)?;
+        6 | 17 | 132 => {
             if proto == 6 {
-                info.tcp_flags = l4.get(13).copied().unwrap_or(0);
+                info.tcp_flags = p.tcp_flags as u8;
             }
+            (p.sport, p.dport)
+        }
+        // UDP-Lite and DCCP: ports where UDP and TCP have them.
+        136 | 33 => {
+            let l4 = base + p.l4.unwrap_or(0) as usize;
+            let s = be16(data, l4).ok_or(NotFlow::Truncated)?;
+            let d = be16(data, l4 + 2).ok_or(NotFlow::Truncated)?;
             (s, d)
         }
         1 | 58 => {
-            let t = *l4.first().ok_or(NotFlow::Truncated)?;
-            let c = l4.get(1).copied().unwrap_or(0);
+            let (t, c) = (p.icmp_type, p.icmp_code);
             info.icmp_type = t;
             info.icmp_code = c;
             if is_echo(proto, t) {
-                let id = be16(l4, 4).unwrap_or(0);
+                let id = if l4len >= 6 {
+                    be16(data, base + p.l4.unwrap_or(0) as usize + 4).unwrap_or(0)
+                } else {
+                    0
+                };
                 (id, id)
             } else {
                 flags |= K_ICMP_OTHER;
@@ -436,6 +364,7 @@ fn transport(
     };
     info.key.proto = proto;
     info.key.flags = flags;
+    let (src, dst) = (p.src, p.dst);
     if (src, sport) <= (dst, dport) {
         info.key.a = src;
         info.key.b = dst;
@@ -449,7 +378,26 @@ fn transport(
         info.key.pb = sport;
         info.from_a = false;
     }
-    Ok(())
+    Ok(info)
+}
+
+fn later_fragment(
+    proto: u8,
+    src: [u8; 16],
+    dst: [u8; 16],
+    kflags: u8,
+    info: &mut PktInfo,
+    later: bool,
+) -> Result<PktInfo, NotFlow> {
+    if !later {
+        return Err(NotFlow::Fragment);
+    }
+    info.encap |= E_LATER;
+    info.key.proto = proto;
+    info.key.flags = kflags;
+    info.from_a = src <= dst;
+    (info.key.a, info.key.b) = if info.from_a { (src, dst) } else { (dst, src) };
+    Ok(*info)
 }
 
 #[cfg(all(test, not(loom)))]
