@@ -72,6 +72,8 @@ struct Sinks {
     writer: Option<RecordWriter<Box<dyn Write + Send>>>,
     ipfix: Option<UdpExporter>,
     write_error: Option<std::io::Error>,
+    /// Live input: records are flushed as they come, not when the buffer fills.
+    flush_each: bool,
 }
 
 impl RecordSink for Sinks {
@@ -82,6 +84,11 @@ impl RecordSink for Sinks {
                     if let Err(e) = w.write(r) {
                         self.write_error = Some(e);
                         break;
+                    }
+                }
+                if self.flush_each {
+                    if let Err(e) = w.flush() {
+                        self.write_error.get_or_insert(e);
                     }
                 }
             }
@@ -169,7 +176,23 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         writer: out.map(|o| RecordWriter::new(o, format, fields)),
         ipfix,
         write_error: None,
+        flush_each: live,
     };
+    if !a.quiet {
+        let link = input.link_type().0;
+        if a.json {
+            eprintln!(
+                "{}",
+                serde_json::json!({"type": "start", "input": a.input, "link_type": link,
+                    "threads": a.threads, "max_flows": a.max_flows})
+            );
+        } else {
+            eprintln!(
+                "Flows from {} (link type {link}), {} thread(s)",
+                a.input, a.threads
+            );
+        }
+    }
     let report = flow::run(input.as_mut(), &opts, &stop, &mut sinks);
     if let Some(w) = &mut sinks.writer {
         if let Err(e) = w.flush() {
