@@ -164,6 +164,14 @@ impl Worker {
         let mut info = [PktInfo::default(); BATCH];
         let mut hash = [0u32; BATCH];
         let mut ok = [false; BATCH];
+        // Touch every packet's headers first: with threads the frames were written by another
+        // core, and independent loads let their cache misses overlap.
+        let mut acc = 0u8;
+        for i in 0..n {
+            let d = batch.data(i);
+            acc ^= d.get(14).copied().unwrap_or(0) ^ d.get(40).copied().unwrap_or(0);
+        }
+        std::hint::black_box(acc);
         for i in 0..n {
             match classify(batch.data(i), self.link, &mut self.frags) {
                 Ok(p) => {
@@ -320,11 +328,13 @@ fn worker_loop(
                 break;
             }
         }
+        // Nothing to do: give the core away (threads may outnumber cores), spinning briefly
+        // first so that a steady stream is not slept through.
         idle += 1;
-        if idle > 64 {
+        if idle > 16 {
             std::thread::sleep(Duration::from_micros(50));
         } else {
-            std::thread::yield_now();
+            std::hint::spin_loop();
         }
     }
     w.table.flush(&mut w.out);
@@ -442,8 +452,9 @@ fn run_threads(
                         while off < staged[t] {
                             off += producers[t].push_burst(&stage[t][off..staged[t]]);
                             if off < staged[t] {
+                                // The worker is behind: let it have the core.
                                 drain(&rrx, sink);
-                                std::thread::yield_now();
+                                std::thread::sleep(Duration::from_micros(20));
                             }
                         }
                         staged[t] = 0;
