@@ -148,19 +148,14 @@ impl FlowTable {
     pub fn new(cfg: TableConfig) -> FlowTable {
         let n = cfg.max_flows.clamp(1, NIL - 1);
         let nb = (n as usize).next_power_of_two().max(1024);
-        let mut entries = vec![Entry::default(); n as usize];
-        for (i, e) in entries.iter_mut().enumerate() {
-            e.chain = if i + 1 < n as usize {
-                i as u32 + 1
-            } else {
-                NIL
-            };
-        }
+        // All the entries' memory is reserved now; pages are touched as flows first use them
+        // (pushing within the capacity never reallocates).
+        let entries = Vec::with_capacity(n as usize);
         FlowTable {
             entries,
             buckets: vec![NIL; nb],
             mask: nb as u32 - 1,
-            free: 0,
+            free: NIL,
             lists: [EMPTY; 3],
             now: 0,
             cfg: TableConfig {
@@ -174,12 +169,12 @@ impl FlowTable {
     /// Bytes of table memory per flow slot (entry plus its share of the bucket array).
     pub fn bytes_per_flow(&self) -> usize {
         std::mem::size_of::<Entry>()
-            + self.buckets.len() * std::mem::size_of::<u32>() / self.entries.len().max(1)
+            + self.buckets.len() * std::mem::size_of::<u32>() / self.cfg.max_flows.max(1) as usize
     }
 
-    /// Total bytes of table memory.
+    /// Total bytes of table memory (reserved at start).
     pub fn memory_bytes(&self) -> usize {
-        self.entries.len() * std::mem::size_of::<Entry>()
+        self.cfg.max_flows as usize * std::mem::size_of::<Entry>()
             + self.buckets.len() * std::mem::size_of::<u32>()
     }
 
@@ -398,6 +393,10 @@ impl FlowTable {
     }
 
     fn alloc(&mut self, out: &mut Vec<FlowRecord>) -> u32 {
+        if self.free == NIL && self.entries.len() < self.cfg.max_flows as usize {
+            self.entries.push(Entry::default());
+            return self.entries.len() as u32 - 1;
+        }
         if self.free == NIL {
             // Full: a closed flow is done anyway; otherwise the least recently seen goes.
             let c = self.lists[CLOSED].head;
