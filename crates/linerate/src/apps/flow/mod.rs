@@ -155,57 +155,65 @@ impl Worker {
         }
     }
 
-    /// Counts every packet of the batch, then expires what the batch's time made due. Three
-    /// passes: parse and hash every packet, load every bucket head and first entry (independent
-    /// loads whose cache misses overlap), then count.
+    /// Parses every packet of the batch (touching all their headers first: with threads the
+    /// frames were written by another core, and independent loads let cache misses overlap),
+    /// then counts the flow packets.
     #[inline]
     fn batch(&mut self, batch: &Batch) {
         let n = batch.len();
-        let mut info = [PktInfo::default(); BATCH];
-        let mut hash = [0u32; BATCH];
-        let mut ok = [false; BATCH];
-        // Touch every packet's headers first: with threads the frames were written by another
-        // core, and independent loads let their cache misses overlap.
         let mut acc = 0u8;
         for i in 0..n {
             let d = batch.data(i);
             acc ^= d.get(14).copied().unwrap_or(0) ^ d.get(40).copied().unwrap_or(0);
         }
         std::hint::black_box(acc);
-        for i in 0..n {
+        let mut items = [Item::default(); BATCH];
+        let mut k = 0;
+        for (i, desc) in batch.descs().iter().enumerate() {
             match classify(batch.data(i), self.link, &mut self.frags) {
                 Ok(p) => {
-                    hash[i] = p.key.hash();
-                    info[i] = p;
-                    ok[i] = true;
+                    items[k] = Item {
+                        desc: *desc,
+                        hash: p.key.hash(),
+                        info: p,
+                    };
+                    k += 1;
                 }
                 Err(r) => self.not_flow[r as usize] += 1,
             }
         }
+        self.count(&items[..k]);
+    }
+
+    /// Counts parsed packets, then expires what their time made due. Two passes: load every
+    /// bucket head and first entry (independent loads whose cache misses overlap), then count.
+    #[inline]
+    fn count(&mut self, items: &[Item]) {
         let mut head = [0u32; BATCH];
-        for i in 0..n {
-            if ok[i] {
-                head[i] = self.table.warm_bucket(hash[i]);
-            }
+        for (h, it) in head.iter_mut().zip(items) {
+            *h = self.table.warm_bucket(it.hash);
         }
         let mut acc = 0u32;
-        for i in 0..n {
-            if ok[i] {
-                acc ^= self.table.warm_entry(head[i]);
-            }
+        for &h in head.iter().take(items.len()) {
+            acc ^= self.table.warm_entry(h);
         }
         std::hint::black_box(acc);
-        let descs = batch.descs();
-        for i in 0..n {
-            if ok[i] {
-                let d = &descs[i];
-                let len = d.wire_len.saturating_sub(info[i].pseudo as u32);
-                self.table
-                    .packet_hashed(&info[i], hash[i], d.ts, len, &mut self.out);
-            }
+        for it in items {
+            let len = it.desc.wire_len.saturating_sub(it.info.pseudo as u32);
+            self.table
+                .packet_hashed(&it.info, it.hash, it.desc.ts, len, &mut self.out);
         }
         self.table.advance(0, &mut self.out);
     }
+}
+
+/// A parsed packet handed to a worker: its descriptor (the worker frees the frame), what the
+/// dispatcher read from its headers, and its flow hash. Workers never read packet bytes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Item {
+    desc: Desc,
+    info: PktInfo,
+    hash: u32,
 }
 
 /// Runs the monitor on `port` until the end of the input, an error, or `stop`; every record
@@ -289,7 +297,7 @@ struct WorkerEnd {
 }
 
 fn worker_loop(
-    mut rx: Consumer<Desc>,
+    mut rx: Consumer<Item>,
     pool: Arc<Pool>,
     cfg: TableConfig,
     link: LinkType,
@@ -299,7 +307,7 @@ fn worker_loop(
 ) -> WorkerEnd {
     let mut w = Worker::new(cfg, link);
     let mut batch = Batch::with_pool(&pool);
-    let mut tmp = [Desc::default(); BATCH];
+    let mut tmp = [Item::default(); BATCH];
     let mut idle = 0u32;
     let send = |w: &mut Worker| {
         if !w.out.is_empty() {
@@ -311,8 +319,10 @@ fn worker_loop(
         let n = rx.pop_burst(&mut tmp);
         if n > 0 {
             idle = 0;
-            batch.extend(&tmp[..n]);
-            w.batch(&batch);
+            for it in &tmp[..n] {
+                batch.push(it.desc);
+            }
+            w.count(&tmp[..n]);
             batch.clear();
             send(&mut w);
             continue;
@@ -391,10 +401,10 @@ fn run_threads(
     let mut ends: Vec<WorkerEnd> = Vec::new();
     if let Some(pool) = pool {
         std::thread::scope(|s| {
-            let mut producers: Vec<Producer<Desc>> = Vec::with_capacity(nt);
+            let mut producers: Vec<Producer<Item>> = Vec::with_capacity(nt);
             let mut handles = Vec::with_capacity(nt);
             for _ in 0..nt {
-                let (p, c) = ring::<Desc>(opts.ring_size);
+                let (p, c) = ring::<Item>(opts.ring_size);
                 producers.push(p);
                 let pool = pool.clone();
                 let rtx = rtx.clone();
@@ -403,7 +413,7 @@ fn run_threads(
                 handles.push(s.spawn(move || worker_loop(c, pool, cfg, link, clock, done, rtx)));
             }
             let mut frags = FragCache::new(FRAG_SLOTS);
-            let mut stage = vec![[Desc::default(); BATCH]; nt];
+            let mut stage = vec![[Item::default(); BATCH]; nt];
             let mut staged = vec![0usize; nt];
             let mut wall = 0u64;
             idle = 0;
@@ -432,7 +442,11 @@ fn run_threads(
                                 let h = info.key.hash();
                                 d.hash = h;
                                 let t = ((h as u64 * nt as u64) >> 32) as usize;
-                                stage[t][staged[t]] = d;
+                                stage[t][staged[t]] = Item {
+                                    desc: d,
+                                    info,
+                                    hash: h,
+                                };
                                 staged[t] += 1;
                             }
                             Err(r) => {
