@@ -4,10 +4,10 @@
 //!
 //! One thread: the loop receives a batch, reads each packet's headers ([`key::extract`]), counts
 //! it in the [`table::FlowTable`] and hands the records the batch produced to the sink. With
-//! `threads > 1` the calling thread becomes a dispatcher: it reads the port, computes each
-//! packet's symmetric hash and hands the descriptors over SPSC rings to worker threads, each
-//! with its own table; frames stay in the port's pool and are freed by the worker that counted
-//! them. Time is the packets' time (offline captures expire flows as live traffic would).
+//! `threads > 1` the calling thread becomes a dispatcher: it reads the port, parses each packet
+//! and hands its descriptor, key and symmetric hash over an SPSC ring to the worker thread that
+//! owns the hash, each worker with its own table; frames stay in the port's pool and are freed
+//! by the worker that counted them. Time is the packets' time (offline captures expire flows as live traffic would).
 
 pub mod frag;
 pub mod ipfix;
