@@ -24,6 +24,10 @@ enum Cmd {
     Count(cmd::count::Args),
     /// Argus-style bidirectional flow records (text, CSV, JSON lines) with IPFIX export.
     Flows(cmd::flows::Args),
+    /// Distribute packets to consumer processes or threads (zbalance_ipc / pfdnacluster).
+    Balance(cmd::balance::Args),
+    /// Run seed 000's cluster tests on this machine, no NIC or root needed.
+    Demo(cmd::demo::Args),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +38,8 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Count(a) => cmd::count::run(a),
         Cmd::Flows(a) => cmd::flows::run(a),
+        Cmd::Balance(a) => cmd::balance::run(a),
+        Cmd::Demo(a) => cmd::demo::run(a),
     };
     match r {
         Ok(code) => code,

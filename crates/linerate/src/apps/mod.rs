@@ -1,5 +1,6 @@
 //! Workers: the loops that move batches between ports. The CLI only parses flags and wires
 //! ports and workers together.
 
+pub mod balance;
 pub mod count;
 pub mod flow;

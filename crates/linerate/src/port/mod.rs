@@ -5,6 +5,7 @@
 
 pub mod afpacket;
 mod aggregate;
+pub mod cluster;
 pub mod mem;
 pub mod pcap;
 
@@ -180,6 +181,14 @@ pub enum PortError {
         /// The operation.
         op: &'static str,
     },
+    /// The port's source went away or refused us (a cluster's master exited, a queue is taken).
+    #[error("{port}: {why}")]
+    Gone {
+        /// The port.
+        port: String,
+        /// What happened and what to do.
+        why: String,
+    },
     /// Packet memory could not be set up.
     #[error(transparent)]
     Mem(#[from] crate::mem::MemError),
@@ -296,6 +305,7 @@ pub fn open(uri: &str, opts: &PortOptions) -> Result<Box<dyn Port>, PortError> {
         "mem" => Ok(Box::new(mem::MemPort::open(rest, opts)?)),
         "pcap" => Ok(Box::new(pcap::PcapPort::open(rest, opts)?)),
         "afpacket" => Ok(Box::new(afpacket::AfPacket::open(rest, opts)?)),
+        "cluster" => Ok(Box::new(cluster::ClusterPort::open(rest)?)),
         "" => {
             if std::path::Path::new(rest).exists()
                 || rest.ends_with(".pcap")

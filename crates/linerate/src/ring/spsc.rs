@@ -126,16 +126,19 @@ impl RingLayout {
             capacity: capacity.max(2).next_power_of_two(),
         }
     }
-    /// Bytes the ring occupies in a region (header and slots), a multiple of 64.
+    /// Alignment a ring needs in a region (that of its cache-padded header: 128 on x86_64).
+    pub const ALIGN: usize = std::mem::align_of::<RingHeader>();
+
+    /// Bytes the ring occupies in a region (header and slots), a multiple of [`Self::ALIGN`].
     pub fn size<T>(&self) -> usize {
         let s = std::mem::size_of::<RingHeader>() + self.capacity * std::mem::size_of::<T>();
-        s.div_ceil(64) * 64
+        s.div_ceil(Self::ALIGN) * Self::ALIGN
     }
 
     /// Zeroes the cursors of a ring at `base` (the creator does this once, before any handle).
     ///
     /// # Safety
-    /// `base` must be 64-byte aligned, valid for `self.size::<T>()` bytes, and not in use by any
+    /// `base` must be aligned to [`Self::ALIGN`], valid for `self.size::<T>()` bytes, and not in use by any
     /// handle.
     #[cfg(not(loom))]
     pub unsafe fn init(&self, base: *mut u8) {
@@ -353,9 +356,9 @@ mod tests {
     fn ring_in_a_region() {
         let layout = RingLayout::new(8);
         let size = layout.size::<u64>();
-        let mut mem = vec![0u64; size / 8 + 8];
+        let mut mem = vec![0u64; (size + RingLayout::ALIGN) / 8];
         let base = mem.as_mut_ptr() as *mut u8;
-        let base = ((base as usize).div_ceil(64) * 64) as *mut u8;
+        let base = ((base as usize).div_ceil(RingLayout::ALIGN) * RingLayout::ALIGN) as *mut u8;
         let keep: Arc<dyn Send + Sync> = Arc::new(());
         // SAFETY: `mem` outlives the handles (dropped at the end of the test), base is aligned.
         let (mut p, mut c) = unsafe {

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# bench/cluster.sh: in-memory throughput of the zero-copy cluster, 64 B frames (60 + CRC), from
+# linerate's built-in source, in one run next to dpdk-testpmd io forwarding between two net_null
+# vdevs (the framework-overhead reference of PEERS.md, no hugepages).
+#
+#   bash bench/cluster.sh            # DUR=4 s per run, RUNS=3, medians
+#   DUR=2 RUNS=1 bash bench/cluster.sh
+#
+# Figures: "balance Mpps" is what the master received and distributed (one core: -g 0);
+# "per consumer" is what each consumer received (threads pinned to core 1, processes with
+# taskset -c 1); drops are queue drops (ring_full) when consumers fall behind. Prints a Markdown
+# table and writes it to bench/cluster-results.md. Never run in CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DUR=${DUR:-4}
+RUNS=${RUNS:-3}
+BIN=target/release/linerate
+cargo build --release -q -p linerate-cli
+command -v jq >/dev/null || { echo "needs jq" >&2; exit 2; }
+CORES=$(nproc)
+C1=$(( CORES > 1 ? 1 : 0 ))
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR==0 ? "nan" : a[int((NR+1)/2)])}'; }
+
+# threads N MODE -> "rx_mpps per_consumer_mpps(min) drop_pct"
+threads() {
+  local n=$1 mode=$2 cores="0:" i
+  for ((i = 0; i < n; i++)); do cores+="$C1,"; done
+  "$BIN" balance --threads -i source -n "$n" -m "$mode" -t "$DUR" -g "${cores%,}" --json --quiet \
+    | jq -r 'select(.type=="summary") | [(.rx / .elapsed_ms / 1000),
+        ([.threads[].pkts] | min / 1) / .elapsed_ms / 1000,
+        (if .destinations == 0 then 0 else (.destinations - .delivered) * 100 / .destinations end)] | @tsv'
+}
+
+# procs N MODE -> same, with `linerate count -i cluster:ID@Q` consumer processes
+procs() {
+  local n=$1 mode=$2 id=$((70000 + $$ % 10000)) q pids=() out
+  out=$(mktemp -d)
+  taskset -c 0 "$BIN" balance -i source -c "$id" -n "$n" -m "$mode" -t "$DUR" --wait-consumers --json --quiet >"$out/m" &
+  local mpid=$!
+  for _ in $(seq 100); do [ -e "/dev/shm/linerate-cluster-$id" ] && break; sleep 0.05; done
+  for ((q = 0; q < n; q++)); do
+    taskset -c "$C1" "$BIN" count -i "cluster:$id@$q" --json -q >"$out/c$q" 2>/dev/null &
+    pids+=($!)
+  done
+  wait "$mpid"
+  for p in "${pids[@]}"; do wait "$p" || true; done
+  local ms min
+  ms=$(jq -r 'select(.type=="summary") | .elapsed_ms' "$out/m")
+  min=$(cat "$out"/c* | jq -r 'select(.type=="summary") | .pkts' | sort -g | head -1)
+  jq -r --argjson min "$min" 'select(.type=="summary") | [(.rx / .elapsed_ms / 1000), ($min / .elapsed_ms / 1000),
+        (if .destinations == 0 then 0 else (.destinations - .delivered) * 100 / .destinations end)] | @tsv' "$out/m"
+  rm -rf "$out"
+}
+
+testpmd() {
+  command -v dpdk-testpmd >/dev/null || { echo "nan"; return; }
+  timeout -s INT $((DUR + 2)) dpdk-testpmd --no-huge --no-pci -m 512 -l 0-$C1 --no-shconf \
+    --file-prefix lrbench --vdev net_null0,size=64 --vdev net_null1,size=64 -- --forward-mode=io \
+    --stats-period 1 --nb-cores=1 --total-num-mbufs=32768 2>/dev/null \
+    | awk '/Rx-pps:/ {v[++n]=$2} END {if (n < 4) {print "nan"} else {print (v[n-1] + v[n]) / 1e6}}' \
+    || true
+}
+
+row() { # label cmd...
+  local label=$1; shift
+  local rx=() pc=() dp=() r
+  for ((k = 0; k < RUNS; k++)); do
+    r=$("$@")
+    rx+=("$(cut -f1 <<<"$r")"); pc+=("$(cut -f2 <<<"$r")"); dp+=("$(cut -f3 <<<"$r")")
+  done
+  printf '| %s | %.2f | %.2f | %.1f %% |\n' "$label" \
+    "$(printf '%s\n' "${rx[@]}" | median)" "$(printf '%s\n' "${pc[@]}" | median)" "$(printf '%s\n' "${dp[@]}" | median)"
+}
+
+{
+  echo "## Cluster, in memory, 64 B ($(date -u +%Y-%m-%dT%H:%MZ), $CORES cores, load $(cut -d' ' -f1-3 /proc/loadavg), ${DUR}s x $RUNS, medians)"
+  echo
+  echo "| run | balance Mpps (master, core 0) | per consumer Mpps (min) | queue drops |"
+  echo "|---|---|---|---|"
+  row "threads 1→1 (ip hash)" threads 1 ip
+  row "threads 1→1 (round-robin)" threads 1 round-robin
+  row "threads 1→2 balanced (ip hash)" threads 2 ip
+  row "threads 1→2 fan-out" threads 2 fanout
+  row "processes 1→1 (ip hash)" procs 1 ip
+  row "processes 1→2 balanced (ip hash)" procs 2 ip
+  row "processes 1→2 fan-out" procs 2 fanout
+  tp=()
+  for ((k = 0; k < RUNS; k++)); do tp+=("$(testpmd)"); done
+  echo
+  echo "dpdk-testpmd io, net_null0 ↔ net_null1, 1 core, no hugepages (sum of both ports' Rx-pps): $(printf '%s\n' "${tp[@]}" | median) Mpps"
+} | tee bench/cluster-results.md

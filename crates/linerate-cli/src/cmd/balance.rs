@@ -1,0 +1,637 @@
+//! `linerate balance`: the cluster master (zbalance_ipc / pfdnacluster_master), or with
+//! `--threads` the same distribution to consumer threads (pfdnacluster_multithread).
+
+use crate::cmd::count::open_port;
+use crate::common::{pin, stop_flag, usage};
+use anyhow::Context;
+use clap::Parser;
+use linerate::apps::balance::lua::LuaScript;
+use linerate::apps::balance::source::SourcePort;
+use linerate::apps::balance::Egress;
+use linerate::apps::balance::{
+    self, BalanceOptions, BalanceReport, BalanceTick, Distributor, Ended, Mode, ThreadFigures,
+    Threads,
+};
+use linerate::filter::Filter;
+use linerate::port::cluster::{ClusterConfig, ClusterStats, Master};
+use linerate::port::pcap::PcapPort;
+use linerate::port::{Port, PortOptions};
+use linerate::stats::prom::{cluster_text, MetricsServer};
+use linerate::stats::{group, group_f};
+use linerate::units;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Flags of `linerate balance`.
+#[derive(Parser, Debug)]
+pub struct Args {
+    /// Input port(s): afpacket:IFACE, pcap:FILE, mem:NAME; a,b aggregates round-robin;
+    /// `source[:COUNT]` is the built-in generator (64 B frames, rotating addresses).
+    #[arg(short = 'i', long = "in", value_name = "PORTS")]
+    input: String,
+    /// Pace `-i source` (e.g. 5Mpps, 10Gbps = 64 B at 10 GbE line rate, 50%).
+    #[arg(long, value_name = "RATE", value_parser = units::parse_rate)]
+    source_rate: Option<units::Rate>,
+    /// Declare a consumer gone when it has not received for this long (default: only when its
+    /// process is gone); its queue is reclaimed and it stops with an error.
+    #[arg(long, value_name = "SECONDS", value_parser = units::parse_duration)]
+    consumer_timeout: Option<std::time::Duration>,
+    /// Wait until every queue has a consumer before reading the input.
+    #[arg(long)]
+    wait_consumers: bool,
+    /// Cluster id: consumers attach with -i cluster:ID@QUEUE.
+    #[arg(short = 'c', long = "cluster", value_name = "ID", default_value = "10")]
+    cluster: u32,
+    /// Queues per application: 2,1 = application 0 balanced over queues 0-1, application 1 a
+    /// full copy on queue 2.
+    #[arg(short = 'n', long = "queues", value_name = "N[,M...]", default_value = "1", value_parser = parse_apps)]
+    apps: Apps,
+    /// Distribution mode: round-robin, fanout, ip, mac, proto, 5tuple, toeplitz, vlan, gre, gtp,
+    /// or lua:FILE (a function balance(pkts, n) returning queues per packet).
+    #[arg(short = 'm', long = "mode", value_name = "MODE", default_value = "ip")]
+    mode: ModeArg,
+    /// Consumer threads in this process instead of consumer processes.
+    #[arg(long)]
+    threads: bool,
+    /// Slots per queue.
+    #[arg(
+        short = 'q',
+        long = "slots",
+        value_name = "SLOTS",
+        default_value = "4096"
+    )]
+    slots: u32,
+    /// Frames in the cluster (default: enough for every queue full).
+    #[arg(
+        short = 'b',
+        long = "buffers",
+        value_name = "BUFFERS",
+        default_value = "0"
+    )]
+    buffers: u32,
+    /// BPF filter in libpcap syntax, run before distribution.
+    #[arg(short = 'f', long, value_name = "BPF")]
+    filter: Option<String>,
+    /// Cores: the master's, then the consumer threads' (e.g. 0 or 0:1,1).
+    #[arg(short = 'g', long = "cores", value_name = "CORE[:C0,C1..]")]
+    cores: Option<String>,
+    /// Stop after this long.
+    #[arg(short = 't', long, value_name = "SECONDS", value_parser = units::parse_duration)]
+    duration: Option<std::time::Duration>,
+    /// Stop after this many packets received.
+    #[arg(long = "packets", value_name = "COUNT", value_parser = units::parse_count)]
+    packets: Option<u64>,
+    /// Print statistics as JSON lines.
+    #[arg(long)]
+    json: bool,
+    /// Serve Prometheus text on this address (e.g. 127.0.0.1:9100).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+    /// Print only the final summary.
+    #[arg(long)]
+    quiet: bool,
+    /// Seconds between statistics.
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = units::parse_duration)]
+    interval: std::time::Duration,
+    /// Send what consumers transmit into the cluster (`cluster:ID` ports) out of this port.
+    #[arg(short = 'o', long = "out", value_name = "PORT")]
+    out: Option<String>,
+    /// Replace queue Q by an egress port (pcap file, afpacket:IFACE, mem:NAME); repeatable.
+    #[arg(short = 'r', long = "egress", value_name = "Q:PORT")]
+    egress: Vec<String>,
+    /// Simulated work per packet in consumer threads (ns), to see overload.
+    #[arg(long, value_name = "NS", default_value = "0")]
+    work_ns: u64,
+}
+
+/// `-m MODE` or `-m lua:FILE`.
+#[derive(Clone, Debug)]
+pub struct ModeArg {
+    mode: Mode,
+    script: Option<String>,
+}
+
+impl std::str::FromStr for ModeArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ModeArg, String> {
+        match s.strip_prefix("lua:") {
+            Some("") => Err("lua: names a script: -m lua:FILE".into()),
+            Some(f) => Ok(ModeArg {
+                mode: Mode::Lua,
+                script: Some(f.to_string()),
+            }),
+            None => Ok(ModeArg {
+                mode: s.parse()?,
+                script: None,
+            }),
+        }
+    }
+}
+
+/// Queues per application (`-n 2,1`).
+#[derive(Clone, Debug)]
+pub struct Apps(pub Vec<u32>);
+
+fn parse_apps(s: &str) -> Result<Apps, String> {
+    let v: Result<Vec<u32>, _> = s.split(',').map(|x| x.trim().parse::<u32>()).collect();
+    match v {
+        Ok(v) if !v.is_empty() && v.iter().all(|&n| n > 0) && v.iter().sum::<u32>() <= 64 => {
+            Ok(Apps(v))
+        }
+        _ => Err(format!(
+            "'{s}': queues per application, e.g. 2 or 2,1 (1 to 64 queues in all)"
+        )),
+    }
+}
+
+fn parse_cores(s: &str) -> anyhow::Result<(Option<usize>, Vec<usize>)> {
+    let bad = || {
+        usage(format!(
+            "-g {s}: write CORE or CORE:C0,C1,... (core numbers)"
+        ))
+    };
+    let (m, rest) = s.split_once(':').unwrap_or((s, ""));
+    let m = if m.is_empty() {
+        None
+    } else {
+        Some(m.parse().map_err(|_| bad())?)
+    };
+    let mut v = Vec::new();
+    for c in rest.split(',').filter(|c| !c.is_empty()) {
+        v.push(c.parse().map_err(|_| bad())?);
+    }
+    Ok((m, v))
+}
+
+/// Opens an output port: a pcap file to create, or any port URI.
+fn open_out(
+    uri: &str,
+    link: linerate::port::LinkType,
+    flag: &str,
+) -> anyhow::Result<Box<dyn Port>> {
+    let create = |path: &str| -> anyhow::Result<Box<dyn Port>> {
+        Ok(Box::new(
+            PcapPort::create(path, link).map_err(|e| usage(format!("{flag}: {e}")))?,
+        ))
+    };
+    match uri.strip_prefix("pcap:") {
+        Some(path) => create(path),
+        None if uri.ends_with(".pcap") || uri.ends_with(".pcapng") => create(uri),
+        None => open_port(uri, &PortOptions::default()),
+    }
+}
+
+/// Runs `linerate balance`.
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let stop = stop_flag()?;
+    let mut input: Box<dyn Port> = match a.input.strip_prefix("source") {
+        Some(rest) if rest.is_empty() || rest.starts_with(':') => {
+            let count = match rest.strip_prefix(':') {
+                Some(c) => {
+                    Some(units::parse_count(c).map_err(|e| usage(format!("-i {}: {e}", a.input)))?)
+                }
+                None => None,
+            };
+            Box::new(SourcePort::new(4096, count)?.with_rate(a.source_rate))
+        }
+        _ => open_port(&a.input, &PortOptions::default())?,
+    };
+    let link = input.link_type();
+    let filter = match &a.filter {
+        Some(expr) => Some(Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?),
+        None => None,
+    };
+    let (master_core, thread_cores) = match &a.cores {
+        Some(s) => parse_cores(s)?,
+        None => (None, Vec::new()),
+    };
+    let mut dist = match &a.mode.script {
+        Some(f) => {
+            let script = LuaScript::load(std::path::Path::new(f), &a.apps.0)
+                .map_err(|e| usage(format!("-m lua:{f}: {e}")))?;
+            Distributor::with_script(script, &a.apps.0, link)
+        }
+        None => Distributor::new(a.mode.mode, &a.apps.0, link),
+    };
+    let cfg = ClusterConfig {
+        apps: a.apps.0.clone(),
+        slots: a.slots,
+        frames: a.buffers,
+        tx_lanes: if a.out.is_some() { 8 } else { 0 },
+        ..Default::default()
+    };
+    let mut tx_out = match &a.out {
+        Some(uri) => Some(open_out(uri, link, "-o")?),
+        None => None,
+    };
+    let mut master = if a.threads {
+        Master::anon(&cfg).context("creating the cluster")?
+    } else {
+        Master::create(a.cluster, &cfg).context("creating the cluster")?
+    };
+    master.set_consumer_timeout(a.consumer_timeout);
+    let metrics = match &a.metrics {
+        Some(addr) => {
+            Some(MetricsServer::start(addr).map_err(|e| usage(format!("--metrics {addr}: {e}")))?)
+        }
+        None => None,
+    };
+    let mut egress = Vec::new();
+    for spec in &a.egress {
+        let bad = || usage(format!("-r {spec}: write QUEUE:PORT, e.g. -r 0:out.pcap"));
+        let (q, uri) = spec.split_once(':').ok_or_else(bad)?;
+        let q: usize = q.parse().map_err(|_| bad())?;
+        if q >= cfg.queues() {
+            return Err(usage(format!(
+                "-r {spec}: the cluster has queues 0..{}",
+                cfg.queues() - 1
+            )));
+        }
+        egress.push(Egress::new(&master, q, open_out(uri, link, "-r")?)?);
+    }
+    let egress_queues: Vec<usize> = egress.iter().map(|e| e.queue()).collect();
+    let threads = if a.threads {
+        let cores = Arc::new(thread_cores);
+        let on_start: Arc<dyn Fn(usize) + Send + Sync> = Arc::new(move |q| {
+            if let Some(&c) = cores.get(q) {
+                let _ = pin(Some(c));
+            }
+        });
+        let queues: Vec<usize> = (0..cfg.queues())
+            .filter(|q| !egress_queues.contains(q))
+            .collect();
+        Some(Threads::spawn_some(
+            &master,
+            &queues,
+            a.work_ns,
+            Some(on_start),
+        )?)
+    } else {
+        None
+    };
+    pin(master_core)?;
+    let mut out = std::io::stdout();
+    if !a.quiet && !a.json {
+        if a.threads {
+            let _ = writeln!(
+                out,
+                "Balancing {} to {} consumer threads (-n {}, mode {})",
+                a.input,
+                cfg.queues(),
+                apps_str(&a.apps.0),
+                a.mode.mode.name()
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "Cluster {} on {} : {} queues (-n {}, mode {}); consumers: linerate count -i cluster:{}@QUEUE",
+                a.cluster,
+                a.input,
+                cfg.queues(),
+                apps_str(&a.apps.0),
+                a.mode.mode.name(),
+                a.cluster
+            );
+        }
+    }
+    if a.wait_consumers && !a.threads {
+        let t0 = std::time::Instant::now();
+        while master
+            .stats()
+            .queues
+            .iter()
+            .any(|q| q.consumer_pid.is_none())
+        {
+            if stop.load(std::sync::atomic::Ordering::Relaxed)
+                || a.duration.is_some_and(|d| t0.elapsed() >= d)
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    let opts = BalanceOptions {
+        count: a.packets,
+        duration: a.duration,
+        filter,
+        interval: a.interval,
+    };
+    let mut last_threads: Vec<(u64, u64)> = vec![(0, 0); cfg.queues()];
+    let id = a.cluster;
+    let report = balance::run_with(
+        input.as_mut(),
+        &mut master,
+        &mut dist,
+        &opts,
+        &mut egress,
+        tx_out.as_mut().map(|p| p.as_mut() as &mut dyn Port),
+        &stop,
+        |t| {
+            let now_threads: Vec<(u64, u64)> = threads
+                .as_ref()
+                .map(|th| th.counters().iter().map(|c| c.get()).collect())
+                .unwrap_or_default();
+            if let Some(m) = &metrics {
+                m.set(cluster_text(id, &t.now.stats, &now_threads));
+            }
+            if !a.quiet {
+                let s = if a.json {
+                    json_tick("stats", t, &now_threads) + "\n"
+                } else if threads.is_some() {
+                    threads_text(t, &last_threads, &now_threads, &egress_queues)
+                } else {
+                    master_text(t)
+                };
+                let _ = out.write_all(s.as_bytes());
+                let _ = out.flush();
+            }
+            last_threads = now_threads;
+        },
+    );
+    let mut out = std::io::stdout();
+    for e in &mut egress {
+        let q = e.queue();
+        let dropped = e.dropped;
+        let st = e.out().stats();
+        if !a.json {
+            let _ = writeln!(
+                out,
+                "Egress Q {q} -> {}: {} pkts sent, {} not taken by the port",
+                e.out().name(),
+                group(st.tx_packets),
+                group(dropped + st.tx_drops.total())
+            );
+        }
+    }
+    if let (Some(o), false) = (tx_out.as_mut(), a.json) {
+        let st = report.tick.now.stats.clone();
+        let _ = writeln!(
+            out,
+            "Out {}: {} pkts transmitted by consumers sent, {} not taken by the port",
+            o.name(),
+            group(st.tx_packets),
+            group(st.tx_dropped)
+        );
+    }
+    drop(egress);
+    drop(tx_out);
+    finish(a, &egress_queues, master, threads, report, &metrics)
+}
+
+fn finish(
+    a: Args,
+    egress_queues: &[usize],
+    mut master: Master,
+    threads: Option<Threads>,
+    report: BalanceReport,
+    metrics: &Option<MetricsServer>,
+) -> anyhow::Result<ExitCode> {
+    // Close: consumers drain their queues and stop.
+    master.close();
+    let joined = threads.map(|t| t.join());
+    let mut t = report.tick.clone();
+    t.now.stats = master.stats();
+    t.now.t_ns = report.tick.now.t_ns;
+    let final_threads: Vec<(u64, u64)> = match &joined {
+        Some(Ok(v)) => v.clone(),
+        _ => Vec::new(),
+    };
+    if let Some(m) = metrics {
+        m.set(cluster_text(a.cluster, &t.now.stats, &final_threads));
+    }
+    let ended = match report.ended {
+        Ended::Count => "count reached",
+        Ended::Duration => "time limit",
+        Ended::EndOfInput => "end of input",
+        Ended::Stopped => "interrupted",
+        Ended::Error => "input error",
+    };
+    let mut out = std::io::stdout();
+    let s = &t.now.stats;
+    let inv = s.check_invariant();
+    if a.json {
+        let mut j: serde_json::Value =
+            serde_json::from_str(&json_tick("summary", &t, &final_threads))?;
+        j["ended"] = ended.into();
+        j["invariant_ok"] = inv.is_ok().into();
+        let _ = writeln!(out, "{j}");
+    } else {
+        let mut whole = t.clone();
+        whole.prev = whole.start.clone();
+        let text = if !final_threads.is_empty() {
+            threads_text(
+                &whole,
+                &vec![(0, 0); final_threads.len()],
+                &final_threads,
+                egress_queues,
+            )
+        } else {
+            master_text(&whole)
+        };
+        let _ = out.write_all(text.as_bytes());
+        let _ = writeln!(out, "{}", accounting_line(s));
+        let _ = writeln!(out, "Ended: {ended}");
+    }
+    let _ = out.flush();
+    if let Some(Err(e)) = joined {
+        return Err(anyhow::Error::new(e).context("a consumer thread failed"));
+    }
+    if let Err(e) = inv {
+        anyhow::bail!("accounting invariant violated: {e}");
+    }
+    match report.error {
+        None => Ok(ExitCode::SUCCESS),
+        Some(e) => Err(anyhow::Error::new(e).context(format!(
+            "input stopped after {} packets",
+            group(s.rx_packets)
+        ))),
+    }
+}
+
+fn apps_str(apps: &[u32]) -> String {
+    apps.iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `rx = filtered + routed; destinations = delivered + drops by reason`.
+pub fn accounting_line(s: &ClusterStats) -> String {
+    let ring_full: u64 = s.queues.iter().map(|q| q.ring_full).sum();
+    let gone: u64 = s.queues.iter().map(|q| q.consumer_gone).sum();
+    let nf: u64 = s.queues.iter().map(|q| q.no_frame).sum();
+    format!(
+        "Accounting: rx {} = filtered {} + distributed {}; destinations {} = delivered {} + ring_full {} + consumer_gone {} + no_frame {} [{}]",
+        group(s.rx_packets),
+        group(s.filtered),
+        group(s.routed),
+        group(s.copies),
+        group(s.delivered()),
+        group(ring_full),
+        group(gone),
+        group(nf),
+        if s.check_invariant().is_ok() { "ok" } else { "VIOLATED" }
+    )
+}
+
+fn secs(a: u64, b: u64) -> f64 {
+    (b.saturating_sub(a)).max(1) as f64 / 1e9
+}
+
+/// Per-thread blocks and the aggregate line, as pfdnacluster_multithread prints them.
+/// Queues in `egress` go to ports, not threads: they count as Sent.
+pub fn threads_text(
+    t: &BalanceTick,
+    prev: &[(u64, u64)],
+    now: &[(u64, u64)],
+    egress: &[usize],
+) -> String {
+    let mut s = String::new();
+    let abs_s = secs(t.start.t_ns, t.now.t_ns);
+    let act_s = secs(t.prev.t_ns, t.now.t_ns);
+    let mut processed = 0u64;
+    let mut sent = 0u64;
+    for (q, &(p, b)) in now.iter().enumerate() {
+        if egress.contains(&q) {
+            let d = |s: &ClusterStats| s.queues.get(q).map_or(0, |x| x.delivered);
+            sent += d(&t.now.stats) - d(&t.prev.stats).min(d(&t.now.stats));
+            continue;
+        }
+        let qs = t.now.stats.queues.get(q).copied().unwrap_or_default();
+        let q0 = t.start.stats.queues.get(q).copied().unwrap_or_default();
+        let prev_p = prev.get(q).map_or(0, |x| x.0);
+        processed += p - prev_p.min(p);
+        s.push_str(&balance::thread_block(
+            q,
+            &ThreadFigures {
+                pkts: p,
+                bytes: b,
+                drops: qs.drops() - q0.drops(),
+                act_pkts: p - prev_p.min(p),
+                secs: abs_s,
+                act_ms: act_s * 1e3,
+            },
+        ));
+    }
+    let captured = t.now.stats.rx_packets - t.prev.stats.rx_packets;
+    s.push_str("=========================\n");
+    s.push_str(&format!(
+        "Aggregate Actual stats: [Captured {} pkt/sec][Processed {} pkt/sec][Sent {} pkt/sec]\n",
+        group_f(captured as f64 / act_s, 2),
+        group_f(processed as f64 / act_s, 2),
+        group_f(sent as f64 / act_s, 2)
+    ));
+    s.push_str("=========================\n");
+    s
+}
+
+/// The master's statistics, as pfdnacluster_master and zbalance_ipc print them, with each
+/// queue's forwarded and dropped packets.
+pub fn master_text(t: &BalanceTick) -> String {
+    let (a, p, n) = (&t.start.stats, &t.prev.stats, &t.now.stats);
+    let abs_s = secs(t.start.t_ns, t.now.t_ns);
+    let act_s = secs(t.prev.t_ns, t.now.t_ns);
+    let mut s = String::from("=========================\n");
+    let rx = n.rx_packets - a.rx_packets;
+    let pr = n.delivered() - a.delivered();
+    s.push_str(&format!(
+        "Absolute Stats: RX {} pkts [{} pkt/sec] RX Processed {} pkts [{} pkt/sec]\n",
+        group(rx),
+        group_f(rx as f64 / abs_s, 2),
+        group(pr),
+        group_f(pr as f64 / abs_s, 2)
+    ));
+    let rx = n.rx_packets - p.rx_packets;
+    let pr = n.delivered() - p.delivered();
+    s.push_str(&format!(
+        "Actual Stats:   RX {} pkts [{} ms][{} pps] RX Processed {} pkts [{} ms][{} pps]\n",
+        group(rx),
+        group_f(act_s * 1e3, 2),
+        group_f(rx as f64 / act_s, 2),
+        group(pr),
+        group_f(act_s * 1e3, 2),
+        group_f(pr as f64 / act_s, 2)
+    ));
+    if n.tx_packets + n.tx_dropped > 0 {
+        let tx = n.tx_packets - a.tx_packets;
+        s.push_str(&format!(
+            "TX (consumers -> -o): {} pkts [{} pkt/sec], actual {} pps, {} not taken\n",
+            group(tx),
+            group_f(tx as f64 / abs_s, 2),
+            group_f((n.tx_packets - p.tx_packets) as f64 / act_s, 2),
+            group(n.tx_dropped)
+        ));
+    }
+    for (q, x) in n.queues.iter().enumerate() {
+        let x0 = a.queues.get(q).copied().unwrap_or_default();
+        let xp = p.queues.get(q).copied().unwrap_or_default();
+        let fwd = x.delivered - x0.delivered;
+        let drops = x.drops() - x0.drops();
+        let total = fwd + drops;
+        let consumer = match x.consumer_pid {
+            Some(pid) => format!("pid {pid}"),
+            None if x.attaches == 0 => "waiting".to_string(),
+            None => "gone".to_string(),
+        };
+        s.push_str(&format!(
+            "Q {q} (app {}, {consumer}): Forwarded {} pkts [{} pps] Dropped {} pkts ({:.1} %) [ring_full {} consumer_gone {} no_frame {}] backlog {}\n",
+            x.app,
+            group(fwd),
+            group_f((x.delivered - xp.delivered) as f64 / act_s, 2),
+            group(drops),
+            if total == 0 { 0.0 } else { drops as f64 * 100.0 / total as f64 },
+            group(x.ring_full - x0.ring_full),
+            group(x.consumer_gone - x0.consumer_gone),
+            group(x.no_frame - x0.no_frame),
+            group(x.backlog)
+        ));
+    }
+    s.push_str("=========================\n");
+    s
+}
+
+/// A JSON line: master counters, per-queue counters and rates, per-thread counters.
+pub fn json_tick(kind: &str, t: &BalanceTick, threads: &[(u64, u64)]) -> String {
+    let (a, p, n) = (&t.start.stats, &t.prev.stats, &t.now.stats);
+    let act_s = secs(t.prev.t_ns, t.now.t_ns);
+    let queues: Vec<serde_json::Value> = n
+        .queues
+        .iter()
+        .enumerate()
+        .map(|(q, x)| {
+            let xp = p.queues.get(q).copied().unwrap_or_default();
+            serde_json::json!({
+                "queue": q,
+                "app": x.app,
+                "delivered": x.delivered,
+                "bytes": x.bytes,
+                "drops": {"ring_full": x.ring_full, "consumer_gone": x.consumer_gone, "no_frame": x.no_frame},
+                "backlog": x.backlog,
+                "consumer_pid": x.consumer_pid,
+                "pps": (x.delivered - xp.delivered) as f64 / act_s,
+            })
+        })
+        .collect();
+    let th: Vec<serde_json::Value> = threads
+        .iter()
+        .enumerate()
+        .map(|(q, (pk, b))| serde_json::json!({"thread": q, "pkts": pk, "bytes": b}))
+        .collect();
+    serde_json::json!({
+        "type": kind,
+        "elapsed_ms": secs(t.start.t_ns, t.now.t_ns) * 1e3,
+        "rx": n.rx_packets - a.rx_packets,
+        "rx_bytes": n.rx_bytes - a.rx_bytes,
+        "filtered": n.filtered,
+        "distributed": n.routed,
+        "destinations": n.copies,
+        "delivered": n.delivered(),
+        "rx_pps": (n.rx_packets - p.rx_packets) as f64 / act_s,
+        "tx": n.tx_packets,
+        "tx_dropped": n.tx_dropped,
+        "queues": queues,
+        "threads": th,
+    })
+    .to_string()
+}

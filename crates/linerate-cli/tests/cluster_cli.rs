@@ -1,0 +1,336 @@
+//! `linerate balance --threads` and `linerate demo` output: seed 000's per-thread format, JSON
+//! lines, Prometheus text, egress to a pcap file, usage errors. Bounded in time; only processes
+//! started here are killed.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_linerate");
+
+fn run(args: &[&str], limit: Duration) -> std::process::Output {
+    let mut c = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while c.try_wait().unwrap().is_none() {
+        if t0.elapsed() > limit {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("linerate {args:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    c.wait_with_output().unwrap()
+}
+
+#[test]
+fn threads_print_seed_000_blocks_and_the_accounting() {
+    let out = run(
+        &[
+            "balance",
+            "--threads",
+            "-i",
+            "source:300000",
+            "-n",
+            "2",
+            "-m",
+            "ip",
+            "--interval",
+            "50ms",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        s.contains("=========================\nThread 0\nAbsolute Stats: ["),
+        "{s}"
+    );
+    assert!(s.contains("Thread 1\nAbsolute Stats: ["), "{s}");
+    assert!(s.contains(" pkts rcvd]["), "{s}");
+    assert!(s.contains(" total pkts]["), "{s}");
+    assert!(s.contains("Actual   Stats: ["), "{s}");
+    assert!(s.contains("Aggregate Actual stats: [Captured "), "{s}");
+    assert!(
+        s.contains("Accounting: rx 300'000 = filtered 0 + distributed 300'000"),
+        "{s}"
+    );
+    assert!(s.contains("[ok]"), "{s}");
+}
+
+#[test]
+fn json_lines_parse_and_the_summary_accounts_for_everything() {
+    let out = run(
+        &[
+            "balance",
+            "--threads",
+            "-i",
+            "source:200000",
+            "-n",
+            "2,1",
+            "-m",
+            "5tuple",
+            "--json",
+            "--interval",
+            "20ms",
+            "-f",
+            "udp",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every line is JSON"))
+        .collect();
+    let sum = lines.last().unwrap();
+    assert_eq!(sum["type"], "summary");
+    assert_eq!(sum["rx"], 200_000);
+    assert_eq!(sum["invariant_ok"], true);
+    assert_eq!(sum["filtered"], 0, "the source sends UDP only");
+    assert_eq!(sum["queues"].as_array().unwrap().len(), 3);
+    let t = sum["threads"].as_array().unwrap();
+    let q = sum["queues"].as_array().unwrap();
+    let offered = |x: &serde_json::Value| {
+        x["delivered"].as_u64().unwrap()
+            + ["ring_full", "consumer_gone", "no_frame"]
+                .iter()
+                .map(|r| x["drops"][r].as_u64().unwrap())
+                .sum::<u64>()
+    };
+    for k in 0..3 {
+        assert_eq!(
+            t[k]["pkts"], q[k]["delivered"],
+            "thread {k} got what was delivered to it"
+        );
+    }
+    assert_eq!(
+        offered(&q[2]),
+        200_000,
+        "application 1 is offered a full copy"
+    );
+    assert_eq!(
+        offered(&q[0]) + offered(&q[1]),
+        200_000,
+        "application 0 is offered each packet once"
+    );
+}
+
+#[test]
+fn metrics_are_served_as_prometheus_text() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(BIN)
+        .args([
+            "balance",
+            "--threads",
+            "-i",
+            "source",
+            "-n",
+            "2",
+            "-t",
+            "4",
+            "--quiet",
+            "--interval",
+            "100ms",
+        ])
+        .args(["--metrics", &addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let mut body = String::new();
+    while t0.elapsed() < Duration::from_secs(4) {
+        std::thread::sleep(Duration::from_millis(300));
+        let Ok(mut c) = std::net::TcpStream::connect(&addr) else {
+            continue;
+        };
+        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        body.clear();
+        let _ = c.read_to_string(&mut body);
+        if body.contains("linerate_cluster_delivered_total") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+    assert!(
+        body.contains("# TYPE linerate_cluster_rx_packets_total counter"),
+        "{body}"
+    );
+    assert!(body.contains("linerate_cluster_dropped_total{cluster=\"10\",queue=\"1\",app=\"0\",reason=\"ring_full\"}"), "{body}");
+    assert!(
+        body.contains("linerate_cluster_thread_packets_total{cluster=\"10\",thread=\"0\"}"),
+        "{body}"
+    );
+}
+
+#[test]
+fn egress_queue_to_a_pcap_file() {
+    let dir = std::env::temp_dir().join(format!("lr-egress-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("q1.pcap");
+    let spec = format!("1:{}", f.display());
+    let out = run(
+        &[
+            "balance",
+            "--threads",
+            "-i",
+            "source:10000",
+            "-n",
+            "2",
+            "-m",
+            "round-robin",
+            "-r",
+            &spec,
+            "--quiet",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("Egress Q 1 -> pcap:"), "{s}");
+    assert!(s.contains("[Sent "), "{s}");
+    let c = run(
+        &["count", "-i", f.to_str().unwrap(), "--json", "-q"],
+        Duration::from_secs(20),
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&c.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(j["pkts"], 5000);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        &["balance", "-i", "source", "-n", "0"][..],
+        &["balance", "-i", "source", "-m", "nope"][..],
+        &[
+            "balance",
+            "--threads",
+            "-i",
+            "source",
+            "-n",
+            "2",
+            "-r",
+            "5:x.pcap",
+        ][..],
+    ] {
+        let out = run(args, Duration::from_secs(20));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn demo_prints_the_four_seed_tests_side_by_side() {
+    let out = run(&["demo", "-t", "300ms"], Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8_lossy(&out.stdout);
+    for t in ["=== Test 1.", "=== Test 2.", "=== Test 3.", "=== Test 10."] {
+        assert!(s.contains(t), "{t} missing:\n{s}");
+    }
+    assert!(
+        s.contains("seed 000 (10 GbE)") && s.contains("linerate, this machine"),
+        "{s}"
+    );
+    assert!(s.contains("14'881'605.27"), "{s}");
+    assert_eq!(s.matches("[ok]").count(), 4, "{s}");
+    assert!(
+        s.contains("consumer process 2 (linerate count -i cluster:"),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_lua_function_picks_queues_drops_and_fans_out() {
+    let dir = std::env::temp_dir().join(format!("lr-lua-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("b.lua");
+    // byte 30 is the last byte of the source address: 0 → drop, odd → queue 1 and the copy
+    // application (fan-out), even → queue 0 and the copy application.
+    std::fs::write(
+        &f,
+        "function balance(pkts, n)\n  local r = {}\n  for i = 1, n do\n    local b = pkts[i]:byte(30)\n    if b == 0 then r[i] = false\n    else r[i] = { b % 2, 2 } end\n  end\n  return r\nend\n",
+    )
+    .unwrap();
+    let out = run(
+        &[
+            "balance",
+            "--threads",
+            "-i",
+            "source:25600",
+            "-n",
+            "2,1",
+            "-m",
+            &format!("lua:{}", f.display()),
+            "--json",
+            "-q",
+            "65536",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(j["invariant_ok"], true, "{j}");
+    // the source's 4096 flows: source addresses 10.0.x.y cycle y through 0..255
+    assert_eq!(j["filtered"], 100, "one packet in 256 has y = 0");
+    assert_eq!(j["distributed"], 25_500);
+    assert_eq!(j["destinations"], 51_000);
+    let bad = dir.join("bad.lua");
+    std::fs::write(&bad, "function balance(p, n)\n  return nil + 1\nend\n").unwrap();
+    let out = run(
+        &[
+            "balance",
+            "--threads",
+            "-i",
+            "source:1000",
+            "-m",
+            &format!("lua:{}", bad.display()),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.lua:2:") && err.lines().count() == 1,
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

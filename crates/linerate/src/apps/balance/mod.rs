@@ -1,0 +1,812 @@
+//! `balance`: the cluster master (zbalance_ipc / pfdnacluster_master) and its consumer threads
+//! (pfdnacluster_multithread).
+//!
+//! The master loop has l2fwd's shape: receive a batch from the input, decide each packet's
+//! destination queues (one bit per queue in a 64-bit mask), hand the batch to the cluster
+//! [`Master`], which copies each packet once into a frame of the cluster segment and publishes
+//! descriptors; every ~100 ms check consumers; every interval take a snapshot for the printer.
+//!
+//! Applications: `-n 2,1` makes application 0 with queues 0 and 1 and application 1 with queue 2.
+//! Every application sees every packet (a full copy); inside an application the mode picks one
+//! queue. `fanout` sends every packet to every queue.
+
+pub mod lua;
+pub mod source;
+
+use crate::filter::Filter;
+use crate::mem::{Batch, BATCH};
+use crate::port::cluster::{ClusterPort, ClusterStats, Master};
+use crate::port::{LinkType, Port, PortError};
+use crate::time::mono_ns;
+use crate::wire;
+use crossbeam_utils::CachePadded;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+pub use crate::apps::count::Ended;
+
+/// How the master picks queues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Packets go to the queues of each application in turn.
+    RoundRobin,
+    /// Every packet goes to every queue.
+    Fanout,
+    /// Symmetric hash of the source and destination IP addresses (both directions alike).
+    Ip,
+    /// Symmetric hash of the source and destination MAC addresses.
+    Mac,
+    /// Hash of the IP protocol number.
+    Proto,
+    /// Symmetric hash of addresses, ports and protocol.
+    FiveTuple,
+    /// RSS Toeplitz hash with a symmetric key (0x6d5a repeated) over addresses and ports.
+    Toeplitz,
+    /// Hash of the outermost VLAN id.
+    Vlan,
+    /// Symmetric IP hash of the packet inside a GRE tunnel (outer header when not GRE).
+    GreInner,
+    /// Symmetric IP hash of the packet inside a GTP-U tunnel (outer header when not GTP-U).
+    GtpInner,
+    /// A Lua function decides (`-m lua:FILE`, see [`lua`]).
+    Lua,
+}
+
+impl Mode {
+    /// All modes with their names.
+    pub const NAMES: [(&'static str, Mode); 10] = [
+        ("round-robin", Mode::RoundRobin),
+        ("fanout", Mode::Fanout),
+        ("ip", Mode::Ip),
+        ("mac", Mode::Mac),
+        ("proto", Mode::Proto),
+        ("5tuple", Mode::FiveTuple),
+        ("toeplitz", Mode::Toeplitz),
+        ("vlan", Mode::Vlan),
+        ("gre", Mode::GreInner),
+        ("gtp", Mode::GtpInner),
+    ];
+
+    /// The mode's name as `-m` takes it.
+    pub fn name(self) -> &'static str {
+        if self == Mode::Lua {
+            return "lua";
+        }
+        Self::NAMES
+            .iter()
+            .find(|(_, m)| *m == self)
+            .map_or("?", |(n, _)| n)
+    }
+
+    /// Whether the mode computes a hash of the packet.
+    pub fn hashes(self) -> bool {
+        !matches!(self, Mode::RoundRobin | Mode::Fanout | Mode::Lua)
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        let alias = match s {
+            "rr" | "0" => "round-robin",
+            "fan-out" | "2" => "fanout",
+            "1" => "ip",
+            "5-tuple" | "five-tuple" => "5tuple",
+            "rss" => "toeplitz",
+            "gre-inner" => "gre",
+            "gtp-inner" => "gtp",
+            o => o,
+        };
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| *n == alias)
+            .map(|(_, m)| *m)
+            .ok_or_else(|| {
+                format!(
+                    "unknown mode '{s}'; modes: {}",
+                    Self::NAMES.map(|(n, _)| n).join(", ")
+                )
+            })
+    }
+}
+
+/// Decides the destination queues of packets.
+#[derive(Debug)]
+pub struct Distributor {
+    mode: Mode,
+    link: LinkType,
+    /// (first queue, number of queues) of each application.
+    apps: Vec<(u32, u32)>,
+    rr: Vec<u32>,
+    all: u64,
+    script: Option<lua::LuaScript>,
+    error: Option<lua::LuaError>,
+}
+
+impl Distributor {
+    /// A distributor for applications of `apps[a]` queues each.
+    pub fn new(mode: Mode, apps: &[u32], link: LinkType) -> Distributor {
+        let mut first = 0;
+        let apps: Vec<(u32, u32)> = apps
+            .iter()
+            .map(|&n| {
+                let a = (first, n.max(1));
+                first += n.max(1);
+                a
+            })
+            .collect();
+        let all = if first >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << first) - 1
+        };
+        Distributor {
+            mode,
+            link,
+            rr: vec![0; apps.len()],
+            apps,
+            all,
+            script: None,
+            error: None,
+        }
+    }
+
+    /// A distributor whose decisions a Lua script makes (`-m lua:FILE`).
+    pub fn with_script(script: lua::LuaScript, apps: &[u32], link: LinkType) -> Distributor {
+        let mut d = Self::new(Mode::Lua, apps, link);
+        d.script = Some(script);
+        d
+    }
+
+    /// The error the script raised, if it failed (its batch was dropped as filtered).
+    pub fn take_error(&mut self) -> Option<lua::LuaError> {
+        self.error.take()
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The hash the mode computes for a packet (0 for the modes that do not hash).
+    #[inline]
+    pub fn hash(&self, data: &[u8]) -> u32 {
+        hash(self.mode, data, self.link)
+    }
+
+    /// Fills `out[i]` with the destination mask of packet `i` of `batch` (0: filtered out).
+    #[inline]
+    ///
+    /// Hashing modes also store each packet's hash in its descriptor (`Desc::hash`), which
+    /// consumers receive.
+    pub fn masks(&mut self, batch: &mut Batch, filter: Option<&Filter>, out: &mut [u64; BATCH]) {
+        let n = batch.len().min(BATCH);
+        // Bit i set: packet i passed the filter.
+        let mut keep = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        if let Some(f) = filter {
+            for i in 0..n {
+                if !f.matches(batch.data(i)) {
+                    keep &= !(1 << i);
+                }
+            }
+        }
+        match self.mode {
+            Mode::Fanout => out[..n].fill(self.all),
+            Mode::Lua => {
+                let r = match self.script.as_mut() {
+                    Some(s) => s.decide(batch, keep, out),
+                    None => Err(lua::LuaError::Lua("no script loaded".into())),
+                };
+                if let Err(e) = r {
+                    out[..n].fill(0);
+                    self.error.get_or_insert(e);
+                }
+            }
+            Mode::RoundRobin => {
+                for (i, o) in out[..n].iter_mut().enumerate() {
+                    if keep & (1 << i) == 0 {
+                        continue;
+                    }
+                    let mut m = 0u64;
+                    for (a, &(first, nq)) in self.apps.iter().enumerate() {
+                        let r = &mut self.rr[a];
+                        m |= 1 << (first + *r);
+                        *r += 1;
+                        if *r == nq {
+                            *r = 0;
+                        }
+                    }
+                    *o = m;
+                }
+            }
+            mode => {
+                for (i, o) in out[..n].iter_mut().enumerate() {
+                    if keep & (1 << i) == 0 {
+                        continue;
+                    }
+                    let h = hash(mode, batch.data(i), self.link);
+                    if let Some(d) = batch.descs_mut().get_mut(i) {
+                        d.hash = h;
+                    }
+                    let mut m = 0u64;
+                    for &(first, nq) in &self.apps {
+                        m |= 1 << (first + h % nq);
+                    }
+                    *o = m;
+                }
+            }
+        }
+        if keep != u64::MAX {
+            for (i, o) in out[..n].iter_mut().enumerate() {
+                if keep & (1 << i) == 0 {
+                    *o = 0;
+                }
+            }
+        }
+    }
+}
+
+/// The hash `mode` computes over `data` (a packet of link type `link`), from the one-pass header
+/// parser ([`crate::wire::parse`]); packets without the headers a mode needs hash to 0 (the
+/// application's first queue). Exactly:
+/// - `ip`: [`wire::hash_ip_symmetric`]: MurmurHash3 of the source address XOR that of the
+///   destination (IPv4 or IPv6, after any VLAN tags): both directions alike;
+/// - `mac`: [`wire::hash_mac`]: symmetric over source and destination MAC;
+/// - `proto`: [`wire::hash_proto`]: the upper-layer protocol number (after IPv6 extension headers);
+/// - `5tuple`: [`wire::hash_5tuple_symmetric`]: addresses, ports (TCP, UDP, SCTP; 0 for other
+///   protocols and for fragments, so all fragments of a datagram stay together) and protocol,
+///   symmetric;
+/// - `toeplitz`: [`wire::hash_toeplitz_symmetric`]: the RSS Toeplitz hash with the key 0x6d5a
+///   repeated (symmetric) over addresses and ports, as a NIC with that key computes it;
+/// - `vlan`: [`wire::hash_vlan`]: the outermost VLAN id (0 untagged);
+/// - `gre` / `gtp`: the `ip` hash of the packet inside a GRE (IP protocol 47) or GTP-U (UDP port
+///   2152) tunnel, so traffic of one inner conversation (one subscriber for GTP) stays together;
+///   packets not in such a tunnel use the `ip` hash of their outer header.
+pub fn hash(mode: Mode, data: &[u8], link: LinkType) -> u32 {
+    if !mode.hashes() {
+        return 0;
+    }
+    let p = wire::parse(data, link);
+    match mode {
+        Mode::RoundRobin | Mode::Fanout | Mode::Lua => 0,
+        Mode::Ip => wire::hash_ip_symmetric(&p),
+        Mode::Mac => wire::hash_mac(&p),
+        Mode::Proto => wire::hash_proto(&p),
+        Mode::FiveTuple => wire::hash_5tuple_symmetric(&p),
+        Mode::Toeplitz => wire::hash_toeplitz_symmetric(&p),
+        Mode::Vlan => wire::hash_vlan(&p),
+        Mode::GreInner | Mode::GtpInner => {
+            let tunnel = if mode == Mode::GreInner {
+                p.ip_version != 0 && p.proto == wire::proto::GRE
+            } else {
+                p.ip_version != 0
+                    && p.proto == wire::proto::UDP
+                    && (p.dport == GTP_U_PORT || p.sport == GTP_U_PORT)
+            };
+            match wire::inner(data, &p) {
+                Some(i) if tunnel && i.ip_version != 0 => wire::hash_ip_symmetric(&i),
+                _ => wire::hash_ip_symmetric(&p),
+            }
+        }
+    }
+}
+
+/// GTP-U's UDP port.
+const GTP_U_PORT: u16 = 2152;
+
+/// What the master does and when it stops.
+#[derive(Debug, Default)]
+pub struct BalanceOptions {
+    /// Stop after this many packets received.
+    pub count: Option<u64>,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Filter run in user space before distribution (rejected packets count as `filtered`).
+    pub filter: Option<Filter>,
+    /// Interval between statistics snapshots.
+    pub interval: Duration,
+}
+
+/// Cluster statistics at one instant.
+#[derive(Clone, Debug, Default)]
+pub struct Snap {
+    /// Monotonic time (ns).
+    pub t_ns: u64,
+    /// The cluster's counters.
+    pub stats: ClusterStats,
+}
+
+/// Statistics handed to the printer: at start, at the previous tick, now.
+#[derive(Clone, Debug)]
+pub struct BalanceTick {
+    /// At start.
+    pub start: Snap,
+    /// At the previous tick.
+    pub prev: Snap,
+    /// Now.
+    pub now: Snap,
+}
+
+/// How the master loop ended.
+#[derive(Debug)]
+pub struct BalanceReport {
+    /// Final statistics.
+    pub tick: BalanceTick,
+    /// Why the input stopped early.
+    pub error: Option<PortError>,
+    /// Why the loop ended.
+    pub ended: Ended,
+}
+
+/// Runs the master loop: `input` → `dist` → `master`, until a limit, the end of the input, an
+/// error or `stop`. The cluster stays open: drop or [`Master::close`] it to stop consumers.
+pub fn run(
+    input: &mut dyn Port,
+    master: &mut Master,
+    dist: &mut Distributor,
+    opts: &BalanceOptions,
+    stop: &AtomicBool,
+    on_tick: impl FnMut(&BalanceTick),
+) -> BalanceReport {
+    run_with(input, master, dist, opts, &mut [], None, stop, on_tick)
+}
+
+/// A queue replaced by an egress port (`-r Q:PORT`): the master itself drains the queue into
+/// the port after each batch (zero copy up to the port, which copies into its own memory: a
+/// pcap file, a kernel ring).
+pub struct Egress {
+    queue: usize,
+    port: ClusterPort,
+    out: Box<dyn Port>,
+    batch: Batch,
+    /// Packets the egress port did not take (its ring or wire was full).
+    pub dropped: u64,
+}
+
+impl Egress {
+    /// Makes queue `queue` of `master`'s cluster an egress to `out`.
+    pub fn new(master: &Master, queue: usize, out: Box<dyn Port>) -> Result<Egress, PortError> {
+        Ok(Egress {
+            queue,
+            port: master.consumer(queue)?,
+            out,
+            batch: Batch::new(),
+            dropped: 0,
+        })
+    }
+
+    /// The queue it replaces.
+    pub fn queue(&self) -> usize {
+        self.queue
+    }
+
+    /// The egress port.
+    pub fn out(&mut self) -> &mut dyn Port {
+        self.out.as_mut()
+    }
+
+    /// Moves what waits in the queue to the port (a few batches at most).
+    pub fn pump(&mut self) -> Result<usize, PortError> {
+        let mut moved = 0;
+        for _ in 0..8 {
+            let n = self.port.rx(&mut self.batch)?;
+            if n == 0 {
+                break;
+            }
+            moved += n;
+            while !self.batch.is_empty() {
+                if self.out.tx(&mut self.batch)? == 0 {
+                    break;
+                }
+            }
+            self.dropped += self.batch.len() as u64;
+            self.batch.clear();
+        }
+        Ok(moved)
+    }
+
+    /// Drains the queue completely and flushes the port.
+    pub fn finish(&mut self) -> Result<(), PortError> {
+        while self.pump()? > 0 {}
+        self.out.flush()
+    }
+}
+
+/// [`run`] with queues replaced by egress ports, and `tx_out` receiving what consumers transmit
+/// into the cluster (`-o`).
+#[allow(clippy::too_many_arguments)]
+pub fn run_with(
+    input: &mut dyn Port,
+    master: &mut Master,
+    dist: &mut Distributor,
+    opts: &BalanceOptions,
+    egress: &mut [Egress],
+    mut tx_out: Option<&mut dyn Port>,
+    stop: &AtomicBool,
+    mut on_tick: impl FnMut(&BalanceTick),
+) -> BalanceReport {
+    let mut batch = Batch::new();
+    let mut masks = [0u64; BATCH];
+    let mut pkts = 0u64;
+    let t0 = mono_ns();
+    let start = Snap {
+        t_ns: t0,
+        stats: master.stats(),
+    };
+    let mut prev = start.clone();
+    let interval = opts.interval.as_nanos().max(1) as u64;
+    let mut next_tick = t0 + interval;
+    let maint_every = 100_000_000u64;
+    let mut next_maint = t0 + maint_every;
+    let deadline = opts.duration.map(|d| t0 + d.as_nanos() as u64);
+    let mut idle = 0u32;
+    let mut error = None;
+    let ended = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Ended::Stopped;
+        }
+        if let Some(c) = opts.count {
+            if pkts >= c {
+                break Ended::Count;
+            }
+            batch.set_limit((c - pkts).min(BATCH as u64) as usize);
+        }
+        let n = match input.rx(&mut batch) {
+            Ok(n) => n,
+            Err(e) => {
+                error = Some(e);
+                break Ended::Error;
+            }
+        };
+        if n > 0 {
+            idle = 0;
+            dist.masks(&mut batch, opts.filter.as_ref(), &mut masks);
+            master.distribute(&batch, &masks[..batch.len()]);
+            pkts += batch.len() as u64;
+            batch.clear();
+            if let Some(e) = dist.take_error() {
+                error = Some(PortError::Gone {
+                    port: format!("-m lua:{}", dist.script.as_ref().map_or("?", |s| s.name())),
+                    why: e.to_string(),
+                });
+                break Ended::Error;
+            }
+            if let Err(e) = egress.iter_mut().try_for_each(|e| e.pump().map(|_| ())) {
+                error = Some(e);
+                break Ended::Error;
+            }
+        } else if input.is_finished() {
+            break Ended::EndOfInput;
+        } else if tx_out.is_some() && master.tx_pending() {
+            idle = 0;
+        } else {
+            idle += 1;
+            if idle > 64 {
+                std::thread::sleep(Duration::from_micros(20));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        if let Some(out) = tx_out.as_deref_mut() {
+            if let Err(e) = master.pump_tx(out) {
+                error = Some(e);
+                break Ended::Error;
+            }
+        }
+        // The clock is read once per batch (or per idle poll).
+        let now = mono_ns();
+        if now >= next_maint {
+            master.maintain();
+            next_maint = now + maint_every;
+        }
+        if now >= next_tick {
+            let s = Snap {
+                t_ns: now,
+                stats: master.stats(),
+            };
+            on_tick(&BalanceTick {
+                start: start.clone(),
+                prev: prev.clone(),
+                now: s.clone(),
+            });
+            prev = s;
+            next_tick = now + interval;
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            break Ended::Duration;
+        }
+    };
+    for e in egress.iter_mut() {
+        if let Err(err) = e.finish() {
+            error.get_or_insert(err);
+        }
+    }
+    if let Some(out) = tx_out {
+        let drained = (|| {
+            while master.pump_tx(out)? > 0 {}
+            out.flush()
+        })();
+        if let Err(err) = drained {
+            error.get_or_insert(err);
+        }
+    }
+    master.maintain();
+    let now = Snap {
+        t_ns: mono_ns(),
+        stats: master.stats(),
+    };
+    BalanceReport {
+        tick: BalanceTick { start, prev, now },
+        error,
+        ended,
+    }
+}
+
+/// Counters of one consumer thread (single writer).
+#[derive(Debug, Default)]
+pub struct ThreadCounters {
+    /// Packets received.
+    pub pkts: CachePadded<AtomicU64>,
+    /// Bytes received (wire lengths).
+    pub bytes: CachePadded<AtomicU64>,
+}
+
+impl ThreadCounters {
+    /// (packets, bytes) now.
+    pub fn get(&self) -> (u64, u64) {
+        (
+            self.pkts.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// A consumer thread's loop (pfdnacluster_multithread's packet consumer): receive from its
+/// queue, count, release; until the master closes the cluster and the queue is drained.
+/// `work_ns` simulates per-packet processing cost (busy wait), to test overload.
+pub fn consume(
+    port: &mut ClusterPort,
+    counters: &ThreadCounters,
+    work_ns: u64,
+) -> Result<(), PortError> {
+    let mut batch = Batch::new();
+    let (mut pkts, mut bytes) = (0u64, 0u64);
+    let mut idle = 0u32;
+    loop {
+        match port.rx(&mut batch) {
+            Ok(0) => {
+                idle += 1;
+                if idle > 64 {
+                    std::thread::sleep(Duration::from_micros(20));
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            Ok(n) => {
+                idle = 0;
+                pkts += n as u64;
+                bytes += batch.descs().iter().map(|d| d.wire_len as u64).sum::<u64>();
+                if work_ns > 0 {
+                    let until = mono_ns() + work_ns * n as u64;
+                    while mono_ns() < until {
+                        std::hint::spin_loop();
+                    }
+                }
+                batch.clear();
+                counters.pkts.store(pkts, Ordering::Relaxed);
+                counters.bytes.store(bytes, Ordering::Relaxed);
+            }
+            Err(e) => {
+                counters.pkts.store(pkts, Ordering::Relaxed);
+                counters.bytes.store(bytes, Ordering::Relaxed);
+                return if port.segment().is_closed() {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
+            }
+        }
+    }
+}
+
+/// Consumer threads of an in-process cluster, one per queue, each counting what it receives.
+pub struct Threads {
+    counters: std::sync::Arc<Vec<ThreadCounters>>,
+    handles: Vec<std::thread::JoinHandle<Result<(), PortError>>>,
+}
+
+impl Threads {
+    /// Starts one consumer thread per queue of `master`'s cluster; each first calls
+    /// `on_start(queue)` (to pin itself to a core, say). `work_ns` is a simulated per-packet
+    /// cost.
+    pub fn spawn(
+        master: &Master,
+        work_ns: u64,
+        on_start: Option<std::sync::Arc<dyn Fn(usize) + Send + Sync>>,
+    ) -> Result<Threads, PortError> {
+        let all: Vec<usize> = (0..master.segment().queues()).collect();
+        Self::spawn_some(master, &all, work_ns, on_start)
+    }
+
+    /// As [`Threads::spawn`], for the queues in `queues` only (the others' counters stay 0).
+    pub fn spawn_some(
+        master: &Master,
+        queues: &[usize],
+        work_ns: u64,
+        on_start: Option<std::sync::Arc<dyn Fn(usize) + Send + Sync>>,
+    ) -> Result<Threads, PortError> {
+        let n = master.segment().queues();
+        let counters: std::sync::Arc<Vec<ThreadCounters>> =
+            std::sync::Arc::new((0..n).map(|_| ThreadCounters::default()).collect());
+        let mut handles = Vec::with_capacity(n);
+        for &q in queues {
+            let mut port = master.consumer(q)?;
+            let c = counters.clone();
+            let on_start = on_start.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("consumer-{q}"))
+                .spawn(move || {
+                    if let Some(f) = on_start {
+                        f(q);
+                    }
+                    consume(&mut port, &c[q], work_ns)
+                })
+                .map_err(|source| PortError::Io {
+                    path: format!("consumer thread {q}"),
+                    source,
+                })?;
+            handles.push(h);
+        }
+        Ok(Threads { counters, handles })
+    }
+
+    /// The threads' counters, by queue.
+    pub fn counters(&self) -> &[ThreadCounters] {
+        &self.counters
+    }
+
+    /// Waits for every thread (close the cluster first); returns the first error.
+    pub fn join(self) -> Result<Vec<(u64, u64)>, PortError> {
+        let mut first = None;
+        for h in self.handles {
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first.get_or_insert(e);
+                }
+                Err(_) => {
+                    first.get_or_insert(PortError::Io {
+                        path: "consumer thread".into(),
+                        source: std::io::Error::other("panicked"),
+                    });
+                }
+            }
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(self.counters.iter().map(|c| c.get()).collect()),
+        }
+    }
+}
+
+/// A consumer thread's figures between two instants, for [`thread_block`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadFigures {
+    /// Packets received since the start.
+    pub pkts: u64,
+    /// Bytes since the start.
+    pub bytes: u64,
+    /// Drops of its queue since the start.
+    pub drops: u64,
+    /// Packets received since the previous tick.
+    pub act_pkts: u64,
+    /// Seconds since the start.
+    pub secs: f64,
+    /// Milliseconds since the previous tick.
+    pub act_ms: f64,
+}
+
+/// pfdnacluster_multithread's per-thread block.
+pub fn thread_block(t: usize, f: &ThreadFigures) -> String {
+    use crate::stats::group_f;
+    let total = f.pkts + f.drops;
+    let pct = if total == 0 {
+        0.0
+    } else {
+        f.drops as f64 * 100.0 / total as f64
+    };
+    let secs = f.secs.max(1e-9);
+    let act_s = (f.act_ms / 1e3).max(1e-9);
+    format!(
+        "=========================\n\
+         Thread {t}\n\
+         Absolute Stats: [{} pkts rcvd][{} bytes rcvd]\n\
+         \x20               [{} total pkts][{} pkts dropped ({:.1} %)]\n\
+         \x20               [{} pkt/sec][{:.2} Mbit/sec]\n\
+         Actual   Stats: [{} pkts][{:.1} ms][{} pkt/sec]\n",
+        f.pkts,
+        f.bytes,
+        total,
+        f.drops,
+        pct,
+        group_f(f.pkts as f64 / secs, 2),
+        f.bytes as f64 * 8.0 / secs / 1e6,
+        f.act_pkts,
+        f.act_ms,
+        group_f(f.act_pkts as f64 / act_s, 2),
+    )
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::mem::{Desc, Pool, PoolConfig};
+    use std::sync::Arc;
+
+    fn batch_of(n: usize) -> Batch {
+        let pool = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
+        let mut b = Batch::with_pool(&pool);
+        for i in 0..n {
+            let a = b.alloc().unwrap();
+            b.frame_mut(a)[..60].fill(i as u8);
+            b.push(Desc {
+                addr: a,
+                len: 60,
+                wire_len: 64,
+                ..Default::default()
+            });
+        }
+        b
+    }
+
+    #[test]
+    fn modes_parse_and_name() {
+        for (n, m) in Mode::NAMES {
+            assert_eq!(n.parse::<Mode>().unwrap(), m);
+            assert_eq!(m.name(), n);
+        }
+        assert_eq!("rr".parse::<Mode>().unwrap(), Mode::RoundRobin);
+        assert!("nope".parse::<Mode>().unwrap_err().contains("round-robin"));
+    }
+
+    #[test]
+    fn round_robin_and_fanout_masks_with_two_apps() {
+        let mut b = batch_of(4);
+        let mut out = [0u64; BATCH];
+        let mut d = Distributor::new(Mode::RoundRobin, &[2, 1], LinkType::ETHERNET);
+        d.masks(&mut b, None, &mut out);
+        // app 0 alternates queues 0 and 1, app 1 (queue 2) gets everything
+        assert_eq!(&out[..4], &[0b101, 0b110, 0b101, 0b110]);
+        let mut d = Distributor::new(Mode::Fanout, &[2, 1], LinkType::ETHERNET);
+        d.masks(&mut b, None, &mut out);
+        assert!(out[..4].iter().all(|&m| m == 0b111));
+    }
+
+    #[test]
+    fn thread_block_has_the_seed_shape() {
+        let s = thread_block(
+            0,
+            &ThreadFigures {
+                pkts: 1000,
+                bytes: 64000,
+                drops: 0,
+                act_pkts: 500,
+                secs: 2.0,
+                act_ms: 1000.1,
+            },
+        );
+        assert!(
+            s.contains("Thread 0\nAbsolute Stats: [1000 pkts rcvd][64000 bytes rcvd]"),
+            "{s}"
+        );
+        assert!(
+            s.contains("                [1000 total pkts][0 pkts dropped (0.0 %)]"),
+            "{s}"
+        );
+        assert!(s.contains("[500.00 pkt/sec][0.26 Mbit/sec]"), "{s}");
+        assert!(
+            s.contains("Actual   Stats: [500 pkts][1000.1 ms][499.95 pkt/sec]"),
+            "{s}"
+        );
+    }
+}

@@ -1,0 +1,1664 @@
+//! `cluster:ID@Q`: a zero-copy cluster (PF_RING ZC / libzero style): one master distributes
+//! packets to queues that consumer threads or processes read.
+//!
+//! # The segment
+//! A cluster is one memory segment: a shared-memory file `/dev/shm/linerate-cluster-ID`
+//! (created owner-only, 0600) for processes, or anonymous memory for threads. Its layout:
+//!
+//! ```text
+//! Header (4 KiB)   magic, version, state, master pid + start time, sizes, offsets, master counters
+//! Queue q (×N)     QueueCtl (owner word, counters) | head | tail | slots: [Desc; SLOTS]
+//! refcounts        one AtomicU32 per frame
+//! frames           FRAMES × frame_size bytes
+//! ```
+//!
+//! Only the master writes packet bytes: it copies each received packet once into a frame of the
+//! segment, and from then on only 32-byte descriptors move. A packet sent to several queues
+//! (fan-out) sits in one frame with a reference count and is marked [`Desc::F_SHARED`]
+//! (read-only). Offsets, never pointers, are stored, so the segment can be mapped anywhere.
+//!
+//! # Queues
+//! Each queue is a single-producer single-consumer ring of descriptors. The consumer does not
+//! copy descriptors out: like a kernel ring, it hands out the slots `[tail, read)` in a batch and
+//! releases them (moves `tail`) at its next receive call, so the master learns which frames came
+//! back by watching `tail` and looking up its own record of what it put in each slot. No return
+//! ring, and nothing a consumer writes can make the master free a frame it did not send.
+//!
+//! # Faults
+//! - The master never waits: a queue without room gets `ring_full` drops, for that queue only.
+//! - A queue whose consumer left or died (its pid is gone or a zombie) gets `consumer_gone`
+//!   drops; the master reclaims the frames still in that queue. A consumer that restarts
+//!   re-attaches to the same queue and resumes. A queue that was never attached buffers up to its
+//!   size, then counts `ring_full` (consumers usually start after the master).
+//! - When the master exits it marks the segment closed; consumers drain what is left and stop
+//!   with an error naming the master. A master killed with SIGKILL is noticed the same way (its
+//!   pid and start time no longer match a running process), and the next master replaces its
+//!   stale segment.
+
+use super::{DropReason, Port, PortError, PortStats};
+use crate::mem::{Batch, Desc, Pool, Region, BATCH};
+use crossbeam_utils::CachePadded;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// `LRCLUST1`.
+const MAGIC: u64 = u64::from_le_bytes(*b"LRCLUST1");
+const VERSION: u32 = 1;
+const HEADER_SIZE: usize = 4096;
+/// Most queues a cluster has (a destination set is a 64-bit mask).
+pub const MAX_QUEUES: usize = 64;
+/// Default slots per queue.
+pub const DEFAULT_SLOTS: u32 = 4096;
+
+const STATE_RUNNING: u32 = 1;
+const STATE_CLOSED: u32 = 2;
+/// Owner pid value while the master reclaims a queue.
+const RECLAIMING: u32 = u32::MAX;
+
+/// Where cluster segments live.
+pub fn segment_path(id: u32) -> PathBuf {
+    let dir = std::env::var_os("LINERATE_SHM_DIR").unwrap_or_else(|| "/dev/shm".into());
+    Path::new(&dir).join(format!("linerate-cluster-{id}"))
+}
+
+/// Master counters in the header (written by the master only).
+#[repr(C)]
+#[derive(Debug)]
+struct MasterCounters {
+    rx_packets: AtomicU64,
+    rx_bytes: AtomicU64,
+    /// Packets no destination wanted (filter, or a policy that drops).
+    filtered: AtomicU64,
+    /// Packets lost for want of a free frame.
+    no_frame: AtomicU64,
+    /// Packets with at least one destination.
+    routed: AtomicU64,
+    /// Destinations asked for, summed over packets (a fan-out packet to 3 queues counts 3).
+    copies: AtomicU64,
+    /// Packets consumers transmitted that the master sent to the egress port (`-o`).
+    tx_packets: AtomicU64,
+    tx_bytes: AtomicU64,
+    /// Packets consumers transmitted that the egress port did not take.
+    tx_dropped: AtomicU64,
+}
+
+#[repr(C)]
+#[derive(Debug)]
+struct Header {
+    magic: AtomicU64,
+    version: u32,
+    queues: u32,
+    slots: u32,
+    frames: u32,
+    frame_size: u32,
+    headroom: u32,
+    master_pid: u32,
+    cluster_id: u32,
+    master_start: u64,
+    state: AtomicU32,
+    _pad: u32,
+    queue_off: u64,
+    queue_stride: u64,
+    refcnt_off: u64,
+    frames_off: u64,
+    total_len: u64,
+    /// Transmit lanes (consumers → master → `-o` port), slots per lane, where they are.
+    tx_lanes: u32,
+    tx_slots: u32,
+    tx_off: u64,
+    tx_stride: u64,
+    /// Application index of each queue.
+    app_of: [u8; MAX_QUEUES],
+    counters: MasterCounters,
+}
+
+/// Per-queue control block, at the start of each queue's area.
+#[repr(C, align(64))]
+#[derive(Debug)]
+struct QueueCtl {
+    /// `generation << 32 | pid` of the attached consumer; pid 0: none; generation 0: never.
+    owner: AtomicU64,
+    /// Times a consumer attached.
+    attaches: AtomicU64,
+    /// Keeps the consumer-read words above off the line of the master's counters below.
+    /// The consumer's last sign of life: wall-clock ms, written every 64 receive calls.
+    heartbeat: AtomicU64,
+    _line: [u64; 5],
+    /// Descriptors the master put in the ring.
+    enqueued: AtomicU64,
+    enqueued_bytes: AtomicU64,
+    /// Dropped: the ring was full.
+    ring_full: AtomicU64,
+    /// Dropped: no consumer (left or died), including packets reclaimed from the ring.
+    consumer_gone: AtomicU64,
+    /// Enqueued packets the master took back from a dead consumer's ring (part of
+    /// `consumer_gone`, to be subtracted from `enqueued`).
+    reclaimed: AtomicU64,
+    /// Dropped: no free frame.
+    no_frame: AtomicU64,
+}
+
+#[repr(C)]
+struct Cursors {
+    head: CachePadded<AtomicU64>,
+    tail: CachePadded<AtomicU64>,
+}
+
+/// Inside a queue's area (4096-aligned): the cursors, the control block, the slots.
+const CTL_OFF: usize = std::mem::size_of::<Cursors>();
+const SLOTS_OFF: usize = (CTL_OFF + std::mem::size_of::<QueueCtl>()).div_ceil(128) * 128;
+const _: () = assert!(CTL_OFF.is_multiple_of(64) && std::mem::align_of::<Cursors>() <= 4096);
+
+/// Sizes of a cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// Queues per application (`-n 2,1` is `[2, 1]`); at most 64 queues in all.
+    pub apps: Vec<u32>,
+    /// Slots per queue (a power of two).
+    pub slots: u32,
+    /// Frames in the segment (0: enough for every queue full).
+    pub frames: u32,
+    /// Transmit lanes for consumers (`-o`: 0 when the master has no egress).
+    pub tx_lanes: u32,
+    /// Slots (and private frames) per transmit lane.
+    pub tx_slots: u32,
+    /// Bytes per frame.
+    pub frame_size: u32,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            apps: vec![1],
+            slots: DEFAULT_SLOTS,
+            frames: 0,
+            tx_lanes: 0,
+            tx_slots: 1024,
+            frame_size: crate::mem::DEFAULT_FRAME_SIZE,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Total number of queues.
+    pub fn queues(&self) -> usize {
+        self.apps.iter().map(|&n| n as usize).sum()
+    }
+}
+
+struct Layout {
+    queues: usize,
+    slots: usize,
+    frames: usize,
+    frame_size: usize,
+    queue_off: usize,
+    queue_stride: usize,
+    refcnt_off: usize,
+    frames_off: usize,
+    tx_lanes: usize,
+    tx_slots: usize,
+    tx_off: usize,
+    tx_stride: usize,
+    total: usize,
+}
+
+/// Inside a transmit lane: cursors, control block, slots, then the lane's own frames here.
+fn tx_frames_off(tx_slots: usize) -> usize {
+    (SLOTS_OFF + tx_slots * std::mem::size_of::<Desc>()).div_ceil(4096) * 4096
+}
+
+impl Layout {
+    fn new(
+        queues: usize,
+        slots: usize,
+        frames: usize,
+        frame_size: usize,
+        tx_lanes: usize,
+        tx_slots: usize,
+    ) -> Layout {
+        let up = |n: usize, a: usize| n.div_ceil(a) * a;
+        let queue_off = HEADER_SIZE;
+        let queue_stride = up(SLOTS_OFF + slots * std::mem::size_of::<Desc>(), 4096);
+        let refcnt_off = queue_off + queues * queue_stride;
+        let frames_off = up(refcnt_off + frames * 4, 4096);
+        let tx_off = (frames_off + frames * frame_size).div_ceil(4096) * 4096;
+        let tx_stride = up(tx_frames_off(tx_slots) + tx_slots * frame_size, 4096);
+        let total = tx_off + tx_lanes * tx_stride;
+        Layout {
+            tx_lanes,
+            tx_slots,
+            tx_off,
+            tx_stride,
+            queues,
+            slots,
+            frames,
+            frame_size,
+            queue_off,
+            queue_stride,
+            refcnt_off,
+            frames_off,
+            total,
+        }
+    }
+}
+
+/// A mapped cluster segment (master or consumer side).
+pub struct Segment {
+    pool: Arc<Pool>,
+    id: u32,
+    path: Option<PathBuf>,
+    queues: usize,
+    slots: usize,
+    frames: usize,
+    frame_size: usize,
+    headroom: usize,
+    queue_off: usize,
+    queue_stride: usize,
+    refcnt_off: usize,
+    frames_off: usize,
+    tx_lanes: usize,
+    tx_slots: usize,
+    tx_off: usize,
+    tx_stride: usize,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("id", &self.id)
+            .field("path", &self.path)
+            .field("queues", &self.queues)
+            .field("slots", &self.slots)
+            .field("frames", &self.frames)
+            .finish()
+    }
+}
+
+fn err(path: &str, msg: String) -> PortError {
+    PortError::Gone {
+        port: path.to_string(),
+        why: msg,
+    }
+}
+
+impl Segment {
+    fn base(&self) -> *mut u8 {
+        self.pool.region().as_ptr()
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the region is at least HEADER_SIZE bytes (checked when mapped), page aligned,
+        // and Header (< 4 KiB, only integers and atomics) is valid for any bit pattern.
+        unsafe { &*(self.base() as *const Header) }
+    }
+
+    fn ctl(&self, q: usize) -> &QueueCtl {
+        debug_assert!(q < self.queues);
+        // SAFETY: q < queues; each queue area starts 4096-aligned inside the region (layout
+        // checked when mapped) and holds a QueueCtl made of atomics at CTL_OFF (64-aligned).
+        unsafe {
+            &*(self
+                .base()
+                .add(self.queue_off + q * self.queue_stride + CTL_OFF)
+                as *const QueueCtl)
+        }
+    }
+
+    fn cursors(&self, q: usize) -> &Cursors {
+        // SAFETY: as for ctl; the cursors start the queue area (4096-aligned), atomics only.
+        unsafe { &*(self.base().add(self.queue_off + q * self.queue_stride) as *const Cursors) }
+    }
+
+    #[inline(always)]
+    fn slot(&self, q: usize, cursor: u64) -> *mut Desc {
+        let i = (cursor as usize) & (self.slots - 1);
+        // SAFETY: i < slots, and the slot array (slots × 32 bytes) starts at SLOTS_OFF inside
+        // the queue's area (layout checked when mapped).
+        unsafe {
+            (self
+                .base()
+                .add(self.queue_off + q * self.queue_stride + SLOTS_OFF) as *mut Desc)
+                .add(i)
+        }
+    }
+
+    fn lane_base(&self, l: usize) -> *mut u8 {
+        debug_assert!(l < self.tx_lanes);
+        // SAFETY: l < tx_lanes: the lane's area lies inside the region (layout checked when
+        // mapped).
+        unsafe { self.base().add(self.tx_off + l * self.tx_stride) }
+    }
+
+    fn lane_cursors(&self, l: usize) -> &Cursors {
+        // SAFETY: the cursors start the lane's 4096-aligned area; atomics only.
+        unsafe { &*(self.lane_base(l) as *const Cursors) }
+    }
+
+    fn lane_ctl(&self, l: usize) -> &QueueCtl {
+        // SAFETY: a QueueCtl (atomics) at CTL_OFF inside the lane's area, 64-aligned.
+        unsafe { &*(self.lane_base(l).add(CTL_OFF) as *const QueueCtl) }
+    }
+
+    #[inline(always)]
+    fn lane_slot(&self, l: usize, cursor: u64) -> *mut Desc {
+        let i = (cursor as usize) & (self.tx_slots - 1);
+        // SAFETY: i < tx_slots; the lane's slot array starts at SLOTS_OFF in its area.
+        unsafe { (self.lane_base(l).add(SLOTS_OFF) as *mut Desc).add(i) }
+    }
+
+    /// Address (in the region) of the packet in the lane frame that goes with slot `cursor`.
+    #[inline(always)]
+    fn lane_frame_addr(&self, l: usize, cursor: u64) -> u64 {
+        let i = (cursor as usize) & (self.tx_slots - 1);
+        (self.tx_off
+            + l * self.tx_stride
+            + tx_frames_off(self.tx_slots)
+            + i * self.frame_size
+            + self.headroom) as u64
+    }
+
+    #[inline(always)]
+    fn refcnt(&self, frame: u32) -> &AtomicU32 {
+        let f = (frame as usize).min(self.frames - 1);
+        // SAFETY: f < frames; the refcount array of `frames` AtomicU32 starts 4-aligned at
+        // refcnt_off inside the region.
+        unsafe { &*(self.base().add(self.refcnt_off + 4 * f) as *const AtomicU32) }
+    }
+
+    #[inline(always)]
+    fn frame_addr(&self, frame: u32) -> u64 {
+        (self.frames_off + frame as usize * self.frame_size + self.headroom) as u64
+    }
+
+    /// The pool whose region is this segment (descriptors' addresses point into it).
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// Number of queues.
+    pub fn queues(&self) -> usize {
+        self.queues
+    }
+
+    /// Cluster id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The application (index in `-n`) queue `q` belongs to.
+    pub fn app_of(&self, q: usize) -> usize {
+        self.header().app_of.get(q).copied().unwrap_or(0) as usize
+    }
+
+    /// Whether the master closed the cluster.
+    pub fn is_closed(&self) -> bool {
+        self.header().state.load(Ordering::Acquire) == STATE_CLOSED
+    }
+
+    /// The master's pid.
+    pub fn master_pid(&self) -> u32 {
+        self.header().master_pid
+    }
+
+    /// Statistics of the whole cluster, as the master counted them.
+    pub fn stats(&self) -> ClusterStats {
+        let c = &self.header().counters;
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let queues = (0..self.queues)
+            .map(|q| {
+                let k = self.ctl(q);
+                let cur = self.cursors(q);
+                let owner = k.owner.load(Ordering::Relaxed);
+                QueueStats {
+                    app: self.app_of(q),
+                    enqueued: r(&k.enqueued),
+                    delivered: r(&k.enqueued).saturating_sub(r(&k.reclaimed)),
+                    bytes: r(&k.enqueued_bytes),
+                    ring_full: r(&k.ring_full),
+                    consumer_gone: r(&k.consumer_gone),
+                    no_frame: r(&k.no_frame),
+                    backlog: cur
+                        .head
+                        .load(Ordering::Relaxed)
+                        .saturating_sub(cur.tail.load(Ordering::Relaxed)),
+                    consumer_pid: match owner as u32 {
+                        0 | RECLAIMING => None,
+                        p => Some(p),
+                    },
+                    attaches: r(&k.attaches),
+                }
+            })
+            .collect();
+        ClusterStats {
+            rx_packets: r(&c.rx_packets),
+            rx_bytes: r(&c.rx_bytes),
+            filtered: r(&c.filtered),
+            no_frame: r(&c.no_frame),
+            routed: r(&c.routed),
+            copies: r(&c.copies),
+            tx_packets: r(&c.tx_packets),
+            tx_bytes: r(&c.tx_bytes),
+            tx_dropped: r(&c.tx_dropped),
+            queues,
+        }
+    }
+
+    fn map(
+        region: Region,
+        id: u32,
+        path: Option<PathBuf>,
+        who: &str,
+    ) -> Result<Segment, PortError> {
+        if region.len() < HEADER_SIZE {
+            return Err(err(who, "segment too small to be a cluster".into()));
+        }
+        // SAFETY: the region holds at least HEADER_SIZE bytes; Header is plain integers and
+        // atomics, valid for any bytes.
+        let h = unsafe { &*(region.as_ptr() as *const Header) };
+        if h.magic.load(Ordering::Acquire) != MAGIC || h.version != VERSION {
+            return Err(err(
+                who,
+                "not a linerate cluster segment (or another version)".into(),
+            ));
+        }
+        let l = Layout::new(
+            h.queues as usize,
+            h.slots as usize,
+            h.frames as usize,
+            h.frame_size as usize,
+            h.tx_lanes as usize,
+            h.tx_slots as usize,
+        );
+        let sane = (1..=MAX_QUEUES).contains(&l.queues)
+            && l.slots.is_power_of_two()
+            && l.slots >= 64
+            && l.frames > 0
+            && l.frame_size.is_power_of_two()
+            && (h.headroom as usize) < l.frame_size
+            && l.queue_off as u64 == h.queue_off
+            && l.queue_stride as u64 == h.queue_stride
+            && l.refcnt_off as u64 == h.refcnt_off
+            && l.frames_off as u64 == h.frames_off
+            && l.tx_lanes <= MAX_QUEUES
+            && (l.tx_lanes == 0 || (l.tx_slots.is_power_of_two() && l.tx_slots >= 64))
+            && l.tx_off as u64 == h.tx_off
+            && l.tx_stride as u64 == h.tx_stride
+            && l.total as u64 == h.total_len
+            && l.total <= region.len();
+        if !sane {
+            return Err(err(who, "cluster segment header is inconsistent".into()));
+        }
+        let headroom = h.headroom as usize;
+        Ok(Segment {
+            pool: Arc::new(Pool::external(region)),
+            id,
+            path,
+            queues: l.queues,
+            slots: l.slots,
+            frames: l.frames,
+            frame_size: l.frame_size,
+            headroom,
+            queue_off: l.queue_off,
+            queue_stride: l.queue_stride,
+            refcnt_off: l.refcnt_off,
+            frames_off: l.frames_off,
+            tx_lanes: l.tx_lanes,
+            tx_slots: l.tx_slots,
+            tx_off: l.tx_off,
+            tx_stride: l.tx_stride,
+        })
+    }
+
+    /// Maps the running cluster `id` (a consumer attaching).
+    pub fn open(id: u32) -> Result<Arc<Segment>, PortError> {
+        let path = segment_path(id);
+        let who = format!("cluster:{id}");
+        let region = Region::open_shared(&path).map_err(|e| match e {
+            crate::mem::MemError::Shm { source, .. }
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                err(
+                    &who,
+                    format!(
+                        "no cluster {id} ({} does not exist): start its master first, e.g. \
+                         `linerate balance -i PORT -c {id} -n 1`",
+                        path.display()
+                    ),
+                )
+            }
+            other => PortError::Mem(other),
+        })?;
+        let seg = Segment::map(region, id, Some(path), &who)?;
+        let h = seg.header();
+        if h.state.load(Ordering::Acquire) != STATE_RUNNING
+            || !same_process(h.master_pid, h.master_start)
+        {
+            return Err(err(
+                &who,
+                format!(
+                    "cluster {id} is not running (its master, pid {}, has exited): start it again",
+                    h.master_pid
+                ),
+            ));
+        }
+        Ok(Arc::new(seg))
+    }
+}
+
+/// Counters of one queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Application the queue belongs to.
+    pub app: usize,
+    /// Descriptors put in the ring.
+    pub enqueued: u64,
+    /// Packets delivered: enqueued minus those reclaimed from a dead consumer.
+    pub delivered: u64,
+    /// Bytes enqueued (wire lengths).
+    pub bytes: u64,
+    /// Dropped because the ring was full.
+    pub ring_full: u64,
+    /// Dropped because no consumer was attached (left or died), reclaimed ones included.
+    pub consumer_gone: u64,
+    /// Dropped for want of a free frame.
+    pub no_frame: u64,
+    /// Descriptors in the ring not yet released by the consumer.
+    pub backlog: u64,
+    /// The attached consumer.
+    pub consumer_pid: Option<u32>,
+    /// Times a consumer attached.
+    pub attaches: u64,
+}
+
+impl QueueStats {
+    /// Drops of this queue (all reasons).
+    pub fn drops(&self) -> u64 {
+        self.ring_full + self.consumer_gone + self.no_frame
+    }
+
+    /// Packets meant for this queue: delivered + drops.
+    pub fn offered(&self) -> u64 {
+        self.delivered + self.drops()
+    }
+}
+
+/// Counters of a cluster. Every received packet is filtered or routed; every destination a
+/// routed packet had is delivered or dropped under a reason on that queue:
+/// `rx_packets = filtered + routed` and `copies = Σ_q (delivered + ring_full + consumer_gone +
+/// no_frame)`. With one queue per application per packet (every mode but fan-out), each
+/// application's queues add up to `routed`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterStats {
+    /// Packets the master received.
+    pub rx_packets: u64,
+    /// Bytes the master received.
+    pub rx_bytes: u64,
+    /// Packets no queue wanted (filter or policy).
+    pub filtered: u64,
+    /// Packets lost for want of a free frame (counted once, also per queue).
+    pub no_frame: u64,
+    /// Packets with at least one destination.
+    pub routed: u64,
+    /// Destinations asked for, over all packets.
+    pub copies: u64,
+    /// Packets consumers transmitted that went out of the egress port.
+    pub tx_packets: u64,
+    /// Their bytes.
+    pub tx_bytes: u64,
+    /// Packets consumers transmitted that the egress port did not take.
+    pub tx_dropped: u64,
+    /// Per queue.
+    pub queues: Vec<QueueStats>,
+}
+
+impl ClusterStats {
+    /// Number of applications.
+    pub fn apps(&self) -> usize {
+        self.queues.iter().map(|q| q.app + 1).max().unwrap_or(0)
+    }
+
+    /// Checks the accounting invariant for every application; returns a description of the
+    /// first violation.
+    pub fn check_invariant(&self) -> Result<(), String> {
+        if self.rx_packets != self.filtered + self.routed {
+            return Err(format!(
+                "rx {} != filtered {} + routed {}",
+                self.rx_packets, self.filtered, self.routed
+            ));
+        }
+        let sum: u64 = self.queues.iter().map(|q| q.offered()).sum();
+        if sum != self.copies {
+            return Err(format!(
+                "destinations asked {} != Σ delivered + drops {}",
+                self.copies, sum
+            ));
+        }
+        Ok(())
+    }
+
+    /// Packets meant for application `a` (delivered + drops over its queues).
+    pub fn app_offered(&self, a: usize) -> u64 {
+        self.queues
+            .iter()
+            .filter(|q| q.app == a)
+            .map(|q| q.offered())
+            .sum()
+    }
+
+    /// Packets delivered over all queues.
+    pub fn delivered(&self) -> u64 {
+        self.queues.iter().map(|q| q.delivered).sum()
+    }
+
+    /// Drops by reason over all queues (and the filter), as port counters.
+    pub fn drops(&self) -> crate::port::Drops {
+        let mut d = crate::port::Drops::default();
+        d.add(DropReason::Filter, self.filtered);
+        for q in &self.queues {
+            d.add(DropReason::RingFull, q.ring_full);
+            d.add(DropReason::ConsumerGone, q.consumer_gone);
+            d.add(DropReason::NoFrame, q.no_frame);
+        }
+        d
+    }
+}
+
+/// /proc/PID/stat: (state, start time in clock ticks since boot) of a process.
+fn proc_stat(pid: u32) -> Option<(u8, u64)> {
+    if pid == 0 || pid == RECLAIMING {
+        return None;
+    }
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut f = rest.split_ascii_whitespace();
+    let state = f.next()?.bytes().next()?;
+    // Fields after the state: ppid(4) … starttime is field 22, the 20th after the state.
+    let start = f.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// Whether `pid` is a running (not zombie) process.
+pub fn alive(pid: u32) -> bool {
+    matches!(proc_stat(pid), Some((s, _)) if s != b'Z' && s != b'X')
+}
+
+fn same_process(pid: u32, start: u64) -> bool {
+    matches!(proc_stat(pid), Some((s, st)) if s != b'Z' && s != b'X' && st == start)
+}
+
+/// Wall-clock milliseconds (comparable between processes, unlike a per-process monotonic clock).
+fn now_ms() -> u64 {
+    crate::time::wall_ns() / 1_000_000
+}
+
+fn my_pid() -> u32 {
+    std::process::id()
+}
+
+/// Per-queue state the master keeps in its own memory.
+struct MasterQueue {
+    head: u64,
+    reclaimed: u64,
+    cached_tail: u64,
+    /// Frame index in each slot, as the master put it there.
+    shadow: Vec<u32>,
+    /// Descriptors written for this batch, not yet published.
+    nstaged: usize,
+    /// Local copies of the counters, published once per batch.
+    enqueued: u64,
+    enqueued_bytes: u64,
+    ring_full: u64,
+    consumer_gone: u64,
+    reclaimed_pkts: u64,
+    no_frame: u64,
+    /// The queue had a consumer that left or died: drop for it until one attaches.
+    gone: bool,
+}
+
+/// The master side of a cluster: owns the segment, copies packets into frames and distributes
+/// descriptors. Dropping it closes the cluster (consumers stop) and removes the file.
+pub struct Master {
+    seg: Arc<Segment>,
+    q: Vec<MasterQueue>,
+    free: Vec<u32>,
+    rx_packets: u64,
+    rx_bytes: u64,
+    filtered: u64,
+    no_frame: u64,
+    routed: u64,
+    copies: u64,
+    space: [u32; MAX_QUEUES],
+    tx_tail: Vec<u64>,
+    tx_packets: u64,
+    tx_bytes: u64,
+    tx_dropped: u64,
+    tx_batch: Batch,
+    batches: u32,
+    consumer_timeout_ms: Option<u64>,
+}
+
+impl Master {
+    /// Creates cluster `id` in shared memory for consumer processes. An existing segment of a
+    /// running master is an error; a stale one (its master gone) is replaced.
+    pub fn create(id: u32, cfg: &ClusterConfig) -> Result<Master, PortError> {
+        let path = segment_path(id);
+        let who = format!("cluster:{id}");
+        if let Ok(old) = Region::open_shared(&path) {
+            if let Ok(seg) = Segment::map(old, id, None, &who) {
+                let h = seg.header();
+                if h.state.load(Ordering::Acquire) == STATE_RUNNING
+                    && same_process(h.master_pid, h.master_start)
+                {
+                    return Err(err(
+                        &who,
+                        format!(
+                            "cluster {id} is in use by its master, pid {} ({})",
+                            h.master_pid,
+                            path.display()
+                        ),
+                    ));
+                }
+            }
+            // Stale (its master died without closing it) or not ours to read: replace it.
+            // Consumers still mapping the old file keep the old inode and see a dead master.
+            let _ = std::fs::remove_file(&path);
+        }
+        let tmp = path.with_extension(format!("tmp{}", my_pid()));
+        let l = Self::layout(cfg)?;
+        let region = Region::create_shared(&tmp, l.total)?;
+        let m = Self::init(region, id, Some(path.clone()), cfg, &l, &who);
+        let m = match m {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
+        // Publish only a fully built segment: consumers never see a half-initialised one. A
+        // hard link fails if the name exists, so of two masters started at once only one wins.
+        let linked = std::fs::hard_link(&tmp, &path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok(m),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // Our segment has no name left: dropping `m` must not remove the winner's.
+                let mut m = m;
+                m.forget_path();
+                Err(err(
+                    &who,
+                    format!(
+                        "cluster {id} was just created by another master ({})",
+                        path.display()
+                    ),
+                ))
+            }
+            Err(source) => {
+                let mut m = m;
+                m.forget_path();
+                Err(PortError::Io {
+                    path: path.display().to_string(),
+                    source,
+                })
+            }
+        }
+    }
+
+    /// Creates a cluster in anonymous memory, for consumer threads of this process.
+    pub fn anon(cfg: &ClusterConfig) -> Result<Master, PortError> {
+        let l = Self::layout(cfg)?;
+        let region = Region::anon(l.total)?;
+        Self::init(region, 0, None, cfg, &l, "cluster")
+    }
+
+    fn layout(cfg: &ClusterConfig) -> Result<Layout, PortError> {
+        let nq = cfg.queues();
+        if nq == 0 || nq > MAX_QUEUES || cfg.apps.contains(&0) {
+            return Err(PortError::BadUri {
+                uri: format!("-n {:?}", cfg.apps),
+                why: format!("1 to {MAX_QUEUES} queues in all, each application at least one"),
+            });
+        }
+        let slots = (cfg.slots.max(64) as usize).next_power_of_two();
+        if !cfg.frame_size.is_power_of_two() || !(256..=65536).contains(&cfg.frame_size) {
+            return Err(PortError::Mem(crate::mem::MemError::Config(format!(
+                "frame size {} must be a power of two from 256 to 65536",
+                cfg.frame_size
+            ))));
+        }
+        let frames = if cfg.frames == 0 {
+            nq * slots + 2 * BATCH
+        } else {
+            (cfg.frames as usize).max(2 * BATCH)
+        };
+        let tx_lanes = (cfg.tx_lanes as usize).min(MAX_QUEUES);
+        let tx_slots = (cfg.tx_slots.max(64) as usize).next_power_of_two();
+        Ok(Layout::new(
+            nq,
+            slots,
+            frames,
+            cfg.frame_size as usize,
+            tx_lanes,
+            tx_slots,
+        ))
+    }
+
+    fn init(
+        region: Region,
+        id: u32,
+        path: Option<PathBuf>,
+        cfg: &ClusterConfig,
+        l: &Layout,
+        who: &str,
+    ) -> Result<Master, PortError> {
+        let base = region.as_ptr();
+        let mut app_of = [0u8; MAX_QUEUES];
+        let mut q = 0;
+        for (a, &n) in cfg.apps.iter().enumerate() {
+            for _ in 0..n {
+                app_of[q] = a as u8;
+                q += 1;
+            }
+        }
+        let headroom = crate::mem::DEFAULT_HEADROOM.min(l.frame_size as u32 / 4);
+        let pid = my_pid();
+        let start = proc_stat(pid).map_or(0, |s| s.1);
+        // SAFETY: the region is fresh (zeroed), ours alone, page aligned and at least
+        // HEADER_SIZE bytes; we write the header once before anyone else can map it (the file
+        // is published by rename afterwards, anonymous memory is private).
+        unsafe {
+            (base as *mut Header).write(Header {
+                magic: AtomicU64::new(0),
+                version: VERSION,
+                queues: l.queues as u32,
+                slots: l.slots as u32,
+                frames: l.frames as u32,
+                frame_size: l.frame_size as u32,
+                headroom,
+                master_pid: pid,
+                cluster_id: id,
+                master_start: start,
+                state: AtomicU32::new(STATE_RUNNING),
+                _pad: 0,
+                queue_off: l.queue_off as u64,
+                queue_stride: l.queue_stride as u64,
+                refcnt_off: l.refcnt_off as u64,
+                frames_off: l.frames_off as u64,
+                total_len: l.total as u64,
+                tx_lanes: l.tx_lanes as u32,
+                tx_slots: l.tx_slots as u32,
+                tx_off: l.tx_off as u64,
+                tx_stride: l.tx_stride as u64,
+                app_of,
+                counters: MasterCounters {
+                    rx_packets: AtomicU64::new(0),
+                    rx_bytes: AtomicU64::new(0),
+                    filtered: AtomicU64::new(0),
+                    no_frame: AtomicU64::new(0),
+                    routed: AtomicU64::new(0),
+                    copies: AtomicU64::new(0),
+                    tx_packets: AtomicU64::new(0),
+                    tx_bytes: AtomicU64::new(0),
+                    tx_dropped: AtomicU64::new(0),
+                },
+            });
+            // Queue control blocks and cursors are all-zero atomics: the fresh mapping already
+            // holds them.
+            (*(base as *const Header))
+                .magic
+                .store(MAGIC, Ordering::Release);
+        }
+        let seg = Arc::new(Segment::map(region, id, path, who)?);
+        let q = (0..l.queues)
+            .map(|_| MasterQueue {
+                head: 0,
+                reclaimed: 0,
+                cached_tail: 0,
+                shadow: vec![0; l.slots],
+                nstaged: 0,
+                enqueued: 0,
+                enqueued_bytes: 0,
+                ring_full: 0,
+                consumer_gone: 0,
+                reclaimed_pkts: 0,
+                no_frame: 0,
+                gone: false,
+            })
+            .collect();
+        Ok(Master {
+            free: (0..l.frames as u32).rev().collect(),
+            seg,
+            q,
+            rx_packets: 0,
+            rx_bytes: 0,
+            filtered: 0,
+            no_frame: 0,
+            routed: 0,
+            copies: 0,
+            space: [0; MAX_QUEUES],
+            tx_tail: vec![0; l.tx_lanes],
+            tx_packets: 0,
+            tx_bytes: 0,
+            tx_dropped: 0,
+            tx_batch: Batch::new(),
+            batches: 0,
+            consumer_timeout_ms: None,
+        })
+    }
+
+    /// The segment.
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+
+    /// Declares a consumer gone when it has not called `rx` for longer than `t` (None: only
+    /// when its process is gone). Its queue is reclaimed; the consumer's next `rx` fails.
+    pub fn set_consumer_timeout(&mut self, t: Option<std::time::Duration>) {
+        self.consumer_timeout_ms = t.map(|d| d.as_millis().max(1) as u64);
+    }
+
+    /// Makes dropping this master leave the file name alone (it is not ours).
+    fn forget_path(&mut self) {
+        if let Some(seg) = Arc::get_mut(&mut self.seg) {
+            seg.path = None;
+        }
+    }
+
+    /// A consumer port for queue `q` in this process (threaded mode).
+    pub fn consumer(&self, q: usize) -> Result<ClusterPort, PortError> {
+        ClusterPort::attach(self.seg.clone(), q)
+    }
+
+    /// A port of this process attached to nothing yet: its first `tx` takes a transmit lane,
+    /// its first `rx` the first free queue (what `cluster:ID` opens).
+    pub fn port(&self) -> ClusterPort {
+        ClusterPort::unattached(self.seg.clone())
+    }
+
+    /// Whether a transmit lane has packets waiting.
+    pub fn tx_pending(&self) -> bool {
+        (0..self.seg.tx_lanes)
+            .any(|l| self.seg.lane_cursors(l).head.load(Ordering::Relaxed) != self.tx_tail[l])
+    }
+
+    /// Sends what consumers transmitted into the cluster to `out` (the `-o` port), a few
+    /// batches per lane at most; what `out` does not take is counted as `tx_dropped`. Never
+    /// blocks. Returns the number of packets taken from the lanes.
+    pub fn pump_tx(&mut self, out: &mut dyn Port) -> Result<usize, PortError> {
+        let seg = self.seg.clone();
+        let mut moved = 0;
+        for l in 0..seg.tx_lanes {
+            let head = seg.lane_cursors(l).head.load(Ordering::Acquire);
+            let mut tail = self.tx_tail[l];
+            // A lane's producer can only publish what fits.
+            let head = head.clamp(tail, tail + seg.tx_slots as u64);
+            let mut rounds = 0;
+            while tail < head && rounds < 8 {
+                rounds += 1;
+                let n = ((head - tail) as usize).min(BATCH);
+                self.tx_batch.bind(&seg.pool);
+                for i in 0..n {
+                    let c = tail + i as u64;
+                    // SAFETY: slots [tail, head) were written by the lane's producer before its
+                    // release store of head (acquired above); it reuses them only after we move
+                    // the lane's tail.
+                    let d = unsafe { seg.lane_slot(l, c).read() };
+                    let cap = (seg.frame_size - seg.headroom) as u32;
+                    // The address is ours to compute: a producer cannot point us elsewhere.
+                    self.tx_batch.push(Desc {
+                        addr: seg.lane_frame_addr(l, c),
+                        len: d.len.min(cap),
+                        flags: Desc::F_SHARED,
+                        ..d
+                    });
+                }
+                let wire = |b: &Batch| b.descs().iter().map(|d| d.wire_len as u64).sum::<u64>();
+                let bytes = wire(&self.tx_batch);
+                while !self.tx_batch.is_empty() {
+                    match out.tx(&mut self.tx_batch) {
+                        Ok(0) => break,
+                        Ok(_) => {}
+                        Err(e) => {
+                            self.tx_batch.forget();
+                            return Err(e);
+                        }
+                    }
+                }
+                let left = self.tx_batch.len();
+                let left_bytes = wire(&self.tx_batch);
+                self.tx_batch.forget();
+                self.tx_packets += (n - left) as u64;
+                self.tx_bytes += bytes - left_bytes;
+                self.tx_dropped += left as u64;
+                tail += n as u64;
+                moved += n;
+                seg.lane_cursors(l).tail.store(tail, Ordering::Release);
+            }
+            self.tx_tail[l] = tail;
+        }
+        if moved > 0 {
+            self.publish();
+        }
+        Ok(moved)
+    }
+
+    /// Frames free now (not in any queue).
+    pub fn free_frames(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Takes back the frames consumers released.
+    #[inline]
+    fn reclaim(&mut self) {
+        let seg = &*self.seg;
+        for (qi, q) in self.q.iter_mut().enumerate() {
+            let tail = seg.cursors(qi).tail.load(Ordering::Acquire);
+            // A consumer can only release what it was given.
+            let tail = tail.clamp(q.reclaimed, q.head);
+            q.cached_tail = tail;
+            while q.reclaimed < tail {
+                let f = q.shadow[(q.reclaimed as usize) & (seg.slots - 1)];
+                release(seg, &mut self.free, f);
+                q.reclaimed += 1;
+            }
+        }
+    }
+
+    /// Distributes a batch: packet `i` goes to the queues set in `masks[i]` (bit q = queue q;
+    /// 0 = filtered). Each packet is copied once into a frame of the segment; queues without
+    /// room or without a consumer count drops. Never blocks.
+    pub fn distribute(&mut self, batch: &Batch, masks: &[u64]) {
+        self.reclaim();
+        let seg = self.seg.clone();
+        let nq = self.q.len();
+        for (qi, q) in self.q.iter_mut().enumerate() {
+            q.nstaged = 0;
+            let free = seg.slots as u64 - (q.head - q.cached_tail);
+            self.space[qi] = if q.gone {
+                0
+            } else {
+                free.min(BATCH as u64) as u32
+            };
+        }
+        let all = if nq == 64 { u64::MAX } else { (1u64 << nq) - 1 };
+        for (i, p) in batch.iter().enumerate() {
+            self.rx_packets += 1;
+            self.rx_bytes += p.desc.wire_len as u64;
+            let want = masks.get(i).copied().unwrap_or(0) & all;
+            if want == 0 {
+                self.filtered += 1;
+                continue;
+            }
+            self.routed += 1;
+            self.copies += want.count_ones() as u64;
+            let mut ok = 0u64;
+            let mut m = want;
+            while m != 0 {
+                let qi = m.trailing_zeros() as usize;
+                m &= m - 1;
+                if self.space[qi] > 0 {
+                    ok |= 1 << qi;
+                } else if self.q[qi].gone {
+                    self.q[qi].consumer_gone += 1;
+                } else {
+                    self.q[qi].ring_full += 1;
+                }
+            }
+            if ok == 0 {
+                continue;
+            }
+            let Some(frame) = self.free.pop() else {
+                self.no_frame += 1;
+                let mut m = ok;
+                while m != 0 {
+                    let qi = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    self.q[qi].no_frame += 1;
+                }
+                continue;
+            };
+            let addr = seg.frame_addr(frame);
+            let cap = seg.frame_size - seg.headroom;
+            let len = p.data.len().min(cap);
+            // SAFETY: the frame was on the master's free list: no queue holds it and no
+            // consumer can read it until its descriptor is published below.
+            if let Some(dst) = unsafe { seg.pool.region().bytes_mut(addr, len as u32) } {
+                dst.copy_from_slice(&p.data[..len]);
+            }
+            let k = ok.count_ones();
+            seg.refcnt(frame).store(k, Ordering::Relaxed);
+            let d = Desc {
+                addr,
+                len: len as u32,
+                flags: if k > 1 { Desc::F_SHARED } else { 0 },
+                ..*p.desc
+            };
+            let mut m = ok;
+            while m != 0 {
+                let qi = m.trailing_zeros() as usize;
+                m &= m - 1;
+                self.space[qi] -= 1;
+                let q = &mut self.q[qi];
+                let c = q.head + q.nstaged as u64;
+                q.shadow[(c as usize) & (seg.slots - 1)] = frame;
+                // SAFETY: slot c is free: the space check above keeps head - tail + nstaged ≤
+                // slots, so the consumer is not reading it; it becomes visible only with the
+                // release store of head below.
+                unsafe { seg.slot(qi, c).write(d) };
+                q.enqueued_bytes += d.wire_len as u64;
+                q.nstaged += 1;
+            }
+        }
+        for (qi, q) in self.q.iter_mut().enumerate() {
+            if q.nstaged > 0 {
+                q.head += q.nstaged as u64;
+                q.enqueued += q.nstaged as u64;
+                seg.cursors(qi).head.store(q.head, Ordering::Release);
+            }
+        }
+        // Counters go to the segment every 8 batches (and at every maintain, stats, close).
+        self.batches = self.batches.wrapping_add(1);
+        if self.batches.is_multiple_of(8) {
+            self.publish();
+        }
+    }
+
+    /// Publishes the local counters into the segment (single writer).
+    fn publish(&self) {
+        let h = &self.seg.header().counters;
+        h.rx_packets.store(self.rx_packets, Ordering::Relaxed);
+        h.rx_bytes.store(self.rx_bytes, Ordering::Relaxed);
+        h.filtered.store(self.filtered, Ordering::Relaxed);
+        h.no_frame.store(self.no_frame, Ordering::Relaxed);
+        h.routed.store(self.routed, Ordering::Relaxed);
+        h.copies.store(self.copies, Ordering::Relaxed);
+        h.tx_packets.store(self.tx_packets, Ordering::Relaxed);
+        h.tx_bytes.store(self.tx_bytes, Ordering::Relaxed);
+        h.tx_dropped.store(self.tx_dropped, Ordering::Relaxed);
+        for (qi, q) in self.q.iter().enumerate() {
+            let k = self.seg.ctl(qi);
+            k.enqueued.store(q.enqueued, Ordering::Relaxed);
+            k.enqueued_bytes.store(q.enqueued_bytes, Ordering::Relaxed);
+            k.ring_full.store(q.ring_full, Ordering::Relaxed);
+            k.consumer_gone.store(q.consumer_gone, Ordering::Relaxed);
+            k.reclaimed.store(q.reclaimed_pkts, Ordering::Relaxed);
+            k.no_frame.store(q.no_frame, Ordering::Relaxed);
+        }
+    }
+
+    /// Checks consumers (call every ~100 ms, not per batch: it reads /proc): a queue whose
+    /// consumer left or died is reclaimed and its packets dropped as `consumer_gone` until a
+    /// consumer attaches again.
+    pub fn maintain(&mut self) {
+        let seg = self.seg.clone();
+        for qi in 0..self.q.len() {
+            let ctl = seg.ctl(qi);
+            let owner = ctl.owner.load(Ordering::Acquire);
+            let (gen, pid) = ((owner >> 32) as u32, owner as u32);
+            if gen == 0 || pid == RECLAIMING {
+                continue; // never attached (buffer), or being handled
+            }
+            let silent = self.consumer_timeout_ms.is_some_and(|t| {
+                now_ms().saturating_sub(ctl.heartbeat.load(Ordering::Relaxed)) > t
+            });
+            if pid != 0 && !silent && alive(pid) {
+                self.q[qi].gone = false;
+                continue;
+            }
+            // Left (pid 0) or dead: take the queue back, unless a consumer attaches meanwhile.
+            let busy = (gen as u64) << 32 | RECLAIMING as u64;
+            if ctl
+                .owner
+                .compare_exchange(owner, busy, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                continue;
+            }
+            self.reclaim();
+            let q = &mut self.q[qi];
+            // Everything still in the ring (read by the dead consumer or not) comes back.
+            while q.reclaimed < q.head {
+                let f = q.shadow[(q.reclaimed as usize) & (seg.slots - 1)];
+                release(&seg, &mut self.free, f);
+                q.reclaimed += 1;
+                q.reclaimed_pkts += 1;
+                q.consumer_gone += 1;
+            }
+            q.cached_tail = q.head;
+            seg.cursors(qi).tail.store(q.head, Ordering::Release);
+            q.gone = true;
+            ctl.owner.store((gen as u64) << 32, Ordering::Release);
+        }
+        self.publish();
+    }
+
+    /// Statistics of the cluster.
+    pub fn stats(&self) -> ClusterStats {
+        self.publish();
+        self.seg.stats()
+    }
+
+    /// Marks the cluster closed: consumers drain their queues and stop.
+    pub fn close(&mut self) {
+        self.publish();
+        self.seg
+            .header()
+            .state
+            .store(STATE_CLOSED, Ordering::Release);
+    }
+}
+
+#[inline(always)]
+fn release(seg: &Segment, free: &mut Vec<u32>, f: u32) {
+    let rc = seg.refcnt(f);
+    let n = rc.load(Ordering::Relaxed).saturating_sub(1);
+    rc.store(n, Ordering::Relaxed);
+    if n == 0 {
+        free.push(f);
+    }
+}
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        self.close();
+        if let Some(p) = &self.seg.path {
+            // Consumers keep their mapping; the name is free for the next master.
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Claims an owner word for this process: Ok(new value), or Err(Some(pid)) when a live
+/// process holds it, Err(None) when the master kept it busy (reclaiming) for too long.
+fn claim(owner: &AtomicU64) -> Result<u64, Option<u32>> {
+    let me = my_pid();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let cur = owner.load(Ordering::Acquire);
+        let (gen, pid) = ((cur >> 32) as u32, cur as u32);
+        if pid == RECLAIMING {
+            if std::time::Instant::now() > deadline {
+                return Err(None);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            continue;
+        }
+        if pid != 0 && (pid == me || alive(pid)) {
+            return Err(Some(pid));
+        }
+        // Free, or its holder died and the master has not noticed yet: take it.
+        let new = (gen.wrapping_add(1).max(1) as u64) << 32 | me as u64;
+        if owner
+            .compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            return Ok(new);
+        }
+    }
+}
+
+fn unclaim(owner: &AtomicU64, mine: u64) {
+    let gen = mine >> 32;
+    let _ = owner.compare_exchange(mine, gen << 32, Ordering::AcqRel, Ordering::Relaxed);
+}
+
+/// This port's transmit lane.
+struct TxLane {
+    lane: usize,
+    head: u64,
+    cached_tail: u64,
+    owner: u64,
+}
+
+/// A consumer of a cluster: `cluster:ID@Q` reads queue Q; `cluster:ID` reads the first free
+/// queue (taken at the first `rx`). Either may transmit into the cluster (a transmit lane is
+/// taken at the first `tx`) when the master has an egress port (`-o`).
+///
+/// `rx` hands out descriptors that point into the segment (zero copy) and releases the ones it
+/// handed out at the previous call, like a kernel ring: process (or copy) a batch before
+/// receiving the next. Frames marked [`Desc::F_SHARED`] are read-only. `tx` copies each packet
+/// once into a frame of its lane.
+pub struct ClusterPort {
+    name: String,
+    seg: Arc<Segment>,
+    /// The queue, once attached.
+    rx_q: Option<usize>,
+    read: u64,
+    released: u64,
+    owner: u64,
+    tx: Option<TxLane>,
+    stats: PortStats,
+    idle: u32,
+    polls: u32,
+    master_gone: bool,
+}
+
+impl ClusterPort {
+    /// Opens `ID@Q` (a queue) or `ID` (any free queue, and transmit).
+    pub fn open(spec: &str) -> Result<ClusterPort, PortError> {
+        let bad = |why: &str| PortError::BadUri {
+            uri: format!("cluster:{spec}"),
+            why: why.into(),
+        };
+        let (id, q) = match spec.split_once('@') {
+            Some((id, q)) => (id, Some(q)),
+            None => (spec, None),
+        };
+        let id: u32 = id
+            .parse()
+            .map_err(|_| bad("the cluster id is a number: cluster:ID or cluster:ID@QUEUE"))?;
+        let seg = Segment::open(id)?;
+        match q {
+            Some(q) => {
+                let q: usize = q
+                    .parse()
+                    .map_err(|_| bad("the queue is a number: cluster:ID@QUEUE"))?;
+                Self::attach(seg, q)
+            }
+            None => Ok(Self::unattached(seg)),
+        }
+    }
+
+    fn unattached(seg: Arc<Segment>) -> ClusterPort {
+        ClusterPort {
+            name: format!("cluster:{}", seg.id),
+            seg,
+            rx_q: None,
+            read: 0,
+            released: 0,
+            owner: 0,
+            tx: None,
+            stats: PortStats::default(),
+            idle: 0,
+            polls: 0,
+            master_gone: false,
+        }
+    }
+
+    /// Attaches to queue `q` of a mapped segment.
+    pub fn attach(seg: Arc<Segment>, q: usize) -> Result<ClusterPort, PortError> {
+        let mut p = Self::unattached(seg);
+        p.name = format!("cluster:{}@{}", p.seg.id, q);
+        p.attach_rx(Some(q))?;
+        Ok(p)
+    }
+
+    fn attach_rx(&mut self, want: Option<usize>) -> Result<(), PortError> {
+        let seg = self.seg.clone();
+        let queues: Vec<usize> = match want {
+            Some(q) if q >= seg.queues => {
+                return Err(PortError::BadUri {
+                    uri: self.name.clone(),
+                    why: format!("cluster {} has queues 0..{}", seg.id, seg.queues - 1),
+                })
+            }
+            Some(q) => vec![q],
+            None => (0..seg.queues).collect(),
+        };
+        let mut last = None;
+        for &q in &queues {
+            match claim(&seg.ctl(q).owner) {
+                Ok(owner) => {
+                    seg.ctl(q).attaches.fetch_add(1, Ordering::Relaxed);
+                    seg.ctl(q).heartbeat.store(now_ms(), Ordering::Relaxed);
+                    // Resume at the first descriptor not released: anything a dead predecessor
+                    // held and did not release is delivered again (at least once).
+                    let tail = seg.cursors(q).tail.load(Ordering::Acquire);
+                    self.rx_q = Some(q);
+                    self.owner = owner;
+                    self.read = tail;
+                    self.released = tail;
+                    if want.is_none() {
+                        self.name = format!("cluster:{}@{}", seg.id, q);
+                    }
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(match (want, last) {
+            (Some(q), Some(Some(pid))) => err(
+                &self.name,
+                format!("queue {q} already has a consumer (pid {pid})"),
+            ),
+            (None, Some(Some(_))) => err(
+                &self.name,
+                format!(
+                    "all {} queues of cluster {} have a consumer",
+                    seg.queues, seg.id
+                ),
+            ),
+            _ => err(
+                &self.name,
+                "the master is busy reclaiming this queue".into(),
+            ),
+        })
+    }
+
+    fn attach_tx(&mut self) -> Result<(), PortError> {
+        let seg = self.seg.clone();
+        if seg.tx_lanes == 0 {
+            return Err(err(
+                &self.name,
+                format!(
+                    "cluster {} takes no transmitted packets: start its master with -o PORT",
+                    seg.id
+                ),
+            ));
+        }
+        for l in 0..seg.tx_lanes {
+            if let Ok(owner) = claim(&seg.lane_ctl(l).owner) {
+                seg.lane_ctl(l).attaches.fetch_add(1, Ordering::Relaxed);
+                let c = seg.lane_cursors(l);
+                // Continue after what a previous producer published.
+                let head = c.head.load(Ordering::Acquire);
+                self.tx = Some(TxLane {
+                    lane: l,
+                    head,
+                    cached_tail: c.tail.load(Ordering::Acquire),
+                    owner,
+                });
+                return Ok(());
+            }
+        }
+        Err(err(
+            &self.name,
+            format!(
+                "all {} transmit lanes of cluster {} are taken",
+                seg.tx_lanes, seg.id
+            ),
+        ))
+    }
+
+    /// The queue number, once attached.
+    pub fn queue(&self) -> Option<usize> {
+        self.rx_q
+    }
+
+    /// The segment.
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+
+    #[inline(always)]
+    fn release(&mut self) {
+        if let Some(q) = self.rx_q {
+            if self.read != self.released {
+                self.seg.cursors(q).tail.store(self.read, Ordering::Release);
+                self.released = self.read;
+            }
+        }
+    }
+
+    fn check_master(&mut self, look_at_pid: bool) -> bool {
+        let h = self.seg.header();
+        if h.state.load(Ordering::Acquire) == STATE_CLOSED
+            || (look_at_pid && !same_process(h.master_pid, h.master_start))
+        {
+            self.master_gone = true;
+        }
+        self.master_gone
+    }
+
+    fn ended(&self) -> PortError {
+        let h = self.seg.header();
+        let how = if h.state.load(Ordering::Acquire) == STATE_CLOSED {
+            "closed the cluster"
+        } else {
+            "died"
+        };
+        err(
+            &self.name,
+            format!(
+                "the cluster master (pid {}) {how}; {} packets received from this queue",
+                h.master_pid,
+                crate::stats::group(self.stats.rx_packets)
+            ),
+        )
+    }
+}
+
+impl Port for ClusterPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    #[inline]
+    fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        let q = match self.rx_q {
+            Some(q) => q,
+            None => {
+                self.attach_rx(None)?;
+                self.rx_q.unwrap_or(0)
+            }
+        };
+        batch.bind(&self.seg.pool);
+        self.release();
+        let head = self.seg.cursors(q).head.load(Ordering::Acquire);
+        let avail = head.saturating_sub(self.read) as usize;
+        // The master took the queue back (we were thought dead, or silent for longer than its
+        // consumer timeout): stop rather than read frames that are no longer ours. The owner
+        // word has a cache line of its own that changes only then, so this load is cheap.
+        self.polls = self.polls.wrapping_add(1);
+        let ctl = self.seg.ctl(q);
+        if self.polls.is_multiple_of(64) {
+            ctl.heartbeat.store(now_ms(), Ordering::Relaxed);
+        }
+        if head < self.read || ctl.owner.load(Ordering::Acquire) != self.owner {
+            return Err(err(
+                &self.name,
+                "the master reclaimed this queue (consumer considered dead); reattach".into(),
+            ));
+        }
+        let n = avail.min(batch.room()).min(self.seg.slots);
+        if n == 0 {
+            self.idle = self.idle.wrapping_add(1);
+            // The closed flag is one load; the master's pid is looked up now and then.
+            if self.master_gone || self.check_master(self.idle.is_multiple_of(1024)) {
+                return Err(self.ended());
+            }
+            return Ok(0);
+        }
+        self.idle = 0;
+        let mut bytes = 0u64;
+        for i in 0..n {
+            // SAFETY: slots [read, head) were written by the master before its release store
+            // of head (our acquire load above); it does not rewrite them until we move tail.
+            let d = unsafe { self.seg.slot(q, self.read + i as u64).read() };
+            bytes += d.wire_len as u64;
+            batch.push(d);
+        }
+        self.read += n as u64;
+        self.stats.rx_packets += n as u64;
+        self.stats.rx_bytes += bytes;
+        Ok(n)
+    }
+
+    /// Copies packets from the front of `batch` into frames of this port's transmit lane and
+    /// publishes them to the master; returns how many it took (the rest stay in the batch when
+    /// the lane is full).
+    fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        if self.check_master(false) {
+            return Err(self.ended());
+        }
+        if self.tx.is_none() {
+            self.attach_tx()?;
+        }
+        let seg = self.seg.clone();
+        let Some(t) = self.tx.as_mut() else {
+            return Ok(0);
+        };
+        let cap = seg.tx_slots as u64;
+        let want = batch.len() as u64;
+        if cap - (t.head - t.cached_tail) < want {
+            t.cached_tail = seg.lane_cursors(t.lane).tail.load(Ordering::Acquire);
+        }
+        let n = (cap - (t.head - t.cached_tail)).min(want) as usize;
+        let room = (seg.frame_size - seg.headroom) as u32;
+        let mut bytes = 0u64;
+        for i in 0..n {
+            let c = t.head + i as u64;
+            let src = batch.data(i);
+            let d = batch.descs()[i];
+            let len = (src.len() as u32).min(room);
+            let addr = seg.lane_frame_addr(t.lane, c);
+            // SAFETY: the frame of slot c belongs to this lane's producer (us: the lane's owner
+            // word is ours) until the master moves the lane's tail past c, and c < tail + cap.
+            if let Some(dst) = unsafe { seg.pool.region().bytes_mut(addr, len) } {
+                dst.copy_from_slice(&src[..len as usize]);
+            }
+            let out = Desc {
+                addr,
+                len,
+                wire_len: d.wire_len.max(len),
+                flags: 0,
+                ..d
+            };
+            bytes += out.wire_len as u64;
+            // SAFETY: slot c is free (c < tail + cap) and only this producer writes the lane.
+            unsafe { seg.lane_slot(t.lane, c).write(out) };
+        }
+        if n > 0 {
+            t.head += n as u64;
+            seg.lane_cursors(t.lane)
+                .head
+                .store(t.head, Ordering::Release);
+            self.stats.tx_packets += n as u64;
+            self.stats.tx_bytes += bytes;
+            batch.free_front(n);
+        }
+        Ok(n)
+    }
+
+    fn stats(&mut self) -> PortStats {
+        let mut s = self.stats;
+        if let Some(q) = self.rx_q {
+            let k = self.seg.ctl(q);
+            s.rx_drops
+                .add(DropReason::RingFull, k.ring_full.load(Ordering::Relaxed));
+            s.rx_drops.add(
+                DropReason::ConsumerGone,
+                k.consumer_gone.load(Ordering::Relaxed),
+            );
+            s.rx_drops
+                .add(DropReason::NoFrame, k.no_frame.load(Ordering::Relaxed));
+        }
+        s
+    }
+
+    fn pool(&self) -> Option<&Arc<Pool>> {
+        Some(&self.seg.pool)
+    }
+}
+
+impl Drop for ClusterPort {
+    fn drop(&mut self) {
+        self.release();
+        if let Some(q) = self.rx_q {
+            unclaim(&self.seg.ctl(q).owner, self.owner);
+        }
+        if let Some(t) = &self.tx {
+            unclaim(&self.seg.lane_ctl(t.lane).owner, t.owner);
+        }
+    }
+}

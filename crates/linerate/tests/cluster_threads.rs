@@ -1,0 +1,491 @@
+//! The cluster with consumer threads: distribution modes, `-n 2,1`, fan-out zero copy, the
+//! accounting invariant under overload, consumers leaving and coming back, master exit.
+
+use linerate::apps::balance::{
+    self, source::SourcePort, BalanceOptions, Distributor, Mode, Threads,
+};
+use linerate::mem::{Batch, Desc, Pool, PoolConfig};
+use linerate::port::cluster::{ClusterConfig, Master};
+use linerate::port::{LinkType, Port, PortError, PortStats};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A finite input of given packets.
+struct VecPort {
+    pool: Arc<Pool>,
+    pkts: Vec<Vec<u8>>,
+    next: usize,
+}
+
+impl VecPort {
+    fn new(pkts: Vec<Vec<u8>>) -> VecPort {
+        let pool = Arc::new(
+            Pool::new(&PoolConfig {
+                frames: 1024,
+                ..Default::default()
+            })
+            .unwrap(),
+        );
+        VecPort {
+            pool,
+            pkts,
+            next: 0,
+        }
+    }
+}
+
+impl Port for VecPort {
+    fn name(&self) -> &str {
+        "vec"
+    }
+    fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        batch.bind(&self.pool);
+        let mut n = 0;
+        while !batch.is_full() && self.next < self.pkts.len() {
+            let p = &self.pkts[self.next];
+            let a = batch.alloc().expect("frame");
+            batch.frame_mut(a)[..p.len()].copy_from_slice(p);
+            batch.push(Desc {
+                addr: a,
+                len: p.len() as u32,
+                wire_len: p.len() as u32,
+                ..Default::default()
+            });
+            self.next += 1;
+            n += 1;
+        }
+        Ok(n)
+    }
+    fn tx(&mut self, _b: &mut Batch) -> Result<usize, PortError> {
+        Ok(0)
+    }
+    fn stats(&mut self) -> PortStats {
+        PortStats::default()
+    }
+    fn is_finished(&self) -> bool {
+        self.next >= self.pkts.len()
+    }
+}
+
+fn numbered(n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let mut p = vec![0u8; 60];
+            p[..4].copy_from_slice(&(i as u32).to_be_bytes());
+            p
+        })
+        .collect()
+}
+
+fn opts() -> BalanceOptions {
+    BalanceOptions {
+        interval: Duration::from_secs(3600),
+        ..Default::default()
+    }
+}
+
+/// Runs input through a threaded cluster; returns per-thread packet counts and cluster stats.
+fn run_threads(
+    input: &mut dyn Port,
+    apps: &[u32],
+    mode: Mode,
+    slots: u32,
+    work_ns: u64,
+) -> (Vec<u64>, linerate::port::cluster::ClusterStats) {
+    let cfg = ClusterConfig {
+        apps: apps.to_vec(),
+        slots,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let threads = Threads::spawn(&master, work_ns, None).unwrap();
+    let mut dist = Distributor::new(mode, apps, LinkType::ETHERNET);
+    let stop = AtomicBool::new(false);
+    let r = balance::run(input, &mut master, &mut dist, &opts(), &stop, |_| {});
+    assert!(r.error.is_none());
+    master.close();
+    let got = threads.join().unwrap();
+    let stats = master.stats();
+    stats.check_invariant().unwrap();
+    // after the drain every frame is back
+    drop(r);
+    (got.iter().map(|g| g.0).collect(), stats)
+}
+
+#[test]
+fn round_robin_splits_evenly() {
+    let mut input = VecPort::new(numbered(10_000));
+    let (got, st) = run_threads(&mut input, &[2], Mode::RoundRobin, 16384, 0);
+    assert_eq!(got, vec![5_000, 5_000]);
+    assert_eq!(st.rx_packets, 10_000);
+    assert_eq!(st.app_offered(0), 10_000);
+    assert_eq!(st.queues[0].delivered, 5_000);
+}
+
+#[test]
+fn fanout_delivers_everything_to_every_thread() {
+    let mut input = VecPort::new(numbered(20_000));
+    let (got, st) = run_threads(&mut input, &[2], Mode::Fanout, 32768, 0);
+    assert_eq!(got, vec![20_000, 20_000]);
+    assert_eq!(st.queues.iter().map(|q| q.delivered).sum::<u64>(), 40_000);
+}
+
+#[test]
+fn two_applications_one_balanced_one_full_copy() {
+    let mut input = VecPort::new(numbered(9_000));
+    let (got, st) = run_threads(&mut input, &[2, 1], Mode::RoundRobin, 16384, 0);
+    assert_eq!(got[0] + got[1], 9_000);
+    assert_eq!(got[0], 4_500);
+    assert_eq!(got[2], 9_000);
+    assert_eq!(st.apps(), 2);
+    assert_eq!(st.queues[2].app, 1);
+    assert_eq!(st.app_offered(0), 9_000);
+    assert_eq!(st.app_offered(1), 9_000);
+}
+
+#[test]
+fn overload_counts_ring_full_and_keeps_the_invariant() {
+    // Slow consumers (2 µs per packet) behind small queues: the master never waits.
+    let mut input = SourcePort::new(1000, Some(300_000)).unwrap();
+    let (got, st) = run_threads(&mut input, &[2, 1], Mode::RoundRobin, 64, 2_000);
+    assert_eq!(st.rx_packets, 300_000);
+    let full: u64 = st.queues.iter().map(|q| q.ring_full).sum();
+    assert!(full > 0, "no drops under overload: {st:?}");
+    for (q, g) in st.queues.iter().zip(&got) {
+        assert_eq!(
+            q.delivered, *g,
+            "a thread got other than what was delivered to it"
+        );
+        assert_eq!(q.consumer_gone, 0);
+    }
+    st.check_invariant().unwrap();
+    // rx = Σ delivered + Σ drops, for each application
+    assert_eq!(st.app_offered(0), 300_000);
+    assert_eq!(st.app_offered(1), 300_000);
+}
+
+#[test]
+fn fanout_frames_are_shared_read_only_and_identical() {
+    let cfg = ClusterConfig {
+        apps: vec![2],
+        slots: 1024,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let mut c0 = master.consumer(0).unwrap();
+    let mut c1 = master.consumer(1).unwrap();
+    let mut input = VecPort::new(numbered(100));
+    let mut dist = Distributor::new(Mode::Fanout, &[2], LinkType::ETHERNET);
+    let stop = AtomicBool::new(false);
+    balance::run(&mut input, &mut master, &mut dist, &opts(), &stop, |_| {});
+    let (mut b0, mut b1) = (Batch::new(), Batch::new());
+    assert_eq!(c0.rx(&mut b0).unwrap(), 64);
+    assert_eq!(c1.rx(&mut b1).unwrap(), 64);
+    for i in 0..64 {
+        assert_eq!(
+            b0.descs()[i].addr,
+            b1.descs()[i].addr,
+            "zero copy: one frame for both"
+        );
+        assert_ne!(b0.descs()[i].flags & Desc::F_SHARED, 0);
+        assert_eq!(&b0.data(i)[..4], &(i as u32).to_be_bytes());
+        assert!(b0.data_mut(i).is_empty(), "shared frames are read-only");
+    }
+    let total = master.free_frames() + 100;
+    // releasing happens at the next rx; frames come back only when both consumers released
+    b0.clear();
+    c0.rx(&mut b0).unwrap();
+    b0.clear();
+    c0.rx(&mut b0).unwrap();
+    master.distribute(&Batch::new(), &[]);
+    assert_eq!(
+        master.free_frames() + 100,
+        total,
+        "frames still held by consumer 1"
+    );
+    b1.clear();
+    c1.rx(&mut b1).unwrap();
+    b1.clear();
+    c1.rx(&mut b1).unwrap();
+    master.distribute(&Batch::new(), &[]);
+    assert_eq!(master.free_frames(), total);
+}
+
+#[test]
+fn consumer_leaving_is_reclaimed_and_a_new_one_resumes() {
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 256,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let all = master.free_frames();
+    let mut dist = Distributor::new(Mode::RoundRobin, &[1], LinkType::ETHERNET);
+    let stop = AtomicBool::new(false);
+    let mut c = master.consumer(0).unwrap();
+    // a second consumer for the same queue is refused
+    assert!(master.consumer(0).is_err());
+    balance::run(
+        &mut VecPort::new(numbered(100)),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &stop,
+        |_| {},
+    );
+    let mut b = Batch::new();
+    assert_eq!(c.rx(&mut b).unwrap(), 64);
+    drop(b);
+    drop(c); // leaves holding 64 released + 36 unread
+    master.maintain();
+    assert_eq!(
+        master.free_frames(),
+        all,
+        "frames of a gone consumer are reclaimed"
+    );
+    balance::run(
+        &mut VecPort::new(numbered(50)),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &stop,
+        |_| {},
+    );
+    let st = master.stats();
+    assert_eq!(st.queues[0].consumer_gone, 36 + 50);
+    assert_eq!(st.queues[0].delivered, 64);
+    st.check_invariant().unwrap();
+    // a new consumer attaches and resumes with new packets
+    let mut c = master.consumer(0).unwrap();
+    master.maintain();
+    balance::run(
+        &mut VecPort::new(numbered(10)),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &stop,
+        |_| {},
+    );
+    let mut b = Batch::new();
+    assert_eq!(c.rx(&mut b).unwrap(), 10);
+    assert_eq!(&b.data(9)[..4], &9u32.to_be_bytes());
+    master.stats().check_invariant().unwrap();
+}
+
+#[test]
+fn master_close_stops_consumers_after_the_drain_with_a_clear_error() {
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 256,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let mut c = master.consumer(0).unwrap();
+    let mut dist = Distributor::new(Mode::RoundRobin, &[1], LinkType::ETHERNET);
+    let stop = AtomicBool::new(false);
+    balance::run(
+        &mut VecPort::new(numbered(10)),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &stop,
+        |_| {},
+    );
+    master.close();
+    let mut b = Batch::new();
+    assert_eq!(c.rx(&mut b).unwrap(), 10);
+    let e = c.rx(&mut b).unwrap_err().to_string();
+    assert!(
+        e.contains("closed the cluster") && e.contains("10 packets"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_queue_replaced_by_an_egress_port_sends_its_packets_there() {
+    use linerate::apps::balance::Egress;
+    use linerate::port::mem::wire;
+    let cfg = ClusterConfig {
+        apps: vec![2],
+        slots: 1024,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let (near, mut far) = wire("egress-t", &linerate::port::PortOptions::default()).unwrap();
+    let mut egress = vec![Egress::new(&master, 1, Box::new(near)).unwrap()];
+    let threads = Threads::spawn_some(&master, &[0], 0, None).unwrap();
+    let mut dist = Distributor::new(Mode::RoundRobin, &[2], LinkType::ETHERNET);
+    let stop = AtomicBool::new(false);
+    let r = balance::run_with(
+        &mut VecPort::new(numbered(2000)),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &mut egress,
+        None,
+        &stop,
+        |_| {},
+    );
+    assert!(r.error.is_none());
+    master.close();
+    assert_eq!(threads.join().unwrap()[0].0, 1000);
+    let mut b = Batch::new();
+    let mut got = vec![];
+    while far.rx(&mut b).unwrap() > 0 {
+        got.extend(
+            b.iter()
+                .map(|p| u32::from_be_bytes(p.data[..4].try_into().unwrap())),
+        );
+        b.clear();
+    }
+    assert_eq!(got.len(), 1000);
+    assert!(
+        got.iter().all(|i| i % 2 == 1),
+        "queue 1 got the odd packets"
+    );
+    assert_eq!(egress[0].dropped, 0);
+    master.stats().check_invariant().unwrap();
+}
+
+#[test]
+fn consumers_transmit_into_the_cluster_and_the_master_sends_it_out() {
+    use linerate::port::mem::wire;
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 256,
+        tx_lanes: 2,
+        tx_slots: 256,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let (mut near, mut far) = wire("tx-t", &linerate::port::PortOptions::default()).unwrap();
+    let mut a = master.port();
+    let mut b = master.port();
+    let mut src = VecPort::new(numbered(1000));
+    let mut sent = 0;
+    let mut got = vec![];
+    let mut rx = Batch::new();
+    let mut batch = Batch::new();
+    while sent < 1000 {
+        src.rx(&mut batch).unwrap();
+        let port = if sent % 128 == 0 { &mut a } else { &mut b };
+        let n = port.tx(&mut batch).unwrap();
+        sent += n;
+        assert_eq!(batch.len(), 0, "a lane with room takes the whole batch");
+        master.pump_tx(&mut near).unwrap();
+        while far.rx(&mut rx).unwrap() > 0 {
+            got.extend(
+                rx.iter()
+                    .map(|p| u32::from_be_bytes(p.data[..4].try_into().unwrap())),
+            );
+            rx.clear();
+        }
+    }
+    got.sort();
+    assert_eq!(got, (0..1000).collect::<Vec<u32>>());
+    let st = master.stats();
+    assert_eq!(st.tx_packets, 1000);
+    assert_eq!(st.tx_dropped, 0);
+    // Two lanes: a third transmitter is refused while both live.
+    let mut c = master.port();
+    let mut one = Batch::new();
+    VecPort::new(numbered(1)).rx(&mut one).unwrap();
+    let e = c.tx(&mut one).unwrap_err().to_string();
+    assert!(e.contains("transmit lanes"), "{e}");
+    drop(a);
+    assert_eq!(c.tx(&mut one).unwrap(), 1, "a freed lane is taken");
+    // A full lane keeps what it cannot take, and never waits.
+    let mut big = Batch::new();
+    let mut src = VecPort::new(numbered(400));
+    let mut kept = 0;
+    for _ in 0..7 {
+        src.rx(&mut big).unwrap();
+        c.tx(&mut big).unwrap();
+        kept = big.len();
+        big.clear();
+    }
+    assert!(kept > 0, "the 256-slot lane filled up");
+}
+
+#[test]
+fn a_cluster_without_egress_refuses_transmit() {
+    let master = Master::anon(&ClusterConfig::default()).unwrap();
+    let mut p = master.port();
+    let mut b = Batch::new();
+    VecPort::new(numbered(1)).rx(&mut b).unwrap();
+    let e = p.tx(&mut b).unwrap_err().to_string();
+    assert!(e.contains("-o PORT"), "{e}");
+}
+
+#[test]
+fn consumers_receive_the_hash_in_the_descriptor() {
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 256,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let mut c = master.consumer(0).unwrap();
+    let mut dist = Distributor::new(Mode::FiveTuple, &[1], LinkType::ETHERNET);
+    let stop = AtomicBool::new(false);
+    balance::run(
+        &mut SourcePort::new(100, Some(64)).unwrap(),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &stop,
+        |_| {},
+    );
+    let mut b = Batch::new();
+    assert_eq!(c.rx(&mut b).unwrap(), 64);
+    for p in b.iter() {
+        assert_eq!(
+            p.desc.hash,
+            balance::hash(Mode::FiveTuple, p.data, LinkType::ETHERNET)
+        );
+    }
+    assert!(b.iter().any(|p| p.desc.hash != 0));
+}
+
+#[test]
+fn a_silent_consumer_is_declared_gone_after_the_consumer_timeout() {
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 256,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let all = master.free_frames();
+    master.set_consumer_timeout(Some(Duration::from_millis(50)));
+    let mut c = master.consumer(0).unwrap();
+    let mut dist = Distributor::new(Mode::RoundRobin, &[1], LinkType::ETHERNET);
+    let stop = AtomicBool::new(false);
+    balance::run(
+        &mut VecPort::new(numbered(100)),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &stop,
+        |_| {},
+    );
+    let mut b = Batch::new();
+    assert_eq!(c.rx(&mut b).unwrap(), 64);
+    master.maintain();
+    assert_eq!(
+        master.stats().queues[0].consumer_gone,
+        0,
+        "alive and recent"
+    );
+    std::thread::sleep(Duration::from_millis(120));
+    master.maintain();
+    let st = master.stats();
+    assert_eq!(
+        st.queues[0].consumer_gone, 100,
+        "everything still in its queue is taken back"
+    );
+    assert_eq!(master.free_frames(), all);
+    st.check_invariant().unwrap();
+    let e = c.rx(&mut b).unwrap_err().to_string();
+    assert!(e.contains("reclaimed"), "{e}");
+}
