@@ -134,13 +134,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let ipfix = match &a.ipfix {
         None => None,
         Some(dest) => {
-            let with_port = if dest.rsplit_once(':').is_some_and(|(h, p)| {
-                !h.is_empty() && p.parse::<u16>().is_ok() && !h.ends_with(':')
-            }) {
-                dest.clone()
-            } else {
-                format!("{dest}:4739")
-            };
+            let with_port = ipfix_dest(dest);
             let addr = with_port
                 .to_socket_addrs()
                 .map_err(|e| usage(format!("--ipfix {dest}: {e}")))?
@@ -224,6 +218,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             a.input,
             group(report.packets)
         ))),
+    }
+}
+
+/// `HOST`, `HOST:PORT`, `ADDR6`, `[ADDR6]:PORT` → something `to_socket_addrs` takes, with port
+/// 4739 when none is given.
+fn ipfix_dest(dest: &str) -> String {
+    if dest.parse::<std::net::Ipv6Addr>().is_ok() {
+        return format!("[{dest}]:4739");
+    }
+    if dest.starts_with('[') && dest.ends_with(']') {
+        return format!("{dest}:4739");
+    }
+    match dest.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => dest.to_string(),
+        _ => format!("{dest}:4739"),
     }
 }
 
@@ -339,4 +348,19 @@ fn json_summary(r: &FlowReport, x: Option<linerate::apps::flow::ipfix::ExportSta
         j["error"] = e.to_string().into();
     }
     format!("{j}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ipfix_dest;
+
+    #[test]
+    fn ipfix_destinations_get_the_default_port() {
+        assert_eq!(ipfix_dest("127.0.0.1"), "127.0.0.1:4739");
+        assert_eq!(ipfix_dest("127.0.0.1:9995"), "127.0.0.1:9995");
+        assert_eq!(ipfix_dest("collector"), "collector:4739");
+        assert_eq!(ipfix_dest("::1"), "[::1]:4739");
+        assert_eq!(ipfix_dest("[::1]"), "[::1]:4739");
+        assert_eq!(ipfix_dest("[::1]:9995"), "[::1]:9995");
+    }
 }
