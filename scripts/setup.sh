@@ -2,7 +2,7 @@
 # Installs what linerate needs to build, run and test on Debian 12 (run as root).
 # Idempotent: packages already present are left alone.
 set -euo pipefail
-pkgs=(libpcap-dev pkg-config iproute2 ethtool tcpdump tshark clang llvm libbpf-dev)
+pkgs=(libpcap-dev pkg-config iproute2 ethtool tcpdump tshark clang llvm libbpf-dev nfdump argus-server argus-client)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

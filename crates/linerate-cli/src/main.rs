@@ -26,6 +26,8 @@ enum Cmd {
     Fwd(cmd::fwd::Args),
     /// Run seed 002's l2fwd lab (or a bounce) on network namespaces of this machine (root).
     Lab(cmd::lab::Args),
+    /// Argus-style bidirectional flow records (text, CSV, JSON lines) with IPFIX export.
+    Flows(cmd::flows::Args),
     /// Distribute packets to consumer processes or threads (zbalance_ipc / pfdnacluster).
     Balance(cmd::balance::Args),
     /// Run seed 000's cluster tests on this machine, no NIC or root needed.
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         Cmd::Count(a) => cmd::count::run(a),
         Cmd::Fwd(a) => cmd::fwd::run(a),
         Cmd::Lab(a) => cmd::lab::run(a),
+        Cmd::Flows(a) => cmd::flows::run(a),
         Cmd::Balance(a) => cmd::balance::run(a),
         Cmd::Demo(a) => cmd::demo::run(a),
         Cmd::Gen(a) => cmd::gen::run(*a),

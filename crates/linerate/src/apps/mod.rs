@@ -3,5 +3,6 @@
 
 pub mod balance;
 pub mod count;
+pub mod flow;
 pub mod fwd;
 pub mod gen;

@@ -1,0 +1,653 @@
+//! `flows`: an Argus-style flow monitor: bidirectional flow records keyed by the canonical
+//! 5-tuple and VLAN, with idle, status (active), end-of-connection, forced and lack-of-resources
+//! reports, text/CSV/JSON-lines output and IPFIX export.
+//!
+//! One thread: the loop receives a batch, reads each packet's headers ([`key::extract`]), counts
+//! it in the [`table::FlowTable`] and hands the records the batch produced to the sink. With
+//! `threads > 1` the calling thread becomes a dispatcher: it reads the port, parses each packet
+//! and hands its descriptor, key and symmetric hash over an SPSC ring to the worker thread that
+//! owns the hash, each worker with its own table; frames stay in the port's pool and are freed
+//! by the worker that counted them. Time is the packets' time (offline captures expire flows as live traffic would).
+
+pub mod frag;
+pub mod ipfix;
+pub mod key;
+pub mod record;
+pub mod table;
+
+use crate::mem::{Batch, Desc, Pool, BATCH};
+use crate::port::{LinkType, Port, PortError, PortStats};
+use crate::ring::{ring, Consumer, Producer};
+use frag::FragCache;
+use key::{extract, extract_fragment, NotFlow, PktInfo, E_FRAG};
+use record::FlowRecord;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+use table::{FlowTable, TableConfig, TableStats};
+
+/// How to run the monitor.
+#[derive(Clone, Debug)]
+pub struct FlowOptions {
+    /// Table size and timeouts (per thread).
+    pub table: TableConfig,
+    /// Worker threads (1: everything in the calling thread).
+    pub threads: usize,
+    /// Also advance flow time with the wall clock (live ports, so idle flows expire when no
+    /// packet comes).
+    pub wall_clock: bool,
+    /// Descriptors each worker's ring holds.
+    pub ring_size: usize,
+}
+
+impl Default for FlowOptions {
+    fn default() -> Self {
+        FlowOptions {
+            table: TableConfig::default(),
+            threads: 1,
+            wall_clock: false,
+            ring_size: 1024,
+        }
+    }
+}
+
+/// Where records go. Called once per batch that produced records, never per packet.
+pub trait RecordSink {
+    /// Takes records.
+    fn records(&mut self, recs: &[FlowRecord]);
+}
+
+impl<F: FnMut(&[FlowRecord])> RecordSink for F {
+    fn records(&mut self, recs: &[FlowRecord]) {
+        self(recs)
+    }
+}
+
+/// Why the monitor stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// A finite input was exhausted.
+    EndOfInput,
+    /// A signal (or the caller) asked to stop.
+    Stopped,
+    /// The input failed.
+    Error,
+}
+
+/// What the monitor did.
+#[derive(Debug)]
+pub struct FlowReport {
+    /// Packets received.
+    pub packets: u64,
+    /// Bytes received (on the wire).
+    pub bytes: u64,
+    /// Packets not put in a flow, by [`NotFlow`] reason.
+    pub not_flow: [u64; NotFlow::COUNT],
+    /// Flow table counters (summed over threads).
+    pub table: TableStats,
+    /// Input port counters.
+    pub port: PortStats,
+    /// Table memory per flow slot, bytes.
+    pub bytes_per_flow: usize,
+    /// Table memory in all, bytes (all threads).
+    pub table_bytes: usize,
+    /// Wall time the loop ran.
+    pub elapsed: Duration,
+    /// Threads that kept tables.
+    pub threads: usize,
+    /// Why it stopped.
+    pub ended: Ended,
+    /// The input's error, if it failed.
+    pub error: Option<PortError>,
+}
+
+impl FlowReport {
+    /// Packets not put in a flow, all reasons.
+    pub fn not_flow_total(&self) -> u64 {
+        self.not_flow.iter().sum()
+    }
+}
+
+/// Datagrams whose first fragment was seen, per thread.
+const FRAG_SLOTS: usize = 4096;
+
+/// Parses one packet; a later fragment gets its first fragment's flow (or is `Fragment`).
+#[inline(always)]
+fn classify(data: &[u8], link: LinkType, frags: &mut FragCache) -> Result<PktInfo, NotFlow> {
+    match extract(data, link) {
+        Ok(p) => {
+            if p.encap & E_FRAG != 0 {
+                frags.first(&p);
+            }
+            Ok(p)
+        }
+        Err(NotFlow::Fragment) => match extract_fragment(data, link) {
+            Ok(mut p) => {
+                if frags.later(&mut p) {
+                    Ok(p)
+                } else {
+                    Err(NotFlow::Fragment)
+                }
+            }
+            Err(_) => Err(NotFlow::Fragment),
+        },
+        Err(r) => Err(r),
+    }
+}
+
+/// One table and what it needs to count a batch.
+struct Worker {
+    table: FlowTable,
+    frags: FragCache,
+    out: Vec<FlowRecord>,
+    not_flow: [u64; NotFlow::COUNT],
+    link: LinkType,
+}
+
+impl Worker {
+    fn new(cfg: TableConfig, link: LinkType) -> Worker {
+        Worker {
+            table: FlowTable::new(cfg),
+            frags: FragCache::new(FRAG_SLOTS),
+            out: Vec::with_capacity(4 * BATCH),
+            not_flow: [0; NotFlow::COUNT],
+            link,
+        }
+    }
+
+    /// Parses every packet of the batch (touching all their headers first: with threads the
+    /// frames were written by another core, and independent loads let cache misses overlap),
+    /// then counts the flow packets.
+    #[inline]
+    fn batch(&mut self, batch: &Batch) {
+        let n = batch.len();
+        let mut acc = 0u8;
+        for i in 0..n {
+            let d = batch.data(i);
+            acc ^= d.get(14).copied().unwrap_or(0) ^ d.get(40).copied().unwrap_or(0);
+        }
+        std::hint::black_box(acc);
+        let mut items = [Item::default(); BATCH];
+        let mut k = 0;
+        for (i, desc) in batch.descs().iter().enumerate() {
+            match classify(batch.data(i), self.link, &mut self.frags) {
+                Ok(p) => {
+                    items[k] = Item {
+                        desc: *desc,
+                        hash: p.key.hash(),
+                        info: p,
+                    };
+                    k += 1;
+                }
+                Err(r) => self.not_flow[r as usize] += 1,
+            }
+        }
+        self.count(&items[..k]);
+    }
+
+    /// Counts parsed packets, then expires what their time made due. Two passes: load every
+    /// bucket head and first entry (independent loads whose cache misses overlap), then count.
+    #[inline]
+    fn count(&mut self, items: &[Item]) {
+        let mut head = [0u32; BATCH];
+        for (h, it) in head.iter_mut().zip(items) {
+            *h = self.table.warm_bucket(it.hash);
+        }
+        let mut acc = 0u32;
+        for &h in head.iter().take(items.len()) {
+            acc ^= self.table.warm_entry(h);
+        }
+        std::hint::black_box(acc);
+        for it in items {
+            let len = it.desc.wire_len.saturating_sub(it.info.pseudo as u32);
+            self.table
+                .packet_hashed(&it.info, it.hash, it.desc.ts, len, &mut self.out);
+        }
+        self.table.advance(0, &mut self.out);
+    }
+}
+
+/// A parsed packet handed to a worker: its descriptor (the worker frees the frame), what the
+/// dispatcher read from its headers, and its flow hash. Workers never read packet bytes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Item {
+    desc: Desc,
+    info: PktInfo,
+    hash: u32,
+}
+
+/// Runs the monitor on `port` until the end of the input, an error, or `stop`; every record
+/// goes to `sink`, and every open flow is reported (reason forced) at the end.
+pub fn run(
+    port: &mut dyn Port,
+    opts: &FlowOptions,
+    stop: &AtomicBool,
+    sink: &mut dyn RecordSink,
+) -> FlowReport {
+    if opts.threads > 1 {
+        return run_threads(port, opts, stop, sink);
+    }
+    let t0 = Instant::now();
+    let mut w = Worker::new(opts.table, port.link_type());
+    let mut batch = Batch::new();
+    let (mut packets, mut bytes) = (0u64, 0u64);
+    let mut idle = 0u32;
+    let mut error = None;
+    let ended = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Ended::Stopped;
+        }
+        let n = match port.rx(&mut batch) {
+            Ok(n) => n,
+            Err(e) => {
+                error = Some(e);
+                break Ended::Error;
+            }
+        };
+        if n > 0 {
+            idle = 0;
+            packets += batch.len() as u64;
+            bytes += batch.descs().iter().map(|d| d.wire_len as u64).sum::<u64>();
+            w.batch(&batch);
+            batch.clear();
+        } else if port.is_finished() {
+            break Ended::EndOfInput;
+        } else {
+            idle += 1;
+            if idle > 64 {
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        if opts.wall_clock {
+            w.table.advance(crate::time::wall_ns(), &mut w.out);
+        }
+        if !w.out.is_empty() {
+            sink.records(&w.out);
+            w.out.clear();
+        }
+    };
+    w.table.flush(&mut w.out);
+    if !w.out.is_empty() {
+        sink.records(&w.out);
+        w.out.clear();
+    }
+    FlowReport {
+        packets,
+        bytes,
+        not_flow: w.not_flow,
+        table: w.table.stats(),
+        port: port.stats(),
+        bytes_per_flow: w.table.bytes_per_flow(),
+        table_bytes: w.table.memory_bytes(),
+        elapsed: t0.elapsed(),
+        threads: 1,
+        ended,
+        error,
+    }
+}
+
+/// What a worker thread hands back when it ends.
+struct WorkerEnd {
+    not_flow: [u64; NotFlow::COUNT],
+    table: TableStats,
+    bytes_per_flow: usize,
+    table_bytes: usize,
+}
+
+fn worker_loop(
+    mut rx: Consumer<Item>,
+    pool: Arc<Pool>,
+    cfg: TableConfig,
+    link: LinkType,
+    clock: &AtomicU64,
+    done: &AtomicBool,
+    records: mpsc::Sender<Vec<FlowRecord>>,
+) -> WorkerEnd {
+    let mut w = Worker::new(cfg, link);
+    let mut batch = Batch::with_pool(&pool);
+    let mut tmp = [Item::default(); BATCH];
+    let mut idle = 0u32;
+    let send = |w: &mut Worker| {
+        if !w.out.is_empty() {
+            let v = std::mem::replace(&mut w.out, Vec::with_capacity(4 * BATCH));
+            let _ = records.send(v);
+        }
+    };
+    loop {
+        let n = rx.pop_burst(&mut tmp);
+        if n > 0 {
+            idle = 0;
+            for it in &tmp[..n] {
+                batch.push(it.desc);
+            }
+            w.count(&tmp[..n]);
+            batch.clear();
+            send(&mut w);
+            continue;
+        }
+        // Nothing queued: everything dispatched before this clock value has been counted, so the
+        // table may move its clock up to it.
+        let finished = done.load(Ordering::Acquire);
+        let c = clock.load(Ordering::Acquire);
+        if rx.is_empty() {
+            w.table.advance(c, &mut w.out);
+            send(&mut w);
+            if finished {
+                break;
+            }
+        }
+        // Nothing to do: give the core away (threads may outnumber cores), spinning briefly
+        // first so that a steady stream is not slept through.
+        idle += 1;
+        if idle > 16 {
+            std::thread::sleep(Duration::from_micros(50));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    w.table.flush(&mut w.out);
+    send(&mut w);
+    batch.flush_cache();
+    WorkerEnd {
+        not_flow: w.not_flow,
+        table: w.table.stats(),
+        bytes_per_flow: w.table.bytes_per_flow(),
+        table_bytes: w.table.memory_bytes(),
+    }
+}
+
+fn run_threads(
+    port: &mut dyn Port,
+    opts: &FlowOptions,
+    stop: &AtomicBool,
+    sink: &mut dyn RecordSink,
+) -> FlowReport {
+    let t0 = Instant::now();
+    let nt = opts.threads;
+    let link = port.link_type();
+    let mut batch = Batch::new();
+    let (mut packets, mut bytes) = (0u64, 0u64);
+    let mut not_flow = [0u64; NotFlow::COUNT];
+    let mut error = None;
+    let mut ended = Ended::EndOfInput;
+    // The first batch tells which pool frames come from.
+    let mut idle = 0u32;
+    let pool = loop {
+        if stop.load(Ordering::Relaxed) {
+            ended = Ended::Stopped;
+            break None;
+        }
+        match port.rx(&mut batch) {
+            Ok(0) if port.is_finished() => break None,
+            Ok(0) => {
+                idle += 1;
+                if idle > 64 {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
+            Ok(_) => break batch.pool().cloned(),
+            Err(e) => {
+                error = Some(e);
+                ended = Ended::Error;
+                break None;
+            }
+        }
+    };
+    let clock = AtomicU64::new(0);
+    let done = AtomicBool::new(false);
+    let (rtx, rrx) = mpsc::channel::<Vec<FlowRecord>>();
+    let mut ends: Vec<WorkerEnd> = Vec::new();
+    if let Some(pool) = pool {
+        std::thread::scope(|s| {
+            let mut producers: Vec<Producer<Item>> = Vec::with_capacity(nt);
+            let mut handles = Vec::with_capacity(nt);
+            for _ in 0..nt {
+                let (p, c) = ring::<Item>(opts.ring_size);
+                producers.push(p);
+                let pool = pool.clone();
+                let rtx = rtx.clone();
+                let (clock, done) = (&clock, &done);
+                let cfg = opts.table;
+                handles.push(s.spawn(move || worker_loop(c, pool, cfg, link, clock, done, rtx)));
+            }
+            let mut frags = FragCache::new(FRAG_SLOTS);
+            let mut stage = vec![[Item::default(); BATCH]; nt];
+            let mut staged = vec![0usize; nt];
+            let mut wall = 0u64;
+            idle = 0;
+            loop {
+                if !batch.is_empty() {
+                    if batch.pool().is_some_and(|p| !Arc::ptr_eq(p, &pool)) {
+                        error = Some(PortError::Unsupported {
+                            port: port.name().to_string(),
+                            op: "--threads with inputs in several pools",
+                        });
+                        ended = Ended::Error;
+                        batch.clear();
+                        break;
+                    }
+                    idle = 0;
+                    packets += batch.len() as u64;
+                    let mut maxts = 0u64;
+                    let mut free = 0usize;
+                    let mut keep = [Desc::default(); BATCH];
+                    for i in 0..batch.len() {
+                        let mut d = batch.descs()[i];
+                        bytes += d.wire_len as u64;
+                        maxts = maxts.max(d.ts);
+                        match classify(batch.data(i), link, &mut frags) {
+                            Ok(info) => {
+                                let h = info.key.hash();
+                                d.hash = h;
+                                let t = ((h as u64 * nt as u64) >> 32) as usize;
+                                stage[t][staged[t]] = Item {
+                                    desc: d,
+                                    info,
+                                    hash: h,
+                                };
+                                staged[t] += 1;
+                            }
+                            Err(r) => {
+                                not_flow[r as usize] += 1;
+                                keep[free] = d;
+                                free += 1;
+                            }
+                        }
+                    }
+                    // The batch's own descriptors move to the workers; only those not put in a
+                    // flow are freed here.
+                    batch.forget();
+                    batch.extend(&keep[..free]);
+                    batch.clear();
+                    for t in 0..nt {
+                        let mut off = 0;
+                        while off < staged[t] {
+                            off += producers[t].push_burst(&stage[t][off..staged[t]]);
+                            if off < staged[t] {
+                                // The worker is behind: let it have the core.
+                                drain(&rrx, sink);
+                                std::thread::sleep(Duration::from_micros(20));
+                            }
+                        }
+                        staged[t] = 0;
+                    }
+                    if opts.wall_clock {
+                        wall = crate::time::wall_ns();
+                    }
+                    let c = clock.load(Ordering::Relaxed).max(maxts).max(wall);
+                    clock.store(c, Ordering::Release);
+                }
+                drain(&rrx, sink);
+                if stop.load(Ordering::Relaxed) {
+                    ended = Ended::Stopped;
+                    break;
+                }
+                match port.rx(&mut batch) {
+                    Ok(n) if n > 0 => continue,
+                    Ok(_) if port.is_finished() => break,
+                    Ok(_) => {
+                        if opts.wall_clock {
+                            let c = clock.load(Ordering::Relaxed).max(crate::time::wall_ns());
+                            clock.store(c, Ordering::Release);
+                        }
+                        idle += 1;
+                        if idle > 64 {
+                            std::thread::sleep(Duration::from_micros(50));
+                        } else {
+                            std::thread::yield_now();
+                        }
+                    }
+                    Err(e) => {
+                        error = Some(e);
+                        ended = Ended::Error;
+                        break;
+                    }
+                }
+            }
+            done.store(true, Ordering::Release);
+            drop(rtx);
+            for h in handles {
+                while !h.is_finished() {
+                    drain(&rrx, sink);
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                if let Ok(e) = h.join() {
+                    ends.push(e);
+                }
+            }
+            drain(&rrx, sink);
+        });
+    }
+    batch.clear();
+    let mut table = TableStats::default();
+    let mut bytes_per_flow = 0;
+    let mut table_bytes = 0;
+    for e in &ends {
+        for (a, b) in not_flow.iter_mut().zip(e.not_flow) {
+            *a += b;
+        }
+        table = table.merged(&e.table);
+        bytes_per_flow = e.bytes_per_flow;
+        table_bytes += e.table_bytes;
+    }
+    FlowReport {
+        packets,
+        bytes,
+        not_flow,
+        table,
+        port: port.stats(),
+        bytes_per_flow,
+        table_bytes,
+        elapsed: t0.elapsed(),
+        threads: nt,
+        ended,
+        error,
+    }
+}
+
+fn drain(rx: &mpsc::Receiver<Vec<FlowRecord>>, sink: &mut dyn RecordSink) {
+    while let Ok(v) = rx.try_recv() {
+        sink.records(&v);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::key::tests::eth_v4;
+    use super::key::{TCP_ACK, TCP_SYN};
+    use super::record::EndReason;
+    use super::*;
+    use crate::port::mem::wire;
+    use crate::port::PortOptions;
+
+    /// Sends `frames` (with timestamps) into one end of a fresh memory wire; returns the other.
+    fn feed(name: &str, frames: &[(Vec<u8>, u64)]) -> crate::port::mem::MemPort {
+        let (mut a, b) = wire(name, &PortOptions::default()).unwrap();
+        let mut tx = Batch::with_pool(a.pool().unwrap());
+        for (f, ts) in frames {
+            let addr = tx.alloc().unwrap();
+            tx.frame_mut(addr)[..f.len()].copy_from_slice(f);
+            tx.push(Desc {
+                addr,
+                ts: *ts,
+                len: f.len() as u32,
+                wire_len: f.len() as u32,
+                ..Default::default()
+            });
+            if tx.is_full() {
+                assert_eq!(a.tx(&mut tx).unwrap(), BATCH);
+            }
+        }
+        a.tx(&mut tx).unwrap();
+        assert!(tx.is_empty());
+        b
+    }
+
+    fn traffic() -> Vec<(Vec<u8>, u64)> {
+        let mut v = Vec::new();
+        let s = 1_000_000_000u64;
+        for c in 0..200u16 {
+            let a = [10, 1, (c >> 8) as u8, c as u8];
+            let b = [192, 168, 0, 1];
+            v.push((eth_v4(a, b, 6, 1000 + c, 443, TCP_SYN, 0), s + c as u64));
+            v.push((
+                eth_v4(b, a, 6, 443, 1000 + c, TCP_SYN | TCP_ACK, 0),
+                s + c as u64 + 1,
+            ));
+            v.push((
+                eth_v4([10, 9, 9, 9], b, 17, 5000, 53, 0, c as usize),
+                s + c as u64 + 2,
+            ));
+        }
+        let mut arp = eth_v4([1, 1, 1, 1], [2, 2, 2, 2], 17, 1, 1, 0, 0);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        v.push((arp, 5 * s));
+        v
+    }
+
+    struct Stop(AtomicBool);
+
+    fn run_on(name: &str, threads: usize) -> (FlowReport, Vec<FlowRecord>) {
+        let mut port = feed(name, &traffic());
+        let stop = Stop(AtomicBool::new(false));
+        let mut recs = Vec::new();
+        let opts = FlowOptions {
+            threads,
+            ..Default::default()
+        };
+        // A memory port never finishes: stop when every packet came in.
+        let mut sink = |r: &[FlowRecord]| recs.extend_from_slice(r);
+        let stop_after = std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                stop.0.store(true, Ordering::Relaxed);
+            });
+            let rep = run(&mut port, &opts, &stop.0, &mut sink);
+            h.join().unwrap();
+            rep
+        });
+        (stop_after, recs)
+    }
+
+    #[test]
+    fn one_and_two_threads_agree() {
+        for threads in [1, 2] {
+            let (rep, recs) = run_on(&format!("flow-t{threads}"), threads);
+            assert_eq!(rep.packets, 601);
+            assert_eq!(rep.not_flow[NotFlow::NonIp as usize], 1);
+            assert_eq!(rep.table.flows, 201, "200 TCP flows and one UDP flow");
+            assert_eq!(recs.len(), 201);
+            assert!(recs.iter().all(|r| r.reason == EndReason::Forced));
+            let tcp: Vec<_> = recs.iter().filter(|r| r.proto == 6).collect();
+            assert!(tcp
+                .iter()
+                .all(|r| r.src_pkts == 1 && r.dst_pkts == 1 && r.dport == 443));
+            let udp = recs.iter().find(|r| r.proto == 17).unwrap();
+            assert_eq!(udp.src_pkts, 200);
+            assert_eq!(rep.table.packets + rep.not_flow_total(), rep.packets);
+            assert!(rep.bytes_per_flow <= 200);
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! The flow monitor on every capture of the tcpdump test corpus (many deliberately malformed):
+//! no panic, no hang, and every packet accounted for: each one read is either counted in a flow
+//! or counted as not-a-flow under a named reason, and the records carry exactly the packets the
+//! table counted. Run with one and with two threads.
+//!
+//! The corpus is `$LINERATE_CORPUS` or `/work/shared/corpus/tcpdump-tests`. Without it the test
+//! prints why and passes, unless `CI` is set.
+
+use linerate::apps::flow::key::NotFlow;
+use linerate::apps::flow::record::FlowRecord;
+use linerate::apps::flow::table::TableConfig;
+use linerate::apps::flow::{self, FlowOptions};
+use linerate::port::pcap::PcapPort;
+use linerate::port::PortOptions;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+fn corpus() -> Option<PathBuf> {
+    let dir = match std::env::var_os("LINERATE_CORPUS") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/tcpdump-tests"),
+    };
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("corpus folder {} is missing (CI is set)", dir.display());
+    }
+    println!(
+        "skipped: corpus folder {} is missing (set LINERATE_CORPUS)",
+        dir.display()
+    );
+    None
+}
+
+#[test]
+fn every_corpus_file_without_panic_and_every_packet_accounted() {
+    let Some(dir) = corpus() else { return };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    let stop = AtomicBool::new(false);
+    let mut totals = [0u64; NotFlow::COUNT];
+    let (mut pkts, mut flows, mut opened) = (0u64, 0u64, 0usize);
+    for (k, f) in files.iter().enumerate() {
+        let path = f.to_str().unwrap();
+        // Every file with one thread; every seventh also with two.
+        let threads: &[usize] = if k % 7 == 0 { &[1, 2] } else { &[1] };
+        for &nt in threads {
+            let popts = PortOptions {
+                frames: 1024,
+                ..Default::default()
+            };
+            let Ok(mut port) = PcapPort::open(path, &popts) else {
+                continue;
+            };
+            opened += 1;
+            let opts = FlowOptions {
+                table: TableConfig {
+                    max_flows: 512,
+                    status_ns: 0,
+                    ..Default::default()
+                },
+                threads: nt,
+                ring_size: 256,
+                ..Default::default()
+            };
+            let mut recs: Vec<FlowRecord> = Vec::new();
+            let mut sink = |r: &[FlowRecord]| recs.extend_from_slice(r);
+            let t0 = Instant::now();
+            let rep = flow::run(&mut port, &opts, &stop, &mut sink);
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{path}: {:?}",
+                t0.elapsed()
+            );
+            assert_eq!(
+                rep.table.packets + rep.not_flow_total(),
+                rep.packets,
+                "{path} ({nt} threads): packets in flows + not in flows = packets read"
+            );
+            let in_recs: u64 = recs.iter().map(|r| r.src_pkts + r.dst_pkts).sum();
+            assert_eq!(
+                in_recs, rep.table.packets,
+                "{path}: records carry every counted packet"
+            );
+            assert_eq!(
+                recs.len() as u64,
+                rep.table.records.iter().sum::<u64>(),
+                "{path}"
+            );
+            assert_eq!(
+                rep.table.flows,
+                rep.table.records.iter().sum::<u64>(),
+                "{path}"
+            );
+            if nt == 1 {
+                pkts += rep.packets;
+                flows += rep.table.flows;
+                for (t, n) in totals.iter_mut().zip(rep.not_flow) {
+                    *t += n;
+                }
+            }
+        }
+    }
+    let nf: Vec<String> = NotFlow::ALL
+        .iter()
+        .map(|n| format!("{} {}", n.name(), totals[*n as usize]))
+        .collect();
+    println!(
+        "{} files ({opened} runs): {pkts} packets, {flows} flows; not in a flow: {}",
+        files.len(),
+        nf.join(", ")
+    );
+    assert!(pkts > 0);
+}
