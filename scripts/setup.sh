@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Installs what linerate needs to build, run and test on Debian 12 (run as root).
+# Installs what linerate needs to build, run and test on Debian 12 (as root, or through sudo).
 # Idempotent: packages already present are left alone.
 set -euo pipefail
+if [ "$(id -u)" != 0 ]; then
+  # Packages need root: re-run through sudo when not root.
+  exec sudo bash "$0" "$@"
+fi
 pkgs=(libpcap-dev pkg-config iproute2 ethtool tcpdump tshark clang llvm libbpf-dev nfdump argus-server argus-client)
 missing=()
 for p in "${pkgs[@]}"; do

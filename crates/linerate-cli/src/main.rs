@@ -20,22 +20,22 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Run seed 000's cluster tests on this machine, no NIC or root needed.
+    Demo(cmd::demo::Args),
     /// Receive and count packets, with pfcount's statistics; optionally filter and record them.
     Count(cmd::count::Args),
+    /// Distribute packets to consumer processes or threads (zbalance_ipc / pfdnacluster).
+    Balance(cmd::balance::Args),
+    /// Generate packets (MoonGen / pktgen-dpdk): templates, rates, latency probes, Lua, replay.
+    Gen(Box<cmd::gen::Args>),
+    /// RFC 2544 benchmark between two ports: throughput, latency, frame loss, back-to-back.
+    Rfc2544(cmd::rfc2544::Args),
     /// Forward packets between two ports (l2fwd, pfdnabounce), with l2fwd's statistics.
     Fwd(cmd::fwd::Args),
     /// Run seed 002's l2fwd lab (or a bounce) on network namespaces of this machine (root).
     Lab(cmd::lab::Args),
     /// Argus-style bidirectional flow records (text, CSV, JSON lines) with IPFIX export.
     Flows(cmd::flows::Args),
-    /// Distribute packets to consumer processes or threads (zbalance_ipc / pfdnacluster).
-    Balance(cmd::balance::Args),
-    /// Run seed 000's cluster tests on this machine, no NIC or root needed.
-    Demo(cmd::demo::Args),
-    /// Generate packets (MoonGen / pktgen-dpdk): templates, rates, latency probes, Lua, replay.
-    Gen(Box<cmd::gen::Args>),
-    /// RFC 2544 benchmark between two ports: throughput, latency, frame loss, back-to-back.
-    Rfc2544(cmd::rfc2544::Args),
 }
 
 fn main() -> ExitCode {
