@@ -143,6 +143,7 @@ struct Tally {
     ip: u64,
     l4: u64,
     inner: u64,
+    fast: u64,
     stops: BTreeMap<String, u64>,
     links: BTreeMap<u32, u64>,
 }
@@ -182,6 +183,16 @@ fn check(link: u32, pkt: &[u8], t: &mut Tally) {
     };
     *t.stops.entry(key).or_default() += 1;
 
+    if link == 1 {
+        if let Some(h) = wire::hash_ip_symmetric_eth_v4(pkt) {
+            assert_eq!(
+                h,
+                wire::hash_ip_symmetric(&p),
+                "fast IPv4 hash differs from the parsed one"
+            );
+            t.fast += 1;
+        }
+    }
     let q = reversed(&p);
     assert_eq!(wire::hash_ip_symmetric(&p), wire::hash_ip_symmetric(&q));
     assert_eq!(
@@ -250,6 +261,8 @@ fn parse_and_hash_every_corpus_packet() {
         t.l4,
         t.inner
     );
+    eprintln!("fast IPv4 hash path taken (and equal): {}", t.fast);
+    assert!(t.fast > 100, "the fast IPv4 hash path was never compared");
     eprintln!("stopped: {:?}", t.stops);
     eprintln!("link types: {:?}", t.links);
     assert!(

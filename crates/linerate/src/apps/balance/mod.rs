@@ -266,6 +266,11 @@ pub fn hash(mode: Mode, data: &[u8], link: LinkType) -> u32 {
     if !mode.hashes() {
         return 0;
     }
+    if mode == Mode::Ip && link == LinkType::ETHERNET {
+        if let Some(h) = wire::hash_ip_symmetric_eth_v4(data) {
+            return h;
+        }
+    }
     let p = wire::parse(data, link);
     match mode {
         Mode::RoundRobin | Mode::Fanout | Mode::Lua => 0,
