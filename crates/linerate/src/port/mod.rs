@@ -9,6 +9,7 @@ mod aggregate;
 pub mod cluster;
 pub mod mem;
 pub mod pcap;
+mod sys;
 pub mod xdp;
 
 use crate::filter::Filter;

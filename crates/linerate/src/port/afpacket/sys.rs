@@ -3,16 +3,7 @@
 use crate::port::PortError;
 use std::io;
 
-/// An owned file descriptor, closed on drop.
-#[derive(Debug)]
-pub(super) struct Fd(pub(super) i32);
-
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: the descriptor is owned by this value and closed once.
-        unsafe { libc::close(self.0) };
-    }
-}
+pub(super) use crate::port::sys::Fd;
 
 /// What to tell the user about an OS error on `op`.
 fn hint(op: &'static str, e: &io::Error) -> &'static str {

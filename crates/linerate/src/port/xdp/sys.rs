@@ -103,16 +103,7 @@ pub struct XdpStatistics {
     pub tx_ring_empty_descs: u64,
 }
 
-/// An owned file descriptor, closed on drop.
-#[derive(Debug)]
-pub(super) struct Fd(pub(super) i32);
-
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: the descriptor is owned by this value and closed once.
-        unsafe { libc::close(self.0) };
-    }
-}
+pub(super) use crate::port::sys::Fd;
 
 fn hint(op: &'static str, e: &io::Error) -> &'static str {
     match e.raw_os_error() {
