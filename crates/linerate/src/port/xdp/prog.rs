@@ -9,6 +9,7 @@
 //! the pre-bpf_link way (rtnetlink, [`AttachApi::Netlink`]) survives its process: if it is ours
 //! (by name) it is found and replaced; another tool's program is reported, not touched.
 
+use super::obj;
 use super::sys::{self, Fd, Netlink};
 use crate::port::PortError;
 use std::collections::HashMap;
@@ -46,146 +47,6 @@ pub enum AttachApi {
     Netlink,
 }
 
-/// Why the object could not be loaded.
-fn bad_object(why: &str) -> PortError {
-    PortError::Unsupported {
-        port: format!("bpf/xdp_redirect.o ({why})"),
-        op: "loading the XDP program",
-    }
-}
-
-fn le_u16(b: &[u8], o: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?))
-}
-fn le_u32(b: &[u8], o: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?))
-}
-fn le_u64(b: &[u8], o: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?))
-}
-
-/// A section of the object: name, type, file range, link and info fields.
-#[derive(Debug)]
-struct Section<'a> {
-    name: &'a str,
-    ty: u32,
-    data: &'a [u8],
-    link: u32,
-    info: u32,
-}
-
-fn sections(obj: &[u8]) -> Option<Vec<Section<'_>>> {
-    if obj.get(..4)? != b"\x7fELF" || *obj.get(4)? != 2 || *obj.get(5)? != 1 {
-        return None; // not ELF64 little-endian
-    }
-    let shoff = le_u64(obj, 0x28)? as usize;
-    let shentsize = le_u16(obj, 0x3a)? as usize;
-    let shnum = le_u16(obj, 0x3c)? as usize;
-    let shstrndx = le_u16(obj, 0x3e)? as usize;
-    if shentsize < 64 || shoff.checked_add(shnum.checked_mul(shentsize)?)? > obj.len() {
-        return None;
-    }
-    let raw = |i: usize| -> Option<(u32, u32, &[u8], u32, u32)> {
-        let h = shoff.checked_add(i.checked_mul(shentsize)?)?;
-        let name = le_u32(obj, h)?;
-        let ty = le_u32(obj, h + 4)?;
-        let off = le_u64(obj, h + 24)? as usize;
-        let size = le_u64(obj, h + 32)? as usize;
-        let data = if ty == 8 {
-            &[][..] // SHT_NOBITS
-        } else {
-            obj.get(off..off.checked_add(size)?)?
-        };
-        Some((name, ty, data, le_u32(obj, h + 40)?, le_u32(obj, h + 44)?))
-    };
-    let (_, _, strtab, _, _) = raw(shstrndx)?;
-    let mut out = Vec::with_capacity(shnum);
-    for i in 0..shnum {
-        let (n, ty, data, link, info) = raw(i)?;
-        out.push(Section {
-            name: cstr(strtab, n as usize)?,
-            ty,
-            data,
-            link,
-            info,
-        });
-    }
-    Some(out)
-}
-
-fn cstr(tab: &[u8], off: usize) -> Option<&str> {
-    let s = tab.get(off..)?;
-    let end = s.iter().position(|&b| b == 0)?;
-    std::str::from_utf8(&s[..end]).ok()
-}
-
-/// The program's instructions with the map reference located, and its license.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) struct Parsed {
-    /// Instructions, 8 bytes each.
-    pub insns: Vec<[u8; 8]>,
-    /// Index of the `ld_imm64` instruction that loads the map.
-    pub map_insn: usize,
-    /// License string (NUL-terminated).
-    pub license: Vec<u8>,
-}
-
-/// Parses the object: the `xdp` section, its one relocation against `xsks_map`, the license.
-pub(super) fn parse(obj: &[u8]) -> Result<Parsed, PortError> {
-    let secs = sections(obj).ok_or_else(|| bad_object("not a well-formed ELF64 LE object"))?;
-    let (xdp_idx, xdp) = secs
-        .iter()
-        .enumerate()
-        .find(|(_, s)| s.name == "xdp")
-        .ok_or_else(|| bad_object("no 'xdp' section"))?;
-    if xdp.data.is_empty() || !xdp.data.len().is_multiple_of(8) {
-        return Err(bad_object("'xdp' section is not whole instructions"));
-    }
-    let insns: Vec<[u8; 8]> = xdp
-        .data
-        .chunks_exact(8)
-        .map(|c| [c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])
-        .collect();
-    let rels: Vec<&Section> = secs
-        .iter()
-        .filter(|s| s.ty == 9 && s.info as usize == xdp_idx)
-        .collect();
-    let [rel] = rels.as_slice() else {
-        return Err(bad_object("expected one relocation section for 'xdp'"));
-    };
-    if rel.data.len() != 16 {
-        return Err(bad_object("expected exactly one relocation (the map)"));
-    }
-    let r_offset = le_u64(rel.data, 0).unwrap_or(u64::MAX) as usize;
-    let sym = (le_u64(rel.data, 8).unwrap_or(0) >> 32) as usize;
-    let symtab = secs
-        .get(rel.link as usize)
-        .filter(|s| s.ty == 2)
-        .ok_or_else(|| bad_object("relocation without a symbol table"))?;
-    let strtab = secs
-        .get(symtab.link as usize)
-        .ok_or_else(|| bad_object("symbol table without names"))?;
-    let name_off = le_u32(symtab.data, sym * 24).ok_or_else(|| bad_object("bad symbol index"))?;
-    if cstr(strtab.data, name_off as usize) != Some(MAP_NAME) {
-        return Err(bad_object("the relocation is not against 'xsks_map'"));
-    }
-    let map_insn = r_offset / 8;
-    if !r_offset.is_multiple_of(8) || insns.get(map_insn).map(|i| i[0]) != Some(0x18) {
-        return Err(bad_object("the map relocation is not on an ld_imm64"));
-    }
-    let license = secs
-        .iter()
-        .find(|s| s.name == "license")
-        .map(|s| s.data.to_vec())
-        .filter(|l| l.last() == Some(&0))
-        .ok_or_else(|| bad_object("no NUL-terminated 'license' section"))?;
-    Ok(Parsed {
-        insns,
-        map_insn,
-        license,
-    })
-}
-
 /// A loaded program and its map.
 pub(super) struct Loaded {
     pub(super) map: Fd,
@@ -194,50 +55,16 @@ pub(super) struct Loaded {
 
 /// Creates the XSKMAP and loads the program against it.
 pub(super) fn load(iface: &str) -> Result<Loaded, PortError> {
-    let mut p = parse(OBJECT)?;
-    let mut name = [0u8; 16];
-    name[..8].copy_from_slice(b"lr_xsks\0");
-    let mut m = sys::MapCreateAttr {
-        map_type: sys::BPF_MAP_TYPE_XSKMAP,
-        key_size: 4,
-        value_size: 4,
-        max_entries: MAP_ENTRIES,
-        map_name: name,
-        ..Default::default()
-    };
-    let map = Fd(sys::bpf(sys::BPF_MAP_CREATE, &mut m)
-        .map_err(|e| sys::err_of(iface, "bpf(BPF_MAP_CREATE, XSKMAP)", e))?);
-    let i = &mut p.insns[p.map_insn];
-    i[1] = (i[1] & 0x0f) | (1 << 4); // src_reg = BPF_PSEUDO_MAP_FD
-    i[4..8].copy_from_slice(&map.0.to_le_bytes());
-    let mut log = vec![0u8; 4096];
-    let mut pname = [0u8; 16];
-    pname[..PROG_NAME.len()].copy_from_slice(PROG_NAME.as_bytes());
-    let mut a = sys::ProgLoadAttr {
-        prog_type: sys::BPF_PROG_TYPE_XDP,
-        insn_cnt: p.insns.len() as u32,
-        insns: p.insns.as_ptr() as u64,
-        license: p.license.as_ptr() as u64,
-        log_level: 1,
-        log_size: log.len() as u32,
-        log_buf: log.as_mut_ptr() as u64,
-        prog_name: pname,
-        expected_attach_type: sys::BPF_XDP,
-        ..Default::default()
-    };
-    let prog = match sys::bpf(sys::BPF_PROG_LOAD, &mut a) {
-        Ok(fd) => Fd(fd),
-        Err(e) => {
-            let end = log.iter().position(|&b| b == 0).unwrap_or(0);
-            if end > 0 {
-                eprintln!(
-                    "linerate: verifier log:\n{}",
-                    String::from_utf8_lossy(&log[..end])
-                );
-            }
-            return Err(sys::err_of(iface, "bpf(BPF_PROG_LOAD)", e));
-        }
-    };
+    let map = obj::create_map(
+        iface,
+        sys::BPF_MAP_TYPE_XSKMAP,
+        4,
+        4,
+        MAP_ENTRIES,
+        "lr_xsks",
+    )?;
+    let object = obj::parse(OBJECT, "bpf/xdp_redirect.o")?;
+    let prog = object.load(iface, PROG_NAME, &[(MAP_NAME, &map)])?;
     Ok(Loaded { map, prog })
 }
 
@@ -470,30 +297,13 @@ mod tests {
 
     #[test]
     fn committed_object_parses_to_a_map_load_and_a_license() {
-        let p = parse(OBJECT).unwrap();
+        let p = obj::parse(OBJECT, "xdp_redirect.o").unwrap();
         assert!(p.insns.len() >= 4);
-        assert_eq!(p.insns[p.map_insn][0], 0x18);
+        assert_eq!(p.maps.len(), 1);
+        assert_eq!(p.maps[0].1, MAP_NAME);
+        assert_eq!(p.insns[p.maps[0].0][0], 0x18);
         assert!(p.license.starts_with(b"Dual MIT/GPL"));
         // The last instruction is `exit`.
         assert_eq!(p.insns.last().unwrap()[0], 0x95);
-    }
-
-    #[test]
-    fn damaged_objects_are_errors_not_panics() {
-        assert!(parse(&[]).is_err());
-        assert!(parse(b"\x7fELF").is_err());
-        for cut in [16, 64, 200, OBJECT.len() / 2, OBJECT.len() - 1] {
-            assert!(parse(&OBJECT[..cut]).is_err(), "cut at {cut}");
-        }
-        let mut o = OBJECT.to_vec();
-        let mut x = 7u32;
-        for _ in 0..2000 {
-            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
-            let i = (x as usize >> 8) % o.len();
-            let old = o[i];
-            o[i] ^= (x >> 3) as u8 | 1;
-            let _ = parse(&o);
-            o[i] = old;
-        }
     }
 }
