@@ -16,7 +16,7 @@
 //! interface's program and map. The program is removed when the last port on the interface
 //! drops, and by the kernel when the process ends in any way (bpf_link).
 
-pub mod obj;
+pub(crate) mod obj;
 pub mod prog;
 mod ring;
 pub mod sys;

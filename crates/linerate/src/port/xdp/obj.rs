@@ -178,7 +178,12 @@ impl Object {
     /// Loads the program as an XDP program called `name` (at most 15 bytes), with each map
     /// reference patched to the descriptor given for that map name in `maps`. `iface` names the
     /// interface the program is for, in errors; the verifier's log is printed when it refuses.
-    pub fn load(&self, iface: &str, name: &str, maps: &[(&str, &Fd)]) -> Result<Fd, PortError> {
+    pub(crate) fn load(
+        &self,
+        iface: &str,
+        name: &str,
+        maps: &[(&str, &Fd)],
+    ) -> Result<Fd, PortError> {
         let mut insns = self.insns.clone();
         for (i, map) in &self.maps {
             let fd = maps
@@ -224,7 +229,7 @@ impl Object {
 }
 
 /// Creates a BPF map (`map_type` is a `BPF_MAP_TYPE_*` value) called `name` (at most 15 bytes).
-pub fn create_map(
+pub(crate) fn create_map(
     iface: &str,
     map_type: u32,
     key_size: u32,
