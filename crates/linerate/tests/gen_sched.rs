@@ -115,3 +115,81 @@ fn worker_poisson_mean_rate() {
     // The fake clock is exact, so the achieved gaps are the scheduled ones.
     assert_eq!(rep.precision.within[0], rep.precision.gaps);
 }
+
+/// A fake clock (1 ns per reading) that jumps `jump` ns ahead at its `at`-th reading, as when
+/// the worker loses its CPU.
+struct StallingClock {
+    inner: FakeClock,
+    reads: std::sync::atomic::AtomicU64,
+    at: u64,
+    jump: u64,
+}
+
+impl linerate::time::Clock for StallingClock {
+    fn now_ns(&self) -> u64 {
+        if self
+            .reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            == self.at
+        {
+            self.inner.advance(self.jump);
+        }
+        self.inner.now_ns()
+    }
+}
+
+#[test]
+fn worker_moves_the_schedule_after_a_stall_instead_of_bunching() {
+    let (mut a, mut b) = wire("gen-sched-stall", &PortOptions::default()).unwrap();
+    let opts = GenOptions {
+        streams: vec![StreamSpec {
+            pps: Some(1e6),
+            size: SizeSpec::Fixed(64),
+            ..Default::default()
+        }],
+        count: Some(3000),
+        ..Default::default()
+    };
+    let clock = StallingClock {
+        inner: FakeClock::new(5_000_000, 1),
+        reads: Default::default(),
+        at: 200_000,
+        jump: 1_000_000,
+    };
+    let stop = AtomicBool::new(false);
+    let rep = gen::run(&mut a, &opts, &clock, &stop, None, |_| {}).unwrap();
+    let mut ts = Vec::new();
+    let mut batch = Batch::new();
+    while b.rx(&mut batch).unwrap() > 0 {
+        for p in batch.iter() {
+            let parsed = parse(p.data, LinkType::ETHERNET);
+            ts.push(
+                read_sig(&p.data[parsed.payload.unwrap() as usize..])
+                    .unwrap()
+                    .ts,
+            );
+        }
+        batch.clear();
+    }
+    assert_eq!(ts.len(), 3000, "every packet is still sent");
+    let long: Vec<u64> = ts
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .filter(|&g| g != 1000)
+        .collect();
+    // One long gap (the stall) and no bunch of back-to-back packets after it.
+    assert_eq!(long.len(), 1, "{long:?}");
+    assert!(long[0] > 1_000_000, "{long:?}");
+    assert_eq!(rep.precision.slips, 1);
+    assert!(
+        rep.precision.slipped_ns >= 999_000,
+        "{}",
+        rep.precision.slipped_ns
+    );
+    assert_eq!(rep.precision.gaps, 2999);
+    assert_eq!(rep.precision.within[3], 2998, "{}", rep.precision.table());
+    assert!(rep
+        .precision
+        .table()
+        .contains("schedule moved later 1 times"));
+}

@@ -95,6 +95,12 @@ impl Schedule {
         t
     }
 
+    /// Moves the rest of the schedule `d` ns later (after the worker lost the CPU).
+    pub fn shift(&mut self, d: u64) {
+        self.start = self.start.saturating_add(d);
+        self.next = self.next.saturating_add(d);
+    }
+
     /// Mean gap in ns.
     pub fn mean_gap(&self) -> f64 {
         self.gap
@@ -115,6 +121,10 @@ pub struct Precision {
     pub max_dev: u64,
     /// Sum of |deviation| (for the mean).
     pub sum_dev: u64,
+    /// Times the schedule was moved later because a departure was too late to catch up.
+    pub slips: u64,
+    /// The time the schedule was moved by, in all (ns).
+    pub slipped_ns: u64,
     last: Option<(u64, u64)>,
 }
 
@@ -136,6 +146,17 @@ impl Precision {
         self.last = Some((sched, actual));
     }
 
+    /// Notes that the schedule moved `d` ns later from the next departure on: that departure's
+    /// gap is still compared with the unmoved schedule (its lateness is a deviation), the later
+    /// ones with the moved schedule.
+    pub fn slip(&mut self, d: u64) {
+        self.slips += 1;
+        self.slipped_ns += d;
+        if let Some((ls, la)) = self.last {
+            self.last = Some((ls.saturating_add(d), la));
+        }
+    }
+
     /// Forgets the last departure (after a pause that is not part of the schedule).
     pub fn reset_last(&mut self) {
         self.last = None;
@@ -149,6 +170,8 @@ impl Precision {
         }
         self.max_dev = self.max_dev.max(o.max_dev);
         self.sum_dev += o.sum_dev;
+        self.slips += o.slips;
+        self.slipped_ns += o.slipped_ns;
     }
 
     /// Share (0..=1) of gaps within bound `i` of [`PRECISION_BOUNDS`].
@@ -173,6 +196,14 @@ impl Precision {
         );
         for (i, b) in PRECISION_BOUNDS.iter().enumerate() {
             s += &format!("  ±{b:>3} ns  {:>7.3} %\n", 100.0 * self.share(i));
+        }
+        if self.slips > 0 {
+            s += &format!(
+                "  schedule moved later {} times ({:.3} ms in all): the CPU was taken away \
+                 for longer than the worker may catch up by bunching\n",
+                self.slips,
+                self.slipped_ns as f64 / 1e6
+            );
         }
         s
     }
