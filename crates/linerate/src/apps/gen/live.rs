@@ -362,6 +362,26 @@ pub fn run(
     sys::map_update(&map, 0, &all).map_err(|e| os(iface, "bpf(BPF_MAP_UPDATE_ELEM)", e))?;
     let prog = obj::parse(OBJECT, "bpf/xdp_gen.o")?.load(iface, PROG_NAME, &[("gen_map", &map)])?;
     let before = sys::link_stats(ifindex).ok();
+    // A veth silently discards XDP frames when its peer has no XDP program: send one frame
+    // first and check that the device sent or dropped it (the program counts it).
+    let mut first = 0;
+    if sys::iface_driver(iface).is_ok_and(|d| d == "veth") && o.count != Some(0) {
+        sys::xdp_run_live(&prog, &frame, ifindex, 1, 1)
+            .map_err(|e| os(iface, "bpf(BPF_PROG_RUN)", e))?;
+        first = 1;
+        let now = sys::link_stats(ifindex).ok();
+        if let (Some(b), Some(a)) = (before, now) {
+            if a.tx_packets == b.tx_packets && a.tx_dropped == b.tx_dropped {
+                return Err(GenError::Spec {
+                    stream: o.stream.id,
+                    why: format!(
+                        "{iface} did not send an XDP frame: its veth peer needs an XDP program \
+                         (e.g. ip link set dev PEER xdpdrv obj bpf/xdp_drop.o sec xdp)"
+                    ),
+                });
+            }
+        }
+    }
     install_wake();
     let cores = allowed_cores();
     let core_of = |i: usize| match o.core {
@@ -379,7 +399,9 @@ pub fn run(
         let mut hs = Vec::new();
         for i in 0..threads {
             let (prog, frame, done, tid, halt) = (&prog, &frame, &done[i], &tids[i], &halt);
-            let count = o.count.map(|c| per(i, c));
+            let count = o
+                .count
+                .map(|c| per(i, c) - if i == 0 { first.min(per(i, c)) } else { 0 });
             let core = core_of(i);
             hs.push(sc.spawn(move || -> Result<Worker, GenError> {
                 block_signals();

@@ -190,6 +190,37 @@ pub fn iface_mac(name: &str) -> Result<[u8; 6], PortError> {
     Ok(m)
 }
 
+/// The driver of interface `name` (`ETHTOOL_GDRVINFO`), e.g. "veth".
+pub(crate) fn iface_driver(name: &str) -> io::Result<String> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    // SAFETY: plain socket(2) call; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = Fd(fd);
+    // struct ethtool_drvinfo: cmd, then driver[32], ... (196 bytes in all).
+    let mut info = [0u8; 196];
+    info[..4].copy_from_slice(&3u32.to_ne_bytes()); // ETHTOOL_GDRVINFO
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    req.ifr_ifru.ifru_data = info.as_mut_ptr() as *mut libc::c_char;
+    // SAFETY: SIOCETHTOOL with ETHTOOL_GDRVINFO writes at most sizeof(ethtool_drvinfo) bytes
+    // into `info`, which lives across the call.
+    let r = unsafe { libc::ioctl(fd.0, libc::SIOCETHTOOL, &mut req) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let d = &info[4..36];
+    let end = d.iter().position(|&b| b == 0).unwrap_or(d.len());
+    Ok(String::from_utf8_lossy(&d[..end]).into_owned())
+}
+
 /// Moves the calling thread into the named network namespace (`/var/run/netns/NAME`, as
 /// `ip netns add` creates it). Ports opened afterwards on this thread live in that namespace.
 pub fn enter_netns(name: &str) -> io::Result<()> {
