@@ -401,21 +401,39 @@ fn live_engine_refusals_name_the_fix() {
     let script = script.to_str().unwrap();
     for (args, want) in [
         (
-            &["gen", "-o", "xdp:lo", "--engine", "live", "--script", script, "-c", "1"][..],
+            &[
+                "gen", "-o", "xdp:lo", "--engine", "live", "--script", script, "-c", "1",
+            ][..],
             "--engine xsk",
         ),
         (
-            &["gen", "-o", "xdp:lo", "--engine", "live", "--size", "64-128", "-c", "1"],
+            &[
+                "gen", "-o", "xdp:lo", "--engine", "live", "--size", "64-128", "-c", "1",
+            ],
             "--engine xsk",
         ),
         (
-            &["gen", "-o", "xdp:lo", "--engine", "live", "--sport", "1,2,3", "-c", "1"],
+            &[
+                "gen", "-o", "xdp:lo", "--engine", "live", "--sport", "1,2,3", "-c", "1",
+            ],
             "--engine xsk",
         ),
-        (&["gen", "-o", "mem:u", "--engine", "live", "-c", "1"], "xdp:IFACE"),
-        (&["gen", "-o", "mem:u", "--engine", "xsk", "-c", "1"], "xdp:IFACE"),
-        (&["gen", "-o", "xdp:lo", "--engine", "fast", "-c", "1"], "auto, live or xsk"),
-        (&["gen", "-o", "xdp:lo", "--batch", "512", "-c", "1"], "between 1 and 256"),
+        (
+            &["gen", "-o", "mem:u", "--engine", "live", "-c", "1"],
+            "xdp:IFACE",
+        ),
+        (
+            &["gen", "-o", "mem:u", "--engine", "xsk", "-c", "1"],
+            "xdp:IFACE",
+        ),
+        (
+            &["gen", "-o", "xdp:lo", "--engine", "fast", "-c", "1"],
+            "auto, live or xsk",
+        ),
+        (
+            &["gen", "-o", "xdp:lo", "--batch", "512", "-c", "1"],
+            "between 1 and 256",
+        ),
     ] {
         let o = run(args);
         let e = String::from_utf8_lossy(&o.stderr);

@@ -207,7 +207,11 @@ fn live_frames_arrive_exactly_with_valid_checksums_covering_the_ranges() {
         .all(|&d| (base([10, 2, 0, 0])..=base([10, 2, 0, 255])).contains(&d)));
     assert!(dst.len() > 240, "random dst: {} of 256 values", dst.len());
     assert!(sport.iter().all(|p| (1000..=1999).contains(p)));
-    assert!(sport.len() > 900, "random sport: {} of 1000 values", sport.len());
+    assert!(
+        sport.len() > 900,
+        "random sport: {} of 1000 values",
+        sport.len()
+    );
     drop(pair);
 }
 
@@ -269,8 +273,14 @@ fn a_timed_run_accounts_for_every_frame_and_leaves_nothing_behind() {
         delivered + dropped >= rep.pkts && delivered + dropped <= rep.pkts + 20,
         "{delivered} delivered + {dropped} dropped for {rep:?}"
     );
-    assert!(!xdp_attached(&pair, Side::A, "vA"), "vA keeps an XDP program");
-    assert!(!xdp_attached(&pair, Side::B, "vB"), "vB keeps an XDP program");
+    assert!(
+        !xdp_attached(&pair, Side::A, "vA"),
+        "vA keeps an XDP program"
+    );
+    assert!(
+        !xdp_attached(&pair, Side::B, "vB"),
+        "vB keeps an XDP program"
+    );
 }
 
 #[test]

@@ -700,7 +700,8 @@ fn live_iface(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
         ))),
         (None, Some(_)) => Ok(None),
         _ => {
-            let (iface, _) = linerate::port::xdp::parse_name(rest).map_err(|e| usage(format!("-o: {e}")))?;
+            let (iface, _) =
+                linerate::port::xdp::parse_name(rest).map_err(|e| usage(format!("-o: {e}")))?;
             if a.batch == 0 || a.batch > 256 {
                 return Err(usage(format!("--batch {}: between 1 and 256", a.batch)));
             }

@@ -166,15 +166,11 @@ fn build(s: &StreamSpec, seed: u64) -> Result<(Vec<u8>, Vec<u8>), GenError> {
     if let Some(q) = &s.dport {
         t.dport = q.first() as u16;
     }
-    let tpl = Template::new(&t).map_err(|why| GenError::Template {
-        stream: s.id,
-        why,
-    })?;
+    let tpl = Template::new(&t).map_err(|why| GenError::Template { stream: s.id, why })?;
     let (size, _) = s.size.bounds();
-    let len = tpl.check_size(size).map_err(|why| GenError::Template {
-        stream: s.id,
-        why,
-    })?;
+    let len = tpl
+        .check_size(size)
+        .map_err(|why| GenError::Template { stream: s.id, why })?;
     let lay = *tpl.layout();
     let mut v: Vals = tpl.base();
     v.len = len;
@@ -195,18 +191,8 @@ fn build(s: &StreamSpec, seed: u64) -> Result<(Vec<u8>, Vec<u8>), GenError> {
             }
         }
     };
-    add(
-        s.src_ip.as_ref().map(|a| &a.seq),
-        lay.src_ip(),
-        4,
-        !lay.v6,
-    );
-    add(
-        s.dst_ip.as_ref().map(|a| &a.seq),
-        lay.dst_ip(),
-        4,
-        !lay.v6,
-    );
+    add(s.src_ip.as_ref().map(|a| &a.seq), lay.src_ip(), 4, !lay.v6);
+    add(s.dst_ip.as_ref().map(|a| &a.seq), lay.dst_ip(), 4, !lay.v6);
     add(s.sport.as_ref(), lay.l4, 2, false);
     add(s.dport.as_ref(), lay.l4 + 2, 2, false);
     let mut st = vec![0u8; STATE_LEN];
@@ -416,7 +402,9 @@ pub fn run(
                         });
                     }
                 }
-                let r = work(prog, frame, ifindex, batch, count, pps_t, deadline, clock, halt);
+                let r = work(
+                    prog, frame, ifindex, batch, count, pps_t, deadline, clock, halt,
+                );
                 done.store(true, Ordering::Release);
                 r.map_err(|e| os(iface, "bpf(BPF_PROG_RUN)", e))
             }));

@@ -204,7 +204,7 @@ pub(crate) fn iface_driver(name: &str) -> io::Result<String> {
     // struct ethtool_drvinfo: cmd, then driver[32], ... (196 bytes in all).
     let mut info = [0u8; 196];
     info[..4].copy_from_slice(&3u32.to_ne_bytes()); // ETHTOOL_GDRVINFO
-    // SAFETY: ifreq is plain data; all-zero is a valid value.
+                                                    // SAFETY: ifreq is plain data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
         *d = s as libc::c_char;
