@@ -887,7 +887,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<XdpStatistics>(), 48);
         assert_eq!(std::mem::offset_of!(ProgInfo, name), 64);
         assert_eq!(std::mem::offset_of!(ProgLoadAttr, prog_name), 48);
-        assert_eq!(std::mem::offset_of!(TestRunAttr, batch_size), 64);
+        assert_eq!(std::mem::offset_of!(TestRunAttr, flags), 64);
+        assert_eq!(std::mem::offset_of!(TestRunAttr, batch_size), 72);
         assert_eq!(std::mem::size_of::<XdpMd>(), 24);
     }
 
