@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
-# Generation benchmark of `linerate gen` against trafgen, tcpreplay --topspeed and dpdk-testpmd
-# txonly (net_af_packet, net_af_xdp), in one run, plus raw generation on a mem port and the
-# departure precision table at 100 kpps and 1 Mpps.
+# Generation benchmark of `linerate gen` against trafgen, tcpreplay --topspeed, dpdk-testpmd
+# txonly (net_af_packet, net_af_xdp) and xdp-trafficgen (XDP live frames), in one run, plus raw
+# generation on a mem port and the departure precision table at 100 kpps and 1 Mpps.
 #
 #   sudo bash bench/gen.sh [SECONDS]
+#   sudo XDP_TRAFFICGEN=/path/to/xdp-trafficgen bash bench/gen.sh [SECONDS]
+#
+# The XDP rows (linerate gen live/xsk, xdp-trafficgen) send through XDP redirects, which a veth
+# takes only when its peer has an XDP program: for those rows vB runs bpf/xdp_drop.o (XDP_DROP,
+# attached with `ip link set dev vB xdpdrv obj bpf/xdp_drop.o sec xdp`), and pps = vB
+# rx_packets delta (XDP frames count there). The other rows run with vB as is, as before.
+# xdp-trafficgen comes from xdp-tools 1.6.3 (not in this repository): in its source tree,
+# `FORCE_SYSTEM_LIBBPF=1 CLANG=clang-14 LLC=llc-14 ./configure; make -C lib; make -C
+# xdp-trafficgen` (needs m4 and bpftool); the script uses $XDP_TRAFFICGEN, else
+# /work/peers/xdp-tools/xdp-trafficgen/xdp-trafficgen if it exists.
 #
 # Veth between namespaces A and B, `ethtool -K vA sg off`, 64 B frames (60 + CRC) to a MAC that
 # is not vB's (dropped early by vB: this measures the sender). Each sender runs in A, pinned to
@@ -82,6 +92,30 @@ if command -v dpdk-testpmd >/dev/null; then
     --vdev net_af_xdp0,iface=vA,start_queue=0,queue_count=1 "${TPA[@]}"
 fi
 
+# XDP rows: XDP_DROP on vB; vA without the program testpmd's af_xdp port may have left.
+ip -n "$A" link set dev vA xdp off 2>/dev/null
+ip -n "$B" link set dev vB xdpdrv obj bpf/xdp_drop.o sec xdp || exit 1
+MACB=$(ip -n "$B" -o link show vB | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)
+LIVE=(gen -o xdp:vA --dst-mac "$MACB" --src-mac "$MACA" --src-ip 198.18.0.1 --dst-ip 198.18.0.2
+      --size 64 --no-probe -t $((SECS + 3)) -q)
+run "linerate gen live (1 core)" 0 "$LR" "${LIVE[@]}"
+run "linerate gen live --threads 2" 0-1 "$LR" "${LIVE[@]}" --threads 2
+run "linerate gen live 66 B IPv6 (1 core)" 0 "$LR" gen -o xdp:vA --dst-mac "$MACB" \
+  --src-mac "$MACA" --src-ip 2001:db8::1 --dst-ip 2001:db8::2 --size 66 --no-probe \
+  -t $((SECS + 3)) -q
+run "linerate gen xsk (1 core)" 0 "$LR" "${LIVE[@]}" --engine xsk
+TG=${XDP_TRAFFICGEN:-/work/peers/xdp-tools/xdp-trafficgen/xdp-trafficgen}
+if [ -x "$TG" ]; then
+  # xdp-trafficgen pins its threads to cores 0..N-1 itself; 66 B IPv6/UDP frames.
+  run "xdp-trafficgen udp (1 thread)" 0 "$TG" udp -m "$MACB" -I 2 vA
+  run "xdp-trafficgen udp -t 2" 0-1 "$TG" udp -m "$MACB" -I 2 -t 2 vA
+else
+  echo "xdp-trafficgen not found (set XDP_TRAFFICGEN=/path): build it from xdp-tools 1.6.3 with" >&2
+  echo "  FORCE_SYSTEM_LIBBPF=1 CLANG=clang-14 LLC=llc-14 ./configure; make -C lib; make -C xdp-trafficgen" >&2
+  echo "  (needs m4 and bpftool)" >&2
+fi
+ip -n "$B" link set dev vB xdpdrv off
+
 echo
 echo "## Generation on veth, 64 B frames, ${SECS} s each (pps received by vB)"
 echo
@@ -89,7 +123,7 @@ echo "| sender | cores | pps | vs linerate (1 core) |"
 echo "|---|---|---|---|"
 base=${R["linerate gen (1 core)"]}
 for n in "${ORDER[@]}"; do
-  cores=1; case $n in *2*|testpmd*) cores=2;; esac
+  cores=1; case $n in *"-P 2"*|*"threads 2"*|*"-t 2"*) cores=2;; esac
   case $n in testpmd*) cores="1 fwd + 1 main";; esac
   python3 -c "print(f'| {\"$n\"} | $cores | {${R[$n]}:,} | {${R[$n]}/max(1,$base):.2f}× |')"
 done

@@ -396,6 +396,55 @@ fn usage_errors_exit_2() {
 }
 
 #[test]
+fn live_engine_refusals_name_the_fix() {
+    let script = root().join("examples/udp_flows.lua");
+    let script = script.to_str().unwrap();
+    for (args, want) in [
+        (
+            &[
+                "gen", "-o", "xdp:lo", "--engine", "live", "--script", script, "-c", "1",
+            ][..],
+            "--engine xsk",
+        ),
+        (
+            &[
+                "gen", "-o", "xdp:lo", "--engine", "live", "--size", "64-128", "-c", "1",
+            ],
+            "--engine xsk",
+        ),
+        (
+            &[
+                "gen", "-o", "xdp:lo", "--engine", "live", "--sport", "1,2,3", "-c", "1",
+            ],
+            "--engine xsk",
+        ),
+        (
+            &["gen", "-o", "mem:u", "--engine", "live", "-c", "1"],
+            "xdp:IFACE",
+        ),
+        (
+            &["gen", "-o", "mem:u", "--engine", "xsk", "-c", "1"],
+            "xdp:IFACE",
+        ),
+        (
+            &["gen", "-o", "xdp:lo", "--engine", "fast", "-c", "1"],
+            "auto, live or xsk",
+        ),
+        (
+            &["gen", "-o", "xdp:lo", "--batch", "512", "-c", "1"],
+            "between 1 and 256",
+        ),
+    ] {
+        let o = run(args);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.starts_with("linerate: error:"), "{e}");
+        assert_eq!(e.trim().lines().count(), 1, "{e}");
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+}
+
+#[test]
 fn rfc2544_on_a_mem_wire() {
     let csv = tmp("rfc.csv");
     let out = ok(&run(&[

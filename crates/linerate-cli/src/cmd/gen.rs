@@ -25,9 +25,17 @@ use std::time::Duration;
 /// Flags of `linerate gen`.
 #[derive(Parser, Debug, Default)]
 pub struct Args {
-    /// Output port: afpacket:IFACE, mem:NAME, pcap:FILE, or a,b (one per thread).
+    /// Output port: afpacket:IFACE, xdp:IFACE, mem:NAME, pcap:FILE, or a,b (one per thread).
     #[arg(short = 'o', long = "out", value_name = "PORT")]
     pub output: String,
+    /// With -o xdp:IFACE: live (the kernel builds and sends the frames: XDP live frames),
+    /// xsk (AF_XDP through the xdp port), or auto (live unless the options need xsk:
+    /// --script, --rx, size ranges, value lists, several streams).
+    #[arg(long, value_name = "ENGINE", default_value = "auto")]
+    pub engine: String,
+    /// Live engine: frames per kernel batch (1..256).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub batch: u32,
     /// Frame size with CRC: 64, a range 64-1518 (uniform), or imix (64/594/1518 in 7:4:1).
     #[arg(long, value_name = "SIZE")]
     pub size: Option<String>,
@@ -412,6 +420,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let limited =
         pick(&a.count, &cfg, "count").is_some() || pick(&a.duration, &cfg, "duration").is_some();
+    if let Some(iface) = live_iface(&a, &cfg)? {
+        return run_live(&a, &cfg, &iface, &stop);
+    }
     // Output ports: one per thread.
     let parts: Vec<&str> = a.output.split(',').collect();
     let mut outs: Vec<Box<dyn Port>> = Vec::new();
@@ -637,6 +648,170 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 a.hist_out.as_deref().unwrap_or("")
             );
         }
+    }
+    let _ = out.flush();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The interface to run the live engine on, if `--engine` and the options choose it.
+fn live_iface(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
+    let xdp = a
+        .output
+        .strip_prefix("xdp:")
+        .filter(|_| !a.output.contains(','));
+    let want = match a.engine.as_str() {
+        "auto" => None,
+        "live" => Some(true),
+        "xsk" => Some(false),
+        e => return Err(usage(format!("--engine {e}: use auto, live or xsk"))),
+    };
+    let Some(rest) = xdp else {
+        return match want {
+            Some(true) => Err(usage(format!(
+                "--engine live sends on an interface: use -o xdp:IFACE, not -o {}",
+                a.output
+            ))),
+            Some(false) if !a.output.starts_with("xdp:") => Err(usage(format!(
+                "--engine xsk sends through an AF_XDP port: use -o xdp:IFACE, not -o {}",
+                a.output
+            ))),
+            _ => Ok(None),
+        };
+    };
+    if want == Some(false) {
+        return Ok(None);
+    }
+    // What only the xsk engine does, and the flag that asks for it.
+    let why = if a.script.is_some() {
+        Some("--script modifies packets in user space".to_string())
+    } else if a.rx.is_some() {
+        Some("--rx needs latency probes, which live frames do not carry".to_string())
+    } else if a.streams > 1 {
+        Some("--streams: live frames send one stream".to_string())
+    } else if pick(&a.pattern, cfg, "pattern").is_some_and(|p| p != "cbr") {
+        Some("--pattern: live frames pace by runs of packets, not per packet".to_string())
+    } else {
+        let (streams, _, _) = streams_from(a, cfg, 0)?;
+        linerate::apps::gen::live::unsupported(&streams[0])
+    };
+    match (want, why) {
+        (Some(true), Some(why)) => Err(usage(format!(
+            "--engine live: {why}; use --engine xsk (AF_XDP) for this"
+        ))),
+        (None, Some(_)) => Ok(None),
+        _ => {
+            let (iface, _) =
+                linerate::port::xdp::parse_name(rest).map_err(|e| usage(format!("-o: {e}")))?;
+            if a.batch == 0 || a.batch > 256 {
+                return Err(usage(format!("--batch {}: between 1 and 256", a.batch)));
+            }
+            Ok(Some(iface.to_string()))
+        }
+    }
+}
+
+/// `linerate gen -o xdp:IFACE` on the live-frames engine.
+fn run_live(
+    a: &Args,
+    cfg: &ScriptConfig,
+    iface: &str,
+    stop: &AtomicBool,
+) -> anyhow::Result<ExitCode> {
+    use linerate::apps::gen::live::{self, LiveOptions};
+    let (mut streams, _, duration) = streams_from(a, cfg, 0)?;
+    let count = pick(&a.count, cfg, "count")
+        .map(|c| flag("--count", units::parse_count(c)))
+        .transpose()?;
+    let mut stream = streams.remove(0);
+    let pps = stream.pps.map(|p| p * a.threads as f64);
+    stream.probe = false;
+    stream.pps = None;
+    let opts = LiveOptions {
+        iface: iface.to_string(),
+        stream,
+        count,
+        duration,
+        pps,
+        threads: a.threads,
+        core: a.core,
+        batch: a.batch,
+        seed: a.seed,
+    };
+    live::validate(&opts).map_err(|e| usage(e.to_string()))?;
+    let interval = flag("--interval", units::parse_duration(&a.interval))?;
+    let mut out = std::io::stdout();
+    if a.json {
+        let j = serde_json::json!({"type": "start", "port": a.output, "engine": "live",
+            "threads": a.threads, "pps": pps, "batch": a.batch});
+        let _ = writeln!(out, "{j}");
+    } else if !a.quiet {
+        let rate = pps
+            .map(|p| format!("{} pps", group_f(p, 0)))
+            .unwrap_or_else(|| "as fast as possible".into());
+        let _ = writeln!(
+            out,
+            "Generating on {} with XDP live frames ({} thread(s), {rate}, batches of {}; no latency probes)",
+            a.output, a.threads, a.batch
+        );
+    }
+    let _ = out.flush();
+    let clock = TscClock::new();
+    let t0 = clock.now_ns();
+    let (mut prev_p, mut prev_t) = (0u64, t0);
+    let r = live::run(&opts, &clock, stop, interval, |p| {
+        if a.quiet {
+            return;
+        }
+        let now = clock.now_ns();
+        let dt = (now - prev_t) as f64 / 1e9;
+        let pps = (p - prev_p) as f64 / dt.max(1e-9);
+        if a.json {
+            let j = serde_json::json!({"type": "stats", "elapsed_ms": (now - t0) as f64 / 1e6,
+                "pkts": p, "pps": pps});
+            let _ = writeln!(std::io::stdout(), "{j}");
+        } else {
+            let _ = writeln!(
+                std::io::stdout(),
+                "TX: {} pkts [{} pps]",
+                group(p),
+                group_f(pps, 0)
+            );
+        }
+        (prev_p, prev_t) = (p, now);
+    })
+    .map_err(|e| match e {
+        linerate::apps::gen::GenError::Port(PortError::NoInterface(_)) => {
+            usage(format!("-o {}: {e}", a.output))
+        }
+        e => anyhow::Error::new(e).context(format!("live frames on {iface}")),
+    })?;
+    let elapsed = r.last_ns.saturating_sub(r.first_ns) as f64 / 1e9;
+    let mbps = if elapsed > 0.0 {
+        (r.bytes + 4 * r.pkts) as f64 * 8.0 / elapsed / 1e6
+    } else {
+        0.0
+    };
+    if a.json {
+        let j = serde_json::json!({
+            "type": "summary", "engine": "live", "pkts": r.pkts, "bytes": r.bytes,
+            "elapsed_ms": elapsed * 1e3, "pps": r.pps(), "mbps": mbps, "runs": r.runs,
+            "run_gap_ns": r.run_gap_ns(a.threads), "device_tx_dropped": r.tx_dropped,
+            "device_tx_packets": r.tx_packets,
+        });
+        let _ = writeln!(out, "{j}");
+    } else {
+        let _ = writeln!(
+            out,
+            "Sent {} pkts, {} bytes in {} ms: {} pps, {} Mbit/s; device drops: {} ({} runs, one every {} ms a thread)",
+            group(r.pkts),
+            group(r.bytes),
+            group_f(elapsed * 1e3, 2),
+            group_f(r.pps(), 0),
+            group_f(mbps, 2),
+            r.tx_dropped.map_or("unknown".into(), group),
+            group(r.runs),
+            group_f(r.run_gap_ns(a.threads) as f64 / 1e6, 1),
+        );
     }
     let _ = out.flush();
     Ok(ExitCode::SUCCESS)

@@ -11,6 +11,7 @@
 //! The achieved gaps are compared with the scheduled ones ([`sched::Precision`]).
 
 pub mod latency;
+pub mod live;
 pub mod replay;
 pub mod rfc2544;
 

@@ -103,7 +103,7 @@ pub struct XdpStatistics {
     pub tx_ring_empty_descs: u64,
 }
 
-pub(super) use crate::port::sys::Fd;
+pub(crate) use crate::port::sys::Fd;
 
 fn hint(op: &'static str, e: &io::Error) -> &'static str {
     match e.raw_os_error() {
@@ -147,7 +147,7 @@ pub(super) fn os_err(iface: &str, op: &'static str) -> PortError {
 }
 
 /// The index of interface `name` in the calling thread's network namespace.
-pub(super) fn ifindex(name: &str) -> Result<u32, PortError> {
+pub(crate) fn ifindex(name: &str) -> Result<u32, PortError> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.bytes().any(|b| b == 0) {
         return Err(PortError::NoInterface(name.to_string()));
     }
@@ -188,6 +188,37 @@ pub fn iface_mac(name: &str) -> Result<[u8; 6], PortError> {
         *d = *s as u8;
     }
     Ok(m)
+}
+
+/// The driver of interface `name` (`ETHTOOL_GDRVINFO`), e.g. "veth".
+pub(crate) fn iface_driver(name: &str) -> io::Result<String> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    // SAFETY: plain socket(2) call; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = Fd(fd);
+    // struct ethtool_drvinfo: cmd, then driver[32], ... (196 bytes in all).
+    let mut info = [0u8; 196];
+    info[..4].copy_from_slice(&3u32.to_ne_bytes()); // ETHTOOL_GDRVINFO
+                                                    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    req.ifr_ifru.ifru_data = info.as_mut_ptr() as *mut libc::c_char;
+    // SAFETY: SIOCETHTOOL with ETHTOOL_GDRVINFO writes at most sizeof(ethtool_drvinfo) bytes
+    // into `info`, which lives across the call.
+    let r = unsafe { libc::ioctl(fd.0, libc::SIOCETHTOOL, &mut req) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let d = &info[4..36];
+    let end = d.iter().position(|&b| b == 0).unwrap_or(d.len());
+    Ok(String::from_utf8_lossy(&d[..end]).into_owned())
 }
 
 /// Moves the calling thread into the named network namespace (`/var/run/netns/NAME`, as
@@ -370,13 +401,20 @@ pub(super) fn kick_rx(fd: &Fd) {
 // bpf(2)
 
 pub(super) const BPF_MAP_CREATE: u32 = 0;
+pub(super) const BPF_MAP_LOOKUP_ELEM: u32 = 1;
 pub(super) const BPF_MAP_UPDATE_ELEM: u32 = 2;
 pub(super) const BPF_MAP_DELETE_ELEM: u32 = 3;
 pub(super) const BPF_PROG_LOAD: u32 = 5;
+pub(super) const BPF_PROG_TEST_RUN: u32 = 10;
 pub(super) const BPF_PROG_GET_FD_BY_ID: u32 = 13;
 pub(super) const BPF_OBJ_GET_INFO_BY_FD: u32 = 15;
 pub(super) const BPF_LINK_CREATE: u32 = 28;
 pub(super) const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+pub(crate) const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+/// `BPF_PROG_RUN` flag: XDP frames the program returns XDP_TX or XDP_REDIRECT for are sent.
+pub(crate) const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
+/// Largest `batch_size` of a live-frames run (`TEST_XDP_MAX_BATCH`).
+pub(crate) const TEST_XDP_MAX_BATCH: u32 = 256;
 pub(super) const BPF_PROG_TYPE_XDP: u32 = 6;
 pub(super) const BPF_XDP: u32 = 37;
 
@@ -463,6 +501,113 @@ pub(super) struct InfoByFdAttr {
     pub bpf_fd: u32,
     pub info_len: u32,
     pub info: u64,
+}
+
+/// The `test` member of `union bpf_attr` (BPF_PROG_TEST_RUN, a.k.a. BPF_PROG_RUN).
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct TestRunAttr {
+    pub prog_fd: u32,
+    pub retval: u32,
+    pub data_size_in: u32,
+    pub data_size_out: u32,
+    pub data_in: u64,
+    pub data_out: u64,
+    pub repeat: u32,
+    pub duration: u32,
+    pub ctx_size_in: u32,
+    pub ctx_size_out: u32,
+    pub ctx_in: u64,
+    pub ctx_out: u64,
+    pub flags: u32,
+    pub cpu: u32,
+    pub batch_size: u32,
+    pub pad: u32,
+}
+
+/// `struct xdp_md`, the context of an XDP program (`ctx_in` of a test run).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct XdpMd {
+    pub data: u32,
+    pub data_end: u32,
+    pub data_meta: u32,
+    pub ingress_ifindex: u32,
+    pub rx_queue_index: u32,
+    pub egress_ifindex: u32,
+}
+
+/// Runs XDP program `prog` over `repeat` frames initialised from `data`, live (each frame the
+/// program returns XDP_TX for is sent on interface `ifindex`), `batch` frames per kernel
+/// batch. Returns when all ran, or with EINTR when a signal arrived (after a whole batch).
+pub(crate) fn xdp_run_live(
+    prog: &Fd,
+    data: &[u8],
+    ifindex: u32,
+    repeat: u32,
+    batch: u32,
+) -> io::Result<()> {
+    let ctx = XdpMd {
+        data_end: data.len() as u32,
+        ingress_ifindex: ifindex,
+        ..Default::default()
+    };
+    let mut a = TestRunAttr {
+        prog_fd: prog.0 as u32,
+        data_size_in: data.len() as u32,
+        data_in: data.as_ptr() as u64,
+        repeat,
+        ctx_size_in: std::mem::size_of::<XdpMd>() as u32,
+        ctx_in: &ctx as *const XdpMd as u64,
+        flags: BPF_F_TEST_XDP_LIVE_FRAMES,
+        batch_size: batch,
+        ..Default::default()
+    };
+    bpf(BPF_PROG_TEST_RUN, &mut a).map(|_| ())
+}
+
+/// Reads element `key` of map `map` into `value` (all CPUs' values for a per-CPU map).
+pub(crate) fn map_lookup(map: &Fd, key: u32, value: &mut [u8]) -> io::Result<()> {
+    let mut a = MapElemAttr {
+        map_fd: map.0 as u32,
+        key: &key as *const u32 as u64,
+        value: value.as_mut_ptr() as u64,
+        ..Default::default()
+    };
+    bpf(BPF_MAP_LOOKUP_ELEM, &mut a).map(|_| ())
+}
+
+/// Writes element `key` of map `map` (all CPUs' values for a per-CPU map).
+pub(crate) fn map_update(map: &Fd, key: u32, value: &[u8]) -> io::Result<()> {
+    let mut a = MapElemAttr {
+        map_fd: map.0 as u32,
+        key: &key as *const u32 as u64,
+        value: value.as_ptr() as u64,
+        ..Default::default()
+    };
+    bpf(BPF_MAP_UPDATE_ELEM, &mut a).map(|_| ())
+}
+
+/// Number of possible CPUs (the value count of a per-CPU map), from
+/// /sys/devices/system/cpu/possible ("0-3", "0,2-5").
+pub(crate) fn possible_cpus() -> io::Result<usize> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    let mut n = 0;
+    for part in s.trim().split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (usize, usize) = match (a.trim().parse(), b.trim().parse()) {
+            (Ok(a), Ok(b)) if b >= a => (a, b),
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("/sys/devices/system/cpu/possible: '{}'", s.trim()),
+                ))
+            }
+        };
+        n = n.max(b + 1);
+        let _ = a;
+    }
+    Ok(n.max(1))
 }
 
 /// The leading fields of `struct bpf_prog_info` up to and including the name.
@@ -645,6 +790,62 @@ pub(super) fn xdp_query(nl: &Netlink, ifindex: u32) -> io::Result<XdpAttachment>
     Ok(out)
 }
 
+const IFLA_STATS64: u16 = 23;
+
+/// Counters of an interface (`struct rtnl_link_stats64`, its first ten fields).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Receive errors.
+    pub rx_errors: u64,
+    /// Transmit errors.
+    pub tx_errors: u64,
+    /// Received packets dropped.
+    pub rx_dropped: u64,
+    /// Packets dropped on transmit (veth: XDP frames its peer's ring had no room for).
+    pub tx_dropped: u64,
+}
+
+/// The counters of interface `ifindex` in the calling thread's network namespace.
+pub(crate) fn link_stats(ifindex: u32) -> io::Result<LinkStats> {
+    let nl = Netlink::open()?;
+    let mut m = Vec::with_capacity(64);
+    nl_header(&mut m, libc::RTM_GETLINK, libc::NLM_F_REQUEST as u16);
+    ifinfomsg(&mut m, ifindex);
+    nl_finish(&mut m);
+    let reply = nl.request(&m)?;
+    let len = u32::from_ne_bytes([reply[0], reply[1], reply[2], reply[3]]) as usize;
+    let body = reply.get(32..len.min(reply.len())).unwrap_or(&[]);
+    let mut out = None;
+    attrs(body, |ty, p| {
+        if ty == IFLA_STATS64 && p.len() >= 64 {
+            let f = |i: usize| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&p[i * 8..i * 8 + 8]);
+                u64::from_ne_bytes(b)
+            };
+            out = Some(LinkStats {
+                rx_packets: f(0),
+                tx_packets: f(1),
+                rx_bytes: f(2),
+                tx_bytes: f(3),
+                rx_errors: f(4),
+                tx_errors: f(5),
+                rx_dropped: f(6),
+                tx_dropped: f(7),
+            });
+        }
+    });
+    out.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no IFLA_STATS64 in the reply"))
+}
+
 /// Attaches program `prog_fd` (or detaches with -1) on `ifindex` through rtnetlink, with
 /// `XDP_FLAGS_*` `flags` (the pre-bpf_link way; the program stays until removed).
 pub(super) fn xdp_set_netlink(
@@ -686,6 +887,9 @@ mod tests {
         assert_eq!(std::mem::size_of::<XdpStatistics>(), 48);
         assert_eq!(std::mem::offset_of!(ProgInfo, name), 64);
         assert_eq!(std::mem::offset_of!(ProgLoadAttr, prog_name), 48);
+        assert_eq!(std::mem::offset_of!(TestRunAttr, flags), 64);
+        assert_eq!(std::mem::offset_of!(TestRunAttr, batch_size), 72);
+        assert_eq!(std::mem::size_of::<XdpMd>(), 24);
     }
 
     #[test]

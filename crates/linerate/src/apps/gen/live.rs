@@ -1,0 +1,544 @@
+//! The XDP live-frames engine of `gen` (`--engine live`): the kernel builds, runs and sends the
+//! packets itself. `BPF_PROG_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES` initialises frames of a page
+//! pool from the template (once per frame: recycled frames keep their bytes), runs
+//! `bpf/xdp_gen.o` on each, and sends every frame the program returns `XDP_TX` for on the
+//! interface given as the run's `ingress_ifindex`, in batches of up to 256 frames. No packet
+//! crosses into user space; a thread makes one system call per chunk of packets.
+//!
+//! The program varies the addresses and ports (increment or random over a range) from a
+//! per-CPU map, rewriting each field from the value its frame holds with incremental checksum
+//! updates, and counts the frames it sent per CPU: that count is the number of packets, exact
+//! also when a run is cut short by a signal (the kernel stops after a whole batch).
+//!
+//! * As fast as possible: one long run per thread (up to 2^30 frames); a stop or the end of
+//!   `duration` interrupts it with a signal (SIGURG, caught by a no-op handler; the worker
+//!   threads block every other signal).
+//! * `count`: runs of exactly the packets left.
+//! * A rate: every run sends the packets due on the TSC clock since the start, so the mean rate
+//!   is exact and the departures come in bursts, one per run: the granularity is the time
+//!   between runs ([`LiveReport::run_gap_ns`]), at least the fixed cost of a run (the kernel sets
+//!   up and tears down a page pool per run: about 25 ms of waiting on Linux 6.18 here).
+//!
+//! What a device could not send is read from its counters (`tx_dropped`, before and after).
+
+use super::template::{Template, Vals, L4};
+use super::vary::{Seq, SizeSpec};
+use super::{GenError, StreamSpec};
+use crate::port::xdp::sys::Fd;
+use crate::port::xdp::{obj, sys};
+use crate::port::PortError;
+use crate::time::Clock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The compiled program (rebuilt by `bpf/build.sh`, checked by `tests/xdp_object.rs`).
+pub const OBJECT: &[u8] = include_bytes!("../../../../../bpf/xdp_gen.o");
+/// The program's name in the kernel.
+pub const PROG_NAME: &str = "lr_gen";
+/// Default frames per kernel batch.
+pub const DEFAULT_BATCH: u32 = 64;
+/// Largest run of an unpaced thread (a signal ends it earlier).
+const LONG_RUN: u64 = 1 << 30;
+/// Size of `struct lr_gen` in bpf/xdp_gen.c.
+const STATE_LEN: usize = 120;
+
+/// What the live engine sends and for how long.
+#[derive(Clone, Debug)]
+pub struct LiveOptions {
+    /// Interface to send on (in the calling thread's network namespace).
+    pub iface: String,
+    /// The stream: its template, varied fields and fixed size (no probes).
+    pub stream: StreamSpec,
+    /// Packets in all (split over the threads).
+    pub count: Option<u64>,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Packets per second in all (None: as fast as possible).
+    pub pps: Option<f64>,
+    /// Threads, one run loop each.
+    pub threads: usize,
+    /// Pin thread i to core `core + i`; None: to the i-th core the process may run on.
+    pub core: Option<usize>,
+    /// Frames per kernel batch (1..=256).
+    pub batch: u32,
+    /// Seed of the random fields.
+    pub seed: u64,
+}
+
+impl Default for LiveOptions {
+    fn default() -> Self {
+        LiveOptions {
+            iface: String::new(),
+            stream: StreamSpec {
+                probe: false,
+                ..Default::default()
+            },
+            count: None,
+            duration: None,
+            pps: None,
+            threads: 1,
+            core: None,
+            batch: DEFAULT_BATCH,
+            seed: 1,
+        }
+    }
+}
+
+/// Results of a live run.
+#[derive(Clone, Debug, Default)]
+pub struct LiveReport {
+    /// Frames the program sent (returned XDP_TX for).
+    pub pkts: u64,
+    /// Their bytes (without CRC).
+    pub bytes: u64,
+    /// Start of the first run and end of the last (clock ns).
+    pub first_ns: u64,
+    /// End of the last run.
+    pub last_ns: u64,
+    /// System calls (runs) made.
+    pub runs: u64,
+    /// What the device counted as dropped on transmit meanwhile (None: counters unreadable).
+    pub tx_dropped: Option<u64>,
+    /// Packets the device counted as sent meanwhile.
+    pub tx_packets: Option<u64>,
+}
+
+impl LiveReport {
+    /// Mean time between the starts of two runs of a thread (the pacing granularity).
+    pub fn run_gap_ns(&self, threads: usize) -> u64 {
+        let per = self.runs / threads.max(1) as u64;
+        if per == 0 {
+            return 0;
+        }
+        self.last_ns.saturating_sub(self.first_ns) / per
+    }
+
+    /// Packets per second between the start and the end.
+    pub fn pps(&self) -> f64 {
+        let dt = self.last_ns.saturating_sub(self.first_ns);
+        if dt == 0 {
+            return 0.0;
+        }
+        self.pkts as f64 * 1e9 / dt as f64
+    }
+}
+
+/// Why the live engine cannot send `s`, if it cannot (the xsk engine can).
+pub fn unsupported(s: &StreamSpec) -> Option<String> {
+    if !matches!(s.size, SizeSpec::Fixed(_)) {
+        return Some("live frames have one size: give --size N".into());
+    }
+    let list = |q: Option<&Seq>| matches!(q, Some(Seq::List { .. }));
+    if list(s.src_ip.as_ref().map(|a| &a.seq))
+        || list(s.dst_ip.as_ref().map(|a| &a.seq))
+        || list(s.sport.as_ref())
+        || list(s.dport.as_ref())
+    {
+        return Some("live frames vary fields over ranges, not lists".into());
+    }
+    None
+}
+
+/// One varied field for the program.
+struct Field {
+    seq: Seq,
+    off: usize,
+    width: u8,
+    l3: bool,
+}
+
+/// The template frame and the program's state (one CPU's value of `gen_map`).
+fn build(s: &StreamSpec, seed: u64) -> Result<(Vec<u8>, Vec<u8>), GenError> {
+    let spec_err = |why: String| GenError::Spec { stream: s.id, why };
+    if let Some(why) = unsupported(s) {
+        return Err(spec_err(why));
+    }
+    let mut t = s.template.clone();
+    if let Some(a) = &s.src_ip {
+        t.src_ip = a.base;
+    }
+    if let Some(a) = &s.dst_ip {
+        t.dst_ip = a.base;
+    }
+    if let Some(q) = &s.sport {
+        t.sport = q.first() as u16;
+    }
+    if let Some(q) = &s.dport {
+        t.dport = q.first() as u16;
+    }
+    let tpl = Template::new(&t).map_err(|why| GenError::Template { stream: s.id, why })?;
+    let (size, _) = s.size.bounds();
+    let len = tpl
+        .check_size(size)
+        .map_err(|why| GenError::Template { stream: s.id, why })?;
+    let lay = *tpl.layout();
+    let mut v: Vals = tpl.base();
+    v.len = len;
+    // The frame starts at each field's first value (the template's own).
+    let mut frame = vec![0u8; len];
+    let n = tpl.write(&mut frame, &v);
+    frame.truncate(n);
+    let mut fields = Vec::new();
+    let mut add = |q: Option<&Seq>, off: usize, width: u8, l3: bool| {
+        if let Some(q) = q {
+            if !matches!(q, Seq::Fixed(_)) && q.distinct() > 1 {
+                fields.push(Field {
+                    seq: q.clone(),
+                    off,
+                    width,
+                    l3,
+                });
+            }
+        }
+    };
+    add(s.src_ip.as_ref().map(|a| &a.seq), lay.src_ip(), 4, !lay.v6);
+    add(s.dst_ip.as_ref().map(|a| &a.seq), lay.dst_ip(), 4, !lay.v6);
+    add(s.sport.as_ref(), lay.l4, 2, false);
+    add(s.dport.as_ref(), lay.l4 + 2, 2, false);
+    let mut st = vec![0u8; STATE_LEN];
+    let mut rng = (seed ^ (seed >> 32)) as u32;
+    if rng == 0 {
+        rng = 0x9e37_79b9;
+    }
+    st[8..12].copy_from_slice(&rng.to_ne_bytes());
+    let l3c = if lay.v6 { 0u16 } else { (lay.l3 + 10) as u16 };
+    st[12..14].copy_from_slice(&l3c.to_ne_bytes());
+    st[14..16].copy_from_slice(&(lay.l4_csum() as u16).to_ne_bytes());
+    st[16] = fields.len() as u8;
+    st[17] = u8::from(lay.proto == L4::Udp);
+    for (i, f) in fields.iter().enumerate() {
+        let b = &mut st[24 + 24 * i..48 + 24 * i];
+        let (lo, span, mode) = match f.seq {
+            Seq::Inc { lo, span, .. } => (lo, span, 1u8),
+            Seq::Random { lo, span } => (lo, span, 2u8),
+            _ => (f.seq.first(), 1, 1),
+        };
+        b[0..8].copy_from_slice(&span.to_ne_bytes());
+        b[8..12].copy_from_slice(&(lo as u32).to_ne_bytes());
+        b[16..18].copy_from_slice(&(f.off as u16).to_ne_bytes());
+        b[18] = f.width;
+        b[19] = mode;
+        b[20] = u8::from(f.l3);
+    }
+    Ok((frame, st))
+}
+
+fn os(iface: &str, op: &'static str, e: std::io::Error) -> GenError {
+    GenError::Port(PortError::Os {
+        iface: iface.to_string(),
+        op,
+        hint: match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => " (needs root, or CAP_BPF + CAP_NET_ADMIN)",
+            Some(libc::EINVAL) => " (the kernel has no XDP live frames: Linux 5.18+)",
+            Some(libc::ENXIO) | Some(libc::EOPNOTSUPP) => {
+                " (the device cannot send XDP frames; a veth needs an XDP program on its peer)"
+            }
+            _ => "",
+        },
+        source: e,
+    })
+}
+
+/// The per-CPU packet counters of the program, summed.
+fn sent(map: &Fd, ncpu: usize) -> u64 {
+    let mut v = vec![0u8; STATE_LEN * ncpu];
+    if sys::map_lookup(map, 0, &mut v).is_err() {
+        return 0;
+    }
+    v.chunks(STATE_LEN)
+        .map(|c| u64::from_ne_bytes(c[..8].try_into().unwrap_or([0; 8])))
+        .sum()
+}
+
+extern "C" fn on_wake(_: libc::c_int) {}
+
+/// Installs the no-op SIGURG handler that lets a signal end a run (once per process).
+fn install_wake() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: a zeroed sigaction with a handler that does nothing is valid; no SA_RESTART,
+        // so the interrupted bpf(2) call returns EINTR.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_wake as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGURG, &sa, std::ptr::null_mut());
+        }
+    });
+}
+
+/// Blocks every signal but SIGURG on the calling thread (SIGINT goes to the main thread).
+fn block_signals() {
+    // SAFETY: plain signal-mask calls on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::sigdelset(&mut set, libc::SIGURG);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
+
+/// The cores the process may run on.
+fn allowed_cores() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+fn pin(core: usize) -> bool {
+    // SAFETY: as above; sched_setaffinity(0) changes only the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// What one worker thread did.
+#[derive(Default)]
+struct Worker {
+    runs: u64,
+    first: u64,
+    last: u64,
+}
+
+/// Validates `o` as [`run`] would, without loading anything.
+pub fn validate(o: &LiveOptions) -> Result<(), GenError> {
+    build(&o.stream, o.seed).map(|_| ())
+}
+
+/// Runs the live engine until the count, the duration or `stop`. `on_tick(pkts)` gets the
+/// packets sent so far about every `interval`.
+pub fn run(
+    o: &LiveOptions,
+    clock: &dyn Clock,
+    stop: &AtomicBool,
+    interval: Duration,
+    mut on_tick: impl FnMut(u64),
+) -> Result<LiveReport, GenError> {
+    let iface = o.iface.as_str();
+    let threads = o.threads.max(1);
+    let batch = o.batch.clamp(1, sys::TEST_XDP_MAX_BATCH);
+    let ifindex = sys::ifindex(iface)?;
+    let ncpu = sys::possible_cpus().map_err(|e| os(iface, "reading the CPU count", e))?;
+    let (frame, state) = build(&o.stream, o.seed)?;
+    let map = obj::create_map(
+        iface,
+        sys::BPF_MAP_TYPE_PERCPU_ARRAY,
+        4,
+        STATE_LEN as u32,
+        1,
+        "lr_gen",
+    )?;
+    let mut all = Vec::with_capacity(STATE_LEN * ncpu);
+    for c in 0..ncpu {
+        let mut s = state.clone();
+        let mut r = u32::from_ne_bytes([s[8], s[9], s[10], s[11]]);
+        r = r.wrapping_add((c as u32).wrapping_mul(0x9e37_79b9)) | 1;
+        s[8..12].copy_from_slice(&r.to_ne_bytes());
+        all.extend_from_slice(&s);
+    }
+    sys::map_update(&map, 0, &all).map_err(|e| os(iface, "bpf(BPF_MAP_UPDATE_ELEM)", e))?;
+    let prog = obj::parse(OBJECT, "bpf/xdp_gen.o")?.load(iface, PROG_NAME, &[("gen_map", &map)])?;
+    let before = sys::link_stats(ifindex).ok();
+    // A veth silently discards XDP frames when its peer has no XDP program: send one frame
+    // first and check that the device sent or dropped it (the program counts it).
+    let mut first = 0;
+    if sys::iface_driver(iface).is_ok_and(|d| d == "veth") && o.count != Some(0) {
+        sys::xdp_run_live(&prog, &frame, ifindex, 1, 1)
+            .map_err(|e| os(iface, "bpf(BPF_PROG_RUN)", e))?;
+        first = 1;
+        let now = sys::link_stats(ifindex).ok();
+        if let (Some(b), Some(a)) = (before, now) {
+            if a.tx_packets == b.tx_packets && a.tx_dropped == b.tx_dropped {
+                return Err(GenError::Spec {
+                    stream: o.stream.id,
+                    why: format!(
+                        "{iface} did not send an XDP frame: its veth peer needs an XDP program \
+                         (e.g. ip link set dev PEER xdpdrv obj bpf/xdp_drop.o sec xdp)"
+                    ),
+                });
+            }
+        }
+    }
+    install_wake();
+    let cores = allowed_cores();
+    let core_of = |i: usize| match o.core {
+        Some(c) => Some(c + i),
+        None => cores.get(i % cores.len().max(1)).copied(),
+    };
+    let per = |i: usize, n: u64| n / threads as u64 + u64::from((i as u64) < n % threads as u64);
+    let pps_t = o.pps.map(|p| p / threads as f64);
+    let t0 = clock.now_ns();
+    let deadline = o.duration.map(|d| t0 + d.as_nanos() as u64);
+    let done: Vec<AtomicBool> = (0..threads).map(|_| AtomicBool::new(false)).collect();
+    let tids: Vec<AtomicU64> = (0..threads).map(|_| AtomicU64::new(0)).collect();
+    let halt = AtomicBool::new(false);
+    let results = std::thread::scope(|sc| {
+        let mut hs = Vec::new();
+        for i in 0..threads {
+            let (prog, frame, done, tid, halt) = (&prog, &frame, &done[i], &tids[i], &halt);
+            let count = o
+                .count
+                .map(|c| per(i, c) - if i == 0 { first.min(per(i, c)) } else { 0 });
+            let core = core_of(i);
+            hs.push(sc.spawn(move || -> Result<Worker, GenError> {
+                block_signals();
+                // SAFETY: pthread_self has no preconditions.
+                tid.store(unsafe { libc::pthread_self() } as u64, Ordering::Release);
+                if let Some(c) = core {
+                    if !pin(c) {
+                        done.store(true, Ordering::Release);
+                        return Err(GenError::Spec {
+                            stream: 0,
+                            why: format!("cannot pin a live-frames thread to core {c}"),
+                        });
+                    }
+                }
+                let r = work(
+                    prog, frame, ifindex, batch, count, pps_t, deadline, clock, halt,
+                );
+                done.store(true, Ordering::Release);
+                r.map_err(|e| os(iface, "bpf(BPF_PROG_RUN)", e))
+            }));
+        }
+        // Control: ticks, the deadline and stops (a signal ends the workers' long runs).
+        let tick = interval.as_nanos().max(1) as u64;
+        let mut next = t0 + tick;
+        loop {
+            if done.iter().all(|d| d.load(Ordering::Acquire)) {
+                break;
+            }
+            let now = clock.now_ns();
+            let end = stop.load(Ordering::Relaxed)
+                || halt.load(Ordering::Relaxed)
+                || deadline.is_some_and(|d| now >= d);
+            if end {
+                halt.store(true, Ordering::Release);
+                for (d, t) in done.iter().zip(&tids) {
+                    let t = t.load(Ordering::Acquire);
+                    if !d.load(Ordering::Acquire) && t != 0 {
+                        // SAFETY: the thread is alive (not done) and `t` is its pthread_t.
+                        unsafe { libc::pthread_kill(t as libc::pthread_t, libc::SIGURG) };
+                    }
+                }
+            }
+            if now >= next {
+                on_tick(sent(&map, ncpu));
+                next = now + tick;
+            }
+            let wait = match deadline {
+                Some(d) if d > now && !end => (d - now).min(tick.min(10_000_000)),
+                _ if end => 2_000_000,
+                _ => tick.min(10_000_000),
+            };
+            std::thread::sleep(Duration::from_nanos(wait));
+        }
+        hs.into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(GenError::Spec {
+                        stream: 0,
+                        why: "a live-frames thread panicked".into(),
+                    })
+                })
+            })
+            .collect::<Vec<_>>()
+    });
+    let after = sys::link_stats(ifindex).ok();
+    let mut rep = LiveReport {
+        pkts: sent(&map, ncpu),
+        ..Default::default()
+    };
+    rep.bytes = rep.pkts * frame.len() as u64;
+    if let (Some(b), Some(a)) = (before, after) {
+        rep.tx_dropped = Some(a.tx_dropped.wrapping_sub(b.tx_dropped));
+        rep.tx_packets = Some(a.tx_packets.wrapping_sub(b.tx_packets));
+    }
+    let mut err = None;
+    for r in results {
+        match r {
+            Ok(w) => {
+                rep.runs += w.runs;
+                if w.first != 0 && (rep.first_ns == 0 || w.first < rep.first_ns) {
+                    rep.first_ns = w.first;
+                }
+                rep.last_ns = rep.last_ns.max(w.last);
+            }
+            Err(e) => {
+                err.get_or_insert(e);
+            }
+        }
+    }
+    match err {
+        Some(e) => Err(e),
+        None => Ok(rep),
+    }
+}
+
+/// One thread's run loop.
+#[allow(clippy::too_many_arguments)]
+fn work(
+    prog: &Fd,
+    frame: &[u8],
+    ifindex: u32,
+    batch: u32,
+    count: Option<u64>,
+    pps: Option<f64>,
+    deadline: Option<u64>,
+    clock: &dyn Clock,
+    halt: &AtomicBool,
+) -> std::io::Result<Worker> {
+    let mut w = Worker::default();
+    let mut left = count.unwrap_or(u64::MAX);
+    let mut asked = 0u64;
+    let start = clock.now_ns();
+    w.first = start;
+    while left > 0 && !halt.load(Ordering::Acquire) {
+        let now = clock.now_ns();
+        if deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        let n = match pps {
+            None => left.min(LONG_RUN),
+            Some(p) => {
+                // The packets due since the start, at most a tenth of a second's worth.
+                let due = ((now - start) as f64 * p / 1e9) as u64;
+                let n = due.saturating_sub(asked).min((p / 10.0).max(1.0) as u64);
+                if n == 0 {
+                    let next = start + ((asked + 1) as f64 * 1e9 / p) as u64;
+                    let wait = next.saturating_sub(now);
+                    if wait > 200_000 {
+                        std::thread::sleep(Duration::from_nanos(wait - 100_000));
+                    }
+                    continue;
+                }
+                n.min(left)
+            }
+        };
+        let r = sys::xdp_run_live(prog, frame, ifindex, n as u32, batch);
+        let t1 = clock.now_ns();
+        w.runs += 1;
+        w.last = t1;
+        match r {
+            Ok(()) => {
+                left -= n;
+                asked += n;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                if halt.load(Ordering::Acquire) {
+                    break;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(w)
+}
