@@ -12,8 +12,8 @@ use line::{NetnsLine, Node};
 use linerate::apps::fwd::{self, Ended, FwdOptions, MacRewrite, Ports};
 use linerate::filter::Filter;
 use linerate::mem::{Batch, Desc, Pool, PoolConfig};
-use linerate::port::xdp::sys::iface_mac;
 use linerate::port::xdp::kfwd::{KernelFwd, KernelFwdConfig};
+use linerate::port::xdp::sys::iface_mac;
 use linerate::port::xdp::{AttachMode, XdpConfig, XdpPort};
 use linerate::port::{self, LinkType, Port, PortOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -247,7 +247,13 @@ fn xdp_to_xdp_on_one_shared_umem() {
 
 /// Captures frames with the test signature on `ifname` of `node` until `want` arrived (or 5 s
 /// of silence), then 300 ms more to catch extras.
-fn capture(l: &NetnsLine, node: Node, ifname: &str, want: usize, ready: std::sync::mpsc::Sender<()>) -> Vec<Vec<u8>> {
+fn capture(
+    l: &NetnsLine,
+    node: Node,
+    ifname: &str,
+    want: usize,
+    ready: std::sync::mpsc::Sender<()>,
+) -> Vec<Vec<u8>> {
     l.run_in(node, move || {
         let mut p = port::open(&format!("afpacket:{ifname}"), &PortOptions::default()).unwrap();
         ready.send(()).unwrap();

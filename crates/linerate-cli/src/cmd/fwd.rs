@@ -66,7 +66,12 @@ pub struct Args {
     /// driver (both ports xdp:IFACE, no -f/--script); `xsk` = this process moves them through
     /// AF_XDP sockets (or the other port kinds); `auto` = kernel when possible (both ports
     /// xdp:IFACE without @QUEUE, no -f, --script or -c), else xsk.
-    #[arg(long, value_enum, value_name = "auto|kernel|xsk", default_value = "auto")]
+    #[arg(
+        long,
+        value_enum,
+        value_name = "auto|kernel|xsk",
+        default_value = "auto"
+    )]
     pub engine: Engine,
 }
 

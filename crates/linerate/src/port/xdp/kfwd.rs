@@ -73,7 +73,13 @@ impl std::fmt::Debug for KernelFwd {
     }
 }
 
-fn update<K, V>(iface: &str, map: &Fd, key: &K, val: &V, what: &'static str) -> Result<(), PortError> {
+fn update<K, V>(
+    iface: &str,
+    map: &Fd,
+    key: &K,
+    val: &V,
+    what: &'static str,
+) -> Result<(), PortError> {
     let mut a = sys::MapElemAttr {
         map_fd: map.0 as u32,
         key: key as *const K as u64,
@@ -140,12 +146,12 @@ impl KernelFwd {
             (false, false) => &[(0, 1)],
             (false, true) => &[(0, 1), (1, 0)],
         };
-        for p in 0..nports {
+        for (p, ifindex) in idx.iter().enumerate().take(nports) {
             update(
                 &c.ifaces[p],
                 &ports,
                 &(p as u32),
-                &idx[p],
+                ifindex,
                 "bpf(BPF_MAP_UPDATE_ELEM, DEVMAP)",
             )?;
         }
