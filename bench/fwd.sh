@@ -1,26 +1,60 @@
 #!/usr/bin/env bash
-# Forwarding benchmark: a three-namespace line A -> B -> C, B forwarding on one core (core 1),
-# trafgen in A on core 0 sending 64 B frames (60 + CRC) as fast as it can.
+# Forwarding benchmark: a three-namespace line A -> B -> C, everything B does on one core (core 1).
 #
-#   sudo bash bench/fwd.sh [SECONDS]
+#   sudo bash bench/fwd.sh [SECONDS] [RUNS]      (defaults: 2 s per measurement, best of 3)
 #
-# Forwarders compared in the same run, each for SECONDS (default 5) after 1 s of warm-up:
-#   linerate fwd xdp:vB0 -> xdp:vB1 (copy mode: veth has no zero-copy AF_XDP)
+# Build first (target/release/linerate); the script does not build.
+#
+# Source in A, on core 0: xdp-trafficgen (XDP live frames, ~6 Mpps on one core) when found
+# ($XDP_TRAFFICGEN, else /work/peers/xdp-tools/xdp-trafficgen/xdp-trafficgen): IPv6/UDP frames of
+# 62 B + CRC (its default size, the smallest IPv6/UDP frame). Without it, trafgen (AF_PACKET,
+# ~1 Mpps at best) sends IPv4/UDP 60 B + CRC, and the rows are bound by the source. To build
+# xdp-tools 1.6.3 (needs clang-14, llc-14, m4, bpftool, libbpf-dev):
+#   git clone --branch v1.6.3 https://github.com/xdp-project/xdp-tools && cd xdp-tools &&
+#   FORCE_SYSTEM_LIBBPF=1 CLANG=clang-14 LLC=llc-14 ./configure && make -C lib &&
+#   make -C xdp-trafficgen && make -C xdp-bench
+#
+# One core for B: B's input veth (vB0) runs its receive processing (NAPI: XDP programs, the
+# copy into an AF_XDP socket, ip_forward, the bridge) in a NAPI thread pinned to core 1, where
+# the user-space forwarders run too (threaded NAPI; veth otherwise does its receive work on the
+# sender's core). C's veth (vC) is the sink: an XDP_DROP program ($XDP_DROP_OBJ, else
+# xdp-tools' lib/testing/xdp_drop.o) in a NAPI thread pinned to core 0, so dropping costs B
+# nothing; without that object C's stack drops the frames (not addressed to vC). GRO is on for
+# vB0 and vC (it gives a veth NAPI, which XDP redirects into it need).
+#
+# Rows (best of RUNS for the linerate rows, ip_forward and testpmd af_xdp; one run for the rest):
+#   linerate fwd --engine kernel (bpf/xdp_fwd.c: DEVMAP redirect, l2fwd MAC rewrite)
+#   linerate fwd --engine xsk xdp:vB0 -> xdp:vB1 (AF_XDP copy mode, one shared UMEM)
 #   linerate fwd afpacket:vB0 -> afpacket:vB1
-#   Linux ip_forward, a Linux bridge
-#   dpdk-testpmd io-fwd on net_af_xdp and on net_af_packet (no hugepages)
-# Every forwarder hands C frames whose destination MAC is not vC's (02:00:00:00:00:01, l2fwd's
-# rewrite; testpmd io leaves vB0's), so C drops them early at the same small cost for all.
-# pps = rx_packets delta on vC (what came out of B); "in" = rx_packets delta on vB0.
-# Then capture on vB0 (no forwarding): linerate count -i xdp:vB0 vs -i afpacket:vB0.
-# Prints a Markdown table. Needs root, trafgen (netsniff-ng); testpmd rows need dpdk-testpmd.
+#   Linux ip_forward (IPv6 with xdp-trafficgen: bpf/bench_hoplimit.o on vB0 resets the hop
+#     limit of the recycled live frames; IPv4 with trafgen), a Linux bridge
+#   dpdk-testpmd io on net_af_xdp and on net_af_packet (no hugepages), if installed
+#   xdp-bench redirect ($XDP_BENCH, else /work/peers/xdp-tools/xdp-bench/xdp-bench), if found
+# "A sent" = vA tx_packets + tx_dropped, "in" = vB0 rx_packets, "out" = vC rx_packets (deltas).
+# Then capture on vB0: linerate count -i xdp:vB0 vs -i afpacket:vB0 (one run each).
+# Prints Markdown tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECS=${1:-5}
+SECS=${1:-2}
+RUNS=${2:-3}
 OUT=bench/out
 mkdir -p "$OUT"
-cargo build --release -q -p linerate-cli
 LR=$PWD/target/release/linerate
+[ -x "$LR" ] || { echo "build first: cargo build --release -p linerate-cli" >&2; exit 1; }
+XTG=${XDP_TRAFFICGEN:-/work/peers/xdp-tools/xdp-trafficgen/xdp-trafficgen}
+XBENCH=${XDP_BENCH:-/work/peers/xdp-tools/xdp-bench/xdp-bench}
+XDROP=${XDP_DROP_OBJ:-/work/peers/xdp-tools/lib/testing/xdp_drop.o}
+[ -x "$XTG" ] || XTG=""
+[ -x "$XBENCH" ] || XBENCH=""
+[ -f "$XDROP" ] || XDROP=""
+if [ -z "$XTG" ]; then
+  echo "xdp-trafficgen not found (set XDP_TRAFFICGEN): using trafgen, which cannot saturate the" \
+    "forwarders; build xdp-tools 1.6.3 as the header of this script says." >&2
+fi
+
+# Unique interface names: the NAPI threads are named after them (napi/IFACE-ID).
+S=$(( $$ % 10000 ))
+IA=fa$S IB0=fb0$S IB1=fb1$S IC=fc$S
 A=lrfA$$ B=lrfB$$ C=lrfC$$
 GEN="" FWD=""
 stop_group() {
@@ -35,87 +69,150 @@ cleanup() {
 }
 trap cleanup EXIT
 for n in "$A" "$B" "$C"; do ip netns add "$n"; ip -n "$n" link set lo up; done
-ip link add vA netns "$A" type veth peer name vB0 netns "$B"
-ip link add vB1 netns "$B" type veth peer name vC netns "$C"
-for x in "$A:vA" "$B:vB0" "$B:vB1" "$C:vC"; do ip -n "${x%%:*}" link set "${x#*:}" up; done
-ip netns exec "$A" ethtool -K vA sg off >/dev/null 2>&1 || true
+ip link add "$IA" netns "$A" type veth peer name "$IB0" netns "$B"
+ip link add "$IB1" netns "$B" type veth peer name "$IC" netns "$C"
+for x in "$A:$IA" "$B:$IB0" "$B:$IB1" "$C:$IC"; do ip -n "${x%%:*}" link set "${x#*:}" up; done
+ip netns exec "$A" ethtool -K "$IA" sg off >/dev/null 2>&1 || true
+ip netns exec "$B" ethtool -K "$IB0" gro on >/dev/null
+ip netns exec "$C" ethtool -K "$IC" gro on >/dev/null
+ip netns exec "$B" sh -c "echo 1 > /sys/class/net/$IB0/threaded"
+ip netns exec "$C" sh -c "echo 1 > /sys/class/net/$IC/threaded"
+if [ -n "$XDROP" ]; then
+  ip -n "$C" link set dev "$IC" xdpdrv obj "$XDROP" sec xdp
+  SINK="XDP_DROP on vC ($XDROP), NAPI thread on core 0"
+else
+  SINK="C's stack (frames not addressed to vC, dropped early), NAPI thread on core 0"
+fi
+pin_napi() { # the NAPI threads of vB0 -> core 1, vC -> core 0
+  local pid comm
+  while read -r pid comm; do
+    case "$comm" in
+      "napi/$IB0-"*) taskset -pc 1 "$pid" >/dev/null ;;
+      "napi/$IC-"*) taskset -pc 0 "$pid" >/dev/null ;;
+    esac
+  done < <(ps -eo pid=,comm=)
+}
+pin_napi
 mac() { ip -n "$1" -o link show "$2" | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2; }
-MACA=$(mac "$A" vA) MACB0=$(mac "$B" vB0)
+MACA=$(mac "$A" "$IA") MACB0=$(mac "$B" "$IB0")
 FAKE=02:00:00:00:00:01
 cat > "$OUT/fwd64.cfg" <<CFG
 { eth(da=DMAC, sa=SMAC, type=0x0800), ipv4(saddr=198.18.0.1, daddr=198.19.0.2, ttl=64, df), udp(sp=1024, dp=9), fill(0x00, 18) }
 CFG
-cnt() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/rx_packets"; }
+cnt() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/$3"; }
 
 start_gen() { # DMAC
-  setsid ip netns exec "$A" taskset -c 0 trafgen --no-sock-mem -Q -C -P 1 -i "$OUT/fwd64.cfg" --cpp \
-    -D DMAC="$1" -D SMAC="$MACA" -o vA >"$OUT/trafgen.out" 2>&1 &
+  if [ -n "$XTG" ]; then
+    setsid ip netns exec "$A" taskset -c 0 "$XTG" udp -m "$1" -A fd00:1::1 -a fd00:2::2 -l 64 \
+      -I 60 "$IA" >"$OUT/gen.out" 2>&1 &
+  else
+    setsid ip netns exec "$A" taskset -c 0 trafgen --no-sock-mem -Q -C -P 1 -i "$OUT/fwd64.cfg" \
+      --cpp -D DMAC="$1" -D SMAC="$MACA" -o "$IA" >"$OUT/gen.out" 2>&1 &
+  fi
   GEN=$!
 }
 
 declare -a ROWS
-measure() { # name
-  sleep 1
-  local c0 i0 c1 i1
-  c0=$(cnt "$C" vC); i0=$(cnt "$B" vB0)
-  sleep "$SECS"
-  c1=$(cnt "$C" vC); i1=$(cnt "$B" vB0)
-  local pps=$(( (c1 - c0) / SECS )) inp=$(( (i1 - i0) / SECS ))
-  ROWS+=("| $1 | $(printf "%'d" "$inp") | $(printf "%'d" "$pps") |")
-  echo "$1: in $inp pps, forwarded $pps pps" >&2
-}
-
-run_fwd() { # name, DMAC, command in B...
-  local name=$1 dmac=$2; shift 2
-  setsid ip netns exec "$B" taskset -c 1 "$@" >"$OUT/fwd-$name.out" 2>&1 &
-  FWD=$!
-  sleep 1
-  start_gen "$dmac"
-  measure "$name"
-  stop_group "$GEN"; GEN=""
-  stop_group "$FWD"; FWD=""
+BEST_OUT=0 BEST_IN=0 BEST_SENT=0
+measure() { # sets LAST_* for one window after 0.5 s of warm-up
   sleep 0.5
+  pin_napi
+  local c0 i0 a0 d0 c1 i1 a1 d1
+  c0=$(cnt "$C" "$IC" rx_packets); i0=$(cnt "$B" "$IB0" rx_packets)
+  a0=$(cnt "$A" "$IA" tx_packets); d0=$(cnt "$A" "$IA" tx_dropped)
+  sleep "$SECS"
+  c1=$(cnt "$C" "$IC" rx_packets); i1=$(cnt "$B" "$IB0" rx_packets)
+  a1=$(cnt "$A" "$IA" tx_packets); d1=$(cnt "$A" "$IA" tx_dropped)
+  LAST_OUT=$(( (c1 - c0) / SECS )); LAST_IN=$(( (i1 - i0) / SECS ))
+  LAST_SENT=$(( (a1 - a0 + d1 - d0) / SECS ))
 }
 
-# 1-2. linerate fwd (l2fwd rewrite: dst 02:00:00:00:00:01)
-run_fwd "linerate fwd xdp (copy)" "$MACB0" "$LR" fwd -i xdp:vB0 -o xdp:vB1 --xdp-mode copy -T 0
-run_fwd "linerate fwd afpacket" "$MACB0" "$LR" fwd -i afpacket:vB0 -o afpacket:vB1 -T 0
+run_fwd() { # name, runs, DMAC, command in B...
+  local name=$1 runs=$2 dmac=$3 r all=""; shift 3
+  BEST_OUT=0 BEST_IN=0 BEST_SENT=0
+  for r in $(seq 1 "$runs"); do
+    setsid ip netns exec "$B" taskset -c 1 "$@" >"$OUT/fwd-${name// /_}-$r.out" 2>&1 &
+    FWD=$!
+    sleep 0.7
+    start_gen "$dmac"
+    measure
+    stop_group "$GEN"; GEN=""
+    stop_group "$FWD"; FWD=""
+    sleep 0.2
+    echo "$name run $r: A sent $LAST_SENT, in $LAST_IN, out $LAST_OUT pps" >&2
+    all="$all${all:+ / }$(printf "%'d" "$LAST_OUT")"
+    if [ "$LAST_OUT" -gt "$BEST_OUT" ]; then
+      BEST_OUT=$LAST_OUT BEST_IN=$LAST_IN BEST_SENT=$LAST_SENT
+    fi
+  done
+  ROWS+=("| $name | $(printf "%'d" "$BEST_SENT") | $(printf "%'d" "$BEST_IN") | **$(printf "%'d" "$BEST_OUT")** | $all |")
+}
 
-# 3. ip_forward
-ip -n "$B" addr add 198.18.0.2/24 dev vB0
-ip -n "$B" addr add 198.19.0.1/24 dev vB1
-ip -n "$B" neigh replace 198.19.0.2 lladdr "$FAKE" dev vB1 nud permanent
-ip netns exec "$B" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.vB0.rp_filter=0
-run_fwd "Linux ip_forward" "$MACB0" sleep 3600
-ip netns exec "$B" sysctl -qw net.ipv4.ip_forward=0
-ip -n "$B" addr flush dev vB0; ip -n "$B" addr flush dev vB1
+# linerate fwd: l2fwd rewrite (dst 02:00:00:00:00:01, src vB1)
+run_fwd "linerate fwd --engine kernel" "$RUNS" "$MACB0" \
+  "$LR" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine kernel -T 0
+run_fwd "linerate fwd --engine xsk (xdp, copy, shared UMEM)" "$RUNS" "$MACB0" \
+  "$LR" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine xsk -T 0
+run_fwd "linerate fwd afpacket" "$RUNS" "$MACB0" \
+  "$LR" fwd -i "afpacket:$IB0" -o "afpacket:$IB1" -T 0
 
-# 4. bridge (unknown unicast to the fake MAC floods to vB1)
+# ip_forward
+if [ -n "$XTG" ]; then
+  ip -n "$B" addr add fd00:1::2/64 dev "$IB0" nodad
+  ip -n "$B" addr add fd00:2::1/64 dev "$IB1" nodad
+  # The next hop's MAC is vB0's own: a recycled live frame still reaches vB0's stack.
+  ip -n "$B" neigh replace fd00:2::2 lladdr "$MACB0" dev "$IB1" nud permanent
+  ip netns exec "$B" sysctl -qw net.ipv6.conf.all.forwarding=1
+  ip -n "$B" link set dev "$IB0" xdpdrv obj bpf/bench_hoplimit.o sec xdp
+  run_fwd "Linux ip_forward (IPv6)" "$RUNS" "$MACB0" sleep 3600
+  ip -n "$B" link set dev "$IB0" xdpdrv off
+  ip netns exec "$B" sysctl -qw net.ipv6.conf.all.forwarding=0
+else
+  ip -n "$B" addr add 198.18.0.2/24 dev "$IB0"
+  ip -n "$B" addr add 198.19.0.1/24 dev "$IB1"
+  ip -n "$B" neigh replace 198.19.0.2 lladdr "$FAKE" dev "$IB1" nud permanent
+  ip netns exec "$B" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 \
+    "net.ipv4.conf.$IB0.rp_filter=0"
+  run_fwd "Linux ip_forward (IPv4)" "$RUNS" "$MACB0" sleep 3600
+  ip netns exec "$B" sysctl -qw net.ipv4.ip_forward=0
+fi
+ip -n "$B" addr flush dev "$IB0"; ip -n "$B" addr flush dev "$IB1"
+
+# bridge (unknown unicast to the fake MAC floods to vB1)
 ip -n "$B" link add br0 type bridge
-ip -n "$B" link set vB0 master br0; ip -n "$B" link set vB1 master br0; ip -n "$B" link set br0 up
-run_fwd "Linux bridge" "$FAKE" sleep 3600
+ip -n "$B" link set "$IB0" master br0; ip -n "$B" link set "$IB1" master br0
+ip -n "$B" link set br0 up
+run_fwd "Linux bridge" 1 "$FAKE" sleep 3600
 ip -n "$B" link del br0
 
-# 5-6. dpdk-testpmd io-fwd
+# dpdk-testpmd io-fwd
 if command -v dpdk-testpmd >/dev/null; then
   TP="dpdk-testpmd --no-huge --no-pci -m 512 -l 0-1 --no-shconf --file-prefix lrf$$"
   TPA="-- --forward-mode=io --nb-cores=1 --total-num-mbufs=32768 --stats-period 1"
   # shellcheck disable=SC2086
-  run_fwd "dpdk-testpmd io net_af_xdp" "$MACB0" $TP \
-    --vdev net_af_xdp0,iface=vB0,start_queue=0,queue_count=1 \
-    --vdev net_af_xdp1,iface=vB1,start_queue=0,queue_count=1 $TPA
+  run_fwd "dpdk-testpmd io net_af_xdp" "$RUNS" "$MACB0" $TP \
+    --vdev "net_af_xdp0,iface=$IB0,start_queue=0,queue_count=1" \
+    --vdev "net_af_xdp1,iface=$IB1,start_queue=0,queue_count=1" $TPA
   # testpmd (libbpf xsk) attaches its program through rtnetlink: a killed testpmd leaves it.
-  ip -n "$B" link set dev vB0 xdp off 2>/dev/null || true
-  ip -n "$B" link set dev vB1 xdp off 2>/dev/null || true
+  ip -n "$B" link set dev "$IB0" xdp off 2>/dev/null || true
+  ip -n "$B" link set dev "$IB1" xdp off 2>/dev/null || true
   # shellcheck disable=SC2086
-  run_fwd "dpdk-testpmd io net_af_packet" "$MACB0" $TP \
-    --vdev net_af_packet0,iface=vB0,qpairs=1,blocksz=4096,framesz=2048,framecnt=4096 \
-    --vdev net_af_packet1,iface=vB1,qpairs=1,blocksz=4096,framesz=2048,framecnt=4096 $TPA
+  run_fwd "dpdk-testpmd io net_af_packet" 1 "$MACB0" $TP \
+    --vdev "net_af_packet0,iface=$IB0,qpairs=1,blocksz=4096,framesz=2048,framecnt=4096" \
+    --vdev "net_af_packet1,iface=$IB1,qpairs=1,blocksz=4096,framesz=2048,framecnt=4096" $TPA
 else
-  ROWS+=("| dpdk-testpmd | not installed | - |")
+  ROWS+=("| dpdk-testpmd | not installed (Debian: dpdk-dev) | | | |")
 fi
 
-# 7. capture on vB0 (count only): xdp vs afpacket
+# xdp-bench redirect (bpf_redirect to vB1)
+if [ -n "$XBENCH" ]; then
+  run_fwd "xdp-bench redirect (native)" 1 "$MACB0" "$XBENCH" redirect -m native -i 60 "$IB0" "$IB1"
+  ip -n "$B" link set dev "$IB0" xdp off 2>/dev/null || true
+else
+  ROWS+=("| xdp-bench redirect | not found (set XDP_BENCH; see the header) | | | |")
+fi
+
+# capture on vB0 (count only): xdp vs afpacket
 declare -a CAP
 capture() { # name, port
   setsid ip netns exec "$B" taskset -c 1 "$LR" count -i "$2" -q --json >"$OUT/cap-$1.out" 2>&1 &
@@ -123,24 +220,31 @@ capture() { # name, port
   sleep 1
   start_gen "$MACB0"
   sleep 1
-  local i0 i1; i0=$(cnt "$B" vB0); sleep "$SECS"; i1=$(cnt "$B" vB0)
+  pin_napi
+  local i0 i1; i0=$(cnt "$B" "$IB0" rx_packets); sleep "$SECS"; i1=$(cnt "$B" "$IB0" rx_packets)
   stop_group "$GEN"; GEN=""
   stop_group "$FWD"; FWD=""
-  local got; got=$(grep '"summary"' "$OUT/cap-$1.out" | grep -o '"pkts":[0-9]*' | head -1 | cut -d: -f2 || true)
-  CAP+=("| linerate count -i $2 | $(printf "%'d" $(( (i1 - i0) / SECS ))) | ${got:-?} total |")
+  local got
+  got=$(grep '"summary"' "$OUT/cap-$1.out" | grep -o '"pkts":[0-9]*' | head -1 | cut -d: -f2 || true)
+  CAP+=("| linerate count -i ${2%%:*}:vB0 | $(printf "%'d" $(( (i1 - i0) / SECS ))) | ${got:-?} |")
 }
-capture xdp xdp:vB0
-capture afpacket afpacket:vB0
+capture xdp "xdp:$IB0"
+capture afpacket "afpacket:$IB0"
 
 echo
-echo "Forwarding A -> B -> C, 64 B, B on one core (core 1), trafgen on core 0, ${SECS} s each:"
+if [ -n "$XTG" ]; then
+  echo "Source: xdp-trafficgen udp (IPv6, 62 B + CRC) in A on core 0."
+else
+  echo "Source: trafgen (IPv4, 60 B + CRC) in A on core 0 (xdp-trafficgen not found)."
+fi
+echo "B on core 1 (forwarder and vB0's NAPI thread); sink: $SINK; ${SECS} s per window."
 echo
-echo "| forwarder in B | offered to vB0 (pps) | out of B to vC (pps) |"
-echo "|---|---|---|"
+echo "| forwarder in B | A sent (pps) | into vB0 (pps) | out to vC (pps, best) | runs (out) |"
+echo "|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
 echo
-echo "Capture on vB0 (trafgen source), ${SECS} s + warm-up:"
+echo "Capture on vB0 (same source), ${SECS} s window after 1 s warm-up:"
 echo
-echo "| tool | offered (pps) | packets counted |"
+echo "| tool | into vB0 (pps) | packets counted (whole run) |"
 echo "|---|---|---|"
 printf '%s\n' "${CAP[@]}"

@@ -1,6 +1,8 @@
 //! `fwd` across three namespaces A → B → C: B forwards vB0 → vB1 (xdp, afpacket, and mixed)
 //! with a BPF filter and l2fwd's MAC rewrite; C captures. C receives exactly what A sent minus
-//! what the filter drops, with the rewritten MACs, and nothing is left behind. Needs root.
+//! what the filter drops, with the rewritten MACs, and nothing is left behind. The kernel engine
+//! (XDP program, DEVMAP redirect) delivers exactly N frames each way with l2fwd's MACs and
+//! matching counters. Needs root.
 
 #[path = "netns/line.rs"]
 mod line;
@@ -10,8 +12,9 @@ use line::{NetnsLine, Node};
 use linerate::apps::fwd::{self, Ended, FwdOptions, MacRewrite, Ports};
 use linerate::filter::Filter;
 use linerate::mem::{Batch, Desc, Pool, PoolConfig};
+use linerate::port::xdp::kfwd::{KernelFwd, KernelFwdConfig};
 use linerate::port::xdp::sys::iface_mac;
-use linerate::port::xdp::{XdpConfig, XdpPort};
+use linerate::port::xdp::{AttachMode, XdpConfig, XdpPort};
 use linerate::port::{self, LinkType, Port, PortOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -240,4 +243,163 @@ fn xdp_to_xdp_on_one_shared_umem() {
         return;
     }
     run_line_with("xdp:vB0", "xdp:vB1", 3000, true);
+}
+
+/// Captures frames with the test signature on `ifname` of `node` until `want` arrived (or 5 s
+/// of silence), then 300 ms more to catch extras.
+fn capture(
+    l: &NetnsLine,
+    node: Node,
+    ifname: &str,
+    want: usize,
+    ready: std::sync::mpsc::Sender<()>,
+) -> Vec<Vec<u8>> {
+    l.run_in(node, move || {
+        let mut p = port::open(&format!("afpacket:{ifname}"), &PortOptions::default()).unwrap();
+        ready.send(()).unwrap();
+        let mut got = Vec::new();
+        let mut b = Batch::new();
+        let mut last = Instant::now();
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            let quiet = if got.len() >= want { 300 } else { 5000 };
+            if last.elapsed() >= Duration::from_millis(quiet) || Instant::now() >= end {
+                break;
+            }
+            if p.rx(&mut b).unwrap() > 0 {
+                last = Instant::now();
+            }
+            got.extend(
+                b.iter()
+                    .filter(|x| seq_of(x.data).is_some())
+                    .map(|x| x.data.to_vec()),
+            );
+            b.clear();
+        }
+        got
+    })
+}
+
+/// The kernel engine (XDP program, DEVMAP redirect) on B: A sends `n` frames (and C sends `m`
+/// back with `bidir`); each end receives exactly those, with l2fwd's MACs; the program's
+/// counters say the same; no program is left on B's interfaces.
+fn kernel_line(n: u32, m: u32, bidir: bool) {
+    let l = NetnsLine::new().unwrap();
+    // A redirect into a veth needs NAPI on its peer (an XDP program, or GRO).
+    for (node, i) in [(Node::C, "vC"), (Node::A, "vA")] {
+        let st = std::process::Command::new("ip")
+            .args(["netns", "exec", l.ns(node), "ethtool", "-K", i, "gro", "on"])
+            .output()
+            .expect("ethtool");
+        assert!(st.status.success(), "ethtool -K {i} gro on: {st:?}");
+    }
+    let fwd_ac: Vec<Vec<u8>> = (0..n).map(|s| frame(l.mac_b0, l.mac_a, s, 9)).collect();
+    let fwd_ca: Vec<Vec<u8>> = (0..m)
+        .map(|s| frame(l.mac_b1, l.mac_c, 100_000 + s, 9))
+        .collect();
+    let stop = AtomicBool::new(false);
+    let lr = &l;
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let (report, at_c, at_a) = std::thread::scope(|s| {
+        let rc = ready_tx.clone();
+        let c = s.spawn(move || capture(lr, Node::C, "vC", n as usize, rc));
+        let ra = ready_tx.clone();
+        let want_a = if bidir { m as usize } else { 0 };
+        let a = s.spawn(move || capture(lr, Node::A, "vA", want_a, ra));
+        let stop = &stop;
+        let b = s.spawn(move || {
+            lr.run_in(Node::B, move || {
+                let cfg = KernelFwdConfig {
+                    ifaces: ["vB0".into(), "vB1".into()],
+                    bidir,
+                    mac: [
+                        Some((iface_mac("vB0").unwrap(), [2, 0, 0, 0, 0, 0])),
+                        Some((iface_mac("vB1").unwrap(), [2, 0, 0, 0, 0, 1])),
+                    ],
+                    attach: AttachMode::Native,
+                };
+                let mut k = KernelFwd::open(&cfg).unwrap();
+                let opts = FwdOptions {
+                    bidir,
+                    duration: Some(Duration::from_secs(30)),
+                    ..Default::default()
+                };
+                ready_tx.send(()).unwrap();
+                fwd::run_kernel(&mut k, &opts, stop, |_| {})
+            })
+        });
+        for _ in 0..3 {
+            ready_rx.recv().unwrap();
+        }
+        let (fa, fc) = (&fwd_ac, &fwd_ca);
+        std::thread::scope(|s2| {
+            s2.spawn(|| {
+                lr.run_in(Node::A, || {
+                    let mut p = port::open("afpacket:vA", &PortOptions::default()).unwrap();
+                    send_paced(p.as_mut(), fa);
+                })
+            });
+            if bidir {
+                s2.spawn(|| {
+                    lr.run_in(Node::C, || {
+                        let mut p = port::open("afpacket:vC", &PortOptions::default()).unwrap();
+                        send_paced(p.as_mut(), fc);
+                    })
+                });
+            }
+        });
+        let at_c = c.join().unwrap();
+        let at_a = a.join().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        (b.join().unwrap(), at_c, at_a)
+    });
+    assert_eq!(report.ended, Ended::Stopped);
+    let check = |got: &[Vec<u8>], sent: &[Vec<u8>], dst: [u8; 6], src: [u8; 6], base: u32| {
+        assert_eq!(got.len(), sent.len(), "exactly what was sent arrived");
+        let mut seqs = std::collections::HashSet::new();
+        for g in got {
+            assert_eq!(&g[..6], &dst, "dst = 02:00:00:00:00:TX_PORTID");
+            assert_eq!(&g[6..12], &src, "src = the output's MAC");
+            let s = seq_of(g).unwrap();
+            assert_eq!(&g[12..], &sent[(s - base) as usize][12..], "rest unchanged");
+            assert!(seqs.insert(s), "frame {s} twice");
+        }
+    };
+    check(&at_c, &fwd_ac, [2, 0, 0, 0, 0, 1], l.mac_b1, 0);
+    let st = report.stats;
+    assert_eq!(st.nports, 2);
+    assert_eq!(st.ports[0].received, n as u64, "{st:?}");
+    assert_eq!(st.ports[1].sent, n as u64, "{st:?}");
+    if bidir {
+        check(&at_a, &fwd_ca, [2, 0, 0, 0, 0, 0], l.mac_b0, 100_000);
+        assert_eq!(st.ports[1].received, m as u64, "{st:?}");
+        assert_eq!(st.ports[0].sent, m as u64, "{st:?}");
+    } else {
+        assert!(at_a.is_empty(), "nothing comes back without --bidir");
+        assert_eq!((st.ports[1].received, st.ports[0].sent), (0, 0), "{st:?}");
+    }
+    assert_eq!(st.total().dropped, 0, "{st:?}");
+    for i in ["vB0", "vB1"] {
+        assert!(!has_xdp(&l, Node::B, i), "XDP program left on {i}");
+    }
+    let names = l.ns.clone();
+    drop(l);
+    let list = netns::ip(&["netns", "list"]).unwrap();
+    assert!(names.iter().all(|n| !list.contains(n.as_str())), "{list}");
+}
+
+#[test]
+fn kernel_engine_forwards_exactly_n_with_l2fwd_macs() {
+    if !netns::require_priv() {
+        return;
+    }
+    kernel_line(3000, 0, false);
+}
+
+#[test]
+fn kernel_engine_bidir() {
+    if !netns::require_priv() {
+        return;
+    }
+    kernel_line(2000, 1500, true);
 }

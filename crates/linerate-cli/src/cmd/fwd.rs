@@ -5,6 +5,7 @@ use anyhow::Context;
 use clap::Parser;
 use linerate::apps::fwd::{self, Ended, FwdOptions, MacRewrite, Ports};
 use linerate::filter::Filter;
+use linerate::port::xdp::kfwd::{KernelFwd, KernelFwdConfig};
 use linerate::port::xdp::{sys::iface_mac, AttachMode, XdpConfig, XdpMode, XdpPort};
 use linerate::port::{self, Port, PortError, PortOptions};
 use linerate::units;
@@ -39,7 +40,8 @@ pub struct Args {
     /// 1..n, offsets from 0, big-endian) and rejects some with drop(i).
     #[arg(long, value_name = "FILE.lua")]
     pub script: Option<String>,
-    /// Pin the forwarding loop to this core.
+    /// Pin the forwarding loop to this core (xsk engine; the kernel engine runs where the
+    /// interfaces' receive processing runs).
     #[arg(short = 'g', long, value_name = "CORE")]
     pub core: Option<usize>,
     /// Seconds between statistics blocks (0: only the final one), as l2fwd's -T.
@@ -60,6 +62,56 @@ pub struct Args {
     /// Print statistics as JSON lines.
     #[arg(long)]
     pub json: bool,
+    /// Where frames are forwarded: `kernel` = an XDP program redirects them from driver to
+    /// driver (both ports xdp:IFACE, no -f/--script); `xsk` = this process moves them through
+    /// AF_XDP sockets (or the other port kinds); `auto` = kernel when possible (both ports
+    /// xdp:IFACE without @QUEUE, no -f, --script or -c), else xsk.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "auto|kernel|xsk",
+        default_value = "auto"
+    )]
+    pub engine: Engine,
+}
+
+/// `--engine`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Engine {
+    /// Kernel when possible, else xsk.
+    Auto,
+    /// An XDP program forwards in the kernel (DEVMAP redirect).
+    Kernel,
+    /// Forwarding in this process through the ports (AF_XDP sockets for xdp: ports).
+    Xsk,
+}
+
+/// The interface of an `xdp:IFACE` port (no queue, not an aggregate).
+fn xdp_iface(uri: &str) -> Option<&str> {
+    uri.strip_prefix("xdp:")
+        .filter(|r| !r.is_empty() && !r.contains(',') && !r.contains('@'))
+}
+
+/// Whether the kernel engine runs: `Ok(Some((in, out)))` with the interfaces, `Ok(None)` for
+/// the xsk engine, a usage error when `--engine kernel` cannot be honoured.
+pub fn kernel_engine(a: &Args) -> anyhow::Result<Option<(String, String)>> {
+    let ifs = xdp_iface(&a.input).zip(xdp_iface(&a.output));
+    let why_not = if ifs.is_none() {
+        Some("both ports must be xdp:IFACE (every queue of the interface is forwarded; no @QUEUE)")
+    } else if a.filter.is_some() {
+        Some("-f runs in user space: use --engine xsk")
+    } else if a.script.is_some() {
+        Some("--script runs in user space: use --engine xsk")
+    } else {
+        None
+    };
+    match (a.engine, why_not) {
+        (Engine::Xsk, _) => Ok(None),
+        (Engine::Kernel, Some(w)) => Err(usage(format!("--engine kernel: {w}"))),
+        (Engine::Auto, Some(_)) => Ok(None),
+        (Engine::Auto, None) if a.count.is_some() => Ok(None),
+        (_, None) => Ok(ifs.map(|(i, o)| (i.to_string(), o.to_string()))),
+    }
 }
 
 /// Opens a port, with the AF_XDP settings for `xdp:` ports; bad names are usage errors.
@@ -180,6 +232,9 @@ pub fn run_with(
         None => None,
     };
     let bounce = a.input == a.output;
+    if let Some((i, o)) = kernel_engine(&a)? {
+        return run_kernel(&a, mac, i, o, stop, out);
+    }
     let (mut p0, mut p1, shared) = if bounce {
         (open("-i", &a.input, &opts, &xdp)?, None, false)
     } else {
@@ -207,6 +262,7 @@ pub fn run_with(
     if a.json {
         let start = serde_json::json!({
             "type": "start",
+            "engine": "xsk",
             "input": a.input,
             "output": a.output,
             "bounce": bounce,
@@ -229,12 +285,7 @@ pub fn run_with(
             } else {
                 ""
             },
-            match mac {
-                MacRewrite::Off => ", MAC addresses unchanged".to_string(),
-                MacRewrite::L2fwd { .. } =>
-                    ", MAC rewrite: src = output port, dst = 02:00:00:00:00:TX_PORTID".into(),
-                MacRewrite::Fixed { .. } => ", MAC rewrite: fixed".into(),
-            },
+            mac_text(&mac),
             match (&a.filter, &user_filter) {
                 (None, _) => String::new(),
                 (Some(f), None) => format!(", filter '{f}' in the kernel"),
@@ -261,34 +312,11 @@ pub fn run_with(
         None => Ports::One(p0.as_mut()),
     };
     let json = a.json;
-    let print = |out: &mut dyn Write, s: &fwd::FwdStats, kind: &str| {
-        if json {
-            let ports: Vec<serde_json::Value> = s.ports[..s.nports]
-                .iter()
-                .map(|p| {
-                    serde_json::json!({"sent": p.sent, "received": p.received,
-                        "dropped": p.dropped, "filtered": p.filtered})
-                })
-                .collect();
-            let _ = writeln!(out, "{}", serde_json::json!({"type": kind, "ports": ports}));
-        } else {
-            let _ = out.write_all(fwd::l2fwd_block(s).as_bytes());
-        }
-        let _ = out.flush();
-    };
     let hook = script.as_mut().map(|s| s as &mut dyn fwd::BatchFilter);
-    let report = fwd::run_with(ports, &fo, hook, stop, |s| print(out, s, "stats"));
-    print(out, &report.stats, "summary");
-    let ended = match report.ended {
-        Ended::Count => "count reached",
-        Ended::Duration => "time limit",
-        Ended::EndOfInput => "end of input",
-        Ended::Stopped => "interrupted",
-        Ended::Error if report.script_error.is_some() => "script error",
-        Ended::Error => "port error",
-    };
+    let report = fwd::run_with(ports, &fo, hook, stop, |s| print(json, out, s, "stats"));
+    print(json, out, &report.stats, "summary");
     if !json {
-        let _ = writeln!(out, "Forwarding ended: {ended}");
+        let _ = writeln!(out, "Forwarding ended: {}", ended(&report));
     }
     drop(p1);
     drop(p0);
@@ -299,6 +327,121 @@ pub fn run_with(
         None => Ok(ExitCode::SUCCESS),
         Some(e) => Err(anyhow::Error::new(e).context("forwarding stopped")),
     }
+}
+
+fn print(json: bool, out: &mut dyn Write, s: &fwd::FwdStats, kind: &str) {
+    if json {
+        let ports: Vec<serde_json::Value> = s.ports[..s.nports]
+            .iter()
+            .map(|p| {
+                serde_json::json!({"sent": p.sent, "received": p.received,
+                    "dropped": p.dropped, "filtered": p.filtered})
+            })
+            .collect();
+        let _ = writeln!(out, "{}", serde_json::json!({"type": kind, "ports": ports}));
+    } else {
+        let _ = out.write_all(fwd::l2fwd_block(s).as_bytes());
+    }
+    let _ = out.flush();
+}
+
+fn ended(r: &fwd::FwdReport) -> &'static str {
+    match r.ended {
+        Ended::Count => "count reached",
+        Ended::Duration => "time limit",
+        Ended::EndOfInput => "end of input",
+        Ended::Stopped => "interrupted",
+        Ended::Error if r.script_error.is_some() => "script error",
+        Ended::Error => "port error",
+    }
+}
+
+fn mac_text(mac: &MacRewrite) -> String {
+    match mac {
+        MacRewrite::Off => ", MAC addresses unchanged".to_string(),
+        MacRewrite::L2fwd { .. } => {
+            ", MAC rewrite: src = output port, dst = 02:00:00:00:00:TX_PORTID".into()
+        }
+        MacRewrite::Fixed { .. } => ", MAC rewrite: fixed".into(),
+    }
+}
+
+/// `--engine kernel`: the XDP program forwards; this process only reads its counters.
+fn run_kernel(
+    a: &Args,
+    mac: MacRewrite,
+    i: String,
+    o: String,
+    stop: &std::sync::atomic::AtomicBool,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let bounce = i == o;
+    let cfg = KernelFwdConfig {
+        ifaces: [i.clone(), o.clone()],
+        bidir: a.bidir,
+        mac: [mac.for_port(0), mac.for_port(if bounce { 0 } else { 1 })],
+        attach: a.xdp_attach,
+    };
+    let mut k = KernelFwd::open(&cfg).map_err(|e| port_err("-i", &a.input, e))?;
+    let on = if a.bidir && !bounce {
+        format!("{i} and {o}")
+    } else {
+        i.clone()
+    };
+    let attach = match k.attach_mode() {
+        AttachMode::Generic => "generic",
+        _ => "native",
+    };
+    if a.json {
+        let start = serde_json::json!({
+            "type": "start",
+            "engine": "kernel",
+            "input": a.input,
+            "output": a.output,
+            "bounce": bounce,
+            "bidir": a.bidir,
+            "attach": attach,
+            "replaced_stale": k.replaced_stale(),
+        });
+        let _ = writeln!(out, "{start}");
+    } else {
+        let _ = writeln!(
+            out,
+            "Forwarding {} -> {}{} in the kernel (XDP program {} on {on}, {attach}, DEVMAP \
+             redirect){}",
+            a.input,
+            if bounce { "itself (bounce)" } else { &a.output },
+            if a.bidir && !bounce { " and back" } else { "" },
+            linerate::port::xdp::kfwd::PROG_NAME,
+            mac_text(&mac),
+        );
+    }
+    let _ = out.flush();
+    let fo = FwdOptions {
+        bidir: a.bidir,
+        mac,
+        interval: if a.period.is_zero() {
+            std::time::Duration::from_secs(86400 * 365)
+        } else {
+            a.period
+        },
+        duration: a.duration,
+        count: a.count,
+        ..Default::default()
+    };
+    let json = a.json;
+    let report = fwd::run_kernel(&mut k, &fo, stop, |s| print(json, out, s, "stats"));
+    drop(k); // detach before the final block: nothing is forwarded after it
+    print(json, out, &report.stats, "summary");
+    if !json {
+        let _ = writeln!(
+            out,
+            "Forwarding ended: {} (dropped = the program's drops + the interfaces' own drop \
+             counters)",
+            ended(&report)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `--script`: a Lua function `filter(n)` called per burst, with accessors for the packets.

@@ -12,6 +12,7 @@
 
 use crate::filter::Filter;
 use crate::mem::Batch;
+use crate::port::xdp::kfwd::KernelFwd;
 use crate::port::xdp::sys::poll_many;
 use crate::port::{Port, PortError};
 use crate::time::mono_ns;
@@ -463,6 +464,63 @@ pub fn run_with(
         ended,
         error,
         script_error,
+    }
+}
+
+/// Runs the kernel forwarder (an XDP program already attached by [`KernelFwd::open`]) until a
+/// limit or `stop`: reads its counters every 10 ms for the limits and every interval for
+/// `on_tick`. `count` stops the run once that many were sent (the kernel may send a few more
+/// before the program is removed). Port `i`'s `dropped` = the program's drops for that output +
+/// the interface's own rx/tx drop counters since the start (see [`KernelFwd::device_drops`]).
+pub fn run_kernel(
+    k: &mut KernelFwd,
+    opts: &FwdOptions,
+    stop: &AtomicBool,
+    mut on_tick: impl FnMut(&FwdStats),
+) -> FwdReport {
+    let base = k.device_drops();
+    let t0 = mono_ns();
+    let interval = opts.interval.as_nanos().max(1) as u64;
+    let mut next_tick = t0 + interval;
+    let deadline = opts.duration.map(|d| t0 + d.as_nanos() as u64);
+    let mut st = FwdStats {
+        nports: k.nports(),
+        ..Default::default()
+    };
+    let read = |k: &mut KernelFwd, st: &mut FwdStats| {
+        let c = k.counters();
+        let dev = k.device_drops();
+        st.t_ns = mono_ns();
+        for p in 0..st.nports {
+            st.ports[p].received = c[p][0];
+            st.ports[p].sent = c[p][1];
+            st.ports[p].dropped = c[p][2] + dev[p].saturating_sub(base[p]);
+        }
+    };
+    let ended = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Ended::Stopped;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        read(k, &mut st);
+        let now = st.t_ns;
+        if opts.count.is_some_and(|c| st.total().sent >= c) {
+            break Ended::Count;
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            break Ended::Duration;
+        }
+        if now >= next_tick {
+            on_tick(&st);
+            next_tick = now + interval;
+        }
+    };
+    read(k, &mut st);
+    FwdReport {
+        stats: st,
+        ended,
+        error: None,
+        script_error: None,
     }
 }
 

@@ -4,6 +4,8 @@
 //! - [`ring`]: the fill, completion, rx and tx rings (mapped, cached producer/consumer cursors).
 //! - [`prog`]: the XDP program of `bpf/` (redirect to the queue's socket in an XSKMAP, pass
 //!   everything else), loaded with raw `bpf(2)` calls and attached through a bpf_link.
+//! - [`kfwd`]: the kernel forwarder (`bpf/xdp_fwd.c`: l2fwd as an XDP program, DEVMAP
+//!   redirect), `linerate fwd --engine kernel`.
 //! - [`sys`]: the system calls and kernel structures.
 //!
 //! Receive is zero copy in zero-copy mode and one kernel copy in copy mode (veth offers only
@@ -16,6 +18,7 @@
 //! interface's program and map. The program is removed when the last port on the interface
 //! drops, and by the kernel when the process ends in any way (bpf_link).
 
+pub mod kfwd;
 pub(crate) mod obj;
 pub mod prog;
 mod ring;

@@ -68,16 +68,12 @@ pub(super) fn load(iface: &str) -> Result<Loaded, PortError> {
     Ok(Loaded { map, prog })
 }
 
-/// The program attached to one interface, shared by the ports of the process on it.
-pub struct Attachment {
-    iface: String,
+/// A program attached to one interface: through a bpf_link (detached when dropped, or when the
+/// process ends) or through rtnetlink (detached when dropped).
+pub(super) struct Hook {
     ifindex: u32,
-    key: (u64, u32),
-    loaded: Loaded,
-    /// The bpf_link, or the netlink socket to detach with (and the attach flags).
     how: How,
     mode: AttachMode,
-    replaced: Option<u32>,
 }
 
 enum How {
@@ -85,11 +81,103 @@ enum How {
     Netlink(Netlink, u32),
 }
 
+impl Hook {
+    /// Attaches `prog` to `iface` (native first under `AttachMode::Auto`), after removing a
+    /// stale program of ours left by an earlier run; returns the hook and the stale one's id.
+    pub(super) fn attach(
+        iface: &str,
+        ifindex: u32,
+        prog: &Fd,
+        mode: AttachMode,
+        api: AttachApi,
+    ) -> Result<(Hook, Option<u32>), PortError> {
+        let nl = Netlink::open().map_err(|e| sys::err_of(iface, "socket(NETLINK_ROUTE)", e))?;
+        let replaced = remove_stale(&nl, iface, ifindex)?;
+        let modes: &[(AttachMode, u32)] = match mode {
+            AttachMode::Auto => &[
+                (AttachMode::Native, sys::XDP_FLAGS_DRV_MODE),
+                (AttachMode::Generic, sys::XDP_FLAGS_SKB_MODE),
+            ],
+            AttachMode::Native => &[(AttachMode::Native, sys::XDP_FLAGS_DRV_MODE)],
+            AttachMode::Generic => &[(AttachMode::Generic, sys::XDP_FLAGS_SKB_MODE)],
+        };
+        let mut last = None;
+        for &(m, flags) in modes {
+            let r = match api {
+                AttachApi::Link => {
+                    let mut a = sys::LinkCreateAttr {
+                        prog_fd: prog.0 as u32,
+                        target_ifindex: ifindex,
+                        attach_type: sys::BPF_XDP,
+                        flags,
+                        ..Default::default()
+                    };
+                    sys::bpf(sys::BPF_LINK_CREATE, &mut a).map(|fd| Some(Fd(fd)))
+                }
+                // XDP_FLAGS_UPDATE_IF_NOEXIST: never replace a program silently.
+                AttachApi::Netlink => {
+                    sys::xdp_set_netlink(&nl, ifindex, prog.0, flags | 1).map(|()| None)
+                }
+            };
+            match r {
+                Ok(link) => {
+                    let how = match link {
+                        Some(fd) => How::Link(fd),
+                        None => How::Netlink(nl, flags),
+                    };
+                    return Ok((
+                        Hook {
+                            ifindex,
+                            how,
+                            mode: m,
+                        },
+                        replaced,
+                    ));
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let op = match api {
+            AttachApi::Link => "bpf(BPF_LINK_CREATE, XDP)",
+            AttachApi::Netlink => "rtnetlink IFLA_XDP",
+        };
+        Err(sys::err_of(
+            iface,
+            op,
+            last.unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL)),
+        ))
+    }
+
+    /// The mode the program was attached in (Native or Generic).
+    pub(super) fn mode(&self) -> AttachMode {
+        self.mode
+    }
+}
+
+impl Drop for Hook {
+    fn drop(&mut self) {
+        if let How::Netlink(nl, flags) = &self.how {
+            let _ = sys::xdp_set_netlink(nl, self.ifindex, -1, *flags);
+        }
+        // A bpf_link detaches when its descriptor closes (dropped with `how`).
+    }
+}
+
+/// The program attached to one interface, shared by the ports of the process on it.
+pub struct Attachment {
+    iface: String,
+    key: (u64, u32),
+    // Declared before `loaded`: detached before the program's descriptor closes.
+    hook: Hook,
+    loaded: Loaded,
+    replaced: Option<u32>,
+}
+
 impl std::fmt::Debug for Attachment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Attachment")
             .field("iface", &self.iface)
-            .field("mode", &self.mode)
+            .field("mode", &self.hook.mode)
             .finish()
     }
 }
@@ -123,80 +211,17 @@ impl Attachment {
         if let Some(a) = reg.get(&key).and_then(Weak::upgrade) {
             return Ok(a);
         }
-        let a = Arc::new(Self::attach(iface, ifindex, key, mode, api)?);
+        let loaded = load(iface)?;
+        let (hook, replaced) = Hook::attach(iface, ifindex, &loaded.prog, mode, api)?;
+        let a = Arc::new(Attachment {
+            iface: iface.to_string(),
+            key,
+            hook,
+            loaded,
+            replaced,
+        });
         reg.insert(key, Arc::downgrade(&a));
         Ok(a)
-    }
-
-    fn attach(
-        iface: &str,
-        ifindex: u32,
-        key: (u64, u32),
-        mode: AttachMode,
-        api: AttachApi,
-    ) -> Result<Attachment, PortError> {
-        let loaded = load(iface)?;
-        let nl = Netlink::open().map_err(|e| sys::err_of(iface, "socket(NETLINK_ROUTE)", e))?;
-        let replaced = remove_stale(&nl, iface, ifindex)?;
-        let modes: &[(AttachMode, u32)] = match mode {
-            AttachMode::Auto => &[
-                (AttachMode::Native, sys::XDP_FLAGS_DRV_MODE),
-                (AttachMode::Generic, sys::XDP_FLAGS_SKB_MODE),
-            ],
-            AttachMode::Native => &[(AttachMode::Native, sys::XDP_FLAGS_DRV_MODE)],
-            AttachMode::Generic => &[(AttachMode::Generic, sys::XDP_FLAGS_SKB_MODE)],
-        };
-        let mut last = None;
-        let mut done = None;
-        for &(m, flags) in modes {
-            let r = match api {
-                AttachApi::Link => {
-                    let mut a = sys::LinkCreateAttr {
-                        prog_fd: loaded.prog.0 as u32,
-                        target_ifindex: ifindex,
-                        attach_type: sys::BPF_XDP,
-                        flags,
-                        ..Default::default()
-                    };
-                    sys::bpf(sys::BPF_LINK_CREATE, &mut a).map(|fd| Some(Fd(fd)))
-                }
-                // XDP_FLAGS_UPDATE_IF_NOEXIST: never replace a program silently.
-                AttachApi::Netlink => {
-                    sys::xdp_set_netlink(&nl, ifindex, loaded.prog.0, flags | 1).map(|()| None)
-                }
-            };
-            match r {
-                Ok(link) => {
-                    done = Some((m, flags, link));
-                    break;
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        if let Some((m, flags, link)) = done {
-            let how = match link {
-                Some(fd) => How::Link(fd),
-                None => How::Netlink(nl, flags),
-            };
-            return Ok(Attachment {
-                iface: iface.to_string(),
-                ifindex,
-                key,
-                loaded,
-                how,
-                mode: m,
-                replaced,
-            });
-        }
-        let op = match api {
-            AttachApi::Link => "bpf(BPF_LINK_CREATE, XDP)",
-            AttachApi::Netlink => "rtnetlink IFLA_XDP",
-        };
-        Err(sys::err_of(
-            iface,
-            op,
-            last.unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL)),
-        ))
     }
 
     /// Puts the AF_XDP socket `xsk` in the map for `queue`.
@@ -227,7 +252,7 @@ impl Attachment {
 
     /// The mode the program was attached in (Native or Generic).
     pub fn mode(&self) -> AttachMode {
-        self.mode
+        self.hook.mode
     }
 
     /// The kernel id of a stale program of ours that was removed to attach this one.
@@ -236,7 +261,8 @@ impl Attachment {
     }
 }
 
-/// Finds a program already attached to `ifindex`: ours (by name) is detached and its id
+/// Finds a program already attached to `ifindex`: one of ours (by name: the socket redirect or
+/// the kernel forwarder) is detached and its id
 /// returned; another tool's is an error naming it.
 fn remove_stale(nl: &Netlink, iface: &str, ifindex: u32) -> Result<Option<u32>, PortError> {
     let cur =
@@ -245,7 +271,7 @@ fn remove_stale(nl: &Netlink, iface: &str, ifindex: u32) -> Result<Option<u32>, 
         return Ok(None);
     }
     let name = sys::prog_name_by_id(cur.prog_id).unwrap_or_default();
-    if name != PROG_NAME {
+    if name != PROG_NAME && name != super::kfwd::PROG_NAME {
         return Err(PortError::Os {
             iface: iface.to_string(),
             op: "attaching the XDP program",
@@ -280,10 +306,6 @@ fn remove_stale(nl: &Netlink, iface: &str, ifindex: u32) -> Result<Option<u32>, 
 
 impl Drop for Attachment {
     fn drop(&mut self) {
-        if let How::Netlink(nl, flags) = &self.how {
-            let _ = sys::xdp_set_netlink(nl, self.ifindex, -1, *flags);
-        }
-        // A bpf_link detaches when its descriptor closes (dropped with `how`).
         let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
         if reg.get(&self.key).is_some_and(|w| w.strong_count() == 0) {
             reg.remove(&self.key);
