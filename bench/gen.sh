@@ -142,6 +142,6 @@ for r in 100kpps 1Mpps; do
   echo
   echo "### $r"
   echo '```'
-  chrt -f 10 taskset -c 1 "$LR" gen -o mem:bench --rate $r -c $((SECS * 100))k -q | tail -5
+  chrt -f 10 taskset -c 1 "$LR" gen -o mem:bench --rate $r -c $((SECS * 100))k -q | sed -n "/^Sent/,\$p"
   echo '```'
 done

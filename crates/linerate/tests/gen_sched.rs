@@ -138,9 +138,13 @@ impl linerate::time::Clock for StallingClock {
     }
 }
 
-#[test]
-fn worker_moves_the_schedule_after_a_stall_instead_of_bunching() {
-    let (mut a, mut b) = wire("gen-sched-stall", &PortOptions::default()).unwrap();
+/// Sends 3000 packets at 1 Mpps on a clock that stalls 1 ms once; returns the send times.
+fn stalled(catch_up: bool) -> (Vec<u64>, gen::GenReport) {
+    let (mut a, mut b) = wire(
+        &format!("gen-sched-stall-{catch_up}"),
+        &PortOptions::default(),
+    )
+    .unwrap();
     let opts = GenOptions {
         streams: vec![StreamSpec {
             pps: Some(1e6),
@@ -148,6 +152,7 @@ fn worker_moves_the_schedule_after_a_stall_instead_of_bunching() {
             ..Default::default()
         }],
         count: Some(3000),
+        catch_up,
         ..Default::default()
     };
     let clock = StallingClock {
@@ -171,6 +176,12 @@ fn worker_moves_the_schedule_after_a_stall_instead_of_bunching() {
         }
         batch.clear();
     }
+    (ts, rep)
+}
+
+#[test]
+fn worker_moves_the_schedule_after_a_stall_instead_of_bunching() {
+    let (ts, rep) = stalled(false);
     assert_eq!(ts.len(), 3000, "every packet is still sent");
     let long: Vec<u64> = ts
         .windows(2)
@@ -192,4 +203,15 @@ fn worker_moves_the_schedule_after_a_stall_instead_of_bunching() {
         .precision
         .table()
         .contains("schedule moved later 1 times"));
+}
+
+#[test]
+fn worker_catches_up_after_a_stall_when_asked() {
+    let (ts, rep) = stalled(true);
+    assert_eq!(ts.len(), 3000);
+    // The late packets leave together, and the last one leaves on the unmoved schedule.
+    let bunched = ts.windows(2).filter(|w| w[1] == w[0]).count();
+    assert!(bunched >= 900, "{bunched}");
+    assert_eq!(ts[2999] - ts[0], 2999 * 1000);
+    assert_eq!(rep.precision.slips, 0);
 }

@@ -93,6 +93,10 @@ pub struct Args {
     /// defaults to these flags.
     #[arg(long, value_name = "FILE.lua")]
     pub script: Option<String>,
+    /// After a stall (the CPU taken away), send the late packets back to back to keep the mean
+    /// rate; by default the rest of the schedule moves later instead, keeping the gaps.
+    #[arg(long)]
+    pub catch_up: bool,
     /// Do not write latency probes (signature, stream, sequence, send time) into packets.
     #[arg(long)]
     pub no_probe: bool,
@@ -504,6 +508,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                     duration,
                     seed: a.seed.wrapping_add(i as u64),
                     interval: Duration::from_millis(100).min(interval),
+                    catch_up: a.catch_up,
                     ..Default::default()
                 };
                 let h = hook.as_mut().map(|h| h as &mut dyn Hook);

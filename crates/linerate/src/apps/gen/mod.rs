@@ -136,6 +136,9 @@ pub struct GenOptions {
     pub interval: Duration,
     /// Sleep instead of spinning when the next departure is further away than this.
     pub sleep_above: Duration,
+    /// After a stall, send every late packet at once to keep the mean rate, instead of moving
+    /// the schedule later (the default, which keeps the gaps).
+    pub catch_up: bool,
 }
 
 impl Default for GenOptions {
@@ -147,6 +150,7 @@ impl Default for GenOptions {
             seed: 1,
             interval: Duration::from_secs(1),
             sleep_above: Duration::from_millis(2),
+            catch_up: false,
         }
     }
 }
@@ -462,12 +466,17 @@ pub fn run(
     let sleep_above = opts.sleep_above.as_nanos() as u64;
     // How late a departure may be and still be caught up by sending what is due at once: two
     // gaps of the fastest stream, at least 2 µs (longer stalls move the schedule instead).
-    let catch_up = streams
-        .iter()
-        .filter_map(|s| s.sched.as_ref())
-        .map(|s| 2.0 * s.mean_gap())
-        .fold(f64::INFINITY, f64::min)
-        .max(2_000.0) as u64;
+    // With `catch_up`, any lateness is caught up that way.
+    let catch_up = if opts.catch_up {
+        u64::MAX
+    } else {
+        streams
+            .iter()
+            .filter_map(|s| s.sched.as_ref())
+            .map(|s| 2.0 * s.mean_gap())
+            .fold(f64::INFINITY, f64::min)
+            .max(2_000.0) as u64
+    };
     let snap = |port: &mut dyn Port, t, rep: &GenReport| Snapshot {
         t_ns: t,
         pkts: rep.pkts,
