@@ -114,6 +114,19 @@ else
   echo "  FORCE_SYSTEM_LIBBPF=1 CLANG=clang-14 LLC=llc-14 ./configure; make -C lib; make -C xdp-trafficgen" >&2
   echo "  (needs m4 and bpftool)" >&2
 fi
+# The two one-core XDP senders again with vB's receive work in a NAPI thread on core 1, as on a
+# real link where the receiver is another machine: this measures the sender alone (above, veth
+# does the receiver's work on the sending core).
+if ip netns exec "$B" sh -c 'echo 1 > /sys/class/net/vB/threaded' 2>/dev/null; then
+  while read -r pid comm; do
+    case "$comm" in "napi/vB-"*) taskset -pc 1 "$pid" >/dev/null ;; esac
+  done < <(ps -eo pid=,comm=)
+  run "linerate gen live (1 core), receiver on core 1" 0 "$LR" "${LIVE[@]}"
+  [ -x "$TG" ] && run "xdp-trafficgen udp (1 thread), receiver on core 1" 0 "$TG" udp -m "$MACB" -I 2 vA
+  ip netns exec "$B" sh -c 'echo 0 > /sys/class/net/vB/threaded'
+else
+  echo "vB cannot run threaded NAPI here: rows with the receiver on core 1 skipped" >&2
+fi
 ip -n "$B" link set dev vB xdpdrv off
 
 echo

@@ -355,9 +355,23 @@ pub fn run(
         sys::xdp_run_live(&prog, &frame, ifindex, 1, 1)
             .map_err(|e| os(iface, "bpf(BPF_PROG_RUN)", e))?;
         first = 1;
-        let now = sys::link_stats(ifindex).ok();
-        if let (Some(b), Some(a)) = (before, now) {
-            if a.tx_packets == b.tx_packets && a.tx_dropped == b.tx_dropped {
+        // The peer counts the frame when its NAPI runs, which may be a thread on another core:
+        // give it up to 200 ms.
+        let moved = |b: &sys::LinkStats| {
+            sys::link_stats(ifindex)
+                .ok()
+                .map(|a| a.tx_packets != b.tx_packets || a.tx_dropped != b.tx_dropped)
+        };
+        if let Some(b) = before {
+            let mut sent = moved(&b);
+            for _ in 0..20 {
+                if sent != Some(false) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                sent = moved(&b);
+            }
+            if sent == Some(false) {
                 return Err(GenError::Spec {
                     stream: o.stream.id,
                     why: format!(
