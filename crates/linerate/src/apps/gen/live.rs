@@ -352,31 +352,34 @@ pub fn run(
     // first and check that the device sent or dropped it (the program counts it).
     let mut first = 0;
     if sys::iface_driver(iface).is_ok_and(|d| d == "veth") && o.count != Some(0) {
-        sys::xdp_run_live(&prog, &frame, ifindex, 1, 1)
+        // Up to 64 frames, so that a few packets of the stack's own (neighbour discovery on a
+        // fresh link) cannot pass for them; the peer counts them when its NAPI runs, which may
+        // be a thread on another core: give it up to 200 ms.
+        let probe = o.count.unwrap_or(64).min(64);
+        sys::xdp_run_live(&prog, &frame, ifindex, probe as u32, probe as u32)
             .map_err(|e| os(iface, "bpf(BPF_PROG_RUN)", e))?;
-        first = 1;
-        // The peer counts the frame when its NAPI runs, which may be a thread on another core:
-        // give it up to 200 ms.
-        let moved = |b: &sys::LinkStats| {
-            sys::link_stats(ifindex)
-                .ok()
-                .map(|a| a.tx_packets != b.tx_packets || a.tx_dropped != b.tx_dropped)
-        };
+        first = probe;
         if let Some(b) = before {
-            let mut sent = moved(&b);
+            let counted = || {
+                sys::link_stats(ifindex).ok().map(|a| {
+                    (a.tx_packets + a.tx_dropped).saturating_sub(b.tx_packets + b.tx_dropped)
+                })
+            };
+            let mut n = counted();
             for _ in 0..20 {
-                if sent != Some(false) {
+                if n.is_none_or(|n| n >= probe) {
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(10));
-                sent = moved(&b);
+                n = counted();
             }
-            if sent == Some(false) {
+            if n.is_some_and(|n| n < probe) {
                 return Err(GenError::Spec {
                     stream: o.stream.id,
                     why: format!(
-                        "{iface} did not send an XDP frame: its veth peer needs an XDP program \
-                         (e.g. ip link set dev PEER xdpdrv obj bpf/xdp_drop.o sec xdp)"
+                        "{iface} did not send its first {probe} XDP frames: its veth peer needs \
+                         an XDP program (e.g. ip link set dev PEER xdpdrv obj bpf/xdp_drop.o \
+                         sec xdp)"
                     ),
                 });
             }
@@ -399,9 +402,8 @@ pub fn run(
         let mut hs = Vec::new();
         for i in 0..threads {
             let (prog, frame, done, tid, halt) = (&prog, &frame, &done[i], &tids[i], &halt);
-            let count = o
-                .count
-                .map(|c| per(i, c) - if i == 0 { first.min(per(i, c)) } else { 0 });
+            // The probe frames are part of the count.
+            let count = o.count.map(|c| per(i, c - first));
             let core = core_of(i);
             hs.push(sc.spawn(move || -> Result<Worker, GenError> {
                 block_signals();
