@@ -84,6 +84,9 @@ row() { # label cmd...
     "$(printf '%s\n' "${rx[@]}" | median)" "$(printf '%s\n' "${pc[@]}" | median)" "$(printf '%s\n' "${dp[@]}" | median)"
 }
 
+# bench/cluster-ab.sh sources the functions above.
+if [ -n "${CLUSTER_FNS_ONLY:-}" ]; then return 0; fi
+
 {
   echo "## Cluster, in memory, 64 B ($(date -u +%Y-%m-%dT%H:%MZ), $CORES cores, load $(cut -d' ' -f1-3 /proc/loadavg), ${DUR}s x $RUNS, medians)"
   echo

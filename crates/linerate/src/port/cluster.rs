@@ -707,6 +707,8 @@ struct MasterQueue {
     nstaged: usize,
     /// Packets of this batch for this queue lost for want of a frame.
     nf_batch: u64,
+    /// This batch's descriptors for the queue, copied into the ring at once.
+    stage: Box<[Desc; BATCH]>,
     /// Local copies of the counters, published once per batch.
     enqueued: u64,
     enqueued_bytes: u64,
@@ -919,6 +921,7 @@ impl Master {
                 shadow: vec![0; l.slots],
                 nstaged: 0,
                 nf_batch: 0,
+                stage: Box::new([Desc::default(); BATCH]),
                 enqueued: 0,
                 enqueued_bytes: 0,
                 ring_full: 0,
@@ -1171,10 +1174,8 @@ impl Master {
                 let q = &mut self.q[qi];
                 let c = q.head + q.nstaged as u64;
                 q.shadow[(c as usize) & smask] = frame;
-                // SAFETY: slot c is free: the space check keeps head - tail + nstaged ≤ slots,
-                // so the consumer is not reading it; it becomes visible only with the release
-                // store of head below.
-                unsafe { seg.slot(qi, c).write(d) };
+                // Staged in the master's memory; copied into the ring once per batch below.
+                q.stage[q.nstaged & (BATCH - 1)] = d;
                 q.enqueued_bytes += d.wire_len as u64;
                 q.nstaged += 1;
                 let s = &mut self.space[qi];
@@ -1204,6 +1205,27 @@ impl Master {
         self.copies += copies;
         for (qi, q) in self.q.iter_mut().enumerate() {
             if q.nstaged > 0 {
+                // One copy of the batch's descriptors into the ring (at most two runs): each
+                // slot line is written whole at once rather than a descriptor at a time while
+                // the consumer may be reading its neighbours.
+                let n = q.nstaged;
+                let at = (q.head as usize) & smask;
+                let first = n.min(seg.slots - at);
+                // SAFETY: slots [head, head + n) are free: the space check keeps
+                // head - tail + n ≤ slots, so the consumer is not reading them; they become
+                // visible only with the release store of head below. Both runs lie inside
+                // the slot array (at + first ≤ slots, n - first < slots) and do not overlap
+                // the master's own staging array.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(q.stage.as_ptr(), seg.slot(qi, q.head), first);
+                    if first < n {
+                        std::ptr::copy_nonoverlapping(
+                            q.stage.as_ptr().add(first),
+                            seg.slot(qi, 0),
+                            n - first,
+                        );
+                    }
+                }
                 q.head += q.nstaged as u64;
                 q.enqueued += q.nstaged as u64;
                 seg.cursors(qi).head.store(q.head, Ordering::Release);
