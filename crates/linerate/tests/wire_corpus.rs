@@ -273,7 +273,10 @@ fn parse_and_hash_every_corpus_packet() {
     eprintln!("fast IPv4 hash path taken (and equal): {}", t.fast);
     assert!(t.fast > 100, "the fast IPv4 hash path was never compared");
     eprintln!("fast IPv4 5-tuple hash path taken (and equal): {}", t.fast5);
-    assert!(t.fast5 > 100, "the fast 5-tuple hash path was never compared");
+    assert!(
+        t.fast5 > 100,
+        "the fast 5-tuple hash path was never compared"
+    );
     eprintln!("stopped: {:?}", t.stops);
     eprintln!("link types: {:?}", t.links);
     assert!(

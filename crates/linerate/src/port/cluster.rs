@@ -1679,7 +1679,10 @@ impl Port for ClusterPort {
         // move tail past them. Both runs lie inside the slot array (at + first ≤ slots, and the
         // second starts at slot 0 with n - first < slots descriptors).
         unsafe {
-            batch.extend(std::slice::from_raw_parts(self.seg.slot(q, self.read), first));
+            batch.extend(std::slice::from_raw_parts(
+                self.seg.slot(q, self.read),
+                first,
+            ));
             if first < n {
                 batch.extend(std::slice::from_raw_parts(self.seg.slot(q, 0), n - first));
             }

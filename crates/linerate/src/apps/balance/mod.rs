@@ -320,7 +320,11 @@ fn hash_batch(mode: Mode, link: LinkType, batch: &Batch, keep: u64, out: &mut [u
     #[inline(always)]
     fn each(batch: &Batch, keep: u64, out: &mut [u32], f: impl Fn(&[u8]) -> u32) {
         for (i, o) in out.iter_mut().enumerate() {
-            *o = if keep >> i & 1 != 0 { f(batch.data(i)) } else { 0 };
+            *o = if keep >> i & 1 != 0 {
+                f(batch.data(i))
+            } else {
+                0
+            };
         }
     }
     match (mode, link == LinkType::ETHERNET) {
