@@ -948,12 +948,12 @@ mod tests {
             let mut out = [0u64; BATCH];
             d.masks(&mut b, None, &mut out);
             let mut seen = 0u64;
-            for i in 0..64 {
+            for (i, &got) in out.iter().enumerate() {
                 let h = hash(mode, b.data(i), LinkType::ETHERNET);
                 assert_eq!(b.descs()[i].hash, h);
                 let want = 1 << (h % 3) | 1 << 3 | 1 << (4 + h % 5);
-                assert_eq!(out[i], want, "{mode:?} packet {i}");
-                seen |= out[i];
+                assert_eq!(got, want, "{mode:?} packet {i}");
+                seen |= got;
             }
             if mode != Mode::Mac {
                 // (the source's frames all share one pair of MACs)
