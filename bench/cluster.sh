@@ -5,6 +5,7 @@
 #
 #   bash bench/cluster.sh            # DUR=4 s per run, RUNS=3, medians
 #   DUR=2 RUNS=1 bash bench/cluster.sh
+#   BIN=/tmp/linerate-old bash bench/cluster.sh   # another build (A/B in one session), no cargo
 #
 # Figures: "balance Mpps" is what the master received and distributed (one core: -g 0);
 # "per consumer" is what each consumer received (threads pinned to core 1, processes with
@@ -14,8 +15,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR=${DUR:-4}
 RUNS=${RUNS:-3}
-BIN=target/release/linerate
-cargo build --release -q -p linerate-cli
+if [ -z "${BIN:-}" ]; then
+  BIN=target/release/linerate
+  cargo build --release -q -p linerate-cli
+fi
 command -v jq >/dev/null || { echo "needs jq" >&2; exit 2; }
 CORES=$(nproc)
 C1=$(( CORES > 1 ? 1 : 0 ))
@@ -32,23 +35,31 @@ threads() {
         (if .destinations == 0 then 0 else (.destinations - .delivered) * 100 / .destinations end)] | @tsv'
 }
 
-# procs N MODE -> same, with `linerate count -i cluster:ID@Q` consumer processes
+# procs N MODE [CONSUMERS] -> same, with `linerate count -i cluster:ID@Q` consumer processes
+# on queues 0..CONSUMERS-1 (default all N). With fewer consumers than queues the master does not
+# wait for them (the queues without one fill, then count ring_full) and the per-consumer figure
+# is each consumer's own packets / its own elapsed time.
 procs() {
-  local n=$1 mode=$2 id=$((70000 + $$ % 10000)) q pids=() out
+  local n=$1 mode=$2 nc=${3:-$1} id=$((70000 + $$ % 10000)) q pids=() out wait=--wait-consumers
   out=$(mktemp -d)
-  taskset -c 0 "$BIN" balance -i source -c "$id" -n "$n" -m "$mode" -t "$DUR" --wait-consumers --json --quiet >"$out/m" &
+  [ "$nc" -lt "$n" ] && wait=""
+  taskset -c 0 "$BIN" balance -i source -c "$id" -n "$n" -m "$mode" -t "$DUR" $wait --json --quiet >"$out/m" &
   local mpid=$!
   for _ in $(seq 100); do [ -e "/dev/shm/linerate-cluster-$id" ] && break; sleep 0.05; done
-  for ((q = 0; q < n; q++)); do
+  for ((q = 0; q < nc; q++)); do
     taskset -c "$C1" "$BIN" count -i "cluster:$id@$q" --json -q >"$out/c$q" 2>/dev/null &
     pids+=($!)
   done
   wait "$mpid"
   for p in "${pids[@]}"; do wait "$p" || true; done
-  local ms min
-  ms=$(jq -r 'select(.type=="summary") | .elapsed_ms' "$out/m")
-  min=$(cat "$out"/c* | jq -r 'select(.type=="summary") | .pkts' | sort -g | head -1)
-  jq -r --argjson min "$min" 'select(.type=="summary") | [(.rx / .elapsed_ms / 1000), ($min / .elapsed_ms / 1000),
+  local min
+  if [ "$nc" -lt "$n" ]; then
+    min=$(cat "$out"/c* | jq -r 'select(.type=="summary") | .pkts / .elapsed_ms / 1000' | sort -g | head -1)
+  else
+    min=$(cat "$out"/c* | jq -r 'select(.type=="summary") | .pkts' | sort -g | head -1)
+    min=$(jq -r --argjson min "$min" 'select(.type=="summary") | $min / .elapsed_ms / 1000' "$out/m")
+  fi
+  jq -r --argjson min "$min" 'select(.type=="summary") | [(.rx / .elapsed_ms / 1000), $min,
         (if .destinations == 0 then 0 else (.destinations - .delivered) * 100 / .destinations end)] | @tsv' "$out/m"
   rm -rf "$out"
 }
@@ -73,6 +84,9 @@ row() { # label cmd...
     "$(printf '%s\n' "${rx[@]}" | median)" "$(printf '%s\n' "${pc[@]}" | median)" "$(printf '%s\n' "${dp[@]}" | median)"
 }
 
+# bench/cluster-ab.sh sources the functions above.
+if [ -n "${CLUSTER_FNS_ONLY:-}" ]; then return 0; fi
+
 {
   echo "## Cluster, in memory, 64 B ($(date -u +%Y-%m-%dT%H:%MZ), $CORES cores, load $(cut -d' ' -f1-3 /proc/loadavg), ${DUR}s x $RUNS, medians)"
   echo
@@ -85,6 +99,8 @@ row() { # label cmd...
   row "processes 1→1 (ip hash)" procs 1 ip
   row "processes 1→2 balanced (ip hash)" procs 2 ip
   row "processes 1→2 fan-out" procs 2 fanout
+  row "processes 1→2 fan-out, consumer of queue 0 alone on core 1" procs 2 fanout 1
+  row "threads 1→2 balanced (5tuple)" threads 2 5tuple
   tp=()
   for ((k = 0; k < RUNS; k++)); do tp+=("$(testpmd)"); done
   echo

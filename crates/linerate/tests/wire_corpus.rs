@@ -144,6 +144,7 @@ struct Tally {
     l4: u64,
     inner: u64,
     fast: u64,
+    fast5: u64,
     stops: BTreeMap<String, u64>,
     links: BTreeMap<u32, u64>,
 }
@@ -191,6 +192,14 @@ fn check(link: u32, pkt: &[u8], t: &mut Tally) {
                 "fast IPv4 hash differs from the parsed one"
             );
             t.fast += 1;
+        }
+        if let Some(h) = wire::hash_5tuple_symmetric_eth_v4(pkt) {
+            assert_eq!(
+                h,
+                wire::hash_5tuple_symmetric(&p),
+                "fast IPv4 5-tuple hash differs from the parsed one"
+            );
+            t.fast5 += 1;
         }
     }
     let q = reversed(&p);
@@ -263,6 +272,11 @@ fn parse_and_hash_every_corpus_packet() {
     );
     eprintln!("fast IPv4 hash path taken (and equal): {}", t.fast);
     assert!(t.fast > 100, "the fast IPv4 hash path was never compared");
+    eprintln!("fast IPv4 5-tuple hash path taken (and equal): {}", t.fast5);
+    assert!(
+        t.fast5 > 100,
+        "the fast 5-tuple hash path was never compared"
+    );
     eprintln!("stopped: {:?}", t.stops);
     eprintln!("link types: {:?}", t.links);
     assert!(

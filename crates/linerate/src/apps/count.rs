@@ -4,6 +4,7 @@
 //! and every interval take a snapshot for the statistics printer. The clock is read once per
 //! batch; nothing is done per packet but the filter and the byte sum.
 
+use crate::apps::balance::Backoff;
 use crate::filter::Filter;
 use crate::mem::Batch;
 use crate::port::{DropReason, Drops, Port, PortError};
@@ -106,7 +107,9 @@ pub fn run_observed(
     let interval = opts.interval.as_nanos().max(1) as u64;
     let mut next_tick = t0 + interval;
     let deadline = opts.duration.map(|d| t0 + d.as_nanos() as u64);
-    let mut idle = 0u32;
+    // Spin, then yield, then sleep when idle; yield now and then when busy (a consumer that
+    // shares its core with another one lets it run before its queue overflows).
+    let mut backoff = Backoff::new(Backoff::BUSY_EVERY);
     let mut error = None;
     let ended = loop {
         if stop.load(Ordering::Relaxed) {
@@ -127,7 +130,7 @@ pub fn run_observed(
         };
         let now = mono_ns();
         if n > 0 {
-            idle = 0;
+            backoff.got();
             if let Some(f) = &opts.filter {
                 filtered += batch.retain(|p| f.matches(p.data)) as u64;
             }
@@ -155,12 +158,7 @@ pub fn run_observed(
         } else if port.is_finished() {
             break Ended::EndOfInput;
         } else {
-            idle += 1;
-            if idle > 64 {
-                std::thread::sleep(Duration::from_micros(50));
-            } else {
-                std::hint::spin_loop();
-            }
+            backoff.wait();
         }
         if now >= next_tick {
             let s = snap(port, now, pkts, bytes, filtered, &write_drops);
