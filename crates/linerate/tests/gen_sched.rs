@@ -1,5 +1,6 @@
 //! The scheduler and the worker on an injected clock: CBR departures exact, Poisson gaps with
-//! the right mean and variance and an exponential distribution (Kolmogorov-Smirnov), bursts.
+//! the right mean and variance and an exponential distribution (Kolmogorov-Smirnov), bursts,
+//! and what the worker does after a stall of its clock.
 
 use linerate::apps::gen::sched::{Pattern, Schedule};
 use linerate::apps::gen::template::read_sig;
@@ -8,7 +9,7 @@ use linerate::apps::gen::{self, GenOptions, StreamSpec};
 use linerate::mem::Batch;
 use linerate::port::mem::wire;
 use linerate::port::{LinkType, Port, PortOptions};
-use linerate::time::FakeClock;
+use linerate::time::{Clock, FakeClock};
 use linerate::wire::parse;
 use std::sync::atomic::AtomicBool;
 
@@ -55,23 +56,12 @@ fn poisson_gaps_are_exponential() {
     assert!(ks_exponential(&mut cbr, mean) > 0.3);
 }
 
-/// Runs the worker on a fake clock that advances 1 ns per reading, so a busy-wait ends exactly
-/// at the scheduled time; returns the send times stamped into the probes.
-fn stamped(pattern: Pattern, pps: f64, n: u64) -> (Vec<u64>, gen::GenReport) {
-    let (mut a, mut b) = wire(&format!("gen-sched-{pattern:?}"), &PortOptions::default()).unwrap();
-    let opts = GenOptions {
-        streams: vec![StreamSpec {
-            pps: Some(pps),
-            pattern,
-            size: SizeSpec::Fixed(64),
-            ..Default::default()
-        }],
-        count: Some(n),
-        ..Default::default()
-    };
-    let clock = FakeClock::new(5_000_000, 1);
+/// Runs the worker with `opts` on `clock` into a mem wire called `name`; returns the send times
+/// stamped into the probes (checking their sequence) and the report.
+fn run_on(name: &str, opts: &GenOptions, clock: &dyn Clock) -> (Vec<u64>, gen::GenReport) {
+    let (mut a, mut b) = wire(name, &PortOptions::default()).unwrap();
     let stop = AtomicBool::new(false);
-    let rep = gen::run(&mut a, &opts, &clock, &stop, None, |_| {}).unwrap();
+    let rep = gen::run(&mut a, opts, clock, &stop, None, |_| {}).unwrap();
     let mut ts = Vec::new();
     let mut batch = Batch::new();
     while b.rx(&mut batch).unwrap() > 0 {
@@ -84,6 +74,31 @@ fn stamped(pattern: Pattern, pps: f64, n: u64) -> (Vec<u64>, gen::GenReport) {
         batch.clear();
     }
     (ts, rep)
+}
+
+/// One stream of 64 B packets at `pps`, `n` packets.
+fn one_stream(pattern: Pattern, pps: f64, n: u64) -> GenOptions {
+    GenOptions {
+        streams: vec![StreamSpec {
+            pps: Some(pps),
+            pattern,
+            size: SizeSpec::Fixed(64),
+            ..Default::default()
+        }],
+        count: Some(n),
+        ..Default::default()
+    }
+}
+
+/// Runs the worker on a fake clock that advances 1 ns per reading, so a busy-wait ends exactly
+/// at the scheduled time; returns the send times stamped into the probes.
+fn stamped(pattern: Pattern, pps: f64, n: u64) -> (Vec<u64>, gen::GenReport) {
+    let clock = FakeClock::new(5_000_000, 1);
+    run_on(
+        &format!("gen-sched-{pattern:?}"),
+        &one_stream(pattern, pps, n),
+        &clock,
+    )
 }
 
 #[test]
@@ -125,7 +140,7 @@ struct StallingClock {
     jump: u64,
 }
 
-impl linerate::time::Clock for StallingClock {
+impl Clock for StallingClock {
     fn now_ns(&self) -> u64 {
         if self
             .reads
@@ -140,43 +155,17 @@ impl linerate::time::Clock for StallingClock {
 
 /// Sends 3000 packets at 1 Mpps on a clock that stalls 1 ms once; returns the send times.
 fn stalled(catch_up: bool) -> (Vec<u64>, gen::GenReport) {
-    let (mut a, mut b) = wire(
-        &format!("gen-sched-stall-{catch_up}"),
-        &PortOptions::default(),
-    )
-    .unwrap();
-    let opts = GenOptions {
-        streams: vec![StreamSpec {
-            pps: Some(1e6),
-            size: SizeSpec::Fixed(64),
-            ..Default::default()
-        }],
-        count: Some(3000),
-        catch_up,
-        ..Default::default()
-    };
     let clock = StallingClock {
         inner: FakeClock::new(5_000_000, 1),
         reads: Default::default(),
         at: 200_000,
         jump: 1_000_000,
     };
-    let stop = AtomicBool::new(false);
-    let rep = gen::run(&mut a, &opts, &clock, &stop, None, |_| {}).unwrap();
-    let mut ts = Vec::new();
-    let mut batch = Batch::new();
-    while b.rx(&mut batch).unwrap() > 0 {
-        for p in batch.iter() {
-            let parsed = parse(p.data, LinkType::ETHERNET);
-            ts.push(
-                read_sig(&p.data[parsed.payload.unwrap() as usize..])
-                    .unwrap()
-                    .ts,
-            );
-        }
-        batch.clear();
-    }
-    (ts, rep)
+    let opts = GenOptions {
+        catch_up,
+        ..one_stream(Pattern::Cbr, 1e6, 3000)
+    };
+    run_on(&format!("gen-sched-stall-{catch_up}"), &opts, &clock)
 }
 
 #[test]
