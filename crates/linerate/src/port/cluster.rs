@@ -1620,6 +1620,22 @@ impl ClusterPort {
         &self.seg
     }
 
+    /// Releases what was handed out once at least `release_at` descriptors are pending (or
+    /// `all`): one store of `tail` (the master reads that line) per few batches rather than
+    /// per batch while a backlog lasts.
+    #[inline(always)]
+    fn release_some(&mut self, all: bool) {
+        if all || self.read - self.released >= self.release_at() {
+            self.release();
+        }
+    }
+
+    /// A quarter of the ring, at most 256 descriptors (4 batches).
+    #[inline(always)]
+    fn release_at(&self) -> u64 {
+        (self.seg.slots as u64 / 4).min(4 * crate::mem::BATCH as u64)
+    }
+
     #[inline(always)]
     fn release(&mut self) {
         if let Some(q) = self.rx_q {
@@ -1673,7 +1689,7 @@ impl Port for ClusterPort {
             }
         };
         batch.bind(&self.seg.pool);
-        self.release();
+        self.release_some(false);
         // The master's cursor is read only when what we already know is published ran out: no
         // cache-line transfer per call while a backlog lasts.
         if self.read >= self.cached_head {
@@ -1697,6 +1713,8 @@ impl Port for ClusterPort {
         }
         let n = avail.min(batch.room()).min(self.seg.slots);
         if n == 0 {
+            // Nothing to read: give back everything handed out (the master frees it).
+            self.release();
             self.idle = self.idle.wrapping_add(1);
             // The closed flag is one load; the master's pid is looked up now and then.
             if self.master_gone || self.check_master(self.idle.is_multiple_of(1024)) {
