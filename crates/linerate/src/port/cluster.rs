@@ -835,6 +835,12 @@ impl Master {
         } else {
             (cfg.frames as usize).max(2 * BATCH)
         };
+        if frames >= SOLE as usize {
+            return Err(PortError::Mem(crate::mem::MemError::Config(format!(
+                "{frames} frames: at most {} (-b, or fewer slots per queue)",
+                SOLE - 1
+            ))));
+        }
         let tx_lanes = (cfg.tx_lanes as usize).min(MAX_QUEUES);
         let tx_slots = (cfg.tx_slots.max(64) as usize).next_power_of_two();
         Ok(Layout::new(
@@ -1156,11 +1162,17 @@ impl Master {
             // SAFETY: the frame was on the master's free list: no queue holds it and no
             // consumer can read it until its descriptor is published below.
             if let Some(dst) = unsafe { region.bytes_mut(addr, len as u32) } {
-                dst.copy_from_slice(&data[..len]);
+                copy_packet(dst, &data[..len]);
             }
             let single = ok & (ok - 1) == 0;
-            let k = if single { 1 } else { ok.count_ones() };
-            seg.refcnt(frame).store(k, Ordering::Relaxed);
+            // A frame for one queue needs no reference count: its slot's shadow entry says so
+            // and the release frees it directly.
+            let held = if single {
+                frame | SOLE
+            } else {
+                seg.refcnt(frame).store(ok.count_ones(), Ordering::Relaxed);
+                frame
+            };
             let d = Desc {
                 addr,
                 len: len as u32,
@@ -1173,7 +1185,7 @@ impl Master {
                 m &= m - 1;
                 let q = &mut self.q[qi];
                 let c = q.head + q.nstaged as u64;
-                q.shadow[(c as usize) & smask] = frame;
+                q.shadow[(c as usize) & smask] = held;
                 // Staged in the master's memory; copied into the ring once per batch below.
                 q.stage[q.nstaged & (BATCH - 1)] = d;
                 q.enqueued_bytes += d.wire_len as u64;
@@ -1349,8 +1361,31 @@ fn prefetch_write(p: *const u8) {
     let _ = p;
 }
 
+/// Tag of a shadow entry whose frame went to one queue only (no reference count kept).
+/// Frame indexes are below 2^31 (the segment would be 4 TiB otherwise).
+const SOLE: u32 = 1 << 31;
+
+/// Copies a packet into its frame. Packets of 32 to 64 bytes (minimum-size frames) are two
+/// overlapping 32-byte moves inlined here rather than a call to `memcpy` per packet.
+#[inline(always)]
+fn copy_packet(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if dst.len() == n && (32..=64).contains(&n) {
+        dst[..32].copy_from_slice(&src[..32]);
+        dst[n - 32..].copy_from_slice(&src[n - 32..]);
+    } else {
+        dst.copy_from_slice(src);
+    }
+}
+
+/// Releases a slot's hold on its frame: a frame held by one queue (`SOLE`) is free at once,
+/// a shared one when its count reaches 0.
 #[inline(always)]
 fn release(seg: &Segment, free: &mut Vec<u32>, f: u32) {
+    if f & SOLE != 0 {
+        free.push(f & !SOLE);
+        return;
+    }
     let rc = seg.refcnt(f);
     let n = rc.load(Ordering::Relaxed).saturating_sub(1);
     rc.store(n, Ordering::Relaxed);
@@ -1585,6 +1620,22 @@ impl ClusterPort {
         &self.seg
     }
 
+    /// Releases what was handed out once at least `release_at` descriptors are pending (or
+    /// `all`): one store of `tail` (the master reads that line) per few batches rather than
+    /// per batch while a backlog lasts.
+    #[inline(always)]
+    fn release_some(&mut self, all: bool) {
+        if all || self.read - self.released >= self.release_at() {
+            self.release();
+        }
+    }
+
+    /// A quarter of the ring, at most 256 descriptors (4 batches).
+    #[inline(always)]
+    fn release_at(&self) -> u64 {
+        (self.seg.slots as u64 / 4).min(4 * crate::mem::BATCH as u64)
+    }
+
     #[inline(always)]
     fn release(&mut self) {
         if let Some(q) = self.rx_q {
@@ -1638,7 +1689,7 @@ impl Port for ClusterPort {
             }
         };
         batch.bind(&self.seg.pool);
-        self.release();
+        self.release_some(false);
         // The master's cursor is read only when what we already know is published ran out: no
         // cache-line transfer per call while a backlog lasts.
         if self.read >= self.cached_head {
@@ -1662,6 +1713,8 @@ impl Port for ClusterPort {
         }
         let n = avail.min(batch.room()).min(self.seg.slots);
         if n == 0 {
+            // Nothing to read: give back everything handed out (the master frees it).
+            self.release();
             self.idle = self.idle.wrapping_add(1);
             // The closed flag is one load; the master's pid is looked up now and then.
             if self.master_gone || self.check_master(self.idle.is_multiple_of(1024)) {
