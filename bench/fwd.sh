@@ -18,7 +18,7 @@
 # copy into an AF_XDP socket, ip_forward, the bridge) in a NAPI thread pinned to core 1, where
 # the user-space forwarders run too (threaded NAPI; veth otherwise does its receive work on the
 # sender's core). C's veth (vC) is the sink: an XDP_DROP program ($XDP_DROP_OBJ, else
-# xdp-tools' lib/testing/xdp_drop.o) in a NAPI thread pinned to core 0, so dropping costs B
+# linerate's bpf/xdp_drop.o) in a NAPI thread pinned to core 0, so dropping costs B
 # nothing; without that object C's stack drops the frames (not addressed to vC). GRO is on for
 # vB0 and vC (it gives a veth NAPI, which XDP redirects into it need).
 #
@@ -43,7 +43,7 @@ LR=$PWD/target/release/linerate
 [ -x "$LR" ] || { echo "build first: cargo build --release -p linerate-cli" >&2; exit 1; }
 XTG=${XDP_TRAFFICGEN:-/work/peers/xdp-tools/xdp-trafficgen/xdp-trafficgen}
 XBENCH=${XDP_BENCH:-/work/peers/xdp-tools/xdp-bench/xdp-bench}
-XDROP=${XDP_DROP_OBJ:-/work/peers/xdp-tools/lib/testing/xdp_drop.o}
+XDROP=${XDP_DROP_OBJ:-bpf/xdp_drop.o}
 [ -x "$XTG" ] || XTG=""
 [ -x "$XBENCH" ] || XBENCH=""
 [ -f "$XDROP" ] || XDROP=""
