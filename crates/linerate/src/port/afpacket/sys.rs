@@ -63,24 +63,7 @@ pub(super) fn packet_socket(iface: &str) -> Result<Fd, PortError> {
     Ok(Fd(fd))
 }
 
-/// setsockopt(fd, level, opt, &val).
-pub(super) fn setopt<T>(fd: &Fd, level: i32, opt: i32, val: &T) -> io::Result<()> {
-    // SAFETY: `val` points to a live `T` of the size given; the kernel copies it.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.0,
-            level,
-            opt,
-            val as *const T as *const libc::c_void,
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
+pub(super) use crate::port::sys::setopt;
 
 /// setsockopt at SOL_PACKET, mapped to a port error naming `op`.
 pub(super) fn packet_opt<T>(

@@ -245,7 +245,7 @@ pub(super) fn xdp_socket(iface: &str) -> Result<Fd, PortError> {
     Ok(Fd(fd))
 }
 
-/// setsockopt(fd, SOL_XDP, opt, &val).
+/// setsockopt(fd, SOL_XDP, opt, &val); `op` names the option in errors.
 pub(super) fn setopt<T>(
     fd: &Fd,
     iface: &str,
@@ -253,20 +253,7 @@ pub(super) fn setopt<T>(
     op: &'static str,
     val: &T,
 ) -> Result<(), PortError> {
-    // SAFETY: `val` points to a live `T` of the size given; the kernel copies it.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.0,
-            SOL_XDP,
-            opt,
-            val as *const T as *const libc::c_void,
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(os_err(iface, op));
-    }
-    Ok(())
+    crate::port::sys::setopt(fd, SOL_XDP, opt, val).map_err(|e| err_of(iface, op, e))
 }
 
 /// getsockopt(fd, SOL_XDP, opt) into a `T` (plain data, zero-initialised first).
