@@ -9,7 +9,7 @@ mod region;
 
 pub use batch::{Batch, Desc, Pkt, BATCH};
 pub use pool::{Pool, PoolConfig, DEFAULT_FRAME_SIZE, DEFAULT_HEADROOM};
-pub use region::Region;
+pub use region::{Region, ShmFile};
 
 /// Errors of packet memory.
 #[derive(Debug, thiserror::Error)]

@@ -61,40 +61,115 @@ impl Region {
         })
     }
 
-    /// A shared-memory file at `path` (created owner-only, 0600, truncated to `len`), mapped
-    /// shared: what processes of a cluster map.
-    pub fn create_shared(path: &Path, len: usize) -> Result<Region, MemError> {
+    /// A new shared-memory file of `len` bytes in the directory `dir`, owner-only (0600), for a
+    /// cluster segment: created without a name (`O_TMPFILE`) or, where the filesystem cannot,
+    /// under an unpredictable name with `O_CREAT|O_EXCL|O_NOFOLLOW`, so that nothing already in
+    /// the directory (a planted link or file) is opened, followed or reused. Checked after
+    /// opening (fstat): a regular file owned by this user with one link at most, mode 0600.
+    /// It gets its name with [`ShmFile::publish`].
+    pub fn create_shared(dir: &Path, len: usize) -> Result<(Region, ShmFile), MemError> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+        let err = |path: &Path, source| MemError::Shm {
+            path: path.display().to_string(),
+            source,
+        };
+        let len = round_page(len.max(1));
+        let unnamed = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_TMPFILE | libc::O_NOFOLLOW)
+            .open(dir);
+        let (file, tmp) = match unnamed {
+            Ok(f) => (f, None),
+            // Filesystems (or kernels) without O_TMPFILE: an unpredictable name, never reused.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+                ) =>
+            {
+                let mut last = e;
+                let mut made = None;
+                for _ in 0..16 {
+                    let name = dir.join(format!(
+                        ".linerate-shm-{}-{:016x}",
+                        std::process::id(),
+                        unpredictable()
+                    ));
+                    match std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .custom_flags(libc::O_NOFOLLOW)
+                        .open(&name)
+                    {
+                        Ok(f) => {
+                            made = Some((f, Some(name)));
+                            break;
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = e,
+                        Err(e) => return Err(err(&name, e)),
+                    }
+                }
+                made.ok_or_else(|| err(dir, last))?
+            }
+            Err(e) => return Err(err(dir, e)),
+        };
+        let shm = ShmFile { file, tmp };
+        let here = shm.tmp.as_deref().unwrap_or(dir).to_path_buf();
+        // Owner-only whatever the umask made of the mode.
+        shm.file
+            .set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| err(&here, e))?;
+        let meta = shm.file.metadata().map_err(|e| err(&here, e))?;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if !meta.file_type().is_file()
+            || meta.uid() != me
+            || meta.mode() & 0o7777 != 0o600
+            || meta.nlink() > 1
+        {
+            return Err(err(
+                &here,
+                std::io::Error::other(format!(
+                    "the new file is not ours alone (owner uid {}, mode {:o}, {} links)",
+                    meta.uid(),
+                    meta.mode() & 0o7777,
+                    meta.nlink()
+                )),
+            ));
+        }
+        shm.file.set_len(len as u64).map_err(|e| err(&here, e))?;
+        let region = Self::map_file(&shm.file, len).map_err(|e| err(&here, e))?;
+        Ok((region, shm))
+    }
+
+    /// Maps an existing shared-memory file (a consumer attaching to a cluster, or a master
+    /// looking at a segment left under its name). A link is not followed (`O_NOFOLLOW`: the
+    /// error is `ELOOP`), nothing blocks on a FIFO (`O_NONBLOCK`), and anything but a regular
+    /// file is refused. Returns the file's metadata (fstat of what was opened) so that the
+    /// caller can check who owns it before trusting a byte of it.
+    pub fn open_shared(path: &Path) -> Result<(Region, std::fs::Metadata), MemError> {
         use std::os::unix::fs::OpenOptionsExt;
         let err = |source| MemError::Shm {
             path: path.display().to_string(),
             source,
         };
-        let len = round_page(len.max(1));
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
             .map_err(err)?;
-        file.set_len(len as u64).map_err(err)?;
-        Self::map_file(&file, len).map_err(err)
-    }
-
-    /// Maps an existing shared-memory file (a consumer attaching to a cluster).
-    pub fn open_shared(path: &Path) -> Result<Region, MemError> {
-        let err = |source| MemError::Shm {
-            path: path.display().to_string(),
-            source,
-        };
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(err)?;
-        let len = file.metadata().map_err(err)?.len() as usize;
-        Self::map_file(&file, len).map_err(err)
+        let meta = file.metadata().map_err(err)?;
+        if !meta.file_type().is_file() {
+            return Err(err(std::io::Error::other("not a regular file")));
+        }
+        let len = meta.len() as usize;
+        let region = Self::map_file(&file, len).map_err(err)?;
+        Ok((region, meta))
     }
 
     fn map_file(file: &std::fs::File, len: usize) -> std::io::Result<Region> {
@@ -184,6 +259,145 @@ impl std::fmt::Debug for Region {
     }
 }
 
+/// A shared-memory file made by [`Region::create_shared`]: nameless (or under a temporary
+/// name) until [`ShmFile::publish`] gives it its name.
+pub struct ShmFile {
+    file: std::fs::File,
+    /// The temporary name, where the directory could not make a nameless file.
+    tmp: Option<std::path::PathBuf>,
+}
+
+impl ShmFile {
+    /// Gives the file the name `path`, atomically: it fails with `AlreadyExists` when anything
+    /// (a file, a link) is there, and never follows or replaces it.
+    pub fn publish(&mut self, path: &Path) -> std::io::Result<()> {
+        match self.tmp.take() {
+            Some(tmp) => {
+                let r = std::fs::hard_link(&tmp, path);
+                let _ = std::fs::remove_file(&tmp);
+                r
+            }
+            None => {
+                use std::os::unix::ffi::OsStrExt;
+                use std::os::unix::io::AsRawFd;
+                let from =
+                    std::ffi::CString::new(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+                        .map_err(std::io::Error::other)?;
+                let to = std::ffi::CString::new(path.as_os_str().as_bytes())
+                    .map_err(std::io::Error::other)?;
+                // SAFETY: both paths are NUL-terminated strings that outlive the call;
+                // AT_SYMLINK_FOLLOW resolves the /proc magic link to our open file (the one way
+                // to name an O_TMPFILE file without CAP_DAC_READ_SEARCH); the new name is
+                // created, never followed.
+                let r = unsafe {
+                    libc::linkat(
+                        libc::AT_FDCWD,
+                        from.as_ptr(),
+                        libc::AT_FDCWD,
+                        to.as_ptr(),
+                        libc::AT_SYMLINK_FOLLOW,
+                    )
+                };
+                if r == 0 {
+                    return Ok(());
+                }
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    return Err(e);
+                }
+                // No /proc: AT_EMPTY_PATH names the descriptor itself (needs privilege).
+                let empty = c"";
+                // SAFETY: as above; the empty path with AT_EMPTY_PATH names the open file.
+                let r = unsafe {
+                    libc::linkat(
+                        self.file.as_raw_fd(),
+                        empty.as_ptr(),
+                        libc::AT_FDCWD,
+                        to.as_ptr(),
+                        libc::AT_EMPTY_PATH,
+                    )
+                };
+                if r == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            }
+        }
+    }
+
+    /// (device, inode) of the file: what its name must still point to before it is removed.
+    pub fn identity(&self) -> std::io::Result<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.file.metadata()?;
+        Ok((m.dev(), m.ino()))
+    }
+}
+
+impl Drop for ShmFile {
+    fn drop(&mut self) {
+        if let Some(tmp) = self.tmp.take() {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+/// 64 bits no other local user can predict (the standard library's per-process random hash
+/// keys, from the operating system's random source).
+fn unpredictable() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(crate::time::wall_ns() as u128);
+    h.finish()
+}
+
 fn round_page(n: usize) -> usize {
     n.div_ceil(4096) * 4096
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    #[test]
+    fn a_shared_file_is_ours_and_its_name_never_replaces_what_is_there() {
+        let dir = std::env::temp_dir().join(format!("lr-region-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("target");
+        std::fs::write(&target, b"keep").unwrap();
+        let name = dir.join("seg");
+        std::os::unix::fs::symlink(&target, &name).unwrap();
+        let (region, mut shm) = Region::create_shared(&dir, 10_000).unwrap();
+        assert_eq!(region.len(), 12_288);
+        // A link at the name: publishing fails, the link and its target stay as they were.
+        let e = shm.publish(&name).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        std::fs::remove_file(&name).unwrap();
+        shm.publish(&name).unwrap();
+        let m = std::fs::symlink_metadata(&name).unwrap();
+        assert!(m.file_type().is_file());
+        assert_eq!(m.permissions().mode() & 0o7777, 0o600);
+        assert_eq!((m.dev(), m.ino()), shm.identity().unwrap());
+        assert_eq!(m.len(), 12_288);
+        // Opening never follows a link, and refuses what is not a regular file.
+        std::fs::remove_file(&name).unwrap();
+        std::os::unix::fs::symlink(&target, &name).unwrap();
+        let e = Region::open_shared(&name).unwrap_err().to_string();
+        assert!(
+            e.contains("symbolic links") || e.contains("os error 40"),
+            "{e}"
+        );
+        assert!(Region::open_shared(&dir).is_err());
+        // Nothing but the names we made is in the directory.
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["seg", "target"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -510,11 +510,13 @@ impl Segment {
         })
     }
 
-    /// Maps the running cluster `id` (a consumer attaching).
+    /// Maps the running cluster `id` (a consumer attaching). The file must be a segment of
+    /// ours: a regular file (not a link) owned by root or by this user, writable by its owner
+    /// only; anything else is refused, whatever it holds.
     pub fn open(id: u32) -> Result<Arc<Segment>, PortError> {
         let path = segment_path(id);
         let who = format!("cluster:{id}");
-        let region = Region::open_shared(&path).map_err(|e| match e {
+        let (region, meta) = Region::open_shared(&path).map_err(|e| match e {
             crate::mem::MemError::Shm { source, .. }
                 if source.kind() == std::io::ErrorKind::NotFound =>
             {
@@ -527,10 +529,22 @@ impl Segment {
                     ),
                 )
             }
+            crate::mem::MemError::Shm { source, .. } => err(&who, not_ours(&path, &source)),
             other => PortError::Mem(other),
         })?;
+        check_owner(&meta, &path, &who, false)?;
         let seg = Segment::map(region, id, Some(path), &who)?;
         let h = seg.header();
+        if h.cluster_id != id {
+            return Err(err(
+                &who,
+                format!(
+                    "{} holds cluster {}, not {id}: refusing it",
+                    segment_path(id).display(),
+                    h.cluster_id
+                ),
+            ));
+        }
         if h.state.load(Ordering::Acquire) != STATE_RUNNING
             || !same_process(h.master_pid, h.master_start)
         {
@@ -543,6 +557,92 @@ impl Segment {
             ));
         }
         Ok(Arc::new(seg))
+    }
+}
+
+/// This process's effective user id.
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// What to say when the segment's name could not be opened (other than "not there").
+fn not_ours(path: &Path, source: &std::io::Error) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let lst = std::fs::symlink_metadata(path);
+    match source.raw_os_error() {
+        Some(libc::ELOOP) => format!(
+            "{} is a symbolic link, not a cluster segment: refusing to follow it (remove it \
+             if it is not yours to keep)",
+            path.display()
+        ),
+        Some(libc::EACCES | libc::EPERM) => format!(
+            "{}: permission denied: the cluster belongs to another user (uid {}); run as that \
+             user",
+            path.display(),
+            lst.map_or("?".to_string(), |m| m.uid().to_string())
+        ),
+        _ => format!("{}: {source}", path.display()),
+    }
+}
+
+/// Refuses a segment file that is not ours: owned by someone other than this user (or root,
+/// when `master` is false: consumers may attach to a root master's cluster), or writable by
+/// anyone but its owner.
+fn check_owner(
+    meta: &std::fs::Metadata,
+    path: &Path,
+    who: &str,
+    master: bool,
+) -> Result<(), PortError> {
+    use std::os::unix::fs::MetadataExt;
+    let (uid, mode) = (meta.uid(), meta.mode() & 0o7777);
+    let owner_ok = uid == euid() || (!master && uid == 0);
+    if owner_ok && mode & 0o022 == 0 {
+        return Ok(());
+    }
+    Err(err(
+        who,
+        format!(
+            "{} is owned by uid {uid} with mode {mode:o}: not a segment of ours (a cluster \
+             segment belongs to {} and only its owner may write it); refusing it. Remove it if \
+             it is stale: rm {}",
+            path.display(),
+            if master {
+                "the master's user"
+            } else {
+                "root or you"
+            },
+            path.display()
+        ),
+    ))
+}
+
+/// Segment names this process published and still holds (removed by [`Master`]'s drop, or by
+/// [`remove_published_segments`] on a forced exit): (path, device, inode).
+static PUBLISHED: std::sync::Mutex<Vec<(PathBuf, u64, u64)>> = std::sync::Mutex::new(Vec::new());
+
+/// Removes `path` if it still names the file (device, inode) we published.
+fn unlink_if_ours(path: &Path, dev: u64, ino: u64) {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if m.dev() == dev && m.ino() == ino {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Removes the names of every cluster segment this process created and still owns: for a
+/// forced exit (a repeated signal), where the masters' destructors do not run. Consumers keep
+/// their mappings and see the master gone. A name that now points elsewhere is left alone.
+/// Call it from a normal thread (it takes a lock), not from inside a signal handler.
+pub fn remove_published_segments() {
+    let list = match PUBLISHED.lock() {
+        Ok(mut l) => std::mem::take(&mut *l),
+        Err(p) => std::mem::take(&mut *p.into_inner()),
+    };
+    for (path, dev, ino) in list {
+        unlink_if_ours(&path, dev, ino);
     }
 }
 
@@ -740,6 +840,8 @@ pub struct Master {
     tx_batch: Batch,
     batches: u32,
     consumer_timeout_ms: Option<u64>,
+    /// The name this master gave its segment, and the file's (device, inode).
+    published: Option<(PathBuf, u64, u64)>,
 }
 
 impl Master {
@@ -748,63 +850,65 @@ impl Master {
     pub fn create(id: u32, cfg: &ClusterConfig) -> Result<Master, PortError> {
         let path = segment_path(id);
         let who = format!("cluster:{id}");
-        if let Ok(old) = Region::open_shared(&path) {
-            if let Ok(seg) = Segment::map(old, id, None, &who) {
-                let h = seg.header();
-                if h.state.load(Ordering::Acquire) == STATE_RUNNING
-                    && same_process(h.master_pid, h.master_start)
-                {
-                    return Err(err(
-                        &who,
-                        format!(
-                            "cluster {id} is in use by its master, pid {} ({})",
-                            h.master_pid,
-                            path.display()
-                        ),
-                    ));
+        match Region::open_shared(&path) {
+            Ok((old, meta)) => {
+                // Something is there: only a stale segment of ours is replaced.
+                check_owner(&meta, &path, &who, true)?;
+                if let Ok(seg) = Segment::map(old, id, None, &who) {
+                    let h = seg.header();
+                    if h.state.load(Ordering::Acquire) == STATE_RUNNING
+                        && same_process(h.master_pid, h.master_start)
+                    {
+                        return Err(err(
+                            &who,
+                            format!(
+                                "cluster {id} is in use by its master, pid {} ({})",
+                                h.master_pid,
+                                path.display()
+                            ),
+                        ));
+                    }
                 }
+                // Stale (its master died without closing it): replace it. Consumers still
+                // mapping the old file keep the old inode and see a dead master.
+                use std::os::unix::fs::MetadataExt;
+                unlink_if_ours(&path, meta.dev(), meta.ino());
             }
-            // Stale (its master died without closing it) or not ours to read: replace it.
-            // Consumers still mapping the old file keep the old inode and see a dead master.
-            let _ = std::fs::remove_file(&path);
+            Err(crate::mem::MemError::Shm { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(crate::mem::MemError::Shm { source, .. }) => {
+                return Err(err(&who, not_ours(&path, &source)))
+            }
+            Err(e) => return Err(e.into()),
         }
-        let tmp = path.with_extension(format!("tmp{}", my_pid()));
         let l = Self::layout(cfg)?;
-        let region = Region::create_shared(&tmp, l.total)?;
-        let m = Self::init(region, id, Some(path.clone()), cfg, &l, &who);
-        let m = match m {
-            Ok(m) => m,
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e);
+        let dir = path.parent().unwrap_or(Path::new("/dev/shm"));
+        let (region, mut shm) = Region::create_shared(dir, l.total)?;
+        let mut m = Self::init(region, id, Some(path.clone()), cfg, &l, &who)?;
+        // Publish only a fully built segment: consumers never see a half-initialised one. The
+        // link fails if the name exists (a file, a link, another master's segment), so of two
+        // masters started at once only one wins, and nothing planted there is followed.
+        let ident = shm.identity();
+        match shm.publish(&path).and(ident) {
+            Ok((dev, ino)) => {
+                m.published = Some((path.clone(), dev, ino));
+                if let Ok(mut l) = PUBLISHED.lock() {
+                    l.push((path, dev, ino));
+                }
+                Ok(m)
             }
-        };
-        // Publish only a fully built segment: consumers never see a half-initialised one. A
-        // hard link fails if the name exists, so of two masters started at once only one wins.
-        let linked = std::fs::hard_link(&tmp, &path);
-        let _ = std::fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => Ok(m),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                // Our segment has no name left: dropping `m` must not remove the winner's.
-                let mut m = m;
-                m.forget_path();
-                Err(err(
-                    &who,
-                    format!(
-                        "cluster {id} was just created by another master ({})",
-                        path.display()
-                    ),
-                ))
-            }
-            Err(source) => {
-                let mut m = m;
-                m.forget_path();
-                Err(PortError::Io {
-                    path: path.display().to_string(),
-                    source,
-                })
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(err(
+                &who,
+                format!(
+                    "cluster {id} was just created by another master, or something else took \
+                     its name ({})",
+                    path.display()
+                ),
+            )),
+            Err(source) => Err(PortError::Io {
+                path: path.display().to_string(),
+                source,
+            }),
         }
     }
 
@@ -875,7 +979,7 @@ impl Master {
         let start = proc_stat(pid).map_or(0, |s| s.1);
         // SAFETY: the region is fresh (zeroed), ours alone, page aligned and at least
         // HEADER_SIZE bytes; we write the header once before anyone else can map it (the file
-        // is published by rename afterwards, anonymous memory is private).
+        // gets its name only afterwards, anonymous memory is private).
         unsafe {
             (base as *mut Header).write(Header {
                 magic: AtomicU64::new(0),
@@ -955,6 +1059,7 @@ impl Master {
             tx_batch: Batch::new(),
             batches: 0,
             consumer_timeout_ms: None,
+            published: None,
         })
     }
 
@@ -967,13 +1072,6 @@ impl Master {
     /// when its process is gone). Its queue is reclaimed; the consumer's next `rx` fails.
     pub fn set_consumer_timeout(&mut self, t: Option<std::time::Duration>) {
         self.consumer_timeout_ms = t.map(|d| d.as_millis().max(1) as u64);
-    }
-
-    /// Makes dropping this master leave the file name alone (it is not ours).
-    fn forget_path(&mut self) {
-        if let Some(seg) = Arc::get_mut(&mut self.seg) {
-            seg.path = None;
-        }
     }
 
     /// A consumer port for queue `q` in this process (threaded mode).
@@ -1397,9 +1495,12 @@ fn release(seg: &Segment, free: &mut Vec<u32>, f: u32) {
 impl Drop for Master {
     fn drop(&mut self) {
         self.close();
-        if let Some(p) = &self.seg.path {
+        if let Some((path, dev, ino)) = self.published.take() {
             // Consumers keep their mapping; the name is free for the next master.
-            let _ = std::fs::remove_file(p);
+            unlink_if_ours(&path, dev, ino);
+            if let Ok(mut l) = PUBLISHED.lock() {
+                l.retain(|(p, d, i)| !(p == &path && *d == dev && *i == ino));
+            }
         }
     }
 }
