@@ -106,9 +106,9 @@ fn errors_name_file_and_line() {
     let clock = FakeClock::new(1, 1);
     let stop = AtomicBool::new(false);
     let e = gen::run(&mut a, &opts, &clock, &stop, Some(&mut hook), |_| {})
-        .err()
         .unwrap()
-        .to_string();
+        .error
+        .unwrap();
     assert!(e.contains("run.lua:3"), "{e}");
     let mut hook = LuaHook::from_source(
         "oob.lua",
@@ -116,8 +116,8 @@ fn errors_name_file_and_line() {
     )
     .unwrap();
     let e = gen::run(&mut a, &opts, &clock, &stop, Some(&mut hook), |_| {})
-        .err()
         .unwrap()
-        .to_string();
+        .error
+        .unwrap();
     assert!(e.contains("oob.lua:2") && e.contains("past the end"), "{e}");
 }

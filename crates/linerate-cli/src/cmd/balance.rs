@@ -5,7 +5,7 @@ use crate::cmd::count::open_port;
 use crate::common::{pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
-use linerate::apps::balance::lua::LuaScript;
+use linerate::apps::balance::lua::{LuaError, LuaScript};
 use linerate::apps::balance::source::SourcePort;
 use linerate::apps::balance::Egress;
 use linerate::apps::balance::{
@@ -15,7 +15,7 @@ use linerate::apps::balance::{
 use linerate::filter::Filter;
 use linerate::port::cluster::{ClusterConfig, ClusterStats, Master};
 use linerate::port::pcap::PcapPort;
-use linerate::port::{Port, PortOptions};
+use linerate::port::{Port, PortError, PortOptions};
 use linerate::stats::prom::{cluster_text, MetricsServer};
 use linerate::stats::{group, group_f};
 use linerate::units;
@@ -48,9 +48,14 @@ pub struct Args {
     #[arg(short = 'n', long = "queues", value_name = "N[,M...]", default_value = "1", value_parser = parse_apps)]
     apps: Apps,
     /// Distribution mode: round-robin, fanout, ip, mac, proto, 5tuple, toeplitz, vlan, gre, gtp,
-    /// or lua:FILE (a function balance(pkts, n) returning queues per packet).
+    /// or lua:FILE (a function balance(pkts, n) returning queues per packet; a script is a
+    /// program: it has Lua's io and os libraries and runs with this tool's privileges).
     #[arg(short = 'm', long = "mode", value_name = "MODE", default_value = "ip")]
     mode: ModeArg,
+    /// Memory bound of the -m lua: script (1MiB to 64GiB); past it the master stops with an
+    /// error naming the script.
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = linerate::apps::lua::parse_mem)]
+    lua_mem: usize,
     /// Consumer threads in this process instead of consumer processes.
     #[arg(long)]
     threads: bool,
@@ -208,8 +213,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let mut dist = match &a.mode.script {
         Some(f) => {
-            let script = LuaScript::load(std::path::Path::new(f), &a.apps.0)
-                .map_err(|e| usage(format!("-m lua:{f}: {e}")))?;
+            let sopts = linerate::apps::lua::ScriptOptions { mem: a.lua_mem };
+            let script = LuaScript::load(std::path::Path::new(f), &a.apps.0, &sopts).map_err(
+                |e| match e {
+                    LuaError::Memory(m) => anyhow::anyhow!("-m lua:{f}: {m}"),
+                    e => usage(format!("-m lua:{f}: {e}")),
+                },
+            )?;
             Distributor::with_script(script, &a.apps.0, link)
         }
         None => Distributor::new(a.mode.mode, &a.apps.0, link),
@@ -405,6 +415,13 @@ fn finish(
         Ended::Duration => "time limit",
         Ended::EndOfInput => "end of input",
         Ended::Stopped => "interrupted",
+        Ended::Error
+            if report.error.as_ref().is_some_and(
+                |e| matches!(e, PortError::Gone { port, .. } if port.starts_with("-m lua:")),
+            ) =>
+        {
+            "script error"
+        }
         Ended::Error => "input error",
     };
     let mut out = std::io::stdout();

@@ -4,6 +4,7 @@ use crate::common::{pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::fwd::{self, Ended, FwdOptions, MacRewrite, Ports};
+use linerate::apps::lua::{self, ScriptOptions};
 use linerate::filter::Filter;
 use linerate::port::xdp::kfwd::{KernelFwd, KernelFwdConfig};
 use linerate::port::xdp::{sys::iface_mac, AttachMode, XdpConfig, XdpMode, XdpPort};
@@ -37,9 +38,13 @@ pub struct Args {
     pub mac: Option<String>,
     /// A Lua script defining `filter(n)`, called once per received burst of n packets: it reads
     /// them with len(i), byte(i, off), u16(i, off), u32(i, off), bytes(i, off, len) (packets
-    /// 1..n, offsets from 0, big-endian) and rejects some with drop(i).
+    /// 1..n, offsets from 0, big-endian) and rejects some with drop(i). A script is a program:
+    /// it has Lua's io and os libraries and runs with this tool's privileges.
     #[arg(long, value_name = "FILE.lua")]
     pub script: Option<String>,
+    /// Memory bound of the script (1MiB to 64GiB); past it the script stops with an error.
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = linerate::apps::lua::parse_mem)]
+    pub lua_mem: usize,
     /// Pin the forwarding loop to this core (xsk engine; the kernel engine runs where the
     /// interfaces' receive processing runs).
     #[arg(short = 'g', long, value_name = "CORE")]
@@ -228,7 +233,7 @@ pub fn run_with(
     };
     let mac = mac_rewrite(&a)?;
     let mut script = match &a.script {
-        Some(path) => Some(LuaFilter::load(path).map_err(|e| usage(format!("--script: {e}")))?),
+        Some(path) => Some(LuaFilter::load(path, a.lua_mem)?),
         None => None,
     };
     let bounce = a.input == a.output;
@@ -448,33 +453,40 @@ fn run_kernel(
 pub struct LuaFilter {
     lua: mlua::Lua,
     func: mlua::Function,
+    name: String,
 }
 
 impl LuaFilter {
-    /// Loads `path` and finds its `filter` function.
-    pub fn load(path: &str) -> Result<LuaFilter, String> {
-        let src = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-        Self::from_source(path, &src)
+    /// Loads `path` into a state bounded to `mem` bytes and finds its `filter` function. A
+    /// script the tool cannot use is a usage error; one that runs out of memory at its top
+    /// level a runtime error.
+    pub fn load(path: &str, mem: usize) -> anyhow::Result<LuaFilter> {
+        let src = std::fs::read(path).map_err(|e| usage(format!("--script: {path}: {e}")))?;
+        Self::from_source(path, &src, mem)
     }
 
     /// Loads a script from memory (`name` appears in error messages).
-    pub fn from_source(name: &str, src: &[u8]) -> Result<LuaFilter, String> {
-        let lua = mlua::Lua::new();
-        lua.load(src)
-            .set_name(format!("@{name}"))
-            .exec()
-            .map_err(|e| first_line(&e))?;
+    pub fn from_source(name: &str, src: &[u8], mem: usize) -> anyhow::Result<LuaFilter> {
+        let lua = lua::new_state(&ScriptOptions { mem })
+            .map_err(|e| anyhow::anyhow!("--script: {name}: {e}"))?;
+        if let Err(e) = lua.load(src).set_name(format!("@{name}")).exec() {
+            let m = lua::error_line(&e, name, &lua);
+            return Err(if lua::is_memory_error(&e) {
+                anyhow::anyhow!("--script: {m}")
+            } else {
+                usage(format!("--script: {m}"))
+            });
+        }
         let func: mlua::Function = lua
             .globals()
             .get("filter")
-            .map_err(|_| format!("{name}: defines no function filter(n)"))?;
-        Ok(LuaFilter { lua, func })
+            .map_err(|_| usage(format!("--script: {name}: defines no function filter(n)")))?;
+        Ok(LuaFilter {
+            lua,
+            func,
+            name: name.to_string(),
+        })
     }
-}
-
-/// A Lua error's message without the stack traceback (one line, with file:line).
-fn first_line(e: &mlua::Error) -> String {
-    e.to_string().lines().next().unwrap_or("").to_string()
 }
 
 /// The bytes of packet `i` (1-based) of `b`.
@@ -538,6 +550,6 @@ impl fwd::BatchFilter for LuaFilter {
             )?;
             func.call::<()>(batch.len())
         })
-        .map_err(|e| first_line(&e))
+        .map_err(|e| lua::error_line(&e, &self.name, &self.lua))
     }
 }

@@ -7,10 +7,11 @@ use clap::Parser;
 use linerate::apps::gen::latency::{hist_csv, hist_svg, Tracker};
 use linerate::apps::gen::replay::{self, ReplayOptions};
 use linerate::apps::gen::sched::{Pattern, Precision, PRECISION_BOUNDS};
-use linerate::apps::gen::script::{LuaHook, ScriptConfig};
+use linerate::apps::gen::script::{LuaHook, ScriptConfig, ScriptError};
 use linerate::apps::gen::template::{TemplateSpec, L4};
 use linerate::apps::gen::vary::{parse_addr, parse_mac, parse_seq, port_value, Seq, SizeSpec};
 use linerate::apps::gen::{self, GenOptions, GenReport, Hook, StreamSpec};
+use linerate::apps::lua::ScriptOptions;
 use linerate::mem::Batch;
 use linerate::port::{self, pcap::PcapPort, LinkType, Port, PortError, PortOptions};
 use linerate::stats::{breakdown, group, group_f};
@@ -90,9 +91,14 @@ pub struct Args {
     #[arg(long, default_value_t = 64)]
     pub ttl: u8,
     /// Lua userscript: modify(pkts, n) is called once per batch; its config table gives
-    /// defaults to these flags.
+    /// defaults to these flags. A script is a program (MoonGen's kind): it has Lua's io and os
+    /// libraries and runs with this tool's privileges.
     #[arg(long, value_name = "FILE.lua")]
     pub script: Option<String>,
+    /// Memory bound of the script, per thread (1MiB to 64GiB); past it the run stops with an
+    /// error naming the script.
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = linerate::apps::lua::parse_mem)]
+    pub lua_mem: usize,
     /// After a stall (the CPU taken away), send the late packets back to back to keep the mean
     /// rate; by default the rest of the schedule moves later instead, keeping the gaps.
     #[arg(long)]
@@ -414,12 +420,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if let Some(p) = &a.pcap {
         return run_replay(&a, p, &popts, &stop);
     }
+    let sopts = ScriptOptions { mem: a.lua_mem };
     let cfg = match &a.script {
-        Some(path) => {
-            LuaHook::load(path)
-                .map_err(|e| usage(format!("--script: {e}")))?
-                .config
-        }
+        Some(path) => load_script(path, &sopts)?.config,
         None => ScriptConfig::default(),
     };
     let limited =
@@ -495,11 +498,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             let stop = &stop;
             let tick = &ticks[i];
             let script = a.script.clone();
+            let sopts = &sopts;
             let core = a.core.map(|c| c + i);
             handles.push(sc.spawn(move || -> anyhow::Result<GenReport> {
                 crate::common::pin(core)?;
                 let mut hook = match &script {
-                    Some(p) => Some(LuaHook::load(p).map_err(|e| usage(format!("--script: {e}")))?),
+                    Some(p) => Some(load_script(p, sopts)?),
                     None => None,
                 };
                 let opts = GenOptions {
@@ -610,6 +614,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "per_stream": reports.iter().flat_map(|r| r.per_stream.clone()).collect::<Vec<u64>>(),
             "port_drops": total.port.tx_drops.total(),
         });
+        if let Some(e) = &total.error {
+            j["error"] = e.clone().into();
+        }
         if rated {
             j["precision"] = precision_json(&total.precision);
         }
@@ -655,7 +662,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let _ = out.flush();
+    if let Some(e) = &total.error {
+        anyhow::bail!("--script: {e} (after {} packets sent)", group(total.pkts));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Loads `--script`: a script the tool cannot use is a usage error (exit 2), one that runs out
+/// of memory at its top level a runtime error (exit 1).
+fn load_script(path: &str, opts: &ScriptOptions) -> anyhow::Result<LuaHook> {
+    LuaHook::load(path, opts).map_err(|e| match e {
+        ScriptError::Memory(m) => anyhow::anyhow!("--script: {m}"),
+        e => usage(format!("--script: {e}")),
+    })
 }
 
 /// The interface to run the live engine on, if `--engine` and the options choose it.

@@ -358,6 +358,8 @@ pub fn run_with(
                 let n = rx.len();
                 keep[..n].fill(true);
                 if let Err(e) = h.filter(&rx, &mut keep[..n]) {
+                    // The failed batch is not forwarded: counted as filtered, never lost.
+                    st.ports[i].filtered += n as u64;
                     rx.clear();
                     script_error = Some(e);
                     break 'outer Ended::Error;

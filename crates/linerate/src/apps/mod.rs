@@ -6,3 +6,4 @@ pub mod count;
 pub mod flow;
 pub mod fwd;
 pub mod gen;
+pub mod lua;

@@ -10,6 +10,7 @@
 //! `QUEUES` (number of queues) and `APPS` (a table: queues of each application, in order).
 //! One call per batch costs ~55 ns plus a Lua string per packet.
 
+use crate::apps::lua::{self as script, ScriptOptions};
 use crate::mem::{Batch, BATCH};
 use mlua::{Function, Lua, Table, Value};
 use std::path::Path;
@@ -45,31 +46,51 @@ pub enum LuaError {
     /// Lua reported an error (syntax or runtime; the message names the script and the line).
     #[error("{0}")]
     Lua(String),
+    /// The script went over its memory bound (`--lua-mem`).
+    #[error("{0}")]
+    Memory(String),
     /// The script defines no `balance` function.
     #[error("{0}: defines no function balance(pkts, n)")]
     NoFunction(String),
 }
 
-/// Lua's message without the stack traceback (errors are one line).
-fn lua_err(e: mlua::Error) -> LuaError {
-    let s = e.to_string();
-    LuaError::Lua(s.lines().next().unwrap_or("").trim().to_string())
+/// Lua's message on one line, naming the script.
+fn lua_err(e: mlua::Error, name: &str, lua: &Lua) -> LuaError {
+    let m = script::error_line(&e, name, lua);
+    if script::is_memory_error(&e) {
+        LuaError::Memory(m)
+    } else {
+        LuaError::Lua(m)
+    }
 }
 
 impl LuaScript {
-    /// Loads `path` for a cluster with `apps[a]` queues per application.
-    pub fn load(path: &Path, apps: &[u32]) -> Result<LuaScript, LuaError> {
+    /// Loads `path` for a cluster with `apps[a]` queues per application, into a state set up
+    /// by `opts`.
+    pub fn load(path: &Path, apps: &[u32], opts: &ScriptOptions) -> Result<LuaScript, LuaError> {
         let name = path.display().to_string();
         let src = std::fs::read_to_string(path).map_err(|source| LuaError::Read {
             path: name.clone(),
             source,
         })?;
-        Self::from_source(&name, &src, apps)
+        Self::from_source_with(&name, &src, apps, opts)
     }
 
-    /// Loads a script from its text; `name` is what errors call it.
+    /// Loads a script from its text with the default [`ScriptOptions`]; `name` is what errors
+    /// call it.
     pub fn from_source(name: &str, src: &str, apps: &[u32]) -> Result<LuaScript, LuaError> {
-        let lua = Lua::new();
+        Self::from_source_with(name, src, apps, &ScriptOptions::default())
+    }
+
+    /// Loads a script from its text into a state set up by `opts`.
+    pub fn from_source_with(
+        name: &str,
+        src: &str,
+        apps: &[u32],
+        opts: &ScriptOptions,
+    ) -> Result<LuaScript, LuaError> {
+        let lua = script::new_state(opts).map_err(|e| LuaError::Lua(format!("{name}: {e}")))?;
+        let lua_err = |e| lua_err(e, name, &lua);
         let queues: u32 = apps.iter().sum();
         let g = lua.globals();
         g.set("QUEUES", queues).map_err(lua_err)?;
@@ -108,6 +129,8 @@ impl LuaScript {
         keep: u64,
         out: &mut [u64; BATCH],
     ) -> Result<(), LuaError> {
+        let (lua, name) = (&self.lua, self.name.as_str());
+        let lua_err = |e| lua_err(e, name, lua);
         let n = batch.len().min(BATCH);
         for i in 0..n {
             let s = self.lua.create_string(batch.data(i)).map_err(lua_err)?;

@@ -415,7 +415,9 @@ const FILL_CHUNK: usize = 8;
 const FILL_SLACK: u64 = 400;
 
 /// Runs the generator on `port` until the count, the duration, `stop`, or an error. `on_tick`
-/// gets a statistics snapshot every interval (from the clock's readings).
+/// gets a statistics snapshot every interval (from the clock's readings). A hook's (script's)
+/// error ends the run with a report whose `error` says why (what was sent is counted); other
+/// errors are returned.
 ///
 /// Two groups of up to 64 packets alternate: while the worker waits for the next departure of
 /// one, it builds the next group a few packets at a time, so that building never delays a
@@ -517,7 +519,6 @@ pub fn run(
             if let Some(h) = hook.as_deref_mut() {
                 let n = cur.b.len();
                 if let Err(e) = h.modify(&mut cur.b, &cur.which[..n], &layouts) {
-                    rep.error = Some(e.clone());
                     break Err(GenError::Hook(e));
                 }
             }
@@ -623,9 +624,14 @@ pub fn run(
     cur.reset();
     nxt.reset();
     rep.port = port.stats();
-    if let Err(e) = result {
-        rep.error.get_or_insert_with(|| e.to_string());
-        return Err(e);
+    match result {
+        // The script's error ends the run; what was sent until then is in the report.
+        Err(GenError::Hook(e)) => rep.error = Some(e),
+        Err(e) => {
+            rep.error.get_or_insert_with(|| e.to_string());
+            return Err(e);
+        }
+        Ok(()) => {}
     }
     port.flush()?;
     rep.port = port.stats();

@@ -11,6 +11,7 @@
 
 use super::template::{fix_checksums, Layout, L4};
 use super::Hook;
+use crate::apps::lua::{self as script, ScriptOptions};
 use crate::mem::{Batch, BATCH};
 use mlua::{AnyUserData, Function, Lua, Table, UserData, UserDataMethods, Value};
 use std::cell::{Cell, RefCell};
@@ -33,6 +34,9 @@ pub enum ScriptError {
     /// Lua refused the script or it failed (the message names the file and line).
     #[error("{0}")]
     Lua(String),
+    /// The script went over its memory bound while its top level ran.
+    #[error("{0}")]
+    Memory(String),
     /// The script defines no `modify` function.
     #[error("{0}: the script defines no function modify(pkts, n)")]
     NoModify(String),
@@ -308,7 +312,7 @@ impl ScriptConfig {
 
 /// A loaded script: a [`Hook`] for the generator.
 pub struct LuaHook {
-    _lua: Lua,
+    lua: Lua,
     modify: Function,
     pkts: Table,
     st: Rc<RefCell<Staging>>,
@@ -320,19 +324,36 @@ pub struct LuaHook {
 }
 
 impl LuaHook {
-    /// Loads `path` (its top level runs once).
-    pub fn load(path: &str) -> Result<LuaHook, ScriptError> {
+    /// Loads `path` (its top level runs once) into a state set up by `opts`.
+    pub fn load(path: &str, opts: &ScriptOptions) -> Result<LuaHook, ScriptError> {
         let src = std::fs::read(path).map_err(|source| ScriptError::Io {
             path: path.into(),
             source,
         })?;
-        Self::from_source(path, &src)
+        Self::from_source_with(path, &src, opts)
     }
 
-    /// Loads a script from memory; `name` stands for its file in messages.
+    /// Loads a script from memory with the default [`ScriptOptions`]; `name` stands for its
+    /// file in messages.
     pub fn from_source(name: &str, src: &[u8]) -> Result<LuaHook, ScriptError> {
-        let lua = Lua::new();
-        let le = |e: mlua::Error| ScriptError::Lua(lua_message(&e, name));
+        Self::from_source_with(name, src, &ScriptOptions::default())
+    }
+
+    /// Loads a script from memory into a state set up by `opts`.
+    pub fn from_source_with(
+        name: &str,
+        src: &[u8],
+        opts: &ScriptOptions,
+    ) -> Result<LuaHook, ScriptError> {
+        let lua = script::new_state(opts).map_err(|e| ScriptError::Lua(format!("{name}: {e}")))?;
+        let le = |e: mlua::Error| {
+            let m = script::error_line(&e, name, &lua);
+            if script::is_memory_error(&e) {
+                ScriptError::Memory(m)
+            } else {
+                ScriptError::Lua(m)
+            }
+        };
         lua.load(src)
             .set_name(format!("@{name}"))
             .exec()
@@ -376,7 +397,7 @@ impl LuaHook {
             pkts.raw_set(i + 1, ud).map_err(le)?;
         }
         Ok(LuaHook {
-            _lua: lua,
+            lua,
             modify,
             pkts,
             st,
@@ -384,32 +405,6 @@ impl LuaHook {
             calls: 0,
             name: name.to_string(),
         })
-    }
-}
-
-/// The first line of a Lua error (`file:line: message`), without the traceback. An error
-/// raised in a Rust method carries no position: the script's innermost frame in the traceback
-/// gives it.
-fn lua_message(e: &mlua::Error, name: &str) -> String {
-    let first = |m: &str| m.lines().next().unwrap_or("").to_string();
-    match e {
-        mlua::Error::CallbackError { cause, traceback } => {
-            let inner = lua_message(cause, name);
-            if inner.starts_with(&format!("{name}:")) {
-                return inner;
-            }
-            let at = traceback.lines().map(str::trim).find_map(|l| {
-                let rest = l.strip_prefix(name)?.strip_prefix(':')?;
-                let line: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                (!line.is_empty()).then_some(line)
-            });
-            match at {
-                Some(line) => format!("{name}:{line}: {inner}"),
-                None => format!("{name}: {inner}"),
-            }
-        }
-        mlua::Error::RuntimeError(m) | mlua::Error::SyntaxError { message: m, .. } => first(m),
-        other => first(&other.to_string()),
     }
 }
 
@@ -443,7 +438,7 @@ impl Hook for LuaHook {
         self.calls += 1;
         self.modify
             .call::<()>((self.pkts.clone(), n))
-            .map_err(|e| lua_message(&e, &self.name))?;
+            .map_err(|e| script::error_line(&e, &self.name, &self.lua))?;
         let mut st = self
             .st
             .try_borrow_mut()

@@ -1,0 +1,218 @@
+//! Hostile and careless data: a Lua script over its memory bound, a metrics endpoint beside
+//! idle connections and oversize requests, jumbo frames through every file path, IPFIX export
+//! that cannot be delivered. Each case says what the tool must do instead of failing silently.
+//! Bounded in time and packets; only processes started here are stopped, by PID.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_linerate");
+
+/// Runs linerate to its end, killing it (by PID) after `limit`.
+fn run(args: &[&str], limit: Duration) -> Output {
+    let mut c = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read the pipes meanwhile: a full pipe would stall the tool.
+    let mut so = c.stdout.take().unwrap();
+    let mut se = c.stderr.take().unwrap();
+    let ho = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = so.read_to_end(&mut v);
+        v
+    });
+    let he = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = se.read_to_end(&mut v);
+        v
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > limit {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("linerate {args:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: ho.join().unwrap(),
+        stderr: he.join().unwrap(),
+    }
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("linerate-hostile-data-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn json_summary(out: &str) -> serde_json::Value {
+    out.lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
+        .find(|j| j["type"] == "summary")
+        .unwrap_or_else(|| panic!("no summary in {out}"))
+}
+
+/// A cluster id no other test process uses.
+fn cluster_id(k: u32) -> String {
+    (std::process::id() % 100_000 * 10 + 3_000_000 + k).to_string()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lua: a script past its memory bound stops with a clear error naming it, exit code 1, and
+// what was sent or received until then is counted.
+
+const GROW_GEN: &str = "local t = {}\nfunction modify(pkts, n)\n  for i = 1, 5000 do t[#t + 1] = string.rep('x', 100) .. #t end\nend\n";
+const GROW_BALANCE: &str = "local t = {}\nfunction balance(pkts, n)\n  local r = {}\n  for i = 1, n do t[#t + 1] = string.rep('x', 4000) .. #t; r[i] = 0 end\n  return r\nend\n";
+const GROW_FWD: &str = "local t = {}\nfunction filter(n)\n  for i = 1, 5000 do t[#t + 1] = string.rep('y', 100) .. #t end\nend\n";
+
+#[test]
+fn lua_gen_script_over_its_memory_bound_stops_with_exit_1() {
+    let script = tmp("grow_gen.lua");
+    std::fs::write(&script, GROW_GEN).unwrap();
+    let s = script.display().to_string();
+    let out = format!("mem:hostile-lua-{}", std::process::id());
+    let o = run(
+        &[
+            "gen",
+            "-o",
+            &out,
+            "--script",
+            &s,
+            "--lua-mem",
+            "16MiB",
+            "-t",
+            "60s",
+            "--json",
+        ],
+        Duration::from_secs(60),
+    );
+    let (so, se) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{so}{se}");
+    assert!(
+        se.contains("grow_gen.lua") && se.contains("memory bound of 16 MiB"),
+        "{se}"
+    );
+    let j = json_summary(&so);
+    assert!(j["pkts"].as_u64().unwrap() > 0, "{j}");
+    assert!(j["error"].as_str().unwrap().contains("memory bound"), "{j}");
+}
+
+#[test]
+fn lua_balance_and_fwd_scripts_over_their_memory_bound_stop_with_exit_1() {
+    let script = tmp("grow_balance.lua");
+    std::fs::write(&script, GROW_BALANCE).unwrap();
+    let m = format!("lua:{}", script.display());
+    let id = cluster_id(1);
+    let o = run(
+        &[
+            "balance",
+            "--threads",
+            "-i",
+            "source:10000000",
+            "-c",
+            &id,
+            "-n",
+            "1",
+            "-m",
+            &m,
+            "--lua-mem",
+            "8MiB",
+            "-t",
+            "60s",
+        ],
+        Duration::from_secs(60),
+    );
+    let (so, se) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{so}{se}");
+    assert!(
+        se.contains("grow_balance.lua") && se.contains("memory bound of 8 MiB"),
+        "{se}"
+    );
+    assert!(so.contains("Ended: script error"), "{so}");
+    assert!(so.contains("[ok]"), "the accounting holds: {so}");
+
+    let script = tmp("grow_fwd.lua");
+    std::fs::write(&script, GROW_FWD).unwrap();
+    let s = script.display().to_string();
+    let pcap = tmp("fwd_in.pcap");
+    let g = run(
+        &[
+            "gen",
+            "-o",
+            &format!("pcap:{}", pcap.display()),
+            "-c",
+            "200000",
+            "-q",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(g.status.success(), "{:?}", text(&g));
+    let p = pcap.display().to_string();
+    let o = run(
+        &[
+            "fwd",
+            "-i",
+            &p,
+            "-o",
+            &format!("mem:hostile-fwd-{}", std::process::id()),
+            "--script",
+            &s,
+            "--lua-mem",
+            "8MiB",
+            "-T",
+            "0",
+            "--json",
+        ],
+        Duration::from_secs(60),
+    );
+    let (so, se) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{so}{se}");
+    assert!(
+        se.contains("grow_fwd.lua") && se.contains("memory bound of 8 MiB"),
+        "{se}"
+    );
+    let j = json_summary(&so);
+    let rx = j["ports"][0]["received"].as_u64().unwrap();
+    assert!(rx > 0 && rx < 200_000, "{j}");
+    // Every packet received is sent or filtered (the failed burst counts as filtered).
+    assert_eq!(
+        rx,
+        j["ports"][1]["sent"].as_u64().unwrap() + j["ports"][0]["filtered"].as_u64().unwrap(),
+        "{j}"
+    );
+}
+
+#[test]
+fn lua_mem_flag_is_range_checked() {
+    for v in ["1KiB", "100GiB", "lots"] {
+        let o = run(
+            &["gen", "-o", "mem:x", "-c", "1", "--lua-mem", v],
+            Duration::from_secs(20),
+        );
+        let (_, se) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{v}: {se}");
+        assert!(
+            se.contains("--lua-mem") && se.contains("between 1MiB and 64GiB"),
+            "{se}"
+        );
+    }
+}

@@ -1,0 +1,186 @@
+//! The one place where linerate makes a Lua state (LuaJIT through mlua), for every script it
+//! runs: `gen --script`, `balance -m lua:FILE`, `fwd --script`.
+//!
+//! Scripts are programs, as in MoonGen: they keep Lua's standard libraries (`io`, `os`,
+//! `require`, `load`, `dofile`, ...; only `debug` and `ffi` are left out), so **a script runs
+//! with the tool's privileges** (run as root, it can do anything root can). What is bounded is
+//! its memory: each state has a limit ([`DEFAULT_MEM`] unless `--lua-mem SIZE` says otherwise);
+//! an allocation past it fails with a Lua memory error, which the tools report naming the
+//! script and stop on (exit code 1), after counting what was sent or received until then.
+
+use mlua::{Lua, LuaOptions, StdLib};
+
+/// Default memory bound of one script's Lua state: 256 MiB.
+pub const DEFAULT_MEM: usize = 256 << 20;
+/// Smallest memory bound `--lua-mem` takes (the libraries alone take ~100 KiB).
+pub const MIN_MEM: usize = 1 << 20;
+/// Largest memory bound `--lua-mem` takes.
+pub const MAX_MEM: usize = 64 << 30;
+
+/// How a script's Lua state is set up.
+#[derive(Clone, Debug)]
+pub struct ScriptOptions {
+    /// Memory bound of the state in bytes (see [`DEFAULT_MEM`]).
+    pub mem: usize,
+}
+
+impl Default for ScriptOptions {
+    fn default() -> Self {
+        ScriptOptions { mem: DEFAULT_MEM }
+    }
+}
+
+/// Why a Lua state could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The memory bound could not be set.
+    #[error("cannot bound the script's memory: {0}")]
+    Limit(String),
+}
+
+/// A new Lua state: the standard libraries but `debug` and `ffi`, and the memory bound of
+/// `opts`. Every script of every tool gets its state here.
+pub fn new_state(opts: &ScriptOptions) -> Result<Lua, StateError> {
+    let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())
+        .map_err(|e| StateError::Limit(e.to_string()))?;
+    lua.set_memory_limit(opts.mem)
+        .map_err(|e| StateError::Limit(e.to_string()))?;
+    Ok(lua)
+}
+
+/// Parses a `--lua-mem` value (`256MiB`, `1GiB`, `64M`) and checks its range.
+pub fn parse_mem(s: &str) -> Result<usize, String> {
+    let v = crate::units::parse_size(s)?;
+    if v < MIN_MEM as u64 || v > MAX_MEM as u64 {
+        return Err(format!("'{s}': between 1MiB and 64GiB"));
+    }
+    Ok(v as usize)
+}
+
+/// A size in MiB for messages (`256 MiB`).
+fn mib(n: usize) -> String {
+    if n.is_multiple_of(1 << 20) {
+        format!("{} MiB", n >> 20)
+    } else {
+        format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20))
+    }
+}
+
+/// Whether `e` (or its cause) is Lua running out of memory.
+pub fn is_memory_error(e: &mlua::Error) -> bool {
+    match e {
+        mlua::Error::MemoryError(_) => true,
+        mlua::Error::CallbackError { cause, .. } => is_memory_error(cause),
+        mlua::Error::WithContext { cause, .. } => is_memory_error(cause),
+        _ => false,
+    }
+}
+
+/// A Lua error as one line naming the script: `FILE:LINE: message` for errors Lua places, and
+/// for a memory error `FILE: over its memory bound of N MiB (...)`. `name` is the script's file
+/// as it was given to `set_name("@name")`. Errors raised in Rust methods carry no position:
+/// the script's innermost frame in the traceback gives it.
+pub fn error_line(e: &mlua::Error, name: &str, lua: &Lua) -> String {
+    if is_memory_error(e) {
+        return format!(
+            "{name}: over its memory bound of {} (used {}; --lua-mem SIZE sets the bound)",
+            mib(lua_limit(lua)),
+            mib(lua.used_memory()),
+        );
+    }
+    message(e, name)
+}
+
+/// The memory bound of `lua` (0 if none).
+fn lua_limit(lua: &Lua) -> usize {
+    // set_memory_limit returns the previous limit: read it by setting it again.
+    match lua.set_memory_limit(0) {
+        Ok(l) => {
+            let _ = lua.set_memory_limit(l);
+            l
+        }
+        Err(_) => 0,
+    }
+}
+
+fn message(e: &mlua::Error, name: &str) -> String {
+    let m = placed(e, name);
+    if m.starts_with(&format!("{name}:")) {
+        m
+    } else {
+        format!("{name}: {m}")
+    }
+}
+
+/// The first line of `e`, with `name:LINE:` when Lua or the traceback places it.
+fn placed(e: &mlua::Error, name: &str) -> String {
+    let first = |m: &str| m.lines().next().unwrap_or("").trim().to_string();
+    match e {
+        mlua::Error::CallbackError { cause, traceback } => {
+            let inner = placed(cause, name);
+            if inner.starts_with(&format!("{name}:")) {
+                return inner;
+            }
+            let at = traceback.lines().map(str::trim).find_map(|l| {
+                let rest = l.strip_prefix(name)?.strip_prefix(':')?;
+                let line: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                (!line.is_empty()).then_some(line)
+            });
+            match at {
+                Some(line) => format!("{name}:{line}: {inner}"),
+                None => inner,
+            }
+        }
+        mlua::Error::RuntimeError(m) | mlua::Error::SyntaxError { message: m, .. } => first(m),
+        other => first(&other.to_string()),
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libraries_stay_and_memory_is_bounded() {
+        let lua = new_state(&ScriptOptions { mem: 8 << 20 }).unwrap();
+        // Scripts are programs: io and os are there; debug and ffi are not.
+        let (io, os, dbg): (bool, bool, bool) = lua
+            .load("return io ~= nil, os ~= nil, debug ~= nil")
+            .eval()
+            .unwrap();
+        assert!(io && os && !dbg);
+        let e = lua
+            .load("local t = {} for i = 1, 1e8 do t[i] = string.rep('x', 64) .. i end")
+            .set_name("@grow.lua")
+            .exec()
+            .unwrap_err();
+        assert!(is_memory_error(&e), "{e:?}");
+        let m = error_line(&e, "grow.lua", &lua);
+        assert!(
+            m.starts_with("grow.lua: over its memory bound of 8 MiB"),
+            "{m}"
+        );
+        assert!(lua.used_memory() <= 8 << 20);
+    }
+
+    #[test]
+    fn errors_are_one_line_with_the_script() {
+        let lua = new_state(&ScriptOptions::default()).unwrap();
+        let e = lua
+            .load("x = nil + 1")
+            .set_name("@bad.lua")
+            .exec()
+            .unwrap_err();
+        let m = error_line(&e, "bad.lua", &lua);
+        assert!(m.starts_with("bad.lua:1:"), "{m}");
+        assert!(!m.contains('\n'));
+    }
+
+    #[test]
+    fn mem_flag_range() {
+        assert_eq!(parse_mem("256MiB").unwrap(), 256 << 20);
+        assert!(parse_mem("1KiB").unwrap_err().contains("between"));
+        assert!(parse_mem("100GiB").unwrap_err().contains("between"));
+        assert!(parse_mem("x").is_err());
+    }
+}
