@@ -50,11 +50,11 @@ pub fn new_state(opts: &ScriptOptions) -> Result<Lua, StateError> {
 
 /// Parses a `--lua-mem` value (`256MiB`, `1GiB`, `64M`) and checks its range.
 pub fn parse_mem(s: &str) -> Result<usize, String> {
-    let v = crate::units::parse_size(s)?;
-    if v < MIN_MEM as u64 || v > MAX_MEM as u64 {
-        return Err(format!("'{s}': between 1MiB and 64GiB"));
+    match crate::units::parse_size(s) {
+        Ok(v) if (MIN_MEM as u64..=MAX_MEM as u64).contains(&v) => Ok(v as usize),
+        Ok(_) => Err(format!("'{s}': a size between 1MiB and 64GiB")),
+        Err(e) => Err(format!("{e}; a size between 1MiB and 64GiB")),
     }
-    Ok(v as usize)
 }
 
 /// A size in MiB for messages (`256 MiB`).
@@ -181,6 +181,6 @@ mod tests {
         assert_eq!(parse_mem("256MiB").unwrap(), 256 << 20);
         assert!(parse_mem("1KiB").unwrap_err().contains("between"));
         assert!(parse_mem("100GiB").unwrap_err().contains("between"));
-        assert!(parse_mem("x").is_err());
+        assert!(parse_mem("x").unwrap_err().contains("between"));
     }
 }
