@@ -175,11 +175,165 @@ impl NetnsPair {
         })
     }
 
+    /// Turns IPv6 off in both namespaces, so that the kernel sends nothing of its own on the
+    /// link (router solicitations, duplicate address detection, MLD reports): a capture then
+    /// holds only what the test sent.
+    pub fn no_ipv6(&self) -> Result<(), String> {
+        for ns in [&self.a, &self.b] {
+            let out = Command::new("ip")
+                .args(["netns", "exec", ns, "sysctl", "-qw"])
+                .args([
+                    "net.ipv6.conf.all.disable_ipv6=1",
+                    "net.ipv6.conf.default.disable_ipv6=1",
+                ])
+                .output()
+                .map_err(|e| format!("cannot run sysctl: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "sysctl disable_ipv6 in {ns}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Runs `ip ARGS` inside the namespace of `side`.
     pub fn ip_in(&self, side: Side, args: &[&str]) -> Result<String, String> {
         let mut all = vec!["-n", self.ns(side)];
         all.extend_from_slice(args);
         ip(&all)
+    }
+}
+
+/// `f` with tags (TPID, TCI), outermost first, inserted after the MAC addresses.
+pub fn with_tags(f: &[u8], tags: &[(u16, u16)]) -> Vec<u8> {
+    let mut t = f[..12].to_vec();
+    for (tpid, tci) in tags {
+        t.extend_from_slice(&tpid.to_be_bytes());
+        t.extend_from_slice(&tci.to_be_bytes());
+    }
+    t.extend_from_slice(&f[12..]);
+    t
+}
+
+/// Sends `frames` one by one on a plain packet socket bound to `ifname` (through the qdisc
+/// layer, so that taps and tc egress programs see them), pausing now and then.
+pub fn send_raw(ifname: &str, frames: &[Vec<u8>]) {
+    // SAFETY: plain socket(2); checked.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+    let c = std::ffi::CString::new(ifname).unwrap();
+    // SAFETY: a valid NUL-terminated name.
+    let ifindex = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    assert!(ifindex > 0, "no {ifname}");
+    // SAFETY: sockaddr_ll is plain data; all-zero is valid.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY: `sll` is a valid sockaddr_ll of the size given.
+    let r = unsafe {
+        libc::bind(
+            fd,
+            &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        )
+    };
+    assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
+    for (i, f) in frames.iter().enumerate() {
+        // SAFETY: `f` is a valid buffer of the length given.
+        let n = unsafe { libc::send(fd, f.as_ptr() as *const libc::c_void, f.len(), 0) };
+        assert_eq!(
+            n,
+            f.len() as isize,
+            "send: {}",
+            std::io::Error::last_os_error()
+        );
+        if i % 32 == 31 {
+            std::thread::sleep(std::time::Duration::from_micros(300));
+        }
+    }
+    // SAFETY: closing the descriptor we opened.
+    unsafe { libc::close(fd) };
+}
+
+/// A tc egress program (attached through a bpf_link, tcx) that pushes VLAN tags the way a VLAN
+/// device on a NIC with transmit VLAN offload does: the outermost tag in the packet's metadata
+/// (`skb->vlan_tci`), not in its bytes. Detached when dropped.
+pub struct EgressTags {
+    _link: std::os::fd::OwnedFd,
+}
+
+/// bpf(2) with an attribute block of 128 bytes (zero where not set); returns the new fd.
+fn bpf_cmd(cmd: i32, attr: &mut [u8; 128]) -> Result<std::os::fd::OwnedFd, String> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `attr` is a valid, writable block of the size given; the kernel reads only the
+    // fields of `cmd` and checks that the rest is zero.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr.as_mut_ptr(),
+            attr.len() as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(format!("bpf({cmd}): {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+impl NetnsPair {
+    /// Makes every frame leaving `ifname` (in `side`) carry `tags` (TPID, TCI), outermost
+    /// first: the program pushes them innermost first with `bpf_skb_vlan_push`, which leaves
+    /// the outermost in the metadata and moves earlier ones into the frame. Needs kernel 6.6+
+    /// (tcx).
+    pub fn egress_tags(
+        &self,
+        side: Side,
+        ifname: &str,
+        tags: &[(u16, u16)],
+    ) -> Result<EgressTags, String> {
+        // Instructions: r6 = r1; per tag: r1 = r6, r2 = htons(tpid), r3 = tci, call
+        // skb_vlan_push; then r0 = 0 (TC_ACT_OK / TCX_PASS); exit.
+        let insn = |code: u8, regs: u8, imm: i32| -> [u8; 8] {
+            let i = imm.to_le_bytes();
+            [code, regs, 0, 0, i[0], i[1], i[2], i[3]]
+        };
+        let mut prog = vec![insn(0xbf, 0x16, 0)];
+        for (tpid, tci) in tags.iter().rev() {
+            prog.push(insn(0xbf, 0x61, 0));
+            prog.push(insn(0xb7, 0x02, i32::from(tpid.swap_bytes())));
+            prog.push(insn(0xb7, 0x03, i32::from(*tci)));
+            prog.push(insn(0x85, 0x00, 18)); // BPF_FUNC_skb_vlan_push
+        }
+        prog.push(insn(0xb7, 0x00, 0));
+        prog.push(insn(0x95, 0x00, 0));
+        let code: Vec<u8> = prog.concat();
+        let license = b"GPL\0";
+        let mut attr = [0u8; 128];
+        attr[0..4].copy_from_slice(&3u32.to_ne_bytes()); // BPF_PROG_TYPE_SCHED_CLS
+        attr[4..8].copy_from_slice(&(prog.len() as u32).to_ne_bytes());
+        attr[8..16].copy_from_slice(&(code.as_ptr() as u64).to_ne_bytes());
+        attr[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
+        let prog_fd = bpf_cmd(5, &mut attr)?; // BPF_PROG_LOAD
+        let name = ifname.to_string();
+        let link = self.run_in(side, move || -> Result<std::os::fd::OwnedFd, String> {
+            use std::os::fd::AsRawFd;
+            let c = std::ffi::CString::new(name.clone()).map_err(|e| e.to_string())?;
+            // SAFETY: a valid NUL-terminated name.
+            let ifindex = unsafe { libc::if_nametoindex(c.as_ptr()) };
+            if ifindex == 0 {
+                return Err(format!("no interface {name}"));
+            }
+            let mut attr = [0u8; 128];
+            attr[0..4].copy_from_slice(&(prog_fd.as_raw_fd() as u32).to_ne_bytes());
+            attr[4..8].copy_from_slice(&ifindex.to_ne_bytes());
+            attr[8..12].copy_from_slice(&47u32.to_ne_bytes()); // BPF_TCX_EGRESS
+            bpf_cmd(28, &mut attr) // BPF_LINK_CREATE
+        })?;
+        Ok(EgressTags { _link: link })
     }
 }
 

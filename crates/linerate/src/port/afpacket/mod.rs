@@ -12,6 +12,10 @@
 //! count loop sleeps instead of spinning; under load blocks are ready and `rx` makes no system
 //! call. [`Port::poll_fd`] gives the socket for event loops.
 //!
+//! Received Ethernet frames keep their VLAN tags: the kernel takes the outer 802.1Q/802.1ad
+//! tag out into the packet's metadata and the port puts it back in place (see `rx.rs`), as
+//! libpcap does, so a capture equals what tcpdump records on the same interface.
+//!
 //! Transmit uses a second socket (opened with the port, so in the same network namespace; its
 //! ring is mapped on the first `tx`) bound with protocol 0, so it never receives. The receive socket ignores packets the host sends unless
 //! `PortOptions::capture_outgoing` is set, so a port that forwards never captures its own output.
@@ -32,6 +36,33 @@ use tx::TxRing;
 pub const RX_POLL_MS: i32 = 1;
 /// Frame size declared for the receive ring (TPACKET_V3 packs packets of any size in blocks).
 const RX_FRAME: u32 = 2048;
+
+/// Classic BPF put in front of a filter attached in the kernel: a frame whose VLAN tag the
+/// kernel has taken out (`SKF_AD_VLAN_TAG_PRESENT`) is accepted whole, for the port to filter
+/// once the tag is back; any other frame goes on to the filter.
+const VLAN_PASS: [Insn; 3] = [
+    // ld [SKF_AD_OFF + SKF_AD_VLAN_TAG_PRESENT]
+    Insn {
+        code: 0x20,
+        jt: 0,
+        jf: 0,
+        k: 0xffff_f000 + 48,
+    },
+    // jeq #0: untagged, skip the next instruction
+    Insn {
+        code: 0x15,
+        jt: 1,
+        jf: 0,
+        k: 0,
+    },
+    // ret #all
+    Insn {
+        code: 0x06,
+        jt: 0,
+        jf: 0,
+        k: u32::MAX,
+    },
+];
 
 /// The kernel's receive counters, accumulated (the kernel resets them on each read).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -61,6 +92,11 @@ pub struct AfPacket {
     tx: Option<TxRing>,
     stats: PortStats,
     kernel: KernelStats,
+    /// The attached filter, run again in user space on frames whose VLAN tag the port put
+    /// back (the kernel filter saw them without it and let them all through).
+    tag_filter: Option<Filter>,
+    /// Whether received frames get their VLAN tag back (Ethernet links).
+    vlan: bool,
 }
 
 impl AfPacket {
@@ -87,6 +123,19 @@ impl AfPacket {
             // Kernels before 4.20 lack it: outgoing packets are then captured too.
             let _ = sys::setopt(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32);
         }
+        let hw = sys::hw_type(&fd, iface)?;
+        let link = match hw {
+            libc::ARPHRD_NONE => LinkType::RAW,
+            _ => LinkType::ETHERNET,
+        };
+        // Room in front of each packet to put back the VLAN tag the kernel took out (rx.rs).
+        sys::packet_opt(
+            &fd,
+            iface,
+            libc::PACKET_RESERVE,
+            "PACKET_RESERVE",
+            &rx::VLAN_HEADROOM,
+        )?;
         let req = libc::tpacket_req3 {
             tp_block_size: bs,
             tp_block_nr: opts.ring_blocks,
@@ -108,7 +157,14 @@ impl AfPacket {
         // by the region (the mapping keeps the socket's ring alive even after the fd closes).
         let region = unsafe { Region::from_raw_mapping(ptr, len) };
         let pool = Arc::new(Pool::external(region));
-        let rx = RxBlocks::new(pool, bs as usize, opts.ring_blocks as usize, opts.snaplen);
+        let vlan = matches!(hw, libc::ARPHRD_ETHER | libc::ARPHRD_LOOPBACK);
+        let rx = RxBlocks::new(
+            pool,
+            bs as usize,
+            opts.ring_blocks as usize,
+            opts.snaplen,
+            vlan,
+        );
         sys::bind(&fd, iface, ifindex, libc::ETH_P_ALL as u16)?;
         if opts.promisc {
             let mreq = libc::packet_mreq {
@@ -133,10 +189,6 @@ impl AfPacket {
         // Opened now so that it lives in this namespace; its ring is set up on the first tx.
         let tx_sock = sys::packet_socket(iface)?;
         let mtu = sys::mtu(&fd, iface)?;
-        let link = match sys::hw_type(&fd, iface)? {
-            libc::ARPHRD_NONE => LinkType::RAW,
-            _ => LinkType::ETHERNET,
-        };
         Ok(AfPacket {
             name,
             iface: iface.to_string(),
@@ -152,6 +204,8 @@ impl AfPacket {
             tx: None,
             stats: PortStats::default(),
             kernel: KernelStats::default(),
+            tag_filter: None,
+            vlan,
         })
     }
 
@@ -203,6 +257,24 @@ impl Port for AfPacket {
             bytes += b;
             if n > 0 || attempt == 1 || !sys::poll_in(&self.fd, self.rx_wait_ms) {
                 break;
+            }
+        }
+        if let Some(f) = &self.tag_filter {
+            if n > 0 {
+                // Only frames with a tag put back: the kernel filter judged the others.
+                let mut gone_bytes = 0u64;
+                let gone = batch.retain(|p| {
+                    let keep = !p.data.get(12..14).is_some_and(|t| {
+                        matches!(u16::from_be_bytes([t[0], t[1]]), 0x8100 | 0x88a8)
+                    }) || f.matches(p.data);
+                    if !keep {
+                        gone_bytes += p.desc.wire_len as u64;
+                    }
+                    keep
+                });
+                self.stats.rx_drops.add(DropReason::Filter, gone as u64);
+                n -= gone;
+                bytes -= gone_bytes;
             }
         }
         self.stats.rx_packets += n as u64;
@@ -257,7 +329,12 @@ impl Port for AfPacket {
         None
     }
 
-    /// Attaches `filter` in the kernel. Packets already in the ring arrived unfiltered: the
+    /// Attaches `filter` in the kernel. The kernel runs it on frames whose outer VLAN tag it
+    /// has taken out, where it would judge the wrong bytes (`vlan 10` would never match, `udp`
+    /// would match tagged UDP): so on Ethernet links the kernel program lets every frame
+    /// with a stripped tag through (`SKF_AD_VLAN_TAG_PRESENT`) and the port runs the filter on
+    /// those in user space once their tag is back. The filter thus always judges the frame as
+    /// it was on the wire, as on every other port. Packets already in the ring arrived unfiltered: the
     /// port drops everything for a moment (a drop-all program), gives back every block, waiting
     /// long enough for the block timer to retire a partly filled one, then attaches the real
     /// program. The discarded packets are counted as filter drops. Bytes of earlier batches are
@@ -280,7 +357,15 @@ impl Port for AfPacket {
             }
             sys::poll_in(&self.fd, RX_POLL_MS);
         }
-        sys::attach_bpf(&self.fd, &self.iface, filter.program())?;
+        if self.vlan {
+            let mut prog = Vec::with_capacity(filter.program().len() + 3);
+            prog.extend_from_slice(&VLAN_PASS);
+            prog.extend_from_slice(filter.program());
+            sys::attach_bpf(&self.fd, &self.iface, &prog)?;
+            self.tag_filter = Some(Filter::compile(filter.expr(), self.link)?);
+        } else {
+            sys::attach_bpf(&self.fd, &self.iface, filter.program())?;
+        }
         Ok(true)
     }
 

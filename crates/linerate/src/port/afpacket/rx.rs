@@ -6,6 +6,14 @@
 //! `TP_STATUS_KERNEL` once nobody needs them. The rule: a block whose packets were all handed out
 //! is released at the start of the next `fill` that the caller allows (see [`RxBlocks::release`]),
 //! so a batch's bytes stay valid until the next receive on the same port.
+//!
+//! **VLAN tags.** The kernel takes the outer 802.1Q/802.1ad tag out of a received frame and
+//! reports it in the packet header (`TP_STATUS_VLAN_VALID`, `tp_vlan_tci`, and the TPID with
+//! `TP_STATUS_VLAN_TPID_VALID`); inner tags of QinQ stay in the frame. As libpcap does, the port
+//! asks for [`VLAN_HEADROOM`] spare bytes in front of each packet (`PACKET_RESERVE`) and puts the
+//! tag back in place: the two MAC addresses move 4 bytes earlier and the tag goes between them
+//! and the EtherType. The frame is then byte for byte what was on the wire. Only tagged frames
+//! pay (a 12-byte move and a 4-byte store in the block they already occupy); nothing is copied.
 
 use crate::mem::{Batch, Desc, Pool};
 use crate::port::{DropReason, Drops};
@@ -26,6 +34,12 @@ const FIRST_OFF: usize = offset_of!(libc::tpacket_block_desc, hdr)
 const HDR3: usize = size_of::<libc::tpacket3_hdr>();
 /// Size of a block header.
 const BLOCK_HDR: usize = size_of::<libc::tpacket_block_desc>();
+/// Spare bytes asked in front of each packet (`PACKET_RESERVE`): room for one VLAN tag.
+pub(super) const VLAN_HEADROOM: u32 = 4;
+/// Bytes of the two MAC addresses, which move in front of a re-inserted tag.
+const MACS: usize = 12;
+/// The 802.1Q TPID, for kernels that report a tag without its TPID.
+const TPID_8021Q: u16 = 0x8100;
 
 /// A cursor over the blocks of a mapped TPACKET_V3 ring.
 pub(super) struct RxBlocks {
@@ -33,6 +47,8 @@ pub(super) struct RxBlocks {
     block_size: usize,
     blocks: usize,
     snaplen: u32,
+    /// Put stripped VLAN tags back (Ethernet links).
+    vlan: bool,
     /// Block being read.
     cur: usize,
     /// Packets of `cur` not yet handed out (0: `cur` not opened yet).
@@ -47,8 +63,15 @@ pub(super) struct RxBlocks {
 
 impl RxBlocks {
     /// A cursor over `pool`'s region, which must hold `blocks` blocks of `block_size` bytes
-    /// laid out by the kernel (or by a test acting as one).
-    pub(super) fn new(pool: Arc<Pool>, block_size: usize, blocks: usize, snaplen: u32) -> Self {
+    /// laid out by the kernel (or by a test acting as one). `vlan`: put tags the kernel took
+    /// out of Ethernet frames back in (the ring must have [`VLAN_HEADROOM`] reserved).
+    pub(super) fn new(
+        pool: Arc<Pool>,
+        block_size: usize,
+        blocks: usize,
+        snaplen: u32,
+        vlan: bool,
+    ) -> Self {
         assert!(block_size >= 4096 && block_size.is_power_of_two() && blocks > 0);
         assert!(pool.region().len() >= block_size * blocks);
         RxBlocks {
@@ -56,6 +79,7 @@ impl RxBlocks {
             block_size,
             blocks,
             snaplen,
+            vlan,
             cur: 0,
             left: 0,
             off: 0,
@@ -177,21 +201,54 @@ impl RxBlocks {
             // mapping; the block is owned by user space (TP_STATUS_USER seen with acquire).
             let h: libc::tpacket3_hdr =
                 unsafe { std::ptr::read_unaligned(base.add(blk_start + self.off) as *const _) };
-            let data = self.off + h.tp_mac as usize;
-            if data + h.tp_snaplen as usize <= bs {
+            let mut data = self.off + h.tp_mac as usize;
+            let mut snap = h.tp_snaplen;
+            let mut wire = h.tp_len;
+            if data + snap as usize > bs {
+                drops.add(DropReason::Malformed, 1);
+            } else {
+                // Kernels before 3.0 set no flag: a non-zero TCI is a tag there too (as libpcap).
+                if self.vlan
+                    && (h.tp_status & libc::TP_STATUS_VLAN_VALID != 0 || h.hv1.tp_vlan_tci != 0)
+                    && snap as usize >= MACS
+                    && h.tp_mac as usize >= HDR3 + VLAN_HEADROOM as usize
+                {
+                    let tpid = if h.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0
+                        || h.hv1.tp_vlan_tpid != 0
+                    {
+                        h.hv1.tp_vlan_tpid
+                    } else {
+                        TPID_8021Q
+                    };
+                    let mut tag = [0u8; VLAN_HEADROOM as usize];
+                    tag[..2].copy_from_slice(&tpid.to_be_bytes());
+                    tag[2..].copy_from_slice(&(h.hv1.tp_vlan_tci as u16).to_be_bytes());
+                    // SAFETY: the packet (data .. data + snap, snap >= 12) lies inside the
+                    // block (checked above) and the 4 bytes before it lie after this packet's
+                    // header (tp_mac >= header + 4), so both ranges are inside the block, which
+                    // user space owns (TP_STATUS_USER seen with acquire) and nobody else reads
+                    // until the packet is handed out below. `copy` allows the overlap.
+                    unsafe {
+                        let p = base.add(blk_start + data);
+                        let to = p.sub(VLAN_HEADROOM as usize);
+                        std::ptr::copy(p, to, MACS);
+                        std::ptr::copy_nonoverlapping(tag.as_ptr(), to.add(MACS), tag.len());
+                    }
+                    data -= VLAN_HEADROOM as usize;
+                    snap += VLAN_HEADROOM;
+                    wire += VLAN_HEADROOM;
+                }
                 batch.push(Desc {
                     addr: (blk_start + data) as u64,
                     ts: h.tp_sec as u64 * 1_000_000_000 + h.tp_nsec as u64,
-                    len: h.tp_snaplen.min(self.snaplen),
-                    wire_len: h.tp_len,
+                    len: snap.min(self.snaplen),
+                    wire_len: wire,
                     hash: 0,
                     port: 0,
                     flags: 0,
                 });
                 n += 1;
-                bytes += h.tp_len as u64;
-            } else {
-                drops.add(DropReason::Malformed, 1);
+                bytes += wire as u64;
             }
             self.left -= 1;
             if self.left == 0 {
@@ -284,6 +341,189 @@ mod tests {
         status_of(pool, blk).store(libc::TP_STATUS_USER, Ordering::Release);
     }
 
+    /// One packet as the kernel reports it: bytes (tag taken out), status bits, TCI, TPID.
+    struct KPkt {
+        bytes: Vec<u8>,
+        status: u32,
+        tci: u16,
+        tpid: u16,
+    }
+
+    /// Acts as the kernel with `PACKET_RESERVE` = 4: each packet's data starts 4 bytes later
+    /// than without, and the tag, if any, is in the header.
+    fn kernel_fill_pkts(pool: &Pool, blk: usize, pkts: &[KPkt]) {
+        let base = pool.region().as_ptr();
+        let start = blk * BS;
+        let first = 48usize;
+        let mac = HDR3 + 2 + VLAN_HEADROOM as usize;
+        let mut off = first;
+        for (i, p) in pkts.iter().enumerate() {
+            let len = p.bytes.len();
+            let next = if i + 1 == pkts.len() {
+                0
+            } else {
+                (mac + len).div_ceil(16) * 16
+            };
+            let h = libc::tpacket3_hdr {
+                tp_next_offset: next as u32,
+                tp_sec: 1,
+                tp_nsec: 2,
+                tp_snaplen: len as u32,
+                tp_len: len as u32,
+                tp_status: libc::TP_STATUS_USER | p.status,
+                tp_mac: mac as u16,
+                tp_net: 0,
+                hv1: libc::tpacket_hdr_variant1 {
+                    tp_rxhash: 0,
+                    tp_vlan_tci: p.tci.into(),
+                    tp_vlan_tpid: p.tpid,
+                    tp_padding: 0,
+                },
+                tp_padding: [0; 8],
+            };
+            // SAFETY: test memory, in bounds of the region (sizes chosen to fit a block).
+            unsafe {
+                // Garbage where the kernel leaves the reserved room, to see it overwritten.
+                std::ptr::write_bytes(base.add(start + off + HDR3), 0xee, mac - HDR3);
+                std::ptr::write_unaligned(base.add(start + off) as *mut libc::tpacket3_hdr, h);
+                std::ptr::copy_nonoverlapping(p.bytes.as_ptr(), base.add(start + off + mac), len);
+            }
+            off += next;
+        }
+        // SAFETY: as above.
+        unsafe {
+            std::ptr::write(base.add(start + NUM_OFF) as *mut u32, pkts.len() as u32);
+            std::ptr::write(base.add(start + FIRST_OFF) as *mut u32, first as u32);
+        }
+        status_of(pool, blk).store(libc::TP_STATUS_USER, Ordering::Release);
+    }
+
+    fn eth(ethertype: u16, fill: u8, len: usize) -> Vec<u8> {
+        let mut f = vec![fill; len];
+        f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        f[12..14].copy_from_slice(&ethertype.to_be_bytes());
+        f
+    }
+
+    /// `f` with a tag (TPID, TCI) inserted after the MAC addresses.
+    fn tagged(f: &[u8], tpid: u16, tci: u16) -> Vec<u8> {
+        let mut t = f[..12].to_vec();
+        t.extend_from_slice(&tpid.to_be_bytes());
+        t.extend_from_slice(&tci.to_be_bytes());
+        t.extend_from_slice(&f[12..]);
+        t
+    }
+
+    #[test]
+    fn stripped_vlan_tags_are_put_back_in_place() {
+        let (pool, mut rx) = ring(2);
+        let plain = eth(0x0800, 0x11, 60);
+        let dot1q = eth(0x86dd, 0x22, 80);
+        // QinQ: the kernel took the outer 802.1ad tag out; the inner 802.1Q tag stays.
+        let inner = tagged(&eth(0x0800, 0x33, 70), 0x8100, 20);
+        let prio0 = eth(0x0806, 0x44, 60);
+        let old_kernel = eth(0x0800, 0x55, 64);
+        let pkts = [
+            KPkt {
+                bytes: plain.clone(),
+                status: 0,
+                tci: 0,
+                tpid: 0,
+            },
+            KPkt {
+                bytes: dot1q.clone(),
+                status: libc::TP_STATUS_VLAN_VALID | libc::TP_STATUS_VLAN_TPID_VALID,
+                tci: 0x2064,
+                tpid: 0x8100,
+            },
+            KPkt {
+                bytes: inner.clone(),
+                status: libc::TP_STATUS_VLAN_VALID | libc::TP_STATUS_VLAN_TPID_VALID,
+                tci: 10,
+                tpid: 0x88a8,
+            },
+            // VLAN 0, priority 0: only the flag tells it is tagged.
+            KPkt {
+                bytes: prio0.clone(),
+                status: libc::TP_STATUS_VLAN_VALID,
+                tci: 0,
+                tpid: 0,
+            },
+            // A kernel that reports the TCI but neither flag: 802.1Q assumed.
+            KPkt {
+                bytes: old_kernel.clone(),
+                status: 0,
+                tci: 7,
+                tpid: 0,
+            },
+        ];
+        kernel_fill_pkts(&pool, 0, &pkts);
+        let mut b = Batch::new();
+        b.bind(&pool);
+        let mut drops = Drops::default();
+        let (n, bytes) = rx.fill(&mut b, &mut drops);
+        assert_eq!(n, 5);
+        let want = [
+            plain.clone(),
+            tagged(&dot1q, 0x8100, 0x2064),
+            tagged(&inner, 0x88a8, 10),
+            tagged(&prio0, 0x8100, 0),
+            tagged(&old_kernel, 0x8100, 7),
+        ];
+        for (i, w) in want.iter().enumerate() {
+            assert_eq!(b.data(i), &w[..], "packet {i}");
+            assert_eq!(b.descs()[i].wire_len as usize, w.len(), "packet {i}");
+        }
+        assert_eq!(bytes, want.iter().map(|w| w.len() as u64).sum::<u64>());
+        assert_eq!(drops.total(), 0);
+    }
+
+    #[test]
+    fn tags_are_left_alone_on_links_without_ethernet_headers() {
+        let pool = Arc::new(Pool::external(Region::anon(BS * 2).unwrap()));
+        let mut rx = RxBlocks::new(pool.clone(), BS, 2, 65535, false);
+        let ip = eth(0x0800, 0x66, 40);
+        kernel_fill_pkts(
+            &pool,
+            0,
+            &[KPkt {
+                bytes: ip.clone(),
+                status: libc::TP_STATUS_VLAN_VALID,
+                tci: 5,
+                tpid: 0,
+            }],
+        );
+        let mut b = Batch::new();
+        b.bind(&pool);
+        let mut drops = Drops::default();
+        assert_eq!(rx.fill(&mut b, &mut drops).0, 1);
+        assert_eq!(b.data(0), &ip[..]);
+    }
+
+    #[test]
+    fn snaplen_applies_after_the_tag_is_back() {
+        let pool = Arc::new(Pool::external(Region::anon(BS * 2).unwrap()));
+        let mut rx = RxBlocks::new(pool.clone(), BS, 2, 64, true);
+        let f = eth(0x0800, 0x77, 100);
+        kernel_fill_pkts(
+            &pool,
+            0,
+            &[KPkt {
+                bytes: f.clone(),
+                status: libc::TP_STATUS_VLAN_VALID,
+                tci: 9,
+                tpid: 0,
+            }],
+        );
+        let mut b = Batch::new();
+        b.bind(&pool);
+        let mut drops = Drops::default();
+        assert_eq!(rx.fill(&mut b, &mut drops).0, 1);
+        assert_eq!(b.data(0), &tagged(&f, 0x8100, 9)[..64]);
+        assert_eq!(b.descs()[0].wire_len, 104);
+    }
+
     fn status_of(pool: &Pool, blk: usize) -> &AtomicU32 {
         // SAFETY: test memory, aligned and in bounds.
         unsafe { &*(pool.region().as_ptr().add(blk * BS + STATUS_OFF) as *const AtomicU32) }
@@ -291,7 +531,7 @@ mod tests {
 
     fn ring(blocks: usize) -> (Arc<Pool>, RxBlocks) {
         let pool = Arc::new(Pool::external(Region::anon(BS * blocks).unwrap()));
-        let rx = RxBlocks::new(pool.clone(), BS, blocks, 65535);
+        let rx = RxBlocks::new(pool.clone(), BS, blocks, 65535, true);
         (pool, rx)
     }
 
