@@ -1,5 +1,7 @@
 //! What every subcommand shares: errors and exit codes, signals, core pinning.
 
+use linerate::port::file::{self, Inputs};
+use linerate::port::{self, Direction, Port, PortError, PortOptions};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -22,13 +24,18 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 }
 
 /// Prints `linerate: error: ...` on one line and picks the exit code: 2 for usage errors, 1
-/// otherwise.
+/// otherwise. A cause whose text its context already shows (`path: Broken pipe` then `Broken
+/// pipe`) is printed once.
 pub fn report_error(e: &anyhow::Error) -> ExitCode {
-    let msg = e
-        .chain()
-        .map(|c| c.to_string())
-        .collect::<Vec<_>>()
-        .join(": ");
+    let mut parts: Vec<String> = Vec::new();
+    for c in e.chain() {
+        let t = c.to_string();
+        if parts.last().is_some_and(|p| p.ends_with(&t)) {
+            continue;
+        }
+        parts.push(t);
+    }
+    let msg = parts.join(": ");
     eprintln!("linerate: error: {msg}");
     if e.downcast_ref::<UsageError>().is_some() {
         ExitCode::from(2)
@@ -88,4 +95,68 @@ pub fn clap_error(e: clap::Error) -> ExitCode {
     let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
     eprintln!("linerate: error: {msg} (see linerate --help)");
     ExitCode::from(2)
+}
+
+/// The files that port URIs and paths name (`pcap:FILE`, a bare path, `a,b`), as inputs no
+/// output may overwrite.
+pub fn inputs_of<'a>(uris: impl IntoIterator<Item = &'a str>) -> Inputs {
+    let mut inputs = Inputs::default();
+    for uri in uris {
+        for part in uri.split(',') {
+            match part.split_once(':') {
+                Some(("pcap", path)) => inputs.add_path(path),
+                Some((s, _)) if ["mem", "afpacket", "xdp", "cluster"].contains(&s) => {}
+                _ => inputs.add_path(part),
+            }
+        }
+    }
+    inputs
+}
+
+/// A port error of `flag URI` as the user should see it: a usage error (exit 2) for what the
+/// user named wrong (a missing file or interface, a bad name, an output that is an input), a
+/// runtime error otherwise.
+pub fn port_error(flag: &str, uri: &str, e: PortError) -> anyhow::Error {
+    match e {
+        PortError::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => usage(
+            format!("{flag} {path}: no such file (an input is read, never created)"),
+        ),
+        PortError::BadUri { .. }
+        | PortError::NoInterface(_)
+        | PortError::Io { .. }
+        | PortError::File(_)
+        | PortError::Unsupported { .. } => usage(format!("{flag}: {e}")),
+        other => anyhow::Error::new(other).context(format!("opening {uri}")),
+    }
+}
+
+/// Opens the input port `uri` of `flag` (files read-only, never created).
+pub fn open_input(flag: &str, uri: &str, opts: &PortOptions) -> anyhow::Result<Box<dyn Port>> {
+    port::open(uri, opts, Direction::Rx).map_err(|e| port_error(flag, uri, e))
+}
+
+/// Opens the output port `uri` of `flag`: a capture file is created, unless it is one of
+/// `opts.inputs`.
+pub fn open_output(flag: &str, uri: &str, opts: &PortOptions) -> anyhow::Result<Box<dyn Port>> {
+    port::open(uri, opts, Direction::Tx).map_err(|e| port_error(flag, uri, e))
+}
+
+/// Writes a small output file whole (a histogram, a CSV table), unless it is one of `inputs`.
+pub fn write_file(flag: &str, path: &str, bytes: &[u8], inputs: &Inputs) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut f = file::create(path, inputs).map_err(|e| usage(format!("{flag}: {e}")))?;
+    f.write_all(bytes)
+        .map_err(|e| anyhow::anyhow!("{flag} {path}: {e}"))
+}
+
+/// Refuses, before the run, an output written at its end (a histogram, a CSV table) that is one
+/// of `inputs` (the write checks again).
+pub fn check_output(flag: &str, path: &str, inputs: &Inputs) -> anyhow::Result<()> {
+    match file::FileId::of(std::path::Path::new(path)).and_then(|id| inputs.find(id)) {
+        Some(input) => Err(usage(format!(
+            "{flag}: {path} is the input {input} (the same file): refusing to overwrite an \
+             input; write to another file"
+        ))),
+        None => Ok(()),
+    }
 }

@@ -105,7 +105,7 @@ fn run_line_with(in_uri: &str, out_uri: &str, n: u32, shared: bool) {
         let ready_c = ready_tx.clone();
         let c = s.spawn(move || {
             lr.run_in(Node::C, move || {
-                let mut p = port::open("afpacket:vC", &PortOptions::default()).unwrap();
+                let mut p = port::open_rx("afpacket:vC", &PortOptions::default()).unwrap();
                 ready_c.send(()).unwrap();
                 let mut got = Vec::new();
                 let mut b = Batch::new();
@@ -149,8 +149,8 @@ fn run_line_with(in_uri: &str, out_uri: &str, n: u32, shared: bool) {
                     (Box::new(a), Box::new(b))
                 } else {
                     (
-                        port::open(in_uri, &o).unwrap(),
-                        port::open(out_uri, &o).unwrap(),
+                        port::open_rx(in_uri, &o).unwrap(),
+                        port::open_tx(out_uri, &o).unwrap(),
                     )
                 };
                 let f = Filter::compile("udp port 9", LinkType::ETHERNET).unwrap();
@@ -170,7 +170,7 @@ fn run_line_with(in_uri: &str, out_uri: &str, n: u32, shared: bool) {
         ready_rx.recv().unwrap();
         ready_rx.recv().unwrap();
         lr.run_in(Node::A, || {
-            let mut p = port::open("afpacket:vA", &PortOptions::default()).unwrap();
+            let mut p = port::open_rx("afpacket:vA", &PortOptions::default()).unwrap();
             send_paced(p.as_mut(), &frames);
         });
         let got = c.join().unwrap();
@@ -255,7 +255,7 @@ fn capture(
     ready: std::sync::mpsc::Sender<()>,
 ) -> Vec<Vec<u8>> {
     l.run_in(node, move || {
-        let mut p = port::open(&format!("afpacket:{ifname}"), &PortOptions::default()).unwrap();
+        let mut p = port::open_rx(&format!("afpacket:{ifname}"), &PortOptions::default()).unwrap();
         ready.send(()).unwrap();
         let mut got = Vec::new();
         let mut b = Batch::new();
@@ -335,14 +335,14 @@ fn kernel_line(n: u32, m: u32, bidir: bool) {
         std::thread::scope(|s2| {
             s2.spawn(|| {
                 lr.run_in(Node::A, || {
-                    let mut p = port::open("afpacket:vA", &PortOptions::default()).unwrap();
+                    let mut p = port::open_rx("afpacket:vA", &PortOptions::default()).unwrap();
                     send_paced(p.as_mut(), fa);
                 })
             });
             if bidir {
                 s2.spawn(|| {
                     lr.run_in(Node::C, || {
-                        let mut p = port::open("afpacket:vC", &PortOptions::default()).unwrap();
+                        let mut p = port::open_rx("afpacket:vC", &PortOptions::default()).unwrap();
                         send_paced(p.as_mut(), fc);
                     })
                 });

@@ -67,7 +67,7 @@ fn write_then_read_through_port_uris() {
     let opts = PortOptions::default();
     let n = 1000;
     {
-        let mut w = port::open(&format!("pcap:{path}"), &opts).expect("create");
+        let mut w = port::open_tx(&format!("pcap:{path}"), &opts).expect("create");
         assert!(w.is_finished(), "a writer gives nothing");
         let pool = linerate::mem::Pool::new(&Default::default()).expect("pool");
         let mut b = Batch::with_pool(&std::sync::Arc::new(pool));
@@ -88,7 +88,7 @@ fn write_then_read_through_port_uris() {
         );
     }
     // A bare path that exists is read.
-    let mut r = port::open(&path, &opts).expect("open for reading");
+    let mut r = port::open_rx(&path, &opts).expect("open for reading");
     assert_eq!(r.link_type(), LinkType::ETHERNET);
     let mut b = Batch::new();
     let mut i = 0;
@@ -162,7 +162,7 @@ fn bad_files_are_named_with_their_offset() {
     let dir = TempDir::new("pcap-bad");
     let path = dir.file("bad.pcap");
     std::fs::write(&path, b"this is not a capture").expect("write");
-    let e = port::open(&format!("pcap:{path}"), &PortOptions::default())
+    let e = port::open_rx(&format!("pcap:{path}"), &PortOptions::default())
         .err()
         .expect("bad magic");
     let msg = e.to_string();

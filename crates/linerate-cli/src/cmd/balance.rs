@@ -14,6 +14,7 @@ use linerate::apps::balance::{
 };
 use linerate::filter::Filter;
 use linerate::port::cluster::{ClusterConfig, ClusterStats, Master};
+use linerate::port::file::Inputs;
 use linerate::port::pcap::PcapPort;
 use linerate::port::{Port, PortError, PortOptions};
 use linerate::stats::prom::{cluster_text, MetricsServer};
@@ -169,21 +170,32 @@ fn parse_cores(s: &str) -> anyhow::Result<(Option<usize>, Vec<usize>)> {
     Ok((m, v))
 }
 
-/// Opens an output port: a pcap file to create, or any port URI.
+/// Opens an output port: a pcap file to create (never one of `inputs`, to which it is added:
+/// two outputs cannot be one file either), or any port URI.
 fn open_out(
     uri: &str,
     link: linerate::port::LinkType,
     flag: &str,
+    inputs: &mut Inputs,
 ) -> anyhow::Result<Box<dyn Port>> {
-    let create = |path: &str| -> anyhow::Result<Box<dyn Port>> {
-        Ok(Box::new(
-            PcapPort::create(path, link).map_err(|e| usage(format!("{flag}: {e}")))?,
-        ))
+    let mut create = |path: &str| -> anyhow::Result<Box<dyn Port>> {
+        let p = PcapPort::create_protected(path, link, 0, inputs)
+            .map_err(|e| usage(format!("{flag}: {e}")))?;
+        inputs.add_path(path);
+        Ok(Box::new(p))
     };
     match uri.strip_prefix("pcap:") {
         Some(path) => create(path),
         None if uri.ends_with(".pcap") || uri.ends_with(".pcapng") => create(uri),
-        None => open_port(uri, &PortOptions::default()),
+        None => {
+            let opts = PortOptions {
+                inputs: inputs.clone(),
+                ..Default::default()
+            };
+            let p = crate::common::open_output(flag, uri, &opts)?;
+            inputs.add_path(uri.strip_prefix("pcap:").unwrap_or(uri));
+            Ok(p)
+        }
     }
 }
 
@@ -203,6 +215,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         _ => open_port(&a.input, &PortOptions::default())?,
     };
     let link = input.link_type();
+    let mut inputs = crate::common::inputs_of([a.input.as_str()]);
+    if let Some(f) = &a.mode.script {
+        inputs.add_path(f);
+    }
     let filter = match &a.filter {
         Some(expr) => Some(Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?),
         None => None,
@@ -232,7 +248,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     let mut tx_out = match &a.out {
-        Some(uri) => Some(open_out(uri, link, "-o")?),
+        Some(uri) => Some(open_out(uri, link, "-o", &mut inputs)?),
         None => None,
     };
     let mut master = if a.threads {
@@ -258,7 +274,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 cfg.queues() - 1
             )));
         }
-        egress.push(Egress::new(&master, q, open_out(uri, link, "-r")?)?);
+        egress.push(Egress::new(
+            &master,
+            q,
+            open_out(uri, link, "-r", &mut inputs)?,
+        )?);
     }
     let egress_queues: Vec<usize> = egress.iter().map(|e| e.queue()).collect();
     let threads = if a.threads {

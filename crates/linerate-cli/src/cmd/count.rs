@@ -1,12 +1,12 @@
 //! `linerate count`: pfcount / zcount.
 
-use crate::common::{pin, stop_flag, usage};
+use crate::common::{inputs_of, pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::count::{self, CountOptions, Ended};
 use linerate::apps::gen::latency::Tracker;
 use linerate::filter::Filter;
-use linerate::port::{self, pcap::PcapPort, Port, PortError, PortOptions};
+use linerate::port::{pcap::PcapPort, Port, PortOptions};
 use linerate::stats::{self, group};
 use linerate::time::{Clock, TscClock};
 use linerate::units;
@@ -70,6 +70,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     let mut input = open_port(&a.input, &opts)?;
+    let inputs = inputs_of([a.input.as_str()]);
+    if let Some(p) = &a.hist_out {
+        crate::common::check_output("--hist-out", p, &inputs)?;
+    }
     let link = input.link_type();
     let mut user_filter = None;
     if let Some(expr) = &a.filter {
@@ -82,12 +86,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let to_stdout = a.write.as_deref() == Some("-");
-    let mut writer: Option<Box<dyn Port>> = match a.write.as_deref() {
+    let mut writer: Option<PcapPort> = match a.write.as_deref() {
         None => None,
-        Some(path) => Some(Box::new(
-            PcapPort::create_with(path, link, opts.snaplen)
+        Some(path) => Some(
+            PcapPort::create_protected(path, link, opts.snaplen, &inputs)
                 .map_err(|e| usage(format!("-w: {e}")))?,
-        )),
+        ),
     };
     pin(a.core)?;
 
@@ -116,7 +120,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         filter: user_filter,
         interval: a.interval,
     };
-    let w = writer.as_mut().map(|w| w.as_mut() as &mut dyn Port);
+    let w = writer.as_mut().map(|w| w as &mut dyn Port);
     let mut tracker = a.latency.then(|| (Tracker::new(), TscClock::new()));
     let report = count::run_observed(
         input.as_mut(),
@@ -190,7 +194,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             let _ = write!(out, "{}", t.table(|_| None));
         }
         if let Some(p) = &a.hist_out {
-            let svg = super::gen::write_hist(p, t, &format!("linerate count -i {}", a.input))?;
+            let svg =
+                super::gen::write_hist(p, t, &format!("linerate count -i {}", a.input), &inputs)?;
             if !a.json {
                 let _ = writeln!(out, "Histogram: {p} and {svg}");
             }
@@ -206,13 +211,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Opens a port; a missing interface, file or bad URI is a usage error (exit code 2).
+/// Opens an input port; a missing interface, file or bad URI is a usage error (exit code 2).
 pub fn open_port(uri: &str, opts: &PortOptions) -> anyhow::Result<Box<dyn Port>> {
-    port::open(uri, opts).map_err(|e| match e {
-        PortError::BadUri { .. }
-        | PortError::NoInterface(_)
-        | PortError::Io { .. }
-        | PortError::Unsupported { .. } => usage(format!("-i: {e}")),
-        other => anyhow::Error::new(other).context(format!("opening {uri}")),
-    })
+    crate::common::open_input("-i", uri, opts)
 }

@@ -8,6 +8,7 @@ use linerate::apps::flow::key::NotFlow;
 use linerate::apps::flow::record::{EndReason, Field, FlowRecord, Format, RecordWriter};
 use linerate::apps::flow::table::TableConfig;
 use linerate::apps::flow::{self, Ended, FlowOptions, FlowReport, RecordSink};
+use linerate::port::file::{self, RecordFile};
 use linerate::port::PortOptions;
 use linerate::stats::group;
 use linerate::units;
@@ -99,6 +100,9 @@ impl RecordSink for Sinks {
     }
 }
 
+/// Bytes of records buffered before they are written.
+const OUT_BUF: usize = 64 << 10;
+
 fn secs_ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
@@ -123,12 +127,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some("jsonl") | Some("json") => Format::Jsonl,
         Some(f) => return Err(usage(format!("--format: '{f}' (use text, csv or jsonl)"))),
     };
+    let popts = PortOptions {
+        frames: 16_384,
+        ..Default::default()
+    };
+    let mut input = super::count::open_port(&a.input, &popts)?;
+    // Every record reaches the output whole (a stop by any signal leaves no cut line); the
+    // input is never an output.
+    let inputs = crate::common::inputs_of([a.input.as_str()]);
     let out: Option<Box<dyn Write + Send>> = match a.write.as_deref() {
-        Some("-") => Some(Box::new(std::io::BufWriter::new(std::io::stdout()))),
-        Some(p) => Some(Box::new(std::io::BufWriter::new(
-            std::fs::File::create(p).map_err(|e| usage(format!("-w {p}: {e}")))?,
+        Some("-") => Some(Box::new(RecordFile::stdout(OUT_BUF))),
+        Some(p) => Some(Box::new(RecordFile::new(
+            file::create(p, &inputs).map_err(|e| usage(format!("-w: {e}")))?,
+            OUT_BUF,
         ))),
-        None if a.ipfix.is_none() => Some(Box::new(std::io::BufWriter::new(std::io::stdout()))),
+        None if a.ipfix.is_none() => Some(Box::new(RecordFile::stdout(OUT_BUF))),
         None => None,
     };
     let ipfix = match &a.ipfix {
@@ -149,11 +162,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             Some(UdpExporter::new(addr, opts).with_context(|| format!("--ipfix {dest}"))?)
         }
     };
-    let popts = PortOptions {
-        frames: 16_384,
-        ..Default::default()
-    };
-    let mut input = super::count::open_port(&a.input, &popts)?;
     let live = a.input.starts_with("afpacket:") || a.input.starts_with("xdp:");
     let opts = FlowOptions {
         table: TableConfig {

@@ -126,11 +126,17 @@ pub fn open(
     opts: &PortOptions,
     xdp: &XdpConfig,
 ) -> anyhow::Result<Box<dyn Port>> {
+    // -i is read; -o is written (a capture file is created).
+    let dir = if flag == "-o" {
+        port::Direction::Tx
+    } else {
+        port::Direction::Rx
+    };
     let r = match uri.strip_prefix("xdp:") {
         Some(rest) if !rest.contains(',') => {
             XdpPort::open(rest, opts, xdp).map(|p| Box::new(p) as Box<dyn Port>)
         }
-        _ => port::open(uri, opts),
+        _ => port::open(uri, opts, dir),
     };
     r.map_err(|e| port_err(flag, uri, e))
 }
@@ -171,12 +177,7 @@ pub fn open_pair(
 }
 
 fn port_err(flag: &str, uri: &str, e: PortError) -> anyhow::Error {
-    match e {
-        PortError::BadUri { .. } | PortError::NoInterface(_) | PortError::Unsupported { .. } => {
-            usage(format!("{flag}: {e}"))
-        }
-        other => anyhow::Error::new(other).context(format!("opening {uri}")),
-    }
+    crate::common::port_error(flag, uri, e)
 }
 
 /// The interface behind a kernel port URI.
@@ -225,7 +226,14 @@ pub fn run_with(
     stop: &std::sync::atomic::AtomicBool,
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
-    let opts = PortOptions::default();
+    let mut inputs = crate::common::inputs_of([a.input.as_str()]);
+    if let Some(s) = &a.script {
+        inputs.add_path(s);
+    }
+    let opts = PortOptions {
+        inputs,
+        ..Default::default()
+    };
     let xdp = XdpConfig {
         mode: a.xdp_mode,
         attach: a.xdp_attach,

@@ -13,6 +13,7 @@ use linerate::apps::gen::vary::{parse_addr, parse_mac, parse_seq, port_value, Se
 use linerate::apps::gen::{self, GenOptions, GenReport, Hook, StreamSpec};
 use linerate::apps::lua::ScriptOptions;
 use linerate::mem::Batch;
+use linerate::port::file::Inputs;
 use linerate::port::{self, pcap::PcapPort, LinkType, Port, PortError, PortOptions};
 use linerate::stats::{breakdown, group, group_f};
 use linerate::time::{Clock, TscClock};
@@ -302,13 +303,22 @@ pub fn streams_from(
 }
 
 fn open(uri: &str, opts: &PortOptions, what: &str) -> anyhow::Result<Box<dyn Port>> {
-    port::open(uri, opts).map_err(|e| match e {
-        PortError::BadUri { .. }
-        | PortError::NoInterface(_)
-        | PortError::Io { .. }
-        | PortError::Unsupported { .. } => usage(format!("{what}: {e}")),
-        other => anyhow::Error::new(other).context(format!("opening {uri}")),
-    })
+    crate::common::open_input(what, uri, opts)
+}
+
+/// The files a run reads (capture, script, --rx), which no output may overwrite.
+fn inputs(a: &Args) -> Inputs {
+    let mut v: Vec<&str> = a
+        .pcap
+        .iter()
+        .chain(a.rx.iter())
+        .map(|s| s.as_str())
+        .collect();
+    let mut i = crate::common::inputs_of(v.drain(..));
+    if let Some(s) = &a.script {
+        i.add_path(s);
+    }
+    i
 }
 
 /// Opens an output port: a capture file (`pcap:FILE`, or a path) is created for writing.
@@ -330,21 +340,22 @@ fn open_out(uri: &str, opts: &PortOptions, limited: bool) -> anyhow::Result<Box<
             "-o {p}: a capture file needs a limit (-c COUNT or -t DURATION)"
         ))),
         Some(p) => Ok(Box::new(
-            PcapPort::create_with(p, LinkType::ETHERNET, 65535)
+            PcapPort::create_protected(p, LinkType::ETHERNET, 65535, &opts.inputs)
                 .map_err(|e| usage(format!("-o: {e}")))?,
         )),
-        None => open(uri, opts, "-o"),
+        None => crate::common::open_output("-o", uri, opts),
     }
 }
 
 /// Writes the histogram as CSV at `path` and as SVG beside it (same name, .svg).
-pub fn write_hist(path: &str, t: &Tracker, title: &str) -> anyhow::Result<String> {
+/// Neither may be one of `inputs`.
+pub fn write_hist(path: &str, t: &Tracker, title: &str, inputs: &Inputs) -> anyhow::Result<String> {
     let h = t.merged();
-    std::fs::write(path, hist_csv(&h)).with_context(|| format!("--hist-out {path}"))?;
+    crate::common::write_file("--hist-out", path, hist_csv(&h).as_bytes(), inputs)?;
     let svg = std::path::Path::new(path).with_extension("svg");
-    std::fs::write(&svg, hist_svg(&h, title))
-        .with_context(|| format!("--hist-out {}", svg.display()))?;
-    Ok(svg.display().to_string())
+    let svg = svg.display().to_string();
+    crate::common::write_file("--hist-out", &svg, hist_svg(&h, title).as_bytes(), inputs)?;
+    Ok(svg)
 }
 
 fn precision_json(p: &Precision) -> serde_json::Value {
@@ -416,7 +427,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "--hist-out needs --rx PORT (or use count --latency --hist-out)",
         ));
     }
-    let popts = PortOptions::default();
+    let popts = PortOptions {
+        inputs: inputs(&a),
+        ..Default::default()
+    };
+    if let Some(p) = &a.hist_out {
+        crate::common::check_output("--hist-out", p, &popts.inputs)?;
+    }
     if let Some(p) = &a.pcap {
         return run_replay(&a, p, &popts, &stop);
     }
@@ -604,7 +621,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let rated = reports.iter().any(|r| r.precision.gaps > 0);
     let hist_svg = match (&a.hist_out, &tracker) {
-        (Some(p), Some(t)) => Some(write_hist(p, t, &format!("linerate gen -o {}", a.output))?),
+        (Some(p), Some(t)) => Some(write_hist(
+            p,
+            t,
+            &format!("linerate gen -o {}", a.output),
+            &popts.inputs,
+        )?),
         _ => None,
     };
     if a.json {
@@ -852,9 +874,9 @@ fn run_replay(
     }
     // A replay ends with its capture (times --loop): always finite.
     let limited = true;
-    let mut outp = open_out(&a.output, popts, limited)?;
-    // Check the capture opens before starting.
+    // Check the capture opens before creating anything.
     drop(open(path, popts, "--pcap")?);
+    let mut outp = open_out(&a.output, popts, limited)?;
     let opts = ReplayOptions {
         speed: if a.topspeed {
             None
@@ -875,7 +897,7 @@ fn run_replay(
     crate::common::pin(a.core)?;
     let clock = TscClock::new();
     let r = replay::run(
-        || port::open(path, popts),
+        || port::open_rx(path, popts),
         outp.as_mut(),
         &opts,
         &clock,

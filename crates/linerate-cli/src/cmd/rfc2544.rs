@@ -7,7 +7,7 @@ use clap::Parser;
 use linerate::apps::gen::rfc2544::{self, Rfc2544Options, SIZES};
 use linerate::apps::gen::template::TemplateSpec;
 use linerate::apps::gen::vary::parse_mac;
-use linerate::port::{self, PortError, PortOptions};
+use linerate::port::PortOptions;
 use linerate::time::TscClock;
 use linerate::units::{self, Rate};
 use std::io::Write;
@@ -108,18 +108,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         b2b_max: units::parse_count(&a.b2b_max).map_err(|e| usage(format!("--b2b-max: {e}")))?,
         template,
     };
-    let popts = PortOptions::default();
-    let open = |uri: &str, flag: &str| {
-        port::open(uri, &popts).map_err(|e| match e {
-            PortError::BadUri { .. }
-            | PortError::NoInterface(_)
-            | PortError::Io { .. }
-            | PortError::Unsupported { .. } => usage(format!("{flag}: {e}")),
-            other => anyhow::Error::new(other).context(format!("opening {uri}")),
-        })
+    let inputs = crate::common::inputs_of([a.input.as_str()]);
+    if let Some(p) = &a.csv {
+        crate::common::check_output("--csv", p, &inputs)?;
+    }
+    let popts = PortOptions {
+        inputs: inputs.clone(),
+        ..Default::default()
     };
-    let mut tx = open(&a.output, "-o")?;
-    let mut rx = open(&a.input, "-i")?;
+    // The input first: nothing is created when it is missing.
+    let mut rx = crate::common::open_input("-i", &a.input, &popts)?;
+    let mut tx = crate::common::open_output("-o", &a.output, &popts)?;
     pin(a.core)?;
     let clock = TscClock::new();
     let mut out = std::io::stdout();
@@ -146,7 +145,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     })
     .context("rfc2544")?;
     if let Some(p) = &a.csv {
-        std::fs::write(p, rfc2544::csv(&results)).with_context(|| format!("--csv {p}"))?;
+        crate::common::write_file("--csv", p, rfc2544::csv(&results).as_bytes(), &inputs)?;
     }
     if a.json {
         let rows: Vec<serde_json::Value> = results

@@ -7,6 +7,7 @@
 pub mod afpacket;
 mod aggregate;
 pub mod cluster;
+pub mod file;
 pub mod mem;
 pub mod pcap;
 mod sys;
@@ -192,6 +193,10 @@ pub enum PortError {
         /// What happened and what to do.
         why: String,
     },
+    /// An output file was refused (it is an input, or a link or file another user planted) or
+    /// could not be created.
+    #[error(transparent)]
+    File(#[from] file::FileError),
     /// Packet memory could not be set up.
     #[error(transparent)]
     Mem(#[from] crate::mem::MemError),
@@ -223,6 +228,9 @@ pub struct PortOptions {
     /// for loops that serve several ports; a capture-only loop takes a long one, since the
     /// kernel wakes it as soon as a block is ready, to save idle wake-ups.
     pub rx_wait_ms: u32,
+    /// Files a port opened for transmit must never write: the run's inputs (see
+    /// [`file::create`]).
+    pub inputs: file::Inputs,
 }
 
 impl Default for PortOptions {
@@ -237,6 +245,7 @@ impl Default for PortOptions {
             ring_blocks: 64,
             capture_outgoing: false,
             rx_wait_ms: 1,
+            inputs: file::Inputs::default(),
         }
     }
 }
@@ -283,19 +292,40 @@ pub trait Port: Send {
     }
 }
 
-/// Opens the port named by `uri`.
-pub fn open(uri: &str, opts: &PortOptions) -> Result<Box<dyn Port>, PortError> {
+/// Which way packets go through a port being opened. It matters for files: an input is only
+/// ever read (a missing file is an error, never created), an output is created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Packets are received from the port.
+    Rx,
+    /// Packets are sent to the port.
+    Tx,
+}
+
+/// Opens the port named by `uri` to receive from it: a capture file is opened read-only and
+/// never created.
+pub fn open_rx(uri: &str, opts: &PortOptions) -> Result<Box<dyn Port>, PortError> {
+    open(uri, opts, Direction::Rx)
+}
+
+/// Opens the port named by `uri` to send to it: a capture file is created (or truncated), unless
+/// it is one of `opts.inputs`.
+pub fn open_tx(uri: &str, opts: &PortOptions) -> Result<Box<dyn Port>, PortError> {
+    open(uri, opts, Direction::Tx)
+}
+
+/// Opens the port named by `uri` for `dir` (kernel and `mem` ports do both whatever `dir` is).
+pub fn open(uri: &str, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Port>, PortError> {
     if uri.contains(',') {
         let mut ports = Vec::new();
-        for (i, part) in uri.split(',').enumerate() {
+        for part in uri.split(',') {
             if part.is_empty() {
                 return Err(PortError::BadUri {
                     uri: uri.into(),
                     why: "empty name in a list of ports (write a,b)".into(),
                 });
             }
-            let _ = i;
-            ports.push(open(part, opts)?);
+            ports.push(open(part, opts, dir)?);
         }
         return Ok(Box::new(Aggregate::new(uri, ports)));
     }
@@ -309,9 +339,20 @@ pub fn open(uri: &str, opts: &PortOptions) -> Result<Box<dyn Port>, PortError> {
             why: "no name after the scheme (e.g. mem:w0, pcap:file.pcap, afpacket:eth0)".into(),
         });
     }
+    let file = |path: &str| -> Result<Box<dyn Port>, PortError> {
+        Ok(Box::new(match dir {
+            Direction::Rx => pcap::PcapPort::open(path, opts)?,
+            Direction::Tx => pcap::PcapPort::create_protected(
+                path,
+                LinkType::ETHERNET,
+                opts.snaplen,
+                &opts.inputs,
+            )?,
+        }))
+    };
     match scheme {
         "mem" => Ok(Box::new(mem::MemPort::open(rest, opts)?)),
-        "pcap" => Ok(Box::new(pcap::PcapPort::open(rest, opts)?)),
+        "pcap" => file(rest),
         "afpacket" => Ok(Box::new(afpacket::AfPacket::open(rest, opts)?)),
         "xdp" => Ok(Box::new(xdp::XdpPort::open(
             rest,
@@ -325,7 +366,7 @@ pub fn open(uri: &str, opts: &PortOptions) -> Result<Box<dyn Port>, PortError> {
                 || rest.ends_with(".pcapng")
                 || rest == "-"
             {
-                Ok(Box::new(pcap::PcapPort::open(rest, opts)?))
+                file(rest)
             } else {
                 Err(PortError::BadUri {
                     uri: uri.into(),

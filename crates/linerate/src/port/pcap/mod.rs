@@ -1,8 +1,9 @@
 //! `pcap:FILE`: read pcap and pcapng captures, write classic pcap.
 //!
-//! [`PcapPort::open`] reads the file if it exists (`-` reads standard input) and otherwise
-//! creates it for writing Ethernet packets; [`PcapPort::create`] always creates (truncates) a file
-//! for writing (`-` writes standard output). Reading copies each packet once, straight from a
+//! [`PcapPort::open`] reads a file (`-`: standard input); it never creates one: an input that
+//! does not exist is an error. [`PcapPort::create`] creates (truncates) a file for writing (`-`
+//! writes standard output), never one of the run's inputs ([`create_protected`]), and the file
+//! always ends on a whole record ([`RecordFile`]). Reading copies each packet once, straight from a
 //! 2 MiB read buffer into a frame of the port's own pool; packets longer than a frame (or than
 //! `PortOptions::snaplen`) are delivered truncated (`len` < `wire_len`), not dropped. When the
 //! pool has no free frame, `rx` returns what it has (possibly 0) and reads on at the next call:
@@ -22,17 +23,18 @@ pub use reader::{
 };
 pub use writer::{PcapWriter, Precision, DEFAULT_SNAPLEN};
 
+use super::file::{self, Inputs, RecordFile};
 use super::{DropReason, LinkType, Port, PortError, PortOptions, PortStats};
 use crate::mem::{Batch, Desc, Pool, PoolConfig};
 use std::fs::File;
-use std::io::{BufWriter, Read, Write};
+use std::io::Read;
 use std::sync::Arc;
 
 /// Size of the write buffer.
 pub const WRITE_BUF: usize = 1 << 20;
 
 type Source = Box<dyn Read + Send>;
-type Sink = BufWriter<Box<dyn Write + Send>>;
+type Sink = RecordFile;
 
 enum Mode {
     Read {
@@ -57,17 +59,14 @@ pub struct PcapPort {
 }
 
 impl PcapPort {
-    /// Opens `path` for reading if it exists or is `-` (standard input); otherwise creates it
-    /// for writing Ethernet packets with `opts.snaplen`.
+    /// Opens `path` for reading (`-`: standard input). The file is never created: a missing
+    /// one is [`PortError::Io`] with `NotFound`.
     pub fn open(path: &str, opts: &PortOptions) -> Result<PcapPort, PortError> {
         if path == "-" {
             return Self::from_reader(path, Box::new(std::io::stdin()), opts);
         }
         match File::open(path) {
             Ok(f) => Self::from_reader(path, Box::new(f), opts),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Self::create_with(path, LinkType::ETHERNET, opts.snaplen)
-            }
             Err(e) => Err(PortError::Io {
                 path: path.into(),
                 source: e,
@@ -82,17 +81,26 @@ impl PcapPort {
 
     /// Creates (or truncates) `path` for writing packets of `link`, truncated to `snaplen`.
     pub fn create_with(path: &str, link: LinkType, snaplen: u32) -> Result<PcapPort, PortError> {
-        let io = |source| PortError::Io {
+        Self::create_protected(path, link, snaplen, &Inputs::default())
+    }
+
+    /// [`PcapPort::create_with`], refusing to write any of `inputs` (and planted links: see
+    /// [`file::create`]); nothing is truncated when it refuses.
+    pub fn create_protected(
+        path: &str,
+        link: LinkType,
+        snaplen: u32,
+        inputs: &Inputs,
+    ) -> Result<PcapPort, PortError> {
+        let sink = if path == "-" {
+            RecordFile::stdout(WRITE_BUF)
+        } else {
+            RecordFile::new(file::create(path, inputs)?, WRITE_BUF)
+        };
+        let writer = PcapWriter::new(sink, link, snaplen).map_err(|source| PortError::Io {
             path: path.into(),
             source,
-        };
-        let sink: Box<dyn Write + Send> = if path == "-" {
-            Box::new(std::io::stdout())
-        } else {
-            Box::new(File::create(path).map_err(io)?)
-        };
-        let writer = PcapWriter::new(BufWriter::with_capacity(WRITE_BUF, sink), link, snaplen)
-            .map_err(io)?;
+        })?;
         Ok(PcapPort {
             name: format!("pcap:{path}"),
             mode: Mode::Write {
@@ -103,6 +111,18 @@ impl PcapPort {
             finished: true,
             pending: None,
         })
+    }
+
+    /// A writer's packets that reached the file (or pipe) whole, as opposed to those handed to
+    /// it ([`PortStats::tx_packets`]); None for a reader.
+    pub fn packets_written(&self) -> Option<u64> {
+        match &self.mode {
+            // The file header is the first record.
+            Mode::Write { writer, .. } => {
+                Some(writer.get_ref().records_written().saturating_sub(1))
+            }
+            Mode::Read { .. } => None,
+        }
     }
 
     /// Reads a capture from any byte source; `name` names it in errors (tests, fuzzing, pipes).

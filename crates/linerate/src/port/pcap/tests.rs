@@ -504,14 +504,25 @@ fn many_packets_span_buffer_refills() {
 }
 
 #[test]
-fn open_reads_existing_files_and_creates_missing_ones() {
+fn open_reads_existing_files_and_never_creates_one() {
     let dir = std::env::temp_dir().join(format!("linerate-pcap-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("out.pcap");
     let path = path.to_str().unwrap();
     let _ = std::fs::remove_file(path);
+    // A missing input is an error, and nothing is created (not even through a dangling link).
+    let e = PcapPort::open(path, &small()).err().expect("missing input");
+    assert!(
+        matches!(&e, PortError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+        "{e}"
+    );
+    let link = dir.join("dangling.pcap");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(path, &link).unwrap();
+    assert!(PcapPort::open(link.to_str().unwrap(), &small()).is_err());
+    assert!(!std::path::Path::new(path).exists());
     {
-        let mut w = PcapPort::open(path, &small()).unwrap();
+        let mut w = PcapPort::create_with(path, LinkType::ETHERNET, 65535).unwrap();
         assert!(w.is_writer());
         assert_eq!(w.link_type(), LinkType::ETHERNET);
         let mut src = port(pcap_file(false, false, 1, &[(1, 2, pkt(0, 70), 70)])).unwrap();
@@ -519,7 +530,9 @@ fn open_reads_existing_files_and_creates_missing_ones() {
         src.rx(&mut b).unwrap();
         assert_eq!(w.tx(&mut b).unwrap(), 1);
         assert!(b.is_empty());
+        assert_eq!(w.packets_written(), Some(0));
         w.flush().unwrap();
+        assert_eq!(w.packets_written(), Some(1));
         let s = w.stats();
         assert_eq!((s.tx_packets, s.tx_bytes), (1, 70));
         assert!(w.rx(&mut b).is_ok_and(|n| n == 0));
@@ -536,6 +549,14 @@ fn open_reads_existing_files_and_creates_missing_ones() {
     drop(c);
     let r = PcapPort::open(path, &small()).unwrap();
     assert_eq!(r.link_type(), LinkType::RAW);
+    // The input of a run is never written.
+    let mut inputs = crate::port::file::Inputs::default();
+    inputs.add_path(path);
+    let e = PcapPort::create_protected(link.to_str().unwrap(), LinkType::RAW, 0, &inputs)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("refusing to overwrite"), "{e}");
+    assert!(std::fs::metadata(path).unwrap().len() > 0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

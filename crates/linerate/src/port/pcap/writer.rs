@@ -17,10 +17,32 @@ pub enum Precision {
     Nano,
 }
 
+/// Writes `a` then `b` as one `write_vectored` call when the writer takes both at once (a
+/// [`RecordFile`](crate::port::file::RecordFile) always does: it then sees one whole record),
+/// else finishes with `write_all`.
+#[inline]
+fn write_two<W: Write>(w: &mut W, a: &[u8], b: &[u8]) -> io::Result<()> {
+    let n = loop {
+        match w.write_vectored(&[io::IoSlice::new(a), io::IoSlice::new(b)]) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => break r?,
+        }
+    };
+    if n >= a.len() + b.len() {
+        return Ok(());
+    }
+    if n < a.len() {
+        w.write_all(&a[n..])?;
+        w.write_all(b)
+    } else {
+        w.write_all(&b[n - a.len()..])
+    }
+}
+
 /// Writes classic pcap records (native byte order) to `W`.
 ///
-/// It makes two `write_all` calls per packet and buffers nothing itself: give it a
-/// `BufWriter` (or another buffered sink). Packets longer than the snapshot length are
+/// It makes one `write_vectored` call per packet (header and data) and buffers nothing itself:
+/// give it a `BufWriter` or a [`RecordFile`](crate::port::file::RecordFile). Packets longer than the snapshot length are
 /// truncated in the file; their original length is kept.
 pub struct PcapWriter<W: Write> {
     w: W,
@@ -88,8 +110,7 @@ impl<W: Write> PcapWriter<W> {
         h[4..8].copy_from_slice(&frac.to_ne_bytes());
         h[8..12].copy_from_slice(&(cap as u32).to_ne_bytes());
         h[12..16].copy_from_slice(&wire.to_ne_bytes());
-        self.w.write_all(&h)?;
-        self.w.write_all(data.get(..cap).unwrap_or(data))?;
+        write_two(&mut self.w, &h, data.get(..cap).unwrap_or(data))?;
         self.packets += 1;
         self.bytes += u64::from(wire);
         Ok(())

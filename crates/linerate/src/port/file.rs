@@ -1,0 +1,493 @@
+//! Files the tools write (captures, flow records): created without truncating an input or
+//! following a link another user planted, and written so that they always end on a whole
+//! record.
+//!
+//! [`create`] opens an output for writing. It never truncates a file that is one of the run's
+//! [`Inputs`] (same device and inode, whatever path or link leads to it): that is refused before
+//! anything is cut. It follows a symbolic link only where the kernel's `fs.protected_symlinks`
+//! would (not every machine turns that on): a link in a directory that is sticky and writable
+//! by all (`/tmp`, `/dev/shm`) is followed only when it belongs to us or to the directory's
+//! owner. A link a user made on purpose elsewhere (`out.pcap -> /data/run1.pcap`) is followed,
+//! as the shell's `>` would. An existing regular file in such a directory that belongs to
+//! another user is refused too (`fs.protected_regular`), so a planted file cannot receive our
+//! packets.
+//!
+//! [`RecordFile`] buffers whole records: every `write` (or `write_vectored`) call is one record,
+//! and the file only ever receives whole calls. A write error on a regular file cuts it back to
+//! its last whole record. [`seal_all`] is for a forced stop: it waits (a bounded time) for
+//! writes in progress to end and then keeps every output from receiving more, so a process that
+//! exits right after leaves whole records only.
+
+use std::fs::{File, Metadata, OpenOptions};
+use std::io::{self, IoSlice, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// A file's identity: its device and inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileId {
+    /// Device.
+    pub dev: u64,
+    /// Inode.
+    pub ino: u64,
+}
+
+impl FileId {
+    /// The identity of the file `path` leads to (links followed), if it exists.
+    pub fn of(path: &Path) -> Option<FileId> {
+        std::fs::metadata(path).ok().map(|m| FileId::from_meta(&m))
+    }
+
+    fn from_meta(m: &Metadata) -> FileId {
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+        }
+    }
+}
+
+/// The files a run reads (captures, scripts): outputs must never be one of them.
+#[derive(Clone, Debug, Default)]
+pub struct Inputs {
+    files: Vec<(FileId, String)>,
+}
+
+impl Inputs {
+    /// Adds the file `path` leads to, if it exists (`-`, standard input, is not a file).
+    pub fn add_path(&mut self, path: &str) {
+        if path == "-" {
+            return;
+        }
+        if let Some(id) = FileId::of(Path::new(path)) {
+            self.add(id, path);
+        }
+    }
+
+    /// Adds a file by identity; `name` names it in messages.
+    pub fn add(&mut self, id: FileId, name: &str) {
+        if self.find(id).is_none() {
+            self.files.push((id, name.to_string()));
+        }
+    }
+
+    /// The name of the input with identity `id`, if it is one.
+    pub fn find(&self, id: FileId) -> Option<&str> {
+        self.files
+            .iter()
+            .find(|(f, _)| *f == id)
+            .map(|(_, n)| n.as_str())
+    }
+
+    /// Whether no file is listed.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+}
+
+/// Why an output file was not opened.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// The output is one of the inputs.
+    #[error("{path} is the input {input} (the same file): refusing to overwrite an input; write to another file")]
+    IsInput {
+        /// The output asked for.
+        path: String,
+        /// The input it is.
+        input: String,
+    },
+    /// The output is a link another user made in a shared directory.
+    #[error("{path} is a link made by uid {owner} in {dir}, a directory every user can write to: refusing to follow it (remove it or write elsewhere)")]
+    PlantedLink {
+        /// The output asked for.
+        path: String,
+        /// The link's owner.
+        owner: u32,
+        /// Its directory.
+        dir: String,
+    },
+    /// The output exists in a shared directory and belongs to another user.
+    #[error("{path} belongs to uid {owner} in {dir}, a directory every user can write to: refusing to write into another user's file (remove it or write elsewhere)")]
+    NotOurs {
+        /// The output asked for.
+        path: String,
+        /// The file's owner.
+        owner: u32,
+        /// Its directory.
+        dir: String,
+    },
+    /// The file could not be opened.
+    #[error("{path}: {source}")]
+    Io {
+        /// The output asked for.
+        path: String,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl FileError {
+    /// The OS error, if that is what it is.
+    pub fn io_kind(&self) -> Option<io::ErrorKind> {
+        match self {
+            FileError::Io { source, .. } => Some(source.kind()),
+            _ => None,
+        }
+    }
+}
+
+/// The directory holding `path`, with its metadata, when it is sticky and writable by all.
+fn shared_dir(path: &Path) -> Option<(String, Metadata)> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let m = std::fs::metadata(dir).ok()?;
+    let mode = m.mode();
+    (mode & 0o1000 != 0 && mode & 0o002 != 0).then(|| (dir.display().to_string(), m))
+}
+
+/// Opens `path` for writing, creating it, and truncates it, unless it is one of `inputs`, a
+/// link or file another user planted in a shared directory (see the module's documentation).
+/// Nothing is truncated before every check passed. FIFOs and devices are opened as they are.
+pub fn create(path: &str, inputs: &Inputs) -> Result<File, FileError> {
+    let p = Path::new(path);
+    let io = |source| FileError::Io {
+        path: path.to_string(),
+        source,
+    };
+    let open = |follow: bool| {
+        let mut o = OpenOptions::new();
+        o.write(true).create(true);
+        if !follow {
+            o.custom_flags(libc::O_NOFOLLOW);
+        }
+        o.open(p)
+    };
+    let me = super::sys::euid();
+    let f = match open(false) {
+        Ok(f) => f,
+        // O_NOFOLLOW on a link: ELOOP, or EACCES with O_CREAT in a sticky directory.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::EACCES)) => {
+            let link = match std::fs::symlink_metadata(p) {
+                Ok(m) if m.file_type().is_symlink() => m,
+                _ => return Err(io(e)),
+            };
+            if let Some((dir, dm)) = shared_dir(p) {
+                if link.uid() != me && link.uid() != dm.uid() {
+                    return Err(FileError::PlantedLink {
+                        path: path.to_string(),
+                        owner: link.uid(),
+                        dir,
+                    });
+                }
+            }
+            open(true).map_err(io)?
+        }
+        Err(e) => return Err(io(e)),
+    };
+    let m = f.metadata().map_err(io)?;
+    if let Some(input) = inputs.find(FileId::from_meta(&m)) {
+        return Err(FileError::IsInput {
+            path: path.to_string(),
+            input: input.to_string(),
+        });
+    }
+    if m.file_type().is_file() {
+        if m.uid() != me {
+            if let Some((dir, dm)) = shared_dir(p) {
+                if m.uid() != dm.uid() {
+                    return Err(FileError::NotOurs {
+                        path: path.to_string(),
+                        owner: m.uid(),
+                        dir,
+                    });
+                }
+            }
+        }
+        f.set_len(0).map_err(io)?;
+    }
+    Ok(f)
+}
+
+enum Dst {
+    File(File),
+    Stdout(io::Stdout),
+}
+
+impl Dst {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Dst::File(f) => f.write(b),
+            Dst::Stdout(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Dst::File(f) => f.flush(),
+            Dst::Stdout(s) => s.flush(),
+        }
+    }
+}
+
+/// What a forced stop needs of an open output.
+struct Shared {
+    dst: Mutex<Dst>,
+    /// Bytes of whole records in the file.
+    committed: AtomicU64,
+    /// A second handle on a regular file, to cut it back to `committed`.
+    cut: Option<File>,
+}
+
+/// Outputs open now, for [`seal_all`].
+static OPEN: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
+
+fn register(s: &Arc<Shared>) {
+    let mut v = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    v.retain(|w| w.strong_count() > 0);
+    v.push(Arc::downgrade(s));
+}
+
+/// A buffered output whose destination only ever receives whole records: every `write` or
+/// `write_vectored` call is taken whole as one record (the buffer grows for a record larger than
+/// it), and only whole records are written out.
+pub struct RecordFile {
+    buf: Vec<u8>,
+    /// End offset in `buf` of each buffered record.
+    ends: Vec<usize>,
+    cap: usize,
+    shared: Arc<Shared>,
+    /// Records written out whole.
+    records: u64,
+    failed: Option<io::ErrorKind>,
+}
+
+impl RecordFile {
+    /// Buffers up to `cap` bytes for `file`.
+    pub fn new(file: File, cap: usize) -> RecordFile {
+        let cut = file
+            .metadata()
+            .ok()
+            .filter(|m| m.file_type().is_file())
+            .and_then(|_| file.try_clone().ok());
+        Self::with(Dst::File(file), cut, cap)
+    }
+
+    /// Buffers up to `cap` bytes for standard output.
+    pub fn stdout(cap: usize) -> RecordFile {
+        Self::with(Dst::Stdout(io::stdout()), None, cap)
+    }
+
+    fn with(dst: Dst, cut: Option<File>, cap: usize) -> RecordFile {
+        let shared = Arc::new(Shared {
+            dst: Mutex::new(dst),
+            committed: AtomicU64::new(0),
+            cut,
+        });
+        register(&shared);
+        RecordFile {
+            buf: Vec::with_capacity(cap),
+            ends: Vec::new(),
+            cap: cap.max(1),
+            shared,
+            records: 0,
+            failed: None,
+        }
+    }
+
+    /// Records written out whole so far (not counting those still buffered).
+    pub fn records_written(&self) -> u64 {
+        self.records
+    }
+
+    /// Records buffered, not yet written.
+    pub fn records_buffered(&self) -> u64 {
+        self.ends.len() as u64
+    }
+
+    /// Writes out the buffered records.
+    fn commit(&mut self) -> io::Result<()> {
+        if let Some(k) = self.failed {
+            return Err(io::Error::new(k, "an earlier write failed"));
+        }
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let mut dst = self.shared.dst.lock().unwrap_or_else(|e| e.into_inner());
+        let mut done = 0usize;
+        let mut err = None;
+        while done < self.buf.len() {
+            match dst.write(&self.buf[done..]) {
+                Ok(0) => {
+                    err = Some(io::Error::from(io::ErrorKind::WriteZero));
+                    break;
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+        // Records whose last byte went out (a pipe's reader got them).
+        let whole = self.ends.partition_point(|&e| e <= done);
+        self.records += whole as u64;
+        let whole_bytes = if whole == 0 { 0 } else { self.ends[whole - 1] };
+        let committed = self.shared.committed.load(Ordering::Relaxed) + whole_bytes as u64;
+        self.shared.committed.store(committed, Ordering::Relaxed);
+        self.buf.clear();
+        self.ends.clear();
+        match err {
+            None => Ok(()),
+            Some(e) => {
+                // A regular file is cut back to its last whole record.
+                if let Some(f) = &self.shared.cut {
+                    let _ = f.set_len(committed);
+                }
+                self.failed = Some(e.kind());
+                Err(e)
+            }
+        }
+    }
+
+    fn push(&mut self, parts: &[&[u8]]) -> io::Result<usize> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if !self.buf.is_empty() && self.buf.len() + total > self.cap {
+            self.commit()?;
+        } else if let Some(k) = self.failed {
+            return Err(io::Error::new(k, "an earlier write failed"));
+        }
+        for p in parts {
+            self.buf.extend_from_slice(p);
+        }
+        self.ends.push(self.buf.len());
+        Ok(total)
+    }
+}
+
+impl Write for RecordFile {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.push(&[data])
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        if let [a, b] = bufs {
+            return self.push(&[&**a, &**b]);
+        }
+        let v: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
+        self.push(&v)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.commit()?;
+        self.shared
+            .dst
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .flush()
+    }
+}
+
+impl Drop for RecordFile {
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
+}
+
+/// For a forced stop, just before the process exits: waits up to `wait` for each open output's
+/// write in progress to end, then keeps it from receiving anything more; an output still busy
+/// after that (a regular file) is cut back to its last whole record.
+pub fn seal_all(wait: Duration) {
+    let list: Vec<Arc<Shared>> = {
+        let v = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        v.iter().filter_map(Weak::upgrade).collect()
+    };
+    let deadline = Instant::now() + wait;
+    for s in list {
+        loop {
+            match s.dst.try_lock() {
+                Ok(g) => {
+                    // Held until the process exits: no write starts after this.
+                    std::mem::forget(g);
+                    break;
+                }
+                Err(std::sync::TryLockError::Poisoned(p)) => {
+                    std::mem::forget(p.into_inner());
+                    break;
+                }
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    if let Some(f) = &s.cut {
+                        let _ = f.set_len(s.committed.load(Ordering::Relaxed));
+                    }
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn dir(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("linerate-file-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn an_input_is_never_truncated_whatever_the_path() {
+        let d = dir("input");
+        let input = d.join("in.pcap");
+        std::fs::write(&input, b"precious").unwrap();
+        let link = d.join("link.pcap");
+        std::os::unix::fs::symlink(&input, &link).unwrap();
+        let hard = d.join("hard.pcap");
+        std::fs::hard_link(&input, &hard).unwrap();
+        let mut inputs = Inputs::default();
+        inputs.add_path(input.to_str().unwrap());
+        for p in [&input, &link, &hard] {
+            let e = create(p.to_str().unwrap(), &inputs).unwrap_err();
+            assert!(matches!(e, FileError::IsInput { .. }), "{e}");
+        }
+        assert_eq!(std::fs::read(&input).unwrap(), b"precious");
+        // Another file is created, and an old one truncated.
+        let out = d.join("out.pcap");
+        std::fs::write(&out, b"old contents").unwrap();
+        let f = create(out.to_str().unwrap(), &inputs).unwrap();
+        assert_eq!(f.metadata().unwrap().len(), 0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn records_are_written_whole() {
+        let d = dir("whole");
+        let p = d.join("r.bin");
+        let f = create(p.to_str().unwrap(), &Inputs::default()).unwrap();
+        let mut w = RecordFile::new(f, 10);
+        w.write_all(b"aaaa").unwrap();
+        w.write_all(b"bbbb").unwrap();
+        // Over the capacity: the first two go out, the third stays buffered.
+        let n = w
+            .write_vectored(&[IoSlice::new(b"cc"), IoSlice::new(b"cc")])
+            .unwrap();
+        assert_eq!(n, 4);
+        assert_eq!(std::fs::read(&p).unwrap(), b"aaaabbbb");
+        assert_eq!((w.records_written(), w.records_buffered()), (2, 1));
+        // A record larger than the buffer is taken whole.
+        w.write_all(&[b'x'; 25]).unwrap();
+        w.flush().unwrap();
+        assert_eq!(std::fs::read(&p).unwrap().len(), 8 + 4 + 25);
+        assert_eq!(w.records_written(), 4);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
