@@ -6,7 +6,15 @@ if [ "$(id -u)" != 0 ]; then
   # Packages need root: re-run through sudo when not root.
   exec sudo bash "$0" "$@"
 fi
-pkgs=(libpcap-dev pkg-config iproute2 ethtool tcpdump tshark clang llvm libbpf-dev nfdump argus-server argus-client)
+pkgs=(libpcap-dev pkg-config iproute2 ethtool tcpdump tshark clang llvm libbpf-dev nfdump argus-server argus-client
+  librdkafka-dev)
+# The Kafka broker of the tests (scripts/kafka.sh) runs on Java 17 or later and is fetched with
+# Maven: installed only when no such java or mvn is on the PATH already.
+java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1)
+if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
+  pkgs+=(openjdk-17-jre-headless)
+fi
+command -v mvn >/dev/null || pkgs+=(maven)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
