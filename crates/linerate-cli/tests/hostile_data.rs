@@ -3,7 +3,7 @@
 //! that cannot be delivered. Each case says what the tool must do instead of failing silently.
 //! Bounded in time and packets; only processes started here are stopped, by PID.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -12,7 +12,12 @@ const BIN: &str = env!("CARGO_BIN_EXE_linerate");
 
 /// Runs linerate to its end, killing it (by PID) after `limit`.
 fn run(args: &[&str], limit: Duration) -> Output {
-    let mut c = Command::new(BIN)
+    run_prog(BIN, args, limit)
+}
+
+/// Runs `prog` to its end, killing it (by PID) after `limit`.
+fn run_prog(prog: &str, args: &[&str], limit: Duration) -> Output {
+    let mut c = Command::new(prog)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -215,4 +220,182 @@ fn lua_mem_flag_is_range_checked() {
             "{se}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics: idle and oversize clients never keep a scrape from being answered.
+
+#[path = "../../linerate/tests/netns/mod.rs"]
+mod netns;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One request on a fresh connection; the whole answer, or what came within `limit`.
+fn http(addr: &str, req: &[u8], limit: Duration) -> std::io::Result<String> {
+    let mut c = std::net::TcpStream::connect(addr)?;
+    c.set_read_timeout(Some(limit))?;
+    c.set_write_timeout(Some(limit))?;
+    // A refused oversize request may close before all of it is written.
+    let _ = c.write_all(req);
+    let mut got = Vec::new();
+    match c.read_to_end(&mut got) {
+        Ok(_) => {}
+        Err(e) if got.is_empty() => return Err(e),
+        Err(_) => {}
+    }
+    Ok(String::from_utf8_lossy(&got).into_owned())
+}
+
+/// A running process of ours, stopped by SIGINT (by its PID) when dropped or [`Running::stop`]ped.
+struct Running(std::process::Child);
+
+impl Running {
+    /// SIGINT, then waits up to 10 s (then SIGKILL); the exit status.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        if let Some(s) = self.0.try_wait().ok().flatten() {
+            return s;
+        }
+        let _ = Command::new("kill")
+            .args(["-INT", &self.0.id().to_string()])
+            .status();
+        let t0 = Instant::now();
+        while self.0.try_wait().ok().flatten().is_none() {
+            if t0.elapsed() > Duration::from_secs(10) {
+                let _ = self.0.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[test]
+fn metrics_answer_beside_130_idle_connections_and_refuse_oversize_requests() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let id = cluster_id(2);
+    let child = Command::new(BIN)
+        .args([
+            "balance",
+            "--threads",
+            "-i",
+            "source",
+            "--source-rate",
+            "2kpps",
+            "-n",
+            "1",
+            "-c",
+            &id,
+            "--metrics",
+            &addr,
+            "-t",
+            "60s",
+            "--quiet",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut bal = Running(child);
+    let get = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    // Wait for the endpoint and its first text.
+    let t0 = Instant::now();
+    loop {
+        if let Ok(s) = http(&addr, get, Duration::from_secs(2)) {
+            if s.contains("linerate_cluster_rx_packets_total") {
+                break;
+            }
+        }
+        assert!(bal.0.try_wait().unwrap().is_none(), "balance ended early");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no metrics on {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // 130 idle clients: some silent, some with half a request.
+    let idle: Vec<std::net::TcpStream> = (0..130)
+        .map(|i| {
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            if i % 2 == 0 {
+                let _ = s.write_all(b"GET /metr");
+            }
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..3 {
+        let t = Instant::now();
+        let s = http(&addr, get, Duration::from_secs(1)).expect("scrape beside idle clients");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(s.starts_with("HTTP/1.1 200 OK"), "{s}");
+        assert!(s.contains("linerate_cluster_rx_packets_total"), "{s}");
+    }
+    // An oversize request head is refused, and the next scrape still answers.
+    let big = format!(
+        "GET /metrics HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
+        "a".repeat(16 << 10)
+    );
+    let s = http(&addr, big.as_bytes(), Duration::from_secs(2)).unwrap();
+    assert!(s.starts_with("HTTP/1.1 431"), "{s}");
+    let s = http(&addr, get, Duration::from_secs(1)).unwrap();
+    assert!(s.starts_with("HTTP/1.1 200 OK"), "{s}");
+    drop(idle);
+    let st = bal.stop();
+    let mut err = String::new();
+    let _ = bal.0.stderr.take().unwrap().read_to_string(&mut err);
+    assert!(st.success(), "{st:?}: {err}");
+    // Loopback: no note about authentication.
+    assert!(!err.contains("no authentication"), "{err}");
+}
+
+#[test]
+fn metrics_off_loopback_print_a_note() {
+    if !netns::require_priv() {
+        return;
+    }
+    let pair = netns::NetnsPair::new().expect("netns pair");
+    let a = &pair.ip_a;
+    // A non-loopback address, reachable only inside the test's namespace.
+    let addr = format!("{}.{}.{}.{}:{}", a[0], a[1], a[2], a[3], free_port());
+    let id = cluster_id(3);
+    let o = run_prog(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &pair.a,
+            BIN,
+            "balance",
+            "--threads",
+            "-i",
+            "source:1000",
+            "-n",
+            "1",
+            "-c",
+            &id,
+            "--metrics",
+            &addr,
+            "--quiet",
+        ],
+        Duration::from_secs(30),
+    );
+    let (so, se) = text(&o);
+    assert!(o.status.success(), "{so}{se}");
+    assert!(
+        se.contains("no authentication") && se.contains(&addr),
+        "{se}"
+    );
 }

@@ -91,7 +91,8 @@ pub struct Args {
     /// Print statistics as JSON lines.
     #[arg(long)]
     json: bool,
-    /// Serve Prometheus text on this address (e.g. 127.0.0.1:9100).
+    /// Serve Prometheus text on this address (e.g. 127.0.0.1:9100). It has no authentication:
+    /// keep it on loopback unless every host that can reach it may read the counters.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
     /// Print only the final summary.
@@ -259,7 +260,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     master.set_consumer_timeout(a.consumer_timeout);
     let metrics = match &a.metrics {
         Some(addr) => {
-            Some(MetricsServer::start(addr).map_err(|e| usage(format!("--metrics {addr}: {e}")))?)
+            let m =
+                MetricsServer::start(addr).map_err(|e| usage(format!("--metrics {addr}: {e}")))?;
+            if let Some(note) = m.auth_note() {
+                eprintln!("linerate: {note}");
+            }
+            Some(m)
         }
         None => None,
     };

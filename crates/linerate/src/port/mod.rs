@@ -10,7 +10,7 @@ pub mod cluster;
 pub mod file;
 pub mod mem;
 pub mod pcap;
-mod sys;
+pub(crate) mod sys;
 pub mod xdp;
 
 use crate::filter::Filter;

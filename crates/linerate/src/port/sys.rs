@@ -1,4 +1,4 @@
-//! What the kernel ports share: an owned file descriptor and setsockopt.
+//! What the kernel ports and the metrics endpoint share: an owned fd, setsockopt, poll.
 
 /// An owned file descriptor, closed on drop.
 #[derive(Debug)]
@@ -34,4 +34,19 @@ pub(crate) fn setopt<T>(fd: &Fd, level: i32, opt: i32, val: &T) -> std::io::Resu
 pub(crate) fn euid() -> u32 {
     // SAFETY: geteuid takes no arguments and cannot fail.
     unsafe { libc::geteuid() }
+}
+
+/// poll(2) on `fds` for up to `ms` milliseconds (-1: no limit); returns how many have events
+/// (`revents` set). EINTR counts as none ready.
+pub(crate) fn poll(fds: &mut [libc::pollfd], ms: i32) -> std::io::Result<usize> {
+    // SAFETY: `fds` is a valid, exclusively borrowed slice of pollfd of the length given.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(r as usize)
 }

@@ -1,6 +1,7 @@
 //! Counters, rates and their output: pfcount-style text, JSON lines.
 
 mod fmt;
+pub mod http;
 pub mod prom;
 
 pub use fmt::{group, group_f};

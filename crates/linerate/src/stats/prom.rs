@@ -1,12 +1,13 @@
-//! Prometheus text exposition of cluster counters, and a tiny HTTP server for `--metrics ADDR`.
+//! Prometheus text exposition of cluster counters, served for `--metrics ADDR` by
+//! [`super::http`].
 //!
-//! The server is one thread on std::net: it answers every request with the latest text, which
-//! the statistics printer replaces once per interval. Nothing here touches the data path.
+//! The server answers every request with the latest text, which the statistics printer
+//! replaces once per interval. Nothing here touches the data path.
 
+use super::http::{auth_note, serve, Endpoint};
 use crate::port::cluster::ClusterStats;
 use std::fmt::Write as _;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 /// Prometheus text for a cluster: master counters, per-queue counters and drops by reason, and
@@ -124,53 +125,40 @@ pub fn cluster_text(id: u32, s: &ClusterStats, threads: &[(u64, u64)]) -> String
     o
 }
 
-/// The text a metrics server serves; replace it with [`MetricsServer::set`].
+/// The text a metrics server serves; replace it with [`MetricsServer::set`] (once per
+/// statistics interval). Serving is [`super::http::serve`]'s: its own thread, many clients.
 #[derive(Clone)]
 pub struct MetricsServer {
-    text: Arc<Mutex<String>>,
-    addr: SocketAddr,
+    text: Arc<Mutex<Arc<String>>>,
+    endpoint: Endpoint,
 }
 
 impl MetricsServer {
     /// Listens on `addr` (e.g. 127.0.0.1:9100) and serves on a background thread.
     pub fn start(addr: &str) -> std::io::Result<MetricsServer> {
-        let listener = TcpListener::bind(addr)?;
-        let addr = listener.local_addr()?;
-        let text = Arc::new(Mutex::new(String::new()));
+        let text = Arc::new(Mutex::new(Arc::new(String::new())));
         let t = text.clone();
-        std::thread::Builder::new()
-            .name("metrics".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    let Ok(mut conn) = conn else { continue };
-                    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-                    let mut req = [0u8; 2048];
-                    let n = conn.read(&mut req).unwrap_or(0);
-                    let head = std::str::from_utf8(&req[..n]).unwrap_or("");
-                    let ok = head.starts_with("GET /metrics") || head.starts_with("GET / ");
-                    let body = if ok {
-                        t.lock().map(|s| s.clone()).unwrap_or_default()
-                    } else {
-                        "see /metrics\n".to_string()
-                    };
-                    let status = if ok { "200 OK" } else { "404 Not Found" };
-                    let _ = write!(
-                        conn,
-                        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                }
-            })?;
-        Ok(MetricsServer { text, addr })
+        // The lock is held only to copy a pointer, on either side.
+        let endpoint = serve(addr, move || {
+            let s = t.lock().map(|s| s.clone()).unwrap_or_default();
+            String::clone(&s)
+        })?;
+        Ok(MetricsServer { text, endpoint })
     }
 
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.endpoint.addr()
+    }
+
+    /// The note to print when the address is not loopback (no authentication), if any.
+    pub fn auth_note(&self) -> Option<String> {
+        auth_note(&self.endpoint.addr())
     }
 
     /// Replaces the served text.
     pub fn set(&self, text: String) {
+        let text = Arc::new(text);
         if let Ok(mut s) = self.text.lock() {
             *s = text;
         }
@@ -181,6 +169,7 @@ impl MetricsServer {
 mod tests {
     use super::*;
     use crate::port::cluster::QueueStats;
+    use std::io::{Read, Write};
 
     #[test]
     fn text_and_server() {
