@@ -343,3 +343,115 @@ fn several_queues_share_one_program() {
         assert!(!out.contains("xdp"), "removed with the last queue: {out}");
     });
 }
+
+/// Receives on `uri` (in B) while A sends `n` frames of 64 flows through the qdisc layer, so
+/// that they spread over vA's transmit queues and so over vB's receive queues; returns the
+/// sequence numbers received, the per-queue XDP counters of vB, and the port's counters.
+fn spread_run(p: &NetnsPair, uri: &str, n: u32) -> (Vec<u32>, Vec<u64>, linerate::port::PortStats) {
+    let frames: Vec<Vec<u8>> = (0..n)
+        .map(|s| netns::udp_frame(p.mac_b, p.mac_a, (s % 64) as u16, s))
+        .collect();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (got, st) = std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            p.run_in(Side::B, || {
+                let mut port = linerate::port::open_rx(uri, &PortOptions::default()).unwrap();
+                ready_tx.send(()).unwrap();
+                let mut got = Vec::new();
+                let mut b = Batch::new();
+                let mut last = Instant::now();
+                let deadline = Instant::now() + Duration::from_secs(15);
+                while last.elapsed() < Duration::from_millis(1500) && Instant::now() < deadline {
+                    if port.rx(&mut b).unwrap() > 0 {
+                        last = Instant::now();
+                    }
+                    got.extend(b.iter().filter_map(|p| netns::udp_seq(p.data)));
+                    b.clear();
+                }
+                (got, port.stats())
+            })
+        });
+        ready_rx.recv().unwrap();
+        // Through the qdisc layer: the kernel's flow hash picks vA's transmit queue, and a veth
+        // delivers transmit queue i to the peer's receive queue i.
+        p.run_in(Side::A, || netns::send_raw("vA", &frames));
+        rx.join().unwrap()
+    });
+    (got, netns::xdp_queue_packets(p, Side::B, "vB"), st)
+}
+
+#[test]
+fn xdp_iface_binds_every_receive_queue() {
+    if !netns::require_priv() {
+        return;
+    }
+    let _serial = serial();
+    let p = NetnsPair::with_queues(4).unwrap();
+    const N: u32 = 3200;
+    let (got, per_queue, st) = spread_run(&p, "xdp:vB", N);
+    assert_eq!(per_queue.len(), 4, "vB has 4 receive queues: {per_queue:?}");
+    assert!(
+        per_queue.iter().all(|&q| q > 0),
+        "traffic on every queue: {per_queue:?}"
+    );
+    let seqs: HashSet<u32> = got.iter().copied().collect();
+    assert_eq!(
+        got.len(),
+        N as usize,
+        "every frame of every queue, per queue {per_queue:?}"
+    );
+    assert_eq!(seqs.len(), N as usize, "each once");
+    assert_eq!(st.rx_drops.total(), 0, "{st:?}");
+    assert!(!xdp_attached(&p, Side::B, "vB"), "program removed on drop");
+}
+
+#[test]
+fn xdp_queue_and_range_bind_just_those_queues() {
+    if !netns::require_priv() {
+        return;
+    }
+    let _serial = serial();
+    let p = NetnsPair::with_queues(4).unwrap();
+    const N: u32 = 2000;
+    // One queue: what it received is what vB's queue 1 saw, and no more.
+    let (got1, q_a, _) = spread_run(&p, "xdp:vB@1", N);
+    let (got23, q_b, _) = spread_run(&p, "xdp:vB@2-3", N);
+    assert!(
+        q_a.iter().all(|&q| q > 0),
+        "traffic on every queue: {q_a:?}"
+    );
+    // (vB's counters also count the namespace's own few frames: IPv6 neighbour discovery.)
+    let near = |got: usize, counted: u64| got as u64 <= counted && counted - got as u64 <= 8;
+    assert!(
+        near(got1.len(), q_a[1]),
+        "@1 gets queue 1 only: {} of {q_a:?}",
+        got1.len()
+    );
+    let d: Vec<u64> = q_b.iter().zip(&q_a).map(|(b, a)| b - a).collect();
+    assert!(
+        near(got23.len(), d[2] + d[3]),
+        "@2-3 gets queues 2 and 3: {} of {d:?}",
+        got23.len()
+    );
+    assert!(got1.len() < N as usize && got23.len() < N as usize);
+    // @all and @* are every queue.
+    let (all, _, _) = spread_run(&p, "xdp:vB@all", 640);
+    assert_eq!(all.len(), 640);
+    let (star, _, _) = spread_run(&p, "xdp:vB@*", 640);
+    assert_eq!(star.len(), 640);
+    // A queue the interface does not have is refused, naming how many it has.
+    p.run_in(Side::B, || {
+        for bad in ["xdp:vB@4", "xdp:vB@2-7"] {
+            let e = linerate::port::open_rx(bad, &PortOptions::default())
+                .err()
+                .unwrap_or_else(|| panic!("{bad} opened"))
+                .to_string();
+            assert!(e.contains("4 receive queues"), "{bad}: {e}");
+        }
+        let e = linerate::port::open_rx("xdp:vB@3-1", &PortOptions::default())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("empty"), "{e}");
+    });
+}

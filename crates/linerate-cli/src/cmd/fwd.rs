@@ -7,7 +7,7 @@ use linerate::apps::fwd::{self, Ended, FwdOptions, MacRewrite, Ports};
 use linerate::apps::lua::{self, ScriptOptions};
 use linerate::filter::Filter;
 use linerate::port::xdp::kfwd::{KernelFwd, KernelFwdConfig};
-use linerate::port::xdp::{sys::iface_mac, AttachMode, XdpConfig, XdpMode, XdpPort};
+use linerate::port::xdp::{self, sys::iface_mac, AttachMode, XdpConfig, XdpMode};
 use linerate::port::{self, Port, PortError, PortOptions};
 use linerate::units;
 use std::io::Write;
@@ -16,7 +16,7 @@ use std::process::ExitCode;
 /// Flags of `linerate fwd`.
 #[derive(Parser, Debug)]
 pub struct Args {
-    /// Input port (port 0): xdp:IFACE[@QUEUE], afpacket:IFACE, mem:NAME.
+    /// Input port (port 0): xdp:IFACE (every queue) or xdp:IFACE@Q, afpacket:IFACE, mem:NAME.
     #[arg(short = 'i', long = "in", value_name = "PORT")]
     pub input: String,
     /// Output port (port 1); the same as -i bounces packets back out of it.
@@ -133,9 +133,7 @@ pub fn open(
         port::Direction::Rx
     };
     let r = match uri.strip_prefix("xdp:") {
-        Some(rest) if !rest.contains(',') => {
-            XdpPort::open(rest, opts, xdp).map(|p| Box::new(p) as Box<dyn Port>)
-        }
+        Some(rest) if !rest.contains(',') => linerate::port::xdp::open(rest, opts, xdp),
         _ => port::open(uri, opts, dir),
     };
     r.map_err(|e| port_err(flag, uri, e))
@@ -156,18 +154,28 @@ pub fn open_pair(
         u.strip_prefix("xdp:").filter(|r| !r.contains(','))
     }
     if let (Some(i), Some(o)) = (single(input), single(output)) {
+        // Every queue of both interfaces on one UMEM, sized for all of their rings.
+        let nq = xdp::queue_count(i).map_err(|e| port_err("-i", input, e))?
+            + xdp::queue_count(o).map_err(|e| port_err("-o", output, e))?;
         let big = PortOptions {
-            frames: opts.frames.max(4 * xdp.ring_size + 2048),
+            frames: opts
+                .frames
+                .max(xdp::umem_frames(nq, xdp.ring_size) + 2 * xdp.ring_size),
             ..opts.clone()
         };
-        let p0 = XdpPort::open(i, &big, xdp).map_err(|e| port_err("-i", input, e))?;
-        return Ok(match XdpPort::open_shared(o, &big, xdp, &p0) {
-            Ok(p1) => (Box::new(p0), Box::new(p1), true),
-            Err(_) => {
-                let p1 = XdpPort::open(o, opts, xdp).map_err(|e| port_err("-o", output, e))?;
-                (Box::new(p0), Box::new(p1), false)
-            }
-        });
+        let p0 = xdp::open_queues(i, &big, xdp, None).map_err(|e| port_err("-i", input, e))?;
+        let (p1, shared) = match xdp::open_queues(o, &big, xdp, Some(&p0[0])) {
+            Ok(p1) => (p1, true),
+            Err(_) => (
+                xdp::open_queues(o, opts, xdp, None).map_err(|e| port_err("-o", output, e))?,
+                false,
+            ),
+        };
+        return Ok((
+            xdp::join(input, p0, opts.rx_wait_ms),
+            xdp::join(output, p1, opts.rx_wait_ms),
+            shared,
+        ));
     }
     Ok((
         open("-i", input, opts, xdp)?,

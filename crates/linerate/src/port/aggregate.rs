@@ -1,5 +1,6 @@
 //! `a,b`: several input ports read round-robin, one batch from each in turn.
 
+use super::sys::PollSet;
 use super::{LinkType, Port, PortError, PortStats};
 use crate::mem::Batch;
 
@@ -10,27 +11,42 @@ pub struct Aggregate {
     ports: Vec<Box<dyn Port>>,
     next: usize,
     batches: Vec<Batch>,
+    /// All members' descriptors, when every member has one and the aggregate waits.
+    poll: Option<PollSet>,
+    wait_ms: i32,
 }
 
 impl Aggregate {
-    /// Aggregates `ports` under the name `name`.
+    /// Aggregates `ports` under the name `name`; an `rx` that finds nothing returns 0 at once
+    /// (members wait as they were opened to).
     pub fn new(name: &str, ports: Vec<Box<dyn Port>>) -> Aggregate {
+        Self::with_wait(name, ports, 0)
+    }
+
+    /// Aggregates `ports` whose own `rx` does not wait: an `rx` that finds nothing in any of
+    /// them waits up to `wait_ms` for any of their descriptors at once (members without a
+    /// descriptor: no wait). When every member has a descriptor, the aggregate has one too
+    /// (an epoll instance over theirs).
+    pub fn with_wait(name: &str, ports: Vec<Box<dyn Port>>, wait_ms: i32) -> Aggregate {
         let batches = ports.iter().map(|_| Batch::new()).collect();
+        let fds: Option<Vec<i32>> = ports.iter().map(|p| p.poll_fd()).collect();
         Aggregate {
             name: name.into(),
             ports,
             next: 0,
             batches,
+            poll: fds.and_then(|f| PollSet::new(&f)),
+            wait_ms,
         }
     }
-}
 
-impl Port for Aggregate {
-    fn name(&self) -> &str {
-        &self.name
+    /// The members, in order.
+    pub fn into_parts(self) -> Vec<Box<dyn Port>> {
+        self.ports
     }
 
-    fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+    /// One round over the members: the first that has packets fills `batch`.
+    fn round(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
         // Ports have their own pools: a batch holds one pool, so each round reads one port whose
         // packets go out in that port's own batch, swapped with the caller's.
         let n = self.ports.len();
@@ -49,6 +65,24 @@ impl Port for Aggregate {
                 std::mem::swap(batch, &mut self.batches[i]);
                 return Ok(got);
             }
+        }
+        Ok(0)
+    }
+}
+
+impl Port for Aggregate {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        let got = self.round(batch)?;
+        if got > 0 {
+            return Ok(got);
+        }
+        let wait = self.wait_ms;
+        if wait > 0 && self.poll.as_mut().is_some_and(|p| p.wait(wait)) {
+            return self.round(batch);
         }
         Ok(0)
     }
@@ -84,5 +118,9 @@ impl Port for Aggregate {
 
     fn is_finished(&self) -> bool {
         self.ports.iter().all(|p| p.is_finished())
+    }
+
+    fn poll_fd(&self) -> Option<i32> {
+        self.poll.as_ref().map(|p| p.fd())
     }
 }

@@ -1,7 +1,7 @@
 //! Ports: where packets come from and go to, behind one trait.
 //!
 //! A port URI names a port: `mem:NAME`, `pcap:FILE` (or a bare path), `afpacket:IFACE`,
-//! `xdp:IFACE[@QUEUE]`, and
+//! `xdp:IFACE[@QUEUES]` (every receive queue by default), and
 //! `a,b` aggregates several inputs round-robin. All unsafe kernel I/O lives in this module.
 
 pub mod afpacket;
@@ -315,20 +315,59 @@ pub fn open_tx(uri: &str, opts: &PortOptions) -> Result<Box<dyn Port>, PortError
 }
 
 /// Opens the port named by `uri` for `dir` (kernel and `mem` ports do both whatever `dir` is).
+/// A URI that names several receive paths (`a,b`, or `xdp:IFACE` on an interface with several
+/// queues) is one [`Aggregate`] that reads them round-robin and waits on all of them at once.
 pub fn open(uri: &str, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Port>, PortError> {
-    if uri.contains(',') {
-        let mut ports = Vec::new();
-        for part in uri.split(',') {
-            if part.is_empty() {
-                return Err(PortError::BadUri {
-                    uri: uri.into(),
-                    why: "empty name in a list of ports (write a,b)".into(),
-                });
-            }
-            ports.push(open(part, opts, dir)?);
-        }
-        return Ok(Box::new(Aggregate::new(uri, ports)));
+    let mut parts = open_parts(uri, opts, dir)?;
+    if parts.len() == 1 {
+        return Ok(parts.remove(0));
     }
+    Ok(Box::new(Aggregate::with_wait(
+        uri,
+        parts,
+        opts.rx_wait_ms.min(1000) as i32,
+    )))
+}
+
+/// Opens the paths `uri` names, apart, for tools that give each thread its own: every member of
+/// `a,b`, every queue of `xdp:IFACE` (one shared UMEM per interface). When there are several,
+/// none of them waits in `rx` (whoever reads several polls them together).
+pub fn open_parts(
+    uri: &str,
+    opts: &PortOptions,
+    dir: Direction,
+) -> Result<Vec<Box<dyn Port>>, PortError> {
+    let list: Vec<&str> = uri.split(',').collect();
+    if list.iter().any(|p| p.is_empty()) {
+        return Err(PortError::BadUri {
+            uri: uri.into(),
+            why: "empty name in a list of ports (write a,b)".into(),
+        });
+    }
+    let part_opts = if list.len() > 1 {
+        PortOptions {
+            rx_wait_ms: 0,
+            ..opts.clone()
+        }
+    } else {
+        opts.clone()
+    };
+    let mut out: Vec<Box<dyn Port>> = Vec::new();
+    for part in list {
+        match part.strip_prefix("xdp:") {
+            Some(rest) if !rest.is_empty() => {
+                for q in xdp::open_queues(rest, &part_opts, &xdp::XdpConfig::default(), None)? {
+                    out.push(Box::new(q));
+                }
+            }
+            _ => out.push(open_one(part, &part_opts, dir)?),
+        }
+    }
+    Ok(out)
+}
+
+/// Opens one port (not a list).
+fn open_one(uri: &str, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Port>, PortError> {
     let (scheme, rest) = match uri.split_once(':') {
         Some((s, r)) if ["mem", "pcap", "afpacket", "xdp", "cluster"].contains(&s) => (s, r),
         _ => ("", uri),
@@ -354,11 +393,7 @@ pub fn open(uri: &str, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
         "mem" => Ok(Box::new(mem::MemPort::open(rest, opts)?)),
         "pcap" => file(rest),
         "afpacket" => Ok(Box::new(afpacket::AfPacket::open(rest, opts)?)),
-        "xdp" => Ok(Box::new(xdp::XdpPort::open(
-            rest,
-            opts,
-            &xdp::XdpConfig::default(),
-        )?)),
+        "xdp" => xdp::open(rest, opts, &xdp::XdpConfig::default()),
         "cluster" => Ok(Box::new(cluster::ClusterPort::open(rest)?)),
         "" => {
             if std::path::Path::new(rest).exists()

@@ -50,3 +50,51 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], ms: i32) -> std::io::Result<usize> 
     }
     Ok(r as usize)
 }
+
+/// A set of descriptors polled together for readability, through an epoll instance (an
+/// aggregate of ports waits on all its members at once, so that no member's traffic waits while
+/// another member blocks; the epoll descriptor itself polls readable when a member is, so an
+/// aggregate can be polled like any port).
+#[derive(Debug)]
+pub(crate) struct PollSet {
+    ep: Fd,
+}
+
+impl PollSet {
+    /// A set over `fds`; None if the kernel refuses (no epoll, or a descriptor it cannot poll).
+    pub(crate) fn new(fds: &[i32]) -> Option<PollSet> {
+        // SAFETY: plain epoll_create1 call; the result is checked.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            return None;
+        }
+        let set = PollSet { ep: Fd(ep) };
+        for (i, &fd) in fds.iter().enumerate() {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: i as u64,
+            };
+            // SAFETY: `ev` is a valid epoll_event the kernel copies; `fd` is the caller's open
+            // descriptor (a failure is reported, not undefined).
+            let r = unsafe { libc::epoll_ctl(set.ep.0, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+            if r < 0 {
+                return None;
+            }
+        }
+        Some(set)
+    }
+
+    /// Waits up to `ms` for any descriptor to be readable (or in error, so the next read reports
+    /// it); returns whether one is.
+    pub(crate) fn wait(&mut self, ms: i32) -> bool {
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: room for one event, which the kernel may write.
+        let r = unsafe { libc::epoll_wait(self.ep.0, &mut ev, 1, ms) };
+        r > 0
+    }
+
+    /// The epoll descriptor (readable when a member is).
+    pub(crate) fn fd(&self) -> i32 {
+        self.ep.0
+    }
+}

@@ -105,6 +105,12 @@ fn mac_str(m: &[u8; 6]) -> String {
 impl NetnsPair {
     /// Creates the namespaces and the veth pair (interfaces `vA` and `vB`).
     pub fn new() -> Result<NetnsPair, String> {
+        Self::with_queues(1)
+    }
+
+    /// As [`NetnsPair::new`], with `queues` receive and transmit queues on each end.
+    pub fn with_queues(queues: u32) -> Result<NetnsPair, String> {
+        let q = queues.max(1).to_string();
         let n = SEQ.load(Ordering::Relaxed) as u8;
         let p = NetnsPair {
             a: unique("-a"),
@@ -119,24 +125,17 @@ impl NetnsPair {
         // From here on, Drop removes whatever was created.
         ip(&["netns", "add", &p.a])?;
         ip(&["netns", "add", &p.b])?;
-        ip(&[
-            "link",
-            "add",
-            &p.if_a,
-            "netns",
-            &p.a,
-            "address",
-            &mac_str(&p.mac_a),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &p.if_b,
-            "netns",
-            &p.b,
-            "address",
-            &mac_str(&p.mac_b),
-        ])?;
+        let (mac_a, mac_b) = (mac_str(&p.mac_a), mac_str(&p.mac_b));
+        let mut args = vec!["link", "add", &p.if_a, "netns", &p.a, "address", &mac_a];
+        if queues > 1 {
+            args.extend_from_slice(&["numtxqueues", &q, "numrxqueues", &q]);
+        }
+        args.extend_from_slice(&["type", "veth", "peer", "name", &p.if_b, "netns", &p.b]);
+        args.extend_from_slice(&["address", &mac_b]);
+        if queues > 1 {
+            args.extend_from_slice(&["numtxqueues", &q, "numrxqueues", &q]);
+        }
+        ip(&args)?;
         for (ns, ifname, addr) in [(&p.a, &p.if_a, &p.ip_a), (&p.b, &p.if_b, &p.ip_b)] {
             let cidr = format!("{}.{}.{}.{}/24", addr[0], addr[1], addr[2], addr[3]);
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
@@ -335,6 +334,65 @@ impl NetnsPair {
         })?;
         Ok(EgressTags { _link: link })
     }
+}
+
+/// Ethernet/IPv4/UDP frame number `seq` of flow `flow` (source port 10000 + flow), from `src`
+/// to `dst`, with `seq` in the first payload bytes and a payload length varying with `seq`.
+pub fn udp_frame(dst: [u8; 6], src: [u8; 6], flow: u16, seq: u32) -> Vec<u8> {
+    let plen = 18 + (seq as usize * 7) % 300;
+    let mut f = Vec::with_capacity(42 + plen);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let ip_len = (20 + 8 + plen) as u16;
+    f.extend_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0]);
+    f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    f.extend_from_slice(&[198, 18, 0, 1, 198, 18, 0, 2]);
+    let mut sum = 0u32;
+    for k in (14..34).step_by(2) {
+        sum += u16::from_be_bytes([f[k], f[k + 1]]) as u32;
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f.extend_from_slice(&(10000 + flow).to_be_bytes());
+    f.extend_from_slice(&9u16.to_be_bytes());
+    f.extend_from_slice(&((8 + plen) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(&seq.to_be_bytes());
+    while f.len() < 42 + plen {
+        f.push(seq as u8 ^ f.len() as u8);
+    }
+    f
+}
+
+/// The sequence number `udp_frame` put in `f` (None for other frames).
+pub fn udp_seq(f: &[u8]) -> Option<u32> {
+    if f.len() < 46 || f[12..14] != [0x08, 0x00] || f[23] != 17 || f[36..38] != [0, 9] {
+        return None;
+    }
+    Some(u32::from_be_bytes([f[42], f[43], f[44], f[45]]))
+}
+
+/// Per-queue counters of XDP packets a veth received (`ethtool -S`: `rx_queue_N_xdp_packets`,
+/// counted while an XDP program is attached), by queue, from `side`'s namespace.
+pub fn xdp_queue_packets(p: &NetnsPair, side: Side, iface: &str) -> Vec<u64> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", p.ns(side), "ethtool", "-S", iface])
+        .output()
+        .expect("run ethtool -S");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut v: Vec<(usize, u64)> = text
+        .lines()
+        .filter_map(|l| {
+            let (k, n) = l.trim().split_once(':')?;
+            let q = k.strip_prefix("rx_queue_")?.strip_suffix("_xdp_packets")?;
+            Some((q.parse().ok()?, n.trim().parse().ok()?))
+        })
+        .collect();
+    v.sort();
+    v.into_iter().map(|(_, n)| n).collect()
 }
 
 impl Drop for NetnsPair {

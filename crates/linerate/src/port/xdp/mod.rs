@@ -1,4 +1,10 @@
-//! `xdp:IFACE[@QUEUE]`: an AF_XDP socket on one receive queue of an interface.
+//! `xdp:IFACE[@QUEUES]`: AF_XDP sockets on the receive queues of an interface.
+//!
+//! `xdp:IFACE` (or `@all`, `@*`) binds every receive queue the interface has (ethtool channels,
+//! else rtnetlink's queue count), `xdp:IFACE@Q` one queue, `xdp:IFACE@a-b` a range: one socket
+//! with its own rx, tx, fill and completion rings per queue, all on one UMEM
+//! (`XDP_SHARED_UMEM`), so that packets of every queue are frames of one pool. A queue that
+//! cannot be bound fails the open with the queue and the reason: never a silent gap.
 //!
 //! - [`umem`]: the UMEM is a [`Pool`] of 2 KiB frames; received batches are bound to it.
 //! - [`ring`]: the fill, completion, rx and tx rings (mapped, cached producer/consumer cursors).
@@ -14,8 +20,10 @@
 //! port moves no bytes) and copies packets of any other pool into fresh frames. Sockets are
 //! bound with `XDP_USE_NEED_WAKEUP`: the port makes a system call only when the kernel asks.
 //!
-//! Several queues of one interface are several ports (`xdp:eth0@0,xdp:eth0@1`): they share the
-//! interface's program and map. The program is removed when the last port on the interface
+//! Each queue is one [`XdpPort`]; [`open`] returns several as an [`Aggregate`](super::Aggregate)
+//! that polls all their sockets at once, and [`open_queues`] returns them apart for tools that
+//! give each thread its own queues. The queues of one interface share the interface's program
+//! and map. The program is removed when the last port on the interface
 //! drops, and by the kernel when the process ends in any way (bpf_link).
 
 pub mod kfwd;
@@ -119,46 +127,226 @@ pub struct XdpPort {
     fd: Fd,
 }
 
-/// Splits `IFACE[@QUEUE]`.
-pub fn parse_name(rest: &str) -> Result<(&str, u32), PortError> {
-    match rest.rsplit_once('@') {
-        None => Ok((rest, 0)),
-        Some((i, q)) => q.parse().map(|q| (i, q)).map_err(|_| PortError::BadUri {
-            uri: format!("xdp:{rest}"),
-            why: format!("queue '{q}' is not a number (write xdp:IFACE@QUEUE, e.g. xdp:eth0@0)"),
-        }),
+/// Which receive queues an `xdp:` port binds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Queues {
+    /// Every receive queue of the interface (`xdp:IFACE`, `xdp:IFACE@all`, `xdp:IFACE@*`).
+    All,
+    /// Queues `first..=last` (`xdp:IFACE@Q` is `Q..=Q`; `xdp:IFACE@a-b`).
+    Range(u32, u32),
+}
+
+/// Splits `IFACE[@QUEUES]`: no suffix, `@all` or `@*` = every receive queue, `@Q` one queue,
+/// `@a-b` a range.
+pub fn parse_name(rest: &str) -> Result<(&str, Queues), PortError> {
+    let Some((iface, q)) = rest.rsplit_once('@') else {
+        return Ok((rest, Queues::All));
+    };
+    let bad = |why: String| PortError::BadUri {
+        uri: format!("xdp:{rest}"),
+        why,
+    };
+    let num = |s: &str| {
+        s.trim().parse::<u32>().map_err(|_| {
+            bad(format!(
+                "queue '{s}' is not a number (write xdp:IFACE for every queue, xdp:IFACE@Q for \
+                 one, xdp:IFACE@a-b for a range)"
+            ))
+        })
+    };
+    let sel = match q {
+        "all" | "*" => Queues::All,
+        _ => match q.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (num(a)?, num(b)?);
+                if a > b {
+                    return Err(bad(format!(
+                        "queue range {a}-{b} is empty (write low-high)"
+                    )));
+                }
+                Queues::Range(a, b)
+            }
+            None => {
+                let n = num(q)?;
+                Queues::Range(n, n)
+            }
+        },
+    };
+    Ok((iface, sel))
+}
+
+/// The receive queues `sel` names on `iface` (index `ifindex`), checked against the queues the
+/// interface has: a queue it does not have is an error, never a silent gap.
+pub fn resolve_queues(iface: &str, ifindex: u32, sel: Queues) -> Result<Vec<u32>, PortError> {
+    let (n, how) =
+        sys::rx_queues(iface, ifindex).map_err(|e| sys::err_of(iface, "ETHTOOL_GCHANNELS", e))?;
+    let (a, b) = match sel {
+        Queues::All => (0, n - 1),
+        Queues::Range(a, b) => (a, b),
+    };
+    if b >= n {
+        return Err(PortError::BadUri {
+            uri: format!(
+                "xdp:{iface}@{}",
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}-{b}")
+                }
+            ),
+            why: format!(
+                "{iface} has {n} receive queue{} (0-{}, from {how})",
+                if n == 1 { "" } else { "s" },
+                n - 1
+            ),
+        });
     }
+    if (b - a + 1) > prog::MAP_ENTRIES {
+        return Err(PortError::BadUri {
+            uri: format!("xdp:{iface}"),
+            why: format!(
+                "{} queues: at most {} per interface (name a range with @a-b)",
+                b - a + 1,
+                prog::MAP_ENTRIES
+            ),
+        });
+    }
+    Ok((a..=b).collect())
+}
+
+/// How many queues `rest` (`IFACE[@QUEUES]`) names, checked as [`open_queues`] checks them.
+pub fn queue_count(rest: &str) -> Result<usize, PortError> {
+    let (iface, sel) = parse_name(rest)?;
+    let ifindex = sys::ifindex(iface)?;
+    Ok(resolve_queues(iface, ifindex, sel)?.len())
+}
+
+/// Several queue ports as one port (an aggregate that waits up to `wait_ms` on all of them),
+/// or the port itself when there is one.
+pub fn join(name: &str, mut ports: Vec<XdpPort>, wait_ms: u32) -> Box<dyn Port> {
+    if ports.len() == 1 {
+        let mut p = ports.remove(0);
+        p.rx_wait_ms = wait_ms.min(1000) as i32;
+        return Box::new(p);
+    }
+    let parts = ports
+        .into_iter()
+        .map(|p| Box::new(p) as Box<dyn Port>)
+        .collect();
+    Box::new(super::Aggregate::with_wait(
+        name,
+        parts,
+        wait_ms.min(1000) as i32,
+    ))
+}
+
+/// Frames a UMEM needs for `queues` sockets with rings of `ring` entries: each socket's fill
+/// and receive rings full, plus room for batches in flight and transmit.
+pub fn umem_frames(queues: usize, ring: u32) -> u32 {
+    (queues as u32)
+        .saturating_mul(2 * ring)
+        .saturating_add(1024)
+}
+
+/// Opens the queues `rest` (`IFACE[@QUEUES]`) names, one socket and its four rings per queue,
+/// all on one UMEM: `with`'s if given (`XDP_SHARED_UMEM`, e.g. the input of a forwarder),
+/// else a new one sized for every queue. Every queue is bound or the whole open fails, naming
+/// the queue and why.
+pub fn open_queues(
+    rest: &str,
+    opts: &PortOptions,
+    cfg: &XdpConfig,
+    with: Option<&XdpPort>,
+) -> Result<Vec<XdpPort>, PortError> {
+    let (iface, sel) = parse_name(rest)?;
+    let ifindex = sys::ifindex(iface)?;
+    let queues = resolve_queues(iface, ifindex, sel)?;
+    let several = queues.len() > 1;
+    let big = PortOptions {
+        frames: opts.frames.max(umem_frames(queues.len(), cfg.ring_size)),
+        rx_wait_ms: if several { 0 } else { opts.rx_wait_ms },
+        ..opts.clone()
+    };
+    let mut out: Vec<XdpPort> = Vec::with_capacity(queues.len());
+    for q in queues {
+        let share = out.first().or(with).map(|p| (&p.pool, p.fd.0));
+        let p = XdpPort::open_one(iface, q, &big, cfg, share).map_err(|e| match e {
+            PortError::Os {
+                iface: i,
+                op,
+                source,
+                hint,
+            } if several => PortError::Os {
+                iface: format!("{i} queue {q}"),
+                op,
+                source,
+                hint,
+            },
+            e => e,
+        })?;
+        out.push(p);
+    }
+    Ok(out)
+}
+
+/// Opens `rest` (`IFACE[@QUEUES]`) as one port: a single queue as itself, several as an
+/// aggregate read round-robin that waits on all their sockets at once.
+pub fn open(rest: &str, opts: &PortOptions, cfg: &XdpConfig) -> Result<Box<dyn Port>, PortError> {
+    let ports = open_queues(rest, opts, cfg, None)?;
+    Ok(join(&format!("xdp:{rest}"), ports, opts.rx_wait_ms))
 }
 
 impl XdpPort {
-    /// Opens `IFACE[@QUEUE]` (in the calling thread's network namespace): UMEM, rings, socket
-    /// bound to the queue, program attached and the socket entered in its map.
+    /// Opens one queue, `IFACE@Q` (or `IFACE` on an interface with one receive queue), in the
+    /// calling thread's network namespace: UMEM, rings, socket bound to the queue, program
+    /// attached and the socket entered in its map. Several queues: [`open_queues`] or [`open`].
     pub fn open(rest: &str, opts: &PortOptions, cfg: &XdpConfig) -> Result<XdpPort, PortError> {
-        Self::open_inner(rest, opts, cfg, None)
+        Self::single(rest, opts, cfg, None)
     }
 
-    /// Opens `IFACE[@QUEUE]` on the UMEM of `with` (`XDP_SHARED_UMEM`, kernel 5.10+ for another
-    /// interface or queue): both ports receive into and send from one pool, so a batch received
-    /// on one is sent on the other without a copy. The socket mode (copy or zero-copy) is the
-    /// one `with` got. `with`'s pool should have room for both ports' rings (`PortOptions::frames`
-    /// ≥ 4 × ring size + 2048 when `with` was opened).
+    /// Opens one queue `IFACE@Q` on the UMEM of `with` (`XDP_SHARED_UMEM`, kernel 5.10+ for
+    /// another interface or queue): both ports receive into and send from one pool, so a batch
+    /// received on one is sent on the other without a copy. The socket mode (copy or zero-copy)
+    /// is the one `with` got. `with`'s pool should have room for both ports' rings
+    /// (`PortOptions::frames` ≥ [`umem_frames`] of all their queues when `with` was opened).
     pub fn open_shared(
         rest: &str,
         opts: &PortOptions,
         cfg: &XdpConfig,
         with: &XdpPort,
     ) -> Result<XdpPort, PortError> {
-        Self::open_inner(rest, opts, cfg, Some((&with.pool, with.fd.0)))
+        Self::single(rest, opts, cfg, Some((&with.pool, with.fd.0)))
     }
 
-    fn open_inner(
+    fn single(
         rest: &str,
         opts: &PortOptions,
         cfg: &XdpConfig,
         share: Option<(&Arc<Pool>, i32)>,
     ) -> Result<XdpPort, PortError> {
-        let (iface, queue) = parse_name(rest)?;
-        let name = format!("xdp:{rest}");
+        let (iface, sel) = parse_name(rest)?;
+        let ifindex = sys::ifindex(iface)?;
+        let queues = resolve_queues(iface, ifindex, sel)?;
+        if queues.len() != 1 {
+            return Err(PortError::BadUri {
+                uri: format!("xdp:{rest}"),
+                why: format!(
+                    "names {} queues where one is needed (write xdp:{iface}@Q)",
+                    queues.len()
+                ),
+            });
+        }
+        Self::open_one(iface, queues[0], opts, cfg, share)
+    }
+
+    fn open_one(
+        iface: &str,
+        queue: u32,
+        opts: &PortOptions,
+        cfg: &XdpConfig,
+        share: Option<(&Arc<Pool>, i32)>,
+    ) -> Result<XdpPort, PortError> {
+        let name = format!("xdp:{iface}@{queue}");
         let rs = cfg.ring_size;
         if !rs.is_power_of_two() || !(64..=65536).contains(&rs) {
             return Err(PortError::BadUri {
@@ -167,7 +355,7 @@ impl XdpPort {
             });
         }
         let ifindex = sys::ifindex(iface)?;
-        let frames = opts.frames.max(2 * rs + 1024);
+        let frames = opts.frames.max(umem_frames(1, rs));
         let tries: &[u16] = match cfg.mode {
             _ if share.is_some() => &[sys::XDP_SHARED_UMEM],
             XdpMode::Auto => &[sys::XDP_ZEROCOPY, sys::XDP_COPY],
@@ -443,7 +631,16 @@ impl Port for XdpPort {
         if n > 0 {
             return Ok(n);
         }
-        // Nothing ready: sleep in poll (which also wakes the kernel if the fill ring asks).
+        // Nothing ready. A port that must not wait (a queue of an aggregate, which polls all
+        // its sockets at once) only wakes the kernel if the fill ring asks: no system call
+        // otherwise.
+        if self.rx_wait_ms == 0 {
+            if self.fill.needs_wakeup() {
+                sys::kick_rx(&self.fd);
+            }
+            return Ok(0);
+        }
+        // Sleep in poll (which also wakes the kernel if the fill ring asks).
         if sys::poll_in(self.fd.0, self.rx_wait_ms) {
             return Ok(self.fill_batch(batch));
         }
@@ -565,8 +762,21 @@ mod tests {
 
     #[test]
     fn names_and_modes_parse() {
-        assert_eq!(parse_name("eth0").unwrap(), ("eth0", 0));
-        assert_eq!(parse_name("eth0@3").unwrap(), ("eth0", 3));
+        assert_eq!(parse_name("eth0").unwrap(), ("eth0", Queues::All));
+        assert_eq!(parse_name("eth0@all").unwrap(), ("eth0", Queues::All));
+        assert_eq!(parse_name("eth0@*").unwrap(), ("eth0", Queues::All));
+        assert_eq!(parse_name("eth0@3").unwrap(), ("eth0", Queues::Range(3, 3)));
+        assert_eq!(
+            parse_name("eth0@1-3").unwrap(),
+            ("eth0", Queues::Range(1, 3))
+        );
+        for bad in ["eth0@3-1", "eth0@-", "eth0@1-x", "eth0@"] {
+            assert!(
+                matches!(parse_name(bad), Err(PortError::BadUri { .. })),
+                "{bad}"
+            );
+        }
+        assert_eq!(umem_frames(4, 2048), 4 * 4096 + 1024);
         assert!(matches!(
             parse_name("eth0@x"),
             Err(PortError::BadUri { .. })

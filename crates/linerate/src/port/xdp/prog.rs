@@ -22,7 +22,7 @@ pub const PROG_NAME: &str = "lr_xsk_redirect";
 /// The map symbol the program refers to.
 const MAP_NAME: &str = "xsks_map";
 /// Queues one interface's map can hold.
-const MAP_ENTRIES: u32 = 256;
+pub(crate) const MAP_ENTRIES: u32 = 256;
 
 /// How the program is attached.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

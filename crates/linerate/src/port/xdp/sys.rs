@@ -190,9 +190,10 @@ pub fn iface_mac(name: &str) -> Result<[u8; 6], PortError> {
     Ok(m)
 }
 
-/// The driver of interface `name` (`ETHTOOL_GDRVINFO`), e.g. "veth".
-pub(crate) fn iface_driver(name: &str) -> io::Result<String> {
-    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+/// Runs the ethtool command whose `struct ethtool_*` (command word first) is `data` on interface
+/// `name`, in the calling thread's network namespace.
+fn ethtool(name: &str, data: &mut [u8]) -> io::Result<()> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || data.len() < 4 {
         return Err(io::Error::from_raw_os_error(libc::ENODEV));
     }
     // SAFETY: plain socket(2) call; the result is checked.
@@ -201,24 +202,70 @@ pub(crate) fn iface_driver(name: &str) -> io::Result<String> {
         return Err(io::Error::last_os_error());
     }
     let fd = Fd(fd);
-    // struct ethtool_drvinfo: cmd, then driver[32], ... (196 bytes in all).
-    let mut info = [0u8; 196];
-    info[..4].copy_from_slice(&3u32.to_ne_bytes()); // ETHTOOL_GDRVINFO
-                                                    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
         *d = s as libc::c_char;
     }
-    req.ifr_ifru.ifru_data = info.as_mut_ptr() as *mut libc::c_char;
-    // SAFETY: SIOCETHTOOL with ETHTOOL_GDRVINFO writes at most sizeof(ethtool_drvinfo) bytes
-    // into `info`, which lives across the call.
+    req.ifr_ifru.ifru_data = data.as_mut_ptr() as *mut libc::c_char;
+    // SAFETY: SIOCETHTOOL reads the command word of `data` and writes at most the size of that
+    // command's structure, which the callers allocate in full; `data` lives across the call.
     let r = unsafe { libc::ioctl(fd.0, libc::SIOCETHTOOL, &mut req) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(())
+}
+
+/// The driver of interface `name` (`ETHTOOL_GDRVINFO`), e.g. "veth".
+pub(crate) fn iface_driver(name: &str) -> io::Result<String> {
+    // struct ethtool_drvinfo: cmd, then driver[32], ... (196 bytes in all).
+    let mut info = [0u8; 196];
+    info[..4].copy_from_slice(&3u32.to_ne_bytes()); // ETHTOOL_GDRVINFO
+    ethtool(name, &mut info)?;
     let d = &info[4..36];
     let end = d.iter().position(|&b| b == 0).unwrap_or(d.len());
     Ok(String::from_utf8_lossy(&d[..end]).into_owned())
+}
+
+/// How many receive queues interface `name` has, and how that was learnt: the driver's channels
+/// (`ETHTOOL_GCHANNELS`: combined channels plus receive-only ones), else the queues the device
+/// was created with (rtnetlink `IFLA_NUM_RX_QUEUES`, for drivers without channels). Both are
+/// answered in the calling thread's network namespace (sysfs is not: it shows the namespace
+/// that mounted it).
+pub(crate) fn rx_queues(name: &str, ifindex: u32) -> io::Result<(u32, &'static str)> {
+    // struct ethtool_channels: cmd, max_rx, max_tx, max_other, max_combined, rx_count,
+    // tx_count, other_count, combined_count.
+    let mut ch = [0u8; 36];
+    ch[..4].copy_from_slice(&0x3cu32.to_ne_bytes()); // ETHTOOL_GCHANNELS
+    let word = |b: &[u8], i: usize| {
+        u32::from_ne_bytes([b[i * 4], b[i * 4 + 1], b[i * 4 + 2], b[i * 4 + 3]])
+    };
+    match ethtool(name, &mut ch) {
+        Ok(()) => {
+            let n = word(&ch, 5).saturating_add(word(&ch, 8));
+            if n > 0 {
+                return Ok((n, "ethtool channels"));
+            }
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Err(e),
+        Err(_) => {}
+    }
+    let nl = Netlink::open()?;
+    let mut m = Vec::with_capacity(64);
+    nl_header(&mut m, libc::RTM_GETLINK, libc::NLM_F_REQUEST as u16);
+    ifinfomsg(&mut m, ifindex);
+    nl_finish(&mut m);
+    let reply = nl.request(&m)?;
+    let len = u32::from_ne_bytes([reply[0], reply[1], reply[2], reply[3]]) as usize;
+    let body = reply.get(32..len.min(reply.len())).unwrap_or(&[]);
+    let mut n = 0;
+    attrs(body, |ty, p| {
+        if ty == IFLA_NUM_RX_QUEUES && p.len() >= 4 {
+            n = u32::from_ne_bytes([p[0], p[1], p[2], p[3]]);
+        }
+    });
+    Ok((n.max(1), "rtnetlink IFLA_NUM_RX_QUEUES"))
 }
 
 /// Moves the calling thread into the named network namespace (`/var/run/netns/NAME`, as
@@ -778,6 +825,7 @@ pub(super) fn xdp_query(nl: &Netlink, ifindex: u32) -> io::Result<XdpAttachment>
 }
 
 const IFLA_STATS64: u16 = 23;
+const IFLA_NUM_RX_QUEUES: u16 = 32;
 
 /// Counters of an interface (`struct rtnl_link_stats64`, its first ten fields).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
