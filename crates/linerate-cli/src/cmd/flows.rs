@@ -4,6 +4,7 @@ use crate::common::{stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::flow::ipfix::{IpfixOptions, UdpExporter};
+use linerate::apps::flow::kafka::{host_name, KafkaExporter, KafkaOptions, KafkaStats};
 use linerate::apps::flow::key::NotFlow;
 use linerate::apps::flow::record::{EndReason, Field, FlowRecord, Format, RecordWriter};
 use linerate::apps::flow::table::TableConfig;
@@ -11,10 +12,13 @@ use linerate::apps::flow::{self, Ended, FlowOptions, FlowReport, RecordSink};
 use linerate::port::file::{self, RecordFile};
 use linerate::port::PortOptions;
 use linerate::stats::group;
+use linerate::stats::prom::MetricsServer;
 use linerate::units;
 use std::io::Write;
 use std::net::ToSocketAddrs;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Flags of `linerate flows`.
@@ -57,6 +61,27 @@ pub struct Args {
     /// IPFIX observation domain id.
     #[arg(long, value_name = "ID", default_value = "1")]
     ipfix_domain: u32,
+    /// Export records into Apache Kafka: BROKERS/TOPIC, BROKERS host:port[,host:port...]. One
+    /// JSON message per record (the -w x.jsonl fields plus "probe"), keyed by the canonical
+    /// bidirectional flow key (see docs/flows.md, "Many probes, one topic").
+    #[arg(long, value_name = "BROKERS/TOPIC")]
+    kafka: Option<String>,
+    /// A librdkafka setting, key=value (repeatable): acks, compression.type, linger.ms,
+    /// security.protocol, ssl.*, sasl.* ... Defaults: acks=all, compression.type=lz4,
+    /// linger.ms=5, partitioner=murmur2_random.
+    #[arg(long, value_name = "KEY=VALUE", requires = "kafka")]
+    kafka_opt: Vec<String>,
+    /// This probe's name in every Kafka record ("probe"); default: the host name.
+    #[arg(long, value_name = "NAME", requires = "kafka")]
+    probe_id: Option<String>,
+    /// How long to wait for a broker at the start, and for acknowledgements at the end
+    /// (what is unacknowledged then is counted failed).
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = units::parse_duration)]
+    kafka_timeout: Duration,
+    /// Serve the Kafka export's counters in Prometheus' text format on this address (e.g.
+    /// 127.0.0.1:9100); it has no authentication: keep it on loopback.
+    #[arg(long, value_name = "ADDR", requires = "kafka")]
+    metrics: Option<String>,
     /// Columns, comma separated (`all`, `default`, or names: stime,ltime,dur,flgs,proto,saddr,
     /// sport,dir,daddr,dport,spkts,dpkts,sbytes,dbytes,state,sflags,dflags,itype,icode,reason,vlan).
     #[arg(long, value_name = "LIST", default_value = "default")]
@@ -72,6 +97,7 @@ pub struct Args {
 struct Sinks {
     writer: Option<RecordWriter<Box<dyn Write + Send>>>,
     ipfix: Option<UdpExporter>,
+    kafka: Option<KafkaExporter>,
     write_error: Option<std::io::Error>,
     /// Live input: records are flushed as they come, not when the buffer fills.
     flush_each: bool,
@@ -96,6 +122,9 @@ impl RecordSink for Sinks {
         }
         if let Some(x) = &mut self.ipfix {
             x.records(recs);
+        }
+        if let Some(k) = &self.kafka {
+            k.records(recs);
         }
     }
 }
@@ -127,6 +156,60 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some("jsonl") | Some("json") => Format::Jsonl,
         Some(f) => return Err(usage(format!("--format: '{f}' (use text, csv or jsonl)"))),
     };
+    if a.kafka_timeout.is_zero() || a.kafka_timeout > Duration::from_secs(3600) {
+        return Err(usage(format!(
+            "--kafka-timeout {:?}: between 1ms and 3600s",
+            a.kafka_timeout
+        )));
+    }
+    let kafka = match &a.kafka {
+        None => None,
+        Some(target) => {
+            let probe = a.probe_id.clone().unwrap_or_else(host_name);
+            let mut o = KafkaOptions::parse(target, &probe).map_err(|e| {
+                let flag = if e.to_string().starts_with("probe id") {
+                    "--probe-id"
+                } else {
+                    "--kafka"
+                };
+                usage(format!("{flag}: {e}"))
+            })?;
+            for kv in &a.kafka_opt {
+                o.set(kv).map_err(|e| usage(format!("--kafka-opt {e}")))?;
+            }
+            o.timeout = a.kafka_timeout;
+            Some(KafkaExporter::connect(o).map_err(|e| {
+                let msg = format!("--kafka {target}: {e}");
+                if matches!(e, linerate::apps::flow::kafka::KafkaError::Config(_)) {
+                    usage(msg)
+                } else {
+                    anyhow::anyhow!(msg)
+                }
+            })?)
+        }
+    };
+    // The metrics thread refreshes the Kafka counters every 250 ms until the end.
+    let metrics_done = Arc::new(AtomicBool::new(false));
+    let metrics = match (&a.metrics, &kafka) {
+        (Some(addr), Some(k)) => {
+            let m =
+                MetricsServer::start(addr).map_err(|e| usage(format!("--metrics {addr}: {e}")))?;
+            let stats = k.stats_handle();
+            let (topic, probe) = (k.options().topic.clone(), k.options().probe.clone());
+            let (m2, done) = (m.clone(), metrics_done.clone());
+            m.set(stats().prometheus(&topic, &probe));
+            let t = std::thread::Builder::new()
+                .name("metrics-text".into())
+                .spawn(move || {
+                    while !done.load(Ordering::Relaxed) {
+                        m2.set(stats().prometheus(&topic, &probe));
+                        std::thread::sleep(Duration::from_millis(250));
+                    }
+                })?;
+            Some((m, t))
+        }
+        _ => None,
+    };
     let popts = PortOptions {
         frames: 16_384,
         ..Default::default()
@@ -141,7 +224,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             file::create(p, &inputs).map_err(|e| usage(format!("-w: {e}")))?,
             OUT_BUF,
         ))),
-        None if a.ipfix.is_none() => Some(Box::new(RecordFile::stdout(OUT_BUF))),
+        None if a.ipfix.is_none() && a.kafka.is_none() => {
+            Some(Box::new(RecordFile::stdout(OUT_BUF)))
+        }
         None => None,
     };
     let ipfix = match &a.ipfix {
@@ -177,22 +262,42 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let mut sinks = Sinks {
         writer: out.map(|o| RecordWriter::new(o, format, fields)),
         ipfix,
+        kafka,
         write_error: None,
         flush_each: live,
     };
     if !a.quiet {
         let link = input.link_type().0;
+        let maddr = metrics.as_ref().map(|(m, _)| m.addr().to_string());
         if a.json {
-            eprintln!(
-                "{}",
-                serde_json::json!({"type": "start", "input": a.input, "link_type": link,
-                    "threads": a.threads, "max_flows": a.max_flows})
-            );
+            let mut j = serde_json::json!({"type": "start", "input": a.input, "link_type": link,
+                    "threads": a.threads, "max_flows": a.max_flows});
+            if let Some(k) = &sinks.kafka {
+                j["kafka"] = k.options().target().into();
+                j["probe"] = k.options().probe.clone().into();
+            }
+            if let Some(m) = &maddr {
+                j["metrics"] = m.clone().into();
+            }
+            eprintln!("{j}");
         } else {
             eprintln!(
                 "Flows from {} (link type {link}), {} thread(s)",
                 a.input, a.threads
             );
+            if let Some(n) = sinks.kafka.as_ref().and_then(|k| k.note()) {
+                eprintln!("note: {n}");
+            }
+            if let Some(k) = &sinks.kafka {
+                eprintln!(
+                    "Records into Kafka {} as probe {}",
+                    k.options().target(),
+                    k.options().probe
+                );
+            }
+            if let Some(m) = &maddr {
+                eprintln!("Metrics on http://{m}/metrics");
+            }
         }
     }
     let report = flow::run(input.as_mut(), &opts, &stop, &mut sinks);
@@ -205,18 +310,63 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         x.finish();
         x.stats()
     });
+    // A signal that stopped the input above must not also cut the wait for acknowledgements
+    // short: re-arm the flag, so that a new SIGINT/SIGTERM ends the wait (within ~20 ms; what is
+    // unacknowledged then is counted failed) and a third one ends the process.
+    stop.store(false, Ordering::SeqCst);
+    let kstats = sinks.kafka.as_mut().map(|k| {
+        let pending = k.stats().pending();
+        if !a.quiet && pending > 0 {
+            if a.json {
+                eprintln!(
+                    "{}",
+                    serde_json::json!({"type": "kafka_wait", "pending": pending,
+                        "timeout": a.kafka_timeout.as_secs_f64()})
+                );
+            } else {
+                eprintln!(
+                    "Waiting up to {} s for Kafka to acknowledge {} records (Ctrl-C to stop waiting)",
+                    a.kafka_timeout.as_secs_f64(),
+                    group(pending)
+                );
+            }
+        }
+        let s = k.finish(&stop);
+        (s, k.options().clone(), k.last_error())
+    });
+    metrics_done.store(true, Ordering::Relaxed);
+    if let (Some((m, t)), Some((s, o, _))) = (metrics, &kstats) {
+        let _ = t.join();
+        m.set(s.prometheus(&o.topic, &o.probe));
+    }
     if !a.quiet {
         let mut err = std::io::stderr();
+        let k = kstats.as_ref().map(|(s, o, _)| (s, o));
         let s = if a.json {
-            json_summary(&report, export)
+            json_summary(&report, export, k)
         } else {
-            text_summary(&report, export)
+            text_summary(&report, export, k)
         };
         let _ = err.write_all(s.as_bytes());
     }
     if let Some(e) = sinks.write_error {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             return Err(anyhow::Error::new(e).context("writing records"));
+        }
+    }
+    if let Some((s, o, last)) = &kstats {
+        if s.failed_total() > 0 {
+            let why = match last {
+                Some(l) => format!("; last error from {}: {l}", o.brokers),
+                None => format!(" (broker {})", o.brokers),
+            };
+            return Err(anyhow::anyhow!(
+                "--kafka {}: {} of {} records did not reach the topic ({}){why}",
+                o.target(),
+                group(s.failed_total()),
+                group(s.records),
+                s.failures_text()
+            ));
         }
     }
     match report.error {
@@ -252,7 +402,11 @@ fn ended_name(e: Ended) -> &'static str {
     }
 }
 
-fn text_summary(r: &FlowReport, x: Option<linerate::apps::flow::ipfix::ExportStats>) -> String {
+fn text_summary(
+    r: &FlowReport,
+    x: Option<linerate::apps::flow::ipfix::ExportStats>,
+    k: Option<(&KafkaStats, &KafkaOptions)>,
+) -> String {
     let secs = r.elapsed.as_secs_f64().max(1e-9);
     let t = &r.table;
     let mut s = String::new();
@@ -309,10 +463,26 @@ fn text_summary(r: &FlowReport, x: Option<linerate::apps::flow::ipfix::ExportSta
             group(x.errors)
         ));
     }
+    if let Some((k, o)) = k {
+        s.push_str(&format!(
+            "Kafka {} (probe {}): {} records, {} acknowledged ({} bytes), {} failed ({})\n",
+            o.target(),
+            o.probe,
+            group(k.records),
+            group(k.acked),
+            group(k.acked_bytes),
+            group(k.failed_total()),
+            k.failures_text()
+        ));
+    }
     s
 }
 
-fn json_summary(r: &FlowReport, x: Option<linerate::apps::flow::ipfix::ExportStats>) -> String {
+fn json_summary(
+    r: &FlowReport,
+    x: Option<linerate::apps::flow::ipfix::ExportStats>,
+    k: Option<(&KafkaStats, &KafkaOptions)>,
+) -> String {
     let secs = r.elapsed.as_secs_f64().max(1e-9);
     let t = &r.table;
     let mut reasons = serde_json::Map::new();
@@ -350,6 +520,17 @@ fn json_summary(r: &FlowReport, x: Option<linerate::apps::flow::ipfix::ExportSta
     if let Some(x) = x {
         j["ipfix"] = serde_json::json!({
             "flows": x.flows, "messages": x.messages, "bytes": x.bytes, "errors": x.errors
+        });
+    }
+    if let Some((k, o)) = k {
+        let mut failed = serde_json::Map::new();
+        for f in linerate::apps::flow::kafka::Failure::ALL {
+            failed.insert(f.name().into(), k.failed[f as usize].into());
+        }
+        j["kafka"] = serde_json::json!({
+            "target": o.target(), "probe": o.probe, "records": k.records,
+            "produced": k.produced, "acked": k.acked, "acked_bytes": k.acked_bytes,
+            "failed": k.failed_total(), "failed_by_reason": failed,
         });
     }
     if let Some(e) = &r.error {

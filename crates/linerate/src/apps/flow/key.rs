@@ -162,7 +162,7 @@ fn be16(d: &[u8], at: usize) -> Option<u16> {
 
 /// ICMP types that are echoes (request, reply), v4 and v6.
 #[inline(always)]
-fn is_echo(proto: u8, t: u8) -> bool {
+pub fn is_echo(proto: u8, t: u8) -> bool {
     match proto {
         1 => t == 8 || t == 0,
         58 => t == 128 || t == 129,

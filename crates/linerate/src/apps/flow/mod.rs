@@ -1,6 +1,6 @@
 //! `flows`: an Argus-style flow monitor: bidirectional flow records keyed by the canonical
 //! 5-tuple and VLAN, with idle, status (active), end-of-connection, forced and lack-of-resources
-//! reports, text/CSV/JSON-lines output and IPFIX export.
+//! reports, text/CSV/JSON-lines output, IPFIX export and export into Apache Kafka.
 //!
 //! One thread: the loop receives a batch, reads each packet's headers ([`key::extract`]), counts
 //! it in the [`table::FlowTable`] and hands the records the batch produced to the sink. With
@@ -11,6 +11,7 @@
 
 pub mod frag;
 pub mod ipfix;
+pub mod kafka;
 pub mod key;
 pub mod record;
 pub mod table;

@@ -4,7 +4,7 @@
 //! SYN sender for TCP). Counters are since the previous record of the same flow (a status record
 //! resets them), as Argus reports them.
 
-use super::key::{E_ETH, E_FRAG, E_MPLS, E_PPPOE, E_VLAN};
+use super::key::{is_echo, FlowKey, E_ETH, E_FRAG, E_MPLS, E_PPPOE, E_VLAN, K_ICMP_OTHER, K_V6};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -168,6 +168,36 @@ impl FlowRecord {
     /// Whether the protocol is ICMP (v4 or v6).
     pub fn is_icmp(&self) -> bool {
         self.proto == 1 || self.proto == 58
+    }
+
+    /// The flow's canonical key, as the table keyed it: lower endpoint (address, then port)
+    /// first, so it is the same whichever side initiated, and on every probe that saw the flow.
+    /// ICMP echoes are keyed by identifier, other ICMP by type and code.
+    pub fn key(&self) -> FlowKey {
+        let mut flags = if self.v6 { K_V6 } else { 0 };
+        let (sp, dp) = if !self.is_icmp() {
+            (self.sport, self.dport)
+        } else if is_echo(self.proto, self.icmp_type) {
+            (self.dport, self.dport)
+        } else {
+            flags |= K_ICMP_OTHER;
+            let tc = (self.icmp_type as u16) << 8 | self.icmp_code as u16;
+            (tc, tc)
+        };
+        let (a, pa, b, pb) = if (self.src, sp) <= (self.dst, dp) {
+            (self.src, sp, self.dst, dp)
+        } else {
+            (self.dst, dp, self.src, sp)
+        };
+        FlowKey {
+            a,
+            b,
+            pa,
+            pb,
+            vlan: self.vlan,
+            proto: self.proto,
+            flags,
+        }
     }
 }
 
@@ -553,6 +583,42 @@ pub fn field_value(r: &FlowRecord, f: Field, machine: bool, out: &mut String) {
     }
 }
 
+/// Appends record `r` as one JSON object (no newline) with `fields` as members, named as
+/// `--fields` names them (the `-w x.jsonl` form), then `extra`: further members already in JSON,
+/// each with a leading comma (`,"probe":"tap1"`), or "". `cell` is scratch space.
+pub fn json_object(
+    r: &FlowRecord,
+    fields: &[Field],
+    extra: &str,
+    line: &mut String,
+    cell: &mut String,
+) {
+    line.push('{');
+    for (i, &f) in fields.iter().enumerate() {
+        if i > 0 {
+            line.push(',');
+        }
+        let _ = write!(line, "\"{}\":", f.name());
+        cell.clear();
+        field_value(r, f, true, cell);
+        let num = f.numeric()
+            || matches!(
+                f,
+                Field::StartTime | Field::LastTime | Field::Sport | Field::Dport
+            );
+        if cell.is_empty() {
+            line.push_str("null");
+        } else if num {
+            line.push_str(cell);
+        } else {
+            // values are addresses, names and flag letters: nothing to escape
+            let _ = write!(line, "\"{cell}\"");
+        }
+    }
+    line.push_str(extra);
+    line.push('}');
+}
+
 /// Writes records in one format with chosen fields. Formatting happens only here, when a record
 /// is emitted; the line buffer is reused.
 pub struct RecordWriter<W: Write> {
@@ -641,29 +707,7 @@ impl<W: Write> RecordWriter<W> {
                 }
             }
             Format::Jsonl => {
-                self.line.push('{');
-                for (i, &f) in self.fields.iter().enumerate() {
-                    if i > 0 {
-                        self.line.push(',');
-                    }
-                    let _ = write!(self.line, "\"{}\":", f.name());
-                    self.cell.clear();
-                    field_value(r, f, true, &mut self.cell);
-                    let num = f.numeric()
-                        || matches!(
-                            f,
-                            Field::StartTime | Field::LastTime | Field::Sport | Field::Dport
-                        );
-                    if self.cell.is_empty() {
-                        self.line.push_str("null");
-                    } else if num {
-                        self.line.push_str(&self.cell);
-                    } else {
-                        // values are addresses, names and flag letters: nothing to escape
-                        let _ = write!(self.line, "\"{}\"", self.cell);
-                    }
-                }
-                self.line.push('}');
+                json_object(r, &self.fields, "", &mut self.line, &mut self.cell);
             }
         }
         self.line.push('\n');

@@ -684,6 +684,35 @@ mod tests {
     }
 
     #[test]
+    fn a_record_gives_back_its_flow_key_whichever_side_began() {
+        // (frame of the first packet, frame of the answer): TCP both ways round, UDP, ICMP echo
+        // begun by the reply, ICMP unreachable.
+        let mut unr = eth_v4(A, B, 1, 3, 0, 0, 8);
+        unr[14 + 21] = 1; // code 1
+        let cases = [
+            eth_v4(A, B, 6, 40000, 80, TCP_SYN, 0),
+            eth_v4(B, A, 6, 80, 40000, TCP_SYN, 0),
+            eth_v4(B, A, 17, 53, 5353, 0, 4),
+            eth_v4(A, B, 17, 5353, 53, 0, 4),
+            eth_v4(B, A, 1, 0, 0x1234, 0, 8),
+            eth_v4(A, B, 1, 8, 0x1234, 0, 8),
+            unr,
+        ];
+        for f in cases {
+            let mut t = FlowTable::new(TableConfig {
+                max_flows: 16,
+                ..Default::default()
+            });
+            let mut out = Vec::new();
+            let p = extract(&f, LinkType::ETHERNET).unwrap();
+            t.packet(&p, S, f.len() as u32, &mut out);
+            t.flush(&mut out);
+            assert_eq!(out.len(), 1);
+            assert_eq!(out[0].key(), p.key, "{:?}", out[0]);
+        }
+    }
+
+    #[test]
     fn new_syn_after_close_starts_a_new_flow() {
         let mut t = FlowTable::new(TableConfig {
             max_flows: 16,
