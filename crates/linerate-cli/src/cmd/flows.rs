@@ -12,13 +12,12 @@ use linerate::apps::flow::{self, Ended, FlowOptions, FlowReport, RecordSink};
 use linerate::port::file::{self, RecordFile};
 use linerate::port::PortOptions;
 use linerate::stats::group;
-use linerate::stats::prom::MetricsServer;
+use linerate::stats::http;
 use linerate::units;
 use std::io::Write;
 use std::net::ToSocketAddrs;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Flags of `linerate flows`.
@@ -188,25 +187,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             })?)
         }
     };
-    // The metrics thread refreshes the Kafka counters every 250 ms until the end.
-    let metrics_done = Arc::new(AtomicBool::new(false));
+    // The endpoint reads the exporter's counters live, on its own thread.
     let metrics = match (&a.metrics, &kafka) {
         (Some(addr), Some(k)) => {
-            let m =
-                MetricsServer::start(addr).map_err(|e| usage(format!("--metrics {addr}: {e}")))?;
             let stats = k.stats_handle();
             let (topic, probe) = (k.options().topic.clone(), k.options().probe.clone());
-            let (m2, done) = (m.clone(), metrics_done.clone());
-            m.set(stats().prometheus(&topic, &probe));
-            let t = std::thread::Builder::new()
-                .name("metrics-text".into())
-                .spawn(move || {
-                    while !done.load(Ordering::Relaxed) {
-                        m2.set(stats().prometheus(&topic, &probe));
-                        std::thread::sleep(Duration::from_millis(250));
-                    }
-                })?;
-            Some((m, t))
+            let m = http::serve(addr, move || stats().prometheus(&topic, &probe))
+                .map_err(|e| usage(format!("--metrics {addr}: {e}")))?;
+            if let Some(note) = http::auth_note(&m.addr()) {
+                eprintln!("linerate: {note}");
+            }
+            Some(m)
         }
         _ => None,
     };
@@ -268,7 +259,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     if !a.quiet {
         let link = input.link_type().0;
-        let maddr = metrics.as_ref().map(|(m, _)| m.addr().to_string());
+        let maddr = metrics.as_ref().map(|m| m.addr().to_string());
         if a.json {
             let mut j = serde_json::json!({"type": "start", "input": a.input, "link_type": link,
                     "threads": a.threads, "max_flows": a.max_flows});
@@ -334,11 +325,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let s = k.finish(&stop);
         (s, k.options().clone(), k.last_error())
     });
-    metrics_done.store(true, Ordering::Relaxed);
-    if let (Some((m, t)), Some((s, o, _))) = (metrics, &kstats) {
-        let _ = t.join();
-        m.set(s.prometheus(&o.topic, &o.probe));
-    }
     if !a.quiet {
         let mut err = std::io::stderr();
         let k = kstats.as_ref().map(|(s, o, _)| (s, o));
