@@ -18,6 +18,17 @@ pub fn mono_ns() -> u64 {
     START.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
+/// [`mono_ns`] as a [`Clock`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MonoClock;
+
+impl Clock for MonoClock {
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        mono_ns()
+    }
+}
+
 /// A source of nanoseconds, injected into schedulers and generators so that their tests are
 /// deterministic. Readings only need to be monotonic and comparable within one process.
 pub trait Clock: Send + Sync {

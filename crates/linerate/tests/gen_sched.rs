@@ -2,7 +2,7 @@
 //! the right mean and variance and an exponential distribution (Kolmogorov-Smirnov), bursts,
 //! and what the worker does after a stall of its clock.
 
-use linerate::apps::gen::sched::{Pattern, Schedule};
+use linerate::apps::gen::sched::{CatchUp, OnStall, Pattern, Schedule};
 use linerate::apps::gen::template::read_sig;
 use linerate::apps::gen::vary::SizeSpec;
 use linerate::apps::gen::{self, GenOptions, StreamSpec};
@@ -153,24 +153,85 @@ impl Clock for StallingClock {
     }
 }
 
-/// Sends 3000 packets at 1 Mpps on a clock that stalls 1 ms once; returns the send times.
-fn stalled(catch_up: bool) -> (Vec<u64>, gen::GenReport) {
+/// A fake clock (1 ns per reading) that loses `stall` ns every `period` ns: the CPU taken away
+/// for a share `stall / (period + stall)` of the time, again and again.
+struct PeriodicStalls {
+    now: std::sync::atomic::AtomicU64,
+    next: std::sync::atomic::AtomicU64,
+    period: u64,
+    stall: u64,
+}
+
+impl PeriodicStalls {
+    fn new(start: u64, period: u64, stall: u64) -> PeriodicStalls {
+        PeriodicStalls {
+            now: start.into(),
+            next: (start + period).into(),
+            period,
+            stall,
+        }
+    }
+}
+
+impl Clock for PeriodicStalls {
+    fn now_ns(&self) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let t = self.now.fetch_add(1, Relaxed);
+        let next = self.next.load(Relaxed);
+        if t >= next {
+            self.next.store(t + self.stall + self.period, Relaxed);
+            return self.now.fetch_add(self.stall, Relaxed) + self.stall;
+        }
+        t
+    }
+}
+
+/// Sends 3000 packets at 1 Mpps on a clock that stalls `jump` ns once; returns the send times.
+fn stalled(on_stall: OnStall, jump: u64) -> (Vec<u64>, gen::GenReport) {
     let clock = StallingClock {
         inner: FakeClock::new(5_000_000, 1),
         reads: Default::default(),
         at: 200_000,
-        jump: 1_000_000,
+        jump,
     };
     let opts = GenOptions {
-        catch_up,
+        on_stall,
         ..one_stream(Pattern::Cbr, 1e6, 3000)
     };
-    run_on(&format!("gen-sched-stall-{catch_up}"), &opts, &clock)
+    run_on(
+        &format!("gen-sched-stall-{}-{jump}", std::process::id()),
+        &opts,
+        &clock,
+    )
+}
+
+/// Checks the catch-up bounds on departures `ts` of a stream of gap `gap`: at most `burst`
+/// packets at one time, and over any span at most `burst` more than `peak` times the rate
+/// allows.
+fn assert_bounded(ts: &[u64], gap: u64, peak: u64, burst: u64) {
+    let peak_gap = gap / peak;
+    let mut same = 1;
+    for w in ts.windows(2) {
+        same = if w[1] == w[0] { same + 1 } else { 1 };
+        assert!(same <= burst, "more than {burst} back to back");
+    }
+    for i in 0..ts.len() {
+        for j in i + 1..ts.len() {
+            let n = (j - i + 1) as u64;
+            let allowed = (ts[j] - ts[i]) / peak_gap + burst;
+            if n > allowed {
+                panic!(
+                    "packets {i}..={j}: {n} in {} ns, more than {allowed}",
+                    ts[j] - ts[i]
+                );
+            }
+        }
+    }
 }
 
 #[test]
-fn worker_moves_the_schedule_after_a_stall_instead_of_bunching() {
-    let (ts, rep) = stalled(false);
+fn worker_moves_the_schedule_after_a_stall_with_on_stall_shift() {
+    let (ts, rep) = stalled(OnStall::Shift, 1_000_000);
     assert_eq!(ts.len(), 3000, "every packet is still sent");
     let long: Vec<u64> = ts
         .windows(2)
@@ -187,20 +248,124 @@ fn worker_moves_the_schedule_after_a_stall_instead_of_bunching() {
         rep.precision.slipped_ns
     );
     assert_eq!(rep.precision.gaps, 2999);
+    assert_eq!(rep.precision.catch_up.gaps, 0);
     assert_eq!(rep.precision.within[3], 2998, "{}", rep.precision.table());
     assert!(rep
         .precision
         .table()
         .contains("schedule moved later 1 times"));
+    // The mean rate fell by the stall, and the report says why.
+    assert!(rep.pps() < 0.8e6, "{}", rep.pps());
+    assert_eq!(rep.shortfall(rep.pps()), Some(gen::Shortfall::Shifted));
 }
 
 #[test]
-fn worker_catches_up_after_a_stall_when_asked() {
-    let (ts, rep) = stalled(true);
+fn worker_catches_up_a_stall_within_bounds_by_default() {
+    let (ts, rep) = stalled(OnStall::default(), 1_000_000);
     assert_eq!(ts.len(), 3000);
-    // The late packets leave together, and the last one leaves on the unmoved schedule.
+    // The owed packets leave at most 32 at once, then at most 4x the rate: never the whole
+    // millisecond's worth back to back.
+    assert_bounded(&ts, 1000, 4, 32);
     let bunched = ts.windows(2).filter(|w| w[1] == w[0]).count();
-    assert!(bunched >= 900, "{bunched}");
+    assert!((25..=40).contains(&bunched), "{bunched}");
+    // The catch-up ends and the last packet leaves on the unmoved schedule: the mean rate is
+    // the asked one, exactly on this clock.
     assert_eq!(ts[2999] - ts[0], 2999 * 1000);
     assert_eq!(rep.precision.slips, 0);
+    assert!((rep.pps() - 1e6).abs() < 1.0, "{}", rep.pps());
+    assert_eq!(rep.shortfall(rep.pps()), None);
+    assert_eq!(rep.rate_pps, Some(1e6));
+    // The table: the stall's gap counts with the gaps on schedule, which are otherwise exact;
+    // the catch-up window's gaps are counted apart.
+    let p = &rep.precision;
+    assert_eq!(p.gaps + p.catch_up.gaps, 2999);
+    assert!(p.catch_up.gaps > 300, "{}", p.table());
+    // (at most one more gap on schedule deviates: the one after the catch-up ends, when the
+    // last owed packet left less than 512 ns late)
+    assert!(p.within[0] >= p.gaps - 2, "{}", p.table());
+    assert!(p.max_dev >= 1_000_000, "{}", p.table());
+    assert_eq!(p.behind, 1);
+    assert!(p.table().contains("catching up"), "{}", p.table());
+}
+
+#[test]
+fn worker_gives_up_lateness_beyond_the_catch_up_window() {
+    let window = 1_000_000;
+    let (ts, rep) = stalled(
+        OnStall::CatchUp(CatchUp {
+            window_ns: window,
+            ..Default::default()
+        }),
+        5_000_000,
+    );
+    assert_eq!(ts.len(), 3000);
+    assert_bounded(&ts, 1000, 4, 32);
+    // 5 ms late: 1 ms is caught up, the rest is given up (the schedule moves by it), once.
+    let p = &rep.precision;
+    assert_eq!(p.slips, 1, "{}", p.table());
+    assert!(p.slipped_ns.abs_diff(4_000_000) < 2_000, "{}", p.slipped_ns);
+    assert_eq!(ts[2999] - ts[0], 2999 * 1000 + p.slipped_ns);
+    assert_eq!(
+        rep.shortfall(rep.pps()),
+        Some(gen::Shortfall::Generator),
+        "{}",
+        rep.pps()
+    );
+}
+
+#[test]
+fn worker_keeps_the_mean_rate_when_the_cpu_is_taken_again_and_again() {
+    // 60 us away in every 260 us (23 % of the time), for 4 ms at 1 Mpps (the wire holds the
+    // 4000 packets until they are read after the run).
+    let run = |on_stall: OnStall| {
+        let clock = PeriodicStalls::new(5_000_000, 200_000, 60_000);
+        let opts = GenOptions {
+            on_stall,
+            ..one_stream(Pattern::Cbr, 1e6, 4000)
+        };
+        let name = format!("gen-sched-periodic-{on_stall:?}-{}", std::process::id());
+        run_on(&name.replace([' ', '{', '}', ':', ','], ""), &opts, &clock)
+    };
+    let (ts, rep) = run(OnStall::default());
+    assert_eq!(ts.len(), 4000);
+    assert_bounded(&ts, 1000, 4, 32);
+    assert!(rep.precision.behind >= 10, "{}", rep.precision.table());
+    let pps = rep.pps();
+    assert!((pps / 1e6 - 1.0).abs() < 0.005, "{pps}");
+    assert_eq!(rep.shortfall(pps), None);
+    // Moving the schedule instead loses the stalls' time, and says so.
+    let (_, rep) = run(OnStall::Shift);
+    let pps = rep.pps();
+    assert!(pps < 0.85e6, "{pps}");
+    assert_eq!(rep.shortfall(pps), Some(gen::Shortfall::Shifted));
+}
+
+#[test]
+fn a_duration_sends_the_packets_scheduled_in_it_after_a_stall() {
+    let opts = |d: u64| GenOptions {
+        duration: Some(std::time::Duration::from_nanos(d)),
+        count: None,
+        ..one_stream(Pattern::Cbr, 1e6, 0)
+    };
+    let quiet = FakeClock::new(5_000_000, 1);
+    let (want, _) = run_on(
+        &format!("gen-sched-dur-a-{}", std::process::id()),
+        &opts(3_000_000),
+        &quiet,
+    );
+    // A 500 us stall 2 ms into a 3 ms run: caught up before the end, nothing missing.
+    let clock = StallingClock {
+        inner: FakeClock::new(5_000_000, 1),
+        reads: Default::default(),
+        at: 1_800_000,
+        jump: 500_000,
+    };
+    let (ts, rep) = run_on(
+        &format!("gen-sched-dur-b-{}", std::process::id()),
+        &opts(3_000_000),
+        &clock,
+    );
+    assert!(rep.precision.behind >= 1, "{}", rep.precision.table());
+    assert_eq!(ts.len(), want.len());
+    assert_eq!(rep.shortfall(rep.pps()), None, "{}", rep.pps());
 }

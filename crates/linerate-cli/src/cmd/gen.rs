@@ -6,11 +6,11 @@ use anyhow::Context;
 use clap::Parser;
 use linerate::apps::gen::latency::{hist_csv, hist_svg, Tracker};
 use linerate::apps::gen::replay::{self, ReplayOptions};
-use linerate::apps::gen::sched::{Pattern, Precision, PRECISION_BOUNDS};
+use linerate::apps::gen::sched::{CatchUp, Gaps, OnStall, Pattern, Precision, PRECISION_BOUNDS};
 use linerate::apps::gen::script::{LuaHook, ScriptConfig, ScriptError};
 use linerate::apps::gen::template::{TemplateSpec, L4};
 use linerate::apps::gen::vary::{parse_addr, parse_mac, parse_seq, port_value, Seq, SizeSpec};
-use linerate::apps::gen::{self, GenOptions, GenReport, Hook, StreamSpec};
+use linerate::apps::gen::{self, rate_words, GenOptions, GenReport, GenTick, Hook, StreamSpec};
 use linerate::apps::lua::ScriptOptions;
 use linerate::mem::Batch;
 use linerate::port::file::Inputs;
@@ -21,7 +21,8 @@ use linerate::units::{self, Rate};
 use std::io::Write;
 use std::net::IpAddr;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Flags of `linerate gen`.
@@ -100,10 +101,29 @@ pub struct Args {
     /// error naming the script.
     #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = linerate::apps::lua::parse_mem)]
     pub lua_mem: usize,
-    /// After a stall (the CPU taken away), send the late packets back to back to keep the mean
-    /// rate; by default the rest of the schedule moves later instead, keeping the gaps.
-    #[arg(long)]
+    /// After a stall (the CPU taken away): catch-up (the default) sends the owed packets
+    /// faster, within --catch-up-peak, --catch-up-burst and --catch-up-window, so that the
+    /// mean rate stays the asked one; shift moves the rest of the schedule later, keeping the
+    /// gaps (the mean rate falls by the time lost).
+    #[arg(long, value_name = "MODE")]
+    pub on_stall: Option<String>,
+    /// Catch up after stalls: the default (--on-stall catch-up).
+    #[arg(long, conflicts_with_all = ["no_catch_up", "on_stall"])]
     pub catch_up: bool,
+    /// Do not catch up after stalls: --on-stall shift.
+    #[arg(long, conflicts_with = "on_stall")]
+    pub no_catch_up: bool,
+    /// While catching up, owed packets leave at most X times the asked rate (1 < X <= 1000;
+    /// default 4).
+    #[arg(long, value_name = "X")]
+    pub catch_up_peak: Option<String>,
+    /// While catching up, at most N packets leave back to back (1..65536; default 32).
+    #[arg(long, value_name = "N")]
+    pub catch_up_burst: Option<String>,
+    /// At most this much lateness is caught up (1us..1h; default 1s); a longer stall gives up
+    /// the excess (the schedule moves later by it, and the summary says so).
+    #[arg(long, value_name = "DURATION")]
+    pub catch_up_window: Option<String>,
     /// Do not write latency probes (signature, stream, sequence, send time) into packets.
     #[arg(long)]
     pub no_probe: bool,
@@ -146,6 +166,84 @@ pub struct Args {
     /// Seconds between statistics lines.
     #[arg(long, value_name = "SECONDS", default_value = "1")]
     pub interval: String,
+}
+
+/// The stall policy from the flags.
+pub fn on_stall(a: &Args) -> anyhow::Result<OnStall> {
+    let shift = match (a.on_stall.as_deref(), a.no_catch_up) {
+        (_, true) | (Some("shift"), _) => true,
+        (None | Some("catch-up"), _) => false,
+        (Some(m), _) => {
+            return Err(usage(format!(
+                "--on-stall {m}: use catch-up (the default) or shift"
+            )))
+        }
+    };
+    let tuned =
+        a.catch_up_peak.is_some() || a.catch_up_burst.is_some() || a.catch_up_window.is_some();
+    if shift {
+        if tuned {
+            return Err(usage(
+                "--catch-up-peak, --catch-up-burst and --catch-up-window bound catching up:                  they do not go with --on-stall shift / --no-catch-up",
+            ));
+        }
+        return Ok(OnStall::Shift);
+    }
+    let mut c = CatchUp::default();
+    if let Some(v) = &a.catch_up_peak {
+        let x = v.trim_end_matches('x').parse::<f64>().ok();
+        c.peak = x.filter(|x| *x > 1.0 && *x <= 1000.0).ok_or_else(|| {
+            usage(format!(
+                "--catch-up-peak {v}: a multiple of the rate above 1 and at most 1000 (e.g. 2)"
+            ))
+        })?;
+    }
+    if let Some(v) = &a.catch_up_burst {
+        let n = units::parse_count(v).ok();
+        c.burst = n
+            .filter(|n| (1..=65_536).contains(n))
+            .ok_or_else(|| usage(format!("--catch-up-burst {v}: packets, 1..65536")))?
+            as u32;
+    }
+    if let Some(v) = &a.catch_up_window {
+        let d = units::parse_duration(v).ok();
+        c.window_ns = d
+            .filter(|d| *d >= Duration::from_micros(1) && *d <= Duration::from_secs(3600))
+            .ok_or_else(|| usage(format!("--catch-up-window {v}: a duration, 1us..1h")))?
+            .as_nanos() as u64;
+    }
+    Ok(OnStall::CatchUp(c))
+}
+
+/// How the start line names the stall policy.
+fn on_stall_words(o: &OnStall) -> String {
+    match o {
+        OnStall::Shift => "after a stall the schedule moves later".into(),
+        OnStall::CatchUp(c) => format!(
+            "after a stall owed packets catch up at up to {}x the rate, {} back to back, {} \
+             owed at most",
+            c.peak,
+            c.burst,
+            fmt_duration(c.window_ns)
+        ),
+    }
+}
+
+fn fmt_duration(ns: u64) -> String {
+    if ns >= 1_000_000_000 && ns.is_multiple_of(1_000_000_000) {
+        format!("{} s", ns / 1_000_000_000)
+    } else if ns >= 1_000_000 {
+        format!("{} ms", group_f(ns as f64 / 1e6, 3))
+    } else {
+        format!("{} us", group_f(ns as f64 / 1e3, 3))
+    }
+}
+
+fn on_stall_name(o: &OnStall) -> &'static str {
+    match o {
+        OnStall::Shift => "shift",
+        OnStall::CatchUp(_) => "catch-up",
+    }
 }
 
 fn pick<'a>(flag: &'a Option<String>, cfg: &'a ScriptConfig, key: &str) -> Option<&'a str> {
@@ -358,11 +456,24 @@ pub fn write_hist(path: &str, t: &Tracker, title: &str, inputs: &Inputs) -> anyh
     Ok(svg)
 }
 
-fn precision_json(p: &Precision) -> serde_json::Value {
-    let mut j = serde_json::json!({ "gaps": p.gaps, "max_dev_ns": p.max_dev });
+fn gaps_json(g: &Gaps) -> serde_json::Value {
+    let mut j = serde_json::json!({ "gaps": g.gaps, "max_dev_ns": g.max_dev,
+        "mean_dev_ns": g.mean_dev() });
     for (i, b) in PRECISION_BOUNDS.iter().enumerate() {
-        j[format!("within_{b}ns_pct")] = (100.0 * p.share(i)).into();
+        j[format!("within_{b}ns_pct")] = (100.0 * g.share(i)).into();
     }
+    j
+}
+
+/// The precision table as JSON: the gaps on schedule at the top level, those inside catch-up
+/// windows under `catch_up`.
+fn precision_json(p: &Precision) -> serde_json::Value {
+    let mut j = gaps_json(&p.on_schedule());
+    j["catch_up"] = gaps_json(&p.catch_up);
+    j["behind"] = p.behind.into();
+    j["max_late_ns"] = p.max_late_ns.into();
+    j["slips"] = p.slips.into();
+    j["slipped_ns"] = p.slipped_ns.into();
     j
 }
 
@@ -414,10 +525,73 @@ fn receive(
     Ok(t)
 }
 
+/// One interval of all threads.
+struct Interval {
+    /// Packets and bytes so far.
+    pkts: u64,
+    bytes: u64,
+    /// Rates in the interval, summed over the threads (each over its own readings).
+    pps: f64,
+    mbps: f64,
+    /// Largest lateness now (ns), and whether a thread is behind.
+    behind_ns: u64,
+    behind: bool,
+    /// The schedule moved later / the port was full in the interval.
+    slipped: bool,
+    port_full: bool,
+}
+
+fn interval_rates(prev: &[GenTick], cur: &[GenTick]) -> Interval {
+    let mut iv = Interval {
+        pkts: 0,
+        bytes: 0,
+        pps: 0.0,
+        mbps: 0.0,
+        behind_ns: 0,
+        behind: false,
+        slipped: false,
+        port_full: false,
+    };
+    for (p, c) in prev.iter().zip(cur) {
+        iv.pkts += c.pkts;
+        iv.bytes += c.bytes;
+        if c.t_ns > p.t_ns {
+            let dt = (c.t_ns - p.t_ns) as f64 / 1e9;
+            let dp = c.pkts.saturating_sub(p.pkts) as f64;
+            iv.pps += dp / dt;
+            iv.mbps += (c.bytes.saturating_sub(p.bytes) as f64 + 4.0 * dp) * 8.0 / dt / 1e6;
+            iv.slipped |= c.slipped_ns > p.slipped_ns;
+            iv.port_full |= c.port_full > p.port_full;
+        }
+        iv.behind_ns = iv.behind_ns.max(c.behind_ns);
+        iv.behind |= c.behind;
+    }
+    iv
+}
+
+/// What an interval whose rate differs from the asked one by more than the tolerance was
+/// doing: below the rate and behind, the generator (or the port) could not keep up; behind
+/// and above it, it was catching up; on schedule again and above it, it caught up.
+fn interval_status(iv: &Interval, asked: f64) -> Option<String> {
+    if (iv.pps - asked).abs() <= asked * gen::RATE_TOLERANCE {
+        return None;
+    }
+    let behind = format!("{} ms behind", group_f(iv.behind_ns as f64 / 1e6, 3));
+    Some(match (iv.behind, iv.pps < asked) {
+        (true, true) if iv.port_full => format!("port-limited, {behind}"),
+        (true, true) => format!("generator-limited, {behind}"),
+        (true, false) => format!("catching up, {behind}"),
+        (false, false) => "caught up".into(),
+        (false, true) if iv.slipped => "schedule moved later".into(),
+        (false, true) => "stalled".into(),
+    })
+}
+
 /// Runs `linerate gen`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
     let interval = flag("--interval", units::parse_duration(&a.interval))?;
+    let stall = on_stall(&a)?;
     let rx_wait = flag("--rx-wait", units::parse_duration(&a.rx_wait))?;
     if a.threads == 0 || a.threads > 64 {
         return Err(usage("--threads: between 1 and 64"));
@@ -445,7 +619,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let limited =
         pick(&a.count, &cfg, "count").is_some() || pick(&a.duration, &cfg, "duration").is_some();
     if let Some(iface) = live_iface(&a, &cfg)? {
-        return run_live(&a, &cfg, &iface, &stop);
+        return run_live(&a, &cfg, &iface, stall, &stop);
     }
     // Output ports: one per thread.
     let parts: Vec<&str> = a.output.split(',').collect();
@@ -480,23 +654,25 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     let clock = TscClock::new();
     let done = AtomicBool::new(false);
-    let ticks: Vec<(AtomicU64, AtomicU64)> = (0..a.threads)
-        .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
+    let ticks: Vec<Mutex<GenTick>> = (0..a.threads)
+        .map(|_| Mutex::new(GenTick::default()))
         .collect();
     let mut out: Box<dyn Write> = Box::new(std::io::stdout());
+    // The rate asked in all.
+    let asked: Option<f64> = specs
+        .iter()
+        .map(|(s, _, _)| s.iter().filter_map(|s| s.pps).sum::<f64>())
+        .sum::<f64>()
+        .into();
+    let asked = asked.filter(|_| specs[0].0[0].pps.is_some());
     if a.json {
         let j = serde_json::json!({"type": "start", "port": a.output, "threads": a.threads,
-            "pps_per_stream": specs[0].0[0].pps, "script": a.script});
+            "pps_per_stream": specs[0].0[0].pps, "rate_pps": asked, "script": a.script,
+            "on_stall": on_stall_name(&stall)});
         let _ = writeln!(out, "{j}");
     } else if !a.quiet {
-        let rate = specs[0].0[0]
-            .pps
-            .map(|p| {
-                format!(
-                    "{} pps",
-                    group_f(p * (a.threads * a.streams.max(1)) as f64, 0)
-                )
-            })
+        let rate = asked
+            .map(|p| format!("{} pps; {}", group_f(p, 0), on_stall_words(&stall)))
             .unwrap_or_else(|| "as fast as possible".into());
         let _ = writeln!(
             out,
@@ -529,17 +705,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                     duration,
                     seed: a.seed.wrapping_add(i as u64),
                     interval: Duration::from_millis(100).min(interval),
-                    catch_up: a.catch_up,
+                    on_stall: stall,
                     ..Default::default()
                 };
                 let h = hook.as_mut().map(|h| h as &mut dyn Hook);
                 let r = gen::run(port.as_mut(), &opts, clock, stop, h, |s| {
-                    tick.0.store(s.pkts, Ordering::Relaxed);
-                    tick.1.store(s.bytes, Ordering::Relaxed);
+                    *tick.lock().unwrap_or_else(|e| e.into_inner()) = *s;
                 })
                 .with_context(|| format!("thread {i} on {}", port.name()))?;
-                tick.0.store(r.pkts, Ordering::Relaxed);
-                tick.1.store(r.bytes, Ordering::Relaxed);
                 Ok(r)
             }));
         }
@@ -547,8 +720,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             let (clock, done, stop) = (&clock, &done, &stop);
             sc.spawn(move || receive(p.as_mut(), clock, done, stop, rx_wait))
         });
-        // Statistics while the threads run.
-        let (mut prev_p, mut prev_b, mut prev_t) = (0u64, 0u64, t_start);
+        // Statistics while the threads run: each thread's counters over the span between
+        // two of its own readings (not the printing thread's), so that an interval's rate is
+        // what happened in it.
+        let mut prev: Vec<GenTick> = (0..ticks.len())
+            .map(|_| GenTick {
+                t_ns: t_start,
+                ..Default::default()
+            })
+            .collect();
         let mut next = t_start + interval.as_nanos() as u64;
         while !handles.iter().all(|h| h.is_finished()) {
             std::thread::sleep(Duration::from_millis(10));
@@ -557,26 +737,37 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 continue;
             }
             next = now + interval.as_nanos() as u64;
-            let p: u64 = ticks.iter().map(|t| t.0.load(Ordering::Relaxed)).sum();
-            let b: u64 = ticks.iter().map(|t| t.1.load(Ordering::Relaxed)).sum();
-            let dt = (now - prev_t) as f64 / 1e9;
-            let pps = (p - prev_p) as f64 / dt;
-            let mbps = ((b - prev_b) as f64 + 4.0 * (p - prev_p) as f64) * 8.0 / dt / 1e6;
+            let cur: Vec<GenTick> = ticks
+                .iter()
+                .map(|t| *t.lock().unwrap_or_else(|e| e.into_inner()))
+                .collect();
+            let iv = interval_rates(&prev, &cur);
+            let words = asked.and_then(|r| interval_status(&iv, r));
             if a.json {
                 let j = serde_json::json!({"type": "stats", "elapsed_ms": (now - t_start) as f64 / 1e6,
-                    "pkts": p, "bytes": b, "pps": pps, "mbps": mbps});
+                    "pkts": iv.pkts, "bytes": iv.bytes, "pps": iv.pps, "mbps": iv.mbps,
+                    "rate_pps": asked, "behind_ms": iv.behind_ns as f64 / 1e6,
+                    "status": words});
                 let _ = writeln!(out, "{j}");
             } else {
                 let _ = writeln!(
                     out,
-                    "TX: {} pkts [{} pps][{} Mbit/s]",
-                    group(p),
-                    group_f(pps, 0),
-                    group_f(mbps, 2)
+                    "TX: {} pkts [{} pps][{} Mbit/s]{}",
+                    group(iv.pkts),
+                    group_f(iv.pps, 0),
+                    group_f(iv.mbps, 2),
+                    match (words, asked) {
+                        (Some(w), Some(r)) => format!(" of {} pps asked: {w}", group_f(r, 0)),
+                        _ => String::new(),
+                    }
                 );
             }
             let _ = out.flush();
-            (prev_p, prev_b, prev_t) = (p, b, now);
+            for (p, c) in prev.iter_mut().zip(&cur) {
+                if c.t_ns > p.t_ns {
+                    *p = *c;
+                }
+            }
         }
         let mut reps = Vec::new();
         let mut err = None;
@@ -612,14 +803,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let (t, s) = (usize::from(id) / nstreams, usize::from(id) % nstreams);
         reports.get(t).and_then(|r| r.per_stream.get(s)).copied()
     };
-    let elapsed = total.last_ns.saturating_sub(total.first_ns) as f64 / 1e9;
-    let pps = total.pps();
-    let mbps = if elapsed > 0.0 {
-        (total.bytes + 4 * total.pkts) as f64 * 8.0 / elapsed / 1e6
+    let elapsed = total.elapsed();
+    // The achieved rate: each thread's over its own span (from its first packet's scheduled
+    // departure to its last departure), summed; threads start a little apart.
+    let pps = if reports.len() > 1 {
+        reports.iter().map(|r| r.pps()).sum()
+    } else {
+        total.pps()
+    };
+    let mbps = if total.pkts > 0 {
+        pps * (total.bytes + 4 * total.pkts) as f64 * 8.0 / total.pkts as f64 / 1e6
     } else {
         0.0
     };
-    let rated = reports.iter().any(|r| r.precision.gaps > 0);
+    let rated = total.rate_pps.is_some();
+    let why = total.shortfall(pps);
     let hist_svg = match (&a.hist_out, &tracker) {
         (Some(p), Some(t)) => Some(write_hist(
             p,
@@ -634,12 +832,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "type": "summary", "pkts": total.pkts, "bytes": total.bytes,
             "elapsed_ms": elapsed * 1e3, "pps": pps, "mbps": mbps,
             "per_stream": reports.iter().flat_map(|r| r.per_stream.clone()).collect::<Vec<u64>>(),
-            "port_drops": total.port.tx_drops.total(),
+            "port_drops": total.port.tx_drops.total(), "rate_pps": total.rate_pps,
+            "limited": why.map(|w| w.name()),
         });
         if let Some(e) = &total.error {
             j["error"] = e.clone().into();
         }
-        if rated {
+        if let Some(r) = total.rate_pps {
+            j["achieved_pct"] = (100.0 * pps / r).into();
+            j["on_stall"] = on_stall_name(&stall).into();
+            j["behind_ns"] = total.behind_ns.into();
+            j["port_full"] = total.port_full.into();
             j["precision"] = precision_json(&total.precision);
         }
         if let Some(t) = &tracker {
@@ -665,6 +868,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 breakdown(&total.port.tx_drops)
             }
         );
+        if let Some(r) = total.rate_pps {
+            let _ = writeln!(out, "Rate: {}", rate_words(pps, r, why));
+            if let Some(w) = why {
+                let _ = writeln!(out, "  {}", shortfall_detail(w, &total));
+            }
+        }
         if rated {
             let _ = write!(out, "{}", total.precision.table());
         }
@@ -697,6 +906,40 @@ fn load_script(path: &str, opts: &ScriptOptions) -> anyhow::Result<LuaHook> {
         ScriptError::Memory(m) => anyhow::anyhow!("--script: {m}"),
         e => usage(format!("--script: {e}")),
     })
+}
+
+/// Why a run fell short, in a sentence.
+fn shortfall_detail(w: gen::Shortfall, r: &GenReport) -> String {
+    let p = &r.precision;
+    let gave_up = if p.slips > 0 {
+        format!(
+            "; {} ms of the schedule given up in {} stalls longer than the catch-up window",
+            group_f(p.slipped_ns as f64 / 1e6, 3),
+            group(p.slips)
+        )
+    } else {
+        String::new()
+    };
+    match w {
+        gen::Shortfall::Generator => format!(
+            "the generator could not build and hand out packets at this rate on this port \
+             and CPU ({} ms behind at the end{gave_up}); lower --rate, add --threads, or give \
+             each thread a core of its own (-g)",
+            group_f(r.behind_ns as f64 / 1e6, 3)
+        ),
+        gen::Shortfall::Port => format!(
+            "the port did not take packets at this rate: its ring was full {} times ({} ms \
+             behind at the end{gave_up})",
+            group(r.port_full),
+            group_f(r.behind_ns as f64 / 1e6, 3)
+        ),
+        gen::Shortfall::Shifted => format!(
+            "--on-stall shift: after {} stalls the schedule moved later by {} ms in all \
+             (catching up, the default, keeps the mean rate)",
+            group(p.slips),
+            group_f(p.slipped_ns as f64 / 1e6, 3)
+        ),
+    }
 }
 
 /// The interface to run the live engine on, if `--engine` and the options choose it.
@@ -761,6 +1004,7 @@ fn run_live(
     a: &Args,
     cfg: &ScriptConfig,
     iface: &str,
+    on_stall: OnStall,
     stop: &AtomicBool,
 ) -> anyhow::Result<ExitCode> {
     use linerate::apps::gen::live::{self, LiveOptions};
@@ -782,17 +1026,19 @@ fn run_live(
         core: a.core,
         batch: a.batch,
         seed: a.seed,
+        on_stall,
     };
     live::validate(&opts).map_err(|e| usage(e.to_string()))?;
     let interval = flag("--interval", units::parse_duration(&a.interval))?;
     let mut out = std::io::stdout();
     if a.json {
         let j = serde_json::json!({"type": "start", "port": a.output, "engine": "live",
-            "threads": a.threads, "pps": pps, "batch": a.batch});
+            "threads": a.threads, "pps": pps, "rate_pps": pps, "batch": a.batch,
+            "on_stall": on_stall_name(&on_stall)});
         let _ = writeln!(out, "{j}");
     } else if !a.quiet {
         let rate = pps
-            .map(|p| format!("{} pps", group_f(p, 0)))
+            .map(|p| format!("{} pps; {}", group_f(p, 0), on_stall_words(&on_stall)))
             .unwrap_or_else(|| "as fast as possible".into());
         let _ = writeln!(
             out,
@@ -810,17 +1056,24 @@ fn run_live(
         }
         let now = clock.now_ns();
         let dt = (now - prev_t) as f64 / 1e9;
-        let pps = (p - prev_p) as f64 / dt.max(1e-9);
+        let rate = (p - prev_p) as f64 / dt.max(1e-9);
+        // Runs leave in bursts, so an interval holds a whole number of runs: below the rate
+        // by more than the tolerance, say so (the summary judges the run).
+        let short = pps.filter(|&r| rate < r * (1.0 - gen::RATE_TOLERANCE));
         if a.json {
             let j = serde_json::json!({"type": "stats", "elapsed_ms": (now - t0) as f64 / 1e6,
-                "pkts": p, "pps": pps});
+                "pkts": p, "pps": rate, "rate_pps": pps});
             let _ = writeln!(std::io::stdout(), "{j}");
         } else {
             let _ = writeln!(
                 std::io::stdout(),
-                "TX: {} pkts [{} pps]",
+                "TX: {} pkts [{} pps]{}",
                 group(p),
-                group_f(pps, 0)
+                group_f(rate, 0),
+                short.map_or(String::new(), |r| format!(
+                    " of {} pps asked",
+                    group_f(r, 0)
+                ))
             );
         }
         (prev_p, prev_t) = (p, now);
@@ -832,18 +1085,30 @@ fn run_live(
         e => anyhow::Error::new(e).context(format!("live frames on {iface}")),
     })?;
     let elapsed = r.last_ns.saturating_sub(r.first_ns) as f64 / 1e9;
-    let mbps = if elapsed > 0.0 {
-        (r.bytes + 4 * r.pkts) as f64 * 8.0 / elapsed / 1e6
+    let mbps = if r.pkts > 0 {
+        r.pps() * (r.bytes + 4 * r.pkts) as f64 * 8.0 / r.pkts as f64 / 1e6
     } else {
         0.0
     };
+    let why = if r.pkts > 1 {
+        gen::shortfall(r.rate_pps, r.pps(), false, false)
+    } else {
+        None
+    };
     if a.json {
-        let j = serde_json::json!({
+        let mut j = serde_json::json!({
             "type": "summary", "engine": "live", "pkts": r.pkts, "bytes": r.bytes,
             "elapsed_ms": elapsed * 1e3, "pps": r.pps(), "mbps": mbps, "runs": r.runs,
             "run_gap_ns": r.run_gap_ns(a.threads), "device_tx_dropped": r.tx_dropped,
-            "device_tx_packets": r.tx_packets,
+            "device_tx_packets": r.tx_packets, "rate_pps": r.rate_pps,
+            "limited": why.map(|w| w.name()),
         });
+        if let Some(asked) = r.rate_pps {
+            j["achieved_pct"] = (100.0 * r.pps() / asked).into();
+            j["on_stall"] = on_stall_name(&on_stall).into();
+            j["slips"] = r.slips.into();
+            j["slipped_ns"] = r.slipped_ns.into();
+        }
         let _ = writeln!(out, "{j}");
     } else {
         let _ = writeln!(
@@ -858,6 +1123,25 @@ fn run_live(
             group(r.runs),
             group_f(r.run_gap_ns(a.threads) as f64 / 1e6, 1),
         );
+        if let Some(asked) = r.rate_pps {
+            let _ = writeln!(out, "Rate: {}", rate_words(r.pps(), asked, why));
+            if r.slips > 0 {
+                let _ = writeln!(
+                    out,
+                    "  schedule moved later {} times ({} ms in all): stalls longer than the \
+                     catch-up window",
+                    group(r.slips),
+                    group_f(r.slipped_ns as f64 / 1e6, 3)
+                );
+            }
+            if why.is_some() {
+                let _ = writeln!(
+                    out,
+                    "  the kernel runs could not send this rate on this interface and CPU; \
+                     lower --rate or add --threads"
+                );
+            }
+        }
     }
     let _ = out.flush();
     Ok(ExitCode::SUCCESS)

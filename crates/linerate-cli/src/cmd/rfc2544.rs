@@ -7,6 +7,7 @@ use clap::Parser;
 use linerate::apps::gen::rfc2544::{self, Rfc2544Options, SIZES};
 use linerate::apps::gen::template::TemplateSpec;
 use linerate::apps::gen::vary::parse_mac;
+use linerate::apps::gen::{fmt_pps, RATE_TOLERANCE};
 use linerate::port::PortOptions;
 use linerate::time::TscClock;
 use linerate::units::{self, Rate};
@@ -127,18 +128,43 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             let j = serde_json::json!({"type": "trial", "test": t.kind, "size": t.size,
                 "rate_pct": t.rate_pct, "offered_pps": t.offered_pps,
                 "achieved_pps": t.achieved_pps, "sent": t.sent, "received": t.received,
-                "loss_pct": t.loss_pct(), "lat_p50_ns": t.latency.p50});
+                "loss_pct": t.loss_pct(), "lat_p50_ns": t.latency.p50,
+                "generator_limited": t.generator_limited(), "passed": t.passed(),
+                "verdict": t.verdict()});
             let _ = writeln!(out, "{j}");
         } else if !a.quiet {
+            let (rate, achieved) = if t.kind == "ceiling" {
+                (
+                    "unpaced".to_string(),
+                    format!(
+                        "achieved {} ({:.2} % of line rate)",
+                        fmt_pps(t.achieved_pps),
+                        100.0 * t.achieved_pps / t.offered_pps.max(1e-9)
+                    ),
+                )
+            } else {
+                (
+                    format!("{:>7.3} %", t.rate_pct),
+                    format!(
+                        "achieved {} of {} offered ({:.2} %)",
+                        fmt_pps(t.achieved_pps),
+                        fmt_pps(t.offered_pps),
+                        100.0 * t.achieved_pps / t.offered_pps.max(1e-9)
+                    ),
+                )
+            };
             let _ = writeln!(
                 out,
-                "{:>12} {:>5} B at {:>7.3} %: sent {} received {} ({:.3} % lost)",
+                "{:>12} {:>5} B at {rate}: {achieved}; sent {} received {} ({:.3} % lost){}",
                 t.kind,
                 t.size,
-                t.rate_pct,
                 t.sent,
                 t.received,
-                t.loss_pct()
+                t.loss_pct(),
+                match t.kind {
+                    "ceiling" => String::new(),
+                    _ => format!(": {}", t.verdict()),
+                }
             );
         }
         let _ = out.flush();
@@ -151,14 +177,22 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let rows: Vec<serde_json::Value> = results
             .iter()
             .map(|r| {
+                // Throughput is the offered rate of the highest trial that passed (its
+                // achieved rate is within the tolerance of it, given apart).
                 serde_json::json!({
                     "size": r.size,
+                    "line_pps": r.line_pps,
                     "throughput_pct": r.throughput.as_ref().map(|t| t.rate_pct),
-                    "throughput_pps": r.throughput.as_ref().map(|t| t.achieved_pps),
+                    "throughput_pps": r.throughput.as_ref().map(|t| t.offered_pps),
+                    "throughput_achieved_pps": r.throughput.as_ref().map(|t| t.achieved_pps),
+                    "generator_ceiling_pps": r.ceiling_pps,
+                    "generator_ceiling_pct": r.ceiling_pct(),
+                    "generator_limited": r.ceiling_pct() < 100.0 * (1.0 - RATE_TOLERANCE),
                     "latency_p50_ns": r.latency.as_ref().map(|t| t.latency.p50),
                     "latency_p99_ns": r.latency.as_ref().map(|t| t.latency.p99),
                     "loss_pct": r.loss.iter().map(|t| (t.rate_pct, t.loss_pct())).collect::<Vec<_>>(),
                     "back_to_back": r.back_to_back,
+                    "back_to_back_generator_limited": r.back_to_back_limited,
                 })
             })
             .collect();

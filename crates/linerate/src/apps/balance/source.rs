@@ -5,8 +5,10 @@
 //! 60 bytes into it (a few nanoseconds), so the figures measure what comes after the source, and
 //! consecutive packets carry consecutive flows.
 
-use crate::mem::{Batch, Desc, Pool, PoolConfig};
+use crate::apps::gen::sched::{CountPacer, OnStall};
+use crate::mem::{Batch, Desc, Pool, PoolConfig, BATCH};
 use crate::port::{Port, PortError, PortStats};
+use crate::time::{Clock, MonoClock};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -102,9 +104,12 @@ pub struct SourcePort {
     stats: PortStats,
     flows: Vec<[u8; FRAME_LEN]>,
     next: usize,
-    /// Packets per second, and when the first packet went (ns, monotonic).
+    /// Packets per second, the clock, what to do after a stall, and the schedule (from the
+    /// first packet).
     rate: Option<f64>,
-    t0: Option<u64>,
+    clock: Arc<dyn Clock>,
+    on_stall: OnStall,
+    pacer: Option<CountPacer>,
 }
 
 impl SourcePort {
@@ -122,13 +127,19 @@ impl SourcePort {
             flows: (0..flows.max(1)).map(|i| frame(i, flows)).collect(),
             next: 0,
             rate: None,
-            t0: None,
+            clock: Arc::new(MonoClock),
+            on_stall: OnStall::default(),
+            pacer: None,
         })
     }
 
     /// Paces the source at `rate` (`Pps`, `Bps` counted as on the wire with preamble and gap:
     /// 84 bytes per 64-byte frame, or `Percent` of 10 GbE, 14.88 Mpps). The clock is read once
-    /// per batch; no more than the time elapsed allows is handed out (bursts of at most 64).
+    /// per batch; no more than the time elapsed allows is handed out. When the reader was away
+    /// (the master stopped, the CPU taken), the owed packets are handed out within the bounds
+    /// of `gen`'s catch-up ([`OnStall`], [`CountPacer`]: by default at most four times the rate, at
+    /// most a batch of 64 at once, and at most one second owed), so the mean rate holds
+    /// without a burst.
     pub fn with_rate(mut self, rate: Option<crate::units::Rate>) -> SourcePort {
         use crate::units::Rate;
         self.rate = rate.map(|r| match r {
@@ -136,6 +147,18 @@ impl SourcePort {
             Rate::Bps(b) => b / (84.0 * 8.0),
             Rate::Percent(x) => 10e9 / (84.0 * 8.0) * x / 100.0,
         });
+        self
+    }
+
+    /// Reads time from `clock` (default: the monotonic clock).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> SourcePort {
+        self.clock = clock;
+        self
+    }
+
+    /// What a paced source does after a stall (default: catch up within bounds).
+    pub fn with_on_stall(mut self, on: OnStall) -> SourcePort {
+        self.on_stall = on;
         self
     }
 }
@@ -149,11 +172,14 @@ impl Port for SourcePort {
     fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
         batch.bind(&self.pool);
         let mut want = self.limit.map_or(u64::MAX, |l| l - self.sent);
+        let mut now = 0;
         if let Some(r) = self.rate {
-            let now = crate::time::mono_ns();
-            let t0 = *self.t0.get_or_insert(now);
-            let allowed = ((now - t0) as f64 * r / 1e9) as u64 + 1;
-            want = want.min(allowed.saturating_sub(self.sent));
+            now = self.clock.now_ns();
+            let on = self.on_stall;
+            let p = self
+                .pacer
+                .get_or_insert_with(|| CountPacer::new(r, now, on, BATCH as u64));
+            want = want.min(p.allowed(now));
             if want == 0 {
                 return Ok(0);
             }
@@ -178,6 +204,9 @@ impl Port for SourcePort {
             n += 1;
         }
         self.sent += n as u64;
+        if let Some(p) = &mut self.pacer {
+            p.took(n as u64, now);
+        }
         self.stats.rx_packets += n as u64;
         self.stats.rx_bytes += n as u64 * (FRAME_LEN as u64 + 4);
         Ok(n)
@@ -260,6 +289,69 @@ mod tests {
         }
         // 100 ms at 100 kpps: 10 000 packets, never more than the elapsed time allows
         assert!(got <= 10_100 && got > 5_000, "{got}");
+    }
+
+    /// A source at 100 kpps read in a tight loop every 100 us of a fake clock for 1 s, stopped
+    /// 5 s, then read 2 s more: the packets handed out in each 100 ms after the stop.
+    fn stopped_5s(on: OnStall) -> Vec<u64> {
+        let clock = Arc::new(crate::time::FakeClock::new(1_000_000, 0));
+        let mut s = SourcePort::new(10, None)
+            .unwrap()
+            .with_rate(Some(crate::units::Rate::Pps(100_000.0)))
+            .with_clock(clock.clone())
+            .with_on_stall(on);
+        let mut b = Batch::new();
+        let mut read = |s: &mut SourcePort| {
+            let mut got = 0;
+            loop {
+                let n = s.rx(&mut b).unwrap() as u64;
+                b.clear();
+                if n == 0 {
+                    return got;
+                }
+                got += n;
+            }
+        };
+        let mut first = 0;
+        for _ in 0..10_000 {
+            first += read(&mut s);
+            clock.advance(100_000);
+        }
+        // 10 packets per read, the first at the start: up to 999.9 ms, 99'991.
+        assert_eq!(first, 99_991);
+        clock.advance(5_000_000_000);
+        let mut slots = vec![0; 20];
+        for slot in slots.iter_mut() {
+            for _ in 0..1000 {
+                *slot += read(&mut s);
+                clock.advance(100_000);
+            }
+        }
+        slots
+    }
+
+    #[test]
+    fn a_paced_source_catches_up_a_stop_within_bounds() {
+        let slots = stopped_5s(OnStall::default());
+        // At most 4x the rate (40'000 per 100 ms, plus a batch) while catching up, one second
+        // owed at most: the 5 s stop does not come out as a burst.
+        assert!(slots.iter().all(|&n| n <= 40_064), "{slots:?}");
+        let first_second: u64 = slots[..10].iter().sum();
+        assert!(first_second <= 200_064, "{slots:?}");
+        // And the rate is kept: the second owed, then 10'000 per 100 ms.
+        let total: u64 = slots.iter().sum();
+        assert!(total.abs_diff(300_000) <= 64, "{total} {slots:?}");
+        assert!(
+            slots[10..].iter().all(|&n| n.abs_diff(10_000) <= 1),
+            "{slots:?}"
+        );
+    }
+
+    #[test]
+    fn a_paced_source_may_move_its_schedule_instead() {
+        let slots = stopped_5s(OnStall::Shift);
+        // The schedule restarts at the first read after the stop: no catching up at all.
+        assert!(slots.iter().all(|&n| n.abs_diff(10_000) <= 10), "{slots:?}");
     }
 
     #[test]

@@ -17,10 +17,13 @@
 //! * A rate: every run sends the packets due on the TSC clock since the start, so the mean rate
 //!   is exact and the departures come in bursts, one per run: the granularity is the time
 //!   between runs ([`LiveReport::run_gap_ns`]), at least the fixed cost of a run (the kernel sets
-//!   up and tears down a page pool per run: about 25 ms of waiting on Linux 6.18 here).
+//!   up and tears down a page pool per run: about 25 ms of waiting on Linux 6.18 here). After a
+//!   stall the owed packets go within the bounds of `gen`'s catch-up ([`CountPacer`]), a run
+//!   holding at most a tenth of a second's worth.
 //!
 //! What a device could not send is read from its counters (`tx_dropped`, before and after).
 
+use super::sched::{CountPacer, OnStall};
 use super::template::{Template, Vals, L4};
 use super::vary::{Seq, SizeSpec};
 use super::{GenError, StreamSpec};
@@ -63,6 +66,8 @@ pub struct LiveOptions {
     pub batch: u32,
     /// Seed of the random fields.
     pub seed: u64,
+    /// What a paced thread does after a stall.
+    pub on_stall: OnStall,
 }
 
 impl Default for LiveOptions {
@@ -80,6 +85,7 @@ impl Default for LiveOptions {
             core: None,
             batch: DEFAULT_BATCH,
             seed: 1,
+            on_stall: OnStall::default(),
         }
     }
 }
@@ -101,6 +107,18 @@ pub struct LiveReport {
     pub tx_dropped: Option<u64>,
     /// Packets the device counted as sent meanwhile.
     pub tx_packets: Option<u64>,
+    /// The rate asked, packets per second in all (None: as fast as possible).
+    pub rate_pps: Option<f64>,
+    /// With a rate: the rate of the runs, each thread's packets up to its last run over the
+    /// time from its start to that run's start (when they were due), summed over the threads.
+    /// A run's packets leave in a burst, so the span up to the end of the last run would count
+    /// that run's time on top of the schedule's.
+    pub paced_pps: Option<f64>,
+    /// Times the schedule moved later (stalls longer than the catch-up window), and by how
+    /// much in all (ns).
+    pub slips: u64,
+    /// Time given up, ns.
+    pub slipped_ns: u64,
 }
 
 impl LiveReport {
@@ -113,8 +131,12 @@ impl LiveReport {
         self.last_ns.saturating_sub(self.first_ns) / per
     }
 
-    /// Packets per second between the start and the end.
+    /// Packets per second: with a rate, the rate of the runs ([`LiveReport::paced_pps`]);
+    /// without, between the start and the end.
     pub fn pps(&self) -> f64 {
+        if let Some(p) = self.paced_pps {
+            return p;
+        }
         let dt = self.last_ns.saturating_sub(self.first_ns);
         if dt == 0 {
             return 0.0;
@@ -307,6 +329,11 @@ struct Worker {
     runs: u64,
     first: u64,
     last: u64,
+    /// Start of the last whole run, and the packets asked up to and with it.
+    last_start: u64,
+    upto_last: u64,
+    slips: u64,
+    slipped_ns: u64,
 }
 
 /// Validates `o` as [`run`] would, without loading anything.
@@ -419,7 +446,7 @@ pub fn run(
                     }
                 }
                 let r = work(
-                    prog, frame, ifindex, batch, count, pps_t, deadline, clock, halt,
+                    prog, frame, ifindex, batch, count, pps_t, o.on_stall, deadline, clock, halt,
                 );
                 done.store(true, Ordering::Release);
                 r.map_err(|e| os(iface, "bpf(BPF_PROG_RUN)", e))
@@ -471,6 +498,7 @@ pub fn run(
     let after = sys::link_stats(ifindex).ok();
     let mut rep = LiveReport {
         pkts: sent(&map, ncpu),
+        rate_pps: o.pps,
         ..Default::default()
     };
     rep.bytes = rep.pkts * frame.len() as u64;
@@ -483,6 +511,17 @@ pub fn run(
         match r {
             Ok(w) => {
                 rep.runs += w.runs;
+                rep.slips += w.slips;
+                rep.slipped_ns += w.slipped_ns;
+                if o.pps.is_some() {
+                    let span = w.last_start.saturating_sub(w.first);
+                    let p = if span > 0 && w.upto_last > 0 {
+                        (w.upto_last - 1) as f64 * 1e9 / span as f64
+                    } else {
+                        0.0
+                    };
+                    *rep.paced_pps.get_or_insert(0.0) += p;
+                }
                 if w.first != 0 && (rep.first_ns == 0 || w.first < rep.first_ns) {
                     rep.first_ns = w.first;
                 }
@@ -508,6 +547,7 @@ fn work(
     batch: u32,
     count: Option<u64>,
     pps: Option<f64>,
+    on_stall: OnStall,
     deadline: Option<u64>,
     clock: &dyn Clock,
     halt: &AtomicBool,
@@ -517,6 +557,9 @@ fn work(
     let mut asked = 0u64;
     let start = clock.now_ns();
     w.first = start;
+    // A run holds at most a tenth of a second's worth of packets, on schedule or catching up.
+    let run_cap = |p: f64| (p / 10.0).max(1.0) as u64;
+    let mut pacer = pps.map(|p| CountPacer::new(p, start, on_stall, run_cap(p)));
     while left > 0 && !halt.load(Ordering::Acquire) {
         let now = clock.now_ns();
         if deadline.is_some_and(|d| now >= d) {
@@ -525,12 +568,12 @@ fn work(
         let n = match pps {
             None => left.min(LONG_RUN),
             Some(p) => {
-                // The packets due since the start, at most a tenth of a second's worth.
-                let due = ((now - start) as f64 * p / 1e9) as u64;
-                let n = due.saturating_sub(asked).min((p / 10.0).max(1.0) as u64);
+                // The packets due since the start, within the catch-up bounds, at most a
+                // tenth of a second's worth.
+                let pacer = pacer.as_mut().expect("a pacer with a rate");
+                let n = pacer.allowed(now).min(run_cap(p));
                 if n == 0 {
-                    let next = start + ((asked + 1) as f64 * 1e9 / p) as u64;
-                    let wait = next.saturating_sub(now);
+                    let wait = pacer.next_at().saturating_sub(now);
                     if wait > 200_000 {
                         std::thread::sleep(Duration::from_nanos(wait - 100_000));
                     }
@@ -547,6 +590,11 @@ fn work(
             Ok(()) => {
                 left -= n;
                 asked += n;
+                if let Some(pc) = pacer.as_mut() {
+                    pc.took(n, now);
+                }
+                w.last_start = now;
+                w.upto_last = asked;
             }
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
                 if halt.load(Ordering::Acquire) {
@@ -555,6 +603,9 @@ fn work(
             }
             Err(e) => return Err(e),
         }
+    }
+    if let Some(pc) = &pacer {
+        (w.slips, w.slipped_ns) = pc.slipped();
     }
     Ok(w)
 }

@@ -22,11 +22,11 @@ pub mod template;
 pub mod vary;
 
 use crate::mem::{Batch, Pool, PoolConfig, BATCH};
+use crate::port::{DropReason, Drops};
 use crate::port::{Port, PortError, PortStats};
-use crate::stats::Snapshot;
 use crate::time::Clock;
 use rng::Rng;
-use sched::{Pattern, Precision, Schedule};
+use sched::{OnStall, Pacer, Pattern, Precision, Schedule};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,9 +136,9 @@ pub struct GenOptions {
     pub interval: Duration,
     /// Sleep instead of spinning when the next departure is further away than this.
     pub sleep_above: Duration,
-    /// After a stall, send every late packet at once to keep the mean rate, instead of moving
-    /// the schedule later (the default, which keeps the gaps).
-    pub catch_up: bool,
+    /// What to do after a stall: catch up within bounds (the default: the mean rate holds) or
+    /// move the schedule later (the gaps hold, the mean rate falls).
+    pub on_stall: OnStall,
 }
 
 impl Default for GenOptions {
@@ -150,9 +150,88 @@ impl Default for GenOptions {
             seed: 1,
             interval: Duration::from_secs(1),
             sleep_above: Duration::from_millis(2),
-            catch_up: false,
+            on_stall: OnStall::default(),
         }
     }
+}
+
+/// How far below the asked rate an achieved rate may be and still count as the asked rate
+/// (0.5 %).
+pub const RATE_TOLERANCE: f64 = 0.005;
+
+/// Why a run with a rate sent fewer packets per second than asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shortfall {
+    /// The worker could not build and hand out packets fast enough (CPU).
+    Generator,
+    /// The port did not take packets fast enough (its ring was full).
+    Port,
+    /// The schedule was moved later after stalls ([`OnStall::Shift`]).
+    Shifted,
+}
+
+impl Shortfall {
+    /// The word for it in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shortfall::Generator => "generator-limited",
+            Shortfall::Port => "port-limited",
+            Shortfall::Shifted => "schedule moved later",
+        }
+    }
+}
+
+/// Why `achieved` packets per second fall more than [`RATE_TOLERANCE`] short of `asked`, if
+/// they do: the port (it was full), the schedule moved later by choice ([`OnStall::Shift`]),
+/// else the generator.
+pub fn shortfall(
+    asked: Option<f64>,
+    achieved: f64,
+    port_full: bool,
+    shifted: bool,
+) -> Option<Shortfall> {
+    let asked = asked?;
+    if achieved >= asked * (1.0 - RATE_TOLERANCE) {
+        return None;
+    }
+    Some(if port_full {
+        Shortfall::Port
+    } else if shifted {
+        Shortfall::Shifted
+    } else {
+        Shortfall::Generator
+    })
+}
+
+/// A packet rate for people: `1.32 Mpps`, `50.00 kpps`, `800 pps`.
+pub fn fmt_pps(p: f64) -> String {
+    if p >= 1e6 {
+        format!("{:.3} Mpps", p / 1e6)
+    } else if p >= 1e3 {
+        format!("{:.2} kpps", p / 1e3)
+    } else {
+        format!("{p:.0} pps")
+    }
+}
+
+/// `achieved 1.321 Mpps of 1.488 Mpps asked (88.80 %): generator-limited`; without a
+/// shortfall just the two rates and the share.
+pub fn rate_words(achieved: f64, asked: f64, why: Option<Shortfall>) -> String {
+    let mut s = format!(
+        "achieved {} of {} asked ({:.2} %)",
+        fmt_pps(achieved),
+        fmt_pps(asked),
+        if asked > 0.0 {
+            100.0 * achieved / asked
+        } else {
+            0.0
+        }
+    );
+    if let Some(w) = why {
+        s += ": ";
+        s += w.name();
+    }
+    s
 }
 
 /// Results of a run.
@@ -166,10 +245,21 @@ pub struct GenReport {
     pub per_stream: Vec<u64>,
     /// Departure precision (rated streams only).
     pub precision: Precision,
-    /// First and last departure (clock ns).
+    /// Start of the run's span (clock ns): the first packet's scheduled departure when a rate
+    /// was set (a late first packet does not shorten the span), else its departure.
     pub first_ns: u64,
     /// Last departure.
     pub last_ns: u64,
+    /// When the port had taken the last packet (clock ns, after its last transmit).
+    pub end_ns: u64,
+    /// The rate asked, packets per second (None: as fast as possible).
+    pub rate_pps: Option<f64>,
+    /// How late the last departure was (ns): what was still owed at the end.
+    pub behind_ns: u64,
+    /// Times the port was full and the worker had to wait for it.
+    pub port_full: u64,
+    /// The stall policy of the run.
+    pub on_stall: OnStall,
     /// The port's counters at the end.
     pub port: PortStats,
     /// Why the run ended early, if it failed.
@@ -177,13 +267,41 @@ pub struct GenReport {
 }
 
 impl GenReport {
-    /// Packets per second between the first and the last departure.
+    /// Packets per second achieved, over the run's span: from the first packet's scheduled
+    /// departure (its departure without a rate) until the port had taken the last packet (a
+    /// batch's packets leave at once, so the last departure would leave out the last batch's
+    /// time). With a rate, the gaps are counted, `(pkts - 1) / span`, so that a CBR run on
+    /// schedule gives the asked rate; without, the packets, `pkts / span`.
     pub fn pps(&self) -> f64 {
-        let dt = self.last_ns.saturating_sub(self.first_ns);
-        if dt == 0 || self.pkts < 2 {
+        let end = self.end_ns.max(self.last_ns);
+        let dt = end.saturating_sub(self.first_ns);
+        if dt == 0 || self.pkts == 0 {
             return 0.0;
         }
-        (self.pkts - 1) as f64 * 1e9 / dt as f64
+        match self.rate_pps {
+            Some(_) if self.pkts < 2 => 0.0,
+            Some(_) => (self.pkts - 1) as f64 * 1e9 / dt as f64,
+            None => self.pkts as f64 * 1e9 / dt as f64,
+        }
+    }
+
+    /// The run's span in seconds, as [`GenReport::pps`] counts it.
+    pub fn elapsed(&self) -> f64 {
+        self.end_ns.max(self.last_ns).saturating_sub(self.first_ns) as f64 / 1e9
+    }
+
+    /// Why the achieved rate `pps` is more than [`RATE_TOLERANCE`] below the asked one, if it
+    /// is (None: no rate asked, too few packets to tell, or the rate was achieved).
+    pub fn shortfall(&self, pps: f64) -> Option<Shortfall> {
+        if self.pkts < 2 {
+            return None;
+        }
+        shortfall(
+            self.rate_pps,
+            pps,
+            self.port_full > 0,
+            self.on_stall == OnStall::Shift && self.precision.slips > 0,
+        )
     }
 
     /// Adds another thread's report.
@@ -201,6 +319,14 @@ impl GenReport {
             self.first_ns = o.first_ns;
         }
         self.last_ns = self.last_ns.max(o.last_ns);
+        self.end_ns = self.end_ns.max(o.end_ns);
+        self.rate_pps = match (self.rate_pps, o.rate_pps) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self.behind_ns = self.behind_ns.max(o.behind_ns);
+        self.port_full += o.port_full;
+        self.on_stall = o.on_stall;
         self.port.tx_packets += o.port.tx_packets;
         self.port.tx_bytes += o.port.tx_bytes;
         self.port.tx_drops = self.port.tx_drops.merged(&o.port.tx_drops);
@@ -409,15 +535,42 @@ fn fill(
     }
 }
 
+/// What the worker reports every interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GenTick {
+    /// Clock time of the reading (ns).
+    pub t_ns: u64,
+    /// Packets handed to the port so far.
+    pub pkts: u64,
+    /// Their bytes (without CRC).
+    pub bytes: u64,
+    /// The port's drops so far.
+    pub drops: Drops,
+    /// How late the last departure was (ns): what is owed now.
+    pub behind_ns: u64,
+    /// Time the schedule moved later so far (ns): given up.
+    pub slipped_ns: u64,
+    /// The last departure was behind the schedule (more than two gaps late).
+    pub behind: bool,
+    /// Times the port was full so far.
+    pub port_full: u64,
+}
+
 /// Packets built per slice of waiting time: small enough to fit in a gap of ~1 µs.
 const FILL_CHUNK: usize = 8;
 /// Slack (ns) below which the worker does not start building while it waits.
 const FILL_SLACK: u64 = 400;
 
 /// Runs the generator on `port` until the count, the duration, `stop`, or an error. `on_tick`
-/// gets a statistics snapshot every interval (from the clock's readings). A hook's (script's)
-/// error ends the run with a report whose `error` says why (what was sent is counted); other
-/// errors are returned.
+/// gets the counters every interval (from the clock's readings). A hook's (script's) error
+/// ends the run with a report whose `error` says why (what was sent is counted); other errors
+/// are returned.
+///
+/// With a rate, a packet leaves at its scheduled time; after a stall the owed packets leave
+/// within the bounds of `opts.on_stall` ([`sched::Pacer`]). A duration ends the schedule: the
+/// packets scheduled within it are sent, and when catching up the run may go on for up to a
+/// tenth of the duration (at most 100 ms, at most the catch-up window) past it to send the
+/// owed ones.
 ///
 /// Two groups of up to 64 packets alternate: while the worker waits for the next departure of
 /// one, it builds the next group a few packets at a time, so that building never delays a
@@ -429,7 +582,7 @@ pub fn run(
     clock: &dyn Clock,
     stop: &AtomicBool,
     mut hook: Option<&mut dyn Hook>,
-    mut on_tick: impl FnMut(&Snapshot),
+    mut on_tick: impl FnMut(&GenTick),
 ) -> Result<GenReport, GenError> {
     if opts.streams.is_empty() {
         return Err(GenError::NoStream);
@@ -461,29 +614,45 @@ pub fn run(
         ..Default::default()
     };
     let mut left = opts.count.unwrap_or(u64::MAX);
-    let deadline = opts.duration.map(|d| t0 + d.as_nanos() as u64);
+    let deadline = opts
+        .duration
+        .map(|d| t0.saturating_add(d.as_nanos() as u64));
+    // Past the deadline a run that catches up may still send what it owes, for a while.
+    let grace = match (opts.on_stall, opts.duration) {
+        (OnStall::CatchUp(c), Some(d)) if rated => c
+            .window_ns
+            .min(100_000_000)
+            .min((d.as_nanos() / 10).min(u128::from(u64::MAX)) as u64),
+        _ => 0,
+    };
+    let hard_deadline = deadline.map(|d| d.saturating_add(grace));
     let interval = opts.interval.as_nanos().max(1) as u64;
     let mut next_tick = t0 + interval;
     let mut rr = 0usize;
     let sleep_above = opts.sleep_above.as_nanos() as u64;
-    // How late a departure may be and still be caught up by sending what is due at once: two
-    // gaps of the fastest stream, at least 2 µs (longer stalls move the schedule instead).
-    // With `catch_up`, any lateness is caught up that way.
-    let catch_up = if opts.catch_up {
-        u64::MAX
-    } else {
-        streams
-            .iter()
-            .filter_map(|s| s.sched.as_ref())
-            .map(|s| 2.0 * s.mean_gap())
-            .fold(f64::INFINITY, f64::min)
-            .max(2_000.0) as u64
-    };
-    let snap = |port: &mut dyn Port, t, rep: &GenReport| Snapshot {
+    // Behind the schedule: a departure later than two gaps of the fastest stream (at least
+    // 2 µs). The pacer bounds how the owed packets leave (or moves the schedule).
+    let fastest = streams
+        .iter()
+        .filter_map(|s| s.sched.as_ref())
+        .map(|s| s.mean_gap())
+        .fold(f64::INFINITY, f64::min);
+    let behind = sched::behind_above(fastest);
+    let total_pps: f64 = opts.streams.iter().filter_map(|s| s.pps).sum();
+    let mut pacer = Pacer::new(opts.on_stall, 1e9 / total_pps, behind);
+    rep.precision = Precision::with_behind_above(behind);
+    rep.rate_pps = if rated { Some(total_pps) } else { None };
+    rep.on_stall = opts.on_stall;
+    let mut abandoned = 0u64;
+    let tick = |port: &mut dyn Port, t, rep: &GenReport| GenTick {
         t_ns: t,
         pkts: rep.pkts,
         bytes: rep.bytes,
         drops: port.stats().tx_drops,
+        behind_ns: rep.behind_ns,
+        slipped_ns: rep.precision.slipped_ns,
+        behind: rep.behind_ns > behind,
+        port_full: rep.port_full,
     };
     let result: Result<(), GenError> = 'run: loop {
         if stop.load(Ordering::Relaxed) {
@@ -533,8 +702,9 @@ pub fn run(
             if deadline.is_some_and(|d| t > d) {
                 break Ok(());
             }
-            while now < t {
-                let slack = t - now;
+            let target = pacer.earliest(t);
+            while now < target {
+                let slack = target - now;
                 if slack > FILL_SLACK && !nxt.b.is_full() && left > 0 {
                     fill(
                         &mut nxt,
@@ -555,19 +725,32 @@ pub fn run(
                 // lock waiter (pause-loop exiting) and deschedule.
                 now = clock.now_ns();
             }
-            if now - t > catch_up {
-                // Too late to catch up without a long bunch of back-to-back packets: move the
-                // rest of the schedule later instead (counted, and this gap is a deviation).
-                let d = now - t;
+            let d = pacer.excess(t, now);
+            if d > 0 {
+                // Later than may be caught up: move the rest of the schedule later by the
+                // excess (counted, and this gap is a deviation).
                 cur.t[k..n].iter_mut().for_each(|t| *t += d);
                 nxt.t[..nxt.b.len()].iter_mut().for_each(|t| *t += d);
                 streams
                     .iter_mut()
                     .filter_map(|s| s.sched.as_mut())
                     .for_each(|s| s.shift(d));
+                pacer.shift(d);
                 rep.precision.slip(d);
             }
-            m = cur.t[k..n].iter().take_while(|&&t| t <= now).count().max(1);
+            // Every packet due now that the catch-up bounds let go (the first always).
+            m = 0;
+            for &s in &cur.t[k..n] {
+                if m > 0 && (s > now || pacer.earliest(s) > now) {
+                    break;
+                }
+                pacer.depart(s, now);
+                m += 1;
+            }
+            rep.behind_ns = now.saturating_sub(cur.t[k + m - 1]);
+            if rep.first_ns == 0 {
+                rep.first_ns = cur.t[k].min(now);
+            }
         }
         out.extend(&cur.b.descs()[k..k + m]);
         for j in 0..m {
@@ -595,8 +778,13 @@ pub fn run(
                 Ok(_) => {
                     // The port is full: its frames come back when the kernel (often its
                     // softirq thread, on this very core) has sent them. Give it the CPU.
+                    if tries == 0 {
+                        rep.port_full += 1;
+                    }
                     tries += 1;
                     if tries > 100_000 {
+                        // Stuck: give these up, counted as drops of a full ring.
+                        abandoned += out.len() as u64;
                         out.clear();
                     }
                     std::thread::yield_now();
@@ -607,23 +795,26 @@ pub fn run(
                 }
             }
         }
+        if now >= next_tick {
+            on_tick(&tick(port, now, &rep));
+            next_tick = now + interval;
+        }
         if cur.k >= n {
             cur.b.forget();
             cur.k = 0;
             cur.hooked = false;
             let now = clock.now_ns();
-            if now >= next_tick {
-                on_tick(&snap(port, now, &rep));
-                next_tick = now + interval;
-            }
-            if deadline.is_some_and(|d| now >= d) {
+            if hard_deadline.is_some_and(|d| now >= d) {
                 break Ok(());
             }
         }
     };
+    // Every way out of the loop follows the last transmit at once.
+    rep.end_ns = clock.now_ns();
     cur.reset();
     nxt.reset();
     rep.port = port.stats();
+    rep.port.tx_drops.add(DropReason::RingFull, abandoned);
     match result {
         // The script's error ends the run; what was sent until then is in the report.
         Err(GenError::Hook(e)) => rep.error = Some(e),
@@ -635,5 +826,6 @@ pub fn run(
     }
     port.flush()?;
     rep.port = port.stats();
+    rep.port.tx_drops.add(DropReason::RingFull, abandoned);
     Ok(rep)
 }

@@ -4,12 +4,17 @@
 //!
 //! Each trial sends probes of a stream id of its own (so late frames of an earlier trial are
 //! not counted) from one thread while another receives and tracks them.
+//!
+//! A trial is only as good as its generator: one whose achieved rate falls more than
+//! [`RATE_TOLERANCE`] short of the offered one is *generator-limited* and never passes (it did
+//! not test the offered load). For each size the generator's own ceiling on the port is
+//! measured first by an unpaced trial, and reported.
 
 use super::latency::{LatSummary, Tracker};
 use super::sched::Pattern;
 use super::template::TemplateSpec;
 use super::vary::SizeSpec;
-use super::{GenError, GenOptions, StreamSpec};
+use super::{GenError, GenOptions, StreamSpec, RATE_TOLERANCE};
 use crate::mem::Batch;
 use crate::port::{Port, PortError};
 use crate::time::Clock;
@@ -84,6 +89,32 @@ impl Trial {
         }
         100.0 * self.sent.saturating_sub(self.received) as f64 / self.sent as f64
     }
+
+    /// The generator achieved less than the offered rate (by more than [`RATE_TOLERANCE`]):
+    /// the trial did not test the offered load.
+    pub fn generator_limited(&self) -> bool {
+        self.achieved_pps < self.offered_pps * (1.0 - RATE_TOLERANCE)
+    }
+
+    /// Every frame sent came back.
+    pub fn lossless(&self) -> bool {
+        self.sent > 0 && self.received >= self.sent
+    }
+
+    /// No loss at the offered load: lossless and not generator-limited.
+    pub fn passed(&self) -> bool {
+        self.lossless() && !self.generator_limited()
+    }
+
+    /// `pass`, `loss`, `generator-limited` (or both), for reports.
+    pub fn verdict(&self) -> &'static str {
+        match (self.lossless(), self.generator_limited()) {
+            (true, false) => "pass",
+            (true, true) => "generator-limited",
+            (false, false) => "loss",
+            (false, true) => "loss, generator-limited",
+        }
+    }
 }
 
 /// Results for one frame size.
@@ -91,7 +122,13 @@ impl Trial {
 pub struct SizeResult {
     /// Frame size with CRC.
     pub size: u32,
-    /// The highest zero-loss trial (None if even the lowest rate lost frames).
+    /// Line rate at this size, packets per second.
+    pub line_pps: f64,
+    /// The generator's own ceiling on the port at this size: the highest rate it achieved,
+    /// unpaced (a trial of its own) or in any trial, packets per second.
+    pub ceiling_pps: f64,
+    /// The highest trial that passed: no loss and the offered rate achieved (None if no trial
+    /// passed).
     pub throughput: Option<Trial>,
     /// Latency measured at the throughput rate.
     pub latency: Option<Trial>,
@@ -99,6 +136,20 @@ pub struct SizeResult {
     pub loss: Vec<Trial>,
     /// Longest burst at line rate without loss, frames.
     pub back_to_back: Option<u64>,
+    /// The back-to-back bursts left below line rate (the generator's ceiling): the bursts
+    /// were not at line rate.
+    pub back_to_back_limited: bool,
+}
+
+impl SizeResult {
+    /// The ceiling in % of line rate.
+    pub fn ceiling_pct(&self) -> f64 {
+        if self.line_pps > 0.0 {
+            100.0 * self.ceiling_pps / self.line_pps
+        } else {
+            0.0
+        }
+    }
 }
 
 /// Line-rate packets per second at `size` (with CRC).
@@ -107,7 +158,8 @@ pub fn line_pps(line_bps: f64, size: u32) -> f64 {
 }
 
 /// Binary search for the highest rate (in % of line rate, within `resolution`) at which
-/// `lossless(rate)` holds. Tries 100% first. Returns the highest lossless rate tried, if any.
+/// `lossless(rate)` holds (a trial passes). Tries 100% first. Returns the highest passing
+/// rate tried, if any.
 pub fn search(resolution: f64, mut lossless: impl FnMut(f64) -> bool) -> Option<f64> {
     if lossless(100.0) {
         return Some(100.0);
@@ -147,6 +199,12 @@ pub fn run(
             progress(&t);
             Ok::<Trial, GenError>(t)
         };
+        // The generator's own ceiling on this port: an unpaced trial.
+        let mut ceiling = if stop.load(Ordering::Relaxed) {
+            0.0
+        } else {
+            trial("ceiling", 100.0, None)?.achieved_pps
+        };
         let mut err = None;
         let mut best: Option<Trial> = None;
         search(opts.resolution_pct, |pct| {
@@ -155,7 +213,8 @@ pub fn run(
             }
             match trial("throughput", pct, None) {
                 Ok(t) => {
-                    let ok = t.sent > 0 && t.received >= t.sent;
+                    ceiling = ceiling.max(t.achieved_pps);
+                    let ok = t.passed();
                     if ok && best.as_ref().is_none_or(|b| b.rate_pct < t.rate_pct) {
                         best = Some(t);
                     }
@@ -179,18 +238,23 @@ pub fn run(
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            loss.push(trial("loss", pct, None)?);
+            let t = trial("loss", pct, None)?;
+            ceiling = ceiling.max(t.achieved_pps);
+            loss.push(t);
         }
+        let mut b2b_limited = false;
         let back_to_back = if opts.b2b_max > 0 && !stop.load(Ordering::Relaxed) {
             // Largest burst (frames) with no loss, by binary search on the burst length.
             let (mut lo, mut hi) = (0u64, opts.b2b_max);
             let full = trial("back-to-back", 100.0, Some(hi))?;
+            b2b_limited |= full.generator_limited();
             if full.received >= full.sent {
                 lo = hi;
             }
             while hi - lo > (opts.b2b_max / 64).max(1) && !stop.load(Ordering::Relaxed) {
                 let mid = lo + (hi - lo) / 2;
                 let t = trial("back-to-back", 100.0, Some(mid))?;
+                b2b_limited |= t.generator_limited();
                 if t.received >= t.sent {
                     lo = mid;
                 } else {
@@ -203,10 +267,13 @@ pub fn run(
         };
         results.push(SizeResult {
             size,
+            line_pps: line,
+            ceiling_pps: ceiling,
             throughput: best,
             latency,
             loss,
             back_to_back,
+            back_to_back_limited: b2b_limited,
         });
     }
     Ok(results)
@@ -227,13 +294,14 @@ fn one_trial(
     id: u16,
 ) -> Result<Trial, GenError> {
     let pps = line * pct / 100.0;
+    // Back-to-back bursts and the ceiling go as fast as the port takes them.
+    let unpaced = count.is_some() || kind == "ceiling";
     let gopts = GenOptions {
         streams: vec![StreamSpec {
             id,
             template: opts.template.clone(),
             size: SizeSpec::Fixed(size),
-            // Back-to-back bursts go as fast as the port takes them.
-            pps: if count.is_some() { None } else { Some(pps) },
+            pps: if unpaced { None } else { Some(pps) },
             pattern: Pattern::Cbr,
             probe: true,
             ..Default::default()
@@ -295,7 +363,7 @@ fn one_trial(
         kind,
         size,
         rate_pct: pct,
-        offered_pps: if count.is_some() { line } else { pps },
+        offered_pps: if unpaced { line } else { pps },
         achieved_pps: rep.pps(),
         sent: rep.pkts,
         received,
@@ -303,14 +371,16 @@ fn one_trial(
     })
 }
 
-/// The results as CSV, one line per trial.
+/// The results as CSV, one line per trial (the throughput trial that passed, the latency
+/// trial, the loss steps), a `ceiling` line per size (the generator's ceiling on the port) and
+/// a back-to-back line per size. `verdict` is `pass`, `loss`, `generator-limited` or both.
 pub fn csv(results: &[SizeResult]) -> String {
     let mut s = String::from(
-        "test,size,rate_pct,offered_pps,achieved_pps,sent,received,loss_pct,lat_min_ns,lat_avg_ns,lat_p50_ns,lat_p99_ns,lat_max_ns\n",
+        "test,size,rate_pct,offered_pps,achieved_pps,sent,received,loss_pct,lat_min_ns,lat_avg_ns,lat_p50_ns,lat_p99_ns,lat_max_ns,verdict\n",
     );
     let mut row = |t: &Trial, kind: &str| {
         s += &format!(
-            "{kind},{},{:.3},{:.0},{:.0},{},{},{:.4},{},{:.0},{},{},{}\n",
+            "{kind},{},{:.3},{:.0},{:.0},{},{},{:.4},{},{:.0},{},{},{},{}\n",
             t.size,
             t.rate_pct,
             t.offered_pps,
@@ -322,7 +392,8 @@ pub fn csv(results: &[SizeResult]) -> String {
             t.latency.avg,
             t.latency.p50,
             t.latency.p99,
-            t.latency.max
+            t.latency.max,
+            t.verdict()
         );
     };
     for r in results {
@@ -337,20 +408,44 @@ pub fn csv(results: &[SizeResult]) -> String {
         }
     }
     for r in results {
+        s += &format!(
+            "ceiling,{},{:.3},{:.0},{:.0},,,,,,,,,\n",
+            r.size,
+            r.ceiling_pct(),
+            r.line_pps,
+            r.ceiling_pps
+        );
+    }
+    for r in results {
         if let Some(b) = r.back_to_back {
-            s += &format!("back-to-back,{},100,,,{b},{b},0,,,,,\n", r.size);
+            s += &format!(
+                "back-to-back,{},100,,,{b},{b},0,,,,,,{}\n",
+                r.size,
+                if r.back_to_back_limited {
+                    "generator-limited"
+                } else {
+                    "pass"
+                }
+            );
         }
     }
     s
 }
 
-/// The results as text tables: throughput and latency, then frame loss.
+/// The results as text tables: throughput and latency, the generator's ceiling, then frame
+/// loss (a `*` marks a step the generator did not reach).
 pub fn table(results: &[SizeResult]) -> String {
     let mut s = String::from(
-        "RFC 2544 throughput and latency\n  size   rate %     offered pps    achieved pps   lat min     avg     p99     max (ns)   back-to-back\n",
+        "RFC 2544 throughput (no loss, offered rate achieved) and latency\n  size   rate %     offered pps    achieved pps   lat min     avg     p99     max (ns)   back-to-back\n",
     );
     for r in results {
-        let b2b = r.back_to_back.map_or("-".to_string(), |b| b.to_string());
+        let b2b = r.back_to_back.map_or("-".to_string(), |b| {
+            if r.back_to_back_limited {
+                format!("{b}*")
+            } else {
+                b.to_string()
+            }
+        });
         match (&r.throughput, &r.latency) {
             (Some(t), l) => {
                 let l = l.as_ref().map_or(t.latency, |l| l.latency);
@@ -368,23 +463,48 @@ pub fn table(results: &[SizeResult]) -> String {
                 );
             }
             (None, _) => {
-                s += &format!("{:>6}   no rate without loss {:>48}\n", r.size, b2b);
+                s += &format!(
+                    "{:>6}   no rate passed (without loss and at the offered rate) {:>22}\n",
+                    r.size, b2b
+                );
             }
         }
     }
-    s += "RFC 2544 frame loss (% of frames sent)\n  size";
+    s += "Generator ceiling on the output port (unpaced, or the best any trial achieved)\n  size     line pps     ceiling pps  % of line\n";
+    for r in results {
+        s += &format!(
+            "{:>6} {:>12.0} {:>15.0} {:>10.2}{}\n",
+            r.size,
+            r.line_pps,
+            r.ceiling_pps,
+            r.ceiling_pct(),
+            if r.ceiling_pct() < 100.0 * (1.0 - RATE_TOLERANCE) {
+                "  generator-limited: rates above it were not tested"
+            } else {
+                ""
+            }
+        );
+    }
+    s += "RFC 2544 frame loss (% of frames sent; * the generator did not reach the step)\n  size";
     if let Some(r) = results.first() {
         for t in &r.loss {
-            s += &format!(" {:>6.0}%", t.rate_pct);
+            s += &format!(" {:>7.0}%", t.rate_pct);
         }
     }
     s.push('\n');
     for r in results {
         s += &format!("{:>6}", r.size);
         for t in &r.loss {
-            s += &format!(" {:>7.2}", t.loss_pct());
+            s += &format!(
+                " {:>7.2}{}",
+                t.loss_pct(),
+                if t.generator_limited() { "*" } else { " " }
+            );
         }
         s.push('\n');
+    }
+    if results.iter().any(|r| r.back_to_back_limited) {
+        s += "* back-to-back: the generator did not reach line rate, the bursts were slower\n";
     }
     s
 }
