@@ -105,7 +105,7 @@ fn json_lines_parse_and_the_summary_accounts_for_everything() {
     let q = sum["queues"].as_array().unwrap();
     let offered = |x: &serde_json::Value| {
         x["delivered"].as_u64().unwrap()
-            + ["ring_full", "consumer_gone", "no_frame"]
+            + ["ring_full", "consumer_gone", "no_frame", "unread"]
                 .iter()
                 .map(|r| x["drops"][r].as_u64().unwrap())
                 .sum::<u64>()

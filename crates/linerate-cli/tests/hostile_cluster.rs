@@ -322,3 +322,474 @@ fn a_segment_that_is_not_ours_is_refused_by_consumers_and_masters() {
         "the link is left as it was"
     );
 }
+
+/// Offsets in a version 2 segment (pinned by a unit test beside the layout in
+/// `port/cluster.rs`): the header's state word and the queues' place, and inside a queue's area
+/// the head and tail cursors, the consumer's words and the slots.
+mod layout {
+    pub const STATE: u64 = 48;
+    pub const QUEUE_OFF: u64 = 56;
+    pub const QUEUE_STRIDE: u64 = 64;
+    pub const COUNTERS: u64 = 184;
+    pub const HEAD: u64 = 0;
+    pub const TAIL: u64 = 128;
+    pub const HANDED: u64 = 256 + 24;
+    pub const SLOTS: u64 = 512;
+}
+
+fn read_u64(f: &std::fs::File, at: u64) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let mut b = [0u8; 8];
+    f.read_exact_at(&mut b, at).unwrap();
+    u64::from_le_bytes(b)
+}
+
+fn write_at(f: &std::fs::File, at: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(bytes, at).unwrap();
+}
+
+/// Garbage that changes every call (xorshift).
+fn garbage(state: &mut u64, n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            *state as u8
+        })
+        .collect()
+}
+
+fn json_lines(o: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn summary(o: &Output) -> serde_json::Value {
+    json_lines(o)
+        .into_iter()
+        .find(|j| j["type"] == "summary")
+        .unwrap_or_else(|| panic!("no summary: {}", text(o)))
+}
+
+/// A segment written over while consumers read it (descriptor slots, a head cursor, the state
+/// word, and the words consumers write): every consumer stops with a clear error and sane
+/// figures (the garbage descriptors counted as malformed), and the master's own accounting
+/// stays exact. Run as the segment's owner: root is not needed to write one's own segment.
+#[test]
+fn a_segment_corrupted_while_running_stops_consumers_with_a_clear_error_and_true_figures() {
+    let mut g = Guard::default();
+    let id = cluster_id(6);
+    g.paths.push(seg(id));
+    let master = spawn(&[
+        "balance",
+        "-i",
+        "source:30000",
+        "--source-rate",
+        "10kpps",
+        "-c",
+        &id.to_string(),
+        "-n",
+        "3",
+        "-m",
+        "rr",
+        "--wait-consumers",
+        "-t",
+        "20",
+        "--json",
+        "--interval",
+        "200ms",
+    ]);
+    g.kids.push(master);
+    wait_for("the segment", Duration::from_secs(10), || seg(id).exists());
+    for q in 0..3 {
+        g.kids.push(spawn(&[
+            "count",
+            "-i",
+            &format!("cluster:{id}@{q}"),
+            "--json",
+            "-q",
+        ]));
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(seg(id))
+        .unwrap();
+    let qoff = read_u64(&f, layout::QUEUE_OFF);
+    let stride = read_u64(&f, layout::QUEUE_STRIDE);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ std::process::id() as u64;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(600) {
+        // Queue 0: garbage descriptors. Queue 1: a head cursor far ahead of anything written.
+        write_at(&f, qoff + layout::SLOTS, &garbage(&mut rng, 4096 * 32));
+        write_at(
+            &f,
+            qoff + stride + layout::HEAD,
+            &(u64::MAX / 3).to_le_bytes(),
+        );
+        // Words the consumers and readers own: the master must not take them at their word.
+        write_at(&f, layout::COUNTERS, &garbage(&mut rng, 72));
+        for q in 0..3 {
+            write_at(&f, qoff + q * stride + layout::TAIL, &garbage(&mut rng, 8));
+            write_at(
+                &f,
+                qoff + q * stride + layout::HANDED,
+                &garbage(&mut rng, 8),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Queue 2's consumer: the header's state word is neither running nor closed.
+    write_at(&f, layout::STATE, &0xdead_beefu32.to_le_bytes());
+    let consumers: Vec<Output> = g
+        .kids
+        .drain(1..)
+        .map(|c| finish(c, Duration::from_secs(20)))
+        .collect();
+    let m = finish(g.kids.pop().unwrap(), Duration::from_secs(30));
+    for (q, c) in consumers.iter().enumerate() {
+        assert!(!c.status.success(), "consumer {q}: {}", text(c));
+        let e = String::from_utf8_lossy(&c.stderr);
+        assert!(
+            e.contains("segment is corrupted"),
+            "consumer {q}: {}",
+            text(c)
+        );
+        let s = summary(c);
+        let (pkts, bytes) = (s["pkts"].as_u64().unwrap(), s["bytes"].as_u64().unwrap());
+        assert_eq!(bytes, pkts * 64, "consumer {q}: no garbage figures: {s}");
+        assert!(pkts <= 10_000, "consumer {q}: {s}");
+    }
+    assert!(
+        String::from_utf8_lossy(&consumers[0].stderr).contains("descriptor"),
+        "{}",
+        text(&consumers[0])
+    );
+    let malformed = summary(&consumers[0])["drops_by_reason"]["malformed"]
+        .as_u64()
+        .unwrap();
+    assert!(malformed > 0, "{}", text(&consumers[0]));
+    assert!(
+        String::from_utf8_lossy(&consumers[1].stderr).contains("head cursor"),
+        "{}",
+        text(&consumers[1])
+    );
+    assert!(
+        String::from_utf8_lossy(&consumers[2].stderr).contains("state word"),
+        "{}",
+        text(&consumers[2])
+    );
+    // The master's figures are its own: exact, whatever was written into the segment.
+    let ms = summary(&m);
+    assert_eq!(ms["rx"], 30_000, "{ms}");
+    assert_eq!(ms["invariant_ok"], true, "{ms}");
+    assert_eq!(ms["destinations"], 30_000, "{ms}");
+    for line in json_lines(&m) {
+        if line["type"] == "stats" {
+            assert!(line["rx"].as_u64().unwrap() <= 30_000, "{line}");
+            assert!(line["delivered"].as_u64().unwrap() <= 30_000, "{line}");
+        }
+    }
+}
+
+/// With no consumer ever attached, what sits in the queues when the master ends was not
+/// delivered: it is counted as `unread`, and the accounting still adds up.
+#[test]
+fn packets_left_unread_are_not_delivered() {
+    let mut g = Guard::default();
+    let id = cluster_id(7);
+    g.paths.push(seg(id));
+    let m = finish(
+        spawn(&[
+            "balance",
+            "-i",
+            "source:20000",
+            "-c",
+            &id.to_string(),
+            "-n",
+            "2",
+            "-m",
+            "rr",
+            "--json",
+        ]),
+        Duration::from_secs(30),
+    );
+    assert!(m.status.success(), "{}", text(&m));
+    let s = summary(&m);
+    assert_eq!(s["delivered"], 0, "{s}");
+    assert_eq!(s["invariant_ok"], true, "{s}");
+    for q in s["queues"].as_array().unwrap() {
+        assert_eq!(q["delivered"], 0, "{q}");
+        assert_eq!(q["drops"]["unread"], 4096, "{q}");
+        assert_eq!(q["drops"]["ring_full"], 10_000 - 4096, "{q}");
+        assert_eq!(q["backlog"], 0, "{q}");
+    }
+    let t = finish(
+        spawn(&[
+            "balance",
+            "-i",
+            "source:20000",
+            "-c",
+            &id.to_string(),
+            "-n",
+            "2",
+            "-m",
+            "rr",
+        ]),
+        Duration::from_secs(30),
+    );
+    let out = String::from_utf8_lossy(&t.stdout);
+    assert!(
+        out.contains(
+            "delivered 0 + ring_full 11'808 + consumer_gone 0 + no_frame 0 + unread 8'192 [ok]"
+        ),
+        "{out}"
+    );
+}
+
+/// A queue whose consumer stalls with a backlog and is then killed is reclaimed: its
+/// delivered count never goes down, and no rate is negative (or wraps around).
+#[test]
+fn counters_never_decrease_across_a_reclaim() {
+    let mut g = Guard::default();
+    let id = cluster_id(8);
+    g.paths.push(seg(id));
+    g.kids.push(spawn(&[
+        "balance",
+        "-i",
+        "source",
+        "--source-rate",
+        "5kpps",
+        "-c",
+        &id.to_string(),
+        "-n",
+        "1",
+        "--wait-consumers",
+        "-t",
+        "3",
+        "--json",
+        "--interval",
+        "50ms",
+    ]));
+    wait_for("the segment", Duration::from_secs(10), || seg(id).exists());
+    let mut c = spawn(&["count", "-i", &format!("cluster:{id}@0"), "-q"]);
+    std::thread::sleep(Duration::from_millis(600));
+    let pid = c.id() as i32;
+    // SAFETY: kill(2) on the PID of a child this test started and still holds.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    std::thread::sleep(Duration::from_millis(500));
+    c.kill().unwrap();
+    let _ = c.wait();
+    let m = finish(g.kids.pop().unwrap(), Duration::from_secs(30));
+    assert!(m.status.success(), "{}", text(&m));
+    let mut last = 0;
+    let mut reclaimed = false;
+    for line in json_lines(&m) {
+        let q = &line["queues"][0];
+        let d = q["delivered"].as_u64().unwrap();
+        assert!(d >= last, "delivered went from {last} to {d}: {line}");
+        last = d;
+        let pps = q["pps"].as_f64().unwrap();
+        assert!((0.0..1e7).contains(&pps), "{line}");
+        reclaimed |= q["drops"]["consumer_gone"].as_u64().unwrap() > 0;
+    }
+    assert!(reclaimed, "the killed consumer's queue was reclaimed");
+    assert_eq!(summary(&m)["invariant_ok"], true);
+}
+
+/// A master that ends normally ends its consumers normally: exit 0 and a plain message.
+#[test]
+fn a_normal_master_shutdown_ends_consumers_with_exit_0_and_a_plain_message() {
+    let mut g = Guard::default();
+    let id = cluster_id(9);
+    g.paths.push(seg(id));
+    g.kids.push(spawn(&[
+        "balance",
+        "-i",
+        "source:5000",
+        "--source-rate",
+        "20kpps",
+        "-c",
+        &id.to_string(),
+        "-n",
+        "1",
+        "--wait-consumers",
+        "--quiet",
+    ]));
+    wait_for("the segment", Duration::from_secs(10), || seg(id).exists());
+    let c = finish(
+        spawn(&["count", "-i", &format!("cluster:{id}@0"), "-q"]),
+        Duration::from_secs(20),
+    );
+    let m = finish(g.kids.pop().unwrap(), Duration::from_secs(20));
+    assert!(m.status.success(), "{}", text(&m));
+    assert!(c.status.success(), "{}", text(&c));
+    let out = String::from_utf8_lossy(&c.stdout);
+    assert!(
+        out.contains(&format!(
+            "ended: end of input (cluster {id} ended: master stopped)"
+        )),
+        "{}",
+        text(&c)
+    );
+    assert!(
+        !String::from_utf8_lossy(&c.stderr).contains("error"),
+        "{}",
+        text(&c)
+    );
+}
+
+/// A consumer that attaches to a queue that already overflowed, and then overflows it itself:
+/// its summary's "dropped" is the sum of the reasons it lists (both since it attached), in text
+/// and in JSON.
+#[test]
+fn a_consumers_dropped_count_is_the_sum_of_its_reasons() {
+    let mut g = Guard::default();
+    let id = cluster_id(10);
+    g.paths.push(seg(id));
+    g.kids.push(spawn(&[
+        "balance",
+        "-i",
+        "source",
+        "--source-rate",
+        "20kpps",
+        "-c",
+        &id.to_string(),
+        "-n",
+        "2",
+        "-m",
+        "rr",
+        "-q",
+        "1024",
+        "-t",
+        "4",
+        "--quiet",
+    ]));
+    wait_for("the segment", Duration::from_secs(10), || seg(id).exists());
+    // No consumer for 0.5 s: the 1024-slot queues overflow before anyone attaches.
+    std::thread::sleep(Duration::from_millis(500));
+    let c0 = spawn(&["count", "-i", &format!("cluster:{id}@0"), "-t", "2"]);
+    let c1 = spawn(&[
+        "count",
+        "-i",
+        &format!("cluster:{id}@1"),
+        "-t",
+        "2",
+        "--json",
+        "-q",
+    ]);
+    std::thread::sleep(Duration::from_millis(300));
+    // Then they stall and overflow their queues themselves.
+    for c in [&c0, &c1] {
+        // SAFETY: kill(2) on the PID of a child this test started and still holds.
+        assert_eq!(unsafe { libc::kill(c.id() as i32, libc::SIGSTOP) }, 0);
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    for c in [&c0, &c1] {
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::kill(c.id() as i32, libc::SIGCONT) }, 0);
+    }
+    let (o0, o1) = (
+        finish(c0, Duration::from_secs(20)),
+        finish(c1, Duration::from_secs(20)),
+    );
+    let out = String::from_utf8_lossy(&o0.stdout);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("Summary:"))
+        .unwrap_or_else(|| panic!("{}", text(&o0)));
+    let num = |s: &str| s.replace('\'', "").parse::<u64>().unwrap();
+    let dropped = num(line
+        .split(" dropped (")
+        .next()
+        .unwrap()
+        .rsplit(", ")
+        .next()
+        .unwrap());
+    let reasons = line
+        .split(" dropped (")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap();
+    let sum: u64 = reasons
+        .split(' ')
+        .filter_map(|r| r.split_once('='))
+        .map(|(_, n)| num(n))
+        .sum();
+    assert!(dropped > 0, "the stalled consumer lost packets: {line}");
+    assert_eq!(dropped, sum, "{line}");
+    let block = out
+        .lines()
+        .rfind(|l| l.starts_with("Drops by reason:"))
+        .unwrap_or_else(|| panic!("{}", text(&o0)));
+    assert!(block.ends_with(reasons), "{block} vs {line}");
+    let s = summary(&o1);
+    let by: u64 = s["drops_by_reason"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "filter")
+        .map(|(_, v)| v.as_u64().unwrap())
+        .sum();
+    assert!(s["drops"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(s["drops"].as_u64().unwrap(), by, "{s}");
+    let m = finish(g.kids.pop().unwrap(), Duration::from_secs(20));
+    assert!(m.status.success(), "{}", text(&m));
+}
+
+/// `--threads --work-ns`: threads that take long over their queues. Interval lines go on while
+/// they drain after the input ended, and each thread's final block spans its own time (1 000
+/// packets at 1 ms each: about a second, not the master's few milliseconds).
+#[test]
+fn slow_consumer_threads_report_their_own_time_and_print_while_draining() {
+    let out = finish(
+        spawn(&[
+            "balance",
+            "-i",
+            "source:1000",
+            "--threads",
+            "--work-ns",
+            "1000000",
+            "-n",
+            "1",
+            "-m",
+            "rr",
+            "--interval",
+            "200ms",
+        ]),
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let s = String::from_utf8_lossy(&out.stdout);
+    let blocks: Vec<&str> = s
+        .lines()
+        .filter(|l| l.starts_with("Actual   Stats: ["))
+        .collect();
+    assert!(
+        blocks.len() >= 4,
+        "interval lines while the thread drains: {s}"
+    );
+    let last = blocks.last().unwrap();
+    assert!(last.starts_with("Actual   Stats: [1000 pkts]["), "{s}");
+    let ms: f64 = last
+        .split("][")
+        .nth(1)
+        .and_then(|x| x.strip_suffix(" ms"))
+        .map(|x| x.replace('\'', "").parse().unwrap())
+        .unwrap();
+    assert!(ms >= 900.0, "the thread's own time: {last}");
+    let pps: f64 = last
+        .split("][")
+        .nth(2)
+        .and_then(|x| x.strip_suffix(" pkt/sec]"))
+        .map(|x| x.replace('\'', "").parse().unwrap())
+        .unwrap();
+    assert!(pps <= 1100.0, "{last}");
+}

@@ -274,7 +274,7 @@ fn consumer_leaving_is_reclaimed_and_a_new_one_resumes() {
 }
 
 #[test]
-fn master_close_stops_consumers_after_the_drain_with_a_clear_error() {
+fn master_close_ends_consumers_normally_after_the_drain() {
     let cfg = ClusterConfig {
         apps: vec![1],
         slots: 256,
@@ -295,11 +295,18 @@ fn master_close_stops_consumers_after_the_drain_with_a_clear_error() {
     master.close();
     let mut b = Batch::new();
     assert_eq!(c.rx(&mut b).unwrap(), 10);
-    let e = c.rx(&mut b).unwrap_err().to_string();
-    assert!(
-        e.contains("closed the cluster") && e.contains("10 packets"),
-        "{e}"
-    );
+    assert!(!c.is_finished());
+    b.clear();
+    assert_eq!(c.rx(&mut b).unwrap(), 0, "a normal end, not an error");
+    assert!(c.is_finished());
+    let note = c.end_note().unwrap();
+    assert!(note.contains("ended: master stopped"), "{note}");
+    assert_eq!(c.rx(&mut b).unwrap(), 0);
+    master.take_back();
+    let st = master.stats();
+    assert_eq!(st.queues[0].delivered, 10);
+    assert_eq!(st.queues[0].unread, 0);
+    st.check_invariant().unwrap();
 }
 
 #[test]

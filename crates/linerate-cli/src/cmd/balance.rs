@@ -353,8 +353,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         filter,
         interval: a.interval,
     };
-    let mut last_threads: Vec<(u64, u64)> = vec![(0, 0); cfg.queues()];
-    let id = a.cluster;
+    let mut printer = Printer {
+        last_threads: vec![(0, 0); cfg.queues()],
+        id: a.cluster,
+        quiet: a.quiet,
+        json: a.json,
+        threaded: threads.is_some(),
+        egress_queues: egress_queues.clone(),
+        metrics: &metrics,
+        out,
+    };
     let report = balance::run_with(
         input.as_mut(),
         &mut master,
@@ -364,25 +372,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         tx_out.as_mut().map(|p| p.as_mut() as &mut dyn Port),
         &stop,
         |t| {
-            let now_threads: Vec<(u64, u64)> = threads
-                .as_ref()
-                .map(|th| th.counters().iter().map(|c| c.get()).collect())
-                .unwrap_or_default();
-            if let Some(m) = &metrics {
-                m.set(cluster_text(id, &t.now.stats, &now_threads));
-            }
-            if !a.quiet {
-                let s = if a.json {
-                    json_tick("stats", t, &now_threads) + "\n"
-                } else if threads.is_some() {
-                    threads_text(t, &last_threads, &now_threads, &egress_queues)
-                } else {
-                    master_text(t)
-                };
-                let _ = out.write_all(s.as_bytes());
-                let _ = out.flush();
-            }
-            last_threads = now_threads;
+            let now_threads = threads.as_ref().map(|th| th.figures()).unwrap_or_default();
+            printer.tick(t, now_threads);
         },
     );
     let mut out = std::io::stdout();
@@ -412,23 +403,67 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     drop(egress);
     drop(tx_out);
-    finish(a, &egress_queues, master, threads, report, &metrics)
+    // Consumers drain their queues (interval lines go on meanwhile); what they did not read is
+    // counted as unread.
+    let fin = balance::finish(
+        &mut master,
+        threads,
+        &report.tick,
+        a.interval,
+        &stop,
+        |t, figures| printer.tick(t, figures.to_vec()),
+    );
+    finish(a, &egress_queues, report, fin, &metrics)
+}
+
+/// Prints interval statistics (and serves them as metrics).
+struct Printer<'a> {
+    last_threads: Vec<(u64, u64)>,
+    id: u32,
+    quiet: bool,
+    json: bool,
+    threaded: bool,
+    egress_queues: Vec<usize>,
+    metrics: &'a Option<MetricsServer>,
+    out: std::io::Stdout,
+}
+
+impl Printer<'_> {
+    fn tick(&mut self, t: &BalanceTick, now_threads: Vec<(u64, u64)>) {
+        if let Some(m) = self.metrics {
+            m.set(cluster_text(self.id, &t.now.stats, &now_threads));
+        }
+        if !self.quiet {
+            let s = if self.json {
+                json_tick("stats", t, &now_threads) + "\n"
+            } else if self.threaded {
+                threads_text(t, &self.last_threads, &now_threads, &self.egress_queues)
+            } else {
+                master_text(t)
+            };
+            let _ = self.out.write_all(s.as_bytes());
+            let _ = self.out.flush();
+        }
+        self.last_threads = now_threads;
+    }
 }
 
 fn finish(
     a: Args,
     egress_queues: &[usize],
-    mut master: Master,
-    threads: Option<Threads>,
     report: BalanceReport,
+    fin: balance::Finished,
     metrics: &Option<MetricsServer>,
 ) -> anyhow::Result<ExitCode> {
-    // Close: consumers drain their queues and stop.
-    master.close();
-    let joined = threads.map(|t| t.join());
+    let joined = fin.threads;
+    let threaded = joined.is_some();
     let mut t = report.tick.clone();
-    t.now.stats = master.stats();
-    t.now.t_ns = report.tick.now.t_ns;
+    t.now.stats = fin.now.stats.clone();
+    // Threads' figures span until they finished their queues; the master's own until its loop
+    // ended.
+    if threaded {
+        t.now.t_ns = fin.now.t_ns;
+    }
     let final_threads: Vec<(u64, u64)> = match &joined {
         Some(Ok(v)) => v.clone(),
         _ => Vec::new(),
@@ -457,6 +492,7 @@ fn finish(
         let mut j: serde_json::Value =
             serde_json::from_str(&json_tick("summary", &t, &final_threads))?;
         j["ended"] = ended.into();
+        j["drain_ms"] = (fin.drain.as_secs_f64() * 1e3).into();
         j["invariant_ok"] = inv.is_ok().into();
         let _ = writeln!(out, "{j}");
     } else {
@@ -474,7 +510,11 @@ fn finish(
         };
         let _ = out.write_all(text.as_bytes());
         let _ = writeln!(out, "{}", accounting_line(s));
-        let _ = writeln!(out, "Ended: {ended}");
+        let _ = writeln!(
+            out,
+            "Ended: {ended} (consumers drained in {} ms)",
+            group_f(fin.drain.as_secs_f64() * 1e3, 1)
+        );
     }
     let _ = out.flush();
     if let Some(Err(e)) = joined {
@@ -499,13 +539,15 @@ fn apps_str(apps: &[u32]) -> String {
         .join(",")
 }
 
-/// `rx = filtered + routed; destinations = delivered + drops by reason`.
+/// `rx = filtered + routed; destinations = delivered + drops by reason (+ still in queues)`.
 pub fn accounting_line(s: &ClusterStats) -> String {
     let ring_full: u64 = s.queues.iter().map(|q| q.ring_full).sum();
     let gone: u64 = s.queues.iter().map(|q| q.consumer_gone).sum();
     let nf: u64 = s.queues.iter().map(|q| q.no_frame).sum();
+    let unread: u64 = s.queues.iter().map(|q| q.unread).sum();
+    let backlog = s.backlog();
     format!(
-        "Accounting: rx {} = filtered {} + distributed {}; destinations {} = delivered {} + ring_full {} + consumer_gone {} + no_frame {} [{}]",
+        "Accounting: rx {} = filtered {} + distributed {}; destinations {} = delivered {} + ring_full {} + consumer_gone {} + no_frame {} + unread {}{} [{}]",
         group(s.rx_packets),
         group(s.filtered),
         group(s.routed),
@@ -514,6 +556,12 @@ pub fn accounting_line(s: &ClusterStats) -> String {
         group(ring_full),
         group(gone),
         group(nf),
+        group(unread),
+        if backlog > 0 {
+            format!(" + in queues {}", group(backlog))
+        } else {
+            String::new()
+        },
         if s.check_invariant().is_ok() { "ok" } else { "VIOLATED" }
     )
 }
@@ -538,7 +586,7 @@ pub fn threads_text(
     for (q, &(p, b)) in now.iter().enumerate() {
         if egress.contains(&q) {
             let d = |s: &ClusterStats| s.queues.get(q).map_or(0, |x| x.delivered);
-            sent += d(&t.now.stats) - d(&t.prev.stats).min(d(&t.now.stats));
+            sent += d(&t.now.stats).saturating_sub(d(&t.prev.stats));
             continue;
         }
         let qs = t.now.stats.queues.get(q).copied().unwrap_or_default();
@@ -550,14 +598,18 @@ pub fn threads_text(
             &ThreadFigures {
                 pkts: p,
                 bytes: b,
-                drops: qs.drops() - q0.drops(),
+                drops: qs.drops().saturating_sub(q0.drops()),
                 act_pkts: p - prev_p.min(p),
                 secs: abs_s,
                 act_ms: act_s * 1e3,
             },
         ));
     }
-    let captured = t.now.stats.rx_packets - t.prev.stats.rx_packets;
+    let captured = t
+        .now
+        .stats
+        .rx_packets
+        .saturating_sub(t.prev.stats.rx_packets);
     s.push_str("=========================\n");
     s.push_str(&format!(
         "Aggregate Actual stats: [Captured {} pkt/sec][Processed {} pkt/sec][Sent {} pkt/sec]\n",
@@ -576,8 +628,8 @@ pub fn master_text(t: &BalanceTick) -> String {
     let abs_s = secs(t.start.t_ns, t.now.t_ns);
     let act_s = secs(t.prev.t_ns, t.now.t_ns);
     let mut s = String::from("=========================\n");
-    let rx = n.rx_packets - a.rx_packets;
-    let pr = n.delivered() - a.delivered();
+    let rx = n.rx_packets.saturating_sub(a.rx_packets);
+    let pr = n.delivered().saturating_sub(a.delivered());
     s.push_str(&format!(
         "Absolute Stats: RX {} pkts [{} pkt/sec] RX Processed {} pkts [{} pkt/sec]\n",
         group(rx),
@@ -585,8 +637,8 @@ pub fn master_text(t: &BalanceTick) -> String {
         group(pr),
         group_f(pr as f64 / abs_s, 2)
     ));
-    let rx = n.rx_packets - p.rx_packets;
-    let pr = n.delivered() - p.delivered();
+    let rx = n.rx_packets.saturating_sub(p.rx_packets);
+    let pr = n.delivered().saturating_sub(p.delivered());
     s.push_str(&format!(
         "Actual Stats:   RX {} pkts [{} ms][{} pps] RX Processed {} pkts [{} ms][{} pps]\n",
         group(rx),
@@ -597,20 +649,25 @@ pub fn master_text(t: &BalanceTick) -> String {
         group_f(pr as f64 / act_s, 2)
     ));
     if n.tx_packets + n.tx_dropped > 0 {
-        let tx = n.tx_packets - a.tx_packets;
+        let tx = n.tx_packets.saturating_sub(a.tx_packets);
         s.push_str(&format!(
-            "TX (consumers -> -o): {} pkts [{} pkt/sec], actual {} pps, {} not taken\n",
+            "TX (consumers -> -o): {} pkts [{} pkt/sec], actual {} pps, {} not taken{}\n",
             group(tx),
             group_f(tx as f64 / abs_s, 2),
-            group_f((n.tx_packets - p.tx_packets) as f64 / act_s, 2),
-            group(n.tx_dropped)
+            group_f(n.tx_packets.saturating_sub(p.tx_packets) as f64 / act_s, 2),
+            group(n.tx_dropped),
+            if n.tx_malformed > 0 {
+                format!(", {} malformed (corrupted lane)", group(n.tx_malformed))
+            } else {
+                String::new()
+            }
         ));
     }
     for (q, x) in n.queues.iter().enumerate() {
         let x0 = a.queues.get(q).copied().unwrap_or_default();
         let xp = p.queues.get(q).copied().unwrap_or_default();
-        let fwd = x.delivered - x0.delivered;
-        let drops = x.drops() - x0.drops();
+        let fwd = x.delivered.saturating_sub(x0.delivered);
+        let drops = x.drops().saturating_sub(x0.drops());
         let total = fwd + drops;
         let consumer = match x.consumer_pid {
             Some(pid) => format!("pid {pid}"),
@@ -618,15 +675,16 @@ pub fn master_text(t: &BalanceTick) -> String {
             None => "gone".to_string(),
         };
         s.push_str(&format!(
-            "Q {q} (app {}, {consumer}): Forwarded {} pkts [{} pps] Dropped {} pkts ({:.1} %) [ring_full {} consumer_gone {} no_frame {}] backlog {}\n",
+            "Q {q} (app {}, {consumer}): Forwarded {} pkts [{} pps] Dropped {} pkts ({:.1} %) [ring_full {} consumer_gone {} no_frame {} unread {}] backlog {}\n",
             x.app,
             group(fwd),
-            group_f((x.delivered - xp.delivered) as f64 / act_s, 2),
+            group_f(x.delivered.saturating_sub(xp.delivered) as f64 / act_s, 2),
             group(drops),
             if total == 0 { 0.0 } else { drops as f64 * 100.0 / total as f64 },
-            group(x.ring_full - x0.ring_full),
-            group(x.consumer_gone - x0.consumer_gone),
-            group(x.no_frame - x0.no_frame),
+            group(x.ring_full.saturating_sub(x0.ring_full)),
+            group(x.consumer_gone.saturating_sub(x0.consumer_gone)),
+            group(x.no_frame.saturating_sub(x0.no_frame)),
+            group(x.unread.saturating_sub(x0.unread)),
             group(x.backlog)
         ));
     }
@@ -649,10 +707,10 @@ pub fn json_tick(kind: &str, t: &BalanceTick, threads: &[(u64, u64)]) -> String 
                 "app": x.app,
                 "delivered": x.delivered,
                 "bytes": x.bytes,
-                "drops": {"ring_full": x.ring_full, "consumer_gone": x.consumer_gone, "no_frame": x.no_frame},
+                "drops": {"ring_full": x.ring_full, "consumer_gone": x.consumer_gone, "no_frame": x.no_frame, "unread": x.unread},
                 "backlog": x.backlog,
                 "consumer_pid": x.consumer_pid,
-                "pps": (x.delivered - xp.delivered) as f64 / act_s,
+                "pps": x.delivered.saturating_sub(xp.delivered) as f64 / act_s,
             })
         })
         .collect();
@@ -664,15 +722,16 @@ pub fn json_tick(kind: &str, t: &BalanceTick, threads: &[(u64, u64)]) -> String 
     serde_json::json!({
         "type": kind,
         "elapsed_ms": secs(t.start.t_ns, t.now.t_ns) * 1e3,
-        "rx": n.rx_packets - a.rx_packets,
-        "rx_bytes": n.rx_bytes - a.rx_bytes,
+        "rx": n.rx_packets.saturating_sub(a.rx_packets),
+        "rx_bytes": n.rx_bytes.saturating_sub(a.rx_bytes),
         "filtered": n.filtered,
         "distributed": n.routed,
         "destinations": n.copies,
         "delivered": n.delivered(),
-        "rx_pps": (n.rx_packets - p.rx_packets) as f64 / act_s,
+        "rx_pps": n.rx_packets.saturating_sub(p.rx_packets) as f64 / act_s,
         "tx": n.tx_packets,
         "tx_dropped": n.tx_dropped,
+        "tx_malformed": n.tx_malformed,
         "queues": queues,
         "threads": th,
     })

@@ -154,10 +154,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Ended::Stopped => "interrupted",
         Ended::Error => "input error",
     };
+    // Why a finished input ended, when it says more (a cluster's master stopped).
+    let end_note = match report.ended {
+        Ended::EndOfInput => input.end_note(),
+        _ => None,
+    };
     if a.json {
         let mut j: serde_json::Value =
             serde_json::from_str(&stats::json_line("summary", &t.start, &t.start, &t.now))?;
         j["ended"] = ended.into();
+        if let Some(n) = &end_note {
+            j["input_ended"] = n.clone().into();
+        }
         if let Some(e) = &report.error {
             j["error"] = e.to_string().into();
         }
@@ -171,17 +179,23 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let r = stats::Rates::between(&t.start, &t.now);
         let _ = writeln!(
             out,
-            "Summary: {} pkts, {} bytes, {} dropped ({}), {} filtered; ended: {}",
+            "Summary: {} pkts, {} bytes, {} dropped ({}), {} filtered; ended: {}{}",
             group(r.pkts),
             group(r.bytes),
             group(r.drops),
             if r.drops == 0 {
                 "none".to_string()
             } else {
-                stats::breakdown(&t.now.drops)
+                stats::breakdown(&stats::losses(&t.start, &t.now))
             },
-            group(t.now.drops.get(linerate::port::DropReason::Filter)),
-            ended
+            group(
+                t.now
+                    .drops
+                    .since(&t.start.drops)
+                    .get(linerate::port::DropReason::Filter)
+            ),
+            ended,
+            end_note.map(|n| format!(" ({n})")).unwrap_or_default()
         );
     }
     if let Some((t, _)) = &tracker {

@@ -85,12 +85,20 @@ fn run_threads(
         ..Default::default()
     };
     let r = balance::run(&mut src, &mut master, &mut dist, &opts, stop, |_| {});
-    let secs = (r.tick.now.t_ns - r.tick.start.t_ns) as f64 / 1e9;
-    master.close();
-    let got = threads.join()?;
-    let stats = master.stats();
+    let fin = balance::finish(
+        &mut master,
+        Some(threads),
+        &r.tick,
+        opts.interval,
+        stop,
+        |_, _| {},
+    );
+    let secs = (fin.now.t_ns - r.tick.start.t_ns) as f64 / 1e9;
+    let got = fin.threads.unwrap_or(Ok(Vec::new()))?;
+    let stats = fin.now.stats;
     let mut t: BalanceTick = r.tick.clone();
     t.now.stats = stats.clone();
+    t.now.t_ns = fin.now.t_ns;
     t.prev = t.start.clone();
     let text = threads_text(&t, &vec![(0, 0); got.len()], &got, &[]);
     Ok(Measured {
@@ -151,7 +159,7 @@ fn run_processes(
     };
     let r = balance::run(&mut src, &mut master, &mut dist, &opts, stop, |_| {});
     let secs = (r.tick.now.t_ns - r.tick.start.t_ns) as f64 / 1e9;
-    master.close();
+    let fin = balance::finish(&mut master, None, &r.tick, opts.interval, stop, |_, _| {});
     let mut per = Vec::new();
     for mut k in kids {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -172,7 +180,7 @@ fn run_processes(
             .unwrap_or(0);
         per.push(pkts);
     }
-    let stats = master.stats();
+    let stats = fin.now.stats;
     let mut text = String::new();
     for (q, p) in per.iter().enumerate() {
         let qs = stats.queues[q];

@@ -296,7 +296,10 @@ fn run_cluster(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Res
                     let d = &q["drops"];
                     (
                         n(&q["delivered"]),
-                        n(&d["ring_full"]) + n(&d["consumer_gone"]) + n(&d["no_frame"]),
+                        n(&d["ring_full"])
+                            + n(&d["consumer_gone"])
+                            + n(&d["no_frame"])
+                            + n(&d["unread"]),
                     )
                 })
                 .collect()

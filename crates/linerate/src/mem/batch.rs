@@ -265,6 +265,13 @@ impl Batch {
         self.len -= n;
     }
 
+    /// Forgets the descriptors from `len` on without freeing them (they were never this
+    /// batch's to free: a port takes back what it just appended).
+    #[inline]
+    pub fn forget_from(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
     /// Forgets all descriptors without freeing them (a port took their frames).
     #[inline(always)]
     pub fn forget(&mut self) {

@@ -7,15 +7,15 @@
 //!
 //! ```text
 //! Header (4 KiB)   magic, version, state, master pid + start time, sizes, offsets, master counters
-//! Queue q (×N)     QueueCtl (owner word, counters) | head | tail | slots: [Desc; SLOTS]
-//! refcounts        one AtomicU32 per frame
+//! Queue q (×N)     head | tail | QueueCtl (owner word, counters) | slots: [Desc; SLOTS]
 //! frames           FRAMES × frame_size bytes
+//! tx lanes (×L)    head | tail | QueueCtl | slots | the lane's own frames
 //! ```
 //!
 //! Only the master writes packet bytes: it copies each received packet once into a frame of the
 //! segment, and from then on only 32-byte descriptors move. A packet sent to several queues
-//! (fan-out) sits in one frame with a reference count and is marked [`Desc::F_SHARED`]
-//! (read-only). Offsets, never pointers, are stored, so the segment can be mapped anywhere.
+//! (fan-out) sits in one frame with a reference count (kept in the master's own memory) and is
+//! marked [`Desc::F_SHARED`] (read-only). Offsets, never pointers, are stored, so the segment can be mapped anywhere.
 //!
 //! # Queues
 //! Each queue is a single-producer single-consumer ring of descriptors. The consumer does not
@@ -30,10 +30,17 @@
 //!   drops; the master reclaims the frames still in that queue. A consumer that restarts
 //!   re-attaches to the same queue and resumes. A queue that was never attached buffers up to its
 //!   size, then counts `ring_full` (consumers usually start after the master).
-//! - When the master exits it marks the segment closed; consumers drain what is left and stop
-//!   with an error naming the master. A master killed with SIGKILL is noticed the same way (its
-//!   pid and start time no longer match a running process), and the next master replaces its
-//!   stale segment.
+//! - When the master ends it marks the segment closed; consumers drain what is left and end
+//!   normally ([`Port::is_finished`], "cluster ID ended: master stopped"). What no consumer read
+//!   by then is taken back and counted as `unread` ([`Master::take_back`]). A master killed
+//!   with SIGKILL is noticed differently (its pid and start time no longer match a running
+//!   process): its consumers stop with an error saying it died, and the next master replaces
+//!   its stale segment.
+//! - Nothing read from the segment is trusted: the master's figures are its own (kept in its
+//!   memory, published for others to read), every cursor a consumer writes is clamped, and a
+//!   consumer checks the master's head cursor and every descriptor (inside a frame of the
+//!   segment, a plausible length) before handing it out: a corrupted segment stops it with an
+//!   error, the bad batch counted as `malformed`.
 
 use super::{DropReason, Port, PortError, PortStats};
 use crate::mem::{Batch, Desc, Pool, Region, BATCH};
@@ -44,7 +51,7 @@ use std::sync::Arc;
 
 /// `LRCLUST1`.
 const MAGIC: u64 = u64::from_le_bytes(*b"LRCLUST1");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const HEADER_SIZE: usize = 4096;
 /// Most queues a cluster has (a destination set is a 64-bit mask).
 pub const MAX_QUEUES: usize = 64;
@@ -55,6 +62,8 @@ const STATE_RUNNING: u32 = 1;
 const STATE_CLOSED: u32 = 2;
 /// Owner pid value while the master reclaims a queue.
 const RECLAIMING: u32 = u32::MAX;
+/// Longest wire length a descriptor may claim (a garbage one is a corrupted segment).
+const MAX_WIRE_LEN: u32 = 1 << 24;
 
 /// Where cluster segments live.
 pub fn segment_path(id: u32) -> PathBuf {
@@ -81,6 +90,8 @@ struct MasterCounters {
     tx_bytes: AtomicU64,
     /// Packets consumers transmitted that the egress port did not take.
     tx_dropped: AtomicU64,
+    /// Transmitted descriptors with an impossible length (a corrupted lane), dropped.
+    tx_malformed: AtomicU64,
 }
 
 #[repr(C)]
@@ -121,10 +132,13 @@ struct QueueCtl {
     owner: AtomicU64,
     /// Times a consumer attached.
     attaches: AtomicU64,
-    /// Keeps the consumer-read words above off the line of the master's counters below.
     /// The consumer's last sign of life: wall-clock ms, written every 64 receive calls.
     heartbeat: AtomicU64,
-    _line: [u64; 5],
+    /// The consumer's read cursor: slots up to here were handed out to it (written at every
+    /// receive call that returns packets; read by the master when it takes the queue back).
+    handed: AtomicU64,
+    /// Keeps the consumer's words above off the line of the master's counters below.
+    _line: [u64; 4],
     /// Descriptors the master put in the ring.
     enqueued: AtomicU64,
     enqueued_bytes: AtomicU64,
@@ -137,6 +151,14 @@ struct QueueCtl {
     reclaimed: AtomicU64,
     /// Dropped: no free frame.
     no_frame: AtomicU64,
+    /// Dropped: still in the queue, never read, when the master ended.
+    unread: AtomicU64,
+    /// Released by the consumer (or handed to it when the master ended).
+    delivered: AtomicU64,
+    /// When the master took the queue back: how far the consumer's reads count as delivered
+    /// (the consumer keeps nothing past it). Written before the owner word is released.
+    taken_at: AtomicU64,
+    _line2: [u64; 7],
 }
 
 #[repr(C)]
@@ -220,8 +242,10 @@ impl Layout {
         let up = |n: usize, a: usize| n.div_ceil(a) * a;
         let queue_off = HEADER_SIZE;
         let queue_stride = up(SLOTS_OFF + slots * std::mem::size_of::<Desc>(), 4096);
+        // Reference counts live in the master's own memory (nothing a consumer writes can
+        // free a frame); the field stays in the header, equal to frames_off.
         let refcnt_off = queue_off + queues * queue_stride;
-        let frames_off = up(refcnt_off + frames * 4, 4096);
+        let frames_off = up(refcnt_off, 4096);
         let tx_off = (frames_off + frames * frame_size).div_ceil(4096) * 4096;
         let tx_stride = up(tx_frames_off(tx_slots) + tx_slots * frame_size, 4096);
         let total = tx_off + tx_lanes * tx_stride;
@@ -255,7 +279,6 @@ pub struct Segment {
     headroom: usize,
     queue_off: usize,
     queue_stride: usize,
-    refcnt_off: usize,
     frames_off: usize,
     tx_lanes: usize,
     tx_slots: usize,
@@ -359,14 +382,6 @@ impl Segment {
     }
 
     #[inline(always)]
-    fn refcnt(&self, frame: u32) -> &AtomicU32 {
-        let f = (frame as usize).min(self.frames - 1);
-        // SAFETY: f < frames; the refcount array of `frames` AtomicU32 starts 4-aligned at
-        // refcnt_off inside the region.
-        unsafe { &*(self.base().add(self.refcnt_off + 4 * f) as *const AtomicU32) }
-    }
-
-    #[inline(always)]
     fn frame_addr(&self, frame: u32) -> u64 {
         (self.frames_off + frame as usize * self.frame_size + self.headroom) as u64
     }
@@ -401,31 +416,31 @@ impl Segment {
         self.header().master_pid
     }
 
-    /// Statistics of the whole cluster, as the master counted them.
+    /// Statistics of the whole cluster, as the master last published them (from another
+    /// process: the master's own [`Master::stats`] is exact).
     pub fn stats(&self) -> ClusterStats {
         let c = &self.header().counters;
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let queues = (0..self.queues)
             .map(|q| {
                 let k = self.ctl(q);
-                let cur = self.cursors(q);
-                let owner = k.owner.load(Ordering::Relaxed);
+                let (enq, delivered, reclaimed, unread) = (
+                    r(&k.enqueued),
+                    r(&k.delivered),
+                    r(&k.reclaimed),
+                    r(&k.unread),
+                );
                 QueueStats {
                     app: self.app_of(q),
-                    enqueued: r(&k.enqueued),
-                    delivered: r(&k.enqueued).saturating_sub(r(&k.reclaimed)),
+                    enqueued: enq,
+                    delivered,
                     bytes: r(&k.enqueued_bytes),
                     ring_full: r(&k.ring_full),
                     consumer_gone: r(&k.consumer_gone),
                     no_frame: r(&k.no_frame),
-                    backlog: cur
-                        .head
-                        .load(Ordering::Relaxed)
-                        .saturating_sub(cur.tail.load(Ordering::Relaxed)),
-                    consumer_pid: match owner as u32 {
-                        0 | RECLAIMING => None,
-                        p => Some(p),
-                    },
+                    unread,
+                    backlog: enq.saturating_sub(delivered + reclaimed + unread),
+                    consumer_pid: self.consumer_pid(q),
                     attaches: r(&k.attaches),
                 }
             })
@@ -440,7 +455,16 @@ impl Segment {
             tx_packets: r(&c.tx_packets),
             tx_bytes: r(&c.tx_bytes),
             tx_dropped: r(&c.tx_dropped),
+            tx_malformed: r(&c.tx_malformed),
             queues,
+        }
+    }
+
+    /// The consumer attached to queue `q`, if any.
+    fn consumer_pid(&self, q: usize) -> Option<u32> {
+        match self.ctl(q).owner.load(Ordering::Relaxed) as u32 {
+            0 | RECLAIMING => None,
+            p => Some(p),
         }
     }
 
@@ -472,16 +496,18 @@ impl Segment {
         );
         let sane = (1..=MAX_QUEUES).contains(&l.queues)
             && l.slots.is_power_of_two()
-            && l.slots >= 64
-            && l.frames > 0
+            && (64..=1 << 24).contains(&l.slots)
+            && (1..SOLE as usize).contains(&l.frames)
             && l.frame_size.is_power_of_two()
+            && (256..=65536).contains(&l.frame_size)
             && (h.headroom as usize) < l.frame_size
             && l.queue_off as u64 == h.queue_off
             && l.queue_stride as u64 == h.queue_stride
             && l.refcnt_off as u64 == h.refcnt_off
             && l.frames_off as u64 == h.frames_off
             && l.tx_lanes <= MAX_QUEUES
-            && (l.tx_lanes == 0 || (l.tx_slots.is_power_of_two() && l.tx_slots >= 64))
+            && (l.tx_lanes == 0
+                || (l.tx_slots.is_power_of_two() && (64..=1 << 24).contains(&l.tx_slots)))
             && l.tx_off as u64 == h.tx_off
             && l.tx_stride as u64 == h.tx_stride
             && l.total as u64 == h.total_len
@@ -501,7 +527,6 @@ impl Segment {
             headroom,
             queue_off: l.queue_off,
             queue_stride: l.queue_stride,
-            refcnt_off: l.refcnt_off,
             frames_off: l.frames_off,
             tx_lanes: l.tx_lanes,
             tx_slots: l.tx_slots,
@@ -653,7 +678,8 @@ pub struct QueueStats {
     pub app: usize,
     /// Descriptors put in the ring.
     pub enqueued: u64,
-    /// Packets delivered: enqueued minus those reclaimed from a dead consumer.
+    /// Packets delivered: released by the consumer (read and done with), or handed to it
+    /// when the master ended. Only grows.
     pub delivered: u64,
     /// Bytes enqueued (wire lengths).
     pub bytes: u64,
@@ -663,7 +689,11 @@ pub struct QueueStats {
     pub consumer_gone: u64,
     /// Dropped for want of a free frame.
     pub no_frame: u64,
-    /// Descriptors in the ring not yet released by the consumer.
+    /// Dropped: still in the queue, never read, when the master ended (no consumer, or one that
+    /// did not read them in time).
+    pub unread: u64,
+    /// Descriptors in the ring not yet released by the consumer (neither delivered nor
+    /// dropped yet; 0 once the master ended).
     pub backlog: u64,
     /// The attached consumer.
     pub consumer_pid: Option<u32>,
@@ -674,20 +704,21 @@ pub struct QueueStats {
 impl QueueStats {
     /// Drops of this queue (all reasons).
     pub fn drops(&self) -> u64 {
-        self.ring_full + self.consumer_gone + self.no_frame
+        self.ring_full + self.consumer_gone + self.no_frame + self.unread
     }
 
-    /// Packets meant for this queue: delivered + drops.
+    /// Packets meant for this queue: delivered + in the queue + drops.
     pub fn offered(&self) -> u64 {
-        self.delivered + self.drops()
+        self.delivered + self.backlog + self.drops()
     }
 }
 
 /// Counters of a cluster. Every received packet is filtered or routed; every destination a
-/// routed packet had is delivered or dropped under a reason on that queue:
-/// `rx_packets = filtered + routed` and `copies = Σ_q (delivered + ring_full + consumer_gone +
-/// no_frame)`. With one queue per application per packet (every mode but fan-out), each
-/// application's queues add up to `routed`.
+/// routed packet had is delivered, still in its queue (backlog), or dropped under a reason on
+/// that queue: `rx_packets = filtered + routed` and `copies = Σ_q (delivered + backlog +
+/// ring_full + consumer_gone + no_frame + unread)`; once the master ended, backlog is 0. With one
+/// queue per application per packet (every mode but fan-out), each application's queues add up
+/// to `routed`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterStats {
     /// Packets the master received.
@@ -708,6 +739,8 @@ pub struct ClusterStats {
     pub tx_bytes: u64,
     /// Packets consumers transmitted that the egress port did not take.
     pub tx_dropped: u64,
+    /// Transmitted descriptors with an impossible length (a corrupted lane), dropped.
+    pub tx_malformed: u64,
     /// Per queue.
     pub queues: Vec<QueueStats>,
 }
@@ -730,14 +763,14 @@ impl ClusterStats {
         let sum: u64 = self.queues.iter().map(|q| q.offered()).sum();
         if sum != self.copies {
             return Err(format!(
-                "destinations asked {} != Σ delivered + drops {}",
+                "destinations asked {} != Σ delivered + backlog + drops {}",
                 self.copies, sum
             ));
         }
         Ok(())
     }
 
-    /// Packets meant for application `a` (delivered + drops over its queues).
+    /// Packets meant for application `a` (delivered + backlog + drops over its queues).
     pub fn app_offered(&self, a: usize) -> u64 {
         self.queues
             .iter()
@@ -759,8 +792,14 @@ impl ClusterStats {
             d.add(DropReason::RingFull, q.ring_full);
             d.add(DropReason::ConsumerGone, q.consumer_gone);
             d.add(DropReason::NoFrame, q.no_frame);
+            d.add(DropReason::Unread, q.unread);
         }
         d
+    }
+
+    /// Packets still in queues (neither delivered nor dropped yet).
+    pub fn backlog(&self) -> u64 {
+        self.queues.iter().map(|q| q.backlog).sum()
     }
 }
 
@@ -816,8 +855,18 @@ struct MasterQueue {
     consumer_gone: u64,
     reclaimed_pkts: u64,
     no_frame: u64,
+    /// Packets taken back unread when the master ended.
+    unread: u64,
     /// The queue had a consumer that left or died: drop for it until one attaches.
     gone: bool,
+}
+
+impl MasterQueue {
+    /// Released by the consumer (or handed to it at the end): every slot given back that was
+    /// not taken from a dead consumer or left unread. Only grows.
+    fn delivered(&self) -> u64 {
+        self.reclaimed - self.reclaimed_pkts - self.unread
+    }
 }
 
 /// The master side of a cluster: owns the segment, copies packets into frames and distributes
@@ -826,6 +875,9 @@ pub struct Master {
     seg: Arc<Segment>,
     q: Vec<MasterQueue>,
     free: Vec<u32>,
+    /// Reference count of each frame sent to several queues (fan-out), in the master's own
+    /// memory: nothing a consumer writes can make the master free a frame.
+    refcnt: Vec<u32>,
     rx_packets: u64,
     rx_bytes: u64,
     filtered: u64,
@@ -837,6 +889,7 @@ pub struct Master {
     tx_packets: u64,
     tx_bytes: u64,
     tx_dropped: u64,
+    tx_malformed: u64,
     tx_batch: Batch,
     batches: u32,
     consumer_timeout_ms: Option<u64>,
@@ -1014,6 +1067,7 @@ impl Master {
                     tx_packets: AtomicU64::new(0),
                     tx_bytes: AtomicU64::new(0),
                     tx_dropped: AtomicU64::new(0),
+                    tx_malformed: AtomicU64::new(0),
                 },
             });
             // Queue control blocks and cursors are all-zero atomics: the fresh mapping already
@@ -1038,11 +1092,13 @@ impl Master {
                 consumer_gone: 0,
                 reclaimed_pkts: 0,
                 no_frame: 0,
+                unread: 0,
                 gone: false,
             })
             .collect();
         Ok(Master {
             free: (0..l.frames as u32).rev().collect(),
+            refcnt: vec![0; l.frames],
             seg,
             q,
             rx_packets: 0,
@@ -1056,6 +1112,7 @@ impl Master {
             tx_packets: 0,
             tx_bytes: 0,
             tx_dropped: 0,
+            tx_malformed: 0,
             tx_batch: Batch::new(),
             batches: 0,
             consumer_timeout_ms: None,
@@ -1107,21 +1164,28 @@ impl Master {
                 rounds += 1;
                 let n = ((head - tail) as usize).min(BATCH);
                 self.tx_batch.bind(&seg.pool);
+                let cap = (seg.frame_size - seg.headroom) as u32;
                 for i in 0..n {
                     let c = tail + i as u64;
                     // SAFETY: slots [tail, head) were written by the lane's producer before its
                     // release store of head (acquired above); it reuses them only after we move
                     // the lane's tail.
                     let d = unsafe { seg.lane_slot(l, c).read() };
-                    let cap = (seg.frame_size - seg.headroom) as u32;
+                    if d.len > cap {
+                        // No producer of ours writes that: the lane is corrupted.
+                        self.tx_malformed += 1;
+                        continue;
+                    }
                     // The address is ours to compute: a producer cannot point us elsewhere.
                     self.tx_batch.push(Desc {
                         addr: seg.lane_frame_addr(l, c),
-                        len: d.len.min(cap),
+                        len: d.len,
+                        wire_len: d.wire_len.clamp(d.len, MAX_WIRE_LEN),
                         flags: Desc::F_SHARED,
                         ..d
                     });
                 }
+                let pushed = self.tx_batch.len();
                 let wire = |b: &Batch| b.descs().iter().map(|d| d.wire_len as u64).sum::<u64>();
                 let bytes = wire(&self.tx_batch);
                 while !self.tx_batch.is_empty() {
@@ -1137,7 +1201,7 @@ impl Master {
                 let left = self.tx_batch.len();
                 let left_bytes = wire(&self.tx_batch);
                 self.tx_batch.forget();
-                self.tx_packets += (n - left) as u64;
+                self.tx_packets += (pushed - left) as u64;
                 self.tx_bytes += bytes - left_bytes;
                 self.tx_dropped += left as u64;
                 tail += n as u64;
@@ -1173,7 +1237,7 @@ impl Master {
             q.cached_tail = tail;
             while q.reclaimed < tail {
                 let f = q.shadow[(q.reclaimed as usize) & mask];
-                release(seg, &mut self.free, f);
+                release(&mut self.refcnt, &mut self.free, f);
                 q.reclaimed += 1;
             }
         }
@@ -1268,7 +1332,8 @@ impl Master {
             let held = if single {
                 frame | SOLE
             } else {
-                seg.refcnt(frame).store(ok.count_ones(), Ordering::Relaxed);
+                // (frame < frames: it came from the free list)
+                self.refcnt[frame as usize] = ok.count_ones();
                 frame
             };
             let d = Desc {
@@ -1360,7 +1425,8 @@ impl Master {
         }
     }
 
-    /// Publishes the local counters into the segment (single writer).
+    /// Publishes the local counters into the segment (single writer), for consumers and
+    /// other readers; the master's own figures never come back from the segment.
     fn publish(&self) {
         let h = &self.seg.header().counters;
         h.rx_packets.store(self.rx_packets, Ordering::Relaxed);
@@ -1372,6 +1438,7 @@ impl Master {
         h.tx_packets.store(self.tx_packets, Ordering::Relaxed);
         h.tx_bytes.store(self.tx_bytes, Ordering::Relaxed);
         h.tx_dropped.store(self.tx_dropped, Ordering::Relaxed);
+        h.tx_malformed.store(self.tx_malformed, Ordering::Relaxed);
         for (qi, q) in self.q.iter().enumerate() {
             let k = self.seg.ctl(qi);
             k.enqueued.store(q.enqueued, Ordering::Relaxed);
@@ -1380,13 +1447,16 @@ impl Master {
             k.consumer_gone.store(q.consumer_gone, Ordering::Relaxed);
             k.reclaimed.store(q.reclaimed_pkts, Ordering::Relaxed);
             k.no_frame.store(q.no_frame, Ordering::Relaxed);
+            k.unread.store(q.unread, Ordering::Relaxed);
+            k.delivered.store(q.delivered(), Ordering::Relaxed);
         }
     }
 
-    /// Checks consumers (call every ~100 ms, not per batch: it reads /proc): a queue whose
-    /// consumer left or died is reclaimed and its packets dropped as `consumer_gone` until a
-    /// consumer attaches again.
+    /// Checks consumers (call every ~100 ms, not per batch: it reads /proc): takes back what
+    /// consumers released; a queue whose consumer left or died is reclaimed and its packets
+    /// dropped as `consumer_gone` until a consumer attaches again.
     pub fn maintain(&mut self) {
+        self.reclaim();
         let seg = self.seg.clone();
         for qi in 0..self.q.len() {
             let ctl = seg.ctl(qi);
@@ -1414,9 +1484,10 @@ impl Master {
             self.reclaim();
             let q = &mut self.q[qi];
             // Everything still in the ring (read by the dead consumer or not) comes back.
+            ctl.taken_at.store(q.reclaimed, Ordering::Relaxed);
             while q.reclaimed < q.head {
                 let f = q.shadow[(q.reclaimed as usize) & (seg.slots - 1)];
-                release(&seg, &mut self.free, f);
+                release(&mut self.refcnt, &mut self.free, f);
                 q.reclaimed += 1;
                 q.reclaimed_pkts += 1;
                 q.consumer_gone += 1;
@@ -1429,19 +1500,139 @@ impl Master {
         self.publish();
     }
 
-    /// Statistics of the cluster.
-    pub fn stats(&self) -> ClusterStats {
-        self.publish();
-        self.seg.stats()
+    /// Whether every queue is empty or has nobody left to read it (no consumer attached, or a
+    /// dead one): after [`Master::close`], nothing more will be delivered.
+    pub fn drained(&self) -> bool {
+        self.q.iter().enumerate().all(|(qi, q)| {
+            q.reclaimed == q.head || {
+                let pid = self.seg.ctl(qi).owner.load(Ordering::Acquire) as u32;
+                pid == 0 || pid == RECLAIMING || !alive(pid)
+            }
+        })
     }
 
-    /// Marks the cluster closed: consumers drain their queues and stop.
+    /// A figure that moves while consumers read: the sum over queues of what they released
+    /// and were handed (to tell a draining consumer from a stalled one).
+    pub fn progress(&self) -> u64 {
+        self.q
+            .iter()
+            .enumerate()
+            .map(|(qi, q)| {
+                q.reclaimed
+                    .wrapping_add(self.seg.ctl(qi).handed.load(Ordering::Relaxed))
+            })
+            .fold(0u64, u64::wrapping_add)
+    }
+
+    /// Statistics of the cluster, from the master's own counters (exact, whatever is written
+    /// into the segment), after taking back what consumers released.
+    pub fn stats(&mut self) -> ClusterStats {
+        self.reclaim();
+        self.publish();
+        let queues = self
+            .q
+            .iter()
+            .enumerate()
+            .map(|(qi, q)| QueueStats {
+                app: self.seg.app_of(qi),
+                enqueued: q.enqueued,
+                delivered: q.delivered(),
+                bytes: q.enqueued_bytes,
+                ring_full: q.ring_full,
+                consumer_gone: q.consumer_gone,
+                no_frame: q.no_frame,
+                unread: q.unread,
+                backlog: q.head - q.reclaimed,
+                consumer_pid: self.seg.consumer_pid(qi),
+                attaches: self.seg.ctl(qi).attaches.load(Ordering::Relaxed),
+            })
+            .collect();
+        ClusterStats {
+            rx_packets: self.rx_packets,
+            rx_bytes: self.rx_bytes,
+            filtered: self.filtered,
+            no_frame: self.no_frame,
+            routed: self.routed,
+            copies: self.copies,
+            tx_packets: self.tx_packets,
+            tx_bytes: self.tx_bytes,
+            tx_dropped: self.tx_dropped,
+            tx_malformed: self.tx_malformed,
+            queues,
+        }
+    }
+
+    /// Marks the cluster closed: consumers drain their queues and end. Call
+    /// [`Master::take_back`] once they had their chance (see `apps::balance::finish`).
     pub fn close(&mut self) {
         self.publish();
         self.seg
             .header()
             .state
             .store(STATE_CLOSED, Ordering::Release);
+    }
+
+    /// After [`Master::close`]: takes back every queue that still holds packets, so that the
+    /// accounting is final (no backlog). What a live consumer was handed counts as delivered
+    /// (it ends after those), the rest as `unread`; a dead consumer's queue is reclaimed as
+    /// `consumer_gone`. Every frame is free afterwards.
+    pub fn take_back(&mut self) {
+        self.close();
+        self.reclaim();
+        let seg = self.seg.clone();
+        let mask = seg.slots - 1;
+        for qi in 0..self.q.len() {
+            if self.q[qi].reclaimed == self.q[qi].head {
+                continue;
+            }
+            let ctl = seg.ctl(qi);
+            // Own the queue: a consumer attaching or leaving meanwhile makes the swap fail.
+            let (gen, pid) = loop {
+                let owner = ctl.owner.load(Ordering::Acquire);
+                let (gen, pid) = ((owner >> 32) as u32, owner as u32);
+                let busy = (gen as u64) << 32 | RECLAIMING as u64;
+                if ctl
+                    .owner
+                    .compare_exchange(owner, busy, Ordering::SeqCst, Ordering::Acquire)
+                    .is_ok()
+                {
+                    break (gen, pid);
+                }
+            };
+            // Pairs with the consumer's fence between its `handed` store and its owner load
+            // (made once it sees the cluster closed): either it sees the queue is ours now and
+            // keeps only what `taken_at` says, or we see everything it handed out.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            self.reclaim();
+            let q = &mut self.q[qi];
+            let live = pid != 0 && alive(pid);
+            let handed = if live {
+                ctl.handed
+                    .load(Ordering::Relaxed)
+                    .clamp(q.reclaimed, q.head)
+            } else {
+                q.reclaimed
+            };
+            ctl.taken_at.store(handed, Ordering::Relaxed);
+            while q.reclaimed < q.head {
+                let f = q.shadow[(q.reclaimed as usize) & mask];
+                release(&mut self.refcnt, &mut self.free, f);
+                if q.reclaimed >= handed {
+                    if pid != 0 && !live {
+                        q.reclaimed_pkts += 1;
+                        q.consumer_gone += 1;
+                    } else {
+                        q.unread += 1;
+                    }
+                }
+                q.reclaimed += 1;
+            }
+            q.cached_tail = q.head;
+            seg.cursors(qi).tail.store(q.head, Ordering::Release);
+            q.gone = true;
+            ctl.owner.store((gen as u64) << 32, Ordering::Release);
+        }
+        self.publish();
     }
 }
 
@@ -1479,22 +1670,22 @@ fn copy_packet(dst: &mut [u8], src: &[u8]) {
 /// Releases a slot's hold on its frame: a frame held by one queue (`SOLE`) is free at once,
 /// a shared one when its count reaches 0.
 #[inline(always)]
-fn release(seg: &Segment, free: &mut Vec<u32>, f: u32) {
+fn release(refcnt: &mut [u32], free: &mut Vec<u32>, f: u32) {
     if f & SOLE != 0 {
         free.push(f & !SOLE);
         return;
     }
-    let rc = seg.refcnt(f);
-    let n = rc.load(Ordering::Relaxed).saturating_sub(1);
-    rc.store(n, Ordering::Relaxed);
-    if n == 0 {
-        free.push(f);
+    if let Some(rc) = refcnt.get_mut(f as usize) {
+        *rc = rc.saturating_sub(1);
+        if *rc == 0 {
+            free.push(f);
+        }
     }
 }
 
 impl Drop for Master {
     fn drop(&mut self) {
-        self.close();
+        self.take_back();
         if let Some((path, dev, ino)) = self.published.take() {
             // Consumers keep their mapping; the name is free for the next master.
             unlink_if_ours(&path, dev, ino);
@@ -1570,6 +1761,12 @@ pub struct ClusterPort {
     idle: u32,
     polls: u32,
     master_gone: bool,
+    /// The master ended normally and this queue is done: nothing more to read.
+    finished: bool,
+    /// The queue's drop counters when this port attached (its figures start there), and the
+    /// last ones seen (counters only grow, whatever is written into the segment).
+    drops_base: [u64; 4],
+    drops_seen: [u64; 4],
 }
 
 impl ClusterPort {
@@ -1612,6 +1809,9 @@ impl ClusterPort {
             idle: 0,
             polls: 0,
             master_gone: false,
+            finished: false,
+            drops_base: [0; 4],
+            drops_seen: [0; 4],
         }
     }
 
@@ -1640,6 +1840,8 @@ impl ClusterPort {
             match claim(&seg.ctl(q).owner) {
                 Ok(owner) => {
                     seg.ctl(q).attaches.fetch_add(1, Ordering::Relaxed);
+                    self.drops_base = queue_drops(seg.ctl(q));
+                    self.drops_seen = self.drops_base;
                     seg.ctl(q).heartbeat.store(now_ms(), Ordering::Relaxed);
                     // Resume at the first descriptor not released: anything a dead predecessor
                     // held and did not release is delivered again (at least once).
@@ -1747,32 +1949,91 @@ impl ClusterPort {
         }
     }
 
-    fn check_master(&mut self, look_at_pid: bool) -> bool {
+    /// Whether the master ended (closed the cluster, or died: its pid is looked up when
+    /// `look_at_pid`). A state word that is neither running nor closed is a corrupted segment.
+    fn check_master(&mut self, look_at_pid: bool) -> Result<bool, PortError> {
         let h = self.seg.header();
-        if h.state.load(Ordering::Acquire) == STATE_CLOSED
-            || (look_at_pid && !same_process(h.master_pid, h.master_start))
-        {
+        match h.state.load(Ordering::Acquire) {
+            STATE_CLOSED => self.master_gone = true,
+            STATE_RUNNING => {}
+            other => {
+                return Err(self.corrupted(format!("its state word is {other:#x}")));
+            }
+        }
+        if look_at_pid && !same_process(h.master_pid, h.master_start) {
             self.master_gone = true;
         }
-        self.master_gone
+        Ok(self.master_gone)
     }
 
-    fn ended(&self) -> PortError {
+    /// The master is gone and this queue has nothing more: a normal end when it closed the
+    /// cluster (Ok(0), then [`Port::is_finished`]), an error when it died.
+    fn end(&mut self) -> Result<usize, PortError> {
+        self.release();
         let h = self.seg.header();
-        let how = if h.state.load(Ordering::Acquire) == STATE_CLOSED {
-            "closed the cluster"
-        } else {
-            "died"
-        };
+        if h.state.load(Ordering::Acquire) == STATE_CLOSED {
+            self.finished = true;
+            return Ok(0);
+        }
+        Err(err(
+            &self.name,
+            format!(
+                "cluster {} ended: its master (pid {}) died without closing the cluster (killed \
+                 or crashed); {} packets received from this queue",
+                self.seg.id,
+                h.master_pid,
+                crate::stats::group(self.stats.rx_packets)
+            ),
+        ))
+    }
+
+    /// The segment holds something its master never wrote.
+    fn corrupted(&self, what: String) -> PortError {
         err(
             &self.name,
             format!(
-                "the cluster master (pid {}) {how}; {} packets received from this queue",
-                h.master_pid,
+                "cluster {} segment is corrupted ({what}): stopping rather than reading garbage; \
+                 {} packets received from this queue",
+                self.seg.id,
                 crate::stats::group(self.stats.rx_packets)
             ),
         )
     }
+
+    /// The master took our queue back: the cluster ended (keep nothing past `taken_at`), or
+    /// it thought us dead (an error).
+    fn taken_back(&mut self) -> Result<usize, PortError> {
+        if self.seg.header().state.load(Ordering::Acquire) == STATE_CLOSED {
+            self.finished = true;
+            return Ok(0);
+        }
+        Err(err(
+            &self.name,
+            "the master reclaimed this queue (consumer considered dead); reattach".into(),
+        ))
+    }
+
+    /// After the master took the queue back at its end: how far our reads count (its word).
+    fn taken_at(&self, q: usize) -> u64 {
+        let ctl = self.seg.ctl(q);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while ctl.owner.load(Ordering::Acquire) as u32 == RECLAIMING
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        ctl.taken_at.load(Ordering::Acquire)
+    }
+}
+
+/// A queue's drop counters (ring_full, consumer_gone, no_frame, unread), as published.
+fn queue_drops(k: &QueueCtl) -> [u64; 4] {
+    [
+        k.ring_full.load(Ordering::Relaxed),
+        k.consumer_gone.load(Ordering::Relaxed),
+        k.no_frame.load(Ordering::Relaxed),
+        k.unread.load(Ordering::Relaxed),
+    ]
 }
 
 impl Port for ClusterPort {
@@ -1782,6 +2043,9 @@ impl Port for ClusterPort {
 
     #[inline]
     fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        if self.finished {
+            return Ok(0);
+        }
         let q = match self.rx_q {
             Some(q) => q,
             None => {
@@ -1791,35 +2055,42 @@ impl Port for ClusterPort {
         };
         batch.bind(&self.seg.pool);
         self.release_some(false);
+        let slots = self.seg.slots as u64;
         // The master's cursor is read only when what we already know is published ran out: no
         // cache-line transfer per call while a backlog lasts.
         if self.read >= self.cached_head {
-            self.cached_head = self.seg.cursors(q).head.load(Ordering::Acquire);
+            let head = self.seg.cursors(q).head.load(Ordering::Acquire);
+            // The master only moves head forward, at most a ring ahead of what we released.
+            if head < self.read || head - self.released > slots {
+                return Err(self.corrupted(format!(
+                    "queue {q}'s head cursor is {head}, with {} read and {slots} slots",
+                    self.read
+                )));
+            }
+            self.cached_head = head;
         }
-        let head = self.cached_head;
-        let avail = head.saturating_sub(self.read) as usize;
+        let avail = (self.cached_head - self.read) as usize;
         // The master took the queue back (we were thought dead, or silent for longer than its
-        // consumer timeout): stop rather than read frames that are no longer ours. The owner
-        // word has a cache line of its own that changes only then, so this load is cheap.
+        // consumer timeout, or it ended): stop rather than read frames that are no longer ours.
+        // The owner word has a cache line of its own that changes only then, so this load is
+        // cheap.
         self.polls = self.polls.wrapping_add(1);
         let ctl = self.seg.ctl(q);
         if self.polls.is_multiple_of(64) {
             ctl.heartbeat.store(now_ms(), Ordering::Relaxed);
         }
-        if head < self.read || ctl.owner.load(Ordering::Acquire) != self.owner {
-            return Err(err(
-                &self.name,
-                "the master reclaimed this queue (consumer considered dead); reattach".into(),
-            ));
+        if ctl.owner.load(Ordering::Acquire) != self.owner {
+            self.release();
+            return self.taken_back();
         }
-        let n = avail.min(batch.room()).min(self.seg.slots);
+        let mut n = avail.min(batch.room());
         if n == 0 {
             // Nothing to read: give back everything handed out (the master frees it).
             self.release();
             self.idle = self.idle.wrapping_add(1);
             // The closed flag is one load; the master's pid is looked up now and then.
-            if self.master_gone || self.check_master(self.idle.is_multiple_of(1024)) {
-                return Err(self.ended());
+            if self.master_gone || self.check_master(self.idle.is_multiple_of(1024))? {
+                return self.end();
             }
             return Ok(0);
         }
@@ -1831,7 +2102,7 @@ impl Port for ClusterPort {
         // SAFETY: slots [read, head) were written by the master before its release store of
         // head (our acquire load, now or at an earlier call); it does not rewrite them until we
         // move tail past them. Both runs lie inside the slot array (at + first ≤ slots, and the
-        // second starts at slot 0 with n - first < slots descriptors).
+        // second starts at slot 0 with n - first < slots descriptors: n ≤ head - read ≤ slots).
         unsafe {
             batch.extend(std::slice::from_raw_parts(
                 self.seg.slot(q, self.read),
@@ -1841,10 +2112,66 @@ impl Port for ClusterPort {
                 batch.extend(std::slice::from_raw_parts(self.seg.slot(q, 0), n - first));
             }
         }
-        let bytes: u64 = batch.descs()[before..]
-            .iter()
-            .map(|d| d.wire_len as u64)
-            .sum();
+        // Every descriptor must name a frame of the segment with a length that fits, and a
+        // plausible wire length: checked branch-free in the byte count's loop, one branch per
+        // batch.
+        let (base, span, fmask, cap) = (
+            (self.seg.frames_off + self.seg.headroom) as u64,
+            (self.seg.frames * self.seg.frame_size) as u64,
+            self.seg.frame_size as u64 - 1,
+            (self.seg.frame_size - self.seg.headroom) as u32,
+        );
+        let mut bytes = 0u64;
+        let mut bad = 0u64;
+        for d in &batch.descs()[before..] {
+            let off = d.addr.wrapping_sub(base);
+            bad |= (off & fmask)
+                | (off >= span) as u64
+                | (d.len > cap) as u64
+                | (d.wire_len > MAX_WIRE_LEN) as u64;
+            bytes += d.wire_len as u64;
+        }
+        if bad != 0 {
+            let (i, d) = batch.descs()[before..]
+                .iter()
+                .enumerate()
+                .find(|(_, d)| {
+                    let off = d.addr.wrapping_sub(base);
+                    off & fmask != 0 || off >= span || d.len > cap || d.wire_len > MAX_WIRE_LEN
+                })
+                .map(|(i, d)| (i, *d))
+                .unwrap_or_default();
+            batch.forget_from(before);
+            self.stats.rx_drops.add(DropReason::Malformed, n as u64);
+            return Err(self.corrupted(format!(
+                "queue {q} slot {}: descriptor at offset {:#x}, length {}, wire length {} is \
+                 not a packet in a frame of the segment; {n} descriptors dropped as malformed",
+                (self.read + i as u64) & (slots - 1),
+                d.addr,
+                d.len,
+                d.wire_len
+            )));
+        }
+        ctl.handed.store(self.read + n as u64, Ordering::Relaxed);
+        if self.seg.header().state.load(Ordering::Relaxed) == STATE_CLOSED {
+            // The master is ending and may take the queue back at any moment: make our
+            // `handed` store visible before looking at the owner word (it fences likewise
+            // between its swap of the owner word and its load of `handed`).
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if ctl.owner.load(Ordering::Relaxed) != self.owner {
+                // It did: keep only what it counted as delivered to us.
+                let keep = self.taken_at(q).saturating_sub(self.read).min(n as u64) as usize;
+                if keep < n {
+                    bytes = batch.descs()[before..before + keep]
+                        .iter()
+                        .map(|d| d.wire_len as u64)
+                        .sum();
+                    batch.forget_from(before + keep);
+                    n = keep;
+                }
+                self.finished = true;
+            }
+        }
         self.read += n as u64;
         self.stats.rx_packets += n as u64;
         self.stats.rx_bytes += bytes;
@@ -1855,8 +2182,16 @@ impl Port for ClusterPort {
     /// publishes them to the master; returns how many it took (the rest stay in the batch when
     /// the lane is full).
     fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
-        if self.check_master(false) {
-            return Err(self.ended());
+        if self.check_master(false)? {
+            return Err(err(
+                &self.name,
+                format!(
+                    "cluster {} ended: its master (pid {}) stopped; nothing more can be sent \
+                     into it",
+                    self.seg.id,
+                    self.seg.master_pid()
+                ),
+            ));
         }
         if self.tx.is_none() {
             self.attach_tx()?;
@@ -1910,17 +2245,28 @@ impl Port for ClusterPort {
     fn stats(&mut self) -> PortStats {
         let mut s = self.stats;
         if let Some(q) = self.rx_q {
-            let k = self.seg.ctl(q);
-            s.rx_drops
-                .add(DropReason::RingFull, k.ring_full.load(Ordering::Relaxed));
-            s.rx_drops.add(
-                DropReason::ConsumerGone,
-                k.consumer_gone.load(Ordering::Relaxed),
-            );
-            s.rx_drops
-                .add(DropReason::NoFrame, k.no_frame.load(Ordering::Relaxed));
+            // The queue's drops since we attached; a counter seen lower than before (written
+            // over in the segment) stays where it was.
+            let now = queue_drops(self.seg.ctl(q));
+            for (seen, v) in self.drops_seen.iter_mut().zip(now) {
+                *seen = (*seen).max(v);
+            }
+            let d = |i: usize| self.drops_seen[i].saturating_sub(self.drops_base[i]);
+            s.rx_drops.add(DropReason::RingFull, d(0));
+            s.rx_drops.add(DropReason::ConsumerGone, d(1));
+            s.rx_drops.add(DropReason::NoFrame, d(2));
+            s.rx_drops.add(DropReason::Unread, d(3));
         }
         s
+    }
+
+    fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    fn end_note(&self) -> Option<String> {
+        self.finished
+            .then(|| format!("cluster {} ended: master stopped", self.seg.id))
     }
 
     fn pool(&self) -> Option<&Arc<Pool>> {
@@ -1937,5 +2283,27 @@ impl Drop for ClusterPort {
         if let Some(t) = &self.tx {
             unclaim(&self.seg.lane_ctl(t.lane).owner, t.owner);
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// The offsets `tests/hostile_cluster.rs` writes garbage at (a version 2 segment).
+    #[test]
+    fn layout_of_a_version_2_segment() {
+        assert_eq!(VERSION, 2);
+        assert_eq!(std::mem::offset_of!(Header, state), 48);
+        assert_eq!(std::mem::offset_of!(Header, queue_off), 56);
+        assert_eq!(std::mem::offset_of!(Header, queue_stride), 64);
+        assert_eq!(std::mem::offset_of!(Header, counters), 184);
+        assert!(std::mem::size_of::<Header>() <= HEADER_SIZE);
+        assert_eq!(std::mem::offset_of!(Cursors, tail), 128);
+        assert_eq!(CTL_OFF, 256);
+        assert_eq!(std::mem::offset_of!(QueueCtl, handed), 24);
+        assert_eq!(std::mem::offset_of!(QueueCtl, enqueued), 64);
+        assert_eq!(std::mem::size_of::<QueueCtl>(), 192);
+        assert_eq!(SLOTS_OFF, 512);
     }
 }

@@ -38,11 +38,13 @@ pub enum DropReason {
     ConsumerGone,
     /// Larger than a frame.
     TooBig,
+    /// Still in a queue, never read, when its producer ended (a cluster master's exit).
+    Unread,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 7;
+    pub const COUNT: usize = 8;
     /// All reasons, in counter order.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::RingFull,
@@ -52,6 +54,7 @@ impl DropReason {
         DropReason::Malformed,
         DropReason::ConsumerGone,
         DropReason::TooBig,
+        DropReason::Unread,
     ];
     /// The name used in output (JSON keys, Prometheus labels).
     pub fn name(self) -> &'static str {
@@ -63,6 +66,7 @@ impl DropReason {
             DropReason::Malformed => "malformed",
             DropReason::ConsumerGone => "consumer_gone",
             DropReason::TooBig => "too_big",
+            DropReason::Unread => "unread",
         }
     }
 }
@@ -85,6 +89,22 @@ impl Drops {
     pub fn total(&self) -> u64 {
         self.0.iter().sum()
     }
+    /// The counters since `earlier` (each reason on its own, never below 0).
+    pub fn since(&self, earlier: &Drops) -> Drops {
+        let mut d = *self;
+        for (x, e) in d.0.iter_mut().zip(earlier.0) {
+            *x = x.saturating_sub(e);
+        }
+        d
+    }
+
+    /// The same counters without `r` (e.g. without filtered packets, which are not losses).
+    pub fn without(&self, r: DropReason) -> Drops {
+        let mut d = *self;
+        d.0[r as usize] = 0;
+        d
+    }
+
     /// Sum of two sets of counters.
     pub fn merged(&self, o: &Drops) -> Drops {
         let mut d = *self;
@@ -276,6 +296,11 @@ pub trait Port: Send {
     /// A finite source (a file) has nothing more to give.
     fn is_finished(&self) -> bool {
         false
+    }
+    /// Once finished: why, when that says more than "end of input" (e.g. "cluster 10 ended:
+    /// master stopped").
+    fn end_note(&self) -> Option<String> {
+        None
     }
     /// The pool packets are received into, to allocate frames for zero-copy transmit.
     fn pool(&self) -> Option<&Arc<Pool>> {

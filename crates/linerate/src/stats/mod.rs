@@ -73,7 +73,7 @@ pub fn lost(d: &Drops) -> u64 {
 pub fn pfcount_block(start: &Snapshot, prev: &Snapshot, now: &Snapshot) -> String {
     let abs = Rates::between(start, now);
     let act = Rates::between(prev, now);
-    let filtered = now.drops.get(DropReason::Filter);
+    let filtered = now.drops.since(&start.drops).get(DropReason::Filter);
     let mut s = String::with_capacity(512);
     s.push_str("=========================\n");
     s.push_str(&format!(
@@ -97,7 +97,7 @@ pub fn pfcount_block(start: &Snapshot, prev: &Snapshot, now: &Snapshot) -> Strin
         group_f(abs.pps, 2),
         group_f(abs.mbps, 2)
     ));
-    let reasons = breakdown(&now.drops);
+    let reasons = breakdown(&losses(start, now));
     if !reasons.is_empty() {
         s.push_str(&format!("Drops by reason: {reasons}\n"));
     }
@@ -115,6 +115,12 @@ pub fn pfcount_block(start: &Snapshot, prev: &Snapshot, now: &Snapshot) -> Strin
     s
 }
 
+/// The drops between two snapshots that are losses (filtered packets apart), by reason: what
+/// [`Rates::between`] sums as `drops`.
+pub fn losses(a: &Snapshot, b: &Snapshot) -> Drops {
+    b.drops.since(&a.drops).without(DropReason::Filter)
+}
+
 /// `reason=N` pairs for the non-zero drop counters.
 pub fn breakdown(d: &Drops) -> String {
     DropReason::ALL
@@ -129,9 +135,11 @@ pub fn breakdown(d: &Drops) -> String {
 pub fn json_line(kind: &str, start: &Snapshot, prev: &Snapshot, now: &Snapshot) -> String {
     let abs = Rates::between(start, now);
     let act = Rates::between(prev, now);
+    // Since the start, like "drops" (which is their sum without "filter").
     let mut drops = serde_json::Map::new();
+    let since = now.drops.since(&start.drops);
     for r in DropReason::ALL {
-        drops.insert(r.name().into(), now.drops.get(r).into());
+        drops.insert(r.name().into(), since.get(r).into());
     }
     serde_json::json!({
         "type": kind,
@@ -185,10 +193,38 @@ mod tests {
             s.contains("Actual Stats: 14'881'605 pkts [1'000.00 ms][14'881'605.00 pps/7.14 Gbps]"),
             "{s}"
         );
-        assert!(s.contains("kernel=10 filter=5"), "{s}");
+        // "dropped" is the sum of the reasons listed (filtered packets are shown apart).
+        assert!(s.contains("Drops by reason: kernel=10\n"), "{s}");
         let j: serde_json::Value = serde_json::from_str(&json_line("stats", &a, &a, &b)).unwrap();
         assert_eq!(j["pkts"], 14_881_605);
         assert_eq!(j["drops"], 10);
         assert_eq!(j["drops_by_reason"]["filter"], 5);
+    }
+
+    #[test]
+    fn drops_and_their_reasons_count_from_the_same_start() {
+        // A port whose counters did not start at 0 (a cluster queue that overflowed before its
+        // consumer attached): the reasons listed are the drops since the start, like the total.
+        let mut d0 = Drops::default();
+        d0.add(DropReason::RingFull, 495_896);
+        let a = Snapshot {
+            drops: d0,
+            ..Default::default()
+        };
+        let mut d1 = d0;
+        d1.add(DropReason::RingFull, 3);
+        let b = Snapshot {
+            t_ns: 1_000_000_000,
+            pkts: 100,
+            bytes: 6_400,
+            drops: d1,
+        };
+        let s = pfcount_block(&a, &a, &b);
+        assert!(s.contains("[3 pkts dropped]"), "{s}");
+        assert!(s.contains("Drops by reason: ring_full=3\n"), "{s}");
+        assert_eq!(breakdown(&losses(&a, &b)), "ring_full=3");
+        let j: serde_json::Value = serde_json::from_str(&json_line("summary", &a, &a, &b)).unwrap();
+        assert_eq!(j["drops"], 3);
+        assert_eq!(j["drops_by_reason"]["ring_full"], 3);
     }
 }

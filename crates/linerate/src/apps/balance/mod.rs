@@ -414,7 +414,7 @@ pub struct BalanceReport {
 }
 
 /// Runs the master loop: `input` → `dist` → `master`, until a limit, the end of the input, an
-/// error or `stop`. The cluster stays open: drop or [`Master::close`] it to stop consumers.
+/// error or `stop`. The cluster stays open: [`finish`] it (or drop the master) to end consumers.
 pub fn run(
     input: &mut dyn Port,
     master: &mut Master,
@@ -617,6 +617,103 @@ pub fn run_with(
     }
 }
 
+/// How long consumer processes that stopped reading are waited for at the end.
+const STALL: Duration = Duration::from_millis(500);
+/// How long consumers still get after a stop signal.
+const GRACE_AFTER_STOP: Duration = Duration::from_millis(500);
+
+/// How the cluster's end went ([`finish`]).
+#[derive(Debug)]
+pub struct Finished {
+    /// Statistics at the end of the drain: final, nothing in the queues.
+    pub now: Snap,
+    /// The consumer threads' (packets, bytes) at the end, or the first thread's error.
+    pub threads: Option<Result<Vec<(u64, u64)>, PortError>>,
+    /// Time the drain took.
+    pub drain: Duration,
+}
+
+/// Ends a cluster after the master loop ([`run_with`]): closes it, lets consumers drain their
+/// queues, then takes back what they did not read ([`Master::take_back`]: `unread`), so the
+/// accounting is final. Consumer threads are waited for until they are done (a simulated
+/// workload may take a while); consumer processes while they make progress (a stalled one is
+/// given up after half a second). After `stop` is set (a signal), consumers get half a second.
+/// `on_tick` is called every `interval` meanwhile, with `last` (the loop's final tick) as the
+/// start and the previous tick.
+pub fn finish(
+    master: &mut Master,
+    threads: Option<Threads>,
+    last: &BalanceTick,
+    interval: Duration,
+    stop: &AtomicBool,
+    mut on_tick: impl FnMut(&BalanceTick, &[(u64, u64)]),
+) -> Finished {
+    master.close();
+    let t0 = mono_ns();
+    let interval = interval.as_nanos().max(1) as u64;
+    let mut next_tick = last.now.t_ns + interval;
+    let mut prev = last.now.clone();
+    let mut progress = master.progress();
+    let mut moved_at = t0;
+    let mut stopped_at = None;
+    loop {
+        master.maintain();
+        let now = mono_ns();
+        let done = match &threads {
+            Some(t) => t.all_finished() && master.drained(),
+            None => master.drained(),
+        };
+        if done {
+            break;
+        }
+        let p = master.progress();
+        if p != progress {
+            progress = p;
+            moved_at = now;
+        }
+        if threads.is_none() && now - moved_at > STALL.as_nanos() as u64 {
+            break;
+        }
+        if stop.load(Ordering::Relaxed) {
+            let at = *stopped_at.get_or_insert(now);
+            if now - at > GRACE_AFTER_STOP.as_nanos() as u64 {
+                break;
+            }
+        }
+        if now >= next_tick {
+            let s = Snap {
+                t_ns: now,
+                stats: master.stats(),
+            };
+            let figures = threads.as_ref().map(|t| t.figures()).unwrap_or_default();
+            on_tick(
+                &BalanceTick {
+                    start: last.start.clone(),
+                    prev: prev.clone(),
+                    now: s.clone(),
+                },
+                &figures,
+            );
+            prev = s;
+            next_tick = now + interval;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // What is left was not read: take it back (consumers still attached end after what they
+    // were handed); threads then return.
+    master.take_back();
+    let threads = threads.map(|t| t.join());
+    let end = mono_ns();
+    Finished {
+        now: Snap {
+            t_ns: end,
+            stats: master.stats(),
+        },
+        threads,
+        drain: Duration::from_nanos(end - t0),
+    }
+}
+
 /// How a polling consumer waits for packets. An empty poll spins 64 times, then gives the core
 /// away with `sched_yield` (a consumer sharing the core runs at once, and one alone on its core
 /// is back after a syscall) for about a millisecond of idleness, and only then sleeps 50 µs
@@ -697,8 +794,8 @@ impl ThreadCounters {
 }
 
 /// A consumer thread's loop (pfdnacluster_multithread's packet consumer): receive from its
-/// queue, count, release; until the master closes the cluster and the queue is drained.
-/// `work_ns` simulates per-packet processing cost (busy wait), to test overload.
+/// queue, count, release; until the master closes the cluster and the queue is drained (or
+/// taken back). `work_ns` simulates per-packet processing cost (busy wait), to test overload.
 pub fn consume(
     port: &mut ClusterPort,
     counters: &ThreadCounters,
@@ -709,6 +806,11 @@ pub fn consume(
     let mut backoff = Backoff::new(Backoff::BUSY_EVERY);
     loop {
         match port.rx(&mut batch) {
+            Ok(0) if port.is_finished() => {
+                counters.pkts.store(pkts, Ordering::Relaxed);
+                counters.bytes.store(bytes, Ordering::Relaxed);
+                return Ok(());
+            }
             Ok(0) => backoff.wait(),
             Ok(n) => {
                 backoff.got();
@@ -727,11 +829,7 @@ pub fn consume(
             Err(e) => {
                 counters.pkts.store(pkts, Ordering::Relaxed);
                 counters.bytes.store(bytes, Ordering::Relaxed);
-                return if port.segment().is_closed() {
-                    Ok(())
-                } else {
-                    Err(e)
-                };
+                return Err(e);
             }
         }
     }
@@ -791,6 +889,16 @@ impl Threads {
     /// The threads' counters, by queue.
     pub fn counters(&self) -> &[ThreadCounters] {
         &self.counters
+    }
+
+    /// Whether every thread has returned.
+    pub fn all_finished(&self) -> bool {
+        self.handles.iter().all(|h| h.is_finished())
+    }
+
+    /// (packets, bytes) of every queue now.
+    pub fn figures(&self) -> Vec<(u64, u64)> {
+        self.counters.iter().map(|c| c.get()).collect()
     }
 
     /// Waits for every thread (close the cluster first); returns the first error.
