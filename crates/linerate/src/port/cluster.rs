@@ -1968,8 +1968,16 @@ impl ClusterPort {
 
     /// The master is gone and this queue has nothing more: a normal end when it closed the
     /// cluster (Ok(0), then [`Port::is_finished`]), an error when it died.
-    fn end(&mut self) -> Result<usize, PortError> {
+    fn end(&mut self, q: usize) -> Result<usize, PortError> {
         self.release();
+        // The master may have published more just before it ended (after our last look at
+        // head): the caller's acquire load of the state word saw the close, which the master
+        // stored after its last head, so this load sees everything it enqueued.
+        let head = self.seg.cursors(q).head.load(Ordering::Acquire);
+        if head > self.read && head - self.released <= self.seg.slots as u64 {
+            self.cached_head = head;
+            return Ok(0);
+        }
         let h = self.seg.header();
         if h.state.load(Ordering::Acquire) == STATE_CLOSED {
             self.finished = true;
@@ -2090,7 +2098,7 @@ impl Port for ClusterPort {
             self.idle = self.idle.wrapping_add(1);
             // The closed flag is one load; the master's pid is looked up now and then.
             if self.master_gone || self.check_master(self.idle.is_multiple_of(1024))? {
-                return self.end();
+                return self.end(q);
             }
             return Ok(0);
         }
