@@ -399,3 +399,224 @@ fn metrics_off_loopback_print_a_note() {
         "{se}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// IPFIX: failed messages are counted and make the exit code non-zero; no message is larger
+// than --ipfix-mtu, which cannot go below one record with the templates; a real collector
+// (nfcapd, from Debian's nfdump) gets every record.
+
+/// A capture of `flows` one-way UDP flows, 10 packets each (made once per name).
+fn flows_pcap(name: &str, flows: u32) -> String {
+    let p = tmp(name);
+    if !p.exists() {
+        let o = run(
+            &[
+                "gen",
+                "-o",
+                &format!("pcap:{}", p.display()),
+                "-c",
+                &(flows * 10).to_string(),
+                "--flows",
+                &flows.to_string(),
+                "-q",
+            ],
+            Duration::from_secs(60),
+        );
+        assert!(o.status.success(), "{:?}", text(&o));
+    }
+    p.display().to_string()
+}
+
+/// A loopback UDP port nobody listens on (bound, read, released).
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The JSON summary of `flows --json` (on standard error).
+fn flows_summary(o: &Output) -> serde_json::Value {
+    json_summary(&String::from_utf8_lossy(&o.stderr))
+}
+
+#[test]
+fn ipfix_to_no_listener_counts_every_failed_message_and_exits_1() {
+    let input = flows_pcap("ipfix_fail.pcap", 500);
+    let dest = format!("127.0.0.1:{}", free_udp_port());
+    let o = run(
+        &["flows", "-i", &input, "--ipfix", &dest, "--json"],
+        Duration::from_secs(60),
+    );
+    let (_, se) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{se}");
+    let j = flows_summary(&o)["ipfix"].clone();
+    assert_eq!(j["flows"], 500, "{j}");
+    assert_eq!(j["records"], 500, "{j}");
+    assert!(j["messages"].as_u64().unwrap() > 1, "{j}");
+    assert_eq!(j["failed_messages"], j["messages"], "{j}");
+    assert_eq!(j["failed_records"], 500, "{j}");
+    assert!(j["error"].as_str().unwrap().contains("refused"), "{j}");
+    assert!(
+        se.contains("IPFIX export to")
+            && se.contains("500 of 500 records")
+            && se.contains("failed"),
+        "{se}"
+    );
+    // Port 0: refused as a usage error, or every message counted as failed.
+    let o = run(
+        &["flows", "-i", &input, "--ipfix", "127.0.0.1:0", "--json"],
+        Duration::from_secs(60),
+    );
+    let (_, se) = text(&o);
+    match o.status.code() {
+        Some(2) => assert!(se.contains("--ipfix"), "{se}"),
+        Some(1) => {
+            let j = flows_summary(&o)["ipfix"].clone();
+            assert_eq!(j["failed_records"], 500, "{j}");
+        }
+        c => panic!("exit {c:?}: {se}"),
+    }
+}
+
+#[test]
+fn ipfix_mtu_below_one_record_is_a_usage_error() {
+    let input = flows_pcap("ipfix_mtu_small.pcap", 10);
+    for (mtu, uni, min) in [
+        ("100", false, "285"),
+        ("284", false, "285"),
+        ("219", true, "220"),
+    ] {
+        let mut args = vec![
+            "flows",
+            "-i",
+            &input,
+            "--ipfix",
+            "127.0.0.1:4739",
+            "--ipfix-mtu",
+            mtu,
+        ];
+        if uni {
+            args.push("--ipfix-uniflow");
+        }
+        let o = run(&args, Duration::from_secs(30));
+        let (_, se) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{mtu}: {se}");
+        assert!(se.contains("--ipfix-mtu") && se.contains(min), "{se}");
+    }
+}
+
+/// nfcapd on a free loopback port writing into its own folder, stopped by its PID.
+struct Nfcapd {
+    run: Running,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Nfcapd {
+    fn start(dir: PathBuf) -> Nfcapd {
+        let port = free_udp_port();
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = Command::new("nfcapd")
+            .arg("-w")
+            .arg(&dir)
+            .args(["-b", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nfcapd (Debian's nfdump, installed by scripts/setup.sh)");
+        let n = Nfcapd {
+            run: Running(child),
+            dir,
+            port,
+        };
+        // Ready when its socket shows in /proc/net/udp.
+        let hex = format!(":{port:04X} ");
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if std::fs::read_to_string("/proc/net/udp").is_ok_and(|s| s.contains(&hex)) {
+                return n;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("nfcapd did not open port {port}");
+    }
+
+    /// Stops nfcapd (it writes its file on a signal) and counts the records with nfdump.
+    fn records(mut self) -> usize {
+        self.run.stop();
+        let o = Command::new("nfdump")
+            .arg("-R")
+            .arg(&self.dir)
+            .args(["-q", "-o", "csv"])
+            .output()
+            .expect("nfdump");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count()
+    }
+}
+
+#[test]
+fn ipfix_messages_respect_the_mtu_and_nfcapd_gets_every_record() {
+    let input = flows_pcap("ipfix_mtu.pcap", 500);
+    for (mtu, uni) in [(285usize, false), (220, true), (600, false)] {
+        let m = mtu.to_string();
+        let mut extra = vec!["--ipfix-mtu", m.as_str()];
+        if uni {
+            extra.push("--ipfix-uniflow");
+        }
+        // Our own socket first: every datagram, its size.
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let dest = sock.local_addr().unwrap().to_string();
+        let reader = std::thread::spawn(move || {
+            let mut sizes = Vec::new();
+            let mut buf = vec![0u8; 70_000];
+            // Until 500 ms of quiet after the first datagram (or 30 s without one).
+            let t0 = Instant::now();
+            loop {
+                match sock.recv(&mut buf) {
+                    Ok(n) => {
+                        assert_eq!(u16::from_be_bytes([buf[0], buf[1]]), 10);
+                        assert_eq!(u16::from_be_bytes([buf[2], buf[3]]) as usize, n);
+                        sizes.push(n);
+                    }
+                    Err(_) if !sizes.is_empty() || t0.elapsed() > Duration::from_secs(30) => break,
+                    Err(_) => {}
+                }
+            }
+            sizes
+        });
+        let mut args = vec!["flows", "-i", &input, "--ipfix", &dest, "--json"];
+        args.extend_from_slice(&extra);
+        let o = run(&args, Duration::from_secs(60));
+        let (_, se) = text(&o);
+        assert!(o.status.success(), "{se}");
+        let j = flows_summary(&o)["ipfix"].clone();
+        let sizes = reader.join().unwrap();
+        assert_eq!(sizes.len() as u64, j["messages"].as_u64().unwrap(), "{j}");
+        assert!(
+            sizes.iter().all(|&n| n <= mtu),
+            "--ipfix-mtu {mtu}: largest {}",
+            sizes.iter().max().unwrap()
+        );
+        assert_eq!(j["failed_messages"], 0, "{j}");
+        // Then nfcapd: every record arrives.
+        let nf = Nfcapd::start(tmp(&format!("nfcapd-{mtu}")));
+        let dest = format!("127.0.0.1:{}", nf.port);
+        let mut args = vec!["flows", "-i", &input, "--ipfix", &dest, "--json"];
+        args.extend_from_slice(&extra);
+        let o = run(&args, Duration::from_secs(60));
+        let (_, se) = text(&o);
+        assert!(o.status.success(), "{se}");
+        let j = flows_summary(&o)["ipfix"].clone();
+        assert_eq!(j["records"], 500, "{j}");
+        assert_eq!(nf.records(), 500, "--ipfix-mtu {mtu} uniflow {uni}: {j}");
+    }
+}

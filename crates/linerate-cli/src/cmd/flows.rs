@@ -1,9 +1,8 @@
 //! `linerate flows`: Argus-style bidirectional flow records, with IPFIX export.
 
 use crate::common::{stop_flag, usage};
-use anyhow::Context;
 use clap::Parser;
-use linerate::apps::flow::ipfix::{IpfixOptions, UdpExporter};
+use linerate::apps::flow::ipfix::{self, ExportStats, IpfixError, IpfixOptions, UdpExporter};
 use linerate::apps::flow::kafka::{host_name, KafkaExporter, KafkaOptions, KafkaStats};
 use linerate::apps::flow::key::NotFlow;
 use linerate::apps::flow::record::{EndReason, Field, FlowRecord, Format, RecordWriter};
@@ -54,7 +53,8 @@ pub struct Args {
     /// Export each flow as two uniflow IPFIX records instead of one RFC 5103 biflow.
     #[arg(long)]
     ipfix_uniflow: bool,
-    /// Largest IPFIX message in bytes.
+    /// Largest IPFIX message in bytes (the UDP payload): at least 285 (220 with
+    /// --ipfix-uniflow: the templates and one record), at most 65507.
     #[arg(long, value_name = "BYTES", default_value = "1400", value_parser = units::parse_size)]
     ipfix_mtu: u64,
     /// IPFIX observation domain id.
@@ -95,7 +95,7 @@ pub struct Args {
 
 struct Sinks {
     writer: Option<RecordWriter<Box<dyn Write + Send>>>,
-    ipfix: Option<UdpExporter>,
+    ipfix: Option<(UdpExporter, std::net::SocketAddr)>,
     kafka: Option<KafkaExporter>,
     write_error: Option<std::io::Error>,
     /// Live input: records are flushed as they come, not when the buffer fills.
@@ -119,7 +119,7 @@ impl RecordSink for Sinks {
                 }
             }
         }
-        if let Some(x) = &mut self.ipfix {
+        if let Some((x, _)) = &mut self.ipfix {
             x.records(recs);
         }
         if let Some(k) = &self.kafka {
@@ -146,6 +146,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     if a.idle_timeout.is_zero() {
         return Err(usage("--idle-timeout: must be more than 0"));
+    }
+    let min = ipfix::min_message(a.ipfix_uniflow);
+    if a.ipfix_mtu < min as u64 || a.ipfix_mtu > ipfix::MAX_MESSAGE as u64 {
+        return Err(usage(format!(
+            "--ipfix-mtu {}: between {min} and {} bytes (the templates and one record need {min}{})",
+            a.ipfix_mtu,
+            ipfix::MAX_MESSAGE,
+            if a.ipfix_uniflow { " with --ipfix-uniflow" } else { "" }
+        )));
     }
     let fields = Field::parse_list(&a.fields).map_err(|e| usage(format!("--fields: {e}")))?;
     let format = match a.format.as_deref() {
@@ -235,7 +244,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 uniflow: a.ipfix_uniflow,
                 ..Default::default()
             };
-            Some(UdpExporter::new(addr, opts).with_context(|| format!("--ipfix {dest}"))?)
+            let x = UdpExporter::new(addr, opts).map_err(|e| match e {
+                IpfixError::MessageSize { .. } => {
+                    usage(format!("--ipfix-mtu {}: {e}", a.ipfix_mtu))
+                }
+                e => anyhow::Error::new(e).context(format!("--ipfix {dest}")),
+            })?;
+            Some((x, addr))
         }
     };
     let live = a.input.starts_with("afpacket:") || a.input.starts_with("xdp:");
@@ -297,9 +312,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             sinks.write_error.get_or_insert(e);
         }
     }
-    let export = sinks.ipfix.as_mut().map(|x| {
-        x.finish();
-        x.stats()
+    // Refusals of the last messages come back within a round trip.
+    let export = sinks.ipfix.as_mut().map(|(x, to)| {
+        x.finish(Duration::from_millis(200));
+        (x.stats(), *to)
     });
     // A signal that stopped the input above must not also cut the wait for acknowledgements
     // short: re-arm the flag, so that a new SIGINT/SIGTERM ends the wait (within ~20 ms; what is
@@ -355,14 +371,24 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             ));
         }
     }
-    match report.error {
-        None => Ok(ExitCode::SUCCESS),
-        Some(e) => Err(anyhow::Error::new(e).context(format!(
+    if let Some(e) = report.error {
+        return Err(anyhow::Error::new(e).context(format!(
             "{}: stopped after {} packets",
             a.input,
             group(report.packets)
-        ))),
+        )));
     }
+    if let Some((x, to)) = export.filter(|(x, _)| x.failed_messages > 0) {
+        anyhow::bail!(
+            "IPFIX export to {to}: {} of {} messages ({} of {} records) failed{}",
+            group(x.failed_messages),
+            group(x.messages),
+            group(x.failed_records),
+            group(x.records),
+            x.last_error().map(|e| format!(": {e}")).unwrap_or_default()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `HOST`, `HOST:PORT`, `ADDR6`, `[ADDR6]:PORT` → something `to_socket_addrs` takes, with port
@@ -390,7 +416,7 @@ fn ended_name(e: Ended) -> &'static str {
 
 fn text_summary(
     r: &FlowReport,
-    x: Option<linerate::apps::flow::ipfix::ExportStats>,
+    x: Option<(ExportStats, std::net::SocketAddr)>,
     k: Option<(&KafkaStats, &KafkaOptions)>,
 ) -> String {
     let secs = r.elapsed.as_secs_f64().max(1e-9);
@@ -440,13 +466,16 @@ fn text_summary(
             linerate::stats::breakdown(&r.port.rx_drops)
         ));
     }
-    if let Some(x) = x {
+    if let Some((x, to)) = x {
         s.push_str(&format!(
-            "IPFIX: {} flows in {} messages ({} bytes), {} send errors\n",
+            "IPFIX to {to}: {} flows, {} records in {} messages ({} bytes); failed: {} messages ({} records){}\n",
             group(x.flows),
+            group(x.records),
             group(x.messages),
             group(x.bytes),
-            group(x.errors)
+            group(x.failed_messages),
+            group(x.failed_records),
+            x.last_error().map(|e| format!(": {e}")).unwrap_or_default()
         ));
     }
     if let Some((k, o)) = k {
@@ -466,7 +495,7 @@ fn text_summary(
 
 fn json_summary(
     r: &FlowReport,
-    x: Option<linerate::apps::flow::ipfix::ExportStats>,
+    x: Option<(ExportStats, std::net::SocketAddr)>,
     k: Option<(&KafkaStats, &KafkaOptions)>,
 ) -> String {
     let secs = r.elapsed.as_secs_f64().max(1e-9);
@@ -503,9 +532,12 @@ fn json_summary(
         "input_drops": drops,
         "ended": ended_name(r.ended),
     });
-    if let Some(x) = x {
+    if let Some((x, to)) = x {
         j["ipfix"] = serde_json::json!({
-            "flows": x.flows, "messages": x.messages, "bytes": x.bytes, "errors": x.errors
+            "collector": to.to_string(), "flows": x.flows, "records": x.records,
+            "messages": x.messages, "bytes": x.bytes, "failed_messages": x.failed_messages,
+            "failed_records": x.failed_records,
+            "error": x.last_error().map(|e| e.to_string()),
         });
     }
     if let Some((k, o)) = k {

@@ -5,11 +5,16 @@
 //! `max_message` bytes, puts the templates before the first data and again every
 //! `template_refresh_s` seconds of export time, numbers messages with the count of data records
 //! sent before them, and hands each finished message to a callback. [`UdpExporter`] sends those
-//! messages to a collector.
+//! messages to a collector and counts the ones that failed: refused by the socket, or refused
+//! by the collector's host (ICMP port unreachable, read from the socket's error queue with the
+//! message it is about). UDP has no acknowledgment: a message lost without a word from the
+//! network cannot be counted.
 
 use super::record::FlowRecord;
 use super::RecordSink;
+use crate::port::sys;
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 
 /// The reverse information element PEN (RFC 5103).
 pub const REVERSE_PEN: u32 = 29305;
@@ -109,8 +114,60 @@ const fn fields(v6: bool, bi: bool) -> &'static [Spec] {
     }
 }
 
-fn record_len(spec: &[Spec]) -> usize {
-    spec.iter().map(|f| f.1 as usize).sum()
+const fn record_len(spec: &[Spec]) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < spec.len() {
+        n += spec[i].1 as usize;
+        i += 1;
+    }
+    n
+}
+
+/// Bytes of the template set of a message (both templates of the mode).
+const fn template_set_len(uniflow: bool) -> usize {
+    let mut n = 4;
+    let mut k = 0;
+    while k < 2 {
+        let spec = fields(k == 1, !uniflow);
+        n += 4;
+        let mut i = 0;
+        while i < spec.len() {
+            n += if spec[i].2 { 8 } else { 4 };
+            i += 1;
+        }
+        k += 1;
+    }
+    n
+}
+
+/// Message header bytes.
+const HEADER: usize = 16;
+
+/// The smallest `max_message` that holds a message header, the templates and one record of
+/// the largest kind (IPv6) in its data set: 285 B for biflows, 220 B for uniflows.
+pub const fn min_message(uniflow: bool) -> usize {
+    let v6 = record_len(fields(true, !uniflow));
+    HEADER + template_set_len(uniflow) + 4 + v6
+}
+
+/// Largest `max_message`: the largest UDP payload over IPv4.
+pub const MAX_MESSAGE: usize = 65_507;
+
+/// Why an exporter could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum IpfixError {
+    /// The message size cannot hold the templates and one record.
+    #[error("messages of {max} B cannot hold the templates and one record: at least {min} B (at most 65507)")]
+    MessageSize {
+        /// What was asked.
+        max: usize,
+        /// The smallest that works.
+        min: usize,
+    },
+    /// The socket could not be made.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }
 
 /// Options of the encoder.
@@ -154,14 +211,15 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    /// An encoder with `opts`.
-    pub fn new(opts: IpfixOptions) -> Encoder {
-        let max = opts.max_message.clamp(256, 65_535);
-        Encoder {
-            opts: IpfixOptions {
-                max_message: max,
-                ..opts
-            },
+    /// An encoder with `opts`; `max_message` must be within [`min_message`] and
+    /// [`MAX_MESSAGE`] (no message is ever larger).
+    pub fn new(opts: IpfixOptions) -> Result<Encoder, IpfixError> {
+        let (max, min) = (opts.max_message, min_message(opts.uniflow));
+        if max < min || max > MAX_MESSAGE {
+            return Err(IpfixError::MessageSize { max, min });
+        }
+        Ok(Encoder {
+            opts,
             buf: Vec::with_capacity(max),
             sent: 0,
             in_msg: 0,
@@ -169,7 +227,7 @@ impl Encoder {
             templates_at: None,
             export_s: 0,
             messages: 0,
-        }
+        })
     }
 
     /// Messages finished so far.
@@ -233,15 +291,17 @@ impl Encoder {
         }
     }
 
-    /// Finishes the message being built (if it holds data) and hands it to `send`.
-    pub fn flush(&mut self, send: &mut dyn FnMut(&[u8])) {
+    /// Finishes the message being built (if it holds data) and hands it to `send` with the
+    /// number of data records in it.
+    pub fn flush(&mut self, send: &mut dyn FnMut(&[u8], u32)) {
         if self.buf.is_empty() || self.in_msg == 0 {
             return;
         }
         self.close_set();
         let l = self.buf.len() as u16;
         self.buf[2..4].copy_from_slice(&l.to_be_bytes());
-        send(&self.buf);
+        debug_assert!(self.buf.len() <= self.opts.max_message);
+        send(&self.buf, self.in_msg);
         self.messages += 1;
         self.sent = self.sent.wrapping_add(self.in_msg);
         self.buf.clear();
@@ -253,7 +313,7 @@ impl Encoder {
         self.export_s = s;
     }
 
-    fn room_for(&mut self, tpl: u16, len: usize, send: &mut dyn FnMut(&[u8])) {
+    fn room_for(&mut self, tpl: u16, len: usize, send: &mut dyn FnMut(&[u8], u32)) {
         let need = |e: &Encoder| {
             len + if e.set.is_some_and(|s| s.1 == tpl) {
                 0
@@ -276,7 +336,7 @@ impl Encoder {
     }
 
     /// Adds one flow (one biflow record, or one or two uniflow records).
-    pub fn add(&mut self, r: &FlowRecord, send: &mut dyn FnMut(&[u8])) {
+    pub fn add(&mut self, r: &FlowRecord, send: &mut dyn FnMut(&[u8], u32)) {
         let bi = !self.opts.uniflow;
         let spec = fields(r.v6, bi);
         let tpl = match (r.v6, bi) {
@@ -361,72 +421,201 @@ impl Encoder {
 pub struct ExportStats {
     /// Flows handed to the exporter.
     pub flows: u64,
-    /// Messages sent.
+    /// Data records in the messages handed to the socket (two per flow in uniflow mode when
+    /// the flow has reverse packets).
+    pub records: u64,
+    /// Messages handed to the socket.
     pub messages: u64,
-    /// Bytes sent.
+    /// Their bytes.
     pub bytes: u64,
-    /// Messages the socket refused.
-    pub errors: u64,
+    /// Messages that failed: the socket refused them, or the collector's host did (ICMP).
+    pub failed_messages: u64,
+    /// Data records in the failed messages.
+    pub failed_records: u64,
+    /// The last error seen (errno), 0 if none.
+    pub last_errno: i32,
+}
+
+impl ExportStats {
+    /// The last error as text, if any.
+    pub fn last_error(&self) -> Option<std::io::Error> {
+        (self.last_errno != 0).then(|| std::io::Error::from_raw_os_error(self.last_errno))
+    }
+}
+
+/// Messages remembered for matching a late refusal (ICMP) to its records.
+const RECENT: usize = 4096;
+
+/// Messages sent back to back before pacing starts, and the pace after that: a collector's
+/// socket buffer (nfcapd's default holds ~150 small messages) overflows silently under a
+/// burst, as when every flow of a file ends at once.
+const BURST: f64 = 64.0;
+/// Messages per second once the burst is spent (1400 B messages: ~28 MB/s, ~400k records/s).
+const PACE: f64 = 20_000.0;
+
+/// What the socket side of an exporter keeps.
+struct Link {
+    sock: UdpSocket,
+    stats: ExportStats,
+    /// (sequence number, records) of recent messages, oldest first.
+    recent: std::collections::VecDeque<(u32, u32)>,
+    /// Whether the error queue is on (else only send errors and SO_ERROR are seen).
+    errqueue: bool,
+    /// Pacing: messages that may go now, and when that was computed.
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+impl Link {
+    /// Counts one failed message of `records` records.
+    fn failed(&mut self, records: u32, errno: i32) {
+        self.stats.failed_messages += 1;
+        self.stats.failed_records += u64::from(records);
+        if errno != 0 {
+            self.stats.last_errno = errno;
+        }
+    }
+
+    /// Reads every refusal the kernel queued, each with the start of the message it is
+    /// about; then the socket's pending error, which a queue entry already counted.
+    fn collect_errors(&mut self) {
+        let mut head = [0u8; 64];
+        let fd = self.sock.as_raw_fd();
+        let mut queued = false;
+        while self.errqueue {
+            match sys::recv_err(fd, &mut head) {
+                Ok(Some((errno, n))) => {
+                    queued = true;
+                    // The message's sequence number names it among the recent ones.
+                    let seq = (n >= HEADER && head[0..2] == [0, 10])
+                        .then(|| u32::from_be_bytes([head[8], head[9], head[10], head[11]]));
+                    let recs = seq
+                        .and_then(|q| self.recent.iter().position(|&(s, _)| s == q))
+                        .and_then(|i| self.recent.remove(i))
+                        .map_or(0, |(_, r)| r);
+                    self.failed(recs, errno);
+                }
+                Ok(None) => break,
+                Err(_) => break,
+            }
+        }
+        if let Ok(Some(e)) = self.sock.take_error() {
+            if !queued {
+                // Without the queue: the refusal is about the last message sent.
+                let recs = self.recent.pop_back().map_or(0, |(_, r)| r);
+                self.failed(recs, e.raw_os_error().unwrap_or(0));
+            }
+        }
+    }
+
+    /// Waits until the pace allows one more message.
+    fn pace(&mut self) {
+        let now = std::time::Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * PACE).min(BURST);
+        self.at = now;
+        if self.tokens < 1.0 {
+            let wait = (1.0 - self.tokens) / PACE;
+            std::thread::sleep(std::time::Duration::from_secs_f64(wait));
+            let now = std::time::Instant::now();
+            self.tokens += now.duration_since(self.at).as_secs_f64() * PACE;
+            self.at = now;
+        }
+        self.tokens -= 1.0;
+    }
+
+    fn send(&mut self, m: &[u8], records: u32) {
+        self.pace();
+        self.collect_errors();
+        self.stats.messages += 1;
+        self.stats.records += u64::from(records);
+        self.stats.bytes += m.len() as u64;
+        let seq = u32::from_be_bytes([m[8], m[9], m[10], m[11]]);
+        let mut tries = 0;
+        loop {
+            match self.sock.send(m) {
+                Ok(_) => {
+                    if self.recent.len() == RECENT {
+                        self.recent.pop_front();
+                    }
+                    self.recent.push_back((seq, records));
+                    return;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
+                // A refusal that arrived just now is reported by this send, which then did
+                // not go out: count the refusal, try once more.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused && tries < 100 => {
+                    tries = 100;
+                    self.collect_errors();
+                    if !self.errqueue {
+                        let recs = self.recent.pop_back().map_or(0, |(_, r)| r);
+                        self.failed(recs, e.raw_os_error().unwrap_or(0));
+                    }
+                }
+                Err(e) => {
+                    self.failed(records, e.raw_os_error().unwrap_or(0));
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// Sends IPFIX over UDP to a collector.
 pub struct UdpExporter {
-    sock: UdpSocket,
+    link: Link,
     enc: Encoder,
-    stats: ExportStats,
     opened_at: Option<std::time::Instant>,
 }
 
 impl UdpExporter {
-    /// Connects a UDP socket to `to`.
-    pub fn new(to: SocketAddr, opts: IpfixOptions) -> std::io::Result<UdpExporter> {
+    /// Connects a UDP socket to `to`; `opts.max_message` must be within [`min_message`] and
+    /// [`MAX_MESSAGE`].
+    pub fn new(to: SocketAddr, opts: IpfixOptions) -> Result<UdpExporter, IpfixError> {
+        let enc = Encoder::new(opts)?;
         let bind: SocketAddr = if to.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }
             .parse()
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "bind address"))?;
         let sock = UdpSocket::bind(bind)?;
         sock.connect(to)?;
+        let errqueue = sys::set_recverr(sock.as_raw_fd(), to.is_ipv6()).is_ok();
         Ok(UdpExporter {
-            sock,
-            enc: Encoder::new(opts),
-            stats: ExportStats::default(),
+            link: Link {
+                sock,
+                stats: ExportStats::default(),
+                recent: std::collections::VecDeque::with_capacity(RECENT),
+                errqueue,
+                tokens: BURST,
+                at: std::time::Instant::now(),
+            },
+            enc,
             opened_at: None,
         })
     }
 
     /// Counters so far.
     pub fn stats(&self) -> ExportStats {
-        self.stats
+        self.link.stats
     }
 
-    fn sender<'a>(sock: &'a UdpSocket, stats: &'a mut ExportStats) -> impl FnMut(&[u8]) + 'a {
-        move |m: &[u8]| {
-            // A collector that is not there refuses (ECONNREFUSED) the next send: count it.
-            let mut tries = 0;
-            loop {
-                match sock.send(m) {
-                    Ok(_) => {
-                        stats.messages += 1;
-                        stats.bytes += m.len() as u64;
-                        break;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && tries < 100 => {
-                        tries += 1;
-                        std::thread::sleep(std::time::Duration::from_micros(100));
-                    }
-                    Err(_) => {
-                        stats.errors += 1;
-                        break;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Sends what is buffered.
-    pub fn finish(&mut self) {
-        let mut send = Self::sender(&self.sock, &mut self.stats);
-        self.enc.flush(&mut send);
+    /// Sends what is buffered, then waits up to `wait` for refusals of the last messages (a
+    /// collector's host answers within a round trip; on loopback at once).
+    pub fn finish(&mut self, wait: std::time::Duration) {
+        let link = &mut self.link;
+        self.enc.flush(&mut |m, n| link.send(m, n));
         self.opened_at = None;
+        if self.link.stats.messages > 0 {
+            let mut fds = [libc::pollfd {
+                fd: self.link.sock.as_raw_fd(),
+                events: 0,
+                revents: 0,
+            }];
+            // POLLERR is reported whatever the events asked.
+            let _ = sys::poll(&mut fds, wait.as_millis().min(60_000) as i32);
+        }
+        self.link.collect_errors();
     }
 }
 
@@ -434,8 +623,9 @@ impl RecordSink for UdpExporter {
     fn records(&mut self, recs: &[FlowRecord]) {
         let now = crate::time::wall_ns();
         self.enc.set_export_time((now / 1_000_000_000) as u32);
-        self.stats.flows += recs.len() as u64;
-        let mut send = Self::sender(&self.sock, &mut self.stats);
+        self.link.stats.flows += recs.len() as u64;
+        let link = &mut self.link;
+        let mut send = |m: &[u8], n: u32| link.send(m, n);
         for r in recs {
             self.enc.add(r, &mut send);
         }
@@ -566,10 +756,11 @@ mod tests {
         let mut enc = Encoder::new(IpfixOptions {
             max_message: 512,
             ..Default::default()
-        });
+        })
+        .unwrap();
         enc.set_export_time(1_700_000_100);
         let mut msgs: Vec<Vec<u8>> = Vec::new();
-        let mut send = |m: &[u8]| msgs.push(m.to_vec());
+        let mut send = |m: &[u8], _: u32| msgs.push(m.to_vec());
         for i in 0..50 {
             enc.add(&rec(i % 5 == 0, i), &mut send);
         }
@@ -616,9 +807,10 @@ mod tests {
             uniflow: true,
             template_refresh_s: 10,
             ..Default::default()
-        });
+        })
+        .unwrap();
         let mut msgs: Vec<Vec<u8>> = Vec::new();
-        let mut send = |m: &[u8]| msgs.push(m.to_vec());
+        let mut send = |m: &[u8], _: u32| msgs.push(m.to_vec());
         enc.set_export_time(100);
         enc.add(&rec(false, 0), &mut send); // no reverse packets: one record
         enc.add(&rec(false, 2), &mut send); // two
@@ -643,5 +835,75 @@ mod tests {
         assert_eq!((num(&f[4]), num(&f[5])), (80, 1002));
         assert_eq!((num(&f[12]), num(&f[13])), (2, 2000));
         assert_eq!(num(&f[11]), 2);
+    }
+
+    #[test]
+    fn message_size_floor_is_one_record_with_templates() {
+        assert_eq!(min_message(false), 285);
+        assert_eq!(min_message(true), 220);
+        for uniflow in [false, true] {
+            let min = min_message(uniflow);
+            let e = Encoder::new(IpfixOptions {
+                max_message: min - 1,
+                uniflow,
+                ..Default::default()
+            })
+            .err()
+            .unwrap();
+            assert!(e.to_string().contains(&format!("at least {min} B")), "{e}");
+            // At the floor, every message holds what fits and never more.
+            let mut enc = Encoder::new(IpfixOptions {
+                max_message: min,
+                uniflow,
+                template_refresh_s: 0,
+                ..Default::default()
+            })
+            .unwrap();
+            let mut msgs: Vec<Vec<u8>> = Vec::new();
+            let mut send = |m: &[u8], _: u32| msgs.push(m.to_vec());
+            for i in 0..40 {
+                enc.add(&rec(i % 3 != 0, i), &mut send);
+            }
+            enc.flush(&mut send);
+            assert!(msgs.iter().all(|m| m.len() <= min), "{uniflow}");
+            let (_, data, _) = decode(&msgs);
+            let want = if uniflow { 40 + 39 } else { 40 };
+            assert_eq!(data.len(), want);
+        }
+    }
+
+    #[test]
+    fn refusals_by_a_closed_port_are_counted_with_their_records() {
+        // A loopback port nobody listens on: bind, read it, release it.
+        let port = UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let to: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut x = UdpExporter::new(
+            to,
+            IpfixOptions {
+                max_message: 400,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let recs: Vec<FlowRecord> = (0..60).map(|i| rec(false, i)).collect();
+        for c in recs.chunks(7) {
+            x.records(c);
+            x.enc.flush(&mut |m, n| x.link.send(m, n));
+        }
+        x.finish(std::time::Duration::from_millis(500));
+        let s = x.stats();
+        assert_eq!(s.flows, 60);
+        assert_eq!(s.records, 60);
+        assert!(s.messages >= 9, "{s:?}");
+        assert_eq!(s.failed_messages, s.messages, "{s:?}");
+        assert_eq!(s.failed_records, 60, "{s:?}");
+        assert_eq!(
+            s.last_error().unwrap().kind(),
+            std::io::ErrorKind::ConnectionRefused
+        );
     }
 }
