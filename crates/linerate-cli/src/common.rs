@@ -1,4 +1,6 @@
-//! What every subcommand shares: errors and exit codes, signals, core pinning.
+//! What every subcommand shares: errors and exit codes, signals, core pinning, flag ranges.
+
+pub mod flags;
 
 use linerate::port::file::{self, Inputs};
 use linerate::port::{self, Direction, Port, PortError, PortOptions};
@@ -52,6 +54,14 @@ pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
         signal_hook::flag::register(sig, stop.clone())?;
     }
     Ok(stop)
+}
+
+/// Whether this machine has a core numbered `core`.
+pub fn core_exists(core: usize) -> bool {
+    core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.id == core)
 }
 
 /// Pins the calling thread to `core`.

@@ -253,6 +253,90 @@ fn an_output_link_planted_by_another_user_is_not_followed() {
     );
 }
 
+// ---------------------------------------------------------------------------------------------
+// Every numeric flag is range-checked: a usage error naming the flag and its range.
+
+#[test]
+fn absurd_flag_values_are_usage_errors_naming_the_flag_and_range() {
+    let d = Dir::new("flags");
+    let s = sample();
+    let s = s.to_str().unwrap();
+    let big = "18446744073709551616"; // 2^64 seconds: Duration::from_secs_f64 panicked on it
+    let script = d.path("long.lua");
+    std::fs::write(
+        &script,
+        format!("config = {{ duration = \"{big}\" }}\nfunction modify(pkts, n) end\n"),
+    )
+    .unwrap();
+    #[rustfmt::skip]
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["count", "-i", s, "-t", big], "--duration"),
+        (vec!["count", "-i", s, "--interval", big], "--interval"),
+        (vec!["count", "-i", s, "--interval", "0"], "--interval"),
+        (vec!["count", "-i", s, "-c", "1.5"], "--count"),
+        (vec!["count", "-i", s, "-c", "0"], "--count"),
+        (vec!["count", "-i", s, "-s", "10"], "--snaplen"),
+        (vec!["count", "-i", s, "-g", "99999"], "--core"),
+        (vec!["balance", "-i", "source:10", "--threads", "-t", big], "--duration"),
+        (vec!["balance", "-i", "source:10", "--threads", "--interval", big], "--interval"),
+        (vec!["balance", "-i", "source:10", "--threads", "--consumer-timeout", big], "--consumer-timeout"),
+        (vec!["balance", "-i", "source:10", "--threads", "-q", "0"], "--slots"),
+        (vec!["balance", "-i", "source:10", "--threads", "-b", "5"], "--buffers"),
+        (vec!["balance", "-i", "source:10", "--threads", "--packets", "1.5"], "--packets"),
+        (vec!["balance", "-i", "source:1.5", "--threads"], "-i source:1.5"),
+        (vec!["balance", "-i", "source:10", "--threads", "--source-rate", "0pps"], "--source-rate"),
+        (vec!["balance", "-i", "source:10", "--threads", "--work-ns", "1e12"], "--work-ns"),
+        (vec!["gen", "-o", "mem:h", "-t", big], "--duration"),
+        (vec!["gen", "-o", "mem:h", "-c", "10", "--interval", big], "--interval"),
+        (vec!["gen", "-o", "mem:h", "-c", "10", "--interval", "0"], "--interval"),
+        (vec!["gen", "-o", "mem:h", "-c", "10", "--rx-wait", big], "--rx-wait"),
+        (vec!["gen", "-o", "mem:h", "-c", "1.5"], "--count"),
+        (vec!["gen", "-o", "mem:h", "-c", "10", "--batch", "0"], "--batch"),
+        (vec!["gen", "-o", "mem:h", "-c", "10", "--streams", "0"], "--streams"),
+        (vec!["gen", "-o", "mem:h", "-c", "10", "--streams", "300"], "--streams"),
+        (vec!["gen", "-o", "mem:h", "-c", "10", "--streams", "70000"], "--streams"),
+        (vec!["gen", "-o", "mem:h", "-c", "10", "--threads", "0"], "--threads"),
+        (vec!["gen", "-o", "mem:h", "-c", "10", "--rate", "0pps"], "--rate"),
+        (vec!["gen", "-o", "mem:h", "-c", "10", "--flows", "0"], "--flows"),
+        (vec!["gen", "--pcap", s, "-o", "mem:h", "--loop", "0"], "--loop"),
+        (vec!["gen", "--pcap", s, "-o", "mem:h", "--speed", "nan"], "--speed"),
+        (vec!["gen", "--pcap", s, "-o", "mem:h", "--speed", "0"], "--speed"),
+        (vec!["gen", "-o", "mem:h", "--script", &script], "config.duration"),
+        (vec!["fwd", "-i", "mem:h1", "-o", "mem:h2", "-t", big], "--duration"),
+        (vec!["fwd", "-i", "mem:h1", "-o", "mem:h2", "-T", big], "--period"),
+        (vec!["fwd", "-i", "mem:h1", "-o", "mem:h2", "-c", "1.5"], "--count"),
+        (vec!["flows", "-i", s, "--idle-timeout", big], "--idle-timeout"),
+        (vec!["flows", "-i", s, "--idle-timeout", "0"], "--idle-timeout"),
+        (vec!["flows", "-i", s, "--linger", big], "--linger"),
+        (vec!["flows", "-i", s, "--status-interval", big], "--status-interval"),
+        (vec!["flows", "-i", s, "--threads", "0"], "--threads"),
+        (vec!["flows", "-i", s, "--max-flows", "0"], "--max-flows"),
+        (vec!["flows", "-i", s, "--ipfix", "127.0.0.1:0"], "--ipfix"),
+        (vec!["rfc2544", "-o", "mem:h3", "-i", "mem:h3", "--trial", big], "--trial"),
+        (vec!["rfc2544", "-o", "mem:h3", "-i", "mem:h3", "--settle", big], "--settle"),
+        (vec!["rfc2544", "-o", "mem:h3", "-i", "mem:h3", "--resolution", "nan"], "--resolution"),
+        (vec!["rfc2544", "-o", "mem:h3", "-i", "mem:h3", "--loss-steps", "50,200"], "--loss-steps"),
+        (vec!["lab", "-t", big], "--duration"),
+        (vec!["lab", "--queues", "0"], "--queues"),
+        (vec!["demo", "-t", big], "--duration"),
+        (vec!["demo", "--flows", "0"], "--flows"),
+    ];
+    for (args, flag) in cases {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(flag),
+            "{args:?}: the message names {flag}: {err}"
+        );
+        assert!(
+            err.contains("between") || err.contains("above") || err.contains("port 0"),
+            "{args:?}: the message gives the range: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+    }
+}
+
 #[allow(dead_code)]
 fn read_all(mut r: impl Read) -> Vec<u8> {
     let mut v = Vec::new();

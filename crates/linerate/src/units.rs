@@ -42,12 +42,36 @@ fn si(suffix: &str) -> Option<f64> {
     })
 }
 
-/// A count: `1000`, `10k`, `5M`, `1G`.
+/// A whole number `v * m` as u64: exact for digits alone (`18446744073709551615`), and refused
+/// when it is not whole (`1.5`) or does not fit.
+fn whole(s: &str, v: f64, m: f64) -> Result<u64, String> {
+    let digits: String = s
+        .trim()
+        .chars()
+        .filter(|&c| c != '_' && c != '\'')
+        .collect();
+    if m == 1.0 && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        return digits
+            .parse::<u64>()
+            .map_err(|_| format!("'{s}' is too large"));
+    }
+    let x = v * m;
+    if x.fract() != 0.0 {
+        return Err(format!("'{s}' is not a whole number"));
+    }
+    // 2^64 as f64: anything at or above does not fit.
+    if x >= 18_446_744_073_709_551_616.0 {
+        return Err(format!("'{s}' is too large"));
+    }
+    Ok(x as u64)
+}
+
+/// A count: `1000`, `10k`, `5M`, `1.5k`, `1G`; a whole number (`1.5` is refused, not rounded).
 pub fn parse_count(s: &str) -> Result<u64, String> {
     let (v, rest) =
         split_num(s).ok_or_else(|| format!("'{s}' is not a number (e.g. 1000, 10k, 5M)"))?;
     let m = si(rest).ok_or_else(|| format!("'{s}': unknown suffix '{rest}' (use k, M or G)"))?;
-    Ok((v * m).round() as u64)
+    whole(s, v, m)
 }
 
 /// A size in bytes: `64`, `1500B`, `2KiB`, `4k`, `256MiB`.
@@ -68,7 +92,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
             ))
         }
     };
-    Ok((v * m).round() as u64)
+    whole(s, v, m)
 }
 
 /// A duration: `10` (seconds), `10s`, `500ms`, `250us`, `2m`, `1h`.
@@ -88,7 +112,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             ))
         }
     };
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("'{s}' is too long a duration"))
 }
 
 /// A rate: `1Mpps`, `500kpps`, `5Gbps`, `100Mbit`, `80%`.
@@ -135,5 +159,21 @@ mod tests {
         assert_eq!(parse_rate("80%").unwrap(), Rate::Percent(80.0));
         assert!(parse_rate("120%").is_err());
         assert!(parse_rate("-1pps").is_err());
+    }
+
+    #[test]
+    fn absurd_values_are_errors_not_panics_or_roundings() {
+        assert!(parse_duration("18446744073709551616").is_err());
+        assert!(parse_duration("99999999999999999999999h").is_err());
+        assert!(parse_count("1.5").unwrap_err().contains("whole"));
+        assert_eq!(parse_count("1.5k").unwrap(), 1500);
+        assert_eq!(parse_count("18446744073709551615").unwrap(), u64::MAX);
+        assert!(parse_count("18446744073709551616").is_err());
+        assert!(parse_count("20000000000000000000").is_err());
+        assert!(parse_count("100000T").is_ok());
+        assert!(parse_count("100000000T").is_err());
+        assert!(parse_size("1.5").is_err());
+        assert_eq!(parse_size("1.5KiB").unwrap(), 1536);
+        assert!(parse_rate("nan").is_err() && parse_rate("infpps").is_err());
     }
 }

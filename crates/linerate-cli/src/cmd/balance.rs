@@ -2,7 +2,7 @@
 //! `--threads` the same distribution to consumer threads (pfdnacluster_multithread).
 
 use crate::cmd::count::open_port;
-use crate::common::{pin, stop_flag, usage};
+use crate::common::{flags, pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::balance::lua::{LuaError, LuaScript};
@@ -32,11 +32,11 @@ pub struct Args {
     #[arg(short = 'i', long = "in", value_name = "PORTS")]
     input: String,
     /// Pace `-i source` (e.g. 5Mpps, 10Gbps = 64 B at 10 GbE line rate, 50%).
-    #[arg(long, value_name = "RATE", value_parser = units::parse_rate)]
+    #[arg(long, value_name = "RATE", value_parser = flags::rate)]
     source_rate: Option<units::Rate>,
     /// Declare a consumer gone when it has not received for this long (default: only when its
     /// process is gone); its queue is reclaimed and it stops with an error.
-    #[arg(long, value_name = "SECONDS", value_parser = units::parse_duration)]
+    #[arg(long, value_name = "SECONDS", value_parser = flags::duration(flags::TIMEOUT))]
     consumer_timeout: Option<std::time::Duration>,
     /// Wait until every queue has a consumer before reading the input.
     #[arg(long)]
@@ -60,22 +60,24 @@ pub struct Args {
     /// Consumer threads in this process instead of consumer processes.
     #[arg(long)]
     threads: bool,
-    /// Slots per queue.
+    /// Slots per queue (a power of two, 64 to 1M).
     #[arg(
         short = 'q',
         long = "slots",
         value_name = "SLOTS",
-        default_value = "4096"
+        default_value = "4096",
+        value_parser = flags::pow2(64, 1 << 20)
     )]
     slots: u32,
-    /// Frames in the cluster (default: enough for every queue full).
+    /// Frames in the cluster (default, 0: enough for every queue full).
     #[arg(
         short = 'b',
         long = "buffers",
         value_name = "BUFFERS",
-        default_value = "0"
+        default_value = "0",
+        value_parser = flags::count_or_zero(128, 1 << 26)
     )]
-    buffers: u32,
+    buffers: u64,
     /// BPF filter in libpcap syntax, run before distribution.
     #[arg(short = 'f', long, value_name = "BPF")]
     filter: Option<String>,
@@ -83,10 +85,10 @@ pub struct Args {
     #[arg(short = 'g', long = "cores", value_name = "CORE[:C0,C1..]")]
     cores: Option<String>,
     /// Stop after this long.
-    #[arg(short = 't', long, value_name = "SECONDS", value_parser = units::parse_duration)]
+    #[arg(short = 't', long, value_name = "SECONDS", value_parser = flags::duration(flags::RUN))]
     duration: Option<std::time::Duration>,
     /// Stop after this many packets received.
-    #[arg(long = "packets", value_name = "COUNT", value_parser = units::parse_count)]
+    #[arg(long = "packets", value_name = "COUNT", value_parser = flags::count(1, flags::MAX_PACKETS))]
     packets: Option<u64>,
     /// Print statistics as JSON lines.
     #[arg(long)]
@@ -99,7 +101,7 @@ pub struct Args {
     #[arg(long)]
     quiet: bool,
     /// Seconds between statistics.
-    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = units::parse_duration)]
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = flags::duration(flags::INTERVAL))]
     interval: std::time::Duration,
     /// Send what consumers transmit into the cluster (`cluster:ID` ports) out of this port.
     #[arg(short = 'o', long = "out", value_name = "PORT")]
@@ -107,8 +109,8 @@ pub struct Args {
     /// Replace queue Q by an egress port (pcap file, afpacket:IFACE, mem:NAME); repeatable.
     #[arg(short = 'r', long = "egress", value_name = "Q:PORT")]
     egress: Vec<String>,
-    /// Simulated work per packet in consumer threads (ns), to see overload.
-    #[arg(long, value_name = "NS", default_value = "0")]
+    /// Simulated work per packet in consumer threads (ns, at most 1 s), to see overload.
+    #[arg(long, value_name = "NS", default_value = "0", value_parser = flags::int(0u64, 1_000_000_000))]
     work_ns: u64,
 }
 
@@ -155,18 +157,21 @@ fn parse_apps(s: &str) -> Result<Apps, String> {
 fn parse_cores(s: &str) -> anyhow::Result<(Option<usize>, Vec<usize>)> {
     let bad = || {
         usage(format!(
-            "-g {s}: write CORE or CORE:C0,C1,... (core numbers)"
+            "-g {s}: write CORE or CORE:C0,C1,... (numbers of cores of this machine)"
         ))
     };
-    let (m, rest) = s.split_once(':').unwrap_or((s, ""));
-    let m = if m.is_empty() {
-        None
-    } else {
-        Some(m.parse().map_err(|_| bad())?)
+    let core = |c: &str| -> anyhow::Result<usize> {
+        let c: usize = c.parse().map_err(|_| bad())?;
+        if !crate::common::core_exists(c) {
+            return Err(bad());
+        }
+        Ok(c)
     };
+    let (m, rest) = s.split_once(':').unwrap_or((s, ""));
+    let m = if m.is_empty() { None } else { Some(core(m)?) };
     let mut v = Vec::new();
     for c in rest.split(',').filter(|c| !c.is_empty()) {
-        v.push(c.parse().map_err(|_| bad())?);
+        v.push(core(c)?);
     }
     Ok((m, v))
 }
@@ -206,9 +211,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let mut input: Box<dyn Port> = match a.input.strip_prefix("source") {
         Some(rest) if rest.is_empty() || rest.starts_with(':') => {
             let count = match rest.strip_prefix(':') {
-                Some(c) => {
-                    Some(units::parse_count(c).map_err(|e| usage(format!("-i {}: {e}", a.input)))?)
-                }
+                Some(c) => Some(
+                    flags::check_count(c, flags::PACKETS)
+                        .map_err(|e| usage(format!("-i {}: {e}", a.input)))?,
+                ),
                 None => None,
             };
             Box::new(SourcePort::new(4096, count)?.with_rate(a.source_rate))
@@ -244,7 +250,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let cfg = ClusterConfig {
         apps: a.apps.0.clone(),
         slots: a.slots,
-        frames: a.buffers,
+        frames: a.buffers as u32,
         tx_lanes: if a.out.is_some() { 8 } else { 0 },
         ..Default::default()
     };

@@ -1,6 +1,6 @@
 //! `linerate count`: pfcount / zcount.
 
-use crate::common::{inputs_of, pin, stop_flag, usage};
+use crate::common::{flags, inputs_of, pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::count::{self, CountOptions, Ended};
@@ -9,7 +9,6 @@ use linerate::filter::Filter;
 use linerate::port::{pcap::PcapPort, Port, PortOptions};
 use linerate::stats::{self, group};
 use linerate::time::{Clock, TscClock};
-use linerate::units;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -21,10 +20,10 @@ pub struct Args {
     #[arg(short = 'i', long = "in", value_name = "PORT")]
     input: String,
     /// Stop after COUNT packets (after filtering); units allowed: 10k, 1M.
-    #[arg(short = 'c', long, value_name = "COUNT", value_parser = units::parse_count)]
+    #[arg(short = 'c', long, value_name = "COUNT", value_parser = flags::count(1, flags::MAX_PACKETS))]
     count: Option<u64>,
     /// Stop after this long (seconds, or with a unit: 500ms, 2m).
-    #[arg(short = 't', long, value_name = "SECONDS", value_parser = units::parse_duration)]
+    #[arg(short = 't', long, value_name = "SECONDS", value_parser = flags::duration(flags::RUN))]
     duration: Option<std::time::Duration>,
     /// Write counted packets to a pcap file (- for standard output).
     #[arg(short = 'w', long, value_name = "OUT.pcap")]
@@ -37,7 +36,7 @@ pub struct Args {
     #[arg(long)]
     user_filter: bool,
     /// Pin the receive loop to this core.
-    #[arg(short = 'g', long, value_name = "CORE")]
+    #[arg(short = 'g', long, value_name = "CORE", value_parser = flags::int(0, flags::MAX_CORE))]
     core: Option<usize>,
     /// Print statistics as JSON lines instead of text.
     #[arg(long)]
@@ -46,7 +45,7 @@ pub struct Args {
     #[arg(short = 'q', long)]
     quiet: bool,
     /// Seconds between statistics lines.
-    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = units::parse_duration)]
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = flags::duration(flags::INTERVAL))]
     interval: std::time::Duration,
     /// Track latency probes of `linerate gen`: per stream loss, duplicates, reordering and
     /// one-way latency (sender and receiver on one machine).
@@ -55,8 +54,8 @@ pub struct Args {
     /// With --latency: write the latency histogram as CSV here, and an SVG plot beside it.
     #[arg(long, value_name = "FILE.csv", requires = "latency")]
     hist_out: Option<String>,
-    /// Bytes to keep of each packet (snap length).
-    #[arg(short = 's', long, value_name = "BYTES", default_value = "65535", value_parser = units::parse_size)]
+    /// Bytes to keep of each packet (snap length, 64 to 262144).
+    #[arg(short = 's', long, value_name = "BYTES", default_value = "65535", value_parser = flags::size(64, 262_144))]
     snaplen: u64,
 }
 
@@ -65,7 +64,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
     // A capture-only loop: wait long in poll, the kernel wakes it when packets are ready.
     let opts = PortOptions {
-        snaplen: a.snaplen.clamp(64, 262_144) as u32,
+        snaplen: a.snaplen as u32,
         rx_wait_ms: 100,
         ..Default::default()
     };

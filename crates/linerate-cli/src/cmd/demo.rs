@@ -23,17 +23,17 @@ use std::time::{Duration, Instant};
 #[derive(Parser, Debug)]
 pub struct Args {
     /// How long each test runs.
-    #[arg(short = 't', long, value_name = "SECONDS", default_value = "2", value_parser = linerate::units::parse_duration)]
+    #[arg(short = 't', long, value_name = "SECONDS", default_value = "2", value_parser = crate::common::flags::duration(crate::common::flags::RUN))]
     duration: Duration,
     /// Number of rotating flows in the generated traffic.
-    #[arg(long, default_value = "4096")]
+    #[arg(long, default_value = "4096", value_parser = crate::common::flags::int(1u32, 1_000_000))]
     flows: u32,
     /// Run only these tests (e.g. 1,3).
-    #[arg(long, value_delimiter = ',')]
-    only: Vec<u32>,
+    #[arg(long, value_delimiter = ',', value_parser = ["1", "2", "3", "10"])]
+    only: Vec<String>,
     /// Pace the source (e.g. 14.88Mpps or 10Gbps: 64 B frames at 10 GbE line rate); default:
     /// as fast as the master takes packets.
-    #[arg(long, value_name = "RATE", value_parser = linerate::units::parse_rate)]
+    #[arg(long, value_name = "RATE", value_parser = crate::common::flags::rate)]
     rate: Option<linerate::units::Rate>,
     /// Print every test's full per-thread blocks too.
     #[arg(short = 'v', long)]
@@ -217,7 +217,7 @@ fn source(a: &Args) -> anyhow::Result<SourcePort> {
 /// Runs `linerate demo`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
-    let want = |t: u32| a.only.is_empty() || a.only.contains(&t);
+    let want = |t: u32| a.only.is_empty() || a.only.iter().any(|o| *o == t.to_string());
     let mut out = std::io::stdout();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let _ = writeln!(

@@ -1,6 +1,6 @@
 //! `linerate flows`: Argus-style bidirectional flow records, with IPFIX export.
 
-use crate::common::{stop_flag, usage};
+use crate::common::{flags, stop_flag, usage};
 use clap::Parser;
 use linerate::apps::flow::ipfix::{self, ExportStats, IpfixError, IpfixOptions, UdpExporter};
 use linerate::apps::flow::kafka::{host_name, KafkaExporter, KafkaOptions, KafkaStats};
@@ -12,7 +12,6 @@ use linerate::port::file::{self, RecordFile};
 use linerate::port::PortOptions;
 use linerate::stats::group;
 use linerate::stats::http;
-use linerate::units;
 use std::io::Write;
 use std::net::ToSocketAddrs;
 use std::process::ExitCode;
@@ -26,19 +25,19 @@ pub struct Args {
     #[arg(short = 'i', long = "in", value_name = "PORT")]
     input: String,
     /// Worker threads, each with its own table and a symmetric-hash share of the flows.
-    #[arg(long, value_name = "N", default_value = "1")]
+    #[arg(long, value_name = "N", default_value = "1", value_parser = flags::int(1usize, 64))]
     threads: usize,
     /// Report and remove a flow after this long without a packet.
-    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = units::parse_duration)]
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = flags::duration(flags::TIMEOUT))]
     idle_timeout: Duration,
     /// Status record of each flow that goes on, every this often (0: only at the end).
-    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = units::parse_duration)]
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = flags::duration(flags::INTERVAL_OR_OFF))]
     status_interval: Duration,
     /// How long a TCP flow closed by FIN or RST waits for stragglers before its record.
-    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = units::parse_duration)]
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = flags::duration(flags::WAIT))]
     linger: Duration,
     /// Most flows held at once per thread (memory is allocated up front); units allowed: 1M.
-    #[arg(long, value_name = "N", default_value = "256k", value_parser = units::parse_count)]
+    #[arg(long, value_name = "N", default_value = "256k", value_parser = flags::count(1, (u32::MAX / 2) as u64))]
     max_flows: u64,
     /// Write records to FILE (.txt, .csv or .jsonl picks the format; - for standard output).
     /// Default: text on standard output unless --ipfix is given.
@@ -55,7 +54,7 @@ pub struct Args {
     ipfix_uniflow: bool,
     /// Largest IPFIX message in bytes (the UDP payload): at least 285 (220 with
     /// --ipfix-uniflow: the templates and one record), at most 65507.
-    #[arg(long, value_name = "BYTES", default_value = "1400", value_parser = units::parse_size)]
+    #[arg(long, value_name = "BYTES", default_value = "1400", value_parser = linerate::units::parse_size)]
     ipfix_mtu: u64,
     /// IPFIX observation domain id.
     #[arg(long, value_name = "ID", default_value = "1")]
@@ -75,7 +74,11 @@ pub struct Args {
     probe_id: Option<String>,
     /// How long to wait for a broker at the start, and for acknowledgements at the end
     /// (what is unacknowledged then is counted failed).
-    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = units::parse_duration)]
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = flags::duration(flags::Durations {
+        min: Duration::from_millis(1),
+        max: Duration::from_secs(3600),
+        off: false,
+    }))]
     kafka_timeout: Duration,
     /// Serve the Kafka export's counters in Prometheus' text format on this address (e.g.
     /// 127.0.0.1:9100); it has no authentication: keep it on loopback.
@@ -138,15 +141,6 @@ fn secs_ns(d: Duration) -> u64 {
 /// Runs `linerate flows`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
-    if a.threads == 0 || a.threads > 64 {
-        return Err(usage("--threads: between 1 and 64"));
-    }
-    if a.max_flows == 0 || a.max_flows > u32::MAX as u64 / 2 {
-        return Err(usage("--max-flows: between 1 and 2G"));
-    }
-    if a.idle_timeout.is_zero() {
-        return Err(usage("--idle-timeout: must be more than 0"));
-    }
     let min = ipfix::min_message(a.ipfix_uniflow);
     if a.ipfix_mtu < min as u64 || a.ipfix_mtu > ipfix::MAX_MESSAGE as u64 {
         return Err(usage(format!(
@@ -164,12 +158,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some("jsonl") | Some("json") => Format::Jsonl,
         Some(f) => return Err(usage(format!("--format: '{f}' (use text, csv or jsonl)"))),
     };
-    if a.kafka_timeout.is_zero() || a.kafka_timeout > Duration::from_secs(3600) {
-        return Err(usage(format!(
-            "--kafka-timeout {:?}: between 1ms and 3600s",
-            a.kafka_timeout
-        )));
-    }
     let kafka = match &a.kafka {
         None => None,
         Some(target) => {
@@ -238,6 +226,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 .map_err(|e| usage(format!("--ipfix {dest}: {e}")))?
                 .next()
                 .ok_or_else(|| usage(format!("--ipfix {dest}: no address")))?;
+            if addr.port() == 0 {
+                return Err(usage(format!(
+                    "--ipfix {dest}: port 0 is no port: a port between 1 and 65535 (4739 by \
+                     default)"
+                )));
+            }
             let opts = IpfixOptions {
                 domain: a.ipfix_domain,
                 max_message: a.ipfix_mtu as usize,

@@ -1,6 +1,6 @@
 //! `linerate fwd`: DPDK l2fwd / PF_RING pfdnabounce between two ports (or back out of one).
 
-use crate::common::{pin, stop_flag, usage};
+use crate::common::{flags, pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::fwd::{self, Ended, FwdOptions, MacRewrite, Ports};
@@ -9,7 +9,6 @@ use linerate::filter::Filter;
 use linerate::port::xdp::kfwd::{KernelFwd, KernelFwdConfig};
 use linerate::port::xdp::{self, sys::iface_mac, AttachMode, XdpConfig, XdpMode};
 use linerate::port::{self, Port, PortError, PortOptions};
-use linerate::units;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -47,16 +46,16 @@ pub struct Args {
     pub lua_mem: usize,
     /// Pin the forwarding loop to this core (xsk engine; the kernel engine runs where the
     /// interfaces' receive processing runs).
-    #[arg(short = 'g', long, value_name = "CORE")]
+    #[arg(short = 'g', long, value_name = "CORE", value_parser = flags::int(0, flags::MAX_CORE))]
     pub core: Option<usize>,
     /// Seconds between statistics blocks (0: only the final one), as l2fwd's -T.
-    #[arg(short = 'T', long = "period", value_name = "SECONDS", default_value = "10", value_parser = units::parse_duration)]
+    #[arg(short = 'T', long = "period", value_name = "SECONDS", default_value = "10", value_parser = flags::duration(flags::INTERVAL_OR_OFF))]
     pub period: std::time::Duration,
     /// Stop after this long.
-    #[arg(short = 't', long, value_name = "SECONDS", value_parser = units::parse_duration)]
+    #[arg(short = 't', long, value_name = "SECONDS", value_parser = flags::duration(flags::RUN))]
     pub duration: Option<std::time::Duration>,
     /// Stop after this many packets were sent.
-    #[arg(short = 'c', long, value_name = "COUNT", value_parser = units::parse_count)]
+    #[arg(short = 'c', long, value_name = "COUNT", value_parser = flags::count(1, flags::MAX_PACKETS))]
     pub count: Option<u64>,
     /// AF_XDP socket mode for xdp: ports.
     #[arg(long, value_name = "copy|zerocopy|auto", default_value = "auto")]

@@ -1,7 +1,7 @@
 //! `linerate gen`: MoonGen / pktgen-dpdk. Templates with varied fields, rate control on the
 //! TSC, latency probes, Lua userscripts, pcap replay.
 
-use crate::common::{stop_flag, usage};
+use crate::common::{flags, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::gen::latency::{hist_csv, hist_svg, Tracker};
@@ -37,7 +37,7 @@ pub struct Args {
     #[arg(long, value_name = "ENGINE", default_value = "auto")]
     pub engine: String,
     /// Live engine: frames per kernel batch (1..256).
-    #[arg(long, value_name = "N", default_value_t = 64)]
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = flags::int(1u32, 256))]
     pub batch: u32,
     /// Frame size with CRC: 64, a range 64-1518 (uniform), or imix (64/594/1518 in 7:4:1).
     #[arg(long, value_name = "SIZE")]
@@ -56,10 +56,10 @@ pub struct Args {
     #[arg(short = 't', long, value_name = "DURATION")]
     pub duration: Option<String>,
     /// Generator threads, each with its own port (opened again, or the next of a,b).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = flags::int(1usize, 64))]
     pub threads: usize,
     /// Streams per thread (the rate is shared; each has its own id for latency).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = flags::int(1usize, 255))]
     pub streams: usize,
     /// Destination MAC.
     #[arg(long, value_name = "MAC")]
@@ -140,13 +140,13 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<String>,
     /// Replay at this multiple of the recorded speed.
-    #[arg(long, value_name = "X", conflicts_with = "topspeed")]
+    #[arg(long, value_name = "X", conflicts_with = "topspeed", value_parser = flags::real(0.0, 1e6, true))]
     pub speed: Option<f64>,
     /// Replay as fast as possible.
     #[arg(long)]
     pub topspeed: bool,
     /// Replay the capture N times.
-    #[arg(long = "loop", value_name = "N", default_value_t = 1)]
+    #[arg(long = "loop", value_name = "N", default_value_t = 1, value_parser = flags::count(1, 1_000_000_000))]
     pub loops: u64,
     /// Seed of random fields, sizes and Poisson gaps.
     #[arg(long, default_value_t = 1)]
@@ -155,7 +155,7 @@ pub struct Args {
     #[arg(long, value_name = "RATE")]
     pub link_speed: Option<String>,
     /// Pin thread i to core CORE+i.
-    #[arg(short = 'g', long, value_name = "CORE")]
+    #[arg(short = 'g', long, value_name = "CORE", value_parser = flags::int(0, flags::MAX_CORE))]
     pub core: Option<usize>,
     /// Print statistics as JSON lines.
     #[arg(long)]
@@ -254,13 +254,19 @@ fn flag<T>(name: &str, r: Result<T, String>) -> anyhow::Result<T> {
     r.map_err(|e| usage(format!("{name}: {e}")))
 }
 
+/// What a value picked by [`pick`] is called in messages: the flag, or the script's field.
+fn named(flag: &Option<String>, cfg: &ScriptConfig, key: &str, name: &str) -> String {
+    if flag.is_none() && cfg.get(key).is_some() {
+        format!("config.{key} of the script (for {name})")
+    } else {
+        name.to_string()
+    }
+}
+
 /// Line rate of a port, bits per second.
 fn link_bps(a: &Args, out: &str) -> anyhow::Result<f64> {
     if let Some(s) = &a.link_speed {
-        return match flag("--link-speed", units::parse_rate(s))? {
-            Rate::Bps(b) => Ok(b),
-            _ => Err(usage("--link-speed takes bits per second (10Gbps)")),
-        };
+        return flag("--link-speed", flags::check_line_speed(s));
     }
     if let Some(iface) = out.strip_prefix("afpacket:") {
         if let Ok(s) = std::fs::read_to_string(format!("/sys/class/net/{iface}/speed")) {
@@ -327,10 +333,16 @@ pub fn streams_from(
         t.dst_ip = "2001:db8::2".parse::<IpAddr>()?;
     }
     if let Some(f) = pick(&a.flows, cfg, "flows") {
-        let n = flag("--flows", units::parse_count(f))?;
-        if n == 0 || n > u64::from(u32::MAX) {
-            return Err(usage(format!("--flows {f}: between 1 and 2^32-1")));
-        }
+        let n = flag(
+            &named(&a.flows, cfg, "flows", "--flows"),
+            flags::check_count(
+                f,
+                flags::Counts {
+                    min: 1,
+                    max: u64::from(u32::MAX),
+                },
+            ),
+        )?;
         let base = match &src {
             Some(s) if !matches!(s.seq, Seq::Fixed(_)) => {
                 return Err(usage(
@@ -362,7 +374,7 @@ pub fn streams_from(
         None => None,
         Some(r) => {
             let bits_per_frame = (size.mean() + 20.0) * 8.0;
-            let total = match flag("--rate", units::parse_rate(r))? {
+            let total = match flag(&named(&a.rate, cfg, "rate", "--rate"), flags::check_rate(r))? {
                 Rate::Pps(p) => p,
                 Rate::Bps(b) => b / bits_per_frame,
                 Rate::Percent(p) => link_bps(a, &a.output)? * p / 100.0 / bits_per_frame,
@@ -374,11 +386,21 @@ pub fn streams_from(
         }
     };
     let count = pick(&a.count, cfg, "count")
-        .map(|c| flag("--count", units::parse_count(c)))
+        .map(|c| {
+            flag(
+                &named(&a.count, cfg, "count", "--count"),
+                flags::check_count(c, flags::PACKETS),
+            )
+        })
         .transpose()?
         .map(|c| c / nthreads as u64 + u64::from((thread as u64) < c % nthreads as u64));
     let duration = pick(&a.duration, cfg, "duration")
-        .map(|d| flag("--duration", units::parse_duration(d)))
+        .map(|d| {
+            flag(
+                &named(&a.duration, cfg, "duration", "--duration"),
+                flags::check_duration(d, flags::RUN),
+            )
+        })
         .transpose()?;
     let mut v = Vec::new();
     for s in 0..nstreams {
@@ -590,12 +612,12 @@ fn interval_status(iv: &Interval, asked: f64) -> Option<String> {
 /// Runs `linerate gen`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
-    let interval = flag("--interval", units::parse_duration(&a.interval))?;
+    let interval = flag(
+        "--interval",
+        flags::check_duration(&a.interval, flags::INTERVAL),
+    )?;
     let stall = on_stall(&a)?;
-    let rx_wait = flag("--rx-wait", units::parse_duration(&a.rx_wait))?;
-    if a.threads == 0 || a.threads > 64 {
-        return Err(usage("--threads: between 1 and 64"));
-    }
+    let rx_wait = flag("--rx-wait", flags::check_duration(&a.rx_wait, flags::WAIT))?;
     if a.hist_out.is_some() && a.rx.is_none() {
         return Err(usage(
             "--hist-out needs --rx PORT (or use count --latency --hist-out)",
@@ -991,9 +1013,6 @@ fn live_iface(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
         _ => {
             let (iface, _) =
                 linerate::port::xdp::parse_name(rest).map_err(|e| usage(format!("-o: {e}")))?;
-            if a.batch == 0 || a.batch > 256 {
-                return Err(usage(format!("--batch {}: between 1 and 256", a.batch)));
-            }
             Ok(Some(iface.to_string()))
         }
     }
@@ -1010,7 +1029,12 @@ fn run_live(
     use linerate::apps::gen::live::{self, LiveOptions};
     let (mut streams, _, duration) = streams_from(a, cfg, 0)?;
     let count = pick(&a.count, cfg, "count")
-        .map(|c| flag("--count", units::parse_count(c)))
+        .map(|c| {
+            flag(
+                &named(&a.count, cfg, "count", "--count"),
+                flags::check_count(c, flags::PACKETS),
+            )
+        })
         .transpose()?;
     let mut stream = streams.remove(0);
     let pps = stream.pps.map(|p| p * a.threads as f64);
@@ -1029,7 +1053,10 @@ fn run_live(
         on_stall,
     };
     live::validate(&opts).map_err(|e| usage(e.to_string()))?;
-    let interval = flag("--interval", units::parse_duration(&a.interval))?;
+    let interval = flag(
+        "--interval",
+        flags::check_duration(&a.interval, flags::INTERVAL),
+    )?;
     let mut out = std::io::stdout();
     if a.json {
         let j = serde_json::json!({"type": "start", "port": a.output, "engine": "live",
@@ -1171,13 +1198,10 @@ fn run_replay(
         count: a
             .count
             .as_deref()
-            .map(|c| flag("--count", units::parse_count(c)))
+            .map(|c| flag("--count", flags::check_count(c, flags::PACKETS)))
             .transpose()?,
         ..Default::default()
     };
-    if opts.speed.is_some_and(|s| s <= 0.0) {
-        return Err(usage("--speed must be above zero"));
-    }
     crate::common::pin(a.core)?;
     let clock = TscClock::new();
     let r = replay::run(

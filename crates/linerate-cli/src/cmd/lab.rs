@@ -15,6 +15,7 @@
 //! both CLOCK_REALTIME; the l2fwd receiver is an xdp port, the bounce receiver afpacket with a
 //! 1 ms block timeout), duplicates and reordering.
 
+use crate::common::flags;
 use clap::{Parser, ValueEnum};
 use linerate::apps::fwd::{self, FwdOptions, FwdStats, MacRewrite, Ports};
 use linerate::apps::gen::{self, latency::Tracker, template::TemplateSpec, GenOptions, StreamSpec};
@@ -23,7 +24,6 @@ use linerate::port::xdp::sys::{enter_netns, iface_mac};
 use linerate::port::xdp::{AttachMode, XdpConfig, XdpMode};
 use linerate::port::{Port, PortOptions};
 use linerate::stats::{group, group_f};
-use linerate::units;
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -66,13 +66,13 @@ pub struct Args {
     #[arg(value_enum, default_value = "l2fwd")]
     kind: Kind,
     /// How long the generator sends.
-    #[arg(short = 't', long, value_name = "SECONDS", default_value = "5", value_parser = units::parse_duration)]
+    #[arg(short = 't', long, value_name = "SECONDS", default_value = "5", value_parser = flags::duration(flags::RUN))]
     duration: Duration,
     /// Stop the generator after this many packets.
-    #[arg(short = 'c', long, value_name = "COUNT", value_parser = units::parse_count)]
+    #[arg(short = 'c', long, value_name = "COUNT", value_parser = flags::count(1, flags::MAX_PACKETS))]
     count: Option<u64>,
     /// Generator rate in packets per second (default: as fast as it can).
-    #[arg(short = 'r', long, value_name = "PPS", value_parser = units::parse_count)]
+    #[arg(short = 'r', long, value_name = "PPS", value_parser = flags::count(1, flags::MAX_PPS as u64))]
     rate: Option<u64>,
     /// The forwarder's ports.
     #[arg(long, value_enum, default_value = "xdp")]
@@ -84,10 +84,10 @@ pub struct Args {
     #[arg(long, value_name = "copy|zerocopy|auto", default_value = "auto")]
     xdp_mode: XdpMode,
     /// Forwarder core (the generator takes another one if there is one).
-    #[arg(short = 'g', long, value_name = "CORE")]
+    #[arg(short = 'g', long, value_name = "CORE", value_parser = flags::int(0, flags::MAX_CORE))]
     core: Option<usize>,
     /// Consumer threads of `lab cluster`.
-    #[arg(long, value_name = "N", default_value = "2")]
+    #[arg(long, value_name = "N", default_value = "2", value_parser = flags::int(1u32, 64))]
     queues: u32,
     /// Print the result as one JSON object.
     #[arg(long)]

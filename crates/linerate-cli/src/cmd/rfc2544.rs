@@ -1,7 +1,7 @@
 //! `linerate rfc2544`: throughput, latency, frame loss and back-to-back (RFC 2544) between an
 //! output and an input port.
 
-use crate::common::{pin, stop_flag, usage};
+use crate::common::{flags, pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::gen::rfc2544::{self, Rfc2544Options, SIZES};
@@ -10,7 +10,6 @@ use linerate::apps::gen::vary::parse_mac;
 use linerate::apps::gen::{fmt_pps, RATE_TOLERANCE};
 use linerate::port::PortOptions;
 use linerate::time::TscClock;
-use linerate::units::{self, Rate};
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -37,7 +36,7 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "100ms")]
     settle: String,
     /// Resolution of the throughput search, % of line rate.
-    #[arg(long, value_name = "PCT", default_value_t = 1.0)]
+    #[arg(long, value_name = "PCT", default_value_t = 1.0, value_parser = flags::real(0.01, 50.0, false))]
     resolution: f64,
     /// Line rate (frames + 20 B preamble and gap per frame).
     #[arg(long, value_name = "RATE", default_value = "10Gbps")]
@@ -65,7 +64,7 @@ pub struct Args {
     #[arg(short = 'q', long)]
     quiet: bool,
     /// Pin the generator to this core.
-    #[arg(short = 'g', long, value_name = "CORE")]
+    #[arg(short = 'g', long, value_name = "CORE", value_parser = flags::int(0, flags::MAX_CORE))]
     core: Option<usize>,
 }
 
@@ -82,31 +81,42 @@ fn list<T: std::str::FromStr>(flag: &str, s: &str) -> anyhow::Result<Vec<T>> {
 /// Runs `linerate rfc2544`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
-    let f = |flag: &str, r: Result<std::time::Duration, String>| {
+    fn f<T>(flag: &str, r: Result<T, String>) -> anyhow::Result<T> {
         r.map_err(|e| usage(format!("{flag}: {e}")))
-    };
+    }
     let sizes: Vec<u32> = list("--sizes", &a.sizes)?;
     if let Some(s) = sizes.iter().find(|&&s| !(64..=1518).contains(&s)) {
         return Err(usage(format!(
             "--sizes: {s} is outside 64..1518 (RFC 2544 sizes: {SIZES:?})"
         )));
     }
-    let line_bps = match units::parse_rate(&a.link_speed).map_err(usage)? {
-        Rate::Bps(b) if b > 0.0 => b,
-        _ => return Err(usage("--link-speed takes bits per second (10Gbps)")),
-    };
+    let line_bps = f("--link-speed", flags::check_line_speed(&a.link_speed))?;
+    let loss_steps: Vec<f64> = a
+        .loss_steps
+        .split(',')
+        .map(|v| f("--loss-steps", flags::check_real(v, 0.0, 100.0, true)))
+        .collect::<anyhow::Result<_>>()?;
     let mut template = TemplateSpec::default();
     if let Some(m) = &a.dst_mac {
         template.dst_mac = parse_mac(m).map_err(|e| usage(format!("--dst-mac: {e}")))?;
     }
     let opts = Rfc2544Options {
         sizes,
-        trial: f("--trial", units::parse_duration(&a.trial))?,
-        settle: f("--settle", units::parse_duration(&a.settle))?,
-        resolution_pct: a.resolution.max(0.01),
+        trial: f("--trial", flags::check_duration(&a.trial, flags::TRIAL))?,
+        settle: f("--settle", flags::check_duration(&a.settle, flags::WAIT))?,
+        resolution_pct: a.resolution,
         line_bps,
-        loss_steps: list("--loss-steps", &a.loss_steps)?,
-        b2b_max: units::parse_count(&a.b2b_max).map_err(|e| usage(format!("--b2b-max: {e}")))?,
+        loss_steps,
+        b2b_max: f(
+            "--b2b-max",
+            flags::check_count(
+                &a.b2b_max,
+                flags::Counts {
+                    min: 0,
+                    max: 1_000_000_000,
+                },
+            ),
+        )?,
         template,
     };
     let inputs = crate::common::inputs_of([a.input.as_str()]);
