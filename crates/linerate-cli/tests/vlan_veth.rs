@@ -301,10 +301,20 @@ fn balance_by_vlan_sees_the_tags() {
         v
     };
     let want = sorted(&sent);
-    assert_eq!(sorted(&per_queue[2]), want, "application 1's copy");
+    let counts: Vec<usize> = per_queue.iter().map(|q| q.len()).collect();
+    let qs = &ms["queues"];
+    assert!(
+        sorted(&per_queue[2]) == want,
+        "application 1's copy: {} frames, want {}; per queue {counts:?}; master {qs}",
+        per_queue[2].len(),
+        want.len()
+    );
     let mut app0 = per_queue[0].clone();
     app0.extend(per_queue[1].iter().cloned());
-    assert_eq!(sorted(&app0), want, "application 0's two queues together");
+    assert!(
+        sorted(&app0) == want,
+        "application 0's two queues together: per queue {counts:?}; master {qs}"
+    );
     // One VLAN, one queue; untagged frames (VLAN 0) together too.
     let mut home: HashMap<u16, usize> = HashMap::new();
     for (q, fs) in per_queue[..2].iter().enumerate() {

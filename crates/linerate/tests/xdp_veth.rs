@@ -455,3 +455,71 @@ fn xdp_queue_and_range_bind_just_those_queues() {
         assert!(e.contains("empty"), "{e}");
     });
 }
+
+/// Frames whose outer VLAN tag travels in the packet's metadata (tagged on vA's egress the way
+/// a VLAN device with transmit offload does it) reach `xdp:vB` with the tag in their bytes, as
+/// on the wire: 802.1Q, 802.1ad, and QinQ.
+#[test]
+fn xdp_frames_keep_tags_that_travel_in_metadata() {
+    if !netns::require_priv() {
+        return;
+    }
+    let _serial = serial();
+    let p = NetnsPair::new().unwrap();
+    p.no_ipv6().unwrap();
+    const N: u32 = 300;
+    let cases: [Vec<(u16, u16)>; 3] = [
+        vec![(0x8100, 0x200a)],
+        vec![(0x88a8, 20)],
+        vec![(0x88a8, 0xe014), (0x8100, 30)],
+    ];
+    for tags in &cases {
+        let frames: Vec<Vec<u8>> = (0..N).map(|s| frame(p.mac_b, p.mac_a, s)).collect();
+        let want: HashSet<Vec<u8>> = frames.iter().map(|f| netns::with_tags(f, tags)).collect();
+        let push = p
+            .egress_tags(Side::A, "vA", tags)
+            .expect("tc egress program");
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let got = std::thread::scope(|s| {
+            let rx = s.spawn(|| {
+                p.run_in(Side::B, || {
+                    let mut port =
+                        XdpPort::open("vB", &PortOptions::default(), &copy_cfg()).unwrap();
+                    let m = port.rx_meta();
+                    assert!(
+                        m.stamps && m.vlan,
+                        "the metadata program with bpf_xdp_metadata_rx_vlan_tag (kernel 6.8+) \
+                         is attached: {m:?}"
+                    );
+                    assert_eq!(port.rx_time(), linerate::port::RxTime::Arrival);
+                    ready_tx.send(()).unwrap();
+                    let mut got = Vec::new();
+                    let mut b = Batch::new();
+                    let end = Instant::now() + Duration::from_secs(5);
+                    while got.len() < N as usize && Instant::now() < end {
+                        port.rx(&mut b).unwrap();
+                        for q in b.iter() {
+                            if q.data.windows(8).any(|w| w == MAGIC) {
+                                got.push(q.data.to_vec());
+                            }
+                        }
+                        b.clear();
+                    }
+                    got
+                })
+            });
+            ready_rx.recv().unwrap();
+            p.run_in(Side::A, || netns::send_raw("vA", &frames));
+            rx.join().unwrap()
+        });
+        drop(push);
+        assert_eq!(got.len(), N as usize, "tags {tags:x?}: frames received");
+        for g in &got {
+            assert!(
+                want.contains(g),
+                "tags {tags:x?}: a frame differs from the wire: {:02x?}",
+                &g[..g.len().min(24)]
+            );
+        }
+    }
+}

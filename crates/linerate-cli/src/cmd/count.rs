@@ -74,6 +74,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         crate::common::check_output("--hist-out", p, &inputs)?;
     }
     let link = input.link_type();
+    let rx_time = input.rx_time();
     let mut user_filter = None;
     if let Some(expr) = &a.filter {
         let f = Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?;
@@ -140,7 +141,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         },
         |b| {
             if let Some((t, c)) = tracker.as_mut() {
-                t.observe(b, link, c.now_ns());
+                t.observe_as(b, link, rx_time, || c.now_ns());
             }
         },
     );
@@ -170,6 +171,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         if let Some((t, _)) = &tracker {
             j["latency"] = super::gen::latency_json(t, |_| None);
+            j["latency_receive_time"] = rx_time.describe().into();
             j["no_probe"] = t.other.into();
         }
         let _ = writeln!(out, "{j}");
@@ -201,8 +203,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         if !a.json {
             let _ = writeln!(
                 out,
-                "Latency probes ({} packets without one):",
-                group(t.other)
+                "Latency probes ({} packets without one; receive time: {}):",
+                group(t.other),
+                rx_time.describe()
             );
             let _ = write!(out, "{}", t.table(|_| None));
         }

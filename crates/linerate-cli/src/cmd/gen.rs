@@ -507,7 +507,7 @@ pub fn latency_json(t: &Tracker, sent: impl Fn(u16) -> Option<u64>) -> serde_jso
             let l = s.summary();
             serde_json::json!({
                 "stream": s.id, "rx": s.rx, "lost": s.lost(sent(s.id)), "dups": s.dups,
-                "reordered": s.reordered, "min_ns": l.min, "avg_ns": l.avg, "p50_ns": l.p50,
+                "reordered": s.reordered, "negative": s.negative, "min_ns": l.min, "avg_ns": l.avg, "p50_ns": l.p50,
                 "p90_ns": l.p90, "p99_ns": l.p99, "p999_ns": l.p999, "max_ns": l.max,
             })
         })
@@ -524,6 +524,7 @@ fn receive(
     wait: Duration,
 ) -> anyhow::Result<Tracker> {
     let link = port.link_type();
+    let rxt = port.rx_time();
     let mut t = Tracker::new();
     let mut b = Batch::new();
     let mut last = clock.now_ns();
@@ -531,7 +532,7 @@ fn receive(
         let n = port.rx(&mut b)?;
         let now = clock.now_ns();
         if n > 0 {
-            t.observe(&b, link, now);
+            t.observe_as(&b, link, rxt, || now);
             b.clear();
             last = now;
         } else {

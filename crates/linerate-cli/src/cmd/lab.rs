@@ -11,9 +11,9 @@
 //! The generator is `linerate gen`'s worker (`apps::gen`): 64-byte UDP frames (60 bytes + CRC)
 //! at full speed (or `--rate`) through the afpacket (or xdp) transmit path, bounded by `-c` and
 //! `-t`, each with gen's probe signature; the receiver runs gen's latency tracker, so the report
-//! has one-way latency percentiles through the forwarder (send stamp and user-space receive time,
-//! both CLOCK_REALTIME; the l2fwd receiver is an xdp port, the bounce receiver afpacket with a
-//! 1 ms block timeout), duplicates and reordering.
+//! has one-way latency percentiles through the forwarder (send stamp and the receiver port's
+//! per-packet kernel receive time, both CLOCK_REALTIME; the l2fwd receiver is an xdp port, the
+//! bounce receiver afpacket with a 1 ms block timeout), duplicates and reordering.
 
 use crate::common::flags;
 use clap::{Parser, ValueEnum};
@@ -420,15 +420,13 @@ fn receive(port: &mut dyn Port, stop: &AtomicBool, lat: &mut Tracker) -> anyhow:
     let mut seen = 0u64;
     let mut quiet_since: Option<Instant> = None;
     let link = port.link_type();
+    let rxt = port.rx_time();
     loop {
         let n = port.rx(&mut b)?;
-        // Receive time in user space, per batch: AF_PACKET's kernel stamps come from a coarse
-        // clock (a tick of several ms) on this path, too coarse for microseconds.
-        let ts = linerate::time::wall_ns();
-        for p in b.iter() {
-            lat.observe_one(p.data, link, ts);
-            seen += 1;
-        }
+        // Per-packet kernel receive stamps where the port has them (CLOCK_REALTIME, as the
+        // generator's send stamps), else the time this batch was read.
+        lat.observe_as(&b, link, rxt, linerate::time::wall_ns);
+        seen += b.len() as u64;
         b.clear();
         if stop.load(Ordering::Relaxed) {
             let q = quiet_since.get_or_insert_with(Instant::now);
@@ -521,6 +519,8 @@ struct Outcome {
     fwd_desc: String,
     lat: Option<[f64; 5]>,
     lat_n: usize,
+    /// Where the receive times come from.
+    lat_time: &'static str,
     dups: u64,
     reordered: u64,
     secs: f64,
@@ -614,7 +614,7 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
         let ready = ready_tx.clone();
         let rx_if = if l2fwd { "g1" } else { "g0" };
         let rx_stop = &rx_stop;
-        let rx_h = s.spawn(move || -> anyhow::Result<(u64, Tracker)> {
+        let rx_h = s.spawn(move || -> anyhow::Result<(u64, Tracker, &'static str)> {
             let mut lat = Tracker::new();
             let port = enter_netns(gns)
                 .map_err(anyhow::Error::from)
@@ -641,7 +641,7 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
             };
             let _ = ready.send(Ok(String::new()));
             let got = receive(port.as_mut(), rx_stop, &mut lat)?;
-            Ok((got, lat))
+            Ok((got, lat, port.rx_time().describe()))
         });
         drop(ready_tx);
         let mut fwd_desc = String::new();
@@ -686,7 +686,7 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
             return Err(e);
         }
         let sent = gen_res?;
-        let (received, lat) = rx?;
+        let (received, lat, lat_time) = rx?;
         let fwd = fwd_r?;
         let st = lat.stream(0);
         let lat_n = st.map_or(0, |s| s.hist.len() as usize);
@@ -701,6 +701,7 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
             fwd_desc,
             lat: pct,
             lat_n,
+            lat_time,
             dups: st.map_or(0, |s| s.dups),
             reordered: st.map_or(0, |s| s.reordered),
             secs,
@@ -755,7 +756,7 @@ fn print(a: &Args, gns: &str, fns: &str, o: &Outcome, interrupted: bool) {
             "lost_after_forwarder": after,
             "latency_us": o.lat.map(|l| serde_json::json!({
                 "p50": l[0], "p90": l[1], "p99": l[2], "p99_9": l[3], "max": l[4],
-                "samples": o.lat_n})),
+                "samples": o.lat_n, "receive_time": o.lat_time})),
             "duplicates": o.dups,
             "reordered": o.reordered,
             "interrupted": interrupted,
@@ -809,7 +810,8 @@ fn print(a: &Args, gns: &str, fns: &str, o: &Outcome, interrupted: bool) {
     );
     match o.lat {
         Some(l) => println!(
-            "  latency (us, send stamp to user-space receive, {} samples): p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+            "  latency (us, send stamp to receive time ({}), {} samples): p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+            o.lat_time,
             group(o.lat_n as u64),
             l[0], l[1], l[2], l[3], l[4]
         ),

@@ -91,6 +91,16 @@ impl Port for Aggregate {
         self.ports[0].tx(batch)
     }
 
+    /// Arrival times only when every member gives them.
+    fn rx_time(&self) -> super::RxTime {
+        let first = self.ports.first().map(|p| p.rx_time()).unwrap_or_default();
+        if self.ports.iter().all(|p| p.rx_time() == first) {
+            first
+        } else {
+            super::RxTime::Read
+        }
+    }
+
     fn flush(&mut self) -> Result<(), PortError> {
         for p in &mut self.ports {
             p.flush()?;

@@ -270,6 +270,31 @@ impl Default for PortOptions {
     }
 }
 
+/// What the timestamp (`Desc::ts`) of a received packet is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RxTime {
+    /// When the packet arrived, taken per packet by the kernel (or the NIC) on the receive
+    /// path, in nanoseconds of CLOCK_REALTIME: one-way latency can be measured from it.
+    Arrival,
+    /// Not an arrival time (set per batch in user space, or carried from elsewhere): a latency
+    /// tracker reads its own clock when it sees the batch.
+    #[default]
+    Read,
+    /// The time recorded with the packet (a capture file).
+    Recorded,
+}
+
+impl RxTime {
+    /// Words for reports: where a receive time comes from.
+    pub fn describe(self) -> &'static str {
+        match self {
+            RxTime::Arrival => "kernel receive timestamps, per packet",
+            RxTime::Read => "user-space clock when the batch was read",
+            RxTime::Recorded => "timestamps recorded in the input",
+        }
+    }
+}
+
 /// A source and/or sink of packets.
 ///
 /// Calls move whole batches; nothing here is per packet. `rx` appends received packets to the
@@ -314,6 +339,10 @@ pub trait Port: Send {
     /// A file descriptor to poll for readability, if any.
     fn poll_fd(&self) -> Option<i32> {
         None
+    }
+    /// What received packets' timestamps are.
+    fn rx_time(&self) -> RxTime {
+        RxTime::Read
     }
 }
 

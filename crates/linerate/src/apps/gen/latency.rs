@@ -6,7 +6,7 @@
 
 use super::template::read_sig;
 use crate::mem::Batch;
-use crate::port::LinkType;
+use crate::port::{LinkType, RxTime};
 use crate::wire;
 use hdrhistogram::Histogram;
 
@@ -181,6 +181,25 @@ impl Tracker {
     pub fn observe(&mut self, batch: &Batch, link: LinkType, now: u64) {
         for p in batch.iter() {
             self.observe_one(p.data, link, now);
+        }
+    }
+
+    /// Looks at every packet of `batch`, each received at its own timestamp (`Desc::ts`,
+    /// ns since the epoch): for ports whose [`crate::port::RxTime`] is `Arrival`.
+    pub fn observe_stamped(&mut self, batch: &Batch, link: LinkType) {
+        for p in batch.iter() {
+            self.observe_one(p.data, link, p.desc.ts);
+        }
+    }
+
+    /// Looks at `batch` the way `rx` says: per-packet arrival stamps when the port has
+    /// them, else `now` (ns since the epoch) for every packet.
+    #[inline]
+    pub fn observe_as(&mut self, batch: &Batch, link: LinkType, rx: RxTime, now: impl Fn() -> u64) {
+        if rx == RxTime::Arrival {
+            self.observe_stamped(batch, link);
+        } else {
+            self.observe(batch, link, now());
         }
     }
 

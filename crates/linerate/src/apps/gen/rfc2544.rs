@@ -316,6 +316,7 @@ fn one_trial(
     };
     let done = AtomicBool::new(false);
     let link = rx.link_type();
+    let rxt = rx.rx_time();
     let settle = opts.settle.as_nanos() as u64;
     let (rep, tracker) = std::thread::scope(|sc| {
         let h = sc.spawn(|| -> Result<Tracker, PortError> {
@@ -326,7 +327,7 @@ fn one_trial(
                 let n = rx.rx(&mut b)?;
                 let now = clock.now_ns();
                 if n > 0 {
-                    t.observe(&b, link, now);
+                    t.observe_as(&b, link, rxt, || now);
                     b.clear();
                     last = now;
                 } else if stop.load(Ordering::Relaxed)

@@ -372,6 +372,12 @@ impl Port for AfPacket {
     fn poll_fd(&self) -> Option<i32> {
         Some(self.fd.0)
     }
+
+    /// The kernel stamps each packet as it hands it to the socket (`tp_sec`/`tp_nsec`:
+    /// CLOCK_REALTIME, or the time the stack took on arrival when something asked for it).
+    fn rx_time(&self) -> super::RxTime {
+        super::RxTime::Arrival
+    }
 }
 
 #[cfg(all(test, not(loom)))]

@@ -170,6 +170,10 @@ impl Port for PcapPort {
         &self.name
     }
 
+    fn rx_time(&self) -> super::RxTime {
+        super::RxTime::Recorded
+    }
+
     #[inline]
     fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
         let Mode::Read {

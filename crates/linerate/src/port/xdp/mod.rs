@@ -45,6 +45,12 @@ use sys::{Fd, XdpDesc, XdpStatistics};
 pub const RX_POLL_MS: i32 = 1;
 /// How long `open` retries a bind that finds the queue busy (a socket being released).
 const BIND_BUSY_WAIT_MS: u32 = 1000;
+/// The receive-metadata block of `bpf/xdp_redirect_meta.c` (`struct lr_meta`): u64 receive
+/// time (ns, CLOCK_TAI), u32 flags, u32 check (magic XOR packet length), in host order.
+const META_LEN: u32 = 16;
+const META_MAGIC: u32 = 0x4c52_4d31;
+/// The device had a VLAN tag that could not be put back.
+const META_VLAN_LOST: u32 = 4;
 
 /// Copy or zero-copy socket mode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -123,6 +129,10 @@ pub struct XdpPort {
     stats: PortStats,
     kernel: XdpStatistics,
     rx_wait_ms: i32,
+    /// What the program puts in front of received packets.
+    meta: prog::RxMeta,
+    /// CLOCK_TAI − CLOCK_REALTIME (ns): the program stamps in TAI.
+    tai_offset: i64,
     // Declared last: dropped after the rings are unmapped.
     fd: Fd,
 }
@@ -383,6 +393,7 @@ impl XdpPort {
             match r {
                 Ok(parts) => {
                     let attach = Attachment::get(iface, ifindex, cfg.attach, cfg.api)?;
+                    let meta = attach.rx_meta();
                     attach.set_queue(queue, parts.fd.0)?;
                     let zc = sys::getopt::<u32>(&parts.fd, sys::XDP_OPTIONS)
                         .map(|o| o & sys::XDP_OPTIONS_ZEROCOPY != 0)
@@ -402,6 +413,8 @@ impl XdpPort {
                         stats: PortStats::default(),
                         kernel: XdpStatistics::default(),
                         rx_wait_ms: opts.rx_wait_ms.clamp(0, 1000) as i32,
+                        meta,
+                        tai_offset: sys::tai_offset_ns(),
                         fd: parts.fd,
                     };
                     p.refill();
@@ -520,12 +533,36 @@ impl XdpPort {
         self.attach.replaced()
     }
 
+    /// What the XDP program puts in front of received packets (receive times, VLAN tags).
+    pub fn rx_meta(&self) -> prog::RxMeta {
+        self.meta
+    }
+
     /// The kernel's socket counters.
     pub fn kernel_stats(&mut self) -> XdpStatistics {
+        // A leap second changes the TAI offset: follow it (not on the packet path).
+        if self.meta.stamps {
+            self.tai_offset = sys::tai_offset_ns();
+        }
         if let Ok(k) = sys::getopt::<XdpStatistics>(&self.fd, sys::XDP_STATISTICS) {
-            let new = (k.rx_dropped + k.rx_ring_full)
-                .saturating_sub(self.kernel.rx_dropped + self.kernel.rx_ring_full);
-            self.stats.rx_drops.add(DropReason::Kernel, new);
+            let o = &self.kernel;
+            let dropped = k.rx_dropped.saturating_sub(o.rx_dropped);
+            let full = k.rx_ring_full.saturating_sub(o.rx_ring_full);
+            // In copy mode the kernel counts in rx_dropped a frame longer than a UMEM frame
+            // and a packet that found the fill ring empty (also counted there): the rest is
+            // frames too big for the socket.
+            let too_big = if self.zerocopy {
+                0
+            } else {
+                let empty = k
+                    .rx_fill_ring_empty_descs
+                    .saturating_sub(o.rx_fill_ring_empty_descs);
+                dropped.saturating_sub(empty)
+            };
+            self.stats.rx_drops.add(DropReason::TooBig, too_big);
+            self.stats
+                .rx_drops
+                .add(DropReason::Kernel, dropped - too_big + full);
             self.kernel = k;
         }
         self.kernel
@@ -586,12 +623,31 @@ impl XdpPort {
         if n == 0 {
             return 0;
         }
-        let ts = crate::time::wall_ns();
+        let now = crate::time::wall_ns();
         let mut bytes = 0u64;
+        let mut taken = 0u32;
         for i in 0..n {
             // SAFETY: i < n, which `ready` returned.
             let d = unsafe { self.rx.read(i) };
+            let mut ts = now;
+            if self.meta.stamps {
+                match self.read_meta(d.addr, d.len) {
+                    Some((t, flags)) if flags & META_VLAN_LOST == 0 => {
+                        ts = (t as i64 - self.tai_offset) as u64;
+                    }
+                    Some(_) => {
+                        // The device had a tag the program could not put back: the bytes
+                        // are not the frame on the wire.
+                        self.stats.rx_drops.add(DropReason::Malformed, 1);
+                        self.frames.free_addr(d.addr);
+                        continue;
+                    }
+                    // No block (the driver has no room for XDP metadata): the read time.
+                    None => {}
+                }
+            }
             bytes += d.len as u64;
+            taken += 1;
             batch.push(Desc {
                 addr: d.addr,
                 ts,
@@ -603,9 +659,26 @@ impl XdpPort {
             });
         }
         self.rx.release(n);
-        self.stats.rx_packets += n as u64;
+        self.stats.rx_packets += taken as u64;
         self.stats.rx_bytes += bytes;
-        n as usize
+        taken as usize
+    }
+
+    /// The receive-metadata block in front of the packet at `addr` (`bpf/xdp_redirect_meta.c`):
+    /// (receive time in ns of CLOCK_TAI, flags), when there is one for this packet.
+    #[inline(always)]
+    fn read_meta(&self, addr: u64, len: u32) -> Option<(u64, u32)> {
+        let start = addr.checked_sub(META_LEN as u64)?;
+        if start < self.pool.frame_start(addr) {
+            return None;
+        }
+        let m = self.pool.region().bytes(start, META_LEN)?;
+        let w = |o: usize| u32::from_ne_bytes([m[o], m[o + 1], m[o + 2], m[o + 3]]);
+        if w(12) != META_MAGIC ^ len {
+            return None;
+        }
+        let ts = u64::from(w(0)) | u64::from(w(4)) << 32;
+        Some((ts, w(8)))
     }
 }
 
@@ -739,6 +812,15 @@ impl Port for XdpPort {
 
     fn poll_fd(&self) -> Option<i32> {
         Some(self.fd.0)
+    }
+
+    /// Arrival times when the program stamps packets at the driver's receive hook.
+    fn rx_time(&self) -> super::RxTime {
+        if self.meta.stamps {
+            super::RxTime::Arrival
+        } else {
+            super::RxTime::Read
+        }
     }
 }
 

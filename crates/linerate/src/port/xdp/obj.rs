@@ -1,9 +1,12 @@
 //! A small loader for linerate's own BPF objects (bpf/*.o, built by `bpf/build.sh` from the C
 //! sources beside them and committed): reads the ELF object's `xdp` section, resolves each
 //! `ld_imm64` relocation against a map symbol of the `.maps` section to a map the caller created,
-//! and calls `BPF_PROG_LOAD`. That is all linerate's programs use: no global data, no BPF-to-BPF
-//! calls (helpers are `static __always_inline`), no BTF. Anything else in the object is refused
-//! with an error that names the object.
+//! resolves each call of a kernel function (`extern ... __ksym`) to its id in the kernel's BTF
+//! (`/sys/kernel/btf/vmlinux`) or, where it cannot be used, replaces the call by
+//! `r0 = -EOPNOTSUPP`, and calls `BPF_PROG_LOAD` (bound to an interface when asked: the XDP
+//! metadata kernel functions need it). That is all linerate's programs use: no global data, no
+//! BPF-to-BPF calls (helpers are `static __always_inline`), no BTF of their own. Anything else
+//! in the object is refused with an error that names the object.
 
 use super::sys::{self, Fd};
 use crate::port::PortError;
@@ -86,6 +89,15 @@ const SHT_SYMTAB: u32 = 2;
 const SHT_REL: u32 = 9;
 /// R_BPF_64_64: the 64-bit immediate of an `ld_imm64`.
 const R_BPF_64_64: u32 = 1;
+/// R_BPF_64_32: the 32-bit immediate of a call (here: of a kernel function).
+const R_BPF_64_32: u32 = 10;
+/// `call` and its source register values: a kernel function by BTF id.
+const BPF_CALL: u8 = 0x85;
+const BPF_PSEUDO_CALL: u8 = 1;
+const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
+/// BPF_PROG_LOAD flag: the program may only be attached to its interface (`prog_ifindex`),
+/// which lets it call that device's XDP metadata kernel functions (kernel 6.3+).
+const BPF_F_XDP_DEV_BOUND_ONLY: u32 = 1 << 6;
 
 /// An object's program: instructions, the map each `ld_imm64` refers to, and the license.
 #[derive(Debug, PartialEq, Eq)]
@@ -96,6 +108,8 @@ pub struct Object {
     pub insns: Vec<[u8; 8]>,
     /// (index of an `ld_imm64` instruction, name of the map it loads), in instruction order.
     pub maps: Vec<(usize, String)>,
+    /// (index of a `call` instruction, name of the kernel function it calls).
+    pub kfuncs: Vec<(usize, String)>,
     /// License string (NUL-terminated).
     pub license: Vec<u8>,
 }
@@ -120,6 +134,7 @@ pub fn parse(obj: &[u8], what: &str) -> Result<Object, PortError> {
         .collect();
     let maps_idx = secs.iter().position(|s| s.name == ".maps");
     let mut maps = Vec::new();
+    let mut kfuncs = Vec::new();
     for rel in secs
         .iter()
         .filter(|s| s.ty == SHT_REL && s.info as usize == xdp_idx)
@@ -136,14 +151,30 @@ pub fn parse(obj: &[u8], what: &str) -> Result<Object, PortError> {
                 return Err(bad("truncated relocation"));
             };
             let sym = (info >> 32) as usize;
-            if info as u32 != R_BPF_64_64 {
-                return Err(bad("a relocation other than a map load (BPF-to-BPF call?)"));
-            }
             let s = sym
                 .checked_mul(24)
                 .and_then(|o| symtab.data.get(o..o + 24))
                 .ok_or_else(|| bad("bad symbol index"))?;
             let shndx = le_u16(s, 6).unwrap_or(0) as usize;
+            let i = off as usize / 8;
+            if info as u32 == R_BPF_64_32 && shndx == 0 {
+                // A call of an undefined (extern) function: a kernel function.
+                let name = le_u32(s, 0)
+                    .and_then(|n| cstr(strtab.data, n as usize))
+                    .ok_or_else(|| bad("bad symbol name"))?;
+                let ok = off.is_multiple_of(8)
+                    && insns
+                        .get(i)
+                        .is_some_and(|x| x[0] == BPF_CALL && x[1] >> 4 == BPF_PSEUDO_CALL);
+                if !ok {
+                    return Err(bad("a kernel function relocation that is not on a call"));
+                }
+                kfuncs.push((i, name.to_string()));
+                continue;
+            }
+            if info as u32 != R_BPF_64_64 {
+                return Err(bad("a relocation other than a map load or a kernel function call (BPF-to-BPF call?)"));
+            }
             if Some(shndx) != maps_idx {
                 return Err(bad(
                     "a reference to global data; linerate's programs keep state in maps",
@@ -152,7 +183,6 @@ pub fn parse(obj: &[u8], what: &str) -> Result<Object, PortError> {
             let name = le_u32(s, 0)
                 .and_then(|n| cstr(strtab.data, n as usize))
                 .ok_or_else(|| bad("bad symbol name"))?;
-            let i = off as usize / 8;
             if !off.is_multiple_of(8) || insns.get(i).map(|i| i[0]) != Some(0x18) {
                 return Err(bad("a map relocation that is not on an ld_imm64"));
             }
@@ -160,6 +190,7 @@ pub fn parse(obj: &[u8], what: &str) -> Result<Object, PortError> {
         }
     }
     maps.sort();
+    kfuncs.sort();
     let license = secs
         .iter()
         .find(|s| s.name == "license")
@@ -170,8 +201,25 @@ pub fn parse(obj: &[u8], what: &str) -> Result<Object, PortError> {
         what: what.to_string(),
         insns,
         maps,
+        kfuncs,
         license,
     })
+}
+
+/// How the kernel functions a program calls are handled at load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kfuncs {
+    /// Every call becomes `r0 = -EOPNOTSUPP` (the program is not bound to a device).
+    Stub,
+    /// Bound to interface `ifindex`: calls resolved in the kernel's BTF; a function the kernel
+    /// does not have becomes `r0 = -EOPNOTSUPP`.
+    DeviceBound(u32),
+}
+
+/// The instruction `r0 = -EOPNOTSUPP` (a 64-bit move of a sign-extended immediate).
+fn eopnotsupp() -> [u8; 8] {
+    let imm = (-libc::EOPNOTSUPP).to_le_bytes();
+    [0xb7, 0x00, 0, 0, imm[0], imm[1], imm[2], imm[3]]
 }
 
 impl Object {
@@ -184,7 +232,59 @@ impl Object {
         name: &str,
         maps: &[(&str, &Fd)],
     ) -> Result<Fd, PortError> {
+        self.load_with(iface, name, maps, Kfuncs::Stub)
+    }
+
+    /// [`Object::load`], with the program's kernel function calls handled as `kfuncs` says.
+    /// Returns the program and the kernel functions that were resolved (not stubbed).
+    pub(crate) fn load_with(
+        &self,
+        iface: &str,
+        name: &str,
+        maps: &[(&str, &Fd)],
+        kfuncs: Kfuncs,
+    ) -> Result<Fd, PortError> {
+        self.load_resolved(iface, name, maps, kfuncs, false)
+            .map(|(fd, _)| fd)
+    }
+
+    /// [`Object::load_with`], also returning the names of the kernel functions resolved.
+    /// `quiet`: do not print the verifier's log when the kernel refuses (the caller has a
+    /// fallback).
+    pub(crate) fn load_resolved(
+        &self,
+        iface: &str,
+        name: &str,
+        maps: &[(&str, &Fd)],
+        kfuncs: Kfuncs,
+        quiet: bool,
+    ) -> Result<(Fd, Vec<String>), PortError> {
         let mut insns = self.insns.clone();
+        let mut resolved = Vec::new();
+        let names: Vec<&str> = self.kfuncs.iter().map(|(_, f)| f.as_str()).collect();
+        let ids = match kfuncs {
+            Kfuncs::DeviceBound(_) if !names.is_empty() => btf::vmlinux_func_ids(&names),
+            _ => vec![None; names.len()],
+        };
+        for ((i, f), id) in self.kfuncs.iter().zip(ids) {
+            insns[*i] = match id {
+                Some(id) => {
+                    resolved.push(f.clone());
+                    let b = id.to_le_bytes();
+                    [
+                        BPF_CALL,
+                        BPF_PSEUDO_KFUNC_CALL << 4,
+                        0,
+                        0,
+                        b[0],
+                        b[1],
+                        b[2],
+                        b[3],
+                    ]
+                }
+                None => eopnotsupp(),
+            };
+        }
         for (i, map) in &self.maps {
             let fd = maps
                 .iter()
@@ -211,11 +311,15 @@ impl Object {
             expected_attach_type: sys::BPF_XDP,
             ..Default::default()
         };
+        if let Kfuncs::DeviceBound(ifindex) = kfuncs {
+            a.prog_ifindex = ifindex;
+            a.prog_flags = BPF_F_XDP_DEV_BOUND_ONLY;
+        }
         match sys::bpf(sys::BPF_PROG_LOAD, &mut a) {
-            Ok(fd) => Ok(Fd(fd)),
+            Ok(fd) => Ok((Fd(fd), resolved)),
             Err(e) => {
                 let end = log.iter().position(|&b| b == 0).unwrap_or(0);
-                if end > 0 {
+                if end > 0 && !quiet {
                     eprintln!(
                         "linerate: verifier log for {}:\n{}",
                         self.what,
@@ -225,6 +329,97 @@ impl Object {
                 Err(sys::err_of(iface, "bpf(BPF_PROG_LOAD)", e))
             }
         }
+    }
+}
+
+/// Kernel function ids from the kernel's BTF.
+pub(crate) mod btf {
+    use super::{le_u16, le_u32};
+
+    /// Where the running kernel describes its types.
+    const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+    /// BTF_KIND_FUNC.
+    const KIND_FUNC: u32 = 12;
+
+    /// The BTF type ids of the functions called `names` in the running kernel (None for a
+    /// name it does not have, or every name when it has no BTF).
+    pub(crate) fn vmlinux_func_ids(names: &[&str]) -> Vec<Option<u32>> {
+        match std::fs::read(VMLINUX) {
+            Ok(b) => func_ids(&b, names),
+            Err(_) => vec![None; names.len()],
+        }
+    }
+
+    /// Bytes that follow a type's 12-byte header, by kind (`vlen` members where it has them).
+    fn extra(kind: u32, vlen: usize) -> Option<usize> {
+        Some(match kind {
+            1 => 4,                                      // INT
+            2 | 7 | 8 | 9 | 10 | 11 | 12 | 16 | 18 => 0, // PTR FWD TYPEDEF VOLATILE CONST RESTRICT FUNC FLOAT TYPE_TAG
+            3 => 12,                                     // ARRAY
+            4 | 5 => 12 * vlen,                          // STRUCT UNION
+            6 => 8 * vlen,                               // ENUM
+            13 => 8 * vlen,                              // FUNC_PROTO
+            14 => 4,                                     // VAR
+            15 => 12 * vlen,                             // DATASEC
+            17 => 4,                                     // DECL_TAG
+            19 => 12 * vlen,                             // ENUM64
+            _ => return None,
+        })
+    }
+
+    /// [`vmlinux_func_ids`] over BTF bytes `b` (little-endian, as on the machines linerate
+    /// runs on). Malformed BTF gives None for every name still unfound, never a panic.
+    pub(crate) fn func_ids(b: &[u8], names: &[&str]) -> Vec<Option<u32>> {
+        let mut out = vec![None; names.len()];
+        if le_u16(b, 0) != Some(0xeb9f) {
+            return out;
+        }
+        let (Some(hdr), Some(toff), Some(tlen), Some(soff), Some(slen)) = (
+            le_u32(b, 4),
+            le_u32(b, 8),
+            le_u32(b, 12),
+            le_u32(b, 16),
+            le_u32(b, 20),
+        ) else {
+            return out;
+        };
+        let (hdr, toff, tlen, soff, slen) = (
+            hdr as usize,
+            toff as usize,
+            tlen as usize,
+            soff as usize,
+            slen as usize,
+        );
+        let Some(types) = b.get(hdr + toff..hdr + toff + tlen) else {
+            return out;
+        };
+        let Some(strs) = b.get(hdr + soff..hdr + soff + slen) else {
+            return out;
+        };
+        let mut off = 0usize;
+        let mut id = 1u32;
+        let mut left = names.len();
+        while off + 12 <= types.len() && left > 0 {
+            let (Some(name_off), Some(info)) = (le_u32(types, off), le_u32(types, off + 4)) else {
+                break;
+            };
+            let kind = (info >> 24) & 0x1f;
+            let vlen = (info & 0xffff) as usize;
+            if kind == KIND_FUNC {
+                if let Some(n) = super::cstr(strs, name_off as usize) {
+                    for (k, want) in names.iter().enumerate() {
+                        if out[k].is_none() && n == *want {
+                            out[k] = Some(id);
+                            left -= 1;
+                        }
+                    }
+                }
+            }
+            let Some(x) = extra(kind, vlen) else { break };
+            off += 12 + x;
+            id += 1;
+        }
+        out
     }
 }
 
@@ -274,6 +469,48 @@ mod tests {
             o[i] ^= (x >> 3) as u8 | 1;
             let _ = parse(&o, "x.o");
             o[i] = old;
+        }
+    }
+
+    #[test]
+    fn kernel_function_calls_are_found_and_btf_lookups_never_panic() {
+        let o = parse(crate::port::xdp::prog::META_OBJECT, "m.o").unwrap();
+        let names: Vec<&str> = o.kfuncs.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "bpf_xdp_metadata_rx_vlan_tag",
+                "bpf_xdp_metadata_rx_timestamp"
+            ]
+        );
+        for (i, _) in &o.kfuncs {
+            assert_eq!(o.insns[*i][0], BPF_CALL);
+        }
+        // A tiny BTF: INT "int", FUNC "f" (id 2).
+        let mut b = vec![0x9f, 0xeb, 1, 0];
+        b.extend_from_slice(&24u32.to_le_bytes()); // hdr_len
+        b.extend_from_slice(&0u32.to_le_bytes()); // type_off
+        b.extend_from_slice(&28u32.to_le_bytes()); // type_len
+        b.extend_from_slice(&28u32.to_le_bytes()); // str_off
+        b.extend_from_slice(&7u32.to_le_bytes()); // str_len
+        for w in [1u32, 1 << 24, 4, 0x40_0020] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        for w in [5u32, 12 << 24, 0] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend_from_slice(b"\0int\0f\0");
+        assert_eq!(btf::func_ids(&b, &["f", "g", "int"]), [Some(2), None, None]);
+        for cut in 0..b.len() {
+            let _ = btf::func_ids(&b[..cut], &["f"]);
+        }
+        let mut x = 3u32;
+        for _ in 0..500 {
+            let mut c = b.clone();
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            let i = (x as usize >> 8) % c.len();
+            c[i] ^= (x >> 3) as u8 | 1;
+            let _ = btf::func_ids(&c, &["f"]);
         }
     }
 

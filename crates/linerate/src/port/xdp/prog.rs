@@ -19,6 +19,13 @@ use std::sync::{Arc, Mutex, Weak};
 pub const OBJECT: &[u8] = include_bytes!("../../../../../bpf/xdp_redirect.o");
 /// The program's name in the object and in the kernel (how a stale one is recognised).
 pub const PROG_NAME: &str = "lr_xsk_redirect";
+/// The program with receive metadata (`bpf/xdp_redirect_meta.c`: receive timestamps in front
+/// of each packet, VLAN tags the device took out put back), tried first.
+pub const META_OBJECT: &[u8] = include_bytes!("../../../../../bpf/xdp_redirect_meta.o");
+/// Its name in the object and in the kernel.
+pub const META_PROG_NAME: &str = "lr_xsk_meta";
+/// The kernel function that gives the VLAN tag a device took out of a frame.
+const KFUNC_VLAN: &str = "bpf_xdp_metadata_rx_vlan_tag";
 /// The map symbol the program refers to.
 const MAP_NAME: &str = "xsks_map";
 /// Queues one interface's map can hold.
@@ -47,25 +54,94 @@ pub enum AttachApi {
     Netlink,
 }
 
+/// What the attached program puts in front of the packets it redirects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxMeta {
+    /// A receive-metadata block (`bpf/xdp_redirect_meta.c`): per-packet receive time.
+    pub stamps: bool,
+    /// VLAN tags the device took out are put back (the device's kernel function is there).
+    pub vlan: bool,
+}
+
 /// A loaded program and its map.
 pub(super) struct Loaded {
     pub(super) map: Fd,
     pub(super) prog: Fd,
+    pub(super) meta: RxMeta,
 }
 
-/// Creates the XSKMAP and loads the program against it.
-pub(super) fn load(iface: &str) -> Result<Loaded, PortError> {
-    let map = obj::create_map(
+/// Creates the XSKMAP.
+fn create_xskmap(iface: &str) -> Result<Fd, PortError> {
+    obj::create_map(
         iface,
         sys::BPF_MAP_TYPE_XSKMAP,
         4,
         4,
         MAP_ENTRIES,
         "lr_xsks",
-    )?;
+    )
+}
+
+/// Creates the XSKMAP and loads the plain program against it.
+pub(super) fn load(iface: &str) -> Result<Loaded, PortError> {
+    let map = create_xskmap(iface)?;
     let object = obj::parse(OBJECT, "bpf/xdp_redirect.o")?;
     let prog = object.load(iface, PROG_NAME, &[(MAP_NAME, &map)])?;
-    Ok(Loaded { map, prog })
+    Ok(Loaded {
+        map,
+        prog,
+        meta: RxMeta::default(),
+    })
+}
+
+/// Creates the XSKMAP and loads the metadata program against it: bound to `ifindex` with the
+/// device's kernel functions (`bound`), or unbound with them stubbed. Quiet on refusal (the
+/// caller falls back).
+fn load_meta(iface: &str, ifindex: u32, bound: bool) -> Result<Loaded, PortError> {
+    let map = create_xskmap(iface)?;
+    let object = obj::parse(META_OBJECT, "bpf/xdp_redirect_meta.o")?;
+    let k = if bound {
+        obj::Kfuncs::DeviceBound(ifindex)
+    } else {
+        obj::Kfuncs::Stub
+    };
+    let (prog, resolved) =
+        object.load_resolved(iface, META_PROG_NAME, &[(MAP_NAME, &map)], k, true)?;
+    Ok(Loaded {
+        map,
+        prog,
+        meta: RxMeta {
+            stamps: true,
+            vlan: resolved.iter().any(|f| f == KFUNC_VLAN),
+        },
+    })
+}
+
+/// Loads and attaches the best program the kernel and the driver take: the metadata program
+/// bound to the device (native mode only: the kernel attaches device-bound programs in native
+/// mode), else the metadata program unbound (software stamps, no VLAN kernel function), else
+/// the plain one (kernels without `bpf_ktime_get_tai_ns`, before 6.1).
+fn load_and_attach(
+    iface: &str,
+    ifindex: u32,
+    mode: AttachMode,
+    api: AttachApi,
+) -> Result<(Loaded, Hook, Option<u32>), PortError> {
+    if mode != AttachMode::Generic {
+        if let Ok(l) = load_meta(iface, ifindex, true) {
+            if let Ok((h, r)) = Hook::attach(iface, ifindex, &l.prog, AttachMode::Native, api) {
+                return Ok((l, h, r));
+            }
+        }
+    }
+    if let Ok(l) = load_meta(iface, ifindex, false) {
+        if let Ok((h, r)) = Hook::attach(iface, ifindex, &l.prog, mode, api) {
+            return Ok((l, h, r));
+        }
+    }
+    let l = load(iface)?;
+    let (h, r) = Hook::attach(iface, ifindex, &l.prog, mode, api)?;
+    Ok((l, h, r))
 }
 
 /// A program attached to one interface: through a bpf_link (detached when dropped, or when the
@@ -211,8 +287,7 @@ impl Attachment {
         if let Some(a) = reg.get(&key).and_then(Weak::upgrade) {
             return Ok(a);
         }
-        let loaded = load(iface)?;
-        let (hook, replaced) = Hook::attach(iface, ifindex, &loaded.prog, mode, api)?;
+        let (loaded, hook, replaced) = load_and_attach(iface, ifindex, mode, api)?;
         let a = Arc::new(Attachment {
             iface: iface.to_string(),
             key,
@@ -255,6 +330,11 @@ impl Attachment {
         self.hook.mode
     }
 
+    /// What the program puts in front of redirected packets.
+    pub fn rx_meta(&self) -> RxMeta {
+        self.loaded.meta
+    }
+
     /// The kernel id of a stale program of ours that was removed to attach this one.
     pub fn replaced(&self) -> Option<u32> {
         self.replaced
@@ -271,7 +351,7 @@ fn remove_stale(nl: &Netlink, iface: &str, ifindex: u32) -> Result<Option<u32>, 
         return Ok(None);
     }
     let name = sys::prog_name_by_id(cur.prog_id).unwrap_or_default();
-    if name != PROG_NAME && name != super::kfwd::PROG_NAME {
+    if name != PROG_NAME && name != META_PROG_NAME && name != super::kfwd::PROG_NAME {
         return Err(PortError::Os {
             iface: iface.to_string(),
             op: "attaching the XDP program",

@@ -417,6 +417,24 @@ pub fn poll_many(fds: &[i32], ms: i32, ready: &mut [bool]) {
 }
 
 /// Wakes the kernel's receive path without waiting (need_wakeup set on the fill ring).
+/// CLOCK_TAI minus CLOCK_REALTIME, in whole seconds as the kernel keeps it (the TAI offset:
+/// 0 unless a time daemon set it, 37 s since 2017 when one did), in ns.
+pub(super) fn tai_offset_ns() -> i64 {
+    let read = |c: libc::clockid_t| {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `t` is a valid timespec for the kernel to fill.
+        unsafe { libc::clock_gettime(c, &mut t) };
+        t.tv_sec * 1_000_000_000 + t.tv_nsec
+    };
+    let real = read(libc::CLOCK_REALTIME);
+    let tai = read(libc::CLOCK_TAI);
+    // The two readings are microseconds apart: round to whole seconds.
+    (tai - real + 500_000_000).div_euclid(1_000_000_000) * 1_000_000_000
+}
+
 pub(super) fn kick_rx(fd: &Fd) {
     // SAFETY: a non-blocking zero-length recvfrom on our socket, as the AF_XDP API asks.
     unsafe {
