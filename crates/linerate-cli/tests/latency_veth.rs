@@ -53,6 +53,8 @@ fn tcpdump(pair: &NetnsPair, out: &std::path::Path) -> Child {
             "--immediate-mode",
             "-s",
             "0",
+            "-B",
+            "32768",
             "--time-stamp-precision",
             "nano",
             "-w",
@@ -199,12 +201,9 @@ fn latency_from_kernel_stamps_matches_tcpdump_on_afpacket_and_xdp() {
         return;
     }
     let (af, td) = run("afpacket:vB", true);
-    // tcpdump may lose some to its buffer on a loaded machine; it needs enough for a median.
-    assert!(
-        td.len() as u32 > N / 2,
-        "tcpdump recorded {} probes",
-        td.len()
-    );
+    // tcpdump may lose some to its buffer on a loaded machine (its median is over what it
+    // kept); it needs enough for a median.
+    assert!(td.len() >= 1000, "tcpdump recorded {} probes", td.len());
     let td_p50 = td[td.len() / 2];
     assert!(td_p50 > 0, "tcpdump median {td_p50} ns");
     let p50 = af["p50_ns"].as_i64().unwrap();
