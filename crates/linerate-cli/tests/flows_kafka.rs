@@ -658,6 +658,10 @@ fn round_trip(b: &Broker, dir: &Path) {
         &target,
         "--probe-id",
         "east-1",
+        // A queue far smaller than the records of the final flush: a file waits for the
+        // producer instead of dropping (nothing may fail).
+        "--kafka-queue",
+        "8",
         "--json",
     ]);
     let err = String::from_utf8_lossy(&o.stderr);
@@ -948,6 +952,14 @@ fn kafka_flag_errors_exit_2() {
             "--kafka-timeout",
         ),
         (vec!["--kafka-opt", "acks=1"], "--kafka"),
+        (
+            vec!["--kafka", "127.0.0.1:1/t", "--kafka-queue", "0"],
+            "--kafka-queue",
+        ),
+        (
+            vec!["--kafka", "127.0.0.1:1/t", "--kafka-queue", "17M"],
+            "--kafka-queue",
+        ),
     ] {
         let mut a = vec!["-i", "examples/sample.pcap"];
         a.extend(args.iter());

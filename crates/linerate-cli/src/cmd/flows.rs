@@ -80,6 +80,10 @@ pub struct Args {
         off: false,
     }))]
     kafka_timeout: Duration,
+    /// Records the queue between the flow table and the Kafka producer holds (1 to 16M): on a
+    /// live port a full queue drops records (counted queue_full), a file waits for room.
+    #[arg(long, value_name = "N", default_value = "65536", value_parser = units::parse_count, requires = "kafka")]
+    kafka_queue: u64,
     /// Serve the Kafka export's counters in Prometheus' text format on this address (e.g.
     /// 127.0.0.1:9100); it has no authentication: keep it on loopback.
     #[arg(long, value_name = "ADDR", requires = "kafka")]
@@ -129,6 +133,12 @@ impl RecordSink for Sinks {
             k.records(recs);
         }
     }
+
+    fn ending(&mut self) {
+        if let Some(k) = &self.kafka {
+            k.set_wait_when_full(true);
+        }
+    }
 }
 
 /// Bytes of records buffered before they are written.
@@ -174,6 +184,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 o.set(kv).map_err(|e| usage(format!("--kafka-opt {e}")))?;
             }
             o.timeout = a.kafka_timeout;
+            if a.kafka_queue == 0 || a.kafka_queue > 16_000_000 {
+                return Err(usage(format!(
+                    "--kafka-queue {}: between 1 and 16M records",
+                    a.kafka_queue
+                )));
+            }
+            o.queue = a.kafka_queue as usize;
             Some(KafkaExporter::connect(o).map_err(|e| {
                 let msg = format!("--kafka {target}: {e}");
                 if matches!(e, linerate::apps::flow::kafka::KafkaError::Config(_)) {
@@ -259,6 +276,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         wall_clock: live,
         ring_size: 2048,
     };
+    // A file waits for the broker without losing packets; live packets never wait (a full
+    // queue counts queue_full).
+    if let Some(k) = &kafka {
+        k.set_wait_when_full(!live);
+    }
     let mut sinks = Sinks {
         writer: out.map(|o| RecordWriter::new(o, format, fields)),
         ipfix,

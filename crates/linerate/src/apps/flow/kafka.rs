@@ -45,6 +45,10 @@ pub const DEFAULT_SETTINGS: [(&str, &str); 5] = [
     ("queue.buffering.max.messages", "100000"),
 ];
 
+/// How long [`KafkaExporter::records`], when it waits for room, waits for a producer thread that
+/// takes no record at all before it counts the rest `queue_full`.
+pub const STALL: Duration = Duration::from_secs(1);
+
 /// Records the queue between the packet path and the producer thread holds by default.
 pub const DEFAULT_QUEUE: usize = 65_536;
 
@@ -345,6 +349,8 @@ fn prom_escape(s: &str) -> String {
 #[derive(Default)]
 struct Shared {
     records: AtomicU64,
+    /// Records the producer thread took off the queue (its progress).
+    taken: AtomicU64,
     produced: AtomicU64,
     acked: AtomicU64,
     acked_bytes: AtomicU64,
@@ -462,6 +468,9 @@ pub struct KafkaExporter {
     thread: Option<JoinHandle<()>>,
     opts: KafkaOptions,
     note: Option<String>,
+    /// When the queue is full, wait for the producer thread (file inputs, the final flush)
+    /// instead of counting `queue_full` (live packets).
+    wait_when_full: AtomicBool,
 }
 
 impl KafkaExporter {
@@ -553,6 +562,7 @@ impl KafkaExporter {
             thread: Some(thread),
             opts,
             note,
+            wait_when_full: AtomicBool::new(false),
         })
     }
 
@@ -561,19 +571,50 @@ impl KafkaExporter {
         self.note.as_deref()
     }
 
-    /// Hands records over (from the packet path: never blocks, never allocates). Records that
-    /// do not fit in the queue are counted failed (`queue_full`).
+    /// Hands records over. On the live packet path (the default) it never waits and never
+    /// allocates: records that do not fit in the queue are counted failed (`queue_full`). With
+    /// [`Self::set_wait_when_full`] (file inputs, where waiting loses no packet, and the final
+    /// flush) it waits for room while the producer thread makes progress, and gives up
+    /// (`queue_full`) once it made none for [`STALL`].
     pub fn records(&self, recs: &[FlowRecord]) {
+        let wait = self.wait_when_full.load(Ordering::Relaxed);
         let mut full = 0u64;
+        let mut stalled = false;
         for r in recs {
-            if self.queue.push(*r).is_err() {
-                full += 1;
+            let mut r = *r;
+            let mut since: Option<(Instant, u64)> = None;
+            loop {
+                match self.queue.push(r) {
+                    Ok(()) => break,
+                    Err(back) => r = back,
+                }
+                if !wait || stalled {
+                    full += 1;
+                    break;
+                }
+                let taken = self.shared.taken.load(Ordering::Relaxed);
+                match since {
+                    Some((t, n)) if n == taken => {
+                        if t.elapsed() >= STALL {
+                            stalled = true;
+                            full += 1;
+                            break;
+                        }
+                    }
+                    _ => since = Some((Instant::now(), taken)),
+                }
+                std::thread::sleep(Duration::from_micros(200));
             }
         }
         self.shared
             .records
             .fetch_add(recs.len() as u64, Ordering::Relaxed);
         self.shared.fail(Failure::QueueFull, full);
+    }
+
+    /// Whether [`Self::records`] waits for room when the queue is full (see there).
+    pub fn set_wait_when_full(&self, on: bool) {
+        self.wait_when_full.store(on, Ordering::Relaxed);
     }
 
     /// The counters now (any thread may read them while records flow).
@@ -654,8 +695,15 @@ fn produce_loop(
         let done = ctl.done.load(Ordering::Acquire);
         let mut sent = 0usize;
         while sent < 4096 {
-            let Some(r) = held.take().or_else(|| queue.pop()) else {
-                break;
+            let r = match held.take() {
+                Some(r) => r,
+                None => match queue.pop() {
+                    Some(r) => {
+                        shared.taken.fetch_add(1, Ordering::Relaxed);
+                        r
+                    }
+                    None => break,
+                },
             };
             value.clear();
             json_object(&r, &fields, extra, &mut value, &mut cell);

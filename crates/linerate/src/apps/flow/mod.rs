@@ -56,6 +56,9 @@ impl Default for FlowOptions {
 pub trait RecordSink {
     /// Takes records.
     fn records(&mut self, recs: &[FlowRecord]);
+    /// The packets are over: what comes next is the final flush of every open flow, off the
+    /// packet path (a sink may now wait for room instead of dropping).
+    fn ending(&mut self) {}
 }
 
 impl<F: FnMut(&[FlowRecord])> RecordSink for F {
@@ -269,6 +272,7 @@ pub fn run(
             w.out.clear();
         }
     };
+    sink.ending();
     w.table.flush(&mut w.out);
     if !w.out.is_empty() {
         sink.records(&w.out);
@@ -507,6 +511,7 @@ fn run_threads(
                     }
                 }
             }
+            sink.ending();
             done.store(true, Ordering::Release);
             drop(rtx);
             for h in handles {
