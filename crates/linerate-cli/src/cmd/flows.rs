@@ -80,9 +80,9 @@ pub struct Args {
         off: false,
     }))]
     kafka_timeout: Duration,
-    /// Records the queue between the flow table and the Kafka producer holds (1 to 16M): on a
-    /// live port a full queue drops records (counted queue_full), a file waits for room.
-    #[arg(long, value_name = "N", default_value = "65536", value_parser = units::parse_count, requires = "kafka")]
+    /// Records the queue between the flow table and the Kafka producer holds: on a live port a
+    /// full queue drops records (counted queue_full), a file waits for room.
+    #[arg(long, value_name = "N", default_value = "65536", value_parser = flags::count(1, 16_000_000), requires = "kafka")]
     kafka_queue: u64,
     /// Serve the Kafka export's counters in Prometheus' text format on this address (e.g.
     /// 127.0.0.1:9100); it has no authentication: keep it on loopback.
@@ -184,12 +184,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 o.set(kv).map_err(|e| usage(format!("--kafka-opt {e}")))?;
             }
             o.timeout = a.kafka_timeout;
-            if a.kafka_queue == 0 || a.kafka_queue > 16_000_000 {
-                return Err(usage(format!(
-                    "--kafka-queue {}: between 1 and 16M records",
-                    a.kafka_queue
-                )));
-            }
             o.queue = a.kafka_queue as usize;
             Some(KafkaExporter::connect(o).map_err(|e| {
                 let msg = format!("--kafka {target}: {e}");
