@@ -263,9 +263,9 @@ fn worker_moves_the_schedule_after_a_stall_with_on_stall_shift() {
 fn worker_catches_up_a_stall_within_bounds_by_default() {
     let (ts, rep) = stalled(OnStall::default(), 1_000_000);
     assert_eq!(ts.len(), 3000);
-    // The owed packets leave at most 32 at once, then at most 4x the rate: never the whole
+    // The owed packets leave at most 32 at once, then at most 8x the rate: never the whole
     // millisecond's worth back to back.
-    assert_bounded(&ts, 1000, 4, 32);
+    assert_bounded(&ts, 1000, 8, 32);
     let bunched = ts.windows(2).filter(|w| w[1] == w[0]).count();
     assert!((25..=40).contains(&bunched), "{bunched}");
     // The catch-up ends and the last packet leaves on the unmoved schedule: the mean rate is
@@ -299,7 +299,7 @@ fn worker_gives_up_lateness_beyond_the_catch_up_window() {
         5_000_000,
     );
     assert_eq!(ts.len(), 3000);
-    assert_bounded(&ts, 1000, 4, 32);
+    assert_bounded(&ts, 1000, 8, 32);
     // 5 ms late: 1 ms is caught up, the rest is given up (the schedule moves by it), once.
     let p = &rep.precision;
     assert_eq!(p.slips, 1, "{}", p.table());
@@ -328,7 +328,7 @@ fn worker_keeps_the_mean_rate_when_the_cpu_is_taken_again_and_again() {
     };
     let (ts, rep) = run(OnStall::default());
     assert_eq!(ts.len(), 4000);
-    assert_bounded(&ts, 1000, 4, 32);
+    assert_bounded(&ts, 1000, 8, 32);
     assert!(rep.precision.behind >= 10, "{}", rep.precision.table());
     let pps = rep.pps();
     assert!((pps / 1e6 - 1.0).abs() < 0.005, "{pps}");
@@ -368,4 +368,17 @@ fn a_duration_sends_the_packets_scheduled_in_it_after_a_stall() {
     assert!(rep.precision.behind >= 1, "{}", rep.precision.table());
     assert_eq!(ts.len(), want.len());
     assert_eq!(rep.shortfall(rep.pps()), None, "{}", rep.pps());
+    // A stall across the end: the owed packets go in the grace after it, and none scheduled
+    // after the end.
+    for at in [2_960_000, 2_975_000, 2_990_000] {
+        // The clock starts at 5 ms: the run's schedule at 5.02 ms, its end at 8 ms.
+        let clock = PeriodicStalls::new(5_000_000, at, 250_000);
+        let (ts, rep) = run_on(
+            &format!("gen-sched-dur-c-{at}-{}", std::process::id()),
+            &opts(3_000_000),
+            &clock,
+        );
+        assert!(rep.precision.behind >= 1, "{}", rep.precision.table());
+        assert_eq!(ts.len(), want.len(), "stall {at} ns in");
+    }
 }

@@ -114,7 +114,7 @@ pub struct Args {
     #[arg(long, conflicts_with = "on_stall")]
     pub no_catch_up: bool,
     /// While catching up, owed packets leave at most X times the asked rate (1 < X <= 1000;
-    /// default 4).
+    /// default 8).
     #[arg(long, value_name = "X")]
     pub catch_up_peak: Option<String>,
     /// While catching up, at most N packets leave back to back (1..65536; default 32).
@@ -559,6 +559,8 @@ struct Interval {
     /// Largest lateness now (ns), and whether a thread is behind.
     behind_ns: u64,
     behind: bool,
+    /// A thread was behind at the start of the interval too and fell further behind.
+    falling: bool,
     /// The schedule moved later / the port was full in the interval.
     slipped: bool,
     port_full: bool,
@@ -572,6 +574,7 @@ fn interval_rates(prev: &[GenTick], cur: &[GenTick]) -> Interval {
         mbps: 0.0,
         behind_ns: 0,
         behind: false,
+        falling: false,
         slipped: false,
         port_full: false,
     };
@@ -585,6 +588,11 @@ fn interval_rates(prev: &[GenTick], cur: &[GenTick]) -> Interval {
             iv.mbps += (c.bytes.saturating_sub(p.bytes) as f64 + 4.0 * dp) * 8.0 / dt / 1e6;
             iv.slipped |= c.slipped_ns > p.slipped_ns;
             iv.port_full |= c.port_full > p.port_full;
+            // Falling behind: behind at both ends and later at the end, or behind by more
+            // than half the interval (longer than a stall of a loaded machine).
+            iv.falling |= c.behind
+                && ((p.behind && (c.behind_ns > p.behind_ns || c.slipped_ns > p.slipped_ns))
+                    || c.behind_ns > (c.t_ns - p.t_ns) / 2);
         }
         iv.behind_ns = iv.behind_ns.max(c.behind_ns);
         iv.behind |= c.behind;
@@ -593,16 +601,18 @@ fn interval_rates(prev: &[GenTick], cur: &[GenTick]) -> Interval {
 }
 
 /// What an interval whose rate differs from the asked one by more than the tolerance was
-/// doing: below the rate and behind, the generator (or the port) could not keep up; behind
-/// and above it, it was catching up; on schedule again and above it, it caught up.
+/// doing: below the rate and falling further behind through it, the generator (or the port)
+/// could not keep up; below it and behind after a stall, it stalled; behind and above it, it
+/// was catching up; on schedule again and above it, it caught up.
 fn interval_status(iv: &Interval, asked: f64) -> Option<String> {
     if (iv.pps - asked).abs() <= asked * gen::RATE_TOLERANCE {
         return None;
     }
     let behind = format!("{} ms behind", group_f(iv.behind_ns as f64 / 1e6, 3));
     Some(match (iv.behind, iv.pps < asked) {
-        (true, true) if iv.port_full => format!("port-limited, {behind}"),
-        (true, true) => format!("generator-limited, {behind}"),
+        (true, true) if iv.falling && iv.port_full => format!("port-limited, {behind}"),
+        (true, true) if iv.falling => format!("generator-limited, {behind}"),
+        (true, true) => format!("stalled, {behind}"),
         (true, false) => format!("catching up, {behind}"),
         (false, false) => "caught up".into(),
         (false, true) if iv.slipped => "schedule moved later".into(),

@@ -137,7 +137,7 @@ impl SourcePort {
     /// 84 bytes per 64-byte frame, or `Percent` of 10 GbE, 14.88 Mpps). The clock is read once
     /// per batch; no more than the time elapsed allows is handed out. When the reader was away
     /// (the master stopped, the CPU taken), the owed packets are handed out within the bounds
-    /// of `gen`'s catch-up ([`OnStall`], [`CountPacer`]: by default at most four times the rate, at
+    /// of `gen`'s catch-up ([`OnStall`], [`CountPacer`]: by default at most eight times the rate, at
     /// most a batch of 64 at once, and at most one second owed), so the mean rate holds
     /// without a burst.
     pub fn with_rate(mut self, rate: Option<crate::units::Rate>) -> SourcePort {
@@ -333,9 +333,9 @@ mod tests {
     #[test]
     fn a_paced_source_catches_up_a_stop_within_bounds() {
         let slots = stopped_5s(OnStall::default());
-        // At most 4x the rate (40'000 per 100 ms, plus a batch) while catching up, one second
+        // At most 8x the rate (80'000 per 100 ms, plus a batch) while catching up, one second
         // owed at most: the 5 s stop does not come out as a burst.
-        assert!(slots.iter().all(|&n| n <= 40_064), "{slots:?}");
+        assert!(slots.iter().all(|&n| n <= 80_064), "{slots:?}");
         let first_second: u64 = slots[..10].iter().sum();
         assert!(first_second <= 200_064, "{slots:?}");
         // And the rate is kept: the second owed, then 10'000 per 100 ms.

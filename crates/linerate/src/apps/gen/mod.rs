@@ -205,9 +205,10 @@ pub fn shortfall(
 
 /// A packet rate for people: `1.32 Mpps`, `50.00 kpps`, `800 pps`.
 pub fn fmt_pps(p: f64) -> String {
-    if p >= 1e6 {
+    // The unit of the rounded value (999'999.7 pps is 1.000 Mpps, not 1000.00 kpps).
+    if p >= 999_995.0 {
         format!("{:.3} Mpps", p / 1e6)
-    } else if p >= 1e3 {
+    } else if p >= 999.5 {
         format!("{:.2} kpps", p / 1e3)
     } else {
         format!("{p:.0} pps")
@@ -738,10 +739,12 @@ pub fn run(
                 pacer.shift(d);
                 rep.precision.slip(d);
             }
-            // Every packet due now that the catch-up bounds let go (the first always).
+            // Every packet due now that the catch-up bounds let go (the first always), none
+            // scheduled past the end of a duration (sent late, in its grace).
+            let last_due = now.min(deadline.unwrap_or(u64::MAX));
             m = 0;
             for &s in &cur.t[k..n] {
-                if m > 0 && (s > now || pacer.earliest(s) > now) {
+                if m > 0 && (s > last_due || pacer.earliest(s) > now) {
                     break;
                 }
                 pacer.depart(s, now);
