@@ -17,7 +17,7 @@ use linerate::port::file::Inputs;
 use linerate::port::{self, pcap::PcapPort, LinkType, Port, PortError, PortOptions};
 use linerate::stats::{breakdown, group, group_f};
 use linerate::time::{Clock, TscClock};
-use linerate::units::{self, Rate};
+use linerate::units::Rate;
 use std::io::Write;
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -115,15 +115,15 @@ pub struct Args {
     pub no_catch_up: bool,
     /// While catching up, owed packets leave at most X times the asked rate (1 < X <= 1000;
     /// default 8).
-    #[arg(long, value_name = "X")]
-    pub catch_up_peak: Option<String>,
+    #[arg(long, value_name = "X", value_parser = flags::real(1.0, 1000.0, true))]
+    pub catch_up_peak: Option<f64>,
     /// While catching up, at most N packets leave back to back (1..65536; default 32).
-    #[arg(long, value_name = "N")]
-    pub catch_up_burst: Option<String>,
+    #[arg(long, value_name = "N", value_parser = flags::count(1, 65_536))]
+    pub catch_up_burst: Option<u64>,
     /// At most this much lateness is caught up (1us..1h; default 1s); a longer stall gives up
     /// the excess (the schedule moves later by it, and the summary says so).
-    #[arg(long, value_name = "DURATION")]
-    pub catch_up_window: Option<String>,
+    #[arg(long, value_name = "DURATION", value_parser = flags::duration(CATCH_UP_WINDOW))]
+    pub catch_up_window: Option<Duration>,
     /// Do not write latency probes (signature, stream, sequence, send time) into packets.
     #[arg(long)]
     pub no_probe: bool,
@@ -168,6 +168,13 @@ pub struct Args {
     pub interval: String,
 }
 
+/// `--catch-up-window`: 1 µs to 1 h.
+const CATCH_UP_WINDOW: flags::Durations = flags::Durations {
+    min: Duration::from_micros(1),
+    max: Duration::from_secs(3600),
+    off: false,
+};
+
 /// The stall policy from the flags.
 pub fn on_stall(a: &Args) -> anyhow::Result<OnStall> {
     let shift = match (a.on_stall.as_deref(), a.no_catch_up) {
@@ -190,27 +197,14 @@ pub fn on_stall(a: &Args) -> anyhow::Result<OnStall> {
         return Ok(OnStall::Shift);
     }
     let mut c = CatchUp::default();
-    if let Some(v) = &a.catch_up_peak {
-        let x = v.trim_end_matches('x').parse::<f64>().ok();
-        c.peak = x.filter(|x| *x > 1.0 && *x <= 1000.0).ok_or_else(|| {
-            usage(format!(
-                "--catch-up-peak {v}: a multiple of the rate above 1 and at most 1000 (e.g. 2)"
-            ))
-        })?;
+    if let Some(x) = a.catch_up_peak {
+        c.peak = x;
     }
-    if let Some(v) = &a.catch_up_burst {
-        let n = units::parse_count(v).ok();
-        c.burst = n
-            .filter(|n| (1..=65_536).contains(n))
-            .ok_or_else(|| usage(format!("--catch-up-burst {v}: packets, 1..65536")))?
-            as u32;
+    if let Some(n) = a.catch_up_burst {
+        c.burst = n as u32;
     }
-    if let Some(v) = &a.catch_up_window {
-        let d = units::parse_duration(v).ok();
-        c.window_ns = d
-            .filter(|d| *d >= Duration::from_micros(1) && *d <= Duration::from_secs(3600))
-            .ok_or_else(|| usage(format!("--catch-up-window {v}: a duration, 1us..1h")))?
-            .as_nanos() as u64;
+    if let Some(d) = a.catch_up_window {
+        c.window_ns = d.as_nanos() as u64;
     }
     Ok(OnStall::CatchUp(c))
 }
