@@ -112,6 +112,28 @@ pub struct Args {
     /// Simulated work per packet in consumer threads (ns, at most 1 s), to see overload.
     #[arg(long, value_name = "NS", default_value = "0", value_parser = flags::int(0u64, 1_000_000_000))]
     work_ns: u64,
+    /// Longest packet the cluster carries (DPDK's --max-pkt-len), 64 to 65408 bytes: its
+    /// frames are the next power of two above it plus 128 B of headroom (default 1920: 2 KiB
+    /// frames; 9216 for jumbo frames takes 16 KiB frames, 8 times the memory). Longer packets
+    /// are dropped whole and counted as too_big, never cut.
+    #[arg(long, value_name = "BYTES", default_value = "1920", value_parser = parse_max_pkt_len)]
+    max_pkt_len: u32,
+}
+
+/// `--max-pkt-len`: a size from 64 to 65408 (the most a 64 KiB frame holds after its headroom).
+fn parse_max_pkt_len(s: &str) -> Result<u32, String> {
+    match units::parse_size(s) {
+        Ok(v) if (64..=65_408).contains(&v) => Ok(v as u32),
+        Ok(_) => Err(format!("'{s}': from 64 to 65408 bytes")),
+        Err(e) => Err(format!("{e}; from 64 to 65408 bytes")),
+    }
+}
+
+/// Frame size of a cluster for packets of up to `max` bytes (with the master's 128 B headroom).
+fn frame_size_for(max: u32) -> u32 {
+    (max + linerate::mem::DEFAULT_HEADROOM)
+        .next_power_of_two()
+        .max(linerate::mem::DEFAULT_FRAME_SIZE)
 }
 
 /// `-m MODE` or `-m lua:FILE`.
@@ -252,6 +274,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         slots: a.slots,
         frames: a.buffers as u32,
         tx_lanes: if a.out.is_some() { 8 } else { 0 },
+        frame_size: frame_size_for(a.max_pkt_len),
         ..Default::default()
     };
     let mut tx_out = match &a.out {
@@ -550,10 +573,11 @@ pub fn accounting_line(s: &ClusterStats) -> String {
     let ring_full: u64 = s.queues.iter().map(|q| q.ring_full).sum();
     let gone: u64 = s.queues.iter().map(|q| q.consumer_gone).sum();
     let nf: u64 = s.queues.iter().map(|q| q.no_frame).sum();
+    let big: u64 = s.queues.iter().map(|q| q.too_big).sum();
     let unread: u64 = s.queues.iter().map(|q| q.unread).sum();
     let backlog = s.backlog();
     format!(
-        "Accounting: rx {} = filtered {} + distributed {}; destinations {} = delivered {} + ring_full {} + consumer_gone {} + no_frame {} + unread {}{} [{}]",
+        "Accounting: rx {} = filtered {} + distributed {}; destinations {} = delivered {} + ring_full {} + consumer_gone {} + no_frame {}{} + unread {}{} [{}]",
         group(s.rx_packets),
         group(s.filtered),
         group(s.routed),
@@ -562,6 +586,11 @@ pub fn accounting_line(s: &ClusterStats) -> String {
         group(ring_full),
         group(gone),
         group(nf),
+        if big > 0 {
+            format!(" + too_big {} (longer than --max-pkt-len)", group(big))
+        } else {
+            String::new()
+        },
         group(unread),
         if backlog > 0 {
             format!(" + in queues {}", group(backlog))
@@ -681,7 +710,7 @@ pub fn master_text(t: &BalanceTick) -> String {
             None => "gone".to_string(),
         };
         s.push_str(&format!(
-            "Q {q} (app {}, {consumer}): Forwarded {} pkts [{} pps] Dropped {} pkts ({:.1} %) [ring_full {} consumer_gone {} no_frame {} unread {}] backlog {}\n",
+            "Q {q} (app {}, {consumer}): Forwarded {} pkts [{} pps] Dropped {} pkts ({:.1} %) [ring_full {} consumer_gone {} no_frame {}{} unread {}] backlog {}\n",
             x.app,
             group(fwd),
             group_f(x.delivered.saturating_sub(xp.delivered) as f64 / act_s, 2),
@@ -690,6 +719,10 @@ pub fn master_text(t: &BalanceTick) -> String {
             group(x.ring_full.saturating_sub(x0.ring_full)),
             group(x.consumer_gone.saturating_sub(x0.consumer_gone)),
             group(x.no_frame.saturating_sub(x0.no_frame)),
+            match x.too_big.saturating_sub(x0.too_big) {
+                0 => String::new(),
+                b => format!(" too_big {}", group(b)),
+            },
             group(x.unread.saturating_sub(x0.unread)),
             group(x.backlog)
         ));
@@ -713,7 +746,7 @@ pub fn json_tick(kind: &str, t: &BalanceTick, threads: &[(u64, u64)]) -> String 
                 "app": x.app,
                 "delivered": x.delivered,
                 "bytes": x.bytes,
-                "drops": {"ring_full": x.ring_full, "consumer_gone": x.consumer_gone, "no_frame": x.no_frame, "unread": x.unread},
+                "drops": {"ring_full": x.ring_full, "consumer_gone": x.consumer_gone, "no_frame": x.no_frame, "too_big": x.too_big, "unread": x.unread},
                 "backlog": x.backlog,
                 "consumer_pid": x.consumer_pid,
                 "pps": x.delivered.saturating_sub(xp.delivered) as f64 / act_s,

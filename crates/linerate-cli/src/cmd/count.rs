@@ -54,9 +54,11 @@ pub struct Args {
     /// With --latency: write the latency histogram as CSV here, and an SVG plot beside it.
     #[arg(long, value_name = "FILE.csv", requires = "latency")]
     hist_out: Option<String>,
-    /// Bytes to keep of each packet (snap length, 64 to 262144).
-    #[arg(short = 's', long, value_name = "BYTES", default_value = "65535", value_parser = flags::size(64, 262_144))]
-    snaplen: u64,
+    /// Bytes to keep of each packet (snap length, 64 to 262144), on capture ports and in the -w
+    /// file. Default: 65535 on capture ports; a file's records and -w keep every byte (up to
+    /// 256 KiB).
+    #[arg(short = 's', long, value_name = "BYTES", value_parser = flags::size(64, 262_144))]
+    snaplen: Option<u64>,
 }
 
 /// Runs `linerate count`.
@@ -64,7 +66,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
     // A capture-only loop: wait long in poll, the kernel wakes it when packets are ready.
     let opts = PortOptions {
-        snaplen: a.snaplen as u32,
+        snaplen: a.snaplen.map_or(65_535, |s| s as u32),
         rx_wait_ms: 100,
         ..Default::default()
     };
@@ -88,10 +90,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let to_stdout = a.write.as_deref() == Some("-");
     let mut writer: Option<PcapPort> = match a.write.as_deref() {
         None => None,
-        Some(path) => Some(
-            PcapPort::create_protected(path, link, opts.snaplen, &inputs)
-                .map_err(|e| usage(format!("-w: {e}")))?,
-        ),
+        Some(path) => {
+            // -s cuts records (as tcpdump -s does). Else the header says what the input's said
+            // (a copy of a file is byte for byte the file) or the capture port's snap length,
+            // and every record is written whole, even one longer than that header says.
+            let snaplen = a
+                .snaplen
+                .map_or(input.snaplen().unwrap_or(opts.snaplen), |s| s as u32);
+            let mut w = PcapPort::create_protected(path, link, snaplen, &inputs)
+                .map_err(|e| usage(format!("-w: {e}")))?;
+            if a.snaplen.is_none() {
+                w.keep_whole();
+            }
+            Some(w)
+        }
     };
     pin(a.core)?;
 

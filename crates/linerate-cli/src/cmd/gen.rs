@@ -454,7 +454,7 @@ fn open_out(uri: &str, opts: &PortOptions, limited: bool) -> anyhow::Result<Box<
             "-o {p}: a capture file needs a limit (-c COUNT or -t DURATION)"
         ))),
         Some(p) => Ok(Box::new(
-            PcapPort::create_protected(p, LinkType::ETHERNET, 65535, &opts.inputs)
+            PcapPort::create_protected(p, LinkType::ETHERNET, 0, &opts.inputs)
                 .map_err(|e| usage(format!("-o: {e}")))?,
         )),
         None => crate::common::open_output("-o", uri, opts),

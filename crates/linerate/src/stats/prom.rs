@@ -78,6 +78,7 @@ pub fn cluster_text(id: u32, s: &ClusterStats, threads: &[(u64, u64)]) -> String
             ("ring_full", x.ring_full),
             ("consumer_gone", x.consumer_gone),
             ("no_frame", x.no_frame),
+            ("too_big", x.too_big),
             ("unread", x.unread),
         ] {
             let _ = writeln!(
