@@ -7,6 +7,7 @@ use linerate::apps::flow::kafka::{host_name, KafkaExporter, KafkaOptions, KafkaS
 use linerate::apps::flow::key::NotFlow;
 use linerate::apps::flow::record::{EndReason, Field, FlowRecord, Format, RecordWriter};
 use linerate::apps::flow::table::TableConfig;
+use linerate::apps::flow::threads::FlowInput;
 use linerate::apps::flow::{self, Ended, FlowOptions, FlowReport, RecordSink};
 use linerate::port::file::{self, RecordFile};
 use linerate::port::PortOptions;
@@ -213,7 +214,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         frames: 16_384,
         ..Default::default()
     };
-    let mut input = super::count::open_port(&a.input, &popts)?;
+    // Each thread reads its own share of the input (queues, fanout sockets, groups of records).
+    let input = FlowInput::open(&a.input, &popts, a.threads)
+        .map_err(|e| crate::common::port_error("-i", &a.input, e))?;
     // Every record reaches the output whole (a stop by any signal leaves no cut line); the
     // input is never an output.
     let inputs = crate::common::inputs_of([a.input.as_str()]);
@@ -258,7 +261,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             Some((x, addr))
         }
     };
-    let live = a.input.starts_with("afpacket:") || a.input.starts_with("xdp:");
+    let live = input.is_live();
     let opts = FlowOptions {
         table: TableConfig {
             max_flows: a.max_flows as u32,
@@ -287,7 +290,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let maddr = metrics.as_ref().map(|m| m.addr().to_string());
         if a.json {
             let mut j = serde_json::json!({"type": "start", "input": a.input, "link_type": link,
-                    "threads": a.threads, "max_flows": a.max_flows});
+                    "threads": a.threads, "plan": input.plan(), "max_flows": a.max_flows});
             if let Some(k) = &sinks.kafka {
                 j["kafka"] = k.options().target().into();
                 j["probe"] = k.options().probe.clone().into();
@@ -298,8 +301,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             eprintln!("{j}");
         } else {
             eprintln!(
-                "Flows from {} (link type {link}), {} thread(s)",
-                a.input, a.threads
+                "Flows from {} (link type {link}), {}",
+                a.input,
+                input.plan()
             );
             if let Some(n) = sinks.kafka.as_ref().and_then(|k| k.note()) {
                 eprintln!("note: {n}");
@@ -316,7 +320,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let report = flow::run(input.as_mut(), &opts, &stop, &mut sinks);
+    let report = flow::threads::run_input(input, &opts, &stop, &mut sinks);
     if let Some(w) = &mut sinks.writer {
         if let Err(e) = w.flush() {
             sinks.write_error.get_or_insert(e);

@@ -18,11 +18,13 @@
 //! as `malformed` (use [`PcapReader`] directly to get every packet with its own link type).
 
 mod reader;
+mod split;
 mod writer;
 
 pub use reader::{
     FileFormat, PcapReader, Record, BUF_SIZE, INITIAL_BUF, MAX_BLOCK, MAX_CAPLEN, MAX_IFACES,
 };
+pub use split::{Chunk, PcapSplit, SplitReader, SplitRecord, SPLIT_GROUP, SPLIT_READ};
 pub use writer::{PcapWriter, Precision, DEFAULT_SNAPLEN};
 
 use super::file::{self, Inputs, RecordFile};
