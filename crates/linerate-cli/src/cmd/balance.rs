@@ -2,7 +2,7 @@
 //! `--threads` the same distribution to consumer threads (pfdnacluster_multithread).
 
 use crate::cmd::count::open_port;
-use crate::common::{flags, pin, stop_flag, usage};
+use crate::common::{flags, metrics, pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::balance::lua::{LuaError, LuaScript};
@@ -16,8 +16,8 @@ use linerate::filter::Filter;
 use linerate::port::cluster::{ClusterConfig, ClusterStats, Master};
 use linerate::port::file::Inputs;
 use linerate::port::pcap::PcapPort;
-use linerate::port::{Port, PortError, PortOptions};
-use linerate::stats::prom::{cluster_text, MetricsServer};
+use linerate::port::{DropReason, Drops, Port, PortError, PortOptions};
+use linerate::stats::prom::{cluster_text, Dir, PortCount};
 use linerate::stats::{group, group_f};
 use linerate::units;
 use std::io::Write;
@@ -93,9 +93,7 @@ pub struct Args {
     /// Print statistics as JSON lines.
     #[arg(long)]
     json: bool,
-    /// Serve Prometheus text on this address (e.g. 127.0.0.1:9100). It has no authentication:
-    /// keep it on loopback unless every host that can reach it may read the counters.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", help = metrics::HELP)]
     metrics: Option<String>,
     /// Print only the final summary.
     #[arg(long)]
@@ -287,17 +285,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Master::create(a.cluster, &cfg).context("creating the cluster")?
     };
     master.set_consumer_timeout(a.consumer_timeout);
-    let metrics = match &a.metrics {
-        Some(addr) => {
-            let m =
-                MetricsServer::start(addr).map_err(|e| usage(format!("--metrics {addr}: {e}")))?;
-            if let Some(note) = m.auth_note() {
-                eprintln!("linerate: {note}");
-            }
-            Some(m)
-        }
-        None => None,
-    };
+    let metrics = metrics::start(a.metrics.as_deref(), "balance", a.quiet)?;
+    if let Some(m) = &metrics {
+        let s = master.stats();
+        publish(m, (&a.input, a.out.as_deref()), a.cluster, &s, &[]);
+    }
     let mut egress = Vec::new();
     for spec in &a.egress {
         let bad = || usage(format!("-r {spec}: write QUEUE:PORT, e.g. -r 0:out.pcap"));
@@ -390,6 +382,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         threaded: threads.is_some(),
         egress_queues: egress_queues.clone(),
         metrics: &metrics,
+        input: &a.input,
+        out_port: a.out.as_deref(),
         out,
     };
     let report = balance::run_with(
@@ -453,14 +447,65 @@ struct Printer<'a> {
     json: bool,
     threaded: bool,
     egress_queues: Vec<usize>,
-    metrics: &'a Option<MetricsServer>,
+    metrics: &'a Option<metrics::Metrics>,
+    input: &'a str,
+    out_port: Option<&'a str>,
     out: std::io::Stdout,
+}
+
+/// balance's metrics: the common families (the input's receive counters with what no queue
+/// wanted as `filter` drops, each queue as a port `cluster:ID@Q` the master sends to, `-o`'s
+/// transmit counters) and the cluster's own `linerate_cluster_*` families (docs/cluster.md).
+fn publish(
+    m: &metrics::Metrics,
+    (input, out): (&str, Option<&str>),
+    id: u32,
+    s: &ClusterStats,
+    threads: &[(u64, u64)],
+) {
+    let mut e = m.exposition();
+    let mut d = Drops::default();
+    d.add(DropReason::Filter, s.filtered);
+    d.add(DropReason::NoFrame, s.no_frame);
+    let rx = PortCount {
+        packets: s.rx_packets,
+        bytes: s.rx_bytes,
+        drops: d,
+    };
+    e.port(input, Dir::Rx, &rx);
+    for (q, x) in s.queues.iter().enumerate() {
+        let mut d = Drops::default();
+        d.add(DropReason::RingFull, x.ring_full);
+        d.add(DropReason::ConsumerGone, x.consumer_gone);
+        d.add(DropReason::NoFrame, x.no_frame);
+        d.add(DropReason::Unread, x.unread);
+        let c = PortCount {
+            packets: x.delivered,
+            bytes: x.bytes,
+            drops: d,
+        };
+        e.port(&format!("cluster:{id}@{q}"), Dir::Tx, &c);
+    }
+    if let Some(o) = out {
+        let mut d = Drops::default();
+        d.add(DropReason::RingFull, s.tx_dropped);
+        d.add(DropReason::Malformed, s.tx_malformed);
+        let c = PortCount {
+            packets: s.tx_packets,
+            bytes: s.tx_bytes,
+            drops: d,
+        };
+        e.port(o, Dir::Tx, &c);
+    }
+    e.append(&cluster_text(id, s, threads));
+    m.publish(&e);
 }
 
 impl Printer<'_> {
     fn tick(&mut self, t: &BalanceTick, now_threads: Vec<(u64, u64)>) {
         if let Some(m) = self.metrics {
-            m.set(cluster_text(self.id, &t.now.stats, &now_threads));
+            let ports = (self.input, self.out_port);
+            publish(m, ports, self.id, &t.now.stats, &now_threads);
         }
         if !self.quiet {
             let s = if self.json {
@@ -482,7 +527,7 @@ fn finish(
     egress_queues: &[usize],
     report: BalanceReport,
     fin: balance::Finished,
-    metrics: &Option<MetricsServer>,
+    metrics: &Option<metrics::Metrics>,
 ) -> anyhow::Result<ExitCode> {
     let joined = fin.threads;
     let threaded = joined.is_some();
@@ -498,7 +543,8 @@ fn finish(
         _ => Vec::new(),
     };
     if let Some(m) = metrics {
-        m.set(cluster_text(a.cluster, &t.now.stats, &final_threads));
+        let ports = (a.input.as_str(), a.out.as_deref());
+        publish(m, ports, a.cluster, &t.now.stats, &final_threads);
     }
     let ended = match report.ended {
         Ended::Count => "count reached",

@@ -1,12 +1,13 @@
 //! `linerate count`: pfcount / zcount.
 
-use crate::common::{flags, inputs_of, pin, stop_flag, usage};
+use crate::common::{flags, inputs_of, metrics, pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::count::{self, CountOptions, Ended};
 use linerate::apps::gen::latency::Tracker;
 use linerate::filter::Filter;
 use linerate::port::{pcap::PcapPort, Port, PortOptions};
+use linerate::stats::prom::{Dir, PortCount};
 use linerate::stats::{self, group};
 use linerate::time::{Clock, TscClock};
 use std::io::Write;
@@ -59,6 +60,24 @@ pub struct Args {
     /// 256 KiB).
     #[arg(short = 's', long, value_name = "BYTES", value_parser = flags::size(64, 262_144))]
     snaplen: Option<u64>,
+    #[arg(long, value_name = "ADDR", help = metrics::HELP)]
+    metrics: Option<String>,
+}
+
+/// The metrics of a count: the input's receive counters since the start (what the summary
+/// says).
+fn publish(m: &metrics::Metrics, port: &str, start: &stats::Snapshot, now: &stats::Snapshot) {
+    let mut e = m.exposition();
+    e.port(
+        port,
+        Dir::Rx,
+        &PortCount {
+            packets: now.pkts - start.pkts,
+            bytes: now.bytes - start.bytes,
+            drops: now.drops.since(&start.drops),
+        },
+    );
+    m.publish(&e);
 }
 
 /// Runs `linerate count`.
@@ -106,6 +125,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     };
     pin(a.core)?;
+    let metrics = metrics::start(a.metrics.as_deref(), "count", a.quiet)?;
+    if let Some(m) = &metrics {
+        let mut e = m.exposition();
+        e.port(&a.input, Dir::Rx, &PortCount::default());
+        m.publish(&e);
+    }
 
     // Statistics go to standard output, or to standard error when it carries the pcap stream.
     let mut out: Box<dyn Write> = if to_stdout {
@@ -140,6 +165,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         &copts,
         &stop,
         |t| {
+            if let Some(m) = &metrics {
+                publish(m, &a.input, &t.start, &t.now);
+            }
             if a.quiet {
                 return;
             }
@@ -159,6 +187,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     );
     drop(writer);
     let t = &report.tick;
+    if let Some(m) = &metrics {
+        publish(m, &a.input, &t.start, &t.now);
+    }
     let ended = match report.ended {
         Ended::Count => "count reached",
         Ended::Duration => "time limit",

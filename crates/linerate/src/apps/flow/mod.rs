@@ -24,7 +24,8 @@ use crate::port::{LinkType, Port, PortError, PortStats};
 use frag::FragCache;
 use key::{extract, extract_fragment, NotFlow, PktInfo, E_FRAG};
 use record::FlowRecord;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use table::{FlowTable, TableConfig, TableStats};
 
@@ -40,6 +41,27 @@ pub struct FlowOptions {
     pub wall_clock: bool,
     /// Descriptors each worker's ring holds.
     pub ring_size: usize,
+    /// Where the reading threads publish their packet and byte counts for a reader on another
+    /// thread (`--metrics`): an atomic add per batch, nothing per packet.
+    pub live: Option<Arc<FlowLive>>,
+}
+
+/// Counters the reading threads publish while they run: packets and bytes received so far.
+#[derive(Debug, Default)]
+pub struct FlowLive {
+    /// Packets received.
+    pub packets: AtomicU64,
+    /// Their bytes (on the wire).
+    pub bytes: AtomicU64,
+}
+
+impl FlowLive {
+    /// Adds what a thread received since it last added.
+    #[inline]
+    pub(crate) fn add(&self, packets: u64, bytes: u64) {
+        self.packets.fetch_add(packets, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
 }
 
 impl Default for FlowOptions {
@@ -49,6 +71,7 @@ impl Default for FlowOptions {
             threads: 1,
             wall_clock: false,
             ring_size: 1024,
+            live: None,
         }
     }
 }
@@ -269,7 +292,11 @@ pub fn run(
         if n > 0 {
             idle = 0;
             packets += batch.len() as u64;
+            let before = bytes;
             bytes += batch.descs().iter().map(|d| d.wire_len as u64).sum::<u64>();
+            if let Some(l) = &opts.live {
+                l.add(batch.len() as u64, bytes - before);
+            }
             w.batch(&batch);
             batch.clear();
         } else if port.is_finished() {

@@ -26,7 +26,7 @@
 use super::key::{extract, extract_fragment, FlowKey, NotFlow, E_FRAG, E_LATER};
 use super::record::FlowRecord;
 use super::table::TableStats;
-use super::{Ended, FlowOptions, FlowReport, Item, RecordSink, Worker};
+use super::{Ended, FlowLive, FlowOptions, FlowReport, Item, RecordSink, Worker};
 use crate::mem::{Batch, BATCH};
 use crate::port::pcap::{Chunk, PcapSplit, SplitReader, SPLIT_GROUP};
 use crate::port::{self, Direction, LinkType, Port, PortError, PortOptions, PortStats};
@@ -338,6 +338,8 @@ struct Shared<'a> {
     /// (stored after the items went into the rings, so a thread that loads it and then empties
     /// its rings has counted every packet read before it).
     clock: AtomicU64,
+    /// Where threads add what they read (`--metrics`).
+    live: Option<&'a FlowLive>,
 }
 
 /// What a thread hands back.
@@ -431,11 +433,27 @@ struct Thread<'a> {
     overflow: Vec<std::collections::VecDeque<Msg>>,
     packets: u64,
     bytes: u64,
+    /// Packets and bytes already added to the shared live counters.
+    published: (u64, u64),
     /// The latest packet time of the group being parsed.
     gclock: u64,
 }
 
 impl Thread<'_> {
+    /// Adds what was read since the last call to the live counters (once per loop turn).
+    #[inline]
+    fn publish_live(&mut self) {
+        if let Some(l) = self.sh.live {
+            if self.packets != self.published.0 {
+                l.add(
+                    self.packets - self.published.0,
+                    self.bytes - self.published.1,
+                );
+                self.published = (self.packets, self.bytes);
+            }
+        }
+    }
+
     /// Parses one packet: an item this thread owns goes to `mine`, others to `stage`.
     #[inline(always)]
     fn route(&mut self, data: &[u8], ts: u64, wire_len: u32, group: u64, ordered: bool) {
@@ -667,6 +685,7 @@ fn thread_main(
     let mut idle = 0u32;
     let mut stopped = false;
     loop {
+        th.publish_live();
         let mut work = false;
         let stopping = th.sh.stop.load(Ordering::Relaxed) || th.sh.halt.load(Ordering::Relaxed);
         stopped |= th.sh.stop.load(Ordering::Relaxed);
@@ -887,6 +906,7 @@ fn thread_main(
             }
         }
     }
+    th.publish_live();
     th.w.table.flush(&mut th.w.out);
     th.flush_records();
     let mut port = PortStats::default();
@@ -930,6 +950,7 @@ fn run_sources(
         done: AtomicUsize::new(0),
         groups: AtomicU64::new(if ordered { u64::MAX } else { 0 }),
         clock: AtomicU64::new(0),
+        live: opts.live.as_deref(),
     };
     // Rings hold 2 × AHEAD groups of each producer (the bound of the ordered protocol).
     let ring_size = opts
@@ -977,6 +998,7 @@ fn run_sources(
                 overflow: (0..nt).map(|_| Default::default()).collect(),
                 packets: 0,
                 bytes: 0,
+                published: (0, 0),
             };
             let wall = opts.wall_clock;
             handles.push(s.spawn(move || thread_main(th, srcs, ordered, wall)));
