@@ -321,7 +321,7 @@ fn every_receive_tool_serves_the_same_families_equal_to_its_summary() {
     );
     let flows = Tool::spawn(
         Some(&ns),
-        &[&["flows", "-i", port, "--json"][..], &m].concat(),
+        &[&["flows", "-i", port, "--threads", "2", "--json"][..], &m].concat(),
     );
     let cluster = (std::process::id() % 40_000 + 20_000).to_string();
     let balance = Tool::spawn(
