@@ -1,7 +1,6 @@
 //! What every subcommand shares: errors and exit codes, signals, core pinning, flag ranges.
 
 pub mod flags;
-pub mod metrics;
 
 use linerate::port::file::{self, Inputs};
 use linerate::port::{self, Direction, Port, PortError, PortOptions};
@@ -47,14 +46,66 @@ pub fn report_error(e: &anyhow::Error) -> ExitCode {
     }
 }
 
-/// A flag set by the first SIGINT or SIGTERM; a second one ends the process at once.
+/// The signals that stop a tool: SIGINT, SIGTERM, and SIGHUP, SIGQUIT and SIGUSR1 alike (none
+/// has another use here), so that a closed terminal or a `kill -QUIT` ends a run with its
+/// summary and whole outputs too. One that was ignored when the tool started (SIGHUP under
+/// nohup) stays ignored.
+pub const STOP_SIGNALS: [i32; 5] = [
+    signal_hook::consts::SIGINT,
+    signal_hook::consts::SIGTERM,
+    signal_hook::consts::SIGHUP,
+    signal_hook::consts::SIGQUIT,
+    signal_hook::consts::SIGUSR1,
+];
+
+/// How long a repeated signal counts as the same stop: timeout(1) sends its signal to the tool
+/// and then to the whole process group, so the tool gets it twice at once.
+pub const REPEAT_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A flag set by the first stop signal ([`STOP_SIGNALS`]); the tool then stops within a second
+/// with its summary. Signals within [`REPEAT_WINDOW`] of the first are the same stop. A signal
+/// after that forces the stop: outputs are sealed on their last whole record, the cluster
+/// segments this process published are removed, and it exits with code 130 (no summary).
 pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(sig, 130, stop.clone())?;
+    // A signal ignored when the tool started stays ignored: under nohup(1) a closed terminal
+    // (SIGHUP) does not end the run.
+    let sigs: Vec<i32> = STOP_SIGNALS
+        .into_iter()
+        .filter(|&s| !linerate::port::signal_ignored(s))
+        .collect();
+    for &sig in &sigs {
+        // Set at once from the handler; the thread below sees repeats.
         signal_hook::flag::register(sig, stop.clone())?;
     }
+    let mut signals = signal_hook::iterator::Signals::new(&sigs)?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut first: Option<std::time::Instant> = None;
+            for sig in signals.forever() {
+                match first {
+                    None => first = Some(std::time::Instant::now()),
+                    Some(t) if t.elapsed() < REPEAT_WINDOW => {}
+                    Some(_) => forced_stop(sig),
+                }
+            }
+        })?;
     Ok(stop)
+}
+
+/// Ends the process now, for a signal that came after the stop asked for was not done within
+/// [`REPEAT_WINDOW`]: nothing more reaches an output (each ends on a whole record), shared
+/// memory this process published is removed, exit code 130.
+pub fn forced_stop(sig: i32) -> ! {
+    eprintln!(
+        "linerate: {} again: stopping by force (outputs end on their last whole record; no \
+         summary)",
+        signal_hook::low_level::signal_name(sig).unwrap_or("signal")
+    );
+    file::seal_all(std::time::Duration::from_millis(500));
+    linerate::port::cluster::remove_published_segments();
+    std::process::exit(130)
 }
 
 /// Whether this machine has a core numbered `core`.
@@ -169,5 +220,77 @@ pub fn check_output(flag: &str, path: &str, inputs: &Inputs) -> anyhow::Result<(
              input; write to another file"
         ))),
         None => Ok(()),
+    }
+}
+
+/// Whether opening `uri` may wait for a writer or for the first bytes: standard input, a FIFO
+/// or a device among its files.
+fn may_wait(uri: &str) -> bool {
+    uri.split(',').any(|part| {
+        let path = match part.split_once(':') {
+            Some(("pcap", p)) => p,
+            Some((s, _)) if ["mem", "afpacket", "xdp", "cluster"].contains(&s) => return false,
+            _ => part,
+        };
+        path == "-" || std::fs::metadata(path).is_ok_and(|m| !m.file_type().is_file())
+    })
+}
+
+/// [`open_input`], for an input that may wait before it gives its capture header (standard
+/// input, a FIFO nobody writes yet): the wait ends with `stop` or after `limit`, and then it
+/// returns `Ok(None)` (nothing was read). The open goes on in a thread of its own, left behind.
+pub fn open_input_until(
+    flag: &str,
+    uri: &str,
+    opts: &PortOptions,
+    stop: &AtomicBool,
+    limit: Option<std::time::Duration>,
+) -> anyhow::Result<Option<Box<dyn Port>>> {
+    if !may_wait(uri) {
+        return open_input(flag, uri, opts).map(Some);
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (f, u, o) = (flag.to_string(), uri.to_string(), opts.clone());
+    std::thread::Builder::new()
+        .name("open-input".into())
+        .spawn(move || {
+            let _ = tx.send(open_input(&f, &u, &o));
+        })?;
+    let t0 = std::time::Instant::now();
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(20)) {
+            Ok(r) => return r.map(Some),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if stop.load(std::sync::atomic::Ordering::Relaxed)
+                    || limit.is_some_and(|l| t0.elapsed() >= l)
+                {
+                    return Ok(None);
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                anyhow::bail!("{flag} {uri}: opening it failed")
+            }
+        }
+    }
+}
+
+/// A port that gives nothing and never ends: what a run reads when its input never opened
+/// before the stop (see [`open_input_until`]), so that it still prints its summary.
+pub struct Nothing(pub String);
+
+impl Port for Nothing {
+    fn name(&self) -> &str {
+        &self.0
+    }
+    fn rx(&mut self, _: &mut linerate::mem::Batch) -> Result<usize, PortError> {
+        Ok(0)
+    }
+    fn tx(&mut self, b: &mut linerate::mem::Batch) -> Result<usize, PortError> {
+        let n = b.len();
+        b.clear();
+        Ok(n)
+    }
+    fn stats(&mut self) -> linerate::port::PortStats {
+        Default::default()
     }
 }

@@ -337,14 +337,612 @@ fn absurd_flag_values_are_usage_errors_naming_the_flag_and_range() {
     }
 }
 
-#[allow(dead_code)]
+// ---------------------------------------------------------------------------------------------
+// Stops: one signal or -t always ends a run within a second or two, with its summary, whatever
+// the input does; other signals end it like SIGTERM; outputs end on whole records.
+
 fn read_all(mut r: impl Read) -> Vec<u8> {
     let mut v = Vec::new();
     let _ = r.read_to_end(&mut v);
     v
 }
 
-#[allow(dead_code)]
-fn within(limit: Duration, start: Instant) -> bool {
-    start.elapsed() <= limit
+/// A child whose standard output and error are read as they come (so that it never blocks on
+/// a full pipe), killed by PID if the test ends first.
+struct Proc {
+    child: std::process::Child,
+    out: Option<std::thread::JoinHandle<Vec<u8>>>,
+    err: Option<std::thread::JoinHandle<Vec<u8>>>,
+}
+
+impl Proc {
+    fn spawn(cmd: &mut Command) -> Proc {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let o = child.stdout.take().unwrap();
+        let e = child.stderr.take().unwrap();
+        Proc {
+            child,
+            out: Some(std::thread::spawn(move || read_all(o))),
+            err: Some(std::thread::spawn(move || read_all(e))),
+        }
+    }
+
+    fn linerate(args: &[&str]) -> Proc {
+        Proc::spawn(Command::new(bin()).args(args).stdin(Stdio::null()))
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on the PID of a child this test started and has not reaped.
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    /// Waits up to `limit` for the end (then kills it): the status (None: it had to be
+    /// killed), the time it took, and its outputs.
+    fn finish(mut self, limit: Duration) -> (Option<std::process::ExitStatus>, Duration, String) {
+        let t = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if t.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let took = t.elapsed();
+        let out = self.out.take().unwrap().join().unwrap();
+        let err = self.err.take().unwrap().join().unwrap();
+        let all = format!(
+            "status {status:?} after {took:?}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&err)
+        );
+        (status, took, all)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// How long a stop may take after it is asked for: a second, with room for a loaded machine.
+const STOP_WITHIN: Duration = Duration::from_millis(2500);
+
+/// A pcap file header (Ethernet, microseconds).
+fn pcap_header() -> Vec<u8> {
+    let mut v = Vec::new();
+    v.extend(0xa1b2_c3d4u32.to_le_bytes());
+    v.extend(2u16.to_le_bytes());
+    v.extend(4u16.to_le_bytes());
+    v.extend([0u8; 8]);
+    v.extend(65535u32.to_le_bytes());
+    v.extend(1u32.to_le_bytes());
+    v
+}
+
+/// One pcap record: a UDP/IPv4 frame of `len` bytes (at least 42) from port `sport`.
+fn pcap_record(sec: u32, usec: u32, len: usize, sport: u16) -> Vec<u8> {
+    let mut f = vec![0u8; len.max(42)];
+    f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    f[14] = 0x45;
+    let n = f.len();
+    f[16..18].copy_from_slice(&((n - 14) as u16).to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+    f[30..34].copy_from_slice(&[10, 0, 0, 2]);
+    f[34..36].copy_from_slice(&sport.to_be_bytes());
+    f[36..38].copy_from_slice(&9u16.to_be_bytes());
+    f[38..40].copy_from_slice(&((n - 34) as u16).to_be_bytes());
+    let mut v = Vec::new();
+    v.extend(sec.to_le_bytes());
+    v.extend(usec.to_le_bytes());
+    v.extend((f.len() as u32).to_le_bytes());
+    v.extend((f.len() as u32).to_le_bytes());
+    v.extend(f);
+    v
+}
+
+/// The records of a pcap file (microseconds, little-endian, as linerate writes them), if it
+/// ends on a whole record; the reason otherwise.
+fn whole_pcap(data: &[u8]) -> Result<usize, String> {
+    if data.len() < 24 {
+        return Err(format!("{} bytes: no whole header", data.len()));
+    }
+    let mut at = 24;
+    let mut n = 0;
+    while at < data.len() {
+        if data.len() - at < 16 {
+            return Err(format!("record {n} at {at}: its header is cut"));
+        }
+        let incl = u32::from_le_bytes(data[at + 8..at + 12].try_into().unwrap()) as usize;
+        if data.len() - at - 16 < incl {
+            return Err(format!("record {n} at {at}: {incl} bytes, cut"));
+        }
+        at += 16 + incl;
+        n += 1;
+    }
+    Ok(n)
+}
+
+fn mkfifo(path: &str) {
+    let st = Command::new("mkfifo").arg(path).status().expect("mkfifo");
+    assert!(st.success(), "mkfifo {path}");
+}
+
+/// Opens `path` for writing and keeps it open (a writer that sends nothing).
+fn fifo_writer(path: &str) -> std::thread::JoinHandle<std::fs::File> {
+    let p = path.to_string();
+    std::thread::spawn(move || std::fs::OpenOptions::new().write(true).open(p).unwrap())
+}
+
+/// Feeds `path` (a FIFO) with a pcap header and records, without end, until its reader
+/// leaves or `stop` is set.
+fn fifo_feeder(
+    path: &str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    use std::io::Write;
+    let p = path.to_string();
+    std::thread::spawn(move || {
+        let mut f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+        if f.write_all(&pcap_header()).is_err() {
+            return 0;
+        }
+        let mut n = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut chunk = Vec::new();
+            for k in 0..64u32 {
+                chunk.extend(pcap_record(
+                    1 + (n as u32) / 1000,
+                    k,
+                    300,
+                    (n % 97) as u16 + 1000,
+                ));
+                n += 1;
+            }
+            if f.write_all(&chunk).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        n
+    })
+}
+
+#[test]
+fn a_replayed_capture_with_a_long_gap_stops_on_time_and_on_one_signal() {
+    let d = Dir::new("gap");
+    let gap = d.path("gap.pcap");
+    // Two packets 95 years apart.
+    let mut f = pcap_header();
+    f.extend(pcap_record(1_000, 0, 60, 1));
+    f.extend(pcap_record(3_000_000_000, 0, 60, 2));
+    std::fs::write(&gap, f).unwrap();
+    let out = format!("mem:hostile-gap-{}", std::process::id());
+    // -t 1.
+    let p = Proc::linerate(&["gen", "--pcap", &gap, "-o", &out, "-t", "1"]);
+    let (st, took, all) = p.finish(Duration::from_secs(1) + STOP_WITHIN + Duration::from_secs(10));
+    assert_eq!(st.and_then(|s| s.code()), Some(0), "{all}");
+    assert!(took < Duration::from_secs(1) + STOP_WITHIN, "{all}");
+    assert!(
+        all.contains("Replayed 1 pkts") && all.contains("ended: time limit"),
+        "{all}"
+    );
+    // One SIGTERM, and one SIGINT.
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let p = Proc::linerate(&["gen", "--pcap", &gap, "-o", &out]);
+        std::thread::sleep(Duration::from_millis(500));
+        p.signal(sig);
+        let (st, took, all) = p.finish(STOP_WITHIN + Duration::from_secs(10));
+        assert_eq!(st.and_then(|s| s.code()), Some(0), "signal {sig}: {all}");
+        assert!(took < STOP_WITHIN, "signal {sig}: {all}");
+        assert!(all.contains("ended: interrupted"), "signal {sig}: {all}");
+    }
+}
+
+#[test]
+fn an_empty_capture_with_a_huge_loop_count_ends_at_once() {
+    let d = Dir::new("empty-loop");
+    let empty = d.path("empty.pcap");
+    std::fs::write(&empty, pcap_header()).unwrap();
+    let out = format!("mem:hostile-empty-{}", std::process::id());
+    let p = Proc::linerate(&["gen", "--pcap", &empty, "-o", &out, "--loop", "1000000000"]);
+    let (st, took, all) = p.finish(Duration::from_secs(20));
+    assert_eq!(st.and_then(|s| s.code()), Some(0), "{all}");
+    assert!(took < STOP_WITHIN, "{all}");
+    assert!(
+        all.contains("Replayed 0 pkts") && all.contains("the capture has no packet"),
+        "{all}"
+    );
+}
+
+#[test]
+fn count_on_a_stalled_fifo_or_stdin_stops_on_time_and_on_one_sigterm() {
+    let d = Dir::new("stall");
+    // A FIFO whose writer sends nothing, not even a header: -t 1, then one SIGTERM.
+    for by_signal in [false, true] {
+        let fifo = d.path(&format!("silent-{by_signal}"));
+        mkfifo(&fifo);
+        let w = fifo_writer(&fifo);
+        let mut args = vec!["count", "-i", fifo.as_str()];
+        if !by_signal {
+            args.extend(["-t", "1"]);
+        }
+        let p = Proc::linerate(&args);
+        let _w = w.join().unwrap();
+        let limit = if by_signal {
+            std::thread::sleep(Duration::from_millis(700));
+            p.signal(libc::SIGTERM);
+            STOP_WITHIN
+        } else {
+            STOP_WITHIN + Duration::from_secs(1)
+        };
+        let (st, took, all) = p.finish(limit + Duration::from_secs(10));
+        assert_eq!(st.and_then(|s| s.code()), Some(0), "{all}");
+        assert!(took < limit, "{all}");
+        let why = if by_signal {
+            "interrupted"
+        } else {
+            "time limit"
+        };
+        assert!(all.contains(why) && all.contains("0 pkts"), "{all}");
+    }
+    // A FIFO that gave a header and three packets, then nothing.
+    for by_signal in [false, true] {
+        let fifo = d.path(&format!("stalled-{by_signal}"));
+        mkfifo(&fifo);
+        let w = {
+            let p = fifo.clone();
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let mut f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+                let mut v = pcap_header();
+                for k in 0..3 {
+                    v.extend(pcap_record(1, k, 100, 7));
+                }
+                f.write_all(&v).unwrap();
+                f
+            })
+        };
+        let mut args = vec!["count", "-i", fifo.as_str(), "--json"];
+        if !by_signal {
+            args.extend(["-t", "1"]);
+        }
+        let p = Proc::linerate(&args);
+        let _w = w.join().unwrap();
+        let limit = if by_signal {
+            std::thread::sleep(Duration::from_millis(700));
+            p.signal(libc::SIGTERM);
+            STOP_WITHIN
+        } else {
+            STOP_WITHIN + Duration::from_secs(1)
+        };
+        let (st, took, all) = p.finish(limit + Duration::from_secs(10));
+        assert_eq!(st.and_then(|s| s.code()), Some(0), "{all}");
+        assert!(took < limit, "{all}");
+        assert!(all.contains(r#""type":"summary""#), "{all}");
+        assert!(all.contains(r#""pkts":3"#), "{all}");
+    }
+    // Standard input held open by a writer that gave a header and one packet.
+    let mut child = Command::new(bin());
+    child
+        .args(["count", "-i", "-", "-t", "1"])
+        .stdin(Stdio::piped());
+    let mut p = Proc::spawn(&mut child);
+    let mut stdin = p.child.stdin.take().unwrap();
+    {
+        use std::io::Write;
+        let mut v = pcap_header();
+        v.extend(pcap_record(1, 0, 100, 7));
+        stdin.write_all(&v).unwrap();
+    }
+    let (st, took, all) = p.finish(STOP_WITHIN + Duration::from_secs(11));
+    drop(stdin);
+    assert_eq!(st.and_then(|s| s.code()), Some(0), "{all}");
+    assert!(took < Duration::from_secs(1) + STOP_WITHIN, "{all}");
+    assert!(
+        all.contains("time limit") && all.contains("1 pkts"),
+        "{all}"
+    );
+}
+
+#[test]
+fn a_script_that_never_returns_is_stopped_naming_the_script() {
+    let d = Dir::new("lua-loop");
+    let top = d.path("top.lua");
+    std::fs::write(
+        &top,
+        "local n = 0\nwhile true do n = n + 1 end\nfunction modify(pkts, n) end\n",
+    )
+    .unwrap();
+    let inner = d.path("inner.lua");
+    std::fs::write(
+        &inner,
+        "calls = 0\nfunction modify(pkts, n)\n  calls = calls + 1\n  if calls > 3 then\n    \
+         while true do end\n  end\nend\n",
+    )
+    .unwrap();
+    let out = format!("mem:hostile-lua-{}", std::process::id());
+    // Its top level never returns: -t 1, and one SIGTERM.
+    for by_signal in [false, true] {
+        let mut args = vec!["gen", "--script", top.as_str(), "-o", out.as_str()];
+        if !by_signal {
+            args.extend(["-t", "1"]);
+        }
+        let p = Proc::linerate(&args);
+        let limit = if by_signal {
+            std::thread::sleep(Duration::from_millis(500));
+            p.signal(libc::SIGTERM);
+            STOP_WITHIN
+        } else {
+            STOP_WITHIN + Duration::from_secs(1)
+        };
+        let (st, took, all) = p.finish(limit + Duration::from_secs(10));
+        assert_eq!(st.and_then(|s| s.code()), Some(1), "{all}");
+        assert!(took < limit, "{all}");
+        assert!(
+            all.contains(&format!("{top}:2:")) && all.contains("did not return"),
+            "{all}"
+        );
+    }
+    // modify() never returns after a few batches: one SIGINT ends the run with its summary.
+    let p = Proc::linerate(&["gen", "--script", &inner, "-o", &out, "--rate", "1000pps"]);
+    std::thread::sleep(Duration::from_millis(700));
+    p.signal(libc::SIGINT);
+    let (st, took, all) = p.finish(STOP_WITHIN + Duration::from_secs(10));
+    assert_eq!(st.and_then(|s| s.code()), Some(1), "{all}");
+    assert!(took < STOP_WITHIN, "{all}");
+    assert!(all.contains("Sent"), "{all}");
+    assert!(
+        all.contains(&format!("{inner}:5:")) && all.contains("did not return"),
+        "{all}"
+    );
+    // balance's script, under -t.
+    let bal = d.path("bal.lua");
+    std::fs::write(
+        &bal,
+        "function balance(pkts, n)\n  while true do end\nend\n",
+    )
+    .unwrap();
+    let lua = format!("lua:{bal}");
+    let p = Proc::linerate(&[
+        "balance",
+        "-i",
+        "source",
+        "--threads",
+        "-m",
+        &lua,
+        "-t",
+        "1",
+    ]);
+    let (st, took, all) = p.finish(STOP_WITHIN + Duration::from_secs(11));
+    assert!(st.is_some(), "{all}");
+    assert!(took < Duration::from_secs(1) + STOP_WITHIN, "{all}");
+    assert!(all.contains(&format!("{bal}:2:")), "{all}");
+}
+
+/// A unique cluster id per test and run.
+fn cluster_id(k: u32) -> u32 {
+    300_000 + (std::process::id() % 10_000) * 10 + k
+}
+
+fn segment(id: u32) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"))
+}
+
+#[test]
+fn sighup_sigquit_and_sigusr1_end_a_run_like_sigterm_with_whole_outputs() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let d = Dir::new("sighup");
+    let sigs = [
+        ("HUP", libc::SIGHUP),
+        ("QUIT", libc::SIGQUIT),
+        ("USR1", libc::SIGUSR1),
+    ];
+    // count -w and flows -w on a stream that goes on: the files end on whole records.
+    for (name, sig) in sigs {
+        let fifo = d.path(&format!("in-{name}"));
+        mkfifo(&fifo);
+        let pcap = d.path(&format!("out-{name}.pcap"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let feed = fifo_feeder(&fifo, stop.clone());
+        let p = Proc::linerate(&["count", "-i", &fifo, "-w", &pcap, "--json"]);
+        std::thread::sleep(Duration::from_millis(800));
+        p.signal(sig);
+        let (st, took, all) = p.finish(STOP_WITHIN + Duration::from_secs(10));
+        stop.store(true, Ordering::Relaxed);
+        let _ = feed.join();
+        assert_eq!(
+            st.and_then(|s| s.code()),
+            Some(0),
+            "count, SIG{name}: {all}"
+        );
+        assert!(took < STOP_WITHIN, "count, SIG{name}: {all}");
+        assert!(all.contains("interrupted"), "count, SIG{name}: {all}");
+        let n = whole_pcap(&std::fs::read(&pcap).unwrap())
+            .unwrap_or_else(|e| panic!("count, SIG{name}: {pcap}: {e}"));
+        assert!(n > 0, "count, SIG{name}: {all}");
+        assert!(
+            all.contains(&format!(r#""pkts":{n}"#)),
+            "count, SIG{name}: {n} written: {all}"
+        );
+    }
+    {
+        let fifo = d.path("in-flows");
+        mkfifo(&fifo);
+        let csv = d.path("flows.csv");
+        let stop = Arc::new(AtomicBool::new(false));
+        let feed = fifo_feeder(&fifo, stop.clone());
+        let p = Proc::linerate(&["flows", "-i", &fifo, "-w", &csv]);
+        std::thread::sleep(Duration::from_millis(800));
+        p.signal(libc::SIGHUP);
+        let (st, took, all) = p.finish(STOP_WITHIN + Duration::from_secs(10));
+        stop.store(true, Ordering::Relaxed);
+        let _ = feed.join();
+        assert_eq!(st.and_then(|s| s.code()), Some(0), "flows: {all}");
+        assert!(took < STOP_WITHIN, "flows: {all}");
+        let text = std::fs::read_to_string(&csv).unwrap();
+        assert!(text.ends_with('\n'), "flows: {csv} ends mid-line: {all}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.len() > 1, "flows: {text}");
+        let fields = lines[0].split(',').count();
+        for l in &lines {
+            assert_eq!(l.split(',').count(), fields, "flows: a cut line: {l}");
+        }
+    }
+    // balance on a named cluster: its summary, and no segment left.
+    let id = cluster_id(1);
+    let cid = id.to_string();
+    let p = Proc::linerate(&["balance", "-i", "source", "-n", "1", "-c", &cid, "-t", "30"]);
+    std::thread::sleep(Duration::from_millis(800));
+    p.signal(libc::SIGHUP);
+    let (st, took, all) = p.finish(STOP_WITHIN + Duration::from_secs(10));
+    assert_eq!(st.and_then(|s| s.code()), Some(0), "balance: {all}");
+    assert!(took < STOP_WITHIN, "balance: {all}");
+    assert!(all.contains("interrupted"), "balance: {all}");
+    assert!(!segment(id).exists(), "balance left its segment: {all}");
+    // gen and fwd.
+    let m = format!("mem:hostile-hup-{}", std::process::id());
+    let m2 = format!("mem:hostile-hup2-{}", std::process::id());
+    for args in [
+        vec!["gen", "-o", m.as_str(), "--rate", "1000pps"],
+        vec!["fwd", "-i", m.as_str(), "-o", m2.as_str()],
+    ] {
+        let p = Proc::linerate(&args);
+        std::thread::sleep(Duration::from_millis(800));
+        p.signal(libc::SIGHUP);
+        let (st, took, all) = p.finish(STOP_WITHIN + Duration::from_secs(10));
+        assert_eq!(st.and_then(|s| s.code()), Some(0), "{args:?}: {all}");
+        assert!(took < STOP_WITHIN, "{args:?}: {all}");
+    }
+}
+
+#[test]
+fn a_closed_output_pipe_is_said_once_and_what_was_written_is_counted() {
+    let d = Dir::new("epipe");
+    let big = d.path("big.pcap");
+    let mut f = pcap_header();
+    for k in 0..20_000u32 {
+        f.extend(pcap_record(
+            1 + k / 1000,
+            k % 1000,
+            100,
+            (k % 50) as u16 + 2000,
+        ));
+    }
+    std::fs::write(&big, f).unwrap();
+    // count -w - | head -c 100000
+    let mut child = Command::new(bin())
+        .args(["count", "-i", &big, "-w", "-"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut o = child.stdout.take().unwrap();
+    let mut got = vec![0u8; 100_000];
+    o.read_exact(&mut got).unwrap();
+    drop(o);
+    let err = read_all(child.stderr.take().unwrap());
+    let st = child.wait().unwrap();
+    let err = String::from_utf8_lossy(&err);
+    assert_eq!(st.code(), Some(0), "{err}");
+    assert_eq!(err.matches("output closed").count(), 1, "{err}");
+    assert!(err.contains("ended: output closed"), "{err}");
+    assert!(!err.contains("Broken pipe"), "{err}");
+    assert!(!err.contains("input error"), "{err}");
+    // What was written whole: at least what the reader took (24 B header, 116 B records),
+    // at most that and a pipe's buffer.
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("Written to -:"))
+        .unwrap_or_else(|| panic!("{err}"));
+    let written: u64 = line["Written to -:".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .replace([',', ' ', '\'', '\u{202f}', '_'], "")
+        .parse()
+        .unwrap_or_else(|e| panic!("{line}: {e}"));
+    let took = (100_000 - 24) / 116;
+    assert!(written >= took as u64, "{err}");
+    assert!(written <= ((100_000 + (1 << 20)) / 116) as u64, "{err}");
+    assert!(written < 20_000, "{err}");
+}
+
+#[test]
+fn a_repeated_signal_is_one_stop_and_a_forced_stop_still_removes_the_segment() {
+    // timeout(1) sends SIGINT to the tool, then to its whole process group: the tool gets it
+    // twice at once.
+    let id = cluster_id(2);
+    let cid = id.to_string();
+    let p = Proc::spawn(Command::new("timeout").args([
+        "-s",
+        "INT",
+        "--preserve-status",
+        "1",
+        bin(),
+        "balance",
+        "-i",
+        "source",
+        "-n",
+        "1",
+        "-c",
+        &cid,
+        "-t",
+        "30",
+    ]));
+    let (st, took, all) = p.finish(Duration::from_secs(1) + STOP_WITHIN + Duration::from_secs(10));
+    assert_eq!(st.and_then(|s| s.code()), Some(0), "{all}");
+    assert!(took < Duration::from_secs(1) + STOP_WITHIN, "{all}");
+    assert!(all.contains("interrupted"), "{all}");
+    assert!(!all.contains("by force"), "{all}");
+    assert!(!segment(id).exists(), "{all}");
+    // A master stuck in its script (a C call the script hook cannot end): one signal is not
+    // enough; a second one, later, forces the stop, and the segment is still removed.
+    let d = Dir::new("forced");
+    let stuck = d.path("stuck.lua");
+    std::fs::write(
+        &stuck,
+        "calls = 0\nfunction balance(pkts, n)\n  calls = calls + 1\n  if calls == 20 then \
+         os.execute('sleep 4') end\n  local r = {}\n  for i = 1, n do r[i] = 0 end\n  \
+         return r\nend\n",
+    )
+    .unwrap();
+    let id = cluster_id(3);
+    let cid = id.to_string();
+    let lua = format!("lua:{stuck}");
+    let p = Proc::linerate(&["balance", "-i", "source", "-n", "1", "-c", &cid, "-m", &lua]);
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(segment(id).exists());
+    // (SIGTERM: system(3), which os.execute calls, ignores SIGINT while its child runs.)
+    p.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(1300));
+    p.signal(libc::SIGTERM);
+    let (st, took, all) = p.finish(STOP_WITHIN + Duration::from_secs(10));
+    assert_eq!(st.and_then(|s| s.code()), Some(130), "{all}");
+    assert!(took < Duration::from_secs(1), "{all}");
+    assert!(all.contains("by force"), "{all}");
+    assert!(!segment(id).exists(), "forced stop left the segment: {all}");
 }

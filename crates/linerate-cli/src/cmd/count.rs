@@ -1,13 +1,12 @@
 //! `linerate count`: pfcount / zcount.
 
-use crate::common::{flags, inputs_of, metrics, pin, stop_flag, usage};
+use crate::common::{flags, inputs_of, pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::count::{self, CountOptions, Ended};
 use linerate::apps::gen::latency::Tracker;
 use linerate::filter::Filter;
-use linerate::port::{pcap::PcapPort, Port, PortOptions};
-use linerate::stats::prom::{Dir, PortCount};
+use linerate::port::{pcap::PcapPort, Port, PortError, PortOptions};
 use linerate::stats::{self, group};
 use linerate::time::{Clock, TscClock};
 use std::io::Write;
@@ -55,29 +54,9 @@ pub struct Args {
     /// With --latency: write the latency histogram as CSV here, and an SVG plot beside it.
     #[arg(long, value_name = "FILE.csv", requires = "latency")]
     hist_out: Option<String>,
-    /// Bytes to keep of each packet (snap length, 64 to 262144), on capture ports and in the -w
-    /// file. Default: 65535 on capture ports; a file's records and -w keep every byte (up to
-    /// 256 KiB).
-    #[arg(short = 's', long, value_name = "BYTES", value_parser = flags::size(64, 262_144))]
-    snaplen: Option<u64>,
-    #[arg(long, value_name = "ADDR", help = metrics::HELP)]
-    metrics: Option<String>,
-}
-
-/// The metrics of a count: the input's receive counters since the start (what the summary
-/// says).
-fn publish(m: &metrics::Metrics, port: &str, start: &stats::Snapshot, now: &stats::Snapshot) {
-    let mut e = m.exposition();
-    e.port(
-        port,
-        Dir::Rx,
-        &PortCount {
-            packets: now.pkts - start.pkts,
-            bytes: now.bytes - start.bytes,
-            drops: now.drops.since(&start.drops),
-        },
-    );
-    m.publish(&e);
+    /// Bytes to keep of each packet (snap length, 64 to 262144).
+    #[arg(short = 's', long, value_name = "BYTES", default_value = "65535", value_parser = flags::size(64, 262_144))]
+    snaplen: u64,
 }
 
 /// Runs `linerate count`.
@@ -85,11 +64,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
     // A capture-only loop: wait long in poll, the kernel wakes it when packets are ready.
     let opts = PortOptions {
-        snaplen: a.snaplen.map_or(65_535, |s| s as u32),
+        snaplen: a.snaplen as u32,
         rx_wait_ms: 100,
         ..Default::default()
     };
-    let mut input = open_port(&a.input, &opts)?;
+    // Standard input or a FIFO may give nothing for long, not even a header: -t and a signal
+    // still end the run, with its summary.
+    let t_open = std::time::Instant::now();
+    let (mut input, never_opened): (Box<dyn Port>, bool) =
+        match crate::common::open_input_until("-i", &a.input, &opts, &stop, a.duration)? {
+            Some(p) => (p, false),
+            None => (Box::new(crate::common::Nothing(a.input.clone())), true),
+        };
     let inputs = inputs_of([a.input.as_str()]);
     if let Some(p) = &a.hist_out {
         crate::common::check_output("--hist-out", p, &inputs)?;
@@ -109,28 +95,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let to_stdout = a.write.as_deref() == Some("-");
     let mut writer: Option<PcapPort> = match a.write.as_deref() {
         None => None,
-        Some(path) => {
-            // -s cuts records (as tcpdump -s does). Else the header says what the input's said
-            // (a copy of a file is byte for byte the file) or the capture port's snap length,
-            // and every record is written whole, even one longer than that header says.
-            let snaplen = a
-                .snaplen
-                .map_or(input.snaplen().unwrap_or(opts.snaplen), |s| s as u32);
-            let mut w = PcapPort::create_protected(path, link, snaplen, &inputs)
-                .map_err(|e| usage(format!("-w: {e}")))?;
-            if a.snaplen.is_none() {
-                w.keep_whole();
-            }
-            Some(w)
-        }
+        Some(path) => Some(
+            PcapPort::create_protected(path, link, opts.snaplen, &inputs)
+                .map_err(|e| usage(format!("-w: {e}")))?,
+        ),
     };
     pin(a.core)?;
-    let metrics = metrics::start(a.metrics.as_deref(), "count", a.quiet)?;
-    if let Some(m) = &metrics {
-        let mut e = m.exposition();
-        e.port(&a.input, Dir::Rx, &PortCount::default());
-        m.publish(&e);
-    }
 
     // Statistics go to standard output, or to standard error when it carries the pcap stream.
     let mut out: Box<dyn Write> = if to_stdout {
@@ -153,7 +123,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let _ = out.flush();
     let copts = CountOptions {
         count: a.count,
-        duration: a.duration,
+        duration: a.duration.map(|d| d.saturating_sub(t_open.elapsed())),
         filter: user_filter,
         interval: a.interval,
     };
@@ -165,9 +135,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         &copts,
         &stop,
         |t| {
-            if let Some(m) = &metrics {
-                publish(m, &a.input, &t.start, &t.now);
-            }
             if a.quiet {
                 return;
             }
@@ -185,22 +152,34 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         },
     );
+    // What reached the output whole (a pipe's reader may have left early).
+    let written = writer.as_ref().and_then(|w| w.packets_written());
     drop(writer);
     let t = &report.tick;
-    if let Some(m) = &metrics {
-        publish(m, &a.input, &t.start, &t.now);
-    }
+    let closed = report.output_error.as_ref().is_some_and(|e| {
+        matches!(e, PortError::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
+    });
     let ended = match report.ended {
         Ended::Count => "count reached",
         Ended::Duration => "time limit",
         Ended::EndOfInput => "end of input",
         Ended::Stopped => "interrupted",
+        Ended::Error if closed => "output closed",
+        Ended::Error if report.output_error.is_some() => "output error",
         Ended::Error => "input error",
     };
     // Why a finished input ended, when it says more (a cluster's master stopped).
     let end_note = match report.ended {
         Ended::EndOfInput => input.end_note(),
+        _ if never_opened => Some(format!("nothing came from {}, not even a header", a.input)),
         _ => None,
+    };
+    // Counted but not in the output: the reader of -w - left, or the output failed.
+    let not_written = written.map(|w| t.now.pkts.saturating_sub(w));
+    let why_not = if closed {
+        "output_closed"
+    } else {
+        "output_error"
     };
     if a.json {
         let mut j: serde_json::Value =
@@ -211,6 +190,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         if let Some(e) = &report.error {
             j["error"] = e.to_string().into();
+        }
+        if let (Some(w), Some(n)) = (written, not_written) {
+            j["written"] = w.into();
+            j["not_written"] = serde_json::json!({ why_not: n });
+        }
+        if let Some(e) = &report.output_error {
+            j["output_error"] = e.to_string().into();
         }
         if let Some((t, _)) = &tracker {
             j["latency"] = super::gen::latency_json(t, |_| None);
@@ -241,6 +227,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             ended,
             end_note.map(|n| format!(" ({n})")).unwrap_or_default()
         );
+        if let (Some(w), Some(n), Some(path)) = (written, not_written, &a.write) {
+            if n > 0 || report.output_error.is_some() {
+                let _ = writeln!(
+                    out,
+                    "Written to {path}: {} pkts; not written: {} ({})",
+                    group(w),
+                    group(n),
+                    if closed {
+                        "the pipe's reader left"
+                    } else {
+                        "output error"
+                    }
+                );
+            }
+        }
     }
     if let Some((t, _)) = &tracker {
         if !a.json {
@@ -261,12 +262,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let _ = out.flush();
-    match report.error {
-        None => Ok(ExitCode::SUCCESS),
-        Some(e) => {
+    match (report.error, report.output_error) {
+        (Some(e), _) => {
             Err(anyhow::Error::new(e)
                 .context(format!("stopped after {} packets", group(t.now.pkts))))
         }
+        // A closed output pipe (`| head`) is how such a run ends: said in the summary.
+        (None, Some(_)) if closed => Ok(ExitCode::SUCCESS),
+        (None, Some(e)) => Err(anyhow::Error::new(e).context(format!(
+            "-w: stopped after {} packets, {} written",
+            group(t.now.pkts),
+            group(written.unwrap_or(0))
+        ))),
+        (None, None) => Ok(ExitCode::SUCCESS),
     }
 }
 

@@ -44,6 +44,9 @@ pub struct Report {
     pub tick: Tick,
     /// Why the input stopped early, after everything before it was counted and written.
     pub error: Option<PortError>,
+    /// Why the output (the writer) failed or was closed (a pipe whose reader left); the loop
+    /// then ended with [`Ended::Error`].
+    pub output_error: Option<PortError>,
     /// Why the loop ended.
     pub ended: Ended,
 }
@@ -111,6 +114,7 @@ pub fn run_observed(
     // shares its core with another one lets it run before its queue overflows).
     let mut backoff = Backoff::new(Backoff::BUSY_EVERY);
     let mut error = None;
+    let mut output_error = None;
     let ended = loop {
         if stop.load(Ordering::Relaxed) {
             break Ended::Stopped;
@@ -143,13 +147,17 @@ pub fn run_observed(
                         Ok(0) => break,
                         Ok(_) => {}
                         Err(e) => {
-                            error = Some(e);
+                            output_error = Some(e);
                             break;
                         }
                     }
                 }
-                write_drops.add(DropReason::RingFull, batch.len() as u64);
-                if error.is_some() {
+                if output_error.is_none() {
+                    write_drops.add(DropReason::RingFull, batch.len() as u64);
+                }
+                if output_error.is_some() {
+                    // Counted, not written: the caller tells them apart with the writer's own
+                    // count of what it wrote.
                     batch.clear();
                     break Ended::Error;
                 }
@@ -175,14 +183,17 @@ pub fn run_observed(
         }
     };
     if let Some(w) = writer {
-        if let Err(e) = w.flush() {
-            error.get_or_insert(e);
+        if output_error.is_none() {
+            if let Err(e) = w.flush() {
+                output_error = Some(e);
+            }
         }
     }
     let now = snap(port, mono_ns(), pkts, bytes, filtered, &write_drops);
     Report {
         tick: Tick { start, prev, now },
         error,
+        output_error,
         ended,
     }
 }

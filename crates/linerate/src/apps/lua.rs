@@ -7,8 +7,21 @@
 //! its memory: each state has a limit ([`DEFAULT_MEM`] unless `--lua-mem SIZE` says otherwise);
 //! an allocation past it fails with a Lua memory error, which the tools report naming the
 //! script and stop on (exit code 1), after counting what was sent or received until then.
+//!
+//! A script that does not return (a loop without end) does not keep a tool from stopping: with
+//! an [`Interrupt`] in its options, a hook looks every [`CHECK_EVERY`] Lua instructions at the
+//! stop flag (a signal) and the time limit, and once either has been due for [`GRACE`] (a
+//! script that returns in that time ends as the tool asks, without an error), the script fails
+//! with "stopped by ...: the script did not return" at its current line ([`is_stop_error`]:
+//! the tools report it naming the script, exit code 1, after their summary). LuaJIT calls hooks
+//! only from its interpreter, so such a state runs with the compiler off (`jit.off()`; calls
+//! into linerate's Rust functions, which most of a packet script is, are not compiled
+//! anyway). A script that turns it back on (`jit.on()`) may no longer be stoppable that way.
 
-use mlua::{Lua, LuaOptions, StdLib};
+use mlua::{HookTriggers, Lua, LuaOptions, StdLib, VmState};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Default memory bound of one script's Lua state: 256 MiB.
 pub const DEFAULT_MEM: usize = 256 << 20;
@@ -17,16 +30,96 @@ pub const MIN_MEM: usize = 1 << 20;
 /// Largest memory bound `--lua-mem` takes.
 pub const MAX_MEM: usize = 64 << 30;
 
+/// Lua instructions between two looks at an [`Interrupt`].
+pub const CHECK_EVERY: u32 = 10_000;
+
+/// How long a stop (or the time limit) has been due before a script still running is stopped:
+/// longer than any call that returns (a batch), short enough to stop within a second.
+pub const GRACE: Duration = Duration::from_millis(300);
+
 /// How a script's Lua state is set up.
 #[derive(Clone, Debug)]
 pub struct ScriptOptions {
     /// Memory bound of the state in bytes (see [`DEFAULT_MEM`]).
     pub mem: usize,
+    /// What ends a script that does not return (None: nothing).
+    pub interrupt: Option<Interrupt>,
 }
 
 impl Default for ScriptOptions {
     fn default() -> Self {
-        ScriptOptions { mem: DEFAULT_MEM }
+        ScriptOptions {
+            mem: DEFAULT_MEM,
+            interrupt: None,
+        }
+    }
+}
+
+/// What ends a script that does not return: a stop flag (set by a signal) and a time limit.
+/// Clones share both.
+#[derive(Clone, Debug, Default)]
+pub struct Interrupt {
+    stop: Option<Arc<AtomicBool>>,
+    /// Monotonic ns after which the script is stopped (0: no limit).
+    deadline: Arc<AtomicU64>,
+    /// Monotonic ns when the hook first saw the stop flag set (0: not yet).
+    stop_seen: Arc<AtomicU64>,
+}
+
+impl Interrupt {
+    /// Stops scripts once `stop` is set.
+    pub fn new(stop: Arc<AtomicBool>) -> Interrupt {
+        Interrupt {
+            stop: Some(stop),
+            deadline: Arc::new(AtomicU64::new(0)),
+            stop_seen: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Also stops scripts `after` from now (None: no time limit).
+    pub fn set_limit(&self, after: Option<Duration>) {
+        let d = after.map_or(0, |d| {
+            crate::time::mono_ns()
+                .saturating_add(d.as_nanos().min(u64::MAX as u128) as u64)
+                .max(1)
+        });
+        self.deadline.store(d, Ordering::Relaxed);
+    }
+
+    /// Why a script must stop now, if it must: the stop flag has been set, or the time limit
+    /// passed, [`GRACE`] ago.
+    pub fn due(&self) -> Option<&'static str> {
+        let grace = GRACE.as_nanos() as u64;
+        let now = crate::time::mono_ns();
+        if self
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
+        {
+            let seen = self.stop_seen.load(Ordering::Relaxed);
+            if seen == 0 {
+                self.stop_seen.store(now.max(1), Ordering::Relaxed);
+            } else if now.saturating_sub(seen) >= grace {
+                return Some("a stop signal");
+            }
+        }
+        let d = self.deadline.load(Ordering::Relaxed);
+        (d != 0 && now >= d.saturating_add(grace)).then_some("the time limit")
+    }
+}
+
+/// The error a script gets from its [`Interrupt`].
+#[derive(Debug, thiserror::Error)]
+#[error("stopped by {0}: the script did not return")]
+pub struct Stopped(pub &'static str);
+
+/// Whether `e` (or its cause) is a script stopped by its [`Interrupt`].
+pub fn is_stop_error(e: &mlua::Error) -> bool {
+    match e {
+        mlua::Error::ExternalError(x) => x.is::<Stopped>(),
+        mlua::Error::CallbackError { cause, .. } => is_stop_error(cause),
+        mlua::Error::WithContext { cause, .. } => is_stop_error(cause),
+        _ => false,
     }
 }
 
@@ -36,6 +129,9 @@ pub enum StateError {
     /// The memory bound could not be set.
     #[error("cannot bound the script's memory: {0}")]
     Limit(String),
+    /// LuaJIT's compiler could not be turned off (see [`Interrupt`]).
+    #[error("cannot turn LuaJIT's compiler off: {0}")]
+    Jit(String),
 }
 
 /// A new Lua state: the standard libraries but `debug` and `ffi`, and the memory bound of
@@ -45,6 +141,21 @@ pub fn new_state(opts: &ScriptOptions) -> Result<Lua, StateError> {
         .map_err(|e| StateError::Limit(e.to_string()))?;
     lua.set_memory_limit(opts.mem)
         .map_err(|e| StateError::Limit(e.to_string()))?;
+    if let Some(i) = &opts.interrupt {
+        // LuaJIT's compiled code never calls hooks: a loop compiled into a trace would run on
+        // whatever the hook says. The interpreter calls them.
+        lua.load("jit.off()")
+            .exec()
+            .map_err(|e| StateError::Jit(e.to_string()))?;
+        let i = i.clone();
+        lua.set_hook(
+            HookTriggers::new().every_nth_instruction(CHECK_EVERY),
+            move |_, _| match i.due() {
+                Some(why) => Err(mlua::Error::external(Stopped(why))),
+                None => Ok(VmState::Continue),
+            },
+        );
+    }
     Ok(lua)
 }
 
@@ -142,7 +253,11 @@ mod tests {
 
     #[test]
     fn libraries_stay_and_memory_is_bounded() {
-        let lua = new_state(&ScriptOptions { mem: 8 << 20 }).unwrap();
+        let lua = new_state(&ScriptOptions {
+            mem: 8 << 20,
+            ..Default::default()
+        })
+        .unwrap();
         // Scripts are programs: io and os are there; debug and ffi are not.
         let (io, os, dbg): (bool, bool, bool) = lua
             .load("return io ~= nil, os ~= nil, debug ~= nil")
@@ -174,6 +289,65 @@ mod tests {
         let m = error_line(&e, "bad.lua", &lua);
         assert!(m.starts_with("bad.lua:1:"), "{m}");
         assert!(!m.contains('\n'));
+    }
+
+    #[test]
+    fn a_script_that_does_not_return_is_stopped() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let i = Interrupt::new(stop.clone());
+        let lua = new_state(&ScriptOptions {
+            interrupt: Some(i.clone()),
+            ..Default::default()
+        })
+        .unwrap();
+        // By the time limit.
+        i.set_limit(Some(Duration::from_millis(50)));
+        let t = std::time::Instant::now();
+        let e = lua
+            .load("local n = 0\nwhile true do n = n + 1 end")
+            .set_name("@loop.lua")
+            .exec()
+            .unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(2));
+        let m = error_line(&e, "loop.lua", &lua);
+        assert!(is_stop_error(&e), "{e:?}");
+        assert!(
+            m.starts_with("loop.lua:2:") && m.contains("time limit"),
+            "{m}"
+        );
+        // By the stop flag, set from another thread.
+        i.set_limit(None);
+        let s = stop.clone();
+        let th = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            s.store(true, Ordering::Relaxed);
+        });
+        let e = lua
+            .load("while true do end")
+            .set_name("@spin.lua")
+            .exec()
+            .unwrap_err();
+        th.join().unwrap();
+        assert!(is_stop_error(&e), "{e:?}");
+        let m = error_line(&e, "spin.lua", &lua);
+        assert!(
+            m.starts_with("spin.lua:1:") && m.contains("stop signal"),
+            "{m}"
+        );
+        // A call that returns within the grace after the stop is not cut short.
+        let stop = Arc::new(AtomicBool::new(true));
+        let lua = new_state(&ScriptOptions {
+            interrupt: Some(Interrupt::new(stop)),
+            ..Default::default()
+        })
+        .unwrap();
+        for _ in 0..3 {
+            let n: i64 = lua
+                .load("local n = 0 for i = 1, 200000 do n = n + 1 end return n")
+                .eval()
+                .unwrap();
+            assert_eq!(n, 200_000);
+        }
     }
 
     #[test]

@@ -175,3 +175,33 @@ pub(crate) fn recv_err(
     }
     Ok(Some((errno, (n as usize).min(buf.len()))))
 }
+
+/// Waits up to `ms` (-1: without end) for `fd` to be readable or hung up. Returns whether it is
+/// (an interrupted wait counts as not ready).
+pub(crate) fn poll_readable(fd: i32, ms: i32) -> std::io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd that lives across the call.
+    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(r > 0 && p.revents != 0)
+}
+
+/// Whether `sig` is ignored now (SIG_IGN), as `nohup` leaves SIGHUP for the programs it starts.
+pub fn signal_ignored(sig: i32) -> bool {
+    // SAFETY: a zeroed sigaction is a valid place for sigaction(2) to write the current one;
+    // a null new action only reads.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}

@@ -49,6 +49,9 @@ pub enum LuaError {
     /// The script went over its memory bound (`--lua-mem`).
     #[error("{0}")]
     Memory(String),
+    /// The script did not return and was stopped (a signal or the time limit).
+    #[error("{0}")]
+    Stopped(String),
     /// The script defines no `balance` function.
     #[error("{0}: defines no function balance(pkts, n)")]
     NoFunction(String),
@@ -59,6 +62,8 @@ fn lua_err(e: mlua::Error, name: &str, lua: &Lua) -> LuaError {
     let m = script::error_line(&e, name, lua);
     if script::is_memory_error(&e) {
         LuaError::Memory(m)
+    } else if script::is_stop_error(&e) {
+        LuaError::Stopped(m)
     } else {
         LuaError::Lua(m)
     }

@@ -37,6 +37,9 @@ pub enum ScriptError {
     /// The script went over its memory bound while its top level ran.
     #[error("{0}")]
     Memory(String),
+    /// The script's top level did not return and was stopped (a signal or the time limit).
+    #[error("{0}")]
+    Stopped(String),
     /// The script defines no `modify` function.
     #[error("{0}: the script defines no function modify(pkts, n)")]
     NoModify(String),
@@ -350,6 +353,8 @@ impl LuaHook {
             let m = script::error_line(&e, name, &lua);
             if script::is_memory_error(&e) {
                 ScriptError::Memory(m)
+            } else if script::is_stop_error(&e) {
+                ScriptError::Stopped(m)
             } else {
                 ScriptError::Lua(m)
             }

@@ -9,6 +9,11 @@
 //! order, IDB with `if_tsresol`/`if_tsoffset`, EPB, SPB, obsolete PB; other blocks skipped).
 //! pcapng files with several interfaces report each packet's own link type in [`Record::link`];
 //! [`PcapReader::link_type`] is the first interface's.
+//!
+//! A source that has nothing to give now (a FIFO or standard input whose writer is slow) may
+//! return [`ErrorKind::WouldBlock`]: [`PcapReader::next_packet`] then returns `Ok(None)` without
+//! [`PcapReader::is_done`], consumes nothing of a record it could not finish, and goes on where
+//! it was at the next call. [`PcapReader::new`] retries until the header is there.
 
 use crate::port::{LinkType, PortError};
 use std::io::{ErrorKind, Read};
@@ -154,6 +159,11 @@ pub struct PcapReader<R: Read> {
     off: u64,
     eof: bool,
     done: bool,
+    /// The source had nothing to give during the current attempt.
+    blocked: bool,
+    /// Bytes of an unknown pcapng block still to skip, its offset, type and length.
+    skip_left: u64,
+    skip_block: (u64, u32, u32),
     big_endian: bool,
     kind: Kind,
     format: FileFormat,
@@ -213,6 +223,9 @@ impl<R: Read> PcapReader<R> {
             off: 0,
             eof: false,
             done: false,
+            blocked: false,
+            skip_left: 0,
+            skip_block: (0, 0, 0),
             big_endian: false,
             kind: Kind::Pcap {
                 nanos: false,
@@ -226,8 +239,17 @@ impl<R: Read> PcapReader<R> {
             snaplen: 0,
             path: path.to_string(),
         };
-        r.read_header()?;
-        Ok(r)
+        loop {
+            r.blocked = false;
+            let res = r.read_header();
+            // Blocked before anything was consumed: read the header again once bytes came
+            // (the source waits a while before it says it has nothing).
+            if r.blocked && r.off == 0 {
+                continue;
+            }
+            res?;
+            return Ok(r);
+        }
     }
 
     /// The file's link type (for pcapng: the first interface's; Ethernet if none is described).
@@ -255,18 +277,29 @@ impl<R: Read> PcapReader<R> {
         self.done
     }
 
-    /// The next packet; `Ok(None)` at the end of the file. After an error, the next calls
-    /// return `Ok(None)`.
+    /// The next packet; `Ok(None)` at the end of the file (then [`PcapReader::is_done`]), or
+    /// when the source has nothing to give now (then not done: call again later). After an
+    /// error, the next calls return `Ok(None)`.
     #[inline]
     pub fn next_packet(&mut self) -> Result<Option<Record<'_>>, PortError> {
         loop {
             if self.done {
                 return Ok(None);
             }
-            let ev = match self.kind {
-                Kind::Pcap { nanos, hdr_len } => self.next_pcap(nanos, hdr_len),
-                Kind::Ng { .. } => self.next_block(),
+            self.blocked = false;
+            let ev = if self.skip_left > 0 {
+                self.go_on_skipping()
+            } else {
+                match self.kind {
+                    Kind::Pcap { nanos, hdr_len } => self.next_pcap(nanos, hdr_len),
+                    Kind::Ng { .. } => self.next_block(),
+                }
             };
+            if self.blocked {
+                // What the attempt found is not an end or a truncation: the record is not all
+                // there yet, and nothing of it was consumed (a skip keeps its place).
+                return Ok(None);
+            }
             match ev {
                 Ok(Event::Packet {
                     start,
@@ -360,6 +393,10 @@ impl<R: Read> PcapReader<R> {
                 Ok(0) => self.eof = true,
                 Ok(n) => self.end += n.min(cap),
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.blocked = true;
+                    return Ok(false);
+                }
                 Err(e) => return Err(self.io(e)),
             }
         }
@@ -373,20 +410,32 @@ impl<R: Read> PcapReader<R> {
         self.off += n as u64;
     }
 
-    /// Skips `n` bytes, beyond the buffer if need be; returns how many were skipped.
-    fn skip(&mut self, n: u64) -> Result<u64, PortError> {
-        let mut left = n;
+    /// Skips the rest of the unknown block being skipped (`skip_left` bytes), beyond the buffer
+    /// if need be; keeps its place when the source has nothing to give now.
+    fn go_on_skipping(&mut self) -> Result<Event, PortError> {
         loop {
-            let k = (self.avail() as u64).min(left);
+            let k = (self.avail() as u64).min(self.skip_left);
             self.advance(k as usize);
-            left -= k;
-            if left == 0 {
-                return Ok(n);
+            self.skip_left -= k;
+            if self.skip_left == 0 {
+                return Ok(Event::Other);
             }
             self.pos = 0;
             self.end = 0;
             if !self.fill(1)? {
-                return Ok(n - left);
+                if self.blocked {
+                    return Ok(Event::Other);
+                }
+                let (offset, btype, blen) = self.skip_block;
+                let skipped = u64::from(blen) - self.skip_left;
+                self.skip_left = 0;
+                return Err(self.bad(
+                    offset,
+                    format!(
+                        "truncated block of type 0x{btype:x} (length {blen}, {skipped} bytes \
+                         left in the file)"
+                    ),
+                ));
             }
         }
     }
@@ -507,7 +556,17 @@ impl<R: Read> PcapReader<R> {
         // Read up to the first interface so the link type is known before the first packet.
         // A packet block before any interface is an error, so no packet is consumed here.
         while self.link.is_none() {
-            match self.next_block()? {
+            self.blocked = false;
+            let ev = if self.skip_left > 0 {
+                self.go_on_skipping()
+            } else {
+                self.next_block()
+            };
+            if self.blocked {
+                // Nothing of the block was consumed (a skip keeps its place): try again.
+                continue;
+            }
+            match ev? {
                 Event::Eof => {
                     self.done = true;
                     break;
@@ -612,17 +671,9 @@ impl<R: Read> PcapReader<R> {
         match btype {
             NG_IDB | NG_EPB | NG_SPB | NG_PB => {}
             _ => {
-                let skipped = self.skip(u64::from(blen))?;
-                if skipped < u64::from(blen) {
-                    return Err(self.bad(
-                        offset,
-                        format!(
-                            "truncated block of type 0x{btype:x} (length {blen}, {skipped} bytes \
-                             left in the file)"
-                        ),
-                    ));
-                }
-                return Ok(Event::Other);
+                self.skip_left = u64::from(blen);
+                self.skip_block = (offset, btype, blen);
+                return self.go_on_skipping();
             }
         }
         if blen > MAX_BLOCK {
