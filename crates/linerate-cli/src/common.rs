@@ -1,6 +1,7 @@
 //! What every subcommand shares: errors and exit codes, signals, core pinning, flag ranges.
 
 pub mod flags;
+pub mod metrics;
 
 use linerate::port::file::{self, Inputs};
 use linerate::port::{self, Direction, Port, PortError, PortOptions};

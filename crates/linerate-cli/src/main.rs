@@ -20,7 +20,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run seed 000's cluster tests on this machine, no NIC or root needed.
+    /// Run PF_RING ZC's cluster tests (libzero examples) on this machine, no NIC or root needed.
     Demo(cmd::demo::Args),
     /// Receive and count packets, with pfcount's statistics; optionally filter and record them.
     Count(cmd::count::Args),
@@ -32,7 +32,7 @@ enum Cmd {
     Rfc2544(cmd::rfc2544::Args),
     /// Forward packets between two ports (l2fwd, pfdnabounce), with l2fwd's statistics.
     Fwd(cmd::fwd::Args),
-    /// Run seed 002's l2fwd lab (or a bounce) on network namespaces of this machine (root).
+    /// Run the DPDK l2fwd + pktgen lab (or a bounce) on network namespaces of this machine (root).
     Lab(cmd::lab::Args),
     /// Argus-style bidirectional flow records (text, CSV, JSON lines) with IPFIX export.
     Flows(cmd::flows::Args),

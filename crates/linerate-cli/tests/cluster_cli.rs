@@ -1,4 +1,4 @@
-//! `linerate balance --threads` and `linerate demo` output: seed 000's per-thread format, JSON
+//! `linerate balance --threads` and `linerate demo` output: PF_RING ZC's per-thread format, JSON
 //! lines, Prometheus text, egress to a pcap file, usage errors. Bounded in time; only processes
 //! started here are killed.
 
@@ -262,7 +262,7 @@ fn demo_prints_the_four_seed_tests_side_by_side() {
         assert!(s.contains(t), "{t} missing:\n{s}");
     }
     assert!(
-        s.contains("seed 000 (10 GbE)") && s.contains("linerate, this machine"),
+        s.contains("PF_RING (10 GbE)") && s.contains("linerate, this machine"),
         "{s}"
     );
     assert!(s.contains("14'881'605.27"), "{s}");

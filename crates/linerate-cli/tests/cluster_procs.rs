@@ -263,7 +263,7 @@ fn a_killed_master_leaves_a_stale_segment_that_is_detected_and_replaced() {
     assert!(!seg(id).exists());
 }
 
-/// Seed test 5: a process transmits into the cluster and the master sends it out of `-o`.
+/// PF_RING ZC's cluster test 5: a process transmits into the cluster and the master sends it out of `-o`.
 /// The sender here is another master whose queue 0 goes (`-r 0:cluster:ID`) into cluster ID.
 #[test]
 fn a_process_transmits_into_the_cluster_and_the_master_sends_it_out() {

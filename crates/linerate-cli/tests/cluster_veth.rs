@@ -1,4 +1,4 @@
-//! Seed 000 test 10 with a kernel port: a cluster master reads `afpacket:vB` in one network
+//! PF_RING ZC's cluster test 10 with a kernel port: a cluster master reads `afpacket:vB` in one network
 //! namespace, frames of 200 flows (both directions) are sent from the other, and three consumer
 //! processes (`-n 2,1 -m 5tuple`) record their queues: application 0's two queues split the flows
 //! with both directions of each flow on one queue, application 1 gets every frame. Needs root

@@ -620,3 +620,294 @@ fn ipfix_messages_respect_the_mtu_and_nfcapd_gets_every_record() {
         assert_eq!(nf.records(), 500, "--ipfix-mtu {mtu} uniflow {uni}: {j}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Jumbo frames: every path from a file carries them whole, or drops them whole and counts
+// them as too_big; none is ever cut.
+
+/// Frame sizes of the jumbo capture: small ones around 1 500, 5 042, 9 014 and 16 000 B.
+const JUMBO: [usize; 7] = [60, 1500, 5042, 9014, 16_000, 64, 1514];
+
+/// An Ethernet frame of `n` bytes, different for each `i`.
+fn frame(i: usize, n: usize) -> Vec<u8> {
+    let mut d = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+    d.extend((0..n - 14).map(|k| (i * 7 + k * 13) as u8));
+    d
+}
+
+/// Writes a microsecond pcap of `frames` with `snaplen` in its header.
+fn write_pcap(path: &std::path::Path, snaplen: u32, frames: &[Vec<u8>]) {
+    let mut f = Vec::new();
+    f.extend(0xa1b2_c3d4u32.to_le_bytes());
+    f.extend(2u16.to_le_bytes());
+    f.extend(4u16.to_le_bytes());
+    f.extend([0u8; 8]);
+    f.extend(snaplen.to_le_bytes());
+    f.extend(1u32.to_le_bytes());
+    for (i, d) in frames.iter().enumerate() {
+        f.extend((1_700_000_000u32 + i as u32).to_le_bytes());
+        f.extend((i as u32).to_le_bytes());
+        f.extend((d.len() as u32).to_le_bytes());
+        f.extend((d.len() as u32).to_le_bytes());
+        f.extend(d);
+    }
+    std::fs::write(path, f).unwrap();
+}
+
+/// The records of a little-endian pcap as (captured bytes, wire length).
+fn read_pcap(path: &std::path::Path) -> Vec<(Vec<u8>, u32)> {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&b[..4], &0xa1b2_c3d4u32.to_le_bytes(), "{}", path.display());
+    let snaplen = u32::from_le_bytes(b[16..20].try_into().unwrap());
+    let mut out = Vec::new();
+    let mut off = 24;
+    while off < b.len() {
+        let cap = u32::from_le_bytes(b[off + 8..off + 12].try_into().unwrap()) as usize;
+        let wire = u32::from_le_bytes(b[off + 12..off + 16].try_into().unwrap());
+        assert!(
+            cap as u32 <= snaplen,
+            "record of {cap} B past the snaplen {snaplen}"
+        );
+        out.push((b[off + 16..off + 16 + cap].to_vec(), wire));
+        off += 16 + cap;
+    }
+    out
+}
+
+/// 70 frames: 10 of each size in [`JUMBO`].
+fn jumbo_frames() -> Vec<Vec<u8>> {
+    (0..70).map(|i| frame(i, JUMBO[i % JUMBO.len()])).collect()
+}
+
+/// A capture whose header says 262144 holding a 70 000 B record among others.
+fn huge_frames() -> Vec<Vec<u8>> {
+    [60usize, 70_000, 9014, 1500]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| frame(i, n))
+        .collect()
+}
+
+/// Checks that `got` holds exactly the frames of `want` whose length passes `keep`, whole and
+/// in order.
+fn whole(got: &[(Vec<u8>, u32)], want: &[Vec<u8>], keep: impl Fn(usize) -> bool, what: &str) {
+    let want: Vec<&Vec<u8>> = want.iter().filter(|d| keep(d.len())).collect();
+    assert_eq!(got.len(), want.len(), "{what}: records");
+    for (k, ((d, w), x)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(*w as usize, x.len(), "{what}: record {k} wire length");
+        assert!(
+            d == *x,
+            "{what}: record {k} of {} B came out as {} B",
+            x.len(),
+            d.len()
+        );
+    }
+}
+
+#[test]
+fn jumbo_frames_through_count_w_and_gen_replay_are_whole() {
+    for (name, snap, frames) in [
+        ("jumbo.pcap", 65_535, jumbo_frames()),
+        ("huge.pcap", 262_144, huge_frames()),
+    ] {
+        let input = tmp(name);
+        write_pcap(&input, snap, &frames);
+        let i = input.display().to_string();
+        // count -w
+        let out = tmp(&format!("count-{name}"));
+        let o = run(
+            &["count", "-i", &i, "-w", out.to_str().unwrap(), "-q"],
+            Duration::from_secs(30),
+        );
+        let (so, se) = text(&o);
+        assert!(o.status.success(), "{so}{se}");
+        assert!(so.contains("0 dropped"), "{so}");
+        whole(&read_pcap(&out), &frames, |_| true, "count -w");
+        // gen --pcap replay to a file
+        let out = tmp(&format!("gen-{name}"));
+        let o = run(
+            &[
+                "gen",
+                "--pcap",
+                &i,
+                "--topspeed",
+                "-o",
+                &format!("pcap:{}", out.display()),
+                "--json",
+            ],
+            Duration::from_secs(30),
+        );
+        let (so, se) = text(&o);
+        assert!(o.status.success(), "{so}{se}");
+        assert_eq!(json_summary(&so)["port_drops"], 0, "{so}");
+        whole(&read_pcap(&out), &frames, |_| true, "gen --pcap");
+    }
+}
+
+#[test]
+fn jumbo_frames_through_a_mem_wire_are_whole() {
+    use linerate::apps::gen::replay::{self, ReplayOptions};
+    use linerate::mem::Batch;
+    use linerate::port::{self, PortOptions};
+    for (name, snap, frames) in [
+        ("mem-jumbo.pcap", 65_535, jumbo_frames()),
+        ("mem-huge.pcap", 262_144, huge_frames()),
+    ] {
+        let input = tmp(name);
+        write_pcap(&input, snap, &frames);
+        let i = input.display().to_string();
+        let wire = format!("mem:hostile-jumbo-{name}-{}", std::process::id());
+        let opts = PortOptions::default();
+        let mut a = port::open_tx(&wire, &opts).unwrap();
+        let mut b = port::open_rx(&wire, &opts).unwrap();
+        let clock = linerate::time::MonoClock;
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let r = replay::run(
+            || port::open_rx(&i, &opts),
+            a.as_mut(),
+            &ReplayOptions {
+                speed: None,
+                ..Default::default()
+            },
+            &clock,
+            &stop,
+        )
+        .unwrap();
+        assert_eq!(r.pkts, frames.len() as u64);
+        assert_eq!(a.stats().tx_drops.total(), 0, "{:?}", a.stats().tx_drops);
+        let mut got = Vec::new();
+        let mut batch = Batch::new();
+        while b.rx(&mut batch).unwrap() > 0 {
+            for p in batch.iter() {
+                got.push((p.data.to_vec(), p.desc.wire_len));
+            }
+            batch.clear();
+        }
+        whole(&got, &frames, |_| true, "mem wire");
+    }
+}
+
+#[test]
+fn jumbo_frames_through_the_cluster_are_whole_or_counted_too_big() {
+    let frames = jumbo_frames();
+    let input = tmp("cluster-jumbo.pcap");
+    write_pcap(&input, 65_535, &frames);
+    let i = input.display().to_string();
+    // Default frames (2 KiB): the longer ones are dropped whole and counted.
+    for (k, (max, fits)) in [("1920", 1920usize), ("16000", 16_000)].iter().enumerate() {
+        let out = tmp(&format!("cluster-egress-{max}.pcap"));
+        let id = cluster_id(10 + k as u32);
+        let o = run(
+            &[
+                "balance",
+                "-i",
+                &i,
+                "-c",
+                &id,
+                "-n",
+                "1",
+                "-r",
+                &format!("0:{}", out.display()),
+                "--max-pkt-len",
+                max,
+                "--json",
+                "--quiet",
+            ],
+            Duration::from_secs(30),
+        );
+        let (so, se) = text(&o);
+        assert!(o.status.success(), "{so}{se}");
+        let j = json_summary(&so);
+        assert_eq!(j["invariant_ok"], true, "{j}");
+        let big = frames.iter().filter(|d| d.len() > *fits).count() as u64;
+        assert_eq!(j["queues"][0]["drops"]["too_big"], big, "{j}");
+        whole(&read_pcap(&out), &frames, |n| n <= *fits, "balance -r");
+    }
+    // A consumer process writing its queue (count -i cluster:ID@0 -w).
+    let id = cluster_id(12);
+    let master = Command::new(BIN)
+        .args([
+            "balance",
+            "-i",
+            &i,
+            "-c",
+            &id,
+            "-n",
+            "1",
+            "--max-pkt-len",
+            "16000",
+            "--wait-consumers",
+            "-t",
+            "30",
+            "--json",
+            "--quiet",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut master = Running(master);
+    let seg = std::path::PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"));
+    let t0 = Instant::now();
+    while !seg.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no segment {}",
+            seg.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = tmp("cluster-consumer.pcap");
+    let c = run(
+        &[
+            "count",
+            "-i",
+            &format!("cluster:{id}@0"),
+            "-w",
+            out.to_str().unwrap(),
+            "-q",
+        ],
+        Duration::from_secs(30),
+    );
+    let (so, se) = text(&c);
+    assert!(c.status.success(), "{so}{se}");
+    let st = master.stop();
+    let mut mo = String::new();
+    let _ = master.0.stdout.take().unwrap().read_to_string(&mut mo);
+    assert!(st.success(), "{st:?}: {mo}");
+    whole(&read_pcap(&out), &frames, |_| true, "cluster consumer -w");
+    // 70 000 B is more than any cluster frame holds: dropped whole, counted.
+    let input = tmp("cluster-huge.pcap");
+    let frames = huge_frames();
+    write_pcap(&input, 262_144, &frames);
+    let out = tmp("cluster-huge-egress.pcap");
+    let id = cluster_id(13);
+    let o = run(
+        &[
+            "balance",
+            "-i",
+            input.to_str().unwrap(),
+            "-c",
+            &id,
+            "-n",
+            "1",
+            "-r",
+            &format!("0:{}", out.display()),
+            "--max-pkt-len",
+            "65408",
+            "--json",
+            "--quiet",
+        ],
+        Duration::from_secs(30),
+    );
+    let (so, se) = text(&o);
+    assert!(o.status.success(), "{so}{se}");
+    let j = json_summary(&so);
+    assert_eq!(j["queues"][0]["drops"]["too_big"], 1, "{j}");
+    whole(
+        &read_pcap(&out),
+        &frames,
+        |n| n <= 65_408,
+        "balance -r, 70 000 B",
+    );
+}

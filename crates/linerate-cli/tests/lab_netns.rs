@@ -1,4 +1,4 @@
-//! `linerate lab`: seed 002's l2fwd lab and a bounce on namespaces it creates itself. The
+//! `linerate lab`: the DPDK l2fwd lab and a bounce on namespaces it creates itself. The
 //! report adds up (sent = received + losses on the way), a paced run loses nothing, every
 //! namespace is gone afterwards, also after SIGINT; without root it says so; `cluster` delivers
 //! round-robin to its consumer threads. Needs root (skips otherwise, fails under LINERATE_REQUIRE_PRIV=1).

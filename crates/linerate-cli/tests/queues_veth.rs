@@ -8,7 +8,7 @@ mod netns;
 
 use netns::{NetnsPair, Side};
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -123,4 +123,196 @@ fn count_on_xdp_iface_counts_every_queue() {
         .collect();
     assert_eq!(seqs.len(), N as usize, "every frame once in the pcap");
     let _ = std::fs::remove_file(&out);
+}
+
+/// Frame `seq` of 256 UDP flows (source port 10000 + flow to port 9), every third one of a flow
+/// sent back the other way (addresses and ports swapped), so both directions of a flow arrive,
+/// often on different queues.
+fn two_way_frames(p: &NetnsPair, n: u32) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|s| {
+            let mut f = netns::udp_frame(p.mac_b, p.mac_a, (s % 256) as u16, s);
+            if (s / 256) % 3 == 2 {
+                let (ip, port) = (f[26..30].to_vec(), f[34..36].to_vec());
+                f.copy_within(30..34, 26);
+                f[30..34].copy_from_slice(&ip);
+                f.copy_within(36..38, 34);
+                f[36..38].copy_from_slice(&port);
+            }
+            f
+        })
+        .collect()
+}
+
+/// Writes `frames` as a classic pcap file (Ethernet), 1 µs apart.
+fn write_pcap(path: &std::path::Path, frames: &[Vec<u8>]) {
+    let mut d = 0xa1b2_c3d4u32.to_le_bytes().to_vec();
+    d.extend_from_slice(&2u16.to_le_bytes());
+    d.extend_from_slice(&4u16.to_le_bytes());
+    for w in [0u32, 0, 65535, 1] {
+        d.extend_from_slice(&w.to_le_bytes());
+    }
+    for (i, f) in frames.iter().enumerate() {
+        let t = 1_700_000_000u64 * 1_000_000 + i as u64;
+        for w in [
+            (t / 1_000_000) as u32,
+            (t % 1_000_000) as u32,
+            f.len() as u32,
+            f.len() as u32,
+        ] {
+            d.extend_from_slice(&w.to_le_bytes());
+        }
+        d.extend_from_slice(f);
+    }
+    std::fs::write(path, d).unwrap();
+}
+
+const FIELDS: &str = "proto,saddr,sport,daddr,dport,spkts,dpkts,sbytes,dbytes";
+
+/// The UDP records of a CSV file, each with its lower endpoint first (a live capture may see a
+/// flow's first packet in the other direction than the file), sorted.
+fn canonical(path: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).expect("records written");
+    let mut v: Vec<String> = text
+        .lines()
+        .filter_map(|l| {
+            let c: Vec<&str> = l.split(',').collect();
+            if c.len() != 9 || c[0] != "udp" {
+                return None;
+            }
+            let (a, b) = ((c[1], c[2]), (c[3], c[4]));
+            Some(if a <= b {
+                c.join(",")
+            } else {
+                [c[0], c[3], c[4], c[1], c[2], c[6], c[5], c[8], c[7]].join(",")
+            })
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// `flows --threads 2` on a 4-queue veth reads the queues (xdp:) or a fanout group's sockets
+/// (afpacket:) itself, one share per thread: every frame of every queue is counted and the
+/// records equal those of one thread reading the same frames from a file.
+#[test]
+fn flows_threads_read_every_queue_and_give_the_records_of_one_thread() {
+    if !netns::require_priv() {
+        return;
+    }
+    const N: u32 = 6144;
+    let p = NetnsPair::with_queues(4).expect("netns pair");
+    p.no_ipv6().expect("no IPv6 chatter");
+    let frames = two_way_frames(&p, N);
+    let file = tmp("two-way.pcap");
+    write_pcap(&file, &frames);
+    let reference = tmp("reference.csv");
+    let out = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args([
+            "flows",
+            "-i",
+            file.to_str().unwrap(),
+            "-q",
+            "--fields",
+            FIELDS,
+        ])
+        .args(["-w", reference.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = canonical(&reference);
+    assert_eq!(want.len(), 256, "{want:?}");
+
+    for (input, what) in [
+        ("xdp:vB", "4 queues over 2 threads"),
+        ("afpacket:vB", "fanout"),
+    ] {
+        let csv = tmp("live.csv");
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                p.ns(Side::B),
+                env!("CARGO_BIN_EXE_linerate"),
+            ])
+            .args([
+                "flows",
+                "-i",
+                input,
+                "--threads",
+                "2",
+                "--json",
+                "--fields",
+                FIELDS,
+            ])
+            .args(["-w", csv.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn linerate");
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut first = String::new();
+        err.read_line(&mut first).unwrap();
+        let start: serde_json::Value = serde_json::from_str(&first).expect("start line");
+        assert!(
+            start["plan"].as_str().is_some_and(|s| s.contains(what)),
+            "{input}: {start}"
+        );
+        p.run_in(Side::A, || netns::send_raw("vA", &frames));
+        // Until every frame was seen by the receiving side's queues, then a little more.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        if input.starts_with("xdp:") {
+            while netns::xdp_queue_packets(&p, Side::B, "vB")
+                .iter()
+                .sum::<u64>()
+                < N as u64
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let per_queue = netns::xdp_queue_packets(&p, Side::B, "vB");
+            assert!(
+                per_queue.len() == 4 && per_queue.iter().all(|&q| q > 0),
+                "traffic on every queue: {per_queue:?}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: kill(2) on the PID of the child we started (ip netns exec execs linerate).
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGINT);
+        }
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{input}: linerate flows did not stop on SIGINT");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut rest = String::new();
+        err.read_to_string(&mut rest).unwrap();
+        assert!(status.success(), "{input}: {rest}");
+        let summary: serde_json::Value = rest
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|j| j["type"] == "summary")
+            .unwrap_or_else(|| panic!("{input}: no summary in {rest}"));
+        assert_eq!(summary["input_drops"]["kernel"], 0, "{input}: {summary}");
+        let got = canonical(&csv);
+        assert_eq!(
+            got, want,
+            "{input}: records of 2 threads differ from one thread's"
+        );
+        let _ = std::fs::remove_file(&csv);
+    }
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&reference);
 }

@@ -118,3 +118,69 @@ fn every_corpus_file_without_panic_and_every_packet_accounted() {
     );
     assert!(pkts > 0);
 }
+
+/// Records as sortable text (the order records come out in differs between runs with threads).
+fn sorted(recs: &[FlowRecord]) -> Vec<String> {
+    let mut v: Vec<String> = recs.iter().map(|r| format!("{r:?}")).collect();
+    v.sort();
+    v
+}
+
+/// A capture file split between 2 and 3 threads (each reading its own groups of records, flows
+/// counted in file order by the thread that owns them) gives exactly the records, counters and
+/// error of one thread, on every file of the corpus: fragments, both directions of a flow,
+/// TCP ends and idle expiry all see their packets in file order.
+#[test]
+fn threads_on_a_split_file_give_the_records_of_one_thread() {
+    use linerate::apps::flow::threads::{run_input, FlowInput};
+    let Some(dir) = corpus() else { return };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    let stop = AtomicBool::new(false);
+    let popts = PortOptions::default();
+    let opts = FlowOptions {
+        table: TableConfig {
+            // Short timeouts, so that idle and linger expiry happen inside the captures.
+            idle_ns: 2_000_000_000,
+            linger_ns: 500_000_000,
+            status_ns: 3_000_000_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let run = |path: &str, nt: usize| {
+        let input = FlowInput::open(path, &popts, nt).ok()?;
+        let mut recs: Vec<FlowRecord> = Vec::new();
+        let mut sink = |r: &[FlowRecord]| recs.extend_from_slice(r);
+        let rep = run_input(input, &opts, &stop, &mut sink);
+        let err = rep.error.as_ref().map(|e| e.to_string());
+        Some((
+            rep.packets,
+            rep.not_flow,
+            rep.table.flows,
+            err,
+            sorted(&recs),
+        ))
+    };
+    let (mut compared, mut packets) = (0, 0u64);
+    for f in &files {
+        let path = f.to_str().unwrap();
+        let Some(one) = run(path, 1) else { continue };
+        for nt in [2, 3] {
+            let many = run(path, nt).expect("opens with threads as with one");
+            assert_eq!(one.0, many.0, "{path}: packets, {nt} threads");
+            assert_eq!(one.1, many.1, "{path}: not in a flow, {nt} threads");
+            assert_eq!(one.2, many.2, "{path}: flows, {nt} threads");
+            assert_eq!(one.3, many.3, "{path}: error, {nt} threads");
+            assert!(one.4 == many.4, "{path}: records differ with {nt} threads");
+        }
+        compared += 1;
+        packets += one.0;
+    }
+    println!("{compared} files, {packets} packets: the same records with 1, 2 and 3 threads");
+    assert!(compared > 100 && packets > 0);
+}

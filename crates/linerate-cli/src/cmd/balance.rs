@@ -2,7 +2,7 @@
 //! `--threads` the same distribution to consumer threads (pfdnacluster_multithread).
 
 use crate::cmd::count::open_port;
-use crate::common::{flags, pin, stop_flag, usage};
+use crate::common::{flags, metrics, pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::balance::lua::{LuaError, LuaScript};
@@ -16,8 +16,8 @@ use linerate::filter::Filter;
 use linerate::port::cluster::{ClusterConfig, ClusterStats, Master};
 use linerate::port::file::Inputs;
 use linerate::port::pcap::PcapPort;
-use linerate::port::{Port, PortError, PortOptions};
-use linerate::stats::prom::{cluster_text, MetricsServer};
+use linerate::port::{DropReason, Drops, Port, PortError, PortOptions};
+use linerate::stats::prom::{cluster_text, Dir, PortCount};
 use linerate::stats::{group, group_f};
 use linerate::units;
 use std::io::Write;
@@ -93,9 +93,7 @@ pub struct Args {
     /// Print statistics as JSON lines.
     #[arg(long)]
     json: bool,
-    /// Serve Prometheus text on this address (e.g. 127.0.0.1:9100). It has no authentication:
-    /// keep it on loopback unless every host that can reach it may read the counters.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", help = metrics::HELP)]
     metrics: Option<String>,
     /// Print only the final summary.
     #[arg(long)]
@@ -112,6 +110,28 @@ pub struct Args {
     /// Simulated work per packet in consumer threads (ns, at most 1 s), to see overload.
     #[arg(long, value_name = "NS", default_value = "0", value_parser = flags::int(0u64, 1_000_000_000))]
     work_ns: u64,
+    /// Longest packet the cluster carries (DPDK's --max-pkt-len), 64 to 65408 bytes: its
+    /// frames are the next power of two above it plus 128 B of headroom (default 1920: 2 KiB
+    /// frames; 9216 for jumbo frames takes 16 KiB frames, 8 times the memory). Longer packets
+    /// are dropped whole and counted as too_big, never cut.
+    #[arg(long, value_name = "BYTES", default_value = "1920", value_parser = parse_max_pkt_len)]
+    max_pkt_len: u32,
+}
+
+/// `--max-pkt-len`: a size from 64 to 65408 (the most a 64 KiB frame holds after its headroom).
+fn parse_max_pkt_len(s: &str) -> Result<u32, String> {
+    match units::parse_size(s) {
+        Ok(v) if (64..=65_408).contains(&v) => Ok(v as u32),
+        Ok(_) => Err(format!("'{s}': from 64 to 65408 bytes")),
+        Err(e) => Err(format!("{e}; from 64 to 65408 bytes")),
+    }
+}
+
+/// Frame size of a cluster for packets of up to `max` bytes (with the master's 128 B headroom).
+fn frame_size_for(max: u32) -> u32 {
+    (max + linerate::mem::DEFAULT_HEADROOM)
+        .next_power_of_two()
+        .max(linerate::mem::DEFAULT_FRAME_SIZE)
 }
 
 /// `-m MODE` or `-m lua:FILE`.
@@ -260,6 +280,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         slots: a.slots,
         frames: a.buffers as u32,
         tx_lanes: if a.out.is_some() { 8 } else { 0 },
+        frame_size: frame_size_for(a.max_pkt_len),
         ..Default::default()
     };
     let mut tx_out = match &a.out {
@@ -272,17 +293,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Master::create(a.cluster, &cfg).context("creating the cluster")?
     };
     master.set_consumer_timeout(a.consumer_timeout);
-    let metrics = match &a.metrics {
-        Some(addr) => {
-            let m =
-                MetricsServer::start(addr).map_err(|e| usage(format!("--metrics {addr}: {e}")))?;
-            if let Some(note) = m.auth_note() {
-                eprintln!("linerate: {note}");
-            }
-            Some(m)
-        }
-        None => None,
-    };
+    let metrics = metrics::start(a.metrics.as_deref(), "balance", a.quiet)?;
+    if let Some(m) = &metrics {
+        let s = master.stats();
+        publish(m, (&a.input, a.out.as_deref()), a.cluster, &s, &[]);
+    }
     let mut egress = Vec::new();
     for spec in &a.egress {
         let bad = || usage(format!("-r {spec}: write QUEUE:PORT, e.g. -r 0:out.pcap"));
@@ -375,6 +390,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         threaded: threads.is_some(),
         egress_queues: egress_queues.clone(),
         metrics: &metrics,
+        input: &a.input,
+        out_port: a.out.as_deref(),
         out,
     };
     let report = balance::run_with(
@@ -438,14 +455,65 @@ struct Printer<'a> {
     json: bool,
     threaded: bool,
     egress_queues: Vec<usize>,
-    metrics: &'a Option<MetricsServer>,
+    metrics: &'a Option<metrics::Metrics>,
+    input: &'a str,
+    out_port: Option<&'a str>,
     out: std::io::Stdout,
+}
+
+/// balance's metrics: the common families (the input's receive counters with what no queue
+/// wanted as `filter` drops, each queue as a port `cluster:ID@Q` the master sends to, `-o`'s
+/// transmit counters) and the cluster's own `linerate_cluster_*` families (docs/cluster.md).
+fn publish(
+    m: &metrics::Metrics,
+    (input, out): (&str, Option<&str>),
+    id: u32,
+    s: &ClusterStats,
+    threads: &[(u64, u64)],
+) {
+    let mut e = m.exposition();
+    let mut d = Drops::default();
+    d.add(DropReason::Filter, s.filtered);
+    d.add(DropReason::NoFrame, s.no_frame);
+    let rx = PortCount {
+        packets: s.rx_packets,
+        bytes: s.rx_bytes,
+        drops: d,
+    };
+    e.port(input, Dir::Rx, &rx);
+    for (q, x) in s.queues.iter().enumerate() {
+        let mut d = Drops::default();
+        d.add(DropReason::RingFull, x.ring_full);
+        d.add(DropReason::ConsumerGone, x.consumer_gone);
+        d.add(DropReason::NoFrame, x.no_frame);
+        d.add(DropReason::Unread, x.unread);
+        let c = PortCount {
+            packets: x.delivered,
+            bytes: x.bytes,
+            drops: d,
+        };
+        e.port(&format!("cluster:{id}@{q}"), Dir::Tx, &c);
+    }
+    if let Some(o) = out {
+        let mut d = Drops::default();
+        d.add(DropReason::RingFull, s.tx_dropped);
+        d.add(DropReason::Malformed, s.tx_malformed);
+        let c = PortCount {
+            packets: s.tx_packets,
+            bytes: s.tx_bytes,
+            drops: d,
+        };
+        e.port(o, Dir::Tx, &c);
+    }
+    e.append(&cluster_text(id, s, threads));
+    m.publish(&e);
 }
 
 impl Printer<'_> {
     fn tick(&mut self, t: &BalanceTick, now_threads: Vec<(u64, u64)>) {
         if let Some(m) = self.metrics {
-            m.set(cluster_text(self.id, &t.now.stats, &now_threads));
+            let ports = (self.input, self.out_port);
+            publish(m, ports, self.id, &t.now.stats, &now_threads);
         }
         if !self.quiet {
             let s = if self.json {
@@ -467,7 +535,7 @@ fn finish(
     egress_queues: &[usize],
     report: BalanceReport,
     fin: balance::Finished,
-    metrics: &Option<MetricsServer>,
+    metrics: &Option<metrics::Metrics>,
 ) -> anyhow::Result<ExitCode> {
     let joined = fin.threads;
     let threaded = joined.is_some();
@@ -483,7 +551,8 @@ fn finish(
         _ => Vec::new(),
     };
     if let Some(m) = metrics {
-        m.set(cluster_text(a.cluster, &t.now.stats, &final_threads));
+        let ports = (a.input.as_str(), a.out.as_deref());
+        publish(m, ports, a.cluster, &t.now.stats, &final_threads);
     }
     let ended = match report.ended {
         Ended::Count => "count reached",
@@ -558,10 +627,11 @@ pub fn accounting_line(s: &ClusterStats) -> String {
     let ring_full: u64 = s.queues.iter().map(|q| q.ring_full).sum();
     let gone: u64 = s.queues.iter().map(|q| q.consumer_gone).sum();
     let nf: u64 = s.queues.iter().map(|q| q.no_frame).sum();
+    let big: u64 = s.queues.iter().map(|q| q.too_big).sum();
     let unread: u64 = s.queues.iter().map(|q| q.unread).sum();
     let backlog = s.backlog();
     format!(
-        "Accounting: rx {} = filtered {} + distributed {}; destinations {} = delivered {} + ring_full {} + consumer_gone {} + no_frame {} + unread {}{} [{}]",
+        "Accounting: rx {} = filtered {} + distributed {}; destinations {} = delivered {} + ring_full {} + consumer_gone {} + no_frame {}{} + unread {}{} [{}]",
         group(s.rx_packets),
         group(s.filtered),
         group(s.routed),
@@ -570,6 +640,11 @@ pub fn accounting_line(s: &ClusterStats) -> String {
         group(ring_full),
         group(gone),
         group(nf),
+        if big > 0 {
+            format!(" + too_big {} (longer than --max-pkt-len)", group(big))
+        } else {
+            String::new()
+        },
         group(unread),
         if backlog > 0 {
             format!(" + in queues {}", group(backlog))
@@ -689,7 +764,7 @@ pub fn master_text(t: &BalanceTick) -> String {
             None => "gone".to_string(),
         };
         s.push_str(&format!(
-            "Q {q} (app {}, {consumer}): Forwarded {} pkts [{} pps] Dropped {} pkts ({:.1} %) [ring_full {} consumer_gone {} no_frame {} unread {}] backlog {}\n",
+            "Q {q} (app {}, {consumer}): Forwarded {} pkts [{} pps] Dropped {} pkts ({:.1} %) [ring_full {} consumer_gone {} no_frame {}{} unread {}] backlog {}\n",
             x.app,
             group(fwd),
             group_f(x.delivered.saturating_sub(xp.delivered) as f64 / act_s, 2),
@@ -698,6 +773,10 @@ pub fn master_text(t: &BalanceTick) -> String {
             group(x.ring_full.saturating_sub(x0.ring_full)),
             group(x.consumer_gone.saturating_sub(x0.consumer_gone)),
             group(x.no_frame.saturating_sub(x0.no_frame)),
+            match x.too_big.saturating_sub(x0.too_big) {
+                0 => String::new(),
+                b => format!(" too_big {}", group(b)),
+            },
             group(x.unread.saturating_sub(x0.unread)),
             group(x.backlog)
         ));
@@ -721,7 +800,7 @@ pub fn json_tick(kind: &str, t: &BalanceTick, threads: &[(u64, u64)]) -> String 
                 "app": x.app,
                 "delivered": x.delivered,
                 "bytes": x.bytes,
-                "drops": {"ring_full": x.ring_full, "consumer_gone": x.consumer_gone, "no_frame": x.no_frame, "unread": x.unread},
+                "drops": {"ring_full": x.ring_full, "consumer_gone": x.consumer_gone, "no_frame": x.no_frame, "too_big": x.too_big, "unread": x.unread},
                 "backlog": x.backlog,
                 "consumer_pid": x.consumer_pid,
                 "pps": x.delivered.saturating_sub(xp.delivered) as f64 / act_s,

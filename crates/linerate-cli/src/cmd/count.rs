@@ -1,12 +1,13 @@
 //! `linerate count`: pfcount / zcount.
 
-use crate::common::{flags, inputs_of, pin, stop_flag, usage};
+use crate::common::{flags, inputs_of, metrics, pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::count::{self, CountOptions, Ended};
 use linerate::apps::gen::latency::Tracker;
 use linerate::filter::Filter;
 use linerate::port::{pcap::PcapPort, Port, PortError, PortOptions};
+use linerate::stats::prom::{Dir, PortCount};
 use linerate::stats::{self, group};
 use linerate::time::{Clock, TscClock};
 use std::io::Write;
@@ -54,9 +55,29 @@ pub struct Args {
     /// With --latency: write the latency histogram as CSV here, and an SVG plot beside it.
     #[arg(long, value_name = "FILE.csv", requires = "latency")]
     hist_out: Option<String>,
-    /// Bytes to keep of each packet (snap length, 64 to 262144).
-    #[arg(short = 's', long, value_name = "BYTES", default_value = "65535", value_parser = flags::size(64, 262_144))]
-    snaplen: u64,
+    /// Bytes to keep of each packet (snap length, 64 to 262144), on capture ports and in the -w
+    /// file. Default: 65535 on capture ports; a file's records and -w keep every byte (up to
+    /// 256 KiB).
+    #[arg(short = 's', long, value_name = "BYTES", value_parser = flags::size(64, 262_144))]
+    snaplen: Option<u64>,
+    #[arg(long, value_name = "ADDR", help = metrics::HELP)]
+    metrics: Option<String>,
+}
+
+/// The metrics of a count: the input's receive counters since the start (what the summary
+/// says).
+fn publish(m: &metrics::Metrics, port: &str, start: &stats::Snapshot, now: &stats::Snapshot) {
+    let mut e = m.exposition();
+    e.port(
+        port,
+        Dir::Rx,
+        &PortCount {
+            packets: now.pkts - start.pkts,
+            bytes: now.bytes - start.bytes,
+            drops: now.drops.since(&start.drops),
+        },
+    );
+    m.publish(&e);
 }
 
 /// Runs `linerate count`.
@@ -64,7 +85,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
     // A capture-only loop: wait long in poll, the kernel wakes it when packets are ready.
     let opts = PortOptions {
-        snaplen: a.snaplen as u32,
+        snaplen: a.snaplen.map_or(65_535, |s| s as u32),
         rx_wait_ms: 100,
         ..Default::default()
     };
@@ -95,12 +116,28 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let to_stdout = a.write.as_deref() == Some("-");
     let mut writer: Option<PcapPort> = match a.write.as_deref() {
         None => None,
-        Some(path) => Some(
-            PcapPort::create_protected(path, link, opts.snaplen, &inputs)
-                .map_err(|e| usage(format!("-w: {e}")))?,
-        ),
+        Some(path) => {
+            // -s cuts records (as tcpdump -s does). Else the header says what the input's said
+            // (a copy of a file is byte for byte the file) or the capture port's snap length,
+            // and every record is written whole, even one longer than that header says.
+            let snaplen = a
+                .snaplen
+                .map_or(input.snaplen().unwrap_or(opts.snaplen), |s| s as u32);
+            let mut w = PcapPort::create_protected(path, link, snaplen, &inputs)
+                .map_err(|e| usage(format!("-w: {e}")))?;
+            if a.snaplen.is_none() {
+                w.keep_whole();
+            }
+            Some(w)
+        }
     };
     pin(a.core)?;
+    let metrics = metrics::start(a.metrics.as_deref(), "count", a.quiet)?;
+    if let Some(m) = &metrics {
+        let mut e = m.exposition();
+        e.port(&a.input, Dir::Rx, &PortCount::default());
+        m.publish(&e);
+    }
 
     // Statistics go to standard output, or to standard error when it carries the pcap stream.
     let mut out: Box<dyn Write> = if to_stdout {
@@ -135,6 +172,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         &copts,
         &stop,
         |t| {
+            if let Some(m) = &metrics {
+                publish(m, &a.input, &t.start, &t.now);
+            }
             if a.quiet {
                 return;
             }
@@ -156,6 +196,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let written = writer.as_ref().and_then(|w| w.packets_written());
     drop(writer);
     let t = &report.tick;
+    if let Some(m) = &metrics {
+        publish(m, &a.input, &t.start, &t.now);
+    }
     let closed = report.output_error.as_ref().is_some_and(|e| {
         matches!(e, PortError::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
     });

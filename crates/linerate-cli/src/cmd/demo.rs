@@ -1,4 +1,4 @@
-//! `linerate demo`: seed 000's cluster tests 1, 2, 3 and 10 on this machine, no NIC, no root.
+//! `linerate demo`: PF_RING ZC's cluster tests 1, 2, 3 and 10 on this machine, no NIC, no root.
 //!
 //! A built-in source (64 B frames, 60 + CRC, consecutive packets of rotating flows)
 //! feeds the balancer as fast as it can take packets; tests 1-3 use consumer threads
@@ -40,16 +40,16 @@ pub struct Args {
     verbose: bool,
 }
 
-/// A test: number, title, seed command, queues per application, mode, in processes.
+/// A test: number, title, PF_RING command, queues per application, mode, in processes.
 type Spec = (u32, &'static str, &'static str, &'static [u32], Mode, bool);
 
-/// One test: what the seed ran and measured, and what we ran and measured.
+/// One test: what PF_RING ran and measured, and what we ran and measured.
 struct Row {
     test: u32,
     title: &'static str,
-    seed_cmd: &'static str,
+    pf_cmd: &'static str,
     ours_cmd: String,
-    /// (label, seed figure, our figure)
+    /// (label, PF_RING figure, our figure)
     lines: Vec<(String, String, String)>,
     accounting: String,
 }
@@ -222,9 +222,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let _ = writeln!(
         out,
-        "linerate demo: seed 000 (PF_RING DNA/libzero examples) tests 1, 2, 3 and 10 on this machine\n\
+        "linerate demo: PF_RING ZC's cluster tests (DNA/libzero examples) 1, 2, 3 and 10 on this machine\n\
          source: built-in, 64 B frames (60 + CRC), {} rotating flows, {}; {} s per test; {} cores, load average {}\n\
-         seed figures: Xeon E3-1230 3.2 GHz, 82599 10 GbE, line rate 14.88 Mpps (64 B)\n",
+         PF_RING's figures: Xeon E3-1230 3.2 GHz, 82599 10 GbE, line rate 14.88 Mpps (64 B)\n",
         a.flows,
         match a.rate {
             None => "as fast as the balancer takes them".to_string(),
@@ -246,7 +246,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         (3, "Deliver each incoming packet to all threads (fan-out, zero copy)", "pfdnacluster_multithread -i dna0 -c 1 -n 2 -m 2", &[2], Mode::Fanout, false),
         (10, "Balance over 2 instances of one application, a full copy to another (processes)", "pfdnacluster_master -i dna0 -c 10 -n 2,1 ; pfcount -i dnacluster:10@0 ; @1 ; tcpdump -i dnacluster:10@2", &[2, 1], Mode::Ip, true),
     ];
-    let seed: [(u32, &[(&str, &str)]); 4] = [
+    let published: [(u32, &[(&str, &str)]); 4] = [
         (
             1,
             &[
@@ -288,7 +288,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             ],
         ),
     ];
-    for (test, title, seed_cmd, apps, mode, procs) in specs {
+    for (test, title, pf_cmd, apps, mode, procs) in specs {
         if !want(test) {
             continue;
         }
@@ -307,12 +307,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ours.extend(m.per_consumer.iter().map(|p| pps(*p, m.secs)));
         ours.push(pps(m.per_consumer.iter().sum(), m.secs));
         ours.push(drops_str(s));
-        let seed_lines = seed
+        let published_lines = published
             .iter()
             .find(|(t, _)| *t == test)
             .map(|(_, l)| *l)
             .unwrap_or(&[]);
-        let lines = seed_lines
+        let lines = published_lines
             .iter()
             .zip(ours)
             .map(|((l, f), o)| (l.to_string(), f.to_string(), o))
@@ -333,7 +333,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         rows.push(Row {
             test,
             title,
-            seed_cmd,
+            pf_cmd,
             ours_cmd,
             lines,
             accounting: accounting_line(s),
@@ -345,12 +345,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let _ = writeln!(out);
     for r in &rows {
         let _ = writeln!(out, "=== Test {}. {}", r.test, r.title);
-        let _ = writeln!(out, "    seed:     {}", r.seed_cmd);
+        let _ = writeln!(out, "    PF_RING:  {}", r.pf_cmd);
         let _ = writeln!(out, "    linerate: {}", r.ours_cmd);
         let _ = writeln!(
             out,
             "    {:<24} {:>22} {:>22}",
-            "", "seed 000 (10 GbE)", "linerate, this machine"
+            "", "PF_RING (10 GbE)", "linerate, this machine"
         );
         for (l, f, o) in &r.lines {
             let _ = writeln!(out, "    {l:<24} {f:>22} {o:>22}");
@@ -360,7 +360,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let _ = writeln!(
         out,
         "\nFigures are packets per second over each whole test; drops are queue drops (ring full) when\n\
-         consumers fall behind the master, never a stall of the master. The seed's are bounded by its\n\
+         consumers fall behind the master, never a stall of the master. PF_RING's are bounded by its\n\
          10 GbE line (14.88 Mpps); ours by the CPU of this machine, shared by the source, the master\n\
          and the consumers."
     );

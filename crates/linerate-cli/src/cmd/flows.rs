@@ -1,21 +1,23 @@
 //! `linerate flows`: Argus-style bidirectional flow records, with IPFIX export.
 
-use crate::common::{flags, stop_flag, usage};
+use crate::common::{flags, metrics, stop_flag, usage};
 use clap::Parser;
 use linerate::apps::flow::ipfix::{self, ExportStats, IpfixError, IpfixOptions, UdpExporter};
 use linerate::apps::flow::kafka::{host_name, KafkaExporter, KafkaOptions, KafkaStats};
 use linerate::apps::flow::key::NotFlow;
 use linerate::apps::flow::record::{EndReason, Field, FlowRecord, Format, RecordWriter};
 use linerate::apps::flow::table::TableConfig;
-use linerate::apps::flow::{self, Ended, FlowOptions, FlowReport, RecordSink};
+use linerate::apps::flow::threads::FlowInput;
+use linerate::apps::flow::{self, Ended, FlowLive, FlowOptions, FlowReport, RecordSink};
 use linerate::port::file::{self, RecordFile};
-use linerate::port::PortOptions;
+use linerate::port::{Drops, PortOptions};
 use linerate::stats::group;
-use linerate::stats::http;
+use linerate::stats::prom::{Dir, PortCount};
 use std::io::Write;
 use std::net::ToSocketAddrs;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Flags of `linerate flows`.
@@ -84,9 +86,7 @@ pub struct Args {
     /// full queue drops records (counted queue_full), a file waits for room.
     #[arg(long, value_name = "N", default_value = "65536", value_parser = flags::count(1, 16_000_000), requires = "kafka")]
     kafka_queue: u64,
-    /// Serve the Kafka export's counters in Prometheus' text format on this address (e.g.
-    /// 127.0.0.1:9100); it has no authentication: keep it on loopback.
-    #[arg(long, value_name = "ADDR", requires = "kafka")]
+    #[arg(long, value_name = "ADDR", help = metrics::HELP)]
     metrics: Option<String>,
     /// Columns, comma separated (`all`, `default`, or names: stime,ltime,dur,flgs,proto,saddr,
     /// sport,dir,daddr,dport,spkts,dpkts,sbytes,dbytes,state,sflags,dflags,itype,icode,reason,vlan).
@@ -195,25 +195,35 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             })?)
         }
     };
-    // The endpoint reads the exporter's counters live, on its own thread.
-    let metrics = match (&a.metrics, &kafka) {
-        (Some(addr), Some(k)) => {
-            let stats = k.stats_handle();
-            let (topic, probe) = (k.options().topic.clone(), k.options().probe.clone());
-            let m = http::serve(addr, move || stats().prometheus(&topic, &probe))
-                .map_err(|e| usage(format!("--metrics {addr}: {e}")))?;
-            if let Some(note) = http::auth_note(&m.addr()) {
-                eprintln!("linerate: {note}");
+    // The endpoint renders at each scrape, on its own thread, from the input loop's counters
+    // and the exporter's; the summary's figures replace them at the end.
+    let live = Arc::new(FlowLive::default());
+    let kafka_text = kafka.as_ref().map(|k| {
+        let stats = k.stats_handle();
+        let (topic, probe) = (k.options().topic.clone(), k.options().probe.clone());
+        move || stats().prometheus(&topic, &probe)
+    });
+    let metrics = {
+        let (l, input, kt) = (live.clone(), a.input.clone(), kafka_text);
+        metrics::start_live(a.metrics.as_deref(), "flows", true, move |e| {
+            let c = PortCount {
+                packets: l.packets.load(Ordering::Relaxed),
+                bytes: l.bytes.load(Ordering::Relaxed),
+                drops: Drops::default(),
+            };
+            e.port(&input, Dir::Rx, &c);
+            if let Some(k) = &kt {
+                e.append(&k());
             }
-            Some(m)
-        }
-        _ => None,
+        })?
     };
     let popts = PortOptions {
         frames: 16_384,
         ..Default::default()
     };
-    let mut input = super::count::open_port(&a.input, &popts)?;
+    // Each thread reads its own share of the input (queues, fanout sockets, groups of records).
+    let input = FlowInput::open(&a.input, &popts, a.threads)
+        .map_err(|e| crate::common::port_error("-i", &a.input, e))?;
     // Every record reaches the output whole (a stop by any signal leaves no cut line); the
     // input is never an output.
     let inputs = crate::common::inputs_of([a.input.as_str()]);
@@ -258,7 +268,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             Some((x, addr))
         }
     };
-    let live = a.input.starts_with("afpacket:") || a.input.starts_with("xdp:");
+    let is_live = input.is_live();
     let opts = FlowOptions {
         table: TableConfig {
             max_flows: a.max_flows as u32,
@@ -267,27 +277,28 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             status_ns: secs_ns(a.status_interval),
         },
         threads: a.threads,
-        wall_clock: live,
+        wall_clock: is_live,
         ring_size: 2048,
+        live: metrics.as_ref().map(|_| live.clone()),
     };
     // A file waits for the broker without losing packets; live packets never wait (a full
     // queue counts queue_full).
     if let Some(k) = &kafka {
-        k.set_wait_when_full(!live);
+        k.set_wait_when_full(!is_live);
     }
     let mut sinks = Sinks {
         writer: out.map(|o| RecordWriter::new(o, format, fields)),
         ipfix,
         kafka,
         write_error: None,
-        flush_each: live,
+        flush_each: is_live,
     };
     if !a.quiet {
         let link = input.link_type().0;
         let maddr = metrics.as_ref().map(|m| m.addr().to_string());
         if a.json {
             let mut j = serde_json::json!({"type": "start", "input": a.input, "link_type": link,
-                    "threads": a.threads, "max_flows": a.max_flows});
+                    "threads": a.threads, "plan": input.plan(), "max_flows": a.max_flows});
             if let Some(k) = &sinks.kafka {
                 j["kafka"] = k.options().target().into();
                 j["probe"] = k.options().probe.clone().into();
@@ -298,8 +309,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             eprintln!("{j}");
         } else {
             eprintln!(
-                "Flows from {} (link type {link}), {} thread(s)",
-                a.input, a.threads
+                "Flows from {} (link type {link}), {}",
+                a.input,
+                input.plan()
             );
             if let Some(n) = sinks.kafka.as_ref().and_then(|k| k.note()) {
                 eprintln!("note: {n}");
@@ -316,7 +328,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let report = flow::run(input.as_mut(), &opts, &stop, &mut sinks);
+    let report = flow::threads::run_input(input, &opts, &stop, &mut sinks);
     if let Some(w) = &mut sinks.writer {
         if let Err(e) = w.flush() {
             sinks.write_error.get_or_insert(e);
@@ -351,6 +363,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let s = k.finish(&stop);
         (s, k.options().clone(), k.last_error())
     });
+    if let Some(m) = &metrics {
+        let k = kstats.as_ref().map(|(s, o, _)| (s, o));
+        publish(m, &a.input, &report, k);
+    }
     if !a.quiet {
         let mut err = std::io::stderr();
         let k = kstats.as_ref().map(|(s, o, _)| (s, o));
@@ -399,6 +415,62 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// flows' final metrics: the input's counters as the summary gives them, what was not put in a
+/// flow by reason, the table's counters, and the Kafka export's (docs/flows.md).
+fn publish(
+    m: &metrics::Metrics,
+    input: &str,
+    r: &FlowReport,
+    k: Option<(&KafkaStats, &KafkaOptions)>,
+) {
+    let mut e = m.exposition();
+    let c = PortCount {
+        packets: r.packets,
+        bytes: r.bytes,
+        drops: r.port.rx_drops,
+    };
+    e.port(input, Dir::Rx, &c);
+    for n in NotFlow::ALL {
+        e.counter(
+            "linerate_flows_not_flow_total",
+            "Packets received but not put in a flow, by reason.",
+            &[("reason", n.name())],
+            r.not_flow[n as usize],
+        );
+    }
+    let t = &r.table;
+    e.counter(
+        "linerate_flows_created_total",
+        "Flows created.",
+        &[],
+        t.flows,
+    );
+    for x in EndReason::ALL {
+        e.counter(
+            "linerate_flows_records_total",
+            "Flow records emitted, by reason.",
+            &[("reason", x.name())],
+            t.records[x.index()],
+        );
+    }
+    e.counter(
+        "linerate_flows_evicted_total",
+        "Flows removed early because the table was full.",
+        &[],
+        t.evicted,
+    );
+    e.gauge(
+        "linerate_flows_active",
+        "Flows in the table.",
+        &[],
+        t.active as f64,
+    );
+    if let Some((s, o)) = k {
+        e.append(&s.prometheus(&o.topic, &o.probe));
+    }
+    m.publish(&e);
 }
 
 /// `HOST`, `HOST:PORT`, `ADDR6`, `[ADDR6]:PORT` → something `to_socket_addrs` takes, with port

@@ -1,6 +1,6 @@
 //! `linerate fwd`: DPDK l2fwd / PF_RING pfdnabounce between two ports (or back out of one).
 
-use crate::common::{flags, pin, stop_flag, usage};
+use crate::common::{flags, metrics, pin, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::fwd::{self, Ended, FwdOptions, MacRewrite, Ports};
@@ -8,7 +8,8 @@ use linerate::apps::lua::{self, ScriptOptions};
 use linerate::filter::Filter;
 use linerate::port::xdp::kfwd::{KernelFwd, KernelFwdConfig};
 use linerate::port::xdp::{self, sys::iface_mac, AttachMode, XdpConfig, XdpMode};
-use linerate::port::{self, Port, PortError, PortOptions};
+use linerate::port::{self, DropReason, Port, PortError, PortOptions};
+use linerate::stats::prom::{Dir, PortCount};
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -77,6 +78,75 @@ pub struct Args {
         default_value = "auto"
     )]
     pub engine: Engine,
+    #[arg(long, value_name = "ADDR", help = metrics::HELP)]
+    pub metrics: Option<String>,
+}
+
+/// The common metrics of forwarding: each port's receive and transmit counters since the
+/// start, by name (`names[i]` is port i).
+fn publish(m: &metrics::Metrics, names: &[&str], s: &fwd::FwdStats) {
+    let mut e = m.exposition();
+    for (name, p) in names.iter().zip(&s.ports[..s.nports]) {
+        let (mut rxd, txd) = (p.rx_drops, p.tx_drops);
+        if rxd.total() + txd.total() == 0 && p.dropped + p.filtered > 0 {
+            // The kernel engine counts drops as one figure: the program's and the interface's.
+            rxd.add(DropReason::Kernel, p.dropped);
+            rxd.add(DropReason::Filter, p.filtered);
+        }
+        let rx = PortCount {
+            packets: p.received,
+            bytes: p.rx_bytes,
+            drops: rxd,
+        };
+        let tx = PortCount {
+            packets: p.sent,
+            bytes: p.tx_bytes,
+            drops: txd,
+        };
+        e.port(name, Dir::Rx, &rx);
+        e.port(name, Dir::Tx, &tx);
+    }
+    m.publish(&e);
+}
+
+/// The statistics callback: prints every `period` (0: never) and publishes the metrics every
+/// tick (ticks come every second with `--metrics`).
+struct Ticker<'a> {
+    json: bool,
+    period: std::time::Duration,
+    last_print: std::time::Instant,
+    metrics: Option<&'a metrics::Metrics>,
+    names: [&'a str; 2],
+}
+
+impl Ticker<'_> {
+    fn tick(&mut self, out: &mut dyn Write, s: &fwd::FwdStats) {
+        if let Some(m) = self.metrics {
+            publish(m, &self.names, s);
+        }
+        // A tick a little early still prints (ticks are whole periods apart).
+        let due = self
+            .period
+            .saturating_sub(std::time::Duration::from_millis(50));
+        if !self.period.is_zero() && self.last_print.elapsed() >= due {
+            self.last_print = std::time::Instant::now();
+            print(self.json, out, s, "stats");
+        }
+    }
+
+    /// The interval ticks come at: the print period, or a second when serving metrics.
+    fn interval(&self) -> std::time::Duration {
+        let p = if self.period.is_zero() {
+            std::time::Duration::from_secs(86400 * 365)
+        } else {
+            self.period
+        };
+        if self.metrics.is_some() {
+            p.min(std::time::Duration::from_secs(1))
+        } else {
+            p
+        }
+    }
 }
 
 /// `--engine`.
@@ -319,15 +389,27 @@ pub fn run_with(
         );
     }
     let _ = out.flush();
+    let m = metrics::start(a.metrics.as_deref(), "fwd", false)?;
+    let mut ticker = Ticker {
+        json: a.json,
+        period: a.period,
+        last_print: std::time::Instant::now(),
+        metrics: m.as_ref(),
+        names: [a.input.as_str(), a.output.as_str()],
+    };
+    if let Some(m) = &m {
+        let nports = if bounce { 1 } else { 2 };
+        let zero = fwd::FwdStats {
+            nports,
+            ..Default::default()
+        };
+        publish(m, &ticker.names, &zero);
+    }
     let fo = FwdOptions {
         bidir: a.bidir,
         filter: user_filter,
         mac,
-        interval: if a.period.is_zero() {
-            std::time::Duration::from_secs(86400 * 365)
-        } else {
-            a.period
-        },
+        interval: ticker.interval(),
         duration: a.duration,
         count: a.count,
         ..Default::default()
@@ -338,7 +420,10 @@ pub fn run_with(
     };
     let json = a.json;
     let hook = script.as_mut().map(|s| s as &mut dyn fwd::BatchFilter);
-    let report = fwd::run_with(ports, &fo, hook, stop, |s| print(json, out, s, "stats"));
+    let report = fwd::run_with(ports, &fo, hook, stop, |s| ticker.tick(out, s));
+    if let Some(m) = &m {
+        publish(m, &ticker.names, &report.stats);
+    }
     print(json, out, &report.stats, "summary");
     if !json {
         let _ = writeln!(out, "Forwarding ended: {}", ended(&report));
@@ -442,21 +527,36 @@ fn run_kernel(
         );
     }
     let _ = out.flush();
+    let m = metrics::start(a.metrics.as_deref(), "fwd", false)?;
+    let mut ticker = Ticker {
+        json: a.json,
+        period: a.period,
+        last_print: std::time::Instant::now(),
+        metrics: m.as_ref(),
+        names: [i.as_str(), o.as_str()],
+    };
+    if let Some(m) = &m {
+        let nports = if bounce { 1 } else { 2 };
+        let zero = fwd::FwdStats {
+            nports,
+            ..Default::default()
+        };
+        publish(m, &ticker.names, &zero);
+    }
     let fo = FwdOptions {
         bidir: a.bidir,
         mac,
-        interval: if a.period.is_zero() {
-            std::time::Duration::from_secs(86400 * 365)
-        } else {
-            a.period
-        },
+        interval: ticker.interval(),
         duration: a.duration,
         count: a.count,
         ..Default::default()
     };
     let json = a.json;
-    let report = fwd::run_kernel(&mut k, &fo, stop, |s| print(json, out, s, "stats"));
+    let report = fwd::run_kernel(&mut k, &fo, stop, |s| ticker.tick(out, s));
     drop(k); // detach before the final block: nothing is forwarded after it
+    if let Some(m) = &m {
+        publish(m, &ticker.names, &report.stats);
+    }
     print(json, out, &report.stats, "summary");
     if !json {
         let _ = writeln!(

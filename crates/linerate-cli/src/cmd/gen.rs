@@ -1,7 +1,7 @@
 //! `linerate gen`: MoonGen / pktgen-dpdk. Templates with varied fields, rate control on the
 //! TSC, latency probes, Lua userscripts, pcap replay.
 
-use crate::common::{flags, stop_flag, usage};
+use crate::common::{flags, metrics, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::gen::latency::{hist_csv, hist_svg, Tracker};
@@ -14,7 +14,8 @@ use linerate::apps::gen::{self, rate_words, GenOptions, GenReport, GenTick, Hook
 use linerate::apps::lua::{Interrupt, ScriptOptions};
 use linerate::mem::Batch;
 use linerate::port::file::Inputs;
-use linerate::port::{self, pcap::PcapPort, LinkType, Port, PortError, PortOptions};
+use linerate::port::{self, pcap::PcapPort, Drops, LinkType, Port, PortError, PortOptions};
+use linerate::stats::prom::{Dir, PortCount};
 use linerate::stats::{breakdown, group, group_f};
 use linerate::time::{Clock, TscClock};
 use linerate::units::Rate;
@@ -166,6 +167,40 @@ pub struct Args {
     /// Seconds between statistics lines.
     #[arg(long, value_name = "SECONDS", default_value = "1")]
     pub interval: String,
+    #[arg(long, value_name = "ADDR", help = metrics::HELP)]
+    pub metrics: Option<String>,
+}
+
+/// Help of the gauges gen adds to the common families.
+const ASKED_HELP: &str = "The rate asked, packets per second (absent: as fast as possible).";
+const ACHIEVED_HELP: &str = "The rate achieved in the last interval, packets per second.";
+
+/// gen's metrics: the transmit counters of each thread's port, the --rx port's receive
+/// counters, and the rate asked and achieved.
+fn publish(
+    m: &metrics::Metrics,
+    tx: &[(&str, PortCount)],
+    rx: Option<(&str, PortCount)>,
+    asked: Option<f64>,
+    achieved: f64,
+) {
+    let mut e = m.exposition();
+    for (port, c) in tx {
+        e.port(port, Dir::Tx, c);
+    }
+    if let Some((port, c)) = rx {
+        e.port(port, Dir::Rx, &c);
+    }
+    if let Some(r) = asked {
+        e.gauge("linerate_gen_rate_asked_pps", ASKED_HELP, &[], r);
+    }
+    e.gauge(
+        "linerate_gen_rate_achieved_pps",
+        ACHIEVED_HELP,
+        &[],
+        achieved,
+    );
+    m.publish(&e);
 }
 
 /// `--catch-up-window`: 1 µs to 1 h.
@@ -454,7 +489,7 @@ fn open_out(uri: &str, opts: &PortOptions, limited: bool) -> anyhow::Result<Box<
             "-o {p}: a capture file needs a limit (-c COUNT or -t DURATION)"
         ))),
         Some(p) => Ok(Box::new(
-            PcapPort::create_protected(p, LinkType::ETHERNET, 65535, &opts.inputs)
+            PcapPort::create_protected(p, LinkType::ETHERNET, 0, &opts.inputs)
                 .map_err(|e| usage(format!("-o: {e}")))?,
         )),
         None => crate::common::open_output("-o", uri, opts),
@@ -509,6 +544,21 @@ pub fn latency_json(t: &Tracker, sent: impl Fn(u16) -> Option<u64>) -> serde_jso
     rows.into()
 }
 
+/// What the receive thread of `--rx` publishes while it runs, for the statistics thread: the
+/// port's own counters, read every 100 ms and at the end (nothing per packet).
+#[derive(Default)]
+struct RxLive(Mutex<PortCount>);
+
+impl RxLive {
+    fn set(&self, port: &mut dyn Port) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = PortCount::rx(&port.stats());
+    }
+
+    fn count(&self) -> PortCount {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// Receives on `port` until `done` and then `wait` without a packet; tracks probes.
 fn receive(
     port: &mut dyn Port,
@@ -516,12 +566,14 @@ fn receive(
     done: &AtomicBool,
     stop: &AtomicBool,
     wait: Duration,
+    live: &RxLive,
 ) -> anyhow::Result<Tracker> {
     let link = port.link_type();
     let rxt = port.rx_time();
     let mut t = Tracker::new();
     let mut b = Batch::new();
     let mut last = clock.now_ns();
+    let mut next_live = last;
     loop {
         let n = port.rx(&mut b)?;
         let now = clock.now_ns();
@@ -538,7 +590,12 @@ fn receive(
             }
             std::hint::spin_loop();
         }
+        if now >= next_live {
+            live.set(port);
+            next_live = now + 100_000_000;
+        }
     }
+    live.set(port);
     Ok(t)
 }
 
@@ -663,6 +720,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     // Output ports: one per thread.
     let parts: Vec<&str> = a.output.split(',').collect();
     let mut outs: Vec<Box<dyn Port>> = Vec::new();
+    let mut names: Vec<&str> = Vec::new();
     for i in 0..a.threads {
         let uri = if parts.len() > 1 {
             parts[i % parts.len()]
@@ -676,6 +734,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             a.output.as_str()
         };
         outs.push(open_out(uri, &popts, limited)?);
+        names.push(uri);
     }
     let mut rx_port = match &a.rx {
         Some(uri) => Some(open(uri, &popts, "--rx")?),
@@ -696,6 +755,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let ticks: Vec<Mutex<GenTick>> = (0..a.threads)
         .map(|_| Mutex::new(GenTick::default()))
         .collect();
+    let metrics = metrics::start(a.metrics.as_deref(), "gen", a.quiet)?;
+    let rx_live = RxLive::default();
     let mut out: Box<dyn Write> = Box::new(std::io::stdout());
     // The rate asked in all.
     let asked: Option<f64> = specs
@@ -704,6 +765,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .sum::<f64>()
         .into();
     let asked = asked.filter(|_| specs[0].0[0].pps.is_some());
+    if let Some(m) = &metrics {
+        let tx: Vec<(&str, PortCount)> = names.iter().map(|n| (*n, PortCount::default())).collect();
+        let rx = a.rx.as_deref().map(|p| (p, PortCount::default()));
+        publish(m, &tx, rx, asked, 0.0);
+    }
     if a.json {
         let j = serde_json::json!({"type": "start", "port": a.output, "threads": a.threads,
             "pps_per_stream": specs[0].0[0].pps, "rate_pps": asked, "script": a.script,
@@ -759,8 +825,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }));
         }
         let rxh = rx_port.as_mut().map(|p| {
-            let (clock, done, stop) = (&clock, &done, &stop);
-            sc.spawn(move || receive(p.as_mut(), clock, done, stop, rx_wait))
+            let (clock, done, stop, live) = (&clock, &done, &stop, &rx_live);
+            sc.spawn(move || receive(p.as_mut(), clock, done, stop, rx_wait, live))
         });
         // Statistics while the threads run: each thread's counters over the span between
         // two of its own readings (not the printing thread's), so that an interval's rate is
@@ -775,7 +841,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         while !handles.iter().all(|h| h.is_finished()) {
             std::thread::sleep(Duration::from_millis(10));
             let now = clock.now_ns();
-            if now < next || a.quiet {
+            if now < next || (a.quiet && metrics.is_none()) {
                 continue;
             }
             next = now + interval.as_nanos() as u64;
@@ -785,6 +851,30 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 .collect();
             let iv = interval_rates(&prev, &cur);
             let words = asked.and_then(|r| interval_status(&iv, r));
+            if let Some(m) = &metrics {
+                let tx: Vec<(&str, PortCount)> = names
+                    .iter()
+                    .zip(&cur)
+                    .map(|(n, c)| {
+                        let pc = PortCount {
+                            packets: c.pkts,
+                            bytes: c.bytes,
+                            drops: c.drops,
+                        };
+                        (*n, pc)
+                    })
+                    .collect();
+                let rx = a.rx.as_deref().map(|p| (p, rx_live.count()));
+                publish(m, &tx, rx, asked, iv.pps);
+            }
+            if a.quiet {
+                for (p, c) in prev.iter_mut().zip(&cur) {
+                    if c.t_ns > p.t_ns {
+                        *p = *c;
+                    }
+                }
+                continue;
+            }
             if a.json {
                 let j = serde_json::json!({"type": "stats", "elapsed_ms": (now - t_start) as f64 / 1e6,
                     "pkts": iv.pkts, "bytes": iv.bytes, "pps": iv.pps, "mbps": iv.mbps,
@@ -860,6 +950,22 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let rated = total.rate_pps.is_some();
     let why = total.shortfall(pps);
+    if let Some(m) = &metrics {
+        let tx: Vec<(&str, PortCount)> = names
+            .iter()
+            .zip(&reports)
+            .map(|(n, r)| {
+                let pc = PortCount {
+                    packets: r.pkts,
+                    bytes: r.bytes,
+                    drops: r.port.tx_drops,
+                };
+                (*n, pc)
+            })
+            .collect();
+        let rx = a.rx.as_deref().map(|p| (p, rx_live.count()));
+        publish(m, &tx, rx, total.rate_pps, pps);
+    }
     let hist_svg = match (&a.hist_out, &tracker) {
         (Some(p), Some(t)) => Some(write_hist(
             p,
@@ -1058,6 +1164,8 @@ fn run_live(
         .transpose()?;
     let mut stream = streams.remove(0);
     let pps = stream.pps.map(|p| p * a.threads as f64);
+    // One size (live frames refuse others): bytes are packets times the frame without CRC.
+    let frame_len = u64::from(stream.size.bounds().0.saturating_sub(4));
     stream.probe = false;
     stream.pps = None;
     let opts = LiveOptions {
@@ -1094,16 +1202,26 @@ fn run_live(
         );
     }
     let _ = out.flush();
+    let metrics = metrics::start(a.metrics.as_deref(), "gen", a.quiet)?;
     let clock = TscClock::new();
     let t0 = clock.now_ns();
     let (mut prev_p, mut prev_t) = (0u64, t0);
+    let live_count = |p: u64| PortCount {
+        packets: p,
+        bytes: p * frame_len,
+        drops: Drops::default(),
+    };
     let r = live::run(&opts, &clock, stop, interval, |p| {
-        if a.quiet {
-            return;
-        }
         let now = clock.now_ns();
         let dt = (now - prev_t) as f64 / 1e9;
         let rate = (p - prev_p) as f64 / dt.max(1e-9);
+        if let Some(m) = &metrics {
+            publish(m, &[(a.output.as_str(), live_count(p))], None, pps, rate);
+        }
+        if a.quiet {
+            (prev_p, prev_t) = (p, now);
+            return;
+        }
         // Runs leave in bursts, so an interval holds a whole number of runs: below the rate
         // by more than the tolerance, say so (the summary judges the run).
         let short = pps.filter(|&r| rate < r * (1.0 - gen::RATE_TOLERANCE));
@@ -1142,6 +1260,15 @@ fn run_live(
     } else {
         None
     };
+    if let Some(m) = &metrics {
+        let mut c = live_count(r.pkts);
+        c.bytes = r.bytes;
+        if let Some(d) = r.tx_dropped {
+            // The device's own transmit drops over the run.
+            c.drops.add(linerate::port::DropReason::Kernel, d);
+        }
+        publish(m, &[(a.output.as_str(), c)], None, r.rate_pps, r.pps());
+    }
     if a.json {
         let mut j = serde_json::json!({
             "type": "summary", "engine": "live", "pkts": r.pkts, "bytes": r.bytes,

@@ -1,9 +1,9 @@
-//! `linerate lab`: seed 002's DPDK lab (pktgen on one VM, l2fwd on another) or pfdnabounce, on
+//! `linerate lab`: the DPDK l2fwd lab's set-up (pktgen on one VM, l2fwd on another) or pfdnabounce, on
 //! network namespaces of this machine, in one command.
 //!
 //! The lab creates two namespaces (`lr-lab-PID-gen`, `lr-lab-PID-fwd`) and veth pairs, runs a
 //! generator and a receiver in the first and the forwarder in the second (threads that entered
-//! the namespaces), prints what the seed's report shows, and deletes everything: on return, on
+//! the namespaces), prints what the lab's report shows, and deletes everything: on return, on
 //! error, on the first SIGINT/SIGTERM (the run stops, then cleans up), on a second one (the
 //! signal thread cleans up and exits), and at the next start for namespaces of a lab whose
 //! process is gone (SIGKILL).
@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 /// Which experiment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Kind {
-    /// Seed 002: generator → forwarder port 0 → forwarder port 1 → back to the generator.
+    /// The DPDK l2fwd lab: generator → forwarder port 0 → forwarder port 1 → back to the generator.
     L2fwd,
     /// pfdnabounce: the forwarder sends every packet back out of the port it came in on.
     Bounce,
@@ -299,6 +299,7 @@ fn run_cluster(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Res
                         n(&d["ring_full"])
                             + n(&d["consumer_gone"])
                             + n(&d["no_frame"])
+                            + n(&d["too_big"])
                             + n(&d["unread"]),
                     )
                 })

@@ -14,7 +14,7 @@ use crate::filter::Filter;
 use crate::mem::Batch;
 use crate::port::xdp::kfwd::KernelFwd;
 use crate::port::xdp::sys::poll_many;
-use crate::port::{Port, PortError};
+use crate::port::{DropReason, Drops, Port, PortError, PortStats};
 use crate::time::mono_ns;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -119,6 +119,16 @@ pub struct FwdPortStats {
     pub dropped: u64,
     /// Packets received here that the filter rejected.
     pub filtered: u64,
+    /// Bytes received and sent, as the port counts them (0 where the port cannot count them:
+    /// the kernel engine).
+    pub rx_bytes: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// `dropped` by reason and direction (what is not the port's own counter, a pending burst
+    /// given up at the end, is a transmit `ring_full`).
+    pub rx_drops: Drops,
+    /// Transmit drops by reason.
+    pub tx_drops: Drops,
 }
 
 /// Counters of all ports at one instant.
@@ -262,6 +272,7 @@ pub fn run_with(
         crate::stats::lost(&s.rx_drops) + crate::stats::lost(&s.tx_drops)
     };
     let base: Vec<u64> = list.iter_mut().map(|p| lost(&mut **p)).collect();
+    let base_stats: Vec<PortStats> = list.iter_mut().map(|p| p.stats()).collect();
     let mut own_drops = [0u64; 2];
     let mut rx = Batch::new();
     let mut pending: Vec<Batch> = (0..np).map(|_| Batch::new()).collect();
@@ -428,7 +439,7 @@ pub fn run_with(
             }
         }
         if now >= next_tick {
-            snapshot(&mut st, &mut list, &base, &own_drops, now);
+            snapshot(&mut st, &mut list, (&base, &base_stats), &own_drops, now);
             on_tick(&st);
             next_tick = now + interval;
         }
@@ -460,7 +471,13 @@ pub fn run_with(
         }
         std::thread::sleep(Duration::from_micros(200));
     }
-    snapshot(&mut st, &mut list, &base, &own_drops, mono_ns());
+    snapshot(
+        &mut st,
+        &mut list,
+        (&base, &base_stats),
+        &own_drops,
+        mono_ns(),
+    );
     FwdReport {
         stats: st,
         ended,
@@ -526,12 +543,26 @@ pub fn run_kernel(
     }
 }
 
-fn snapshot(st: &mut FwdStats, list: &mut [&mut dyn Port], base: &[u64], own: &[u64; 2], now: u64) {
+fn snapshot(
+    st: &mut FwdStats,
+    list: &mut [&mut dyn Port],
+    (base, base_stats): (&[u64], &[PortStats]),
+    own: &[u64; 2],
+    now: u64,
+) {
     st.t_ns = now;
     for (i, p) in list.iter_mut().enumerate() {
         let s = p.stats();
         let lost = crate::stats::lost(&s.rx_drops) + crate::stats::lost(&s.tx_drops);
-        st.ports[i].dropped = lost.saturating_sub(base[i]) + own[i];
+        let x = &mut st.ports[i];
+        x.dropped = lost.saturating_sub(base[i]) + own[i];
+        let b = &base_stats[i];
+        x.rx_bytes = s.rx_bytes.saturating_sub(b.rx_bytes);
+        x.tx_bytes = s.tx_bytes.saturating_sub(b.tx_bytes);
+        x.rx_drops = s.rx_drops.since(&b.rx_drops);
+        x.rx_drops.add(DropReason::Filter, x.filtered);
+        x.tx_drops = s.tx_drops.since(&b.tx_drops);
+        x.tx_drops.add(DropReason::RingFull, own[i]);
     }
 }
 

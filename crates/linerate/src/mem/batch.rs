@@ -188,7 +188,7 @@ impl Batch {
     pub fn frame_mut(&mut self, addr: u64) -> &mut [u8] {
         match &self.pool {
             Some(p) if p.allocates() => {
-                let end = p.frame_start(addr) + p.frame_size() as u64;
+                let end = p.frame_start(addr) + p.frame_size_at(addr);
                 // SAFETY: `addr` was just allocated to this batch (see alloc), nobody else holds
                 // its frame; `&mut self` prevents aliasing.
                 unsafe {
@@ -222,11 +222,22 @@ impl Batch {
         self.cache.pop()
     }
 
-    /// Returns a frame to the pool (through the local cache).
+    /// Takes a free big frame of the pool (see [`Pool`]'s big frames), for a packet longer than
+    /// a regular frame; None when none is free or the pool has none.
+    #[inline]
+    pub fn alloc_big(&mut self) -> Option<u64> {
+        self.pool.as_ref()?.take_big()
+    }
+
+    /// Returns a frame to the pool (through the local cache; a big frame directly).
     #[inline(always)]
     pub fn free_addr(&mut self, addr: u64) {
         let Some(pool) = &self.pool else { return };
         if !pool.allocates() {
+            return;
+        }
+        if pool.is_big(addr) {
+            pool.give_big(addr);
             return;
         }
         self.cache

@@ -8,7 +8,9 @@ mod pool;
 mod region;
 
 pub use batch::{Batch, Desc, Pkt, BATCH};
-pub use pool::{Pool, PoolConfig, DEFAULT_FRAME_SIZE, DEFAULT_HEADROOM};
+pub use pool::{
+    Pool, PoolConfig, BIG_PACKET, DEFAULT_BIG_FRAMES, DEFAULT_FRAME_SIZE, DEFAULT_HEADROOM,
+};
 pub use region::{Region, ShmFile};
 
 /// Errors of packet memory.

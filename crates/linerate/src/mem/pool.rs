@@ -3,6 +3,13 @@
 //! Workers never take frames one by one from the shared list: each [`Batch`](super::Batch)
 //! keeps a local cache and trades whole chunks of 64 frames with the pool, so allocation and
 //! freeing cost one atomic operation per 64 packets and no lock.
+//!
+//! A pool may also hold a few **big frames** after the regular ones ([`PoolConfig::big_frames`]),
+//! for the occasional packet longer than a regular frame (jumbo frames, a capture's 64 KiB
+//! records): taken and returned one at a time, so that a file or a wire carries every packet
+//! whole while small packets keep small frames. Big frames are only address space until a
+//! packet is written into them (no transparent huge pages there): a jumbo frame makes 3 pages
+//! resident, not the frame's size.
 
 use super::{MemError, Region};
 use crossbeam_queue::ArrayQueue;
@@ -11,6 +18,11 @@ use crossbeam_queue::ArrayQueue;
 pub const DEFAULT_FRAME_SIZE: u32 = 2048;
 /// Default headroom before the packet inside a frame (room to push headers).
 pub const DEFAULT_HEADROOM: u32 = 128;
+/// Largest packet a big frame holds: the longest record a pcap reader accepts (libpcap's
+/// limit for Ethernet, 256 KiB).
+pub const BIG_PACKET: u32 = 262_144;
+/// Big frames a port's pool keeps by default (see [`PoolConfig::big_frames`]).
+pub const DEFAULT_BIG_FRAMES: u32 = 128;
 
 pub(crate) const CHUNK: usize = 64;
 
@@ -30,6 +42,9 @@ pub struct PoolConfig {
     pub frame_size: u32,
     /// Bytes left free before the packet in each frame.
     pub headroom: u32,
+    /// Big frames after the regular ones, each holding [`BIG_PACKET`] bytes after the
+    /// headroom (0: none). Reserved address space: ~260 KiB each, resident only as written.
+    pub big_frames: u32,
 }
 
 impl Default for PoolConfig {
@@ -38,8 +53,14 @@ impl Default for PoolConfig {
             frames: 4096,
             frame_size: DEFAULT_FRAME_SIZE,
             headroom: DEFAULT_HEADROOM,
+            big_frames: 0,
         }
     }
+}
+
+/// Bytes of one big frame for `headroom` (rounded to pages).
+const fn big_frame_size(headroom: u32) -> u64 {
+    (BIG_PACKET as u64 + headroom as u64).div_ceil(4096) * 4096
 }
 
 /// Frames in a region. Frames of an allocating pool are handed out and returned through
@@ -50,18 +71,35 @@ pub struct Pool {
     frames: u32,
     headroom: u32,
     free: Option<ArrayQueue<Chunk>>,
+    /// Where the big frames start (the end of the regular ones; `u64::MAX` without any).
+    big_base: u64,
+    big_size: u64,
+    /// Free big frames (packet addresses).
+    big_free: Option<ArrayQueue<u64>>,
 }
 
 impl Pool {
     /// A pool of anonymous memory.
     pub fn new(cfg: &PoolConfig) -> Result<Pool, MemError> {
         let (frames, bytes) = Self::check(cfg)?;
-        Ok(Self::with_region(
-            Region::anon(bytes)?,
-            frames,
-            cfg.frame_size,
-            cfg.headroom,
-        ))
+        let big = cfg.big_frames as u64 * big_frame_size(cfg.headroom);
+        let region = Region::anon(bytes + big as usize)?;
+        if big > 0 {
+            // Big frames are sparse: a huge page there would make 2 MiB resident per touch.
+            region.advise_no_huge(bytes, big as usize);
+        }
+        let mut p = Self::with_region(region, frames, cfg.frame_size, cfg.headroom);
+        if cfg.big_frames > 0 {
+            let q = ArrayQueue::new(cfg.big_frames as usize);
+            let size = big_frame_size(cfg.headroom);
+            for i in 0..cfg.big_frames as u64 {
+                let _ = q.push(bytes as u64 + i * size + cfg.headroom as u64);
+            }
+            p.big_base = bytes as u64;
+            p.big_size = size;
+            p.big_free = Some(q);
+        }
+        Ok(p)
     }
 
     /// A pool over an existing region, every frame free.
@@ -91,6 +129,9 @@ impl Pool {
             frames: 0,
             headroom: 0,
             free: None,
+            big_base: u64::MAX,
+            big_size: 0,
+            big_free: None,
         }
     }
 
@@ -131,6 +172,9 @@ impl Pool {
             frames,
             headroom,
             free: Some(q),
+            big_base: u64::MAX,
+            big_size: 0,
+            big_free: None,
         }
     }
 
@@ -155,9 +199,48 @@ impl Pool {
         self.headroom
     }
 
-    /// Largest packet a frame holds.
+    /// Largest packet a regular frame holds.
     pub fn max_packet(&self) -> u32 {
         self.frame_size.saturating_sub(self.headroom)
+    }
+
+    /// Largest packet any frame of the pool holds (a big frame's, if it has some).
+    pub fn max_big_packet(&self) -> u32 {
+        if self.big_free.is_some() {
+            BIG_PACKET
+        } else {
+            self.max_packet()
+        }
+    }
+
+    /// Whether `addr` lies in a big frame.
+    #[inline(always)]
+    pub fn is_big(&self, addr: u64) -> bool {
+        addr >= self.big_base
+    }
+
+    /// Takes a free big frame; its packet address, or None (none free, or none at all).
+    #[inline]
+    pub(crate) fn take_big(&self) -> Option<u64> {
+        self.big_free.as_ref()?.pop()
+    }
+
+    /// Returns a big frame (any address inside it).
+    #[inline]
+    pub(crate) fn give_big(&self, addr: u64) {
+        if let Some(q) = &self.big_free {
+            let _ = q.push(self.frame_start(addr) + self.headroom as u64);
+        }
+    }
+
+    /// Bytes of the frame that holds `addr` (regular or big).
+    #[inline(always)]
+    pub fn frame_size_at(&self, addr: u64) -> u64 {
+        if self.is_big(addr) {
+            self.big_size
+        } else {
+            self.frame_size as u64
+        }
     }
 
     /// Whether frames are allocated and freed through this pool.
@@ -202,6 +285,8 @@ impl Pool {
     pub fn frame_start(&self, addr: u64) -> u64 {
         if self.frame_size == 0 {
             addr
+        } else if self.is_big(addr) {
+            addr - (addr - self.big_base) % self.big_size
         } else {
             addr - addr % self.frame_size as u64
         }

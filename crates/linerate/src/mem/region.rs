@@ -197,6 +197,26 @@ impl Region {
         }
     }
 
+    /// Asks the kernel not to back `[off, off + len)` (page-aligned inward) with transparent
+    /// huge pages: memory that is written sparsely stays resident only where written. A hint;
+    /// failure is harmless.
+    pub(crate) fn advise_no_huge(&self, off: usize, len: usize) {
+        let start = off.div_ceil(4096) * 4096;
+        let end = (off.saturating_add(len)).min(self.len) / 4096 * 4096;
+        if end <= start {
+            return;
+        }
+        // SAFETY: the range lies inside this live mapping (clamped to `self.len`, page-aligned);
+        // madvise with MADV_NOHUGEPAGE changes no contents.
+        unsafe {
+            libc::madvise(
+                self.ptr.add(start) as *mut libc::c_void,
+                end - start,
+                libc::MADV_NOHUGEPAGE,
+            )
+        };
+    }
+
     /// Start of the region.
     #[inline(always)]
     pub fn as_ptr(&self) -> *mut u8 {

@@ -92,6 +92,9 @@ struct MasterCounters {
     tx_dropped: AtomicU64,
     /// Transmitted descriptors with an impossible length (a corrupted lane), dropped.
     tx_malformed: AtomicU64,
+    /// Packets longer than a frame holds (see `--max-pkt-len`), dropped whole (counted once,
+    /// also per queue). After the fields above: a segment without it reads 0 here.
+    too_big: AtomicU64,
 }
 
 #[repr(C)]
@@ -158,7 +161,9 @@ struct QueueCtl {
     /// When the master took the queue back: how far the consumer's reads count as delivered
     /// (the consumer keeps nothing past it). Written before the owner word is released.
     taken_at: AtomicU64,
-    _line2: [u64; 7],
+    /// Dropped: longer than a frame holds (was padding: a segment without it reads 0).
+    too_big: AtomicU64,
+    _line2: [u64; 6],
 }
 
 #[repr(C)]
@@ -438,6 +443,7 @@ impl Segment {
                     ring_full: r(&k.ring_full),
                     consumer_gone: r(&k.consumer_gone),
                     no_frame: r(&k.no_frame),
+                    too_big: r(&k.too_big),
                     unread,
                     backlog: enq.saturating_sub(delivered + reclaimed + unread),
                     consumer_pid: self.consumer_pid(q),
@@ -450,6 +456,7 @@ impl Segment {
             rx_bytes: r(&c.rx_bytes),
             filtered: r(&c.filtered),
             no_frame: r(&c.no_frame),
+            too_big: r(&c.too_big),
             routed: r(&c.routed),
             copies: r(&c.copies),
             tx_packets: r(&c.tx_packets),
@@ -689,6 +696,8 @@ pub struct QueueStats {
     pub consumer_gone: u64,
     /// Dropped for want of a free frame.
     pub no_frame: u64,
+    /// Dropped: longer than the cluster's frames hold (raise `--max-pkt-len`); never cut.
+    pub too_big: u64,
     /// Dropped: still in the queue, never read, when the master ended (no consumer, or one that
     /// did not read them in time).
     pub unread: u64,
@@ -704,7 +713,7 @@ pub struct QueueStats {
 impl QueueStats {
     /// Drops of this queue (all reasons).
     pub fn drops(&self) -> u64 {
-        self.ring_full + self.consumer_gone + self.no_frame + self.unread
+        self.ring_full + self.consumer_gone + self.no_frame + self.too_big + self.unread
     }
 
     /// Packets meant for this queue: delivered + in the queue + drops.
@@ -716,7 +725,7 @@ impl QueueStats {
 /// Counters of a cluster. Every received packet is filtered or routed; every destination a
 /// routed packet had is delivered, still in its queue (backlog), or dropped under a reason on
 /// that queue: `rx_packets = filtered + routed` and `copies = Σ_q (delivered + backlog +
-/// ring_full + consumer_gone + no_frame + unread)`; once the master ended, backlog is 0. With one
+/// ring_full + consumer_gone + no_frame + too_big + unread)`; once the master ended, backlog is 0. With one
 /// queue per application per packet (every mode but fan-out), each application's queues add up
 /// to `routed`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -729,6 +738,8 @@ pub struct ClusterStats {
     pub filtered: u64,
     /// Packets lost for want of a free frame (counted once, also per queue).
     pub no_frame: u64,
+    /// Packets longer than a frame holds, dropped whole (counted once, also per queue).
+    pub too_big: u64,
     /// Packets with at least one destination.
     pub routed: u64,
     /// Destinations asked for, over all packets.
@@ -792,6 +803,7 @@ impl ClusterStats {
             d.add(DropReason::RingFull, q.ring_full);
             d.add(DropReason::ConsumerGone, q.consumer_gone);
             d.add(DropReason::NoFrame, q.no_frame);
+            d.add(DropReason::TooBig, q.too_big);
             d.add(DropReason::Unread, q.unread);
         }
         d
@@ -855,6 +867,7 @@ struct MasterQueue {
     consumer_gone: u64,
     reclaimed_pkts: u64,
     no_frame: u64,
+    too_big: u64,
     /// Packets taken back unread when the master ended.
     unread: u64,
     /// The queue had a consumer that left or died: drop for it until one attaches.
@@ -882,6 +895,7 @@ pub struct Master {
     rx_bytes: u64,
     filtered: u64,
     no_frame: u64,
+    too_big: u64,
     routed: u64,
     copies: u64,
     space: [u32; MAX_QUEUES],
@@ -1068,6 +1082,7 @@ impl Master {
                     tx_bytes: AtomicU64::new(0),
                     tx_dropped: AtomicU64::new(0),
                     tx_malformed: AtomicU64::new(0),
+                    too_big: AtomicU64::new(0),
                 },
             });
             // Queue control blocks and cursors are all-zero atomics: the fresh mapping already
@@ -1092,6 +1107,7 @@ impl Master {
                 consumer_gone: 0,
                 reclaimed_pkts: 0,
                 no_frame: 0,
+                too_big: 0,
                 unread: 0,
                 gone: false,
             })
@@ -1105,6 +1121,7 @@ impl Master {
             rx_bytes: 0,
             filtered: 0,
             no_frame: 0,
+            too_big: 0,
             routed: 0,
             copies: 0,
             space: [0; MAX_QUEUES],
@@ -1302,6 +1319,20 @@ impl Master {
         let smask = seg.slots - 1;
         let region = seg.pool.region();
         for i in 0..n {
+            if descs[i].len as usize > cap {
+                // Longer than a frame: dropped whole for every queue that wanted it, never cut.
+                let mut m = wants[i];
+                if m != 0 {
+                    self.too_big += 1;
+                }
+                while m != 0 {
+                    let qi = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    self.q[qi].too_big += 1;
+                    self.q[qi].nf_batch += 1;
+                }
+                continue;
+            }
             let ok = wants[i] & avail;
             if ok == 0 {
                 continue;
@@ -1320,7 +1351,7 @@ impl Master {
             let src = &descs[i];
             let data = batch.data(i);
             let addr = seg.frame_addr(frame);
-            let len = data.len().min(cap);
+            let len = data.len();
             // SAFETY: the frame was on the master's free list: no queue holds it and no
             // consumer can read it until its descriptor is published below.
             if let Some(dst) = unsafe { region.bytes_mut(addr, len as u32) } {
@@ -1439,6 +1470,7 @@ impl Master {
         h.tx_bytes.store(self.tx_bytes, Ordering::Relaxed);
         h.tx_dropped.store(self.tx_dropped, Ordering::Relaxed);
         h.tx_malformed.store(self.tx_malformed, Ordering::Relaxed);
+        h.too_big.store(self.too_big, Ordering::Relaxed);
         for (qi, q) in self.q.iter().enumerate() {
             let k = self.seg.ctl(qi);
             k.enqueued.store(q.enqueued, Ordering::Relaxed);
@@ -1447,6 +1479,7 @@ impl Master {
             k.consumer_gone.store(q.consumer_gone, Ordering::Relaxed);
             k.reclaimed.store(q.reclaimed_pkts, Ordering::Relaxed);
             k.no_frame.store(q.no_frame, Ordering::Relaxed);
+            k.too_big.store(q.too_big, Ordering::Relaxed);
             k.unread.store(q.unread, Ordering::Relaxed);
             k.delivered.store(q.delivered(), Ordering::Relaxed);
         }
@@ -1541,6 +1574,7 @@ impl Master {
                 ring_full: q.ring_full,
                 consumer_gone: q.consumer_gone,
                 no_frame: q.no_frame,
+                too_big: q.too_big,
                 unread: q.unread,
                 backlog: q.head - q.reclaimed,
                 consumer_pid: self.seg.consumer_pid(qi),
@@ -1552,6 +1586,7 @@ impl Master {
             rx_bytes: self.rx_bytes,
             filtered: self.filtered,
             no_frame: self.no_frame,
+            too_big: self.too_big,
             routed: self.routed,
             copies: self.copies,
             tx_packets: self.tx_packets,
@@ -1765,8 +1800,8 @@ pub struct ClusterPort {
     finished: bool,
     /// The queue's drop counters when this port attached (its figures start there), and the
     /// last ones seen (counters only grow, whatever is written into the segment).
-    drops_base: [u64; 4],
-    drops_seen: [u64; 4],
+    drops_base: [u64; 5],
+    drops_seen: [u64; 5],
 }
 
 impl ClusterPort {
@@ -1810,8 +1845,8 @@ impl ClusterPort {
             polls: 0,
             master_gone: false,
             finished: false,
-            drops_base: [0; 4],
-            drops_seen: [0; 4],
+            drops_base: [0; 5],
+            drops_seen: [0; 5],
         }
     }
 
@@ -2034,13 +2069,14 @@ impl ClusterPort {
     }
 }
 
-/// A queue's drop counters (ring_full, consumer_gone, no_frame, unread), as published.
-fn queue_drops(k: &QueueCtl) -> [u64; 4] {
+/// A queue's drop counters (ring_full, consumer_gone, no_frame, unread, too_big), as published.
+fn queue_drops(k: &QueueCtl) -> [u64; 5] {
     [
         k.ring_full.load(Ordering::Relaxed),
         k.consumer_gone.load(Ordering::Relaxed),
         k.no_frame.load(Ordering::Relaxed),
         k.unread.load(Ordering::Relaxed),
+        k.too_big.load(Ordering::Relaxed),
     ]
 }
 
@@ -2216,16 +2252,22 @@ impl Port for ClusterPort {
         let n = (cap - (t.head - t.cached_tail)).min(want) as usize;
         let room = (seg.frame_size - seg.headroom) as u32;
         let mut bytes = 0u64;
+        // Slots used (packets longer than a frame take none: dropped whole, never cut).
+        let mut k = 0u64;
         for i in 0..n {
-            let c = t.head + i as u64;
+            let c = t.head + k;
             let src = batch.data(i);
             let d = batch.descs()[i];
-            let len = (src.len() as u32).min(room);
+            let len = src.len() as u32;
+            if len > room {
+                self.stats.tx_drops.add(DropReason::TooBig, 1);
+                continue;
+            }
             let addr = seg.lane_frame_addr(t.lane, c);
             // SAFETY: the frame of slot c belongs to this lane's producer (us: the lane's owner
             // word is ours) until the master moves the lane's tail past c, and c < tail + cap.
             if let Some(dst) = unsafe { seg.pool.region().bytes_mut(addr, len) } {
-                dst.copy_from_slice(&src[..len as usize]);
+                dst.copy_from_slice(src);
             }
             let out = Desc {
                 addr,
@@ -2237,13 +2279,14 @@ impl Port for ClusterPort {
             bytes += out.wire_len as u64;
             // SAFETY: slot c is free (c < tail + cap) and only this producer writes the lane.
             unsafe { seg.lane_slot(t.lane, c).write(out) };
+            k += 1;
         }
         if n > 0 {
-            t.head += n as u64;
+            t.head += k;
             seg.lane_cursors(t.lane)
                 .head
                 .store(t.head, Ordering::Release);
-            self.stats.tx_packets += n as u64;
+            self.stats.tx_packets += k;
             self.stats.tx_bytes += bytes;
             batch.free_front(n);
         }
@@ -2264,6 +2307,7 @@ impl Port for ClusterPort {
             s.rx_drops.add(DropReason::ConsumerGone, d(1));
             s.rx_drops.add(DropReason::NoFrame, d(2));
             s.rx_drops.add(DropReason::Unread, d(3));
+            s.rx_drops.add(DropReason::TooBig, d(4));
         }
         s
     }

@@ -4,10 +4,12 @@
 //! receives. The wire is bounded (a ring of descriptors each way) and never blocks: what does not
 //! fit is dropped and counted as `ring_full` on the sending end, as a real link would. Both ends
 //! share one pool, so a packet built in a frame of the port's pool crosses with no copy; frames of
-//! another pool are copied once.
+//! another pool are copied once, whole: a packet longer than a regular frame (a jumbo frame, up
+//! to 256 KiB) goes into one of the pool's big frames (counted `no_frame` when all of them are
+//! in flight), never cut.
 
 use super::{DropReason, Port, PortError, PortOptions, PortStats};
-use crate::mem::{Batch, Desc, Pool, PoolConfig, BATCH};
+use crate::mem::{Batch, Desc, Pool, PoolConfig, BATCH, DEFAULT_BIG_FRAMES};
 use crate::ring::{ring, Consumer, Producer};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -36,6 +38,7 @@ pub fn wire(name: &str, opts: &PortOptions) -> Result<(MemPort, MemPort), PortEr
     let frames = opts.frames.max((2 * WIRE_SLOTS + 8 * BATCH) as u32);
     let pool = Arc::new(Pool::new(&PoolConfig {
         frames,
+        big_frames: 2 * DEFAULT_BIG_FRAMES,
         ..Default::default()
     })?);
     let (ptx, prx) = ring::<Desc>(WIRE_SLOTS);
@@ -94,8 +97,19 @@ impl Port for MemPort {
             // Copy into frames of the wire's pool, then free the originals.
             let mut tmp = [Desc::default(); BATCH];
             let mut k = 0;
+            let (small, big) = (self.pool.max_packet(), self.pool.max_big_packet());
             for p in batch.iter() {
-                let Some(a) = self.scratch.alloc() else {
+                let len = p.data.len() as u32;
+                if len > big {
+                    self.stats.tx_drops.add(DropReason::TooBig, 1);
+                    continue;
+                }
+                let a = if len > small {
+                    self.scratch.alloc_big()
+                } else {
+                    self.scratch.alloc()
+                };
+                let Some(a) = a else {
                     self.stats.tx_drops.add(DropReason::NoFrame, 1);
                     continue;
                 };
@@ -230,6 +244,54 @@ mod tests {
         let mut rx = Batch::new();
         assert_eq!(b.rx(&mut rx).unwrap(), 5);
         assert!(rx.iter().all(|p| p.data.len() == 60 && p.data[1] == 3));
+    }
+
+    #[test]
+    fn foreign_jumbo_frames_cross_whole() {
+        let (mut a, mut b) = wire("t4", &PortOptions::default()).unwrap();
+        let other = Arc::new(
+            Pool::new(&PoolConfig {
+                big_frames: 16,
+                ..Default::default()
+            })
+            .unwrap(),
+        );
+        let mut tx = Batch::with_pool(&other);
+        let sizes = [60usize, 9014, 1514, 70_000, 16_000];
+        for (i, &n) in sizes.iter().enumerate() {
+            let a = if n > other.max_packet() as usize {
+                tx.alloc_big().unwrap()
+            } else {
+                tx.alloc().unwrap()
+            };
+            let f = tx.frame_mut(a);
+            for (k, x) in f[..n].iter_mut().enumerate() {
+                *x = (k * 3 + i) as u8;
+            }
+            tx.push(Desc {
+                addr: a,
+                len: n as u32,
+                wire_len: n as u32,
+                ..Default::default()
+            });
+        }
+        assert_eq!(a.tx(&mut tx).unwrap(), sizes.len());
+        assert_eq!(a.stats().tx_drops.total(), 0);
+        let mut rx = Batch::new();
+        assert_eq!(b.rx(&mut rx).unwrap(), sizes.len());
+        for (i, p) in rx.iter().enumerate() {
+            assert_eq!(p.data.len(), sizes[i]);
+            assert!(p
+                .data
+                .iter()
+                .enumerate()
+                .all(|(k, &x)| x == (k * 3 + i) as u8));
+        }
+        // The wire's big frames come back when the receiver is done.
+        rx.clear();
+        drop(rx);
+        drop(tx);
+        assert_eq!(other.free_frames(), other.frames() as usize);
     }
 
     #[test]

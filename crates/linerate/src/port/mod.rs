@@ -231,7 +231,8 @@ pub enum PortError {
 pub struct PortOptions {
     /// Frames in the port's pool.
     pub frames: u32,
-    /// Bytes captured per packet at most.
+    /// Bytes captured per packet at most, on capture ports (AF_PACKET). Files are read and
+    /// written whole (records up to 256 KiB).
     pub snaplen: u32,
     /// Receive threads that will share the interface (PACKET_FANOUT group when > 1).
     pub fanout_group: Option<u16>,
@@ -345,6 +346,11 @@ pub trait Port: Send {
     fn rx_time(&self) -> RxTime {
         RxTime::Read
     }
+    /// The snap length the source declares (a capture file's header), if it declares one:
+    /// what a copy of it written to a file should say.
+    fn snaplen(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// Which way packets go through a port being opened. It matters for files: an input is only
@@ -436,12 +442,11 @@ fn open_one(uri: &str, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
     let file = |path: &str| -> Result<Box<dyn Port>, PortError> {
         Ok(Box::new(match dir {
             Direction::Rx => pcap::PcapPort::open(path, opts)?,
-            Direction::Tx => pcap::PcapPort::create_protected(
-                path,
-                LinkType::ETHERNET,
-                opts.snaplen,
-                &opts.inputs,
-            )?,
+            // Records are written whole (up to libpcap's 256 KiB): the file's snaplen is the
+            // largest a reader accepts, not the capture ports' default.
+            Direction::Tx => {
+                pcap::PcapPort::create_protected(path, LinkType::ETHERNET, 0, &opts.inputs)?
+            }
         }))
     };
     match scheme {

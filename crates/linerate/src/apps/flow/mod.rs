@@ -4,10 +4,12 @@
 //!
 //! One thread: the loop receives a batch, reads each packet's headers ([`key::extract`]), counts
 //! it in the [`table::FlowTable`] and hands the records the batch produced to the sink. With
-//! `threads > 1` the calling thread becomes a dispatcher: it reads the port, parses each packet
-//! and hands its descriptor, key and symmetric hash over an SPSC ring to the worker thread that
-//! owns the hash, each worker with its own table; frames stay in the port's pool and are freed
-//! by the worker that counted them. Time is the packets' time (offline captures expire flows as live traffic would).
+//! `threads > 1` ([`threads`]) every thread reads its own share of the input (queues of a NIC,
+//! members of a list, sockets of a fanout group, or every n-th group of records of a capture
+//! file), parses it and counts the flows it owns in its own table; a packet of a flow another
+//! thread owns crosses over an SPSC ring as parsed headers (no packet bytes, no frame). Flows are
+//! owned by address pair, so a datagram's fragments meet its first fragment. Time is the
+//! packets' time (offline captures expire flows as live traffic would).
 
 pub mod frag;
 pub mod ipfix;
@@ -15,15 +17,15 @@ pub mod kafka;
 pub mod key;
 pub mod record;
 pub mod table;
+pub mod threads;
 
-use crate::mem::{Batch, Desc, Pool, BATCH};
+use crate::mem::{Batch, BATCH};
 use crate::port::{LinkType, Port, PortError, PortStats};
-use crate::ring::{ring, Consumer, Producer};
 use frag::FragCache;
 use key::{extract, extract_fragment, NotFlow, PktInfo, E_FRAG};
 use record::FlowRecord;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use table::{FlowTable, TableConfig, TableStats};
 
@@ -39,6 +41,27 @@ pub struct FlowOptions {
     pub wall_clock: bool,
     /// Descriptors each worker's ring holds.
     pub ring_size: usize,
+    /// Where the reading threads publish their packet and byte counts for a reader on another
+    /// thread (`--metrics`): an atomic add per batch, nothing per packet.
+    pub live: Option<Arc<FlowLive>>,
+}
+
+/// Counters the reading threads publish while they run: packets and bytes received so far.
+#[derive(Debug, Default)]
+pub struct FlowLive {
+    /// Packets received.
+    pub packets: AtomicU64,
+    /// Their bytes (on the wire).
+    pub bytes: AtomicU64,
+}
+
+impl FlowLive {
+    /// Adds what a thread received since it last added.
+    #[inline]
+    pub(crate) fn add(&self, packets: u64, bytes: u64) {
+        self.packets.fetch_add(packets, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
 }
 
 impl Default for FlowOptions {
@@ -48,6 +71,7 @@ impl Default for FlowOptions {
             threads: 1,
             wall_clock: false,
             ring_size: 1024,
+            live: None,
         }
     }
 }
@@ -177,7 +201,9 @@ impl Worker {
             match classify(batch.data(i), self.link, &mut self.frags) {
                 Ok(p) => {
                     items[k] = Item {
-                        desc: *desc,
+                        ts: desc.ts,
+                        clock: 0,
+                        wire_len: desc.wire_len,
                         hash: p.key.hash(),
                         info: p,
                     };
@@ -193,6 +219,15 @@ impl Worker {
     /// bucket head and first entry (independent loads whose cache misses overlap), then count.
     #[inline]
     fn count(&mut self, items: &[Item]) {
+        self.count_only(items, None);
+        self.table.advance(0, &mut self.out);
+    }
+
+    /// Counts parsed packets without expiring anything after them; with `clock`, each packet is
+    /// counted at the time `max(clock, its item.clock)` (a share of a capture counted at the
+    /// time the whole capture has reached at that packet).
+    #[inline]
+    fn count_only(&mut self, items: &[Item], clock: Option<u64>) {
         let mut head = [0u32; BATCH];
         for (h, it) in head.iter_mut().zip(items) {
             *h = self.table.warm_bucket(it.hash);
@@ -203,21 +238,27 @@ impl Worker {
         }
         std::hint::black_box(acc);
         for it in items {
-            let len = it.desc.wire_len.saturating_sub(it.info.pseudo as u32);
+            if let Some(c) = clock {
+                self.table.clock_to(c.max(it.clock));
+            }
+            let len = it.wire_len.saturating_sub(it.info.pseudo as u32);
             self.table
-                .packet_hashed(&it.info, it.hash, it.desc.ts, len, &mut self.out);
+                .packet_hashed(&it.info, it.hash, it.ts, len, &mut self.out);
         }
-        self.table.advance(0, &mut self.out);
     }
 }
 
-/// A parsed packet handed to a worker: its descriptor (the worker frees the frame), what the
-/// dispatcher read from its headers, and its flow hash. Workers never read packet bytes.
+/// A parsed packet: when it was seen, its length on the wire, what its headers say, and its
+/// flow hash. Threads hand each other these, never packet bytes.
 #[derive(Clone, Copy, Debug, Default)]
-struct Item {
-    desc: Desc,
-    info: PktInfo,
+pub(crate) struct Item {
+    ts: u64,
+    /// With threads on a capture file: the latest time of the file up to this packet within its
+    /// group of records (the owner adds the groups before).
+    clock: u64,
+    wire_len: u32,
     hash: u32,
+    info: PktInfo,
 }
 
 /// Runs the monitor on `port` until the end of the input, an error, or `stop`; every record
@@ -229,7 +270,7 @@ pub fn run(
     sink: &mut dyn RecordSink,
 ) -> FlowReport {
     if opts.threads > 1 {
-        return run_threads(port, opts, stop, sink);
+        return threads::run_one_port(port, opts, stop, sink);
     }
     let t0 = Instant::now();
     let mut w = Worker::new(opts.table, port.link_type());
@@ -251,7 +292,11 @@ pub fn run(
         if n > 0 {
             idle = 0;
             packets += batch.len() as u64;
+            let before = bytes;
             bytes += batch.descs().iter().map(|d| d.wire_len as u64).sum::<u64>();
+            if let Some(l) = &opts.live {
+                l.add(batch.len() as u64, bytes - before);
+            }
             w.batch(&batch);
             batch.clear();
         } else if port.is_finished() {
@@ -293,278 +338,13 @@ pub fn run(
     }
 }
 
-/// What a worker thread hands back when it ends.
-struct WorkerEnd {
-    not_flow: [u64; NotFlow::COUNT],
-    table: TableStats,
-    bytes_per_flow: usize,
-    table_bytes: usize,
-}
-
-fn worker_loop(
-    mut rx: Consumer<Item>,
-    pool: Arc<Pool>,
-    cfg: TableConfig,
-    link: LinkType,
-    clock: &AtomicU64,
-    done: &AtomicBool,
-    records: mpsc::Sender<Vec<FlowRecord>>,
-) -> WorkerEnd {
-    let mut w = Worker::new(cfg, link);
-    let mut batch = Batch::with_pool(&pool);
-    let mut tmp = [Item::default(); BATCH];
-    let mut idle = 0u32;
-    let send = |w: &mut Worker| {
-        if !w.out.is_empty() {
-            let v = std::mem::replace(&mut w.out, Vec::with_capacity(4 * BATCH));
-            let _ = records.send(v);
-        }
-    };
-    loop {
-        let n = rx.pop_burst(&mut tmp);
-        if n > 0 {
-            idle = 0;
-            for it in &tmp[..n] {
-                batch.push(it.desc);
-            }
-            w.count(&tmp[..n]);
-            batch.clear();
-            send(&mut w);
-            continue;
-        }
-        // Nothing queued: everything dispatched before this clock value has been counted, so the
-        // table may move its clock up to it.
-        let finished = done.load(Ordering::Acquire);
-        let c = clock.load(Ordering::Acquire);
-        if rx.is_empty() {
-            w.table.advance(c, &mut w.out);
-            send(&mut w);
-            if finished {
-                break;
-            }
-        }
-        // Nothing to do: give the core away (threads may outnumber cores), spinning briefly
-        // first so that a steady stream is not slept through.
-        idle += 1;
-        if idle > 16 {
-            std::thread::sleep(Duration::from_micros(50));
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-    w.table.flush(&mut w.out);
-    send(&mut w);
-    batch.flush_cache();
-    WorkerEnd {
-        not_flow: w.not_flow,
-        table: w.table.stats(),
-        bytes_per_flow: w.table.bytes_per_flow(),
-        table_bytes: w.table.memory_bytes(),
-    }
-}
-
-fn run_threads(
-    port: &mut dyn Port,
-    opts: &FlowOptions,
-    stop: &AtomicBool,
-    sink: &mut dyn RecordSink,
-) -> FlowReport {
-    let t0 = Instant::now();
-    let nt = opts.threads;
-    let link = port.link_type();
-    let mut batch = Batch::new();
-    let (mut packets, mut bytes) = (0u64, 0u64);
-    let mut not_flow = [0u64; NotFlow::COUNT];
-    let mut error = None;
-    let mut ended = Ended::EndOfInput;
-    // The first batch tells which pool frames come from.
-    let mut idle = 0u32;
-    let pool = loop {
-        if stop.load(Ordering::Relaxed) {
-            ended = Ended::Stopped;
-            break None;
-        }
-        match port.rx(&mut batch) {
-            Ok(0) if port.is_finished() => break None,
-            Ok(0) => {
-                idle += 1;
-                if idle > 64 {
-                    std::thread::sleep(Duration::from_micros(50));
-                }
-            }
-            Ok(_) => break batch.pool().cloned(),
-            Err(e) => {
-                error = Some(e);
-                ended = Ended::Error;
-                break None;
-            }
-        }
-    };
-    let clock = AtomicU64::new(0);
-    let done = AtomicBool::new(false);
-    let (rtx, rrx) = mpsc::channel::<Vec<FlowRecord>>();
-    let mut ends: Vec<WorkerEnd> = Vec::new();
-    if let Some(pool) = pool {
-        std::thread::scope(|s| {
-            let mut producers: Vec<Producer<Item>> = Vec::with_capacity(nt);
-            let mut handles = Vec::with_capacity(nt);
-            for _ in 0..nt {
-                let (p, c) = ring::<Item>(opts.ring_size);
-                producers.push(p);
-                let pool = pool.clone();
-                let rtx = rtx.clone();
-                let (clock, done) = (&clock, &done);
-                let cfg = opts.table;
-                handles.push(s.spawn(move || worker_loop(c, pool, cfg, link, clock, done, rtx)));
-            }
-            let mut frags = FragCache::new(FRAG_SLOTS);
-            let mut stage = vec![[Item::default(); BATCH]; nt];
-            let mut staged = vec![0usize; nt];
-            let mut wall = 0u64;
-            idle = 0;
-            loop {
-                if !batch.is_empty() {
-                    if batch.pool().is_some_and(|p| !Arc::ptr_eq(p, &pool)) {
-                        error = Some(PortError::Unsupported {
-                            port: port.name().to_string(),
-                            op: "--threads with inputs in several pools",
-                        });
-                        ended = Ended::Error;
-                        batch.clear();
-                        break;
-                    }
-                    idle = 0;
-                    packets += batch.len() as u64;
-                    let mut maxts = 0u64;
-                    let mut free = 0usize;
-                    let mut keep = [Desc::default(); BATCH];
-                    for i in 0..batch.len() {
-                        let mut d = batch.descs()[i];
-                        bytes += d.wire_len as u64;
-                        maxts = maxts.max(d.ts);
-                        match classify(batch.data(i), link, &mut frags) {
-                            Ok(info) => {
-                                let h = info.key.hash();
-                                d.hash = h;
-                                let t = ((h as u64 * nt as u64) >> 32) as usize;
-                                stage[t][staged[t]] = Item {
-                                    desc: d,
-                                    info,
-                                    hash: h,
-                                };
-                                staged[t] += 1;
-                            }
-                            Err(r) => {
-                                not_flow[r as usize] += 1;
-                                keep[free] = d;
-                                free += 1;
-                            }
-                        }
-                    }
-                    // The batch's own descriptors move to the workers; only those not put in a
-                    // flow are freed here.
-                    batch.forget();
-                    batch.extend(&keep[..free]);
-                    batch.clear();
-                    for t in 0..nt {
-                        let mut off = 0;
-                        while off < staged[t] {
-                            off += producers[t].push_burst(&stage[t][off..staged[t]]);
-                            if off < staged[t] {
-                                // The worker is behind: let it have the core.
-                                drain(&rrx, sink);
-                                std::thread::sleep(Duration::from_micros(20));
-                            }
-                        }
-                        staged[t] = 0;
-                    }
-                    if opts.wall_clock {
-                        wall = crate::time::wall_ns();
-                    }
-                    let c = clock.load(Ordering::Relaxed).max(maxts).max(wall);
-                    clock.store(c, Ordering::Release);
-                }
-                drain(&rrx, sink);
-                if stop.load(Ordering::Relaxed) {
-                    ended = Ended::Stopped;
-                    break;
-                }
-                match port.rx(&mut batch) {
-                    Ok(n) if n > 0 => continue,
-                    Ok(_) if port.is_finished() => break,
-                    Ok(_) => {
-                        if opts.wall_clock {
-                            let c = clock.load(Ordering::Relaxed).max(crate::time::wall_ns());
-                            clock.store(c, Ordering::Release);
-                        }
-                        idle += 1;
-                        if idle > 64 {
-                            std::thread::sleep(Duration::from_micros(50));
-                        } else {
-                            std::thread::yield_now();
-                        }
-                    }
-                    Err(e) => {
-                        error = Some(e);
-                        ended = Ended::Error;
-                        break;
-                    }
-                }
-            }
-            sink.ending();
-            done.store(true, Ordering::Release);
-            drop(rtx);
-            for h in handles {
-                while !h.is_finished() {
-                    drain(&rrx, sink);
-                    std::thread::sleep(Duration::from_micros(100));
-                }
-                if let Ok(e) = h.join() {
-                    ends.push(e);
-                }
-            }
-            drain(&rrx, sink);
-        });
-    }
-    batch.clear();
-    let mut table = TableStats::default();
-    let mut bytes_per_flow = 0;
-    let mut table_bytes = 0;
-    for e in &ends {
-        for (a, b) in not_flow.iter_mut().zip(e.not_flow) {
-            *a += b;
-        }
-        table = table.merged(&e.table);
-        bytes_per_flow = e.bytes_per_flow;
-        table_bytes += e.table_bytes;
-    }
-    FlowReport {
-        packets,
-        bytes,
-        not_flow,
-        table,
-        port: port.stats(),
-        bytes_per_flow,
-        table_bytes,
-        elapsed: t0.elapsed(),
-        threads: nt,
-        ended,
-        error,
-    }
-}
-
-fn drain(rx: &mpsc::Receiver<Vec<FlowRecord>>, sink: &mut dyn RecordSink) {
-    while let Ok(v) = rx.try_recv() {
-        sink.records(&v);
-    }
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::key::tests::eth_v4;
     use super::key::{TCP_ACK, TCP_SYN};
     use super::record::EndReason;
     use super::*;
+    use crate::mem::Desc;
     use crate::port::mem::wire;
     use crate::port::PortOptions;
 

@@ -688,11 +688,16 @@ impl<W: Write> RecordWriter<W> {
                     }
                     self.cell.clear();
                     field_value(r, f, false, &mut self.cell);
+                    // Padded by hand (as {:>w$} / {:<w$} would, in characters): the
+                    // formatting machinery per cell was most of the cost of a record.
                     let w = f.width(r.v6);
+                    let pad = w.saturating_sub(self.cell.chars().count());
                     if f.numeric() {
-                        let _ = write!(self.line, "{:>w$}", self.cell);
+                        self.line.extend(std::iter::repeat_n(' ', pad));
+                        self.line.push_str(&self.cell);
                     } else {
-                        let _ = write!(self.line, "{:<w$}", self.cell);
+                        self.line.push_str(&self.cell);
+                        self.line.extend(std::iter::repeat_n(' ', pad));
                     }
                 }
                 let t = self.line.trim_end().len();

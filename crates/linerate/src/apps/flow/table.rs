@@ -183,6 +183,13 @@ impl FlowTable {
         self.now
     }
 
+    /// Moves the clock to `now` if that is later, without reporting anything (a thread that
+    /// counts a share of a capture keeps the clock the whole capture has; see `threads`).
+    #[inline]
+    pub fn clock_to(&mut self, now: u64) {
+        self.now = self.now.max(now);
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> TableStats {
         self.stats

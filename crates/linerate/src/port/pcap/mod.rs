@@ -4,10 +4,12 @@
 //! does not exist is an error. [`PcapPort::create`] creates (truncates) a file for writing (`-`
 //! writes standard output), never one of the run's inputs ([`create_protected`]), and the file
 //! always ends on a whole record ([`RecordFile`]). Reading copies each packet once, straight from a
-//! 2 MiB read buffer into a frame of the port's own pool; packets longer than a frame (or than
-//! `PortOptions::snaplen`) are delivered truncated (`len` < `wire_len`), not dropped. When the
-//! pool has no free frame, `rx` returns what it has (possibly 0) and reads on at the next call:
-//! a file never drops for lack of frames. Stats count wire lengths.
+//! 2 MiB read buffer into a frame of the port's own pool, whole: a record longer than a regular
+//! frame (a jumbo frame, a 64 KiB segment; up to the reader's limit of 256 KiB) goes into one of
+//! the pool's big frames, so that small packets keep small frames and no record is ever cut
+//! (`len` < `wire_len` only where the capture itself cut it). When the pool has no free frame,
+//! `rx` returns what it has (possibly 0) and reads on at the next call (a record read meanwhile
+//! waits in the port): a file never drops for lack of frames. Stats count wire lengths.
 //!
 //! A truncated or corrupt file ends with [`PortError::Format`] naming the byte offset of the bad
 //! header or record, returned by the `rx` call after the one that delivered the last good
@@ -16,16 +18,18 @@
 //! as `malformed` (use [`PcapReader`] directly to get every packet with its own link type).
 
 mod reader;
+mod split;
 mod writer;
 
 pub use reader::{
     FileFormat, PcapReader, Record, BUF_SIZE, INITIAL_BUF, MAX_BLOCK, MAX_CAPLEN, MAX_IFACES,
 };
+pub use split::{Chunk, PcapSplit, SplitReader, SplitRecord, SPLIT_GROUP, SPLIT_READ};
 pub use writer::{PcapWriter, Precision, DEFAULT_SNAPLEN};
 
 use super::file::{self, Inputs, RecordFile};
 use super::{DropReason, LinkType, Port, PortError, PortOptions, PortStats};
-use crate::mem::{Batch, Desc, Pool, PoolConfig};
+use crate::mem::{Batch, Desc, Pool, PoolConfig, DEFAULT_BIG_FRAMES};
 use std::fs::File;
 use std::io::Read;
 use std::sync::Arc;
@@ -40,13 +44,20 @@ enum Mode {
     Read {
         reader: Box<PcapReader<Source>>,
         pool: Arc<Pool>,
-        /// Most bytes copied per packet.
-        limit: usize,
+        /// A record read when no big frame was free: delivered first at the next call.
+        held: Option<Held>,
     },
     Write {
         writer: PcapWriter<Sink>,
         path: String,
     },
+}
+
+/// A record waiting for a big frame.
+struct Held {
+    ts: u64,
+    wire_len: u32,
+    data: Vec<u8>,
 }
 
 /// A capture file, read or written.
@@ -105,6 +116,14 @@ impl PcapPort {
         Self::create_protected(path, link, snaplen, &Inputs::default())
     }
 
+    /// A writer: records are written whole from now on, whatever the header's snapshot length
+    /// says ([`PcapWriter::keep_whole`]). Nothing for a reader.
+    pub fn keep_whole(&mut self) {
+        if let Mode::Write { writer, .. } = &mut self.mode {
+            writer.keep_whole();
+        }
+    }
+
     /// [`PcapPort::create_with`], refusing to write any of `inputs` (and planted links: see
     /// [`file::create`]); nothing is truncated when it refuses.
     pub fn create_protected(
@@ -155,16 +174,16 @@ impl PcapPort {
         let reader = Box::new(PcapReader::new(src, name)?);
         let pool = Arc::new(Pool::new(&PoolConfig {
             frames: opts.frames,
+            big_frames: DEFAULT_BIG_FRAMES,
             ..Default::default()
         })?);
-        let limit = pool.max_packet().min(opts.snaplen.max(1)) as usize;
         let finished = reader.is_done();
         Ok(PcapPort {
             name: format!("pcap:{name}"),
             mode: Mode::Read {
                 reader,
                 pool,
-                limit,
+                held: None,
             },
             stats: PortStats::default(),
             finished,
@@ -212,27 +231,43 @@ impl Port for PcapPort {
 
     #[inline]
     fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
-        let Mode::Read {
-            reader,
-            pool,
-            limit,
-        } = &mut self.mode
-        else {
+        let Mode::Read { reader, pool, held } = &mut self.mode else {
             return Ok(0);
         };
         if let Some(e) = self.pending.take() {
             return Err(e);
         }
-        if self.finished {
-            return Ok(0);
-        }
         batch.bind(pool);
+        let (mut n, mut bytes, mut other, mut too_big) = (0usize, 0u64, 0u64, 0u64);
+        // A record that found no free big frame last time goes first.
+        if let Some(h) = held.take() {
+            let Some(addr) = batch.alloc_big() else {
+                *held = Some(h);
+                return Ok(0);
+            };
+            let frame = batch.frame_mut(addr);
+            frame[..h.data.len()].copy_from_slice(&h.data);
+            batch.push(Desc {
+                addr,
+                ts: h.ts,
+                len: h.data.len() as u32,
+                wire_len: h.wire_len,
+                ..Default::default()
+            });
+            n += 1;
+            bytes += u64::from(h.wire_len);
+        }
+        if self.finished {
+            self.stats.rx_packets += n as u64;
+            self.stats.rx_bytes += bytes;
+            return Ok(n);
+        }
         let want = reader.link_type();
-        let limit = *limit;
-        let (mut n, mut bytes, mut other) = (0usize, 0u64, 0u64);
+        let small = pool.max_packet() as usize;
+        let big = pool.max_big_packet() as usize;
         let mut failed = None;
         while batch.room() > 0 {
-            let Some(addr) = batch.alloc() else { break };
+            let Some(mut addr) = batch.alloc() else { break };
             match reader.next_packet() {
                 Ok(Some(rec)) => {
                     if rec.link != want {
@@ -240,12 +275,35 @@ impl Port for PcapPort {
                         other += 1;
                         continue;
                     }
+                    let len = rec.data.len();
+                    let wire_len = rec.wire_len.max(len as u32);
+                    if len > small {
+                        batch.free_addr(addr);
+                        if len > big {
+                            // A pool without big frames (or a record past the reader's limit):
+                            // dropped whole and counted, never cut.
+                            too_big += 1;
+                            continue;
+                        }
+                        match batch.alloc_big() {
+                            Some(b) => addr = b,
+                            None => {
+                                // Every big frame is out: keep the record for the next call.
+                                let mut data = Vec::with_capacity(len);
+                                data.extend_from_slice(rec.data);
+                                *held = Some(Held {
+                                    ts: rec.ts,
+                                    wire_len,
+                                    data,
+                                });
+                                break;
+                            }
+                        }
+                    }
                     let frame = batch.frame_mut(addr);
-                    let len = rec.data.len().min(limit).min(frame.len());
                     if let (Some(dst), Some(src)) = (frame.get_mut(..len), rec.data.get(..len)) {
                         dst.copy_from_slice(src);
                     }
-                    let wire_len = rec.wire_len.max(len as u32);
                     batch.push(Desc {
                         addr,
                         ts: rec.ts,
@@ -273,6 +331,7 @@ impl Port for PcapPort {
         self.stats.rx_packets += n as u64;
         self.stats.rx_bytes += bytes;
         self.stats.rx_drops.add(DropReason::Malformed, other);
+        self.stats.rx_drops.add(DropReason::TooBig, too_big);
         match failed {
             Some(e) if n == 0 => Err(e),
             Some(e) => {
@@ -330,13 +389,21 @@ impl Port for PcapPort {
     /// True after the end of the file or an error was returned; always true for a writer (it
     /// gives nothing).
     fn is_finished(&self) -> bool {
-        self.finished && self.pending.is_none()
+        let held = matches!(&self.mode, Mode::Read { held: Some(_), .. });
+        self.finished && self.pending.is_none() && !held
     }
 
     fn pool(&self) -> Option<&Arc<Pool>> {
         match &self.mode {
             Mode::Read { pool, .. } => Some(pool),
             Mode::Write { .. } => None,
+        }
+    }
+
+    fn snaplen(&self) -> Option<u32> {
+        match &self.mode {
+            Mode::Read { reader, .. } => Some(reader.snaplen()).filter(|&s| s > 0),
+            Mode::Write { writer, .. } => Some(writer.snaplen()),
         }
     }
 }

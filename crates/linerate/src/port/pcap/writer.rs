@@ -43,11 +43,14 @@ fn write_two<W: Write>(w: &mut W, a: &[u8], b: &[u8]) -> io::Result<()> {
 ///
 /// It makes one `write_vectored` call per packet (header and data) and buffers nothing itself:
 /// give it a `BufWriter` or a [`RecordFile`](crate::port::file::RecordFile). Packets longer than the snapshot length are
-/// truncated in the file; their original length is kept.
+/// truncated in the file; their original length is kept. A copy of a file
+/// ([`PcapWriter::keep_whole`]) says the input's snapshot length and writes every record whole.
 pub struct PcapWriter<W: Write> {
     w: W,
     link: LinkType,
     snaplen: u32,
+    /// Bytes written of a record at most (the snapshot length unless kept whole).
+    cut: usize,
     precision: Precision,
     packets: u64,
     bytes: u64,
@@ -87,6 +90,7 @@ impl<W: Write> PcapWriter<W> {
             w,
             link,
             snaplen,
+            cut: snaplen as usize,
             precision,
             packets: 0,
             bytes: 0,
@@ -97,7 +101,7 @@ impl<W: Write> PcapWriter<W> {
     /// length on the wire (raised to the captured length if smaller).
     #[inline]
     pub fn write_packet(&mut self, ts: u64, data: &[u8], wire_len: u32) -> io::Result<()> {
-        let cap = data.len().min(self.snaplen as usize);
+        let cap = data.len().min(self.cut);
         let wire = wire_len.max(data.len().min(u32::MAX as usize) as u32);
         let sec = u32::try_from(ts / 1_000_000_000).unwrap_or(u32::MAX);
         let sub = (ts % 1_000_000_000) as u32;
@@ -122,6 +126,12 @@ impl<W: Write> PcapWriter<W> {
             self.write_packet(p.desc.ts, p.data, p.desc.wire_len)?;
         }
         Ok(batch.len())
+    }
+
+    /// Writes every record whole from now on, even one longer than the header's snapshot
+    /// length (a copy of a file whose records are longer than its header says stays a copy).
+    pub fn keep_whole(&mut self) {
+        self.cut = usize::MAX;
     }
 
     /// Flushes the underlying writer.

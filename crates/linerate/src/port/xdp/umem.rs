@@ -15,6 +15,7 @@ pub(super) fn pool(frames: u32) -> Result<Arc<Pool>, PortError> {
         frames,
         frame_size: DEFAULT_FRAME_SIZE,
         headroom: DEFAULT_HEADROOM,
+        big_frames: 0,
     };
     let bytes = cfg.frames.div_ceil(64) as usize * 64 * cfg.frame_size as usize;
     let region = Region::anon(bytes)?;
