@@ -7,7 +7,8 @@ use linerate::apps::fwd::{self, Ended, FwdOptions, MacRewrite, Ports};
 use linerate::apps::lua::{self, ScriptOptions};
 use linerate::filter::Filter;
 use linerate::port::xdp::kfwd::{KernelFwd, KernelFwdConfig};
-use linerate::port::xdp::{self, sys::iface_mac, AttachMode, XdpConfig, XdpMode};
+use linerate::port::xdp::sys::{iface_mac, redirect_target, RedirectTarget};
+use linerate::port::xdp::{self, AttachMode, XdpConfig, XdpMode};
 use linerate::port::{self, DropReason, Port, PortError, PortOptions};
 use linerate::stats::prom::{Dir, PortCount};
 use std::io::Write;
@@ -70,7 +71,9 @@ pub struct Args {
     /// Where frames are forwarded: `kernel` = an XDP program redirects them from driver to
     /// driver (both ports xdp:IFACE, no -f/--script); `xsk` = this process moves them through
     /// AF_XDP sockets (or the other port kinds); `auto` = kernel when possible (both ports
-    /// xdp:IFACE without @QUEUE, no -f, --script or -c), else xsk.
+    /// xdp:IFACE without @QUEUE, no -f, --script or -c, and every egress takes redirected
+    /// frames: a veth whose peer has neither an XDP program nor GRO on would discard them), else
+    /// xsk, saying why.
     #[arg(
         long,
         value_enum,
@@ -184,7 +187,34 @@ pub fn kernel_engine(a: &Args) -> anyhow::Result<Option<(String, String)>> {
         (Engine::Kernel, Some(w)) => Err(usage(format!("--engine kernel: {w}"))),
         (Engine::Auto, Some(_)) => Ok(None),
         (Engine::Auto, None) if a.count.is_some() => Ok(None),
-        (_, None) => Ok(ifs.map(|(i, o)| (i.to_string(), o.to_string()))),
+        (engine, None) => {
+            let Some((i, o)) = ifs else { return Ok(None) };
+            // Every interface frames are redirected to must send them: a veth whose peer
+            // cannot take XDP frames discards them all in the kernel.
+            let mut egress = vec![o];
+            if a.bidir && i != o {
+                egress.push(i);
+            }
+            for e in egress {
+                let why = match redirect_target(e) {
+                    RedirectTarget::Delivers(_) => continue,
+                    RedirectTarget::Discards(w) => w,
+                    RedirectTarget::Unknown(w) => format!("cannot tell whether it delivers: {w}"),
+                };
+                if engine == Engine::Kernel {
+                    return Err(usage(format!(
+                        "--engine kernel: redirected frames would not leave {e}: {why}; use \
+                         --engine xsk (AF_XDP sockets), or make the peer take XDP frames"
+                    )));
+                }
+                eprintln!(
+                    "note: --engine auto: the xsk engine (AF_XDP sockets), not the kernel \
+                     engine: redirected frames would not leave {e}: {why}"
+                );
+                return Ok(None);
+            }
+            Ok(Some((i.to_string(), o.to_string())))
+        }
     }
 }
 

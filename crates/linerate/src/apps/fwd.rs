@@ -489,8 +489,10 @@ pub fn run_with(
 /// Runs the kernel forwarder (an XDP program already attached by [`KernelFwd::open`]) until a
 /// limit or `stop`: reads its counters every 10 ms for the limits and every interval for
 /// `on_tick`. `count` stops the run once that many were sent (the kernel may send a few more
-/// before the program is removed). Port `i`'s `dropped` = the program's drops for that output +
-/// the interface's own rx/tx drop counters since the start (see [`KernelFwd::device_drops`]).
+/// before the program is removed). Port `i`'s `sent` = frames redirected out of it less its
+/// interface's transmit drops since the start (frames its driver refused after the redirect
+/// never left); `dropped` = the program's drops for that output + the interface's own rx/tx
+/// drop counters since the start (see [`KernelFwd::device_drops`]).
 pub fn run_kernel(
     k: &mut KernelFwd,
     opts: &FwdOptions,
@@ -511,9 +513,12 @@ pub fn run_kernel(
         let dev = k.device_drops();
         st.t_ns = mono_ns();
         for p in 0..st.nports {
+            let rx = dev[p].0.saturating_sub(base[p].0);
+            let tx = dev[p].1.saturating_sub(base[p].1);
             st.ports[p].received = c[p][0];
-            st.ports[p].sent = c[p][1];
-            st.ports[p].dropped = c[p][2] + dev[p].saturating_sub(base[p]);
+            // Redirected out of p, less what p's driver refused afterwards: what left.
+            st.ports[p].sent = c[p][1].saturating_sub(tx);
+            st.ports[p].dropped = c[p][2] + rx + tx;
         }
     };
     let ended = loop {

@@ -232,13 +232,13 @@ impl KernelFwd {
         out
     }
 
-    /// The interfaces' own drop counters, per port: receive drops of the port's interface plus
-    /// transmit drops (for XDP: frames its driver refused after a redirect).
-    pub fn device_drops(&self) -> [u64; 2] {
-        let mut out = [0u64; 2];
+    /// The interfaces' own drop counters, per port: (receive drops, transmit drops); for XDP,
+    /// transmit drops are frames the driver refused after a redirect (they never left).
+    pub fn device_drops(&self) -> [(u64, u64); 2] {
+        let mut out = [(0u64, 0u64); 2];
         for (p, o) in out.iter_mut().enumerate().take(self.nports) {
-            if let Some((rx, tx)) = link_drops(&self.ifaces[p]) {
-                *o = rx + tx;
+            if let Some(d) = link_drops(&self.ifaces[p]) {
+                *o = d;
             }
         }
         out

@@ -957,3 +957,207 @@ mod tests {
         });
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Whether an interface can take XDP redirects
+
+const IFLA_IFNAME: u16 = 3;
+const IFLA_LINK: u16 = 5;
+const IFLA_LINK_NETNSID: u16 = 37;
+const IFLA_TARGET_NETNSID: u16 = 46;
+const RTM_GETNSID: u16 = 90;
+const NETNSA_NSID: u16 = 1;
+const NETNSA_FD: u16 = 3;
+/// `ETHTOOL_GGRO`: whether generic receive offload is on.
+const ETHTOOL_GGRO: u32 = 0x2b;
+
+/// Whether frames redirected to an interface by an XDP program leave it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RedirectTarget {
+    /// They do; why (e.g. "its veth peer vC has an XDP program").
+    Delivers(String),
+    /// They are discarded; why.
+    Discards(String),
+    /// It cannot be told; why.
+    Unknown(String),
+}
+
+/// The peer of veth `ifindex` as rtnetlink reports it: its ifindex in its own namespace and
+/// the id of that namespace as seen from the calling thread's (None: the same namespace).
+fn veth_peer(nl: &Netlink, ifindex: u32) -> io::Result<(u32, Option<i32>)> {
+    let mut m = Vec::with_capacity(64);
+    nl_header(&mut m, libc::RTM_GETLINK, libc::NLM_F_REQUEST as u16);
+    ifinfomsg(&mut m, ifindex);
+    nl_finish(&mut m);
+    let reply = nl.request(&m)?;
+    let len = u32::from_ne_bytes([reply[0], reply[1], reply[2], reply[3]]) as usize;
+    let body = reply.get(32..len.min(reply.len())).unwrap_or(&[]);
+    let (mut link, mut nsid) = (0u32, None);
+    attrs(body, |ty, p| match ty {
+        IFLA_LINK if p.len() >= 4 => link = u32::from_ne_bytes([p[0], p[1], p[2], p[3]]),
+        IFLA_LINK_NETNSID if p.len() >= 4 => {
+            nsid = Some(i32::from_ne_bytes([p[0], p[1], p[2], p[3]]))
+        }
+        _ => {}
+    });
+    if link == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "no IFLA_LINK (no peer)",
+        ));
+    }
+    Ok((link, nsid))
+}
+
+/// Interface `ifindex` of namespace `nsid` (None: the caller's): its name, whether it is up
+/// and its XDP attachment.
+fn link_in(nl: &Netlink, ifindex: u32, nsid: Option<i32>) -> io::Result<(String, bool, u8)> {
+    let mut m = Vec::with_capacity(64);
+    nl_header(&mut m, libc::RTM_GETLINK, libc::NLM_F_REQUEST as u16);
+    ifinfomsg(&mut m, ifindex);
+    if let Some(id) = nsid {
+        m.extend_from_slice(&8u16.to_ne_bytes());
+        m.extend_from_slice(&IFLA_TARGET_NETNSID.to_ne_bytes());
+        m.extend_from_slice(&id.to_ne_bytes());
+    }
+    nl_finish(&mut m);
+    let reply = nl.request(&m)?;
+    let len = u32::from_ne_bytes([reply[0], reply[1], reply[2], reply[3]]) as usize;
+    let flags = reply
+        .get(24..28)
+        .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        .unwrap_or(0);
+    let body = reply.get(32..len.min(reply.len())).unwrap_or(&[]);
+    let (mut name, mut xdp) = (String::new(), 0u8);
+    attrs(body, |ty, p| match ty {
+        IFLA_IFNAME => {
+            let end = p.iter().position(|&b| b == 0).unwrap_or(p.len());
+            name = String::from_utf8_lossy(&p[..end]).into_owned();
+        }
+        IFLA_XDP => attrs(p, |t, v| {
+            if t == IFLA_XDP_ATTACHED {
+                xdp = v.first().copied().unwrap_or(0);
+            }
+        }),
+        _ => {}
+    });
+    Ok((name, flags & libc::IFF_UP as u32 != 0, xdp))
+}
+
+/// The id the calling thread's namespace gives the namespace of descriptor `fd`.
+fn nsid_of(nl: &Netlink, fd: i32) -> io::Result<Option<i32>> {
+    let mut m = Vec::with_capacity(32);
+    nl_header(&mut m, RTM_GETNSID, libc::NLM_F_REQUEST as u16);
+    m.extend_from_slice(&[libc::AF_UNSPEC as u8, 0, 0, 0]); // struct rtgenmsg, padded
+    m.extend_from_slice(&8u16.to_ne_bytes());
+    m.extend_from_slice(&NETNSA_FD.to_ne_bytes());
+    m.extend_from_slice(&(fd as u32).to_ne_bytes());
+    nl_finish(&mut m);
+    let reply = nl.request(&m)?;
+    let len = u32::from_ne_bytes([reply[0], reply[1], reply[2], reply[3]]) as usize;
+    let body = reply.get(20..len.min(reply.len())).unwrap_or(&[]);
+    let mut id = None;
+    attrs(body, |ty, p| {
+        if ty == NETNSA_NSID && p.len() >= 4 {
+            id = Some(i32::from_ne_bytes([p[0], p[1], p[2], p[3]])).filter(|&i| i >= 0);
+        }
+    });
+    Ok(id)
+}
+
+/// Whether GRO is on for interface `name` in the calling thread's namespace.
+fn gro_on(name: &str) -> io::Result<bool> {
+    let mut v = [0u8; 8]; // struct ethtool_value { cmd, data }
+    v[..4].copy_from_slice(&ETHTOOL_GGRO.to_ne_bytes());
+    ethtool(name, &mut v)?;
+    Ok(u32::from_ne_bytes([v[4], v[5], v[6], v[7]]) != 0)
+}
+
+/// Whether GRO is on for interface `name` of the namespace whose id is `nsid`, looked for among
+/// the named namespaces (`/var/run/netns`, as `ip netns add` makes them); None if not found.
+fn gro_on_in(nl: &Netlink, name: &str, nsid: i32) -> Option<io::Result<bool>> {
+    use std::os::fd::AsRawFd;
+    let dir = std::fs::read_dir("/var/run/netns").ok()?;
+    for e in dir.flatten() {
+        let Ok(f) = std::fs::File::open(e.path()) else {
+            continue;
+        };
+        if nsid_of(nl, f.as_raw_fd()).ok().flatten() != Some(nsid) {
+            continue;
+        }
+        // A thread of its own enters the namespace (setns changes the calling thread only).
+        return Some(
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    // SAFETY: setns on a valid namespace descriptor; it changes only this
+                    // short-lived thread.
+                    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    gro_on(name)
+                })
+                .join()
+            })
+            .unwrap_or_else(|_| Err(io::Error::other("thread failed"))),
+        );
+    }
+    None
+}
+
+/// Whether XDP frames redirected to interface `name` (in the calling thread's namespace) leave
+/// it. A veth hands them to its peer's receive queue, which takes them only while the peer's
+/// NAPI runs: the peer is up and has an XDP program or GRO on; otherwise the kernel discards
+/// every frame (counted only as the veth's transmit drops). Other drivers are assumed to
+/// transmit them.
+pub fn redirect_target(name: &str) -> RedirectTarget {
+    use RedirectTarget::*;
+    match iface_driver(name) {
+        Ok(d) if d == "veth" => {}
+        Ok(d) => return Delivers(format!("{name} (driver {d}) transmits redirected frames")),
+        Err(e) => return Unknown(format!("{name}: ethtool driver info: {e}")),
+    }
+    let check = || -> io::Result<RedirectTarget> {
+        let ifindex = ifindex(name).map_err(|_| io::Error::from_raw_os_error(libc::ENODEV))?;
+        let nl = Netlink::open()?;
+        let (peer, nsid) = veth_peer(&nl, ifindex)?;
+        let (pname, up, xdp) = link_in(&nl, peer, nsid)?;
+        let where_ = if nsid.is_some() {
+            " (in another network namespace)"
+        } else {
+            ""
+        };
+        if !up {
+            return Ok(Discards(format!(
+                "the veth peer of {name}, {pname}{where_}, is down"
+            )));
+        }
+        if xdp != 0 {
+            return Ok(Delivers(format!(
+                "the veth peer of {name}, {pname}{where_}, has an XDP program"
+            )));
+        }
+        let gro = match nsid {
+            None => Some(gro_on(&pname)),
+            Some(id) => gro_on_in(&nl, &pname, id),
+        };
+        Ok(match gro {
+            Some(Ok(true)) => Delivers(format!(
+                "the veth peer of {name}, {pname}{where_}, has GRO on (its NAPI takes XDP frames)"
+            )),
+            Some(Ok(false)) => Discards(format!(
+                "the veth peer of {name}, {pname}{where_}, has neither an XDP program nor GRO \
+                 on, so the kernel would discard every redirected frame (give the peer an XDP \
+                 program or run `ethtool -K {pname} gro on` in its namespace)"
+            )),
+            Some(Err(e)) => Unknown(format!(
+                "the veth peer of {name}, {pname}{where_}, has no XDP program and its GRO \
+                 state cannot be read ({e})"
+            )),
+            None => Unknown(format!(
+                "the veth peer of {name}, {pname}, has no XDP program and lives in a network \
+                 namespace not named under /var/run/netns, so its GRO state cannot be read"
+            )),
+        })
+    };
+    check().unwrap_or_else(|e| Unknown(format!("{name}: its veth peer cannot be read: {e}")))
+}
