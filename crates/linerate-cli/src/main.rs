@@ -36,6 +36,9 @@ enum Cmd {
     Lab(cmd::lab::Args),
     /// Argus-style bidirectional flow records (text, CSV, JSON lines) with IPFIX export.
     Flows(cmd::flows::Args),
+    /// Per-hop rates, sizes and drops along a path of interfaces, and where packets vanish
+    /// (sar -n DEV, ip -s link, tc -s qdisc, ethtool -S, softnet_stat in one table).
+    Watch(cmd::watch::Args),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
         Cmd::Demo(a) => cmd::demo::run(a),
         Cmd::Gen(a) => cmd::gen::run(*a),
         Cmd::Rfc2544(a) => cmd::rfc2544::run(a),
+        Cmd::Watch(a) => cmd::watch::run(a),
     };
     match r {
         Ok(code) => code,

@@ -8,3 +8,4 @@ pub mod fwd;
 pub mod gen;
 pub mod lab;
 pub mod rfc2544;
+pub mod watch;

@@ -7,3 +7,4 @@ pub mod flow;
 pub mod fwd;
 pub mod gen;
 pub mod lua;
+pub mod watch;

@@ -8,6 +8,7 @@ pub mod afpacket;
 mod aggregate;
 pub mod cluster;
 pub mod file;
+pub(crate) mod linkstats;
 pub mod mem;
 pub mod pcap;
 pub(crate) mod sys;

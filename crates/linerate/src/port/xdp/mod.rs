@@ -27,6 +27,7 @@
 //! drops, and by the kernel when the process ends in any way (bpf_link).
 
 pub mod kfwd;
+pub mod napi;
 pub(crate) mod obj;
 pub mod prog;
 mod ring;

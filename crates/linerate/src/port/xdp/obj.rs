@@ -117,15 +117,22 @@ pub struct Object {
 /// Parses object `obj` (called `what` in errors): its `xdp` section and that section's map
 /// relocations.
 pub fn parse(obj: &[u8], what: &str) -> Result<Object, PortError> {
+    parse_section(obj, what, "xdp")
+}
+
+/// [`parse`] for the program in section `section` (`raw_tracepoint` for a tracing program).
+pub fn parse_section(obj: &[u8], what: &str, section: &str) -> Result<Object, PortError> {
     let bad = |why: &str| bad(what, why);
     let secs = sections(obj).ok_or_else(|| bad("not a well-formed ELF64 LE object"))?;
     let (xdp_idx, xdp) = secs
         .iter()
         .enumerate()
-        .find(|(_, s)| s.name == "xdp")
-        .ok_or_else(|| bad("no 'xdp' section"))?;
+        .find(|(_, s)| s.name == section)
+        .ok_or_else(|| bad(&format!("no '{section}' section")))?;
     if xdp.data.is_empty() || !xdp.data.len().is_multiple_of(8) {
-        return Err(bad("'xdp' section is not whole instructions"));
+        return Err(bad(&format!(
+            "'{section}' section is not whole instructions"
+        )));
     }
     let insns: Vec<[u8; 8]> = xdp
         .data
@@ -259,6 +266,45 @@ impl Object {
         kfuncs: Kfuncs,
         quiet: bool,
     ) -> Result<(Fd, Vec<String>), PortError> {
+        self.load_typed(
+            iface,
+            name,
+            maps,
+            kfuncs,
+            quiet,
+            (sys::BPF_PROG_TYPE_XDP, sys::BPF_XDP),
+        )
+    }
+
+    /// Loads the program as a raw tracepoint program (`BPF_PROG_TYPE_RAW_TRACEPOINT`) called
+    /// `name`, maps patched as in [`Object::load`]; `quiet` as in [`Object::load_resolved`].
+    pub(crate) fn load_raw_tracepoint(
+        &self,
+        name: &str,
+        maps: &[(&str, &Fd)],
+        quiet: bool,
+    ) -> Result<Fd, PortError> {
+        self.load_typed(
+            &self.what,
+            name,
+            maps,
+            Kfuncs::Stub,
+            quiet,
+            (sys::BPF_PROG_TYPE_RAW_TRACEPOINT, 0),
+        )
+        .map(|(fd, _)| fd)
+    }
+
+    /// Loads the program as program type and expected attach type `ty`.
+    fn load_typed(
+        &self,
+        iface: &str,
+        name: &str,
+        maps: &[(&str, &Fd)],
+        kfuncs: Kfuncs,
+        quiet: bool,
+        ty: (u32, u32),
+    ) -> Result<(Fd, Vec<String>), PortError> {
         let mut insns = self.insns.clone();
         let mut resolved = Vec::new();
         let names: Vec<&str> = self.kfuncs.iter().map(|(_, f)| f.as_str()).collect();
@@ -300,7 +346,7 @@ impl Object {
         let n = name.len().min(15);
         pname[..n].copy_from_slice(&name.as_bytes()[..n]);
         let mut a = sys::ProgLoadAttr {
-            prog_type: sys::BPF_PROG_TYPE_XDP,
+            prog_type: ty.0,
             insn_cnt: insns.len() as u32,
             insns: insns.as_ptr() as u64,
             license: self.license.as_ptr() as u64,
@@ -308,7 +354,7 @@ impl Object {
             log_size: log.len() as u32,
             log_buf: log.as_mut_ptr() as u64,
             prog_name: pname,
-            expected_attach_type: sys::BPF_XDP,
+            expected_attach_type: ty.1,
             ..Default::default()
         };
         if let Kfuncs::DeviceBound(ifindex) = kfuncs {
@@ -421,6 +467,115 @@ pub(crate) mod btf {
         }
         out
     }
+    /// For each (struct, member path) of `want`, the byte offset of member path `path`
+    /// (`["nd_net", "net"]`) in struct `strukt` of the running kernel's BTF, members of
+    /// anonymous structs and unions included; None when the kernel has no BTF or no such
+    /// member. The BTF is read and parsed once.
+    pub(crate) fn vmlinux_member_offsets(want: &[(&str, &[&str])]) -> Vec<Option<u32>> {
+        let Ok(b) = std::fs::read(VMLINUX) else {
+            return vec![None; want.len()];
+        };
+        let Some((tys, strs)) = types(&b) else {
+            return vec![None; want.len()];
+        };
+        want.iter()
+            .map(|(s, p)| offset_in(&tys, strs, s, p))
+            .collect()
+    }
+
+    /// One type: kind, name offset, info word, size-or-type word, the bytes after the header.
+    type Ty<'a> = (u32, u32, u32, u32, &'a [u8]);
+
+    /// Every type of BTF `b` by id (index 0 is the void type), and the string section.
+    fn types(b: &[u8]) -> Option<(Vec<Ty<'_>>, &'_ [u8])> {
+        if le_u16(b, 0) != Some(0xeb9f) {
+            return None;
+        }
+        let hdr = le_u32(b, 4)? as usize;
+        let (toff, tlen) = (le_u32(b, 8)? as usize, le_u32(b, 12)? as usize);
+        let (soff, slen) = (le_u32(b, 16)? as usize, le_u32(b, 20)? as usize);
+        let types = b.get(hdr.checked_add(toff)?..hdr.checked_add(toff)?.checked_add(tlen)?)?;
+        let strs = b.get(hdr.checked_add(soff)?..hdr.checked_add(soff)?.checked_add(slen)?)?;
+        let mut out: Vec<Ty<'_>> = vec![(0, 0, 0, 0, &[])];
+        let mut off = 0usize;
+        while off + 12 <= types.len() {
+            let (name, info, st) = (
+                le_u32(types, off)?,
+                le_u32(types, off + 4)?,
+                le_u32(types, off + 8)?,
+            );
+            let kind = (info >> 24) & 0x1f;
+            let x = extra(kind, (info & 0xffff) as usize)?;
+            let data = types.get(off + 12..off + 12 + x)?;
+            out.push((kind, name, info, st, data));
+            off += 12 + x;
+        }
+        Some((out, strs))
+    }
+
+    /// [`vmlinux_member_offset`] over BTF bytes `b`; never panics on malformed BTF.
+    #[cfg(test)]
+    pub(crate) fn member_offset(b: &[u8], strukt: &str, path: &[&str]) -> Option<u32> {
+        let (tys, strs) = types(b)?;
+        offset_in(&tys, strs, strukt, path)
+    }
+
+    fn offset_in(tys: &[Ty<'_>], strs: &[u8], strukt: &str, path: &[&str]) -> Option<u32> {
+        let name = |o: u32| super::cstr(strs, o as usize).unwrap_or("");
+        // Follows typedefs and qualifiers to a struct or union.
+        let resolve = |mut id: u32| -> Option<u32> {
+            for _ in 0..32 {
+                let t = tys.get(id as usize)?;
+                match t.0 {
+                    4 | 5 => return Some(id),
+                    8..=11 | 18 => id = t.3,
+                    _ => return None,
+                }
+            }
+            None
+        };
+        // Finds member `m` of struct/union `id`, searching anonymous members too: (bit offset,
+        // member type).
+        fn find<'s>(
+            tys: &[Ty<'_>],
+            name: &dyn Fn(u32) -> &'s str,
+            resolve: &dyn Fn(u32) -> Option<u32>,
+            id: u32,
+            m: &str,
+            depth: u32,
+        ) -> Option<(u32, u32)> {
+            let t = tys.get(id as usize)?;
+            let kflag = t.2 >> 31 != 0;
+            for mem in t.4.chunks_exact(12) {
+                let (mn, mt, mo) = (le_u32(mem, 0)?, le_u32(mem, 4)?, le_u32(mem, 8)?);
+                let bits = if kflag { mo & 0xff_ffff } else { mo };
+                if name(mn) == m {
+                    return Some((bits, mt));
+                }
+                if mn == 0 && depth < 8 {
+                    if let Some(inner) = resolve(mt) {
+                        if let Some((o, ty)) = find(tys, name, resolve, inner, m, depth + 1) {
+                            return Some((bits.checked_add(o)?, ty));
+                        }
+                    }
+                }
+            }
+            None
+        }
+        let mut id = tys
+            .iter()
+            .position(|t| t.0 == 4 && t.4.len() >= 12 && name(t.1) == strukt)?
+            as u32;
+        let mut bits = 0u32;
+        for (k, m) in path.iter().enumerate() {
+            let (o, ty) = find(tys, &name, &resolve, id, m, 0)?;
+            bits = bits.checked_add(o)?;
+            if k + 1 < path.len() {
+                id = resolve(ty)?;
+            }
+        }
+        bits.is_multiple_of(8).then_some(bits / 8)
+    }
 }
 
 /// Creates a BPF map (`map_type` is a `BPF_MAP_TYPE_*` value) called `name` (at most 15 bytes).
@@ -511,6 +666,41 @@ mod tests {
             let i = (x as usize >> 8) % c.len();
             c[i] ^= (x >> 3) as u8 | 1;
             let _ = btf::func_ids(&c, &["f"]);
+        }
+    }
+
+    #[test]
+    fn member_offsets_follow_anonymous_members_and_never_panic() {
+        // INT "int" (1); STRUCT "in" { int b @32 } (2); STRUCT "out" { int a @0, (anon: in)
+        // @64, in c @128 } (3).
+        let strs = b"\0int\0in\0b\0out\0a\0c\0";
+        let mut t: Vec<u32> = vec![1, 1 << 24, 4, 32];
+        t.extend([5, 4 << 24 | 1, 8, 8, 1, 32]);
+        t.extend([10, 4 << 24 | 3, 24, 14, 1, 0, 0, 2, 64, 16, 2, 128]);
+        let mut b = vec![0x9f, 0xeb, 1, 0];
+        let tl = (t.len() * 4) as u32;
+        for w in [24u32, 0, tl, tl, strs.len() as u32] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        for w in &t {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend_from_slice(strs);
+        assert_eq!(btf::member_offset(&b, "out", &["a"]), Some(0));
+        assert_eq!(btf::member_offset(&b, "out", &["b"]), Some(12));
+        assert_eq!(btf::member_offset(&b, "out", &["c", "b"]), Some(20));
+        assert_eq!(btf::member_offset(&b, "out", &["x"]), None);
+        assert_eq!(btf::member_offset(&b, "nope", &["a"]), None);
+        for cut in 0..b.len() {
+            let _ = btf::member_offset(&b[..cut], "out", &["c", "b"]);
+        }
+        let mut x = 9u32;
+        for _ in 0..2000 {
+            let mut c = b.clone();
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            let i = (x as usize >> 8) % c.len();
+            c[i] ^= (x >> 3) as u8 | 1;
+            let _ = btf::member_offset(&c, "out", &["c", "b"]);
         }
     }
 

@@ -468,6 +468,11 @@ pub(crate) const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 /// Largest `batch_size` of a live-frames run (`TEST_XDP_MAX_BATCH`).
 pub(crate) const TEST_XDP_MAX_BATCH: u32 = 256;
 pub(super) const BPF_PROG_TYPE_XDP: u32 = 6;
+pub(super) const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
+pub(super) const BPF_MAP_GET_NEXT_KEY: u32 = 4;
+pub(super) const BPF_RAW_TRACEPOINT_OPEN: u32 = 17;
+pub(crate) const BPF_MAP_TYPE_ARRAY: u32 = 2;
+pub(crate) const BPF_MAP_TYPE_PERCPU_HASH: u32 = 5;
 pub(super) const BPF_XDP: u32 = 37;
 
 /// bpf(cmd, attr, size): `attr` is the command's `union bpf_attr` member, zero-padded.
@@ -638,6 +643,65 @@ pub(crate) fn map_update(map: &Fd, key: u32, value: &[u8]) -> io::Result<()> {
         ..Default::default()
     };
     bpf(BPF_MAP_UPDATE_ELEM, &mut a).map(|_| ())
+}
+
+/// Reads element `key` (bytes) of map `map` into `value`; ENOENT when there is none.
+pub(crate) fn map_lookup_key(map: &Fd, key: &[u8], value: &mut [u8]) -> io::Result<()> {
+    let mut a = MapElemAttr {
+        map_fd: map.0 as u32,
+        key: key.as_ptr() as u64,
+        value: value.as_mut_ptr() as u64,
+        ..Default::default()
+    };
+    bpf(BPF_MAP_LOOKUP_ELEM, &mut a).map(|_| ())
+}
+
+/// Deletes element `key` (bytes) of map `map`.
+pub(crate) fn map_delete_key(map: &Fd, key: &[u8]) -> io::Result<()> {
+    let mut a = MapElemAttr {
+        map_fd: map.0 as u32,
+        key: key.as_ptr() as u64,
+        ..Default::default()
+    };
+    bpf(BPF_MAP_DELETE_ELEM, &mut a).map(|_| ())
+}
+
+/// The key after `key` in map `map` (None: the first one) written into `next`; Ok(false) at
+/// the end of the map. `key` and `next` are the map's key size.
+pub(crate) fn map_next_key(map: &Fd, key: Option<&[u8]>, next: &mut [u8]) -> io::Result<bool> {
+    let mut a = MapElemAttr {
+        map_fd: map.0 as u32,
+        key: key.map_or(0, |k| k.as_ptr() as u64),
+        value: next.as_mut_ptr() as u64,
+        ..Default::default()
+    };
+    match bpf(BPF_MAP_GET_NEXT_KEY, &mut a) {
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The `raw_tracepoint` member of `union bpf_attr`.
+#[repr(C)]
+#[derive(Default)]
+struct RawTracepointAttr {
+    name: u64,
+    prog_fd: u32,
+    pad: u32,
+    cookie: u64,
+}
+
+/// Attaches raw tracepoint program `prog` to tracepoint `name` (`napi_poll`); it stays attached
+/// until the returned descriptor is closed.
+pub(crate) fn raw_tracepoint_open(prog: &Fd, name: &str) -> io::Result<Fd> {
+    let c = std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut a = RawTracepointAttr {
+        name: c.as_ptr() as u64,
+        prog_fd: prog.0 as u32,
+        ..Default::default()
+    };
+    bpf(BPF_RAW_TRACEPOINT_OPEN, &mut a).map(Fd)
 }
 
 /// Number of possible CPUs (the value count of a per-CPU map), from

@@ -1,0 +1,173 @@
+//! ethtool ioctls (`SIOCETHTOOL`) through a datagram socket: the socket belongs to the network
+//! namespace of the thread that opened it, and so do the interface names it is asked about.
+//! Driver information (`ETHTOOL_GDRVINFO`) and the driver's own counters (`ethtool -S`: `ETHTOOL_GSTRINGS` and `ETHTOOL_GSTATS`).
+
+use super::Fd;
+use std::io;
+
+const ETHTOOL_GDRVINFO: u32 = 0x03;
+const ETHTOOL_GSTRINGS: u32 = 0x1b;
+const ETHTOOL_GSTATS: u32 = 0x1d;
+const ETHTOOL_GSSET_INFO: u32 = 0x37;
+const ETH_SS_STATS: u32 = 1;
+const ETH_GSTRING_LEN: usize = 32;
+/// Most counters taken from one driver (a 64-queue NIC has a few thousand).
+const MAX_STATS: usize = 1 << 16;
+
+/// A socket for ethtool requests, in the namespace of the thread that opened it.
+#[derive(Debug)]
+pub(crate) struct Ethtool(Fd);
+
+/// What `ETHTOOL_GDRVINFO` says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DrvInfo {
+    /// Driver ("veth", "virtio_net", "ixgbe").
+    pub driver: String,
+    /// Bus address ("0000:00:03.0" for PCI), empty for virtual devices.
+    pub bus_info: String,
+    /// Number of `ethtool -S` counters.
+    pub n_stats: u32,
+}
+
+fn cstr(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+fn word(b: &[u8], i: usize) -> u32 {
+    b.get(i * 4..i * 4 + 4)
+        .map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))
+        .unwrap_or(0)
+}
+
+impl Ethtool {
+    /// A socket in the calling thread's network namespace.
+    pub(crate) fn open() -> io::Result<Ethtool> {
+        // SAFETY: plain socket(2) call; the result is checked.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Ethtool(Fd(fd)))
+    }
+
+    /// An `ifreq` naming `name`; ENODEV for a name no interface can have.
+    fn ifreq(name: &str) -> io::Result<libc::ifreq> {
+        if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+            return Err(io::Error::from_raw_os_error(libc::ENODEV));
+        }
+        // SAFETY: ifreq is plain data; all-zero is a valid value.
+        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
+            *d = s as libc::c_char;
+        }
+        Ok(req)
+    }
+
+    /// Runs the ethtool command whose structure (command word first) is `data` on `name`.
+    /// `data` must be as large as the kernel writes for that command (the callers size it
+    /// from the counts the kernel gave, with room to spare).
+    fn call(&self, name: &str, data: &mut [u8]) -> io::Result<()> {
+        if data.len() < 4 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut req = Self::ifreq(name)?;
+        req.ifr_ifru.ifru_data = data.as_mut_ptr() as *mut libc::c_char;
+        // SAFETY: SIOCETHTOOL reads the command word of `data` and writes at most the size of
+        // that command's structure, which the callers allocate in full; `data` lives across
+        // the call.
+        let r = unsafe { libc::ioctl(self.0 .0, libc::SIOCETHTOOL, &mut req) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Driver, bus address and counter count of `name`.
+    pub(crate) fn drvinfo(&self, name: &str) -> io::Result<DrvInfo> {
+        // struct ethtool_drvinfo: cmd, driver[32], version[32], fw_version[32], bus_info[32],
+        // erom_version[32], reserved2[12], n_priv_flags, n_stats, testinfo_len, eedump_len,
+        // regdump_len: 196 bytes.
+        let mut info = [0u8; 196];
+        info[..4].copy_from_slice(&ETHTOOL_GDRVINFO.to_ne_bytes());
+        self.call(name, &mut info)?;
+        Ok(DrvInfo {
+            driver: cstr(&info[4..36]),
+            bus_info: cstr(&info[100..132]),
+            n_stats: word(&info, 45),
+        })
+    }
+
+    /// How many `ethtool -S` counters `name` has now (`ETHTOOL_GSSET_INFO`, else the driver
+    /// information's count).
+    fn stats_count(&self, name: &str) -> io::Result<usize> {
+        // struct ethtool_sset_info: cmd, reserved, u64 sset_mask, then one u32 per set asked.
+        let mut si = [0u8; 20];
+        si[..4].copy_from_slice(&ETHTOOL_GSSET_INFO.to_ne_bytes());
+        si[8..16].copy_from_slice(&(1u64 << ETH_SS_STATS).to_ne_bytes());
+        match self.call(name, &mut si) {
+            Ok(()) => {
+                let mask = u64::from_ne_bytes(si[8..16].try_into().unwrap_or([0; 8]));
+                Ok(if mask & (1 << ETH_SS_STATS) != 0 {
+                    word(&si, 4) as usize
+                } else {
+                    0
+                })
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(0),
+            Err(_) => Ok(self.drvinfo(name)?.n_stats as usize),
+        }
+    }
+
+    /// Room for a reply of `n` entries: the kernel writes as many as the driver has at the
+    /// moment of the call, which may have grown since it was asked (queues added), so twice
+    /// as many and 256 more are allowed for.
+    fn room(n: usize) -> usize {
+        (n * 2 + 256).min(MAX_STATS * 2)
+    }
+
+    /// The names of `name`'s `ethtool -S` counters (empty when the driver has none).
+    pub(crate) fn stat_names(&self, name: &str) -> io::Result<Vec<String>> {
+        let n = self.stats_count(name)?;
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        if n > MAX_STATS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{n} ethtool counters (more than {MAX_STATS})"),
+            ));
+        }
+        // struct ethtool_gstrings: cmd, string_set, len, then len * 32 bytes.
+        let mut buf = vec![0u8; 12 + Self::room(n) * ETH_GSTRING_LEN];
+        buf[..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
+        buf[4..8].copy_from_slice(&ETH_SS_STATS.to_ne_bytes());
+        buf[8..12].copy_from_slice(&(n as u32).to_ne_bytes());
+        self.call(name, &mut buf)?;
+        let len = (word(&buf, 2) as usize).min(Self::room(n));
+        Ok(buf[12..12 + len * ETH_GSTRING_LEN]
+            .chunks_exact(ETH_GSTRING_LEN)
+            .map(cstr)
+            .collect())
+    }
+
+    /// The values of `name`'s `ethtool -S` counters, `n` of them expected (the length of
+    /// [`Ethtool::stat_names`]); the vector returned has as many as the kernel gave (a
+    /// different count means the driver's set changed: read the names again).
+    pub(crate) fn stats(&self, name: &str, n: usize) -> io::Result<Vec<u64>> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let room = Self::room(n);
+        // struct ethtool_stats: cmd, n_stats, then n_stats u64.
+        let mut buf = vec![0u8; 8 + room * 8];
+        buf[..4].copy_from_slice(&ETHTOOL_GSTATS.to_ne_bytes());
+        buf[4..8].copy_from_slice(&(n as u32).to_ne_bytes());
+        self.call(name, &mut buf)?;
+        let got = (word(&buf, 1) as usize).min(room);
+        Ok(buf[8..8 + got * 8]
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect())
+    }
+}
