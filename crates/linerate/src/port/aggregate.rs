@@ -1,16 +1,25 @@
 //! `a,b`: several input ports read round-robin, one batch from each in turn.
 
 use super::sys::PollSet;
-use super::{LinkType, Port, PortError, PortStats};
+use super::{Interface, LinkType, Port, PortError, PortStats};
 use crate::mem::Batch;
 
-/// Several ports read round-robin; each packet's `port` field says which one it came from.
+/// Several ports read round-robin; each packet's `port` field says which interface it came
+/// from: member `i`'s interfaces are numbered after those of the members before it (one per
+/// member, unless a member is itself several, like a pcapng file with several interfaces).
 /// Transmit goes to the first port.
 pub struct Aggregate {
     name: String,
     ports: Vec<Box<dyn Port>>,
     next: usize,
     batches: Vec<Batch>,
+    /// Id of each member's first interface.
+    base: Vec<u16>,
+    /// Interfaces of each member when it was aggregated.
+    count: Vec<u16>,
+    /// Interfaces a member revealed later (a pcapng input describing one after its first
+    /// packet): (member, its id, our id); ours come after every member's first ones.
+    late: Vec<(usize, u16, u16)>,
     /// All members' descriptors, when every member has one and the aggregate waits.
     poll: Option<PollSet>,
     wait_ms: i32,
@@ -30,11 +39,24 @@ impl Aggregate {
     pub fn with_wait(name: &str, ports: Vec<Box<dyn Port>>, wait_ms: i32) -> Aggregate {
         let batches = ports.iter().map(|_| Batch::new()).collect();
         let fds: Option<Vec<i32>> = ports.iter().map(|p| p.poll_fd()).collect();
+        let count: Vec<u16> = ports
+            .iter()
+            .map(|p| p.interfaces().len().clamp(1, u16::MAX as usize) as u16)
+            .collect();
+        let mut base = Vec::with_capacity(count.len());
+        let mut next = 0u16;
+        for &c in &count {
+            base.push(next);
+            next = next.saturating_add(c);
+        }
         Aggregate {
             name: name.into(),
             ports,
             next: 0,
             batches,
+            base,
+            count,
+            late: Vec::new(),
             poll: fds.and_then(|f| PollSet::new(&f)),
             wait_ms,
         }
@@ -43,6 +65,18 @@ impl Aggregate {
     /// The members, in order.
     pub fn into_parts(self) -> Vec<Box<dyn Port>> {
         self.ports
+    }
+
+    /// Our id for interface `p` of member `i`, which it did not have when aggregated.
+    #[cold]
+    fn late_id(&mut self, i: usize, p: u16) -> u16 {
+        if let Some(&(_, _, id)) = self.late.iter().find(|l| l.0 == i && l.1 == p) {
+            return id;
+        }
+        let first: u32 = self.count.iter().map(|&c| u32::from(c)).sum();
+        let id = (first + self.late.len() as u32).min(u32::from(u16::MAX)) as u16;
+        self.late.push((i, p, id));
+        id
     }
 
     /// One round over the members: the first that has packets fills `batch`.
@@ -58,8 +92,15 @@ impl Aggregate {
             let got = self.ports[i].rx(&mut self.batches[i])?;
             if got > 0 {
                 self.next = (i + 1) % n;
-                for d in self.batches[i].descs_mut() {
-                    d.port = i as u16;
+                let (base, count) = (self.base[i], self.count[i]);
+                for k in 0..self.batches[i].len() {
+                    let p = self.batches[i].descs()[k].port;
+                    let id = if p < count {
+                        base + p
+                    } else {
+                        self.late_id(i, p)
+                    };
+                    self.batches[i].descs_mut()[k].port = id;
                 }
                 batch.clear();
                 std::mem::swap(batch, &mut self.batches[i]);
@@ -124,6 +165,50 @@ impl Port for Aggregate {
 
     fn link_type(&self) -> LinkType {
         self.ports[0].link_type()
+    }
+
+    fn interfaces(&self) -> Vec<Interface> {
+        let lists: Vec<Vec<Interface>> = self.ports.iter().map(|p| p.interfaces()).collect();
+        let mut v = Vec::new();
+        for (k, list) in lists.iter().enumerate() {
+            for j in 0..self.count[k] as usize {
+                v.push(list.get(j).cloned().unwrap_or_else(|| {
+                    Interface::new(self.ports[k].name(), self.ports[k].link_type())
+                }));
+            }
+        }
+        for &(k, p, _) in &self.late {
+            v.push(lists[k].get(p as usize).cloned().unwrap_or_else(|| {
+                Interface::new(
+                    &format!("{}#{p}", self.ports[k].name()),
+                    self.ports[k].link_type(),
+                )
+            }));
+        }
+        v
+    }
+
+    fn interface_stats(&mut self) -> Vec<PortStats> {
+        let lists: Vec<Vec<PortStats>> =
+            self.ports.iter_mut().map(|p| p.interface_stats()).collect();
+        let mut v = Vec::new();
+        for (k, list) in lists.iter().enumerate() {
+            for j in 0..self.count[k] as usize {
+                v.push(list.get(j).copied().unwrap_or_default());
+            }
+        }
+        for &(k, p, _) in &self.late {
+            v.push(lists[k].get(p as usize).copied().unwrap_or_default());
+        }
+        v
+    }
+
+    fn describe(&mut self, ifaces: &[Interface]) -> Result<(), PortError> {
+        self.ports[0].describe(ifaces)
+    }
+
+    fn finish(&mut self, stats: &[super::InterfaceStats]) -> Result<(), PortError> {
+        self.ports[0].finish(stats)
     }
 
     fn is_finished(&self) -> bool {

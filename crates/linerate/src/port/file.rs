@@ -375,8 +375,10 @@ impl Write for RecordFile {
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        if let [a, b] = bufs {
-            return self.push(&[&**a, &**b]);
+        match bufs {
+            [a, b] => return self.push(&[&**a, &**b]),
+            [a, b, c] => return self.push(&[&**a, &**b, &**c]),
+            _ => {}
         }
         let v: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
         self.push(&v)

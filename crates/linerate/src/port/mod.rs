@@ -1,6 +1,7 @@
 //! Ports: where packets come from and go to, behind one trait.
 //!
-//! A port URI names a port: `mem:NAME`, `pcap:FILE` (or a bare path), `afpacket:IFACE`,
+//! A port URI names a port: `mem:NAME`, `pcap:FILE` (or a bare path; `pcapng:FILE` writes
+//! pcapng whatever the name), `afpacket:IFACE`,
 //! `xdp:IFACE[@QUEUES]` (every receive queue by default), and
 //! `a,b` aggregates several inputs round-robin. All unsafe kernel I/O lives in this module.
 
@@ -155,6 +156,87 @@ impl LinkType {
     pub const NULL: LinkType = LinkType(0);
 }
 
+/// One interface a port's packets come from, as a pcapng interface description names it.
+/// A port delivers packets of interfaces `0..n` ([`Port::interfaces`]), each packet's
+/// [`Desc::port`](crate::mem::Desc) saying which.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interface {
+    /// Its name: the port URI (`afpacket:eth0`, `xdp:eth0@1`), or the name a pcapng input gave.
+    pub name: String,
+    /// Link-layer type of its packets.
+    pub link: LinkType,
+}
+
+impl Interface {
+    /// An interface named `name` with link type `link`.
+    pub fn new(name: &str, link: LinkType) -> Interface {
+        Interface {
+            name: name.to_string(),
+            link,
+        }
+    }
+}
+
+/// What one input interface did during a run, as a pcapng interface statistics block records
+/// it: every packet it saw was accepted (delivered, after the filter) or dropped under a
+/// reason (`filter` included), so `received = accepted + drops.total()`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InterfaceStats {
+    /// When the run started, ns since the Unix epoch.
+    pub start_ns: u64,
+    /// When it ended, ns since the Unix epoch.
+    pub end_ns: u64,
+    /// Packets that passed the filter (all delivered packets when there is none).
+    pub accepted: u64,
+    /// Packets dropped, by reason: `kernel` before linerate saw them, `filter` rejected on
+    /// purpose, the others linerate's own.
+    pub drops: Drops,
+}
+
+impl InterfaceStats {
+    /// The interface's figures between two readings of its [`PortStats`] (receive side).
+    /// `accepted`: packets the tool kept after its own filter, when it filters in user space
+    /// (the rest of what the port delivered counts as `filter`); None: everything delivered.
+    pub fn between(
+        start: &PortStats,
+        end: &PortStats,
+        accepted: Option<u64>,
+        start_ns: u64,
+        end_ns: u64,
+    ) -> InterfaceStats {
+        let rx = end.rx_packets.saturating_sub(start.rx_packets);
+        let mut drops = end.rx_drops.since(&start.rx_drops);
+        let accepted = match accepted {
+            Some(a) => {
+                drops.add(DropReason::Filter, rx.saturating_sub(a));
+                a.min(rx)
+            }
+            None => rx,
+        };
+        InterfaceStats {
+            start_ns,
+            end_ns,
+            accepted,
+            drops,
+        }
+    }
+
+    /// Every packet the interface saw (pcapng `isb_ifrecv`).
+    pub fn received(&self) -> u64 {
+        self.accepted + self.drops.total()
+    }
+
+    /// Packets the kernel dropped before linerate saw them (`isb_ifdrop`).
+    pub fn kernel_drops(&self) -> u64 {
+        self.drops.get(DropReason::Kernel)
+    }
+
+    /// Packets linerate itself dropped, for lack of room or as malformed (`isb_osdrop`).
+    pub fn own_drops(&self) -> u64 {
+        self.drops.total() - self.kernel_drops() - self.drops.get(DropReason::Filter)
+    }
+}
+
 /// Errors of ports.
 #[derive(Debug, thiserror::Error)]
 pub enum PortError {
@@ -254,6 +336,9 @@ pub struct PortOptions {
     /// Files a port opened for transmit must never write: the run's inputs (see
     /// [`file::create`]).
     pub inputs: file::Inputs,
+    /// Format of a capture file opened for transmit (None: by its name, pcapng for
+    /// `*.pcapng`; a `pcapng:FILE` URI always writes pcapng).
+    pub write_format: Option<pcap::WriteFormat>,
 }
 
 impl Default for PortOptions {
@@ -269,6 +354,7 @@ impl Default for PortOptions {
             capture_outgoing: false,
             rx_wait_ms: 1,
             inputs: file::Inputs::default(),
+            write_format: None,
         }
     }
 }
@@ -352,6 +438,27 @@ pub trait Port: Send {
     fn snaplen(&self) -> Option<u32> {
         None
     }
+    /// The interfaces received packets come from, indexed by their `Desc::port`: one (the port
+    /// itself) for most ports, one per member of `a,b` and per queue of `xdp:IFACE`, one per
+    /// interface a pcapng input describes.
+    fn interfaces(&self) -> Vec<Interface> {
+        vec![Interface::new(self.name(), self.link_type())]
+    }
+    /// Counters of each interface of [`Port::interfaces`], in the same order.
+    fn interface_stats(&mut self) -> Vec<PortStats> {
+        vec![self.stats()]
+    }
+    /// For a writer: the interfaces the packets it will be given come from (by `Desc::port`).
+    /// A pcapng file describes them before their first packet; other ports ignore them.
+    fn describe(&mut self, _ifaces: &[Interface]) -> Result<(), PortError> {
+        Ok(())
+    }
+    /// For a writer, at the end of a run: what each described interface did (a pcapng file
+    /// records them in interface statistics blocks), then a flush. A pcapng writer that is
+    /// dropped without this records what it knows itself (times and packets it wrote).
+    fn finish(&mut self, _stats: &[InterfaceStats]) -> Result<(), PortError> {
+        self.flush()
+    }
 }
 
 /// Which way packets go through a port being opened. It matters for files: an input is only
@@ -431,7 +538,9 @@ pub fn open_parts(
 /// Opens one port (not a list).
 fn open_one(uri: &str, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Port>, PortError> {
     let (scheme, rest) = match uri.split_once(':') {
-        Some((s, r)) if ["mem", "pcap", "afpacket", "xdp", "cluster"].contains(&s) => (s, r),
+        Some((s, r)) if ["mem", "pcap", "pcapng", "afpacket", "xdp", "cluster"].contains(&s) => {
+            (s, r)
+        }
         _ => ("", uri),
     };
     if rest.is_empty() {
@@ -440,19 +549,26 @@ fn open_one(uri: &str, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
             why: "no name after the scheme (e.g. mem:w0, pcap:file.pcap, afpacket:eth0)".into(),
         });
     }
-    let file = |path: &str| -> Result<Box<dyn Port>, PortError> {
-        Ok(Box::new(match dir {
-            Direction::Rx => pcap::PcapPort::open(path, opts)?,
-            // Records are written whole (up to libpcap's 256 KiB): the file's snaplen is the
-            // largest a reader accepts, not the capture ports' default.
-            Direction::Tx => {
-                pcap::PcapPort::create_protected(path, LinkType::ETHERNET, 0, &opts.inputs)?
-            }
-        }))
-    };
+    let file =
+        |path: &str, format: Option<pcap::WriteFormat>| -> Result<Box<dyn Port>, PortError> {
+            Ok(Box::new(match dir {
+                Direction::Rx => pcap::PcapPort::open(path, opts)?,
+                // Records are written whole (up to libpcap's 256 KiB): the file's snaplen is the
+                // largest a reader accepts, not the capture ports' default.
+                Direction::Tx => pcap::PcapPort::create_as(
+                    path,
+                    format.or(opts.write_format),
+                    LinkType::ETHERNET,
+                    0,
+                    &opts.inputs,
+                )?,
+            }))
+        };
     match scheme {
         "mem" => Ok(Box::new(mem::MemPort::open(rest, opts)?)),
-        "pcap" => file(rest),
+        "pcap" => file(rest, None),
+        // Read: either format; written: pcapng whatever the name.
+        "pcapng" => file(rest, Some(pcap::WriteFormat::PcapNg)),
         "afpacket" => Ok(Box::new(afpacket::AfPacket::open(rest, opts)?)),
         "xdp" => xdp::open(rest, opts, &xdp::XdpConfig::default()),
         "cluster" => Ok(Box::new(cluster::ClusterPort::open(rest)?)),
@@ -462,7 +578,7 @@ fn open_one(uri: &str, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
                 || rest.ends_with(".pcapng")
                 || rest == "-"
             {
-                file(rest)
+                file(rest, None)
             } else {
                 Err(PortError::BadUri {
                     uri: uri.into(),

@@ -1,9 +1,16 @@
-//! `pcap:FILE`: read pcap and pcapng captures, write classic pcap.
+//! `pcap:FILE`, `pcapng:FILE`: read pcap and pcapng captures, write either.
 //!
 //! [`PcapPort::open`] reads a file (`-`: standard input); it never creates one: an input that
 //! does not exist is an error. [`PcapPort::create`] creates (truncates) a file for writing (`-`
 //! writes standard output), never one of the run's inputs ([`create_protected`]), and the file
-//! always ends on a whole record ([`RecordFile`]). Reading copies each packet once, straight from a
+//! always ends on a whole record ([`RecordFile`]). What is written is classic pcap, or pcapng
+//! when the name ends in `.pcapng` or [`WriteFormat::PcapNg`] is asked for: then each packet
+//! keeps the interface it came from (`Desc::port`, described with [`Port::describe`]), and the
+//! file ends with each interface's statistics ([`Port::finish`]).
+//!
+//! Reading pcapng, each packet's `Desc::port` is the id of its interface in the file, and
+//! [`Port::interfaces`] gives their names (`if_name`, else the port's name) and link types.
+//! Reading copies each packet once, straight from a
 //! 2 MiB read buffer into a frame of the port's own pool, whole: a record longer than a regular
 //! frame (a jumbo frame, a 64 KiB segment; up to the reader's limit of 256 KiB) goes into one of
 //! the pool's big frames, so that small packets keep small frames and no record is ever cut
@@ -17,10 +24,12 @@
 //! first interface's and packets of interfaces with another link type are dropped and counted
 //! as `malformed` (use [`PcapReader`] directly to get every packet with its own link type).
 
+mod ngwriter;
 mod reader;
 mod split;
 mod writer;
 
+pub use ngwriter::{os_name, PcapNgWriter, USER_APPL};
 pub use reader::{
     FileFormat, PcapReader, Record, BUF_SIZE, INITIAL_BUF, MAX_BLOCK, MAX_CAPLEN, MAX_IFACES,
 };
@@ -28,7 +37,9 @@ pub use split::{Chunk, PcapSplit, SplitReader, SplitRecord, SPLIT_GROUP, SPLIT_R
 pub use writer::{PcapWriter, Precision, DEFAULT_SNAPLEN};
 
 use super::file::{self, Inputs, RecordFile};
-use super::{DropReason, LinkType, Port, PortError, PortOptions, PortStats};
+use super::{
+    DropReason, Interface, InterfaceStats, LinkType, Port, PortError, PortOptions, PortStats,
+};
 use crate::mem::{Batch, Desc, Pool, PoolConfig, DEFAULT_BIG_FRAMES};
 use std::fs::File;
 use std::io::Read;
@@ -40,15 +51,63 @@ pub const WRITE_BUF: usize = 1 << 20;
 type Source = Box<dyn Read + Send>;
 type Sink = RecordFile;
 
+/// The format of a capture file to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WriteFormat {
+    /// Classic pcap (microsecond timestamps, one link type): what every tool reads.
+    #[default]
+    Pcap,
+    /// pcapng: interfaces, nanosecond timestamps, and interface statistics at the end.
+    PcapNg,
+}
+
+impl WriteFormat {
+    /// The format a file name asks for: pcapng for `*.pcapng` (any case), else pcap.
+    pub fn for_path(path: &str) -> WriteFormat {
+        let lower = path.to_ascii_lowercase();
+        if lower.ends_with(".pcapng") {
+            WriteFormat::PcapNg
+        } else {
+            WriteFormat::Pcap
+        }
+    }
+
+    /// Its name (`pcap`, `pcapng`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WriteFormat::Pcap => "pcap",
+            WriteFormat::PcapNg => "pcapng",
+        }
+    }
+}
+
+impl std::str::FromStr for WriteFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<WriteFormat, String> {
+        match s {
+            "pcap" => Ok(WriteFormat::Pcap),
+            "pcapng" => Ok(WriteFormat::PcapNg),
+            _ => Err(format!("'{s}': write pcap or pcapng")),
+        }
+    }
+}
+
+enum Writer {
+    Pcap(PcapWriter<Sink>),
+    Ng(PcapNgWriter<Sink>),
+}
+
 enum Mode {
     Read {
         reader: Box<PcapReader<Source>>,
         pool: Arc<Pool>,
         /// A record read when no big frame was free: delivered first at the next call.
         held: Option<Held>,
+        /// Counters per interface of a pcapng file (empty for classic pcap).
+        per_if: Vec<PortStats>,
     },
     Write {
-        writer: PcapWriter<Sink>,
+        writer: Writer,
         path: String,
     },
 }
@@ -56,6 +115,7 @@ enum Mode {
 /// A record waiting for a big frame.
 struct Held {
     ts: u64,
+    iface: u16,
     wire_len: u32,
     data: Vec<u8>,
 }
@@ -117,30 +177,55 @@ impl PcapPort {
     }
 
     /// A writer: records are written whole from now on, whatever the header's snapshot length
-    /// says ([`PcapWriter::keep_whole`]). Nothing for a reader.
+    /// says ([`PcapWriter::keep_whole`], [`PcapNgWriter::keep_whole`]). Nothing for a reader.
     pub fn keep_whole(&mut self) {
-        if let Mode::Write { writer, .. } = &mut self.mode {
-            writer.keep_whole();
+        match &mut self.mode {
+            Mode::Write {
+                writer: Writer::Pcap(w),
+                ..
+            } => w.keep_whole(),
+            Mode::Write {
+                writer: Writer::Ng(w),
+                ..
+            } => w.keep_whole(),
+            Mode::Read { .. } => {}
         }
     }
 
     /// [`PcapPort::create_with`], refusing to write any of `inputs` (and planted links: see
-    /// [`file::create`]); nothing is truncated when it refuses.
+    /// [`file::create`]); nothing is truncated when it refuses. The format follows the name
+    /// ([`WriteFormat::for_path`]).
     pub fn create_protected(
         path: &str,
         link: LinkType,
         snaplen: u32,
         inputs: &Inputs,
     ) -> Result<PcapPort, PortError> {
+        Self::create_as(path, None, link, snaplen, inputs)
+    }
+
+    /// [`PcapPort::create_protected`] in `format` (None: by the name).
+    pub fn create_as(
+        path: &str,
+        format: Option<WriteFormat>,
+        link: LinkType,
+        snaplen: u32,
+        inputs: &Inputs,
+    ) -> Result<PcapPort, PortError> {
+        let format = format.unwrap_or_else(|| WriteFormat::for_path(path));
         let sink = if path == "-" {
             RecordFile::stdout(WRITE_BUF)
         } else {
             RecordFile::new(file::create(path, inputs)?, WRITE_BUF)
         };
-        let writer = PcapWriter::new(sink, link, snaplen).map_err(|source| PortError::Io {
+        let io = |source| PortError::Io {
             path: path.into(),
             source,
-        })?;
+        };
+        let writer = match format {
+            WriteFormat::Pcap => Writer::Pcap(PcapWriter::new(sink, link, snaplen).map_err(io)?),
+            WriteFormat::PcapNg => Writer::Ng(PcapNgWriter::new(sink, link, snaplen).map_err(io)?),
+        };
         Ok(PcapPort {
             name: format!("pcap:{path}"),
             mode: Mode::Write {
@@ -158,10 +243,46 @@ impl PcapPort {
     pub fn packets_written(&self) -> Option<u64> {
         match &self.mode {
             // The file header is the first record.
-            Mode::Write { writer, .. } => {
-                Some(writer.get_ref().records_written().saturating_sub(1))
-            }
+            Mode::Write {
+                writer: Writer::Pcap(w),
+                ..
+            } => Some(w.get_ref().records_written().saturating_sub(1)),
+            Mode::Write {
+                writer: Writer::Ng(w),
+                ..
+            } => Some(w.packets_among(w.get_ref().records_written())),
             Mode::Read { .. } => None,
+        }
+    }
+
+    /// A writer's format (None for a reader).
+    pub fn write_format(&self) -> Option<WriteFormat> {
+        match &self.mode {
+            Mode::Write {
+                writer: Writer::Pcap(_),
+                ..
+            } => Some(WriteFormat::Pcap),
+            Mode::Write {
+                writer: Writer::Ng(_),
+                ..
+            } => Some(WriteFormat::PcapNg),
+            Mode::Read { .. } => None,
+        }
+    }
+
+    /// A writer's packets per interface (`Desc::port`) so far; a classic pcap file counts them
+    /// all as interface 0. Empty for a reader.
+    pub fn packets_by_interface(&self) -> Vec<u64> {
+        match &self.mode {
+            Mode::Write {
+                writer: Writer::Pcap(w),
+                ..
+            } => vec![w.packets()],
+            Mode::Write {
+                writer: Writer::Ng(w),
+                ..
+            } => w.packets_by_interface().to_vec(),
+            Mode::Read { .. } => Vec::new(),
         }
     }
 
@@ -184,6 +305,7 @@ impl PcapPort {
                 reader,
                 pool,
                 held: None,
+                per_if: Vec::new(),
             },
             stats: PortStats::default(),
             finished,
@@ -231,9 +353,16 @@ impl Port for PcapPort {
 
     #[inline]
     fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
-        let Mode::Read { reader, pool, held } = &mut self.mode else {
+        let Mode::Read {
+            reader,
+            pool,
+            held,
+            per_if,
+        } = &mut self.mode
+        else {
             return Ok(0);
         };
+        let ng = matches!(reader.format(), FileFormat::PcapNg { .. });
         if let Some(e) = self.pending.take() {
             return Err(e);
         }
@@ -252,10 +381,15 @@ impl Port for PcapPort {
                 ts: h.ts,
                 len: h.data.len() as u32,
                 wire_len: h.wire_len,
+                port: h.iface,
                 ..Default::default()
             });
             n += 1;
             bytes += u64::from(h.wire_len);
+            if let Some(s) = per_if.get_mut(usize::from(h.iface)) {
+                s.rx_packets += 1;
+                s.rx_bytes += u64::from(h.wire_len);
+            }
         }
         if self.finished {
             self.stats.rx_packets += n as u64;
@@ -270,9 +404,16 @@ impl Port for PcapPort {
             let Some(mut addr) = batch.alloc() else { break };
             match reader.next_packet() {
                 Ok(Some(rec)) => {
+                    let iface = rec.iface as usize;
+                    if ng && iface >= per_if.len() {
+                        per_if.resize(iface + 1, PortStats::default());
+                    }
                     if rec.link != want {
                         batch.free_addr(addr);
                         other += 1;
+                        if let Some(s) = per_if.get_mut(iface) {
+                            s.rx_drops.add(DropReason::Malformed, 1);
+                        }
                         continue;
                     }
                     let len = rec.data.len();
@@ -283,6 +424,9 @@ impl Port for PcapPort {
                             // A pool without big frames (or a record past the reader's limit):
                             // dropped whole and counted, never cut.
                             too_big += 1;
+                            if let Some(s) = per_if.get_mut(iface) {
+                                s.rx_drops.add(DropReason::TooBig, 1);
+                            }
                             continue;
                         }
                         match batch.alloc_big() {
@@ -293,6 +437,7 @@ impl Port for PcapPort {
                                 data.extend_from_slice(rec.data);
                                 *held = Some(Held {
                                     ts: rec.ts,
+                                    iface: rec.iface as u16,
                                     wire_len,
                                     data,
                                 });
@@ -309,10 +454,15 @@ impl Port for PcapPort {
                         ts: rec.ts,
                         len: len as u32,
                         wire_len,
+                        port: rec.iface as u16,
                         ..Default::default()
                     });
                     n += 1;
                     bytes += u64::from(wire_len);
+                    if let Some(s) = per_if.get_mut(iface) {
+                        s.rx_packets += 1;
+                        s.rx_bytes += u64::from(wire_len);
+                    }
                 }
                 Ok(None) => {
                     batch.free_addr(addr);
@@ -350,14 +500,19 @@ impl Port for PcapPort {
             });
         };
         let n = batch.len();
-        let r = writer.write_batch(batch);
+        let r = match writer {
+            Writer::Pcap(w) => w.write_batch(batch),
+            Writer::Ng(w) => w.write_batch(batch),
+        };
         batch.clear();
+        let (packets, bytes) = match writer {
+            Writer::Pcap(w) => (w.packets(), w.bytes()),
+            Writer::Ng(w) => (w.packets(), w.bytes()),
+        };
+        self.stats.tx_packets = packets;
+        self.stats.tx_bytes = bytes;
         match r {
-            Ok(_) => {
-                self.stats.tx_packets = writer.packets();
-                self.stats.tx_bytes = writer.bytes();
-                Ok(n)
-            }
+            Ok(_) => Ok(n),
             Err(source) => Err(PortError::Io {
                 path: path.clone(),
                 source,
@@ -367,12 +522,83 @@ impl Port for PcapPort {
 
     fn flush(&mut self) -> Result<(), PortError> {
         if let Mode::Write { writer, path } = &mut self.mode {
-            writer.flush().map_err(|source| PortError::Io {
+            match writer {
+                Writer::Pcap(w) => w.flush(),
+                Writer::Ng(w) => w.flush(),
+            }
+            .map_err(|source| PortError::Io {
                 path: path.clone(),
                 source,
             })?;
         }
         Ok(())
+    }
+
+    fn interfaces(&self) -> Vec<Interface> {
+        match &self.mode {
+            Mode::Read { reader, .. } => {
+                let list = reader.interfaces();
+                if list.len() <= 1 {
+                    let name = list.first().and_then(|i| i.1).unwrap_or(&self.name);
+                    return vec![Interface::new(name, reader.link_type())];
+                }
+                list.iter()
+                    .enumerate()
+                    .map(|(k, (link, name))| match name {
+                        Some(n) => Interface::new(n, *link),
+                        None => Interface::new(&format!("{}#{k}", self.name), *link),
+                    })
+                    .collect()
+            }
+            Mode::Write { writer, .. } => {
+                let link = match writer {
+                    Writer::Pcap(w) => w.link_type(),
+                    Writer::Ng(w) => w.link_type(),
+                };
+                vec![Interface::new(&self.name, link)]
+            }
+        }
+    }
+
+    fn interface_stats(&mut self) -> Vec<PortStats> {
+        match &self.mode {
+            Mode::Read { reader, per_if, .. }
+                if matches!(reader.format(), FileFormat::PcapNg { .. }) =>
+            {
+                let mut v = per_if.clone();
+                v.resize(reader.interface_count().max(v.len()), PortStats::default());
+                v
+            }
+            _ => vec![self.stats],
+        }
+    }
+
+    fn describe(&mut self, ifaces: &[Interface]) -> Result<(), PortError> {
+        if let Mode::Write {
+            writer: Writer::Ng(w),
+            path,
+        } = &mut self.mode
+        {
+            w.describe(ifaces).map_err(|source| PortError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, stats: &[InterfaceStats]) -> Result<(), PortError> {
+        if let Mode::Write {
+            writer: Writer::Ng(w),
+            path,
+        } = &mut self.mode
+        {
+            w.write_stats(stats).map_err(|source| PortError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        self.flush()
     }
 
     fn stats(&mut self) -> PortStats {
@@ -382,7 +608,14 @@ impl Port for PcapPort {
     fn link_type(&self) -> LinkType {
         match &self.mode {
             Mode::Read { reader, .. } => reader.link_type(),
-            Mode::Write { writer, .. } => writer.link_type(),
+            Mode::Write {
+                writer: Writer::Pcap(w),
+                ..
+            } => w.link_type(),
+            Mode::Write {
+                writer: Writer::Ng(w),
+                ..
+            } => w.link_type(),
         }
     }
 
@@ -403,7 +636,30 @@ impl Port for PcapPort {
     fn snaplen(&self) -> Option<u32> {
         match &self.mode {
             Mode::Read { reader, .. } => Some(reader.snaplen()).filter(|&s| s > 0),
-            Mode::Write { writer, .. } => Some(writer.snaplen()),
+            Mode::Write {
+                writer: Writer::Pcap(w),
+                ..
+            } => Some(w.snaplen()),
+            Mode::Write {
+                writer: Writer::Ng(w),
+                ..
+            } => Some(w.snaplen()),
+        }
+    }
+}
+
+impl Drop for PcapPort {
+    /// A pcapng file always ends with its interfaces' statistics: what the writer knows itself
+    /// (times and packets written) when no one gave it the figures ([`Port::finish`]).
+    fn drop(&mut self) {
+        if let Mode::Write {
+            writer: Writer::Ng(w),
+            ..
+        } = &mut self.mode
+        {
+            if !w.stats_written() {
+                let _ = w.write_stats(&[]);
+            }
         }
     }
 }

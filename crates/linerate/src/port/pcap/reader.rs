@@ -69,6 +69,9 @@ pub struct Record<'a> {
     pub data: &'a [u8],
     /// Link type of the interface the packet was captured on.
     pub link: LinkType,
+    /// Which interface of the file: its id in its section, plus the interfaces of the sections
+    /// before (0 in classic pcap).
+    pub iface: u32,
     /// Byte offset of the packet's record in the file.
     pub offset: u64,
 }
@@ -128,8 +131,19 @@ const POW10: [u64; 10] = [
 ];
 
 enum Kind {
-    Pcap { nanos: bool, hdr_len: usize },
-    Ng { ifaces: Vec<Iface> },
+    Pcap {
+        nanos: bool,
+        hdr_len: usize,
+    },
+    Ng {
+        /// The current section's interfaces.
+        ifaces: Vec<Iface>,
+        /// Every interface of the file so far, all sections one after the other: link type
+        /// and `if_name`. A packet's [`Record::iface`] indexes this list.
+        all: Vec<(LinkType, Option<String>)>,
+        /// Interfaces of the sections before the current one.
+        base: u32,
+    },
 }
 
 /// What the block parser found.
@@ -141,6 +155,7 @@ enum Event {
         ts: u64,
         wire_len: u32,
         link: LinkType,
+        iface: u32,
         offset: u64,
     },
     /// A block that carries no packet.
@@ -267,6 +282,24 @@ impl<R: Read> PcapReader<R> {
         self.format
     }
 
+    /// The interfaces described so far (pcapng: those of every section read so far, one after
+    /// the other, as [`Record::iface`] numbers them), with their link types and `if_name`s;
+    /// classic pcap: one, without a name.
+    pub fn interfaces(&self) -> Vec<(LinkType, Option<&str>)> {
+        match &self.kind {
+            Kind::Ng { all, .. } => all.iter().map(|(l, n)| (*l, n.as_deref())).collect(),
+            Kind::Pcap { .. } => vec![(self.link_type(), None)],
+        }
+    }
+
+    /// How many interfaces [`PcapReader::interfaces`] would list.
+    pub fn interface_count(&self) -> usize {
+        match &self.kind {
+            Kind::Ng { all, .. } => all.len(),
+            Kind::Pcap { .. } => 1,
+        }
+    }
+
     /// Byte offset of the next record.
     pub fn offset(&self) -> u64 {
         self.off
@@ -307,6 +340,7 @@ impl<R: Read> PcapReader<R> {
                     ts,
                     wire_len,
                     link,
+                    iface,
                     offset,
                 }) => {
                     let data = self.buf.get(start..start + len).unwrap_or(&[]);
@@ -315,6 +349,7 @@ impl<R: Read> PcapReader<R> {
                         wire_len,
                         data,
                         link,
+                        iface,
                         offset,
                     }));
                 }
@@ -537,12 +572,17 @@ impl<R: Read> PcapReader<R> {
             ts: u64::from(sec) * 1_000_000_000 + frac_ns,
             wire_len,
             link: self.link_type(),
+            iface: 0,
             offset,
         })
     }
 
     fn read_ng_header(&mut self) -> Result<(), PortError> {
-        self.kind = Kind::Ng { ifaces: Vec::new() };
+        self.kind = Kind::Ng {
+            ifaces: Vec::new(),
+            all: Vec::new(),
+            base: 0,
+        };
         match self.read_shb()? {
             Event::Eof => {
                 return Err(self.bad(0, "empty pcapng file".to_string()));
@@ -553,16 +593,32 @@ impl<R: Read> PcapReader<R> {
                 };
             }
         }
-        // Read up to the first interface so the link type is known before the first packet.
-        // A packet block before any interface is an error, so no packet is consumed here.
-        while self.link.is_none() {
+        // Read every block before the first packet, so that the link type and the interfaces
+        // described up front are known before the first packet. A packet block before any
+        // interface is an error, so no packet is consumed here. Once the link type is known, a
+        // source with nothing to give now ends this (a live pipe: the packets come later, and
+        // interfaces described later are numbered as they come).
+        loop {
             self.blocked = false;
+            if self.link.is_some() && self.skip_left == 0 {
+                // Stop at the first packet block (or at the end: next_packet reports it).
+                if !self.fill(8)? {
+                    break;
+                }
+                let btype = rd32(self.head(), 0, self.big_endian);
+                if matches!(btype, NG_EPB | NG_SPB | NG_PB) {
+                    break;
+                }
+            }
             let ev = if self.skip_left > 0 {
                 self.go_on_skipping()
             } else {
                 self.next_block()
             };
             if self.blocked {
+                if self.link.is_some() {
+                    break;
+                }
                 // Nothing of the block was consumed (a skip keeps its place): try again.
                 continue;
             }
@@ -613,8 +669,9 @@ impl<R: Read> PcapReader<R> {
             ));
         }
         self.advance(blen as usize);
-        if let Kind::Ng { ifaces } = &mut self.kind {
+        if let Kind::Ng { ifaces, all, base } = &mut self.kind {
             ifaces.clear();
+            *base = all.len() as u32;
         }
         Ok(Event::Other)
     }
@@ -692,16 +749,17 @@ impl<R: Read> PcapReader<R> {
         let body_len = body.len();
         let ev = match btype {
             NG_IDB => {
-                let iface = parse_idb(body, be).ok_or_else(|| {
+                let (iface, name) = parse_idb(body, be).ok_or_else(|| {
                     self.bad(offset, "interface description block too short".to_string())
                 })?;
-                let Kind::Ng { ifaces } = &mut self.kind else {
+                let Kind::Ng { ifaces, all, .. } = &mut self.kind else {
                     return Ok(Event::Other);
                 };
-                if ifaces.len() >= MAX_IFACES {
+                if all.len() >= MAX_IFACES {
                     return Err(self.bad(offset, format!("more than {MAX_IFACES} interfaces")));
                 }
                 ifaces.push(iface);
+                all.push((iface.link, name));
                 if self.link.is_none() {
                     self.link = Some(iface.link);
                     self.snaplen = iface.snaplen;
@@ -736,6 +794,7 @@ impl<R: Read> PcapReader<R> {
                     ts: iface.ns(ts),
                     wire_len,
                     link: iface.link,
+                    iface: self.section_base() + id,
                     offset,
                 }
             }
@@ -756,6 +815,7 @@ impl<R: Read> PcapReader<R> {
                     ts: 0,
                     wire_len,
                     link: iface.link,
+                    iface: self.section_base(),
                     offset,
                 }
             }
@@ -764,8 +824,17 @@ impl<R: Read> PcapReader<R> {
         Ok(ev)
     }
 
+    /// Interfaces of the sections before the current one.
+    #[inline(always)]
+    fn section_base(&self) -> u32 {
+        match &self.kind {
+            Kind::Ng { base, .. } => *base,
+            Kind::Pcap { .. } => 0,
+        }
+    }
+
     fn iface(&self, id: u32, offset: u64) -> Result<Iface, PortError> {
-        let Kind::Ng { ifaces } = &self.kind else {
+        let Kind::Ng { ifaces, .. } = &self.kind else {
             return Err(self.bad(offset, "packet block in a pcap file".to_string()));
         };
         match ifaces.get(id as usize) {
@@ -781,9 +850,13 @@ impl<R: Read> PcapReader<R> {
     }
 }
 
-/// Parses an interface description block body; lenient with options (a malformed option list
-/// ends the options).
-fn parse_idb(body: &[u8], be: bool) -> Option<Iface> {
+/// Longest `if_name` kept (longer ones are cut).
+const MAX_NAME: usize = 256;
+
+/// Parses an interface description block body, and its `if_name` (UTF-8, at most
+/// [`MAX_NAME`] bytes, up to a NUL); lenient with options (a malformed option list ends the
+/// options).
+fn parse_idb(body: &[u8], be: bool) -> Option<(Iface, Option<String>)> {
     if body.len() < 8 {
         return None;
     }
@@ -793,6 +866,7 @@ fn parse_idb(body: &[u8], be: bool) -> Option<Iface> {
         resol: Resol::Dec(6),
         offset_s: 0,
     };
+    let mut name = None;
     let mut at = 8usize;
     while at + 4 <= body.len() {
         let code = rd16(body, at, be);
@@ -811,9 +885,18 @@ fn parse_idb(body: &[u8], be: bool) -> Option<Iface> {
                 };
             }
             (14, 8) => iface.offset_s = rd64(body, val, be) as i64,
+            (2, _) => {
+                let raw = body.get(val..val + len).unwrap_or(&[]);
+                let raw = raw.split(|&b| b == 0).next().unwrap_or(&[]);
+                let raw = raw.get(..MAX_NAME).unwrap_or(raw);
+                let s = String::from_utf8_lossy(raw).into_owned();
+                if !s.is_empty() {
+                    name = Some(s);
+                }
+            }
             _ => {}
         }
         at = val + len.div_ceil(4) * 4;
     }
-    Some(iface)
+    Some((iface, name))
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::port::Interface;
 use std::io::Cursor;
 
 /// A packet as read back: timestamp, bytes, wire length.
@@ -712,4 +713,121 @@ fn a_source_with_nothing_now_is_waited_for_not_cut() {
             assert_eq!(got, want, "chunk {chunk}");
         }
     }
+}
+
+// ---- interfaces and pcapng output ----
+
+/// (interface, timestamp) of every packet read.
+fn ports_of(p: &mut PcapPort) -> Vec<(u16, u64)> {
+    let mut out = Vec::new();
+    let mut b = Batch::new();
+    while !p.is_finished() {
+        p.rx(&mut b).unwrap();
+        out.extend(b.descs().iter().map(|d| (d.port, d.ts)));
+        b.clear();
+    }
+    out
+}
+
+#[test]
+fn pcapng_packets_keep_their_interface_across_sections() {
+    let mut f = shb(false);
+    f.extend(idb(false, 1, 0, None)); // named "ab" (see idb)
+    f.extend(idb(false, 101, 0, None));
+    f.extend(idb(false, 1, 0, None));
+    f.extend(epb(false, 2, 1, &pkt(0, 60), 60));
+    f.extend(epb(false, 0, 2, &pkt(1, 60), 60));
+    f.extend(epb(false, 1, 3, &pkt(2, 30), 30)); // other link type: dropped
+    f.extend(shb(true));
+    f.extend(idb(true, 1, 0, None));
+    f.extend(epb(true, 0, 4, &pkt(3, 60), 60));
+    let mut p = port(f).unwrap();
+    assert_eq!(p.interfaces().len(), 3, "those before the first packet");
+    assert_eq!(
+        ports_of(&mut p),
+        vec![(2, 1000), (0, 2000), (3, 4000)],
+        "µs"
+    );
+    let ifs = p.interfaces();
+    let names: Vec<&str> = ifs.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, vec!["ab", "ab", "ab", "ab"]);
+    assert_eq!(ifs[1].link, LinkType::RAW);
+    let st = p.interface_stats();
+    let rx: Vec<u64> = st.iter().map(|s| s.rx_packets).collect();
+    assert_eq!(rx, vec![1, 0, 1, 1]);
+    assert_eq!(st[1].rx_drops.get(DropReason::Malformed), 1);
+    assert_eq!(p.stats().rx_packets, 3);
+}
+
+#[test]
+fn classic_pcap_is_one_interface_named_after_the_port() {
+    let mut p = port(pcap_file(false, false, 1, &[(1, 2, pkt(0, 70), 70)])).unwrap();
+    assert_eq!(
+        p.interfaces(),
+        vec![Interface::new("pcap:mem.pcap", LinkType::ETHERNET)]
+    );
+    assert_eq!(ports_of(&mut p), vec![(0, 1_000_002_000)]);
+    assert_eq!(p.interface_stats()[0].rx_packets, 1);
+}
+
+#[test]
+fn pcapng_is_written_by_name_and_ends_with_statistics() {
+    let dir = std::env::temp_dir().join(format!("linerate-pcapng-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    assert_eq!(WriteFormat::for_path("a.PcapNG"), WriteFormat::PcapNg);
+    assert_eq!(WriteFormat::for_path("a.pcap"), WriteFormat::Pcap);
+    assert_eq!(WriteFormat::for_path("-"), WriteFormat::Pcap);
+    let path = dir.join("out.pcapng");
+    let path = path.to_str().unwrap();
+    let mut src = port(pcap_file(
+        false,
+        true,
+        1,
+        &[(1, 2, pkt(0, 70), 70), (3, 4, pkt(1, 1500), 9000)],
+    ))
+    .unwrap();
+    {
+        let mut w =
+            PcapPort::create_protected(path, LinkType::ETHERNET, 0, &Default::default()).unwrap();
+        assert_eq!(w.write_format(), Some(WriteFormat::PcapNg));
+        w.describe(&src.interfaces()).unwrap();
+        let mut b = Batch::new();
+        src.rx(&mut b).unwrap();
+        assert_eq!(w.tx(&mut b).unwrap(), 2);
+        assert_eq!(w.packets_by_interface(), vec![2]);
+        // Dropped without finish: the writer's own statistics end the file.
+    }
+    let bytes = std::fs::read(path).unwrap();
+    assert!(bytes.starts_with(&0x0a0d_0d0au32.to_le_bytes()));
+    // The last block is an interface statistics block.
+    let n = bytes.len();
+    let last_len = u32::from_le_bytes(bytes[n - 4..].try_into().unwrap()) as usize;
+    assert_eq!(
+        u32::from_le_bytes(bytes[n - last_len..n - last_len + 4].try_into().unwrap()),
+        5
+    );
+    let mut r = PcapPort::open(path, &small()).unwrap();
+    assert_eq!(r.format(), Some(FileFormat::PcapNg { big_endian: false }));
+    assert_eq!(r.interfaces()[0].name, "pcap:mem.pcap");
+    let (got, err) = read_all(&mut r);
+    assert!(err.is_none());
+    assert_eq!(
+        got,
+        vec![
+            (1_000_000_002, pkt(0, 70), 70),
+            (3_000_000_004, pkt(1, 1500), 9000)
+        ]
+    );
+    // pcapng: in a URI, pcapng whatever the name.
+    let other = dir.join("other.cap");
+    let mut o = crate::port::open_tx(
+        &format!("pcapng:{}", other.display()),
+        &PortOptions::default(),
+    )
+    .unwrap();
+    o.finish(&[]).unwrap();
+    drop(o);
+    let r = PcapPort::open(other.to_str().unwrap(), &small()).unwrap();
+    assert_eq!(r.format(), Some(FileFormat::PcapNg { big_endian: false }));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
