@@ -167,7 +167,7 @@ pub fn inputs_of<'a>(uris: impl IntoIterator<Item = &'a str>) -> Inputs {
     for uri in uris {
         for part in uri.split(',') {
             match part.split_once(':') {
-                Some(("pcap", path)) => inputs.add_path(path),
+                Some(("pcap" | "pcapng", path)) => inputs.add_path(path),
                 Some((s, _)) if ["mem", "afpacket", "xdp", "cluster"].contains(&s) => {}
                 _ => inputs.add_path(part),
             }

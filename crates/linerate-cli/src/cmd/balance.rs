@@ -15,8 +15,8 @@ use linerate::apps::balance::{
 use linerate::filter::Filter;
 use linerate::port::cluster::{ClusterConfig, ClusterStats, Master};
 use linerate::port::file::Inputs;
-use linerate::port::pcap::PcapPort;
-use linerate::port::{DropReason, Drops, Port, PortError, PortOptions};
+use linerate::port::pcap::{PcapPort, WriteFormat};
+use linerate::port::{DropReason, Drops, InterfaceStats, Port, PortError, PortOptions, PortStats};
 use linerate::stats::prom::{cluster_text, Dir, PortCount};
 use linerate::stats::{group, group_f};
 use linerate::units;
@@ -105,8 +105,12 @@ pub struct Args {
     #[arg(short = 'o', long = "out", value_name = "PORT")]
     out: Option<String>,
     /// Replace queue Q by an egress port (pcap file, afpacket:IFACE, mem:NAME); repeatable.
+    /// A capture file is pcapng when its name ends in .pcapng (or with pcapng:FILE).
     #[arg(short = 'r', long = "egress", value_name = "Q:PORT")]
     egress: Vec<String>,
+    /// Format of the capture files -o and -r write, whatever their names: pcap or pcapng.
+    #[arg(long, value_name = "pcap|pcapng")]
+    format: Option<WriteFormat>,
     /// Simulated work per packet in consumer threads (ns, at most 1 s), to see overload.
     #[arg(long, value_name = "NS", default_value = "0", value_parser = flags::int(0u64, 1_000_000_000))]
     work_ns: u64,
@@ -202,17 +206,21 @@ fn open_out(
     uri: &str,
     link: linerate::port::LinkType,
     flag: &str,
+    format: Option<WriteFormat>,
     inputs: &mut Inputs,
 ) -> anyhow::Result<Box<dyn Port>> {
-    let mut create = |path: &str| -> anyhow::Result<Box<dyn Port>> {
-        let p = PcapPort::create_protected(path, link, 0, inputs)
+    let mut create = |path: &str, format: Option<WriteFormat>| -> anyhow::Result<Box<dyn Port>> {
+        let p = PcapPort::create_as(path, format, link, 0, inputs)
             .map_err(|e| usage(format!("{flag}: {e}")))?;
         inputs.add_path(path);
         Ok(Box::new(p))
     };
+    if let Some(path) = uri.strip_prefix("pcapng:") {
+        return create(path, Some(WriteFormat::PcapNg));
+    }
     match uri.strip_prefix("pcap:") {
-        Some(path) => create(path),
-        None if uri.ends_with(".pcap") || uri.ends_with(".pcapng") => create(uri),
+        Some(path) => create(path, format),
+        None if uri.ends_with(".pcap") || uri.ends_with(".pcapng") => create(uri, format),
         None => {
             let opts = PortOptions {
                 inputs: inputs.clone(),
@@ -222,6 +230,43 @@ fn open_out(
             inputs.add_path(uri.strip_prefix("pcap:").unwrap_or(uri));
             Ok(p)
         }
+    }
+}
+
+/// What each input interface did for an egress file's interface statistics: the master's
+/// filter count is known in all, so it is split only when the input is one interface (or
+/// nothing was filtered); otherwise the files carry only what they know themselves.
+fn egress_interface_stats(
+    first: &[PortStats],
+    last: &[PortStats],
+    filtered: u64,
+    start_ns: u64,
+) -> Vec<InterfaceStats> {
+    let end_ns = linerate::time::wall_ns();
+    let rx = |i: usize| {
+        last[i]
+            .rx_packets
+            .saturating_sub(first.get(i).map_or(0, |s| s.rx_packets))
+    };
+    match (last.len(), filtered) {
+        (_, 0) => (0..last.len())
+            .map(|i| {
+                let start = first.get(i).copied().unwrap_or_default();
+                InterfaceStats::between(&start, &last[i], None, start_ns, end_ns)
+            })
+            .collect(),
+        (1, f) => {
+            let start = first.first().copied().unwrap_or_default();
+            let accepted = rx(0).saturating_sub(f);
+            vec![InterfaceStats::between(
+                &start,
+                &last[0],
+                Some(accepted),
+                start_ns,
+                end_ns,
+            )]
+        }
+        _ => Vec::new(),
     }
 }
 
@@ -284,7 +329,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     let mut tx_out = match &a.out {
-        Some(uri) => Some(open_out(uri, link, "-o", &mut inputs)?),
+        Some(uri) => Some(open_out(uri, link, "-o", a.format, &mut inputs)?),
         None => None,
     };
     let mut master = if a.threads {
@@ -309,11 +354,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 cfg.queues() - 1
             )));
         }
-        egress.push(Egress::new(
-            &master,
-            q,
-            open_out(uri, link, "-r", &mut inputs)?,
-        )?);
+        let mut out = open_out(uri, link, "-r", a.format, &mut inputs)?;
+        // A pcapng file keeps the input interface of each packet.
+        out.describe(&input.interfaces())
+            .with_context(|| format!("-r {spec}"))?;
+        egress.push(Egress::new(&master, q, out)?);
     }
     let egress_queues: Vec<usize> = egress.iter().map(|e| e.queue()).collect();
     let threads = if a.threads {
@@ -394,7 +439,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         out_port: a.out.as_deref(),
         out,
     };
-    let report = balance::run_with(
+    let if_start = input.interface_stats();
+    let wall_start = linerate::time::wall_ns();
+    let mut report = balance::run_with(
         input.as_mut(),
         &mut master,
         &mut dist,
@@ -431,6 +478,23 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             group(st.tx_packets),
             group(st.tx_dropped)
         );
+    }
+    // Egress files end with what each input interface did (pcapng).
+    let ifstats = egress_interface_stats(
+        &if_start,
+        &input.interface_stats(),
+        report.tick.now.stats.filtered,
+        wall_start,
+    );
+    for e in &mut egress {
+        if let Err(err) = e.out().finish(&ifstats) {
+            report.error.get_or_insert(err);
+        }
+    }
+    if let Some(o) = tx_out.as_mut() {
+        if let Err(err) = o.finish(&[]) {
+            report.error.get_or_insert(err);
+        }
     }
     drop(egress);
     drop(tx_out);

@@ -6,7 +6,8 @@ use clap::Parser;
 use linerate::apps::count::{self, CountOptions, Ended};
 use linerate::apps::gen::latency::Tracker;
 use linerate::filter::Filter;
-use linerate::port::{pcap::PcapPort, Port, PortError, PortOptions};
+use linerate::port::pcap::{PcapPort, WriteFormat};
+use linerate::port::{InterfaceStats, Port, PortError, PortOptions};
 use linerate::stats::prom::{Dir, PortCount};
 use linerate::stats::{self, group};
 use linerate::time::{Clock, TscClock};
@@ -26,9 +27,14 @@ pub struct Args {
     /// Stop after this long (seconds, or with a unit: 500ms, 2m).
     #[arg(short = 't', long, value_name = "SECONDS", value_parser = flags::duration(flags::RUN))]
     duration: Option<std::time::Duration>,
-    /// Write counted packets to a pcap file (- for standard output).
+    /// Write counted packets to a capture file (- for standard output): pcapng when the name
+    /// ends in .pcapng (each packet with its input interface, and each interface's counts and
+    /// drops at the end), else classic pcap.
     #[arg(short = 'w', long, value_name = "OUT.pcap")]
     write: Option<String>,
+    /// Format of -w whatever its name: pcap or pcapng (for -w -, say).
+    #[arg(long, value_name = "pcap|pcapng", requires = "write")]
+    format: Option<WriteFormat>,
     /// BPF filter in libpcap syntax (in the kernel for afpacket, in user space otherwise).
     #[arg(short = 'f', long, value_name = "BPF")]
     filter: Option<String>,
@@ -123,11 +129,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             let snaplen = a
                 .snaplen
                 .map_or(input.snaplen().unwrap_or(opts.snaplen), |s| s as u32);
-            let mut w = PcapPort::create_protected(path, link, snaplen, &inputs)
+            let mut w = PcapPort::create_as(path, a.format, link, snaplen, &inputs)
                 .map_err(|e| usage(format!("-w: {e}")))?;
             if a.snaplen.is_none() {
                 w.keep_whole();
             }
+            w.describe(&input.interfaces())
+                .with_context(|| format!("-w {path}"))?;
             Some(w)
         }
     };
@@ -166,6 +174,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let w = writer.as_mut().map(|w| w as &mut dyn Port);
     let mut tracker = a.latency.then(|| (Tracker::new(), TscClock::new()));
+    let wall_start = linerate::time::wall_ns();
     let report = count::run_observed(
         input.as_mut(),
         w,
@@ -192,6 +201,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         },
     );
+    let mut report = report;
+    if let Some(w) = writer.as_mut().filter(|_| report.output_error.is_none()) {
+        // Each interface's figures, which add up to the summary, close a pcapng file.
+        let (first, last) = &report.interfaces;
+        let stats = InterfaceStats::of_run(
+            first,
+            last,
+            &w.packets_by_interface(),
+            wall_start,
+            linerate::time::wall_ns(),
+        );
+        if let Err(e) = w.finish(&stats) {
+            report.output_error = Some(e);
+        }
+    }
     // What reached the output whole (a pipe's reader may have left early).
     let written = writer.as_ref().and_then(|w| w.packets_written());
     drop(writer);

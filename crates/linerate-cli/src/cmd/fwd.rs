@@ -6,10 +6,11 @@ use clap::Parser;
 use linerate::apps::fwd::{self, Ended, FwdOptions, MacRewrite, Ports};
 use linerate::apps::lua::{self, ScriptOptions};
 use linerate::filter::Filter;
+use linerate::port::pcap::WriteFormat;
 use linerate::port::xdp::kfwd::{KernelFwd, KernelFwdConfig};
 use linerate::port::xdp::sys::{iface_mac, redirect_target, RedirectTarget};
 use linerate::port::xdp::{self, AttachMode, XdpConfig, XdpMode};
-use linerate::port::{self, DropReason, Port, PortError, PortOptions};
+use linerate::port::{self, DropReason, InterfaceStats, Port, PortError, PortOptions};
 use linerate::stats::prom::{Dir, PortCount};
 use std::io::Write;
 use std::process::ExitCode;
@@ -20,9 +21,13 @@ pub struct Args {
     /// Input port (port 0): xdp:IFACE (every queue) or xdp:IFACE@Q, afpacket:IFACE, mem:NAME.
     #[arg(short = 'i', long = "in", value_name = "PORT")]
     pub input: String,
-    /// Output port (port 1); the same as -i bounces packets back out of it.
+    /// Output port (port 1); the same as -i bounces packets back out of it. A capture file
+    /// (pcap:FILE, pcapng:FILE or a path) is pcapng when its name ends in .pcapng.
     #[arg(short = 'o', long = "out", value_name = "PORT")]
     pub output: String,
+    /// Format of an -o capture file whatever its name: pcap or pcapng.
+    #[arg(long, value_name = "pcap|pcapng")]
+    pub format: Option<WriteFormat>,
     /// Forward port 1 → port 0 as well.
     #[arg(long)]
     pub bidir: bool,
@@ -339,6 +344,7 @@ pub fn run_with(
     }
     let opts = PortOptions {
         inputs,
+        write_format: a.format,
         ..Default::default()
     };
     let xdp = XdpConfig {
@@ -366,6 +372,11 @@ pub fn run_with(
         let (p0, p1, shared) = open_pair(&a.input, &a.output, &opts, &xdp)?;
         (p0, Some(p1), shared)
     };
+    // A pcapng output describes where its packets come from: the input's interfaces.
+    if let Some(p) = p1.as_mut() {
+        p.describe(&p0.interfaces())
+            .with_context(|| format!("-o {}", a.output))?;
+    }
     let mut user_filter = None;
     if let Some(expr) = &a.filter {
         let f = Filter::compile(expr, p0.link_type()).map_err(|e| usage(format!("-f: {e}")))?;
@@ -444,13 +455,28 @@ pub fn run_with(
         count: a.count,
         ..Default::default()
     };
+    let if_start = p0.interface_stats();
+    let wall_start = linerate::time::wall_ns();
     let ports = match p1.as_mut() {
         Some(p1) => Ports::Two(p0.as_mut(), p1.as_mut()),
         None => Ports::One(p0.as_mut()),
     };
     let json = a.json;
     let hook = script.as_mut().map(|s| s as &mut dyn fwd::BatchFilter);
-    let report = fwd::run_with(ports, &fo, hook, stop, |s| ticker.tick(out, s));
+    let mut report = fwd::run_with(ports, &fo, hook, stop, |s| ticker.tick(out, s));
+    if let Some(p) = p1.as_mut() {
+        // What each input interface did closes a pcapng output (a no-op for other ports).
+        let st = InterfaceStats::of_run(
+            &if_start,
+            &p0.interface_stats(),
+            &p.tx_by_interface(),
+            wall_start,
+            linerate::time::wall_ns(),
+        );
+        if let Err(e) = p.finish(&st) {
+            report.error.get_or_insert(e);
+        }
+    }
     if let Some(m) = &m {
         publish(m, &ticker.names, &report.stats);
     }

@@ -14,7 +14,8 @@ use linerate::apps::gen::{self, rate_words, GenOptions, GenReport, GenTick, Hook
 use linerate::apps::lua::{Interrupt, ScriptOptions};
 use linerate::mem::Batch;
 use linerate::port::file::Inputs;
-use linerate::port::{self, pcap::PcapPort, Drops, LinkType, Port, PortError, PortOptions};
+use linerate::port::pcap::{PcapPort, WriteFormat};
+use linerate::port::{self, Drops, Interface, LinkType, Port, PortError, PortOptions};
 use linerate::stats::prom::{Dir, PortCount};
 use linerate::stats::{breakdown, group, group_f};
 use linerate::time::{Clock, TscClock};
@@ -30,8 +31,13 @@ use std::time::Duration;
 #[derive(Parser, Debug, Default)]
 pub struct Args {
     /// Output port: afpacket:IFACE, xdp:IFACE, mem:NAME, pcap:FILE, or a,b (one per thread).
+    /// A capture file (pcap:FILE, pcapng:FILE or a path) is pcapng when its name ends in
+    /// .pcapng.
     #[arg(short = 'o', long = "out", value_name = "PORT")]
     pub output: String,
+    /// Format of an -o capture file whatever its name: pcap or pcapng.
+    #[arg(long, value_name = "pcap|pcapng")]
+    pub format: Option<WriteFormat>,
     /// With -o xdp:IFACE: live (the kernel builds and sends the frames: XDP live frames),
     /// xsk (AF_XDP through the xdp port), or auto (live unless the options need xsk:
     /// --script, --rx, size ranges, value lists, several streams).
@@ -474,12 +480,17 @@ fn inputs(a: &Args) -> Inputs {
 /// Writing to a file needs a limit (`limited`), so that a forgotten -c cannot fill a disk.
 fn open_out(uri: &str, opts: &PortOptions, limited: bool) -> anyhow::Result<Box<dyn Port>> {
     let scheme = uri.split_once(':').map(|(s, _)| s);
+    let mut format = opts.write_format;
     let path = match scheme {
         Some("pcap") => uri.strip_prefix("pcap:"),
+        Some("pcapng") => {
+            format = Some(WriteFormat::PcapNg);
+            uri.strip_prefix("pcapng:")
+        }
         Some("mem" | "afpacket" | "xdp" | "cluster") => None,
         Some(s) if !s.contains(['/', '.']) => {
             return Err(usage(format!(
-                "-o {uri}: unknown port '{s}:' (use mem:NAME, afpacket:IFACE, pcap:FILE or a path)"
+                "-o {uri}: unknown port '{s}:' (use mem:NAME, afpacket:IFACE, pcap:FILE, pcapng:FILE or a path)"
             )))
         }
         _ => Some(uri),
@@ -489,7 +500,7 @@ fn open_out(uri: &str, opts: &PortOptions, limited: bool) -> anyhow::Result<Box<
             "-o {p}: a capture file needs a limit (-c COUNT or -t DURATION)"
         ))),
         Some(p) => Ok(Box::new(
-            PcapPort::create_protected(p, LinkType::ETHERNET, 0, &opts.inputs)
+            PcapPort::create_as(p, format, LinkType::ETHERNET, 0, &opts.inputs)
                 .map_err(|e| usage(format!("-o: {e}")))?,
         )),
         None => crate::common::open_output("-o", uri, opts),
@@ -687,6 +698,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     let popts = PortOptions {
         inputs: inputs(&a),
+        write_format: a.format,
         ..Default::default()
     };
     if let Some(p) = &a.hist_out {
@@ -733,7 +745,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
             a.output.as_str()
         };
-        outs.push(open_out(uri, &popts, limited)?);
+        let mut o = open_out(uri, &popts, limited)?;
+        // A pcapng file names where its packets come from.
+        o.describe(&[Interface::new("linerate gen", LinkType::ETHERNET)])
+            .with_context(|| format!("-o {uri}"))?;
+        outs.push(o);
         names.push(uri);
     }
     let mut rx_port = match &a.rx {
@@ -821,6 +837,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                     *tick.lock().unwrap_or_else(|e| e.into_inner()) = *s;
                 })
                 .with_context(|| format!("thread {i} on {}", port.name()))?;
+                // A pcapng file ends with its interface's statistics (what it wrote).
+                port.finish(&[])
+                    .with_context(|| format!("thread {i} on {}", port.name()))?;
                 Ok(r)
             }));
         }
@@ -1333,8 +1352,10 @@ fn run_replay(
     // A replay ends with its capture (times --loop): always finite.
     let limited = true;
     // Check the capture opens before creating anything.
-    drop(open(path, popts, "--pcap")?);
+    let ifaces = open(path, popts, "--pcap")?.interfaces();
     let mut outp = open_out(&a.output, popts, limited)?;
+    outp.describe(&ifaces)
+        .with_context(|| format!("-o {}", a.output))?;
     let opts = ReplayOptions {
         speed: if a.topspeed {
             None
@@ -1364,6 +1385,8 @@ fn run_replay(
         stop,
     )
     .with_context(|| format!("replaying {path} on {}", a.output))?;
+    outp.finish(&[])
+        .with_context(|| format!("replaying {path} on {}", a.output))?;
     let elapsed = r.last_ns.saturating_sub(r.first_ns) as f64 / 1e9;
     let pps = if elapsed > 0.0 {
         (r.pkts.saturating_sub(1)) as f64 / elapsed

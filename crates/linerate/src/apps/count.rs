@@ -7,7 +7,7 @@
 use crate::apps::balance::Backoff;
 use crate::filter::Filter;
 use crate::mem::Batch;
-use crate::port::{DropReason, Drops, Port, PortError};
+use crate::port::{DropReason, Drops, Port, PortError, PortStats};
 use crate::stats::Snapshot;
 use crate::time::mono_ns;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,6 +49,9 @@ pub struct Report {
     pub output_error: Option<PortError>,
     /// Why the loop ended.
     pub ended: Ended,
+    /// The input's counters per interface ([`Port::interface_stats`]) when the loop started
+    /// and when it ended: the readings `tick.start` and `tick.now` sum up.
+    pub interfaces: (Vec<PortStats>, Vec<PortStats>),
 }
 
 /// Why the loop ended.
@@ -95,8 +98,8 @@ pub fn run_observed(
     let mut filtered = 0u64;
     let mut write_drops = Drops::default();
     let t0 = mono_ns();
-    let snap = |port: &mut dyn Port, t, pkts, bytes, filtered, wd: &Drops| {
-        let mut drops = port.stats().rx_drops.merged(wd);
+    let snap_of = |rx_drops: Drops, t, pkts, bytes, filtered, wd: &Drops| {
+        let mut drops = rx_drops.merged(wd);
         drops.add(DropReason::Filter, filtered);
         Snapshot {
             t_ns: t,
@@ -105,7 +108,20 @@ pub fn run_observed(
             drops,
         }
     };
-    let start = snap(port, t0, 0, 0, 0, &write_drops);
+    let snap = |port: &mut dyn Port, t, pkts, bytes, filtered, wd: &Drops| {
+        snap_of(port.stats().rx_drops, t, pkts, bytes, filtered, wd)
+    };
+    // The first and last snapshots come from the per-interface readings, so that what each
+    // interface did adds up to the summary exactly (kernel counters move between two reads).
+    let if_start = port.interface_stats();
+    let start = snap_of(
+        PortStats::sum(&if_start).rx_drops,
+        t0,
+        0,
+        0,
+        0,
+        &write_drops,
+    );
     let mut prev = start;
     let interval = opts.interval.as_nanos().max(1) as u64;
     let mut next_tick = t0 + interval;
@@ -189,12 +205,21 @@ pub fn run_observed(
             }
         }
     }
-    let now = snap(port, mono_ns(), pkts, bytes, filtered, &write_drops);
+    let if_end = port.interface_stats();
+    let now = snap_of(
+        PortStats::sum(&if_end).rx_drops,
+        mono_ns(),
+        pkts,
+        bytes,
+        filtered,
+        &write_drops,
+    );
     Report {
         tick: Tick { start, prev, now },
         error,
         output_error,
         ended,
+        interfaces: (if_start, if_end),
     }
 }
 

@@ -150,15 +150,10 @@ impl Port for Aggregate {
     }
 
     fn stats(&mut self) -> PortStats {
+        // No allocation: stats() is read on every statistics interval.
         let mut s = PortStats::default();
         for p in &mut self.ports {
-            let o = p.stats();
-            s.rx_packets += o.rx_packets;
-            s.rx_bytes += o.rx_bytes;
-            s.tx_packets += o.tx_packets;
-            s.tx_bytes += o.tx_bytes;
-            s.rx_drops = s.rx_drops.merged(&o.rx_drops);
-            s.tx_drops = s.tx_drops.merged(&o.tx_drops);
+            s.add(&p.stats());
         }
         s
     }
@@ -209,6 +204,10 @@ impl Port for Aggregate {
 
     fn finish(&mut self, stats: &[super::InterfaceStats]) -> Result<(), PortError> {
         self.ports[0].finish(stats)
+    }
+
+    fn tx_by_interface(&self) -> Vec<u64> {
+        self.ports[0].tx_by_interface()
     }
 
     fn is_finished(&self) -> bool {

@@ -135,6 +135,27 @@ pub struct PortStats {
     pub tx_drops: Drops,
 }
 
+impl PortStats {
+    /// The counters of several ports (or interfaces) together.
+    pub fn sum(list: &[PortStats]) -> PortStats {
+        let mut s = PortStats::default();
+        for o in list {
+            s.add(o);
+        }
+        s
+    }
+
+    /// Adds another port's (or interface's) counters to these.
+    pub fn add(&mut self, o: &PortStats) {
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+        self.rx_drops = self.rx_drops.merged(&o.rx_drops);
+        self.tx_drops = self.tx_drops.merged(&o.tx_drops);
+    }
+}
+
 /// A link-layer header type (pcap LINKTYPE_ / DLT_ value).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LinkType(pub u32);
@@ -234,6 +255,33 @@ impl InterfaceStats {
     /// Packets linerate itself dropped, for lack of room or as malformed (`isb_osdrop`).
     pub fn own_drops(&self) -> u64 {
         self.drops.total() - self.kernel_drops() - self.drops.get(DropReason::Filter)
+    }
+
+    /// What each interface of an input did during a run whose every accepted packet went to
+    /// one writer: `first` and `last` are the input's [`Port::interface_stats`] at the start
+    /// and at the end, `written` the writer's [`Port::tx_by_interface`]. What an interface
+    /// delivered beyond what was written of it was filtered. An input that is one interface
+    /// accepted everything written, even packets that carry another port number (a cluster
+    /// consumer's keep the number its master gave them).
+    pub fn of_run(
+        first: &[PortStats],
+        last: &[PortStats],
+        written: &[u64],
+        start_ns: u64,
+        end_ns: u64,
+    ) -> Vec<InterfaceStats> {
+        last.iter()
+            .enumerate()
+            .map(|(i, end)| {
+                let start = first.get(i).copied().unwrap_or_default();
+                let accepted = if last.len() == 1 {
+                    written.iter().sum()
+                } else {
+                    written.get(i).copied().unwrap_or(0)
+                };
+                InterfaceStats::between(&start, end, Some(accepted), start_ns, end_ns)
+            })
+            .collect()
     }
 }
 
@@ -459,6 +507,11 @@ pub trait Port: Send {
     fn finish(&mut self, _stats: &[InterfaceStats]) -> Result<(), PortError> {
         self.flush()
     }
+    /// For a writer: the packets it took so far per interface (by `Desc::port`); empty for
+    /// ports that do not count them.
+    fn tx_by_interface(&self) -> Vec<u64> {
+        Vec::new()
+    }
 }
 
 /// Which way packets go through a port being opened. It matters for files: an input is only
@@ -577,12 +630,16 @@ fn open_one(uri: &str, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
                 || rest.ends_with(".pcap")
                 || rest.ends_with(".pcapng")
                 || rest == "-"
+                // An output whose format was named (--format) is a file, whatever its name.
+                || (dir == Direction::Tx && opts.write_format.is_some())
             {
                 file(rest, None)
             } else {
                 Err(PortError::BadUri {
                     uri: uri.into(),
-                    why: "not a file; name a port as mem:NAME, pcap:FILE or afpacket:IFACE".into(),
+                    why: "not a file; name a port as mem:NAME, pcap:FILE, pcapng:FILE or \
+                          afpacket:IFACE"
+                        .into(),
                 })
             }
         }

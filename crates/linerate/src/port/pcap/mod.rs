@@ -587,6 +587,10 @@ impl Port for PcapPort {
         Ok(())
     }
 
+    fn tx_by_interface(&self) -> Vec<u64> {
+        self.packets_by_interface()
+    }
+
     fn finish(&mut self, stats: &[InterfaceStats]) -> Result<(), PortError> {
         if let Mode::Write {
             writer: Writer::Ng(w),

@@ -474,7 +474,7 @@ mod tests {
         }
     }
 
-    fn opt<'a>(o: &'a [(u16, Vec<u8>)], code: u16) -> Option<&'a [u8]> {
+    fn opt(o: &[(u16, Vec<u8>)], code: u16) -> Option<&[u8]> {
         o.iter().find(|x| x.0 == code).map(|x| &x.1[..])
     }
 
