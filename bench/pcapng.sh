@@ -5,9 +5,11 @@
 #
 #   bash bench/pcapng.sh            # 2,000,000 packets, 5 runs of each
 #   bash bench/pcapng.sh 5000000 7
+#   SIZE=64 bash bench/pcapng.sh   # 64 B frames: the per-packet cost
 #
-# The capture is made by `linerate gen` (64 to 1518 B frames, many flows) in a private temporary
-# folder under /dev/shm (memory: the disk is not measured), read once so it is in the page cache;
+# The capture is made by `linerate gen` (SIZE: 64 to 1518 B frames by default, `SIZE=64` for the
+# per-packet cost alone; many flows) in a private temporary folder under /dev/shm (memory: the
+# disk is not measured), read once so it is in the page cache;
 # each run is `linerate count -i BIG.pcap -q -w OUT.pcap` or `-w OUT.pcapng` into the same folder,
 # then the same two to /dev/null (`--format pcap|pcapng`: the writer's CPU alone). Prints wall
 # seconds per run, best and median, Mpps and pcapng/pcap (goal: pcapng ≥ 0.9× pcap's rate).
@@ -16,16 +18,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PKTS=${1:-2000000}
 RUNS=${2:-5}
+SIZE=${SIZE:-64-1518}
 cargo build --release -q -p linerate-cli
 LR=$PWD/target/release/linerate
 D=$(mktemp -d /dev/shm/linerate-pcapng-bench.XXXXXX)
 trap 'rm -rf -- "$D"' EXIT
 F=$D/big.pcap
-"$LR" gen -o "$F" -c "$PKTS" --size 64-1518 --flows 1000 -q >/dev/null
+"$LR" gen -o "$F" -c "$PKTS" --size "$SIZE" --flows 1000 -q >/dev/null
 cat "$F" >/dev/null
 echo "## pcapng vs pcap writing ($(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg))"
 echo
-echo "Input: $PKTS packets, $(du -h "$F" | cut -f1) (\`linerate gen --size 64-1518 --flows 1000\`), in /dev/shm; $RUNS runs each, interleaved."
+echo "Input: $PKTS packets, $(du -h "$F" | cut -f1) (\`linerate gen --size $SIZE --flows 1000\`), in /dev/shm; $RUNS runs each, interleaved."
 echo
 
 secs() { # command... -> wall seconds
