@@ -19,10 +19,33 @@ fn sample() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap")
 }
 
+/// A folder of this test's own (tests run on threads named after them), removed when the
+/// test's thread ends.
+struct TmpDir(PathBuf);
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+thread_local! {
+    static DIR: TmpDir = {
+        let test = std::thread::current()
+            .name()
+            .unwrap_or("test")
+            .replace("::", "-");
+        let d = std::env::temp_dir().join(format!(
+            "linerate-pcapng-{}-{test}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        TmpDir(d)
+    };
+}
+
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("linerate-pcapng-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    DIR.with(|d| d.0.join(name))
 }
 
 fn s(p: &Path) -> &str {
