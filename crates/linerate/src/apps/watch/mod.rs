@@ -901,7 +901,8 @@ pub struct HopDelta {
     /// way).
     pub lost_before: Option<i64>,
     /// Packets that vanished at this hop: `lost_before` (when positive) plus the drops of
-    /// its own egress ([`EGRESS_DROPS`]).
+    /// its own egress ([`EGRESS_DROPS`]), which for a hop reached through its namespace are
+    /// already among `lost_before` (then the larger of the two).
     pub vanished: u64,
     /// Softnet figures of the CPUs doing its receive work.
     pub softnet: SoftnetDelta,
@@ -1032,7 +1033,14 @@ pub fn diff(a: &Snapshot, b: &Snapshot) -> Interval {
         }
         let h = &hops[k];
         let egress: u64 = EGRESS_DROPS.iter().map(|n| h.drop(n)).sum();
-        hops[k].vanished = h.lost_before.unwrap_or(0).max(0) as u64 + egress;
+        let lost = h.lost_before.unwrap_or(0).max(0) as u64;
+        // Through a namespace (received by k-1, not sent by k), the packets k dropped on its
+        // way out are among those lost: counted once. Elsewhere they are not (they never left
+        // k, and lost_before speaks of what arrived at k): added.
+        hops[k].vanished = match path.segments.get(k) {
+            Some(Segment::Through) if k > 0 => lost.max(egress),
+            _ => lost + egress,
+        };
     }
     let most_lost = hops
         .iter()
@@ -1218,6 +1226,21 @@ mod tests {
             &[(0, 1500, 400), (1500, 0, 0), (0, 1400, 0), (1400, 0, 0)],
         );
         assert_eq!(diff(&c, &d).most_lost, None);
+        // B's way out of vB1 dropped the 100 that B received and did not send: counted once.
+        let e = snap(
+            &p,
+            4,
+            4_000_000_000,
+            &[(0, 2500, 400), (2500, 0, 0), (0, 2300, 100), (2300, 0, 0)],
+        );
+        let k = diff(&d, &e);
+        assert_eq!(k.hops[2].lost_before, Some(100));
+        assert_eq!(k.hops[2].vanished, 100);
+        assert_eq!(k.most_lost, Some(2));
+        let t = report::mark_text(&k).unwrap();
+        assert!(t.contains("100 of 1'000 (10.00 %) inside B"), "{t}");
+        assert!(t.contains("(its egress counters: tx_dropped 100)"), "{t}");
+        assert!(!t.contains("dropped on the way out"), "{t}");
         assert!(!diff(&a, &d).consecutive);
     }
 

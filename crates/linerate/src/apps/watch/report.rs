@@ -1,7 +1,7 @@
 //! What `watch` prints: sar-like tables per interval, a summary, JSON lines and Prometheus
 //! text, all from [`Interval`]s.
 
-use super::{CpuSource, HopDelta, Interval, NapiDelta, Segment};
+use super::{CpuSource, HopDelta, Interval, NapiDelta, Segment, EGRESS_DROPS};
 use crate::port::xdp::napi::HIST_BOUNDS;
 use crate::stats::prom::{self, Exposition};
 use crate::stats::{group, group_f};
@@ -56,7 +56,19 @@ pub fn mark_text(i: &Interval) -> Option<String> {
     let k = i.most_lost?;
     let h = &i.hops[k];
     let lost = h.lost_before.unwrap_or(0).max(0) as u64;
-    let egress = h.vanished - lost;
+    let through = k > 0 && matches!(i.path.segments.get(k), Some(Segment::Through));
+    let egress_named: Vec<String> = EGRESS_DROPS
+        .iter()
+        .filter(|n| h.drop(n) > 0)
+        .map(|n| format!("{n} {}", group(h.drop(n))))
+        .collect();
+    // Through a namespace the egress drops are among the packets lost (a few more or fewer
+    // in an interval: packets that waited in the queue across its edge); elsewhere they add.
+    let egress = if through {
+        0
+    } else {
+        h.vanished.saturating_sub(lost)
+    };
     let mut parts = Vec::new();
     if lost > 0 && k > 0 {
         let prev = &i.hops[k - 1].label;
@@ -88,13 +100,19 @@ pub fn mark_text(i: &Interval) -> Option<String> {
             }
             _ => format!("on the link: sent by {prev}, not received by {}", h.label),
         };
-        parts.push(format!("{}{share} {how}", group(lost)));
+        let within = if through && !egress_named.is_empty() {
+            format!(" (its egress counters: {})", egress_named.join(", "))
+        } else {
+            String::new()
+        };
+        parts.push(format!("{}{share} {how}{within}", group(lost)));
     }
     if egress > 0 {
         parts.push(format!(
-            "{} dropped on the way out of {} (tx_dropped, tx_errors, qdisc_drops)",
+            "{} dropped on the way out of {} ({})",
             group(egress),
-            h.label
+            h.label,
+            egress_named.join(", ")
         ));
     }
     Some(format!(
