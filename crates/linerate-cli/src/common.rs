@@ -6,7 +6,7 @@ pub mod metrics;
 use linerate::port::file::{self, Inputs};
 use linerate::port::{self, Direction, Port, PortError, PortOptions};
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// An error the user caused (bad flag value, missing interface or file): exit code 2.
@@ -84,7 +84,14 @@ pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
         .name("signals".into())
         .spawn(move || {
             let mut first: Option<std::time::Instant> = None;
+            let mut seen = 0;
             for sig in signals.forever() {
+                // After a re-arm (rearm_stop), the next signal is a first one again.
+                let armed = REARMED.load(Ordering::SeqCst);
+                if armed != seen {
+                    seen = armed;
+                    first = None;
+                }
                 match first {
                     None => first = Some(std::time::Instant::now()),
                     Some(t) if t.elapsed() < REPEAT_WINDOW => {}
@@ -93,6 +100,17 @@ pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
             }
         })?;
     Ok(stop)
+}
+
+/// Times a tool re-armed its stop flag ([`rearm_stop`]).
+static REARMED: AtomicU64 = AtomicU64::new(0);
+
+/// Clears `stop` so that a new signal asks for a new stop (flows does so to wait for Kafka's
+/// acknowledgements after its input stopped): the next signal is then a first one, not a forced
+/// stop.
+pub fn rearm_stop(stop: &AtomicBool) {
+    REARMED.fetch_add(1, Ordering::SeqCst);
+    stop.store(false, Ordering::SeqCst);
 }
 
 /// Ends the process now, for a signal that came after the stop asked for was not done within

@@ -340,9 +340,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         (x.stats(), *to)
     });
     // A signal that stopped the input above must not also cut the wait for acknowledgements
-    // short: re-arm the flag, so that a new SIGINT/SIGTERM ends the wait (within ~20 ms; what is
-    // unacknowledged then is counted failed) and a third one ends the process.
-    stop.store(false, Ordering::SeqCst);
+    // short: re-arm the flag, so that a new signal ends the wait (within ~20 ms; what is
+    // unacknowledged then is counted failed) and a later one ends the process.
+    crate::common::rearm_stop(&stop);
     let kstats = sinks.kafka.as_mut().map(|k| {
         let pending = k.stats().pending();
         if !a.quiet && pending > 0 {

@@ -1373,6 +1373,7 @@ fn run_replay(
             .as_deref()
             .map(|d| flag("--duration", flags::check_duration(d, flags::RUN)))
             .transpose()?,
+        on_stall: on_stall(a)?,
         ..Default::default()
     };
     crate::common::pin(a.core)?;

@@ -5,7 +5,7 @@
 //! `speed`) is waited for in slices that look at the stop flag and the time limit, and a capture
 //! with no packet ends the replay after one loop, whatever `loops` asks.
 
-use super::sched::Precision;
+use super::sched::{self, OnStall, Pacer, Precision};
 use crate::mem::{Batch, BATCH};
 use crate::port::{Port, PortError, PortStats};
 use crate::time::Clock;
@@ -25,6 +25,10 @@ pub struct ReplayOptions {
     pub duration: Option<Duration>,
     /// Sleep instead of spinning when the next departure is further away than this.
     pub sleep_above: Duration,
+    /// What a replay that fell behind its recorded spacing does (as gen's own pacing): catch
+    /// up within bounds (peak rate, burst, window; beyond the window the schedule moves later),
+    /// or move the schedule at once.
+    pub on_stall: OnStall,
 }
 
 impl Default for ReplayOptions {
@@ -35,6 +39,7 @@ impl Default for ReplayOptions {
             count: None,
             duration: None,
             sleep_above: Duration::from_millis(2),
+            on_stall: OnStall::default(),
         }
     }
 }
@@ -111,6 +116,8 @@ pub fn run(
     // spacing of their first packets.
     let mut base: Option<(u64, u64)> = None; // (clock at loop start, first capture ts)
     let mut offset = 0u64;
+    // The catch-up bounds, set up at the first batch from its mean recorded gap.
+    let mut pacer: Option<Pacer> = None;
     let deadline = opts.duration.map(|d| {
         clock
             .now_ns()
@@ -163,12 +170,28 @@ pub fn run(
                     let ts = batch.descs()[k].ts;
                     let (c0, ts0) = *base.get_or_insert((now, ts));
                     // Saturating: a gap of centuries waits (in slices) until a stop, never wraps.
-                    let at = |ts: u64| {
+                    let at = |ts: u64, offset: u64| {
                         c0.saturating_add(offset).saturating_add(
                             (ts.saturating_sub(ts0) as f64 / speed.max(1e-9)) as u64,
                         )
                     };
-                    let t = at(ts);
+                    let pacer = pacer.get_or_insert_with(|| {
+                        let d = &batch.descs()[k..n];
+                        let span = d.last().map_or(0, |l| l.ts.saturating_sub(d[0].ts));
+                        let gap =
+                            (span as f64 / (d.len().max(2) - 1) as f64 / speed.max(1e-9)).max(1.0);
+                        let behind = sched::behind_above(gap);
+                        rep.precision = Precision::with_behind_above(behind);
+                        Pacer::new(opts.on_stall, gap, behind)
+                    });
+                    // Later than the catch-up window allows: the rest of the schedule moves.
+                    let ex = pacer.excess(at(ts, offset), now);
+                    if ex > 0 {
+                        offset = offset.saturating_add(ex);
+                        pacer.shift(ex);
+                        rep.precision.slip(ex);
+                    }
+                    let t = pacer.earliest(at(ts, offset));
                     while now < t {
                         if let Some(e) = halt(now) {
                             rep.ended = e;
@@ -182,13 +205,17 @@ pub fn run(
                         }
                         now = clock.now_ns();
                     }
-                    m = batch.descs()[k..n]
-                        .iter()
-                        .take_while(|d| at(d.ts) <= now)
-                        .count()
-                        .max(1);
-                    for d in &batch.descs()[k..k + m] {
-                        rep.precision.record(at(d.ts), now);
+                    // The packets that may leave now: due, and within the peak rate and burst
+                    // while catching up.
+                    m = 0;
+                    for d in &batch.descs()[k..n] {
+                        let s = at(d.ts, offset);
+                        if m > 0 && (pacer.earliest(s) > now || pacer.excess(s, now) > 0) {
+                            break;
+                        }
+                        pacer.depart(s, now);
+                        rep.precision.record(s, now);
+                        m += 1;
                     }
                 }
                 for d in &batch.descs()[k..k + m] {
@@ -244,4 +271,114 @@ pub fn run(
     out.flush()?;
     rep.port = out.stats();
     Ok(rep)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::port::pcap::PcapPort;
+    use crate::port::PortOptions;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::{Arc, Mutex};
+
+    /// A clock that moves 1 µs at every reading (and as the port says).
+    struct Fake(Arc<AtomicU64>);
+
+    impl Clock for Fake {
+        fn now_ns(&self) -> u64 {
+            self.0.fetch_add(1_000, Ordering::Relaxed)
+        }
+    }
+
+    /// Takes every packet, notes when, and stalls the clock 5 s at its first call.
+    struct Stalls {
+        clock: Arc<AtomicU64>,
+        sent: Arc<Mutex<Vec<(u64, usize)>>>,
+    }
+
+    impl Port for Stalls {
+        fn name(&self) -> &str {
+            "stalls"
+        }
+        fn rx(&mut self, _: &mut Batch) -> Result<usize, PortError> {
+            Ok(0)
+        }
+        fn tx(&mut self, b: &mut Batch) -> Result<usize, PortError> {
+            let mut s = self.sent.lock().unwrap();
+            s.push((self.clock.load(Ordering::Relaxed), b.len()));
+            if s.len() == 1 {
+                self.clock.fetch_add(5_000_000_000, Ordering::Relaxed);
+            }
+            let n = b.len();
+            b.clear();
+            Ok(n)
+        }
+        fn stats(&mut self) -> PortStats {
+            PortStats::default()
+        }
+    }
+
+    /// A capture of `n` 60 B packets 1 ms apart.
+    fn capture(n: u32) -> Vec<u8> {
+        let mut v = Vec::new();
+        for x in [0xa1b2_c3d4u32.to_le_bytes().to_vec(), vec![2, 0, 4, 0]] {
+            v.extend(x);
+        }
+        v.extend([0u8; 8]);
+        v.extend(65535u32.to_le_bytes());
+        v.extend(1u32.to_le_bytes());
+        for i in 0..n {
+            v.extend((i / 1000).to_le_bytes());
+            v.extend((i % 1000 * 1000).to_le_bytes());
+            v.extend(60u32.to_le_bytes());
+            v.extend(60u32.to_le_bytes());
+            v.extend([0u8; 60]);
+        }
+        v
+    }
+
+    #[test]
+    fn a_replay_that_fell_behind_catches_up_within_gens_bounds() {
+        let now = Arc::new(AtomicU64::new(1_000_000_000));
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let mut out = Stalls {
+            clock: now.clone(),
+            sent: sent.clone(),
+        };
+        let file = capture(2000);
+        let open = || -> Result<Box<dyn Port>, PortError> {
+            Ok(Box::new(PcapPort::from_reader(
+                "t",
+                Box::new(std::io::Cursor::new(file.clone())),
+                &PortOptions::default(),
+            )?))
+        };
+        let stop = AtomicBool::new(false);
+        let opts = ReplayOptions::default();
+        let r = run(open, &mut out, &opts, &Fake(now), &stop).unwrap();
+        assert_eq!(r.pkts, 2000);
+        // 5 s late: the second beyond the catch-up window is caught up, the rest given up.
+        assert_eq!(r.precision.slips, 1, "{}", r.precision.slipped_ns);
+        let slipped = r.precision.slipped_ns;
+        assert!(
+            (3_990_000_000..=4_010_000_000).contains(&slipped),
+            "{slipped}"
+        );
+        // Never more than the burst at once, and at most 8x the recorded rate beyond it: in
+        // any millisecond, 32 + 8 packets (and one for the edges).
+        let s = sent.lock().unwrap();
+        let mut times = Vec::new();
+        for &(t, n) in s.iter().skip(1) {
+            times.extend(std::iter::repeat_n(t, n));
+        }
+        let mut worst = 0;
+        let mut lo = 0;
+        for hi in 0..times.len() {
+            while times[hi] - times[lo] >= 1_000_000 {
+                lo += 1;
+            }
+            worst = worst.max(hi - lo + 1);
+        }
+        assert!(worst <= 41, "{worst} packets in a millisecond");
+    }
 }
