@@ -1008,13 +1008,23 @@ fn run_sources(
         let mut ending = false;
         for h in handles {
             while !h.is_finished() {
-                drain(&rrx, sink);
+                // Woken by records (or every 10 ms), not by a timer: on a machine with as many
+                // cores as threads the reading threads keep them.
+                match rrx.recv_timeout(Duration::from_millis(10)) {
+                    Ok(v) => {
+                        sink.records(&v);
+                        drain(&rrx, sink);
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        std::thread::sleep(Duration::from_millis(1))
+                    }
+                }
                 // Every thread has stopped reading: what follows is the final flush.
                 if !ending && sh.done.load(Ordering::Acquire) == nt {
                     ending = true;
                     sink.ending();
                 }
-                std::thread::sleep(Duration::from_micros(200));
             }
             if let Ok(e) = h.join() {
                 ends.push(e);

@@ -194,7 +194,11 @@ impl SplitReader {
     /// Reads `len` bytes at `off` into `buf` from `from` on; returns how many (fewer at the end of
     /// the file).
     fn fill(&mut self, off: u64, from: usize, len: usize) -> Result<usize, PortError> {
-        self.buf.resize(from + len, 0);
+        // Grown (zeroed) once; later reads overwrite it without clearing it first: only the
+        // bytes read (`have` in `walk`) are ever looked at.
+        if self.buf.len() < from + len {
+            self.buf.resize(from + len, 0);
+        }
         let mut got = 0;
         while got < len {
             match self
@@ -213,7 +217,6 @@ impl SplitReader {
                 }
             }
         }
-        self.buf.truncate(from + got);
         Ok(got)
     }
 
