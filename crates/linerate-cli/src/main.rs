@@ -2,6 +2,7 @@
 
 mod cmd;
 mod common;
+mod console;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

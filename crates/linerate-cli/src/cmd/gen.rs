@@ -2,6 +2,7 @@
 //! TSC, latency probes, Lua userscripts, pcap replay.
 
 use crate::common::{flags, metrics, stop_flag, usage};
+use crate::console::commands::Steer;
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::gen::latency::{hist_csv, hist_svg, Tracker};
@@ -24,7 +25,7 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Flags of `linerate gen`.
@@ -175,6 +176,11 @@ pub struct Args {
     pub interval: String,
     #[arg(long, value_name = "ADDR", help = metrics::HELP)]
     pub metrics: Option<String>,
+    /// Read commands line by line while it runs (`-`: standard input): start, stop, rate
+    /// 50%|2Mpps, size 128, dst-mac MAC, count N, quit. Each one's effect shows in the next
+    /// statistics line.
+    #[arg(long, value_name = "-")]
+    pub commands: Option<String>,
 }
 
 /// Help of the gauges gen adds to the common families.
@@ -615,6 +621,9 @@ struct Interval {
     /// Packets and bytes so far.
     pkts: u64,
     bytes: u64,
+    /// Packets and bytes in the interval.
+    interval_pkts: u64,
+    interval_bytes: u64,
     /// Rates in the interval, summed over the threads (each over its own readings).
     pps: f64,
     mbps: f64,
@@ -632,6 +641,8 @@ fn interval_rates(prev: &[GenTick], cur: &[GenTick]) -> Interval {
     let mut iv = Interval {
         pkts: 0,
         bytes: 0,
+        interval_pkts: 0,
+        interval_bytes: 0,
         pps: 0.0,
         mbps: 0.0,
         behind_ns: 0,
@@ -646,6 +657,8 @@ fn interval_rates(prev: &[GenTick], cur: &[GenTick]) -> Interval {
         if c.t_ns > p.t_ns {
             let dt = (c.t_ns - p.t_ns) as f64 / 1e9;
             let dp = c.pkts.saturating_sub(p.pkts) as f64;
+            iv.interval_pkts += c.pkts.saturating_sub(p.pkts);
+            iv.interval_bytes += c.bytes.saturating_sub(p.bytes);
             iv.pps += dp / dt;
             iv.mbps += (c.bytes.saturating_sub(p.bytes) as f64 + 4.0 * dp) * 8.0 / dt / 1e6;
             iv.slipped |= c.slipped_ns > p.slipped_ns;
@@ -682,6 +695,44 @@ fn interval_status(iv: &Interval, asked: f64) -> Option<String> {
     })
 }
 
+/// Frame sizes as the `size` command and `--size` write them.
+fn size_text(z: &SizeSpec) -> String {
+    match z {
+        SizeSpec::Fixed(n) => n.to_string(),
+        SizeSpec::Range(a, b) => format!("{a}-{b}"),
+        SizeSpec::Imix => "imix".into(),
+    }
+}
+
+/// Reads `--commands -` on a thread of its own until standard input ends: each line goes to
+/// `steer`; a refused one is said on standard error (and, with `--json`, as a line
+/// `{"type":"command","command":...,"ok":false,"error":...}` on standard output, like the
+/// accepted ones with `"ok":true`). The end of input ends nothing: `quit` or a limit does.
+fn read_commands(steer: Arc<Mutex<Steer>>, json: bool) {
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            let r = steer.lock().unwrap_or_else(|e| e.into_inner()).exec(&line);
+            let cmd = line.trim();
+            if cmd.is_empty() || cmd.starts_with('#') {
+                continue;
+            }
+            if json {
+                let j = match &r {
+                    Ok(()) => serde_json::json!({"type": "command", "command": cmd, "ok": true}),
+                    Err(e) => serde_json::json!({"type": "command", "command": cmd, "ok": false,
+                        "error": e}),
+                };
+                println!("{j}");
+            }
+            if let Err(e) = r {
+                eprintln!("linerate: command '{cmd}': {e}");
+            }
+        }
+    });
+}
+
 /// Runs `linerate gen`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
@@ -703,6 +754,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     if let Some(p) = &a.hist_out {
         crate::common::check_output("--hist-out", p, &popts.inputs)?;
+    }
+    if let Some(c) = &a.commands {
+        if c != "-" {
+            return Err(usage(format!(
+                "--commands {c}: only - (standard input) is supported"
+            )));
+        }
+        if a.pcap.is_some() {
+            return Err(usage(
+                "--commands steers generated streams, not --pcap replay",
+            ));
+        }
     }
     if let Some(p) = &a.pcap {
         return run_replay(&a, p, &popts, &stop);
@@ -727,6 +790,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let limited =
         pick(&a.count, &cfg, "count").is_some() || pick(&a.duration, &cfg, "duration").is_some();
     if let Some(iface) = live_iface(&a, &cfg)? {
+        if a.commands.is_some() {
+            return Err(usage(
+                "--commands: the live engine (--engine live) cannot be steered; use --engine port",
+            ));
+        }
         return run_live(&a, &cfg, &iface, stall, &stop);
     }
     // Output ports: one per thread.
@@ -781,6 +849,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .sum::<f64>()
         .into();
     let asked = asked.filter(|_| specs[0].0[0].pps.is_some());
+    let steer: Option<Arc<Mutex<Steer>>> = match &a.commands {
+        Some(_) => {
+            let st = Steer::new(
+                specs[0].0.clone(),
+                a.threads,
+                link_bps(&a, &a.output)?,
+                stop.clone(),
+            );
+            Some(Arc::new(Mutex::new(st)))
+        }
+        None => None,
+    };
     if let Some(m) = &metrics {
         let tx: Vec<(&str, PortCount)> = names.iter().map(|n| (*n, PortCount::default())).collect();
         let rx = a.rx.as_deref().map(|p| (p, PortCount::default()));
@@ -802,6 +882,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let _ = out.flush();
+    if let Some(st) = &steer {
+        read_commands(st.clone(), a.json);
+    }
+    let ctl = steer
+        .as_ref()
+        .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).ctl.clone());
     let t_start = clock.now_ns();
     let (reports, tracker) = std::thread::scope(|sc| -> anyhow::Result<_> {
         let mut handles = Vec::new();
@@ -814,6 +900,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             let script = a.script.clone();
             let sopts = &sopts;
             let core = a.core.map(|c| c + i);
+            let control = ctl.clone();
+            let nthreads = a.threads;
             handles.push(sc.spawn(move || -> anyhow::Result<GenReport> {
                 crate::common::pin(core)?;
                 let mut hook = match &script {
@@ -830,6 +918,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                     seed: a.seed.wrapping_add(i as u64),
                     interval: Duration::from_millis(100).min(interval),
                     on_stall: stall,
+                    control,
+                    worker: (i, nthreads),
                     ..Default::default()
                 };
                 let h = hook.as_mut().map(|h| h as &mut dyn Hook);
@@ -857,6 +947,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             })
             .collect();
         let mut next = t_start + interval.as_nanos() as u64;
+        let mut version = ctl.as_ref().map_or(0, |c| c.version());
         while !handles.iter().all(|h| h.is_finished()) {
             std::thread::sleep(Duration::from_millis(10));
             let now = clock.now_ns();
@@ -869,7 +960,28 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 .map(|t| *t.lock().unwrap_or_else(|e| e.into_inner()))
                 .collect();
             let iv = interval_rates(&prev, &cur);
-            let words = asked.and_then(|r| interval_status(&iv, r));
+            // The rate asked now (commands change it).
+            let waiting = cur.iter().all(|t| t.waiting);
+            let steered = steer.as_ref().map(|s| {
+                let s = s.lock().unwrap_or_else(|e| e.into_inner());
+                let sending = s.sending() && !waiting;
+                let asked = if sending { s.asked_pps() } else { Some(0.0) };
+                (asked, sending, size_text(s.size()))
+            });
+            let asked = match &steered {
+                Some((r, _, _)) => *r,
+                None => asked,
+            };
+            // An interval in which a command changed the settings mixes two rates: not judged.
+            let changed = ctl.as_ref().is_some_and(|c| c.version() != version);
+            version = ctl.as_ref().map_or(0, |c| c.version());
+            let words = if changed {
+                Some("settings changed".to_string())
+            } else {
+                asked
+                    .filter(|&r| r > 0.0)
+                    .and_then(|r| interval_status(&iv, r))
+            };
             if let Some(m) = &metrics {
                 let tx: Vec<(&str, PortCount)> = names
                     .iter()
@@ -895,10 +1007,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 continue;
             }
             if a.json {
-                let j = serde_json::json!({"type": "stats", "elapsed_ms": (now - t_start) as f64 / 1e6,
+                let mut j = serde_json::json!({"type": "stats", "elapsed_ms": (now - t_start) as f64 / 1e6,
                     "pkts": iv.pkts, "bytes": iv.bytes, "pps": iv.pps, "mbps": iv.mbps,
                     "rate_pps": asked, "behind_ms": iv.behind_ns as f64 / 1e6,
                     "status": words});
+                if let Some((_, sending, size)) = &steered {
+                    j["sending"] = (*sending).into();
+                    j["size"] = size.clone().into();
+                    j["interval_pkts"] = iv.interval_pkts.into();
+                    j["interval_bytes"] = iv.interval_bytes.into();
+                }
                 let _ = writeln!(out, "{j}");
             } else {
                 let _ = writeln!(
@@ -1005,7 +1123,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         if let Some(e) = &total.error {
             j["error"] = e.clone().into();
         }
-        if let Some(r) = total.rate_pps {
+        if total.steered {
+            // Commands changed the rate: the intervals compare asked and achieved.
+            j["steered"] = true.into();
+        }
+        if let Some(r) = total.rate_pps.filter(|_| !total.steered) {
             j["achieved_pct"] = (100.0 * pps / r).into();
             j["on_stall"] = on_stall_name(&stall).into();
             j["behind_ns"] = total.behind_ns.into();

@@ -10,6 +10,7 @@
 //! send time into every due packet's probe signature and hands them to the port in one call.
 //! The achieved gaps are compared with the scheduled ones ([`sched::Precision`]).
 
+pub mod control;
 pub mod latency;
 pub mod live;
 pub mod replay;
@@ -25,6 +26,7 @@ use crate::mem::{Batch, Pool, PoolConfig, BATCH};
 use crate::port::{DropReason, Drops};
 use crate::port::{Port, PortError, PortStats};
 use crate::time::Clock;
+use control::{Control, Settings};
 use rng::Rng;
 use sched::{OnStall, Pacer, Pattern, Precision, Schedule};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -139,6 +141,11 @@ pub struct GenOptions {
     /// What to do after a stall: catch up within bounds (the default: the mean rate holds) or
     /// move the schedule later (the gaps hold, the mean rate falls).
     pub on_stall: OnStall,
+    /// Settings another thread may change while it runs (`gen --commands`).
+    pub control: Option<Arc<Control>>,
+    /// This worker's index and the number of workers sharing `control` (for its share of a
+    /// `count`).
+    pub worker: (usize, usize),
 }
 
 impl Default for GenOptions {
@@ -151,6 +158,8 @@ impl Default for GenOptions {
             interval: Duration::from_secs(1),
             sleep_above: Duration::from_millis(2),
             on_stall: OnStall::default(),
+            control: None,
+            worker: (0, 1),
         }
     }
 }
@@ -265,6 +274,9 @@ pub struct GenReport {
     pub port: PortStats,
     /// Why the run ended early, if it failed.
     pub error: Option<String>,
+    /// Commands changed the settings while it ran (`gen --commands`): `rate_pps` is the last
+    /// rate asked, and the run as a whole is not judged against it (each interval is).
+    pub steered: bool,
 }
 
 impl GenReport {
@@ -294,7 +306,7 @@ impl GenReport {
     /// Why the achieved rate `pps` is more than [`RATE_TOLERANCE`] below the asked one, if it
     /// is (None: no rate asked, too few packets to tell, or the rate was achieved).
     pub fn shortfall(&self, pps: f64) -> Option<Shortfall> {
-        if self.pkts < 2 {
+        if self.pkts < 2 || self.steered {
             return None;
         }
         shortfall(
@@ -327,6 +339,7 @@ impl GenReport {
         };
         self.behind_ns = self.behind_ns.max(o.behind_ns);
         self.port_full += o.port_full;
+        self.steered |= o.steered;
         self.on_stall = o.on_stall;
         self.port.tx_packets += o.port.tx_packets;
         self.port.tx_bytes += o.port.tx_bytes;
@@ -491,6 +504,87 @@ impl Group {
     }
 }
 
+/// The streams of a run compiled, and what follows from their rates.
+struct Plan {
+    streams: Vec<Stream>,
+    layouts: Vec<Layout>,
+    rated: bool,
+    /// Behind the schedule: a departure later than two gaps of the fastest stream (at least
+    /// 2 µs). The pacer bounds how the owed packets leave (or moves the schedule).
+    behind: u64,
+    pacer: Pacer,
+    total_pps: f64,
+}
+
+impl Plan {
+    fn rate_pps(&self) -> Option<f64> {
+        self.rated.then_some(self.total_pps)
+    }
+}
+
+/// Compiles `specs` with schedules starting at `start`.
+fn plan(specs: &[StreamSpec], seed: u64, start: u64, on_stall: OnStall) -> Result<Plan, GenError> {
+    let streams = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| compile(s, seed.wrapping_add(i as u64 * 7919), start))
+        .collect::<Result<Vec<Stream>, GenError>>()?;
+    let layouts: Vec<Layout> = streams.iter().map(|s| *s.tpl.layout()).collect();
+    let rated = streams.iter().any(|s| s.sched.is_some());
+    let fastest = streams
+        .iter()
+        .filter_map(|s| s.sched.as_ref())
+        .map(|s| s.mean_gap())
+        .fold(f64::INFINITY, f64::min);
+    let behind = sched::behind_above(fastest);
+    let total_pps: f64 = specs.iter().filter_map(|s| s.pps).sum();
+    Ok(Plan {
+        streams,
+        layouts,
+        rated,
+        behind,
+        pacer: Pacer::new(on_stall, 1e9 / total_pps, behind),
+        total_pps,
+    })
+}
+
+/// `specs` as the settings of a [`Control`] change them.
+fn apply(specs: &mut [StreamSpec], st: &Settings) {
+    for s in specs {
+        if let Some(p) = st.pps {
+            s.pps = Some(p);
+        }
+        if let Some(z) = &st.size {
+            s.size = z.clone();
+        }
+        if let Some(m) = st.dst_mac {
+            s.template.dst_mac = m;
+        }
+    }
+}
+
+/// [`fill`] within both the run's count and a `count` command's (`u64::MAX`: no limit).
+#[inline]
+fn fill_counted(
+    g: &mut Group,
+    p: &mut Plan,
+    rng: &mut Rng,
+    rr: &mut usize,
+    max: usize,
+    (left, budget): (&mut u64, &mut u64),
+) {
+    let mut lim = (*left).min(*budget);
+    let before = lim;
+    fill(g, &mut p.streams, rng, p.rated, rr, max, &mut lim);
+    let used = before - lim;
+    if *left != u64::MAX {
+        *left -= used;
+    }
+    if *budget != u64::MAX {
+        *budget -= used;
+    }
+}
+
 /// Builds packets (at most `max`, and no more than `left` in all) into `g`.
 #[inline]
 fn fill(
@@ -555,6 +649,8 @@ pub struct GenTick {
     pub behind: bool,
     /// Times the port was full so far.
     pub port_full: u64,
+    /// Not sending: stopped by a command, or a `count` command's packets all sent.
+    pub waiting: bool,
 }
 
 /// Packets built per slice of waiting time: small enough to fit in a gap of ~1 µs.
@@ -598,20 +694,30 @@ pub fn run(
     let t0 = clock.now_ns();
     // Start a little later so that the first packets are not already late.
     let start = t0 + 20_000;
-    let mut streams = opts
-        .streams
-        .iter()
-        .enumerate()
-        .map(|(i, s)| compile(s, opts.seed.wrapping_add(i as u64 * 7919), start))
-        .collect::<Result<Vec<Stream>, GenError>>()?;
-    let layouts: Vec<Layout> = streams.iter().map(|s| *s.tpl.layout()).collect();
-    let rated = streams.iter().any(|s| s.sched.is_some());
+    let mut specs = opts.streams.clone();
+    let ctl = opts.control.as_deref();
+    let mut seen = ctl.map_or(0, |c| c.version());
+    let mut starts = ctl.map_or(0, |c| c.starts());
+    let mut sending = true;
+    // Packets left of a `count` command (u64::MAX: none).
+    let mut budget = u64::MAX;
+    let mut count_set = None;
+    if let Some(c) = ctl {
+        let st = c.get();
+        apply(&mut specs, &st);
+        sending = st.sending;
+        count_set = st.count;
+        if let Some(n) = st.count {
+            budget = control::share(n, opts.worker.0, opts.worker.1);
+        }
+    }
+    let mut p = plan(&specs, opts.seed, start, opts.on_stall)?;
     let mut rng = Rng::new(opts.seed);
     let mut cur = Group::new(&pool);
     let mut nxt = Group::new(&pool);
     let mut out = Batch::with_pool(&pool);
     let mut rep = GenReport {
-        per_stream: vec![0; streams.len()],
+        per_stream: vec![0; p.streams.len()],
         ..Default::default()
     };
     let mut left = opts.count.unwrap_or(u64::MAX);
@@ -620,7 +726,7 @@ pub fn run(
         .map(|d| t0.saturating_add(d.as_nanos() as u64));
     // Past the deadline a run that catches up may still send what it owes, for a while.
     let grace = match (opts.on_stall, opts.duration) {
-        (OnStall::CatchUp(c), Some(d)) if rated => c
+        (OnStall::CatchUp(c), Some(d)) if p.rated => c
             .window_ns
             .min(100_000_000)
             .min((d.as_nanos() / 10).min(u128::from(u64::MAX)) as u64),
@@ -631,21 +737,11 @@ pub fn run(
     let mut next_tick = t0 + interval;
     let mut rr = 0usize;
     let sleep_above = opts.sleep_above.as_nanos() as u64;
-    // Behind the schedule: a departure later than two gaps of the fastest stream (at least
-    // 2 µs). The pacer bounds how the owed packets leave (or moves the schedule).
-    let fastest = streams
-        .iter()
-        .filter_map(|s| s.sched.as_ref())
-        .map(|s| s.mean_gap())
-        .fold(f64::INFINITY, f64::min);
-    let behind = sched::behind_above(fastest);
-    let total_pps: f64 = opts.streams.iter().filter_map(|s| s.pps).sum();
-    let mut pacer = Pacer::new(opts.on_stall, 1e9 / total_pps, behind);
-    rep.precision = Precision::with_behind_above(behind);
-    rep.rate_pps = if rated { Some(total_pps) } else { None };
+    rep.precision = Precision::with_behind_above(p.behind);
+    rep.rate_pps = p.rate_pps();
     rep.on_stall = opts.on_stall;
     let mut abandoned = 0u64;
-    let tick = |port: &mut dyn Port, t, rep: &GenReport| GenTick {
+    let tick = |port: &mut dyn Port, t, rep: &GenReport, behind: u64, waiting: bool| GenTick {
         t_ns: t,
         pkts: rep.pkts,
         bytes: rep.bytes,
@@ -654,27 +750,98 @@ pub fn run(
         slipped_ns: rep.precision.slipped_ns,
         behind: rep.behind_ns > behind,
         port_full: rep.port_full,
+        waiting,
     };
     let result: Result<(), GenError> = 'run: loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
         }
+        if let Some(c) = ctl.filter(|c| c.version() != seen) {
+            // A command: drop what was built and not sent (given back to the counts), then
+            // start over from now with the new settings.
+            seen = c.version();
+            let st = c.get();
+            let unsent = (cur.b.len() - cur.k + nxt.b.len()) as u64;
+            if left != u64::MAX {
+                left += unsent;
+            }
+            if budget != u64::MAX {
+                budget += unsent;
+            }
+            cur.reset();
+            nxt.reset();
+            let mut next = opts.streams.clone();
+            apply(&mut next, &st);
+            let now = clock.now_ns();
+            match plan(&next, opts.seed, now + 20_000, opts.on_stall) {
+                Ok(np) => {
+                    p = np;
+                    rep.rate_pps = p.rate_pps();
+                    rep.steered = true;
+                }
+                // Refused by the controller before; should it happen, the old settings stay.
+                Err(e) => {
+                    rep.error.get_or_insert_with(|| e.to_string());
+                }
+            }
+            // A `start` or a new `count` gives a fresh count.
+            let fresh = c.starts() != starts;
+            starts = c.starts();
+            match st.count {
+                None => budget = u64::MAX,
+                Some(n) if fresh || st.count != count_set => {
+                    budget = control::share(n, opts.worker.0, opts.worker.1);
+                }
+                Some(_) => {}
+            }
+            count_set = st.count;
+            sending = st.sending;
+        }
+        let drained = cur.k >= cur.b.len() && nxt.b.is_empty();
+        if !sending || (budget == 0 && drained) {
+            // Stopped (or a `count` sent whole): nothing leaves; the counters still tick, the
+            // limits still hold.
+            if !drained {
+                let unsent = (cur.b.len() - cur.k + nxt.b.len()) as u64;
+                if left != u64::MAX {
+                    left += unsent;
+                }
+                cur.reset();
+                nxt.reset();
+            }
+            if let Err(e) = port.flush() {
+                break Err(e.into());
+            }
+            let now = clock.now_ns();
+            if now >= next_tick {
+                on_tick(&tick(port, now, &rep, p.behind, true));
+                next_tick = now + interval;
+            }
+            if hard_deadline.is_some_and(|d| now >= d) {
+                break Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
         // The next group: finish building it, let the hook see it, make it current.
         if cur.k >= cur.b.len() {
             cur.reset();
             std::mem::swap(&mut cur, &mut nxt);
-            fill(
+            fill_counted(
                 &mut cur,
-                &mut streams,
+                &mut p,
                 &mut rng,
-                rated,
                 &mut rr,
                 BATCH,
-                &mut left,
+                (&mut left, &mut budget),
             );
             if cur.b.is_empty() {
                 if left == 0 {
                     break Ok(());
+                }
+                if budget == 0 {
+                    // The count of a `count` command is sent: wait for a command.
+                    continue;
                 }
                 // The pool is empty: the port still holds frames. Let it drain.
                 if let Err(e) = port.flush() {
@@ -688,7 +855,7 @@ pub fn run(
             cur.hooked = true;
             if let Some(h) = hook.as_deref_mut() {
                 let n = cur.b.len();
-                if let Err(e) = h.modify(&mut cur.b, &cur.which[..n], &layouts) {
+                if let Err(e) = h.modify(&mut cur.b, &cur.which[..n], &p.layouts) {
                     break Err(GenError::Hook(e));
                 }
             }
@@ -698,23 +865,22 @@ pub fn run(
         let k = cur.k;
         let mut now = clock.now_ns();
         let mut m = n - k;
-        if rated {
+        if p.rated {
             let t = cur.t[k];
             if deadline.is_some_and(|d| t > d) {
                 break Ok(());
             }
-            let target = pacer.earliest(t);
+            let target = p.pacer.earliest(t);
             while now < target {
                 let slack = target - now;
-                if slack > FILL_SLACK && !nxt.b.is_full() && left > 0 {
-                    fill(
+                if slack > FILL_SLACK && !nxt.b.is_full() && left > 0 && budget > 0 {
+                    fill_counted(
                         &mut nxt,
-                        &mut streams,
+                        &mut p,
                         &mut rng,
-                        rated,
                         &mut rr,
                         FILL_CHUNK,
-                        &mut left,
+                        (&mut left, &mut budget),
                     );
                 } else if slack > sleep_above {
                     std::thread::sleep(Duration::from_nanos(slack - sleep_above / 2));
@@ -726,17 +892,17 @@ pub fn run(
                 // lock waiter (pause-loop exiting) and deschedule.
                 now = clock.now_ns();
             }
-            let d = pacer.excess(t, now);
+            let d = p.pacer.excess(t, now);
             if d > 0 {
                 // Later than may be caught up: move the rest of the schedule later by the
                 // excess (counted, and this gap is a deviation).
                 cur.t[k..n].iter_mut().for_each(|t| *t += d);
                 nxt.t[..nxt.b.len()].iter_mut().for_each(|t| *t += d);
-                streams
+                p.streams
                     .iter_mut()
                     .filter_map(|s| s.sched.as_mut())
                     .for_each(|s| s.shift(d));
-                pacer.shift(d);
+                p.pacer.shift(d);
                 rep.precision.slip(d);
             }
             // Every packet due now that the catch-up bounds let go (the first always), none
@@ -744,10 +910,10 @@ pub fn run(
             let last_due = now.min(deadline.unwrap_or(u64::MAX));
             m = 0;
             for &s in &cur.t[k..n] {
-                if m > 0 && (s > last_due || pacer.earliest(s) > now) {
+                if m > 0 && (s > last_due || p.pacer.earliest(s) > now) {
                     break;
                 }
-                pacer.depart(s, now);
+                p.pacer.depart(s, now);
                 m += 1;
             }
             rep.behind_ns = now.saturating_sub(cur.t[k + m - 1]);
@@ -759,12 +925,12 @@ pub fn run(
         for j in 0..m {
             out.descs_mut()[j].ts = now;
             let s = usize::from(cur.which[k + j]);
-            if streams[s].probe {
-                template::put_time(out.data_mut(j), &layouts[s], now);
+            if p.streams[s].probe {
+                template::put_time(out.data_mut(j), &p.layouts[s], now);
             }
             rep.per_stream[s] += 1;
             rep.bytes += u64::from(out.descs()[j].len);
-            if rated {
+            if p.rated {
                 rep.precision.record(cur.t[k + j], now);
             }
         }
@@ -799,7 +965,7 @@ pub fn run(
             }
         }
         if now >= next_tick {
-            on_tick(&tick(port, now, &rep));
+            on_tick(&tick(port, now, &rep, p.behind, false));
             next_tick = now + interval;
         }
         if cur.k >= n {

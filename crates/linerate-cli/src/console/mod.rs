@@ -1,0 +1,4 @@
+//! Live control and the live page of the long-running tools: gen's commands
+//! ([`commands`]).
+
+pub mod commands;

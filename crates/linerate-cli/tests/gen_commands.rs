@@ -1,0 +1,219 @@
+//! `linerate gen --commands -` steered line by line from standard input, as a script steers
+//! pktgen-dpdk: each command's effect in the next interval line (asked `rate_pps`, achieved
+//! `pps`, frame size), `stop`/`start`/`count` exact in packets, `dst-mac` in the frames written,
+//! a refused command said and nothing changed, `quit` ending it with a summary; the metrics
+//! scraped while stopped equal that summary.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("linerate-cmds-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+/// The JSON lines of a running gen, as they come.
+struct Lines(mpsc::Receiver<serde_json::Value>);
+
+impl Lines {
+    fn next(&self) -> serde_json::Value {
+        self.0
+            .recv_timeout(Duration::from_secs(15))
+            .expect("a line from gen within 15 s")
+    }
+
+    /// The next line of `kind`.
+    fn next_of(&self, kind: &str) -> serde_json::Value {
+        loop {
+            let j = self.next();
+            if j["type"] == kind {
+                return j;
+            }
+        }
+    }
+
+    /// Sends `cmd` and waits for its acknowledgement; returns the second interval line after it
+    /// (the first whole interval with the new settings).
+    fn steer(&self, stdin: &mut ChildStdin, cmd: &str) -> serde_json::Value {
+        writeln!(stdin, "{cmd}").unwrap();
+        stdin.flush().unwrap();
+        loop {
+            let j = self.next();
+            if j["type"] == "command" {
+                assert_eq!(j["command"], cmd, "{j}");
+                assert_eq!(j["ok"], true, "{j}");
+                break;
+            }
+        }
+        let _first = self.next_of("stats");
+        let second = self.next_of("stats");
+        // The first interval after the acknowledgement may hold the change; the second does
+        // not mix.
+        assert_ne!(second["status"], "settings changed", "{second}");
+        second
+    }
+}
+
+fn scrape(addr: &str, key: &str) -> f64 {
+    let mut c = TcpStream::connect(addr).unwrap();
+    write!(
+        c,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut r = String::new();
+    c.read_to_string(&mut r).unwrap();
+    r.lines()
+        .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {r}"))
+}
+
+/// (dst MAC, length) of every record of a classic pcap file.
+fn records(path: &std::path::Path) -> Vec<([u8; 6], usize)> {
+    let d = std::fs::read(path).unwrap();
+    let mut off = 24;
+    let mut v = Vec::new();
+    while off + 16 <= d.len() {
+        let cap = u32::from_le_bytes(d[off + 8..off + 12].try_into().unwrap()) as usize;
+        let f = &d[off + 16..off + 16 + cap];
+        v.push((f[..6].try_into().unwrap(), cap));
+        off += 16 + cap;
+    }
+    v
+}
+
+#[test]
+fn gen_steered_by_commands_changes_rate_size_mac_and_count_within_one_interval() {
+    let out = tmp("steered.pcap");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args([
+            "gen",
+            "-o",
+            out.to_str().unwrap(),
+            "--rate",
+            "500pps",
+            "-t",
+            "60",
+        ])
+        .args(["--json", "--commands", "-", "--metrics", "127.0.0.1:0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gen");
+    let mut stdin = child.stdin.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let so = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(so).lines().map_while(Result::ok) {
+            if let Ok(j) = serde_json::from_str::<serde_json::Value>(&l) {
+                let _ = tx.send(j);
+            }
+        }
+    });
+    let (etx, erx) = mpsc::channel();
+    let se = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(se).lines().map_while(Result::ok) {
+            let _ = etx.send(l);
+        }
+    });
+    let addr = loop {
+        let l = erx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("metrics line");
+        if let Some(a) = l.strip_prefix("Metrics on http://") {
+            break a.trim_end_matches("/metrics").to_string();
+        }
+    };
+    let lines = Lines(rx);
+    let start = lines.next_of("start");
+    assert_eq!(start["rate_pps"], 500.0);
+    let before = lines.next_of("stats");
+    assert_eq!(before["rate_pps"], 500.0, "{before}");
+    assert!(before["pps"].as_f64().unwrap() < 1000.0, "{before}");
+
+    // rate: asked and achieved move within one interval.
+    let j = lines.steer(&mut stdin, "rate 2000pps");
+    assert_eq!(j["rate_pps"], 2000.0, "{j}");
+    assert!(j["pps"].as_f64().unwrap() > 1200.0, "{j}");
+
+    // size: the frames of the next interval are 512 B on the wire (508 without CRC).
+    let j = lines.steer(&mut stdin, "size 512");
+    assert_eq!(j["size"], "512", "{j}");
+    let (p, b) = (
+        j["interval_pkts"].as_u64().unwrap(),
+        j["interval_bytes"].as_u64().unwrap(),
+    );
+    assert!(p > 0 && b == p * 508, "{j}");
+
+    let j = lines.steer(&mut stdin, "dst-mac 02:00:00:00:00:09");
+    assert!(j["interval_pkts"].as_u64().unwrap() > 0, "{j}");
+
+    // A refused command changes nothing and says why.
+    writeln!(stdin, "size 10").unwrap();
+    let j = lines.next_of("command");
+    assert_eq!(j["ok"], false, "{j}");
+    assert!(j["error"].as_str().unwrap().contains("size 10"), "{j}");
+
+    // stop: nothing leaves, the asked rate is 0; the metrics then equal what was sent.
+    let j = lines.steer(&mut stdin, "stop");
+    assert_eq!(j["sending"], false, "{j}");
+    assert_eq!(j["rate_pps"], 0.0, "{j}");
+    assert_eq!(j["interval_pkts"], 0, "{j}");
+    let key = format!(
+        "linerate_packets_total{{port=\"{}\",dir=\"tx\"}}",
+        out.display()
+    );
+    let stopped = scrape(&addr, &key) as u64;
+    assert_eq!(stopped, j["pkts"].as_u64().unwrap(), "{j}");
+
+    // count: exactly that many more after a start, then it waits again.
+    writeln!(stdin, "count 300").unwrap();
+    assert_eq!(lines.next_of("command")["ok"], true);
+    lines.steer(&mut stdin, "start");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let j = lines.next_of("stats");
+        if j["interval_pkts"] == 0 {
+            assert_eq!(j["pkts"].as_u64().unwrap(), stopped + 300, "{j}");
+            assert_eq!(j["sending"], false, "waiting after the count: {j}");
+            assert_eq!(j["rate_pps"], 0.0, "{j}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "count 300 never finished: {j}");
+    }
+    writeln!(stdin, "quit").unwrap();
+    let sum = lines.next_of("summary");
+    assert!(child.wait().unwrap().success());
+    assert_eq!(sum["pkts"].as_u64().unwrap(), stopped + 300, "{sum}");
+    assert_eq!(sum["steered"], true, "{sum}");
+
+    // The file: 60 B frames, then 508 B ones, the last 300 + some to the new MAC.
+    let recs = records(&out);
+    assert_eq!(recs.len() as u64, stopped + 300);
+    let first_big = recs.iter().position(|r| r.1 == 508).expect("512 B frames");
+    assert!(recs[..first_big].iter().all(|r| r.1 == 60));
+    assert!(recs[first_big..].iter().all(|r| r.1 == 508));
+    let first_mac = recs
+        .iter()
+        .position(|r| r.0 == [2, 0, 0, 0, 0, 9])
+        .expect("frames to 02:00:00:00:00:09");
+    assert!(first_mac > first_big);
+    assert!(recs[first_mac..].iter().all(|r| r.0 == [2, 0, 0, 0, 0, 9]));
+    let _ = std::fs::remove_dir_all(out.parent().unwrap());
+}
+
+#[test]
+fn commands_flag_is_checked() {
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["gen", "-o", "mem:x", "-c", "10", "--commands", "file.txt"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--commands file.txt"));
+}

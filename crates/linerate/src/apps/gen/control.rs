@@ -1,0 +1,96 @@
+//! Steering a running generator from another thread (pktgen-dpdk's `start`, `stop`, `set rate`,
+//! `set size`, `set dst mac`, `set count`): the controller replaces the [`Settings`] and bumps
+//! a version; each worker loads the version once per departure burst (one relaxed load, nothing
+//! per packet) and, when it moved, takes the new settings and restarts its schedule from now.
+
+use super::vary::SizeSpec;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// What the workers should do now.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// Sending (`start`) or waiting for a command (`stop`).
+    pub sending: bool,
+    /// Packets per second of each stream (None: as fast as possible).
+    pub pps: Option<f64>,
+    /// Frame sizes of every stream (None: as the streams were given).
+    pub size: Option<SizeSpec>,
+    /// Destination MAC of every stream (None: as the streams were given).
+    pub dst_mac: Option<[u8; 6]>,
+    /// Packets to send after each `start` (or from the change on), in all workers together;
+    /// then the workers stop sending until the next `start`. None: no limit.
+    pub count: Option<u64>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            sending: true,
+            pps: None,
+            size: None,
+            dst_mac: None,
+            count: None,
+        }
+    }
+}
+
+/// Settings shared by a controller and the workers of one run.
+#[derive(Debug, Default)]
+pub struct Control {
+    version: AtomicU64,
+    settings: Mutex<Settings>,
+    /// Bumped by `start`: workers refill their count even if nothing else changed.
+    starts: AtomicU64,
+}
+
+impl Control {
+    /// A control starting with `s`.
+    pub fn new(s: Settings) -> Control {
+        Control {
+            version: AtomicU64::new(0),
+            settings: Mutex::new(s),
+            starts: AtomicU64::new(0),
+        }
+    }
+
+    /// Changes the settings (`f` edits a copy); the workers take them at their next burst.
+    pub fn update(&self, f: impl FnOnce(&mut Settings)) {
+        let mut g = self.settings.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = g.clone();
+        f(&mut s);
+        *g = s;
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// `start`: sending again (with a fresh count), even if it was sending.
+    pub fn start(&self) {
+        // Before the version moves, so that a worker that sees the new version sees it too.
+        self.starts.fetch_add(1, Ordering::Relaxed);
+        self.update(|s| s.sending = true);
+    }
+
+    /// The settings now.
+    pub fn get(&self) -> Settings {
+        self.settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Changes so far (a worker compares it with the one it applied).
+    #[inline]
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn starts(&self) -> u64 {
+        self.starts.load(Ordering::Relaxed)
+    }
+}
+
+/// The share of `total` of worker `i` of `n` (the first ones take the remainder).
+pub fn share(total: u64, i: usize, n: usize) -> u64 {
+    let n = n.max(1) as u64;
+    total / n + u64::from((i as u64) < total % n)
+}
