@@ -114,28 +114,13 @@ pub struct Args {
     /// Simulated work per packet in consumer threads (ns, at most 1 s), to see overload.
     #[arg(long, value_name = "NS", default_value = "0", value_parser = flags::int(0u64, 1_000_000_000))]
     work_ns: u64,
-    /// Longest packet the cluster carries (DPDK's --max-pkt-len), 64 to 65408 bytes: its
-    /// frames are the next power of two above it plus 128 B of headroom (default 1920: 2 KiB
-    /// frames; 9216 for jumbo frames takes 16 KiB frames, 8 times the memory). Longer packets
-    /// are dropped whole and counted as too_big, never cut.
-    #[arg(long, value_name = "BYTES", default_value = "1920", value_parser = parse_max_pkt_len)]
-    max_pkt_len: u32,
-}
-
-/// `--max-pkt-len`: a size from 64 to 65408 (the most a 64 KiB frame holds after its headroom).
-fn parse_max_pkt_len(s: &str) -> Result<u32, String> {
-    match units::parse_size(s) {
-        Ok(v) if (64..=65_408).contains(&v) => Ok(v as u32),
-        Ok(_) => Err(format!("'{s}': from 64 to 65408 bytes")),
-        Err(e) => Err(format!("{e}; from 64 to 65408 bytes")),
-    }
-}
-
-/// Frame size of a cluster for packets of up to `max` bytes (with the master's 128 B headroom).
-fn frame_size_for(max: u32) -> u32 {
-    (max + linerate::mem::DEFAULT_HEADROOM)
-        .next_power_of_two()
-        .max(linerate::mem::DEFAULT_FRAME_SIZE)
+    /// Longest packet the cluster carries (DPDK's --max-pkt-len), 64 to 130944 bytes (default:
+    /// 130944, what a 128 KiB big frame holds). Packets up to 1920 B take 2 KiB frames; longer
+    /// ones go whole into big frames (the next power of two above this, one for every 8
+    /// frames, only address space until written). Longer packets are dropped whole and counted
+    /// as too_big, never cut.
+    #[arg(long, value_name = "BYTES", default_value = "130944", value_parser = flags::size(64, 130_944))]
+    max_pkt_len: u64,
 }
 
 /// `-m MODE` or `-m lua:FILE`.
@@ -320,14 +305,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         None => Distributor::new(a.mode.mode, &a.apps.0, link),
     };
-    let cfg = ClusterConfig {
+    let mut cfg = ClusterConfig {
         apps: a.apps.0.clone(),
         slots: a.slots,
         frames: a.buffers as u32,
         tx_lanes: if a.out.is_some() { 8 } else { 0 },
-        frame_size: frame_size_for(a.max_pkt_len),
         ..Default::default()
     };
+    cfg.fit_packets(a.max_pkt_len as u32);
     let mut tx_out = match &a.out {
         Some(uri) => Some(open_out(uri, link, "-o", a.format, &mut inputs)?),
         None => None,

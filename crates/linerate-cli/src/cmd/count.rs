@@ -124,11 +124,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         None => None,
         Some(path) => {
             // -s cuts records (as tcpdump -s does). Else the header says what the input's said
-            // (a copy of a file is byte for byte the file) or the capture port's snap length,
-            // and every record is written whole, even one longer than that header says.
-            let snaplen = a
-                .snaplen
-                .map_or(input.snaplen().unwrap_or(opts.snaplen), |s| s as u32);
+            // (a copy of a file is byte for byte the file), or 262144 (libpcap's largest), and
+            // every record is written whole, even one longer than that header says.
+            let snaplen = a.snaplen.map_or(input.snaplen().unwrap_or(0), |s| s as u32);
             let mut w = PcapPort::create_as(path, a.format, link, snaplen, &inputs)
                 .map_err(|e| usage(format!("-w: {e}")))?;
             if a.snaplen.is_none() {

@@ -9,6 +9,7 @@
 //! Header (4 KiB)   magic, version, state, master pid + start time, sizes, offsets, master counters
 //! Queue q (×N)     head | tail | QueueCtl (owner word, counters) | slots: [Desc; SLOTS]
 //! frames           FRAMES × frame_size bytes
+//! big frames       BIG × big_frame_size bytes (jumbo frames and longer: see below)
 //! tx lanes (×L)    head | tail | QueueCtl | slots | the lane's own frames
 //! ```
 //!
@@ -16,6 +17,12 @@
 //! segment, and from then on only 32-byte descriptors move. A packet sent to several queues
 //! (fan-out) sits in one frame with a reference count (kept in the master's own memory) and is
 //! marked [`Desc::F_SHARED`] (read-only). Offsets, never pointers, are stored, so the segment can be mapped anywhere.
+//!
+//! A packet longer than a frame goes whole into one of a few **big frames** (a power of two
+//! up to 128 KiB each, [`ClusterConfig::big_frame_size`]); small packets keep small frames.
+//! Big frames are only address space (a sparse file) until written. A packet longer than a big
+//! frame, or than a frame when the cluster has none, is dropped whole and counted `too_big`:
+//! never cut.
 //!
 //! # Queues
 //! Each queue is a single-producer single-consumer ring of descriptors. The consumer does not
@@ -51,7 +58,7 @@ use std::sync::Arc;
 
 /// `LRCLUST1`.
 const MAGIC: u64 = u64::from_le_bytes(*b"LRCLUST1");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const HEADER_SIZE: usize = 4096;
 /// Most queues a cluster has (a destination set is a 64-bit mask).
 pub const MAX_QUEUES: usize = 64;
@@ -125,6 +132,10 @@ struct Header {
     /// Application index of each queue.
     app_of: [u8; MAX_QUEUES],
     counters: MasterCounters,
+    /// Big frames (0: none), their size, where they are.
+    big_frames: u32,
+    big_frame_size: u32,
+    big_off: u64,
 }
 
 /// Per-queue control block, at the start of each queue's area.
@@ -192,6 +203,12 @@ pub struct ClusterConfig {
     pub tx_slots: u32,
     /// Bytes per frame.
     pub frame_size: u32,
+    /// Big frames, for packets longer than a frame (0: none; such packets are `too_big`).
+    pub big_frames: u32,
+    /// Bytes per big frame: a power of two from 4 KiB to 128 KiB, above `frame_size`.
+    pub big_frame_size: u32,
+    /// Longest packet carried (0: what the largest frame holds); longer ones are `too_big`.
+    pub max_len: u32,
 }
 
 impl Default for ClusterConfig {
@@ -203,11 +220,39 @@ impl Default for ClusterConfig {
             tx_lanes: 0,
             tx_slots: 1024,
             frame_size: crate::mem::DEFAULT_FRAME_SIZE,
+            big_frames: 0,
+            big_frame_size: 0,
+            max_len: 0,
         }
     }
 }
 
 impl ClusterConfig {
+    /// Sizes the cluster for packets of up to `max` bytes (at most [`MAX_BIG_FRAME`] minus the
+    /// headroom): regular frames stay as they are (small packets keep small frames, the 64 B
+    /// path is unchanged); longer packets get big frames of the next power of two, one for
+    /// every 8 regular frames (64 to 2048). Only address space until written. Packets longer
+    /// than `max` are `too_big`, even where a frame would hold them.
+    pub fn fit_packets(&mut self, max: u32) {
+        let room = self.frame_size - crate::mem::DEFAULT_HEADROOM.min(self.frame_size / 4);
+        self.max_len = max;
+        if max <= room {
+            self.big_frames = 0;
+            self.big_frame_size = 0;
+            return;
+        }
+        let frames = if self.frames == 0 {
+            self.queues() * (self.slots.max(64) as usize).next_power_of_two() + 2 * BATCH
+        } else {
+            self.frames as usize
+        };
+        self.big_frames = (frames / 8).clamp(64, 2048) as u32;
+        self.big_frame_size = (max + crate::mem::DEFAULT_HEADROOM)
+            .next_power_of_two()
+            .clamp(4096, MAX_BIG_FRAME)
+            .max(self.frame_size * 2);
+    }
+
     /// Total number of queues.
     pub fn queues(&self) -> usize {
         self.apps.iter().map(|&n| n as usize).sum()
@@ -223,6 +268,9 @@ struct Layout {
     queue_stride: usize,
     refcnt_off: usize,
     frames_off: usize,
+    big_frames: usize,
+    big_size: usize,
+    big_off: usize,
     tx_lanes: usize,
     tx_slots: usize,
     tx_off: usize,
@@ -241,6 +289,7 @@ impl Layout {
         slots: usize,
         frames: usize,
         frame_size: usize,
+        (big_frames, big_size): (usize, usize),
         tx_lanes: usize,
         tx_slots: usize,
     ) -> Layout {
@@ -251,7 +300,8 @@ impl Layout {
         // free a frame); the field stays in the header, equal to frames_off.
         let refcnt_off = queue_off + queues * queue_stride;
         let frames_off = up(refcnt_off, 4096);
-        let tx_off = (frames_off + frames * frame_size).div_ceil(4096) * 4096;
+        let big_off = up(frames_off + frames * frame_size, 4096);
+        let tx_off = up(big_off + big_frames * big_size, 4096);
         let tx_stride = up(tx_frames_off(tx_slots) + tx_slots * frame_size, 4096);
         let total = tx_off + tx_lanes * tx_stride;
         Layout {
@@ -267,6 +317,9 @@ impl Layout {
             queue_stride,
             refcnt_off,
             frames_off,
+            big_frames,
+            big_size,
+            big_off,
             total,
         }
     }
@@ -285,6 +338,9 @@ pub struct Segment {
     queue_off: usize,
     queue_stride: usize,
     frames_off: usize,
+    big_frames: usize,
+    big_size: usize,
+    big_off: usize,
     tx_lanes: usize,
     tx_slots: usize,
     tx_off: usize,
@@ -389,6 +445,13 @@ impl Segment {
     #[inline(always)]
     fn frame_addr(&self, frame: u32) -> u64 {
         (self.frames_off + frame as usize * self.frame_size + self.headroom) as u64
+    }
+
+    /// Packet address in frame `frame` (an index past the regular frames: a big frame).
+    #[inline]
+    fn big_frame_addr(&self, frame: u32) -> u64 {
+        let i = frame as usize - self.frames;
+        (self.big_off + i * self.big_size + self.headroom) as u64
     }
 
     /// The pool whose region is this segment (descriptors' addresses point into it).
@@ -498,13 +561,19 @@ impl Segment {
             h.slots as usize,
             h.frames as usize,
             h.frame_size as usize,
+            (h.big_frames as usize, h.big_frame_size as usize),
             h.tx_lanes as usize,
             h.tx_slots as usize,
         );
         let sane = (1..=MAX_QUEUES).contains(&l.queues)
             && l.slots.is_power_of_two()
             && (64..=1 << 24).contains(&l.slots)
-            && (1..SOLE as usize).contains(&l.frames)
+            && (1..SOLE as usize).contains(&(l.frames + l.big_frames))
+            && (l.big_frames == 0
+                || (l.big_size.is_power_of_two()
+                    && l.big_size > l.frame_size
+                    && l.big_size <= MAX_BIG_FRAME as usize))
+            && l.big_off as u64 == h.big_off
             && l.frame_size.is_power_of_two()
             && (256..=65536).contains(&l.frame_size)
             && (h.headroom as usize) < l.frame_size
@@ -535,6 +604,9 @@ impl Segment {
             queue_off: l.queue_off,
             queue_stride: l.queue_stride,
             frames_off: l.frames_off,
+            big_frames: l.big_frames,
+            big_size: l.big_size,
+            big_off: l.big_off,
             tx_lanes: l.tx_lanes,
             tx_slots: l.tx_slots,
             tx_off: l.tx_off,
@@ -887,7 +959,10 @@ impl MasterQueue {
 pub struct Master {
     seg: Arc<Segment>,
     q: Vec<MasterQueue>,
-    free: Vec<u32>,
+    free: Frees,
+    /// Longest packet carried in a regular frame, and in any frame.
+    cap: usize,
+    big_cap: usize,
     /// Reference count of each frame sent to several queues (fan-out), in the master's own
     /// memory: nothing a consumer writes can make the master free a frame.
     refcnt: Vec<u32>,
@@ -983,6 +1058,8 @@ impl Master {
     pub fn anon(cfg: &ClusterConfig) -> Result<Master, PortError> {
         let l = Self::layout(cfg)?;
         let region = Region::anon(l.total)?;
+        // Big frames are written sparsely: a huge page there would make 2 MiB resident.
+        region.advise_no_huge(l.big_off, l.big_frames * l.big_size);
         Self::init(region, 0, None, cfg, &l, "cluster")
     }
 
@@ -1006,7 +1083,23 @@ impl Master {
         } else {
             (cfg.frames as usize).max(2 * BATCH)
         };
-        if frames >= SOLE as usize {
+        let big = cfg.big_frames as usize;
+        if big > 0
+            && (!cfg.big_frame_size.is_power_of_two()
+                || cfg.big_frame_size <= cfg.frame_size
+                || cfg.big_frame_size > MAX_BIG_FRAME)
+        {
+            return Err(PortError::Mem(crate::mem::MemError::Config(format!(
+                "big frame size {} must be a power of two above the frame size {} and at most                  {MAX_BIG_FRAME}",
+                cfg.big_frame_size, cfg.frame_size
+            ))));
+        }
+        let big_size = if big > 0 {
+            cfg.big_frame_size as usize
+        } else {
+            0
+        };
+        if frames + big >= SOLE as usize {
             return Err(PortError::Mem(crate::mem::MemError::Config(format!(
                 "{frames} frames: at most {} (-b, or fewer slots per queue)",
                 SOLE - 1
@@ -1019,6 +1112,7 @@ impl Master {
             slots,
             frames,
             cfg.frame_size as usize,
+            (big, big_size),
             tx_lanes,
             tx_slots,
         ))
@@ -1042,6 +1136,17 @@ impl Master {
             }
         }
         let headroom = crate::mem::DEFAULT_HEADROOM.min(l.frame_size as u32 / 4);
+        let max = if cfg.max_len == 0 {
+            usize::MAX
+        } else {
+            cfg.max_len as usize
+        };
+        let cap = (l.frame_size - headroom as usize).min(max);
+        let big_cap = if l.big_frames > 0 {
+            (l.big_size - headroom as usize).min(max)
+        } else {
+            cap
+        };
         let pid = my_pid();
         let start = proc_stat(pid).map_or(0, |s| s.1);
         // SAFETY: the region is fresh (zeroed), ours alone, page aligned and at least
@@ -1084,6 +1189,9 @@ impl Master {
                     tx_malformed: AtomicU64::new(0),
                     too_big: AtomicU64::new(0),
                 },
+                big_frames: l.big_frames as u32,
+                big_frame_size: l.big_size as u32,
+                big_off: l.big_off as u64,
             });
             // Queue control blocks and cursors are all-zero atomics: the fresh mapping already
             // holds them.
@@ -1113,8 +1221,16 @@ impl Master {
             })
             .collect();
         Ok(Master {
-            free: (0..l.frames as u32).rev().collect(),
-            refcnt: vec![0; l.frames],
+            free: Frees {
+                small: (0..l.frames as u32).rev().collect(),
+                big: (l.frames as u32..(l.frames + l.big_frames) as u32)
+                    .rev()
+                    .collect(),
+                nsmall: l.frames as u32,
+            },
+            refcnt: vec![0; l.frames + l.big_frames],
+            cap,
+            big_cap,
             seg,
             q,
             rx_packets: 0,
@@ -1235,7 +1351,7 @@ impl Master {
 
     /// Frames free now (not in any queue).
     pub fn free_frames(&self) -> usize {
-        self.free.len()
+        self.free.small.len() + self.free.big.len()
     }
 
     /// Takes back the frames consumers released.
@@ -1315,12 +1431,14 @@ impl Master {
         self.routed += total as u64 - filtered;
 
         let seg = &*self.seg;
-        let cap = seg.frame_size - seg.headroom;
+        let (cap, big_cap) = (self.cap, self.big_cap);
         let smask = seg.slots - 1;
         let region = seg.pool.region();
         for i in 0..n {
-            if descs[i].len as usize > cap {
-                // Longer than a frame: dropped whole for every queue that wanted it, never cut.
+            let long = descs[i].len as usize > cap;
+            if long && descs[i].len as usize > big_cap {
+                // Longer than any frame: dropped whole for every queue that wanted it, never
+                // cut.
                 let mut m = wants[i];
                 if m != 0 {
                     self.too_big += 1;
@@ -1337,7 +1455,12 @@ impl Master {
             if ok == 0 {
                 continue;
             }
-            let Some(frame) = self.free.pop() else {
+            let frame = if long {
+                self.free.big.pop()
+            } else {
+                self.free.small.pop()
+            };
+            let Some(frame) = frame else {
                 self.no_frame += 1;
                 let mut m = ok;
                 while m != 0 {
@@ -1350,7 +1473,11 @@ impl Master {
             };
             let src = &descs[i];
             let data = batch.data(i);
-            let addr = seg.frame_addr(frame);
+            let addr = if long {
+                seg.big_frame_addr(frame)
+            } else {
+                seg.frame_addr(frame)
+            };
             let len = data.len();
             // SAFETY: the frame was on the master's free list: no queue holds it and no
             // consumer can read it until its descriptor is published below.
@@ -1685,6 +1812,27 @@ fn prefetch_write(p: *const u8) {
     let _ = p;
 }
 
+/// Largest big frame (a packet of up to 128 KiB minus the headroom: 65535 B and more).
+pub const MAX_BIG_FRAME: u32 = 128 << 10;
+
+/// The master's free frames: regular ones and big ones (indexes from `nsmall` on).
+struct Frees {
+    small: Vec<u32>,
+    big: Vec<u32>,
+    nsmall: u32,
+}
+
+impl Frees {
+    #[inline(always)]
+    fn push(&mut self, f: u32) {
+        if f < self.nsmall {
+            self.small.push(f);
+        } else {
+            self.big.push(f);
+        }
+    }
+}
+
 /// Tag of a shadow entry whose frame went to one queue only (no reference count kept).
 /// Frame indexes are below 2^31 (the segment would be 4 TiB otherwise).
 const SOLE: u32 = 1 << 31;
@@ -1705,7 +1853,7 @@ fn copy_packet(dst: &mut [u8], src: &[u8]) {
 /// Releases a slot's hold on its frame: a frame held by one queue (`SOLE`) is free at once,
 /// a shared one when its count reaches 0.
 #[inline(always)]
-fn release(refcnt: &mut [u32], free: &mut Vec<u32>, f: u32) {
+fn release(refcnt: &mut [u32], free: &mut Frees, f: u32) {
     if f & SOLE != 0 {
         free.push(f & !SOLE);
         return;
@@ -2159,30 +2307,38 @@ impl Port for ClusterPort {
         // Every descriptor must name a frame of the segment with a length that fits, and a
         // plausible wire length: checked branch-free in the byte count's loop, one branch per
         // batch.
+        // A packet is in a regular frame or in a big one (with none, `bspan` is 0: never).
+        let seg = &*self.seg;
         let (base, span, fmask, cap) = (
-            (self.seg.frames_off + self.seg.headroom) as u64,
-            (self.seg.frames * self.seg.frame_size) as u64,
-            self.seg.frame_size as u64 - 1,
-            (self.seg.frame_size - self.seg.headroom) as u32,
+            (seg.frames_off + seg.headroom) as u64,
+            (seg.frames * seg.frame_size) as u64,
+            seg.frame_size as u64 - 1,
+            (seg.frame_size - seg.headroom) as u32,
         );
-        let mut bytes = 0u64;
-        let mut bad = 0u64;
-        for d in &batch.descs()[before..] {
+        let (bbase, bspan, bmask, bcap) = (
+            (seg.big_off + seg.headroom) as u64,
+            (seg.big_frames * seg.big_size) as u64,
+            (seg.big_size as u64).saturating_sub(1),
+            seg.big_size.saturating_sub(seg.headroom) as u32,
+        );
+        let bad_desc = |d: &Desc| -> bool {
             let off = d.addr.wrapping_sub(base);
-            bad |= (off & fmask)
-                | (off >= span) as u64
-                | (d.len > cap) as u64
-                | (d.wire_len > MAX_WIRE_LEN) as u64;
+            let small = (off & fmask) | (off >= span) as u64 | (d.len > cap) as u64;
+            let boff = d.addr.wrapping_sub(bbase);
+            let big = (boff & bmask) | (boff >= bspan) as u64 | (d.len > bcap) as u64;
+            (small != 0) & (big != 0) | (d.wire_len > MAX_WIRE_LEN)
+        };
+        let mut bytes = 0u64;
+        let mut bad = false;
+        for d in &batch.descs()[before..] {
+            bad |= bad_desc(d);
             bytes += d.wire_len as u64;
         }
-        if bad != 0 {
+        if bad {
             let (i, d) = batch.descs()[before..]
                 .iter()
                 .enumerate()
-                .find(|(_, d)| {
-                    let off = d.addr.wrapping_sub(base);
-                    off & fmask != 0 || off >= span || d.len > cap || d.wire_len > MAX_WIRE_LEN
-                })
+                .find(|(_, d)| bad_desc(d))
                 .map(|(i, d)| (i, *d))
                 .unwrap_or_default();
             batch.forget_from(before);
@@ -2342,10 +2498,11 @@ impl Drop for ClusterPort {
 mod tests {
     use super::*;
 
-    /// The offsets `tests/hostile_cluster.rs` writes garbage at (a version 2 segment).
+    /// The offsets `tests/hostile_cluster.rs` writes garbage at (a version 3 segment: version 2
+    /// plus big frames after the master counters).
     #[test]
-    fn layout_of_a_version_2_segment() {
-        assert_eq!(VERSION, 2);
+    fn layout_of_a_version_3_segment() {
+        assert_eq!(VERSION, 3);
         assert_eq!(std::mem::offset_of!(Header, state), 48);
         assert_eq!(std::mem::offset_of!(Header, queue_off), 56);
         assert_eq!(std::mem::offset_of!(Header, queue_stride), 64);
