@@ -4,8 +4,7 @@
 //! with both directions of each flow on one queue, application 1 gets every frame. Needs root
 //! (skips otherwise, fails instead under LINERATE_REQUIRE_PRIV=1).
 
-#[path = "../../linerate/tests/netns/mod.rs"]
-mod netns;
+use linerate_test_support::netns;
 
 use linerate::mem::{Batch, Desc, Pool, PoolConfig};
 use linerate::port::afpacket::AfPacket;

@@ -7,7 +7,7 @@
 //! The corpus: 802.1Q (priority, TCI 0), QinQ (802.1ad + 802.1Q), two 802.1Q, IPv6 with
 //! hop-by-hop, routing, fragment and destination options headers, IPv6 and IPv4 fragments, ICMP
 //! and ICMPv6 errors, 42 B and 60 B runts, ARP, frames from 1 514 B to 9 018 B, and the Ethernet
-//! frames of the tcpdump test captures in `../shared/corpus` (whole frames of 14 to 9 018 bytes,
+//! frames of the tcpdump test captures in `tests/corpus` (whole frames of 14 to 9 018 bytes,
 //! at most 10 per file).
 //!
 //! Rounds (each sends the corpus once):
@@ -25,8 +25,7 @@
 //! Needs root, tcpdump and the corpus (skips otherwise; under LINERATE_REQUIRE_PRIV=1 each is a
 //! failure naming what is missing).
 
-#[path = "../../linerate/tests/netns/mod.rs"]
-mod netns;
+use linerate_test_support::netns;
 
 use linerate::mem::Batch;
 use linerate::port::pcap::PcapPort;
@@ -64,19 +63,9 @@ const MODES: [&str; 10] = [
 
 fn require(what: &str, ok: bool) -> bool {
     if !ok {
-        if std::env::var("LINERATE_REQUIRE_PRIV").as_deref() == Ok("1") {
-            panic!("LINERATE_REQUIRE_PRIV=1 but {what}");
-        }
-        eprintln!("SKIP: {what}");
+        linerate_test_support::skip(what);
     }
     ok
-}
-
-fn corpus_dir() -> PathBuf {
-    match std::env::var_os("LINERATE_CORPUS") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/tcpdump-tests"),
-    }
 }
 
 // ---------------------------------------------------------------- frames
@@ -545,16 +534,9 @@ fn every_port_captures_what_libpcap_captures() {
     {
         return;
     }
-    let dir = corpus_dir();
-    if !require(
-        &format!(
-            "the capture corpus {} is missing (the tcpdump test captures; set LINERATE_CORPUS)",
-            dir.display()
-        ),
-        dir.is_dir(),
-    ) {
+    let Some(dir) = linerate_test_support::corpus() else {
         return;
-    }
+    };
     let t0 = Instant::now();
     let mut frames = synthetic();
     let nsyn = frames.len();

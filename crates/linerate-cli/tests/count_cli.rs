@@ -160,11 +160,7 @@ fn records_the_same_bytes() {
 #[test]
 fn pcap_to_stdout_pipes_into_tcpdump() {
     if Command::new("tcpdump").arg("--version").output().is_err() {
-        eprintln!("SKIP: tcpdump not installed");
-        assert!(
-            std::env::var("LINERATE_REQUIRE_PRIV").as_deref() != Ok("1"),
-            "tcpdump missing"
-        );
+        linerate_test_support::skip("tcpdump is not installed (apt-get install tcpdump)");
         return;
     }
     let mut lr = Command::new(bin())
@@ -245,20 +241,10 @@ fn usage_errors_exit_2_with_one_line() {
 /// never a panic or a hang; a clean file exits 0, a broken one exits 1 naming file and offset.
 #[test]
 fn gets_through_the_tcpdump_corpus() {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/tcpdump-tests");
-    let dir = std::env::var("LINERATE_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or(dir);
-    let Ok(rd) = std::fs::read_dir(&dir) else {
-        assert!(
-            std::env::var("CI").is_err(),
-            "corpus missing at {}",
-            dir.display()
-        );
-        eprintln!("SKIP: corpus not found at {}", dir.display());
+    let Some(dir) = linerate_test_support::corpus() else {
         return;
     };
+    let rd = std::fs::read_dir(&dir).expect("read the corpus folder");
     let mut files: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
     files.sort();
     let cut = tmp("cut-corpus.pcap");

@@ -3,8 +3,7 @@
 //! holds exactly the frames sent, byte for byte. Needs root (skips otherwise, fails instead under
 //! LINERATE_REQUIRE_PRIV=1).
 
-#[path = "../../linerate/tests/netns/mod.rs"]
-mod netns;
+use linerate_test_support::netns;
 
 use linerate::mem::{Batch, Desc, Pool, PoolConfig};
 use linerate::port::afpacket::AfPacket;

@@ -16,11 +16,7 @@ fn root() -> PathBuf {
 }
 
 fn corpus(name: &str) -> Option<PathBuf> {
-    let dir = match std::env::var_os("LINERATE_CORPUS") {
-        Some(d) => PathBuf::from(d),
-        None => root().join("../shared/corpus/tcpdump-tests"),
-    };
-    let p = dir.join(name);
+    let p = linerate_test_support::corpus_dir().join(name);
     p.is_file().then_some(p)
 }
 
@@ -36,10 +32,9 @@ fn argus_present() -> bool {
     if have("argus") && have("ra") {
         return true;
     }
-    if std::env::var("LINERATE_REQUIRE_PRIV").as_deref() == Ok("1") {
-        panic!("argus/ra missing and LINERATE_REQUIRE_PRIV=1 (apt-get install argus-server argus-client)");
-    }
-    println!("skipped: argus or ra not installed (apt-get install argus-server argus-client)");
+    linerate_test_support::skip(
+        "argus or ra not installed (apt-get install argus-server argus-client)",
+    );
     false
 }
 
@@ -236,7 +231,9 @@ fn flows_agree_with_argus() {
     ] {
         match corpus(name) {
             Some(p) => compare(&p),
-            None => println!("skipped {name}: corpus not found (set LINERATE_CORPUS)"),
+            None => linerate_test_support::skip(&format!(
+                "{name} is not in the corpus (set LINERATE_CORPUS)"
+            )),
         }
     }
 }

@@ -125,10 +125,9 @@ fn broker_or_skip() -> Option<Broker> {
     match Broker::start() {
         Ok(b) => Some(b),
         Err(e) => {
-            if std::env::var("LINERATE_REQUIRE_PRIV").as_deref() == Ok("1") {
-                panic!("LINERATE_REQUIRE_PRIV=1 but the Kafka broker cannot start: {e}");
-            }
-            eprintln!("SKIP: the Kafka broker cannot start (bash scripts/setup.sh installs Java 17 and Maven): {e}");
+            linerate_test_support::skip(&format!(
+                "the Kafka broker cannot start (bash scripts/setup.sh installs Java 17 and Maven): {e}"
+            ));
             None
         }
     }

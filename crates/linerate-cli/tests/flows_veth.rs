@@ -4,8 +4,7 @@
 //! running (time moves on with the wall clock on live ports), then stop on SIGINT with its
 //! summary and no kernel drop; with one and with two worker threads. Needs root (skips otherwise, fails under LINERATE_REQUIRE_PRIV=1).
 
-#[path = "../../linerate/tests/netns/mod.rs"]
-mod netns;
+use linerate_test_support::netns;
 
 use linerate::mem::{Batch, Desc, Pool, PoolConfig};
 use linerate::port::afpacket::AfPacket;

@@ -6,10 +6,7 @@
 //! the kernel engine and C again receives every frame. Needs root (skips otherwise, fails
 //! instead under LINERATE_REQUIRE_PRIV=1).
 
-#[path = "../../linerate/tests/netns/line.rs"]
-mod line;
-#[path = "../../linerate/tests/netns/mod.rs"]
-mod netns;
+use linerate_test_support::{line, netns};
 
 use line::{NetnsLine, Node};
 use linerate::mem::Batch;

@@ -2,8 +2,7 @@
 //! count --latency` on the other side: every probe arrives once, in order, with a one-way
 //! latency. Needs root (skips otherwise, fails instead under LINERATE_REQUIRE_PRIV=1).
 
-#[path = "../../linerate/tests/netns/mod.rs"]
-mod netns;
+use linerate_test_support::netns;
 
 use netns::{NetnsPair, Side};
 use std::io::{BufRead, BufReader};

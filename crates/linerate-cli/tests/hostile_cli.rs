@@ -211,7 +211,7 @@ fn an_output_onto_an_input_is_refused_and_the_input_is_intact() {
 #[test]
 fn an_output_link_planted_by_another_user_is_not_followed() {
     if !is_root() {
-        eprintln!("SKIP: planting a file of another user needs root");
+        linerate_test_support::skip("planting a file of another user needs root");
         return;
     }
     let d = Dir::new("planted");

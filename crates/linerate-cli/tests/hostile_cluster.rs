@@ -10,8 +10,7 @@
 //! `LINERATE_TEST_BIN=/path/to/linerate` runs the same cases against another build (to see
 //! them fail on an older one).
 
-#[path = "../../linerate/tests/netns/mod.rs"]
-mod netns;
+use linerate_test_support::netns;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;

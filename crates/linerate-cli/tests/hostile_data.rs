@@ -225,8 +225,7 @@ fn lua_mem_flag_is_range_checked() {
 // ---------------------------------------------------------------------------------------------
 // Metrics: idle and oversize clients never keep a scrape from being answered.
 
-#[path = "../../linerate/tests/netns/mod.rs"]
-mod netns;
+use linerate_test_support::netns;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -3,8 +3,7 @@
 //! namespace is gone afterwards, also after SIGINT; without root it says so; `cluster` delivers
 //! round-robin to its consumer threads. Needs root (skips otherwise, fails under LINERATE_REQUIRE_PRIV=1).
 
-#[path = "../../linerate/tests/netns/mod.rs"]
-mod netns;
+use linerate_test_support::netns;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -5,8 +5,7 @@
 //! namespace fed by a veth (needs root: skips otherwise, fails instead under
 //! LINERATE_REQUIRE_PRIV=1); gen's test writes a capture file and needs nothing.
 
-#[path = "../../linerate/tests/netns/mod.rs"]
-mod netns;
+use linerate_test_support::netns;
 
 use linerate::mem::{Batch, Desc, Pool, PoolConfig};
 use linerate::port::afpacket::AfPacket;

@@ -3,8 +3,7 @@
 //! hash picks the queue), `count -i xdp:IF` counts every frame of every queue. Needs root (skips
 //! otherwise, fails instead under LINERATE_REQUIRE_PRIV=1).
 
-#[path = "../../linerate/tests/netns/mod.rs"]
-mod netns;
+use linerate_test_support::netns;
 
 use netns::{NetnsPair, Side};
 use std::collections::HashSet;

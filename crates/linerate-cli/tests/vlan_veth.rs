@@ -6,8 +6,7 @@
 //! reports each flow's VLAN id. Needs root (skips otherwise, fails under
 //! LINERATE_REQUIRE_PRIV=1).
 
-#[path = "../../linerate/tests/netns/mod.rs"]
-mod netns;
+use linerate_test_support::netns;
 
 use linerate::mem::{Batch, Desc, Pool, PoolConfig};
 use linerate::port::afpacket::AfPacket;

@@ -6,10 +6,7 @@
 //! for the namespaces (skips otherwise, fails under LINERATE_REQUIRE_PRIV=1); the error and
 //! signal tests on this namespace's loopback run anywhere.
 
-#[path = "../../linerate/tests/netns/line.rs"]
-mod line;
-#[path = "../../linerate/tests/netns/mod.rs"]
-mod netns;
+use linerate_test_support::{line, netns};
 
 use line::{mac_str, NetnsLine, Node};
 use serde_json::Value;

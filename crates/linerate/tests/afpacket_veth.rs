@@ -2,7 +2,7 @@
 //! ring arrives once and byte-identical on the receive ring, kernel filters apply, and missing
 //! interfaces are reported. Needs root; skips otherwise (see `netns::require_priv`).
 
-mod netns;
+use linerate_test_support::netns;
 
 use linerate::filter::Filter;
 use linerate::mem::{Batch, Desc, Pool, PoolConfig};

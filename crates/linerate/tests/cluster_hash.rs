@@ -6,7 +6,7 @@ use linerate::apps::balance::{hash, Distributor, Mode};
 use linerate::mem::{Batch, Desc, Pool, PoolConfig, BATCH};
 use linerate::port::pcap::PcapPort;
 use linerate::port::{LinkType, Port, PortOptions};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 fn csum(h: &[u8]) -> u16 {
@@ -269,23 +269,7 @@ fn tunnel_modes_hash_the_inner_packet() {
 }
 
 fn corpus() -> Option<PathBuf> {
-    let dir = match std::env::var_os("LINERATE_CORPUS") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/tcpdump-tests"),
-    };
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "corpus folder {} is missing (CI is set)",
-        dir.display()
-    );
-    println!(
-        "skipped: corpus folder {} is missing (set LINERATE_CORPUS)",
-        dir.display()
-    );
-    None
+    linerate_test_support::corpus()
 }
 
 #[test]

@@ -3,8 +3,8 @@
 //! or counted as not-a-flow under a named reason, and the records carry exactly the packets the
 //! table counted. Run with one and with two threads.
 //!
-//! The corpus is `$LINERATE_CORPUS` or `/work/shared/corpus/tcpdump-tests`. Without it the test
-//! prints why and passes, unless `CI` is set.
+//! The corpus is `$LINERATE_CORPUS` or `tests/corpus/tcpdump-tests` in the repository; without it
+//! the test is skipped, a failure under `LINERATE_REQUIRE_PRIV=1`.
 
 use linerate::apps::flow::key::NotFlow;
 use linerate::apps::flow::record::FlowRecord;
@@ -12,26 +12,12 @@ use linerate::apps::flow::table::TableConfig;
 use linerate::apps::flow::{self, FlowOptions};
 use linerate::port::pcap::PcapPort;
 use linerate::port::PortOptions;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 fn corpus() -> Option<PathBuf> {
-    let dir = match std::env::var_os("LINERATE_CORPUS") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/tcpdump-tests"),
-    };
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("corpus folder {} is missing (CI is set)", dir.display());
-    }
-    println!(
-        "skipped: corpus folder {} is missing (set LINERATE_CORPUS)",
-        dir.display()
-    );
-    None
+    linerate_test_support::corpus()
 }
 
 #[test]

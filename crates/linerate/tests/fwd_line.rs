@@ -4,9 +4,7 @@
 //! (XDP program, DEVMAP redirect) delivers exactly N frames each way with l2fwd's MACs and
 //! matching counters. Needs root.
 
-#[path = "netns/line.rs"]
-mod line;
-mod netns;
+use linerate_test_support::{line, netns};
 
 use line::{NetnsLine, Node};
 use linerate::apps::fwd::{self, Ended, FwdOptions, MacRewrite, Ports};

@@ -6,7 +6,7 @@
 //! counted as dropped), and no XDP program is left behind. Needs root; skips otherwise (see
 //! `netns::require_priv`).
 
-mod netns;
+use linerate_test_support::netns;
 
 use linerate::apps::gen::live::{self, LiveOptions};
 use linerate::apps::gen::template::{TemplateSpec, L4};

@@ -1,5 +1,5 @@
 //! Runs the header parser and every hash over each packet of the tcpdump test corpus
-//! (`/work/shared/corpus/tcpdump-tests/`, or `LINERATE_CORPUS`): no panic, offsets inside the
+//! (`tests/corpus/tcpdump-tests/` in the repository, or `LINERATE_CORPUS`): no panic, offsets inside the
 //! packet, symmetric hashes equal for the reversed packet. Prints a tally.
 //!
 //! The pcap/pcapng reader here is a minimal, bounds-checked record walker of its own (stops at the
@@ -130,12 +130,6 @@ fn walk(d: &[u8], f: &mut dyn FnMut(u32, &[u8])) -> bool {
     }
 }
 
-fn corpus_dir() -> PathBuf {
-    std::env::var_os("LINERATE_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/work/shared/corpus/tcpdump-tests"))
-}
-
 #[derive(Default)]
 struct Tally {
     files: usize,
@@ -245,15 +239,11 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn parse_and_hash_every_corpus_packet() {
-    let dir = corpus_dir();
-    let list = files(&dir);
-    if list.is_empty() {
-        eprintln!(
-            "skipped: no corpus at {} (set LINERATE_CORPUS)",
-            dir.display()
-        );
+    let Some(dir) = linerate_test_support::corpus() else {
         return;
-    }
+    };
+    let list = files(&dir);
+    assert!(!list.is_empty(), "no capture files in {}", dir.display());
     let mut t = Tally::default();
     for path in &list {
         let Ok(d) = std::fs::read(path) else { continue };

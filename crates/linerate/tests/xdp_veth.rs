@@ -2,7 +2,7 @@
 //! sent, byte-identical; a stale program of a crashed run is replaced; no XDP program and no
 //! namespace is left behind. Needs root; skips otherwise (see `netns::require_priv`).
 
-mod netns;
+use linerate_test_support::netns;
 
 use linerate::mem::{Batch, Desc, Pool, PoolConfig};
 use linerate::port::afpacket::AfPacket;
