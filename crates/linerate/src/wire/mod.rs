@@ -5,9 +5,11 @@
 //! header length the packet announces are present, and after that every accessor is infallible and
 //! cannot panic. [`parse`] walks link, VLAN, IP (with IPv6 extension headers) and transport headers
 //! in one pass without allocating and reports, in [`Parsed::stop`], why it stopped early.
-//! [`flow`] builds direction-independent [`FlowKey`]s and the hashes balancers use.
+//! [`flow`] builds direction-independent [`FlowKey`]s and the hashes balancers use; [`emit`] writes
+//! headers (the generator's templates and the built-in source are built with it).
 
 pub mod checksum;
+pub mod emit;
 pub mod ethernet;
 pub mod flow;
 pub mod ipv4;

@@ -9,40 +9,39 @@ use crate::apps::gen::sched::{CountPacer, OnStall};
 use crate::mem::{Batch, Desc, Pool, PoolConfig, BATCH};
 use crate::port::{Port, PortError, PortStats};
 use crate::time::{Clock, MonoClock};
+use crate::wire::emit::{EthernetRepr, Ipv4Repr, UdpRepr};
+use crate::wire::{ethertype, proto};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Bytes of a generated frame without the CRC.
 pub const FRAME_LEN: usize = 60;
 
+/// UDP payload bytes of a generated frame (zeros; the UDP checksum is left 0, "none").
+const PAYLOAD: usize = FRAME_LEN - 14 - Ipv4Repr::HEADER_LEN - UdpRepr::HEADER_LEN;
+
 /// Frame `i` of `flows`: UDP from 10.a.b.c:(1024 + i % 40000) to 192.168.x.y:53, where the
 /// addresses rotate with `i` (source over all flows, destination over 251 hosts).
 pub fn frame(i: u32, flows: u32) -> [u8; FRAME_LEN] {
     let i = i % flows.max(1);
     let mut f = [0u8; FRAME_LEN];
-    f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
-    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    let ip = &mut f[14..34];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&46u16.to_be_bytes()); // 20 + 8 + 18
-    ip[6] = 0x40; // DF
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&[10, (i >> 16) as u8, (i >> 8) as u8, i as u8]);
-    ip[16..20].copy_from_slice(&[192, 168, (i % 7) as u8, (1 + i % 251) as u8]);
-    let mut sum = 0u32;
-    for k in (0..20).step_by(2) {
-        sum += u16::from_be_bytes([ip[k], ip[k + 1]]) as u32;
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    let udp = &mut f[34..42];
-    udp[0..2].copy_from_slice(&((1024 + i % 40000) as u16).to_be_bytes());
-    udp[2..4].copy_from_slice(&53u16.to_be_bytes());
-    udp[4..6].copy_from_slice(&26u16.to_be_bytes());
+    let ip = Ipv4Repr::new(
+        [10, (i >> 16) as u8, (i >> 8) as u8, i as u8],
+        [192, 168, (i % 7) as u8, (1 + i % 251) as u8],
+        proto::UDP,
+        (UdpRepr::HEADER_LEN + PAYLOAD) as u16,
+    );
+    let udp = UdpRepr::new((1024 + i % 40000) as u16, 53, PAYLOAD as u16);
+    // The sizes are constants that fit FRAME_LEN, so this cannot fail (the tests build frames).
+    let built = EthernetRepr::new(
+        [0x02, 0, 0, 0, 0, 0x02],
+        [0x02, 0, 0, 0, 0, 0x01],
+        ethertype::IPV4,
+    )
+    .emit(&mut f)
+    .and_then(|l3| ip.emit(&mut f[l3..]).map(|n| l3 + n))
+    .and_then(|l4| udp.emit(&mut f[l4..]));
+    debug_assert!(built.is_ok(), "{built:?}");
     f
 }
 
@@ -252,6 +251,19 @@ mod tests {
             sum = (sum & 0xffff) + (sum >> 16);
         }
         assert_eq!(sum, 0xffff);
+    }
+
+    #[test]
+    fn frame_one_is_the_documented_udp_frame() {
+        // Flow 1: 10.0.0.1:1025 -> 192.168.1.2:53, 18 zero bytes of payload, no UDP checksum.
+        let want: [u8; 42] = [
+            0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x08, 0x00,
+            0x45, 0x00, 0x00, 0x2e, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x6f, 0x14, 0x0a, 0x00,
+            0x00, 0x01, 0xc0, 0xa8, 0x01, 0x02, 0x04, 0x01, 0x00, 0x35, 0x00, 0x1a, 0x00, 0x00,
+        ];
+        let f = frame(1, 10);
+        assert_eq!(&f[..42], &want[..]);
+        assert!(f[42..].iter().all(|&b| b == 0));
     }
 
     #[test]

@@ -4,6 +4,11 @@
 //! recomputed.
 
 use crate::wire::checksum::{self, update16, update32};
+use crate::wire::emit::{
+    fill_transport_checksum_v4, fill_transport_checksum_v6, EthernetRepr, Ipv4Repr, Ipv6Repr,
+    TcpRepr, UdpRepr, VlanTag,
+};
+use crate::wire::{ethertype, proto, WireError};
 use std::net::IpAddr;
 
 /// Transport protocol of a template.
@@ -76,6 +81,9 @@ pub enum TemplateError {
         /// Largest possible.
         max: u32,
     },
+    /// A header could not be written (does not happen at the template's size).
+    #[error("cannot build the headers: {0}")]
+    Wire(#[from] WireError),
 }
 
 /// Where the headers are in a template's packets.
@@ -168,54 +176,49 @@ impl Template {
             }
         }
         let mut b = vec![0u8; MAX_FRAME];
-        b[0..6].copy_from_slice(&spec.dst_mac);
-        b[6..12].copy_from_slice(&spec.src_mac);
-        let mut l3 = 14;
-        let ethertype: u16 = if v6 { 0x86dd } else { 0x0800 };
-        if let Some(v) = spec.vlan {
-            b[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
-            b[14..16].copy_from_slice(&v.to_be_bytes());
-            l3 = 18;
-        }
-        b[l3 - 2..l3].copy_from_slice(&ethertype.to_be_bytes());
-        let l4 = l3 + if v6 { 40 } else { 20 };
-        let proto: u8 = if spec.l4 == L4::Udp { 17 } else { 6 };
-        let payload = l4 + if spec.l4 == L4::Udp { 8 } else { 20 };
+        let tag = spec.vlan.map(VlanTag::dot1q);
+        let eth = EthernetRepr::new(
+            spec.dst_mac,
+            spec.src_mac,
+            if v6 { ethertype::IPV6 } else { ethertype::IPV4 },
+        )
+        .with_vlans(tag.as_slice());
+        let l3 = eth.emit(&mut b)?;
+        let l4 = l3
+            + if v6 {
+                Ipv6Repr::HEADER_LEN
+            } else {
+                Ipv4Repr::HEADER_LEN
+            };
+        let proto = if spec.l4 == L4::Udp {
+            proto::UDP
+        } else {
+            proto::TCP
+        };
         let l4_len = (MAX_FRAME - l4) as u16;
         match (spec.src_ip, spec.dst_ip) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
-                let h = &mut b[l3..l4];
-                h[0] = 0x45;
-                h[2..4].copy_from_slice(&((MAX_FRAME - l3) as u16).to_be_bytes());
-                h[6] = 0x40; // DF
-                h[8] = spec.ttl;
-                h[9] = proto;
-                h[12..16].copy_from_slice(&s.octets());
-                h[16..20].copy_from_slice(&d.octets());
-                let c = checksum::checksum(h);
-                h[10..12].copy_from_slice(&c.to_be_bytes());
+                let mut ip = Ipv4Repr::new(s.octets(), d.octets(), proto, l4_len);
+                ip.ttl = spec.ttl;
+                ip.emit(&mut b[l3..])?;
             }
             (IpAddr::V6(s), IpAddr::V6(d)) => {
-                let h = &mut b[l3..l4];
-                h[0] = 0x60;
-                h[4..6].copy_from_slice(&l4_len.to_be_bytes());
-                h[6] = proto;
-                h[7] = spec.ttl;
-                h[8..24].copy_from_slice(&s.octets());
-                h[24..40].copy_from_slice(&d.octets());
+                let mut ip = Ipv6Repr::new(s.octets(), d.octets(), proto, l4_len);
+                ip.hop_limit = spec.ttl;
+                ip.emit(&mut b[l3..])?;
             }
             _ => return Err(TemplateError::MixedFamilies),
         }
-        b[l4..l4 + 2].copy_from_slice(&spec.sport.to_be_bytes());
-        b[l4 + 2..l4 + 4].copy_from_slice(&spec.dport.to_be_bytes());
-        match spec.l4 {
-            L4::Udp => b[l4 + 4..l4 + 6].copy_from_slice(&l4_len.to_be_bytes()),
-            L4::Tcp => {
-                b[l4 + 12] = 5 << 4;
-                b[l4 + 13] = spec.tcp_flags;
-                b[l4 + 14..l4 + 16].copy_from_slice(&8192u16.to_be_bytes());
-            }
-        }
+        let payload = l4
+            + match spec.l4 {
+                L4::Udp => {
+                    UdpRepr::new(spec.sport, spec.dport, l4_len - UdpRepr::HEADER_LEN as u16)
+                        .emit(&mut b[l4..])?
+                }
+                L4::Tcp => {
+                    TcpRepr::new(spec.sport, spec.dport, spec.tcp_flags).emit(&mut b[l4..])?
+                }
+            };
         let layout = Layout {
             l3,
             l4,
@@ -223,20 +226,17 @@ impl Template {
             v6,
             proto: spec.l4,
         };
-        let mut c = match (spec.src_ip, spec.dst_ip) {
+        match (spec.src_ip, spec.dst_ip) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
-                checksum::transport_v4(s.octets(), d.octets(), proto, &b[l4..])
+                fill_transport_checksum_v4(s.octets(), d.octets(), proto, &mut b[l4..])?
             }
             (IpAddr::V6(s), IpAddr::V6(d)) => {
-                checksum::transport_v6(&s.octets(), &d.octets(), proto, &b[l4..])
+                fill_transport_checksum_v6(&s.octets(), &d.octets(), proto, &mut b[l4..])?
             }
             _ => return Err(TemplateError::MixedFamilies),
-        };
-        if c == 0 && spec.l4 == L4::Udp {
-            c = 0xffff;
         }
         let cs = layout.l4_csum();
-        b[cs..cs + 2].copy_from_slice(&c.to_be_bytes());
+        let c = u16::from_be_bytes([b[cs], b[cs + 1]]);
         let rd32 = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
         let ip_csum = if v6 {
             0
