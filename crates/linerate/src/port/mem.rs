@@ -32,7 +32,24 @@ fn registry() -> &'static Mutex<HashMap<String, MemPort>> {
     R.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Makes a wire; returns its two ends.
+/// Makes a wire; returns its two ends. What one end sends, the other receives, in order, without
+/// a copy (both ends share one pool of frames).
+///
+/// ```
+/// use linerate::mem::Batch;
+/// use linerate::port::{mem::wire, Port, PortOptions};
+///
+/// let (mut a, mut b) = wire("doc-wire", &PortOptions::default())?;
+/// linerate::apps::balance::source::generate(&mut a, 10, Some(100), &Default::default());
+/// let mut batch = Batch::new();
+/// let mut got = 0;
+/// while b.rx(&mut batch)? > 0 {
+///     got += batch.len();
+///     batch.clear();
+/// }
+/// assert_eq!(got, 100);
+/// # Ok::<(), linerate::port::PortError>(())
+/// ```
 pub fn wire(name: &str, opts: &PortOptions) -> Result<(MemPort, MemPort), PortError> {
     // Enough frames for both directions full plus the batches in flight.
     let frames = opts.frames.max((2 * WIRE_SLOTS + 8 * BATCH) as u32);

@@ -526,6 +526,25 @@ pub enum Direction {
 
 /// Opens the port named by `uri` to receive from it: a capture file is opened read-only and
 /// never created.
+///
+/// A capture loop (crates/linerate/examples/capture.rs is the whole program):
+///
+/// ```
+/// use linerate::mem::Batch;
+/// use linerate::port::{open_rx, PortOptions};
+///
+/// let uri = concat!("pcap:", env!("CARGO_MANIFEST_DIR"), "/../../examples/sample.pcap");
+/// let mut port = open_rx(uri, &PortOptions::default())?; // or afpacket:eth0, xdp:eth0, ...
+/// let mut batch = Batch::new();
+/// let mut bytes = 0u64;
+/// while !port.is_finished() {
+///     port.rx(&mut batch)?; // up to 64 packets, zero-copy where the port allows
+///     bytes += batch.iter().map(|p| p.data.len() as u64).sum::<u64>();
+///     batch.clear(); // the frames go back to the port
+/// }
+/// assert_eq!(port.stats().rx_packets, 2000);
+/// # Ok::<(), linerate::port::PortError>(())
+/// ```
 pub fn open_rx(uri: &str, opts: &PortOptions) -> Result<Box<dyn Port>, PortError> {
     open(uri, opts, Direction::Rx)
 }

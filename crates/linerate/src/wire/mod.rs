@@ -3,7 +3,7 @@
 //!
 //! Views follow one pattern: `View::new_checked(buffer)` checks once that every fixed field and the
 //! header length the packet announces are present, and after that every accessor is infallible and
-//! cannot panic. [`parse`] walks link, VLAN, IP (with IPv6 extension headers) and transport headers
+//! cannot panic. [`parse()`] walks link, VLAN, IP (with IPv6 extension headers) and transport headers
 //! in one pass without allocating and reports, in [`Parsed::stop`], why it stopped early.
 //! [`flow`] builds direction-independent [`FlowKey`]s and the hashes balancers use; [`emit`] writes
 //! headers (the generator's templates and the built-in source are built with it).
@@ -115,7 +115,7 @@ pub enum Layer {
     Gtp,
 }
 
-/// Why a view could not be made or why [`parse`] stopped before the transport payload.
+/// Why a view could not be made or why [`parse()`] stopped before the transport payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum WireError {
     /// The packet ends inside this header.
@@ -134,7 +134,7 @@ pub enum WireError {
     /// [`Parsed::ethertype`].
     #[error("not IP")]
     NotIp,
-    /// The link type is not one [`parse`] knows.
+    /// The link type is not one [`parse()`] knows.
     #[error("unsupported link type {0}")]
     UnsupportedLink(u32),
     /// More VLAN tags than [`MAX_VLANS`].

@@ -253,7 +253,7 @@ impl Distributor {
 }
 
 /// The hash `mode` computes over `data` (a packet of link type `link`), from the one-pass header
-/// parser ([`crate::wire::parse`]); packets without the headers a mode needs hash to 0 (the
+/// parser ([`crate::wire::parse()`]); packets without the headers a mode needs hash to 0 (the
 /// application's first queue). Exactly:
 /// - `ip`: [`wire::hash_ip_symmetric`]: MurmurHash3 of the source address XOR that of the
 ///   destination (IPv4 or IPv6, after any VLAN tags): both directions alike;

@@ -2,7 +2,7 @@
 //!
 //! [`PcapPort::open`] reads a file (`-`: standard input); it never creates one: an input that
 //! does not exist is an error. [`PcapPort::create`] creates (truncates) a file for writing (`-`
-//! writes standard output), never one of the run's inputs ([`create_protected`]), and the file
+//! writes standard output), never one of the run's inputs ([`PcapPort::create_protected`]), and the file
 //! always ends on a whole record ([`RecordFile`]). What is written is classic pcap, or pcapng
 //! when the name ends in `.pcapng` or [`WriteFormat::PcapNg`] is asked for: then each packet
 //! keeps the interface it came from (`Desc::port`, described with [`Port::describe`]), and the

@@ -6,8 +6,8 @@
 //! (`XDP_SHARED_UMEM`), so that packets of every queue are frames of one pool. A queue that
 //! cannot be bound fails the open with the queue and the reason: never a silent gap.
 //!
-//! - [`umem`]: the UMEM is a [`Pool`] of 2 KiB frames; received batches are bound to it.
-//! - [`ring`]: the fill, completion, rx and tx rings (mapped, cached producer/consumer cursors).
+//! - `umem`: the UMEM is a [`Pool`] of 2 KiB frames; received batches are bound to it.
+//! - `ring`: the fill, completion, rx and tx rings (mapped, cached producer/consumer cursors).
 //! - [`prog`]: the XDP program of `bpf/` (redirect to the queue's socket in an XSKMAP, pass
 //!   everything else), loaded with raw `bpf(2)` calls and attached through a bpf_link.
 //! - [`kfwd`]: the kernel forwarder (`bpf/xdp_fwd.c`: l2fwd as an XDP program, DEVMAP

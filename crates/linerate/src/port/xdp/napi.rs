@@ -1,5 +1,5 @@
 //! Packets per NAPI poll (llstat's "requests per interrupt"): linerate's raw tracepoint program
-//! `bpf/napi_poll.o` on `napi:napi_poll`, loaded by linerate's own loader ([`super::obj`]),
+//! `bpf/napi_poll.o` on `napi:napi_poll`, loaded by linerate's own loader (`port::xdp::obj`),
 //! counts per device (network namespace inode, ifindex) and CPU the polls, their packets, the
 //! polls that used the whole budget, a histogram of packets per poll and the smallest and
 //! largest poll of each interval. Polls of the per-CPU backlog (devices that hand packets to
