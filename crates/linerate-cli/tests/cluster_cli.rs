@@ -296,7 +296,7 @@ fn a_lua_function_picks_queues_drops_and_fans_out() {
             "-m",
             &format!("lua:{}", f.display()),
             "--json",
-            "-q",
+            "--slots",
             "65536",
         ],
         Duration::from_secs(60),

@@ -173,7 +173,7 @@ fn a_consumer_killed_with_sigkill_is_detected_and_a_restarted_one_resumes() {
         "--json",
         "--interval",
         "200ms",
-        "-q",
+        "--slots",
         "1024",
     ])]);
     wait_for("the segment", Duration::from_secs(10), || seg(id).exists());
@@ -355,7 +355,7 @@ fn a_stopped_consumer_costs_only_its_own_queue() {
         "2",
         "-m",
         "round-robin",
-        "-q",
+        "--slots",
         "16384",
         "--wait-consumers",
         "-t",
@@ -422,7 +422,7 @@ fn consumers_without_a_queue_number_take_free_queues() {
         "-t",
         "20",
         "--json",
-        "-q",
+        "--slots",
         "16384",
     ]);
     let mut procs = Procs(vec![]);

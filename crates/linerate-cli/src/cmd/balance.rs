@@ -60,9 +60,8 @@ pub struct Args {
     /// Consumer threads in this process instead of consumer processes.
     #[arg(long)]
     threads: bool,
-    /// Slots per queue (a power of two, 64 to 1M).
+    /// Slots per queue (a power of two, 64 to 1M; zbalance_ipc's -q).
     #[arg(
-        short = 'q',
         long = "slots",
         value_name = "SLOTS",
         default_value = "4096",
@@ -96,7 +95,7 @@ pub struct Args {
     #[arg(long, value_name = "ADDR", help = metrics::HELP)]
     metrics: Option<String>,
     /// Print only the final summary.
-    #[arg(long)]
+    #[arg(short = 'q', long)]
     quiet: bool,
     /// Seconds between statistics.
     #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = flags::duration(flags::INTERVAL))]
