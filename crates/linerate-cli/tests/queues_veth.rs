@@ -315,3 +315,174 @@ fn flows_threads_read_every_queue_and_give_the_records_of_one_thread() {
     let _ = std::fs::remove_file(&file);
     let _ = std::fs::remove_file(&reference);
 }
+
+/// The JSON lines `lines` gives until its end.
+fn json_lines(lines: Lines) -> Vec<serde_json::Value> {
+    lines
+        .map_while(Result::ok)
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
+        .collect()
+}
+
+/// Each thread's packets in a summary or stats line, checked to add up to its total.
+fn thread_pkts(j: &serde_json::Value) -> Vec<u64> {
+    let per: Vec<u64> = j["threads"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no per-thread figures in {j}"))
+        .iter()
+        .map(|t| t["pkts"].as_u64().expect("pkts"))
+        .collect();
+    assert_eq!(per.iter().sum::<u64>(), j["pkts"].as_u64().unwrap(), "{j}");
+    per
+}
+
+/// `count -i xdp:IF` on a 4-queue veth runs one thread per queue (as pfcount_multichannel), each
+/// reading its own queue: `-c N` stops every thread at exactly N packets in all, each thread
+/// counted what its queue received, and the per-thread figures add up to the totals.
+#[test]
+fn count_runs_one_thread_per_queue_and_stops_at_count() {
+    if !netns::require_priv() {
+        return;
+    }
+    const N: u32 = 3200;
+    let p = NetnsPair::with_queues(4).expect("netns pair");
+    p.no_ipv6().expect("no IPv6 chatter");
+    let n = N.to_string();
+    let (child, mut lines) = spawn(
+        &p,
+        Side::B,
+        &[
+            "count",
+            "-i",
+            "xdp:vB",
+            "-c",
+            &n,
+            "-t",
+            "30",
+            "--json",
+            "--interval",
+            "100ms",
+            "-f",
+            "udp dst port 9",
+        ],
+    );
+    let first: serde_json::Value =
+        serde_json::from_str(&lines.next().expect("start line").expect("read")).unwrap();
+    assert_eq!(first["threads"], 4, "{first}");
+    assert_eq!(
+        first["thread_ports"],
+        serde_json::json!(["xdp:vB@0", "xdp:vB@1", "xdp:vB@2", "xdp:vB@3"]),
+        "{first}"
+    );
+    p.run_in(Side::A, || netns::send_raw("vA", &frames(&p, N)));
+    let (status, err) = finish(child, 30);
+    assert!(status.success(), "count failed: {err}");
+    let all = json_lines(lines);
+    let per_queue = netns::xdp_queue_packets(&p, Side::B, "vB");
+    assert!(
+        per_queue.len() == 4 && per_queue.iter().all(|&q| q > 0),
+        "traffic on every queue: {per_queue:?}"
+    );
+    let summary = all
+        .iter()
+        .find(|j| j["type"] == "summary")
+        .expect("summary");
+    assert_eq!(summary["pkts"], N, "{summary} (per queue {per_queue:?})");
+    assert_eq!(summary["ended"], "count reached", "{summary}");
+    let per = thread_pkts(summary);
+    assert_eq!(per.len(), 4, "{summary}");
+    assert!(
+        per.iter().all(|&t| t > 0),
+        "every thread counted: {summary}"
+    );
+    // Each thread read its own queue: what it counted (and filtered) is what its queue got.
+    for (i, t) in summary["threads"].as_array().unwrap().iter().enumerate() {
+        let seen = t["pkts"].as_u64().unwrap() + t["filtered"].as_u64().unwrap();
+        assert_eq!(seen, per_queue[i], "queue {i}: {summary} vs {per_queue:?}");
+    }
+    for j in all.iter().filter(|j| j["type"] == "stats") {
+        thread_pkts(j);
+    }
+}
+
+/// `count --threads 2` over 4 queues: each thread reads two queues; a time limit ends both;
+/// every frame sent is counted: as many as tcpdump saw leave the other end of the veth (on the
+/// receiving end the XDP program takes them before libpcap could see them).
+#[test]
+fn count_threads_share_queues_and_miss_nothing() {
+    if !netns::require_priv() {
+        return;
+    }
+    if !linerate_test_support::require_tool("tcpdump", "apt-get install tcpdump") {
+        return;
+    }
+    const N: u32 = 4000;
+    let p = NetnsPair::with_queues(4).expect("netns pair");
+    p.no_ipv6().expect("no IPv6 chatter");
+    let dump = tmp("threads-tcpdump.pcap");
+    let mut tcpdump = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            p.ns(Side::A),
+            "tcpdump",
+            "-i",
+            "vA",
+            "-n",
+            "-U",
+        ])
+        .args(["-w", dump.to_str().unwrap(), "udp dst port 9"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tcpdump");
+    let mut terr = BufReader::new(tcpdump.stderr.take().unwrap());
+    let mut l = String::new();
+    terr.read_line(&mut l).unwrap(); // "listening on vB ..."
+    let (child, mut lines) = spawn(
+        &p,
+        Side::B,
+        &[
+            "count",
+            "-i",
+            "xdp:vB",
+            "--threads",
+            "2",
+            "-t",
+            "4",
+            "--json",
+            "-f",
+            "udp dst port 9",
+        ],
+    );
+    let first: serde_json::Value =
+        serde_json::from_str(&lines.next().expect("start line").expect("read")).unwrap();
+    assert_eq!(first["threads"], 2, "{first}");
+    assert_eq!(
+        first["thread_ports"],
+        serde_json::json!(["xdp:vB@0,xdp:vB@2", "xdp:vB@1,xdp:vB@3"]),
+        "{first}"
+    );
+    p.run_in(Side::A, || netns::send_raw("vA", &frames(&p, N)));
+    let (status, err) = finish(child, 30);
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on the PID of the child we started.
+    unsafe {
+        libc::kill(tcpdump.id() as i32, libc::SIGINT);
+    }
+    let _ = tcpdump.wait();
+    assert!(status.success(), "count failed: {err}");
+    let all = json_lines(lines);
+    let summary = all
+        .iter()
+        .find(|j| j["type"] == "summary")
+        .expect("summary");
+    assert_eq!(summary["ended"], "time limit", "{summary}");
+    let per = thread_pkts(summary);
+    assert!(per.len() == 2 && per.iter().all(|&t| t > 0), "{summary}");
+    let seen_by_tcpdump = records(&dump).len() as u64;
+    assert_eq!(seen_by_tcpdump, N as u64, "tcpdump saw every frame");
+    assert_eq!(summary["pkts"], N, "{summary}");
+    assert_eq!(summary["drops"], 0, "{summary}");
+    let _ = std::fs::remove_file(&dump);
+}

@@ -68,6 +68,100 @@ pub struct Args {
     snaplen: Option<u64>,
     #[arg(long, value_name = "ADDR", help = metrics::HELP)]
     metrics: Option<String>,
+    /// Receive threads (as PF_RING's pfcount_multichannel): each owns some of the input's
+    /// queues and reads them itself, with no dispatcher (thread t takes queues t, t+N, ...);
+    /// interval lines and the summary give each thread's counts and their total. Default: one
+    /// thread per queue of xdp:IFACE, one thread otherwise. With -w or --latency one thread
+    /// reads every queue (one file, in the order packets are read).
+    #[arg(short = 'T', long, value_name = "N", value_parser = flags::int(1usize, 1024))]
+    threads: Option<usize>,
+}
+
+/// How many threads read the input, and why not more when it says so.
+struct Plan {
+    /// Threads (1: the one loop that reads every queue).
+    threads: usize,
+    /// The plan in words, for the start line.
+    words: Option<String>,
+}
+
+/// How many parts (queues, list members) `uri` names, without opening it (1 when it cannot
+/// tell: opening it then says what is wrong).
+fn parts_of(uri: &str) -> usize {
+    if uri.contains(',') {
+        return uri.split(',').count();
+    }
+    match uri.strip_prefix("xdp:") {
+        Some(rest) => linerate::port::xdp::queue_count(rest).unwrap_or(1),
+        None => 1,
+    }
+}
+
+/// Decides the threads of a run (see `--threads`).
+fn plan(a: &Args) -> anyhow::Result<Plan> {
+    if a.threads == Some(1) {
+        return Ok(Plan {
+            threads: 1,
+            words: None,
+        });
+    }
+    let parts = parts_of(&a.input);
+    let asked = a
+        .threads
+        .unwrap_or(if a.input.contains(',') { 1 } else { parts });
+    if asked <= 1 {
+        return Ok(Plan {
+            threads: 1,
+            words: None,
+        });
+    }
+    let one_writer = if a.write.is_some() {
+        Some("-w writes one file in the order packets are read")
+    } else if a.latency {
+        Some("--latency keeps one tracker")
+    } else {
+        None
+    };
+    if let Some(why) = one_writer {
+        if a.threads.is_some() {
+            return Err(usage(format!(
+                "--threads {asked}: {why}, so one thread reads every queue; leave --threads out \
+                 or drop {}",
+                if a.write.is_some() { "-w" } else { "--latency" }
+            )));
+        }
+        return Ok(Plan {
+            threads: 1,
+            words: Some(format!("1 thread reads the {parts} queues: {why}")),
+        });
+    }
+    if parts <= 1 {
+        return Ok(Plan {
+            threads: 1,
+            words: Some(format!(
+                "1 thread, not {asked}: {} is one queue (xdp:IFACE opens each of its queues, \
+                 a,b each input)",
+                a.input
+            )),
+        });
+    }
+    let n = asked.min(parts);
+    let what = if a.input.contains(',') {
+        "input"
+    } else {
+        "queue"
+    };
+    Ok(Plan {
+        threads: n,
+        words: Some(if n == parts {
+            format!("{n} threads, one per {what}, no dispatcher")
+        } else {
+            format!(
+                "{n} threads over {parts} {what}s (thread t reads {what}s t, t+{n}, ...), no \
+                 dispatcher"
+            )
+        }),
+    })
 }
 
 /// The metrics of a count: the input's receive counters since the start (what the summary
@@ -95,6 +189,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         rx_wait_ms: 100,
         ..Default::default()
     };
+    let plan = plan(&a)?;
+    if plan.threads > 1 {
+        return run_threads(a, plan, &opts, &stop);
+    }
     // Standard input or a FIFO may give nothing for long, not even a header: -t and a signal
     // still end the run, with its summary.
     let t_open = std::time::Instant::now();
@@ -158,10 +256,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "link_type": link.0,
             "filter": a.filter,
             "filter_in_kernel": a.filter.is_some() && user_filter.is_none(),
+            "threads": 1,
+            "plan": plan.words.as_deref().unwrap_or("1 thread"),
         });
         let _ = writeln!(out, "{start}");
     } else if !a.quiet {
         let _ = writeln!(out, "Capturing from {} (link type {})", a.input, link.0);
+    }
+    if let Some(w) = &plan.words {
+        if !a.quiet && !a.json {
+            let _ = writeln!(out, "Threads: {w}");
+        }
     }
     let _ = out.flush();
     let copts = CountOptions {
@@ -346,4 +451,203 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 /// Opens an input port; a missing interface, file or bad URI is a usage error (exit code 2).
 pub fn open_port(uri: &str, opts: &PortOptions) -> anyhow::Result<Box<dyn Port>> {
     crate::common::open_input("-i", uri, opts)
+}
+
+/// The figures of each thread of a run, for the interval lines and the summary.
+fn per_thread_json(names: &[String], ticks: &[count::Tick]) -> serde_json::Value {
+    ticks
+        .iter()
+        .zip(names)
+        .enumerate()
+        .map(|(i, (t, name))| {
+            let abs = stats::Rates::between(&t.start, &t.now);
+            let act = stats::Rates::between(&t.prev, &t.now);
+            serde_json::json!({
+                "thread": i,
+                "port": name,
+                "pkts": abs.pkts,
+                "bytes": abs.bytes,
+                "drops": abs.drops,
+                "filtered": t.now.drops.since(&t.start.drops).get(linerate::port::DropReason::Filter),
+                "pps": act.pps,
+            })
+        })
+        .collect()
+}
+
+/// One line per thread under a pfcount block.
+fn per_thread_text(names: &[String], ticks: &[count::Tick]) -> String {
+    let mut s = String::new();
+    for (i, (t, name)) in ticks.iter().zip(names).enumerate() {
+        let abs = stats::Rates::between(&t.start, &t.now);
+        let act = stats::Rates::between(&t.prev, &t.now);
+        s.push_str(&format!(
+            "Thread {i} [{name}]: {} pkts rcvd, {} dropped [{} pkt/sec]\n",
+            group(abs.pkts),
+            group(abs.drops),
+            stats::group_f(act.pps, 2),
+        ));
+    }
+    s
+}
+
+/// `count` with one thread per queue (or per group of queues): see `--threads`.
+fn run_threads(
+    a: Args,
+    plan: Plan,
+    opts: &PortOptions,
+    stop: &std::sync::atomic::AtomicBool,
+) -> anyhow::Result<ExitCode> {
+    use linerate::port::Direction;
+    // Parts do not wait in rx: each thread waits on its own descriptors between batches.
+    let part_opts = PortOptions {
+        rx_wait_ms: 0,
+        ..opts.clone()
+    };
+    let parts = linerate::port::open_parts(&a.input, &part_opts, Direction::Rx)
+        .map_err(|e| crate::common::port_error("-i", &a.input, e))?;
+    let n = plan.threads.min(parts.len()).max(1);
+    let mut groups: Vec<Vec<Box<dyn Port>>> = (0..n).map(|_| Vec::new()).collect();
+    for (i, p) in parts.into_iter().enumerate() {
+        groups[i % n].push(p);
+    }
+    let link = groups[0][0].link_type();
+    let mut in_kernel = a.filter.is_some();
+    if let Some(expr) = &a.filter {
+        let f = Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?;
+        for p in groups.iter_mut().flatten() {
+            in_kernel &= p
+                .attach_filter(&f)
+                .with_context(|| format!("-f on {}", p.name()))?;
+        }
+    }
+    let a_filter = a.filter.clone();
+    let user_filter = a_filter
+        .as_deref()
+        .filter(|_| !in_kernel)
+        .map(|e| (e, link));
+    let shares: Vec<count::Share> = groups
+        .into_iter()
+        .map(|mut g| {
+            if g.len() == 1 {
+                let port = g.remove(0);
+                count::Share {
+                    name: port.name().to_string(),
+                    port,
+                }
+            } else {
+                let name = g.iter().map(|p| p.name()).collect::<Vec<_>>().join(",");
+                count::Share {
+                    port: Box::new(linerate::port::Aggregate::new(&name, g)),
+                    name,
+                }
+            }
+        })
+        .collect();
+    let names: Vec<String> = shares.iter().map(|s| s.name.clone()).collect();
+    pin(a.core)?;
+    let metrics = metrics::start(a.metrics.as_deref(), "count", a.quiet)?;
+    if let Some(m) = &metrics {
+        let mut e = m.exposition();
+        e.port(&a.input, Dir::Rx, &PortCount::default());
+        m.publish(&e);
+    }
+    let mut out = std::io::stdout();
+    let words = plan.words.unwrap_or_default();
+    if a.json {
+        let start = serde_json::json!({
+            "type": "start",
+            "port": a.input,
+            "link_type": link.0,
+            "filter": a.filter,
+            "filter_in_kernel": in_kernel,
+            "threads": n,
+            "thread_ports": names,
+            "plan": words,
+        });
+        let _ = writeln!(out, "{start}");
+    } else if !a.quiet {
+        let _ = writeln!(out, "Capturing from {} (link type {})", a.input, link.0);
+        let _ = writeln!(out, "Threads: {words}");
+    }
+    let _ = out.flush();
+    let copts = CountOptions {
+        count: a.count,
+        duration: a.duration,
+        filter: None,
+        interval: a.interval,
+    };
+    let report = count::run_threads(shares, &copts, user_filter, stop, |t, per| {
+        if let Some(m) = &metrics {
+            publish(m, &a.input, &t.start, &t.now);
+        }
+        if a.quiet {
+            return;
+        }
+        let s = if a.json {
+            let mut j: serde_json::Value =
+                serde_json::from_str(&stats::json_line("stats", &t.start, &t.prev, &t.now))
+                    .unwrap_or_default();
+            j["threads"] = per_thread_json(&names, per);
+            j.to_string() + "\n"
+        } else {
+            stats::pfcount_block(&t.start, &t.prev, &t.now) + &per_thread_text(&names, per)
+        };
+        let _ = out.write_all(s.as_bytes());
+        let _ = out.flush();
+    });
+    let t = &report.total.tick;
+    if let Some(m) = &metrics {
+        publish(m, &a.input, &t.start, &t.now);
+    }
+    let ended = match report.total.ended {
+        Ended::Count => "count reached",
+        Ended::Duration => "time limit",
+        Ended::EndOfInput => "end of input",
+        Ended::Stopped => "interrupted",
+        Ended::Error => "input error",
+    };
+    let per: Vec<count::Tick> = report.threads.iter().map(|r| r.tick).collect();
+    if a.json {
+        let mut j: serde_json::Value =
+            serde_json::from_str(&stats::json_line("summary", &t.start, &t.start, &t.now))?;
+        j["ended"] = ended.into();
+        j["threads"] = per_thread_json(&names, &per);
+        if let Some(e) = &report.total.error {
+            j["error"] = e.to_string().into();
+        }
+        let _ = writeln!(out, "{j}");
+    } else {
+        let _ = out.write_all(stats::pfcount_block(&t.start, &t.start, &t.now).as_bytes());
+        let _ = out.write_all(per_thread_text(&names, &per).as_bytes());
+        let r = stats::Rates::between(&t.start, &t.now);
+        let _ = writeln!(
+            out,
+            "Summary: {} pkts, {} bytes, {} dropped ({}), {} filtered; ended: {}; {} threads",
+            group(r.pkts),
+            group(r.bytes),
+            group(r.drops),
+            if r.drops == 0 {
+                "none".to_string()
+            } else {
+                stats::breakdown(&stats::losses(&t.start, &t.now))
+            },
+            group(
+                t.now
+                    .drops
+                    .since(&t.start.drops)
+                    .get(linerate::port::DropReason::Filter)
+            ),
+            ended,
+            n
+        );
+    }
+    let _ = out.flush();
+    match report.total.error {
+        Some(e) => {
+            Err(anyhow::Error::new(e)
+                .context(format!("stopped after {} packets", group(t.now.pkts))))
+        }
+        None => Ok(ExitCode::SUCCESS),
+    }
 }

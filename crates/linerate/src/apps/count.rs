@@ -6,11 +6,13 @@
 
 use crate::apps::balance::Backoff;
 use crate::filter::Filter;
-use crate::mem::Batch;
-use crate::port::{DropReason, Drops, Port, PortError, PortStats};
+use crate::mem::{Batch, BATCH};
+use crate::port::sys::PollSet;
+use crate::port::{DropReason, Drops, LinkType, Port, PortError, PortStats};
 use crate::stats::Snapshot;
 use crate::time::mono_ns;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// What to count and when to stop.
@@ -223,6 +225,347 @@ pub fn run_observed(
     }
 }
 
+/// One thread's share of a run on several threads ([`run_threads`]): the ports it owns and
+/// reads itself (one NIC queue, or several read round-robin when there are more queues than
+/// threads).
+pub struct Share {
+    /// What the thread reads, in words (the ports' names).
+    pub name: String,
+    /// The thread's input: one port, or an [`crate::port::aggregate::Aggregate`] of its parts.
+    /// Opened not to wait in `rx` (the thread waits on its descriptor between batches).
+    pub port: Box<dyn Port>,
+}
+
+/// What a run on several threads did: each thread's report, in the order of the shares, and
+/// their sum.
+#[derive(Debug)]
+pub struct ThreadsReport {
+    /// The sum of the threads' figures; `ended` says why the run ended (the first thread that
+    /// ended it, or the count), `error` the first input error.
+    pub total: Report,
+    /// Each thread's own report (its `interfaces` are empty).
+    pub threads: Vec<Report>,
+}
+
+/// The sum of several snapshots taken at about the same time (the latest time).
+pub fn sum_snapshots<'a>(list: impl IntoIterator<Item = &'a Snapshot>) -> Snapshot {
+    let mut s = Snapshot::default();
+    for x in list {
+        s.t_ns = s.t_ns.max(x.t_ns);
+        s.pkts += x.pkts;
+        s.bytes += x.bytes;
+        s.drops = s.drops.merged(&x.drops);
+    }
+    s
+}
+
+/// How the threads of a run share `-c` and end together.
+struct Shared {
+    /// Packets not yet claimed by a thread: a thread claims at most a batch before a receive
+    /// that does not wait, and gives back what it did not count, so that the threads together
+    /// count exactly `count` packets and never take one from a queue without counting it.
+    budget: AtomicU64,
+    /// Packets counted by all threads.
+    counted: AtomicU64,
+    /// Set when a thread ended the run (the count was reached, or its input failed).
+    end: AtomicBool,
+    /// Why the run ended, by the thread that set `end` (an [`Ended`] as u8).
+    why: AtomicU8,
+}
+
+fn ended_code(e: Ended) -> u8 {
+    match e {
+        Ended::Count => 0,
+        Ended::Duration => 1,
+        Ended::EndOfInput => 2,
+        Ended::Stopped => 3,
+        Ended::Error => 4,
+    }
+}
+
+fn ended_of(c: u8) -> Ended {
+    match c {
+        0 => Ended::Count,
+        1 => Ended::Duration,
+        2 => Ended::EndOfInput,
+        3 => Ended::Stopped,
+        _ => Ended::Error,
+    }
+}
+
+/// Runs the count loop on several threads, one per share, with no dispatcher in between (as
+/// PF_RING's pfcount_multichannel runs one thread per RX channel): each thread receives from its
+/// own queues, filters with its own copy of the filter and keeps its own counters. `-c` is
+/// shared (exactly `count` packets are counted in all, see [`Shared`]), `-t`, `stop` and an
+/// input error end every thread. `on_tick` is called on the calling thread every interval with
+/// the total and each thread's figures (each thread publishes its counters a few times per
+/// interval; nothing is read across threads per packet). `filter` (libpcap syntax, for
+/// packets of link type `link`) is compiled by each thread for itself (a compiled filter stays
+/// on its thread); `opts.filter` is not used.
+pub fn run_threads(
+    shares: Vec<Share>,
+    opts: &CountOptions,
+    filter: Option<(&str, LinkType)>,
+    stop: &AtomicBool,
+    mut on_tick: impl FnMut(&Tick, &[Tick]),
+) -> ThreadsReport {
+    let n = shares.len();
+    let limits = Limits {
+        count: opts.count,
+        duration: opts.duration,
+        interval: opts.interval,
+    };
+    let shared = Shared {
+        budget: AtomicU64::new(opts.count.unwrap_or(u64::MAX)),
+        counted: AtomicU64::new(0),
+        end: AtomicBool::new(false),
+        why: AtomicU8::new(ended_code(Ended::Stopped)),
+    };
+    let t0 = mono_ns();
+    let slots: Vec<Mutex<(Snapshot, Snapshot)>> = (0..n)
+        .map(|_| Mutex::new((Snapshot::default(), Snapshot::default())))
+        .collect();
+    let running = AtomicUsize::new(n);
+    let interval = opts.interval.as_nanos().max(1) as u64;
+    let reports: Vec<Report> = std::thread::scope(|s| {
+        let handles: Vec<_> = shares
+            .into_iter()
+            .enumerate()
+            .map(|(i, share)| {
+                let (shared, slot, running, limits) = (&shared, &slots[i], &running, &limits);
+                std::thread::Builder::new()
+                    .name(format!("count-{i}"))
+                    .spawn_scoped(s, move || {
+                        // Checked by the caller: it compiles here as it did there.
+                        let filter = filter.and_then(|(e, l)| Filter::compile(e, l).ok());
+                        let r = thread_loop(share.port, filter, limits, t0, shared, stop, slot);
+                        running.fetch_sub(1, Ordering::Release);
+                        r
+                    })
+                    .expect("spawn a count thread")
+            })
+            .collect();
+        // The printer: every interval, the threads' latest counters.
+        let mut prev: Vec<Snapshot> = vec![Snapshot::default(); n];
+        let mut started = false;
+        let mut next_tick = t0 + interval;
+        while running.load(Ordering::Acquire) > 0 {
+            let now = mono_ns();
+            if now < next_tick {
+                let ms = ((next_tick - now) / 1_000_000).clamp(1, 20);
+                std::thread::sleep(Duration::from_millis(ms));
+                continue;
+            }
+            next_tick = now + interval;
+            let read: Vec<(Snapshot, Snapshot)> = slots
+                .iter()
+                .map(|m| *m.lock().unwrap_or_else(|e| e.into_inner()))
+                .collect();
+            if !started {
+                for (p, r) in prev.iter_mut().zip(&read) {
+                    *p = r.0;
+                }
+                started = true;
+            }
+            let ticks: Vec<Tick> = read
+                .iter()
+                .zip(&prev)
+                .map(|(r, p)| Tick {
+                    start: r.0,
+                    prev: *p,
+                    now: Snapshot { t_ns: now, ..r.1 },
+                })
+                .collect();
+            let total = Tick {
+                start: sum_snapshots(ticks.iter().map(|t| &t.start)),
+                prev: sum_snapshots(ticks.iter().map(|t| &t.prev)),
+                now: sum_snapshots(ticks.iter().map(|t| &t.now)),
+            };
+            on_tick(&total, &ticks);
+            for (p, t) in prev.iter_mut().zip(&ticks) {
+                *p = t.now;
+            }
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("count thread panicked"))
+            .collect()
+    });
+    let total_tick = Tick {
+        start: sum_snapshots(reports.iter().map(|r| &r.tick.start)),
+        prev: sum_snapshots(reports.iter().map(|r| &r.tick.prev)),
+        now: sum_snapshots(reports.iter().map(|r| &r.tick.now)),
+    };
+    let ended = if shared.end.load(Ordering::Acquire) {
+        ended_of(shared.why.load(Ordering::Acquire))
+    } else if reports.iter().all(|r| r.ended == Ended::EndOfInput) {
+        Ended::EndOfInput
+    } else if reports.iter().any(|r| r.ended == Ended::Stopped) {
+        Ended::Stopped
+    } else if reports.iter().any(|r| r.ended == Ended::Duration) {
+        Ended::Duration
+    } else {
+        Ended::EndOfInput
+    };
+    let mut reports = reports;
+    let error = reports.iter_mut().find_map(|r| r.error.take());
+    ThreadsReport {
+        total: Report {
+            tick: total_tick,
+            error,
+            output_error: None,
+            ended,
+            interfaces: (Vec::new(), Vec::new()),
+        },
+        threads: reports,
+    }
+}
+
+/// The limits of [`CountOptions`], shared by the threads.
+struct Limits {
+    count: Option<u64>,
+    duration: Option<Duration>,
+    interval: Duration,
+}
+
+/// How long a thread waits on its queues' descriptors when they are empty.
+const WAIT_MS: i32 = 100;
+
+/// One thread of [`run_threads`].
+fn thread_loop(
+    mut port: Box<dyn Port>,
+    filter: Option<Filter>,
+    opts: &Limits,
+    t0: u64,
+    shared: &Shared,
+    stop: &AtomicBool,
+    slot: &Mutex<(Snapshot, Snapshot)>,
+) -> Report {
+    let mut batch = Batch::new();
+    let (mut pkts, mut bytes, mut filtered) = (0u64, 0u64, 0u64);
+    let snap = |port: &mut dyn Port, t, pkts, bytes, filtered| {
+        let mut drops = port.stats().rx_drops;
+        drops.add(DropReason::Filter, filtered);
+        Snapshot {
+            t_ns: t,
+            pkts,
+            bytes,
+            drops,
+        }
+    };
+    let start = snap(port.as_mut(), t0, 0, 0, 0);
+    *slot.lock().unwrap_or_else(|e| e.into_inner()) = (start, start);
+    let mut poll = port.poll_fd().and_then(|fd| PollSet::new(&[fd]));
+    // Counters go to the printer a few times per interval (a lock, not per packet).
+    let publish_every = (opts.interval.as_nanos() as u64 / 4).clamp(10_000_000, 250_000_000);
+    let mut next_pub = t0 + publish_every;
+    let deadline = opts.duration.map(|d| t0 + d.as_nanos() as u64);
+    let mut backoff = Backoff::new(Backoff::BUSY_EVERY);
+    let mut error = None;
+    let ended = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Ended::Stopped;
+        }
+        if shared.end.load(Ordering::Acquire) {
+            break ended_of(shared.why.load(Ordering::Acquire));
+        }
+        let mut claim = BATCH as u64;
+        if let Some(c) = opts.count {
+            claim = match shared
+                .budget
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                    (r > 0).then(|| r - r.min(BATCH as u64))
+                }) {
+                Ok(r) => r.min(BATCH as u64),
+                Err(_) => 0,
+            };
+            if claim == 0 {
+                if shared.counted.load(Ordering::Acquire) >= c {
+                    end_run(shared, Ended::Count);
+                    break Ended::Count;
+                }
+                // Another thread holds what is left for a moment.
+                backoff.wait();
+                continue;
+            }
+            batch.set_limit(claim as usize);
+        }
+        let mut counted = 0u64;
+        let mut idle = false;
+        let got = port.rx(&mut batch);
+        let now = mono_ns();
+        match got {
+            Ok(n) if n > 0 => {
+                backoff.got();
+                if let Some(f) = &filter {
+                    filtered += batch.retain(|p| f.matches(p.data)) as u64;
+                }
+                counted = batch.len() as u64;
+                pkts += counted;
+                bytes += batch.descs().iter().map(|d| d.wire_len as u64).sum::<u64>();
+                batch.clear();
+            }
+            Ok(_) => idle = true,
+            Err(e) => {
+                error = Some(e);
+            }
+        }
+        if let Some(c) = opts.count {
+            shared.budget.fetch_add(claim - counted, Ordering::AcqRel);
+            if counted > 0 && shared.counted.fetch_add(counted, Ordering::AcqRel) + counted >= c {
+                end_run(shared, Ended::Count);
+                break Ended::Count;
+            }
+        }
+        if error.is_some() {
+            end_run(shared, Ended::Error);
+            break Ended::Error;
+        }
+        if idle {
+            if port.is_finished() {
+                break Ended::EndOfInput;
+            }
+            // Wait without holding a claim on the count.
+            match poll.as_mut() {
+                Some(p) => {
+                    let left = next_pub.saturating_sub(now) / 1_000_000;
+                    p.wait((left as i32).clamp(1, WAIT_MS));
+                }
+                None => backoff.wait(),
+            }
+        }
+        let now = mono_ns();
+        if now >= next_pub {
+            let s = snap(port.as_mut(), now, pkts, bytes, filtered);
+            slot.lock().unwrap_or_else(|e| e.into_inner()).1 = s;
+            next_pub = now + publish_every;
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            break Ended::Duration;
+        }
+    };
+    let end = snap(port.as_mut(), mono_ns(), pkts, bytes, filtered);
+    slot.lock().unwrap_or_else(|e| e.into_inner()).1 = end;
+    Report {
+        tick: Tick {
+            start,
+            prev: start,
+            now: end,
+        },
+        error,
+        output_error: None,
+        ended,
+        interfaces: (Vec::new(), Vec::new()),
+    }
+}
+
+/// Ends every thread of a run, for `why` (the first reason set stays).
+fn end_run(shared: &Shared, why: Ended) {
+    if !shared.end.swap(true, Ordering::AcqRel) {
+        shared.why.store(ended_code(why), Ordering::Release);
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -278,5 +621,105 @@ mod tests {
             |_| {},
         );
         assert_eq!(r.tick.now.pkts + filtered + rest.tick.now.pkts, 100);
+    }
+
+    /// Sends `n` 60-byte IPv4 packets (every fourth TCP, the rest UDP) into `a`.
+    fn send(a: &mut dyn Port, n: u32) {
+        let mut tx = Batch::with_pool(a.pool().unwrap());
+        for i in 0..n {
+            let addr = tx.alloc().unwrap();
+            let f = tx.frame_mut(addr);
+            f[..60].fill(0);
+            f[12] = 0x08;
+            f[14] = 0x45;
+            f[23] = if i % 4 == 0 { 6 } else { 17 };
+            tx.push(Desc {
+                addr,
+                len: 60,
+                wire_len: 60,
+                ..Default::default()
+            });
+            if tx.is_full() {
+                a.tx(&mut tx).unwrap();
+            }
+        }
+        a.tx(&mut tx).unwrap();
+    }
+
+    #[test]
+    fn count_on_an_aggregate_takes_no_more_than_the_count() {
+        let (mut a1, b1) = wire("count-agg1", &PortOptions::default()).unwrap();
+        let (mut a2, b2) = wire("count-agg2", &PortOptions::default()).unwrap();
+        send(&mut a1, 100);
+        send(&mut a2, 100);
+        let mut agg = crate::port::Aggregate::new("agg", vec![Box::new(b1), Box::new(b2)]);
+        let stop = AtomicBool::new(false);
+        let opts = CountOptions {
+            count: Some(10),
+            interval: Duration::from_secs(1),
+            ..Default::default()
+        };
+        let r = run(&mut agg, None, &opts, &stop, |_| {});
+        assert_eq!((r.ended, r.tick.now.pkts), (Ended::Count, 10));
+        let rest = run(
+            &mut agg,
+            None,
+            &CountOptions {
+                duration: Some(Duration::from_millis(50)),
+                ..Default::default()
+            },
+            &stop,
+            |_| {},
+        );
+        assert_eq!(
+            rest.tick.now.pkts, 190,
+            "nothing taken without being counted"
+        );
+    }
+
+    #[test]
+    fn threads_share_the_count_exactly() {
+        let (mut a1, b1) = wire("count-thr1", &PortOptions::default()).unwrap();
+        let (mut a2, b2) = wire("count-thr2", &PortOptions::default()).unwrap();
+        send(&mut a1, 400);
+        send(&mut a2, 400);
+        let shares = vec![
+            Share {
+                name: "b1".into(),
+                port: Box::new(b1),
+            },
+            Share {
+                name: "b2".into(),
+                port: Box::new(b2),
+            },
+        ];
+        let opts = CountOptions {
+            count: Some(301),
+            interval: Duration::from_millis(10),
+            ..Default::default()
+        };
+        let stop = AtomicBool::new(false);
+        let mut ticks = 0;
+        let r = run_threads(
+            shares,
+            &opts,
+            Some(("udp", LinkType::ETHERNET)),
+            &stop,
+            |t, per| {
+                ticks += 1;
+                assert_eq!(t.now.pkts, per.iter().map(|p| p.now.pkts).sum::<u64>());
+            },
+        );
+        assert_eq!(r.total.ended, Ended::Count);
+        assert_eq!(r.total.tick.now.pkts, 301);
+        let per: Vec<u64> = r.threads.iter().map(|t| t.tick.now.pkts).collect();
+        assert_eq!(per.iter().sum::<u64>(), 301, "{per:?}");
+        let filtered: u64 = r
+            .threads
+            .iter()
+            .map(|t| t.tick.now.drops.get(DropReason::Filter))
+            .sum();
+        assert_eq!(filtered, r.total.tick.now.drops.get(DropReason::Filter));
+        assert!(ticks <= 1000);
     }
 }

@@ -84,11 +84,18 @@ impl Aggregate {
         // Ports have their own pools: a batch holds one pool, so each round reads one port whose
         // packets go out in that port's own batch, swapped with the caller's.
         let n = self.ports.len();
+        // The caller's limit holds for what a member gives (count -c takes no packet it does
+        // not count).
+        let room = batch.room();
+        if room == 0 {
+            return Ok(0);
+        }
         for k in 0..n {
             let i = (self.next + k) % n;
             if self.ports[i].is_finished() {
                 continue;
             }
+            self.batches[i].set_limit(room);
             let got = self.ports[i].rx(&mut self.batches[i])?;
             if got > 0 {
                 self.next = (i + 1) % n;
