@@ -40,6 +40,9 @@ enum Cmd {
     /// Per-hop rates, sizes and drops along a path of interfaces, and where packets vanish
     /// (sar -n DEV, ip -s link, tc -s qdisc, ethtool -S, softnet_stat in one table).
     Watch(cmd::watch::Args),
+    /// netperf UDP_STREAM's table by message size through the kernel's UDP stack, and with
+    /// --watch, per size, the hop where the lost messages vanished.
+    Sweep(cmd::sweep::Args),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
         Cmd::Gen(a) => cmd::gen::run(*a),
         Cmd::Rfc2544(a) => cmd::rfc2544::run(a),
         Cmd::Watch(a) => cmd::watch::run(a),
+        Cmd::Sweep(a) => cmd::sweep::run(a),
     };
     match r {
         Ok(code) => code,

@@ -8,4 +8,5 @@ pub mod fwd;
 pub mod gen;
 pub mod lab;
 pub mod rfc2544;
+pub mod sweep;
 pub mod watch;

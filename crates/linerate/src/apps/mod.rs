@@ -7,4 +7,5 @@ pub mod flow;
 pub mod fwd;
 pub mod gen;
 pub mod lua;
+pub mod sweep;
 pub mod watch;

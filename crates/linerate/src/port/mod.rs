@@ -13,6 +13,7 @@ pub(crate) mod linkstats;
 pub mod mem;
 pub mod pcap;
 pub(crate) mod sys;
+pub mod udp;
 pub mod xdp;
 
 use crate::filter::Filter;

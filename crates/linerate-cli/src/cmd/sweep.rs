@@ -1,0 +1,573 @@
+//! `linerate sweep`: netperf's UDP_STREAM table by message size (sendmmsg batches through the
+//! kernel's UDP stack to a receiver that counts with recvmmsg), and with `--watch PATH`, per
+//! size, where the lost messages went.
+
+use crate::common::{flags, stop_flag, usage};
+use anyhow::Context;
+use clap::Parser;
+use linerate::apps::sweep::{
+    self, LocalSink, RemoteSink, SendPlan, Sink, SizeRow, SweepError, TAG_LEN,
+};
+use linerate::apps::watch::{self, report, Watch};
+use linerate::port::udp::{UdpSender, MAX_BATCH, MAX_UDP_PAYLOAD};
+use linerate::stats::{group, group_f};
+use linerate::units::Rate;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, ToSocketAddrs};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// The sizes netperf users sweep: from the smallest Ethernet payload to a full 1500-byte MTU.
+const DEFAULT_SIZES: &str = "18,64,128,256,512,1024,1472";
+/// The port of the receiver (UDP) and of `--serve`'s control (TCP) unless `--port`.
+const DEFAULT_PORT: u16 = 12866;
+/// Most sizes in one sweep.
+const MAX_SIZES: usize = 64;
+
+/// Flags of `linerate sweep`.
+#[derive(Parser, Debug)]
+pub struct Args {
+    /// Where the messages go: NETNS:IFACE (sweep starts its receiver in that network namespace,
+    /// on the interface's IPv4 address) or HOST (where `linerate sweep --serve` runs).
+    #[arg(
+        long,
+        value_name = "HOST|NETNS:IFACE",
+        required_unless_present = "serve"
+    )]
+    to: Option<String>,
+    /// Message sizes in bytes (UDP payload), in order, comma separated: each 1 to 65507.
+    #[arg(long, value_name = "LIST", default_value = DEFAULT_SIZES, value_delimiter = ',', value_parser = parse_sizes)]
+    sizes: Vec<usize>,
+    /// How long each size is sent (or with a unit: 500ms).
+    #[arg(short = 't', long = "time", value_name = "SECONDS", default_value = "1", value_parser = flags::duration(PER_SIZE))]
+    time: Duration,
+    /// UDP port of the receiver, and TCP port of `--serve`'s control (0 with --serve or
+    /// NETNS:IFACE: one the kernel picks).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PORT, value_parser = flags::int(0u16, 65535))]
+    port: u16,
+    /// Messages per second to send (e.g. 100kpps), or megabits of messages per second
+    /// (e.g. 50Mbps, payload bits as in the table); default: as fast as the kernel takes them.
+    #[arg(long, value_name = "RATE", value_parser = flags::rate)]
+    rate: Option<Rate>,
+    /// Messages handed to the kernel per sendmmsg call.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = flags::int(1usize, MAX_BATCH))]
+    batch: usize,
+    /// Send socket buffer (SO_SNDBUF) in bytes, like netperf's -s (default: the system's).
+    #[arg(long, value_name = "BYTES", value_parser = flags::size(1, 1 << 30))]
+    sndbuf: Option<u64>,
+    /// Receive socket buffer (SO_RCVBUF) of the receiver in bytes, like netperf's -S
+    /// (default: the system's). A small one makes the receiving socket drop.
+    #[arg(long, value_name = "BYTES", value_parser = flags::size(1, 1 << 30))]
+    rcvbuf: Option<u64>,
+    /// Watch this path of interfaces during each size (as `linerate watch PATH`) and say, per
+    /// size, at which hop the lost messages vanished and by which drop counters.
+    #[arg(long, value_name = "PATH")]
+    watch: Option<String>,
+    /// Print a JSON line per size and a summary instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Be the receiver for `linerate sweep --to HOST` on other hosts: count their messages on
+    /// UDP --port and answer on TCP --port, until Ctrl-C.
+    #[arg(long, conflicts_with_all = ["to", "watch", "rate", "sndbuf"])]
+    serve: bool,
+    /// With --serve: the IPv4 address to listen on (default: every address of this host).
+    #[arg(long, value_name = "ADDR", requires = "serve")]
+    bind: Option<Ipv4Addr>,
+}
+
+/// `-t` of sweep: per size, 10 ms to an hour.
+const PER_SIZE: flags::Durations = flags::Durations {
+    min: Duration::from_millis(10),
+    max: Duration::from_secs(sweep::MAX_SIZE_SECS),
+    off: false,
+};
+
+fn parse_sizes(s: &str) -> Result<usize, String> {
+    let range = format!("a message size between 1 and {MAX_UDP_PAYLOAD} bytes");
+    match linerate::units::parse_size(s) {
+        Ok(n) if (1..=MAX_UDP_PAYLOAD as u64).contains(&n) => Ok(n as usize),
+        Ok(_) => Err(format!("'{s}' is out of range: {range}")),
+        Err(e) => Err(format!("{e}; {range}")),
+    }
+}
+
+fn sweep_error(e: SweepError) -> anyhow::Error {
+    if e.is_usage() {
+        usage(format!("--to: {e}"))
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
+/// Runs `linerate sweep`.
+pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
+    if a.sizes.len() > MAX_SIZES {
+        return Err(usage(format!(
+            "--sizes: {} sizes; at most {MAX_SIZES}",
+            a.sizes.len()
+        )));
+    }
+    let stop = stop_flag()?;
+    if a.serve {
+        return serve(&a, &stop);
+    }
+    let to = a.to.take().unwrap_or_default();
+    let rate_pps = |size: usize| -> Option<f64> {
+        match a.rate {
+            None => None,
+            Some(Rate::Pps(p)) => Some(p),
+            Some(Rate::Bps(b)) => Some(b / (size as f64 * 8.0)),
+            Some(Rate::Percent(_)) => None,
+        }
+    };
+    if let Some(Rate::Percent(_)) = a.rate {
+        return Err(usage(
+            "--rate: a share of the line rate means nothing through the UDP stack; give \
+             messages per second (100kpps) or megabits per second (50Mbps)",
+        ));
+    }
+    let mut watcher = match &a.watch {
+        Some(p) => {
+            let hops = watch::parse_path(p).map_err(|e| usage(format!("--watch: {e}")))?;
+            let w = Watch::new(hops, false).map_err(|e| {
+                if e.is_usage() {
+                    usage(format!("--watch: {e}"))
+                } else {
+                    anyhow::Error::new(e).context("--watch")
+                }
+            })?;
+            Some(w)
+        }
+        None => None,
+    };
+    // The receiver: in a namespace of this machine, or a server elsewhere.
+    let rcvbuf = a.rcvbuf.map(|b| b as usize);
+    let (mut sink, where_) = match to.split_once(':') {
+        Some((ns, iface)) => {
+            if ns.is_empty() || iface.is_empty() {
+                return Err(usage(format!(
+                    "--to '{to}': write NETNS:IFACE (a namespace of `ip netns list` and an \
+                     interface in it) or HOST"
+                )));
+            }
+            let ip = sweep::target_address(Some(ns), iface).map_err(sweep_error)?;
+            let sink = LocalSink::bind(Some(ns), SocketAddrV4::new(ip, a.port), rcvbuf)
+                .map_err(sweep_error)?;
+            (
+                Sink::Local(sink),
+                format!("{to}, receiver in namespace {ns}"),
+            )
+        }
+        None => {
+            if a.port == 0 {
+                return Err(usage(
+                    "--port 0: with --to HOST, give the port its `linerate sweep --serve` listens on",
+                ));
+            }
+            let ip = (to.as_str(), a.port)
+                .to_socket_addrs()
+                .map_err(|e| usage(format!("--to '{to}': {e}")))?
+                .find_map(|s| match s {
+                    std::net::SocketAddr::V4(v) => Some(*v.ip()),
+                    _ => None,
+                })
+                .ok_or_else(|| usage(format!("--to '{to}': no IPv4 address")))?;
+            let r =
+                RemoteSink::connect(SocketAddrV4::new(ip, a.port), rcvbuf).map_err(sweep_error)?;
+            (
+                Sink::Remote(r),
+                format!("{to}, linerate sweep --serve there"),
+            )
+        }
+    };
+    let dst = sink.data_addr();
+    let mut tx = UdpSender::connect(dst, a.sndbuf.map(|b| b as usize))
+        .with_context(|| format!("opening a UDP socket toward {dst}"))?;
+    let sndbuf = tx.sndbuf().unwrap_or(0);
+    let rcv = sink.rcvbuf();
+    let run_id = (std::process::id() << 8) ^ (linerate::time::wall_ns() as u32);
+    let mut out = std::io::stdout().lock();
+    let asked = |b: Option<u64>| b.map_or_else(String::new, |b| format!(" (asked {} B)", group(b)));
+    if a.json {
+        let start = json!({
+            "type": "start",
+            "test": "UDP_STREAM",
+            "to": to,
+            "dst": dst.to_string(),
+            "src": tx.local_addr().ok().map(|s| s.to_string()),
+            "secs_per_size": a.time.as_secs_f64(),
+            "sizes": a.sizes,
+            "sndbuf": sndbuf,
+            "sndbuf_asked": a.sndbuf,
+            "rcvbuf": rcv,
+            "rcvbuf_asked": a.rcvbuf,
+            "batch": a.batch,
+            "watch": watcher.as_ref().map(|w| w.path().hops.iter().map(|h| h.label.clone()).collect::<Vec<_>>()),
+        });
+        let _ = writeln!(out, "{start}");
+    } else {
+        let _ = writeln!(
+            out,
+            "UDP_STREAM to {dst} ({where_}), {} per size, {} messages per sendmmsg",
+            flags::show_duration(a.time),
+            a.batch
+        );
+        let _ = writeln!(
+            out,
+            "Socket sizes: send {} B{}, receive {} B{}",
+            group(sndbuf as u64),
+            asked(a.sndbuf),
+            group(rcv as u64),
+            asked(a.rcvbuf)
+        );
+        if let Some(w) = &watcher {
+            let labels: Vec<&str> = w.path().hops.iter().map(|h| h.label.as_str()).collect();
+            let _ = writeln!(out, "Watching {}", labels.join(" -> "));
+            for n in &w.path().notes {
+                let _ = writeln!(out, "note: {n}");
+            }
+        }
+        let _ = write!(out, "{}", header(a.rate.is_some()));
+    }
+    let _ = out.flush();
+    let mut rows: Vec<(SizeRow, Option<Value>, Vec<String>)> = Vec::new();
+    let mut failure = None;
+    for (seq, &size) in a.sizes.iter().enumerate() {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let t: [u8; TAG_LEN] = sweep::tag(run_id, seq as u32 + 1);
+        let before = match watcher.as_mut().map(|w| w.sample()).transpose() {
+            Ok(s) => s,
+            Err(e) => {
+                failure = Some(anyhow::Error::new(e).context("--watch"));
+                break;
+            }
+        };
+        if let Err(e) = sink.begin(size, t, a.time.as_secs_f64()) {
+            failure = Some(anyhow::Error::new(e));
+            break;
+        }
+        tx.set_head(&t);
+        let plan = SendPlan {
+            size,
+            duration: a.time,
+            rate_pps: rate_pps(size),
+            batch: a.batch,
+        };
+        let txr = sweep::send_size(&mut tx, &plan, &stop);
+        let rxr = match sink.finish(txr.sent) {
+            Ok(r) => r,
+            Err(e) => {
+                failure = Some(anyhow::Error::new(e));
+                break;
+            }
+        };
+        let row = SizeRow {
+            size,
+            asked_pps: plan.rate_pps,
+            tx: txr,
+            rx: rxr,
+        };
+        let (wjson, wtext) = match (watcher.as_mut(), before) {
+            (Some(w), Some(b)) => match w.sample() {
+                Ok(after) => where_lost(&watch::diff(&b, &after).since_start(&b, &after)),
+                Err(e) => {
+                    failure = Some(anyhow::Error::new(e).context("--watch"));
+                    (None, vec![])
+                }
+            },
+            _ => (None, vec![]),
+        };
+        let notes = notes(&row, wtext);
+        if a.json {
+            let _ = writeln!(out, "{}", row_json(&row, wjson.as_ref()));
+        } else {
+            let _ = write!(out, "{}", row_text(&row, a.rate.is_some()));
+            for n in &notes {
+                let _ = writeln!(out, "{:>8}  {n}", format!("{size}:"));
+            }
+        }
+        let _ = out.flush();
+        rows.push((row, wjson, notes));
+        if failure.is_some() {
+            break;
+        }
+    }
+    let stopped = stop.load(Ordering::Relaxed);
+    let done = rows.len();
+    if a.json {
+        let s = json!({
+            "type": "summary",
+            "sizes": rows.iter().map(|(r, w, _)| row_json(r, w.as_ref())).collect::<Vec<_>>(),
+            "stopped": stopped,
+            "sizes_done": done,
+            "sizes_asked": a.sizes.len(),
+        });
+        let _ = writeln!(out, "{s}");
+    } else if stopped {
+        let _ = writeln!(
+            out,
+            "Stopped by a signal: {done} of {} sizes measured{}",
+            a.sizes.len(),
+            if rows.last().is_some_and(|(r, _, _)| r.tx.stopped) {
+                " (the last one cut short: its row covers the time it ran)"
+            } else {
+                ""
+            }
+        );
+    }
+    let _ = out.flush();
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+fn header(rate: bool) -> String {
+    let asked = if rate {
+        format!(" {:>11}", "asked")
+    } else {
+        String::new()
+    };
+    let asked2 = if rate {
+        format!(" {:>11}", "msg/s")
+    } else {
+        String::new()
+    };
+    format!(
+        "{:>8} {:>7} {:>12} {:>9} {:>12} {:>10} {:>7}{asked} {:>11} {:>9} {:>11} {:>9}\n\
+         {:>8} {:>7} {:>12} {:>9} {:>12} {:>10} {:>7}{asked2} {:>11} {:>9} {:>11} {:>9}\n",
+        "Message",
+        "Elapsed",
+        "Messages",
+        "Send",
+        "Messages",
+        "Lost",
+        "Loss",
+        "Sent",
+        "Sent",
+        "Received",
+        "Received",
+        "size B",
+        "secs",
+        "sent",
+        "errors",
+        "received",
+        "",
+        "%",
+        "msg/s",
+        "Mbit/s",
+        "msg/s",
+        "Mbit/s"
+    )
+}
+
+fn row_text(r: &SizeRow, rate: bool) -> String {
+    let asked = if rate {
+        format!(
+            " {:>11}",
+            r.asked_pps.map_or_else(|| "-".into(), |p| group_f(p, 0))
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "{:>8} {:>7.2} {:>12} {:>9} {:>12} {:>10} {:>7.2}{asked} {:>11} {:>9} {:>11} {:>9}\n",
+        r.size,
+        r.elapsed_s(),
+        group(r.tx.sent),
+        group(r.tx.errors_total()),
+        group(r.rx.received),
+        group(r.lost()),
+        r.loss_pct(),
+        group_f(r.tx_pps(), 0),
+        group_f(r.tx_mbps(), 2),
+        group_f(r.rx_pps(), 0),
+        group_f(r.rx_mbps(), 2),
+    )
+}
+
+/// Lines under a row: errors by reason, where the lost messages went, strays, a cut.
+fn notes(r: &SizeRow, watch: Vec<String>) -> Vec<String> {
+    let mut n = Vec::new();
+    if !r.tx.errors.is_empty() {
+        let e: Vec<String> =
+            r.tx.errors
+                .iter()
+                .map(|(k, v)| format!("{k} {}", group(*v)))
+                .collect();
+        n.push(format!(
+            "send errors (refused by the kernel, not sent): {}",
+            e.join(", ")
+        ));
+    }
+    if let Some(p) = r.asked_pps {
+        let got = r.tx_pps();
+        if (got - p).abs() > p * 0.01 {
+            n.push(format!(
+                "asked {} msg/s, sent {} msg/s",
+                group_f(p, 0),
+                group_f(got, 0)
+            ));
+        }
+    }
+    let lost = r.lost();
+    if lost > 0 {
+        match r.rx.socket_drops {
+            Some(d) if d >= lost => n.push(format!(
+                "lost {}: all dropped by the receiving socket (its receive buffer was full: \
+                 raise --rcvbuf or net.core.rmem_max)",
+                group(lost)
+            )),
+            Some(d) if d > 0 => n.push(format!(
+                "lost {}: {} dropped by the receiving socket (its receive buffer was full: \
+                 raise --rcvbuf or net.core.rmem_max), {} on the way to it",
+                group(lost),
+                group(d),
+                group(lost - d)
+            )),
+            Some(_) => n.push(format!(
+                "lost {}: on the way (none dropped by the receiving socket)",
+                group(lost)
+            )),
+            None => n.push(format!("lost {}", group(lost))),
+        }
+    }
+    n.extend(watch);
+    if r.rx.other > 0 {
+        n.push(format!(
+            "{} other datagrams reached the port (late ones of the size before, or not this \
+             sweep's): not counted",
+            group(r.rx.other)
+        ));
+    }
+    if r.tx.stopped {
+        n.push(format!(
+            "cut short by a signal after {:.2} s",
+            r.elapsed_s()
+        ));
+    }
+    n
+}
+
+/// Where the messages lost during one size went along the watched path: the hop where most
+/// vanished, in watch's words, and its drop counters.
+fn where_lost(i: &watch::Interval) -> (Option<Value>, Vec<String>) {
+    let Some(k) = i.most_lost else {
+        return (
+            Some(json!({"most_lost": null})),
+            vec!["watch: no hop of the path lost packets".into()],
+        );
+    };
+    let h = &i.hops[k];
+    let drops: serde_json::Map<String, Value> = h
+        .drops
+        .iter()
+        .filter(|(_, v)| *v > 0)
+        .map(|(n, v)| (n.clone(), json!(v)))
+        .collect();
+    let mut text = vec![format!(
+        "watch: {}",
+        report::mark_text(i).unwrap_or_default()
+    )];
+    if !drops.is_empty() {
+        let d: Vec<String> = drops
+            .iter()
+            .map(|(n, v)| format!("{n} {}", group(v.as_u64().unwrap_or(0))))
+            .collect();
+        text.push(format!(
+            "watch: drop counters of {}: {}",
+            h.label,
+            d.join(", ")
+        ));
+    }
+    (
+        Some(json!({
+            "most_lost": h.label,
+            "vanished": h.vanished,
+            "lost_before": h.lost_before,
+            "drops": drops,
+            "text": report::mark_text(i),
+        })),
+        text,
+    )
+}
+
+fn row_json(r: &SizeRow, watch: Option<&Value>) -> Value {
+    let mut v = json!({
+        "type": "size",
+        "size": r.size,
+        "elapsed": r.elapsed_s(),
+        "sent": r.tx.sent,
+        "send_errors": r.tx.errors,
+        "received": r.rx.received,
+        "received_bytes": r.rx.bytes,
+        "lost": r.lost(),
+        "loss_pct": r.loss_pct(),
+        "socket_drops": r.rx.socket_drops,
+        "other": r.rx.other,
+        "tx_pps": r.tx_pps(),
+        "tx_mbps": r.tx_mbps(),
+        "rx_pps": r.rx_pps(),
+        "rx_mbps": r.rx_mbps(),
+        "rx_span": r.rx.span_ns as f64 / 1e9,
+        "stopped": r.tx.stopped,
+    });
+    if let Some(p) = r.asked_pps {
+        v["rate_pps"] = json!(p);
+    }
+    if let Some(w) = watch {
+        v["watch"] = w.clone();
+    }
+    v
+}
+
+/// `linerate sweep --serve`: the receiver for `--to HOST` on other hosts.
+fn serve(a: &Args, stop: &std::sync::atomic::AtomicBool) -> anyhow::Result<ExitCode> {
+    let ip = a.bind.unwrap_or(Ipv4Addr::UNSPECIFIED);
+    let listener = TcpListener::bind((ip, a.port)).map_err(|e| {
+        usage(format!(
+            "--port {}: cannot listen on TCP {ip}:{}: {e}",
+            a.port, a.port
+        ))
+    })?;
+    let port = listener.local_addr()?.port();
+    let mut sink = LocalSink::bind(
+        None,
+        SocketAddrV4::new(ip, port),
+        a.rcvbuf.map(|b| b as usize),
+    )
+    .map_err(|e| usage(format!("--port {port}: {e}")))?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        let _ = writeln!(
+            out,
+            "{}",
+            json!({"type": "listening", "addr": format!("{ip}:{port}"), "rcvbuf": sink.rcvbuf()})
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "linerate sweep --serve: control on TCP {ip}:{port}, messages on UDP {ip}:{port}, \
+             receive socket {} B; Ctrl-C stops",
+            group(sink.rcvbuf() as u64)
+        );
+    }
+    let _ = out.flush();
+    drop(out);
+    let json_out = a.json;
+    sweep::serve(&listener, &mut sink, stop, |line| {
+        let mut o = std::io::stdout().lock();
+        if json_out {
+            let _ = writeln!(o, "{}", json!({"type": "log", "text": line}));
+        } else {
+            let _ = writeln!(o, "{line}");
+        }
+        let _ = o.flush();
+    })
+    .map_err(anyhow::Error::new)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,1013 @@
+//! `linerate sweep`: netperf's UDP_STREAM by message size, through the kernel's UDP stack.
+//!
+//! For each message size, a [`UdpSender`] sends datagrams of that size for a while (batches of
+//! `sendmmsg`, optionally paced to a rate) and a receiver counts those that arrive
+//! (`recvmmsg`). The receiver is a [`LocalSink`] (a thread of this process reading a socket
+//! opened where the datagrams go: in a network namespace, entered by a helper thread only to
+//! open it) or a [`RemoteSink`] (a `linerate sweep --serve` on another host, told about each
+//! size over a TCP control connection and asked what it received: [`serve`]).
+//!
+//! Each datagram of 12 bytes or more starts with a tag (`LRSW`, the run, the size's number),
+//! so that the receiver counts only this size's datagrams of this run; shorter ones are
+//! counted by length. Anything else that reaches the port is counted apart (`other`).
+#![deny(unsafe_code)]
+
+use crate::port::linkstats::netns;
+use crate::port::udp::{RxBufs, UdpReceiver, UdpSender, MAX_BATCH, RX_COPY};
+use std::collections::BTreeMap;
+use std::io::{self, BufReader, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Errors of `sweep`.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// The target namespace does not exist.
+    #[error("no network namespace '{0}' (/run/netns/{0} does not exist; list them with `ip netns list`)")]
+    NoNamespace(String),
+    /// The target interface has no IPv4 address, or does not exist.
+    #[error("{target}: {why}")]
+    BadTarget {
+        /// `NETNS:IFACE`.
+        target: String,
+        /// What is wrong and what to do.
+        why: String,
+    },
+    /// No `linerate sweep --serve` answered.
+    #[error("no `linerate sweep --serve` answers on {addr} ({why}); start one there with `linerate sweep --serve --port {port}`")]
+    NoServer {
+        /// Where it was asked.
+        addr: String,
+        /// The port.
+        port: u16,
+        /// What happened.
+        why: String,
+    },
+    /// The server broke the exchange.
+    #[error("sweep server {addr}: {why}")]
+    Protocol {
+        /// The server.
+        addr: String,
+        /// What happened.
+        why: String,
+    },
+    /// A socket operation failed.
+    #[error("{op}: {source}")]
+    Os {
+        /// What was done.
+        op: String,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+impl SweepError {
+    /// Whether the user named something wrong (exit code 2).
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            SweepError::NoNamespace(_) | SweepError::BadTarget { .. }
+        )
+    }
+}
+
+fn os(op: impl Into<String>) -> impl FnOnce(io::Error) -> SweepError {
+    let op = op.into();
+    move |source| SweepError::Os { op, source }
+}
+
+/// Bytes of the tag at the start of each datagram.
+pub const TAG_LEN: usize = 12;
+
+/// The tag of size number `seq` of run `run`: `LRSW`, run, seq (big endian).
+pub fn tag(run: u32, seq: u32) -> [u8; TAG_LEN] {
+    let mut t = [0u8; TAG_LEN];
+    t[..4].copy_from_slice(b"LRSW");
+    t[4..8].copy_from_slice(&run.to_be_bytes());
+    t[8..].copy_from_slice(&seq.to_be_bytes());
+    t
+}
+
+/// What a receiver counted for one size.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RxReport {
+    /// Datagrams of this size (and tag) received.
+    pub received: u64,
+    /// Their payload bytes.
+    pub bytes: u64,
+    /// Other datagrams that reached the port meanwhile (another size's late ones, strangers).
+    pub other: u64,
+    /// Datagrams the receiving socket dropped meanwhile (its receive buffer was full); None
+    /// when the kernel does not say.
+    pub socket_drops: Option<u64>,
+    /// Nanoseconds from the first to the last datagram received (0: fewer than two).
+    pub span_ns: u64,
+}
+
+/// What the sender did for one size.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TxReport {
+    /// Datagrams the kernel took.
+    pub sent: u64,
+    /// Datagrams it refused, by reason (`ENOBUFS`, `ECONNREFUSED` …).
+    pub errors: BTreeMap<String, u64>,
+    /// Nanoseconds from the first send to the end of the last.
+    pub elapsed_ns: u64,
+    /// Whether a stop (a signal) cut it short.
+    pub stopped: bool,
+}
+
+impl TxReport {
+    /// Datagrams refused, all reasons.
+    pub fn errors_total(&self) -> u64 {
+        self.errors.values().sum()
+    }
+}
+
+/// One row of the table: a message size, sent and received.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SizeRow {
+    /// Message size (UDP payload bytes).
+    pub size: usize,
+    /// The rate asked (messages per second), if one was.
+    pub asked_pps: Option<f64>,
+    /// The sender's side.
+    pub tx: TxReport,
+    /// The receiver's side.
+    pub rx: RxReport,
+}
+
+impl SizeRow {
+    /// Seconds the size was sent for.
+    pub fn elapsed_s(&self) -> f64 {
+        self.tx.elapsed_ns as f64 / 1e9
+    }
+
+    fn per_s(&self, n: u64) -> f64 {
+        let s = self.elapsed_s();
+        if s > 0.0 {
+            n as f64 / s
+        } else {
+            0.0
+        }
+    }
+
+    /// Messages sent per second.
+    pub fn tx_pps(&self) -> f64 {
+        self.per_s(self.tx.sent)
+    }
+
+    /// Megabits of messages sent per second (payload, as netperf counts).
+    pub fn tx_mbps(&self) -> f64 {
+        self.per_s(self.tx.sent * self.size as u64) * 8.0 / 1e6
+    }
+
+    /// Messages received per second (over the same time as the sender's, as netperf does).
+    pub fn rx_pps(&self) -> f64 {
+        self.per_s(self.rx.received)
+    }
+
+    /// Megabits of messages received per second.
+    pub fn rx_mbps(&self) -> f64 {
+        self.per_s(self.rx.bytes) * 8.0 / 1e6
+    }
+
+    /// Messages sent and not received.
+    pub fn lost(&self) -> u64 {
+        self.tx.sent.saturating_sub(self.rx.received)
+    }
+
+    /// [`SizeRow::lost`] in per cent of those sent (0 when none were sent).
+    pub fn loss_pct(&self) -> f64 {
+        if self.tx.sent == 0 {
+            0.0
+        } else {
+            self.lost() as f64 * 100.0 / self.tx.sent as f64
+        }
+    }
+}
+
+/// The name of an errno for reports.
+pub fn errno_name(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ENOBUFS) => "ENOBUFS".into(),
+        Some(libc::EAGAIN) => "EAGAIN".into(),
+        Some(libc::ECONNREFUSED) => "ECONNREFUSED".into(),
+        Some(libc::EHOSTUNREACH) => "EHOSTUNREACH".into(),
+        Some(libc::ENETUNREACH) => "ENETUNREACH".into(),
+        Some(libc::EMSGSIZE) => "EMSGSIZE".into(),
+        Some(libc::EPERM) => "EPERM".into(),
+        Some(libc::EACCES) => "EACCES".into(),
+        Some(libc::ENOMEM) => "ENOMEM".into(),
+        Some(n) => format!("errno {n}"),
+        None => e.to_string(),
+    }
+}
+
+/// How one size is sent.
+#[derive(Clone, Debug)]
+pub struct SendPlan {
+    /// Message size.
+    pub size: usize,
+    /// How long.
+    pub duration: Duration,
+    /// Messages per second asked (None: as fast as the kernel takes them).
+    pub rate_pps: Option<f64>,
+    /// Messages per sendmmsg call (1..=1024).
+    pub batch: usize,
+}
+
+/// Sends one size: batches of `plan.batch` datagrams for `plan.duration` (paced when a rate is
+/// asked), until then or `stop`. A refused datagram is counted under its reason and not sent.
+pub fn send_size(tx: &mut UdpSender, plan: &SendPlan, stop: &AtomicBool) -> TxReport {
+    let mut r = TxReport::default();
+    let batch = plan.batch.clamp(1, MAX_BATCH);
+    let batch = match plan.rate_pps {
+        // About a batch per millisecond at most, so that pacing stays smooth.
+        Some(pps) => batch.min(((pps / 1000.0) as usize).max(1)),
+        None => batch,
+    };
+    let t0 = Instant::now();
+    let end = t0 + plan.duration;
+    let mut attempted: u64 = 0;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            r.stopped = true;
+            break;
+        }
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        if let Some(pps) = plan.rate_pps {
+            let due = t0 + Duration::from_secs_f64(attempted as f64 / pps);
+            if due > now {
+                std::thread::sleep((due - now).min(end - now).min(Duration::from_millis(50)));
+                continue;
+            }
+        }
+        match tx.send(batch, plan.size) {
+            Ok(n) => {
+                r.sent += n as u64;
+                attempted += n as u64;
+            }
+            Err(e) => {
+                *r.errors.entry(errno_name(&e)).or_insert(0) += 1;
+                attempted += 1;
+                tx.clear_errors();
+                if e.raw_os_error() == Some(libc::ENOBUFS) || e.kind() == io::ErrorKind::WouldBlock
+                {
+                    // The queue toward the device is full: let it drain a little.
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+    r.elapsed_ns = t0.elapsed().as_nanos() as u64;
+    r
+}
+
+/// What the receiving thread is told and what it counted.
+#[derive(Debug, Default)]
+struct Phase {
+    gen: u64,
+    len: usize,
+    tag: [u8; TAG_LEN],
+    received: u64,
+    bytes: u64,
+    other: u64,
+    first_ns: u64,
+    last_ns: u64,
+}
+
+#[derive(Debug)]
+struct RxShared {
+    phase: Mutex<Phase>,
+    /// Generation the thread is counting for.
+    seen: AtomicU64,
+    /// Monotonic time of the last datagram of any kind (ns).
+    last_any_ns: AtomicU64,
+    stop: AtomicBool,
+    failed: Mutex<Option<io::Error>>,
+}
+
+/// A receiver in this process: a thread counting the datagrams on one socket.
+#[derive(Debug)]
+pub struct LocalSink {
+    sock: Arc<UdpReceiver>,
+    shared: Arc<RxShared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    addr: SocketAddrV4,
+    drops_at_begin: Option<u64>,
+}
+
+/// How long a receive call waits before the thread looks at its orders again.
+const RX_WAIT_MS: u32 = 20;
+
+impl LocalSink {
+    /// Binds `addr` (in `netns` when given: the socket is opened by a helper thread that
+    /// entered the namespace, and stays there) and starts the counting thread.
+    pub fn bind(
+        netns: Option<&str>,
+        addr: SocketAddrV4,
+        rcvbuf: Option<usize>,
+    ) -> Result<LocalSink, SweepError> {
+        let open = || UdpReceiver::bind(addr, rcvbuf, RX_WAIT_MS);
+        let sock = match netns {
+            None => open(),
+            Some(ns) => in_netns(ns, open)?,
+        }
+        .map_err(os(format!("binding UDP {addr}")))?;
+        let addr = sock.local_addr().map_err(os("getsockname"))?;
+        Ok(Self::start(sock, addr))
+    }
+
+    fn start(sock: UdpReceiver, addr: SocketAddrV4) -> LocalSink {
+        let sock = Arc::new(sock);
+        let shared = Arc::new(RxShared {
+            phase: Mutex::new(Phase::default()),
+            seen: AtomicU64::new(0),
+            last_any_ns: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            failed: Mutex::new(None),
+        });
+        let (s2, sh2) = (sock.clone(), shared.clone());
+        let thread = std::thread::Builder::new()
+            .name("sweep-rx".into())
+            .spawn(move || rx_loop(&s2, &sh2))
+            .ok();
+        LocalSink {
+            sock,
+            shared,
+            thread,
+            addr,
+            drops_at_begin: None,
+        }
+    }
+
+    /// The bound address (the port the kernel picked for port 0).
+    pub fn addr(&self) -> SocketAddrV4 {
+        self.addr
+    }
+
+    /// The receive buffer granted (bytes).
+    pub fn rcvbuf(&self) -> usize {
+        self.sock.rcvbuf().unwrap_or(0)
+    }
+
+    /// Sets the receive buffer.
+    pub fn set_rcvbuf(&self, bytes: usize) -> Result<(), SweepError> {
+        self.sock
+            .set_rcvbuf(bytes)
+            .map_err(os(format!("setting the receive buffer to {bytes} B")))
+    }
+
+    /// Starts counting datagrams of `len` bytes carrying `tag` (from now on; returns once the
+    /// receiving thread counts for them).
+    pub fn begin(&mut self, len: usize, tag: [u8; TAG_LEN]) -> Result<(), SweepError> {
+        self.check()?;
+        let gen = {
+            let mut p = self.shared.phase.lock().unwrap_or_else(|e| e.into_inner());
+            *p = Phase {
+                gen: p.gen + 1,
+                len,
+                tag,
+                ..Phase::default()
+            };
+            p.gen
+        };
+        self.drops_at_begin = self.sock.drops().ok();
+        let t0 = Instant::now();
+        while self.shared.seen.load(Ordering::Acquire) < gen {
+            if t0.elapsed() > Duration::from_secs(2) {
+                return Err(SweepError::Os {
+                    op: "the receiving thread does not answer".into(),
+                    source: io::Error::new(io::ErrorKind::TimedOut, "2 s"),
+                });
+            }
+            self.check()?;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+
+    fn check(&self) -> Result<(), SweepError> {
+        if let Some(e) = self
+            .shared
+            .failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            return Err(SweepError::Os {
+                op: format!("receiving on UDP {}", self.addr),
+                source: e,
+            });
+        }
+        if self.thread.is_none() {
+            return Err(SweepError::Os {
+                op: "starting the receiving thread".into(),
+                source: io::Error::other("thread not started"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Waits for the datagrams still on their way (until `sent` arrived, nothing came for
+    /// `idle`, or `limit` passed) and returns what was counted since [`LocalSink::begin`].
+    pub fn finish(&mut self, sent: u64, idle: Duration, limit: Duration) -> RxReport {
+        let t0 = Instant::now();
+        let idle_ns = idle.as_nanos() as u64;
+        loop {
+            let got = self
+                .shared
+                .phase
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .received;
+            if got >= sent || t0.elapsed() >= limit {
+                break;
+            }
+            let last = self.shared.last_any_ns.load(Ordering::Relaxed);
+            let now = crate::time::mono_ns();
+            if t0.elapsed() >= idle && now.saturating_sub(last) >= idle_ns {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // What the thread counted, from its last whole batch.
+        let p = self.shared.phase.lock().unwrap_or_else(|e| e.into_inner());
+        let socket_drops = match (self.drops_at_begin, self.sock.drops().ok()) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        RxReport {
+            received: p.received,
+            bytes: p.bytes,
+            other: p.other,
+            socket_drops,
+            span_ns: p.last_ns.saturating_sub(p.first_ns),
+        }
+    }
+}
+
+impl Drop for LocalSink {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn rx_loop(sock: &UdpReceiver, sh: &RxShared) {
+    let mut bufs: RxBufs = [[0; RX_COPY]; 64];
+    while !sh.stop.load(Ordering::Relaxed) {
+        let (gen, len, tag) = {
+            let p = sh.phase.lock().unwrap_or_else(|e| e.into_inner());
+            (p.gen, p.len, p.tag)
+        };
+        sh.seen.store(gen, Ordering::Release);
+        let (mut mine, mut bytes, mut other) = (0u64, 0u64, 0u64);
+        let r = sock.recv(&mut bufs, |l, head| {
+            let ours = gen > 0 && l == len && (l < TAG_LEN || head[..TAG_LEN] == tag);
+            if ours {
+                mine += 1;
+                bytes += l as u64;
+            } else {
+                other += 1;
+            }
+        });
+        match r {
+            Ok(0) => continue,
+            Ok(_) => {
+                let now = crate::time::mono_ns();
+                sh.last_any_ns.store(now, Ordering::Relaxed);
+                let mut p = sh.phase.lock().unwrap_or_else(|e| e.into_inner());
+                if p.gen == gen {
+                    if mine > 0 {
+                        if p.received == 0 {
+                            p.first_ns = now;
+                        }
+                        p.last_ns = now;
+                    }
+                    p.received += mine;
+                    p.bytes += bytes;
+                    p.other += other;
+                } else {
+                    // Orders changed during the call: these belong to the size before.
+                    p.other += mine + other;
+                }
+            }
+            Err(e) => {
+                *sh.failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                return;
+            }
+        }
+    }
+}
+
+fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T, SweepError> {
+    netns::run_in(ns, f).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => SweepError::NoNamespace(ns.to_string()),
+        _ => {
+            let hint = match e.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => {
+                    " (entering a namespace needs root or CAP_SYS_ADMIN)"
+                }
+                _ => "",
+            };
+            SweepError::Os {
+                op: format!("entering network namespace '{ns}'{hint}"),
+                source: e,
+            }
+        }
+    })
+}
+
+/// The IPv4 address of `iface` in namespace `netns` (None: this one), for `--to NETNS:IFACE`.
+pub fn target_address(netns: Option<&str>, iface: &str) -> Result<Ipv4Addr, SweepError> {
+    let label = match netns {
+        Some(ns) => format!("{ns}:{iface}"),
+        None => iface.to_string(),
+    };
+    let r = match netns {
+        Some(ns) => in_netns(ns, || crate::port::udp::ipv4_of(iface))?,
+        None => crate::port::udp::ipv4_of(iface),
+    };
+    let list = match netns {
+        Some(ns) => format!("ip -n {ns} -4 addr show"),
+        None => "ip -4 addr show".into(),
+    };
+    match r {
+        Ok(Some(a)) => Ok(a),
+        Ok(None) => Err(SweepError::BadTarget {
+            target: label,
+            why: format!(
+                "the interface has no IPv4 address (see `{list}`; add one with `ip addr add`)"
+            ),
+        }),
+        Err(e)
+            if e.raw_os_error() == Some(libc::ENODEV)
+                || e.kind() == io::ErrorKind::InvalidInput =>
+        {
+            Err(SweepError::BadTarget {
+                target: label,
+                why: format!("no such interface (list them with `{list}`)"),
+            })
+        }
+        Err(e) => Err(SweepError::Os {
+            op: format!("{label}: reading its IPv4 address"),
+            source: e,
+        }),
+    }
+}
+
+/// A receiver: in this process, or a `linerate sweep --serve` elsewhere.
+#[derive(Debug)]
+pub enum Sink {
+    /// A thread of this process.
+    Local(LocalSink),
+    /// A server over TCP.
+    Remote(RemoteSink),
+}
+
+/// How long to wait for datagrams still on their way after the sender stopped.
+pub const DRAIN_IDLE: Duration = Duration::from_millis(200);
+/// The longest wait for them.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+impl Sink {
+    /// Where to send the datagrams.
+    pub fn data_addr(&self) -> SocketAddrV4 {
+        match self {
+            Sink::Local(l) => l.addr(),
+            Sink::Remote(r) => r.data,
+        }
+    }
+
+    /// The receive buffer granted (bytes).
+    pub fn rcvbuf(&self) -> usize {
+        match self {
+            Sink::Local(l) => l.rcvbuf(),
+            Sink::Remote(r) => r.rcvbuf,
+        }
+    }
+
+    /// Tells the receiver a size begins.
+    pub fn begin(&mut self, len: usize, tag: [u8; TAG_LEN], secs: f64) -> Result<(), SweepError> {
+        match self {
+            Sink::Local(l) => l.begin(len, tag),
+            Sink::Remote(r) => r.begin(len, tag, secs),
+        }
+    }
+
+    /// Tells the receiver the size ended after `sent` datagrams; returns what it counted.
+    pub fn finish(&mut self, sent: u64) -> Result<RxReport, SweepError> {
+        match self {
+            Sink::Local(l) => Ok(l.finish(sent, DRAIN_IDLE, DRAIN_LIMIT)),
+            Sink::Remote(r) => r.finish(sent),
+        }
+    }
+}
+
+/// The control exchange's first line (and its version).
+const HELLO: &str = "LINERATE-SWEEP 1";
+/// Longest control line.
+const MAX_LINE: usize = 256;
+
+/// A `linerate sweep --serve` on another host, over a TCP control connection.
+#[derive(Debug)]
+pub struct RemoteSink {
+    ctl: BufReader<TcpStream>,
+    server: String,
+    data: SocketAddrV4,
+    rcvbuf: usize,
+}
+
+fn read_line(
+    r: &mut BufReader<TcpStream>,
+    limit: Duration,
+    stop: Option<&AtomicBool>,
+) -> io::Result<String> {
+    let t0 = Instant::now();
+    let mut line = Vec::new();
+    loop {
+        let _ = r
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_millis(200)));
+        let mut byte = [0u8; 1];
+        match io::Read::read(r, &mut byte) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the connection was closed",
+                ))
+            }
+            Ok(_) => {
+                if byte[0] == b'\n' {
+                    return String::from_utf8(line)
+                        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not text"));
+                }
+                line.push(byte[0]);
+                if line.len() > MAX_LINE {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "a control line longer than 256 bytes",
+                    ));
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                if t0.elapsed() >= limit {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no answer within {} s", limit.as_secs_f64()),
+                    ));
+                }
+                if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                    return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped"));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `key=value` of a control line.
+fn field(line: &str, key: &str) -> Option<String> {
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v.to_string())
+}
+
+fn num(line: &str, key: &str) -> Option<u64> {
+    field(line, key)?.parse().ok()
+}
+
+/// Time allowed to connect and for the first answers.
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl RemoteSink {
+    /// Connects to a `linerate sweep --serve` on `server` (control on TCP, datagrams to the same
+    /// port on UDP) and asks for a receive buffer of `rcvbuf` bytes when given.
+    pub fn connect(server: SocketAddrV4, rcvbuf: Option<usize>) -> Result<RemoteSink, SweepError> {
+        let addr = server.to_string();
+        let no = |why: String| SweepError::NoServer {
+            addr: addr.clone(),
+            port: server.port(),
+            why,
+        };
+        let s = TcpStream::connect_timeout(&SocketAddr::V4(server), CONTROL_TIMEOUT)
+            .map_err(|e| no(e.to_string()))?;
+        let _ = s.set_nodelay(true);
+        let mut ctl = BufReader::new(s);
+        ctl.get_mut()
+            .write_all(format!("{HELLO} rcvbuf={}\n", rcvbuf.unwrap_or(0)).as_bytes())
+            .map_err(|e| no(e.to_string()))?;
+        let line = read_line(&mut ctl, CONTROL_TIMEOUT, None).map_err(|e| no(e.to_string()))?;
+        if let Some(why) = line.strip_prefix("ERR ") {
+            return Err(SweepError::Protocol {
+                addr,
+                why: why.to_string(),
+            });
+        }
+        if !line.starts_with("OK ") {
+            return Err(no(format!(
+                "it answered '{}', not a sweep server",
+                line.trim()
+            )));
+        }
+        let port = num(&line, "port")
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or_else(|| no(format!("no port in '{line}'")))?;
+        Ok(RemoteSink {
+            ctl,
+            data: SocketAddrV4::new(*server.ip(), port),
+            rcvbuf: num(&line, "rcvbuf").unwrap_or(0) as usize,
+            server: addr,
+        })
+    }
+
+    fn proto(&self, why: impl Into<String>) -> SweepError {
+        SweepError::Protocol {
+            addr: self.server.clone(),
+            why: why.into(),
+        }
+    }
+
+    fn ask(&mut self, line: &str, limit: Duration) -> Result<String, SweepError> {
+        self.ctl
+            .get_mut()
+            .write_all(line.as_bytes())
+            .map_err(|e| self.proto(format!("sending '{}': {e}", line.trim())))?;
+        let a = read_line(&mut self.ctl, limit, None)
+            .map_err(|e| self.proto(format!("after '{}': {e}", line.trim())))?;
+        if let Some(why) = a.strip_prefix("ERR ") {
+            return Err(self.proto(why.to_string()));
+        }
+        Ok(a)
+    }
+
+    fn begin(&mut self, len: usize, tag: [u8; TAG_LEN], secs: f64) -> Result<(), SweepError> {
+        let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+        let a = self.ask(
+            &format!("BEGIN size={len} tag={hex} secs={}\n", secs.ceil() as u64),
+            CONTROL_TIMEOUT,
+        )?;
+        if a.trim() != "READY" {
+            return Err(self.proto(format!("answered '{}' to BEGIN", a.trim())));
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, sent: u64) -> Result<RxReport, SweepError> {
+        let a = self.ask(&format!("END sent={sent}\n"), DRAIN_LIMIT + CONTROL_TIMEOUT)?;
+        if !a.starts_with("RESULT ") {
+            return Err(self.proto(format!("answered '{}' to END", a.trim())));
+        }
+        let need = |k: &str| num(&a, k).ok_or_else(|| self.proto(format!("no {k} in '{a}'")));
+        Ok(RxReport {
+            received: need("received")?,
+            bytes: need("bytes")?,
+            other: need("other")?,
+            socket_drops: num(&a, "drops"),
+            span_ns: need("span_ns")?,
+        })
+    }
+}
+
+impl Drop for RemoteSink {
+    fn drop(&mut self) {
+        let _ = self.ctl.get_mut().write_all(b"BYE\n");
+    }
+}
+
+/// Longest time a size may last on a server (a client asking more is refused).
+pub const MAX_SIZE_SECS: u64 = 3600;
+
+fn parse_tag(hex: &str) -> Option<[u8; TAG_LEN]> {
+    if hex.len() != TAG_LEN * 2 || !hex.is_ascii() {
+        return None;
+    }
+    let mut t = [0u8; TAG_LEN];
+    for (i, b) in t.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).ok()?;
+    }
+    Some(t)
+}
+
+/// `linerate sweep --serve`: answers clients one after the other on `listener` (TCP), counting
+/// their datagrams on `sink`'s UDP socket (the same port), until `stop`. `log` gets a line per
+/// client and per size.
+pub fn serve(
+    listener: &TcpListener,
+    sink: &mut LocalSink,
+    stop: &AtomicBool,
+    mut log: impl FnMut(&str),
+) -> Result<(), SweepError> {
+    listener
+        .set_nonblocking(true)
+        .map_err(os("setting the listener non-blocking"))?;
+    let default_rcvbuf = sink.rcvbuf();
+    while !stop.load(Ordering::Relaxed) {
+        let (s, peer) = match listener.accept() {
+            Ok(x) => x,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(os("accepting a control connection")(e)),
+        };
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_nodelay(true);
+        log(&format!("client {peer}"));
+        match serve_one(s, sink, stop, &mut log) {
+            Ok(()) => log(&format!("client {peer} done")),
+            Err(e) => log(&format!("client {peer}: {e}")),
+        }
+        let _ = sink.set_rcvbuf(default_rcvbuf / 2);
+    }
+    Ok(())
+}
+
+fn serve_one(
+    s: TcpStream,
+    sink: &mut LocalSink,
+    stop: &AtomicBool,
+    log: &mut impl FnMut(&str),
+) -> io::Result<()> {
+    let mut r = BufReader::new(s);
+    let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
+    let hello = read_line(&mut r, CONTROL_TIMEOUT, Some(stop))?;
+    if !hello.starts_with(HELLO) {
+        let _ = r.get_mut().write_all(b"ERR not a linerate sweep client\n");
+        return Err(bad(format!("not a sweep client: '{}'", hello.trim())));
+    }
+    if let Some(b) = num(&hello, "rcvbuf").filter(|b| *b > 0) {
+        if b > 1 << 30 {
+            let _ = r.get_mut().write_all(b"ERR rcvbuf above 1 GiB\n");
+            return Err(bad("rcvbuf above 1 GiB".into()));
+        }
+        if let Err(e) = sink.set_rcvbuf(b as usize) {
+            let _ = writeln!(r.get_mut(), "ERR {e}");
+            return Err(io::Error::other(e.to_string()));
+        }
+    }
+    writeln!(
+        r.get_mut(),
+        "OK port={} rcvbuf={}",
+        sink.addr().port(),
+        sink.rcvbuf()
+    )?;
+    let mut limit = CONTROL_TIMEOUT * 10;
+    loop {
+        let line = read_line(&mut r, limit, Some(stop))?;
+        let cmd = line.split_whitespace().next().unwrap_or("");
+        match cmd {
+            "BEGIN" => {
+                let size = num(&line, "size").filter(|s| (1..=65_507).contains(s));
+                let tag = field(&line, "tag").and_then(|t| parse_tag(&t));
+                let secs = num(&line, "secs").filter(|s| *s <= MAX_SIZE_SECS);
+                let (Some(size), Some(tag), Some(secs)) = (size, tag, secs) else {
+                    writeln!(r.get_mut(), "ERR bad BEGIN: '{}'", line.trim())?;
+                    return Err(bad(format!("bad BEGIN '{}'", line.trim())));
+                };
+                if let Err(e) = sink.begin(size as usize, tag) {
+                    writeln!(r.get_mut(), "ERR {e}")?;
+                    return Err(io::Error::other(e.to_string()));
+                }
+                // The client sends for `secs`, then ends the size.
+                limit = Duration::from_secs(secs) + CONTROL_TIMEOUT * 10;
+                writeln!(r.get_mut(), "READY")?;
+            }
+            "END" => {
+                let Some(sent) = num(&line, "sent") else {
+                    writeln!(r.get_mut(), "ERR bad END: '{}'", line.trim())?;
+                    return Err(bad(format!("bad END '{}'", line.trim())));
+                };
+                let rx = sink.finish(sent, DRAIN_IDLE, DRAIN_LIMIT);
+                log(&format!(
+                    "size done: {} of {sent} received, {} other",
+                    rx.received, rx.other
+                ));
+                let drops = rx
+                    .socket_drops
+                    .map_or_else(String::new, |d| format!(" drops={d}"));
+                writeln!(
+                    r.get_mut(),
+                    "RESULT received={} bytes={} other={} span_ns={}{drops}",
+                    rx.received,
+                    rx.bytes,
+                    rx.other,
+                    rx.span_ns
+                )?;
+                limit = CONTROL_TIMEOUT * 10;
+            }
+            "BYE" => return Ok(()),
+            _ => {
+                writeln!(r.get_mut(), "ERR unknown command '{}'", line.trim())?;
+                return Err(bad(format!("unknown command '{}'", line.trim())));
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_local_sink_counts_one_size_and_keeps_strays_apart() {
+        let mut sink =
+            LocalSink::bind(None, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), None).unwrap();
+        let mut tx = UdpSender::connect(sink.addr(), None).unwrap();
+        let t = tag(7, 1);
+        sink.begin(100, t).unwrap();
+        tx.set_head(&t);
+        assert_eq!(tx.send(50, 100).unwrap(), 50);
+        // Another size, and the same size with another tag: not this size's.
+        assert_eq!(tx.send(5, 200).unwrap(), 5);
+        tx.set_head(&tag(7, 2));
+        assert_eq!(tx.send(3, 100).unwrap(), 3);
+        let rx = sink.finish(50, Duration::from_millis(100), Duration::from_secs(2));
+        assert_eq!(rx.received, 50);
+        assert_eq!(rx.bytes, 5000);
+        assert_eq!(rx.other, 8);
+        assert_eq!(rx.socket_drops, Some(0));
+        let row = SizeRow {
+            size: 100,
+            asked_pps: None,
+            tx: TxReport {
+                sent: 50,
+                elapsed_ns: 500_000_000,
+                ..Default::default()
+            },
+            rx,
+        };
+        assert_eq!(row.tx_pps(), 100.0);
+        assert_eq!(row.rx_mbps(), 0.08);
+        assert_eq!(row.lost(), 0);
+    }
+
+    #[test]
+    fn a_paced_send_keeps_to_its_rate_and_a_stop_ends_it() {
+        let sink = LocalSink::bind(None, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), None).unwrap();
+        let mut tx = UdpSender::connect(sink.addr(), None).unwrap();
+        let plan = SendPlan {
+            size: 64,
+            duration: Duration::from_millis(300),
+            rate_pps: Some(1000.0),
+            batch: 64,
+        };
+        let r = send_size(&mut tx, &plan, &AtomicBool::new(false));
+        assert!(r.sent >= 250 && r.sent <= 302, "{r:?}");
+        let r = send_size(&mut tx, &plan, &AtomicBool::new(true));
+        assert!(r.stopped && r.sent == 0, "{r:?}");
+    }
+
+    #[test]
+    fn a_server_answers_a_client_over_its_control_exchange() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut sink =
+            LocalSink::bind(None, SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), None).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let server = std::thread::spawn(move || serve(&listener, &mut sink, &st, |_| {}));
+        let mut remote = Sink::Remote(
+            RemoteSink::connect(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), None).unwrap(),
+        );
+        assert_eq!(remote.data_addr().port(), port);
+        let mut tx = UdpSender::connect(remote.data_addr(), None).unwrap();
+        let t = tag(1, 1);
+        remote.begin(300, t, 1.0).unwrap();
+        tx.set_head(&t);
+        assert_eq!(tx.send(20, 300).unwrap(), 20);
+        let rx = remote.finish(20).unwrap();
+        assert_eq!((rx.received, rx.bytes, rx.other), (20, 6000, 0));
+        drop(remote);
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap().unwrap();
+        // Nobody there: a clear error, soon.
+        let free = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let p = free.local_addr().unwrap().port();
+        drop(free);
+        let e = RemoteSink::connect(SocketAddrV4::new(Ipv4Addr::LOCALHOST, p), None).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("no `linerate sweep --serve` answers"),
+            "{e}"
+        );
+    }
+}
