@@ -1,4 +1,6 @@
 //! `linerate`: the command. Subcommands parse flags, build ports and workers, and print.
+//! No `unsafe` here: what needs the operating system is in the library (`linerate::os`).
+#![deny(unsafe_code)]
 
 mod cmd;
 mod common;

@@ -9,6 +9,7 @@
 pub mod apps;
 pub mod filter;
 pub mod mem;
+pub mod os;
 pub mod port;
 pub mod ring;
 pub mod stats;
@@ -17,3 +18,4 @@ pub mod units;
 pub mod wire;
 
 mod sync;
+mod sys;

@@ -263,8 +263,8 @@ fn run_cluster(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Res
     });
     let secs = t_start.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: signalling our own child process (ip netns exec runs the master in its place).
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    // Our own child (ip netns exec runs the master in its place): it stops cleanly on SIGINT.
+    let _ = linerate::os::interrupt(child.id());
     let deadline = Instant::now() + Duration::from_secs(10);
     while child.try_wait()?.is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -444,8 +444,7 @@ fn receive(port: &mut dyn Port, stop: &AtomicBool, lat: &mut Tracker) -> anyhow:
 
 /// Runs `linerate lab`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !linerate::os::is_root() {
         anyhow::bail!(
             "linerate lab needs root: it creates network namespaces and veth pairs and attaches \
              XDP programs (run: sudo linerate lab {})",
@@ -466,8 +465,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                     // Second signal: clean up from here and leave.
                     let child = CHILD.load(Ordering::Relaxed);
                     if child != 0 {
-                        // SAFETY: signalling our own child process.
-                        unsafe { libc::kill(child as i32, libc::SIGKILL) };
+                        let _ = linerate::os::kill(child);
                     }
                     let (g, f) = Topology::names();
                     let _ = ip(&["netns", "del", &g]);

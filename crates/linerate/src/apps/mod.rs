@@ -1,5 +1,6 @@
 //! Workers: the loops that move batches between ports. The CLI only parses flags and wires
-//! ports and workers together.
+//! ports and workers together. No `unsafe` here: system calls go through `crate::sys`.
+#![deny(unsafe_code)]
 
 pub mod balance;
 pub mod count;

@@ -124,8 +124,7 @@ impl Region {
             .set_permissions(std::fs::Permissions::from_mode(0o600))
             .map_err(|e| err(&here, e))?;
         let meta = shm.file.metadata().map_err(|e| err(&here, e))?;
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let me = unsafe { libc::geteuid() };
+        let me = crate::sys::process::euid();
         if !meta.file_type().is_file()
             || meta.uid() != me
             || meta.mode() & 0o7777 != 0o600

@@ -664,11 +664,7 @@ impl Segment {
     }
 }
 
-/// This process's effective user id.
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
+use crate::sys::process::euid;
 
 /// What to say when the segment's name could not be opened (other than "not there").
 fn not_ours(path: &Path, source: &std::io::Error) -> String {

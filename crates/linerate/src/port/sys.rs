@@ -30,11 +30,7 @@ pub(crate) fn setopt<T>(fd: &Fd, level: i32, opt: i32, val: &T) -> std::io::Resu
     }
 }
 
-/// The effective user id of this process.
-pub(crate) fn euid() -> u32 {
-    // SAFETY: geteuid takes no arguments and cannot fail.
-    unsafe { libc::geteuid() }
-}
+pub(crate) use crate::sys::process::euid;
 
 /// poll(2) on `fds` for up to `ms` milliseconds (-1: no limit); returns how many have events
 /// (`revents` set). EINTR counts as none ready.

@@ -272,56 +272,8 @@ fn sent(map: &Fd, ncpu: usize) -> u64 {
         .sum()
 }
 
-extern "C" fn on_wake(_: libc::c_int) {}
-
-/// Installs the no-op SIGURG handler that lets a signal end a run (once per process).
-fn install_wake() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: a zeroed sigaction with a handler that does nothing is valid; no SA_RESTART,
-        // so the interrupted bpf(2) call returns EINTR.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_wake as extern "C" fn(libc::c_int) as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(libc::SIGURG, &sa, std::ptr::null_mut());
-        }
-    });
-}
-
-/// Blocks every signal but SIGURG on the calling thread (SIGINT goes to the main thread).
-fn block_signals() {
-    // SAFETY: plain signal-mask calls on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut set);
-        libc::sigdelset(&mut set, libc::SIGURG);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-    }
-}
-
-/// The cores the process may run on.
-fn allowed_cores() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Vec::new();
-        }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect()
-    }
-}
-
-fn pin(core: usize) -> bool {
-    // SAFETY: as above; sched_setaffinity(0) changes only the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(core, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-    }
-}
+use crate::sys::affinity::{allowed_cores, pin_current_thread as pin};
+use crate::sys::signals::{block_all_but_wake as block_signals, install_wake, thread_id, wake};
 
 /// What one worker thread did.
 #[derive(Default)]
@@ -434,8 +386,7 @@ pub fn run(
             let core = core_of(i);
             hs.push(sc.spawn(move || -> Result<Worker, GenError> {
                 block_signals();
-                // SAFETY: pthread_self has no preconditions.
-                tid.store(unsafe { libc::pthread_self() } as u64, Ordering::Release);
+                tid.store(thread_id(), Ordering::Release);
                 if let Some(c) = core {
                     if !pin(c) {
                         done.store(true, Ordering::Release);
@@ -468,8 +419,8 @@ pub fn run(
                 for (d, t) in done.iter().zip(&tids) {
                     let t = t.load(Ordering::Acquire);
                     if !d.load(Ordering::Acquire) && t != 0 {
-                        // SAFETY: the thread is alive (not done) and `t` is its pthread_t.
-                        unsafe { libc::pthread_kill(t as libc::pthread_t, libc::SIGURG) };
+                        // The thread has not returned (not done), so its id is valid.
+                        wake(t);
                     }
                 }
             }

@@ -1,0 +1,11 @@
+//! The operating-system layer: the crate's direct calls into libc that are not a kernel port's
+//! own (AF_PACKET rings, AF_XDP rings and BPF objects stay in their ports), each wrapped once in a
+//! safe function with its `SAFETY` argument, so that `apps/` and the CLI contain no `unsafe`.
+//!
+//! Crate-private; what tools built on the library need is re-exported safely in [`crate::os`].
+//! Today: processes (effective user, signals to a process or thread), signal masks and the
+//! wake-up signal that interrupts a blocking call, CPU affinity.
+
+pub(crate) mod affinity;
+pub(crate) mod process;
+pub(crate) mod signals;

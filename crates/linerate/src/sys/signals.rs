@@ -1,0 +1,51 @@
+//! Signal masks and the wake-up signal: a worker blocked in a long system call (a `bpf(2)`
+//! program run) is woken by SIGURG sent to its thread, which a no-op handler turns into EINTR.
+
+/// The signal [`wake`] sends.
+pub(crate) const WAKE: i32 = libc::SIGURG;
+
+extern "C" fn on_wake(_: libc::c_int) {}
+
+/// Installs the no-op handler of [`WAKE`] (once per process), without SA_RESTART so that the
+/// interrupted call returns EINTR.
+pub(crate) fn install_wake() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: a zeroed sigaction with a handler that does nothing (async-signal-safe) is
+        // valid; sigemptyset initialises the mask it points to.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_wake as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(WAKE, &sa, std::ptr::null_mut());
+        }
+    });
+}
+
+/// Blocks every signal but [`WAKE`] on the calling thread, so that SIGINT and SIGTERM go to the
+/// thread that handles them.
+pub(crate) fn block_all_but_wake() {
+    // SAFETY: plain signal-mask calls on a local, initialised set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::sigdelset(&mut set, WAKE);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
+
+/// The calling thread's id, for [`wake`].
+pub(crate) fn thread_id() -> u64 {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as u64 }
+}
+
+/// Sends [`WAKE`] to thread `tid` of this process.
+///
+/// The caller must know that the thread is still running (it has not returned): a pthread id is
+/// only valid until then. Workers set a "done" flag before returning, and the caller checks it.
+pub(crate) fn wake(tid: u64) {
+    // SAFETY: `tid` came from `thread_id` in a thread of this process that, per the contract
+    // above, has not finished; pthread_kill only queues a signal.
+    unsafe { libc::pthread_kill(tid as libc::pthread_t, WAKE) };
+}
