@@ -3,6 +3,7 @@
 
 use crate::common::{flags, metrics, stop_flag, usage};
 use crate::console::commands::Steer;
+use crate::console::{Console, LatencyLine, Meter, Page, PortRow, RateLine};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::gen::latency::{hist_csv, hist_svg, Tracker};
@@ -181,6 +182,9 @@ pub struct Args {
     /// statistics line.
     #[arg(long, value_name = "-")]
     pub commands: Option<String>,
+    /// Print statistics lines even on a terminal (no live page).
+    #[arg(long)]
+    pub no_console: bool,
 }
 
 /// Help of the gauges gen adds to the common families.
@@ -563,16 +567,46 @@ pub fn latency_json(t: &Tracker, sent: impl Fn(u16) -> Option<u64>) -> serde_jso
 
 /// What the receive thread of `--rx` publishes while it runs, for the statistics thread: the
 /// port's own counters, read every 100 ms and at the end (nothing per packet).
+/// With the live page, also the probes' latency, once a second.
 #[derive(Default)]
-struct RxLive(Mutex<PortCount>);
+struct RxLive {
+    count: Mutex<PortCount>,
+    latency: Mutex<Option<LatencyLine>>,
+    want_latency: AtomicBool,
+}
 
 impl RxLive {
     fn set(&self, port: &mut dyn Port) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = PortCount::rx(&port.stats());
+        *self.count.lock().unwrap_or_else(|e| e.into_inner()) = PortCount::rx(&port.stats());
     }
 
     fn count(&self) -> PortCount {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+        *self.count.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Publishes the latency of the probes tracked so far (for the live page only).
+    fn set_latency(&self, t: &Tracker) {
+        let one = t.streams().count() == 1;
+        let merged;
+        let h = match t.streams().next() {
+            Some(s) if one => &s.hist,
+            _ => {
+                merged = t.merged();
+                &merged
+            }
+        };
+        if h.is_empty() {
+            return;
+        }
+        *self.latency.lock().unwrap_or_else(|e| e.into_inner()) = Some(LatencyLine {
+            probes: h.len(),
+            p50_ns: h.value_at_quantile(0.5),
+            p99_ns: h.value_at_quantile(0.99),
+        });
+    }
+
+    fn latency(&self) -> Option<LatencyLine> {
+        *self.latency.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -591,6 +625,8 @@ fn receive(
     let mut b = Batch::new();
     let mut last = clock.now_ns();
     let mut next_live = last;
+    let mut next_latency = last;
+    let want_latency = live.want_latency.load(Ordering::Relaxed);
     loop {
         let n = port.rx(&mut b)?;
         let now = clock.now_ns();
@@ -610,6 +646,10 @@ fn receive(
         if now >= next_live {
             live.set(port);
             next_live = now + 100_000_000;
+            if want_latency && now >= next_latency {
+                live.set_latency(&t);
+                next_latency = now + 1_000_000_000;
+            }
         }
     }
     live.set(port);
@@ -849,17 +889,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .sum::<f64>()
         .into();
     let asked = asked.filter(|_| specs[0].0[0].pps.is_some());
-    let steer: Option<Arc<Mutex<Steer>>> = match &a.commands {
-        Some(_) => {
-            let st = Steer::new(
-                specs[0].0.clone(),
-                a.threads,
-                link_bps(&a, &a.output)?,
-                stop.clone(),
-            );
-            Some(Arc::new(Mutex::new(st)))
-        }
-        None => None,
+    // The live page on a terminal, steered from its keys and command line like --commands -.
+    let with_console =
+        crate::console::wanted(a.json || a.quiet || a.no_console || a.commands.is_some());
+    let steer: Option<Arc<Mutex<Steer>>> = if a.commands.is_some() || with_console {
+        let st = Steer::new(
+            specs[0].0.clone(),
+            a.threads,
+            link_bps(&a, &a.output)?,
+            stop.clone(),
+        );
+        Some(Arc::new(Mutex::new(st)))
+    } else {
+        None
     };
     if let Some(m) = &metrics {
         let tx: Vec<(&str, PortCount)> = names.iter().map(|n| (*n, PortCount::default())).collect();
@@ -882,9 +924,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let _ = out.flush();
-    if let Some(st) = &steer {
+    if let (Some(st), Some(_)) = (&steer, &a.commands) {
         read_commands(st.clone(), a.json);
     }
+    let mut console = if with_console {
+        rx_live.want_latency.store(true, Ordering::Relaxed);
+        Some(Console::start(true)?)
+    } else {
+        None
+    };
+    let mut meter = Meter::default();
     let ctl = steer
         .as_ref()
         .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).ctl.clone());
@@ -950,6 +999,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let mut version = ctl.as_ref().map_or(0, |c| c.version());
         while !handles.iter().all(|h| h.is_finished()) {
             std::thread::sleep(Duration::from_millis(10));
+            if let (Some(c), Some(st)) = (console.as_mut(), &steer) {
+                for cmd in c.commands() {
+                    let r = st.lock().unwrap_or_else(|e| e.into_inner()).exec(&cmd);
+                    c.outcome(&cmd, &r);
+                }
+            }
             let now = clock.now_ns();
             if now < next || (a.quiet && metrics.is_none()) {
                 continue;
@@ -1006,7 +1061,33 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 }
                 continue;
             }
-            if a.json {
+            if let Some(c) = console.as_mut() {
+                let rx = a.rx.as_deref().map(|p| (p, rx_live.count(), now));
+                let (state, rate) = match &steered {
+                    Some((_, false, _)) => ("stopped".to_string(), asked),
+                    Some((_, true, size)) => (format!("sending, size {size}"), asked),
+                    None => ("sending".to_string(), asked),
+                };
+                let page = Page {
+                    title: format!(
+                        "linerate gen -o {}{}",
+                        a.output,
+                        a.rx.as_deref()
+                            .map(|r| format!(" --rx {r}"))
+                            .unwrap_or_default()
+                    ),
+                    elapsed_s: (now - t_start) as f64 / 1e9,
+                    state,
+                    rate: Some(RateLine {
+                        asked: rate,
+                        achieved: iv.pps,
+                    }),
+                    status: words,
+                    latency: rx_live.latency(),
+                    ..Default::default()
+                };
+                c.show(gen_page(page, &names, &cur, rx, &mut meter));
+            } else if a.json {
                 let mut j = serde_json::json!({"type": "stats", "elapsed_ms": (now - t_start) as f64 / 1e6,
                     "pkts": iv.pkts, "bytes": iv.bytes, "pps": iv.pps, "mbps": iv.mbps,
                     "rate_pps": asked, "behind_ms": iv.behind_ns as f64 / 1e6,
@@ -1063,6 +1144,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         Ok((reps, tracker))
     })?;
+    // The terminal back before the summary, which stays on it.
+    drop(console);
     let mut total = GenReport::default();
     for r in &reports {
         total.merge(r);
@@ -1157,7 +1240,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 breakdown(&total.port.tx_drops)
             }
         );
-        if let Some(r) = total.rate_pps {
+        if total.steered {
+            // The asked rate changed during the run: the intervals compared asked and achieved.
+            let _ = writeln!(
+                out,
+                "Rate: steered by commands; {} pps over the whole run",
+                group_f(pps, 0)
+            );
+        } else if let Some(r) = total.rate_pps {
             let _ = writeln!(out, "Rate: {}", rate_words(pps, r, why));
             if let Some(w) = why {
                 let _ = writeln!(out, "  {}", shortfall_detail(w, &total));
@@ -1186,6 +1276,43 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--script: {e} (after {} packets sent)", group(total.pkts));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// gen's live page: `page` with a row per output port (its thread's counters) and one for the
+/// `--rx` port (`rx`: its name, counters and when they were read).
+fn gen_page(
+    mut page: Page,
+    names: &[&str],
+    cur: &[GenTick],
+    rx: Option<(&str, PortCount, u64)>,
+    meter: &mut Meter,
+) -> Page {
+    for (i, (n, c)) in names.iter().zip(cur).enumerate() {
+        // Mbit/s as the interval lines count it: with each frame's 4-byte FCS.
+        let (pps, mbps) = meter.rate(i, c.t_ns, c.pkts, c.bytes + 4 * c.pkts);
+        page.ports.push(PortRow {
+            port: n.to_string(),
+            dir: "tx",
+            pps,
+            mbps,
+            packets: c.pkts,
+            drops: c.drops.total(),
+        });
+        page.add_drops("tx ", &c.drops);
+    }
+    if let Some((n, c, t)) = rx {
+        let (pps, mbps) = meter.rate(names.len(), t, c.packets, c.bytes + 4 * c.packets);
+        page.ports.push(PortRow {
+            port: n.to_string(),
+            dir: "rx",
+            pps,
+            mbps,
+            packets: c.packets,
+            drops: c.drops.total(),
+        });
+        page.add_drops("rx ", &c.drops);
+    }
+    page
 }
 
 /// Loads `--script`: a script the tool cannot use is a usage error (exit 2), one that runs out

@@ -1,0 +1,195 @@
+//! gen's live page on a real pseudo-terminal (util-linux's `script` gives gen one): the page
+//! comes up on the alternate screen, takes keys (a rate typed on its command line), quits on
+//! `q` and on Ctrl-C, and leaves the terminal as it found it (main screen, cooked mode, echo),
+//! with the summary printed after; `--no-console` keeps the lines. Bounded in time: every run
+//! is killed after 30 s.
+
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const ENTER_ALT: &str = "\x1b[?1049h";
+const LEAVE_ALT: &str = "\x1b[?1049l";
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("linerate-tty-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+/// `gen_args` run under a pseudo-terminal of 100 × 30, then `stty -a` on the same terminal.
+struct Tty {
+    child: Child,
+    out: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Tty {
+    fn start(gen_args: &str) -> Tty {
+        let cmd = format!(
+            "stty rows 30 cols 100; {} gen {gen_args}; echo \"gen exit=$?\"; stty -a",
+            env!("CARGO_BIN_EXE_linerate")
+        );
+        let mut child = Command::new("script")
+            .args(["-qfec", &cmd, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn script");
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let (o, mut so) = (out.clone(), child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            let mut b = [0u8; 4096];
+            while let Ok(n) = so.read(&mut b) {
+                if n == 0 {
+                    break;
+                }
+                o.lock().unwrap().extend_from_slice(&b[..n]);
+            }
+        });
+        Tty { child, out }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned()
+    }
+
+    /// Waits until the output holds `what` (after `from` bytes).
+    fn wait_for(&self, what: &str, from: usize) {
+        let t0 = Instant::now();
+        while !self.text().get(from..).unwrap_or("").contains(what) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "no {what:?} within 20 s in:\n{}",
+                self.text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn keys(&mut self, k: &str) {
+        let i = self.child.stdin.as_mut().unwrap();
+        i.write_all(k.as_bytes()).unwrap();
+        i.flush().unwrap();
+    }
+
+    /// Waits for the end (killed after 30 s): the whole output.
+    fn finish(mut self) -> String {
+        let t0 = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                assert!(s.success(), "script: {s}\n{}", self.text());
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("gen did not end within 30 s:\n{}", self.text());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // The reader thread drains the last bytes.
+        std::thread::sleep(Duration::from_millis(200));
+        self.text()
+    }
+}
+
+impl Drop for Tty {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn have_script() -> bool {
+    linerate_test_support::require_tool("script", "util-linux")
+}
+
+/// The terminal after gen: main screen after the page, cooked mode with echo (stty -a).
+fn assert_restored(out: &str) {
+    let enter = out
+        .find(ENTER_ALT)
+        .expect("the page on the alternate screen");
+    let leave = out.rfind(LEAVE_ALT).expect("the main screen back");
+    assert!(enter < leave, "{out}");
+    let after = &out[leave..];
+    assert!(
+        after.contains("Sent "),
+        "no summary after the page: {after}"
+    );
+    assert!(after.contains("gen exit=0"), "{after}");
+    let stty = &after[after.find("gen exit=0").unwrap()..];
+    let words: Vec<&str> = stty.split_whitespace().collect();
+    for flag in ["icanon", "echo", "isig", "icrnl"] {
+        assert!(
+            words.contains(&flag),
+            "terminal left without {flag}: {stty}"
+        );
+    }
+}
+
+#[test]
+fn gen_console_takes_keys_quits_and_gives_the_terminal_back() {
+    if !have_script() {
+        return;
+    }
+    let pcap = tmp("q.pcap");
+    let t0 = Instant::now();
+    let mut t = Tty::start(&format!(
+        "-o {} --rate 1000pps -t 25",
+        pcap.to_str().unwrap()
+    ));
+    t.wait_for("Ports", 0);
+    t.wait_for("asked", 0);
+    // The rate's key opens the command line with `rate `; Enter runs it through the commands'
+    // parser, which says "ok:" (the page draws only the cells that changed, so the rest of
+    // the line is not one run of bytes).
+    let from = t.text().len();
+    t.keys("r2000pps\r");
+    t.wait_for("ok:", from);
+    assert!(!t.text()[from..].contains("refused"), "{}", t.text());
+    t.keys("q");
+    let out = t.finish();
+    assert!(t0.elapsed() < Duration::from_secs(20), "q did not end gen");
+    assert_restored(&out);
+    // The summary says the rate was steered instead of judging one asked rate.
+    assert!(out.contains("Rate: steered by commands"), "{out}");
+}
+
+#[test]
+fn gen_console_quits_on_ctrl_c_and_restores_the_terminal() {
+    if !have_script() {
+        return;
+    }
+    let pcap = tmp("c.pcap");
+    let t0 = Instant::now();
+    let mut t = Tty::start(&format!(
+        "-o {} --rate 500pps -t 25",
+        pcap.to_str().unwrap()
+    ));
+    t.wait_for("Ports", 0);
+    t.keys("\x03");
+    let out = t.finish();
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "Ctrl-C did not end gen"
+    );
+    assert_restored(&out);
+}
+
+#[test]
+fn no_console_keeps_the_lines_on_a_terminal() {
+    if !have_script() {
+        return;
+    }
+    let pcap = tmp("n.pcap");
+    let t = Tty::start(&format!(
+        "-o {} --rate 200pps -t 1.5 --no-console",
+        pcap.to_str().unwrap()
+    ));
+    let out = t.finish();
+    assert!(!out.contains(ENTER_ALT), "{out}");
+    assert!(out.contains("TX: "), "{out}");
+    assert!(out.contains("Sent "), "{out}");
+}
