@@ -8,10 +8,16 @@
 # The capture (bench/mkflows.py, kept in bench/out/, shared with bench/flows.sh) has PACKETS
 # packets (default 3 M) in FLOWS bidirectional conversations (default 100 000). A single-node
 # Kafka 3.9 broker comes from scripts/kafka.sh (topics made on first use, 4 partitions) and is
-# pinned to core ${BROKER_CPU:-0}; the tools run on core ${TOOL_CPU:-1}, so that the broker and
-# the tool under test do not share a core (pmacct's core process and plugin share theirs, as
-# linerate's packet thread and producer thread do). RUNS (default 3) rounds of: flows without
-# Kafka, flows with Kafka, pmacct; medians are printed.
+# pinned to core ${BROKER_CPU:-0} from its start; the tools run on core ${TOOL_CPU:-1}. PIN says
+# what is pinned there, the same for linerate with and without Kafka:
+#   PIN=thread (default): linerate's packet thread (`flows -g TOOL_CPU`); its export threads
+#     (Kafka's producer thread, librdkafka's) are left to the scheduler, as a probe is deployed:
+#     the packet thread on its own core, the export beside it. Without Kafka there are no other
+#     threads, so both runs give the packet thread the same core.
+#   PIN=process: the whole process (`taskset -c TOOL_CPU`): the packet thread, the producer
+#     thread and librdkafka's threads share one core.
+# pmacct is pinned whole (`taskset -c TOOL_CPU`) in both: its core process and plugin share it.
+# RUNS (default 3) rounds of: flows without Kafka, flows with Kafka, pmacct; medians are printed.
 #
 # Figures: packets/s of the packet path (linerate: the summary's pps, the loop alone; pmacct:
 # PACKETS over the time its core process took to read the file, from its start less the 1 s
@@ -40,6 +46,14 @@ FLOWS=${2:-100000}
 RUNS=${RUNS:-3}
 TOOL_CPU=${TOOL_CPU:-1}
 BROKER_CPU=${BROKER_CPU:-0}
+PIN=${PIN:-thread}
+# A step that fails says which (a bare `exit 1` from set -e says nothing).
+trap 'echo "bench/kafka.sh: line $LINENO: \"$BASH_COMMAND\" exited $?" >&2' ERR
+case "$PIN" in
+  thread) pin_lr() { "$LR" "$1" -g "$TOOL_CPU" "${@:2}"; } ;;
+  process) pin_lr() { taskset -c "$TOOL_CPU" "$LR" "$@"; } ;;
+  *) echo "PIN=$PIN: thread or process" >&2; exit 2 ;;
+esac
 OUT=bench/out
 mkdir -p "$OUT"
 cargo build --release -q -p linerate-cli
@@ -52,26 +66,35 @@ fi
 cat "$CAP" >/dev/null
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/linerate-bench-kafka.XXXXXXXX")
 KAFKA_DIR=""
+pm=""
 cleanup() {
+  # A pmacctd still running (the run ended early) would keep the broker's topic and, under
+  # `flock bench.lock`, the lock (it inherits the descriptor).
+  if [ -n "$pm" ]; then
+    kill -KILL -- -"$pm" 2>/dev/null || true
+  fi
   [ -n "$KAFKA_DIR" ] && bash scripts/kafka.sh stop "$KAFKA_DIR" || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-eval "$(bash scripts/kafka.sh start --owner $$)"
+# Pinned from its start (KAFKA_CPUS): `taskset -a -p` on the running JVM raced with the threads
+# it starts and ends, and failed now and then right after the start.
+env_out=$(KAFKA_CPUS=$BROKER_CPU bash scripts/kafka.sh start --owner $$)
+eval "$env_out"
 BROKER=$KAFKA_BROKER
-taskset -a -cp "$BROKER_CPU" "$KAFKA_PID" >/dev/null
 LIBS=$(bash scripts/kafka.sh fetch)
-echo "broker $BROKER (pid $KAFKA_PID, core $BROKER_CPU), tools on core $TOOL_CPU, $RUNS rounds" >&2
+echo "broker $BROKER (pid $KAFKA_PID, core $BROKER_CPU), tools on core $TOOL_CPU (PIN=$PIN), $RUNS rounds" >&2
 
 now() { date +%s.%N; }
 jq_get() { python3 -c 'import json,sys; d=json.loads([l for l in open(sys.argv[1]) if "\"summary\"" in l][-1]); v=d
 for k in sys.argv[2].split("."): v=v[k]
 print(v)' "$1" "$2"; }
-# Messages in a topic (sum of the partitions' end offsets).
+# Messages in a topic (sum of the partitions' end offsets); 0 while it does not exist yet
+# (GetOffsetShell then exits 1, which under pipefail and set -e ended the whole run).
 topic_count() {
-  java -cp "$LIBS/*" -Dlog4j.configuration="file:$KAFKA_DIR/tools-log4j.properties" \
+  { java -cp "$LIBS/*" -Dlog4j.configuration="file:$KAFKA_DIR/tools-log4j.properties" \
     org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$BROKER" --topic "$1" --time -1 \
-    2>/dev/null | awk -F: '{ s += $3 } END { print s + 0 }'
+    2>/dev/null || true; } | awk -F: '{ s += $3 } END { print s + 0 }'
 }
 # Reads a whole topic: one line per message, "CreateTime:MS<TAB>KEY<TAB>VALUE".
 dump_topic() {
@@ -112,12 +135,13 @@ HAVE_PM=1
 command -v pmacctd >/dev/null || { HAVE_PM=0; echo "pmacctd missing: skipped (apt-get install pmacct)" >&2; }
 : >"$WORK/base.pps"; : >"$WORK/lr.pps"; : >"$WORK/lr.wall"; : >"$WORK/pm.pps"; : >"$WORK/pm.wall"
 for r in $(seq 1 "$RUNS"); do
-  taskset -c "$TOOL_CPU" "$LR" flows -i "$CAP" -w /dev/null --json 2>"$WORK/base$r.json"
+  pin_lr flows -i "$CAP" -w /dev/null --json 2>"$WORK/base$r.json" ||
+    { echo "round $r: linerate flows exited $?: $(tail -n 3 "$WORK/base$r.json")" >&2; exit 1; }
   jq_get "$WORK/base$r.json" pps >>"$WORK/base.pps"
 
   t0=$(now)
   set +e
-  taskset -c "$TOOL_CPU" "$LR" flows -i "$CAP" -w /dev/null --json --kafka "$BROKER/lr-$r" \
+  pin_lr flows -i "$CAP" -w /dev/null --json --kafka "$BROKER/lr-$r" \
     --probe-id bench 2>"$WORK/lr$r.json"
   rc=$?
   set -e
@@ -162,6 +186,7 @@ EOF
     for _ in $(seq 1 100); do kill -0 $pm 2>/dev/null || break; sleep 0.1; done
     kill -KILL -- -$pm 2>/dev/null || true
     wait $pm 2>/dev/null || true
+    pm=""
   fi
 done
 
@@ -179,7 +204,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 n() { printf "%'.0f" "$1"; }
 
 echo
-echo "Flow records into Kafka: $PKTS packets in $FLOWS flows, broker on core $BROKER_CPU, tools on core $TOOL_CPU, medians of $RUNS ($(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg) at the end)"
+echo "Flow records into Kafka: $PKTS packets in $FLOWS flows, broker on core $BROKER_CPU, tools on core $TOOL_CPU (PIN=$PIN), medians of $RUNS ($(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg) at the end)"
 echo
 echo "| tool | packets/s | vs flows without Kafka | s to the last record in Kafka | records in Kafka | packets in them | flows in them |"
 echo "|---|---|---|---|---|---|---|"

@@ -16,7 +16,8 @@
 # kafka-pom.xml) once, into ${LINERATE_CACHE:-~/.cache/linerate}/kafka-3.9.1. Each broker runs
 # in its own folder made by mktemp -d (configuration, data, server.log, pid), on two free
 # loopback ports (clients and controller). Topics are created on first use with
-# ${KAFKA_PARTITIONS:-4} partitions. Needs Java 17 and Maven (scripts/setup.sh installs them).
+# ${KAFKA_PARTITIONS:-4} partitions. KAFKA_CPUS (a taskset list, e.g. 0) pins the broker to those
+# cores from its start. Needs Java 17 and Maven (scripts/setup.sh installs them).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 version=3.9.1
@@ -122,8 +123,13 @@ EOF
   java -cp "$libs/*" -Dlog4j.configuration="file:$dir/tools-log4j.properties" \
     kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" \
     >"$dir/format.log" 2>&1 </dev/null || { cat "$dir/format.log" >&2; die "formatting the broker's storage in $dir failed"; }
+  # KAFKA_CPUS pins the broker from its first instruction: every JVM thread inherits it (pinning
+  # a running JVM's threads one by one, `taskset -a -p`, races with the threads it starts and
+  # ends, and fails when one ends in between).
+  local pin=()
+  [ -n "${KAFKA_CPUS:-}" ] && pin=(taskset -c "$KAFKA_CPUS")
   # shellcheck disable=SC2086
-  java ${KAFKA_JVM_OPTS:--Xms256m -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20} \
+  "${pin[@]}" java ${KAFKA_JVM_OPTS:--Xms256m -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20} \
     -Djava.awt.headless=true -Dlog4j.configuration="file:$dir/log4j.properties" \
     -cp "$libs/*" kafka.Kafka "$dir/server.properties" >"$dir/stdout.log" 2>&1 </dev/null &
   local pid=$!
