@@ -214,6 +214,9 @@ fn usage_errors_exit_2() {
         vec!["-i", s, "--format", "xml"],
         vec!["-i", "/nonexistent/x.pcap"],
         vec!["-i", s, "--ipfix", "no-such-host.invalid:4739"],
+        vec!["-i", s, "-g", "4095"],
+        vec!["-i", s, "-g", "4096"],
+        vec!["-i", s, "-g", "0", "--threads", "2"],
     ] {
         let o = flows(&args);
         assert_eq!(
@@ -225,4 +228,16 @@ fn usage_errors_exit_2() {
         let e = String::from_utf8_lossy(&o.stderr);
         assert!(e.starts_with("linerate: error:"), "{e}");
     }
+}
+
+/// `-g CORE` pins the packet thread: the records are the same as unpinned (a core that does
+/// not exist, or -g with --threads, is a usage error: `usage_errors_exit_2`).
+#[test]
+fn pinned_packet_thread_gives_the_same_records() {
+    let s = sample();
+    let s = s.to_str().unwrap();
+    let (free, _) = ok(&["-i", s, "--format", "csv"]);
+    let (pinned, _) = ok(&["-i", s, "--format", "csv", "-g", "0"]);
+    assert_eq!(free, pinned);
+    assert!(free.lines().count() > 1);
 }

@@ -29,6 +29,11 @@ pub struct Args {
     /// Worker threads, each with its own table and a symmetric-hash share of the flows.
     #[arg(long, value_name = "N", default_value = "1", value_parser = flags::int(1usize, 64))]
     threads: usize,
+    /// Pin the packet thread (read, parse, flow table) to this core; the export threads
+    /// (Kafka's producer and librdkafka's, the metrics endpoint) are left to the scheduler.
+    /// One thread only: with --threads, pin the process with taskset.
+    #[arg(short = 'g', long, value_name = "CORE", value_parser = flags::int(0, flags::MAX_CORE))]
+    core: Option<usize>,
     /// Report and remove a flow after this long without a packet.
     #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = flags::duration(flags::TIMEOUT))]
     idle_timeout: Duration,
@@ -82,9 +87,10 @@ pub struct Args {
         off: false,
     }))]
     kafka_timeout: Duration,
-    /// Records the queue between the flow table and the Kafka producer holds: on a live port a
-    /// full queue drops records (counted queue_full), a file waits for room.
-    #[arg(long, value_name = "N", default_value = "65536", value_parser = flags::count(1, 16_000_000), requires = "kafka")]
+    /// Records the queue between the flow table and the Kafka producer holds (default: as many
+    /// as the default table, so the end of the input never waits): on a live port a full queue
+    /// drops records (counted queue_full), a file waits for room.
+    #[arg(long, value_name = "N", default_value = "262144", value_parser = flags::count(1, 16_000_000), requires = "kafka")]
     kafka_queue: u64,
     #[arg(long, value_name = "ADDR", help = metrics::HELP)]
     metrics: Option<String>,
@@ -158,6 +164,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             a.ipfix_mtu,
             ipfix::MAX_MESSAGE,
             if a.ipfix_uniflow { " with --ipfix-uniflow" } else { "" }
+        )));
+    }
+    if a.core.is_some() && a.threads > 1 {
+        return Err(usage(format!(
+            "-g pins the one packet thread: it does not go with --threads {} (pin the process \
+             with taskset -c instead)",
+            a.threads
+        )));
+    }
+    if let Some(c) = a.core.filter(|&c| !crate::common::core_exists(c)) {
+        return Err(usage(format!(
+            "-g {c}: no such core (this machine has cores 0..{})",
+            std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
         )));
     }
     let fields = Field::parse_list(&a.fields).map_err(|e| usage(format!("--fields: {e}")))?;
@@ -328,6 +347,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    // Pinned only now: the threads started above (Kafka's, the metrics endpoint) keep every core.
+    crate::common::pin(a.core)?;
     let report = flow::threads::run_input(input, &opts, &stop, &mut sinks);
     if let Some(w) = &mut sinks.writer {
         if let Err(e) = w.flush() {

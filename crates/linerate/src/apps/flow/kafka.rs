@@ -49,8 +49,11 @@ pub const DEFAULT_SETTINGS: [(&str, &str); 5] = [
 /// takes no record at all before it counts the rest `queue_full`.
 pub const STALL: Duration = Duration::from_secs(1);
 
-/// Records the queue between the packet path and the producer thread holds by default.
-pub const DEFAULT_QUEUE: usize = 65_536;
+/// Records the queue between the packet path and the producer thread holds by default: as many
+/// as a flow table of flows' default size (`--max-flows 256k`) holds, so that the end of the
+/// input, which reports every open flow at once, hands them all over without waiting for the
+/// producer (112 bytes a record: 28 MiB).
+pub const DEFAULT_QUEUE: usize = 262_144;
 
 /// Why a record did not reach the topic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
