@@ -13,7 +13,7 @@
 //! timeout for what is still unacknowledged, then purges it and counts it failed: every record
 //! handed over ends as acknowledged or failed, never unaccounted.
 
-use super::record::{json_object, Field, FlowRecord};
+use super::record::{json_object, push_ip, push_u64, Field, FlowRecord};
 use crate::stats::group;
 use crossbeam_queue::ArrayQueue;
 use rdkafka::config::ClientConfig;
@@ -24,7 +24,6 @@ use rdkafka::producer::{
 };
 use rdkafka::ClientContext;
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -226,23 +225,17 @@ pub fn host_name() -> String {
 /// address bytes, then port, so both directions and every probe give the same bytes.
 pub fn key_text(r: &FlowRecord, out: &mut String) {
     let k = r.key();
-    let ip = |a: &[u8; 16]| -> IpAddr {
-        if r.v6 {
-            IpAddr::V6(Ipv6Addr::from(*a))
-        } else {
-            IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))
-        }
-    };
-    let _ = write!(
-        out,
-        "{}|{}|{}|{}|{}|{}",
-        k.vlan,
-        k.proto,
-        ip(&k.a),
-        k.pa,
-        ip(&k.b),
-        k.pb
-    );
+    push_u64(out, k.vlan.into());
+    out.push('|');
+    push_u64(out, k.proto.into());
+    out.push('|');
+    push_ip(out, &k.a, r.v6);
+    out.push('|');
+    push_u64(out, k.pa.into());
+    out.push('|');
+    push_ip(out, &k.b, r.v6);
+    out.push('|');
+    push_u64(out, k.pb.into());
 }
 
 /// What the exporter did.

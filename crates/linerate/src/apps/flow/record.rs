@@ -478,13 +478,39 @@ pub fn iso_time(ns: u64, out: &mut String) {
     out.push('Z');
 }
 
+/// Appends `v` in decimal (no `core::fmt`: records are formatted by the hundred thousand).
+#[inline]
+pub fn push_u64(out: &mut String, v: u64) {
+    out.push_str(itoa::Buffer::new().format(v));
+}
+
+/// Appends an address as `Display` writes it: IPv4 as a dotted quad (by hand, the common case),
+/// IPv6 through `Ipv6Addr`'s `Display` (RFC 5952 compression).
+#[inline]
+pub fn push_ip(out: &mut String, a: &[u8; 16], v6: bool) {
+    if v6 {
+        let _ = write!(out, "{}", Ipv6Addr::from(*a));
+        return;
+    }
+    let mut b = itoa::Buffer::new();
+    for (i, &o) in a[..4].iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        out.push_str(b.format(o));
+    }
+}
+
+/// `SECONDS.MICROSECONDS` (six digits).
 fn secs(ns: u64, out: &mut String) {
-    let _ = write!(
-        out,
-        "{}.{:06}",
-        ns / 1_000_000_000,
-        (ns % 1_000_000_000) / 1000
-    );
+    push_u64(out, ns / 1_000_000_000);
+    let mut us = ((ns % 1_000_000_000) / 1000) as u32;
+    let mut d = [b'.', b'0', b'0', b'0', b'0', b'0', b'0'];
+    for c in d[1..].iter_mut().rev() {
+        *c = b'0' + (us % 10) as u8;
+        us /= 10;
+    }
+    out.push_str(std::str::from_utf8(&d).unwrap_or(".000000"));
 }
 
 /// Appends field `f` of `r` in plain form (no padding) to `out`. `machine`: times in epoch
@@ -522,37 +548,23 @@ pub fn field_value(r: &FlowRecord, f: Field, machine: bool, out: &mut String) {
         }
         Field::Proto => match proto_name(r.proto) {
             Some(n) => out.push_str(n),
-            None => {
-                let _ = write!(out, "{}", r.proto);
-            }
+            None => push_u64(out, r.proto.into()),
         },
-        Field::SrcAddr => {
-            let _ = write!(out, "{}", r.src_ip());
-        }
-        Field::DstAddr => {
-            let _ = write!(out, "{}", r.dst_ip());
-        }
+        Field::SrcAddr => push_ip(out, &r.src, r.v6),
+        Field::DstAddr => push_ip(out, &r.dst, r.v6),
         Field::Sport | Field::Dport => {
             let p = if f == Field::Sport { r.sport } else { r.dport };
             if r.is_icmp() && !machine {
                 let _ = write!(out, "0x{p:04x}");
             } else if matches!(r.proto, 6 | 17 | 132 | 136 | 33 | 1 | 58) {
-                let _ = write!(out, "{p}");
+                push_u64(out, p.into());
             }
         }
         Field::Dir => out.push_str(r.dir()),
-        Field::SrcPkts => {
-            let _ = write!(out, "{}", r.src_pkts);
-        }
-        Field::DstPkts => {
-            let _ = write!(out, "{}", r.dst_pkts);
-        }
-        Field::SrcBytes => {
-            let _ = write!(out, "{}", r.src_bytes);
-        }
-        Field::DstBytes => {
-            let _ = write!(out, "{}", r.dst_bytes);
-        }
+        Field::SrcPkts => push_u64(out, r.src_pkts),
+        Field::DstPkts => push_u64(out, r.dst_pkts),
+        Field::SrcBytes => push_u64(out, r.src_bytes),
+        Field::DstBytes => push_u64(out, r.dst_bytes),
         Field::State => out.push_str(r.state.name()),
         Field::SrcFlags | Field::DstFlags => {
             if r.proto == 6 {
@@ -573,13 +585,11 @@ pub fn field_value(r: &FlowRecord, f: Field, machine: bool, out: &mut String) {
                 } else {
                     r.icmp_code
                 };
-                let _ = write!(out, "{v}");
+                push_u64(out, v.into());
             }
         }
         Field::Reason => out.push_str(r.reason.name()),
-        Field::Vlan => {
-            let _ = write!(out, "{}", r.vlan);
-        }
+        Field::Vlan => push_u64(out, r.vlan.into()),
     }
 }
 
@@ -598,7 +608,9 @@ pub fn json_object(
         if i > 0 {
             line.push(',');
         }
-        let _ = write!(line, "\"{}\":", f.name());
+        line.push('"');
+        line.push_str(f.name());
+        line.push_str("\":");
         cell.clear();
         field_value(r, f, true, cell);
         let num = f.numeric()
@@ -612,7 +624,9 @@ pub fn json_object(
             line.push_str(cell);
         } else {
             // values are addresses, names and flag letters: nothing to escape
-            let _ = write!(line, "\"{cell}\"");
+            line.push('"');
+            line.push_str(cell);
+            line.push('"');
         }
     }
     line.push_str(extra);
@@ -796,6 +810,82 @@ mod tests {
         let mut t = String::new();
         iso_time(1_700_000_000_000_000_000, &mut t);
         assert_eq!(t, "2023-11-14T22:13:20.000000Z");
+    }
+
+    /// The hand-made number, address and time forms equal what `Display` (`format!`) writes,
+    /// at the edges (0, maxima, zero-padded fractions, IPv6 compression and IPv4-mapped).
+    #[test]
+    fn plain_forms_equal_display() {
+        for v in [0u64, 1, 9, 10, 99, 65_535, 1 << 32, u64::MAX - 1, u64::MAX] {
+            let mut s = String::from("x");
+            push_u64(&mut s, v);
+            assert_eq!(s, format!("x{v}"));
+        }
+        for ns in [
+            0u64,
+            999,
+            1_000,
+            999_999_999,
+            1_000_000_000,
+            1_700_000_000_000_001_000,
+            1_700_000_000_123_456_789,
+            u64::MAX,
+        ] {
+            let mut s = String::new();
+            secs(ns, &mut s);
+            assert_eq!(
+                s,
+                format!("{}.{:06}", ns / 1_000_000_000, (ns % 1_000_000_000) / 1000)
+            );
+        }
+        let v4: [[u8; 4]; 4] = [
+            [0, 0, 0, 0],
+            [255, 255, 255, 255],
+            [10, 0, 100, 9],
+            [1, 22, 3, 201],
+        ];
+        for a in v4 {
+            let mut b = [0u8; 16];
+            b[..4].copy_from_slice(&a);
+            let mut s = String::new();
+            push_ip(&mut s, &b, false);
+            assert_eq!(s, Ipv4Addr::from(a).to_string());
+        }
+        let v6: [&str; 5] = [
+            "::",
+            "::1",
+            "2001:db8::8:800:200c:417a",
+            "fe80::1:2:3:4",
+            "::ffff:10.0.0.1",
+        ];
+        for t in v6 {
+            let a: Ipv6Addr = t.parse().unwrap();
+            let mut s = String::new();
+            push_ip(&mut s, &a.octets(), true);
+            assert_eq!(s, a.to_string());
+        }
+        // A whole record, every field, as JSON: numbers and addresses as Display gives them.
+        let mut r = rec();
+        r.src_pkts = u64::MAX;
+        r.dst_bytes = 0;
+        r.vlan = 4095;
+        r.start_ns = 1_700_000_000_000_000_999;
+        let (mut line, mut cell) = (String::new(), String::new());
+        json_object(
+            &r,
+            &Field::ALL.iter().map(|f| f.0).collect::<Vec<_>>(),
+            ",\"probe\":\"p\"",
+            &mut line,
+            &mut cell,
+        );
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert!(line.starts_with("{\"stime\":1700000000.000000,"), "{line}");
+        assert_eq!(v["spkts"].as_u64(), Some(u64::MAX));
+        assert_eq!(v["dbytes"].as_u64(), Some(0));
+        assert_eq!(v["vlan"].as_u64(), Some(4095));
+        assert_eq!(v["saddr"], "10.0.0.1");
+        assert_eq!(v["dport"].as_u64(), Some(80));
+        assert_eq!(v["probe"], "p");
     }
 
     #[test]
