@@ -486,3 +486,128 @@ fn count_threads_share_queues_and_miss_nothing() {
     assert_eq!(summary["drops"], 0, "{summary}");
     let _ = std::fs::remove_file(&dump);
 }
+
+/// `fwd -i xdp:vB0 -o xdp:vB1 --engine xsk` on an A — B — C line of 4-queue veths runs one
+/// forwarding thread per queue pair (as DPDK l2fwd with one lcore per queue): every thread
+/// receives from its own input queue, C receives every frame A sent (tcpdump in C counts them),
+/// and each thread's figures add up to the ports' totals.
+#[test]
+fn fwd_xsk_runs_one_thread_per_queue_pair_and_misses_nothing() {
+    use linerate_test_support::line::{NetnsLine, Node};
+    if !netns::require_priv() {
+        return;
+    }
+    if !linerate_test_support::require_tool("tcpdump", "apt-get install tcpdump") {
+        return;
+    }
+    const N: u32 = 4000;
+    let l = NetnsLine::with_queues(4).expect("netns line");
+    let dump = tmp("fwd-threads.pcap");
+    let mut tcpdump = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            l.ns(Node::C),
+            "tcpdump",
+            "-i",
+            "vC",
+            "-n",
+            "-U",
+        ])
+        .args(["-w", dump.to_str().unwrap(), "udp dst port 9"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tcpdump");
+    let mut terr = BufReader::new(tcpdump.stderr.take().unwrap());
+    let mut listening = String::new();
+    terr.read_line(&mut listening).unwrap();
+    let mut child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            l.ns(Node::B),
+            env!("CARGO_BIN_EXE_linerate"),
+        ])
+        .args(["fwd", "-i", "xdp:vB0", "-o", "xdp:vB1", "--no-mac-updating"])
+        .args(["--engine", "xsk", "--json", "-t", "30", "-T", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn linerate fwd");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let start: serde_json::Value =
+        serde_json::from_str(&lines.next().expect("start line").expect("read")).unwrap();
+    assert_eq!(start["threads"], 4, "{start}");
+    let frames: Vec<Vec<u8>> = (0..N)
+        .map(|s| netns::udp_frame(l.mac_b0, l.mac_a, (s % 64) as u16, s))
+        .collect();
+    l.run_in(Node::A, || netns::send_raw("vA", &frames));
+    // Until C saw every frame (bounded), then a little more.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let count_c = || {
+        std::fs::read(&dump).map_or(0, |d| {
+            let mut off = 24;
+            let mut n = 0;
+            while off + 16 <= d.len() {
+                off += 16 + u32::from_le_bytes(d[off + 8..off + 12].try_into().unwrap()) as usize;
+                n += 1;
+            }
+            n
+        })
+    };
+    while count_c() < N as usize && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on the PIDs of the children we started.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+        libc::kill(tcpdump.id() as i32, libc::SIGINT);
+    }
+    let _ = tcpdump.wait();
+    let (status, err) = finish(child, 15);
+    assert!(status.success(), "fwd failed: {err}");
+    let summary = json_lines(lines)
+        .into_iter()
+        .find(|j| j["type"] == "summary")
+        .expect("summary");
+    let seen_in_c: HashSet<u32> = records(&dump)
+        .iter()
+        .filter_map(|f| netns::udp_seq(f))
+        .collect();
+    assert_eq!(
+        seen_in_c.len(),
+        N as usize,
+        "C received every frame: {summary}"
+    );
+    let threads = summary["threads"].as_array().expect("per-thread figures");
+    assert_eq!(threads.len(), 4, "{summary}");
+    let per: Vec<u64> = threads
+        .iter()
+        .map(|t| t["ports"][0]["received"].as_u64().unwrap())
+        .collect();
+    assert!(
+        per.iter().all(|&r| r > 0),
+        "every thread forwarded: {summary}"
+    );
+    for (k, what) in [(0, "received"), (1, "sent")] {
+        let sum: u64 = threads
+            .iter()
+            .map(|t| t["ports"][k][what].as_u64().unwrap())
+            .sum();
+        assert_eq!(summary["ports"][k][what], sum, "{what}: {summary}");
+    }
+    assert!(
+        summary["ports"][0]["received"].as_u64() >= Some(N as u64),
+        "{summary}"
+    );
+    assert_eq!(summary["ports"][0]["dropped"], 0, "{summary}");
+    assert_eq!(summary["ports"][1]["dropped"], 0, "{summary}");
+    assert_eq!(summary["ended"], "interrupted", "{summary}");
+    for (i, t) in threads.iter().enumerate() {
+        assert_eq!(t["input"], format!("xdp:vB0@{i}"), "{summary}");
+        assert_eq!(t["output"], format!("xdp:vB1@{i}"), "{summary}");
+    }
+    let _ = std::fs::remove_file(&dump);
+}

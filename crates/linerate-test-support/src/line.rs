@@ -43,6 +43,12 @@ pub fn mac_str(m: &[u8; 6]) -> String {
 impl NetnsLine {
     /// Creates the line.
     pub fn new() -> Result<NetnsLine, String> {
+        Self::with_queues(1)
+    }
+
+    /// As [`NetnsLine::new`], with `queues` receive and transmit queues on every veth end.
+    pub fn with_queues(queues: u32) -> Result<NetnsLine, String> {
+        let q = queues.max(1).to_string();
         let n = SEQ.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let k = (pid as u8) ^ (n as u8).wrapping_mul(17);
@@ -66,24 +72,17 @@ impl NetnsLine {
             ("vB1", b, &l.mac_b1, "vC", c, &l.mac_c),
         ];
         for (i1, n1, m1, i2, n2, m2) in pairs {
-            ip(&[
-                "link",
-                "add",
-                i1,
-                "netns",
-                n1,
-                "address",
-                &mac_str(m1),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                i2,
-                "netns",
-                n2,
-                "address",
-                &mac_str(m2),
-            ])?;
+            let (m1, m2) = (mac_str(m1), mac_str(m2));
+            let mut args = vec!["link", "add", i1, "netns", n1, "address", &m1];
+            if queues > 1 {
+                args.extend_from_slice(&["numtxqueues", &q, "numrxqueues", &q]);
+            }
+            args.extend_from_slice(&["type", "veth", "peer", "name", i2, "netns", n2]);
+            args.extend_from_slice(&["address", &m2]);
+            if queues > 1 {
+                args.extend_from_slice(&["numtxqueues", &q, "numrxqueues", &q]);
+            }
+            ip(&args)?;
         }
         for (ns, ifs) in [(a, &["vA"][..]), (b, &["vB0", "vB1"][..]), (c, &["vC"][..])] {
             let _ = std::process::Command::new("ip")

@@ -88,6 +88,12 @@ pub struct Args {
     pub engine: Engine,
     #[arg(long, value_name = "ADDR", help = metrics::HELP)]
     pub metrics: Option<String>,
+    /// xsk engine: forwarding threads (as DPDK l2fwd with one lcore per queue). Default: one
+    /// per queue pair when both ports are xdp:IFACE with several queues (thread t reads input
+    /// queues t, t+N, ... and sends out of output queue t; with --bidir the reverse too); 1:
+    /// one thread for every queue. --script and -g keep one thread.
+    #[arg(long, value_name = "N", value_parser = flags::int(1usize, 1024))]
+    pub threads: Option<usize>,
 }
 
 /// The common metrics of forwarding: each port's receive and transmit counters since the
@@ -128,7 +134,8 @@ struct Ticker<'a> {
 }
 
 impl Ticker<'_> {
-    fn tick(&mut self, out: &mut dyn Write, s: &fwd::FwdStats) {
+    /// Returns whether it printed.
+    fn tick(&mut self, out: &mut dyn Write, s: &fwd::FwdStats) -> bool {
         if let Some(m) = self.metrics {
             publish(m, &self.names, s);
         }
@@ -139,7 +146,9 @@ impl Ticker<'_> {
         if !self.period.is_zero() && self.last_print.elapsed() >= due {
             self.last_print = std::time::Instant::now();
             print(self.json, out, s, "stats");
+            return true;
         }
+        false
     }
 
     /// The interval ticks come at: the print period, or a second when serving metrics.
@@ -366,6 +375,15 @@ pub fn run_with(
     if let Some((i, o)) = kernel_engine(&a)? {
         return run_kernel(&a, mac, i, o, stop, out);
     }
+    let plan = thread_plan(&a)?;
+    if plan.0 > 1 {
+        return run_threads(&a, mac, plan, &opts, &xdp, stop, out);
+    }
+    if let Some(w) = &plan.1 {
+        if !a.json {
+            let _ = writeln!(out, "Threads: {w}");
+        }
+    }
     let (mut p0, mut p1, shared) = if bounce {
         (open("-i", &a.input, &opts, &xdp)?, None, false)
     } else {
@@ -407,6 +425,8 @@ pub fn run_with(
             "filter": a.filter,
             "filter_in_kernel": a.filter.is_some() && user_filter.is_none(),
             "script": a.script,
+            "threads": 1,
+            "plan": plan.1.as_deref().unwrap_or("1 thread"),
         });
         let _ = writeln!(out, "{start}");
     } else {
@@ -463,7 +483,9 @@ pub fn run_with(
     };
     let json = a.json;
     let hook = script.as_mut().map(|s| s as &mut dyn fwd::BatchFilter);
-    let mut report = fwd::run_with(ports, &fo, hook, stop, |s| ticker.tick(out, s));
+    let mut report = fwd::run_with(ports, &fo, hook, stop, |s| {
+        ticker.tick(out, s);
+    });
     if let Some(p) = p1.as_mut() {
         // What each input interface did closes a pcapng output (a no-op for other ports).
         let st = InterfaceStats::of_run(
@@ -608,7 +630,9 @@ fn run_kernel(
         ..Default::default()
     };
     let json = a.json;
-    let report = fwd::run_kernel(&mut k, &fo, stop, |s| ticker.tick(out, s));
+    let report = fwd::run_kernel(&mut k, &fo, stop, |s| {
+        ticker.tick(out, s);
+    });
     drop(k); // detach before the final block: nothing is forwarded after it
     if let Some(m) = &m {
         publish(m, &ticker.names, &report.stats);
@@ -736,5 +760,318 @@ impl fwd::BatchFilter for LuaFilter {
             func.call::<()>(batch.len())
         })
         .map_err(|e| lua::error_line(&e, &self.name, &self.lua))
+    }
+}
+
+/// Threads of an xsk run, and the plan in words when it says more than "1 thread".
+fn thread_plan(a: &Args) -> anyhow::Result<(usize, Option<String>)> {
+    if a.threads == Some(1) {
+        return Ok((1, None));
+    }
+    fn single(u: &str) -> Option<&str> {
+        u.strip_prefix("xdp:").filter(|r| !r.contains(','))
+    }
+    let queues = |u: &str| single(u).map_or(1, |r| xdp::queue_count(r).unwrap_or(1));
+    let bounce = a.input == a.output;
+    let (qi, qo) = (queues(&a.input), queues(&a.output));
+    let pairs = if bounce {
+        qi
+    } else if single(&a.input).is_some() && single(&a.output).is_some() {
+        qi.min(qo)
+    } else {
+        1
+    };
+    let asked = a.threads.unwrap_or(pairs);
+    if asked <= 1 {
+        return Ok((1, None));
+    }
+    let why_one = if a.script.is_some() {
+        Some("--script runs one Lua state".to_string())
+    } else if a.core.is_some() {
+        Some("-g pins one forwarding loop".to_string())
+    } else if pairs <= 1 {
+        Some(format!(
+            "{} -> {} is one queue pair (threads need both ports xdp:IFACE with several queues)",
+            a.input, a.output
+        ))
+    } else {
+        None
+    };
+    if let Some(w) = why_one {
+        if a.threads.is_some() {
+            return Err(usage(format!(
+                "--threads {asked}: {w}; leave --threads out"
+            )));
+        }
+        return Ok((1, Some(format!("1 thread for every queue: {w}"))));
+    }
+    let n = asked.min(pairs);
+    Ok((
+        n,
+        Some(format!(
+            "{n} threads, thread t reads {} queues t, t+{n}, ... and sends out of {} queue t{}, \
+             no dispatcher",
+            a.input,
+            if bounce { &a.input } else { &a.output },
+            if a.bidir && !bounce {
+                " (and back)"
+            } else {
+                ""
+            }
+        )),
+    ))
+}
+
+/// The queues of `ports` (queue j at index j) in `n` shares: share t holds queues t, t+n, ...,
+/// queue t first (a share's transmit goes out of its first port).
+fn shares_of(uri: &str, ports: Vec<xdp::XdpPort>, n: usize) -> Vec<(String, Box<dyn Port>)> {
+    let mut groups: Vec<Vec<Box<dyn Port>>> = (0..n).map(|_| Vec::new()).collect();
+    for (j, p) in ports.into_iter().enumerate() {
+        groups[j % n].push(Box::new(p));
+    }
+    groups
+        .into_iter()
+        .map(|mut g| {
+            if g.len() == 1 {
+                let p = g.remove(0);
+                (p.name().to_string(), p)
+            } else {
+                let name = g.iter().map(|p| p.name()).collect::<Vec<_>>().join(",");
+                let agg = linerate::port::Aggregate::new(&name, g);
+                (name, Box::new(agg) as Box<dyn Port>)
+            }
+        })
+        .map(|(name, p)| {
+            (
+                if name.is_empty() {
+                    uri.to_string()
+                } else {
+                    name
+                },
+                p,
+            )
+        })
+        .collect()
+}
+
+/// Each thread's counters in a JSON line.
+fn threads_json(names: &[(String, Option<String>)], per: &[fwd::FwdStats]) -> serde_json::Value {
+    per.iter()
+        .zip(names)
+        .enumerate()
+        .map(|(t, (s, (i, o)))| {
+            let ports: Vec<serde_json::Value> = s.ports[..s.nports]
+                .iter()
+                .map(|p| {
+                    serde_json::json!({"sent": p.sent, "received": p.received,
+                        "dropped": p.dropped, "filtered": p.filtered})
+                })
+                .collect();
+            serde_json::json!({"thread": t, "input": i, "output": o, "ports": ports})
+        })
+        .collect()
+}
+
+/// One line per thread under an l2fwd block.
+fn threads_text(names: &[(String, Option<String>)], per: &[fwd::FwdStats]) -> String {
+    let mut s = String::new();
+    for (t, (st, (i, o))) in per.iter().zip(names).enumerate() {
+        let x = st.total();
+        s.push_str(&format!(
+            "Thread {t} [{i}{}]: received {}, sent {}, dropped {}{}\n",
+            o.as_ref().map(|o| format!(" -> {o}")).unwrap_or_default(),
+            x.received,
+            x.sent,
+            x.dropped,
+            if x.filtered > 0 {
+                format!(", filtered {}", x.filtered)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    s
+}
+
+/// The xsk engine on one thread per queue pair (see `--threads`).
+fn run_threads(
+    a: &Args,
+    mac: MacRewrite,
+    (n, words): (usize, Option<String>),
+    opts: &PortOptions,
+    xcfg: &XdpConfig,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let bounce = a.input == a.output;
+    let rest = |u: &str| u.strip_prefix("xdp:").unwrap_or(u).to_string();
+    let (ri, ro) = (rest(&a.input), rest(&a.output));
+    let nq = xdp::queue_count(&ri).map_err(|e| port_err("-i", &a.input, e))?
+        + if bounce {
+            0
+        } else {
+            xdp::queue_count(&ro).map_err(|e| port_err("-o", &a.output, e))?
+        };
+    // Every queue of both interfaces on one UMEM (a received frame leaves without a copy),
+    // sized for all of their rings; queues never wait in rx (each thread polls its own).
+    let big = PortOptions {
+        frames: opts
+            .frames
+            .max(xdp::umem_frames(nq, xcfg.ring_size) + 2 * xcfg.ring_size),
+        rx_wait_ms: 0,
+        ..opts.clone()
+    };
+    let p0 = xdp::open_queues(&ri, &big, xcfg, None).map_err(|e| port_err("-i", &a.input, e))?;
+    let (p1, shared) = if bounce {
+        (Vec::new(), true)
+    } else {
+        match xdp::open_queues(&ro, &big, xcfg, Some(&p0[0])) {
+            Ok(p1) => (p1, true),
+            Err(_) => {
+                let own = PortOptions {
+                    rx_wait_ms: 0,
+                    ..opts.clone()
+                };
+                (
+                    xdp::open_queues(&ro, &own, xcfg, None)
+                        .map_err(|e| port_err("-o", &a.output, e))?,
+                    false,
+                )
+            }
+        }
+    };
+    let link = p0[0].link_type();
+    let mut ins = shares_of(&a.input, p0, n);
+    let mut outs: Vec<Option<(String, Box<dyn Port>)>> = if bounce {
+        (0..n).map(|_| None).collect()
+    } else {
+        shares_of(&a.output, p1, n).into_iter().map(Some).collect()
+    };
+    let mut in_kernel = a.filter.is_some();
+    if let Some(expr) = &a.filter {
+        let f = Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?;
+        for (name, p) in ins.iter_mut() {
+            in_kernel &= p
+                .attach_filter(&f)
+                .with_context(|| format!("-f on {name}"))?;
+        }
+        if a.bidir {
+            for (name, p) in outs.iter_mut().flatten() {
+                in_kernel &= p
+                    .attach_filter(&f)
+                    .with_context(|| format!("-f on {name}"))?;
+            }
+        }
+    }
+    let names: Vec<(String, Option<String>)> = ins
+        .iter()
+        .zip(&outs)
+        .map(|((i, _), o)| (i.clone(), o.as_ref().map(|(n, _)| n.clone())))
+        .collect();
+    let shares: Vec<fwd::ThreadPorts> = ins
+        .into_iter()
+        .zip(outs)
+        .map(|((_, input), o)| fwd::ThreadPorts {
+            input,
+            output: o.map(|(_, p)| p),
+        })
+        .collect();
+    let words = words.unwrap_or_default();
+    if a.json {
+        let start = serde_json::json!({
+            "type": "start",
+            "engine": "xsk",
+            "input": a.input,
+            "output": a.output,
+            "bounce": bounce,
+            "bidir": a.bidir,
+            "shared_umem": shared,
+            "filter": a.filter,
+            "filter_in_kernel": in_kernel,
+            "script": a.script,
+            "threads": n,
+            "thread_ports": threads_json(&names, &[]),
+            "plan": words,
+        });
+        let _ = writeln!(out, "{start}");
+    } else {
+        let _ = writeln!(
+            out,
+            "Forwarding {} -> {}{}{}{}{}",
+            a.input,
+            if bounce { "itself (bounce)" } else { &a.output },
+            if a.bidir && !bounce { " and back" } else { "" },
+            if shared && !bounce {
+                ", one shared UMEM (no copy)"
+            } else {
+                ""
+            },
+            mac_text(&mac),
+            match (&a.filter, in_kernel) {
+                (None, _) => String::new(),
+                (Some(f), true) => format!(", filter '{f}' in the kernel"),
+                (Some(f), false) => format!(", filter '{f}' in user space"),
+            }
+        );
+        let _ = writeln!(out, "Threads: {words}");
+    }
+    let _ = out.flush();
+    let m = metrics::start(a.metrics.as_deref(), "fwd", false)?;
+    let mut ticker = Ticker {
+        json: a.json,
+        period: a.period,
+        last_print: std::time::Instant::now(),
+        metrics: m.as_ref(),
+        names: [a.input.as_str(), a.output.as_str()],
+    };
+    let interval = ticker.interval();
+    let filter = a.filter.clone().filter(|_| !in_kernel);
+    let make = || FwdOptions {
+        bidir: a.bidir,
+        // Checked above: it compiles here as it did there.
+        filter: filter
+            .as_deref()
+            .and_then(|e| Filter::compile(e, link).ok()),
+        mac,
+        interval,
+        duration: a.duration,
+        count: a.count,
+        ..Default::default()
+    };
+    let json = a.json;
+    let report = fwd::run_threads(shares, make, stop, |t, per| {
+        if ticker.tick(out, t) && !json {
+            let _ = out.write_all(threads_text(&names, per).as_bytes());
+        }
+    });
+    let r = &report.total;
+    if let Some(m) = &m {
+        publish(m, &ticker.names, &r.stats);
+    }
+    let per: Vec<fwd::FwdStats> = report.threads.iter().map(|t| t.stats).collect();
+    if json {
+        let ports: Vec<serde_json::Value> = r.stats.ports[..r.stats.nports]
+            .iter()
+            .map(|p| {
+                serde_json::json!({"sent": p.sent, "received": p.received,
+                    "dropped": p.dropped, "filtered": p.filtered})
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::json!({"type": "summary", "ports": ports,
+                "threads": threads_json(&names, &per), "ended": ended(r)})
+        );
+    } else {
+        let _ = out.write_all(fwd::l2fwd_block(&r.stats).as_bytes());
+        let _ = out.write_all(threads_text(&names, &per).as_bytes());
+        let _ = writeln!(out, "Forwarding ended: {}; {n} threads", ended(r));
+    }
+    let _ = out.flush();
+    drop(report.threads);
+    match &r.error {
+        None => Ok(ExitCode::SUCCESS),
+        Some(e) => Err(anyhow::anyhow!("forwarding stopped: {e}")),
     }
 }

@@ -548,6 +548,169 @@ pub fn run_kernel(
     }
 }
 
+/// The ports of one thread of [`run_threads`]: its share of the input's queues (port 0, whose
+/// transmit goes out of its first queue) and of the output's (port 1), or one share for a
+/// bounce.
+pub struct ThreadPorts {
+    /// Port 0: the input queues this thread reads (and, with `bidir`, sends back out of).
+    pub input: Box<dyn Port>,
+    /// Port 1: the output queues this thread sends out of (and, with `bidir`, reads); None for
+    /// a bounce.
+    pub output: Option<Box<dyn Port>>,
+}
+
+/// Adds `b`'s counters to `a`'s (the ports of several threads that make one port).
+pub fn add_stats(a: &mut FwdStats, b: &FwdStats) {
+    a.t_ns = a.t_ns.max(b.t_ns);
+    a.nports = a.nports.max(b.nports);
+    for (x, y) in a.ports.iter_mut().zip(&b.ports) {
+        x.sent += y.sent;
+        x.received += y.received;
+        x.dropped += y.dropped;
+        x.filtered += y.filtered;
+        x.rx_bytes += y.rx_bytes;
+        x.tx_bytes += y.tx_bytes;
+        x.rx_drops = x.rx_drops.merged(&y.rx_drops);
+        x.tx_drops = x.tx_drops.merged(&y.tx_drops);
+    }
+}
+
+/// What a run on several threads did: the sum, and each thread's report.
+#[derive(Debug)]
+pub struct ThreadsReport {
+    /// The threads' counters added up; `ended` why the run ended, `error` the first error.
+    pub total: FwdReport,
+    /// Each thread's report, in the order of the shares.
+    pub threads: Vec<FwdReport>,
+}
+
+/// Forwards on one thread per [`ThreadPorts`] (as DPDK's l2fwd runs one lcore per queue): each
+/// thread runs the loop of [`run_with`] on its own queues, nothing in between. `opts` is made
+/// by each thread for itself (a compiled filter stays on its thread); its `count` and
+/// `duration` are the run's: the calling thread adds the threads' counters up (they publish
+/// them every `PUBLISH` ms) and stops them all once `count` packets were sent in all (a few
+/// more may go in the last milliseconds, as with the kernel engine), at `duration`, on `stop`,
+/// or when one of them fails. `on_tick` is called on the calling thread every `interval` with
+/// the sum and each thread's counters.
+pub fn run_threads(
+    shares: Vec<ThreadPorts>,
+    opts: impl Fn() -> FwdOptions + Sync,
+    stop: &AtomicBool,
+    mut on_tick: impl FnMut(&FwdStats, &[FwdStats]),
+) -> ThreadsReport {
+    /// How often each thread publishes its counters (ms).
+    const PUBLISH: u64 = 20;
+    let n = shares.len();
+    let model = opts();
+    let (count, duration, interval) = (model.count, model.duration, model.interval);
+    drop(model);
+    let halt = AtomicBool::new(false);
+    let slots: Vec<std::sync::Mutex<FwdStats>> = (0..n)
+        .map(|_| std::sync::Mutex::new(FwdStats::default()))
+        .collect();
+    let running = std::sync::atomic::AtomicUsize::new(n);
+    let failed = AtomicBool::new(false);
+    let t0 = mono_ns();
+    let read = |slots: &[std::sync::Mutex<FwdStats>]| -> Vec<FwdStats> {
+        slots
+            .iter()
+            .map(|m| *m.lock().unwrap_or_else(|e| e.into_inner()))
+            .collect()
+    };
+    let sum = |list: &[FwdStats]| {
+        let mut t = FwdStats::default();
+        for s in list {
+            add_stats(&mut t, s);
+        }
+        t
+    };
+    let mut ended = None;
+    let reports: Vec<FwdReport> = std::thread::scope(|s| {
+        let handles: Vec<_> = shares
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut share)| {
+                let (halt, slot, running, failed, opts) =
+                    (&halt, &slots[i], &running, &failed, &opts);
+                std::thread::Builder::new()
+                    .name(format!("fwd-{i}"))
+                    .spawn_scoped(s, move || {
+                        let o = FwdOptions {
+                            interval: Duration::from_millis(PUBLISH),
+                            count: None,
+                            duration: None,
+                            ..opts()
+                        };
+                        let ports = match share.output.as_mut() {
+                            Some(out) => Ports::Two(share.input.as_mut(), out.as_mut()),
+                            None => Ports::One(share.input.as_mut()),
+                        };
+                        let r = run_with(ports, &o, None, halt, |st| {
+                            *slot.lock().unwrap_or_else(|e| e.into_inner()) = *st;
+                        });
+                        *slot.lock().unwrap_or_else(|e| e.into_inner()) = r.stats;
+                        if r.ended == Ended::Error {
+                            failed.store(true, Ordering::Release);
+                        }
+                        running.fetch_sub(1, Ordering::Release);
+                        r
+                    })
+                    .expect("spawn a forwarding thread")
+            })
+            .collect();
+        let interval = interval.as_nanos().max(1) as u64;
+        let mut next_tick = t0 + interval;
+        while running.load(Ordering::Acquire) > 0 {
+            std::thread::sleep(Duration::from_millis(PUBLISH / 2));
+            let now = mono_ns();
+            if ended.is_none() {
+                let why = if stop.load(Ordering::Relaxed) {
+                    Some(Ended::Stopped)
+                } else if failed.load(Ordering::Acquire) {
+                    Some(Ended::Error)
+                } else if duration.is_some_and(|d| now >= t0 + d.as_nanos() as u64) {
+                    Some(Ended::Duration)
+                } else if count.is_some_and(|c| sum(&read(&slots)).total().sent >= c) {
+                    Some(Ended::Count)
+                } else {
+                    None
+                };
+                if why.is_some() {
+                    ended = why;
+                    halt.store(true, Ordering::Release);
+                }
+            }
+            if now >= next_tick {
+                let per = read(&slots);
+                on_tick(&sum(&per), &per);
+                next_tick = now + interval;
+            }
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("forwarding thread panicked"))
+            .collect()
+    });
+    let per: Vec<FwdStats> = reports.iter().map(|r| r.stats).collect();
+    let mut reports = reports;
+    let ended = ended.unwrap_or(if reports.iter().all(|r| r.ended == Ended::EndOfInput) {
+        Ended::EndOfInput
+    } else {
+        Ended::Error
+    });
+    let error = reports.iter_mut().find_map(|r| r.error.take());
+    let script_error = reports.iter_mut().find_map(|r| r.script_error.take());
+    ThreadsReport {
+        total: FwdReport {
+            stats: sum(&per),
+            ended,
+            error,
+            script_error,
+        },
+        threads: reports,
+    }
+}
+
 fn snapshot(
     st: &mut FwdStats,
     list: &mut [&mut dyn Port],
