@@ -241,6 +241,68 @@ fn a_tiny_receive_buffer_drops_and_the_row_says_so() {
     );
 }
 
+#[test]
+fn frames_over_a_linerate_port_are_counted_by_a_port_on_the_far_end() {
+    if !netns::require_priv() {
+        return;
+    }
+    let p = NetnsPair::new().expect("namespaces");
+    p.no_ipv6().unwrap();
+    let to = format!("{}:{}", p.b, p.if_b);
+    let path = format!("{}:{},{}:{}", p.a, p.if_a, p.b, p.if_b);
+    for port in ["afpacket:vA", "xdp:vA"] {
+        let o = run_in_ns(
+            &p.a,
+            &[
+                "--raw", port, "--to", &to, "--sizes", "60,1514", "-t", "500ms", "--watch", &path,
+                "--json",
+            ],
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{out}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let start = &lines(&out)[0];
+        assert_eq!(start["test"], "RAW", "{start}");
+        assert_eq!(start["dst"], "198.18.0.2:12866", "{start}");
+        let r = rows(&out);
+        let sizes: Vec<u64> = r.iter().map(|x| u(x, "size")).collect();
+        assert_eq!(sizes, [60, 1514], "{out}");
+        for x in &r {
+            consistent(x);
+            assert!(u(x, "received") > 0, "{x}");
+            // The watched link agrees: what vA sent, vB received (ARP aside).
+            assert!(x["watch"].is_object(), "{x}");
+        }
+    }
+    // A paced run: the rate asked next to the one achieved, every frame counted.
+    let o = run_in_ns(
+        &p.a,
+        &[
+            "--raw",
+            "afpacket:vA",
+            "--to",
+            &to,
+            "--sizes",
+            "124",
+            "-t",
+            "500ms",
+            "--rate",
+            "10kpps",
+            "--json",
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    let r = &rows(&out)[0];
+    consistent(r);
+    assert_eq!(f(r, "rate_pps"), 10_000.0, "{r}");
+    assert!((4_000..=5_100).contains(&u(r, "sent")), "{r}");
+    assert_eq!(u(r, "received"), u(r, "sent"), "{r}");
+}
+
 /// A — B — C with addresses, B forwarding 198.18.0.0/24 ↔ 198.19.0.0/24, its way out to C
 /// (vB1) a token bucket far slower than the sweep: B drops what does not fit.
 fn slow_forwarding_line() -> NetnsLine {
@@ -478,6 +540,12 @@ fn no_server_is_a_clear_error_and_bad_flags_exit_2() {
         (&["--rcvbuf", "0"], "--rcvbuf"),
         (&["--sndbuf", "2GiB"], "--sndbuf"),
         (&["--watch", "a:,b"], "--watch"),
+        (&["--raw", "mem:x"], "--raw"),
+        (&["--raw", "pcap:/tmp/x.pcap"], "--raw"),
+        (&["--raw", "afpacket:lo", "--sizes", "59"], "--sizes"),
+        (&["--raw", "afpacket:lo", "--sizes", "1515"], "--sizes"),
+        (&["--raw", "afpacket:lo"], "--to"),
+        (&["--raw", "afpacket:lo", "--rcvbuf", "4096"], "--rcvbuf"),
     ] {
         let o = Command::new(bin())
             .args(["sweep", "--to", "127.0.0.1", "--port", &port])

@@ -5,11 +5,13 @@
 use crate::common::{flags, stop_flag, usage};
 use anyhow::Context;
 use clap::Parser;
+use linerate::apps::gen::template::TemplateSpec;
 use linerate::apps::sweep::{
     self, LocalSink, RemoteSink, SendPlan, Sink, SizeRow, SweepError, TAG_LEN,
 };
 use linerate::apps::watch::{self, report, Watch};
 use linerate::port::udp::{UdpSender, MAX_BATCH, MAX_UDP_PAYLOAD};
+use linerate::port::{Port, PortOptions};
 use linerate::stats::{group, group_f};
 use linerate::units::Rate;
 use serde_json::{json, Value};
@@ -23,6 +25,8 @@ use std::time::Duration;
 const DEFAULT_SIZES: &str = "18,64,128,256,512,1024,1472";
 /// The port of the receiver (UDP) and of `--serve`'s control (TCP) unless `--port`.
 const DEFAULT_PORT: u16 = 12866;
+/// The frame sizes (without CRC) swept over a linerate port: RFC 2544's 64 to 1518 bytes.
+const DEFAULT_FRAMES: &str = "60,124,252,508,1020,1514";
 /// Most sizes in one sweep.
 const MAX_SIZES: usize = 64;
 
@@ -37,9 +41,11 @@ pub struct Args {
         required_unless_present = "serve"
     )]
     to: Option<String>,
-    /// Message sizes in bytes (UDP payload), in order, comma separated: each 1 to 65507.
-    #[arg(long, value_name = "LIST", default_value = DEFAULT_SIZES, value_delimiter = ',', value_parser = parse_sizes)]
-    sizes: Vec<usize>,
+    /// Message sizes in bytes (UDP payload), in order, comma separated: each 1 to 65507
+    /// [default: 18,64,128,256,512,1024,1472]. With --raw, frame sizes without the CRC, each 60
+    /// to 1514 [default: 60,124,252,508,1020,1514].
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_sizes)]
+    sizes: Option<Vec<usize>>,
     /// How long each size is sent (or with a unit: 500ms).
     #[arg(short = 't', long = "time", value_name = "SECONDS", default_value = "1", value_parser = flags::duration(PER_SIZE))]
     time: Duration,
@@ -65,12 +71,17 @@ pub struct Args {
     /// size, at which hop the lost messages vanished and by which drop counters.
     #[arg(long, value_name = "PATH")]
     watch: Option<String>,
+    /// Send Ethernet/IPv4/UDP frames on this linerate port (afpacket:IFACE or xdp:IFACE) instead
+    /// of messages through the UDP stack; they are counted by an afpacket: port on the
+    /// interface of --to NETNS:IFACE.
+    #[arg(long, value_name = "PORT", conflicts_with_all = ["sndbuf", "rcvbuf", "batch"])]
+    raw: Option<String>,
     /// Print a JSON line per size and a summary instead of the table.
     #[arg(long)]
     json: bool,
     /// Be the receiver for `linerate sweep --to HOST` on other hosts: count their messages on
     /// UDP --port and answer on TCP --port, until Ctrl-C.
-    #[arg(long, conflicts_with_all = ["to", "watch", "rate", "sndbuf"])]
+    #[arg(long, conflicts_with_all = ["to", "watch", "rate", "sndbuf", "raw"])]
     serve: bool,
     /// With --serve: the IPv4 address to listen on (default: every address of this host).
     #[arg(long, value_name = "ADDR", requires = "serve")]
@@ -103,11 +114,34 @@ fn sweep_error(e: SweepError) -> anyhow::Error {
 
 /// Runs `linerate sweep`.
 pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
-    if a.sizes.len() > MAX_SIZES {
+    let default = if a.raw.is_some() {
+        DEFAULT_FRAMES
+    } else {
+        DEFAULT_SIZES
+    };
+    let sizes: Vec<usize> = match a.sizes.take() {
+        Some(v) => v,
+        None => default.split(',').filter_map(|x| x.parse().ok()).collect(),
+    };
+    if sizes.len() > MAX_SIZES {
         return Err(usage(format!(
             "--sizes: {} sizes; at most {MAX_SIZES}",
-            a.sizes.len()
+            sizes.len()
         )));
+    }
+    if let Some(uri) = &a.raw {
+        raw_iface(uri)?;
+        if let Some(bad) = sizes
+            .iter()
+            .find(|s| !(sweep::MIN_FRAME..=sweep::MAX_FRAME).contains(s))
+        {
+            return Err(usage(format!(
+                "--sizes: {bad} with --raw: frame sizes are between {} and {} bytes (without \
+                 the CRC; the generator's templates build no jumbo frames yet)",
+                sweep::MIN_FRAME,
+                sweep::MAX_FRAME
+            )));
+        }
     }
     let stop = stop_flag()?;
     if a.serve {
@@ -152,13 +186,28 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
                      interface in it) or HOST"
                 )));
             }
-            let ip = sweep::target_address(Some(ns), iface).map_err(sweep_error)?;
-            let sink = LocalSink::bind(Some(ns), SocketAddrV4::new(ip, a.port), rcvbuf)
-                .map_err(sweep_error)?;
-            (
-                Sink::Local(sink),
-                format!("{to}, receiver in namespace {ns}"),
-            )
+            if a.raw.is_some() {
+                let uri = format!("afpacket:{iface}");
+                let sink = LocalSink::open_port(Some(ns), &uri).map_err(sweep_error)?;
+                (
+                    Sink::Local(sink),
+                    format!("{to}, counted by {uri} in namespace {ns}"),
+                )
+            } else {
+                let ip = sweep::target_address(Some(ns), iface).map_err(sweep_error)?;
+                let sink = LocalSink::bind(Some(ns), SocketAddrV4::new(ip, a.port), rcvbuf)
+                    .map_err(sweep_error)?;
+                (
+                    Sink::Local(sink),
+                    format!("{to}, receiver in namespace {ns}"),
+                )
+            }
+        }
+        None if a.raw.is_some() => {
+            return Err(usage(format!(
+                "--to '{to}': with --raw, the far end is NETNS:IFACE (its frames are counted by \
+                 an afpacket: port there)"
+            )))
         }
         None => {
             if a.port == 0 {
@@ -182,23 +231,44 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
             )
         }
     };
-    let dst = sink.data_addr();
-    let mut tx = UdpSender::connect(dst, a.sndbuf.map(|b| b as usize))
-        .with_context(|| format!("opening a UDP socket toward {dst}"))?;
-    let sndbuf = tx.sndbuf().unwrap_or(0);
-    let rcv = sink.rcvbuf();
     let run_id = (std::process::id() << 8) ^ (linerate::time::wall_ns() as u32);
+    let mut tx = match &a.raw {
+        None => {
+            let dst = sink.data_addr();
+            Sender::Udp(
+                UdpSender::connect(dst, a.sndbuf.map(|b| b as usize))
+                    .with_context(|| format!("opening a UDP socket toward {dst}"))?,
+            )
+        }
+        Some(uri) => raw_sender(uri, &to, a.port, run_id)?,
+    };
+    let dst = match &tx {
+        Sender::Udp(_) => sink.data_addr(),
+        Sender::Raw { template, .. } => SocketAddrV4::new(
+            match template.dst_ip {
+                std::net::IpAddr::V4(v) => v,
+                _ => Ipv4Addr::UNSPECIFIED,
+            },
+            a.port,
+        ),
+    };
+    let sndbuf = match &tx {
+        Sender::Udp(u) => u.sndbuf().unwrap_or(0),
+        Sender::Raw { .. } => 0,
+    };
+    let rcv = sink.rcvbuf();
     let mut out = std::io::stdout().lock();
     let asked = |b: Option<u64>| b.map_or_else(String::new, |b| format!(" (asked {} B)", group(b)));
     if a.json {
         let start = json!({
             "type": "start",
-            "test": "UDP_STREAM",
+            "test": if a.raw.is_some() { "RAW" } else { "UDP_STREAM" },
+            "raw": a.raw,
             "to": to,
             "dst": dst.to_string(),
-            "src": tx.local_addr().ok().map(|s| s.to_string()),
+            "src": tx.src(),
             "secs_per_size": a.time.as_secs_f64(),
-            "sizes": a.sizes,
+            "sizes": sizes,
             "sndbuf": sndbuf,
             "sndbuf_asked": a.sndbuf,
             "rcvbuf": rcv,
@@ -208,20 +278,33 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
         });
         let _ = writeln!(out, "{start}");
     } else {
-        let _ = writeln!(
-            out,
-            "UDP_STREAM to {dst} ({where_}), {} per size, {} messages per sendmmsg",
-            flags::show_duration(a.time),
-            a.batch
-        );
-        let _ = writeln!(
-            out,
-            "Socket sizes: send {} B{}, receive {} B{}",
-            group(sndbuf as u64),
-            asked(a.sndbuf),
-            group(rcv as u64),
-            asked(a.rcvbuf)
-        );
+        match &a.raw {
+            None => {
+                let _ = writeln!(
+                    out,
+                    "UDP_STREAM to {dst} ({where_}), {} per size, {} messages per sendmmsg",
+                    flags::show_duration(a.time),
+                    a.batch
+                );
+                let _ = writeln!(
+                    out,
+                    "Socket sizes: send {} B{}, receive {} B{}",
+                    group(sndbuf as u64),
+                    asked(a.sndbuf),
+                    group(rcv as u64),
+                    asked(a.rcvbuf)
+                );
+            }
+            Some(uri) => {
+                let _ = writeln!(
+                    out,
+                    "Ethernet/IPv4/UDP frames on {uri} from {} to {dst} ({where_}), {} per size; \
+                     sizes without the CRC",
+                    tx.src().unwrap_or_default(),
+                    flags::show_duration(a.time),
+                );
+            }
+        }
         if let Some(w) = &watcher {
             let labels: Vec<&str> = w.path().hops.iter().map(|h| h.label.as_str()).collect();
             let _ = writeln!(out, "Watching {}", labels.join(" -> "));
@@ -229,16 +312,21 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
                 let _ = writeln!(out, "note: {n}");
             }
         }
-        let _ = write!(out, "{}", header(a.rate.is_some()));
+        let _ = write!(out, "{}", header(a.rate.is_some(), a.raw.is_some()));
     }
     let _ = out.flush();
     let mut rows: Vec<(SizeRow, Option<Value>, Vec<String>)> = Vec::new();
     let mut failure = None;
-    for (seq, &size) in a.sizes.iter().enumerate() {
+    for (seq, &size) in sizes.iter().enumerate() {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let t: [u8; TAG_LEN] = sweep::tag(run_id, seq as u32 + 1);
+        let t: [u8; TAG_LEN] = match &tx {
+            Sender::Udp(_) => sweep::tag(run_id, seq as u32 + 1),
+            Sender::Raw { template, .. } => {
+                sweep::raw_tag(template.sport.wrapping_add(seq as u16), template.dport)
+            }
+        };
         let before = match watcher.as_mut().map(|w| w.sample()).transpose() {
             Ok(s) => s,
             Err(e) => {
@@ -250,14 +338,36 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
             failure = Some(anyhow::Error::new(e));
             break;
         }
-        tx.set_head(&t);
-        let plan = SendPlan {
-            size,
-            duration: a.time,
-            rate_pps: rate_pps(size),
-            batch: a.batch,
+        let asked_pps = rate_pps(size);
+        let txr = match &mut tx {
+            Sender::Udp(u) => {
+                u.set_head(&t);
+                let plan = SendPlan {
+                    size,
+                    duration: a.time,
+                    rate_pps: asked_pps,
+                    batch: a.batch,
+                };
+                sweep::send_size(u, &plan, &stop)
+            }
+            Sender::Raw { port, template } => {
+                let mut template = template.clone();
+                template.sport = template.sport.wrapping_add(seq as u16);
+                let plan = sweep::RawPlan {
+                    template,
+                    frame_len: size,
+                    duration: a.time,
+                    rate_pps: asked_pps,
+                };
+                match sweep::send_size_raw(port.as_mut(), &plan, &stop) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        failure = Some(anyhow::Error::new(e));
+                        break;
+                    }
+                }
+            }
         };
-        let txr = sweep::send_size(&mut tx, &plan, &stop);
         let rxr = match sink.finish(txr.sent) {
             Ok(r) => r,
             Err(e) => {
@@ -267,7 +377,7 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
         };
         let row = SizeRow {
             size,
-            asked_pps: plan.rate_pps,
+            asked_pps,
             tx: txr,
             rx: rxr,
         };
@@ -281,7 +391,7 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
             },
             _ => (None, vec![]),
         };
-        let notes = notes(&row, wtext);
+        let notes = notes(&row, wtext, a.raw.is_some());
         if a.json {
             let _ = writeln!(out, "{}", row_json(&row, wjson.as_ref()));
         } else {
@@ -304,14 +414,14 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
             "sizes": rows.iter().map(|(r, w, _)| row_json(r, w.as_ref())).collect::<Vec<_>>(),
             "stopped": stopped,
             "sizes_done": done,
-            "sizes_asked": a.sizes.len(),
+            "sizes_asked": sizes.len(),
         });
         let _ = writeln!(out, "{s}");
     } else if stopped {
         let _ = writeln!(
             out,
             "Stopped by a signal: {done} of {} sizes measured{}",
-            a.sizes.len(),
+            sizes.len(),
             if rows.last().is_some_and(|(r, _, _)| r.tx.stopped) {
                 " (the last one cut short: its row covers the time it ran)"
             } else {
@@ -326,25 +436,25 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn header(rate: bool) -> String {
+fn header(rate: bool, raw: bool) -> String {
+    let what = if raw { "Frame" } else { "Message" };
+    let many = if raw { "Frames" } else { "Messages" };
+    let per = if raw { "pkt/s" } else { "msg/s" };
     let asked = if rate {
         format!(" {:>11}", "asked")
     } else {
         String::new()
     };
     let asked2 = if rate {
-        format!(" {:>11}", "msg/s")
+        format!(" {per:>11}")
     } else {
         String::new()
     };
     format!(
-        "{:>8} {:>7} {:>12} {:>9} {:>12} {:>10} {:>7}{asked} {:>11} {:>9} {:>11} {:>9}\n\
-         {:>8} {:>7} {:>12} {:>9} {:>12} {:>10} {:>7}{asked2} {:>11} {:>9} {:>11} {:>9}\n",
-        "Message",
+        "{what:>8} {:>7} {many:>12} {:>9} {many:>12} {:>10} {:>7}{asked} {:>11} {:>9} {:>11} {:>9}\n\
+         {:>8} {:>7} {:>12} {:>9} {:>12} {:>10} {:>7}{asked2} {per:>11} {:>9} {per:>11} {:>9}\n",
         "Elapsed",
-        "Messages",
         "Send",
-        "Messages",
         "Lost",
         "Loss",
         "Sent",
@@ -358,9 +468,7 @@ fn header(rate: bool) -> String {
         "received",
         "",
         "%",
-        "msg/s",
         "Mbit/s",
-        "msg/s",
         "Mbit/s"
     )
 }
@@ -391,8 +499,25 @@ fn row_text(r: &SizeRow, rate: bool) -> String {
 }
 
 /// Lines under a row: errors by reason, where the lost messages went, strays, a cut.
-fn notes(r: &SizeRow, watch: Vec<String>) -> Vec<String> {
+fn notes(r: &SizeRow, watch: Vec<String>, raw: bool) -> Vec<String> {
     let mut n = Vec::new();
+    let (per, receiver, full, other) = if raw {
+        (
+            "pkt/s",
+            "the receiving port",
+            "its ring was full",
+            "other frames reached the receiving port (late ones of the size before, or not \
+             this sweep's, e.g. ARP): not counted",
+        )
+    } else {
+        (
+            "msg/s",
+            "the receiving socket",
+            "its receive buffer was full: raise --rcvbuf or net.core.rmem_max",
+            "other datagrams reached the port (late ones of the size before, or not this \
+             sweep's): not counted",
+        )
+    };
     if !r.tx.errors.is_empty() {
         let e: Vec<String> =
             r.tx.errors
@@ -408,7 +533,7 @@ fn notes(r: &SizeRow, watch: Vec<String>) -> Vec<String> {
         let got = r.tx_pps();
         if (got - p).abs() > p * 0.01 {
             n.push(format!(
-                "asked {} msg/s, sent {} msg/s",
+                "asked {} {per}, sent {} {per}",
                 group_f(p, 0),
                 group_f(got, 0)
             ));
@@ -418,19 +543,17 @@ fn notes(r: &SizeRow, watch: Vec<String>) -> Vec<String> {
     if lost > 0 {
         match r.rx.socket_drops {
             Some(d) if d >= lost => n.push(format!(
-                "lost {}: all dropped by the receiving socket (its receive buffer was full: \
-                 raise --rcvbuf or net.core.rmem_max)",
+                "lost {}: all dropped by {receiver} ({full})",
                 group(lost)
             )),
             Some(d) if d > 0 => n.push(format!(
-                "lost {}: {} dropped by the receiving socket (its receive buffer was full: \
-                 raise --rcvbuf or net.core.rmem_max), {} on the way to it",
+                "lost {}: {} dropped by {receiver} ({full}), {} on the way to it",
                 group(lost),
                 group(d),
                 group(lost - d)
             )),
             Some(_) => n.push(format!(
-                "lost {}: on the way (none dropped by the receiving socket)",
+                "lost {}: on the way (none dropped by {receiver})",
                 group(lost)
             )),
             None => n.push(format!("lost {}", group(lost))),
@@ -438,11 +561,7 @@ fn notes(r: &SizeRow, watch: Vec<String>) -> Vec<String> {
     }
     n.extend(watch);
     if r.rx.other > 0 {
-        n.push(format!(
-            "{} other datagrams reached the port (late ones of the size before, or not this \
-             sweep's): not counted",
-            group(r.rx.other)
-        ));
+        n.push(format!("{} {other}", group(r.rx.other)));
     }
     if r.tx.stopped {
         n.push(format!(
@@ -523,6 +642,71 @@ fn row_json(r: &SizeRow, watch: Option<&Value>) -> Value {
         v["watch"] = w.clone();
     }
     v
+}
+
+/// What sends: a UDP socket, or a linerate port with the frames' headers.
+enum Sender {
+    Udp(UdpSender),
+    Raw {
+        port: Box<dyn Port>,
+        template: TemplateSpec,
+    },
+}
+
+impl Sender {
+    /// Where the messages or frames come from, for reports.
+    fn src(&self) -> Option<String> {
+        match self {
+            Sender::Udp(u) => u.local_addr().ok().map(|s| s.to_string()),
+            Sender::Raw { template, .. } => Some(format!("{}:{}", template.src_ip, template.sport)),
+        }
+    }
+}
+
+/// The interface of `--raw PORT` (afpacket:IFACE or xdp:IFACE[@QUEUES]).
+fn raw_iface(uri: &str) -> anyhow::Result<&str> {
+    match uri
+        .strip_prefix("afpacket:")
+        .or_else(|| uri.strip_prefix("xdp:"))
+    {
+        Some(rest) if !rest.is_empty() && !rest.contains(',') => {
+            Ok(rest.split('@').next().unwrap_or(rest))
+        }
+        _ => Err(usage(format!(
+            "--raw '{uri}': give one kernel port, afpacket:IFACE or xdp:IFACE"
+        ))),
+    }
+}
+
+/// Opens `--raw PORT` and builds the frames' headers: from the port's interface (its MAC and
+/// IPv4 address) to the interface of `--to NETNS:IFACE` (the same), UDP from a port of this
+/// run (one more per size, so that a late frame of the size before is not counted) to `port`.
+fn raw_sender(uri: &str, to: &str, port: u16, run_id: u32) -> anyhow::Result<Sender> {
+    let iface = raw_iface(uri)?;
+    if port == 0 {
+        return Err(usage(
+            "--port 0: with --raw, give the UDP port the frames are sent to",
+        ));
+    }
+    let (ns, tif) = to.split_once(':').unwrap_or(("", to));
+    let src_mac = sweep::target_mac(None, iface).map_err(|e| usage(format!("--raw: {e}")))?;
+    let dst_mac = sweep::target_mac(Some(ns), tif).map_err(sweep_error)?;
+    let src_ip = sweep::target_address(None, iface).unwrap_or(Ipv4Addr::new(198, 18, 0, 1));
+    let dst_ip = sweep::target_address(Some(ns), tif).unwrap_or(Ipv4Addr::new(198, 18, 0, 2));
+    let p = linerate::port::open_tx(uri, &PortOptions::default())
+        .map_err(|e| crate::common::port_error("--raw", uri, e))?;
+    Ok(Sender::Raw {
+        port: p,
+        template: TemplateSpec {
+            src_mac,
+            dst_mac,
+            src_ip: src_ip.into(),
+            dst_ip: dst_ip.into(),
+            sport: 1024 + (run_id % 32768) as u16,
+            dport: port,
+            ..TemplateSpec::default()
+        },
+    })
 }
 
 /// `linerate sweep --serve`: the receiver for `--to HOST` on other hosts.

@@ -12,8 +12,11 @@
 //! counted by length. Anything else that reaches the port is counted apart (`other`).
 #![deny(unsafe_code)]
 
+use crate::apps::gen::{self, template::TemplateSpec, vary::SizeSpec, GenOptions, StreamSpec};
+use crate::mem::Batch;
 use crate::port::linkstats::netns;
 use crate::port::udp::{RxBufs, UdpReceiver, UdpSender, MAX_BATCH, RX_COPY};
+use crate::port::{Port, PortStats};
 use std::collections::BTreeMap;
 use std::io::{self, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
@@ -53,6 +56,14 @@ pub enum SweepError {
         /// What happened.
         why: String,
     },
+    /// A linerate port could not be opened or used.
+    #[error("{uri}: {source}")]
+    Port {
+        /// The port.
+        uri: String,
+        /// Why.
+        source: crate::port::PortError,
+    },
     /// A socket operation failed.
     #[error("{op}: {source}")]
     Os {
@@ -68,7 +79,13 @@ impl SweepError {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            SweepError::NoNamespace(_) | SweepError::BadTarget { .. }
+            SweepError::NoNamespace(_)
+                | SweepError::BadTarget { .. }
+                | SweepError::Port {
+                    source: crate::port::PortError::NoInterface(_)
+                        | crate::port::PortError::BadUri { .. },
+                    ..
+                }
         )
     }
 }
@@ -269,12 +286,89 @@ pub fn send_size(tx: &mut UdpSender, plan: &SendPlan, stop: &AtomicBool) -> TxRe
     r
 }
 
+/// The tag [`LocalSink::begin`] takes for frames over a linerate port (`--raw`): their UDP
+/// source and destination ports.
+pub fn raw_tag(sport: u16, dport: u16) -> [u8; TAG_LEN] {
+    let mut t = [0u8; TAG_LEN];
+    t[..2].copy_from_slice(&sport.to_be_bytes());
+    t[2..4].copy_from_slice(&dport.to_be_bytes());
+    t
+}
+
+/// Smallest frame over a linerate port (bytes without the CRC).
+pub const MIN_FRAME: usize = 60;
+/// Largest frame over a linerate port: the largest the generator's templates build (1518 B
+/// with the CRC; jumbo frames are not built by them yet).
+pub const MAX_FRAME: usize = 1514;
+
+/// How one size is sent over a linerate port: Ethernet/IPv4/UDP frames built by the
+/// generator's templates.
+#[derive(Clone, Debug)]
+pub struct RawPlan {
+    /// The frames' headers (addresses and ports).
+    pub template: TemplateSpec,
+    /// Frame length without the CRC ([`MIN_FRAME`]..=[`MAX_FRAME`]).
+    pub frame_len: usize,
+    /// How long.
+    pub duration: Duration,
+    /// Frames per second asked (None: as fast as the port takes them).
+    pub rate_pps: Option<f64>,
+}
+
+/// Sends one size over `port` with the generator (`gen`'s worker: its batches, pacing and
+/// counters), until the duration or `stop`. Frames the port refused are counted under the
+/// port's drop reason and not as sent.
+pub fn send_size_raw(
+    port: &mut dyn Port,
+    plan: &RawPlan,
+    stop: &AtomicBool,
+) -> Result<TxReport, SweepError> {
+    let before: PortStats = port.stats();
+    let opts = GenOptions {
+        streams: vec![StreamSpec {
+            template: plan.template.clone(),
+            size: SizeSpec::Fixed((plan.frame_len + 4) as u32),
+            pps: plan.rate_pps,
+            probe: false,
+            ..StreamSpec::default()
+        }],
+        duration: Some(plan.duration),
+        ..GenOptions::default()
+    };
+    let clock = crate::time::MonoClock;
+    let uri = port.name().to_string();
+    let rep = gen::run(port, &opts, &clock, stop, None, |_| {}).map_err(|e| SweepError::Os {
+        op: format!("{uri}: sending"),
+        source: io::Error::other(e.to_string()),
+    })?;
+    let drops = rep.port.tx_drops.since(&before.tx_drops);
+    let mut errors = BTreeMap::new();
+    for r in crate::port::DropReason::ALL {
+        let n = drops.get(r);
+        if n > 0 {
+            errors.insert(r.name().to_string(), n);
+        }
+    }
+    let refused: u64 = errors.values().sum();
+    Ok(TxReport {
+        sent: rep.pkts.saturating_sub(refused),
+        errors,
+        elapsed_ns: rep.end_ns.max(rep.last_ns).saturating_sub(rep.first_ns),
+        stopped: stop.load(Ordering::Relaxed),
+    })
+}
+
 /// What the receiving thread is told and what it counted.
 #[derive(Debug, Default)]
 struct Phase {
     gen: u64,
     len: usize,
     tag: [u8; TAG_LEN],
+    /// The receiver's drop counter when the thread began counting this generation.
+    drops_begin: Option<u64>,
+    /// Generation whose closing drop counter is asked for, and the answer.
+    drops_req: u64,
+    drops_end: Option<Option<u64>>,
     received: u64,
     bytes: u64,
     other: u64,
@@ -296,11 +390,56 @@ struct RxShared {
 /// A receiver in this process: a thread counting the datagrams on one socket.
 #[derive(Debug)]
 pub struct LocalSink {
-    sock: Arc<UdpReceiver>,
+    /// The UDP socket (None: a linerate port receives).
+    sock: Option<Arc<UdpReceiver>>,
     shared: Arc<RxShared>,
     thread: Option<std::thread::JoinHandle<()>>,
     addr: SocketAddrV4,
-    drops_at_begin: Option<u64>,
+}
+
+/// What the receiving thread reads from.
+enum Source {
+    /// A UDP socket: each datagram's length and first bytes.
+    Udp(Arc<UdpReceiver>, Box<RxBufs>),
+    /// A linerate port: each frame (without CRC).
+    Port(Box<dyn Port>, Batch),
+}
+
+impl Source {
+    fn recv(&mut self, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<usize> {
+        match self {
+            Source::Udp(s, bufs) => s.recv(bufs, f),
+            Source::Port(p, b) => {
+                let n = p
+                    .rx(b)
+                    .map_err(|e| io::Error::other(format!("{}: {e}", p.name())))?;
+                for i in 0..b.len() {
+                    let d = b.data(i);
+                    f(d.len(), &d[..d.len().min(RX_COPY)]);
+                }
+                b.clear();
+                Ok(n)
+            }
+        }
+    }
+
+    /// What the receiver dropped so far: the socket's drops, or the port's receive drops
+    /// (a full ring: the kernel's count).
+    fn drops(&mut self) -> Option<u64> {
+        match self {
+            Source::Udp(s, _) => s.drops().ok(),
+            Source::Port(p, _) => Some(p.stats().rx_drops.total()),
+        }
+    }
+}
+
+/// Whether frame `head` (Ethernet, IPv4, UDP) goes from port `tag[0..2]` to port `tag[2..4]`.
+fn raw_match(head: &[u8], tag: &[u8; TAG_LEN]) -> bool {
+    if head.len() < 34 || head[12..14] != [0x08, 0x00] || head[14] >> 4 != 4 || head[23] != 17 {
+        return false;
+    }
+    let l4 = 14 + usize::from(head[14] & 0x0f) * 4;
+    head.len() >= l4 + 4 && head[l4..l4 + 4] == tag[..4]
 }
 
 /// How long a receive call waits before the thread looks at its orders again.
@@ -321,11 +460,39 @@ impl LocalSink {
         }
         .map_err(os(format!("binding UDP {addr}")))?;
         let addr = sock.local_addr().map_err(os("getsockname"))?;
-        Ok(Self::start(sock, addr))
+        let sock = Arc::new(sock);
+        let src = Source::Udp(sock.clone(), Box::new([[0; RX_COPY]; 64]));
+        Ok(Self::start(Some(sock), src, addr, false))
     }
 
-    fn start(sock: UdpReceiver, addr: SocketAddrV4) -> LocalSink {
-        let sock = Arc::new(sock);
+    /// Opens linerate port `uri` to receive (in `netns` when given: opened by a helper thread
+    /// that entered the namespace; its sockets stay there) and starts the counting thread,
+    /// which counts the Ethernet/IPv4/UDP frames of the length and ports [`LocalSink::begin`]
+    /// names ([`raw_tag`]).
+    pub fn open_port(netns: Option<&str>, uri: &str) -> Result<LocalSink, SweepError> {
+        let opts = crate::port::PortOptions {
+            rx_wait_ms: RX_WAIT_MS,
+            ..Default::default()
+        };
+        let open = || crate::port::open_rx(uri, &opts);
+        let port = match netns {
+            None => open(),
+            Some(ns) => in_netns(ns, open)?,
+        }
+        .map_err(|source| SweepError::Port {
+            uri: uri.to_string(),
+            source,
+        })?;
+        let src = Source::Port(port, Batch::new());
+        Ok(Self::start(
+            None,
+            src,
+            SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+            true,
+        ))
+    }
+
+    fn start(sock: Option<Arc<UdpReceiver>>, src: Source, addr: SocketAddrV4, raw: bool) -> Self {
         let shared = Arc::new(RxShared {
             phase: Mutex::new(Phase::default()),
             seen: AtomicU64::new(0),
@@ -333,17 +500,16 @@ impl LocalSink {
             stop: AtomicBool::new(false),
             failed: Mutex::new(None),
         });
-        let (s2, sh2) = (sock.clone(), shared.clone());
+        let sh2 = shared.clone();
         let thread = std::thread::Builder::new()
             .name("sweep-rx".into())
-            .spawn(move || rx_loop(&s2, &sh2))
+            .spawn(move || rx_loop(src, &sh2, raw))
             .ok();
         LocalSink {
             sock,
             shared,
             thread,
             addr,
-            drops_at_begin: None,
         }
     }
 
@@ -354,18 +520,22 @@ impl LocalSink {
 
     /// The receive buffer granted (bytes).
     pub fn rcvbuf(&self) -> usize {
-        self.sock.rcvbuf().unwrap_or(0)
+        self.sock.as_ref().map_or(0, |s| s.rcvbuf().unwrap_or(0))
     }
 
-    /// Sets the receive buffer.
+    /// Sets the receive buffer (of a UDP receiver; nothing for a port).
     pub fn set_rcvbuf(&self, bytes: usize) -> Result<(), SweepError> {
-        self.sock
-            .set_rcvbuf(bytes)
-            .map_err(os(format!("setting the receive buffer to {bytes} B")))
+        match &self.sock {
+            Some(s) => s
+                .set_rcvbuf(bytes)
+                .map_err(os(format!("setting the receive buffer to {bytes} B"))),
+            None => Ok(()),
+        }
     }
 
-    /// Starts counting datagrams of `len` bytes carrying `tag` (from now on; returns once the
-    /// receiving thread counts for them).
+    /// Starts counting datagrams of `len` bytes carrying `tag` (for a port: frames of `len`
+    /// bytes between the UDP ports of [`raw_tag`]) from now on; returns once the receiving
+    /// thread counts for them.
     pub fn begin(&mut self, len: usize, tag: [u8; TAG_LEN]) -> Result<(), SweepError> {
         self.check()?;
         let gen = {
@@ -378,7 +548,6 @@ impl LocalSink {
             };
             p.gen
         };
-        self.drops_at_begin = self.sock.drops().ok();
         let t0 = Instant::now();
         while self.shared.seen.load(Ordering::Acquire) < gen {
             if t0.elapsed() > Duration::from_secs(2) {
@@ -437,9 +606,29 @@ impl LocalSink {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
+        // The receiver's drop counter now, read by the thread (a port is its alone).
+        {
+            let mut p = self.shared.phase.lock().unwrap_or_else(|e| e.into_inner());
+            p.drops_req = p.gen;
+            p.drops_end = None;
+        }
+        let t1 = Instant::now();
+        loop {
+            let done = self
+                .shared
+                .phase
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .drops_end
+                .is_some();
+            if done || t1.elapsed() > Duration::from_secs(1) || self.check().is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
         // What the thread counted, from its last whole batch.
         let p = self.shared.phase.lock().unwrap_or_else(|e| e.into_inner());
-        let socket_drops = match (self.drops_at_begin, self.sock.drops().ok()) {
+        let socket_drops = match (p.drops_begin, p.drops_end.flatten()) {
             (Some(a), Some(b)) => Some(b.saturating_sub(a)),
             _ => None,
         };
@@ -462,17 +651,38 @@ impl Drop for LocalSink {
     }
 }
 
-fn rx_loop(sock: &UdpReceiver, sh: &RxShared) {
-    let mut bufs: RxBufs = [[0; RX_COPY]; 64];
+fn rx_loop(mut src: Source, sh: &RxShared, raw: bool) {
+    let mut counting = 0u64;
     while !sh.stop.load(Ordering::Relaxed) {
-        let (gen, len, tag) = {
+        let (gen, len, tag, req, answered) = {
             let p = sh.phase.lock().unwrap_or_else(|e| e.into_inner());
-            (p.gen, p.len, p.tag)
+            (p.gen, p.len, p.tag, p.drops_req, p.drops_end.is_some())
         };
+        if gen != counting {
+            counting = gen;
+            let d = src.drops();
+            let mut p = sh.phase.lock().unwrap_or_else(|e| e.into_inner());
+            if p.gen == gen {
+                p.drops_begin = d;
+            }
+        }
+        if req == gen && gen > 0 && !answered {
+            let d = src.drops();
+            let mut p = sh.phase.lock().unwrap_or_else(|e| e.into_inner());
+            if p.gen == gen && p.drops_req == gen {
+                p.drops_end = Some(d);
+            }
+        }
         sh.seen.store(gen, Ordering::Release);
         let (mut mine, mut bytes, mut other) = (0u64, 0u64, 0u64);
-        let r = sock.recv(&mut bufs, |l, head| {
-            let ours = gen > 0 && l == len && (l < TAG_LEN || head[..TAG_LEN] == tag);
+        let r = src.recv(&mut |l, head| {
+            let ours = gen > 0
+                && l == len
+                && if raw {
+                    raw_match(head, &tag)
+                } else {
+                    l < TAG_LEN || head[..TAG_LEN] == tag
+                };
             if ours {
                 mine += 1;
                 bytes += l as u64;
@@ -563,6 +773,22 @@ pub fn target_address(netns: Option<&str>, iface: &str) -> Result<Ipv4Addr, Swee
             source: e,
         }),
     }
+}
+
+/// The MAC address of `iface` in namespace `netns` (None: this one).
+pub fn target_mac(netns: Option<&str>, iface: &str) -> Result<[u8; 6], SweepError> {
+    let label = match netns {
+        Some(ns) => format!("{ns}:{iface}"),
+        None => iface.to_string(),
+    };
+    let r = match netns {
+        Some(ns) => in_netns(ns, || crate::port::udp::mac_of(iface))?,
+        None => crate::port::udp::mac_of(iface),
+    };
+    r.map_err(|e| SweepError::BadTarget {
+        target: label,
+        why: format!("no MAC address: {e}"),
+    })
 }
 
 /// A receiver: in this process, or a `linerate sweep --serve` elsewhere.

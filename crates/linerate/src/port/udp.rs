@@ -371,6 +371,37 @@ pub fn ipv4_of(iface: &str) -> io::Result<Option<Ipv4Addr>> {
     Ok(Some(Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr))))
 }
 
+/// The hardware address of interface `iface` in the calling thread's network namespace
+/// (SIOCGIFHWADDR).
+pub fn mac_of(iface: &str) -> io::Result<[u8; 6]> {
+    if iface.is_empty() || iface.len() >= libc::IFNAMSIZ || iface.contains('\0') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("'{iface}' is not an interface name"),
+        ));
+    }
+    let fd = udp_socket()?;
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(iface.bytes()) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: `ifr` is a live ifreq with a NUL-terminated name; the kernel writes the address
+    // into it.
+    let r = unsafe { libc::ioctl(fd.0, libc::SIOCGIFHWADDR, &mut ifr) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: after SIOCGIFHWADDR the union holds a sockaddr whose sa_data starts with the
+    // hardware address.
+    let sa = unsafe { ifr.ifr_ifru.ifru_hwaddr };
+    let mut m = [0u8; 6];
+    for (d, s) in m.iter_mut().zip(sa.sa_data.iter()) {
+        *d = *s as u8;
+    }
+    Ok(m)
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -412,5 +443,6 @@ mod tests {
         assert_eq!(n as u64 + drops, sent as u64);
         assert_eq!(ipv4_of("lo").unwrap(), Some(Ipv4Addr::LOCALHOST));
         assert!(ipv4_of("lr-no-such-if").is_err());
+        assert_eq!(mac_of("lo").unwrap(), [0; 6]);
     }
 }
