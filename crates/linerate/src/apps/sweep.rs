@@ -402,7 +402,7 @@ enum Source {
     /// A UDP socket: each datagram's length and first bytes.
     Udp(Arc<UdpReceiver>, Box<RxBufs>),
     /// A linerate port: each frame (without CRC).
-    Port(Box<dyn Port>, Batch),
+    Port(Box<dyn Port>, Box<Batch>),
 }
 
 impl Source {
@@ -483,7 +483,7 @@ impl LocalSink {
             uri: uri.to_string(),
             source,
         })?;
-        let src = Source::Port(port, Batch::new());
+        let src = Source::Port(port, Box::default());
         Ok(Self::start(
             None,
             src,
