@@ -4,6 +4,7 @@
 # same broker, in one run.
 #
 #   bash bench/kafka.sh [PACKETS] [FLOWS]
+#   LR=/tmp/linerate-old PIN=process PMACCT=0 bash bench/kafka.sh   # an older build, no pmacct
 #
 # The capture (bench/mkflows.py, kept in bench/out/, shared with bench/flows.sh) has PACKETS
 # packets (default 3 M) in FLOWS bidirectional conversations (default 100 000). A single-node
@@ -56,8 +57,11 @@ case "$PIN" in
 esac
 OUT=bench/out
 mkdir -p "$OUT"
-cargo build --release -q -p linerate-cli
-LR=$PWD/target/release/linerate
+# LR=BINARY: another linerate (an A/B against an older build); else this tree's, built now.
+if [ -z "${LR:-}" ]; then
+  cargo build --release -q -p linerate-cli
+  LR=$PWD/target/release/linerate
+fi
 CAP=$PWD/$OUT/flows-$PKTS-$FLOWS.pcap
 if [ ! -f "$CAP" ]; then
   echo "making $CAP ..." >&2
@@ -131,7 +135,7 @@ EOF
 }
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
-HAVE_PM=1
+HAVE_PM=${PMACCT:-1}
 command -v pmacctd >/dev/null || { HAVE_PM=0; echo "pmacctd missing: skipped (apt-get install pmacct)" >&2; }
 : >"$WORK/base.pps"; : >"$WORK/lr.pps"; : >"$WORK/lr.wall"; : >"$WORK/pm.pps"; : >"$WORK/pm.wall"
 for r in $(seq 1 "$RUNS"); do

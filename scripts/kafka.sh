@@ -118,8 +118,13 @@ log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
 log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
 EOF
   # A cluster id is 16 random bytes in URL-safe base64 without padding (what
-  # `kafka-storage.sh random-uuid` prints), made here to save a JVM start.
-  id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+  # `kafka-storage.sh random-uuid` prints), made here to save a JVM start. Like Kafka's own
+  # Uuid.randomUuid, never one that starts with '-': the storage tool's argument parser takes
+  # it for an option ("--cluster-id: expected one argument"), which failed one start in 64.
+  id=-
+  while [[ $id == -* ]]; do
+    id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+  done
   java -cp "$libs/*" -Dlog4j.configuration="file:$dir/tools-log4j.properties" \
     kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" \
     >"$dir/format.log" 2>&1 </dev/null || { cat "$dir/format.log" >&2; die "formatting the broker's storage in $dir failed"; }
