@@ -611,3 +611,50 @@ fn fwd_xsk_runs_one_thread_per_queue_pair_and_misses_nothing() {
     }
     let _ = std::fs::remove_file(&dump);
 }
+
+/// `balance -i xdp:vB` on a 4-queue veth: the master (the distributor, as zbalance_ipc's) reads
+/// every queue; every frame sent is distributed and delivered to the consumer threads.
+#[test]
+fn balance_master_reads_every_queue() {
+    if !netns::require_priv() {
+        return;
+    }
+    const N: u32 = 3200;
+    let p = NetnsPair::with_queues(4).expect("netns pair");
+    p.no_ipv6().expect("no IPv6 chatter");
+    let (child, mut lines) = spawn(
+        &p,
+        Side::B,
+        &[
+            "balance",
+            "--threads",
+            "-i",
+            "xdp:vB",
+            "-n",
+            "2",
+            "-t",
+            "4",
+            "--json",
+            "-f",
+            "udp dst port 9",
+            "-c",
+            &(10_000 + std::process::id() % 50_000).to_string(),
+        ],
+    );
+    // The first statistics line says the master runs.
+    let _ = lines.next();
+    p.run_in(Side::A, || netns::send_raw("vA", &frames(&p, N)));
+    let (status, err) = finish(child, 30);
+    assert!(status.success(), "balance failed: {err}");
+    let per_queue = netns::xdp_queue_packets(&p, Side::B, "vB");
+    assert!(
+        per_queue.len() == 4 && per_queue.iter().all(|&q| q > 0),
+        "traffic on every queue: {per_queue:?}"
+    );
+    let summary = json_lines(lines)
+        .into_iter()
+        .find(|j| j["type"] == "summary")
+        .expect("summary");
+    assert_eq!(summary["distributed"], N, "{summary}");
+    assert_eq!(summary["delivered"], N, "{summary}");
+}

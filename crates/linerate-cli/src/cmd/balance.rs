@@ -27,11 +27,14 @@ use std::sync::Arc;
 /// Flags of `linerate balance`.
 #[derive(Parser, Debug)]
 pub struct Args {
-    /// Input port(s): afpacket:IFACE, pcap:FILE, mem:NAME; a,b aggregates round-robin;
-    /// `source[:COUNT]` is the built-in generator (64 B frames, rotating addresses).
+    /// Input port(s): afpacket:IFACE, xdp:IFACE (every receive queue, all read by this master:
+    /// it is the distributor, as zbalance_ipc's master reads every queue), pcap:FILE, mem:NAME;
+    /// a,b aggregates round-robin; `source[:COUNT]` is the built-in generator (64 B frames,
+    /// rotating addresses).
     #[arg(short = 'i', long = "in", value_name = "PORTS")]
     input: String,
-    /// Pace `-i source` (e.g. 5Mpps, 10Gbps = 64 B at 10 GbE line rate, 50%).
+    /// Pace `-i source` (e.g. 5Mpps, 10Gbps = 64 B at 10 GbE line rate, 50%); the summary
+    /// gives the rate achieved next to it.
     #[arg(long, value_name = "RATE", value_parser = flags::rate)]
     source_rate: Option<units::Rate>,
     /// Declare a consumer gone when it has not received for this long (default: only when its
@@ -619,12 +622,30 @@ fn finish(
     let mut out = std::io::stdout();
     let s = &t.now.stats;
     let inv = s.check_invariant();
+    // The built-in source's rate: what was asked and what the master read from it.
+    let source_rate = a
+        .source_rate
+        .filter(|_| a.input.starts_with("source"))
+        .map(|r| {
+            let secs = report.tick.now.t_ns.saturating_sub(report.tick.start.t_ns) as f64 / 1e9;
+            let got = if secs > 0.0 {
+                s.rx_packets
+                    .saturating_sub(report.tick.start.stats.rx_packets) as f64
+                    / secs
+            } else {
+                0.0
+            };
+            (SourcePort::pps_of(r), got)
+        });
     if a.json {
         let mut j: serde_json::Value =
             serde_json::from_str(&json_tick("summary", &t, &final_threads))?;
         j["ended"] = ended.into();
         j["drain_ms"] = (fin.drain.as_secs_f64() * 1e3).into();
         j["invariant_ok"] = inv.is_ok().into();
+        if let Some((asked, got)) = source_rate {
+            j["source_rate"] = serde_json::json!({"asked_pps": asked, "achieved_pps": got});
+        }
         let _ = writeln!(out, "{j}");
     } else {
         let mut whole = t.clone();
@@ -641,6 +662,9 @@ fn finish(
         };
         let _ = out.write_all(text.as_bytes());
         let _ = writeln!(out, "{}", accounting_line(s));
+        if let Some((asked, got)) = source_rate {
+            let _ = writeln!(out, "{}", source_rate_line(asked, got));
+        }
         let _ = writeln!(
             out,
             "Ended: {ended} (consumers drained in {} ms)",
@@ -661,6 +685,31 @@ fn finish(
             group(s.rx_packets)
         ))),
     }
+}
+
+/// `Source rate: asked R pps, achieved A pps` and, when they differ by more than 0.5 %, by how
+/// much and why it may be.
+fn source_rate_line(asked: f64, got: f64) -> String {
+    let pct = if asked > 0.0 {
+        got / asked * 100.0
+    } else {
+        0.0
+    };
+    let mut l = format!(
+        "Source rate: asked {} pps, achieved {} pps ({} %)",
+        group_f(asked, 0),
+        group_f(got, 0),
+        group_f(pct, 1)
+    );
+    if (pct - 100.0).abs() > 0.5 {
+        l.push_str(if got < asked {
+            ": less than asked (the master or its consumers could not take more, or the run \
+             was too short for the schedule)"
+        } else {
+            ": more than asked"
+        });
+    }
+    l
 }
 
 fn apps_str(apps: &[u32]) -> String {

@@ -140,13 +140,19 @@ impl SourcePort {
     /// most a batch of 64 at once, and at most one second owed), so the mean rate holds
     /// without a burst.
     pub fn with_rate(mut self, rate: Option<crate::units::Rate>) -> SourcePort {
+        self.rate = rate.map(SourcePort::pps_of);
+        self
+    }
+
+    /// The packets per second `rate` asks of a source (its 64 B frames take 84 B on the wire,
+    /// a percentage is of 10 GbE).
+    pub fn pps_of(rate: crate::units::Rate) -> f64 {
         use crate::units::Rate;
-        self.rate = rate.map(|r| match r {
+        match rate {
             Rate::Pps(p) => p,
             Rate::Bps(b) => b / (84.0 * 8.0),
             Rate::Percent(x) => 10e9 / (84.0 * 8.0) * x / 100.0,
-        });
-        self
+        }
     }
 
     /// Reads time from `clock` (default: the monotonic clock).
