@@ -170,3 +170,137 @@ fn threads_on_a_split_file_give_the_records_of_one_thread() {
     println!("{compared} files, {packets} packets: the same records with 1, 2 and 3 threads");
     assert!(compared > 100 && packets > 0);
 }
+
+/// Runs the flow monitor on `path` with `nt` threads, the file split in pieces of `piece` bytes:
+/// packets, not-a-flow counters, flows, the error's text, and the records (sorted).
+type Outcome = (u64, [u64; NotFlow::COUNT], u64, Option<String>, Vec<String>);
+
+fn split_run(path: &str, nt: usize, piece: usize, opts: &FlowOptions) -> Option<Outcome> {
+    use linerate::apps::flow::threads::{run_input, FlowInput};
+    let stop = AtomicBool::new(false);
+    let input = FlowInput::open_pieces(path, &PortOptions::default(), nt, piece).ok()?;
+    let mut recs: Vec<FlowRecord> = Vec::new();
+    let mut sink = |r: &[FlowRecord]| recs.extend_from_slice(r);
+    let rep = run_input(input, opts, &stop, &mut sink);
+    let err = rep.error.as_ref().map(|e| e.to_string());
+    Some((
+        rep.packets,
+        rep.not_flow,
+        rep.table.flows,
+        err,
+        sorted(&recs),
+    ))
+}
+
+fn short_timeouts() -> FlowOptions {
+    FlowOptions {
+        table: TableConfig {
+            idle_ns: 2_000_000_000,
+            linger_ns: 500_000_000,
+            status_ns: 3_000_000_000,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// The corpus files are mostly smaller than one piece of the file (128 KiB): split each in
+/// small pieces instead (most records then straddle two pieces, many pieces hold no record
+/// start, jumbo records span several, damaged records end the file in any piece), and compare
+/// 2 and 3 threads with one.
+#[test]
+fn small_pieces_give_the_records_of_one_thread() {
+    let Some(dir) = corpus() else { return };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    let opts = short_timeouts();
+    let (mut compared, mut errors) = (0, 0);
+    for (k, f) in files.iter().enumerate() {
+        let path = f.to_str().unwrap();
+        let Some(one) = split_run(path, 1, 1 << 17, &opts) else {
+            continue;
+        };
+        // Pieces smaller and larger than a record, varied over the files.
+        let piece = [61, 700, 4000][k % 3];
+        for nt in [2, 3] {
+            let many = split_run(path, nt, piece, &opts).expect("opens with threads as with one");
+            assert_eq!(
+                one.0, many.0,
+                "{path}: packets, {nt} threads, {piece} B pieces"
+            );
+            assert_eq!(
+                one.1, many.1,
+                "{path}: not in a flow, {nt} threads, {piece} B"
+            );
+            assert_eq!(
+                one.2, many.2,
+                "{path}: flows, {nt} threads, {piece} B pieces"
+            );
+            assert_eq!(
+                one.3, many.3,
+                "{path}: error, {nt} threads, {piece} B pieces"
+            );
+            assert!(
+                one.4 == many.4,
+                "{path}: records differ, {nt} threads, {piece} B"
+            );
+        }
+        compared += 1;
+        errors += one.3.is_some() as usize;
+    }
+    println!("{compared} files ({errors} ending in an error): the same with small pieces");
+    assert!(compared > 100);
+}
+
+/// The largest corpus files cut short at several places (inside a record header, inside a
+/// record's bytes, on a record boundary): every thread count counts the same records up to
+/// the damage and reports the same error as one thread.
+#[test]
+fn truncated_files_split_like_one_thread() {
+    let Some(dir) = corpus() else { return };
+    let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "pcap"))
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.len(), p)))
+        .collect();
+    files.sort();
+    files.reverse();
+    let tmp = std::env::temp_dir().join(format!("lr-flows-trunc-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    struct Rm(PathBuf);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _rm = Rm(tmp.clone());
+    let opts = short_timeouts();
+    let mut cut = 0;
+    for (len, f) in files.iter().take(4) {
+        let bytes = std::fs::read(f).unwrap();
+        for frac in [3u64, 5, 7, 11, 13] {
+            let at = (len * (frac - 1) / frac) as usize;
+            for at in [at, at + 5, at + 17] {
+                let p = tmp.join(format!("cut-{at}.pcap"));
+                std::fs::write(&p, &bytes[..at.min(bytes.len())]).unwrap();
+                let path = p.to_str().unwrap();
+                let one = split_run(path, 1, 1 << 17, &opts).expect("opens");
+                for (nt, piece) in [(2, 1000), (3, 333), (2, 1 << 17)] {
+                    let many = split_run(path, nt, piece, &opts).expect("opens");
+                    let what = format!("{} cut at {at}, {nt} threads, {piece} B", f.display());
+                    assert_eq!(one.0, many.0, "{what}: packets");
+                    assert_eq!(one.2, many.2, "{what}: flows");
+                    assert_eq!(one.3, many.3, "{what}: error");
+                    assert!(one.4 == many.4, "{what}: records differ");
+                }
+                cut += one.3.is_some() as usize;
+            }
+        }
+    }
+    assert!(cut > 20, "most cuts end inside a record: {cut}");
+}

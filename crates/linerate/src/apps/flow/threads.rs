@@ -4,47 +4,47 @@
 //! - **Sources** ([`FlowInput::open`]): the queues of `xdp:IFACE` and the members of `a,b` are
 //!   spread over the threads (thread t takes parts t, t + n, ...); `afpacket:IFACE` becomes one
 //!   socket per thread in a `PACKET_FANOUT_HASH` group (the kernel's symmetric flow hash); a
-//!   capture file is read by every thread through its own descriptor, each taking every n-th
-//!   group of 64 records ([`PcapShard`]). An input that cannot be split (`mem:`, a cluster
-//!   queue, standard input) is read by thread 0 alone, which then acts as a dispatcher.
+//!   classic pcap file is cut into pieces ([`PcapSplit`]), piece k read by thread k mod n with its
+//!   own `pread`, no lock. An input that cannot be split (`mem:`, a cluster queue, standard
+//!   input) is read by thread 0 alone, which then hands flows on; a pcapng file by one thread.
 //! - **Owners**: a flow belongs to the thread its address pair (with VLAN and protocol) hashes
 //!   to, so both directions and every fragment of a datagram meet in one table. A thread parses
-//!   what it reads, counts what it owns, and sends the parsed headers of the rest ([`Item`], no
-//!   bytes, no frame: its frames are freed by the thread that read them) over an SPSC ring to
-//!   the owner. Fragments are matched to their first fragment by the owner.
-//! - **Order**: with a capture file the groups carry their number in the file, and an owner
-//!   counts them strictly in that order (its own and those of the others), so every table sees
-//!   its packets in file order and the records are those one thread makes. A thread parses at
-//!   most [`AHEAD`] of its groups past what it has counted, which bounds what its rings hold
-//!   (they never fill, so the order never deadlocks). Live sources have no order across
-//!   queues (no tool has it); a full ring there makes its producer count what others sent it
+//!   what it reads, once, counts what it owns, and hands the parsed headers of the rest ([`Item`],
+//!   no bytes, no frame) to the owner. Fragments are matched to their first fragment by the
+//!   owner.
+//! - **Live inputs** hand packets over through an SPSC ring per thread pair; there is no order
+//!   across queues (no tool has it); a full ring makes its producer count what others sent it
 //!   while it waits.
-//! - **End**: a thread that will read no more says so; when every thread has, each takes what is
-//!   left in its rings, flushes its table and returns its counters. A stop (signal) or an input
-//!   error ends reading everywhere, and what was read is still counted.
+//! - **A capture file**: the thread that parses a piece sorts its packets into one part per owner
+//!   (with a tick every 64 packets of the file, where one thread expires flows) and moves each
+//!   other thread's part to it as a vector through a bounded channel; the owner counts the parts
+//!   of every piece in file order, each packet at the file's time at that packet, and gives the
+//!   vector back empty. So every table sees its packets in file order and the records are those
+//!   one thread makes. [`AHEAD`] vectors per thread pair bound how far a thread parses ahead (no
+//!   allocation once they have grown; they never block: a thread without one counts meanwhile).
+//! - **End**: a thread that will read no more says so; when every thread has, each counts what
+//!   is left, flushes its table and returns its counters. A stop (signal) or an input error ends
+//!   reading everywhere, and what was read is still counted.
 
 use super::key::{extract, extract_fragment, FlowKey, NotFlow, E_FRAG, E_LATER};
 use super::record::FlowRecord;
 use super::table::TableStats;
 use super::{Ended, FlowLive, FlowOptions, FlowReport, Item, RecordSink, Worker};
 use crate::mem::{Batch, BATCH};
-use crate::port::pcap::{Chunk, PcapSplit, SplitReader, SPLIT_GROUP};
+use crate::port::pcap::{Chunk, PcapSplit, SplitReader, SPLIT_BYTES};
 use crate::port::{self, Direction, LinkType, Port, PortError, PortOptions, PortStats};
 use crate::ring::{ring, Consumer, Producer};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Groups a thread may parse past the group it is counting (per thread).
-pub const AHEAD: u64 = 8;
+/// Groups of a capture file a thread may have parsed and not yet counted, and parts it may have
+/// handed to each other thread and not got back (per thread).
+pub const AHEAD: usize = 8;
 
-/// Where one thread's packets come from.
-enum Source<'a> {
-    /// A port (a NIC queue, a list member, a fanout socket), read as it comes.
-    Port(Box<dyn Port + 'a>),
-    /// A reader of a split capture file, whose groups are counted in file order.
-    Split(Box<SplitReader>),
-}
+/// Where one thread's packets come from: a port (a NIC queue, a list member, a fanout socket),
+/// read as it comes.
+type Source<'a> = Box<dyn Port + 'a>;
 
 enum Kind {
     One(Box<dyn Port>),
@@ -90,6 +90,17 @@ impl FlowInput {
     /// Opens `uri` for `threads` threads (see the module's description of how each input is
     /// split); `opts` as for any port.
     pub fn open(uri: &str, opts: &PortOptions, threads: usize) -> Result<FlowInput, PortError> {
+        Self::open_pieces(uri, opts, threads, SPLIT_BYTES)
+    }
+
+    /// [`FlowInput::open`] with a classic pcap file split in pieces of `piece` bytes (see
+    /// [`PcapSplit::open_pieces`]).
+    pub fn open_pieces(
+        uri: &str,
+        opts: &PortOptions,
+        threads: usize,
+        piece: usize,
+    ) -> Result<FlowInput, PortError> {
         let threads = threads.max(1);
         let live = uri
             .split(',')
@@ -106,7 +117,7 @@ impl FlowInput {
             });
         }
         if let Some(file) = capture_file(uri) {
-            let Some(split) = PcapSplit::open(file, opts)? else {
+            let Some(split) = PcapSplit::open_pieces(file, opts, piece)? else {
                 // A pcapng file's blocks depend on those before (interfaces, time units): it
                 // is read in order by one thread.
                 let p = port::open_rx(uri, opts)?;
@@ -123,15 +134,16 @@ impl FlowInput {
                 });
             };
             {
-                let readers = (0..threads).map(|_| split.reader()).collect();
+                let readers = (0..threads).map(|t| split.reader(t, threads)).collect();
                 return Ok(FlowInput {
                     kind: Kind::Split(readers),
                     link: split.link_type(),
                     threads,
                     plan: format!(
-                        "{threads} threads, each reading the next group of up to {SPLIT_GROUP} \
-                         records of the file when it is free (no dispatcher); flows counted in \
-                         file order"
+                        "{threads} threads, each reading its own {} KiB pieces of the file \
+                         (piece k by thread k mod {threads}, no dispatcher); flows counted in \
+                         file order",
+                        piece.max(1) >> 10
                     ),
                     live,
                 });
@@ -237,7 +249,7 @@ pub fn run_input(
 ) -> FlowReport {
     let nt = input.threads;
     let link = input.link;
-    let (sources, ordered): (Vec<Vec<Source<'static>>>, bool) = match input.kind {
+    let sources: Vec<Vec<Source<'static>>> = match input.kind {
         Kind::One(mut p) => {
             let o = FlowOptions {
                 threads: 1,
@@ -245,22 +257,16 @@ pub fn run_input(
             };
             return super::run(p.as_mut(), &o, stop, sink);
         }
-        Kind::Split(readers) => (
-            readers
-                .into_iter()
-                .map(|r| vec![Source::Split(Box::new(r))])
-                .collect(),
-            true,
-        ),
+        Kind::Split(readers) => return run_split(readers, link, opts, stop, sink),
         Kind::Parts(parts) => {
             let mut v: Vec<Vec<Source<'static>>> = (0..nt).map(|_| Vec::new()).collect();
             for (i, p) in parts.into_iter().enumerate() {
-                v[i % nt].push(Source::Port(p));
+                v[i % nt].push(p);
             }
-            (v, false)
+            v
         }
     };
-    run_sources(sources, ordered, link, opts, stop, sink)
+    run_sources(sources, link, opts, stop, sink)
 }
 
 /// The multi-thread path for a single port (`flow::run` with `threads > 1`): thread 0 reads it
@@ -274,8 +280,8 @@ pub(super) fn run_one_port(
     let link = port.link_type();
     let nt = opts.threads.max(1);
     let mut sources: Vec<Vec<Source<'_>>> = (0..nt).map(|_| Vec::new()).collect();
-    sources[0].push(Source::Port(Box::new(Borrowed(port))));
-    run_sources(sources, false, link, opts, stop, sink)
+    sources[0].push(Box::new(Borrowed(port)));
+    run_sources(sources, link, opts, stop, sink)
 }
 
 /// A borrowed port as a boxed one (for [`run_one_port`]).
@@ -302,25 +308,20 @@ impl Port for Borrowed<'_> {
     }
 }
 
-/// A message between threads: a packet for its owner ([`ITEM`]), or a mark of a group of a
-/// capture file (`ts` = the group's number, `clock` = the file's latest time within the group at
-/// the mark). An item's `hash` is free in flight (its owner computes it), so it says which.
+/// A packet handed to its owner (`hash` is free in flight: its owner computes it), or, in a
+/// capture file's parts, a tick ([`TICK`]).
 type Msg = Item;
 /// `hash` of a packet in flight.
 const ITEM: u32 = 0;
-/// `hash` of a group's start mark.
-const START: u32 = 1;
-/// `hash` of a group's end mark.
-const END: u32 = 2;
 /// `hash` of a tick: where one thread would expire flows (every 64 packets of the file, as its
-/// loop does after each batch, and after the last one).
+/// loop does after each batch, and after the last one), `clock` = the file's latest time within
+/// the group at the tick.
 const TICK: u32 = 3;
 
-fn mark(kind: u32, group: u64, clock: u64) -> Msg {
+fn tick_mark(clock: u64) -> Msg {
     Item {
-        ts: group,
         clock,
-        hash: kind,
+        hash: TICK,
         ..Default::default()
     }
 }
@@ -332,8 +333,6 @@ struct Shared<'a> {
     halt: AtomicBool,
     /// Threads that will read no more.
     done: AtomicUsize,
-    /// Groups in the capture file, once a shard reached its end (u64::MAX before).
-    groups: AtomicU64,
     /// Live and unsplit inputs: the latest packet time any thread has read and handed over
     /// (stored after the items went into the rings, so a thread that loads it and then empties
     /// its rings has counted every packet read before it).
@@ -384,7 +383,61 @@ fn parse(data: &[u8], link: LinkType) -> Result<super::key::PktInfo, NotFlow> {
     }
 }
 
-/// A thread's incoming ring with what was popped but not counted yet (the next group's).
+/// Counts a part of a capture file's group (owned by this thread) in file order, as one thread
+/// would have: each packet at the file's time at that packet (`mprev` = the time the groups
+/// before reached), flows expired at each tick.
+fn count_ordered(w: &mut Worker, msgs: &mut [Msg], mprev: u64) {
+    let mut from = 0;
+    for i in 0..=msgs.len() {
+        let tick = msgs.get(i).map(|m| m.hash);
+        if tick == Some(ITEM) {
+            continue;
+        }
+        resolve_and(w, &mut msgs[from..i], |w, items| {
+            w.count_only(items, Some(mprev))
+        });
+        if tick == Some(TICK) {
+            w.table.clock_to(mprev.max(msgs[i].clock));
+            w.table.advance(0, &mut w.out);
+        }
+        from = i + 1;
+    }
+}
+
+/// Counts `items` (owned by this thread): fragments completed, hashes taken, then counted.
+fn count(w: &mut Worker, items: &mut [Item]) {
+    resolve_and(w, items, |w, items| w.count(items));
+}
+
+/// Completes fragments and takes hashes of `items` (ticks left out), then hands them to `f` by
+/// batches.
+fn resolve_and(w: &mut Worker, items: &mut [Item], f: impl Fn(&mut Worker, &[Item])) {
+    for chunk in items.chunks_mut(BATCH) {
+        let mut k = 0;
+        for i in 0..chunk.len() {
+            let mut it = chunk[i];
+            if it.hash != ITEM {
+                continue;
+            }
+            if it.info.encap & E_LATER != 0 {
+                if !w.frags.later(&mut it.info) {
+                    w.not_flow[NotFlow::Fragment as usize] += 1;
+                    continue;
+                }
+            } else if it.info.encap & E_FRAG != 0 {
+                w.frags.first(&it.info);
+            }
+            it.hash = it.info.key.hash();
+            chunk[k] = it;
+            k += 1;
+        }
+        if k > 0 {
+            f(w, &chunk[..k]);
+        }
+    }
+}
+
+/// A thread's incoming ring.
 struct Inbox {
     c: Consumer<Msg>,
     buf: Vec<Msg>,
@@ -396,28 +449,22 @@ impl Inbox {
         self.pos == self.buf.len() && self.c.is_empty()
     }
 
-    /// The next message, if one is there, left in place.
+    /// The next message, if one is there.
     #[inline]
-    fn peek(&mut self) -> Option<&Msg> {
+    fn next(&mut self) -> Option<Msg> {
         if self.pos == self.buf.len() {
             self.buf.resize(BATCH, Msg::default());
             let n = self.c.pop_burst(&mut self.buf);
             self.buf.truncate(n);
             self.pos = 0;
         }
-        self.buf.get(self.pos)
-    }
-
-    /// The next message, if one is there.
-    #[inline]
-    fn next(&mut self) -> Option<Msg> {
-        let m = *self.peek()?;
+        let m = *self.buf.get(self.pos)?;
         self.pos += 1;
         Some(m)
     }
 }
 
-/// One thread: its sources, its rings, its table.
+/// One thread of a live or unsplit input: its sources, its rings, its table.
 struct Thread<'a> {
     t: usize,
     nt: usize,
@@ -429,14 +476,10 @@ struct Thread<'a> {
     /// Items to count here, gathered before counting (fragments completed first).
     mine: Vec<Item>,
     stage: Vec<Vec<Msg>>,
-    /// Ordered messages a full ring could not take yet, per owner, sent before any new one.
-    overflow: Vec<std::collections::VecDeque<Msg>>,
     packets: u64,
     bytes: u64,
     /// Packets and bytes already added to the shared live counters.
     published: (u64, u64),
-    /// The latest packet time of the group being parsed.
-    gclock: u64,
 }
 
 impl Thread<'_> {
@@ -454,136 +497,37 @@ impl Thread<'_> {
         }
     }
 
-    /// Parses one packet: an item this thread owns goes to `mine`, others to `stage`.
-    #[inline(always)]
-    fn route(&mut self, data: &[u8], ts: u64, wire_len: u32, group: u64, ordered: bool) {
-        self.bytes += wire_len as u64;
-        self.packets += 1;
-        match parse(data, self.w.link) {
-            Ok(info) => {
-                self.gclock = self.gclock.max(ts);
-                let item = Item {
-                    ts,
-                    clock: self.gclock,
-                    wire_len,
-                    hash: ITEM,
-                    info,
-                };
-                let o = owner(&info.key, self.nt);
-                if o == self.t {
-                    self.mine.push(item);
-                } else {
-                    if self.stage[o].is_empty() && ordered {
-                        self.stage[o].push(mark(START, group, 0));
-                    }
-                    self.stage[o].push(item);
-                }
-            }
-            Err(r) => self.w.not_flow[r as usize] += 1,
-        }
-    }
-
-    /// A tick for every thread (this one's own list and the others' stages).
-    fn tick(&mut self, group: u64) {
-        let m = mark(TICK, group, self.gclock);
-        self.mine.push(m);
-        for o in 0..self.nt {
-            if o != self.t {
-                if self.stage[o].is_empty() {
-                    self.stage[o].push(mark(START, group, 0));
-                }
-                self.stage[o].push(m);
-            }
-        }
-    }
-
-    /// Counts a group's messages in file order, as one thread would have: each packet at the
-    /// file's time at that packet (`mprev` = the time the groups before reached), flows expired
-    /// at each tick.
-    fn count_ordered(w: &mut Worker, msgs: &mut [Msg], mprev: u64) {
-        let mut from = 0;
-        for i in 0..=msgs.len() {
-            let tick = msgs.get(i).map(|m| m.hash);
-            if tick == Some(ITEM) {
-                continue;
-            }
-            Self::resolve_and(w, &mut msgs[from..i], |w, items| {
-                w.count_only(items, Some(mprev))
-            });
-            if tick == Some(TICK) {
-                w.table.clock_to(mprev.max(msgs[i].clock));
-                w.table.advance(0, &mut w.out);
-            }
-            from = i + 1;
-        }
-    }
-
-    /// Parses `batch` (see [`Thread::route`]).
-    fn split(&mut self, batch: &Batch, group: u64) {
+    /// Parses `batch`: an item this thread owns goes to `mine`, others to `stage`.
+    fn split(&mut self, batch: &Batch) {
         for (i, d) in batch.descs().iter().enumerate() {
-            self.route(batch.data(i), d.ts, d.wire_len, group, false);
-        }
-    }
-
-    /// Counts `items` (owned by this thread): fragments completed, hashes taken, then counted.
-    fn count(w: &mut Worker, items: &mut [Item]) {
-        Self::resolve_and(w, items, |w, items| w.count(items));
-    }
-
-    /// Completes fragments and takes hashes of `items` (marks dropped), then hands them to `f`
-    /// by batches.
-    fn resolve_and(w: &mut Worker, items: &mut [Item], f: impl Fn(&mut Worker, &[Item])) {
-        for chunk in items.chunks_mut(BATCH) {
-            let mut k = 0;
-            for i in 0..chunk.len() {
-                let mut it = chunk[i];
-                if it.hash != ITEM {
-                    continue;
-                }
-                if it.info.encap & E_LATER != 0 {
-                    if !w.frags.later(&mut it.info) {
-                        w.not_flow[NotFlow::Fragment as usize] += 1;
-                        continue;
+            self.bytes += d.wire_len as u64;
+            self.packets += 1;
+            match parse(batch.data(i), self.w.link) {
+                Ok(info) => {
+                    let item = Item {
+                        ts: d.ts,
+                        clock: 0,
+                        wire_len: d.wire_len,
+                        hash: ITEM,
+                        info,
+                    };
+                    let o = owner(&info.key, self.nt);
+                    if o == self.t {
+                        self.mine.push(item);
+                    } else {
+                        self.stage[o].push(item);
                     }
-                } else if it.info.encap & E_FRAG != 0 {
-                    w.frags.first(&it.info);
                 }
-                it.hash = it.info.key.hash();
-                chunk[k] = it;
-                k += 1;
-            }
-            if k > 0 {
-                f(w, &chunk[..k]);
+                Err(r) => self.w.not_flow[r as usize] += 1,
             }
         }
     }
 
-    /// Sends the staged messages to their owners. Ordered (`group` Some): each owner also gets
-    /// an end-of-group mark, and what a full ring cannot take waits in this thread's overflow
-    /// (sent first, in order, later), so no thread ever waits for another to make room.
-    /// Unordered (`group` None): while a ring is full, counts what this thread was sent, so
-    /// that two threads sending to each other never wait on each other.
-    fn send(&mut self, group: Option<u64>) {
+    /// Sends the staged messages to their owners; while a ring is full, counts what this
+    /// thread was sent, so that two threads sending to each other never wait on each other.
+    fn send(&mut self) {
         for o in 0..self.nt {
             if o == self.t {
-                continue;
-            }
-            if let Some(g) = group {
-                if self.stage[o].is_empty() {
-                    self.stage[o].push(mark(START, g, 0));
-                }
-                self.stage[o].push(mark(END, g, self.gclock));
-                self.flush_overflow(o);
-                let Some(p) = self.outs[o].as_mut() else {
-                    continue;
-                };
-                let off = if self.overflow[o].is_empty() {
-                    p.push_burst(&self.stage[o])
-                } else {
-                    0
-                };
-                self.overflow[o].extend(&self.stage[o][off..]);
-                self.stage[o].clear();
                 continue;
             }
             let mut off = 0;
@@ -594,7 +538,7 @@ impl Thread<'_> {
                 };
                 off += p.push_burst(&self.stage[o][off..]);
                 if off < self.stage[o].len() {
-                    self.drain_unordered();
+                    self.drain();
                     spins += 1;
                     if spins > 16 {
                         std::thread::sleep(Duration::from_micros(20));
@@ -607,24 +551,8 @@ impl Thread<'_> {
         }
     }
 
-    /// Sends what waits in the overflow toward `o`, as far as its ring takes it.
-    fn flush_overflow(&mut self, o: usize) {
-        let (Some(p), q) = (self.outs[o].as_mut(), &mut self.overflow[o]) else {
-            return;
-        };
-        while !q.is_empty() {
-            let (a, _) = q.as_slices();
-            let len = a.len();
-            let n = p.push_burst(a);
-            q.drain(..n);
-            if n < len {
-                break;
-            }
-        }
-    }
-
     /// Counts whatever the other threads sent, in arrival order; returns how many messages.
-    fn drain_unordered(&mut self) -> usize {
+    fn drain(&mut self) -> usize {
         let mut n = 0;
         let mut got: Vec<Item> = std::mem::take(&mut self.mine);
         let base = got.len();
@@ -640,7 +568,7 @@ impl Thread<'_> {
             }
         }
         if got.len() > base {
-            Self::count(&mut self.w, &mut got[base..]);
+            count(&mut self.w, &mut got[base..]);
         }
         got.truncate(base);
         self.mine = got;
@@ -649,38 +577,63 @@ impl Thread<'_> {
 
     /// Hands the records made so far to the calling thread.
     fn flush_records(&mut self) {
-        if !self.w.out.is_empty() {
-            let v = std::mem::replace(&mut self.w.out, Vec::with_capacity(1024 + 4 * BATCH));
-            let _ = self.records.send(v);
-        }
+        flush_records(&mut self.w, &self.records);
     }
 }
 
-fn thread_main(
-    mut th: Thread<'_>,
-    mut sources: Vec<Source<'_>>,
-    ordered: bool,
-    wall_clock: bool,
+/// Hands the records `w` made so far to the calling thread.
+fn flush_records(w: &mut Worker, records: &mpsc::Sender<Vec<FlowRecord>>) {
+    if !w.out.is_empty() {
+        let v = std::mem::replace(&mut w.out, Vec::with_capacity(1024 + 4 * BATCH));
+        let _ = records.send(v);
+    }
+}
+
+/// A thread's end: its table flushed and its counters.
+fn thread_end(
+    w: &mut Worker,
+    records: &mpsc::Sender<Vec<FlowRecord>>,
+    (packets, bytes): (u64, u64),
+    port: PortStats,
+    error: Option<PortError>,
+    stopped: bool,
 ) -> ThreadEnd {
-    let (t, nt) = (th.t, th.nt);
+    w.table.flush(&mut w.out);
+    flush_records(w, records);
+    ThreadEnd {
+        packets,
+        bytes,
+        not_flow: w.not_flow,
+        table: w.table.stats(),
+        bytes_per_flow: w.table.bytes_per_flow(),
+        table_bytes: w.table.memory_bytes(),
+        port,
+        error,
+        stopped,
+    }
+}
+
+/// Sleeps a little after a while without work: spins first, yields now and then (to a thread
+/// waiting for a core, such as the one printing records), then sleeps.
+#[inline]
+fn idle_wait(idle: &mut u32, spins: u32) {
+    *idle += 1;
+    if *idle > spins {
+        std::thread::sleep(Duration::from_micros(50));
+    } else if idle.is_multiple_of(16) {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
+fn thread_main(mut th: Thread<'_>, mut sources: Vec<Source<'_>>, wall_clock: bool) -> ThreadEnd {
     let mut batch = Batch::new();
     let mut error = None;
     let mut producing = !sources.is_empty();
-    // Ordered threads say they are done once their overflow is sent too.
-    let mut said_done = !ordered;
-    if !producing && !ordered {
+    if !producing {
         th.sh.done.fetch_add(1, Ordering::AcqRel);
     }
-    // Ordered (capture file): groups parsed and not yet counted, ours.
-    // (group, its messages for this thread, the file's latest time within it)
-    let mut local: std::collections::VecDeque<(u64, Vec<Item>, u64)> = Default::default();
-    // The file's latest time over the groups counted so far.
-    let mut mprev = 0u64;
-    let mut spare: Vec<Vec<Item>> = (0..AHEAD).map(|_| Vec::with_capacity(BATCH)).collect();
-    let mut count_pos = 0u64;
-    let mut group_items: Vec<Item> = Vec::with_capacity(BATCH);
-    // The ring whose group is being counted (its end not arrived yet).
-    let mut reading: Option<usize> = None;
     let mut next_src = 0usize;
     let mut idle = 0u32;
     let mut stopped = false;
@@ -692,64 +645,13 @@ fn thread_main(
         // Read.
         if producing && stopping {
             producing = false;
-            if !ordered {
-                th.sh.done.fetch_add(1, Ordering::AcqRel);
-            }
-        } else if producing && ordered {
-            for o in 0..nt {
-                if o != t && !th.overflow[o].is_empty() {
-                    th.flush_overflow(o);
-                }
-            }
-            let Some(Source::Split(reader)) = sources.first_mut() else {
-                unreachable!("ordered threads read a split file")
-            };
-            // Claim only while this thread's backlog and the file's position stay within reach
-            // of what it has counted.
-            if (local.len() as u64) < AHEAD && reader.next_claim() < count_pos + AHEAD * nt as u64 {
-                match reader.next_group() {
-                    Chunk::NotYet => {}
-                    Chunk::Group(g) => {
-                        th.mine.clear();
-                        th.gclock = 0;
-                        let first = reader.first_record();
-                        let n = reader.records().len() as u64;
-                        for (i, r) in reader.records().enumerate() {
-                            th.route(r.data, r.ts, r.wire_len, g, true);
-                            let i = i as u64;
-                            if (first + i + 1).is_multiple_of(BATCH as u64)
-                                || (reader.is_last() && i + 1 == n)
-                            {
-                                th.tick(g);
-                            }
-                        }
-                        let fresh = spare.pop().unwrap_or_else(|| Vec::with_capacity(BATCH));
-                        let gclock = th.gclock;
-                        local.push_back((g, std::mem::replace(&mut th.mine, fresh), gclock));
-                        th.send(Some(g));
-                        work = true;
-                    }
-                    Chunk::End => {
-                        if let Some(g) = reader.groups() {
-                            th.sh.groups.store(g, Ordering::Release);
-                        }
-                        if let Some(e) = reader.take_error() {
-                            error = Some(e);
-                        }
-                        // Ends once what waits in the overflow went out.
-                        producing = false;
-                        work = true;
-                    }
-                }
-            }
+            th.sh.done.fetch_add(1, Ordering::AcqRel);
         } else if producing {
             let ns = sources.len();
             let mut all_finished = true;
             for k in 0..ns {
                 let i = (next_src + k) % ns;
-                let Source::Port(p) = &mut sources[i] else {
-                    continue;
-                };
+                let p = &mut sources[i];
                 if p.is_finished() {
                     continue;
                 }
@@ -757,14 +659,14 @@ fn thread_main(
                 match p.rx(&mut batch) {
                     Ok(0) => {}
                     Ok(_) => {
-                        th.split(&batch, 0);
+                        th.split(&batch);
                         let maxts = batch.descs().iter().map(|d| d.ts).max().unwrap_or(0);
                         batch.clear();
                         let mut mine = std::mem::take(&mut th.mine);
-                        Thread::count(&mut th.w, &mut mine);
+                        count(&mut th.w, &mut mine);
                         th.mine = mine;
                         th.mine.clear();
-                        th.send(None);
+                        th.send();
                         th.sh.clock.fetch_max(maxts, Ordering::Release);
                         next_src = (i + 1) % ns;
                         work = true;
@@ -782,161 +684,70 @@ fn thread_main(
                 th.sh.done.fetch_add(1, Ordering::AcqRel);
             }
         }
-        if ordered && !producing && !said_done {
-            for o in 0..nt {
-                if o != t {
-                    th.flush_overflow(o);
-                }
-            }
-            if th.overflow.iter().all(|q| q.is_empty()) {
-                said_done = true;
-                th.sh.done.fetch_add(1, Ordering::AcqRel);
-            }
+        // Count. Everything read before `c` is in the rings: once they are empty, this table's
+        // clock may move to it (flows of a quiet thread expire as one thread's would).
+        let c = th.sh.clock.load(Ordering::Acquire);
+        if th.drain() > 0 {
+            work = true;
         }
-        // Count.
-        let total = th.sh.groups.load(Ordering::Acquire);
-        if ordered && !stopping {
-            while count_pos < total {
-                if reading.is_none() && local.front().is_some_and(|(g, _, _)| *g == count_pos) {
-                    let (_, mut v, gclock) = local.pop_front().unwrap_or_default();
-                    Thread::count_ordered(&mut th.w, &mut v, mprev);
-                    mprev = mprev.max(gclock);
-                    v.clear();
-                    spare.push(v);
-                    count_pos += 1;
-                    work = true;
-                    continue;
-                }
-                // The group is another thread's: find the ring whose next message is its start.
-                if reading.is_none() {
-                    reading = th.ins.iter_mut().position(|i| {
-                        i.as_mut().is_some_and(|i| {
-                            i.peek()
-                                .is_some_and(|m| m.hash == START && m.ts == count_pos)
-                        })
-                    });
-                    let Some(i) = reading else { break };
-                    th.ins[i].as_mut().and_then(|i| i.next());
-                }
-                let Some(inbox) = reading.and_then(|i| th.ins[i].as_mut()) else {
-                    break;
-                };
-                let mut complete = false;
-                let mut end_clock = 0;
-                while let Some(m) = inbox.next() {
-                    if m.hash == END {
-                        debug_assert_eq!(m.ts, count_pos);
-                        end_clock = m.clock;
-                        complete = true;
-                        break;
-                    }
-                    group_items.push(m);
-                    if group_items.len() == 4 * BATCH {
-                        Thread::count_ordered(&mut th.w, &mut group_items, mprev);
-                        group_items.clear();
-                    }
-                }
-                if !complete {
-                    break; // the rest of the group is on its way
-                }
-                Thread::count_ordered(&mut th.w, &mut group_items, mprev);
-                group_items.clear();
-                mprev = mprev.max(end_clock);
-                reading = None;
-                count_pos += 1;
-                work = true;
-            }
-        } else {
-            // Everything read before `c` is in the rings: once they are empty, this table's
-            // clock may move to it (flows of a quiet thread expire as one thread's would).
-            let c = th.sh.clock.load(Ordering::Acquire);
-            if th.drain_unordered() > 0 {
-                work = true;
-            }
-            if !ordered && th.ins.iter().flatten().all(|i| i.is_empty()) {
-                th.w.table.advance(c, &mut th.w.out);
-            }
-        }
-        if !group_items.is_empty() && (stopping || !ordered) {
-            Thread::count(&mut th.w, &mut group_items);
-            group_items.clear();
+        if th.ins.iter().flatten().all(|i| i.is_empty()) {
+            th.w.table.advance(c, &mut th.w.out);
         }
         if wall_clock {
             th.w.table.advance(crate::time::wall_ns(), &mut th.w.out);
         }
         // Records go out in lots (one allocation and one wake-up of the printing thread per
         // lot), and at once when this thread has nothing else to do (live traffic).
-        // Records go out in lots (one allocation and one wake-up of the printing thread per
-        // lot), and at once when this thread has nothing else to do (live traffic).
         if th.w.out.len() >= 512 || !work {
             th.flush_records();
         }
         // End: nobody reads any more and everything sent here was counted.
-        if !producing && th.sh.done.load(Ordering::Acquire) == nt {
-            let ordered_done = !ordered || stopping || count_pos >= total;
-            if ordered_done {
-                // Every thread has stopped sending: take what is left, in any order.
-                while let Some((_, mut v, _)) = local.pop_front() {
-                    Thread::count(&mut th.w, &mut v);
-                }
-                th.drain_unordered();
-                if !group_items.is_empty() {
-                    Thread::count(&mut th.w, &mut group_items);
-                    group_items.clear();
-                }
-                if th.ins.iter().flatten().all(|i| i.is_empty()) {
-                    break;
-                }
-                continue;
+        if !producing && th.sh.done.load(Ordering::Acquire) == th.nt {
+            th.drain();
+            if th.ins.iter().flatten().all(|i| i.is_empty()) {
+                break;
             }
+            continue;
         }
         if work {
             idle = 0;
         } else {
-            // A file's groups come within microseconds: spin longer before sleeping there; a
-            // live input may stay idle, so sleep sooner.
-            idle += 1;
-            if idle > if ordered { 4096 } else { 64 } {
-                std::thread::sleep(Duration::from_micros(50));
-            } else if idle.is_multiple_of(16) {
-                // Let a thread waiting for a core (the one printing records) have it.
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
+            idle_wait(&mut idle, 64);
         }
     }
     th.publish_live();
-    th.w.table.flush(&mut th.w.out);
-    th.flush_records();
     let mut port = PortStats::default();
-    for s in &mut sources {
-        let o = match s {
-            Source::Port(p) => p.stats(),
-            Source::Split(r) => r.stats(),
-        };
+    for p in &mut sources {
+        let o = p.stats();
         port.rx_packets += o.rx_packets;
         port.rx_bytes += o.rx_bytes;
         port.rx_drops = port.rx_drops.merged(&o.rx_drops);
     }
     batch.clear();
-    ThreadEnd {
-        packets: th.packets,
-        bytes: th.bytes,
-        not_flow: th.w.not_flow,
-        table: th.w.table.stats(),
-        bytes_per_flow: th.w.table.bytes_per_flow(),
-        table_bytes: th.w.table.memory_bytes(),
+    thread_end(
+        &mut th.w,
+        &th.records,
+        (th.packets, th.bytes),
         port,
         error,
         stopped,
+    )
+}
+
+/// The shared state of a run.
+fn shared<'a>(stop: &'a AtomicBool, opts: &'a FlowOptions) -> Shared<'a> {
+    Shared {
+        stop,
+        halt: AtomicBool::new(false),
+        done: AtomicUsize::new(0),
+        clock: AtomicU64::new(0),
+        live: opts.live.as_deref(),
     }
 }
 
 /// Runs one thread per element of `sources` (its sources may be none).
 fn run_sources(
     sources: Vec<Vec<Source<'_>>>,
-    ordered: bool,
     link: LinkType,
     opts: &FlowOptions,
     stop: &AtomicBool,
@@ -944,19 +755,8 @@ fn run_sources(
 ) -> FlowReport {
     let t0 = Instant::now();
     let nt = sources.len();
-    let sh = Shared {
-        stop,
-        halt: AtomicBool::new(false),
-        done: AtomicUsize::new(0),
-        groups: AtomicU64::new(if ordered { u64::MAX } else { 0 }),
-        clock: AtomicU64::new(0),
-        live: opts.live.as_deref(),
-    };
-    // Rings hold 2 × AHEAD groups of each producer (the bound of the ordered protocol).
-    let ring_size = opts
-        .ring_size
-        .max(2 * AHEAD as usize * (BATCH + 1))
-        .next_power_of_two();
+    let sh = shared(stop, opts);
+    let ring_size = opts.ring_size.max(2 * BATCH).next_power_of_two();
     let mut outs: Vec<Vec<Option<Producer<Msg>>>> = (0..nt).map(|_| Vec::new()).collect();
     let mut ins: Vec<Vec<Option<Inbox>>> = (0..nt).map(|_| Vec::new()).collect();
     for (from, out) in outs.iter_mut().enumerate() {
@@ -993,49 +793,366 @@ fn run_sources(
                 sh: &sh,
                 records: rtx.clone(),
                 mine: Vec::with_capacity(BATCH),
-                gclock: 0,
-                stage: (0..nt).map(|_| Vec::with_capacity(BATCH + 1)).collect(),
-                overflow: (0..nt).map(|_| Default::default()).collect(),
+                stage: (0..nt).map(|_| Vec::with_capacity(BATCH)).collect(),
                 packets: 0,
                 bytes: 0,
                 published: (0, 0),
             };
             let wall = opts.wall_clock;
-            handles.push(s.spawn(move || thread_main(th, srcs, ordered, wall)));
+            handles.push(s.spawn(move || thread_main(th, srcs, wall)));
         }
         drop(rtx);
-        let mut ends = Vec::with_capacity(nt);
-        let mut ending = false;
-        for h in handles {
-            while !h.is_finished() {
-                // Woken by records (or every 10 ms), not by a timer: on a machine with as many
-                // cores as threads the reading threads keep them.
-                match rrx.recv_timeout(Duration::from_millis(10)) {
-                    Ok(v) => {
-                        sink.records(&v);
-                        drain(&rrx, sink);
-                    }
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    Err(mpsc::RecvTimeoutError::Disconnected) => {
-                        std::thread::sleep(Duration::from_millis(1))
-                    }
-                }
-                // Every thread has stopped reading: what follows is the final flush.
-                if !ending && sh.done.load(Ordering::Acquire) == nt {
-                    ending = true;
-                    sink.ending();
-                }
-            }
-            if let Ok(e) = h.join() {
-                ends.push(e);
-            }
-        }
-        drain(&rrx, sink);
-        if !ending {
-            sink.ending();
-        }
-        ends
+        pump(handles, &rrx, &sh, nt, sink)
     });
+    report(ends, t0, nt)
+}
+
+/// A part of a capture file's group for one owner: its packets and ticks in file order, and the
+/// file's latest time within the group.
+struct Part {
+    group: u64,
+    clock: u64,
+    items: Vec<Item>,
+}
+
+/// One thread of a split capture file: it reads and parses its groups, keeps the part it owns,
+/// hands each other thread its part (a vector moved over a bounded channel, no copy, given back
+/// empty once counted), and counts the parts it owns of every group in file order.
+struct SplitThread<'a> {
+    t: usize,
+    nt: usize,
+    w: Worker,
+    sh: &'a Shared<'a>,
+    records: mpsc::Sender<Vec<FlowRecord>>,
+    /// The parts of the group being parsed, by owner.
+    stage: Vec<Vec<Item>>,
+    /// Empty vectors for parts, by owner (its own parts come back to this thread).
+    free: Vec<Vec<Vec<Item>>>,
+    /// Parts for each other thread.
+    to: Vec<Option<mpsc::SyncSender<Part>>>,
+    /// Parts from each other thread.
+    from: Vec<Option<mpsc::Receiver<Part>>>,
+    /// Emptied vectors back to the thread that filled them.
+    back_to: Vec<Option<mpsc::SyncSender<Vec<Item>>>>,
+    /// Emptied vectors from each other thread.
+    back_from: Vec<Option<mpsc::Receiver<Vec<Item>>>>,
+    /// Parts of this thread's own groups for itself, not counted yet.
+    local: std::collections::VecDeque<Part>,
+    packets: u64,
+    bytes: u64,
+    published: (u64, u64),
+    /// The file's latest time within the group being parsed.
+    gclock: u64,
+}
+
+impl SplitThread<'_> {
+    /// Whether this thread has room to parse a group: a vector for every owner's part.
+    fn room(&mut self) -> bool {
+        if self.local.len() >= AHEAD {
+            return false;
+        }
+        for o in 0..self.nt {
+            if self.free[o].is_empty() {
+                if let Some(Ok(v)) = self.back_from[o].as_ref().map(|r| r.try_recv()) {
+                    self.free[o].push(v);
+                } else {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Parses one packet into its owner's part.
+    #[inline(always)]
+    fn route(&mut self, data: &[u8], ts: u64, wire_len: u32) {
+        self.bytes += wire_len as u64;
+        self.packets += 1;
+        match parse(data, self.w.link) {
+            Ok(info) => {
+                self.gclock = self.gclock.max(ts);
+                let o = owner(&info.key, self.nt);
+                self.stage[o].push(Item {
+                    ts,
+                    clock: self.gclock,
+                    wire_len,
+                    hash: ITEM,
+                    info,
+                });
+            }
+            Err(r) => self.w.not_flow[r as usize] += 1,
+        }
+    }
+
+    /// Parses group `g` (just read) and hands its parts out; [`SplitThread::room`] was true.
+    fn parse_group(&mut self, reader: &SplitReader, g: u64) {
+        for o in 0..self.nt {
+            let v = self.free[o].pop().unwrap_or_default();
+            self.stage[o] = v;
+        }
+        self.gclock = 0;
+        let first = reader.first_record();
+        for (i, r) in reader.records().enumerate() {
+            self.route(r.data, r.ts, r.wire_len);
+            if (first + i as u64 + 1).is_multiple_of(BATCH as u64) {
+                let m = tick_mark(self.gclock);
+                self.stage.iter_mut().for_each(|p| p.push(m));
+            }
+        }
+        if reader.is_last() {
+            // One thread expires flows after its last batch, however short.
+            let m = tick_mark(self.gclock);
+            self.stage.iter_mut().for_each(|p| p.push(m));
+        }
+        for o in 0..self.nt {
+            let part = Part {
+                group: g,
+                clock: self.gclock,
+                items: std::mem::take(&mut self.stage[o]),
+            };
+            if o == self.t {
+                self.local.push_back(part);
+            } else if let Some(tx) = &self.to[o] {
+                // Never full: as many parts are in flight toward `o` as vectors were made.
+                let _ = tx.try_send(part);
+            }
+        }
+    }
+
+    /// Gives an emptied vector back to the thread that filled it (`p`).
+    fn give_back(&mut self, p: usize, mut v: Vec<Item>) {
+        v.clear();
+        if p == self.t {
+            self.free[p].push(v);
+        } else if let Some(tx) = &self.back_to[p] {
+            let _ = tx.try_send(v);
+        }
+    }
+}
+
+fn split_main(
+    mut th: SplitThread<'_>,
+    mut reader: SplitReader,
+    groups: &AtomicU64,
+    wall_clock: bool,
+) -> ThreadEnd {
+    let (t, nt) = (th.t, th.nt);
+    let mut error = None;
+    let mut producing = true;
+    // The next group to count, and the file's latest time over the groups counted.
+    let mut count_pos = 0u64;
+    let mut mprev = 0u64;
+    let mut idle = 0u32;
+    let mut stopped = false;
+    loop {
+        if let Some(l) = th.sh.live {
+            if th.packets != th.published.0 {
+                l.add(th.packets - th.published.0, th.bytes - th.published.1);
+                th.published = (th.packets, th.bytes);
+            }
+        }
+        let mut work = false;
+        let stopping = th.sh.stop.load(Ordering::Relaxed);
+        stopped |= stopping;
+        // Read and parse this thread's next group, while there is room for its parts.
+        if producing && stopping {
+            producing = false;
+            th.sh.done.fetch_add(1, Ordering::AcqRel);
+        } else if producing && th.room() {
+            match reader.next_group() {
+                Chunk::NotYet => {}
+                Chunk::Group(g) => {
+                    th.parse_group(&reader, g);
+                    work = true;
+                }
+                Chunk::End => {
+                    if let Some(g) = reader.groups() {
+                        groups.store(g, Ordering::Release);
+                    }
+                    if let Some(e) = reader.take_error() {
+                        error = Some(e);
+                    }
+                    producing = false;
+                    th.sh.done.fetch_add(1, Ordering::AcqRel);
+                    work = true;
+                }
+            }
+        }
+        // Count the parts this thread owns, group after group in file order.
+        let total = groups.load(Ordering::Acquire);
+        while !stopping && count_pos < total {
+            let p = (count_pos % nt as u64) as usize;
+            let part = if p == t {
+                match th.local.front() {
+                    Some(part) if part.group == count_pos => th.local.pop_front(),
+                    _ => None,
+                }
+            } else {
+                th.from[p].as_ref().and_then(|r| r.try_recv().ok())
+            };
+            let Some(mut part) = part else { break };
+            debug_assert_eq!(part.group, count_pos);
+            count_ordered(&mut th.w, &mut part.items, mprev);
+            mprev = mprev.max(part.clock);
+            th.give_back(p, part.items);
+            count_pos += 1;
+            work = true;
+            if th.w.out.len() >= 512 {
+                flush_records(&mut th.w, &th.records);
+            }
+        }
+        if wall_clock {
+            th.w.table.advance(crate::time::wall_ns(), &mut th.w.out);
+        }
+        if th.w.out.len() >= 512 || !work {
+            flush_records(&mut th.w, &th.records);
+        }
+        // End: nobody reads any more, and every group was counted (or a stop came: what was
+        // read is counted, in any order).
+        if !producing
+            && th.sh.done.load(Ordering::Acquire) == nt
+            && (stopping || count_pos >= groups.load(Ordering::Acquire))
+        {
+            while let Some(mut part) = th.local.pop_front() {
+                count(&mut th.w, &mut part.items);
+            }
+            for p in 0..nt {
+                while let Some(mut part) = th.from[p].as_ref().and_then(|r| r.try_recv().ok()) {
+                    count(&mut th.w, &mut part.items);
+                }
+            }
+            break;
+        }
+        if work {
+            idle = 0;
+        } else {
+            idle_wait(&mut idle, 4096);
+        }
+    }
+    if let Some(l) = th.sh.live {
+        l.add(th.packets - th.published.0, th.bytes - th.published.1);
+    }
+    thread_end(
+        &mut th.w,
+        &th.records,
+        (th.packets, th.bytes),
+        reader.stats(),
+        error,
+        stopped,
+    )
+}
+
+/// Runs one thread per reader of a split capture file.
+fn run_split(
+    readers: Vec<SplitReader>,
+    link: LinkType,
+    opts: &FlowOptions,
+    stop: &AtomicBool,
+    sink: &mut dyn RecordSink,
+) -> FlowReport {
+    let t0 = Instant::now();
+    let nt = readers.len();
+    let sh = shared(stop, opts);
+    let groups = AtomicU64::new(u64::MAX);
+    let mut ths: Vec<SplitThread<'_>> = Vec::with_capacity(nt);
+    let (rtx, rrx) = mpsc::channel::<Vec<FlowRecord>>();
+    for t in 0..nt {
+        ths.push(SplitThread {
+            t,
+            nt,
+            w: Worker::new(opts.table, link),
+            sh: &sh,
+            records: rtx.clone(),
+            stage: (0..nt).map(|_| Vec::new()).collect(),
+            // AHEAD vectors per owner: the bound on parts in flight from this thread to it.
+            free: (0..nt)
+                .map(|_| {
+                    (0..AHEAD)
+                        .map(|_| Vec::with_capacity(SPLIT_BYTES / 64 / nt + BATCH))
+                        .collect()
+                })
+                .collect(),
+            to: (0..nt).map(|_| None).collect(),
+            from: (0..nt).map(|_| None).collect(),
+            back_to: (0..nt).map(|_| None).collect(),
+            back_from: (0..nt).map(|_| None).collect(),
+            local: Default::default(),
+            packets: 0,
+            bytes: 0,
+            published: (0, 0),
+            gclock: 0,
+        });
+    }
+    for a in 0..nt {
+        for b in 0..nt {
+            if a == b {
+                continue;
+            }
+            // Parts from a to b, and their vectors back.
+            let (tx, rx) = mpsc::sync_channel::<Part>(AHEAD);
+            let (btx, brx) = mpsc::sync_channel::<Vec<Item>>(AHEAD);
+            ths[a].to[b] = Some(tx);
+            ths[b].from[a] = Some(rx);
+            ths[b].back_to[a] = Some(btx);
+            ths[a].back_from[b] = Some(brx);
+        }
+    }
+    drop(rtx);
+    let ends: Vec<ThreadEnd> = std::thread::scope(|s| {
+        let mut handles = Vec::with_capacity(nt);
+        for (th, r) in ths.into_iter().zip(readers) {
+            let wall = opts.wall_clock;
+            let groups = &groups;
+            handles.push(s.spawn(move || split_main(th, r, groups, wall)));
+        }
+        pump(handles, &rrx, &sh, nt, sink)
+    });
+    report(ends, t0, nt)
+}
+
+/// Hands the threads' records to `sink` until every thread ended; their ends.
+fn pump(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, ThreadEnd>>,
+    rrx: &mpsc::Receiver<Vec<FlowRecord>>,
+    sh: &Shared<'_>,
+    nt: usize,
+    sink: &mut dyn RecordSink,
+) -> Vec<ThreadEnd> {
+    let mut ends = Vec::with_capacity(nt);
+    let mut ending = false;
+    for h in handles {
+        while !h.is_finished() {
+            // Woken by records (or every 10 ms), not by a timer: on a machine with as many
+            // cores as threads the reading threads keep them.
+            match rrx.recv_timeout(Duration::from_millis(10)) {
+                Ok(v) => {
+                    sink.records(&v);
+                    drain(rrx, sink);
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+            }
+            // Every thread has stopped reading: what follows is the final flush.
+            if !ending && sh.done.load(Ordering::Acquire) == nt {
+                ending = true;
+                sink.ending();
+            }
+        }
+        if let Ok(e) = h.join() {
+            ends.push(e);
+        }
+    }
+    drain(rrx, sink);
+    if !ending {
+        sink.ending();
+    }
+    ends
+}
+
+/// The run's report from its threads' ends.
+fn report(ends: Vec<ThreadEnd>, t0: Instant, nt: usize) -> FlowReport {
     let mut r = FlowReport {
         packets: 0,
         bytes: 0,

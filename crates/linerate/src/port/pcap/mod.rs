@@ -33,7 +33,7 @@ pub use ngwriter::{os_name, PcapNgWriter, USER_APPL};
 pub use reader::{
     FileFormat, PcapReader, Record, BUF_SIZE, INITIAL_BUF, MAX_BLOCK, MAX_CAPLEN, MAX_IFACES,
 };
-pub use split::{Chunk, PcapSplit, SplitReader, SplitRecord, SPLIT_GROUP, SPLIT_READ};
+pub use split::{Chunk, PcapSplit, SplitReader, SplitRecord, SPLIT_BYTES};
 pub use writer::{PcapWriter, Precision, DEFAULT_SNAPLEN};
 
 use super::file::{self, Inputs, RecordFile};

@@ -1,13 +1,17 @@
-//! A classic pcap file split between threads without a thread that reads it for them.
+//! A classic pcap file split between threads with no lock and no thread that reads it for them.
 //!
-//! The file is cut, in order, into groups of at most [`SPLIT_GROUP`] records (and at most
-//! [`SPLIT_READ`] bytes, unless one record is larger). A reader that wants work claims the next
-//! group: under a lock it reads the group's bytes with `pread` at the offset where the previous
-//! group ended and walks its record headers to find where it ends (the only step taken one
-//! reader at a time: one `pread` and at most 256 headers); it then parses the group in its own
-//! buffer while the others claim the next ones. The bytes of a group are copied out of the page
-//! cache once, by its reader only. Group numbers let the caller put the groups back in file
-//! order. A reader that finds the lock taken gets [`Chunk::NotYet`] and can do other work.
+//! The file is cut into groups by byte ranges: group `g` holds the records whose header starts
+//! in `[g * SPLIT_BYTES, (g + 1) * SPLIT_BYTES)` (the file header aside). Reader `t` of `n` takes
+//! groups `t, t + n, t + 2n, ...`: it reads its group's bytes with its own `pread` into its own
+//! buffer while the others parse theirs, then waits for the group's first record to be known
+//! (where the previous group's last record ends, handed on by that group's reader through three
+//! atomics, one hand-over per group), walks its record headers and hands the end on at once.
+//! Group numbers let the caller put the groups back in file order. A reader whose group's start
+//! is not known yet gets [`Chunk::NotYet`] and can do other work meanwhile.
+//!
+//! A truncated or corrupt record ends the file: the group holding it is the last one (its
+//! records before the damage are given), the error is kept ([`PcapSplit::take_error`]) with the
+//! same text and offset as a `pcap:` port's, and every reader then gets [`Chunk::End`].
 //!
 //! pcapng files (whose interface blocks change how later blocks read) are not split: the
 //! caller reads them whole ([`PcapSplit::open`] says so with `Ok(None)`).
@@ -20,12 +24,15 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Records per group at most.
-pub const SPLIT_GROUP: usize = 1024;
-/// Bytes read per group (more only for a record larger than this).
-pub const SPLIT_READ: usize = 160 << 10;
+/// Bytes of the file per group by default (its records are those whose header starts in them).
+pub const SPLIT_BYTES: usize = 128 << 10;
+/// Bytes read past a group's range in its first read (the last record goes on past the range);
+/// a longer last record is read in a second `pread`.
+const SPILL: usize = 8 << 10;
 /// Bytes of a record header in a classic pcap file.
 const HDR: usize = 16;
+/// The start of the file's next group, when the file ended before it.
+const ENDED: u64 = u64::MAX;
 
 /// A classic pcap file shared by its readers.
 pub struct PcapSplit {
@@ -35,11 +42,14 @@ pub struct PcapSplit {
     be: bool,
     link: LinkType,
     limit: usize,
-    /// The next group to claim, where it starts and the number of its first record; `None`
-    /// once the file's end was found.
-    cursor: Mutex<Option<(u64, u64, u64)>>,
-    /// The group the next claim gets (the cursor's, readable without the lock).
-    claim: AtomicU64,
+    /// Bytes of the file per group.
+    piece: u64,
+    /// The group whose start is known (its reader may walk it); groups before it are walked.
+    next: AtomicU64,
+    /// Where that group's first record starts ([`ENDED`]: the file ended before it).
+    next_off: AtomicU64,
+    /// The number, in the file, of that group's first record.
+    next_first: AtomicU64,
     /// Groups in the file once its end was found (u64::MAX before).
     total: AtomicU64,
     error: Mutex<Option<PortError>>,
@@ -77,9 +87,20 @@ fn rd32(b: &[u8], at: usize, be: bool) -> u32 {
 }
 
 impl PcapSplit {
-    /// Opens `path` (read-only) for splitting; `Ok(None)` when it is not a classic pcap file
-    /// (pcapng, or pcap with the 24-byte records of the "modified" format).
+    /// Opens `path` (read-only) for splitting in pieces of [`SPLIT_BYTES`]; `Ok(None)` when it is
+    /// not a classic pcap file (pcapng, or pcap with the 24-byte records of the "modified"
+    /// format).
     pub fn open(path: &str, opts: &PortOptions) -> Result<Option<Arc<PcapSplit>>, PortError> {
+        Self::open_pieces(path, opts, SPLIT_BYTES)
+    }
+
+    /// [`PcapSplit::open`] with pieces of `piece` bytes (at least 1; tests use small ones so
+    /// that records straddle pieces and pieces hold no record).
+    pub fn open_pieces(
+        path: &str,
+        opts: &PortOptions,
+        piece: usize,
+    ) -> Result<Option<Arc<PcapSplit>>, PortError> {
         let io = |source| PortError::Io {
             path: path.into(),
             source,
@@ -107,8 +128,10 @@ impl PcapSplit {
             be,
             link,
             limit,
-            cursor: Mutex::new(Some((0, 24, 0))),
-            claim: AtomicU64::new(0),
+            piece: piece.max(1) as u64,
+            next: AtomicU64::new(0),
+            next_off: AtomicU64::new(24),
+            next_first: AtomicU64::new(0),
             total: AtomicU64::new(u64::MAX),
             error: Mutex::new(None),
         })))
@@ -119,12 +142,19 @@ impl PcapSplit {
         self.link
     }
 
-    /// A reader (each thread has its own).
-    pub fn reader(self: &Arc<Self>) -> SplitReader {
+    /// Reader `t` of `n` (each thread has its own; together they take every group once).
+    pub fn reader(self: &Arc<Self>, t: usize, n: usize) -> SplitReader {
+        let n = n.max(1) as u64;
         SplitReader {
             split: self.clone(),
-            buf: Vec::with_capacity(SPLIT_READ),
-            recs: Vec::with_capacity(SPLIT_GROUP),
+            group: (t as u64).min(n - 1),
+            step: n,
+            buf: Vec::with_capacity(SPLIT_BYTES + SPILL),
+            base: 0,
+            have: 0,
+            eof: false,
+            read: false,
+            recs: Vec::with_capacity(SPLIT_BYTES / 64),
             first: 0,
             last: false,
             stats: PortStats::default(),
@@ -149,7 +179,19 @@ impl PcapSplit {
 /// One reader of a [`PcapSplit`].
 pub struct SplitReader {
     split: Arc<PcapSplit>,
+    /// The next group this reader takes.
+    group: u64,
+    /// Readers in all (the distance between two groups of one reader).
+    step: u64,
     buf: Vec<u8>,
+    /// File offset of `buf[0]`.
+    base: u64,
+    /// Bytes of `buf` read.
+    have: usize,
+    /// The file ended within what was read.
+    eof: bool,
+    /// The next group's bytes were read ahead (before its start was known).
+    read: bool,
     /// (start in `buf`, captured length, ts, wire length) of the group's records.
     recs: Vec<(usize, usize, u64, u32)>,
     /// Number (in the file) of the group's first record.
@@ -158,6 +200,14 @@ pub struct SplitReader {
     last: bool,
     stats: PortStats,
     ended: bool,
+}
+
+/// How a group's walk ended.
+enum Walk {
+    /// The file goes on; the next group starts at this offset.
+    More(u64),
+    /// The file ends in this group, cleanly (None) or at a bad record.
+    End(Option<PortError>),
 }
 
 impl SplitReader {
@@ -176,11 +226,6 @@ impl SplitReader {
         self.last
     }
 
-    /// The number of the group the next claim gets (a hint: another reader may claim it first).
-    pub fn next_claim(&self) -> u64 {
-        self.split.claim.load(Ordering::Relaxed)
-    }
-
     /// Groups in the file, once its end was found.
     pub fn groups(&self) -> Option<u64> {
         Some(self.split.total.load(Ordering::Acquire)).filter(|&g| g != u64::MAX)
@@ -191,14 +236,15 @@ impl SplitReader {
         self.split.take_error()
     }
 
-    /// Reads `len` bytes at `off` into `buf` from `from` on; returns how many (fewer at the end of
-    /// the file).
-    fn fill(&mut self, off: u64, from: usize, len: usize) -> Result<usize, PortError> {
+    /// Reads at least `len` more bytes (fewer at the end of the file) after what `buf` holds.
+    fn more(&mut self, len: usize) -> Result<(), PortError> {
+        let from = self.have;
         // Grown (zeroed) once; later reads overwrite it without clearing it first: only the
-        // bytes read (`have` in `walk`) are ever looked at.
+        // bytes read (`have`) are ever looked at.
         if self.buf.len() < from + len {
             self.buf.resize(from + len, 0);
         }
+        let off = self.base + from as u64;
         let mut got = 0;
         while got < len {
             match self
@@ -206,65 +252,108 @@ impl SplitReader {
                 .file
                 .read_at(&mut self.buf[from + got..from + len], off + got as u64)
             {
-                Ok(0) => break,
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
                 Ok(k) => got += k,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(source) => {
+                    self.have = from + got;
                     return Err(PortError::Io {
                         path: self.split.path.clone(),
                         source,
-                    })
+                    });
                 }
             }
         }
-        Ok(got)
+        self.have = from + got;
+        Ok(())
     }
 
-    /// Claims the file's next group and reads it, unless another reader holds the file now
-    /// ([`Chunk::NotYet`]) or the file has no more groups ([`Chunk::End`]).
+    /// Starts `buf` at `off` and reads `len` bytes from there.
+    fn read_from(&mut self, off: u64, len: usize) -> Result<(), PortError> {
+        self.base = off;
+        self.have = 0;
+        self.eof = false;
+        self.more(len)
+    }
+
+    /// Makes the bytes `[at, at + need)` of the file be in `buf` if the file has them (`at` is
+    /// at or after `base`); returns how many of them it has.
+    #[inline]
+    fn ensure(&mut self, at: u64, need: usize) -> Result<usize, PortError> {
+        let end = self.base + self.have as u64;
+        if at + need as u64 <= end {
+            return Ok(need);
+        }
+        if !self.eof {
+            let short = (at + need as u64 - end) as usize;
+            self.more(short.max(SPILL))?;
+        }
+        Ok(((self.base + self.have as u64).saturating_sub(at) as usize).min(need))
+    }
+
+    /// Takes this reader's next group: reads its bytes (if not read yet), and walks its records
+    /// once its start is known ([`Chunk::NotYet`] before that); [`Chunk::End`] once the file
+    /// ended before it.
     pub fn next_group(&mut self) -> Chunk {
-        let s = self.split.clone();
         if self.ended {
             return Chunk::End;
         }
-        let mut cur = match s.cursor.try_lock() {
-            Ok(c) => c,
-            Err(std::sync::TryLockError::WouldBlock) => return Chunk::NotYet,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-        };
-        let Some((g, off, first)) = *cur else {
+        let s = self.split.clone();
+        let g = self.group;
+        let lo = g * s.piece;
+        let first_read = (s.piece as usize).min(SPLIT_BYTES) + SPILL;
+        if !self.read {
+            // Read ahead, while the group before is still being walked elsewhere. A failed
+            // read is read again (and its error reported) when the group's turn comes, so that
+            // the records in front of it are counted first.
+            self.read = true;
+            if self.read_from(lo, first_read).is_err() {
+                self.have = 0;
+                self.eof = false;
+            }
+        }
+        if s.next.load(Ordering::Acquire) != g {
+            if s.total.load(Ordering::Acquire) <= g {
+                // The file ended in a group before this one.
+                self.ended = true;
+                return Chunk::End;
+            }
+            return Chunk::NotYet;
+        }
+        self.read = false;
+        let off = s.next_off.load(Ordering::Relaxed);
+        let first = s.next_first.load(Ordering::Relaxed);
+        if off == ENDED {
             self.ended = true;
             return Chunk::End;
-        };
+        }
         self.recs.clear();
         self.first = first;
         self.last = false;
-        match self.walk(off) {
-            (Some(end_off), _) => {
-                *cur = Some((g + 1, end_off, first + self.recs.len() as u64));
-                s.claim.store(g + 1, Ordering::Relaxed);
+        let walk = self.walk(off, lo + s.piece, first_read);
+        let n = self.recs.len() as u64;
+        match walk {
+            Walk::More(next) => {
+                s.next_off.store(next, Ordering::Relaxed);
+                s.next_first.store(first + n, Ordering::Relaxed);
             }
-            (None, e) => {
-                // The file ends in this group (cleanly, or at a bad record).
-                let groups = if self.recs.is_empty() && e.is_none() {
-                    g
-                } else {
-                    g + 1
-                };
+            Walk::End(e) => {
                 if let Some(e) = e {
                     *s.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                 }
-                s.total.store(groups, Ordering::Release);
-                *cur = None;
+                s.total.store(g + 1, Ordering::Release);
+                s.next_off.store(ENDED, Ordering::Relaxed);
                 self.last = true;
-                if groups == g {
-                    self.ended = true;
-                    return Chunk::End;
-                }
+                self.ended = true;
             }
         }
-        drop(cur);
-        self.stats.rx_packets += self.recs.len() as u64;
+        // Hands the next group on (after its start, or the end, was stored).
+        s.next.store(g + 1, Ordering::Release);
+        self.group += self.step;
+        self.stats.rx_packets += n;
         let limit = s.limit;
         self.stats.rx_bytes += self
             .recs
@@ -274,68 +363,48 @@ impl SplitReader {
         Chunk::Group(g)
     }
 
-    /// Walks the records from `off`: the group's end offset (Some) when the file goes on after
-    /// it, None when the file ended in it (with the error if it ended on a bad record).
-    fn walk(&mut self, off: u64) -> (Option<u64>, Option<PortError>) {
+    /// Walks the records that start at `off` and before `hi`.
+    fn walk(&mut self, off: u64, hi: u64, first_read: usize) -> Walk {
         let s = self.split.clone();
-        let mut have = match self.fill(off, 0, SPLIT_READ) {
-            Ok(n) => n,
-            Err(e) => return (None, Some(e)),
-        };
-        let mut eof = have < SPLIT_READ;
-        let mut pos = 0usize;
-        while self.recs.len() < SPLIT_GROUP {
-            let at = off + pos as u64;
-            if have - pos < HDR {
-                if eof {
-                    if have == pos {
-                        return (None, None);
-                    }
-                    let why = format!("truncated record header ({} of {HDR} bytes)", have - pos);
-                    return (None, Some(s.bad(at, why)));
-                }
-                if !self.recs.is_empty() {
-                    break;
-                }
-                // A record that starts near the end of what was read: read on.
-                match self.fill(off + have as u64, have, SPLIT_READ) {
-                    Ok(n) => {
-                        eof = n < SPLIT_READ;
-                        have += n;
-                    }
-                    Err(e) => return (None, Some(e)),
-                }
-                continue;
+        if off < self.base || off > self.base + self.have as u64 {
+            // The record before went on past what was read ahead: read from the group's start.
+            if let Err(e) = self.read_from(off, first_read) {
+                return Walk::End(Some(e));
             }
+        }
+        let mut at = off;
+        while at < hi {
+            let got = match self.ensure(at, HDR) {
+                Ok(n) => n,
+                Err(e) => return Walk::End(Some(e)),
+            };
+            if got < HDR {
+                if got == 0 {
+                    return Walk::End(None);
+                }
+                let why = format!("truncated record header ({got} of {HDR} bytes)");
+                return Walk::End(Some(s.bad(at, why)));
+            }
+            let pos = (at - self.base) as usize;
             let h = &self.buf[pos..pos + HDR];
             let (sec, frac) = (rd32(h, 0, s.be), rd32(h, 4, s.be));
             let (caplen, wire) = (rd32(h, 8, s.be), rd32(h, 12, s.be));
             if caplen > MAX_CAPLEN {
                 let why =
                     format!("record captured length {caplen} is absurd (more than {MAX_CAPLEN})");
-                return (None, Some(s.bad(at, why)));
+                return Walk::End(Some(s.bad(at, why)));
             }
             let total = HDR + caplen as usize;
-            if have - pos < total {
-                if eof {
-                    let why = format!(
-                        "truncated record ({} of {caplen} captured bytes)",
-                        have - pos - HDR
-                    );
-                    return (None, Some(s.bad(at, why)));
-                }
-                if !self.recs.is_empty() {
-                    break;
-                }
-                let more = (total - (have - pos)).max(SPLIT_READ);
-                match self.fill(off + have as u64, have, more) {
-                    Ok(n) => {
-                        eof = n < more;
-                        have += n;
-                    }
-                    Err(e) => return (None, Some(e)),
-                }
-                continue;
+            let got = match self.ensure(at, total) {
+                Ok(n) => n,
+                Err(e) => return Walk::End(Some(e)),
+            };
+            if got < total {
+                let why = format!(
+                    "truncated record ({} of {caplen} captured bytes)",
+                    got - HDR
+                );
+                return Walk::End(Some(s.bad(at, why)));
             }
             let frac_ns = if s.nanos {
                 u64::from(frac)
@@ -344,13 +413,13 @@ impl SplitReader {
             };
             let ts = u64::from(sec) * 1_000_000_000 + frac_ns;
             self.recs.push((pos + HDR, caplen as usize, ts, wire));
-            pos += total;
+            at += total as u64;
         }
-        if eof && pos == have {
+        if self.eof && at == self.base + self.have as u64 {
             // The group ends where the file ends: nothing after it.
-            return (None, None);
+            return Walk::End(None);
         }
-        (Some(off + pos as u64), None)
+        Walk::More(at)
     }
 
     /// The records of the group [`SplitReader::next_group`] gave last.
