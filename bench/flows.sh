@@ -11,7 +11,12 @@
 # (default 500 000) and its rate is reported on those. Flows: linerate's flows created; argus:
 # the flows `racluster` merges its records into; tshark: IP conversations listed.
 # Prints a Markdown table for BENCHMARKS.md. Needs python3, argus (argus-server, argus-client)
-# and tshark; a missing peer is reported and skipped.
+# and tshark; a missing peer is reported and skipped (PEERS=0 skips both).
+#
+# Then the thread scaling: ROUNDS (default 5) rounds of `flows --threads 1` and `--threads 2`
+# interleaved, each run's seconds, best and median, and 2 threads' rate over one thread's; with
+# BEFORE=/path/to/an/older/linerate its --threads 1 (and 2) runs are interleaved too, as an A/B.
+# The load average before and after is printed with the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKTS=${1:-5000000}
@@ -40,8 +45,9 @@ row() { # tool, packets, seconds, flows
   rows+=("| $1 | $2 | $(printf %.2f "$3") | $pps | $4 | $fps | $ratio |")
 }
 
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 # argus first, so the others can be given as a ratio to it.
-if command -v argus >/dev/null && command -v racluster >/dev/null; then
+if [ "${PEERS:-1}" != 0 ] && command -v argus >/dev/null && command -v racluster >/dev/null; then
   rm -f "$OUT/flows.argus"
   t0=$(now); argus -r "$CAP" -w "$OUT/flows.argus"; t1=$(now)
   secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
@@ -62,7 +68,7 @@ for th in 1 2; do
   row "linerate flows --threads $th" "$PKTS" "$secs" "$nf"
 done
 
-if command -v tshark >/dev/null; then
+if [ "${PEERS:-1}" != 0 ] && command -v tshark >/dev/null; then
   n=$((TSHARK_PKTS < PKTS ? TSHARK_PKTS : PKTS))
   t0=$(now)
   tshark -n -q -z conv,ip -c "$n" -r "$CAP" >"$OUT/flows-tshark.txt" 2>/dev/null
@@ -80,3 +86,39 @@ echo
 echo "| tool | packets | seconds | packets/s | flows | flows/s | vs argus |"
 echo "|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
+
+# Thread scaling: interleaved runs (A/B with BEFORE).
+ROUNDS=${ROUNDS:-5}
+bins=("$LR")
+[ -n "${BEFORE:-}" ] && bins+=("$BEFORE")
+declare -A runs
+for ((r = 1; r <= ROUNDS; r++)); do
+  for b in "${bins[@]}"; do
+    for th in 1 2; do
+      t0=$(now)
+      "$b" flows -i "$CAP" --threads "$th" -w /dev/null -q
+      t1=$(now)
+      runs["$b $th"]+="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') "
+    done
+  done
+done
+stat() { # seconds list -> "best median"
+  tr ' ' '\n' <<<"$1" | grep . | sort -n | awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.3f %.3f", v[1], m }'
+}
+echo
+echo "Thread scaling, $ROUNDS interleaved rounds ($(nproc) cores; load before $LOAD0, after $(cut -d' ' -f1-3 /proc/loadavg))"
+echo
+echo "| binary | threads | best s | median s | Mpps (best) | 2 threads / 1 (best, median) | runs (s) |"
+echo "|---|---|---|---|---|---|---|"
+for b in "${bins[@]}"; do
+  read -r b1 m1 <<<"$(stat "${runs["$b 1"]}")"
+  read -r b2 m2 <<<"$(stat "${runs["$b 2"]}")"
+  name=$b; [ "$b" = "$LR" ] && name="this build"
+  for th in 1 2; do
+    read -r best med <<<"$(stat "${runs["$b $th"]}")"
+    ratio=""
+    [ "$th" = 2 ] && ratio=$(awk -v a="$b1" -v b="$b2" -v c="$m1" -v d="$m2" 'BEGIN { printf "%.2fx, %.2fx", a / b, c / d }')
+    mpps=$(awk -v p="$PKTS" -v s="$best" 'BEGIN { printf "%.2f", p / s / 1e6 }')
+    echo "| $name | $th | $best | $med | $mpps | $ratio | ${runs["$b $th"]}|"
+  done
+done
