@@ -18,16 +18,17 @@ fn tmp(name: &str) -> std::path::PathBuf {
     d.join(name)
 }
 
-/// `gen_args` run under a pseudo-terminal of 100 × 30, then `stty -a` on the same terminal.
+/// `linerate ARGS` run under a pseudo-terminal of 100 × 30, then `stty -a` on the same
+/// terminal.
 struct Tty {
     child: Child,
     out: Arc<Mutex<Vec<u8>>>,
 }
 
 impl Tty {
-    fn start(gen_args: &str) -> Tty {
+    fn start(args: &str) -> Tty {
         let cmd = format!(
-            "stty rows 30 cols 100; {} gen {gen_args}; echo \"gen exit=$?\"; stty -a",
+            "stty rows 30 cols 100; {} {args}; echo \"exit=$?\"; stty -a",
             env!("CARGO_BIN_EXE_linerate")
         );
         let mut child = Command::new("script")
@@ -106,8 +107,9 @@ fn have_script() -> bool {
     linerate_test_support::require_tool("script", "util-linux")
 }
 
-/// The terminal after gen: main screen after the page, cooked mode with echo (stty -a).
-fn assert_restored(out: &str) {
+/// The terminal after the tool: main screen after the page, cooked mode with echo (stty -a),
+/// and `summary` printed after the page.
+fn assert_restored_with(out: &str, summary: &str) {
     let enter = out
         .find(ENTER_ALT)
         .expect("the page on the alternate screen");
@@ -115,11 +117,11 @@ fn assert_restored(out: &str) {
     assert!(enter < leave, "{out}");
     let after = &out[leave..];
     assert!(
-        after.contains("Sent "),
+        after.contains(summary),
         "no summary after the page: {after}"
     );
-    assert!(after.contains("gen exit=0"), "{after}");
-    let stty = &after[after.find("gen exit=0").unwrap()..];
+    assert!(after.contains("exit=0"), "{after}");
+    let stty = &after[after.find("exit=0").unwrap()..];
     let words: Vec<&str> = stty.split_whitespace().collect();
     for flag in ["icanon", "echo", "isig", "icrnl"] {
         assert!(
@@ -127,6 +129,30 @@ fn assert_restored(out: &str) {
             "terminal left without {flag}: {stty}"
         );
     }
+}
+
+fn assert_restored(out: &str) {
+    assert_restored_with(out, "Sent ");
+}
+
+#[test]
+fn fwd_page_is_read_only_and_quits() {
+    if !have_script() {
+        return;
+    }
+    let t0 = Instant::now();
+    let id = std::process::id();
+    let mut t = Tty::start(&format!("fwd -i mem:tty-a-{id} -o mem:tty-b-{id} -t 25"));
+    t.wait_for("Ports", 0);
+    t.wait_for("Ctrl-C)", 0);
+    // gen's keys do nothing here; a command typed is refused, and q quits.
+    let from = t.text().len();
+    t.keys("s:start\r");
+    t.wait_for("refused:", from);
+    t.keys("q");
+    let out = t.finish();
+    assert!(t0.elapsed() < Duration::from_secs(20), "q did not end fwd");
+    assert_restored_with(&out, "Forwarding ended: interrupted");
 }
 
 #[test]
@@ -137,7 +163,7 @@ fn gen_console_takes_keys_quits_and_gives_the_terminal_back() {
     let pcap = tmp("q.pcap");
     let t0 = Instant::now();
     let mut t = Tty::start(&format!(
-        "-o {} --rate 1000pps -t 25",
+        "gen -o {} --rate 1000pps -t 25",
         pcap.to_str().unwrap()
     ));
     t.wait_for("Ports", 0);
@@ -165,7 +191,7 @@ fn gen_console_quits_on_ctrl_c_and_restores_the_terminal() {
     let pcap = tmp("c.pcap");
     let t0 = Instant::now();
     let mut t = Tty::start(&format!(
-        "-o {} --rate 500pps -t 25",
+        "gen -o {} --rate 500pps -t 25",
         pcap.to_str().unwrap()
     ));
     t.wait_for("Ports", 0);
@@ -185,7 +211,7 @@ fn no_console_keeps_the_lines_on_a_terminal() {
     }
     let pcap = tmp("n.pcap");
     let t = Tty::start(&format!(
-        "-o {} --rate 200pps -t 1.5 --no-console",
+        "gen -o {} --rate 200pps -t 1.5 --no-console",
         pcap.to_str().unwrap()
     ));
     let out = t.finish();

@@ -3,6 +3,7 @@
 
 use crate::cmd::count::open_port;
 use crate::common::{flags, metrics, pin, stop_flag, usage};
+use crate::console::{Counted, ReadOnly};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::balance::lua::{LuaError, LuaScript};
@@ -22,6 +23,7 @@ use linerate::stats::{group, group_f};
 use linerate::units;
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// Flags of `linerate balance`.
@@ -100,6 +102,9 @@ pub struct Args {
     /// Print only the final summary.
     #[arg(short = 'q', long)]
     quiet: bool,
+    /// Print statistics lines even on a terminal (no live page).
+    #[arg(long)]
+    no_console: bool,
     /// Seconds between statistics.
     #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = flags::duration(flags::INTERVAL))]
     interval: std::time::Duration,
@@ -425,6 +430,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         input: &a.input,
         out_port: a.out.as_deref(),
         out,
+        live: if crate::console::wanted(a.json || a.quiet || a.no_console) {
+            let title = format!("linerate balance -i {} -c {}", a.input, a.cluster);
+            Some((ReadOnly::start(title)?, &*stop))
+        } else {
+            None
+        },
     };
     let if_start = input.interface_stats();
     let wall_start = linerate::time::wall_ns();
@@ -441,6 +452,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             printer.tick(t, now_threads);
         },
     );
+    // The terminal back: the consumers' drain and the summary print lines.
+    printer.live = None;
     let mut out = std::io::stdout();
     for e in &mut egress {
         let q = e.queue();
@@ -510,6 +523,8 @@ struct Printer<'a> {
     input: &'a str,
     out_port: Option<&'a str>,
     out: std::io::Stdout,
+    /// The live page on a terminal (instead of the lines), and the flag its `quit` sets.
+    live: Option<(ReadOnly, &'a AtomicBool)>,
 }
 
 /// balance's metrics: the common families (the input's receive counters with what no queue
@@ -523,6 +538,16 @@ fn publish(
     threads: &[(u64, u64)],
 ) {
     let mut e = m.exposition();
+    for (port, dir, c) in counted((input, out), id, s) {
+        e.port(&port, dir, &c);
+    }
+    e.append(&cluster_text(id, s, threads));
+    m.publish(&e);
+}
+
+/// The input's, each queue's and `-o`'s counters (the metrics' and the live page's).
+fn counted((input, out): (&str, Option<&str>), id: u32, s: &ClusterStats) -> Vec<Counted> {
+    let mut v = Vec::new();
     let mut d = Drops::default();
     d.add(DropReason::Filter, s.filtered);
     d.add(DropReason::NoFrame, s.no_frame);
@@ -531,7 +556,7 @@ fn publish(
         bytes: s.rx_bytes,
         drops: d,
     };
-    e.port(input, Dir::Rx, &rx);
+    v.push((input.to_string(), Dir::Rx, rx));
     for (q, x) in s.queues.iter().enumerate() {
         let mut d = Drops::default();
         d.add(DropReason::RingFull, x.ring_full);
@@ -543,7 +568,7 @@ fn publish(
             bytes: x.bytes,
             drops: d,
         };
-        e.port(&format!("cluster:{id}@{q}"), Dir::Tx, &c);
+        v.push((format!("cluster:{id}@{q}"), Dir::Tx, c));
     }
     if let Some(o) = out {
         let mut d = Drops::default();
@@ -554,10 +579,9 @@ fn publish(
             bytes: s.tx_bytes,
             drops: d,
         };
-        e.port(o, Dir::Tx, &c);
+        v.push((o.to_string(), Dir::Tx, c));
     }
-    e.append(&cluster_text(id, s, threads));
-    m.publish(&e);
+    v
 }
 
 impl Printer<'_> {
@@ -566,7 +590,10 @@ impl Printer<'_> {
             let ports = (self.input, self.out_port);
             publish(m, ports, self.id, &t.now.stats, &now_threads);
         }
-        if !self.quiet {
+        if let Some((p, stop)) = self.live.as_mut() {
+            let rows = counted((self.input, self.out_port), self.id, &t.now.stats);
+            p.tick("balancing", t.now.t_ns, &rows, stop);
+        } else if !self.quiet {
             let s = if self.json {
                 json_tick("stats", t, &now_threads) + "\n"
             } else if self.threaded {

@@ -1,6 +1,7 @@
 //! `linerate count`: pfcount / zcount.
 
 use crate::common::{flags, inputs_of, metrics, pin, stop_flag, usage};
+use crate::console::{Counted, ReadOnly};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::count::{self, CountOptions, Ended};
@@ -75,6 +76,9 @@ pub struct Args {
     /// reads every queue (one file, in the order packets are read).
     #[arg(short = 'T', long, value_name = "N", value_parser = flags::int(1usize, 1024))]
     threads: Option<usize>,
+    /// Print statistics lines even on a terminal (no live page).
+    #[arg(long)]
+    no_console: bool,
 }
 
 /// How many threads read the input, and why not more when it says so.
@@ -168,16 +172,30 @@ fn plan(a: &Args) -> anyhow::Result<Plan> {
 /// says).
 fn publish(m: &metrics::Metrics, port: &str, start: &stats::Snapshot, now: &stats::Snapshot) {
     let mut e = m.exposition();
-    e.port(
-        port,
-        Dir::Rx,
-        &PortCount {
-            packets: now.pkts - start.pkts,
-            bytes: now.bytes - start.bytes,
-            drops: now.drops.since(&start.drops),
-        },
-    );
+    let (port, dir, c) = counted(port, start, now);
+    e.port(&port, dir, &c);
     m.publish(&e);
+}
+
+/// A port's receive counters between two snapshots (the metrics' and the live page's).
+fn counted(port: &str, start: &stats::Snapshot, now: &stats::Snapshot) -> Counted {
+    let c = PortCount {
+        packets: now.pkts - start.pkts,
+        bytes: now.bytes - start.bytes,
+        drops: now.drops.since(&start.drops),
+    };
+    (port.to_string(), Dir::Rx, c)
+}
+
+/// The live page on a terminal, unless lines were asked for (or standard output carries -w -).
+fn page(a: &Args, to_stdout: bool) -> anyhow::Result<Option<ReadOnly>> {
+    if !crate::console::wanted(a.json || a.quiet || a.no_console || to_stdout) {
+        return Ok(None);
+    }
+    Ok(Some(ReadOnly::start(format!(
+        "linerate count -i {}",
+        a.input
+    ))?))
 }
 
 /// Runs `linerate count`.
@@ -278,6 +296,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let w = writer.as_mut().map(|w| w as &mut dyn Port);
     let mut tracker = a.latency.then(|| (Tracker::new(), TscClock::new()));
     let wall_start = linerate::time::wall_ns();
+    let mut live = page(&a, to_stdout)?;
     let report = count::run_observed(
         input.as_mut(),
         w,
@@ -286,6 +305,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         |t| {
             if let Some(m) = &metrics {
                 publish(m, &a.input, &t.start, &t.now);
+            }
+            if let Some(p) = live.as_mut() {
+                let rows = [counted(&a.input, &t.start, &t.now)];
+                p.tick("capturing", t.now.t_ns, &rows, &stop);
+                return;
             }
             if a.quiet {
                 return;
@@ -304,6 +328,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         },
     );
+    drop(live);
     let mut report = report;
     if let Some(w) = writer.as_mut().filter(|_| report.output_error.is_none()) {
         // Each interface's figures, which add up to the summary, close a pcapng file.
@@ -577,9 +602,21 @@ fn run_threads(
         filter: None,
         interval: a.interval,
     };
+    let mut live = page(&a, false)?;
     let report = count::run_threads(shares, &copts, user_filter, stop, |t, per| {
         if let Some(m) = &metrics {
             publish(m, &a.input, &t.start, &t.now);
+        }
+        if let Some(p) = live.as_mut() {
+            // Each thread's share, then the input in all.
+            let mut rows: Vec<Counted> = names
+                .iter()
+                .zip(per)
+                .map(|(n, t)| counted(n, &t.start, &t.now))
+                .collect();
+            rows.push(counted(&a.input, &t.start, &t.now));
+            p.tick("capturing", t.now.t_ns, &rows, stop);
+            return;
         }
         if a.quiet {
             return;
@@ -596,6 +633,7 @@ fn run_threads(
         let _ = out.write_all(s.as_bytes());
         let _ = out.flush();
     });
+    drop(live);
     let t = &report.total.tick;
     if let Some(m) = &metrics {
         publish(m, &a.input, &t.start, &t.now);

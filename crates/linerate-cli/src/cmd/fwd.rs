@@ -1,6 +1,7 @@
 //! `linerate fwd`: DPDK l2fwd / PF_RING pfdnabounce between two ports (or back out of one).
 
 use crate::common::{flags, metrics, pin, stop_flag, usage};
+use crate::console::{Counted, ReadOnly};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::fwd::{self, Ended, FwdOptions, MacRewrite, Ports};
@@ -14,6 +15,7 @@ use linerate::port::{self, DropReason, InterfaceStats, Port, PortError, PortOpti
 use linerate::stats::prom::{Dir, PortCount};
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
 
 /// Flags of `linerate fwd`.
 #[derive(Parser, Debug)]
@@ -94,12 +96,24 @@ pub struct Args {
     /// one thread for every queue. --script and -g keep one thread.
     #[arg(long, value_name = "N", value_parser = flags::int(1usize, 1024))]
     pub threads: Option<usize>,
+    /// Print statistics lines even on a terminal (no live page).
+    #[arg(long)]
+    pub no_console: bool,
 }
 
 /// The common metrics of forwarding: each port's receive and transmit counters since the
 /// start, by name (`names[i]` is port i).
 fn publish(m: &metrics::Metrics, names: &[&str], s: &fwd::FwdStats) {
     let mut e = m.exposition();
+    for (name, dir, c) in counted(names, s) {
+        e.port(&name, dir, &c);
+    }
+    m.publish(&e);
+}
+
+/// Each port's receive and transmit counters (the metrics' and the live page's).
+fn counted(names: &[&str], s: &fwd::FwdStats) -> Vec<Counted> {
+    let mut v = Vec::new();
     for (name, p) in names.iter().zip(&s.ports[..s.nports]) {
         let (mut rxd, txd) = (p.rx_drops, p.tx_drops);
         if rxd.total() + txd.total() == 0 && p.dropped + p.filtered > 0 {
@@ -117,10 +131,10 @@ fn publish(m: &metrics::Metrics, names: &[&str], s: &fwd::FwdStats) {
             bytes: p.tx_bytes,
             drops: txd,
         };
-        e.port(name, Dir::Rx, &rx);
-        e.port(name, Dir::Tx, &tx);
+        v.push((name.to_string(), Dir::Rx, rx));
+        v.push((name.to_string(), Dir::Tx, tx));
     }
-    m.publish(&e);
+    v
 }
 
 /// The statistics callback: prints every `period` (0: never) and publishes the metrics every
@@ -131,6 +145,8 @@ struct Ticker<'a> {
     last_print: std::time::Instant,
     metrics: Option<&'a metrics::Metrics>,
     names: [&'a str; 2],
+    /// The live page on a terminal (instead of the lines), and the flag its `quit` sets.
+    live: Option<(ReadOnly, &'a AtomicBool)>,
 }
 
 impl Ticker<'_> {
@@ -138,6 +154,10 @@ impl Ticker<'_> {
     fn tick(&mut self, out: &mut dyn Write, s: &fwd::FwdStats) -> bool {
         if let Some(m) = self.metrics {
             publish(m, &self.names, s);
+        }
+        if let Some((p, stop)) = self.live.as_mut() {
+            p.tick("forwarding", s.t_ns, &counted(&self.names, s), stop);
+            return false;
         }
         // A tick a little early still prints (ticks are whole periods apart).
         let due = self
@@ -158,12 +178,21 @@ impl Ticker<'_> {
         } else {
             self.period
         };
-        if self.metrics.is_some() {
+        if self.metrics.is_some() || self.live.is_some() {
             p.min(std::time::Duration::from_secs(1))
         } else {
             p
         }
     }
+}
+
+/// The live page when on a terminal, unless lines were asked for.
+fn live<'a>(a: &Args, stop: &'a AtomicBool) -> anyhow::Result<Option<(ReadOnly, &'a AtomicBool)>> {
+    if !crate::console::wanted(a.json || a.no_console) {
+        return Ok(None);
+    }
+    let title = format!("linerate fwd -i {} -o {}", a.input, a.output);
+    Ok(Some((ReadOnly::start(title)?, stop)))
 }
 
 /// `--engine`.
@@ -457,6 +486,7 @@ pub fn run_with(
         last_print: std::time::Instant::now(),
         metrics: m.as_ref(),
         names: [a.input.as_str(), a.output.as_str()],
+        live: live(&a, stop)?,
     };
     if let Some(m) = &m {
         let nports = if bounce { 1 } else { 2 };
@@ -486,6 +516,8 @@ pub fn run_with(
     let mut report = fwd::run_with(ports, &fo, hook, stop, |s| {
         ticker.tick(out, s);
     });
+    // The terminal back before the summary.
+    ticker.live = None;
     if let Some(p) = p1.as_mut() {
         // What each input interface did closes a pcapng output (a no-op for other ports).
         let st = InterfaceStats::of_run(
@@ -612,6 +644,7 @@ fn run_kernel(
         last_print: std::time::Instant::now(),
         metrics: m.as_ref(),
         names: [i.as_str(), o.as_str()],
+        live: live(a, stop)?,
     };
     if let Some(m) = &m {
         let nports = if bounce { 1 } else { 2 };
@@ -633,6 +666,7 @@ fn run_kernel(
     let report = fwd::run_kernel(&mut k, &fo, stop, |s| {
         ticker.tick(out, s);
     });
+    ticker.live = None;
     drop(k); // detach before the final block: nothing is forwarded after it
     if let Some(m) = &m {
         publish(m, &ticker.names, &report.stats);
@@ -1023,6 +1057,7 @@ fn run_threads(
         last_print: std::time::Instant::now(),
         metrics: m.as_ref(),
         names: [a.input.as_str(), a.output.as_str()],
+        live: live(a, stop)?,
     };
     let interval = ticker.interval();
     let filter = a.filter.clone().filter(|_| !in_kernel);
@@ -1044,6 +1079,7 @@ fn run_threads(
             let _ = out.write_all(threads_text(&names, per).as_bytes());
         }
     });
+    ticker.live = None;
     let r = &report.total;
     if let Some(m) = &m {
         publish(m, &ticker.names, &r.stats);

@@ -121,7 +121,6 @@ impl CommandLine {
 }
 
 /// Runs `cmd` on a read-only page: only `quit` (or `q`) is taken; Ok(true) means quit.
-#[allow(dead_code)] // fwd's, count's and balance's pages come next
 pub fn read_only(cmd: &str) -> Result<bool, String> {
     match cmd.trim() {
         "quit" | "q" => Ok(true),

@@ -11,6 +11,9 @@ pub mod term;
 pub use page::{LatencyLine, Page, PortRow, RateLine};
 pub use term::{wanted, Console};
 
+use linerate::stats::prom::{Dir, PortCount};
+use std::sync::atomic::{AtomicBool, Ordering};
+
 /// Rates of counters between two readings, one slot per row.
 #[derive(Debug, Default)]
 pub struct Meter {
@@ -42,5 +45,77 @@ impl Meter {
         }
         self.last[i] = r;
         r
+    }
+}
+
+/// One port's counters in one direction, as the tools publish them as metrics.
+pub type Counted = (String, Dir, PortCount);
+
+/// The read-only page of fwd, count and balance: one row per port and direction from the same
+/// counters their metrics publish (`rows`, read at `t_ns`), their drops by reason (each under
+/// its direction), and `state`.
+pub fn counters_page(
+    title: String,
+    state: String,
+    elapsed_s: f64,
+    t_ns: u64,
+    rows: &[Counted],
+    meter: &mut Meter,
+) -> Page {
+    let mut page = Page {
+        title,
+        state,
+        elapsed_s,
+        ..Default::default()
+    };
+    for (i, (port, dir, c)) in rows.iter().enumerate() {
+        let (pps, mbps) = meter.rate(i, t_ns, c.packets, c.bytes);
+        page.ports.push(PortRow {
+            port: port.clone(),
+            dir: dir.name(),
+            pps,
+            mbps,
+            packets: c.packets,
+            drops: c.drops.total(),
+        });
+        page.add_drops(&format!("{} ", dir.name()), &c.drops);
+    }
+    page
+}
+
+/// A read-only console, its meter and when it started: what fwd, count and balance keep
+/// while their page shows.
+pub struct ReadOnly {
+    console: Console,
+    meter: Meter,
+    t0: std::time::Instant,
+    title: String,
+}
+
+impl ReadOnly {
+    /// Takes over the terminal for a page titled `title`.
+    pub fn start(title: String) -> anyhow::Result<ReadOnly> {
+        Ok(ReadOnly {
+            console: Console::start(false)?,
+            meter: Meter::default(),
+            t0: std::time::Instant::now(),
+            title,
+        })
+    }
+
+    /// Shows `rows` read at `t_ns` and takes the keys typed; sets `stop` on `quit`.
+    pub fn tick(&mut self, state: &str, t_ns: u64, rows: &[Counted], stop: &AtomicBool) {
+        let page = counters_page(
+            self.title.clone(),
+            state.to_string(),
+            self.t0.elapsed().as_secs_f64(),
+            t_ns,
+            rows,
+            &mut self.meter,
+        );
+        self.console.show(page);
+        if self.console.quit_asked() {
+            stop.store(true, Ordering::SeqCst);
+        }
     }
 }

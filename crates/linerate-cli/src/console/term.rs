@@ -122,7 +122,6 @@ impl Console {
     }
 
     /// For a read-only page: takes the keys typed; true when `quit` was asked.
-    #[allow(dead_code)] // fwd's, count's and balance's pages come next
     pub fn quit_asked(&mut self) -> bool {
         let mut quit = false;
         for c in self.commands() {
