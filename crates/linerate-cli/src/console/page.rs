@@ -112,9 +112,13 @@ pub fn rate_text(r: &RateLine) -> String {
     }
 }
 
-/// A duration in ns as µs with two decimals.
+/// A latency in ns: µs with two decimals below a millisecond, else ms.
 fn us(ns: u64) -> String {
-    format!("{} µs", group_f(ns as f64 / 1e3, 2))
+    if ns < 1_000_000 {
+        format!("{} µs", group_f(ns as f64 / 1e3, 2))
+    } else {
+        format!("{} ms", group_f(ns as f64 / 1e6, 2))
+    }
 }
 
 /// Draws `page` and `prompt` over the whole frame.
