@@ -604,6 +604,15 @@ fn fwd_xsk_runs_one_thread_per_queue_pair_and_misses_nothing() {
     );
     assert_eq!(summary["ports"][0]["dropped"], 0, "{summary}");
     assert_eq!(summary["ports"][1]["dropped"], 0, "{summary}");
+    for k in 0..2 {
+        let why: u64 = summary["ports"][k]["drops_by_reason"]
+            .as_object()
+            .expect("drops by reason")
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(summary["ports"][k]["dropped"], why, "{summary}");
+    }
     assert_eq!(summary["ended"], "interrupted", "{summary}");
     for (i, t) in threads.iter().enumerate() {
         assert_eq!(t["input"], format!("xdp:vB0@{i}"), "{summary}");

@@ -555,7 +555,8 @@ fn print(json: bool, out: &mut dyn Write, s: &fwd::FwdStats, kind: &str) {
             .iter()
             .map(|p| {
                 serde_json::json!({"sent": p.sent, "received": p.received,
-                    "dropped": p.dropped, "filtered": p.filtered})
+                    "dropped": p.dropped, "filtered": p.filtered,
+                    "drops_by_reason": reasons_json(p)})
             })
             .collect();
         let _ = writeln!(out, "{}", serde_json::json!({"type": kind, "ports": ports}));
@@ -1090,7 +1091,8 @@ fn run_threads(
             .iter()
             .map(|p| {
                 serde_json::json!({"sent": p.sent, "received": p.received,
-                    "dropped": p.dropped, "filtered": p.filtered})
+                    "dropped": p.dropped, "filtered": p.filtered,
+                    "drops_by_reason": reasons_json(p)})
             })
             .collect();
         let _ = writeln!(
@@ -1110,4 +1112,15 @@ fn run_threads(
         None => Ok(ExitCode::SUCCESS),
         Some(e) => Err(anyhow::anyhow!("forwarding stopped: {e}")),
     }
+}
+
+/// A port's `dropped` by reason (they sum to it), every reason named.
+fn reasons_json(p: &fwd::FwdPortStats) -> serde_json::Value {
+    let l = p.losses();
+    DropReason::ALL
+        .iter()
+        .filter(|r| **r != DropReason::Filter)
+        .map(|r| (r.name().to_string(), serde_json::Value::from(l.get(*r))))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }

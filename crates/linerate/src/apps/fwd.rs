@@ -142,6 +142,30 @@ pub struct FwdStats {
     pub nports: usize,
 }
 
+impl FwdPortStats {
+    /// `dropped` by reason: receive and transmit drops, the filter's apart (they sum to
+    /// `dropped`).
+    pub fn losses(&self) -> Drops {
+        self.rx_drops
+            .without(DropReason::Filter)
+            .merged(&self.tx_drops.without(DropReason::Filter))
+    }
+}
+
+/// `Drops by reason: ring_full=N kernel=M` for `dropped` packets, and what no reason explains
+/// (none, unless a port counts a drop it cannot name).
+fn reasons_text(dropped: u64, losses: &Drops) -> String {
+    let mut s = crate::stats::breakdown(losses);
+    let unexplained = dropped.saturating_sub(losses.total());
+    if unexplained > 0 {
+        if !s.is_empty() {
+            s.push(' ');
+        }
+        s.push_str(&format!("unexplained={unexplained}"));
+    }
+    s
+}
+
 impl FwdStats {
     /// Sum over the ports.
     pub fn total(&self) -> FwdPortStats {
@@ -168,6 +192,12 @@ pub fn l2fwd_block(s: &FwdStats) -> String {
              \nPackets dropped: {:>21}",
             p.sent, p.received, p.dropped
         ));
+        if p.dropped > 0 {
+            o.push_str(&format!(
+                "\nDrops by reason: {}",
+                reasons_text(p.dropped, &p.losses())
+            ));
+        }
         if p.filtered > 0 {
             o.push_str(&format!("\nPackets filtered: {:>20}", p.filtered));
         }
@@ -180,6 +210,16 @@ pub fn l2fwd_block(s: &FwdStats) -> String {
          \nTotal packets dropped: {:>15}",
         t.sent, t.received, t.dropped
     ));
+    if t.dropped > 0 {
+        let mut all = Drops::default();
+        for p in &s.ports[..s.nports] {
+            all = all.merged(&p.losses());
+        }
+        o.push_str(&format!(
+            "\nTotal drops by reason: {}",
+            reasons_text(t.dropped, &all)
+        ));
+    }
     if t.filtered > 0 {
         o.push_str(&format!("\nTotal packets filtered: {:>14}", t.filtered));
     }
@@ -274,6 +314,9 @@ pub fn run_with(
     let base: Vec<u64> = list.iter_mut().map(|p| lost(&mut **p)).collect();
     let base_stats: Vec<PortStats> = list.iter_mut().map(|p| p.stats()).collect();
     let mut own_drops = [0u64; 2];
+    // What each output's tx took, sent or dropped by the port itself (counted in its tx_drops):
+    // `sent` is this less those drops, worked out at each snapshot.
+    let mut taken = [0u64; 2];
     let mut rx = Batch::new();
     let mut pending: Vec<Batch> = (0..np).map(|_| Batch::new()).collect();
     let mut idle = vec![false; np];
@@ -336,7 +379,10 @@ pub fn run_with(
             // Retry what the output could not take last time before taking more.
             if !pending[o].is_empty() {
                 match list[o].tx(&mut pending[o]) {
-                    Ok(n) => st.ports[o].sent += n as u64,
+                    Ok(n) => {
+                        st.ports[o].sent += n as u64;
+                        taken[o] += n as u64;
+                    }
                     Err(e) => {
                         error = Some(e);
                         break 'outer Ended::Error;
@@ -391,7 +437,10 @@ pub fn run_with(
                 }
             }
             match list[o].tx(&mut rx) {
-                Ok(n) => st.ports[o].sent += n as u64,
+                Ok(n) => {
+                    st.ports[o].sent += n as u64;
+                    taken[o] += n as u64;
+                }
                 Err(e) => {
                     rx.clear();
                     error = Some(e);
@@ -439,7 +488,13 @@ pub fn run_with(
             }
         }
         if now >= next_tick {
-            snapshot(&mut st, &mut list, (&base, &base_stats), &own_drops, now);
+            snapshot(
+                &mut st,
+                &mut list,
+                (&base, &base_stats),
+                (&own_drops, &taken),
+                now,
+            );
             on_tick(&st);
             next_tick = now + interval;
         }
@@ -451,7 +506,10 @@ pub fn run_with(
                 break;
             }
             match list[o].tx(b) {
-                Ok(n) => st.ports[o].sent += n as u64,
+                Ok(n) => {
+                    st.ports[o].sent += n as u64;
+                    taken[o] += n as u64;
+                }
                 Err(e) => {
                     error.get_or_insert(e);
                     break;
@@ -475,7 +533,7 @@ pub fn run_with(
         &mut st,
         &mut list,
         (&base, &base_stats),
-        &own_drops,
+        (&own_drops, &taken),
         mono_ns(),
     );
     FwdReport {
@@ -519,6 +577,13 @@ pub fn run_kernel(
             // Redirected out of p, less what p's driver refused afterwards: what left.
             st.ports[p].sent = c[p][1].saturating_sub(tx);
             st.ports[p].dropped = c[p][2] + rx + tx;
+            // The program's drops and the interfaces' own counters: the kernel's.
+            let mut rd = Drops::default();
+            rd.add(DropReason::Kernel, c[p][2] + rx);
+            let mut td = Drops::default();
+            td.add(DropReason::Kernel, tx);
+            st.ports[p].rx_drops = rd;
+            st.ports[p].tx_drops = td;
         }
     };
     let ended = loop {
@@ -715,7 +780,7 @@ fn snapshot(
     st: &mut FwdStats,
     list: &mut [&mut dyn Port],
     (base, base_stats): (&[u64], &[PortStats]),
-    own: &[u64; 2],
+    (own, taken): (&[u64; 2], &[u64; 2]),
     now: u64,
 ) {
     st.t_ns = now;
@@ -730,6 +795,8 @@ fn snapshot(
         x.rx_drops = s.rx_drops.since(&b.rx_drops);
         x.rx_drops.add(DropReason::Filter, x.filtered);
         x.tx_drops = s.tx_drops.since(&b.tx_drops);
+        // A frame counts as sent only when the port did not drop it (a full wire, too big).
+        x.sent = taken[i].saturating_sub(crate::stats::lost(&x.tx_drops));
         x.tx_drops.add(DropReason::RingFull, own[i]);
     }
 }
@@ -960,6 +1027,36 @@ mod tests {
             }
             .for_port(0),
             Some(([1; 6], [2, 0, 0, 0, 0, 0]))
+        );
+    }
+
+    #[test]
+    fn every_drop_has_a_reason() {
+        let o = PortOptions::default();
+        let (mut src, mut fin) = wire("fwd-t-why-in", &o).unwrap();
+        let (mut fout, _sink) = wire("fwd-t-why-out", &o).unwrap();
+        // The output's wire is nearly full and nobody reads it.
+        let filler: Vec<Vec<u8>> = (0..4000).map(|i| udp(9, i)).collect();
+        send(&mut fout, &filler);
+        let frames: Vec<Vec<u8>> = (0..500).map(|i| udp(9, i)).collect();
+        send(&mut src, &frames);
+        let opts = FwdOptions {
+            duration: Some(Duration::from_millis(300)),
+            ..Default::default()
+        };
+        let stop = AtomicBool::new(false);
+        let r = run(Ports::Two(&mut fin, &mut fout), &opts, &stop, |_| {});
+        let p1 = r.stats.ports[1];
+        assert_eq!(r.stats.ports[0].received, 500);
+        assert!(p1.dropped > 0, "{p1:?}");
+        assert_eq!(p1.sent + p1.dropped, 500, "{p1:?}");
+        assert_eq!(p1.losses().total(), p1.dropped, "{p1:?}");
+        let block = l2fwd_block(&r.stats);
+        assert!(
+            block.contains(&format!("Drops by reason: ring_full={}", p1.dropped))
+                && block.contains("Total drops by reason: ring_full=")
+                && !block.contains("unexplained"),
+            "{block}"
         );
     }
 }
