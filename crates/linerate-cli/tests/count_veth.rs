@@ -121,10 +121,9 @@ fn send(pair: &NetnsPair, n: u32) -> Vec<Vec<u8>> {
             while !b.is_full() && seq < n + n / 5 {
                 let dport = if seq % 6 == 5 { 10 } else { 9 };
                 let f = frame(pair, seq, dport);
-                let a = b.alloc().unwrap();
-                b.frame_mut(a)[..f.len()].copy_from_slice(&f);
-                b.push(Desc {
-                    addr: a,
+                let mut fr = b.alloc().unwrap();
+                fr.buf()[..f.len()].copy_from_slice(&f);
+                fr.push(Desc {
                     len: f.len() as u32,
                     wire_len: f.len() as u32,
                     ..Default::default()

@@ -54,10 +54,9 @@ fn send(pair: &NetnsPair) -> BTreeMap<u16, u64> {
                 let sport = 2000 + (seq % FLOWS as u32) as u16;
                 let f = frame(pair, seq, sport);
                 *bytes.entry(sport).or_insert(0) += f.len() as u64;
-                let a = b.alloc().unwrap();
-                b.frame_mut(a)[..f.len()].copy_from_slice(&f);
-                b.push(Desc {
-                    addr: a,
+                let mut fr = b.alloc().unwrap();
+                fr.buf()[..f.len()].copy_from_slice(&f);
+                fr.push(Desc {
                     len: f.len() as u32,
                     wire_len: f.len() as u32,
                     ..Default::default()

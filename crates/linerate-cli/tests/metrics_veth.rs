@@ -275,10 +275,9 @@ fn send(pair: &NetnsPair, n: u32) -> u64 {
         while seq < n && Instant::now() < deadline {
             while !b.is_full() && seq < n {
                 let f = frame(pair, seq);
-                let a = b.alloc().unwrap();
-                b.frame_mut(a)[..f.len()].copy_from_slice(&f);
-                b.push(Desc {
-                    addr: a,
+                let mut fr = b.alloc().unwrap();
+                fr.buf()[..f.len()].copy_from_slice(&f);
+                fr.push(Desc {
                     len: f.len() as u32,
                     wire_len: f.len() as u32,
                     ..Default::default()

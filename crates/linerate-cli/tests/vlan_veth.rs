@@ -88,10 +88,9 @@ fn send(pair: &NetnsPair, frames: &[Vec<u8>]) {
         while it.peek().is_some() && Instant::now() < deadline {
             while !b.is_full() {
                 let Some(f) = it.next() else { break };
-                let a = b.alloc().unwrap();
-                b.frame_mut(a)[..f.len()].copy_from_slice(f);
-                b.push(Desc {
-                    addr: a,
+                let mut fr = b.alloc().unwrap();
+                fr.buf()[..f.len()].copy_from_slice(f);
+                fr.push(Desc {
                     len: f.len() as u32,
                     wire_len: f.len() as u32,
                     ..Default::default()

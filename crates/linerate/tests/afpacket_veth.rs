@@ -89,11 +89,10 @@ fn send_all(port: &mut AfPacket, frames: &[Vec<u8>], deadline: Instant) -> usize
     let mut sent = 0;
     while sent < frames.len() && Instant::now() < deadline {
         while !batch.is_full() && next < frames.len() {
-            let addr = batch.alloc().expect("pool has frames");
+            let mut fr = batch.alloc().expect("pool has frames");
             let f = &frames[next];
-            batch.frame_mut(addr)[..f.len()].copy_from_slice(f);
-            batch.push(Desc {
-                addr,
+            fr.buf()[..f.len()].copy_from_slice(f);
+            fr.push(Desc {
                 len: f.len() as u32,
                 wire_len: f.len() as u32,
                 ..Default::default()

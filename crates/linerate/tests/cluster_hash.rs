@@ -124,10 +124,9 @@ fn flow(i: u32) -> (Vec<u8>, Vec<u8>) {
 fn batch_of(pool: &Arc<Pool>, pkts: &[Vec<u8>]) -> Batch {
     let mut b = Batch::with_pool(pool);
     for p in pkts {
-        let a = b.alloc().unwrap();
-        b.frame_mut(a)[..p.len()].copy_from_slice(p);
-        b.push(Desc {
-            addr: a,
+        let mut fr = b.alloc().unwrap();
+        fr.buf()[..p.len()].copy_from_slice(p);
+        fr.push(Desc {
             len: p.len() as u32,
             wire_len: p.len() as u32,
             ..Default::default()

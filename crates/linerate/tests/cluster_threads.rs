@@ -44,10 +44,9 @@ impl Port for VecPort {
         let mut n = 0;
         while !batch.is_full() && self.next < self.pkts.len() {
             let p = &self.pkts[self.next];
-            let a = batch.alloc().expect("frame");
-            batch.frame_mut(a)[..p.len()].copy_from_slice(p);
-            batch.push(Desc {
-                addr: a,
+            let mut fr = batch.alloc().expect("frame");
+            fr.buf()[..p.len()].copy_from_slice(p);
+            fr.push(Desc {
                 len: p.len() as u32,
                 wire_len: p.len() as u32,
                 ..Default::default()

@@ -40,10 +40,9 @@ fn loss_duplicates_reordering_and_latency_are_counted() {
     let mut passed = 0usize;
     let (mut dropped, mut duped, mut late) = ([0u64; 2], [0u64; 2], [0u64; 2]);
     let send = |outb: &mut Batch, bytes: &[u8], mid_out: &mut dyn Port| {
-        let a = outb.alloc().unwrap();
-        outb.frame_mut(a)[..bytes.len()].copy_from_slice(bytes);
-        outb.push(Desc {
-            addr: a,
+        let mut fr = outb.alloc().unwrap();
+        fr.buf()[..bytes.len()].copy_from_slice(bytes);
+        fr.push(Desc {
             len: bytes.len() as u32,
             wire_len: bytes.len() as u32,
             ..Default::default()

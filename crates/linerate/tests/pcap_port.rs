@@ -35,11 +35,10 @@ fn payload(i: usize) -> Vec<u8> {
 /// Fills a batch of `src`'s pool with packets `from..from + n`.
 fn fill(b: &mut Batch, from: usize, n: usize) {
     for i in from..from + n {
-        let a = b.alloc().expect("frame");
+        let mut fr = b.alloc().expect("frame");
         let data = payload(i);
-        b.frame_mut(a)[..data.len()].copy_from_slice(&data);
-        b.push(Desc {
-            addr: a,
+        fr.buf()[..data.len()].copy_from_slice(&data);
+        fr.push(Desc {
             ts: 1_600_000_000_000_000_000 + i as u64 * 1_000_000,
             len: data.len() as u32,
             wire_len: data.len() as u32,

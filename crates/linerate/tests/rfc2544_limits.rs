@@ -65,13 +65,12 @@ impl Port for SlowRx {
         let mut n = 0;
         while !batch.is_full() {
             let Some(d) = q.pop_front() else { break };
-            let Some(a) = batch.alloc() else {
+            let Some(mut fr) = batch.alloc() else {
                 q.push_front(d);
                 break;
             };
-            batch.frame_mut(a)[..d.len()].copy_from_slice(&d);
-            batch.push(Desc {
-                addr: a,
+            fr.buf()[..d.len()].copy_from_slice(&d);
+            fr.push(Desc {
                 len: d.len() as u32,
                 wire_len: d.len() as u32 + 4,
                 ..Default::default()

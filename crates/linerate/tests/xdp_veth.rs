@@ -61,10 +61,9 @@ fn send_paced(port: &mut dyn Port, frames: &[Vec<u8>]) -> usize {
     let deadline = Instant::now() + Duration::from_secs(10);
     for chunk in frames.chunks(32) {
         for f in chunk {
-            let a = b.alloc().unwrap();
-            b.frame_mut(a)[..f.len()].copy_from_slice(f);
-            b.push(Desc {
-                addr: a,
+            let mut fr = b.alloc().unwrap();
+            fr.buf()[..f.len()].copy_from_slice(f);
+            fr.push(Desc {
                 len: f.len() as u32,
                 wire_len: f.len() as u32,
                 ..Default::default()

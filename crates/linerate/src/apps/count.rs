@@ -578,14 +578,13 @@ mod tests {
         let (mut a, mut b) = wire("count-t", &PortOptions::default()).unwrap();
         let mut tx = Batch::with_pool(a.pool().unwrap());
         for i in 0..100u32 {
-            let addr = tx.alloc().unwrap();
-            let f = tx.frame_mut(addr);
+            let mut fr = tx.alloc().unwrap();
+            let f = fr.buf();
             f[..60].fill(0);
             f[12] = 0x08; // IPv4
             f[14] = 0x45;
             f[23] = if i % 4 == 0 { 6 } else { 17 };
-            tx.push(Desc {
-                addr,
+            fr.push(Desc {
                 len: 60,
                 wire_len: 60,
                 ..Default::default()
@@ -627,14 +626,13 @@ mod tests {
     fn send(a: &mut dyn Port, n: u32) {
         let mut tx = Batch::with_pool(a.pool().unwrap());
         for i in 0..n {
-            let addr = tx.alloc().unwrap();
-            let f = tx.frame_mut(addr);
+            let mut fr = tx.alloc().unwrap();
+            let f = fr.buf();
             f[..60].fill(0);
             f[12] = 0x08;
             f[14] = 0x45;
             f[23] = if i % 4 == 0 { 6 } else { 17 };
-            tx.push(Desc {
-                addr,
+            fr.push(Desc {
                 len: 60,
                 wire_len: 60,
                 ..Default::default()

@@ -825,10 +825,9 @@ mod tests {
     fn send(p: &mut dyn Port, frames: &[Vec<u8>]) {
         let mut b = Batch::with_pool(p.pool().unwrap());
         for f in frames {
-            let a = b.alloc().unwrap();
-            b.frame_mut(a)[..f.len()].copy_from_slice(f);
-            b.push(Desc {
-                addr: a,
+            let mut fr = b.alloc().unwrap();
+            fr.buf()[..f.len()].copy_from_slice(f);
+            fr.push(Desc {
                 len: f.len() as u32,
                 wire_len: f.len() as u32,
                 ..Default::default()

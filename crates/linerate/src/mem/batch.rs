@@ -43,8 +43,43 @@ pub struct Pkt<'a> {
 
 /// Up to 64 descriptors of one pool, plus a private cache of free frames of that pool.
 ///
-/// A batch owns the frames its descriptors name: [`Batch::clear`] (or drop) returns them to the
-/// pool, a port's `tx` takes them over. Frames are traded with the pool 64 at a time.
+/// **Ownership invariant** (what makes [`Batch::data_mut`] sound): a batch owns the frame of each
+/// of its descriptors exclusively (unless the descriptor is marked [`Desc::F_SHARED`], which is
+/// then never written), and each descriptor's bytes lie inside its frame. [`Batch::clear`] (or
+/// drop) returns the frames to the pool, a port's `tx` takes them over. Safe code can only add a
+/// descriptor through a [`Fresh`] frame this batch handed out (or a port's `rx`), so it cannot
+/// name a frame someone else owns: the old `frame_mut(addr)` taking any address is gone.
+///
+/// ```
+/// use linerate::mem::{Batch, Desc, Pool, PoolConfig};
+/// use std::sync::Arc;
+///
+/// let pool = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
+/// let mut b = Batch::with_pool(&pool);
+/// let mut f = b.alloc().expect("a free frame");
+/// f.buf()[..5].copy_from_slice(b"hello");
+/// f.push(Desc { len: 5, wire_len: 5, ..Default::default() }); // the address is the frame's
+/// assert!(b.push_copy(b"world", 0));
+/// assert_eq!(b.data(0), b"hello");
+/// assert_eq!(b.data(1), b"world");
+/// ```
+///
+/// Writing into a frame by address does not compile:
+///
+/// ```compile_fail
+/// use linerate::mem::{Batch, Pool, PoolConfig};
+/// let pool = std::sync::Arc::new(Pool::new(&PoolConfig::default()).unwrap());
+/// let mut b = Batch::with_pool(&pool);
+/// let bytes = b.frame_mut(4096); // any address: someone else's frame
+/// ```
+///
+/// Nor does pushing a descriptor made up by hand:
+///
+/// ```compile_fail
+/// use linerate::mem::{Batch, Desc};
+/// let mut b = Batch::new();
+/// b.push(Desc { addr: 4096, len: 64, ..Default::default() });
+/// ```
 pub struct Batch {
     descs: [Desc; BATCH],
     len: usize,
@@ -133,15 +168,34 @@ impl Batch {
         &self.descs[..self.len]
     }
 
-    /// The descriptors, to change lengths, hashes or flags.
+    /// The descriptors, to change hashes, ports, times or flags (crate code only: a changed
+    /// address or a longer length would break the ownership invariant).
     #[inline(always)]
-    pub fn descs_mut(&mut self) -> &mut [Desc] {
+    pub(crate) fn descs_mut(&mut self) -> &mut [Desc] {
         &mut self.descs[..self.len]
     }
 
-    /// Appends a descriptor whose frame this batch now owns. Returns false when full.
+    /// Sets packet `i`'s hash (what a balancer computed).
     #[inline(always)]
-    pub fn push(&mut self, d: Desc) -> bool {
+    pub fn set_hash(&mut self, i: usize, hash: u32) {
+        if i < self.len {
+            self.descs[i].hash = hash;
+        }
+    }
+
+    /// Sets packet `i`'s timestamp (ns).
+    #[inline(always)]
+    pub fn set_ts(&mut self, i: usize, ts: u64) {
+        if i < self.len {
+            self.descs[i].ts = ts;
+        }
+    }
+
+    /// Appends a descriptor whose frame this batch now owns exclusively, its bytes inside the
+    /// frame (the ownership invariant: crate code only; others push through [`Fresh`]).
+    /// Returns false when full.
+    #[inline(always)]
+    pub(crate) fn push(&mut self, d: Desc) -> bool {
         if self.len >= self.limit {
             return false;
         }
@@ -150,9 +204,10 @@ impl Batch {
         true
     }
 
-    /// Appends descriptors from a slice (as many as fit); returns how many.
+    /// Appends descriptors from a slice (as many as fit); returns how many. As [`Batch::push`]:
+    /// the caller hands their frames over.
     #[inline]
-    pub fn extend(&mut self, ds: &[Desc]) -> usize {
+    pub(crate) fn extend(&mut self, ds: &[Desc]) -> usize {
         let n = ds.len().min(self.room());
         self.descs[self.len..self.len + n].copy_from_slice(&ds[..n]);
         self.len += n;
@@ -183,14 +238,18 @@ impl Batch {
         }
     }
 
-    /// The whole frame of a fresh descriptor, to fill in (from the address to the frame's end).
+    /// The whole frame from `addr` to the frame's end, to fill in.
+    ///
+    /// # Safety
+    /// `addr` was allocated from this batch's pool by [`Batch::alloc_addr`] (or `alloc_big_addr`)
+    /// and nobody else holds its frame: no descriptor anywhere names it.
     #[inline(always)]
-    pub fn frame_mut(&mut self, addr: u64) -> &mut [u8] {
+    pub(crate) unsafe fn frame_mut_at(&mut self, addr: u64) -> &mut [u8] {
         match &self.pool {
             Some(p) if p.allocates() => {
                 let end = p.frame_start(addr) + p.frame_size_at(addr);
-                // SAFETY: `addr` was just allocated to this batch (see alloc), nobody else holds
-                // its frame; `&mut self` prevents aliasing.
+                // SAFETY: per the contract the frame is exclusively ours; `&mut self` prevents
+                // aliasing through this batch.
                 unsafe {
                     p.region()
                         .bytes_mut(addr, (end - addr) as u32)
@@ -210,10 +269,54 @@ impl Batch {
         })
     }
 
-    /// Takes a free frame of the pool (from the local cache, refilled 64 at a time); returns its
-    /// packet address (after the headroom), or None when the pool is exhausted.
+    /// Takes a free frame of the pool (from the local cache, refilled 64 at a time) to fill in
+    /// and append: None when the batch is full, it has no pool that allocates, or the pool is
+    /// exhausted. Dropping the [`Fresh`] without pushing it gives the frame back.
     #[inline(always)]
-    pub fn alloc(&mut self) -> Option<u64> {
+    pub fn alloc(&mut self) -> Option<Fresh<'_>> {
+        if self.is_full() {
+            return None;
+        }
+        let addr = self.alloc_addr()?;
+        Some(Fresh::new(self, addr))
+    }
+
+    /// Takes a free big frame of the pool (see [`Pool`]'s big frames), for a packet longer than
+    /// a regular frame; None as [`Batch::alloc`], or when the pool has no free big frame.
+    #[inline]
+    pub fn alloc_big(&mut self) -> Option<Fresh<'_>> {
+        if self.is_full() {
+            return None;
+        }
+        let addr = self.alloc_big_addr()?;
+        Some(Fresh::new(self, addr))
+    }
+
+    /// Copies `data` into a fresh frame and appends it (length and wire length `data.len()`,
+    /// time `ts`); false when the batch is full, the pool is exhausted or `data` does not fit a
+    /// frame.
+    #[inline]
+    pub fn push_copy(&mut self, data: &[u8], ts: u64) -> bool {
+        let Some(mut f) = self.alloc() else {
+            return false;
+        };
+        let Some(buf) = f.buf().get_mut(..data.len()) else {
+            return false; // too long for a frame; `f` gives its frame back
+        };
+        buf.copy_from_slice(data);
+        f.push(Desc {
+            len: data.len() as u32,
+            wire_len: data.len() as u32,
+            ts,
+            ..Desc::default()
+        });
+        true
+    }
+
+    /// A free frame's packet address (after the headroom), or None when the pool is exhausted;
+    /// the caller now owns the frame (and must push it, hand it to a kernel ring, or free it).
+    #[inline(always)]
+    pub(crate) fn alloc_addr(&mut self) -> Option<u64> {
         if let Some(a) = self.cache.pop() {
             return Some(a);
         }
@@ -222,16 +325,16 @@ impl Batch {
         self.cache.pop()
     }
 
-    /// Takes a free big frame of the pool (see [`Pool`]'s big frames), for a packet longer than
-    /// a regular frame; None when none is free or the pool has none.
+    /// A free big frame's packet address, as [`Batch::alloc_addr`].
     #[inline]
-    pub fn alloc_big(&mut self) -> Option<u64> {
+    pub(crate) fn alloc_big_addr(&mut self) -> Option<u64> {
         self.pool.as_ref()?.take_big()
     }
 
-    /// Returns a frame to the pool (through the local cache; a big frame directly).
+    /// Returns a frame to the pool (through the local cache; a big frame directly). The caller
+    /// owned it (crate code: freeing a frame someone still uses would hand it out twice).
     #[inline(always)]
-    pub fn free_addr(&mut self, addr: u64) {
+    pub(crate) fn free_addr(&mut self, addr: u64) {
         let Some(pool) = &self.pool else { return };
         if !pool.allocates() {
             return;
@@ -347,6 +450,79 @@ impl Batch {
     }
 }
 
+/// A free frame taken by [`Batch::alloc`], not yet a packet: write the packet into
+/// [`Fresh::buf`], then [`Fresh::push`] it onto the batch (its descriptor gets the frame's
+/// address). Dropped without pushing, it gives the frame back. It borrows the batch, so the frame
+/// can be nobody else's.
+pub struct Fresh<'a> {
+    batch: &'a mut Batch,
+    addr: u64,
+    room: u32,
+}
+
+impl<'a> Fresh<'a> {
+    #[inline(always)]
+    fn new(batch: &'a mut Batch, addr: u64) -> Fresh<'a> {
+        let room = batch.pool.as_ref().map_or(0, |p| {
+            (p.frame_start(addr) + p.frame_size_at(addr) - addr).min(u32::MAX as u64) as u32
+        });
+        Fresh { batch, addr, room }
+    }
+
+    /// The frame's packet address in the pool's region.
+    #[inline(always)]
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Bytes a packet may take in this frame (from the address to the frame's end).
+    #[inline(always)]
+    pub fn room(&self) -> u32 {
+        self.room
+    }
+
+    /// The frame's bytes from the packet address on, to write the packet into.
+    #[inline(always)]
+    pub fn buf(&mut self) -> &mut [u8] {
+        let addr = self.addr;
+        // SAFETY: `addr` came from this batch's `alloc_addr`/`alloc_big_addr` and is held only by
+        // this guard (no descriptor names it until `push`); the guard borrows the batch mutably.
+        unsafe { self.batch.frame_mut_at(addr) }
+    }
+
+    /// Appends the packet: `d` with the frame's address, its length cut to the frame's room and
+    /// its wire length at least that. (The batch had room: `alloc` refuses on a full batch.)
+    #[inline(always)]
+    pub fn push(self, mut d: Desc) {
+        d.addr = self.addr;
+        d.len = d.len.min(self.room);
+        d.wire_len = d.wire_len.max(d.len);
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again; the reference is moved out once.
+        let batch: &mut Batch = unsafe { std::ptr::read(&this.batch) };
+        let _ = batch.push(d);
+    }
+}
+
+impl Fresh<'_> {
+    /// The descriptor `d` with the frame's address, for crate code that moves it on without this
+    /// batch (onto a wire's ring): the frame's ownership goes with the descriptor.
+    #[inline(always)]
+    pub(crate) fn into_desc(self, mut d: Desc) -> Desc {
+        d.addr = self.addr;
+        d.len = d.len.min(self.room);
+        d.wire_len = d.wire_len.max(d.len);
+        std::mem::forget(self);
+        d
+    }
+}
+
+impl Drop for Fresh<'_> {
+    fn drop(&mut self) {
+        self.batch.free_addr(self.addr);
+    }
+}
+
 impl Drop for Batch {
     fn drop(&mut self) {
         self.clear();
@@ -380,16 +556,17 @@ mod tests {
         assert_eq!(pool.free_frames(), 128);
         let mut b = Batch::with_pool(&pool);
         for i in 0..BATCH {
-            let a = b.alloc().unwrap();
-            b.frame_mut(a)[..4].copy_from_slice(&(i as u32).to_be_bytes());
-            assert!(b.push(Desc {
-                addr: a,
+            let mut f = b.alloc().unwrap();
+            f.buf()[..4].copy_from_slice(&(i as u32).to_be_bytes());
+            f.push(Desc {
                 len: 4,
                 wire_len: 4,
                 ..Default::default()
-            }));
+            });
         }
         assert!(b.is_full());
+        assert!(b.alloc().is_none(), "a full batch hands out no frame");
+        assert!(!b.push_copy(b"x", 0));
         for (i, p) in b.iter().enumerate() {
             assert_eq!(p.data, (i as u32).to_be_bytes());
         }
@@ -412,7 +589,7 @@ mod tests {
         );
         let mut b = Batch::with_pool(&pool);
         let mut got = Vec::new();
-        while let Some(a) = b.alloc() {
+        while let Some(a) = b.alloc_addr() {
             got.push(a);
         }
         assert_eq!(got.len(), 64);
@@ -422,6 +599,38 @@ mod tests {
         for a in got {
             b.free_addr(a);
         }
+        drop(b);
+        assert_eq!(pool.free_frames(), 64);
+    }
+
+    #[test]
+    fn a_fresh_frame_dropped_unpushed_goes_back_and_lengths_stay_in_the_frame() {
+        let pool = Arc::new(
+            Pool::new(&PoolConfig {
+                frames: 64,
+                ..Default::default()
+            })
+            .unwrap(),
+        );
+        let mut b = Batch::with_pool(&pool);
+        for _ in 0..1000 {
+            let mut f = b.alloc().unwrap();
+            f.buf()[0] = 1; // written, then abandoned: the frame returns
+        }
+        let f = b.alloc().unwrap();
+        let room = f.room();
+        f.push(Desc {
+            len: 1 << 20, // longer than the frame: cut to it
+            ..Default::default()
+        });
+        assert_eq!(b.descs()[0].len, room);
+        assert!(b.descs()[0].wire_len >= room);
+        assert_eq!(b.data_mut(0).len(), room as usize);
+        assert!(
+            !b.push_copy(&vec![0u8; room as usize + 1], 0),
+            "too long for a frame"
+        );
+        b.clear();
         drop(b);
         assert_eq!(pool.free_frames(), 64);
     }

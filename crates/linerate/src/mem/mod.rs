@@ -7,7 +7,7 @@ mod batch;
 mod pool;
 mod region;
 
-pub use batch::{Batch, Desc, Pkt, BATCH};
+pub use batch::{Batch, Desc, Fresh, Pkt, BATCH};
 pub use pool::{
     Pool, PoolConfig, BIG_PACKET, DEFAULT_BIG_FRAMES, DEFAULT_FRAME_SIZE, DEFAULT_HEADROOM,
 };

@@ -121,24 +121,24 @@ impl Port for MemPort {
                     self.stats.tx_drops.add(DropReason::TooBig, 1);
                     continue;
                 }
-                let a = if len > small {
+                let f = if len > small {
                     self.scratch.alloc_big()
                 } else {
                     self.scratch.alloc()
                 };
-                let Some(a) = a else {
+                let Some(mut f) = f else {
                     self.stats.tx_drops.add(DropReason::NoFrame, 1);
                     continue;
                 };
-                let frame = self.scratch.frame_mut(a);
+                let frame = f.buf();
                 let len = p.data.len().min(frame.len());
                 frame[..len].copy_from_slice(&p.data[..len]);
-                tmp[k] = Desc {
-                    addr: a,
+                // The copy's frame goes with the descriptor onto the wire.
+                tmp[k] = f.into_desc(Desc {
                     len: len as u32,
                     flags: 0,
                     ..*p.desc
-                };
+                });
                 k += 1;
             }
             batch.clear();
@@ -183,12 +183,11 @@ mod tests {
 
     fn fill(b: &mut Batch, n: usize, tag: u8) {
         for i in 0..n {
-            let a = b.alloc().expect("frame");
-            let f = b.frame_mut(a);
+            let mut fr = b.alloc().expect("frame");
+            let f = fr.buf();
             f[..60].fill(tag);
             f[0] = i as u8;
-            b.push(Desc {
-                addr: a,
+            fr.push(Desc {
                 len: 60,
                 wire_len: 60,
                 ..Default::default()
@@ -276,17 +275,15 @@ mod tests {
         let mut tx = Batch::with_pool(&other);
         let sizes = [60usize, 9014, 1514, 70_000, 16_000];
         for (i, &n) in sizes.iter().enumerate() {
-            let a = if n > other.max_packet() as usize {
+            let mut fr = if n > other.max_packet() as usize {
                 tx.alloc_big().unwrap()
             } else {
                 tx.alloc().unwrap()
             };
-            let f = tx.frame_mut(a);
-            for (k, x) in f[..n].iter_mut().enumerate() {
+            for (k, x) in fr.buf()[..n].iter_mut().enumerate() {
                 *x = (k * 3 + i) as u8;
             }
-            tx.push(Desc {
-                addr: a,
+            fr.push(Desc {
                 len: n as u32,
                 wire_len: n as u32,
                 ..Default::default()

@@ -202,10 +202,9 @@ mod tests {
         let pool = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
         let mut b = Batch::with_pool(&pool);
         for i in 0..n {
-            let a = b.alloc().unwrap();
-            b.frame_mut(a)[..4].copy_from_slice(&[i as u8, 1, 2, 3]);
-            b.push(Desc {
-                addr: a,
+            let mut fr = b.alloc().unwrap();
+            fr.buf()[..4].copy_from_slice(&[i as u8, 1, 2, 3]);
+            fr.push(Desc {
                 len: 4,
                 wire_len: 4,
                 ..Default::default()

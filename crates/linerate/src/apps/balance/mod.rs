@@ -983,10 +983,9 @@ mod tests {
         let pool = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
         let mut b = Batch::with_pool(&pool);
         for i in 0..n {
-            let a = b.alloc().unwrap();
-            b.frame_mut(a)[..60].fill(i as u8);
-            b.push(Desc {
-                addr: a,
+            let mut fr = b.alloc().unwrap();
+            fr.buf()[..60].fill(i as u8);
+            fr.push(Desc {
                 len: 60,
                 wire_len: 64,
                 ..Default::default()
@@ -1042,10 +1041,9 @@ mod tests {
         let pool = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
         let mut b = Batch::with_pool(&pool);
         for i in 0..64 {
-            let a = b.alloc().unwrap();
-            b.frame_mut(a)[..60].copy_from_slice(&source::frame(i * 7919, 1 << 20));
-            b.push(Desc {
-                addr: a,
+            let mut fr = b.alloc().unwrap();
+            fr.buf()[..60].copy_from_slice(&source::frame(i * 7919, 1 << 20));
+            fr.push(Desc {
                 len: 60,
                 wire_len: 64,
                 ..Default::default()

@@ -63,14 +63,12 @@ pub fn generate(port: &mut dyn Port, flows: u32, limit: Option<u64>, stop: &Atom
         }
         b.set_limit(want.clamp(1, 64) as usize);
         while !b.is_full() && (b.len() as u64) < want {
-            let Some(a) = b.alloc() else { break };
-            let f = b.frame_mut(a);
-            if f.len() >= FRAME_LEN {
-                f[..FRAME_LEN].copy_from_slice(&templates[next]);
+            let Some(mut f) = b.alloc() else { break };
+            if let Some(d) = f.buf().get_mut(..FRAME_LEN) {
+                d.copy_from_slice(&templates[next]);
             }
             next = (next + 1) % templates.len();
-            b.push(Desc {
-                addr: a,
+            f.push(Desc {
                 len: FRAME_LEN as u32,
                 wire_len: FRAME_LEN as u32 + 4,
                 ..Default::default()
@@ -191,17 +189,15 @@ impl Port for SourcePort {
         }
         let mut n = 0;
         while !batch.is_full() && (n as u64) < want {
-            let Some(a) = batch.alloc() else { break };
-            let f = batch.frame_mut(a);
-            if f.len() >= FRAME_LEN {
-                f[..FRAME_LEN].copy_from_slice(&self.flows[self.next]);
+            let Some(mut f) = batch.alloc() else { break };
+            if let Some(d) = f.buf().get_mut(..FRAME_LEN) {
+                d.copy_from_slice(&self.flows[self.next]);
             }
             self.next += 1;
             if self.next == self.flows.len() {
                 self.next = 0;
             }
-            batch.push(Desc {
-                addr: a,
+            f.push(Desc {
                 len: FRAME_LEN as u32,
                 wire_len: FRAME_LEN as u32 + 4,
                 ..Default::default()

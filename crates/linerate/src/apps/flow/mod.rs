@@ -353,10 +353,9 @@ mod tests {
         let (mut a, b) = wire(name, &PortOptions::default()).unwrap();
         let mut tx = Batch::with_pool(a.pool().unwrap());
         for (f, ts) in frames {
-            let addr = tx.alloc().unwrap();
-            tx.frame_mut(addr)[..f.len()].copy_from_slice(f);
-            tx.push(Desc {
-                addr,
+            let mut fr = tx.alloc().unwrap();
+            fr.buf()[..f.len()].copy_from_slice(f);
+            fr.push(Desc {
                 ts: *ts,
                 len: f.len() as u32,
                 wire_len: f.len() as u32,

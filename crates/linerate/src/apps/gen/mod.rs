@@ -613,14 +613,13 @@ fn fill(
             *rr = (*rr + 1) % streams.len();
             *rr
         };
-        let Some(addr) = g.b.alloc() else { break };
-        let st = &mut streams[s];
-        let n = st.build(g.b.frame_mut(addr), rng);
         let k = g.b.len();
+        let Some(mut f) = g.b.alloc() else { break };
+        let st = &mut streams[s];
+        let n = st.build(f.buf(), rng);
         g.t[k] = st.sched.as_mut().map_or(0, |s| s.advance());
         g.which[k] = s as u8;
-        g.b.push(crate::mem::Desc {
-            addr,
+        f.push(crate::mem::Desc {
             len: n as u32,
             wire_len: n as u32,
             ..Default::default()

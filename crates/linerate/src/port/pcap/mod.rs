@@ -370,14 +370,14 @@ impl Port for PcapPort {
         let (mut n, mut bytes, mut other, mut too_big) = (0usize, 0u64, 0u64, 0u64);
         // A record that found no free big frame last time goes first.
         if let Some(h) = held.take() {
-            let Some(addr) = batch.alloc_big() else {
+            let Some(mut f) = batch.alloc_big() else {
                 *held = Some(h);
                 return Ok(0);
             };
-            let frame = batch.frame_mut(addr);
-            frame[..h.data.len()].copy_from_slice(&h.data);
-            batch.push(Desc {
-                addr,
+            if let Some(dst) = f.buf().get_mut(..h.data.len()) {
+                dst.copy_from_slice(&h.data);
+            }
+            f.push(Desc {
                 ts: h.ts,
                 len: h.data.len() as u32,
                 wire_len: h.wire_len,
@@ -401,7 +401,7 @@ impl Port for PcapPort {
         let big = pool.max_big_packet() as usize;
         let mut failed = None;
         while batch.room() > 0 {
-            let Some(mut addr) = batch.alloc() else { break };
+            let Some(mut f) = batch.alloc() else { break };
             match reader.next_packet() {
                 Ok(Some(rec)) => {
                     let iface = rec.iface as usize;
@@ -409,7 +409,7 @@ impl Port for PcapPort {
                         per_if.resize(iface + 1, PortStats::default());
                     }
                     if rec.link != want {
-                        batch.free_addr(addr);
+                        drop(f); // the frame goes back
                         other += 1;
                         if let Some(s) = per_if.get_mut(iface) {
                             s.rx_drops.add(DropReason::Malformed, 1);
@@ -419,7 +419,7 @@ impl Port for PcapPort {
                     let len = rec.data.len();
                     let wire_len = rec.wire_len.max(len as u32);
                     if len > small {
-                        batch.free_addr(addr);
+                        drop(f);
                         if len > big {
                             // A pool without big frames (or a record past the reader's limit):
                             // dropped whole and counted, never cut.
@@ -430,7 +430,7 @@ impl Port for PcapPort {
                             continue;
                         }
                         match batch.alloc_big() {
-                            Some(b) => addr = b,
+                            Some(b) => f = b,
                             None => {
                                 // Every big frame is out: keep the record for the next call.
                                 let mut data = Vec::with_capacity(len);
@@ -445,12 +445,10 @@ impl Port for PcapPort {
                             }
                         }
                     }
-                    let frame = batch.frame_mut(addr);
-                    if let (Some(dst), Some(src)) = (frame.get_mut(..len), rec.data.get(..len)) {
+                    if let (Some(dst), Some(src)) = (f.buf().get_mut(..len), rec.data.get(..len)) {
                         dst.copy_from_slice(src);
                     }
-                    batch.push(Desc {
-                        addr,
+                    f.push(Desc {
                         ts: rec.ts,
                         len: len as u32,
                         wire_len,
@@ -465,13 +463,13 @@ impl Port for PcapPort {
                     }
                 }
                 Ok(None) => {
-                    batch.free_addr(addr);
+                    drop(f);
                     // Not done: the source has nothing now (a FIFO or stdin); more may come.
                     self.finished = reader.is_done();
                     break;
                 }
                 Err(e) => {
-                    batch.free_addr(addr);
+                    drop(f);
                     self.finished = true;
                     failed = Some(e);
                     break;

@@ -578,7 +578,9 @@ impl XdpPort {
         }
         let mut done = 0;
         while done < n {
-            let Some(a) = self.frames.alloc() else { break };
+            let Some(a) = self.frames.alloc_addr() else {
+                break;
+            };
             // SAFETY: done < n, which `free` returned.
             unsafe { self.fill.write(done, a) };
             done += 1;
@@ -757,9 +759,12 @@ impl Port for XdpPort {
                 d.addr
             } else {
                 // No free frame now: the rest stays in the batch for the caller.
-                let Some(a) = self.frames.alloc() else { break };
+                let Some(a) = self.frames.alloc_addr() else {
+                    break;
+                };
                 let src = batch.data(taken);
-                let dst = self.frames.frame_mut(a);
+                // SAFETY: `a` was just allocated from the UMEM's pool and is held by no one.
+                let dst = unsafe { self.frames.frame_mut_at(a) };
                 let n = src.len().min(dst.len());
                 dst[..n].copy_from_slice(&src[..n]);
                 a
