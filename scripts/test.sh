@@ -13,6 +13,9 @@ cargo fmt --all -- --check
 echo "== clippy"
 cargo clippy --workspace --all-targets --release -- -D warnings
 
+echo "== rustdoc of the library (no warnings: broken links fail)"
+RUSTDOCFLAGS="-D warnings" cargo doc -p linerate --no-deps --quiet
+
 echo "== loom model of the SPSC ring"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p linerate --lib loom
 

@@ -231,7 +231,7 @@ pub fn run_observed(
 pub struct Share {
     /// What the thread reads, in words (the ports' names).
     pub name: String,
-    /// The thread's input: one port, or an [`crate::port::aggregate::Aggregate`] of its parts.
+    /// The thread's input: one port, or an [`crate::port::Aggregate`] of its parts.
     /// Opened not to wait in `rx` (the thread waits on its descriptor between batches).
     pub port: Box<dyn Port>,
 }
@@ -296,7 +296,7 @@ fn ended_of(c: u8) -> Ended {
 /// Runs the count loop on several threads, one per share, with no dispatcher in between (as
 /// PF_RING's pfcount_multichannel runs one thread per RX channel): each thread receives from its
 /// own queues, filters with its own copy of the filter and keeps its own counters. `-c` is
-/// shared (exactly `count` packets are counted in all, see [`Shared`]), `-t`, `stop` and an
+/// shared (exactly `count` packets are counted in all, see `Shared`), `-t`, `stop` and an
 /// input error end every thread. `on_tick` is called on the calling thread every interval with
 /// the total and each thread's figures (each thread publishes its counters a few times per
 /// interval; nothing is read across threads per packet). `filter` (libpcap syntax, for

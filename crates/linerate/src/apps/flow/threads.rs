@@ -9,7 +9,7 @@
 //!   input) is read by thread 0 alone, which then hands flows on; a pcapng file by one thread.
 //! - **Owners**: a flow belongs to the thread its address pair (with VLAN and protocol) hashes
 //!   to, so both directions and every fragment of a datagram meet in one table. A thread parses
-//!   what it reads, once, counts what it owns, and hands the parsed headers of the rest ([`Item`],
+//!   what it reads, once, counts what it owns, and hands the parsed headers of the rest (`Item`,
 //!   no bytes, no frame) to the owner. Fragments are matched to their first fragment by the
 //!   owner.
 //! - **Live inputs** hand packets over through an SPSC ring per thread pair; there is no order
