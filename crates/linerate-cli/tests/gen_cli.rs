@@ -419,6 +419,20 @@ fn live_engine_refusals_name_the_fix() {
             "--engine xsk",
         ),
         (
+            &[
+                "gen",
+                "-o",
+                "xdp:lo",
+                "--engine",
+                "live",
+                "--commands",
+                "-",
+                "-c",
+                "1",
+            ],
+            "--engine xsk",
+        ),
+        (
             &["gen", "-o", "mem:u", "--engine", "live", "-c", "1"],
             "xdp:IFACE",
         ),
@@ -442,6 +456,12 @@ fn live_engine_refusals_name_the_fix() {
         assert_eq!(e.trim().lines().count(), 1, "{e}");
         assert!(e.contains(want), "{args:?}: {e}");
     }
+    // --engine auto with --commands takes the engine that can be steered instead of refusing
+    // (whether xdp:lo then opens depends on the machine: it is not a usage error either way).
+    let o = run(&["gen", "-o", "xdp:lo", "--commands", "-", "-c", "1"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(2), "{e}");
+    assert!(!e.contains("steer"), "{e}");
 }
 
 #[test]

@@ -830,11 +830,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let limited =
         pick(&a.count, &cfg, "count").is_some() || pick(&a.duration, &cfg, "duration").is_some();
     if let Some(iface) = live_iface(&a, &cfg)? {
-        if a.commands.is_some() {
-            return Err(usage(
-                "--commands: the live engine (--engine live) cannot be steered; use --engine port",
-            ));
-        }
         return run_live(&a, &cfg, &iface, stall, &stop);
     }
     // Output ports: one per thread.
@@ -1391,6 +1386,8 @@ fn live_iface(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
         Some("--script modifies packets in user space".to_string())
     } else if a.rx.is_some() {
         Some("--rx needs latency probes, which live frames do not carry".to_string())
+    } else if a.commands.is_some() {
+        Some("--commands steers the generator while it runs, which live frames cannot".to_string())
     } else if a.streams > 1 {
         Some("--streams: live frames send one stream".to_string())
     } else if pick(&a.pattern, cfg, "pattern").is_some_and(|p| p != "cbr") {

@@ -298,8 +298,12 @@ impl GenReport {
         }
     }
 
-    /// The run's span in seconds, as [`GenReport::pps`] counts it.
+    /// The run's span in seconds, as [`GenReport::pps`] counts it: 0 when nothing was sent (a
+    /// run stopped before its first packet has no span; it was the clock's whole reading).
     pub fn elapsed(&self) -> f64 {
+        if self.first_ns == 0 {
+            return 0.0;
+        }
         self.end_ns.max(self.last_ns).saturating_sub(self.first_ns) as f64 / 1e9
     }
 
@@ -996,4 +1000,28 @@ pub fn run(
     rep.port = port.stats();
     rep.port.tx_drops.add(DropReason::RingFull, abandoned);
     Ok(rep)
+}
+
+#[cfg(all(test, not(loom)))]
+mod report_tests {
+    use super::GenReport;
+
+    #[test]
+    fn a_run_that_sent_nothing_has_no_span() {
+        // Stopped before its first packet: the span is 0, not the clock's reading since 1970.
+        let r = GenReport {
+            end_ns: 1_795_458_769_666_700_000,
+            ..GenReport::default()
+        };
+        assert_eq!(r.elapsed(), 0.0);
+        assert_eq!(r.pps(), 0.0);
+        let r = GenReport {
+            pkts: 3,
+            first_ns: 1_000_000_000,
+            last_ns: 1_500_000_000,
+            end_ns: 2_000_000_000,
+            ..GenReport::default()
+        };
+        assert_eq!(r.elapsed(), 1.0);
+    }
 }
