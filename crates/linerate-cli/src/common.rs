@@ -49,8 +49,10 @@ pub fn report_error(e: &anyhow::Error) -> ExitCode {
 
 /// The signals that stop a tool: SIGINT, SIGTERM, and SIGHUP, SIGQUIT and SIGUSR1 alike (none
 /// has another use here), so that a closed terminal or a `kill -QUIT` ends a run with its
-/// summary and whole outputs too. One that was ignored when the tool started (SIGHUP under
-/// nohup) stays ignored.
+/// summary and whole outputs too. SIGHUP ignored when the tool started (nohup) stays ignored, as
+/// tcpdump does; SIGINT and the others always stop it, also when the shell that started it in
+/// the background had them ignored (a non-interactive shell ignores SIGINT in `cmd &` jobs, and
+/// `kill -INT $!` must still end the run).
 pub const STOP_SIGNALS: [i32; 5] = [
     signal_hook::consts::SIGINT,
     signal_hook::consts::SIGTERM,
@@ -69,11 +71,11 @@ pub const REPEAT_WINDOW: std::time::Duration = std::time::Duration::from_secs(1)
 /// segments this process published are removed, and it exits with code 130 (no summary).
 pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
-    // A signal ignored when the tool started stays ignored: under nohup(1) a closed terminal
-    // (SIGHUP) does not end the run.
+    // SIGHUP ignored when the tool started stays ignored: under nohup(1) a closed terminal does
+    // not end the run. Every other stop signal is always caught.
     let sigs: Vec<i32> = STOP_SIGNALS
         .into_iter()
-        .filter(|&s| !linerate::port::signal_ignored(s))
+        .filter(|&s| !(s == signal_hook::consts::SIGHUP && linerate::port::signal_ignored(s)))
         .collect();
     for &sig in &sigs {
         // Set at once from the handler; the thread below sees repeats.

@@ -949,3 +949,28 @@ fn a_repeated_signal_is_one_stop_and_a_forced_stop_still_removes_the_segment() {
     assert!(all.contains("by force"), "{all}");
     assert!(!segment(id).exists(), "forced stop left the segment: {all}");
 }
+
+/// A non-interactive shell starts `cmd &` jobs with SIGINT ignored; `kill -INT $!` must still
+/// stop the tool with its summary (as tcpdump does). SIGHUP ignored under nohup stays ignored.
+#[test]
+fn sigint_stops_a_tool_started_in_the_background_of_a_script() {
+    let script = format!(
+        "{} count -i mem:lr-bg-{} --json -t 30 & pid=$!; sleep 1; kill -INT $pid; wait $pid",
+        bin(),
+        std::process::id()
+    );
+    let t0 = Instant::now();
+    let o = Command::new("sh").args(["-c", &script]).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "SIGINT did not stop it: it ran until -t ({:?})",
+        t0.elapsed()
+    );
+    assert!(out.contains("\"summary\""), "{out}");
+}

@@ -531,6 +531,7 @@ fn no_server_is_a_clear_error_and_bad_flags_exit_2() {
     assert!(t0.elapsed() < Duration::from_secs(5));
     for (args, flag) in [
         (&["--sizes", "0"][..], "--sizes"),
+        (&["--sizes", "11"], "--sizes"), // shorter than the tag that tells sweep's messages apart
         (&["--sizes", "65508"], "--sizes"),
         (&["--sizes", "64,x"], "--sizes"),
         (&["-t", "0"], "--time"),

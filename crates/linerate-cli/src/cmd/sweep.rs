@@ -41,7 +41,7 @@ pub struct Args {
         required_unless_present = "serve"
     )]
     to: Option<String>,
-    /// Message sizes in bytes (UDP payload), in order, comma separated: each 1 to 65507
+    /// Message sizes in bytes (UDP payload), in order, comma separated: each 12 to 65507
     /// [default: 18,64,128,256,512,1024,1472]. With --raw, frame sizes without the CRC, each 60
     /// to 1514 [default: 60,124,252,508,1020,1514].
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_sizes)]
@@ -96,9 +96,12 @@ const PER_SIZE: flags::Durations = flags::Durations {
 };
 
 fn parse_sizes(s: &str) -> Result<usize, String> {
-    let range = format!("a message size between 1 and {MAX_UDP_PAYLOAD} bytes");
+    let range = format!(
+        "a message size between {TAG_LEN} and {MAX_UDP_PAYLOAD} bytes (each message carries a \
+         {TAG_LEN}-byte tag, so that sweep tells its own messages from strays)"
+    );
     match linerate::units::parse_size(s) {
-        Ok(n) if (1..=MAX_UDP_PAYLOAD as u64).contains(&n) => Ok(n as usize),
+        Ok(n) if (TAG_LEN as u64..=MAX_UDP_PAYLOAD as u64).contains(&n) => Ok(n as usize),
         Ok(_) => Err(format!("'{s}' is out of range: {range}")),
         Err(e) => Err(format!("{e}; {range}")),
     }

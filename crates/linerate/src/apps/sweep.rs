@@ -681,7 +681,7 @@ fn rx_loop(mut src: Source, sh: &RxShared, raw: bool) {
                 && if raw {
                     raw_match(head, &tag)
                 } else {
-                    l < TAG_LEN || head[..TAG_LEN] == tag
+                    head.get(..TAG_LEN) == Some(&tag[..])
                 };
             if ours {
                 mine += 1;
@@ -1102,7 +1102,7 @@ fn serve_one(
         let cmd = line.split_whitespace().next().unwrap_or("");
         match cmd {
             "BEGIN" => {
-                let size = num(&line, "size").filter(|s| (1..=65_507).contains(s));
+                let size = num(&line, "size").filter(|s| (TAG_LEN as u64..=65_507).contains(s));
                 let tag = field(&line, "tag").and_then(|t| parse_tag(&t));
                 let secs = num(&line, "secs").filter(|s| *s <= MAX_SIZE_SECS);
                 let (Some(size), Some(tag), Some(secs)) = (size, tag, secs) else {

@@ -217,6 +217,11 @@ impl Batch {
     /// The bytes of packet `i` (empty if the descriptor is out of the region's bounds).
     #[inline(always)]
     pub fn data(&self, i: usize) -> &[u8] {
+        if i >= self.len {
+            // Past the batch's packets: slots there are stale (consumed, cleared, given to a
+            // port) and their frames may be someone else's now.
+            return &[];
+        }
         let d = &self.descs[i];
         match &self.pool {
             Some(p) => p.region().bytes(d.addr, d.len).unwrap_or(&[]),
@@ -227,6 +232,9 @@ impl Batch {
     /// The bytes of packet `i`, writable (empty if shared or out of bounds).
     #[inline(always)]
     pub fn data_mut(&mut self, i: usize) -> &mut [u8] {
+        if i >= self.len {
+            return &mut []; // a stale slot (see `data`): its frame is not ours
+        }
         let d = self.descs[i];
         match &self.pool {
             // SAFETY: the batch owns the frame of each of its descriptors exclusively unless it
@@ -633,6 +641,20 @@ mod tests {
         b.clear();
         drop(b);
         assert_eq!(pool.free_frames(), 64);
+    }
+
+    #[test]
+    fn slots_past_the_batch_give_no_bytes() {
+        let pool = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
+        let mut b = Batch::with_pool(&pool);
+        assert!(b.push_copy(b"hello", 0));
+        b.consume(1); // a port took the frame: the slot is stale
+        assert!(b.data(0).is_empty());
+        assert!(b.data_mut(0).is_empty());
+        assert!(b.push_copy(b"again", 0));
+        b.clear();
+        assert!(b.data_mut(0).is_empty());
+        assert!(b.data(63).is_empty());
     }
 
     #[test]

@@ -233,9 +233,11 @@ impl Region {
         self.len == 0
     }
 
-    /// The bytes `[off, off + len)`, or None when out of bounds.
+    /// The bytes `[off, off + len)`, or None when out of bounds. Crate code only, for frames it
+    /// owns (through a batch's descriptor): a frame may be written by whoever owns it, so reading
+    /// any offset from outside would race with that writer.
     #[inline(always)]
-    pub fn bytes(&self, off: u64, len: u32) -> Option<&[u8]> {
+    pub(crate) fn bytes(&self, off: u64, len: u32) -> Option<&[u8]> {
         let end = off.checked_add(len as u64)?;
         if end > self.len as u64 {
             return None;

@@ -228,8 +228,8 @@ impl UdpReceiver {
     /// `rcvbuf` bytes when given; each receive call waits at most `wait_ms` (1..=10000).
     pub fn bind(addr: SocketAddrV4, rcvbuf: Option<usize>, wait_ms: u32) -> io::Result<Self> {
         let fd = udp_socket()?;
-        let on: libc::c_int = 1;
-        setopt(&fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, &on)?;
+        // No SO_REUSEADDR: on Linux it would let another socket, of any user, bind the same
+        // address and port and take the datagrams (a fake 100 % loss); a second bind fails.
         if let Some(b) = rcvbuf {
             set_buf(&fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, b)?;
         }
@@ -405,6 +405,31 @@ pub fn mac_of(iface: &str) -> io::Result<[u8; 6]> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nobody_else_can_bind_the_receivers_port() {
+        // Another socket asking for SO_REUSEADDR must not share the receiver's address (it would
+        // take its datagrams): the receiver does not set it, so the second bind fails.
+        let r = UdpReceiver::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), None, 10).unwrap();
+        let at = r.local_addr().unwrap();
+        let fd = udp_socket().unwrap();
+        let on: libc::c_int = 1;
+        setopt(&fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, &on).unwrap();
+        let sa = sockaddr(at);
+        // SAFETY: `sa` is a valid sockaddr_in of the size given.
+        let rc = unsafe {
+            libc::bind(
+                fd.0,
+                &sa as *const libc::sockaddr_in as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_in>() as u32,
+            )
+        };
+        assert_eq!(rc, -1, "a second socket bound the receiver's port");
+        assert_eq!(
+            io::Error::last_os_error().raw_os_error(),
+            Some(libc::EADDRINUSE)
+        );
+    }
 
     #[test]
     fn loopback_batches_arrive_with_their_lengths_and_drops_are_counted() {
