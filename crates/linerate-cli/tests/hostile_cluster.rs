@@ -663,7 +663,7 @@ fn a_consumers_dropped_count_is_the_sum_of_its_reasons() {
         "2",
         "-m",
         "rr",
-        "-q",
+        "--slots",
         "1024",
         "-t",
         "4",
