@@ -35,6 +35,28 @@ fn udp_socket() -> io::Result<Fd> {
     Ok(Fd(fd))
 }
 
+/// The IPv4 address a socket is bound to (getsockname).
+fn sock_name(fd: &Fd) -> io::Result<SocketAddrV4> {
+    // SAFETY: sockaddr_in is plain data; all-zero is a valid value.
+    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: `sa` and `len` are live and writable; the kernel writes at most `len` bytes.
+    let r = unsafe {
+        libc::getsockname(
+            fd.0,
+            &mut sa as *mut libc::sockaddr_in as *mut libc::sockaddr,
+            &mut len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(SocketAddrV4::new(
+        Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
+        u16::from_be(sa.sin_port),
+    ))
+}
+
 fn getopt_int(fd: &Fd, level: i32, opt: i32) -> io::Result<i32> {
     let mut v: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -136,24 +158,7 @@ impl UdpSender {
 
     /// The local address (the source of the datagrams).
     pub fn local_addr(&self) -> io::Result<SocketAddrV4> {
-        // SAFETY: sockaddr_in is plain data; all-zero is a valid value.
-        let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        // SAFETY: `sa` and `len` are live and writable; the kernel writes at most `len` bytes.
-        let r = unsafe {
-            libc::getsockname(
-                self.fd.0,
-                &mut sa as *mut libc::sockaddr_in as *mut libc::sockaddr,
-                &mut len,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(SocketAddrV4::new(
-            Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
-            u16::from_be(sa.sin_port),
-        ))
+        sock_name(&self.fd)
     }
 
     /// Writes `head` at the start of every datagram sent from now on (the rest is zero).
@@ -271,24 +276,7 @@ impl UdpReceiver {
 
     /// The bound address.
     pub fn local_addr(&self) -> io::Result<SocketAddrV4> {
-        // SAFETY: sockaddr_in is plain data; all-zero is a valid value.
-        let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        // SAFETY: `sa` and `len` are live and writable; the kernel writes at most `len` bytes.
-        let r = unsafe {
-            libc::getsockname(
-                self.fd.0,
-                &mut sa as *mut libc::sockaddr_in as *mut libc::sockaddr,
-                &mut len,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(SocketAddrV4::new(
-            Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
-            u16::from_be(sa.sin_port),
-        ))
+        sock_name(&self.fd)
     }
 
     /// Receives up to 64 datagrams in one recvmmsg call, waiting for the first at most the
