@@ -2,8 +2,10 @@
 //! comes up on the alternate screen, takes keys (a rate typed on its command line), quits on
 //! `q` and on Ctrl-C, and leaves the terminal as it found it (main screen, cooked mode, echo),
 //! with the summary printed after; `--no-console` keeps the lines. Bounded in time: every run
-//! is killed after 30 s.
+//! is killed after 30 s. The threaded count's page (one thread per queue of a 4-queue veth)
+//! shows each thread's row and ends at once on `q`.
 
+use linerate_test_support::netns::{self, NetnsPair, Side};
 use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -27,8 +29,13 @@ struct Tty {
 
 impl Tty {
     fn start(args: &str) -> Tty {
+        Tty::start_in("", args)
+    }
+
+    /// `linerate ARGS` run by `prefix` (e.g. `ip netns exec NS`).
+    fn start_in(prefix: &str, args: &str) -> Tty {
         let cmd = format!(
-            "stty rows 30 cols 100; {} {args}; echo \"exit=$?\"; stty -a",
+            "stty rows 30 cols 100; {prefix} {} {args}; echo \"exit=$?\"; stty -a",
             env!("CARGO_BIN_EXE_linerate")
         );
         let mut child = Command::new("script")
@@ -218,4 +225,58 @@ fn no_console_keeps_the_lines_on_a_terminal() {
     assert!(!out.contains(ENTER_ALT), "{out}");
     assert!(out.contains("TX: "), "{out}");
     assert!(out.contains("Sent "), "{out}");
+}
+
+/// `count -i xdp:vB` on a 4-queue veth runs a thread per queue: the page shows a row per
+/// thread (named by its queue) under the input's, `q` ends the run at once (not at the next
+/// interval: 5 s here), and the summary counts every frame sent, after the page.
+#[test]
+fn threaded_count_page_shows_each_queue_and_quits_at_once() {
+    if !have_script() || !netns::require_priv() {
+        return;
+    }
+    const N: u32 = 2000;
+    let p = NetnsPair::with_queues(4).expect("netns pair");
+    p.no_ipv6().expect("no IPv6 chatter");
+    let mut t = Tty::start_in(
+        &format!("ip netns exec {}", p.ns(Side::B)),
+        "count -i xdp:vB -f 'udp dst port 9' --interval 5 -t 25",
+    );
+    // The page's frame comes at once, before the first interval's figures.
+    t.wait_for("starting", 0);
+    t.wait_for("Ctrl-C)", 0);
+    let frames: Vec<Vec<u8>> = (0..N)
+        .map(|s| netns::udp_frame(p.mac_b, p.mac_a, (s % 64) as u16, s))
+        .collect();
+    p.run_in(Side::A, || netns::send_raw("vA", &frames));
+    // The first interval's figures: the input's row and one row per thread.
+    t.wait_for("Threads", 0);
+    for q in 0..4 {
+        t.wait_for(&format!("xdp:vB@{q}"), 0);
+    }
+    let from = t.text().len();
+    let pressed = Instant::now();
+    t.keys("q");
+    t.wait_for("exit=", from);
+    let took = pressed.elapsed();
+    let out = t.finish();
+    assert!(
+        took < Duration::from_millis(2500),
+        "q took {took:?} to end count (the next interval is 5 s away)"
+    );
+    assert_restored_with(&out, "ended: interrupted; 4 threads");
+    let after = &out[out.rfind(LEAVE_ALT).unwrap()..];
+    assert!(
+        after.contains(&format!(
+            "Summary: {} pkts",
+            linerate::stats::group(u64::from(N))
+        )),
+        "every frame sent counted: {after}"
+    );
+    for q in 0..4 {
+        assert!(
+            after.contains(&format!("Thread {q} [xdp:vB@{q}]")),
+            "{after}"
+        );
+    }
 }

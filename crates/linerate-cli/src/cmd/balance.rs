@@ -23,7 +23,6 @@ use linerate::stats::{group, group_f};
 use linerate::units;
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// Flags of `linerate balance`.
@@ -432,7 +431,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         out,
         live: if crate::console::wanted(a.json || a.quiet || a.no_console) {
             let title = format!("linerate balance -i {} -c {}", a.input, a.cluster);
-            Some((ReadOnly::start(title)?, &*stop))
+            Some(ReadOnly::start(title, stop.clone())?)
         } else {
             None
         },
@@ -523,8 +522,8 @@ struct Printer<'a> {
     input: &'a str,
     out_port: Option<&'a str>,
     out: std::io::Stdout,
-    /// The live page on a terminal (instead of the lines), and the flag its `quit` sets.
-    live: Option<(ReadOnly, &'a AtomicBool)>,
+    /// The live page on a terminal (instead of the lines); its `quit` sets the stop flag.
+    live: Option<ReadOnly>,
 }
 
 /// balance's metrics: the common families (the input's receive counters with what no queue
@@ -590,9 +589,9 @@ impl Printer<'_> {
             let ports = (self.input, self.out_port);
             publish(m, ports, self.id, &t.now.stats, &now_threads);
         }
-        if let Some((p, stop)) = self.live.as_mut() {
+        if let Some(p) = self.live.as_mut() {
             let rows = counted((self.input, self.out_port), self.id, &t.now.stats);
-            p.tick("balancing", t.now.t_ns, &rows, stop);
+            p.tick("balancing", t.now.t_ns, &rows);
         } else if !self.quiet {
             let s = if self.json {
                 json_tick("stats", t, &now_threads) + "\n"

@@ -14,6 +14,8 @@ use linerate::stats::{self, group};
 use linerate::time::{Clock, TscClock};
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 /// Flags of `linerate count`.
 #[derive(Parser, Debug)]
@@ -188,14 +190,31 @@ fn counted(port: &str, start: &stats::Snapshot, now: &stats::Snapshot) -> Counte
 }
 
 /// The live page on a terminal, unless lines were asked for (or standard output carries -w -).
-fn page(a: &Args, to_stdout: bool) -> anyhow::Result<Option<ReadOnly>> {
+fn page(a: &Args, to_stdout: bool, stop: &Arc<AtomicBool>) -> anyhow::Result<Option<ReadOnly>> {
     if !crate::console::wanted(a.json || a.quiet || a.no_console || to_stdout) {
         return Ok(None);
     }
-    Ok(Some(ReadOnly::start(format!(
-        "linerate count -i {}",
-        a.input
-    ))?))
+    Ok(Some(ReadOnly::start(
+        format!("linerate count -i {}", a.input),
+        stop.clone(),
+    )?))
+}
+
+/// The page's rows of a threaded run: the input in all, and each thread's share (named by
+/// the queues it reads).
+fn thread_rows(
+    input: &str,
+    names: &[String],
+    total: &count::Tick,
+    per: &[count::Tick],
+) -> (Vec<Counted>, Vec<(usize, Counted)>) {
+    let threads = names
+        .iter()
+        .zip(per)
+        .enumerate()
+        .map(|(i, (n, t))| (i, counted(n, &t.start, &t.now)))
+        .collect();
+    (vec![counted(input, &total.start, &total.now)], threads)
 }
 
 /// Runs `linerate count`.
@@ -296,7 +315,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let w = writer.as_mut().map(|w| w as &mut dyn Port);
     let mut tracker = a.latency.then(|| (Tracker::new(), TscClock::new()));
     let wall_start = linerate::time::wall_ns();
-    let mut live = page(&a, to_stdout)?;
+    let mut live = page(&a, to_stdout, &stop)?;
     let report = count::run_observed(
         input.as_mut(),
         w,
@@ -308,7 +327,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
             if let Some(p) = live.as_mut() {
                 let rows = [counted(&a.input, &t.start, &t.now)];
-                p.tick("capturing", t.now.t_ns, &rows, &stop);
+                p.tick("capturing", t.now.t_ns, &rows);
                 return;
             }
             if a.quiet {
@@ -521,7 +540,7 @@ fn run_threads(
     a: Args,
     plan: Plan,
     opts: &PortOptions,
-    stop: &std::sync::atomic::AtomicBool,
+    stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<ExitCode> {
     use linerate::port::Direction;
     // Parts do not wait in rx: each thread waits on its own descriptors between batches.
@@ -602,20 +621,14 @@ fn run_threads(
         filter: None,
         interval: a.interval,
     };
-    let mut live = page(&a, false)?;
+    let mut live = page(&a, false, stop)?;
     let report = count::run_threads(shares, &copts, user_filter, stop, |t, per| {
         if let Some(m) = &metrics {
             publish(m, &a.input, &t.start, &t.now);
         }
         if let Some(p) = live.as_mut() {
-            // Each thread's share, then the input in all.
-            let mut rows: Vec<Counted> = names
-                .iter()
-                .zip(per)
-                .map(|(n, t)| counted(n, &t.start, &t.now))
-                .collect();
-            rows.push(counted(&a.input, &t.start, &t.now));
-            p.tick("capturing", t.now.t_ns, &rows, stop);
+            let (rows, threads) = thread_rows(&a.input, &names, t, per);
+            p.tick_threads("capturing", t.now.t_ns, &rows, &threads);
             return;
         }
         if a.quiet {
@@ -687,5 +700,152 @@ fn run_threads(
                 .context(format!("stopped after {} packets", group(t.now.pkts))))
         }
         None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::console::keys::CommandLine;
+    use crate::console::page::render_text;
+    use crate::console::{counters_page, Meter};
+
+    /// The row of `s` (a rendered page) that holds `key` and `dir`, as words.
+    fn row(s: &str, key: &str, dir: &str) -> Vec<String> {
+        let l = s
+            .lines()
+            .find(|l| l.contains(key) && l.contains(&format!(" {dir} ")))
+            .unwrap_or_else(|| panic!("no {key} {dir} row in {s}"));
+        l.trim_matches(|c| c == '│' || c == ' ')
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    }
+
+    /// A threaded count of two capture files (one thread each) with a user-space filter: the
+    /// page gives the input's row, one row per thread with what that thread counted, and the
+    /// filtered packets by reason, all from the run's own counters.
+    #[test]
+    fn the_threads_page_shows_each_threads_share_of_a_real_run() {
+        let dir = linerate_test_support::corpus_dir();
+        let files = ["afs.pcap", "mptcp-v0.pcap"].map(|f| dir.join(f));
+        if !files.iter().all(|f| f.exists()) {
+            linerate_test_support::skip("tcpdump's test captures are not in the repository");
+            return;
+        }
+        // Copies under short names: the page's columns cut long paths.
+        let tmp = std::env::temp_dir().join(format!("lr-page-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).expect("a temporary directory");
+        let files: Vec<_> = files
+            .iter()
+            .zip(["a.pcap", "b.pcap"])
+            .map(|(f, n)| {
+                let to = tmp.join(n);
+                std::fs::copy(f, &to).expect("copy a capture");
+                to
+            })
+            .collect();
+        let uri = files
+            .iter()
+            .map(|f| format!("pcap:{}", f.display()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let parts = linerate::port::open_parts(
+            &uri,
+            &PortOptions::default(),
+            linerate::port::Direction::Rx,
+        )
+        .expect("the captures open");
+        let link = parts[0].link_type();
+        let shares: Vec<count::Share> = parts
+            .into_iter()
+            .map(|port| count::Share {
+                name: port.name().to_string(),
+                port,
+            })
+            .collect();
+        let names: Vec<String> = shares.iter().map(|s| s.name.clone()).collect();
+        let copts = CountOptions {
+            count: None,
+            duration: None,
+            filter: None,
+            interval: std::time::Duration::from_millis(10),
+        };
+        let stop = AtomicBool::new(false);
+        let report = count::run_threads(shares, &copts, Some(("tcp", link)), &stop, |_, _| {});
+        assert!(report.total.error.is_none(), "{:?}", report.total.error);
+        let per: Vec<count::Tick> = report.threads.iter().map(|r| r.tick).collect();
+        let total = report.total.tick;
+        // Two readings, as the page makes every interval: the start and the end.
+        let mut meter = Meter::default();
+        let zero: Vec<count::Tick> = per
+            .iter()
+            .map(|t| count::Tick { now: t.start, ..*t })
+            .collect();
+        let t_zero = count::Tick {
+            now: total.start,
+            ..total
+        };
+        // The input's row under a short name (the paths are long).
+        let input = "pcap:afs,mptcp";
+        let (rows, threads) = thread_rows(input, &names, &t_zero, &zero);
+        let _ = counters_page(
+            String::new(),
+            String::new(),
+            0.0,
+            total.start.t_ns,
+            &rows,
+            &threads,
+            &mut meter,
+        );
+        let (rows, threads) = thread_rows(input, &names, &total, &per);
+        let page = counters_page(
+            format!("linerate count -i {uri}"),
+            "capturing".into(),
+            1.0,
+            total.now.t_ns,
+            &rows,
+            &threads,
+            &mut meter,
+        );
+        let _ = std::fs::remove_dir_all(&tmp);
+        let s = render_text(&page, &CommandLine::new(false).prompt(), 120, 30);
+        println!("{s}");
+        assert!(s.contains(" Threads "), "{s}");
+        let secs = |t: &count::Tick| (t.now.t_ns - t.start.t_ns) as f64 / 1e9;
+        let mut sum = 0;
+        for (i, (t, name)) in per.iter().zip(&names).enumerate() {
+            let pkts = t.now.pkts - t.start.pkts;
+            let filtered = t
+                .now
+                .drops
+                .since(&t.start.drops)
+                .get(linerate::port::DropReason::Filter);
+            sum += pkts;
+            let want = [
+                i.to_string(),
+                name.clone(),
+                "rx".into(),
+                linerate::stats::group_f(pkts as f64 / secs(&total), 0),
+                linerate::stats::group_f(
+                    (t.now.bytes - t.start.bytes) as f64 * 8.0 / secs(&total) / 1e6,
+                    2,
+                ),
+                group(pkts),
+                group(filtered),
+            ];
+            assert_eq!(row(&s, name, "rx")[..], want[..], "thread {i}: {s}");
+        }
+        // What each file holds: afs.pcap has no TCP, mptcp-v0.pcap only TCP.
+        assert_eq!(per[0].now.pkts - per[0].start.pkts, 0);
+        assert_eq!(per[1].now.pkts - per[1].start.pkts, 264);
+        assert_eq!(sum, total.now.pkts - total.start.pkts);
+        let input = row(&s, input, "rx");
+        assert_eq!(input[input.len() - 2], group(sum), "{s}");
+        assert!(
+            s.lines()
+                .any(|l| l.contains("rx filter") && l.contains("601")),
+            "{s}"
+        );
     }
 }

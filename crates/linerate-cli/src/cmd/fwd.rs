@@ -16,6 +16,7 @@ use linerate::stats::prom::{Dir, PortCount};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 /// Flags of `linerate fwd`.
 #[derive(Parser, Debug)]
@@ -145,18 +146,28 @@ struct Ticker<'a> {
     last_print: std::time::Instant,
     metrics: Option<&'a metrics::Metrics>,
     names: [&'a str; 2],
-    /// The live page on a terminal (instead of the lines), and the flag its `quit` sets.
-    live: Option<(ReadOnly, &'a AtomicBool)>,
+    /// The live page on a terminal (instead of the lines); its `quit` sets the stop flag.
+    live: Option<ReadOnly>,
 }
 
 impl Ticker<'_> {
     /// Returns whether it printed.
     fn tick(&mut self, out: &mut dyn Write, s: &fwd::FwdStats) -> bool {
+        self.tick_threads(out, s, &[])
+    }
+
+    /// As [`Ticker::tick`], with each thread's share on the page (`threads`: its rows).
+    fn tick_threads(
+        &mut self,
+        out: &mut dyn Write,
+        s: &fwd::FwdStats,
+        threads: &[(usize, Counted)],
+    ) -> bool {
         if let Some(m) = self.metrics {
             publish(m, &self.names, s);
         }
-        if let Some((p, stop)) = self.live.as_mut() {
-            p.tick("forwarding", s.t_ns, &counted(&self.names, s), stop);
+        if let Some(p) = self.live.as_mut() {
+            p.tick_threads("forwarding", s.t_ns, &counted(&self.names, s), threads);
             return false;
         }
         // A tick a little early still prints (ticks are whole periods apart).
@@ -187,12 +198,23 @@ impl Ticker<'_> {
 }
 
 /// The live page when on a terminal, unless lines were asked for.
-fn live<'a>(a: &Args, stop: &'a AtomicBool) -> anyhow::Result<Option<(ReadOnly, &'a AtomicBool)>> {
+fn live(a: &Args, stop: &Arc<AtomicBool>) -> anyhow::Result<Option<ReadOnly>> {
     if !crate::console::wanted(a.json || a.no_console) {
         return Ok(None);
     }
     let title = format!("linerate fwd -i {} -o {}", a.input, a.output);
-    Ok(Some((ReadOnly::start(title)?, stop)))
+    Ok(Some(ReadOnly::start(title, stop.clone())?))
+}
+
+/// The page's rows of each thread of a threaded run: its input queues' receive and transmit
+/// counters, and its output queues' (`names[t]`: thread t's input and output queues).
+fn thread_rows(names: &[(String, Option<String>)], per: &[fwd::FwdStats]) -> Vec<(usize, Counted)> {
+    let mut v = Vec::new();
+    for (t, ((i, o), s)) in names.iter().zip(per).enumerate() {
+        let ports = [i.as_str(), o.as_deref().unwrap_or(i)];
+        v.extend(counted(&ports, s).into_iter().map(|r| (t, r)));
+    }
+    v
 }
 
 /// `--engine`.
@@ -371,11 +393,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Runs the forwarder with a given stop flag and output (the lab runs it on a thread).
-pub fn run_with(
-    a: Args,
-    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
-    out: &mut dyn Write,
-) -> anyhow::Result<ExitCode> {
+pub fn run_with(a: Args, stop: &Arc<AtomicBool>, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let mut inputs = crate::common::inputs_of([a.input.as_str()]);
     if let Some(s) = &a.script {
         inputs.add_path(s);
@@ -593,7 +611,7 @@ fn run_kernel(
     mac: MacRewrite,
     i: String,
     o: String,
-    stop: &std::sync::atomic::AtomicBool,
+    stop: &Arc<AtomicBool>,
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let bounce = i == o;
@@ -935,7 +953,7 @@ fn run_threads(
     (n, words): (usize, Option<String>),
     opts: &PortOptions,
     xcfg: &XdpConfig,
-    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: &Arc<AtomicBool>,
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let bounce = a.input == a.output;
@@ -1076,7 +1094,7 @@ fn run_threads(
     };
     let json = a.json;
     let report = fwd::run_threads(shares, make, stop, |t, per| {
-        if ticker.tick(out, t) && !json {
+        if ticker.tick_threads(out, t, &thread_rows(&names, per)) && !json {
             let _ = out.write_all(threads_text(&names, per).as_bytes());
         }
     });
@@ -1123,4 +1141,140 @@ fn reasons_json(p: &fwd::FwdPortStats) -> serde_json::Value {
         .map(|r| (r.name().to_string(), serde_json::Value::from(l.get(*r))))
         .collect::<serde_json::Map<_, _>>()
         .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::console::keys::CommandLine;
+    use crate::console::page::render_text;
+    use crate::console::{counters_page, Meter};
+    use linerate::stats::{group, group_f};
+
+    /// The words of the row of `s` (a rendered page) that starts with thread `t` and holds
+    /// `port` and `dir`.
+    fn thread_row(s: &str, t: usize, port: &str, dir: &str) -> Vec<String> {
+        s.lines()
+            .map(|l| {
+                l.trim_matches(|c| c == '│' || c == ' ')
+                    .split_whitespace()
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            })
+            .find(|w| w.len() == 7 && w[0] == t.to_string() && w[1] == port && w[2] == dir)
+            .unwrap_or_else(|| panic!("no thread {t} {port} {dir} row in {s}"))
+    }
+
+    /// Threaded forwarding of two capture files into two files (one thread each): the page
+    /// gives each thread's receive and transmit rows with what that thread forwarded, and the
+    /// ports' rows their sums, all from the run's own counters.
+    #[test]
+    fn the_threads_page_shows_each_threads_share_of_a_real_run() {
+        let dir = linerate_test_support::corpus_dir();
+        let srcs = ["afs.pcap", "mptcp-v0.pcap"].map(|f| dir.join(f));
+        if !srcs.iter().all(|f| f.exists()) {
+            linerate_test_support::skip("tcpdump's test captures are not in the repository");
+            return;
+        }
+        let tmp = std::env::temp_dir().join(format!("lr-fwdpage-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).expect("a temporary directory");
+        let mut names = Vec::new();
+        let mut shares = Vec::new();
+        for (i, src) in srcs.iter().enumerate() {
+            let input = tmp.join(format!("i{i}.pcap"));
+            std::fs::copy(src, &input).expect("copy a capture");
+            let (iu, ou) = (
+                format!("pcap:{}", input.display()),
+                format!("pcap:{}", tmp.join(format!("o{i}.pcap")).display()),
+            );
+            let o = PortOptions::default();
+            shares.push(fwd::ThreadPorts {
+                input: port::open_rx(&iu, &o).expect("open the input"),
+                output: Some(port::open_tx(&ou, &o).expect("open the output")),
+            });
+            names.push((iu, Some(ou)));
+        }
+        let stop = AtomicBool::new(false);
+        let make = || FwdOptions {
+            interval: std::time::Duration::from_millis(10),
+            ..Default::default()
+        };
+        let report = fwd::run_threads(shares, make, &stop, |_, _| {});
+        let _ = std::fs::remove_dir_all(&tmp);
+        assert!(report.total.error.is_none(), "{:?}", report.total.error);
+        let per: Vec<fwd::FwdStats> = report.threads.iter().map(|t| t.stats).collect();
+        let total = report.total.stats;
+        // Two readings, as the page makes every interval: nothing yet, then the end.
+        let mut meter = Meter::default();
+        let t0 = per.iter().map(|s| s.t_ns).min().unwrap_or(0) - 1_000_000;
+        let zero: Vec<fwd::FwdStats> = per
+            .iter()
+            .map(|s| fwd::FwdStats {
+                nports: s.nports,
+                ..Default::default()
+            })
+            .collect();
+        let ports = ["pcap:in", "pcap:out"];
+        let zero_total = fwd::FwdStats {
+            nports: 2,
+            ..Default::default()
+        };
+        let _ = counters_page(
+            String::new(),
+            String::new(),
+            0.0,
+            t0,
+            &counted(&ports, &zero_total),
+            &thread_rows(&names, &zero),
+            &mut meter,
+        );
+        let t1 = total.t_ns.max(t0 + 1);
+        let page = counters_page(
+            "linerate fwd".into(),
+            "forwarding".into(),
+            1.0,
+            t1,
+            &counted(&ports, &total),
+            &thread_rows(&names, &per),
+            &mut meter,
+        );
+        let s = render_text(&page, &CommandLine::new(false).prompt(), 140, 40);
+        println!("{s}");
+        let secs = (t1 - t0) as f64 / 1e9;
+        let mut sent = 0;
+        for (t, (s_t, (i, o))) in per.iter().zip(&names).enumerate() {
+            let (p0, p1) = (&s_t.ports[0], &s_t.ports[1]);
+            assert!(p0.received > 0, "thread {t} read its capture: {p0:?}");
+            // Received on the input, sent out of the output.
+            let want = |p: u64, b: u64, d: u64, dir: &str, port: &str| {
+                vec![
+                    t.to_string(),
+                    port.to_string(),
+                    dir.to_string(),
+                    group_f(p as f64 / secs, 0),
+                    group_f(b as f64 * 8.0 / secs / 1e6, 2),
+                    group(p),
+                    group(d),
+                ]
+            };
+            assert_eq!(
+                thread_row(&s, t, i, "rx"),
+                want(p0.received, p0.rx_bytes, p0.rx_drops.total(), "rx", i),
+                "{s}"
+            );
+            let o = o.as_deref().unwrap();
+            assert_eq!(
+                thread_row(&s, t, o, "tx"),
+                want(p1.sent, p1.tx_bytes, p1.tx_drops.total(), "tx", o),
+                "{s}"
+            );
+            sent += p1.sent;
+        }
+        assert_eq!(sent, 601 + 264, "every packet forwarded: {s}");
+        assert!(
+            s.lines()
+                .any(|l| l.contains("pcap:out") && l.contains(" tx ") && l.contains("865")),
+            "{s}"
+        );
+    }
 }

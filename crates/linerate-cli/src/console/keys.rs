@@ -105,6 +105,11 @@ impl CommandLine {
         });
     }
 
+    /// Shows `m` on the command line until the next command's outcome.
+    pub fn set_message(&mut self, m: String) {
+        self.message = Some(m);
+    }
+
     /// What the page shows under the figures.
     pub fn prompt(&self) -> Prompt {
         Prompt {

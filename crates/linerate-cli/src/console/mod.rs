@@ -13,6 +13,7 @@ pub use term::{wanted, Console};
 
 use linerate::stats::prom::{Dir, PortCount};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Rates of counters between two readings, one slot per row.
 #[derive(Debug, Default)]
@@ -52,14 +53,17 @@ impl Meter {
 pub type Counted = (String, Dir, PortCount);
 
 /// The read-only page of fwd, count and balance: one row per port and direction from the same
-/// counters their metrics publish (`rows`, read at `t_ns`), their drops by reason (each under
-/// its direction), and `state`.
+/// counters their metrics publish (`rows`, read at `t_ns`), one per thread and direction from
+/// each thread's share (`threads`: the thread's number and its counters, as pfcount_multichannel
+/// shows each channel), their drops by reason (each under its direction; the threads' are part
+/// of the ports'), and `state`.
 pub fn counters_page(
     title: String,
     state: String,
     elapsed_s: f64,
     t_ns: u64,
     rows: &[Counted],
+    threads: &[(usize, Counted)],
     meter: &mut Meter,
 ) -> Page {
     let mut page = Page {
@@ -68,54 +72,149 @@ pub fn counters_page(
         elapsed_s,
         ..Default::default()
     };
-    for (i, (port, dir, c)) in rows.iter().enumerate() {
-        let (pps, mbps) = meter.rate(i, t_ns, c.packets, c.bytes);
-        page.ports.push(PortRow {
-            port: port.clone(),
-            dir: dir.name(),
-            pps,
-            mbps,
-            packets: c.packets,
-            drops: c.drops.total(),
-        });
-        page.add_drops(&format!("{} ", dir.name()), &c.drops);
+    let row = |(port, dir, c): &Counted, (pps, mbps): (f64, f64)| PortRow {
+        port: port.clone(),
+        dir: dir.name(),
+        pps,
+        mbps,
+        packets: c.packets,
+        drops: c.drops.total(),
+    };
+    for (i, r) in rows.iter().enumerate() {
+        let rate = meter.rate(i, t_ns, r.2.packets, r.2.bytes);
+        page.ports.push(row(r, rate));
+        page.add_drops(&format!("{} ", r.1.name()), &r.2.drops);
+    }
+    for (i, (t, r)) in threads.iter().enumerate() {
+        let rate = meter.rate(rows.len() + i, t_ns, r.2.packets, r.2.bytes);
+        page.threads.push((*t, row(r, rate)));
     }
     page
 }
 
-/// A read-only console, its meter and when it started: what fwd, count and balance keep
-/// while their page shows.
+/// A read-only console, its meter and when it started: what fwd, count, balance and gen's
+/// live and replay engines keep while their page shows. A thread of its own takes the keys
+/// (polled every 50 ms), so `q` and Ctrl-C set the stop flag at once, not at the next
+/// redraw.
 pub struct ReadOnly {
-    console: Console,
+    console: Arc<Mutex<Console>>,
     meter: Meter,
     t0: std::time::Instant,
     title: String,
+    keys: Option<std::thread::JoinHandle<()>>,
+    done: Arc<AtomicBool>,
 }
 
 impl ReadOnly {
-    /// Takes over the terminal for a page titled `title`.
-    pub fn start(title: String) -> anyhow::Result<ReadOnly> {
+    /// Takes over the terminal for a page titled `title`; `quit` sets `stop`.
+    pub fn start(title: String, stop: Arc<AtomicBool>) -> anyhow::Result<ReadOnly> {
+        ReadOnly::with_note(title, stop, None)
+    }
+
+    /// As [`ReadOnly::start`], with `note` saying why this page takes no commands (shown
+    /// under the page, and given for every command refused).
+    pub fn with_note(
+        title: String,
+        stop: Arc<AtomicBool>,
+        note: Option<String>,
+    ) -> anyhow::Result<ReadOnly> {
+        let mut c = Console::start(false)?;
+        if let Some(n) = note {
+            c.read_only_note(n);
+        }
+        // The page's frame and keys at once; the figures come with the first interval.
+        c.show(Page {
+            title: title.clone(),
+            state: "starting (figures every interval)".into(),
+            ..Default::default()
+        });
+        let console = Arc::new(Mutex::new(c));
+        let done = Arc::new(AtomicBool::new(false));
+        let keys = {
+            let (console, done) = (console.clone(), done.clone());
+            std::thread::Builder::new()
+                .name("console-keys".into())
+                .spawn(move || {
+                    while !done.load(Ordering::Acquire) {
+                        if !term::key_waiting(std::time::Duration::from_millis(50)) {
+                            continue;
+                        }
+                        let quit = console
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .quit_asked();
+                        if quit {
+                            stop.store(true, Ordering::SeqCst);
+                        }
+                    }
+                })
+                .map_err(|e| anyhow::anyhow!("the console: a thread for its keys: {e}"))?
+        };
         Ok(ReadOnly {
-            console: Console::start(false)?,
+            console,
             meter: Meter::default(),
             t0: std::time::Instant::now(),
             title,
+            keys: Some(keys),
+            done,
         })
     }
 
-    /// Shows `rows` read at `t_ns` and takes the keys typed; sets `stop` on `quit`.
-    pub fn tick(&mut self, state: &str, t_ns: u64, rows: &[Counted], stop: &AtomicBool) {
-        let page = counters_page(
+    /// Shows `rows` read at `t_ns` (the keys are taken by the console's own thread).
+    pub fn tick(&mut self, state: &str, t_ns: u64, rows: &[Counted]) {
+        self.tick_threads(state, t_ns, rows, &[]);
+    }
+
+    /// Shows `rows` and each thread's share `threads` (thread number, its counters), all read
+    /// at `t_ns`.
+    pub fn tick_threads(
+        &mut self,
+        state: &str,
+        t_ns: u64,
+        rows: &[Counted],
+        threads: &[(usize, Counted)],
+    ) {
+        let page = self.page(state, t_ns, rows, threads, None);
+        self.show(page);
+    }
+
+    /// The page of `rows` and `threads` read at `t_ns`, with gen's `rate` line when given.
+    pub fn page(
+        &mut self,
+        state: &str,
+        t_ns: u64,
+        rows: &[Counted],
+        threads: &[(usize, Counted)],
+        rate: Option<RateLine>,
+    ) -> Page {
+        let mut page = counters_page(
             self.title.clone(),
             state.to_string(),
             self.t0.elapsed().as_secs_f64(),
             t_ns,
             rows,
+            threads,
             &mut self.meter,
         );
-        self.console.show(page);
-        if self.console.quit_asked() {
-            stop.store(true, Ordering::SeqCst);
+        page.rate = rate;
+        page
+    }
+
+    /// Shows `page` as it is.
+    pub fn show(&mut self, page: Page) {
+        self.console
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .show(page);
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        // The keys' thread ends before the terminal is given back (the console's drop).
+        self.done.store(true, Ordering::Release);
+        if let Some(h) = self.keys.take() {
+            let _ = h.join();
         }
     }
 }

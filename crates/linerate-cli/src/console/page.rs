@@ -62,6 +62,9 @@ pub struct Page {
     pub status: Option<String>,
     /// One row per port and direction.
     pub ports: Vec<PortRow>,
+    /// One row per thread and direction (threaded count and fwd): the thread's number and
+    /// its share, `port` naming the queues it owns. They add up to the ports' rows.
+    pub threads: Vec<(usize, PortRow)>,
     /// Drops so far, by reason (reasons with none left out).
     pub drops: Vec<(String, u64)>,
     /// Latency of the probes received (gen with --rx, count --latency).
@@ -130,8 +133,23 @@ pub fn render(f: &mut Frame, page: &Page, prompt: &Prompt) {
     } else {
         2 + page.drops.len() as u16 + 1
     };
-    let [head, ports, drops, cmd] = Layout::vertical([
+    if page.threads.is_empty() {
+        let [head, ports, drops, cmd] = Layout::vertical([
+            Constraint::Length(head_h),
+            Constraint::Min(4),
+            Constraint::Length(drops_h),
+            Constraint::Length(4),
+        ])
+        .areas(area);
+        head_widget(f, head, page);
+        ports_widget(f, ports, page);
+        drops_widget(f, drops, page);
+        prompt_widget(f, cmd, prompt);
+        return;
+    }
+    let [head, ports, threads, drops, cmd] = Layout::vertical([
         Constraint::Length(head_h),
+        Constraint::Length(3 + page.ports.len() as u16),
         Constraint::Min(4),
         Constraint::Length(drops_h),
         Constraint::Length(4),
@@ -139,6 +157,7 @@ pub fn render(f: &mut Frame, page: &Page, prompt: &Prompt) {
     .areas(area);
     head_widget(f, head, page);
     ports_widget(f, ports, page);
+    threads_widget(f, threads, page);
     drops_widget(f, drops, page);
     prompt_widget(f, cmd, prompt);
 }
@@ -174,32 +193,68 @@ fn head_widget(f: &mut Frame, area: Rect, page: &Page) {
     f.render_widget(Paragraph::new(lines).block(b), area);
 }
 
+/// One table row of figures: `first` cells, then pps, Mbit/s, packets and drops.
+fn figures_row<'a>(first: Vec<Cell<'a>>, p: &PortRow) -> Row<'a> {
+    let mut cells = first;
+    cells.extend([
+        Cell::from(p.dir),
+        Cell::from(Line::from(group_f(p.pps, 0)).right_aligned()),
+        Cell::from(Line::from(group_f(p.mbps, 2)).right_aligned()),
+        Cell::from(Line::from(group(p.packets)).right_aligned()),
+        Cell::from(Line::from(group(p.drops)).right_aligned()),
+    ]);
+    Row::new(cells)
+}
+
+/// The widths of the figures' columns (after the first ones).
+const FIGURES: [Constraint; 5] = [
+    Constraint::Length(3),
+    Constraint::Length(14),
+    Constraint::Length(12),
+    Constraint::Length(18),
+    Constraint::Length(13),
+];
+
 fn ports_widget(f: &mut Frame, area: Rect, page: &Page) {
     let head = Row::new(["Port", "Dir", "pps", "Mbit/s", "Packets", "Errors/drops"])
         .style(Style::default().add_modifier(Modifier::BOLD));
-    let rows = page.ports.iter().map(|p| {
-        Row::new([
-            Cell::from(p.port.clone()),
-            Cell::from(p.dir),
-            Cell::from(Line::from(group_f(p.pps, 0)).right_aligned()),
-            Cell::from(Line::from(group_f(p.mbps, 2)).right_aligned()),
-            Cell::from(Line::from(group(p.packets)).right_aligned()),
-            Cell::from(Line::from(group(p.drops)).right_aligned()),
-        ])
+    let rows = page
+        .ports
+        .iter()
+        .map(|p| figures_row(vec![Cell::from(p.port.clone())], p));
+    let mut widths = vec![Constraint::Min(12)];
+    widths.extend(FIGURES);
+    let t = Table::new(rows, widths)
+        .header(head)
+        .block(Block::default().borders(Borders::ALL).title(" Ports "));
+    f.render_widget(t, area);
+}
+
+fn threads_widget(f: &mut Frame, area: Rect, page: &Page) {
+    let head = Row::new([
+        "Thread",
+        "Queues",
+        "Dir",
+        "pps",
+        "Mbit/s",
+        "Packets",
+        "Errors/drops",
+    ])
+    .style(Style::default().add_modifier(Modifier::BOLD));
+    let rows = page.threads.iter().map(|(t, p)| {
+        figures_row(
+            vec![
+                Cell::from(Line::from(t.to_string()).right_aligned()),
+                Cell::from(p.port.clone()),
+            ],
+            p,
+        )
     });
-    let t = Table::new(
-        rows,
-        [
-            Constraint::Min(12),
-            Constraint::Length(3),
-            Constraint::Length(14),
-            Constraint::Length(12),
-            Constraint::Length(18),
-            Constraint::Length(13),
-        ],
-    )
-    .header(head)
-    .block(Block::default().borders(Borders::ALL).title(" Ports "));
+    let mut widths = vec![Constraint::Length(6), Constraint::Min(10)];
+    widths.extend(FIGURES);
+    let t = Table::new(rows, widths)
+        .header(head)
+        .block(Block::default().borders(Borders::ALL).title(" Threads "));
     f.render_widget(t, area);
 }
 

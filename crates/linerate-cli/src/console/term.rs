@@ -38,11 +38,23 @@ pub fn restore() {
     }
 }
 
+/// Whether a key (or another terminal event) waits to be read, waiting up to `timeout` for
+/// one; false once the console is not showing.
+pub fn key_waiting(timeout: Duration) -> bool {
+    if !ACTIVE.load(Ordering::SeqCst) {
+        std::thread::sleep(timeout);
+        return false;
+    }
+    event::poll(timeout).unwrap_or(false)
+}
+
 /// The live page on this terminal.
 pub struct Console {
     term: Option<Terminal<CrosstermBackend<Stdout>>>,
     line: CommandLine,
     page: Page,
+    /// Why a read-only page takes no commands, when more is to be said than "read-only".
+    note: Option<String>,
 }
 
 impl Console {
@@ -62,6 +74,7 @@ impl Console {
             term: None,
             line: CommandLine::new(steer),
             page: Page::default(),
+            note: None,
         };
         execute!(std::io::stdout(), EnterAlternateScreen, Hide)
             .map_err(|e| anyhow::anyhow!("the console: alternate screen: {e}"))?;
@@ -121,13 +134,24 @@ impl Console {
         self.draw();
     }
 
+    /// For a read-only page: says `note` (why it takes no commands) under the page, and
+    /// gives it for every command refused.
+    pub fn read_only_note(&mut self, note: String) {
+        self.line.set_message(note.clone());
+        self.note = Some(note);
+    }
+
     /// For a read-only page: takes the keys typed; true when `quit` was asked.
     pub fn quit_asked(&mut self) -> bool {
         let mut quit = false;
         for c in self.commands() {
-            match keys::read_only(&c) {
-                Ok(q) => quit |= q,
-                Err(e) => self.outcome(&c, &Err(e)),
+            match (keys::read_only(&c), &self.note) {
+                (Ok(q), _) => quit |= q,
+                (Err(_), Some(n)) => {
+                    let e = Err(n.clone());
+                    self.outcome(&c, &e)
+                }
+                (Err(e), None) => self.outcome(&c, &Err(e)),
             }
         }
         quit
