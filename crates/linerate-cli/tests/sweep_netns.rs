@@ -550,6 +550,8 @@ fn no_server_is_a_clear_error_and_bad_flags_exit_2() {
         (&["--raw", "afpacket:lo", "--sizes", "1515"], "--sizes"),
         (&["--raw", "afpacket:lo"], "--to"),
         (&["--raw", "afpacket:lo", "--rcvbuf", "4096"], "--rcvbuf"),
+        // Only a server listens on an address of its choosing.
+        (&["--bind", "127.0.0.1"], "--bind"),
     ] {
         let o = Command::new(bin())
             .args(["sweep", "--to", "127.0.0.1", "--port", &port])
@@ -606,4 +608,248 @@ fn an_interface_without_an_address_is_a_usage_error() {
         assert_eq!(o.status.code(), Some(2), "{err}");
         assert!(err.contains(what), "{err}");
     }
+}
+
+#[test]
+fn a_loopback_of_another_namespace_is_refused_with_the_reason() {
+    if !netns::require_priv() {
+        return;
+    }
+    let p = NetnsPair::new().expect("namespaces");
+    let to = format!("{}:lo", p.b);
+    for raw in [false, true] {
+        let mut args = vec!["--to", &to, "-t", "100ms"];
+        if raw {
+            args.extend(["--raw", "afpacket:vA"]);
+        }
+        let o = run_in_ns(&p.a, &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "raw {raw}: {err}");
+        assert!(
+            err.contains("is the loopback interface of namespace") && err.contains("veth"),
+            "raw {raw}: {err}"
+        );
+    }
+    // From inside that namespace, its loopback is a fine target.
+    let o = run_in_ns(
+        &p.b,
+        &["--to", &to, "-t", "100ms", "--sizes", "64", "--json"],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(u(&rows(&out)[0], "received") > 0, "{out}");
+}
+
+/// A stand-in for `sweep --serve` on loopback that answers each line of its first client with
+/// `answer(line, its port)` (None: close); its UDP socket on that port swallows the datagrams.
+fn fake_server(
+    answer: impl Fn(&str, u16) -> Option<String> + Send + 'static,
+) -> (u16, std::thread::JoinHandle<()>) {
+    use std::io::Write;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let udp = std::net::UdpSocket::bind(("127.0.0.1", port)).unwrap();
+    let t = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = BufReader::new(s);
+        let mut line = String::new();
+        while r.read_line(&mut line).unwrap_or(0) > 0 {
+            match answer(line.trim(), port) {
+                Some(a) => {
+                    let _ = w.write_all(a.as_bytes());
+                }
+                None => break,
+            }
+            line.clear();
+        }
+        drop(udp);
+    });
+    (port, t)
+}
+
+/// A fake server's answers: `result(sent)` for each END.
+fn answers(l: &str, port: u16, result: impl Fn(u64) -> String) -> Option<String> {
+    Some(if l.starts_with("LINERATE-SWEEP") {
+        format!("OK port={port} rcvbuf=1000\n")
+    } else if l.starts_with("BEGIN") {
+        "READY\n".into()
+    } else if let Some(n) = l.strip_prefix("END sent=") {
+        result(n.parse().unwrap())
+    } else {
+        return None;
+    })
+}
+
+fn client(port: u16, extra: &[&str]) -> (Option<i32>, String, String) {
+    let port = port.to_string();
+    let c = Reaped::spawn(
+        Command::new(bin())
+            .args([
+                "sweep",
+                "--to",
+                "127.0.0.1",
+                "--port",
+                &port,
+                "--sizes",
+                "64",
+            ])
+            .args(["-t", "100ms", "--rate", "1kpps"])
+            .args(extra),
+    );
+    c.finish(Duration::from_secs(20))
+}
+
+#[test]
+fn more_received_than_sent_is_an_anomaly_not_zero_loss() {
+    let excess = |sent: u64| {
+        format!(
+            "RESULT received={} bytes={} other=0 span_ns=1000 drops=0\n",
+            sent + 50,
+            (sent + 50) * 64
+        )
+    };
+    let (port, t) = fake_server(move |l, p| answers(l, p, excess));
+    let (code, out, err) = client(port, &["--json"]);
+    t.join().unwrap();
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let r = &rows(&out)[0];
+    let sent = u(r, "sent");
+    assert!(sent > 0, "{r}");
+    assert_eq!(u(r, "received"), sent + 50, "{r}");
+    assert_eq!(u(r, "excess"), 50, "{r}");
+    assert!(r["lost"].is_null() && r["loss_pct"].is_null(), "{r}");
+    assert!(
+        r["anomaly"]
+            .as_str()
+            .unwrap()
+            .contains("received more than sent"),
+        "{r}"
+    );
+    // The table: no loss figure, and a note with the figures.
+    let (port, t) = fake_server(move |l, p| answers(l, p, excess));
+    let (code, out, err) = client(port, &[]);
+    t.join().unwrap();
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let row = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("64"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols.len(), 12, "{row}");
+    assert_eq!((cols[5], cols[6]), ("-", "-"), "{row}");
+    assert!(out.contains("anomaly: received"), "{out}");
+    assert!(out.contains("50 more than sent"), "{out}");
+}
+
+#[test]
+fn what_a_server_says_reaches_the_terminal_made_safe() {
+    // An ERR full of escape sequences and far too long.
+    let evil = format!(
+        "ERR \x1b]0;pwned\x07\x1b[2J\x1b[31mred\u{202e}\r{}txt\n",
+        "A".repeat(200)
+    );
+    let (port, t) = fake_server(move |_, _| Some(evil.clone()));
+    let (code, out, err) = client(port, &[]);
+    t.join().unwrap();
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(err.contains("sweep server 127.0.0.1"), "{err}");
+    for c in err.chars() {
+        assert!(
+            c == '\n' || !(c.is_control() || ('\u{202a}'..='\u{202e}').contains(&c)),
+            "control character {c:?} in {err:?}"
+        );
+    }
+    assert!(err.contains("\\u{1b}]0;pwned"), "{err}");
+    assert!(err.contains("[cut]"), "{err}");
+    assert!(err.len() < 600, "{}: {err}", err.len());
+    // The same in a RESULT the client cannot read.
+    let (port, t) =
+        fake_server(move |l, p| answers(l, p, |_| "RESULT \x1b[2Jreceived=x\n".to_string()));
+    let (code, out, err) = client(port, &[]);
+    t.join().unwrap();
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        !err.contains('\x1b') && err.contains("\\u{1b}[2J"),
+        "{err:?}"
+    );
+}
+
+/// Reads one line from a raw control connection.
+fn ctl_line(s: &std::net::TcpStream) -> String {
+    let mut r = BufReader::new(s);
+    let mut l = String::new();
+    let _ = r.read_line(&mut l);
+    l
+}
+
+#[test]
+fn a_server_says_busy_drops_the_silent_and_bounds_what_clients_ask() {
+    use std::io::Write;
+    let (mut srv, port, log) = server();
+    let port_s = port.to_string();
+    // One client in the middle of a run (said hello, then thinks).
+    let mut first = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    first.write_all(b"LINERATE-SWEEP 1 rcvbuf=0\n").unwrap();
+    let ok = ctl_line(&first);
+    assert!(ok.starts_with("OK port="), "{ok}");
+    assert!(
+        ok.contains("max_secs=300") && ok.contains("max_sizes=64"),
+        "{ok}"
+    );
+    // A second one gets a clear busy, soon.
+    let t0 = Instant::now();
+    let (code, out, err) = client(port, &[]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(err.contains("busy"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    drop(first);
+    std::thread::sleep(Duration::from_millis(300));
+    // A client that says nothing is told so and dropped.
+    let silent = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let t0 = Instant::now();
+    let l = ctl_line(&silent);
+    assert!(l.starts_with("ERR dropped: nothing said"), "{l:?}");
+    assert!(t0.elapsed() < Duration::from_secs(6), "{:?}", t0.elapsed());
+    drop(silent);
+    // Limits: a receive buffer past 64 MiB is refused by the server; a time past its limit
+    // by the client, from the server's announcement, before anything is sent.
+    for (args, code, what) in [
+        (&["--rcvbuf", "1GiB"][..], 1, "above this server's limit"),
+        (&["-t", "10m"], 2, "allows at most 300 s per size"),
+    ] {
+        let o = Command::new(bin())
+            .args([
+                "sweep",
+                "--to",
+                "127.0.0.1",
+                "--port",
+                &port_s,
+                "--sizes",
+                "64",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(what), "{args:?}: {err}");
+    }
+    // A real client still gets its rows.
+    let (code, out, err) = client(port, &["--json"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    consistent(&rows(&out)[0]);
+    sigint(srv.child());
+    let (code, _, err) = srv.finish(Duration::from_secs(5));
+    assert_eq!(code, Some(0), "{err}");
+    let log = log.join().unwrap();
+    assert!(log.contains("refused: busy with 127.0.0.1:"), "{log}");
 }

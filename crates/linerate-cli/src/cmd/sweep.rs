@@ -146,6 +146,12 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
             )));
         }
     }
+    if a.bind.is_some() && !a.serve {
+        return Err(usage(
+            "--bind: only with --serve (the address a server listens on); a client names its \
+             server with --to HOST",
+        ));
+    }
     let stop = stop_flag()?;
     if a.serve {
         return serve(&a, &stop);
@@ -189,6 +195,7 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
                      interface in it) or HOST"
                 )));
             }
+            sweep::check_target(ns, iface).map_err(sweep_error)?;
             if a.raw.is_some() {
                 let uri = format!("afpacket:{iface}");
                 let sink = LocalSink::open_port(Some(ns), &uri).map_err(sweep_error)?;
@@ -228,6 +235,24 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
                 .ok_or_else(|| usage(format!("--to '{to}': no IPv4 address")))?;
             let r =
                 RemoteSink::connect(SocketAddrV4::new(ip, a.port), rcvbuf).map_err(sweep_error)?;
+            if let Some(l) = r.limits() {
+                let secs = a.time.as_secs_f64().ceil() as u64;
+                let server = r.server();
+                if secs > l.max_secs {
+                    return Err(usage(format!(
+                        "--time {}: the server {server} allows at most {} s per size",
+                        flags::show_duration(a.time),
+                        l.max_secs
+                    )));
+                }
+                if sizes.len() as u64 > l.max_sizes {
+                    return Err(usage(format!(
+                        "--sizes: {} sizes; the server {server} allows at most {} per run",
+                        sizes.len(),
+                        l.max_sizes
+                    )));
+                }
+            }
             (
                 Sink::Remote(r),
                 format!("{to}, linerate sweep --serve there"),
@@ -485,15 +510,20 @@ fn row_text(r: &SizeRow, rate: bool) -> String {
     } else {
         String::new()
     };
+    // More received than sent: no loss to show (the note under the row says what it is).
+    let (lost, pct) = match r.loss_pct() {
+        Some(p) => (group(r.lost()), format!("{p:.2}")),
+        None => ("-".into(), "-".into()),
+    };
     format!(
-        "{:>8} {:>7.2} {:>12} {:>9} {:>12} {:>10} {:>7.2}{asked} {:>11} {:>9} {:>11} {:>9}\n",
+        "{:>8} {:>7.2} {:>12} {:>9} {:>12} {:>10} {:>7}{asked} {:>11} {:>9} {:>11} {:>9}\n",
         r.size,
         r.elapsed_s(),
         group(r.tx.sent),
         group(r.tx.errors_total()),
         group(r.rx.received),
-        group(r.lost()),
-        r.loss_pct(),
+        lost,
+        pct,
         group_f(r.tx_pps(), 0),
         group_f(r.tx_mbps(), 2),
         group_f(r.rx_pps(), 0),
@@ -541,6 +571,15 @@ fn notes(r: &SizeRow, watch: Vec<String>, raw: bool) -> Vec<String> {
                 group_f(got, 0)
             ));
         }
+    }
+    if r.excess() > 0 {
+        n.push(format!(
+            "anomaly: received {} of {} sent, {} more than sent (duplicates on the way, or \
+             strays carrying this size's tag): no loss figure",
+            group(r.rx.received),
+            group(r.tx.sent),
+            group(r.excess())
+        ));
     }
     let lost = r.lost();
     if lost > 0 {
@@ -627,8 +666,9 @@ fn row_json(r: &SizeRow, watch: Option<&Value>) -> Value {
         "send_errors": r.tx.errors,
         "received": r.rx.received,
         "received_bytes": r.rx.bytes,
-        "lost": r.lost(),
+        "lost": (r.excess() == 0).then_some(r.lost()),
         "loss_pct": r.loss_pct(),
+        "excess": r.excess(),
         "socket_drops": r.rx.socket_drops,
         "other": r.rx.other,
         "tx_pps": r.tx_pps(),
@@ -640,6 +680,11 @@ fn row_json(r: &SizeRow, watch: Option<&Value>) -> Value {
     });
     if let Some(p) = r.asked_pps {
         v["rate_pps"] = json!(p);
+    }
+    if r.excess() > 0 {
+        v["anomaly"] = json!(
+            "received more than sent (duplicates on the way, or strays carrying this size's tag)"
+        );
     }
     if let Some(w) = watch {
         v["watch"] = w.clone();
@@ -728,25 +773,31 @@ fn serve(a: &Args, stop: &std::sync::atomic::AtomicBool) -> anyhow::Result<ExitC
         a.rcvbuf.map(|b| b as usize),
     )
     .map_err(|e| usage(format!("--port {port}: {e}")))?;
+    let lim = sweep::SERVE_LIMITS;
     let mut out = std::io::stdout().lock();
     if a.json {
         let _ = writeln!(
             out,
             "{}",
-            json!({"type": "listening", "addr": format!("{ip}:{port}"), "rcvbuf": sink.rcvbuf()})
+            json!({"type": "listening", "addr": format!("{ip}:{port}"), "rcvbuf": sink.rcvbuf(),
+                   "max_secs": lim.max_secs, "max_sizes": lim.max_sizes, "max_rcvbuf": lim.max_rcvbuf})
         );
     } else {
         let _ = writeln!(
             out,
             "linerate sweep --serve: control on TCP {ip}:{port}, messages on UDP {ip}:{port}, \
-             receive socket {} B; Ctrl-C stops",
-            group(sink.rcvbuf() as u64)
+             receive socket {} B; one client at a time, each at most {} sizes of {} s and a \
+             {} B receive buffer; Ctrl-C stops",
+            group(sink.rcvbuf() as u64),
+            lim.max_sizes,
+            lim.max_secs,
+            group(lim.max_rcvbuf)
         );
     }
     let _ = out.flush();
     drop(out);
     let json_out = a.json;
-    sweep::serve(&listener, &mut sink, stop, |line| {
+    sweep::serve(&listener, &mut sink, sweep::SERVE_LIMITS, stop, |line| {
         let mut o = std::io::stdout().lock();
         if json_out {
             let _ = writeln!(o, "{}", json!({"type": "log", "text": line}));

@@ -191,17 +191,27 @@ impl SizeRow {
         self.per_s(self.rx.bytes) * 8.0 / 1e6
     }
 
-    /// Messages sent and not received.
+    /// Messages sent and not received (0 when more were received than sent: see
+    /// [`SizeRow::excess`]).
     pub fn lost(&self) -> u64 {
         self.tx.sent.saturating_sub(self.rx.received)
     }
 
-    /// [`SizeRow::lost`] in per cent of those sent (0 when none were sent).
-    pub fn loss_pct(&self) -> f64 {
-        if self.tx.sent == 0 {
-            0.0
+    /// Messages received beyond those sent: an anomaly (duplicates on the way, or strays
+    /// carrying this size's tag), for which no loss can be told.
+    pub fn excess(&self) -> u64 {
+        self.rx.received.saturating_sub(self.tx.sent)
+    }
+
+    /// [`SizeRow::lost`] in per cent of those sent (0 when none were sent); None when more
+    /// were received than sent ([`SizeRow::excess`]): that is no loss of 0 %.
+    pub fn loss_pct(&self) -> Option<f64> {
+        if self.excess() > 0 {
+            None
+        } else if self.tx.sent == 0 {
+            Some(0.0)
         } else {
-            self.lost() as f64 * 100.0 / self.tx.sent as f64
+            Some(self.lost() as f64 * 100.0 / self.tx.sent as f64)
         }
     }
 }
@@ -775,6 +785,47 @@ pub fn target_address(netns: Option<&str>, iface: &str) -> Result<Ipv4Addr, Swee
     }
 }
 
+/// Whether network namespace `ns` (a name of `ip netns list`) is the one this thread is in.
+fn is_own_netns(ns: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &str| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let theirs = id(&format!("/run/netns/{ns}"));
+    theirs.is_some() && theirs == id("/proc/thread-self/ns/net")
+}
+
+/// Checks the interface of `--to NETNS:IFACE` can receive what this namespace sends: it
+/// exists and is no loopback of another namespace (its address would be that namespace's own:
+/// what is sent from here to it stays here). Returns what [`crate::port::udp::link_of`] says.
+pub fn check_target(netns: &str, iface: &str) -> Result<crate::port::udp::LinkInfo, SweepError> {
+    let label = format!("{netns}:{iface}");
+    let list = format!("ip -n {netns} link show");
+    let info = in_netns(netns, || crate::port::udp::link_of(iface))?.map_err(|e| {
+        if e.raw_os_error() == Some(libc::ENODEV) || e.kind() == io::ErrorKind::InvalidInput {
+            SweepError::BadTarget {
+                target: label.clone(),
+                why: format!("no such interface (list them with `{list}`)"),
+            }
+        } else {
+            SweepError::Os {
+                op: format!("{label}: reading its flags and MTU"),
+                source: e,
+            }
+        }
+    })?;
+    if info.loopback && !is_own_netns(netns) {
+        return Err(SweepError::BadTarget {
+            target: label,
+            why: format!(
+                "{iface} is the loopback interface of namespace {netns}: its address belongs \
+                 to that namespace alone, and nothing sent from this namespace arrives there \
+                 (it would go to this namespace's own loopback). Name the interface the \
+                 traffic arrives on, e.g. the far end of a veth pair (see `{list}`)"
+            ),
+        });
+    }
+    Ok(info)
+}
+
 /// The MAC address of `iface` in namespace `netns` (None: this one).
 pub fn target_mac(netns: Option<&str>, iface: &str) -> Result<[u8; 6], SweepError> {
     let label = match netns {
@@ -843,6 +894,33 @@ impl Sink {
 const HELLO: &str = "LINERATE-SWEEP 1";
 /// Longest control line.
 const MAX_LINE: usize = 256;
+/// Most characters of the other end's text shown in a message.
+pub const MAX_SHOWN: usize = 200;
+
+/// Text from the other end of a control connection made safe to print: control characters
+/// (escape sequences, carriage returns, bells …) and Unicode direction overrides are shown
+/// escaped (`\u{1b}`), and the text is cut to [`MAX_SHOWN`] characters.
+pub fn shown(s: &str) -> String {
+    let mut out = String::new();
+    let mut n = 0;
+    for c in s.chars() {
+        if n >= MAX_SHOWN {
+            out.push_str(" [cut]");
+            break;
+        }
+        let unsafe_char = c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if unsafe_char {
+            let e = c.escape_unicode();
+            n += e.len();
+            out.extend(e);
+        } else {
+            out.push(c);
+            n += 1;
+        }
+    }
+    out
+}
 
 /// A `linerate sweep --serve` on another host, over a TCP control connection.
 #[derive(Debug)]
@@ -851,6 +929,7 @@ pub struct RemoteSink {
     server: String,
     data: SocketAddrV4,
     rcvbuf: usize,
+    limits: Option<ServeLimits>,
 }
 
 fn read_line(
@@ -874,7 +953,9 @@ fn read_line(
             }
             Ok(_) => {
                 if byte[0] == b'\n' {
+                    // What the other end wrote is shown in messages and logs: made safe here.
                     return String::from_utf8(line)
+                        .map(|l| shown(l.trim_end_matches('\r')))
                         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not text"));
                 }
                 line.push(byte[0]);
@@ -956,12 +1037,35 @@ impl RemoteSink {
         let port = num(&line, "port")
             .and_then(|p| u16::try_from(p).ok())
             .ok_or_else(|| no(format!("no port in '{line}'")))?;
+        let limits = match (
+            num(&line, "max_secs"),
+            num(&line, "max_sizes"),
+            num(&line, "max_rcvbuf"),
+        ) {
+            (Some(max_secs), Some(max_sizes), Some(max_rcvbuf)) => Some(ServeLimits {
+                max_secs,
+                max_sizes,
+                max_rcvbuf,
+            }),
+            _ => None,
+        };
         Ok(RemoteSink {
             ctl,
             data: SocketAddrV4::new(*server.ip(), port),
             rcvbuf: num(&line, "rcvbuf").unwrap_or(0) as usize,
             server: addr,
+            limits,
         })
+    }
+
+    /// What the server grants (None: a server that does not say).
+    pub fn limits(&self) -> Option<ServeLimits> {
+        self.limits
+    }
+
+    /// The server, for messages.
+    pub fn server(&self) -> &str {
+        &self.server
     }
 
     fn proto(&self, why: impl Into<String>) -> SweepError {
@@ -1018,8 +1122,33 @@ impl Drop for RemoteSink {
     }
 }
 
-/// Longest time a size may last on a server (a client asking more is refused).
+/// Longest time a size may last (`sweep -t`).
 pub const MAX_SIZE_SECS: u64 = 3600;
+
+/// What a `sweep --serve` grants a remote client, announced in its first answer: a client
+/// asking more is refused with the limit, before anything is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Longest time per size (seconds).
+    pub max_secs: u64,
+    /// Most sizes per connection.
+    pub max_sizes: u64,
+    /// Largest receive buffer a client may ask for (bytes).
+    pub max_rcvbuf: u64,
+}
+
+/// The limits of `linerate sweep --serve`: 5 minutes per size, 64 sizes, a 64 MiB receive
+/// buffer (a server run as root sets it with SO_RCVBUFFORCE, past net.core.rmem_max: kernel
+/// memory a stranger must not pin).
+pub const SERVE_LIMITS: ServeLimits = ServeLimits {
+    max_secs: 300,
+    max_sizes: 64,
+    max_rcvbuf: 64 << 20,
+};
+
+/// How long a server waits for a client's next command between sizes (its first line: the
+/// [`CONTROL_TIMEOUT`]).
+pub const SERVE_IDLE: Duration = Duration::from_secs(10);
 
 fn parse_tag(hex: &str) -> Option<[u8; TAG_LEN]> {
     if hex.len() != TAG_LEN * 2 || !hex.is_ascii() {
@@ -1032,95 +1161,234 @@ fn parse_tag(hex: &str) -> Option<[u8; TAG_LEN]> {
     Some(t)
 }
 
-/// `linerate sweep --serve`: answers clients one after the other on `listener` (TCP), counting
-/// their datagrams on `sink`'s UDP socket (the same port), until `stop`. `log` gets a line per
-/// client and per size.
+/// What the accepting thread hands the server.
+enum Event {
+    /// A client to serve (the server was free: it is now busy with it).
+    Client(TcpStream, SocketAddr),
+    /// A client turned away, busy: a line for the log.
+    Refused(String),
+}
+
+/// Writes one line to a client without waiting long on it.
+fn tell(s: &TcpStream, line: &str) {
+    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+    let mut w: &TcpStream = s;
+    let _ = w.write_all(format!("{line}\n").as_bytes());
+}
+
+/// `linerate sweep --serve`: answers one client at a time on `listener` (TCP), counting its
+/// datagrams on `sink`'s UDP socket (the same port), until `stop`, within `limits`. A client
+/// that comes while another is served is told the server is busy (and by whom), not kept
+/// waiting; one that says nothing for [`SERVE_IDLE`] is told so and dropped. `log` gets a line
+/// per client and per size.
 pub fn serve(
     listener: &TcpListener,
     sink: &mut LocalSink,
+    limits: ServeLimits,
     stop: &AtomicBool,
     mut log: impl FnMut(&str),
 ) -> Result<(), SweepError> {
     listener
         .set_nonblocking(true)
         .map_err(os("setting the listener non-blocking"))?;
+    let acceptor = listener
+        .try_clone()
+        .map_err(os("sharing the listener with its accepting thread"))?;
     let default_rcvbuf = sink.rcvbuf();
+    // Who is served now, and since when (None: nobody).
+    let busy: Arc<Mutex<Option<(SocketAddr, Instant)>>> = Arc::new(Mutex::new(None));
+    let done = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel::<Result<Event, io::Error>>();
+    let (b2, d2) = (busy.clone(), done.clone());
+    let thread = std::thread::Builder::new()
+        .name("sweep-accept".into())
+        .spawn(move || accept_loop(&acceptor, &b2, &d2, &tx))
+        .map_err(os("starting the accepting thread"))?;
+    let mut result = Ok(());
     while !stop.load(Ordering::Relaxed) {
-        let (s, peer) = match listener.accept() {
-            Ok(x) => x,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(50));
+        let ev = match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(Ok(ev)) => ev,
+            Ok(Err(e)) => {
+                result = Err(os("accepting a control connection")(e));
+                break;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        let (s, peer) = match ev {
+            Event::Client(s, peer) => (s, peer),
+            Event::Refused(line) => {
+                log(&line);
                 continue;
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(os("accepting a control connection")(e)),
         };
         let _ = s.set_nonblocking(false);
         let _ = s.set_nodelay(true);
         log(&format!("client {peer}"));
-        match serve_one(s, sink, stop, &mut log) {
+        match serve_one(s, sink, limits, stop, &mut log) {
             Ok(()) => log(&format!("client {peer} done")),
             Err(e) => log(&format!("client {peer}: {e}")),
         }
         let _ = sink.set_rcvbuf(default_rcvbuf / 2);
+        *busy.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
-    Ok(())
+    done.store(true, Ordering::Relaxed);
+    let _ = thread.join();
+    result
+}
+
+/// Accepts control connections until `done`: the first while nobody is served goes to the
+/// server (which is then busy), the others are told the server is busy and closed.
+fn accept_loop(
+    l: &TcpListener,
+    busy: &Mutex<Option<(SocketAddr, Instant)>>,
+    done: &AtomicBool,
+    tx: &std::sync::mpsc::Sender<Result<Event, io::Error>>,
+) {
+    while !done.load(Ordering::Relaxed) {
+        let (s, peer) = match l.accept() {
+            Ok(x) => x,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                ) =>
+            {
+                continue
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        };
+        let _ = s.set_nonblocking(false);
+        let mut b = busy.lock().unwrap_or_else(|e| e.into_inner());
+        match *b {
+            None => {
+                *b = Some((peer, Instant::now()));
+                drop(b);
+                if tx.send(Ok(Event::Client(s, peer))).is_err() {
+                    return;
+                }
+            }
+            Some((who, since)) => {
+                drop(b);
+                let secs = since.elapsed().as_secs();
+                tell(
+                    &s,
+                    &format!(
+                        "ERR busy: this server is measuring for {who} (for {secs} s); it serves \
+                         one client at a time: try again when it is done"
+                    ),
+                );
+                let _ = tx.send(Ok(Event::Refused(format!(
+                    "client {peer} refused: busy with {who}"
+                ))));
+            }
+        }
+    }
 }
 
 fn serve_one(
     s: TcpStream,
     sink: &mut LocalSink,
+    limits: ServeLimits,
     stop: &AtomicBool,
     log: &mut impl FnMut(&str),
 ) -> io::Result<()> {
     let mut r = BufReader::new(s);
     let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
-    let hello = read_line(&mut r, CONTROL_TIMEOUT, Some(stop))?;
+    // Reads the next line; a client that says nothing in time is told why it is dropped.
+    let next = |r: &mut BufReader<TcpStream>, limit: Duration| {
+        read_line(r, limit, Some(stop)).inspect_err(|e| {
+            if e.kind() == io::ErrorKind::TimedOut {
+                tell(
+                    r.get_ref(),
+                    &format!("ERR dropped: nothing said for {} s", limit.as_secs_f64()),
+                );
+            }
+        })
+    };
+    let refuse = |r: &mut BufReader<TcpStream>, why: String| {
+        tell(r.get_ref(), &format!("ERR {why}"));
+        bad(why)
+    };
+    let hello = next(&mut r, CONTROL_TIMEOUT)?;
     if !hello.starts_with(HELLO) {
-        let _ = r.get_mut().write_all(b"ERR not a linerate sweep client\n");
-        return Err(bad(format!("not a sweep client: '{}'", hello.trim())));
+        return Err(refuse(
+            &mut r,
+            format!("not a linerate sweep client: '{}'", hello.trim()),
+        ));
     }
     if let Some(b) = num(&hello, "rcvbuf").filter(|b| *b > 0) {
-        if b > 1 << 30 {
-            let _ = r.get_mut().write_all(b"ERR rcvbuf above 1 GiB\n");
-            return Err(bad("rcvbuf above 1 GiB".into()));
+        if b > limits.max_rcvbuf {
+            return Err(refuse(
+                &mut r,
+                format!(
+                    "--rcvbuf {b} B is above this server's limit of {} B",
+                    limits.max_rcvbuf
+                ),
+            ));
         }
         if let Err(e) = sink.set_rcvbuf(b as usize) {
-            let _ = writeln!(r.get_mut(), "ERR {e}");
-            return Err(io::Error::other(e.to_string()));
+            return Err(refuse(&mut r, e.to_string()));
         }
     }
     writeln!(
         r.get_mut(),
-        "OK port={} rcvbuf={}",
+        "OK port={} rcvbuf={} max_secs={} max_sizes={} max_rcvbuf={}",
         sink.addr().port(),
-        sink.rcvbuf()
+        sink.rcvbuf(),
+        limits.max_secs,
+        limits.max_sizes,
+        limits.max_rcvbuf
     )?;
-    let mut limit = CONTROL_TIMEOUT * 10;
+    let mut limit = SERVE_IDLE;
+    let mut sizes = 0u64;
     loop {
-        let line = read_line(&mut r, limit, Some(stop))?;
+        let line = next(&mut r, limit)?;
         let cmd = line.split_whitespace().next().unwrap_or("");
         match cmd {
             "BEGIN" => {
                 let size = num(&line, "size").filter(|s| (TAG_LEN as u64..=65_507).contains(s));
                 let tag = field(&line, "tag").and_then(|t| parse_tag(&t));
-                let secs = num(&line, "secs").filter(|s| *s <= MAX_SIZE_SECS);
+                let secs = num(&line, "secs");
                 let (Some(size), Some(tag), Some(secs)) = (size, tag, secs) else {
-                    writeln!(r.get_mut(), "ERR bad BEGIN: '{}'", line.trim())?;
-                    return Err(bad(format!("bad BEGIN '{}'", line.trim())));
+                    return Err(refuse(&mut r, format!("bad BEGIN: '{}'", line.trim())));
                 };
+                if secs > limits.max_secs {
+                    return Err(refuse(
+                        &mut r,
+                        format!(
+                            "-t {secs} s per size is above this server's limit of {} s",
+                            limits.max_secs
+                        ),
+                    ));
+                }
+                sizes += 1;
+                if sizes > limits.max_sizes {
+                    return Err(refuse(
+                        &mut r,
+                        format!(
+                            "more than {} sizes on one connection (this server's limit)",
+                            limits.max_sizes
+                        ),
+                    ));
+                }
                 if let Err(e) = sink.begin(size as usize, tag) {
-                    writeln!(r.get_mut(), "ERR {e}")?;
-                    return Err(io::Error::other(e.to_string()));
+                    return Err(refuse(&mut r, e.to_string()));
                 }
                 // The client sends for `secs`, then ends the size.
-                limit = Duration::from_secs(secs) + CONTROL_TIMEOUT * 10;
+                limit = Duration::from_secs(secs) + SERVE_IDLE + CONTROL_TIMEOUT;
                 writeln!(r.get_mut(), "READY")?;
             }
             "END" => {
                 let Some(sent) = num(&line, "sent") else {
-                    writeln!(r.get_mut(), "ERR bad END: '{}'", line.trim())?;
-                    return Err(bad(format!("bad END '{}'", line.trim())));
+                    return Err(refuse(&mut r, format!("bad END: '{}'", line.trim())));
                 };
                 let rx = sink.finish(sent, DRAIN_IDLE, DRAIN_LIMIT);
                 log(&format!(
@@ -1138,12 +1406,11 @@ fn serve_one(
                     rx.other,
                     rx.span_ns
                 )?;
-                limit = CONTROL_TIMEOUT * 10;
+                limit = SERVE_IDLE;
             }
             "BYE" => return Ok(()),
             _ => {
-                writeln!(r.get_mut(), "ERR unknown command '{}'", line.trim())?;
-                return Err(bad(format!("unknown command '{}'", line.trim())));
+                return Err(refuse(&mut r, format!("unknown command '{}'", line.trim())));
             }
         }
     }
@@ -1210,7 +1477,8 @@ mod tests {
             LocalSink::bind(None, SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), None).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
-        let server = std::thread::spawn(move || serve(&listener, &mut sink, &st, |_| {}));
+        let server =
+            std::thread::spawn(move || serve(&listener, &mut sink, SERVE_LIMITS, &st, |_| {}));
         let mut remote = Sink::Remote(
             RemoteSink::connect(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), None).unwrap(),
         );

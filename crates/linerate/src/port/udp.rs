@@ -390,6 +390,49 @@ pub fn mac_of(iface: &str) -> io::Result<[u8; 6]> {
     Ok(m)
 }
 
+/// What [`link_of`] tells of an interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// A loopback interface (IFF_LOOPBACK).
+    pub loopback: bool,
+    /// Its MTU (bytes of the IP packet a frame carries).
+    pub mtu: u32,
+}
+
+/// Whether interface `iface` (in the calling thread's network namespace) is a loopback, and
+/// its MTU (SIOCGIFFLAGS, SIOCGIFMTU).
+pub fn link_of(iface: &str) -> io::Result<LinkInfo> {
+    if iface.is_empty() || iface.len() >= libc::IFNAMSIZ || iface.contains('\0') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("'{iface}' is not an interface name"),
+        ));
+    }
+    let fd = udp_socket()?;
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(iface.bytes()) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: `ifr` is a live ifreq with a NUL-terminated name; the kernel writes the flags
+    // into it.
+    if unsafe { libc::ioctl(fd.0, libc::SIOCGIFFLAGS, &mut ifr) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: after SIOCGIFFLAGS the union holds the flags.
+    let flags = unsafe { ifr.ifr_ifru.ifru_flags };
+    // SAFETY: as above; the kernel writes the MTU into the union.
+    if unsafe { libc::ioctl(fd.0, libc::SIOCGIFMTU, &mut ifr) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: after SIOCGIFMTU the union holds the MTU.
+    let mtu = unsafe { ifr.ifr_ifru.ifru_mtu };
+    Ok(LinkInfo {
+        loopback: i32::from(flags) & libc::IFF_LOOPBACK != 0,
+        mtu: mtu.max(0) as u32,
+    })
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
