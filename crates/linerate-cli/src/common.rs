@@ -125,7 +125,7 @@ pub fn forced_stop(sig: i32) -> ! {
         signal_hook::low_level::signal_name(sig).unwrap_or("signal")
     );
     file::seal_all(std::time::Duration::from_millis(500));
-    linerate::port::cluster::remove_published_segments();
+    linerate::cluster::remove_published_segments();
     std::process::exit(130)
 }
 

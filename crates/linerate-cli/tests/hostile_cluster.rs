@@ -323,7 +323,7 @@ fn a_segment_that_is_not_ours_is_refused_by_consumers_and_masters() {
 }
 
 /// Offsets in a version 3 segment (pinned by a unit test beside the layout in
-/// `port/cluster.rs`): the header's state word and the queues' place, and inside a queue's area
+/// `cluster/layout.rs`): the header's state word and the queues' place, and inside a queue's area
 /// the head and tail cursors, the consumer's words and the slots.
 mod layout {
     pub const STATE: u64 = 48;

@@ -8,8 +8,8 @@
 //! A cluster in /dev/shm (`Master::create`) is read the same way from other processes, by
 //! opening `cluster:ID@Q` with `linerate::port::open_rx`.
 use linerate::apps::balance::{Distributor, Mode};
+use linerate::cluster::{ClusterConfig, Master};
 use linerate::mem::{Batch, BATCH};
-use linerate::port::cluster::{ClusterConfig, Master};
 use linerate::port::{open_rx, DropReason, Port, PortOptions};
 use std::time::Duration;
 

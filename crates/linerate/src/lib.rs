@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod apps;
+pub mod cluster;
 pub mod filter;
 pub mod mem;
 pub mod os;

@@ -4,8 +4,8 @@
 use linerate::apps::balance::{
     self, source::SourcePort, BalanceOptions, Distributor, Mode, Threads,
 };
+use linerate::cluster::{ClusterConfig, Master};
 use linerate::mem::{Batch, Desc, Pool, PoolConfig};
-use linerate::port::cluster::{ClusterConfig, Master};
 use linerate::port::{LinkType, Port, PortError, PortStats};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -91,7 +91,7 @@ fn run_threads(
     mode: Mode,
     slots: u32,
     work_ns: u64,
-) -> (Vec<u64>, linerate::port::cluster::ClusterStats) {
+) -> (Vec<u64>, linerate::cluster::ClusterStats) {
     let cfg = ClusterConfig {
         apps: apps.to_vec(),
         slots,

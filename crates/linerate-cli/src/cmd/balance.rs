@@ -13,8 +13,8 @@ use linerate::apps::balance::{
     self, BalanceOptions, BalanceReport, BalanceTick, Distributor, Ended, Mode, ThreadFigures,
     Threads,
 };
+use linerate::cluster::{ClusterConfig, ClusterStats, Master};
 use linerate::filter::Filter;
-use linerate::port::cluster::{ClusterConfig, ClusterStats, Master};
 use linerate::port::file::Inputs;
 use linerate::port::pcap::{PcapPort, WriteFormat};
 use linerate::port::{DropReason, Drops, InterfaceStats, Port, PortError, PortOptions, PortStats};

@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::Parser;
 use linerate::apps::balance::source::SourcePort;
 use linerate::apps::balance::{self, BalanceOptions, BalanceTick, Distributor, Mode, Threads};
-use linerate::port::cluster::{ClusterConfig, ClusterStats, Master};
+use linerate::cluster::{ClusterConfig, ClusterStats, Master};
 use linerate::port::LinkType;
 use linerate::stats::{group, group_f};
 use std::io::Write;

@@ -7,7 +7,8 @@
 
 pub mod afpacket;
 mod aggregate;
-pub mod cluster;
+/// The cluster consumer port lives in [`crate::cluster`]; this path stays for callers.
+pub use crate::cluster;
 pub mod file;
 pub(crate) mod linkstats;
 pub mod mem;
@@ -644,7 +645,7 @@ fn open_one(uri: &str, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
         "pcapng" => file(rest, Some(pcap::WriteFormat::PcapNg)),
         "afpacket" => Ok(Box::new(afpacket::AfPacket::open(rest, opts)?)),
         "xdp" => xdp::open(rest, opts, &xdp::XdpConfig::default()),
-        "cluster" => Ok(Box::new(cluster::ClusterPort::open(rest)?)),
+        "cluster" => Ok(Box::new(crate::cluster::ClusterPort::open(rest)?)),
         "" => {
             if std::path::Path::new(rest).exists()
                 || rest.ends_with(".pcap")

@@ -10,7 +10,7 @@
 //! replaces once per interval. Nothing here touches the data path.
 
 use super::http::{auth_note, serve, Endpoint};
-use crate::port::cluster::ClusterStats;
+use crate::cluster::ClusterStats;
 use crate::port::{DropReason, Drops, PortStats};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -407,7 +407,7 @@ impl MetricsServer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::port::cluster::QueueStats;
+    use crate::cluster::QueueStats;
     use std::io::{Read, Write};
 
     #[test]

@@ -13,9 +13,9 @@
 pub mod lua;
 pub mod source;
 
+use crate::cluster::{ClusterPort, ClusterStats, Master};
 use crate::filter::Filter;
 use crate::mem::{Batch, BATCH};
-use crate::port::cluster::{ClusterPort, ClusterStats, Master};
 use crate::port::{LinkType, Port, PortError};
 use crate::time::mono_ns;
 use crate::wire;

@@ -1,0 +1,473 @@
+//! A consumer: `cluster:ID@Q` reads a queue of a running cluster (zero copy, release by tail),
+//! and may transmit into the cluster through a lane.
+
+use super::err;
+use super::layout::*;
+use super::liveness::{claim, now_ms, same_process, unclaim};
+use super::segment::Segment;
+use super::stats::queue_drops;
+use super::tx::TxLane;
+use crate::mem::{Batch, Desc, Pool};
+use crate::port::{DropReason, Port, PortError, PortStats};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A consumer of a cluster: `cluster:ID@Q` reads queue Q; `cluster:ID` reads the first free
+/// queue (taken at the first `rx`). Either may transmit into the cluster (a transmit lane is
+/// taken at the first `tx`) when the master has an egress port (`-o`).
+///
+/// `rx` hands out descriptors that point into the segment (zero copy) and releases the ones it
+/// handed out at the previous call, like a kernel ring: process (or copy) a batch before
+/// receiving the next. Frames marked [`Desc::F_SHARED`] are read-only. `tx` copies each packet
+/// once into a frame of its lane.
+pub struct ClusterPort {
+    pub(super) name: String,
+    pub(super) seg: Arc<Segment>,
+    /// The queue, once attached.
+    pub(super) rx_q: Option<usize>,
+    pub(super) read: u64,
+    /// The master's head cursor as last read.
+    pub(super) cached_head: u64,
+    pub(super) released: u64,
+    pub(super) owner: u64,
+    pub(super) tx: Option<TxLane>,
+    pub(super) stats: PortStats,
+    pub(super) idle: u32,
+    pub(super) polls: u32,
+    pub(super) master_gone: bool,
+    /// The master ended normally and this queue is done: nothing more to read.
+    pub(super) finished: bool,
+    /// The queue's drop counters when this port attached (its figures start there), and the
+    /// last ones seen (counters only grow, whatever is written into the segment).
+    pub(super) drops_base: [u64; 5],
+    pub(super) drops_seen: [u64; 5],
+}
+
+impl ClusterPort {
+    /// Opens `ID@Q` (a queue) or `ID` (any free queue, and transmit).
+    pub fn open(spec: &str) -> Result<ClusterPort, PortError> {
+        let bad = |why: &str| PortError::BadUri {
+            uri: format!("cluster:{spec}"),
+            why: why.into(),
+        };
+        let (id, q) = match spec.split_once('@') {
+            Some((id, q)) => (id, Some(q)),
+            None => (spec, None),
+        };
+        let id: u32 = id
+            .parse()
+            .map_err(|_| bad("the cluster id is a number: cluster:ID or cluster:ID@QUEUE"))?;
+        let seg = Segment::open(id)?;
+        match q {
+            Some(q) => {
+                let q: usize = q
+                    .parse()
+                    .map_err(|_| bad("the queue is a number: cluster:ID@QUEUE"))?;
+                Self::attach(seg, q)
+            }
+            None => Ok(Self::unattached(seg)),
+        }
+    }
+
+    pub(super) fn unattached(seg: Arc<Segment>) -> ClusterPort {
+        ClusterPort {
+            name: format!("cluster:{}", seg.id),
+            seg,
+            rx_q: None,
+            read: 0,
+            cached_head: 0,
+            released: 0,
+            owner: 0,
+            tx: None,
+            stats: PortStats::default(),
+            idle: 0,
+            polls: 0,
+            master_gone: false,
+            finished: false,
+            drops_base: [0; 5],
+            drops_seen: [0; 5],
+        }
+    }
+
+    /// Attaches to queue `q` of a mapped segment.
+    pub fn attach(seg: Arc<Segment>, q: usize) -> Result<ClusterPort, PortError> {
+        let mut p = Self::unattached(seg);
+        p.name = format!("cluster:{}@{}", p.seg.id, q);
+        p.attach_rx(Some(q))?;
+        Ok(p)
+    }
+
+    pub(super) fn attach_rx(&mut self, want: Option<usize>) -> Result<(), PortError> {
+        let seg = self.seg.clone();
+        let queues: Vec<usize> = match want {
+            Some(q) if q >= seg.queues => {
+                return Err(PortError::BadUri {
+                    uri: self.name.clone(),
+                    why: format!("cluster {} has queues 0..{}", seg.id, seg.queues - 1),
+                })
+            }
+            Some(q) => vec![q],
+            None => (0..seg.queues).collect(),
+        };
+        let mut last = None;
+        for &q in &queues {
+            match claim(&seg.ctl(q).owner) {
+                Ok(owner) => {
+                    seg.ctl(q).attaches.fetch_add(1, Ordering::Relaxed);
+                    self.drops_base = queue_drops(seg.ctl(q));
+                    self.drops_seen = self.drops_base;
+                    seg.ctl(q).heartbeat.store(now_ms(), Ordering::Relaxed);
+                    // Resume at the first descriptor not released: anything a dead predecessor
+                    // held and did not release is delivered again (at least once).
+                    let tail = seg.cursors(q).tail.load(Ordering::Acquire);
+                    self.rx_q = Some(q);
+                    self.owner = owner;
+                    self.read = tail;
+                    self.cached_head = tail;
+                    self.released = tail;
+                    if want.is_none() {
+                        self.name = format!("cluster:{}@{}", seg.id, q);
+                    }
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(match (want, last) {
+            (Some(q), Some(Some(pid))) => err(
+                &self.name,
+                format!("queue {q} already has a consumer (pid {pid})"),
+            ),
+            (None, Some(Some(_))) => err(
+                &self.name,
+                format!(
+                    "all {} queues of cluster {} have a consumer",
+                    seg.queues, seg.id
+                ),
+            ),
+            _ => err(
+                &self.name,
+                "the master is busy reclaiming this queue".into(),
+            ),
+        })
+    }
+
+    /// The queue number, once attached.
+    pub fn queue(&self) -> Option<usize> {
+        self.rx_q
+    }
+
+    /// The segment.
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+
+    /// Releases what was handed out once at least `release_at` descriptors are pending (or
+    /// `all`): one store of `tail` (the master reads that line) per few batches rather than
+    /// per batch while a backlog lasts.
+    #[inline(always)]
+    pub(super) fn release_some(&mut self, all: bool) {
+        if all || self.read - self.released >= self.release_at() {
+            self.release();
+        }
+    }
+
+    /// A quarter of the ring, at most 256 descriptors (4 batches).
+    #[inline(always)]
+    pub(super) fn release_at(&self) -> u64 {
+        (self.seg.slots as u64 / 4).min(4 * crate::mem::BATCH as u64)
+    }
+
+    #[inline(always)]
+    pub(super) fn release(&mut self) {
+        if let Some(q) = self.rx_q {
+            if self.read != self.released {
+                self.seg.cursors(q).tail.store(self.read, Ordering::Release);
+                self.released = self.read;
+            }
+        }
+    }
+
+    /// Whether the master ended (closed the cluster, or died: its pid is looked up when
+    /// `look_at_pid`). A state word that is neither running nor closed is a corrupted segment.
+    pub(super) fn check_master(&mut self, look_at_pid: bool) -> Result<bool, PortError> {
+        let h = self.seg.header();
+        match h.state.load(Ordering::Acquire) {
+            STATE_CLOSED => self.master_gone = true,
+            STATE_RUNNING => {}
+            other => {
+                return Err(self.corrupted(format!("its state word is {other:#x}")));
+            }
+        }
+        if look_at_pid && !same_process(h.master_pid, h.master_start) {
+            self.master_gone = true;
+        }
+        Ok(self.master_gone)
+    }
+
+    /// The master is gone and this queue has nothing more: a normal end when it closed the
+    /// cluster (Ok(0), then [`Port::is_finished`]), an error when it died.
+    pub(super) fn end(&mut self, q: usize) -> Result<usize, PortError> {
+        self.release();
+        // The master may have published more just before it ended (after our last look at
+        // head): the caller's acquire load of the state word saw the close, which the master
+        // stored after its last head, so this load sees everything it enqueued.
+        let head = self.seg.cursors(q).head.load(Ordering::Acquire);
+        if head > self.read && head - self.released <= self.seg.slots as u64 {
+            self.cached_head = head;
+            return Ok(0);
+        }
+        let h = self.seg.header();
+        if h.state.load(Ordering::Acquire) == STATE_CLOSED {
+            self.finished = true;
+            return Ok(0);
+        }
+        Err(err(
+            &self.name,
+            format!(
+                "cluster {} ended: its master (pid {}) died without closing the cluster (killed \
+                 or crashed); {} packets received from this queue",
+                self.seg.id,
+                h.master_pid,
+                crate::stats::group(self.stats.rx_packets)
+            ),
+        ))
+    }
+
+    /// The segment holds something its master never wrote.
+    pub(super) fn corrupted(&self, what: String) -> PortError {
+        err(
+            &self.name,
+            format!(
+                "cluster {} segment is corrupted ({what}): stopping rather than reading garbage; \
+                 {} packets received from this queue",
+                self.seg.id,
+                crate::stats::group(self.stats.rx_packets)
+            ),
+        )
+    }
+
+    /// The master took our queue back: the cluster ended (keep nothing past `taken_at`), or
+    /// it thought us dead (an error).
+    pub(super) fn taken_back(&mut self) -> Result<usize, PortError> {
+        if self.seg.header().state.load(Ordering::Acquire) == STATE_CLOSED {
+            self.finished = true;
+            return Ok(0);
+        }
+        Err(err(
+            &self.name,
+            "the master reclaimed this queue (consumer considered dead); reattach".into(),
+        ))
+    }
+
+    /// After the master took the queue back at its end: how far our reads count (its word).
+    pub(super) fn taken_at(&self, q: usize) -> u64 {
+        let ctl = self.seg.ctl(q);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while ctl.owner.load(Ordering::Acquire) as u32 == RECLAIMING
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        ctl.taken_at.load(Ordering::Acquire)
+    }
+}
+
+impl Port for ClusterPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    #[inline]
+    fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        if self.finished {
+            return Ok(0);
+        }
+        let q = match self.rx_q {
+            Some(q) => q,
+            None => {
+                self.attach_rx(None)?;
+                self.rx_q.unwrap_or(0)
+            }
+        };
+        batch.bind(&self.seg.pool);
+        self.release_some(false);
+        let slots = self.seg.slots as u64;
+        // The master's cursor is read only when what we already know is published ran out: no
+        // cache-line transfer per call while a backlog lasts.
+        if self.read >= self.cached_head {
+            let head = self.seg.cursors(q).head.load(Ordering::Acquire);
+            // The master only moves head forward, at most a ring ahead of what we released.
+            if head < self.read || head - self.released > slots {
+                return Err(self.corrupted(format!(
+                    "queue {q}'s head cursor is {head}, with {} read and {slots} slots",
+                    self.read
+                )));
+            }
+            self.cached_head = head;
+        }
+        let avail = (self.cached_head - self.read) as usize;
+        // The master took the queue back (we were thought dead, or silent for longer than its
+        // consumer timeout, or it ended): stop rather than read frames that are no longer ours.
+        // The owner word has a cache line of its own that changes only then, so this load is
+        // cheap.
+        self.polls = self.polls.wrapping_add(1);
+        let ctl = self.seg.ctl(q);
+        if self.polls.is_multiple_of(64) {
+            ctl.heartbeat.store(now_ms(), Ordering::Relaxed);
+        }
+        if ctl.owner.load(Ordering::Acquire) != self.owner {
+            self.release();
+            return self.taken_back();
+        }
+        let mut n = avail.min(batch.room());
+        if n == 0 {
+            // Nothing to read: give back everything handed out (the master frees it).
+            self.release();
+            self.idle = self.idle.wrapping_add(1);
+            // The closed flag is one load; the master's pid is looked up now and then.
+            if self.master_gone || self.check_master(self.idle.is_multiple_of(1024))? {
+                return self.end(q);
+            }
+            return Ok(0);
+        }
+        self.idle = 0;
+        // Slots [read, read + n) lie in at most two runs of the ring: copy them as slices.
+        let at = (self.read as usize) & (self.seg.slots - 1);
+        let first = n.min(self.seg.slots - at);
+        let before = batch.len();
+        // SAFETY: slots [read, head) were written by the master before its release store of
+        // head (our acquire load, now or at an earlier call); it does not rewrite them until we
+        // move tail past them. Both runs lie inside the slot array (at + first ≤ slots, and the
+        // second starts at slot 0 with n - first < slots descriptors: n ≤ head - read ≤ slots).
+        unsafe {
+            batch.extend(std::slice::from_raw_parts(
+                self.seg.slot(q, self.read),
+                first,
+            ));
+            if first < n {
+                batch.extend(std::slice::from_raw_parts(self.seg.slot(q, 0), n - first));
+            }
+        }
+        // Every descriptor must name a frame of the segment with a length that fits, and a
+        // plausible wire length: checked branch-free in the byte count's loop, one branch per
+        // batch.
+        // A packet is in a regular frame or in a big one (with none, `bspan` is 0: never).
+        let seg = &*self.seg;
+        let (base, span, fmask, cap) = (
+            (seg.frames_off + seg.headroom) as u64,
+            (seg.frames * seg.frame_size) as u64,
+            seg.frame_size as u64 - 1,
+            (seg.frame_size - seg.headroom) as u32,
+        );
+        let (bbase, bspan, bmask, bcap) = (
+            (seg.big_off + seg.headroom) as u64,
+            (seg.big_frames * seg.big_size) as u64,
+            (seg.big_size as u64).saturating_sub(1),
+            seg.big_size.saturating_sub(seg.headroom) as u32,
+        );
+        let bad_desc = |d: &Desc| -> bool {
+            let off = d.addr.wrapping_sub(base);
+            let small = (off & fmask) | (off >= span) as u64 | (d.len > cap) as u64;
+            let boff = d.addr.wrapping_sub(bbase);
+            let big = (boff & bmask) | (boff >= bspan) as u64 | (d.len > bcap) as u64;
+            (small != 0) & (big != 0) | (d.wire_len > MAX_WIRE_LEN)
+        };
+        let mut bytes = 0u64;
+        let mut bad = false;
+        for d in &batch.descs()[before..] {
+            bad |= bad_desc(d);
+            bytes += d.wire_len as u64;
+        }
+        if bad {
+            let (i, d) = batch.descs()[before..]
+                .iter()
+                .enumerate()
+                .find(|(_, d)| bad_desc(d))
+                .map(|(i, d)| (i, *d))
+                .unwrap_or_default();
+            batch.forget_from(before);
+            self.stats.rx_drops.add(DropReason::Malformed, n as u64);
+            return Err(self.corrupted(format!(
+                "queue {q} slot {}: descriptor at offset {:#x}, length {}, wire length {} is \
+                 not a packet in a frame of the segment; {n} descriptors dropped as malformed",
+                (self.read + i as u64) & (slots - 1),
+                d.addr,
+                d.len,
+                d.wire_len
+            )));
+        }
+        ctl.handed.store(self.read + n as u64, Ordering::Relaxed);
+        if self.seg.header().state.load(Ordering::Relaxed) == STATE_CLOSED {
+            // The master is ending and may take the queue back at any moment: make our
+            // `handed` store visible before looking at the owner word (it fences likewise
+            // between its swap of the owner word and its load of `handed`).
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if ctl.owner.load(Ordering::Relaxed) != self.owner {
+                // It did: keep only what it counted as delivered to us.
+                let keep = self.taken_at(q).saturating_sub(self.read).min(n as u64) as usize;
+                if keep < n {
+                    bytes = batch.descs()[before..before + keep]
+                        .iter()
+                        .map(|d| d.wire_len as u64)
+                        .sum();
+                    batch.forget_from(before + keep);
+                    n = keep;
+                }
+                self.finished = true;
+            }
+        }
+        self.read += n as u64;
+        self.stats.rx_packets += n as u64;
+        self.stats.rx_bytes += bytes;
+        Ok(n)
+    }
+
+    fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        self.tx_lane(batch)
+    }
+
+    fn stats(&mut self) -> PortStats {
+        let mut s = self.stats;
+        if let Some(q) = self.rx_q {
+            // The queue's drops since we attached; a counter seen lower than before (written
+            // over in the segment) stays where it was.
+            let now = queue_drops(self.seg.ctl(q));
+            for (seen, v) in self.drops_seen.iter_mut().zip(now) {
+                *seen = (*seen).max(v);
+            }
+            let d = |i: usize| self.drops_seen[i].saturating_sub(self.drops_base[i]);
+            s.rx_drops.add(DropReason::RingFull, d(0));
+            s.rx_drops.add(DropReason::ConsumerGone, d(1));
+            s.rx_drops.add(DropReason::NoFrame, d(2));
+            s.rx_drops.add(DropReason::Unread, d(3));
+            s.rx_drops.add(DropReason::TooBig, d(4));
+        }
+        s
+    }
+
+    fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    fn end_note(&self) -> Option<String> {
+        self.finished
+            .then(|| format!("cluster {} ended: master stopped", self.seg.id))
+    }
+
+    fn pool(&self) -> Option<&Arc<Pool>> {
+        Some(&self.seg.pool)
+    }
+}
+
+impl Drop for ClusterPort {
+    fn drop(&mut self) {
+        self.release();
+        if let Some(q) = self.rx_q {
+            unclaim(&self.seg.ctl(q).owner, self.owner);
+        }
+        if let Some(t) = &self.tx {
+            unclaim(&self.seg.lane_ctl(t.lane).owner, t.owner);
+        }
+    }
+}

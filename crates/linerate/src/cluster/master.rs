@@ -1,0 +1,893 @@
+//! The master: creates the segment, copies each packet once into a frame, distributes
+//! descriptors to queues, takes back what consumers released, and watches its consumers.
+
+use super::consumer::ClusterPort;
+use super::err;
+use super::layout::*;
+use super::liveness::{alive, my_pid, now_ms, proc_stat, same_process};
+use super::segment::{check_owner, not_ours, segment_path, unlink_if_ours, Segment, PUBLISHED};
+use super::stats::{ClusterStats, QueueStats};
+use crate::mem::{Batch, Desc, Region, BATCH};
+use crate::port::PortError;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Per-queue state the master keeps in its own memory.
+pub(super) struct MasterQueue {
+    pub(super) head: u64,
+    pub(super) reclaimed: u64,
+    pub(super) cached_tail: u64,
+    /// Frame index in each slot, as the master put it there.
+    pub(super) shadow: Vec<u32>,
+    /// Descriptors written for this batch, not yet published.
+    pub(super) nstaged: usize,
+    /// Packets of this batch for this queue lost for want of a frame.
+    pub(super) nf_batch: u64,
+    /// This batch's descriptors for the queue, copied into the ring at once.
+    pub(super) stage: Box<[Desc; BATCH]>,
+    /// Local copies of the counters, published once per batch.
+    pub(super) enqueued: u64,
+    pub(super) enqueued_bytes: u64,
+    pub(super) ring_full: u64,
+    pub(super) consumer_gone: u64,
+    pub(super) reclaimed_pkts: u64,
+    pub(super) no_frame: u64,
+    pub(super) too_big: u64,
+    /// Packets taken back unread when the master ended.
+    pub(super) unread: u64,
+    /// The queue had a consumer that left or died: drop for it until one attaches.
+    pub(super) gone: bool,
+}
+
+impl MasterQueue {
+    /// Released by the consumer (or handed to it at the end): every slot given back that was
+    /// not taken from a dead consumer or left unread. Only grows.
+    pub(super) fn delivered(&self) -> u64 {
+        self.reclaimed - self.reclaimed_pkts - self.unread
+    }
+}
+
+/// The master side of a cluster: owns the segment, copies packets into frames and distributes
+/// descriptors. Dropping it closes the cluster (consumers stop) and removes the file.
+pub struct Master {
+    pub(super) seg: Arc<Segment>,
+    pub(super) q: Vec<MasterQueue>,
+    pub(super) free: Frees,
+    /// Longest packet carried in a regular frame, and in any frame.
+    pub(super) cap: usize,
+    pub(super) big_cap: usize,
+    /// Reference count of each frame sent to several queues (fan-out), in the master's own
+    /// memory: nothing a consumer writes can make the master free a frame.
+    pub(super) refcnt: Vec<u32>,
+    pub(super) rx_packets: u64,
+    pub(super) rx_bytes: u64,
+    pub(super) filtered: u64,
+    pub(super) no_frame: u64,
+    pub(super) too_big: u64,
+    pub(super) routed: u64,
+    pub(super) copies: u64,
+    pub(super) space: [u32; MAX_QUEUES],
+    pub(super) tx_tail: Vec<u64>,
+    pub(super) tx_packets: u64,
+    pub(super) tx_bytes: u64,
+    pub(super) tx_dropped: u64,
+    pub(super) tx_malformed: u64,
+    pub(super) tx_batch: Batch,
+    pub(super) batches: u32,
+    pub(super) consumer_timeout_ms: Option<u64>,
+    /// The name this master gave its segment, and the file's (device, inode).
+    pub(super) published: Option<(PathBuf, u64, u64)>,
+}
+
+impl Master {
+    /// Creates cluster `id` in shared memory for consumer processes. An existing segment of a
+    /// running master is an error; a stale one (its master gone) is replaced.
+    pub fn create(id: u32, cfg: &ClusterConfig) -> Result<Master, PortError> {
+        let path = segment_path(id);
+        let who = format!("cluster:{id}");
+        match Region::open_shared(&path) {
+            Ok((old, meta)) => {
+                // Something is there: only a stale segment of ours is replaced.
+                check_owner(&meta, &path, &who, true)?;
+                if let Ok(seg) = Segment::map(old, id, None, &who) {
+                    let h = seg.header();
+                    if h.state.load(Ordering::Acquire) == STATE_RUNNING
+                        && same_process(h.master_pid, h.master_start)
+                    {
+                        return Err(err(
+                            &who,
+                            format!(
+                                "cluster {id} is in use by its master, pid {} ({})",
+                                h.master_pid,
+                                path.display()
+                            ),
+                        ));
+                    }
+                }
+                // Stale (its master died without closing it): replace it. Consumers still
+                // mapping the old file keep the old inode and see a dead master.
+                use std::os::unix::fs::MetadataExt;
+                unlink_if_ours(&path, meta.dev(), meta.ino());
+            }
+            Err(crate::mem::MemError::Shm { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(crate::mem::MemError::Shm { source, .. }) => {
+                return Err(err(&who, not_ours(&path, &source)))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let l = Self::layout(cfg)?;
+        let dir = path.parent().unwrap_or(Path::new("/dev/shm"));
+        let (region, mut shm) = Region::create_shared(dir, l.total)?;
+        let mut m = Self::init(region, id, Some(path.clone()), cfg, &l, &who)?;
+        // Publish only a fully built segment: consumers never see a half-initialised one. The
+        // link fails if the name exists (a file, a link, another master's segment), so of two
+        // masters started at once only one wins, and nothing planted there is followed.
+        let ident = shm.identity();
+        match shm.publish(&path).and(ident) {
+            Ok((dev, ino)) => {
+                m.published = Some((path.clone(), dev, ino));
+                if let Ok(mut l) = PUBLISHED.lock() {
+                    l.push((path, dev, ino));
+                }
+                Ok(m)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(err(
+                &who,
+                format!(
+                    "cluster {id} was just created by another master, or something else took \
+                     its name ({})",
+                    path.display()
+                ),
+            )),
+            Err(source) => Err(PortError::Io {
+                path: path.display().to_string(),
+                source,
+            }),
+        }
+    }
+
+    /// Creates a cluster in anonymous memory, for consumer threads of this process.
+    pub fn anon(cfg: &ClusterConfig) -> Result<Master, PortError> {
+        let l = Self::layout(cfg)?;
+        let region = Region::anon(l.total)?;
+        // Big frames are written sparsely: a huge page there would make 2 MiB resident.
+        region.advise_no_huge(l.big_off, l.big_frames * l.big_size);
+        Self::init(region, 0, None, cfg, &l, "cluster")
+    }
+
+    pub(super) fn layout(cfg: &ClusterConfig) -> Result<Layout, PortError> {
+        let nq = cfg.queues();
+        if nq == 0 || nq > MAX_QUEUES || cfg.apps.contains(&0) {
+            return Err(PortError::BadUri {
+                uri: format!("-n {:?}", cfg.apps),
+                why: format!("1 to {MAX_QUEUES} queues in all, each application at least one"),
+            });
+        }
+        let slots = (cfg.slots.max(64) as usize).next_power_of_two();
+        if !cfg.frame_size.is_power_of_two() || !(256..=65536).contains(&cfg.frame_size) {
+            return Err(PortError::Mem(crate::mem::MemError::Config(format!(
+                "frame size {} must be a power of two from 256 to 65536",
+                cfg.frame_size
+            ))));
+        }
+        let frames = if cfg.frames == 0 {
+            nq * slots + 2 * BATCH
+        } else {
+            (cfg.frames as usize).max(2 * BATCH)
+        };
+        let big = cfg.big_frames as usize;
+        if big > 0
+            && (!cfg.big_frame_size.is_power_of_two()
+                || cfg.big_frame_size <= cfg.frame_size
+                || cfg.big_frame_size > MAX_BIG_FRAME)
+        {
+            return Err(PortError::Mem(crate::mem::MemError::Config(format!(
+                "big frame size {} must be a power of two above the frame size {} and at most                  {MAX_BIG_FRAME}",
+                cfg.big_frame_size, cfg.frame_size
+            ))));
+        }
+        let big_size = if big > 0 {
+            cfg.big_frame_size as usize
+        } else {
+            0
+        };
+        if frames + big >= SOLE as usize {
+            return Err(PortError::Mem(crate::mem::MemError::Config(format!(
+                "{frames} frames: at most {} (-b, or fewer slots per queue)",
+                SOLE - 1
+            ))));
+        }
+        let tx_lanes = (cfg.tx_lanes as usize).min(MAX_QUEUES);
+        let tx_slots = (cfg.tx_slots.max(64) as usize).next_power_of_two();
+        Ok(Layout::new(
+            nq,
+            slots,
+            frames,
+            cfg.frame_size as usize,
+            (big, big_size),
+            tx_lanes,
+            tx_slots,
+        ))
+    }
+
+    pub(super) fn init(
+        region: Region,
+        id: u32,
+        path: Option<PathBuf>,
+        cfg: &ClusterConfig,
+        l: &Layout,
+        who: &str,
+    ) -> Result<Master, PortError> {
+        let base = region.as_ptr();
+        let mut app_of = [0u8; MAX_QUEUES];
+        let mut q = 0;
+        for (a, &n) in cfg.apps.iter().enumerate() {
+            for _ in 0..n {
+                app_of[q] = a as u8;
+                q += 1;
+            }
+        }
+        let headroom = crate::mem::DEFAULT_HEADROOM.min(l.frame_size as u32 / 4);
+        let max = if cfg.max_len == 0 {
+            usize::MAX
+        } else {
+            cfg.max_len as usize
+        };
+        let cap = (l.frame_size - headroom as usize).min(max);
+        let big_cap = if l.big_frames > 0 {
+            (l.big_size - headroom as usize).min(max)
+        } else {
+            cap
+        };
+        let pid = my_pid();
+        let start = proc_stat(pid).map_or(0, |s| s.1);
+        // SAFETY: the region is fresh (zeroed), ours alone, page aligned and at least
+        // HEADER_SIZE bytes; we write the header once before anyone else can map it (the file
+        // gets its name only afterwards, anonymous memory is private).
+        unsafe {
+            (base as *mut Header).write(Header {
+                magic: AtomicU64::new(0),
+                version: VERSION,
+                queues: l.queues as u32,
+                slots: l.slots as u32,
+                frames: l.frames as u32,
+                frame_size: l.frame_size as u32,
+                headroom,
+                master_pid: pid,
+                cluster_id: id,
+                master_start: start,
+                state: AtomicU32::new(STATE_RUNNING),
+                _pad: 0,
+                queue_off: l.queue_off as u64,
+                queue_stride: l.queue_stride as u64,
+                refcnt_off: l.refcnt_off as u64,
+                frames_off: l.frames_off as u64,
+                total_len: l.total as u64,
+                tx_lanes: l.tx_lanes as u32,
+                tx_slots: l.tx_slots as u32,
+                tx_off: l.tx_off as u64,
+                tx_stride: l.tx_stride as u64,
+                app_of,
+                counters: MasterCounters {
+                    rx_packets: AtomicU64::new(0),
+                    rx_bytes: AtomicU64::new(0),
+                    filtered: AtomicU64::new(0),
+                    no_frame: AtomicU64::new(0),
+                    routed: AtomicU64::new(0),
+                    copies: AtomicU64::new(0),
+                    tx_packets: AtomicU64::new(0),
+                    tx_bytes: AtomicU64::new(0),
+                    tx_dropped: AtomicU64::new(0),
+                    tx_malformed: AtomicU64::new(0),
+                    too_big: AtomicU64::new(0),
+                },
+                big_frames: l.big_frames as u32,
+                big_frame_size: l.big_size as u32,
+                big_off: l.big_off as u64,
+            });
+            // Queue control blocks and cursors are all-zero atomics: the fresh mapping already
+            // holds them.
+            (*(base as *const Header))
+                .magic
+                .store(MAGIC, Ordering::Release);
+        }
+        let seg = Arc::new(Segment::map(region, id, path, who)?);
+        let q = (0..l.queues)
+            .map(|_| MasterQueue {
+                head: 0,
+                reclaimed: 0,
+                cached_tail: 0,
+                shadow: vec![0; l.slots],
+                nstaged: 0,
+                nf_batch: 0,
+                stage: Box::new([Desc::default(); BATCH]),
+                enqueued: 0,
+                enqueued_bytes: 0,
+                ring_full: 0,
+                consumer_gone: 0,
+                reclaimed_pkts: 0,
+                no_frame: 0,
+                too_big: 0,
+                unread: 0,
+                gone: false,
+            })
+            .collect();
+        Ok(Master {
+            free: Frees {
+                small: (0..l.frames as u32).rev().collect(),
+                big: (l.frames as u32..(l.frames + l.big_frames) as u32)
+                    .rev()
+                    .collect(),
+                nsmall: l.frames as u32,
+            },
+            refcnt: vec![0; l.frames + l.big_frames],
+            cap,
+            big_cap,
+            seg,
+            q,
+            rx_packets: 0,
+            rx_bytes: 0,
+            filtered: 0,
+            no_frame: 0,
+            too_big: 0,
+            routed: 0,
+            copies: 0,
+            space: [0; MAX_QUEUES],
+            tx_tail: vec![0; l.tx_lanes],
+            tx_packets: 0,
+            tx_bytes: 0,
+            tx_dropped: 0,
+            tx_malformed: 0,
+            tx_batch: Batch::new(),
+            batches: 0,
+            consumer_timeout_ms: None,
+            published: None,
+        })
+    }
+
+    /// The segment.
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+
+    /// Declares a consumer gone when it has not called `rx` for longer than `t` (None: only
+    /// when its process is gone). Its queue is reclaimed; the consumer's next `rx` fails.
+    pub fn set_consumer_timeout(&mut self, t: Option<std::time::Duration>) {
+        self.consumer_timeout_ms = t.map(|d| d.as_millis().max(1) as u64);
+    }
+
+    /// A consumer port for queue `q` in this process (threaded mode).
+    pub fn consumer(&self, q: usize) -> Result<ClusterPort, PortError> {
+        ClusterPort::attach(self.seg.clone(), q)
+    }
+
+    /// A port of this process attached to nothing yet: its first `tx` takes a transmit lane,
+    /// its first `rx` the first free queue (what `cluster:ID` opens).
+    pub fn port(&self) -> ClusterPort {
+        ClusterPort::unattached(self.seg.clone())
+    }
+
+    /// Frames free now (not in any queue).
+    pub fn free_frames(&self) -> usize {
+        self.free.small.len() + self.free.big.len()
+    }
+
+    /// Takes back the frames consumers released.
+    #[inline]
+    pub(super) fn reclaim(&mut self) {
+        let seg = &*self.seg;
+        let mask = seg.slots - 1;
+        for (qi, q) in self.q.iter_mut().enumerate() {
+            if q.reclaimed == q.head {
+                // Nothing outstanding: leave the consumer's cache line alone.
+                continue;
+            }
+            let tail = seg.cursors(qi).tail.load(Ordering::Acquire);
+            // A consumer can only release what it was given.
+            let tail = tail.clamp(q.reclaimed, q.head);
+            q.cached_tail = tail;
+            while q.reclaimed < tail {
+                let f = q.shadow[(q.reclaimed as usize) & mask];
+                release(&mut self.refcnt, &mut self.free, f);
+                q.reclaimed += 1;
+            }
+        }
+    }
+
+    /// Distributes a batch: packet `i` goes to the queues set in `masks[i]` (bit q = queue q;
+    /// 0 = filtered). Each packet is copied once into a frame of the segment; queues without
+    /// room or without a consumer count drops. Never blocks.
+    ///
+    /// Work is per batch wherever it can be: each queue's free space is computed once, drops
+    /// are counted per queue from how many packets asked for it and how many it took, counters
+    /// and cursors are published once per queue, and the per-packet loop only copies the
+    /// packet and writes one descriptor per destination.
+    pub fn distribute(&mut self, batch: &Batch, masks: &[u64]) {
+        self.reclaim();
+        let nq = self.q.len();
+        let all = if nq == 64 { u64::MAX } else { (1u64 << nq) - 1 };
+        let total = batch.len();
+        let n = total.min(masks.len()).min(BATCH);
+        let descs = batch.descs();
+
+        // Per-batch: which queues can take packets, and how many.
+        let mut avail = 0u64;
+        let mut gone = 0u64;
+        for (qi, q) in self.q.iter_mut().enumerate() {
+            q.nstaged = 0;
+            q.nf_batch = 0;
+            let free = self.seg.slots as u64 - (q.head - q.cached_tail);
+            let s = if q.gone {
+                gone |= 1 << qi;
+                0
+            } else {
+                free.min(BATCH as u64) as u32
+            };
+            self.space[qi] = s;
+            if s > 0 {
+                avail |= 1 << qi;
+            }
+        }
+
+        // Per-batch: destination sets, and the receive counters.
+        let mut wants = [0u64; BATCH];
+        let mut any = 0u64;
+        let mut filtered = 0u64;
+        let mut bytes = 0u64;
+        for (i, d) in descs.iter().enumerate() {
+            bytes += d.wire_len as u64;
+            let w = if i < n { masks[i] & all } else { 0 };
+            if i < BATCH {
+                wants[i] = w;
+            }
+            any |= w;
+            filtered += (w == 0) as u64;
+        }
+        self.rx_packets += total as u64;
+        self.rx_bytes += bytes;
+        self.filtered += filtered;
+        self.routed += total as u64 - filtered;
+
+        let seg = &*self.seg;
+        let (cap, big_cap) = (self.cap, self.big_cap);
+        let smask = seg.slots - 1;
+        let region = seg.pool.region();
+        for i in 0..n {
+            let long = descs[i].len as usize > cap;
+            if long && descs[i].len as usize > big_cap {
+                // Longer than any frame: dropped whole for every queue that wanted it, never
+                // cut.
+                let mut m = wants[i];
+                if m != 0 {
+                    self.too_big += 1;
+                }
+                while m != 0 {
+                    let qi = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    self.q[qi].too_big += 1;
+                    self.q[qi].nf_batch += 1;
+                }
+                continue;
+            }
+            let ok = wants[i] & avail;
+            if ok == 0 {
+                continue;
+            }
+            let frame = if long {
+                self.free.big.pop()
+            } else {
+                self.free.small.pop()
+            };
+            let Some(frame) = frame else {
+                self.no_frame += 1;
+                let mut m = ok;
+                while m != 0 {
+                    let qi = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    self.q[qi].no_frame += 1;
+                    self.q[qi].nf_batch += 1;
+                }
+                continue;
+            };
+            let src = &descs[i];
+            let data = batch.data(i);
+            let addr = if long {
+                seg.big_frame_addr(frame)
+            } else {
+                seg.frame_addr(frame)
+            };
+            let len = data.len();
+            // SAFETY: the frame was on the master's free list: no queue holds it and no
+            // consumer can read it until its descriptor is published below.
+            if let Some(dst) = unsafe { region.bytes_mut(addr, len as u32) } {
+                copy_packet(dst, &data[..len]);
+            }
+            let single = ok & (ok - 1) == 0;
+            // A frame for one queue needs no reference count: its slot's shadow entry says so
+            // and the release frees it directly.
+            let held = if single {
+                frame | SOLE
+            } else {
+                // (frame < frames: it came from the free list)
+                self.refcnt[frame as usize] = ok.count_ones();
+                frame
+            };
+            let d = Desc {
+                addr,
+                len: len as u32,
+                flags: if single { 0 } else { Desc::F_SHARED },
+                ..*src
+            };
+            let mut m = ok;
+            while m != 0 {
+                let qi = m.trailing_zeros() as usize;
+                m &= m - 1;
+                let q = &mut self.q[qi];
+                let c = q.head + q.nstaged as u64;
+                q.shadow[(c as usize) & smask] = held;
+                // Staged in the master's memory; copied into the ring once per batch below.
+                q.stage[q.nstaged & (BATCH - 1)] = d;
+                q.enqueued_bytes += d.wire_len as u64;
+                q.nstaged += 1;
+                let s = &mut self.space[qi];
+                *s -= 1;
+                if *s == 0 {
+                    avail &= !(1 << qi);
+                }
+            }
+        }
+
+        // Per queue: drops are what asked for it and was not taken; one cursor store.
+        let mut m = any;
+        let mut copies = 0u64;
+        while m != 0 {
+            let qi = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let offered = wants[..n].iter().filter(|&&w| w >> qi & 1 != 0).count() as u64;
+            copies += offered;
+            let q = &mut self.q[qi];
+            let dropped = offered - q.nstaged as u64 - q.nf_batch;
+            if gone >> qi & 1 != 0 {
+                q.consumer_gone += dropped;
+            } else {
+                q.ring_full += dropped;
+            }
+        }
+        self.copies += copies;
+        for (qi, q) in self.q.iter_mut().enumerate() {
+            if q.nstaged > 0 {
+                // One copy of the batch's descriptors into the ring (at most two runs): each
+                // slot line is written whole at once rather than a descriptor at a time while
+                // the consumer may be reading its neighbours.
+                let n = q.nstaged;
+                let at = (q.head as usize) & smask;
+                let first = n.min(seg.slots - at);
+                // SAFETY: slots [head, head + n) are free: the space check keeps
+                // head - tail + n ≤ slots, so the consumer is not reading them; they become
+                // visible only with the release store of head below. Both runs lie inside
+                // the slot array (at + first ≤ slots, n - first < slots) and do not overlap
+                // the master's own staging array.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(q.stage.as_ptr(), seg.slot(qi, q.head), first);
+                    if first < n {
+                        std::ptr::copy_nonoverlapping(
+                            q.stage.as_ptr().add(first),
+                            seg.slot(qi, 0),
+                            n - first,
+                        );
+                    }
+                }
+                q.head += q.nstaged as u64;
+                q.enqueued += q.nstaged as u64;
+                seg.cursors(qi).head.store(q.head, Ordering::Release);
+            }
+            if gone >> qi & 1 == 0 {
+                // Ask now for the slot lines the next batch writes (in exclusive state): their
+                // last reader was the consumer, and fetching them while the next batch is
+                // received and hashed keeps the slot stores from waiting on them.
+                let room = seg.slots as u64 - (q.head - q.cached_tail);
+                let n = room.min(BATCH as u64);
+                let mut c = q.head;
+                while c < q.head + n {
+                    prefetch_write(seg.slot(qi, c) as *const u8);
+                    c = (c | 1) + 1; // two 32-byte slots per 64-byte line
+                }
+            }
+        }
+        // Counters go to the segment every 8 batches (and at every maintain, stats, close).
+        self.batches = self.batches.wrapping_add(1);
+        if self.batches.is_multiple_of(8) {
+            self.publish();
+        }
+    }
+
+    /// Publishes the local counters into the segment (single writer), for consumers and
+    /// other readers; the master's own figures never come back from the segment.
+    pub(super) fn publish(&self) {
+        let h = &self.seg.header().counters;
+        h.rx_packets.store(self.rx_packets, Ordering::Relaxed);
+        h.rx_bytes.store(self.rx_bytes, Ordering::Relaxed);
+        h.filtered.store(self.filtered, Ordering::Relaxed);
+        h.no_frame.store(self.no_frame, Ordering::Relaxed);
+        h.routed.store(self.routed, Ordering::Relaxed);
+        h.copies.store(self.copies, Ordering::Relaxed);
+        h.tx_packets.store(self.tx_packets, Ordering::Relaxed);
+        h.tx_bytes.store(self.tx_bytes, Ordering::Relaxed);
+        h.tx_dropped.store(self.tx_dropped, Ordering::Relaxed);
+        h.tx_malformed.store(self.tx_malformed, Ordering::Relaxed);
+        h.too_big.store(self.too_big, Ordering::Relaxed);
+        for (qi, q) in self.q.iter().enumerate() {
+            let k = self.seg.ctl(qi);
+            k.enqueued.store(q.enqueued, Ordering::Relaxed);
+            k.enqueued_bytes.store(q.enqueued_bytes, Ordering::Relaxed);
+            k.ring_full.store(q.ring_full, Ordering::Relaxed);
+            k.consumer_gone.store(q.consumer_gone, Ordering::Relaxed);
+            k.reclaimed.store(q.reclaimed_pkts, Ordering::Relaxed);
+            k.no_frame.store(q.no_frame, Ordering::Relaxed);
+            k.too_big.store(q.too_big, Ordering::Relaxed);
+            k.unread.store(q.unread, Ordering::Relaxed);
+            k.delivered.store(q.delivered(), Ordering::Relaxed);
+        }
+    }
+
+    /// Checks consumers (call every ~100 ms, not per batch: it reads /proc): takes back what
+    /// consumers released; a queue whose consumer left or died is reclaimed and its packets
+    /// dropped as `consumer_gone` until a consumer attaches again.
+    pub fn maintain(&mut self) {
+        self.reclaim();
+        let seg = self.seg.clone();
+        for qi in 0..self.q.len() {
+            let ctl = seg.ctl(qi);
+            let owner = ctl.owner.load(Ordering::Acquire);
+            let (gen, pid) = ((owner >> 32) as u32, owner as u32);
+            if gen == 0 || pid == RECLAIMING {
+                continue; // never attached (buffer), or being handled
+            }
+            let silent = self.consumer_timeout_ms.is_some_and(|t| {
+                now_ms().saturating_sub(ctl.heartbeat.load(Ordering::Relaxed)) > t
+            });
+            if pid != 0 && !silent && alive(pid) {
+                self.q[qi].gone = false;
+                continue;
+            }
+            // Left (pid 0) or dead: take the queue back, unless a consumer attaches meanwhile.
+            let busy = (gen as u64) << 32 | RECLAIMING as u64;
+            if ctl
+                .owner
+                .compare_exchange(owner, busy, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                continue;
+            }
+            self.reclaim();
+            let q = &mut self.q[qi];
+            // Everything still in the ring (read by the dead consumer or not) comes back.
+            ctl.taken_at.store(q.reclaimed, Ordering::Relaxed);
+            while q.reclaimed < q.head {
+                let f = q.shadow[(q.reclaimed as usize) & (seg.slots - 1)];
+                release(&mut self.refcnt, &mut self.free, f);
+                q.reclaimed += 1;
+                q.reclaimed_pkts += 1;
+                q.consumer_gone += 1;
+            }
+            q.cached_tail = q.head;
+            seg.cursors(qi).tail.store(q.head, Ordering::Release);
+            q.gone = true;
+            ctl.owner.store((gen as u64) << 32, Ordering::Release);
+        }
+        self.publish();
+    }
+
+    /// Whether every queue is empty or has nobody left to read it (no consumer attached, or a
+    /// dead one): after [`Master::close`], nothing more will be delivered.
+    pub fn drained(&self) -> bool {
+        self.q.iter().enumerate().all(|(qi, q)| {
+            q.reclaimed == q.head || {
+                let pid = self.seg.ctl(qi).owner.load(Ordering::Acquire) as u32;
+                pid == 0 || pid == RECLAIMING || !alive(pid)
+            }
+        })
+    }
+
+    /// A figure that moves while consumers read: the sum over queues of what they released
+    /// and were handed (to tell a draining consumer from a stalled one).
+    pub fn progress(&self) -> u64 {
+        self.q
+            .iter()
+            .enumerate()
+            .map(|(qi, q)| {
+                q.reclaimed
+                    .wrapping_add(self.seg.ctl(qi).handed.load(Ordering::Relaxed))
+            })
+            .fold(0u64, u64::wrapping_add)
+    }
+
+    /// Statistics of the cluster, from the master's own counters (exact, whatever is written
+    /// into the segment), after taking back what consumers released.
+    pub fn stats(&mut self) -> ClusterStats {
+        self.reclaim();
+        self.publish();
+        let queues = self
+            .q
+            .iter()
+            .enumerate()
+            .map(|(qi, q)| QueueStats {
+                app: self.seg.app_of(qi),
+                enqueued: q.enqueued,
+                delivered: q.delivered(),
+                bytes: q.enqueued_bytes,
+                ring_full: q.ring_full,
+                consumer_gone: q.consumer_gone,
+                no_frame: q.no_frame,
+                too_big: q.too_big,
+                unread: q.unread,
+                backlog: q.head - q.reclaimed,
+                consumer_pid: self.seg.consumer_pid(qi),
+                attaches: self.seg.ctl(qi).attaches.load(Ordering::Relaxed),
+            })
+            .collect();
+        ClusterStats {
+            rx_packets: self.rx_packets,
+            rx_bytes: self.rx_bytes,
+            filtered: self.filtered,
+            no_frame: self.no_frame,
+            too_big: self.too_big,
+            routed: self.routed,
+            copies: self.copies,
+            tx_packets: self.tx_packets,
+            tx_bytes: self.tx_bytes,
+            tx_dropped: self.tx_dropped,
+            tx_malformed: self.tx_malformed,
+            queues,
+        }
+    }
+
+    /// Marks the cluster closed: consumers drain their queues and end. Call
+    /// [`Master::take_back`] once they had their chance (see `apps::balance::finish`).
+    pub fn close(&mut self) {
+        self.publish();
+        self.seg
+            .header()
+            .state
+            .store(STATE_CLOSED, Ordering::Release);
+    }
+
+    /// After [`Master::close`]: takes back every queue that still holds packets, so that the
+    /// accounting is final (no backlog). What a live consumer was handed counts as delivered
+    /// (it ends after those), the rest as `unread`; a dead consumer's queue is reclaimed as
+    /// `consumer_gone`. Every frame is free afterwards.
+    pub fn take_back(&mut self) {
+        self.close();
+        self.reclaim();
+        let seg = self.seg.clone();
+        let mask = seg.slots - 1;
+        for qi in 0..self.q.len() {
+            if self.q[qi].reclaimed == self.q[qi].head {
+                continue;
+            }
+            let ctl = seg.ctl(qi);
+            // Own the queue: a consumer attaching or leaving meanwhile makes the swap fail.
+            let (gen, pid) = loop {
+                let owner = ctl.owner.load(Ordering::Acquire);
+                let (gen, pid) = ((owner >> 32) as u32, owner as u32);
+                let busy = (gen as u64) << 32 | RECLAIMING as u64;
+                if ctl
+                    .owner
+                    .compare_exchange(owner, busy, Ordering::SeqCst, Ordering::Acquire)
+                    .is_ok()
+                {
+                    break (gen, pid);
+                }
+            };
+            // Pairs with the consumer's fence between its `handed` store and its owner load
+            // (made once it sees the cluster closed): either it sees the queue is ours now and
+            // keeps only what `taken_at` says, or we see everything it handed out.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            self.reclaim();
+            let q = &mut self.q[qi];
+            let live = pid != 0 && alive(pid);
+            let handed = if live {
+                ctl.handed
+                    .load(Ordering::Relaxed)
+                    .clamp(q.reclaimed, q.head)
+            } else {
+                q.reclaimed
+            };
+            ctl.taken_at.store(handed, Ordering::Relaxed);
+            while q.reclaimed < q.head {
+                let f = q.shadow[(q.reclaimed as usize) & mask];
+                release(&mut self.refcnt, &mut self.free, f);
+                if q.reclaimed >= handed {
+                    if pid != 0 && !live {
+                        q.reclaimed_pkts += 1;
+                        q.consumer_gone += 1;
+                    } else {
+                        q.unread += 1;
+                    }
+                }
+                q.reclaimed += 1;
+            }
+            q.cached_tail = q.head;
+            seg.cursors(qi).tail.store(q.head, Ordering::Release);
+            q.gone = true;
+            ctl.owner.store((gen as u64) << 32, Ordering::Release);
+        }
+        self.publish();
+    }
+}
+
+/// Prefetches the cache line at `p` for writing (a hint: no effect where unsupported).
+#[inline(always)]
+pub(super) fn prefetch_write(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHW is a hint: it never faults, whatever the address, and writes nothing
+    // (CPUs without it, Intel before Broadwell, execute it as a no-op). `_mm_prefetch` with
+    // `_MM_HINT_ET0` would compile to a read prefetch without the `prfchw` target feature.
+    unsafe {
+        std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// The master's free frames: regular ones and big ones (indexes from `nsmall` on).
+pub(super) struct Frees {
+    pub(super) small: Vec<u32>,
+    pub(super) big: Vec<u32>,
+    pub(super) nsmall: u32,
+}
+
+impl Frees {
+    #[inline(always)]
+    pub(super) fn push(&mut self, f: u32) {
+        if f < self.nsmall {
+            self.small.push(f);
+        } else {
+            self.big.push(f);
+        }
+    }
+}
+
+/// Copies a packet into its frame. Packets of 32 to 64 bytes (minimum-size frames) are two
+/// overlapping 32-byte moves inlined here rather than a call to `memcpy` per packet.
+#[inline(always)]
+pub(super) fn copy_packet(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if dst.len() == n && (32..=64).contains(&n) {
+        dst[..32].copy_from_slice(&src[..32]);
+        dst[n - 32..].copy_from_slice(&src[n - 32..]);
+    } else {
+        dst.copy_from_slice(src);
+    }
+}
+
+/// Releases a slot's hold on its frame: a frame held by one queue (`SOLE`) is free at once,
+/// a shared one when its count reaches 0.
+#[inline(always)]
+pub(super) fn release(refcnt: &mut [u32], free: &mut Frees, f: u32) {
+    if f & SOLE != 0 {
+        free.push(f & !SOLE);
+        return;
+    }
+    if let Some(rc) = refcnt.get_mut(f as usize) {
+        *rc = rc.saturating_sub(1);
+        if *rc == 0 {
+            free.push(f);
+        }
+    }
+}
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        self.take_back();
+        if let Some((path, dev, ino)) = self.published.take() {
+            // Consumers keep their mapping; the name is free for the next master.
+            unlink_if_ours(&path, dev, ino);
+            if let Ok(mut l) = PUBLISHED.lock() {
+                l.retain(|(p, d, i)| !(p == &path && *d == dev && *i == ino));
+            }
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! A mapped segment (master or consumer side): where each part of it is, opening and
+//! checking a segment file, and the names this process published.
+
+use super::err;
+use super::layout::*;
+use super::liveness::same_process;
+use crate::mem::{Desc, Pool, Region};
+use crate::port::PortError;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Where cluster segments live.
+pub fn segment_path(id: u32) -> PathBuf {
+    let dir = std::env::var_os("LINERATE_SHM_DIR").unwrap_or_else(|| "/dev/shm".into());
+    Path::new(&dir).join(format!("linerate-cluster-{id}"))
+}
+
+/// A mapped cluster segment (master or consumer side).
+pub struct Segment {
+    pub(super) pool: Arc<Pool>,
+    pub(super) id: u32,
+    pub(super) path: Option<PathBuf>,
+    pub(super) queues: usize,
+    pub(super) slots: usize,
+    pub(super) frames: usize,
+    pub(super) frame_size: usize,
+    pub(super) headroom: usize,
+    pub(super) queue_off: usize,
+    pub(super) queue_stride: usize,
+    pub(super) frames_off: usize,
+    pub(super) big_frames: usize,
+    pub(super) big_size: usize,
+    pub(super) big_off: usize,
+    pub(super) tx_lanes: usize,
+    pub(super) tx_slots: usize,
+    pub(super) tx_off: usize,
+    pub(super) tx_stride: usize,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("id", &self.id)
+            .field("path", &self.path)
+            .field("queues", &self.queues)
+            .field("slots", &self.slots)
+            .field("frames", &self.frames)
+            .finish()
+    }
+}
+
+impl Segment {
+    pub(super) fn base(&self) -> *mut u8 {
+        self.pool.region().as_ptr()
+    }
+
+    pub(super) fn header(&self) -> &Header {
+        // SAFETY: the region is at least HEADER_SIZE bytes (checked when mapped), page aligned,
+        // and Header (< 4 KiB, only integers and atomics) is valid for any bit pattern.
+        unsafe { &*(self.base() as *const Header) }
+    }
+
+    pub(super) fn ctl(&self, q: usize) -> &QueueCtl {
+        debug_assert!(q < self.queues);
+        // SAFETY: q < queues; each queue area starts 4096-aligned inside the region (layout
+        // checked when mapped) and holds a QueueCtl made of atomics at CTL_OFF (64-aligned).
+        unsafe {
+            &*(self
+                .base()
+                .add(self.queue_off + q * self.queue_stride + CTL_OFF)
+                as *const QueueCtl)
+        }
+    }
+
+    pub(super) fn cursors(&self, q: usize) -> &Cursors {
+        // SAFETY: as for ctl; the cursors start the queue area (4096-aligned), atomics only.
+        unsafe { &*(self.base().add(self.queue_off + q * self.queue_stride) as *const Cursors) }
+    }
+
+    #[inline(always)]
+    pub(super) fn slot(&self, q: usize, cursor: u64) -> *mut Desc {
+        let i = (cursor as usize) & (self.slots - 1);
+        // SAFETY: i < slots, and the slot array (slots × 32 bytes) starts at SLOTS_OFF inside
+        // the queue's area (layout checked when mapped).
+        unsafe {
+            (self
+                .base()
+                .add(self.queue_off + q * self.queue_stride + SLOTS_OFF) as *mut Desc)
+                .add(i)
+        }
+    }
+
+    pub(super) fn lane_base(&self, l: usize) -> *mut u8 {
+        debug_assert!(l < self.tx_lanes);
+        // SAFETY: l < tx_lanes: the lane's area lies inside the region (layout checked when
+        // mapped).
+        unsafe { self.base().add(self.tx_off + l * self.tx_stride) }
+    }
+
+    pub(super) fn lane_cursors(&self, l: usize) -> &Cursors {
+        // SAFETY: the cursors start the lane's 4096-aligned area; atomics only.
+        unsafe { &*(self.lane_base(l) as *const Cursors) }
+    }
+
+    pub(super) fn lane_ctl(&self, l: usize) -> &QueueCtl {
+        // SAFETY: a QueueCtl (atomics) at CTL_OFF inside the lane's area, 64-aligned.
+        unsafe { &*(self.lane_base(l).add(CTL_OFF) as *const QueueCtl) }
+    }
+
+    #[inline(always)]
+    pub(super) fn lane_slot(&self, l: usize, cursor: u64) -> *mut Desc {
+        let i = (cursor as usize) & (self.tx_slots - 1);
+        // SAFETY: i < tx_slots; the lane's slot array starts at SLOTS_OFF in its area.
+        unsafe { (self.lane_base(l).add(SLOTS_OFF) as *mut Desc).add(i) }
+    }
+
+    /// Address (in the region) of the packet in the lane frame that goes with slot `cursor`.
+    #[inline(always)]
+    pub(super) fn lane_frame_addr(&self, l: usize, cursor: u64) -> u64 {
+        let i = (cursor as usize) & (self.tx_slots - 1);
+        (self.tx_off
+            + l * self.tx_stride
+            + tx_frames_off(self.tx_slots)
+            + i * self.frame_size
+            + self.headroom) as u64
+    }
+
+    #[inline(always)]
+    pub(super) fn frame_addr(&self, frame: u32) -> u64 {
+        (self.frames_off + frame as usize * self.frame_size + self.headroom) as u64
+    }
+
+    /// Packet address in frame `frame` (an index past the regular frames: a big frame).
+    #[inline]
+    pub(super) fn big_frame_addr(&self, frame: u32) -> u64 {
+        let i = frame as usize - self.frames;
+        (self.big_off + i * self.big_size + self.headroom) as u64
+    }
+
+    /// The pool whose region is this segment (descriptors' addresses point into it).
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// Number of queues.
+    pub fn queues(&self) -> usize {
+        self.queues
+    }
+
+    /// Cluster id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The application (index in `-n`) queue `q` belongs to.
+    pub fn app_of(&self, q: usize) -> usize {
+        self.header().app_of.get(q).copied().unwrap_or(0) as usize
+    }
+
+    /// Whether the master closed the cluster.
+    pub fn is_closed(&self) -> bool {
+        self.header().state.load(Ordering::Acquire) == STATE_CLOSED
+    }
+
+    /// The master's pid.
+    pub fn master_pid(&self) -> u32 {
+        self.header().master_pid
+    }
+
+    /// The consumer attached to queue `q`, if any.
+    pub(super) fn consumer_pid(&self, q: usize) -> Option<u32> {
+        match self.ctl(q).owner.load(Ordering::Relaxed) as u32 {
+            0 | RECLAIMING => None,
+            p => Some(p),
+        }
+    }
+
+    pub(super) fn map(
+        region: Region,
+        id: u32,
+        path: Option<PathBuf>,
+        who: &str,
+    ) -> Result<Segment, PortError> {
+        if region.len() < HEADER_SIZE {
+            return Err(err(who, "segment too small to be a cluster".into()));
+        }
+        // SAFETY: the region holds at least HEADER_SIZE bytes; Header is plain integers and
+        // atomics, valid for any bytes.
+        let h = unsafe { &*(region.as_ptr() as *const Header) };
+        if h.magic.load(Ordering::Acquire) != MAGIC || h.version != VERSION {
+            return Err(err(
+                who,
+                "not a linerate cluster segment (or another version)".into(),
+            ));
+        }
+        let l = Layout::new(
+            h.queues as usize,
+            h.slots as usize,
+            h.frames as usize,
+            h.frame_size as usize,
+            (h.big_frames as usize, h.big_frame_size as usize),
+            h.tx_lanes as usize,
+            h.tx_slots as usize,
+        );
+        let sane = (1..=MAX_QUEUES).contains(&l.queues)
+            && l.slots.is_power_of_two()
+            && (64..=1 << 24).contains(&l.slots)
+            && (1..SOLE as usize).contains(&(l.frames + l.big_frames))
+            && (l.big_frames == 0
+                || (l.big_size.is_power_of_two()
+                    && l.big_size > l.frame_size
+                    && l.big_size <= MAX_BIG_FRAME as usize))
+            && l.big_off as u64 == h.big_off
+            && l.frame_size.is_power_of_two()
+            && (256..=65536).contains(&l.frame_size)
+            && (h.headroom as usize) < l.frame_size
+            && l.queue_off as u64 == h.queue_off
+            && l.queue_stride as u64 == h.queue_stride
+            && l.refcnt_off as u64 == h.refcnt_off
+            && l.frames_off as u64 == h.frames_off
+            && l.tx_lanes <= MAX_QUEUES
+            && (l.tx_lanes == 0
+                || (l.tx_slots.is_power_of_two() && (64..=1 << 24).contains(&l.tx_slots)))
+            && l.tx_off as u64 == h.tx_off
+            && l.tx_stride as u64 == h.tx_stride
+            && l.total as u64 == h.total_len
+            && l.total <= region.len();
+        if !sane {
+            return Err(err(who, "cluster segment header is inconsistent".into()));
+        }
+        let headroom = h.headroom as usize;
+        Ok(Segment {
+            pool: Arc::new(Pool::external(region)),
+            id,
+            path,
+            queues: l.queues,
+            slots: l.slots,
+            frames: l.frames,
+            frame_size: l.frame_size,
+            headroom,
+            queue_off: l.queue_off,
+            queue_stride: l.queue_stride,
+            frames_off: l.frames_off,
+            big_frames: l.big_frames,
+            big_size: l.big_size,
+            big_off: l.big_off,
+            tx_lanes: l.tx_lanes,
+            tx_slots: l.tx_slots,
+            tx_off: l.tx_off,
+            tx_stride: l.tx_stride,
+        })
+    }
+
+    /// Maps the running cluster `id` (a consumer attaching). The file must be a segment of
+    /// ours: a regular file (not a link) owned by root or by this user, writable by its owner
+    /// only; anything else is refused, whatever it holds.
+    pub fn open(id: u32) -> Result<Arc<Segment>, PortError> {
+        let path = segment_path(id);
+        let who = format!("cluster:{id}");
+        let (region, meta) = Region::open_shared(&path).map_err(|e| match e {
+            crate::mem::MemError::Shm { source, .. }
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                err(
+                    &who,
+                    format!(
+                        "no cluster {id} ({} does not exist): start its master first, e.g. \
+                         `linerate balance -i PORT -c {id} -n 1`",
+                        path.display()
+                    ),
+                )
+            }
+            crate::mem::MemError::Shm { source, .. } => err(&who, not_ours(&path, &source)),
+            other => PortError::Mem(other),
+        })?;
+        check_owner(&meta, &path, &who, false)?;
+        let seg = Segment::map(region, id, Some(path), &who)?;
+        let h = seg.header();
+        if h.cluster_id != id {
+            return Err(err(
+                &who,
+                format!(
+                    "{} holds cluster {}, not {id}: refusing it",
+                    segment_path(id).display(),
+                    h.cluster_id
+                ),
+            ));
+        }
+        if h.state.load(Ordering::Acquire) != STATE_RUNNING
+            || !same_process(h.master_pid, h.master_start)
+        {
+            return Err(err(
+                &who,
+                format!(
+                    "cluster {id} is not running (its master, pid {}, has exited): start it again",
+                    h.master_pid
+                ),
+            ));
+        }
+        Ok(Arc::new(seg))
+    }
+}
+
+use crate::sys::process::euid;
+
+/// What to say when the segment's name could not be opened (other than "not there").
+pub(super) fn not_ours(path: &Path, source: &std::io::Error) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let lst = std::fs::symlink_metadata(path);
+    match source.raw_os_error() {
+        Some(libc::ELOOP) => format!(
+            "{} is a symbolic link, not a cluster segment: refusing to follow it (remove it \
+             if it is not yours to keep)",
+            path.display()
+        ),
+        Some(libc::EACCES | libc::EPERM) => format!(
+            "{}: permission denied: the cluster belongs to another user (uid {}); run as that \
+             user",
+            path.display(),
+            lst.map_or("?".to_string(), |m| m.uid().to_string())
+        ),
+        _ => format!("{}: {source}", path.display()),
+    }
+}
+
+/// Refuses a segment file that is not ours: owned by someone other than this user (or root,
+/// when `master` is false: consumers may attach to a root master's cluster), or writable by
+/// anyone but its owner.
+pub(super) fn check_owner(
+    meta: &std::fs::Metadata,
+    path: &Path,
+    who: &str,
+    master: bool,
+) -> Result<(), PortError> {
+    use std::os::unix::fs::MetadataExt;
+    let (uid, mode) = (meta.uid(), meta.mode() & 0o7777);
+    let owner_ok = uid == euid() || (!master && uid == 0);
+    if owner_ok && mode & 0o022 == 0 {
+        return Ok(());
+    }
+    Err(err(
+        who,
+        format!(
+            "{} is owned by uid {uid} with mode {mode:o}: not a segment of ours (a cluster \
+             segment belongs to {} and only its owner may write it); refusing it. Remove it if \
+             it is stale: rm {}",
+            path.display(),
+            if master {
+                "the master's user"
+            } else {
+                "root or you"
+            },
+            path.display()
+        ),
+    ))
+}
+
+/// Segment names this process published and still holds (removed by [`Master`]'s drop, or by
+/// [`remove_published_segments`] on a forced exit): (path, device, inode).
+pub(super) static PUBLISHED: std::sync::Mutex<Vec<(PathBuf, u64, u64)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Removes `path` if it still names the file (device, inode) we published.
+pub(super) fn unlink_if_ours(path: &Path, dev: u64, ino: u64) {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if m.dev() == dev && m.ino() == ino {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Removes the names of every cluster segment this process created and still owns: for a
+/// forced exit (a repeated signal), where the masters' destructors do not run. Consumers keep
+/// their mappings and see the master gone. A name that now points elsewhere is left alone.
+/// Call it from a normal thread (it takes a lock), not from inside a signal handler.
+pub fn remove_published_segments() {
+    let list = match PUBLISHED.lock() {
+        Ok(mut l) => std::mem::take(&mut *l),
+        Err(p) => std::mem::take(&mut *p.into_inner()),
+    };
+    for (path, dev, ino) in list {
+        unlink_if_ours(&path, dev, ino);
+    }
+}
