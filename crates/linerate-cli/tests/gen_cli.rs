@@ -622,10 +622,14 @@ fn rfc2544_throughput_is_one_rate_and_the_ceiling_is_stated() {
 #[test]
 fn an_unreachable_rate_is_reported_as_such() {
     // No machine makes 1 Gpps on one thread: the summary, every interval and the JSON say so.
+    // The output is a file, which takes every packet (a `mem:` wire with no reader drops
+    // what does not fit: then the port, not the generator, limits the rate).
+    let sink = std::env::temp_dir().join(format!("lr-short-{}.pcap", std::process::id()));
+    let sink_uri = format!("pcap:{}", sink.display());
     let out = ok(&run(&[
         "gen",
         "-o",
-        "mem:short",
+        &sink_uri,
         "--rate",
         "1000Mpps",
         "-t",
@@ -654,14 +658,9 @@ fn an_unreachable_rate_is_reported_as_such() {
         assert!(st.starts_with("generator-limited"), "{j}");
     }
     let text = ok(&run(&[
-        "gen",
-        "-o",
-        "mem:short-t",
-        "--rate",
-        "1000Mpps",
-        "-c",
-        "200k",
+        "gen", "-o", &sink_uri, "--rate", "1000Mpps", "-c", "200k",
     ]));
+    let _ = std::fs::remove_file(&sink);
     let rate = text
         .lines()
         .find(|l| l.starts_with("Rate: achieved "))
@@ -671,6 +670,60 @@ fn an_unreachable_rate_is_reported_as_such() {
         "{rate}"
     );
     assert!(text.contains("lower --rate"), "{text}");
+}
+
+#[test]
+fn packets_the_port_dropped_are_not_achieved() {
+    // A `mem:` wire nobody reads holds a few thousand frames and drops the rest: the run sent
+    // only what the port took, and the rate achieved is that, not what was handed to it.
+    let out = ok(&run(&[
+        "gen",
+        "-o",
+        "mem:dropper",
+        "--rate",
+        "50kpps",
+        "-c",
+        "20000",
+        "--json",
+    ]));
+    let s = summary(&out);
+    let (sent, handed, drops) = (
+        s["pkts"].as_u64().unwrap(),
+        s["handed_to_port"].as_u64().unwrap(),
+        s["port_drops"].as_u64().unwrap(),
+    );
+    assert_eq!(handed, 20_000, "{s}");
+    assert!(drops > 0 && sent < handed, "{s}");
+    assert_eq!(sent + drops, handed, "{s}");
+    assert_eq!(s["limited"], "port-limited", "{s}");
+    let pct = s["achieved_pct"].as_f64().unwrap();
+    let taken_share = 100.0 * sent as f64 / handed as f64;
+    assert!(pct < 99.5 && pct < taken_share + 5.0, "{s}");
+    // Every interval that saw drops says so, and the text summary names them.
+    for j in out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|j| j["type"] == "stats")
+    {
+        assert!(j["pkts"].as_u64().unwrap() <= sent, "{j}");
+    }
+    let text = ok(&run(&[
+        "gen",
+        "-o",
+        "mem:dropper-t",
+        "--rate",
+        "50kpps",
+        "-c",
+        "20000",
+    ]));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Sent "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("(of 20'000 handed to the port)"), "{line}");
+    assert!(!line.starts_with("Sent 20'000 "), "{line}");
+    assert!(text.contains("port-limited"), "{text}");
+    assert!(text.contains("it dropped "), "{text}");
 }
 
 #[test]

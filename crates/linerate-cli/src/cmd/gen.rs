@@ -675,6 +675,8 @@ struct Interval {
     /// The schedule moved later / the port was full in the interval.
     slipped: bool,
     port_full: bool,
+    /// Packets the ports dropped in the interval.
+    port_dropped: u64,
 }
 
 fn interval_rates(prev: &[GenTick], cur: &[GenTick]) -> Interval {
@@ -690,19 +692,23 @@ fn interval_rates(prev: &[GenTick], cur: &[GenTick]) -> Interval {
         falling: false,
         slipped: false,
         port_full: false,
+        port_dropped: 0,
     };
     for (p, c) in prev.iter().zip(cur) {
-        iv.pkts += c.pkts;
-        iv.bytes += c.bytes;
+        // What the port took: a packet it dropped was not sent.
+        let (cp, cb, pp, pb) = (c.taken(), c.taken_bytes(), p.taken(), p.taken_bytes());
+        iv.pkts += cp;
+        iv.bytes += cb;
         if c.t_ns > p.t_ns {
             let dt = (c.t_ns - p.t_ns) as f64 / 1e9;
-            let dp = c.pkts.saturating_sub(p.pkts) as f64;
-            iv.interval_pkts += c.pkts.saturating_sub(p.pkts);
-            iv.interval_bytes += c.bytes.saturating_sub(p.bytes);
+            let dp = cp.saturating_sub(pp) as f64;
+            iv.interval_pkts += cp.saturating_sub(pp);
+            iv.interval_bytes += cb.saturating_sub(pb);
             iv.pps += dp / dt;
-            iv.mbps += (c.bytes.saturating_sub(p.bytes) as f64 + 4.0 * dp) * 8.0 / dt / 1e6;
+            iv.mbps += (cb.saturating_sub(pb) as f64 + 4.0 * dp) * 8.0 / dt / 1e6;
             iv.slipped |= c.slipped_ns > p.slipped_ns;
             iv.port_full |= c.port_full > p.port_full;
+            iv.port_dropped += c.drops.total().saturating_sub(p.drops.total());
             // Falling behind: behind at both ends and later at the end, or behind by more
             // than half the interval (longer than a stall of a loaded machine).
             iv.falling |= c.behind
@@ -725,6 +731,9 @@ fn interval_status(iv: &Interval, asked: f64) -> Option<String> {
     }
     let behind = format!("{} ms behind", group_f(iv.behind_ns as f64 / 1e6, 3));
     Some(match (iv.behind, iv.pps < asked) {
+        (_, true) if iv.port_dropped > 0 => {
+            format!("port-limited, it dropped {}", group(iv.port_dropped))
+        }
         (true, true) if iv.falling && iv.port_full => format!("port-limited, {behind}"),
         (true, true) if iv.falling => format!("generator-limited, {behind}"),
         (true, true) => format!("stalled, {behind}"),
@@ -1038,8 +1047,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                     .zip(&cur)
                     .map(|(n, c)| {
                         let pc = PortCount {
-                            packets: c.pkts,
-                            bytes: c.bytes,
+                            packets: c.taken(),
+                            bytes: c.taken_bytes(),
                             drops: c.drops,
                         };
                         (*n, pc)
@@ -1171,8 +1180,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .zip(&reports)
             .map(|(n, r)| {
                 let pc = PortCount {
-                    packets: r.pkts,
-                    bytes: r.bytes,
+                    packets: r.taken(),
+                    bytes: r.taken_bytes(),
                     drops: r.port.tx_drops,
                 };
                 (*n, pc)
@@ -1192,7 +1201,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     if a.json {
         let mut j = serde_json::json!({
-            "type": "summary", "pkts": total.pkts, "bytes": total.bytes,
+            "type": "summary", "pkts": total.taken(), "bytes": total.taken_bytes(),
+            "handed_to_port": total.pkts,
             "elapsed_ms": elapsed * 1e3, "pps": pps, "mbps": mbps,
             "per_stream": reports.iter().flat_map(|r| r.per_stream.clone()).collect::<Vec<u64>>(),
             "port_drops": total.port.tx_drops.total(), "rate_pps": total.rate_pps,
@@ -1224,15 +1234,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let _ = writeln!(
             out,
             "Sent {} pkts, {} bytes in {} ms: {} pps, {} Mbit/s; port drops: {}",
-            group(total.pkts),
-            group(total.bytes),
+            group(total.taken()),
+            group(total.taken_bytes()),
             group_f(elapsed * 1e3, 2),
             group_f(pps, 0),
             group_f(mbps, 2),
             if total.port.tx_drops.total() == 0 {
                 "none".to_string()
             } else {
-                breakdown(&total.port.tx_drops)
+                // What was sent is what the port took; the dropped ones are not in it.
+                format!(
+                    "{} (of {} handed to the port)",
+                    breakdown(&total.port.tx_drops),
+                    group(total.pkts)
+                )
             }
         );
         if total.steered {
@@ -1284,13 +1299,14 @@ fn gen_page(
 ) -> Page {
     for (i, (n, c)) in names.iter().zip(cur).enumerate() {
         // Mbit/s as the interval lines count it: with each frame's 4-byte FCS.
-        let (pps, mbps) = meter.rate(i, c.t_ns, c.pkts, c.bytes + 4 * c.pkts);
+        let (n_pkts, n_bytes) = (c.taken(), c.taken_bytes());
+        let (pps, mbps) = meter.rate(i, c.t_ns, n_pkts, n_bytes + 4 * n_pkts);
         page.ports.push(PortRow {
             port: n.to_string(),
             dir: "tx",
             pps,
             mbps,
-            packets: c.pkts,
+            packets: n_pkts,
             drops: c.drops.total(),
         });
         page.add_drops("tx ", &c.drops);
@@ -1336,6 +1352,15 @@ fn shortfall_detail(w: gen::Shortfall, r: &GenReport) -> String {
             "the generator could not build and hand out packets at this rate on this port \
              and CPU ({} ms behind at the end{gave_up}); lower --rate, add --threads, or give \
              each thread a core of its own (-g)",
+            group_f(r.behind_ns as f64 / 1e6, 3)
+        ),
+        gen::Shortfall::Port if r.port.tx_drops.total() > 0 => format!(
+            "the port did not take packets at this rate: it dropped {} of {} ({}); its ring \
+             was full {} times ({} ms behind at the end{gave_up})",
+            group(r.port.tx_drops.total()),
+            group(r.pkts),
+            breakdown(&r.port.tx_drops),
+            group(r.port_full),
             group_f(r.behind_ns as f64 / 1e6, 3)
         ),
         gen::Shortfall::Port => format!(
@@ -1521,7 +1546,7 @@ fn run_live(
         0.0
     };
     let why = if r.pkts > 1 {
-        gen::shortfall(r.rate_pps, r.pps(), false, false)
+        gen::shortfall(r.rate_pps, r.pps(), r.tx_dropped.unwrap_or(0) > 0, false)
     } else {
         None
     };
@@ -1536,7 +1561,8 @@ fn run_live(
     }
     if a.json {
         let mut j = serde_json::json!({
-            "type": "summary", "engine": "live", "pkts": r.pkts, "bytes": r.bytes,
+            "type": "summary", "engine": "live", "pkts": r.taken(), "program_sent": r.pkts,
+            "bytes": r.bytes,
             "elapsed_ms": elapsed * 1e3, "pps": r.pps(), "mbps": mbps, "runs": r.runs,
             "run_gap_ns": r.run_gap_ns(a.threads), "device_tx_dropped": r.tx_dropped,
             "device_tx_packets": r.tx_packets, "rate_pps": r.rate_pps,
@@ -1553,7 +1579,7 @@ fn run_live(
         let _ = writeln!(
             out,
             "Sent {} pkts, {} bytes in {} ms: {} pps, {} Mbit/s; device drops: {} ({} runs, one every {} ms a thread)",
-            group(r.pkts),
+            group(r.taken()),
             group(r.bytes),
             group_f(elapsed * 1e3, 2),
             group_f(r.pps(), 0),
@@ -1573,7 +1599,14 @@ fn run_live(
                     group_f(r.slipped_ns as f64 / 1e6, 3)
                 );
             }
-            if why.is_some() {
+            if why == Some(gen::Shortfall::Port) {
+                let _ = writeln!(
+                    out,
+                    "  the device dropped {} of the {} frames the program sent",
+                    group(r.pkts - r.taken()),
+                    group(r.pkts)
+                );
+            } else if why.is_some() {
                 let _ = writeln!(
                     out,
                     "  the kernel runs could not send this rate on this interface and CPU; \
@@ -1635,14 +1668,16 @@ fn run_replay(
     outp.finish(&[])
         .with_context(|| format!("replaying {path} on {}", a.output))?;
     let elapsed = r.last_ns.saturating_sub(r.first_ns) as f64 / 1e9;
+    // What left: a packet the output dropped was not replayed.
     let pps = if elapsed > 0.0 {
-        (r.pkts.saturating_sub(1)) as f64 / elapsed
+        (r.taken().saturating_sub(1)) as f64 / elapsed
     } else {
         0.0
     };
     let mut out = std::io::stdout();
     if a.json {
-        let mut j = serde_json::json!({"type": "summary", "pkts": r.pkts, "bytes": r.bytes,
+        let mut j = serde_json::json!({"type": "summary", "pkts": r.taken(),
+            "handed_to_port": r.pkts, "bytes": r.taken_bytes(),
             "loops": r.loops, "elapsed_ms": elapsed * 1e3, "pps": pps,
             "port_drops": r.port.tx_drops.total(), "unsent": r.unsent, "ended": r.ended.text()});
         if opts.speed.is_some() {
@@ -1654,8 +1689,8 @@ fn run_replay(
             out,
             "Replayed {} pkts, {} bytes ({} loop(s) of {}) in {} ms: {} pps; port drops: {}; \
              ended: {}",
-            group(r.pkts),
-            group(r.bytes),
+            group(r.taken()),
+            group(r.taken_bytes()),
             r.loops,
             opts.loops,
             group_f(elapsed * 1e3, 2),

@@ -16,7 +16,7 @@ use crate::apps::gen::{self, template::TemplateSpec, vary::SizeSpec, GenOptions,
 use crate::mem::Batch;
 use crate::port::linkstats::netns;
 use crate::port::udp::{RxBufs, UdpReceiver, UdpSender, MAX_BATCH, RX_COPY};
-use crate::port::{Port, PortStats};
+use crate::port::Port;
 use std::collections::BTreeMap;
 use std::io::{self, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
@@ -333,7 +333,6 @@ pub fn send_size_raw(
     plan: &RawPlan,
     stop: &AtomicBool,
 ) -> Result<TxReport, SweepError> {
-    let before: PortStats = port.stats();
     let opts = GenOptions {
         streams: vec![StreamSpec {
             template: plan.template.clone(),
@@ -351,7 +350,8 @@ pub fn send_size_raw(
         op: format!("{uri}: sending"),
         source: io::Error::other(e.to_string()),
     })?;
-    let drops = rep.port.tx_drops.since(&before.tx_drops);
+    // The report's port counters are this run's own.
+    let drops = rep.port.tx_drops;
     let mut errors = BTreeMap::new();
     for r in crate::port::DropReason::ALL {
         let n = drops.get(r);

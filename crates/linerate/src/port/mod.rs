@@ -147,6 +147,19 @@ impl PortStats {
         s
     }
 
+    /// The counters since `earlier` (a reading of the same port): what one run on a port
+    /// that is used for several did.
+    pub fn since(&self, earlier: &PortStats) -> PortStats {
+        PortStats {
+            rx_packets: self.rx_packets.saturating_sub(earlier.rx_packets),
+            rx_bytes: self.rx_bytes.saturating_sub(earlier.rx_bytes),
+            tx_packets: self.tx_packets.saturating_sub(earlier.tx_packets),
+            tx_bytes: self.tx_bytes.saturating_sub(earlier.tx_bytes),
+            rx_drops: self.rx_drops.since(&earlier.rx_drops),
+            tx_drops: self.tx_drops.since(&earlier.tx_drops),
+        }
+    }
+
     /// Adds another port's (or interface's) counters to these.
     pub fn add(&mut self, o: &PortStats) {
         self.rx_packets += o.rx_packets;

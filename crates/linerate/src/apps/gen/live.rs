@@ -131,17 +131,29 @@ impl LiveReport {
         self.last_ns.saturating_sub(self.first_ns) / per
     }
 
-    /// Packets per second: with a rate, the rate of the runs ([`LiveReport::paced_pps`]);
-    /// without, between the start and the end.
+    /// Packets per second that left: with a rate, the rate of the runs
+    /// ([`LiveReport::paced_pps`]); without, between the start and the end. Frames the device
+    /// dropped on transmit meanwhile did not leave: the rate is cut by their share.
     pub fn pps(&self) -> f64 {
-        if let Some(p) = self.paced_pps {
+        let p = if let Some(p) = self.paced_pps {
+            p
+        } else {
+            let dt = self.last_ns.saturating_sub(self.first_ns);
+            if dt == 0 {
+                return 0.0;
+            }
+            self.pkts as f64 * 1e9 / dt as f64
+        };
+        if self.pkts == 0 {
             return p;
         }
-        let dt = self.last_ns.saturating_sub(self.first_ns);
-        if dt == 0 {
-            return 0.0;
-        }
-        self.pkts as f64 * 1e9 / dt as f64
+        p * self.taken() as f64 / self.pkts as f64
+    }
+
+    /// Frames that left: those the program sent less what the device dropped on transmit
+    /// meanwhile.
+    pub fn taken(&self) -> u64 {
+        self.pkts.saturating_sub(self.tx_dropped.unwrap_or(0))
     }
 }
 

@@ -173,7 +173,7 @@ pub const RATE_TOLERANCE: f64 = 0.005;
 pub enum Shortfall {
     /// The worker could not build and hand out packets fast enough (CPU).
     Generator,
-    /// The port did not take packets fast enough (its ring was full).
+    /// The port did not take packets fast enough (its ring was full, or it dropped them).
     Port,
     /// The schedule was moved later after stalls ([`OnStall::Shift`]).
     Shifted,
@@ -285,16 +285,41 @@ impl GenReport {
     /// batch's packets leave at once, so the last departure would leave out the last batch's
     /// time). With a rate, the gaps are counted, `(pkts - 1) / span`, so that a CBR run on
     /// schedule gives the asked rate; without, the packets, `pkts / span`.
+    ///
+    /// Only the packets the port took count ([`GenReport::taken`]): a packet it dropped (its
+    /// ring full, a `mem:` wire with no room) was not sent.
     pub fn pps(&self) -> f64 {
         let end = self.end_ns.max(self.last_ns);
         let dt = end.saturating_sub(self.first_ns);
-        if dt == 0 || self.pkts == 0 {
+        let n = self.taken();
+        if dt == 0 || n == 0 {
             return 0.0;
         }
         match self.rate_pps {
-            Some(_) if self.pkts < 2 => 0.0,
-            Some(_) => (self.pkts - 1) as f64 * 1e9 / dt as f64,
-            None => self.pkts as f64 * 1e9 / dt as f64,
+            Some(_) if n < 2 => 0.0,
+            Some(_) => (n - 1) as f64 * 1e9 / dt as f64,
+            None => n as f64 * 1e9 / dt as f64,
+        }
+    }
+
+    /// Packets the port took: those handed to it ([`GenReport::pkts`]) less those it dropped
+    /// on transmit.
+    pub fn taken(&self) -> u64 {
+        self.pkts.saturating_sub(self.port.tx_drops.total())
+    }
+
+    /// Bytes the port took: the port's own count when it agrees with [`GenReport::taken`],
+    /// else the bytes handed to it less the dropped packets' share at the mean size.
+    pub fn taken_bytes(&self) -> u64 {
+        let n = self.taken();
+        if n == self.pkts {
+            self.bytes
+        } else if self.port.tx_packets == n {
+            self.port.tx_bytes
+        } else if self.pkts > 0 {
+            (self.bytes as u128 * n as u128 / self.pkts as u128) as u64
+        } else {
+            0
         }
     }
 
@@ -316,7 +341,7 @@ impl GenReport {
         shortfall(
             self.rate_pps,
             pps,
-            self.port_full > 0,
+            self.port_full > 0 || self.port.tx_drops.total() > 0,
             self.on_stall == OnStall::Shift && self.precision.slips > 0,
         )
     }
@@ -656,6 +681,23 @@ pub struct GenTick {
     pub waiting: bool,
 }
 
+impl GenTick {
+    /// Packets the port took so far: those handed to it less those it dropped.
+    pub fn taken(&self) -> u64 {
+        self.pkts.saturating_sub(self.drops.total())
+    }
+
+    /// Bytes the port took so far, at the mean size of the packets handed to it.
+    pub fn taken_bytes(&self) -> u64 {
+        let n = self.taken();
+        if n == self.pkts || self.pkts == 0 {
+            self.bytes
+        } else {
+            (self.bytes as u128 * n as u128 / self.pkts as u128) as u64
+        }
+    }
+}
+
 /// Packets built per slice of waiting time: small enough to fit in a gap of ~1 µs.
 const FILL_CHUNK: usize = 8;
 /// Slack (ns) below which the worker does not start building while it waits.
@@ -744,11 +786,13 @@ pub fn run(
     rep.rate_pps = p.rate_pps();
     rep.on_stall = opts.on_stall;
     let mut abandoned = 0u64;
+    // The port may have served earlier runs (RFC 2544's trials): this run's counters only.
+    let base = port.stats();
     let tick = |port: &mut dyn Port, t, rep: &GenReport, behind: u64, waiting: bool| GenTick {
         t_ns: t,
         pkts: rep.pkts,
         bytes: rep.bytes,
-        drops: port.stats().tx_drops,
+        drops: port.stats().tx_drops.since(&base.tx_drops),
         behind_ns: rep.behind_ns,
         slipped_ns: rep.precision.slipped_ns,
         behind: rep.behind_ns > behind,
@@ -985,7 +1029,7 @@ pub fn run(
     rep.end_ns = clock.now_ns();
     cur.reset();
     nxt.reset();
-    rep.port = port.stats();
+    rep.port = port.stats().since(&base);
     rep.port.tx_drops.add(DropReason::RingFull, abandoned);
     match result {
         // The script's error ends the run; what was sent until then is in the report.
@@ -997,7 +1041,7 @@ pub fn run(
         Ok(()) => {}
     }
     port.flush()?;
-    rep.port = port.stats();
+    rep.port = port.stats().since(&base);
     rep.port.tx_drops.add(DropReason::RingFull, abandoned);
     Ok(rep)
 }
