@@ -974,3 +974,44 @@ fn sigint_stops_a_tool_started_in_the_background_of_a_script() {
     );
     assert!(out.contains("\"summary\""), "{out}");
 }
+
+#[test]
+fn q_is_quiet_on_every_tool_that_prints_as_it_runs() {
+    // -q means the same everywhere: the final summary only. fwd printed l2fwd's block every
+    // -T and watch a table every -i, with no way to keep only the end.
+    let blocks = |args: &[&str], needle: &str| {
+        let o = run(args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).matches(needle).count()
+    };
+    let fwd = [
+        "fwd",
+        "-i",
+        "mem:q-a",
+        "-o",
+        "mem:q-b",
+        "-T",
+        "0.3",
+        "-t",
+        "1.2",
+        "--no-console",
+    ];
+    assert!(blocks(&fwd, "Port statistics") >= 2);
+    let mut quiet = fwd.to_vec();
+    quiet.push("-q");
+    assert_eq!(blocks(&quiet, "Port statistics"), 1);
+    let watch = ["watch", "lo", "-i", "200ms", "-t", "1", "--no-polls"];
+    assert!(blocks(&watch, "hop         rx pkt/s") >= 2);
+    let mut quiet = watch.to_vec();
+    quiet.push("-q");
+    assert_eq!(blocks(&quiet, "hop         rx pkt/s"), 0);
+    assert_eq!(blocks(&quiet, "Summary over"), 1);
+    // And -q is --quiet wherever it exists (balance's ring size is --slots).
+    for tool in [
+        "count", "gen", "fwd", "balance", "flows", "watch", "rfc2544",
+    ] {
+        let o = run(&[tool, "--help"]);
+        let help = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(help.contains("-q, --quiet"), "{tool}: {help}");
+    }
+}

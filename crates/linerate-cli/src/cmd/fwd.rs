@@ -100,6 +100,9 @@ pub struct Args {
     /// Print statistics lines even on a terminal (no live page).
     #[arg(long)]
     pub no_console: bool,
+    /// Print only the final statistics (as -T 0, and no live page).
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
 }
 
 /// The common metrics of forwarding: each port's receive and transmit counters since the
@@ -393,7 +396,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Runs the forwarder with a given stop flag and output (the lab runs it on a thread).
-pub fn run_with(a: Args, stop: &Arc<AtomicBool>, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+pub fn run_with(
+    mut a: Args,
+    stop: &Arc<AtomicBool>,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    if a.quiet {
+        // Only the final block: no periodic ones, no page.
+        a.period = std::time::Duration::ZERO;
+        a.no_console = true;
+    }
     let mut inputs = crate::common::inputs_of([a.input.as_str()]);
     if let Some(s) = &a.script {
         inputs.add_path(s);

@@ -34,6 +34,9 @@ pub struct Args {
     /// napi:napi_poll tracepoint).
     #[arg(long)]
     no_polls: bool,
+    /// Print only the summary (no report per interval).
+    #[arg(short = 'q', long)]
+    quiet: bool,
 }
 
 fn watch_error(e: WatchError) -> anyhow::Error {
@@ -129,13 +132,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         match w.sample() {
             Ok(s) => {
                 let i = watch::diff(&prev, &s).since_start(&first, &s);
-                let text = if a.json {
-                    report::interval_json(&i) + "\n"
-                } else {
-                    report::interval_text(&i)
-                };
-                let _ = out.write_all(text.as_bytes());
-                let _ = out.flush();
+                if !a.quiet {
+                    let text = if a.json {
+                        report::interval_json(&i) + "\n"
+                    } else {
+                        report::interval_text(&i)
+                    };
+                    let _ = out.write_all(text.as_bytes());
+                    let _ = out.flush();
+                }
                 if let Some(m) = &metrics {
                     m.set(report::prometheus_text(
                         &watch::diff(&first, &s).since_start(&first, &s),
