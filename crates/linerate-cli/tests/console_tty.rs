@@ -280,3 +280,70 @@ fn threaded_count_page_shows_each_queue_and_quits_at_once() {
         );
     }
 }
+
+/// `gen -o xdp:vA` (the XDP live-frames engine) on a terminal: its page shows the rate asked
+/// and achieved and the device's drops; `r` steers the rate (the next intervals ask 200'000
+/// pps), `z` is refused with the reason (the kernel sends one template), `q` ends it at once,
+/// and the summary says the rate was steered.
+#[test]
+fn live_engine_page_steers_the_rate_and_refuses_the_size() {
+    if !have_script() || !netns::require_priv() {
+        return;
+    }
+    let p = NetnsPair::new().expect("netns pair");
+    // The peer takes the frames (a veth discards XDP frames when its peer has no program).
+    let obj = linerate_test_support::repo_root().join("bpf/xdp_drop.o");
+    p.ip_in(
+        Side::B,
+        &[
+            "link",
+            "set",
+            "dev",
+            "vB",
+            "xdpdrv",
+            "obj",
+            obj.to_str().unwrap(),
+            "sec",
+            "xdp",
+        ],
+    )
+    .expect("XDP program on the peer");
+    let mut t = Tty::start_in(
+        &format!("ip netns exec {}", p.ns(Side::A)),
+        "gen -o xdp:vA --rate 100kpps -t 25",
+    );
+    t.wait_for("XDP live frames", 0);
+    t.wait_for("Rate: ", 0);
+    let from = t.text().len();
+    t.keys("r200kpps\r");
+    t.wait_for("ok: rate 200kpps", from);
+    // Three intervals at the new rate.
+    std::thread::sleep(Duration::from_secs(3));
+    let from = t.text().len();
+    t.keys("z128\r");
+    // The page draws only the cells that change: the words of the refusal.
+    t.wait_for("refused:", from);
+    t.wait_for("live-frames", from);
+    let from = t.text().len();
+    let pressed = Instant::now();
+    t.keys("q");
+    t.wait_for("exit=", from);
+    let took = pressed.elapsed();
+    let out = t.finish();
+    assert!(took < Duration::from_millis(2500), "q took {took:?}");
+    assert_restored_with(&out, "Rate: steered by commands");
+    // Over the whole run, more than the 100'000 pps first asked: the new rate was followed.
+    let after = &out[out.rfind(LEAVE_ALT).unwrap()..];
+    let sent = after
+        .find("Sent ")
+        .map(|i| &after[i..])
+        .expect("the summary");
+    let pps: f64 = sent
+        .split(" ms: ")
+        .nth(1)
+        .and_then(|r| r.split(" pps").next())
+        .map(|n| n.replace('\'', ""))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no pps in {sent}"));
+    assert!(pps > 110_000.0, "the rate stayed as first asked: {sent}");
+}

@@ -419,20 +419,6 @@ fn live_engine_refusals_name_the_fix() {
             "--engine xsk",
         ),
         (
-            &[
-                "gen",
-                "-o",
-                "xdp:lo",
-                "--engine",
-                "live",
-                "--commands",
-                "-",
-                "-c",
-                "1",
-            ],
-            "--engine xsk",
-        ),
-        (
             &["gen", "-o", "mem:u", "--engine", "live", "-c", "1"],
             "xdp:IFACE",
         ),
@@ -462,6 +448,20 @@ fn live_engine_refusals_name_the_fix() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert_ne!(o.status.code(), Some(2), "{e}");
     assert!(!e.contains("steer"), "{e}");
+    // --engine live follows start, stop and rate from --commands -: not refused either.
+    let o = run(&[
+        "gen",
+        "-o",
+        "xdp:lo",
+        "--engine",
+        "live",
+        "--commands",
+        "-",
+        "-c",
+        "1",
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(2), "{e}");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use crate::common::{flags, metrics, stop_flag, usage};
 use crate::console::commands::Steer;
-use crate::console::{Console, LatencyLine, Meter, Page, PortRow, RateLine};
+use crate::console::{Console, LatencyLine, Meter, Page, PortRow, RateLine, ReadOnly};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::gen::latency::{hist_csv, hist_svg, Tracker};
@@ -1411,8 +1411,10 @@ fn live_iface(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
         Some("--script modifies packets in user space".to_string())
     } else if a.rx.is_some() {
         Some("--rx needs latency probes, which live frames do not carry".to_string())
-    } else if a.commands.is_some() {
-        Some("--commands steers the generator while it runs, which live frames cannot".to_string())
+    } else if a.commands.is_some() && want.is_none() {
+        // Live frames follow start, stop and rate only: auto takes the engine that follows
+        // every command (--engine live --commands - is the rate-only one).
+        Some("--commands: size, dst-mac and count change only on the xsk engine".to_string())
     } else if a.streams > 1 {
         Some("--streams: live frames send one stream".to_string())
     } else if pick(&a.pattern, cfg, "pattern").is_some_and(|p| p != "cbr") {
@@ -1434,13 +1436,18 @@ fn live_iface(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
     }
 }
 
+/// Why the live-frames engine cannot change size, dst-mac or count while it runs.
+const LIVE_FIXED: &str = "not on the XDP live-frames engine: the kernel sends copies of the one \
+                          template built at the start (use --engine xsk to change them while it \
+                          runs)";
+
 /// `linerate gen -o xdp:IFACE` on the live-frames engine.
 fn run_live(
     a: &Args,
     cfg: &ScriptConfig,
     iface: &str,
     on_stall: OnStall,
-    stop: &AtomicBool,
+    stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<ExitCode> {
     use linerate::apps::gen::live::{self, LiveOptions};
     let (mut streams, _, duration) = streams_from(a, cfg, 0)?;
@@ -1456,6 +1463,25 @@ fn run_live(
     let pps = stream.pps.map(|p| p * a.threads as f64);
     // One size (live frames refuse others): bytes are packets times the frame without CRC.
     let frame_len = u64::from(stream.size.bounds().0.saturating_sub(4));
+    // Steering (the page's keys, --commands -): start, stop and the rate; the kernel sends
+    // copies of one template, so size, dst-mac and count stay as started.
+    let with_console =
+        crate::console::wanted(a.json || a.quiet || a.no_console || a.commands.is_some());
+    let steer = if with_console || a.commands.is_some() {
+        let st = Steer::new(
+            vec![stream.clone()],
+            a.threads,
+            link_bps(a, &a.output)?,
+            stop.clone(),
+        )
+        .only(&["start", "stop", "rate", "quit"], LIVE_FIXED.into());
+        Some(Arc::new(Mutex::new(st)))
+    } else {
+        None
+    };
+    let ctl = steer
+        .as_ref()
+        .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).ctl.clone());
     stream.probe = false;
     stream.pps = None;
     let opts = LiveOptions {
@@ -1469,6 +1495,7 @@ fn run_live(
         batch: a.batch,
         seed: a.seed,
         on_stall,
+        control: ctl.clone(),
     };
     live::validate(&opts).map_err(|e| usage(e.to_string()))?;
     let interval = flag(
@@ -1492,21 +1519,57 @@ fn run_live(
         );
     }
     let _ = out.flush();
+    if let (Some(st), Some(_)) = (&steer, &a.commands) {
+        read_commands(st.clone(), a.json);
+    }
     let metrics = metrics::start(a.metrics.as_deref(), "gen", a.quiet)?;
+    let mut page = match (&steer, with_console) {
+        (Some(st), true) => Some(ReadOnly::steered(
+            format!("linerate gen -o {} (XDP live frames)", a.output),
+            stop.clone(),
+            st.clone(),
+            Some(
+                "live frames: s, p and r work; size, dst-mac and count only with --engine xsk"
+                    .into(),
+            ),
+        )?),
+        _ => None,
+    };
     let clock = TscClock::new();
     let t0 = clock.now_ns();
     let (mut prev_p, mut prev_t) = (0u64, t0);
-    let live_count = |p: u64| PortCount {
-        packets: p,
-        bytes: p * frame_len,
-        drops: Drops::default(),
+    if let Some(pg) = page.as_mut() {
+        pg.seed(t0, &[(a.output.clone(), Dir::Tx, PortCount::default())]);
+    }
+    let mut version = ctl.as_ref().map_or(0, |c| c.version());
+    // What the device took: the program's frames less its transmit drops since the start
+    // (named by reason as the kernel's).
+    let live_count = |t: &live::LiveTick| {
+        let mut drops = Drops::default();
+        if let Some(d) = t.tx_dropped {
+            drops.add(linerate::port::DropReason::Kernel, d);
+        }
+        let taken = t.pkts.saturating_sub(t.tx_dropped.unwrap_or(0));
+        PortCount {
+            packets: taken,
+            bytes: taken * frame_len,
+            drops,
+        }
     };
-    let r = live::run(&opts, &clock, stop, interval, |p| {
-        let now = clock.now_ns();
+    let r = live::run(&opts, &clock, stop, interval, |t| {
+        let (p, now) = (live_count(t).packets, t.t_ns);
         let dt = (now - prev_t) as f64 / 1e9;
         let rate = (p - prev_p) as f64 / dt.max(1e-9);
+        // The rate asked now (commands change it; 0 while stopped).
+        let steered = steer.as_ref().map(|s| {
+            let s = s.lock().unwrap_or_else(|e| e.into_inner());
+            (s.asked_pps(), s.sending())
+        });
+        let asked = steered.map_or(pps, |(r, _)| r);
+        let changed = ctl.as_ref().is_some_and(|c| c.version() != version);
+        version = ctl.as_ref().map_or(0, |c| c.version());
         if let Some(m) = &metrics {
-            publish(m, &[(a.output.as_str(), live_count(p))], None, pps, rate);
+            publish(m, &[(a.output.as_str(), live_count(t))], None, asked, rate);
         }
         if a.quiet {
             (prev_p, prev_t) = (p, now);
@@ -1514,10 +1577,35 @@ fn run_live(
         }
         // Runs leave in bursts, so an interval holds a whole number of runs: below the rate
         // by more than the tolerance, say so (the summary judges the run).
-        let short = pps.filter(|&r| rate < r * (1.0 - gen::RATE_TOLERANCE));
-        if a.json {
-            let j = serde_json::json!({"type": "stats", "elapsed_ms": (now - t0) as f64 / 1e6,
-                "pkts": p, "pps": rate, "rate_pps": pps});
+        let short = asked.filter(|&r| r > 0.0 && rate < r * (1.0 - gen::RATE_TOLERANCE));
+        if let Some(pg) = page.as_mut() {
+            let mut c = live_count(t);
+            // Mbit/s as the lines count it: with each frame's 4-byte CRC.
+            c.bytes += 4 * p;
+            let rows = [(a.output.clone(), Dir::Tx, c)];
+            let state = match steered {
+                Some((_, false)) => "stopped".to_string(),
+                _ => format!("sending, size {} (XDP live frames)", frame_len + 4),
+            };
+            let rl = RateLine {
+                asked,
+                achieved: rate,
+            };
+            let mut pg_page = pg.page(&state, now, &rows, &[], Some(rl));
+            pg_page.status = if changed {
+                Some("settings changed".into())
+            } else {
+                short.map(|_| "short: the kernel's runs fell behind".into())
+            };
+            pg.show(pg_page);
+        } else if a.json {
+            let mut j = serde_json::json!({"type": "stats", "elapsed_ms": (now - t0) as f64 / 1e6,
+                "pkts": p, "pps": rate, "rate_pps": asked,
+                "device_tx_dropped": t.tx_dropped});
+            if let Some((_, sending)) = steered {
+                j["sending"] = sending.into();
+                j["status"] = changed.then_some("settings changed").into();
+            }
             let _ = writeln!(std::io::stdout(), "{j}");
         } else {
             let _ = writeln!(
@@ -1538,25 +1626,28 @@ fn run_live(
             usage(format!("-o {}: {e}", a.output))
         }
         e => anyhow::Error::new(e).context(format!("live frames on {iface}")),
-    })?;
+    });
+    // The terminal back before the summary (or the error).
+    drop(page);
+    let r = r?;
     let elapsed = r.last_ns.saturating_sub(r.first_ns) as f64 / 1e9;
     let mbps = if r.pkts > 0 {
         r.pps() * (r.bytes + 4 * r.pkts) as f64 * 8.0 / r.pkts as f64 / 1e6
     } else {
         0.0
     };
-    let why = if r.pkts > 1 {
+    let why = if r.pkts > 1 && !r.steered {
         gen::shortfall(r.rate_pps, r.pps(), r.tx_dropped.unwrap_or(0) > 0, false)
     } else {
         None
     };
     if let Some(m) = &metrics {
-        let mut c = live_count(r.pkts);
-        c.bytes = r.bytes;
-        if let Some(d) = r.tx_dropped {
-            // The device's own transmit drops over the run.
-            c.drops.add(linerate::port::DropReason::Kernel, d);
-        }
+        // The device's own transmit drops over the run.
+        let c = live_count(&live::LiveTick {
+            t_ns: r.last_ns,
+            pkts: r.pkts,
+            tx_dropped: r.tx_dropped,
+        });
         publish(m, &[(a.output.as_str(), c)], None, r.rate_pps, r.pps());
     }
     if a.json {
@@ -1568,7 +1659,10 @@ fn run_live(
             "device_tx_packets": r.tx_packets, "rate_pps": r.rate_pps,
             "limited": why.map(|w| w.name()),
         });
-        if let Some(asked) = r.rate_pps {
+        if r.steered {
+            // Commands changed the rate: the intervals compare asked and achieved.
+            j["steered"] = true.into();
+        } else if let Some(asked) = r.rate_pps {
             j["achieved_pct"] = (100.0 * r.pps() / asked).into();
             j["on_stall"] = on_stall_name(&on_stall).into();
             j["slips"] = r.slips.into();
@@ -1588,7 +1682,13 @@ fn run_live(
             group(r.runs),
             group_f(r.run_gap_ns(a.threads) as f64 / 1e6, 1),
         );
-        if let Some(asked) = r.rate_pps {
+        if r.steered {
+            let _ = writeln!(
+                out,
+                "Rate: steered by commands; {} pps over the whole run",
+                group_f(r.pps(), 0)
+            );
+        } else if let Some(asked) = r.rate_pps {
             let _ = writeln!(out, "Rate: {}", rate_words(r.pps(), asked, why));
             if r.slips > 0 {
                 let _ = writeln!(
@@ -1619,11 +1719,62 @@ fn run_live(
     Ok(ExitCode::SUCCESS)
 }
 
+/// The replay page's state line and its row (the output port's counters) at `t`.
+fn replay_figures(
+    t: &replay::ReplayTick,
+    output: &str,
+    opts: &ReplayOptions,
+) -> (String, Vec<crate::console::Counted>) {
+    // What the output took: the packets handed to it less those it dropped (as the summary).
+    let r = replay::ReplayReport {
+        pkts: t.pkts,
+        bytes: t.bytes,
+        port: t.port,
+        ..Default::default()
+    };
+    let (taken, bytes) = (r.taken(), r.taken_bytes());
+    let c = PortCount {
+        packets: taken,
+        // Mbit/s as gen's lines count it: with each frame's 4-byte CRC.
+        bytes: bytes + 4 * taken,
+        drops: t.port.tx_drops,
+    };
+    let pace = match opts.speed {
+        None => "as fast as possible".to_string(),
+        Some(x) => format!(
+            "at {}x the capture's pace, the last packet {} ms after its time",
+            group_f(x, 2),
+            group_f(t.late_ns as f64 / 1e6, 3)
+        ),
+    };
+    let state = format!(
+        "replaying, loop {} of {}, {pace}",
+        (t.loops + 1).min(opts.loops.max(1)),
+        opts.loops.max(1)
+    );
+    (state, vec![(output.to_string(), Dir::Tx, c)])
+}
+
+/// As fast as possible, the rate line says so with the rate achieved (the row's); at the
+/// capture's pace the asked rate is the capture's own, and the state line says how late the
+/// last packet left instead.
+fn replay_rate(mut p: Page, opts: &ReplayOptions) -> Page {
+    if opts.speed.is_none() {
+        p.rate = Some(RateLine {
+            asked: None,
+            achieved: p.ports.first().map_or(0.0, |r| r.pps),
+        });
+    }
+    p
+}
+
+/// `linerate gen --pcap FILE`: replays a capture (tcpreplay's job); on a terminal its page
+/// (read-only: a replay plays the capture as it is).
 fn run_replay(
     a: &Args,
     path: &str,
     popts: &PortOptions,
-    stop: &AtomicBool,
+    stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<ExitCode> {
     if a.threads != 1 {
         return Err(usage("--pcap replays on one thread"));
@@ -1657,14 +1808,46 @@ fn run_replay(
     };
     crate::common::pin(a.core)?;
     let clock = TscClock::new();
-    let r = replay::run(
+    let interval = flag(
+        "--interval",
+        flags::check_duration(&a.interval, flags::INTERVAL),
+    )?;
+    let mut page = if crate::console::wanted(a.json || a.quiet || a.no_console) {
+        Some(ReadOnly::with_note(
+            format!("linerate gen --pcap {path} -o {}", a.output),
+            stop.clone(),
+            Some(
+                "no commands: a replay plays the capture as --speed, --loop, -c, -t set it".into(),
+            ),
+        )?)
+    } else {
+        None
+    };
+    if let Some(pg) = page.as_mut() {
+        pg.seed(
+            clock.now_ns(),
+            &[(a.output.clone(), Dir::Tx, PortCount::default())],
+        );
+    }
+    let r = replay::run_observed(
         || port::open_rx(path, popts),
         outp.as_mut(),
         &opts,
         &clock,
         stop,
+        interval,
+        |t| {
+            if let Some(pg) = page.as_mut() {
+                let (state, rows) = replay_figures(t, &a.output, &opts);
+                let p = pg.page(&state, t.t_ns, &rows, &[], None);
+                pg.show(replay_rate(p, &opts));
+            }
+        },
     )
-    .with_context(|| format!("replaying {path} on {}", a.output))?;
+    .with_context(|| format!("replaying {path} on {}", a.output));
+    // The terminal back before the summary (or the error).
+    drop(page);
+    let r = r?;
     outp.finish(&[])
         .with_context(|| format!("replaying {path} on {}", a.output))?;
     let elapsed = r.last_ns.saturating_sub(r.first_ns) as f64 / 1e9;
@@ -1711,4 +1894,91 @@ fn run_replay(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::console::keys::CommandLine;
+    use crate::console::page::render_text;
+    use crate::console::{counters_page, Meter};
+    use std::sync::atomic::AtomicBool;
+
+    /// A replay of a capture into a file, three loops as fast as possible, drawn from its own
+    /// progress: the page's row and rate line are the run's packets and rate, its drops none,
+    /// and the state says the loop.
+    #[test]
+    fn the_replay_page_shows_what_the_replay_sent() {
+        let src = linerate_test_support::corpus_dir().join("mptcp-v0.pcap");
+        if !src.exists() {
+            linerate_test_support::skip("tcpdump's test captures are not in the repository");
+            return;
+        }
+        let out = std::env::temp_dir().join(format!("lr-replay-page-{}.pcap", std::process::id()));
+        let uri = format!("pcap:{}", src.display());
+        let o = PortOptions::default();
+        let mut outp = port::open_tx(&format!("pcap:{}", out.display()), &o).unwrap();
+        let opts = ReplayOptions {
+            speed: None,
+            loops: 3,
+            ..Default::default()
+        };
+        let mut ticks = Vec::new();
+        let r = replay::run_observed(
+            || port::open_rx(&uri, &o),
+            outp.as_mut(),
+            &opts,
+            &TscClock::new(),
+            &AtomicBool::new(false),
+            Duration::from_micros(20),
+            |t| ticks.push(*t),
+        )
+        .unwrap();
+        drop(outp);
+        let _ = std::fs::remove_file(&out);
+        assert!(!ticks.is_empty(), "ticks while it ran");
+        assert_eq!(r.pkts, 3 * 264);
+        // The first tick and the run's end, as two intervals of the page.
+        let last = replay::ReplayTick {
+            t_ns: r.last_ns.max(ticks[0].t_ns + 1),
+            pkts: r.pkts,
+            bytes: r.bytes,
+            loops: r.loops,
+            late_ns: 0,
+            port: r.port,
+        };
+        let mut meter = Meter::default();
+        let mut page = None;
+        for t in [ticks[0], last] {
+            let (state, rows) = replay_figures(&t, "pcap:out", &opts);
+            let p = counters_page("replay".into(), state, 0.0, t.t_ns, &rows, &[], &mut meter);
+            page = Some(replay_rate(p, &opts));
+        }
+        let s = render_text(&page.unwrap(), &CommandLine::new(false).prompt(), 100, 20);
+        println!("{s}");
+        let dt = (last.t_ns - ticks[0].t_ns) as f64 / 1e9;
+        let pps = group_f((last.pkts - ticks[0].pkts) as f64 / dt, 0);
+        assert!(
+            s.contains("replaying, loop 3 of 3, as fast as possible"),
+            "{s}"
+        );
+        assert!(
+            s.contains(&format!("Rate: {pps} pps (as fast as possible)")),
+            "{s}"
+        );
+        let row: Vec<&str> = s
+            .lines()
+            .find(|l| l.contains("pcap:out"))
+            .unwrap()
+            .trim_matches(|c| c == '│' || c == ' ')
+            .split_whitespace()
+            .collect();
+        let mbps = group_f(
+            ((last.bytes + 4 * last.pkts) - (ticks[0].bytes + 4 * ticks[0].pkts)) as f64 * 8.0
+                / dt
+                / 1e6,
+            2,
+        );
+        assert_eq!(row, ["pcap:out", "tx", &pps, &mbps, "792", "0"], "{s}");
+    }
 }

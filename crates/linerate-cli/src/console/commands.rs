@@ -29,6 +29,8 @@ pub struct Steer {
     /// The frame sizes now.
     size: SizeSpec,
     stop: Arc<AtomicBool>,
+    /// The commands an engine follows, and why it does not follow the others (None: all).
+    only: Option<(&'static [&'static str], String)>,
 }
 
 impl Steer {
@@ -58,7 +60,15 @@ impl Steer {
             rate: per_stream.map(|p| Rate::Pps(p * streams as f64)),
             size,
             stop,
+            only: None,
         }
+    }
+
+    /// The same, for an engine that follows only the commands `cmds`; the others are refused
+    /// with `why`.
+    pub fn only(mut self, cmds: &'static [&'static str], why: String) -> Steer {
+        self.only = Some((cmds, why));
+        self
     }
 
     /// The rate asked in all now, packets per second (None: as fast as possible; 0 while
@@ -96,6 +106,13 @@ impl Steer {
             arg.filter(|a| !a.is_empty())
                 .ok_or_else(|| format!("{cmd} needs {what}"))
         };
+        if let Some((cmds, why)) = &self.only {
+            const KNOWN: [&str; 7] = ["start", "stop", "rate", "size", "dst-mac", "count", "quit"];
+            let name = if cmd == "q" { "quit" } else { cmd };
+            if !cmds.contains(&name) && KNOWN.contains(&name) {
+                return Err(format!("{cmd}: {why}"));
+            }
+        }
         let none = || -> Result<(), String> {
             match arg {
                 Some(a) => Err(format!("{cmd} takes no value (got '{a}')")),
@@ -240,5 +257,21 @@ mod tests {
         s.exec("  # a comment").unwrap();
         s.exec("quit").unwrap();
         assert!(s.stop.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn an_engine_that_follows_some_commands_refuses_the_others_with_its_reason() {
+        let mut s = steer().only(&["start", "stop", "rate", "quit"], "not here".into());
+        s.exec("rate 3000pps").unwrap();
+        assert_eq!(s.asked_pps(), Some(3000.0));
+        s.exec("stop").unwrap();
+        s.exec("start").unwrap();
+        let before = s.ctl.get();
+        for c in ["size 128", "dst-mac 02:00:00:00:00:09", "count 10"] {
+            let e = s.exec(c).unwrap_err();
+            assert!(e.ends_with(": not here"), "{c}: {e}");
+        }
+        assert!(s.exec("jump").unwrap_err().starts_with("unknown command"));
+        assert_eq!(s.ctl.get(), before);
     }
 }

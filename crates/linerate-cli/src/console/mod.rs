@@ -11,6 +11,7 @@ pub mod term;
 pub use page::{LatencyLine, Page, PortRow, RateLine};
 pub use term::{wanted, Console};
 
+use commands::Steer;
 use linerate::stats::prom::{Dir, PortCount};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -92,10 +93,15 @@ pub fn counters_page(
     page
 }
 
-/// A read-only console, its meter and when it started: what fwd, count, balance and gen's
-/// live and replay engines keep while their page shows. A thread of its own takes the keys
-/// (polled every 50 ms), so `q` and Ctrl-C set the stop flag at once, not at the next
-/// redraw.
+/// What a page does with a command line typed: Ok(true) to quit, Ok(false) done, Err why it
+/// was refused.
+type Handler = Box<dyn FnMut(&str) -> Result<bool, String> + Send>;
+
+/// The page of a tool whose figures come once per interval, its meter and when it started:
+/// what fwd, count and balance keep while their page shows (read-only: only `quit`), and gen's
+/// live-frames engine and replay (steered through [`Steer`], or read-only with a note saying
+/// why). A thread of its own takes the keys (polled every 50 ms), so `q`, Ctrl-C and commands
+/// act at once, not at the next redraw.
 pub struct ReadOnly {
     console: Arc<Mutex<Console>>,
     meter: Meter,
@@ -106,7 +112,7 @@ pub struct ReadOnly {
 }
 
 impl ReadOnly {
-    /// Takes over the terminal for a page titled `title`; `quit` sets `stop`.
+    /// Takes over the terminal for a read-only page titled `title`; `quit` sets `stop`.
     pub fn start(title: String, stop: Arc<AtomicBool>) -> anyhow::Result<ReadOnly> {
         ReadOnly::with_note(title, stop, None)
     }
@@ -118,9 +124,40 @@ impl ReadOnly {
         stop: Arc<AtomicBool>,
         note: Option<String>,
     ) -> anyhow::Result<ReadOnly> {
-        let mut c = Console::start(false)?;
+        let why = note.clone();
+        let handler: Handler =
+            Box::new(move |c: &str| keys::read_only(c).map_err(|e| why.clone().unwrap_or(e)));
+        ReadOnly::open(title, stop, false, note, handler)
+    }
+
+    /// A page whose commands go to `steer` (gen's, checked by the parser of `--commands -`),
+    /// with `note` under it until the first command.
+    pub fn steered(
+        title: String,
+        stop: Arc<AtomicBool>,
+        steer: Arc<Mutex<Steer>>,
+        note: Option<String>,
+    ) -> anyhow::Result<ReadOnly> {
+        let handler: Handler = Box::new(move |c: &str| {
+            steer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .exec(c)
+                .map(|()| matches!(c.trim(), "quit" | "q"))
+        });
+        ReadOnly::open(title, stop, true, note, handler)
+    }
+
+    fn open(
+        title: String,
+        stop: Arc<AtomicBool>,
+        steer: bool,
+        note: Option<String>,
+        mut handler: Handler,
+    ) -> anyhow::Result<ReadOnly> {
+        let mut c = Console::start(steer)?;
         if let Some(n) = note {
-            c.read_only_note(n);
+            c.say(n);
         }
         // The page's frame and keys at once; the figures come with the first interval.
         c.show(Page {
@@ -139,12 +176,13 @@ impl ReadOnly {
                         if !term::key_waiting(std::time::Duration::from_millis(50)) {
                             continue;
                         }
-                        let quit = console
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .quit_asked();
-                        if quit {
-                            stop.store(true, Ordering::SeqCst);
+                        let mut c = console.lock().unwrap_or_else(|e| e.into_inner());
+                        for cmd in c.commands() {
+                            match handler(&cmd) {
+                                Ok(true) => stop.store(true, Ordering::SeqCst),
+                                Ok(false) => c.outcome(&cmd, &Ok(())),
+                                Err(e) => c.outcome(&cmd, &Err(e)),
+                            }
                         }
                     }
                 })
@@ -198,6 +236,14 @@ impl ReadOnly {
         );
         page.rate = rate;
         page
+    }
+
+    /// Takes `rows` read at `t_ns` as the meter's first reading (the start, before any
+    /// interval), so that the first interval's rates are rates.
+    pub fn seed(&mut self, t_ns: u64, rows: &[Counted]) {
+        for (i, (_, _, c)) in rows.iter().enumerate() {
+            self.meter.rate(i, t_ns, c.packets, c.bytes);
+        }
     }
 
     /// Shows `page` as it is.

@@ -4,7 +4,7 @@
 //! dropped), an error (dropped on the way out) or a panic (a panic hook restores it before the
 //! message is printed).
 
-use super::keys::{self, Action, CommandLine};
+use super::keys::{Action, CommandLine};
 use super::page::{self, Page};
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::cursor::{Hide, Show};
@@ -53,8 +53,6 @@ pub struct Console {
     term: Option<Terminal<CrosstermBackend<Stdout>>>,
     line: CommandLine,
     page: Page,
-    /// Why a read-only page takes no commands, when more is to be said than "read-only".
-    note: Option<String>,
 }
 
 impl Console {
@@ -74,7 +72,6 @@ impl Console {
             term: None,
             line: CommandLine::new(steer),
             page: Page::default(),
-            note: None,
         };
         execute!(std::io::stdout(), EnterAlternateScreen, Hide)
             .map_err(|e| anyhow::anyhow!("the console: alternate screen: {e}"))?;
@@ -134,27 +131,9 @@ impl Console {
         self.draw();
     }
 
-    /// For a read-only page: says `note` (why it takes no commands) under the page, and
-    /// gives it for every command refused.
-    pub fn read_only_note(&mut self, note: String) {
-        self.line.set_message(note.clone());
-        self.note = Some(note);
-    }
-
-    /// For a read-only page: takes the keys typed; true when `quit` was asked.
-    pub fn quit_asked(&mut self) -> bool {
-        let mut quit = false;
-        for c in self.commands() {
-            match (keys::read_only(&c), &self.note) {
-                (Ok(q), _) => quit |= q,
-                (Err(_), Some(n)) => {
-                    let e = Err(n.clone());
-                    self.outcome(&c, &e)
-                }
-                (Err(e), None) => self.outcome(&c, &Err(e)),
-            }
-        }
-        quit
+    /// Says `m` on the command line (until the next command's outcome).
+    pub fn say(&mut self, m: String) {
+        self.line.set_message(m);
     }
 }
 

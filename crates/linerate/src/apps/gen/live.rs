@@ -23,6 +23,7 @@
 //!
 //! What a device could not send is read from its counters (`tx_dropped`, before and after).
 
+use super::control::Control;
 use super::sched::{CountPacer, OnStall};
 use super::template::{Template, Vals, L4};
 use super::vary::{Seq, SizeSpec};
@@ -32,6 +33,7 @@ use crate::port::xdp::{obj, sys};
 use crate::port::PortError;
 use crate::time::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The compiled program (rebuilt by `bpf/build.sh`, checked by `tests/xdp_object.rs`).
@@ -68,6 +70,10 @@ pub struct LiveOptions {
     pub seed: u64,
     /// What a paced thread does after a stall.
     pub on_stall: OnStall,
+    /// Steering while it runs (gen's commands): `start`, `stop` and the rate (`pps` of each
+    /// thread) are followed; size, MAC and count changes are not (the kernel sends copies of
+    /// the one template built at the start), and callers refuse them.
+    pub control: Option<Arc<Control>>,
 }
 
 impl Default for LiveOptions {
@@ -86,8 +92,20 @@ impl Default for LiveOptions {
             batch: DEFAULT_BATCH,
             seed: 1,
             on_stall: OnStall::default(),
+            control: None,
         }
     }
+}
+
+/// What the live engine reports about every interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LiveTick {
+    /// When it was read (clock ns).
+    pub t_ns: u64,
+    /// Frames the program sent so far.
+    pub pkts: u64,
+    /// What the device counted as dropped on transmit since the start (None: unreadable).
+    pub tx_dropped: Option<u64>,
 }
 
 /// Results of a live run.
@@ -119,6 +137,8 @@ pub struct LiveReport {
     pub slips: u64,
     /// Time given up, ns.
     pub slipped_ns: u64,
+    /// Whether commands changed the settings during the run (the rate asked then changed).
+    pub steered: bool,
 }
 
 impl LiveReport {
@@ -298,6 +318,8 @@ struct Worker {
     upto_last: u64,
     slips: u64,
     slipped_ns: u64,
+    /// The settings changed during the run.
+    steered: bool,
 }
 
 /// Validates `o` as [`run`] would, without loading anything.
@@ -305,14 +327,14 @@ pub fn validate(o: &LiveOptions) -> Result<(), GenError> {
     build(&o.stream, o.seed).map(|_| ())
 }
 
-/// Runs the live engine until the count, the duration or `stop`. `on_tick(pkts)` gets the
-/// packets sent so far about every `interval`.
+/// Runs the live engine until the count, the duration or `stop`. `on_tick` gets the packets
+/// sent so far and the device's transmit drops about every `interval`.
 pub fn run(
     o: &LiveOptions,
     clock: &dyn Clock,
     stop: &AtomicBool,
     interval: Duration,
-    mut on_tick: impl FnMut(u64),
+    mut on_tick: impl FnMut(&LiveTick),
 ) -> Result<LiveReport, GenError> {
     let iface = o.iface.as_str();
     let threads = o.threads.max(1);
@@ -393,6 +415,7 @@ pub fn run(
         let mut hs = Vec::new();
         for i in 0..threads {
             let (prog, frame, done, tid, halt) = (&prog, &frame, &done[i], &tids[i], &halt);
+            let control = o.control.as_deref();
             // The probe frames are part of the count.
             let count = o.count.map(|c| per(i, c - first));
             let core = core_of(i);
@@ -410,6 +433,7 @@ pub fn run(
                 }
                 let r = work(
                     prog, frame, ifindex, batch, count, pps_t, o.on_stall, deadline, clock, halt,
+                    control,
                 );
                 done.store(true, Ordering::Release);
                 r.map_err(|e| os(iface, "bpf(BPF_PROG_RUN)", e))
@@ -418,6 +442,7 @@ pub fn run(
         // Control: ticks, the deadline and stops (a signal ends the workers' long runs).
         let tick = interval.as_nanos().max(1) as u64;
         let mut next = t0 + tick;
+        let mut version = o.control.as_ref().map(|c| c.version());
         loop {
             if done.iter().all(|d| d.load(Ordering::Acquire)) {
                 break;
@@ -436,8 +461,30 @@ pub fn run(
                     }
                 }
             }
+            // A command: an unpaced thread in a long run is woken to take it (not with a
+            // count, whose runs must end whole to stay exact; they take it at their next run).
+            let v = o.control.as_ref().map(|c| c.version());
+            if v != version {
+                version = v;
+                if o.count.is_none() {
+                    for (d, t) in done.iter().zip(&tids) {
+                        let t = t.load(Ordering::Acquire);
+                        if !d.load(Ordering::Acquire) && t != 0 {
+                            wake(t);
+                        }
+                    }
+                }
+            }
             if now >= next {
-                on_tick(sent(&map, ncpu));
+                let dropped = match (before, sys::link_stats(ifindex).ok()) {
+                    (Some(b), Some(a)) => Some(a.tx_dropped.wrapping_sub(b.tx_dropped)),
+                    _ => None,
+                };
+                on_tick(&LiveTick {
+                    t_ns: now,
+                    pkts: sent(&map, ncpu),
+                    tx_dropped: dropped,
+                });
                 next = now + tick;
             }
             let wait = match deadline {
@@ -476,6 +523,7 @@ pub fn run(
                 rep.runs += w.runs;
                 rep.slips += w.slips;
                 rep.slipped_ns += w.slipped_ns;
+                rep.steered |= w.steered;
                 if o.pps.is_some() {
                     let span = w.last_start.saturating_sub(w.first);
                     let p = if span > 0 && w.upto_last > 0 {
@@ -514,6 +562,7 @@ fn work(
     deadline: Option<u64>,
     clock: &dyn Clock,
     halt: &AtomicBool,
+    control: Option<&Control>,
 ) -> std::io::Result<Worker> {
     let mut w = Worker::default();
     let mut left = count.unwrap_or(u64::MAX);
@@ -522,11 +571,36 @@ fn work(
     w.first = start;
     // A run holds at most a tenth of a second's worth of packets, on schedule or catching up.
     let run_cap = |p: f64| (p / 10.0).max(1.0) as u64;
+    let mut pps = pps;
     let mut pacer = pps.map(|p| CountPacer::new(p, start, on_stall, run_cap(p)));
+    // The settings applied (commands change them: one load per run).
+    let mut applied = control.map(|c| c.version());
+    let mut sending = true;
     while left > 0 && !halt.load(Ordering::Acquire) {
         let now = clock.now_ns();
         if deadline.is_some_and(|d| now >= d) {
             break;
+        }
+        if let Some(c) = control {
+            let v = c.version();
+            if Some(v) != applied {
+                applied = Some(v);
+                let s = c.get();
+                sending = s.sending;
+                pps = s.pps;
+                // The schedule starts again from now at the new rate.
+                if let Some(pc) = &pacer {
+                    let (n, ns) = pc.slipped();
+                    w.slips += n;
+                    w.slipped_ns += ns;
+                }
+                pacer = pps.map(|p| CountPacer::new(p, now, on_stall, run_cap(p)));
+                w.steered = true;
+            }
+            if !sending {
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
         }
         let n = match pps {
             None => left.min(LONG_RUN),
@@ -536,7 +610,11 @@ fn work(
                 let pacer = pacer.as_mut().expect("a pacer with a rate");
                 let n = pacer.allowed(now).min(run_cap(p));
                 if n == 0 {
-                    let wait = pacer.next_at().saturating_sub(now);
+                    let mut wait = pacer.next_at().saturating_sub(now);
+                    if control.is_some() {
+                        // A command is taken within 50 ms even at a low rate.
+                        wait = wait.min(50_000_000);
+                    }
                     if wait > 200_000 {
                         std::thread::sleep(Duration::from_nanos(wait - 100_000));
                     }
@@ -568,7 +646,9 @@ fn work(
         }
     }
     if let Some(pc) = &pacer {
-        (w.slips, w.slipped_ns) = pc.slipped();
+        let (n, ns) = pc.slipped();
+        w.slips += n;
+        w.slipped_ns += ns;
     }
     Ok(w)
 }

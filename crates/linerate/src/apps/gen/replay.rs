@@ -124,13 +124,56 @@ const SLICE_NS: u64 = 20_000_000;
 
 /// Replays the captures `open()` returns (called once per loop) on `out`.
 pub fn run(
-    mut open: impl FnMut() -> Result<Box<dyn Port>, PortError>,
+    open: impl FnMut() -> Result<Box<dyn Port>, PortError>,
     out: &mut dyn Port,
     opts: &ReplayOptions,
     clock: &dyn Clock,
     stop: &AtomicBool,
 ) -> Result<ReplayReport, PortError> {
+    run_observed(open, out, opts, clock, stop, Duration::MAX, |_| {})
+}
+
+/// A replay's progress, given about every interval by [`run_observed`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReplayTick {
+    /// When it was read (clock ns).
+    pub t_ns: u64,
+    /// Packets and bytes sent so far (as [`ReplayReport`] counts them).
+    pub pkts: u64,
+    /// Bytes sent so far.
+    pub bytes: u64,
+    /// Loops of the capture played whole so far.
+    pub loops: u64,
+    /// At the capture's pace: how late the last packet left after its scheduled time (ns);
+    /// 0 as fast as possible.
+    pub late_ns: u64,
+    /// The output port's counters (its drops by reason).
+    pub port: PortStats,
+}
+
+/// As [`run`], calling `on_tick` about every `interval` (between batches: one comparison of
+/// the clock already read per batch, and a wait for the capture's pace ticks too).
+pub fn run_observed(
+    mut open: impl FnMut() -> Result<Box<dyn Port>, PortError>,
+    out: &mut dyn Port,
+    opts: &ReplayOptions,
+    clock: &dyn Clock,
+    stop: &AtomicBool,
+    interval: Duration,
+    mut on_tick: impl FnMut(&ReplayTick),
+) -> Result<ReplayReport, PortError> {
     let mut rep = ReplayReport::default();
+    let iv = interval.as_nanos().min(u64::MAX as u128) as u64;
+    let mut next_tick = clock.now_ns().saturating_add(iv);
+    let mut late_ns = 0u64;
+    let tick = |rep: &ReplayReport, out: &mut dyn Port, now: u64, late_ns: u64| ReplayTick {
+        t_ns: now,
+        pkts: rep.pkts,
+        bytes: rep.bytes,
+        loops: rep.loops,
+        late_ns,
+        port: out.stats(),
+    };
     let mut batch = Batch::new();
     let mut send = Batch::new();
     let sleep_above = opts.sleep_above.as_nanos() as u64;
@@ -219,6 +262,10 @@ pub fn run(
                             rep.ended = e;
                             break 'outer;
                         }
+                        if now >= next_tick {
+                            next_tick = now.saturating_add(iv);
+                            on_tick(&tick(&rep, &mut *out, now, late_ns));
+                        }
                         if t - now > sleep_above {
                             let ns = (t - now - sleep_above / 2).min(SLICE_NS);
                             std::thread::sleep(Duration::from_nanos(ns));
@@ -237,6 +284,7 @@ pub fn run(
                         }
                         pacer.depart(s, now);
                         rep.precision.record(s, now);
+                        late_ns = now.saturating_sub(s);
                         m += 1;
                     }
                 }
@@ -269,6 +317,10 @@ pub fn run(
                     send.clear();
                 }
                 k += m;
+                if now >= next_tick {
+                    next_tick = now.saturating_add(iv);
+                    on_tick(&tick(&rep, &mut *out, now, late_ns));
+                }
             }
             batch.forget();
         }
