@@ -255,7 +255,12 @@ fn register(s: &Arc<Shared>) {
 /// `write_vectored` call is taken whole as one record (the buffer grows for a record larger than
 /// it), and only whole records are written out.
 pub struct RecordFile {
+    /// Allocated once (zeroed, `cap` bytes, more for a larger record); `buf[..used]` is
+    /// buffered.
     buf: Vec<u8>,
+    used: usize,
+    /// `cap` while writes succeed, 0 once one failed.
+    room: usize,
     /// End offset in `buf` of each buffered record.
     ends: Vec<usize>,
     cap: usize,
@@ -288,10 +293,13 @@ impl RecordFile {
             cut,
         });
         register(&shared);
+        let cap = cap.max(1);
         RecordFile {
-            buf: Vec::with_capacity(cap),
+            buf: vec![0; cap],
+            used: 0,
+            room: cap,
             ends: Vec::new(),
-            cap: cap.max(1),
+            cap,
             shared,
             records: 0,
             failed: None,
@@ -313,14 +321,15 @@ impl RecordFile {
         if let Some(k) = self.failed {
             return Err(io::Error::new(k, "an earlier write failed"));
         }
-        if self.buf.is_empty() {
+        if self.used == 0 {
             return Ok(());
         }
         let mut dst = self.shared.dst.lock().unwrap_or_else(|e| e.into_inner());
         let mut done = 0usize;
         let mut err = None;
-        while done < self.buf.len() {
-            match dst.write(&self.buf[done..]) {
+        let out = &self.buf[..self.used];
+        while done < out.len() {
+            match dst.write(&out[done..]) {
                 Ok(0) => {
                     err = Some(io::Error::from(io::ErrorKind::WriteZero));
                     break;
@@ -339,7 +348,7 @@ impl RecordFile {
         let whole_bytes = if whole == 0 { 0 } else { self.ends[whole - 1] };
         let committed = self.shared.committed.load(Ordering::Relaxed) + whole_bytes as u64;
         self.shared.committed.store(committed, Ordering::Relaxed);
-        self.buf.clear();
+        self.used = 0;
         self.ends.clear();
         match err {
             None => Ok(()),
@@ -349,6 +358,7 @@ impl RecordFile {
                     let _ = f.set_len(committed);
                 }
                 self.failed = Some(e.kind());
+                self.room = 0;
                 Err(e)
             }
         }
@@ -356,16 +366,67 @@ impl RecordFile {
 
     fn push(&mut self, parts: &[&[u8]]) -> io::Result<usize> {
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        if !self.buf.is_empty() && self.buf.len() + total > self.cap {
+        let mut out = self.record(total)?;
+        for p in parts {
+            let (dst, rest) = out.split_at_mut(p.len());
+            dst.copy_from_slice(p);
+            out = rest;
+        }
+        Ok(total)
+    }
+}
+
+/// An output that takes one whole record at a time, built in place: no copy through a
+/// temporary, no call per part.
+pub trait RecordWrite: Write {
+    /// Room for one record of exactly `len` bytes at the end of the output, for the caller to
+    /// fill entirely (what it leaves unwritten is unspecified, not zero).
+    fn record(&mut self, len: usize) -> io::Result<&mut [u8]>;
+}
+
+impl RecordWrite for RecordFile {
+    #[inline(always)]
+    fn record(&mut self, len: usize) -> io::Result<&mut [u8]> {
+        let at = self.used;
+        let end = at + len;
+        // `room` is 0 after a failed write: every record then takes the slow path.
+        if end > self.room {
+            return self.record_slow(len);
+        }
+        self.used = end;
+        self.ends.push(end);
+        Ok(&mut self.buf[at..end])
+    }
+}
+
+impl RecordFile {
+    /// [`RecordWrite::record`] when the buffer is full, the record larger than it, or an
+    /// earlier write failed.
+    #[cold]
+    #[inline(never)]
+    fn record_slow(&mut self, len: usize) -> io::Result<&mut [u8]> {
+        if self.used != 0 && self.used + len > self.cap {
             self.commit()?;
         } else if let Some(k) = self.failed {
             return Err(io::Error::new(k, "an earlier write failed"));
         }
-        for p in parts {
-            self.buf.extend_from_slice(p);
+        let at = self.used;
+        let end = at + len;
+        if end > self.buf.len() {
+            // A record larger than the buffer (which is then empty) is taken whole.
+            self.buf.resize(end, 0);
         }
-        self.ends.push(self.buf.len());
-        Ok(total)
+        self.used = end;
+        self.ends.push(end);
+        Ok(&mut self.buf[at..end])
+    }
+}
+
+impl RecordWrite for Vec<u8> {
+    fn record(&mut self, len: usize) -> io::Result<&mut [u8]> {
+        let at = self.len();
+        self.resize(at + len, 0);
+        Ok(&mut self[at..])
     }
 }
 
@@ -490,6 +551,35 @@ mod tests {
         w.flush().unwrap();
         assert_eq!(std::fs::read(&p).unwrap().len(), 8 + 4 + 25);
         assert_eq!(w.records_written(), 4);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn records_built_in_place_are_whole_and_stop_after_a_failed_write() {
+        let d = dir("inplace");
+        let p = d.join("r.bin");
+        let f = create(p.to_str().unwrap(), &Inputs::default()).unwrap();
+        let mut w = RecordFile::new(f, 8);
+        w.record(4).unwrap().copy_from_slice(b"abcd");
+        w.write_all(b"ef").unwrap();
+        // Over the capacity: the first two go out before the third is given room.
+        w.record(6).unwrap().copy_from_slice(b"ghijkl");
+        assert_eq!(std::fs::read(&p).unwrap(), b"abcdef");
+        // Larger than the buffer: taken whole.
+        w.record(20).unwrap().copy_from_slice(&[b'z'; 20]);
+        w.flush().unwrap();
+        let mut want = b"abcdefghijkl".to_vec();
+        want.extend_from_slice(&[b'z'; 20]);
+        assert_eq!(std::fs::read(&p).unwrap(), want);
+        assert_eq!(w.records_written(), 4);
+        // A write that fails (no space) fails every later record too.
+        let full = OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let mut w = RecordFile::new(full, 8);
+        w.record(8).unwrap().copy_from_slice(b"12345678");
+        assert!(w.record(1).is_err());
+        assert!(w.record(1).is_err());
+        assert!(w.write_all(b"x").is_err());
+        assert_eq!(w.records_written(), 0);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

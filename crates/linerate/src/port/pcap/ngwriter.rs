@@ -2,15 +2,16 @@
 //! description per input interface (nanosecond timestamps), an enhanced packet block per packet
 //! carrying its interface, and an interface statistics block per interface at the end.
 //!
-//! Packets are written straight from their frames: a 28-byte block header, the packet's bytes
-//! and a padding-and-trailer of 4 to 7 bytes, handed over as one `write_vectored` call (a
-//! [`RecordFile`](crate::port::file::RecordFile) copies it into its buffer as one record); no
+//! Each enhanced packet block is built in place in the output's buffer
+//! ([`RecordWrite::record`]: one record, one bounds check): the 28-byte block header and the
+//! trailer as fixed-size stores and one copy of the packet's bytes from its frame; no
 //! allocation, no formatting and no division per packet (timestamps are already nanoseconds).
 
 use super::writer::DEFAULT_SNAPLEN;
 use crate::mem::Batch;
+use crate::port::file::RecordWrite;
 use crate::port::{DropReason, Interface, InterfaceStats, LinkType};
-use std::io::{self, IoSlice, Write};
+use std::io;
 
 const SHB: u32 = 0x0a0d_0d0a;
 const BOM: u32 = 0x1a2b_3c4d;
@@ -128,45 +129,21 @@ impl<'a> BlockBuf<'a> {
     }
 }
 
-/// Writes `parts` as one `write_vectored` call when the writer takes them all at once (a
-/// [`RecordFile`](crate::port::file::RecordFile) always does: it sees one whole record), else
-/// finishes with `write_all`.
-#[inline]
-fn write_parts<W: Write>(w: &mut W, parts: [&[u8]; 3]) -> io::Result<()> {
-    let total: usize = parts.iter().map(|p| p.len()).sum();
-    let n = loop {
-        match w.write_vectored(&[
-            IoSlice::new(parts[0]),
-            IoSlice::new(parts[1]),
-            IoSlice::new(parts[2]),
-        ]) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            r => break r?,
-        }
-    };
-    if n >= total {
-        return Ok(());
-    }
-    let mut skip = n;
-    for p in parts {
-        if skip >= p.len() {
-            skip -= p.len();
-            continue;
-        }
-        w.write_all(&p[skip..])?;
-        skip = 0;
-    }
-    Ok(())
+/// A [`RecordWrite`] that gave less room than asked.
+#[cold]
+fn short_record() -> io::Error {
+    io::Error::other("the output gave a record less room than asked")
 }
 
 /// Writes pcapng (native byte order, one section) to `W`.
 ///
-/// It makes one `write_vectored` call per packet and one `write` per other block, and buffers
-/// nothing itself: give it a `BufWriter` or a [`RecordFile`](crate::port::file::RecordFile).
+/// It asks `W` for one record per packet ([`RecordWrite::record`]) and makes one `write` per
+/// other block, and buffers nothing itself: give it a
+/// [`RecordFile`](crate::port::file::RecordFile) (or a `Vec<u8>`).
 /// Interfaces are described with [`PcapNgWriter::describe`] before their packets; a packet of an
 /// interface never described gets a description without a name first. Packets longer than the
 /// snapshot length are truncated in the file; their original length is kept.
-pub struct PcapNgWriter<W: Write> {
+pub struct PcapNgWriter<W: RecordWrite> {
     w: W,
     link: LinkType,
     snaplen: u32,
@@ -186,7 +163,7 @@ pub struct PcapNgWriter<W: Write> {
     scratch: Vec<u8>,
 }
 
-impl<W: Write> PcapNgWriter<W> {
+impl<W: RecordWrite> PcapNgWriter<W> {
     /// Writes a section header (application [`USER_APPL`], the OS) for packets of `link`
     /// truncated to `snaplen` (0 = 262144). `link` is the link type of interfaces described
     /// without one (packets of interfaces never described).
@@ -294,12 +271,26 @@ impl<W: Write> PcapNgWriter<W> {
         h[16..20].copy_from_slice(&(ts as u32).to_ne_bytes());
         h[20..24].copy_from_slice(&(cap as u32).to_ne_bytes());
         h[24..28].copy_from_slice(&wire.to_ne_bytes());
-        let mut t = [0u8; 8];
-        t[pad..pad + 4].copy_from_slice(&total.to_ne_bytes());
-        write_parts(
-            &mut self.w,
-            [&h, data.get(..cap).unwrap_or(data), &t[..pad + 4]],
-        )?;
+        let out = self.w.record(total as usize)?;
+        // 28 + cap + pad + 4 bytes: the header, the data, then 4 zero bytes right after the
+        // data (the padding and, when it is shorter than 4, the start of the trailer), then the
+        // trailer over them: fixed-size stores and one copy.
+        let Some((head, rest)) = out.split_first_chunk_mut::<28>() else {
+            return Err(short_record());
+        };
+        *head = h;
+        let Some((body, rest)) = rest.split_at_mut_checked(cap) else {
+            return Err(short_record());
+        };
+        body.copy_from_slice(data.get(..cap).unwrap_or(data));
+        let Some((zero, _)) = rest.split_first_chunk_mut::<4>() else {
+            return Err(short_record());
+        };
+        *zero = [0; 4];
+        let Some(tail) = rest.last_chunk_mut::<4>() else {
+            return Err(short_record());
+        };
+        *tail = total.to_ne_bytes();
         self.blocks += 1;
         if let Some(c) = self.written.get_mut(id) {
             *c += 1;
@@ -674,5 +665,157 @@ mod tests {
         let o = options(&b[1].1, 8);
         let name = std::str::from_utf8(opt(&o, IF_NAME).unwrap()).unwrap();
         assert!(name.len() <= MAX_OPT && name.len() > MAX_OPT - 2);
+    }
+    /// An enhanced packet block as the writer of the previous release built it: a header
+    /// array, the data and a padding-and-trailer array, three parts of one record.
+    fn three_part_epb(iface: u16, ts: u64, data: &[u8], wire_len: u32, cut: usize) -> Vec<u8> {
+        let cap = data.len().min(cut);
+        let wire = wire_len.max(data.len().min(u32::MAX as usize) as u32);
+        let pad = cap.wrapping_neg() & 3;
+        let total = (28 + cap + pad + 4) as u32;
+        let mut h = [0u8; 28];
+        h[0..4].copy_from_slice(&EPB.to_ne_bytes());
+        h[4..8].copy_from_slice(&total.to_ne_bytes());
+        h[8..12].copy_from_slice(&u32::from(iface).to_ne_bytes());
+        h[12..16].copy_from_slice(&((ts >> 32) as u32).to_ne_bytes());
+        h[16..20].copy_from_slice(&(ts as u32).to_ne_bytes());
+        h[20..24].copy_from_slice(&(cap as u32).to_ne_bytes());
+        h[24..28].copy_from_slice(&wire.to_ne_bytes());
+        let mut t = [0u8; 8];
+        t[pad..pad + 4].copy_from_slice(&total.to_ne_bytes());
+        [&h[..], &data[..cap], &t[..pad + 4]].concat()
+    }
+
+    /// One packet to write: interface, timestamp, bytes, wire length.
+    type Pkt = (u16, u64, Vec<u8>, u32);
+
+    /// Writes `pkts` through a [`RecordFile`](crate::port::file::RecordFile) of `buf` bytes
+    /// (records straddle its commits; one larger than it grows it) and checks that the file is
+    /// its other blocks in order with every packet block byte for byte the three-part one.
+    fn same_as_three_part(
+        file: &std::path::Path,
+        ifaces: &[Interface],
+        snaplen: u32,
+        whole: bool,
+        pkts: &[Pkt],
+        buf: usize,
+    ) {
+        use crate::port::file::{create, RecordFile};
+        let f = create(file.to_str().unwrap(), &Default::default()).unwrap();
+        let mut w =
+            PcapNgWriter::new(RecordFile::new(f, buf), LinkType::ETHERNET, snaplen).unwrap();
+        w.describe(ifaces).unwrap();
+        if whole {
+            w.keep_whole();
+        }
+        let cut = if whole {
+            usize::MAX
+        } else if snaplen == 0 {
+            DEFAULT_SNAPLEN as usize
+        } else {
+            snaplen as usize
+        };
+        let mut want = Vec::new();
+        for (iface, ts, data, wire) in pkts {
+            w.write_packet(*iface, *ts, data, *wire).unwrap();
+            want.push(three_part_epb(*iface, *ts, data, *wire, cut));
+        }
+        w.write_stats(&[]).unwrap();
+        w.flush().unwrap();
+        drop(w);
+        let got = std::fs::read(file).unwrap();
+        // Rebuild the file from its blocks, every packet block replaced by the three-part one.
+        let mut rebuilt = Vec::with_capacity(got.len());
+        let mut at = 0;
+        let mut want = want.into_iter();
+        while at + 8 <= got.len() {
+            let t = u32::from_ne_bytes(got[at..at + 4].try_into().unwrap());
+            let len = u32::from_ne_bytes(got[at + 4..at + 8].try_into().unwrap()) as usize;
+            if t == EPB {
+                rebuilt.extend_from_slice(&want.next().expect("more packet blocks than packets"));
+            } else {
+                rebuilt.extend_from_slice(&got[at..at + len]);
+            }
+            at += len;
+        }
+        assert!(want.next().is_none(), "fewer packet blocks than packets");
+        assert!(
+            got == rebuilt,
+            "{}: the packet blocks differ",
+            file.display()
+        );
+    }
+
+    #[test]
+    fn packet_blocks_are_byte_identical_to_the_three_part_writer() {
+        let d = std::env::temp_dir().join(format!("linerate-ng-same-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let f = d.join("g.pcapng");
+        // Two interfaces (as `-i a,b`), one never described (3), every padding, snapped and
+        // jumbo frames, wire lengths below and above the captured ones, big timestamps.
+        let ifaces = [
+            Interface::new("pcap:a.pcap", LinkType::ETHERNET),
+            Interface::new("pcap:b.pcap", LinkType::ETHERNET),
+        ];
+        let pkts: Vec<Pkt> = (0..3000usize)
+            .map(|i| {
+                let len = match i % 7 {
+                    0 => 9014,
+                    1 => 0,
+                    _ => 14 + (i * 37) % 1500,
+                };
+                let iface = [0u16, 1, 0, 1, 3][i % 5];
+                let wire = [0u32, 60, 65_535, u32::MAX][i % 4];
+                (iface, u64::MAX - i as u64 * 999_999_937, pkt(i, len), wire)
+            })
+            .collect();
+        for (snaplen, whole, buf) in [(0, false, 4096), (100, false, 1 << 20), (64, true, 1)] {
+            same_as_three_part(&f, &ifaces, snaplen, whole, &pkts, buf);
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn the_corpus_written_as_pcapng_is_byte_identical_to_the_three_part_writer() {
+        let Some(dir) = linerate_test_support::corpus() else {
+            return;
+        };
+        let d = std::env::temp_dir().join(format!("linerate-ng-corpus-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let out = d.join("c.pcapng");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        let (mut read, mut packets) = (0, 0);
+        for p in &files {
+            let Ok(src) = std::fs::File::open(p) else {
+                continue;
+            };
+            let Ok(mut r) = PcapReader::new(std::io::BufReader::new(src), "c") else {
+                continue;
+            };
+            let ifaces: Vec<Interface> = r
+                .interfaces()
+                .iter()
+                .map(|(l, n)| Interface::new(n.unwrap_or(""), *l))
+                .collect();
+            let mut pkts = Vec::new();
+            while let Ok(Some(rec)) = r.next_packet() {
+                let Ok(iface) = u16::try_from(rec.iface) else {
+                    break;
+                };
+                pkts.push((iface, rec.ts, rec.data.to_vec(), rec.wire_len));
+            }
+            read += 1;
+            packets += pkts.len();
+            same_as_three_part(&out, &ifaces, 0, true, &pkts, 64 << 10);
+        }
+        assert!(
+            read > 700 && packets > 9_000,
+            "{read} files, {packets} packets"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }
