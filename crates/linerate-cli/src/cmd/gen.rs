@@ -1436,6 +1436,34 @@ fn live_iface(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
     }
 }
 
+/// The live engine's page: its state line and its row (`c`: what the device took, with its
+/// transmit drops) at frames of `frame_len` bytes without CRC.
+fn live_view(
+    output: &str,
+    mut c: PortCount,
+    frame_len: u64,
+    sending: bool,
+) -> (String, Vec<crate::console::Counted>) {
+    // Mbit/s as the lines count it: with each frame's 4-byte CRC.
+    c.bytes += 4 * c.packets;
+    let state = if sending {
+        format!("sending, size {} (XDP live frames)", frame_len + 4)
+    } else {
+        "stopped".to_string()
+    };
+    (state, vec![(output.to_string(), Dir::Tx, c)])
+}
+
+/// The word after the live engine's rate line: a command changed the rate in the interval, or
+/// it fell short of the rate asked by more than the tolerance.
+fn live_status(changed: bool, short: bool) -> Option<String> {
+    if changed {
+        Some("settings changed".into())
+    } else {
+        short.then(|| "short: the kernel's runs fell behind".into())
+    }
+}
+
 /// Why the live-frames engine cannot change size, dst-mac or count while it runs.
 const LIVE_FIXED: &str = "not on the XDP live-frames engine: the kernel sends copies of the one \
                           template built at the start (use --engine xsk to change them while it \
@@ -1579,24 +1607,14 @@ fn run_live(
         // by more than the tolerance, say so (the summary judges the run).
         let short = asked.filter(|&r| r > 0.0 && rate < r * (1.0 - gen::RATE_TOLERANCE));
         if let Some(pg) = page.as_mut() {
-            let mut c = live_count(t);
-            // Mbit/s as the lines count it: with each frame's 4-byte CRC.
-            c.bytes += 4 * p;
-            let rows = [(a.output.clone(), Dir::Tx, c)];
-            let state = match steered {
-                Some((_, false)) => "stopped".to_string(),
-                _ => format!("sending, size {} (XDP live frames)", frame_len + 4),
-            };
+            let sending = steered.is_none_or(|(_, s)| s);
+            let v = live_view(&a.output, live_count(t), frame_len, sending);
             let rl = RateLine {
                 asked,
                 achieved: rate,
             };
-            let mut pg_page = pg.page(&state, now, &rows, &[], Some(rl));
-            pg_page.status = if changed {
-                Some("settings changed".into())
-            } else {
-                short.map(|_| "short: the kernel's runs fell behind".into())
-            };
+            let mut pg_page = pg.page(&v.0, now, &v.1, &[], Some(rl));
+            pg_page.status = live_status(changed, short.is_some());
             pg.show(pg_page);
         } else if a.json {
             let mut j = serde_json::json!({"type": "stats", "elapsed_ms": (now - t0) as f64 / 1e6,
@@ -1903,6 +1921,124 @@ mod tests {
     use crate::console::page::render_text;
     use crate::console::{counters_page, Meter};
     use std::sync::atomic::AtomicBool;
+
+    /// The XDP live-frames engine on a veth (root), 30'000 frames at 100'000 pps, drawn from
+    /// its own ticks: the row's packets are what the device took at the last tick, its pps
+    /// and the rate line's achieved rate those between the first and the last tick, next to
+    /// the rate asked.
+    #[test]
+    fn the_live_engine_page_shows_what_the_device_took() {
+        use linerate::apps::gen::live::{self, LiveOptions, LiveTick};
+        use linerate_test_support::netns::{self, NetnsPair, Side};
+        if !netns::require_priv() {
+            return;
+        }
+        let p = NetnsPair::new().expect("netns pair");
+        let obj = linerate_test_support::repo_root().join("bpf/xdp_drop.o");
+        p.ip_in(
+            Side::B,
+            &[
+                "link",
+                "set",
+                "dev",
+                "vB",
+                "xdpdrv",
+                "obj",
+                obj.to_str().unwrap(),
+                "sec",
+                "xdp",
+            ],
+        )
+        .expect("XDP program on the peer");
+        let stream = StreamSpec {
+            template: TemplateSpec {
+                dst_mac: p.mac_b,
+                src_mac: p.mac_a,
+                ..Default::default()
+            },
+            size: SizeSpec::Fixed(64),
+            probe: false,
+            ..Default::default()
+        };
+        let frame_len = u64::from(stream.size.bounds().0 - 4);
+        let opts = LiveOptions {
+            iface: "vA".into(),
+            stream,
+            count: Some(30_000),
+            pps: Some(100_000.0),
+            ..Default::default()
+        };
+        let mut ticks: Vec<LiveTick> = Vec::new();
+        let r = p.run_in(Side::A, || {
+            live::run(
+                &opts,
+                &TscClock::new(),
+                &AtomicBool::new(false),
+                Duration::from_millis(50),
+                |t| ticks.push(*t),
+            )
+        });
+        let r = r.expect("a live run");
+        assert!(ticks.len() >= 2, "ticks while it ran: {ticks:?}");
+        let (first, last) = (ticks[0], *ticks.last().unwrap());
+        let taken = |t: &LiveTick| t.pkts - t.tx_dropped.unwrap_or(0);
+        let count = |t: &LiveTick| {
+            let mut drops = Drops::default();
+            drops.add(
+                linerate::port::DropReason::Kernel,
+                t.tx_dropped.unwrap_or(0),
+            );
+            PortCount {
+                packets: taken(t),
+                bytes: taken(t) * frame_len,
+                drops,
+            }
+        };
+        let mut meter = Meter::default();
+        let mut page = None;
+        for t in [first, last] {
+            let (state, rows) = live_view("xdp:vA", count(&t), frame_len, true);
+            let dt = (t.t_ns - first.t_ns) as f64 / 1e9;
+            let rl = RateLine {
+                asked: Some(100_000.0),
+                achieved: if dt > 0.0 {
+                    (taken(&t) - taken(&first)) as f64 / dt
+                } else {
+                    0.0
+                },
+            };
+            let mut pg = counters_page("live".into(), state, 0.0, t.t_ns, &rows, &[], &mut meter);
+            pg.rate = Some(rl);
+            page = Some(pg);
+        }
+        let page = page.unwrap();
+        let s = render_text(&page, &CommandLine::new(true).prompt(), 100, 20);
+        println!("{s}");
+        assert!(r.pkts >= taken(&last), "{r:?}");
+        let dt = (last.t_ns - first.t_ns) as f64 / 1e9;
+        let pps = (taken(&last) - taken(&first)) as f64 / dt;
+        let rate = crate::console::page::rate_text(page.rate.as_ref().unwrap());
+        assert!(s.contains(&format!("Rate: {rate}")), "{s}");
+        assert!(rate.contains(&group_f(pps, 0)), "{rate}");
+        assert!(s.contains("sending, size 64 (XDP live frames)"), "{s}");
+        let row: Vec<&str> = s
+            .lines()
+            .find(|l| l.contains("xdp:vA") && l.contains(" tx "))
+            .unwrap()
+            .trim_matches(|c| c == '│' || c == ' ')
+            .split_whitespace()
+            .collect();
+        let mbps = group_f(
+            (taken(&last) - taken(&first)) as f64 * (frame_len + 4) as f64 * 8.0 / dt / 1e6,
+            2,
+        );
+        let (pkts, drops) = (group(taken(&last)), group(last.tx_dropped.unwrap_or(0)));
+        assert_eq!(
+            row,
+            ["xdp:vA", "tx", &group_f(pps, 0), &mbps, &pkts, &drops],
+            "{s}"
+        );
+    }
 
     /// A replay of a capture into a file, three loops as fast as possible, drawn from its own
     /// progress: the page's row and rate line are the run's packets and rate, its drops none,
