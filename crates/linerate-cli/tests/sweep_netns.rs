@@ -547,7 +547,7 @@ fn no_server_is_a_clear_error_and_bad_flags_exit_2() {
         (&["--raw", "mem:x"], "--raw"),
         (&["--raw", "pcap:/tmp/x.pcap"], "--raw"),
         (&["--raw", "afpacket:lo", "--sizes", "59"], "--sizes"),
-        (&["--raw", "afpacket:lo", "--sizes", "1515"], "--sizes"),
+        (&["--raw", "afpacket:lo", "--sizes", "9019"], "--sizes"),
         (&["--raw", "afpacket:lo"], "--to"),
         (&["--raw", "afpacket:lo", "--rcvbuf", "4096"], "--rcvbuf"),
         // Only a server listens on an address of its choosing.
@@ -852,4 +852,84 @@ fn a_server_says_busy_drops_the_silent_and_bounds_what_clients_ask() {
     assert_eq!(code, Some(0), "{err}");
     let log = log.join().unwrap();
     assert!(log.contains("refused: busy with 127.0.0.1:"), "{log}");
+}
+
+#[test]
+fn jumbo_frames_cross_whole_and_sizes_a_port_cannot_carry_are_refused() {
+    if !netns::require_priv() {
+        return;
+    }
+    let p = NetnsPair::new().expect("namespaces");
+    p.no_ipv6().unwrap();
+    p.ip_in(Side::A, &["link", "set", "vA", "mtu", "9000"])
+        .unwrap();
+    p.ip_in(Side::B, &["link", "set", "vB", "mtu", "9000"])
+        .unwrap();
+    let to = format!("{}:{}", p.b, p.if_b);
+    let o = run_in_ns(
+        &p.a,
+        &[
+            "--raw",
+            "afpacket:vA",
+            "--to",
+            &to,
+            "--sizes",
+            "60,1514,4000,9000,9014",
+            "-t",
+            "300ms",
+            "--rate",
+            "20kpps",
+            "--json",
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = rows(&out);
+    let sizes: Vec<u64> = r.iter().map(|x| u(x, "size")).collect();
+    assert_eq!(sizes, [60, 1514, 4000, 9000, 9014], "{out}");
+    for x in &r {
+        consistent(x);
+        // Every frame arrived, whole (the receiver counts only frames of the size sent).
+        assert!(u(x, "sent") > 1000, "{x}");
+        assert_eq!(u(x, "received"), u(x, "sent"), "{x}");
+        assert!(x["send_errors"].as_object().unwrap().is_empty(), "{x}");
+    }
+    // Sizes a port or the far interface cannot carry: refused before sending, with the limit.
+    for (port, size, what) in [
+        ("afpacket:vA", "9015", "at most 9014 bytes"),
+        ("xdp:vA", "1921", "packet buffers hold 1920 bytes"),
+    ] {
+        let o = run_in_ns(
+            &p.a,
+            &["--raw", port, "--to", &to, "--sizes", size, "-t", "100ms"],
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{port} {size}: {err}");
+        assert!(err.contains("--sizes") && err.contains(what), "{err}");
+    }
+    p.ip_in(Side::B, &["link", "set", "vB", "mtu", "1500"])
+        .unwrap();
+    let o = run_in_ns(
+        &p.a,
+        &[
+            "--raw",
+            "afpacket:vA",
+            "--to",
+            &to,
+            "--sizes",
+            "1515",
+            "-t",
+            "100ms",
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("takes frames of at most 1514 bytes") && err.contains("MTU 1500"),
+        "{err}"
+    );
 }

@@ -48,7 +48,8 @@ pub struct Args {
     /// Live engine: frames per kernel batch (1..256).
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = flags::int(1u32, 256))]
     pub batch: u32,
-    /// Frame size with CRC: 64, a range 64-1518 (uniform), or imix (64/594/1518 in 7:4:1).
+    /// Frame size with CRC: 64, a range 64-1518 (uniform), or imix (64/594/1518 in 7:4:1);
+    /// 64 to 9022 (jumbo frames above 1518, as far as the port's MTU and buffers allow).
     #[arg(long, value_name = "SIZE")]
     pub size: Option<String>,
     /// Rate in all: 1Mpps, 500kpps, 5Gbps (frames + 20 B preamble and gap), 80% (of
@@ -869,13 +870,22 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let mut specs = Vec::new();
-    for i in 0..a.threads {
+    for (i, o) in outs.iter().enumerate() {
         let (streams, count, duration) = streams_from(&a, &cfg, i)?;
         gen::validate(&GenOptions {
             streams: streams.clone(),
             ..Default::default()
         })
-        .map_err(|e| usage(e.to_string()))?;
+        .map_err(|e| match e {
+            gen::GenError::Template {
+                why: linerate::apps::gen::template::TemplateError::BadSize { .. },
+                ..
+            } => usage(format!("--size: {e}")),
+            e => usage(e.to_string()),
+        })?;
+        // Frames the port cannot carry whole (its MTU, its packet buffers) are refused now.
+        let pool = o.pool().filter(|p| p.allocates()).map(|p| p.as_ref());
+        gen::check_port(o.as_ref(), pool, &streams).map_err(|e| usage(format!("--size: {e}")))?;
         specs.push((streams, count, duration));
     }
     let clock = TscClock::new();

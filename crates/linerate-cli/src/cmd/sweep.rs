@@ -43,7 +43,8 @@ pub struct Args {
     to: Option<String>,
     /// Message sizes in bytes (UDP payload), in order, comma separated: each 12 to 65507
     /// [default: 18,64,128,256,512,1024,1472]. With --raw, frame sizes without the CRC, each 60
-    /// to 1514 [default: 60,124,252,508,1020,1514].
+    /// to 9018 (jumbo frames as far as both interfaces' MTUs and the port allow: MTU + 14)
+    /// [default: 60,124,252,508,1020,1514].
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_sizes)]
     sizes: Option<Vec<usize>>,
     /// How long each size is sent (or with a unit: 500ms).
@@ -140,7 +141,7 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
         {
             return Err(usage(format!(
                 "--sizes: {bad} with --raw: frame sizes are between {} and {} bytes (without \
-                 the CRC; the generator's templates build no jumbo frames yet)",
+                 the CRC; above 1514, jumbo frames, as the ports' MTUs allow)",
                 sweep::MIN_FRAME,
                 sweep::MAX_FRAME
             )));
@@ -187,6 +188,8 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
     };
     // The receiver: in a namespace of this machine, or a server elsewhere.
     let rcvbuf = a.rcvbuf.map(|b| b as usize);
+    // The MTU of --to NETNS:IFACE.
+    let mut target_mtu = None;
     let (mut sink, where_) = match to.split_once(':') {
         Some((ns, iface)) => {
             if ns.is_empty() || iface.is_empty() {
@@ -195,7 +198,7 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
                      interface in it) or HOST"
                 )));
             }
-            sweep::check_target(ns, iface).map_err(sweep_error)?;
+            target_mtu = Some(sweep::check_target(ns, iface).map_err(sweep_error)?.mtu);
             if a.raw.is_some() {
                 let uri = format!("afpacket:{iface}");
                 let sink = LocalSink::open_port(Some(ns), &uri).map_err(sweep_error)?;
@@ -270,6 +273,9 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
         }
         Some(uri) => raw_sender(uri, &to, a.port, run_id)?,
     };
+    if let Sender::Raw { port, .. } = &tx {
+        raw_sizes_fit(&sizes, port.as_ref(), &to, target_mtu)?;
+    }
     let dst = match &tx {
         Sender::Udp(_) => sink.data_addr(),
         Sender::Raw { template, .. } => SocketAddrV4::new(
@@ -724,6 +730,56 @@ fn raw_iface(uri: &str) -> anyhow::Result<&str> {
             "--raw '{uri}': give one kernel port, afpacket:IFACE or xdp:IFACE"
         ))),
     }
+}
+
+/// Checks every frame size of `--raw` can be carried whole: sent by `port` (its MTU and its
+/// packet buffers) and taken by the interface of `--to` (its MTU, `target_mtu`). A frame is
+/// never cut to fit; a size that cannot be carried is a usage error naming the limit.
+fn raw_sizes_fit(
+    sizes: &[usize],
+    port: &dyn Port,
+    to: &str,
+    target_mtu: Option<u32>,
+) -> anyhow::Result<()> {
+    let Some(&big) = sizes.iter().max() else {
+        return Ok(());
+    };
+    if let Some(max) = port.max_tx_frame(false).filter(|m| big > *m) {
+        let room = port
+            .pool()
+            .filter(|p| p.allocates())
+            .map(|p| p.max_packet() as usize);
+        let why = if room == Some(max) {
+            format!(
+                "its packet buffers hold {max} bytes: it carries no jumbo frames; use afpacket: \
+                 for those"
+            )
+        } else {
+            let iface =
+                raw_iface(port.name().split('@').next().unwrap_or_default()).unwrap_or_default();
+            format!(
+                "the MTU of {iface} plus the 14-byte Ethernet header; raise it \
+                 (`ip link set {iface} mtu 9000`)"
+            )
+        };
+        return Err(usage(format!(
+            "--sizes: {big} with --raw: {} sends frames of at most {max} bytes without the CRC \
+             ({why}); or give sizes up to {max}",
+            port.name()
+        )));
+    }
+    if let Some(mtu) = target_mtu {
+        let max = mtu as usize + 14;
+        if big > max {
+            let (ns, iface) = to.split_once(':').unwrap_or(("", to));
+            return Err(usage(format!(
+                "--sizes: {big} with --raw: {to} takes frames of at most {max} bytes without the \
+                 CRC (its MTU {mtu} plus the 14-byte Ethernet header); give sizes up to {max}, or \
+                 raise its MTU (`ip -n {ns} link set {iface} mtu 9000`)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Opens `--raw PORT` and builds the frames' headers: from the port's interface (its MAC and

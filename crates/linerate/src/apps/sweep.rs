@@ -307,9 +307,10 @@ pub fn raw_tag(sport: u16, dport: u16) -> [u8; TAG_LEN] {
 
 /// Smallest frame over a linerate port (bytes without the CRC).
 pub const MIN_FRAME: usize = 60;
-/// Largest frame over a linerate port: the largest the generator's templates build (1518 B
-/// with the CRC; jumbo frames are not built by them yet).
-pub const MAX_FRAME: usize = 1514;
+/// Largest frame over a linerate port: the largest the generator's templates build (a jumbo
+/// frame of a 9000-byte MTU, with room for an 802.1Q tag); the ports' own limits (their MTU,
+/// their packet buffers) are checked apart.
+pub const MAX_FRAME: usize = crate::apps::gen::template::MAX_JUMBO_FRAME;
 
 /// How one size is sent over a linerate port: Ethernet/IPv4/UDP frames built by the
 /// generator's templates.

@@ -165,6 +165,14 @@ impl Port for Aggregate {
         s
     }
 
+    /// The least of the members' (a frame may leave on any of them).
+    fn max_tx_frame(&self, tagged: bool) -> Option<usize> {
+        self.ports
+            .iter()
+            .filter_map(|p| p.max_tx_frame(tagged))
+            .min()
+    }
+
     fn link_type(&self) -> LinkType {
         self.ports[0].link_type()
     }

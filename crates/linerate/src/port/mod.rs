@@ -483,6 +483,12 @@ pub trait Port: Send {
     fn pool(&self) -> Option<&Arc<Pool>> {
         None
     }
+    /// Longest frame (bytes without the CRC) the port sends: an untagged one, or one with an
+    /// 802.1Q tag when `tagged` (None: no limit of its own, e.g. a file). Longer frames are
+    /// dropped as `too_big` (counted); senders check before.
+    fn max_tx_frame(&self, _tagged: bool) -> Option<usize> {
+        None
+    }
     /// Applies a filter in the kernel if the port can; returns false if the caller must run it
     /// in user space.
     fn attach_filter(&mut self, _filter: &Filter) -> Result<bool, PortError> {

@@ -411,13 +411,18 @@ fn compile(spec: &StreamSpec, seed: u64, start: u64) -> Result<Stream, GenError>
     if let Some(s) = &spec.dport {
         t.dport = s.first() as u16;
     }
-    let tpl = Template::new(&t).map_err(|why| GenError::Template {
+    // A standard template (1518 B with the CRC) unless the sizes need a jumbo one, so that
+    // frames of standard sizes are the same bytes whatever the largest size.
+    let (lo, hi) = spec.size.bounds();
+    let max = (hi as usize)
+        .saturating_sub(4)
+        .clamp(template::MAX_FRAME, template::MAX_JUMBO_FRAME);
+    let tpl = Template::with_max(&t, max).map_err(|why| GenError::Template {
         stream: spec.id,
         why,
     })?;
     // A fixed size must fit the headers; ranges and IMIX send their small frames at the
     // headers' length when the headers are longer (IPv6, TCP at 64 B).
-    let (lo, hi) = spec.size.bounds();
     let lo = match spec.size {
         SizeSpec::Fixed(_) => lo,
         _ => lo.max(tpl.min_len() as u32 + 4),
@@ -490,15 +495,82 @@ pub fn validate(opts: &GenOptions) -> Result<(), GenError> {
     Ok(())
 }
 
-/// The frames to build in: the port's pool when it has one (packets cross with no copy),
-/// else a private one (the port copies on transmit).
-pub fn build_pool(port: &dyn Port) -> Result<Arc<Pool>, GenError> {
+/// The longest frame (bytes without the CRC) of `specs`, and the id of its stream.
+fn longest(specs: &[StreamSpec]) -> (usize, u16) {
+    specs
+        .iter()
+        .map(|s| ((s.size.bounds().1 as usize).saturating_sub(4), s.id))
+        .max()
+        .unwrap_or((0, 0))
+}
+
+/// Checks that the frames of `specs` can leave on `port` whole: no longer than the port sends
+/// (its MTU; a tagged frame may be 4 bytes longer) nor than the frames of `pool` it builds in
+/// (when given). A frame is never cut to fit.
+pub fn check_port(
+    port: &dyn Port,
+    pool: Option<&Pool>,
+    specs: &[StreamSpec],
+) -> Result<(), GenError> {
+    for s in specs {
+        let len = (s.size.bounds().1 as usize).saturating_sub(4);
+        if let Some(max) = port.max_tx_frame(s.template.vlan.is_some()) {
+            if len > max {
+                return Err(GenError::Spec {
+                    stream: s.id,
+                    why: format!(
+                        "frames of {} B with the CRC do not fit {}: it sends frames of at \
+                         most {} B with the CRC (its MTU{}); give a size up to {}, or raise \
+                         the interface's MTU (`ip link set IFACE mtu 9000`)",
+                        len + 4,
+                        port.name(),
+                        max + 4,
+                        if s.template.vlan.is_some() {
+                            " and an 802.1Q tag"
+                        } else {
+                            ""
+                        },
+                        max + 4
+                    ),
+                });
+            }
+        }
+        if let Some(p) = pool {
+            let room = p.max_packet() as usize;
+            if len > room {
+                return Err(GenError::Spec {
+                    stream: s.id,
+                    why: format!(
+                        "frames of {} B with the CRC do not fit the packet buffers of {} \
+                         ({room} B each): give a size up to {}",
+                        len + 4,
+                        port.name(),
+                        room + 4
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The frames to build in, for frames up to `longest` bytes: the port's pool when it has one
+/// (packets cross with no copy), else a private one (the port copies on transmit) whose frames
+/// hold `longest` bytes (2 KiB frames up to a standard frame, larger ones for jumbo frames).
+pub fn build_pool(port: &dyn Port, longest: usize) -> Result<Arc<Pool>, GenError> {
     match port.pool() {
         Some(p) if p.allocates() => Ok(p.clone()),
-        _ => Ok(Arc::new(Pool::new(&PoolConfig {
-            frames: 1024,
-            ..Default::default()
-        })?)),
+        _ => {
+            let cfg = PoolConfig::default();
+            let frame_size = (longest + cfg.headroom as usize)
+                .next_power_of_two()
+                .max(cfg.frame_size as usize) as u32;
+            Ok(Arc::new(Pool::new(&PoolConfig {
+                frames: 1024,
+                frame_size,
+                ..cfg
+            })?))
+        }
     }
 }
 
@@ -735,7 +807,8 @@ pub fn run(
             why: "at most 255 streams per worker".into(),
         });
     }
-    let pool = build_pool(port)?;
+    let pool = build_pool(port, longest(&opts.streams).0)?;
+    check_port(port, Some(&pool), &opts.streams)?;
     let t0 = clock.now_ns();
     // Start a little later so that the first packets are not already late.
     let start = t0 + 20_000;
@@ -756,6 +829,7 @@ pub fn run(
             budget = control::share(n, opts.worker.0, opts.worker.1);
         }
     }
+    check_port(port, Some(&pool), &specs)?;
     let mut p = plan(&specs, opts.seed, start, opts.on_stall)?;
     let mut rng = Rng::new(opts.seed);
     let mut cur = Group::new(&pool);
@@ -820,7 +894,9 @@ pub fn run(
             let mut next = opts.streams.clone();
             apply(&mut next, &st);
             let now = clock.now_ns();
-            match plan(&next, opts.seed, now + 20_000, opts.on_stall) {
+            match check_port(port, Some(&pool), &next)
+                .and_then(|()| plan(&next, opts.seed, now + 20_000, opts.on_stall))
+            {
                 Ok(np) => {
                     p = np;
                     rep.rate_pps = p.rate_pps();

@@ -157,14 +157,35 @@ pub struct Template {
     base: Vals,
     ip_csum: u16,
     l4_csum: u16,
+    /// Its largest frame (without CRC): the length it is built at.
+    max: usize,
 }
 
-/// Largest frame (without CRC) a template makes.
+/// Largest frame (without CRC) of a template built with [`Template::new`]: a standard
+/// 1518-byte Ethernet frame.
 pub const MAX_FRAME: usize = 1514;
+/// Largest frame (without CRC) any template makes ([`Template::with_max`]): a jumbo frame
+/// carrying a 9000-byte IP packet with an 802.1Q tag (9022 B with the CRC).
+pub const MAX_JUMBO_FRAME: usize = 9018;
 
 impl Template {
-    /// Builds the template at the largest size; packets are cut to their length.
+    /// Builds the template for frames up to [`MAX_FRAME`] (1518 B with the CRC); packets are
+    /// cut to their length.
     pub fn new(spec: &TemplateSpec) -> Result<Template, TemplateError> {
+        Self::with_max(spec, MAX_FRAME)
+    }
+
+    /// Builds the template for frames up to `max` bytes without the CRC (at least
+    /// [`MAX_FRAME`], at most [`MAX_JUMBO_FRAME`]: jumbo frames). A template built at
+    /// [`MAX_FRAME`] writes the same bytes as [`Template::new`]'s.
+    pub fn with_max(spec: &TemplateSpec, max: usize) -> Result<Template, TemplateError> {
+        if !(MAX_FRAME..=MAX_JUMBO_FRAME).contains(&max) {
+            return Err(TemplateError::BadSize {
+                size: max as u32 + 4,
+                min: MAX_FRAME as u32 + 4,
+                max: MAX_JUMBO_FRAME as u32 + 4,
+            });
+        }
         let v6 = match (spec.src_ip, spec.dst_ip) {
             (IpAddr::V4(_), IpAddr::V4(_)) => false,
             (IpAddr::V6(_), IpAddr::V6(_)) => true,
@@ -175,7 +196,7 @@ impl Template {
                 return Err(TemplateError::BadVlan(v));
             }
         }
-        let mut b = vec![0u8; MAX_FRAME];
+        let mut b = vec![0u8; max];
         let tag = spec.vlan.map(VlanTag::dot1q);
         let eth = EthernetRepr::new(
             spec.dst_mac,
@@ -195,7 +216,7 @@ impl Template {
         } else {
             proto::TCP
         };
-        let l4_len = (MAX_FRAME - l4) as u16;
+        let l4_len = (max - l4) as u16;
         match (spec.src_ip, spec.dst_ip) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
                 let mut ip = Ipv4Repr::new(s.octets(), d.octets(), proto, l4_len);
@@ -244,7 +265,7 @@ impl Template {
             u16::from_be_bytes([b[l3 + 10], b[l3 + 11]])
         };
         let base = Vals {
-            len: MAX_FRAME,
+            len: max,
             src_ip: rd32(layout.src_ip()),
             dst_ip: rd32(layout.dst_ip()),
             sport: spec.sport,
@@ -258,6 +279,7 @@ impl Template {
             base,
             ip_csum,
             l4_csum: c,
+            max,
         })
     }
 
@@ -276,10 +298,16 @@ impl Template {
         self.layout.payload.max(60)
     }
 
-    /// Checks a frame size given with its CRC (64..=1518) and returns the buffer length.
+    /// Largest frame length (without CRC) it writes.
+    pub fn max_len(&self) -> usize {
+        self.max
+    }
+
+    /// Checks a frame size given with its CRC (64..=1518, or up to its largest with
+    /// [`Template::with_max`]) and returns the buffer length.
     pub fn check_size(&self, size_with_crc: u32) -> Result<usize, TemplateError> {
         let min = self.min_len() as u32 + 4;
-        let max = MAX_FRAME as u32 + 4;
+        let max = self.max as u32 + 4;
         if size_with_crc < min || size_with_crc > max {
             return Err(TemplateError::BadSize {
                 size: size_with_crc,
@@ -294,7 +322,7 @@ impl Template {
     /// sizes) and returns its length. Checksums are updated incrementally from the template's.
     #[inline(always)]
     pub fn write(&self, out: &mut [u8], v: &Vals) -> usize {
-        let len = v.len.clamp(self.min_len(), MAX_FRAME).min(out.len());
+        let len = v.len.clamp(self.min_len(), self.max).min(out.len());
         let out = &mut out[..len];
         out.copy_from_slice(&self.bytes[..len]);
         let lay = &self.layout;
@@ -307,13 +335,13 @@ impl Template {
         if v.src_mac != b.src_mac {
             out[6..12].copy_from_slice(&v.src_mac);
         }
-        if len != MAX_FRAME {
-            let old_l4 = (MAX_FRAME - lay.l4) as u16;
+        if len != self.max {
+            let old_l4 = (self.max - lay.l4) as u16;
             let new_l4 = (len.max(lay.payload) - lay.l4) as u16;
             if lay.v6 {
                 out[lay.l3 + 4..lay.l3 + 6].copy_from_slice(&new_l4.to_be_bytes());
             } else {
-                let old = (MAX_FRAME - lay.l3) as u16;
+                let old = (self.max - lay.l3) as u16;
                 let new = (len - lay.l3) as u16;
                 out[lay.l3 + 2..lay.l3 + 4].copy_from_slice(&new.to_be_bytes());
                 ip = update16(ip, old, new);

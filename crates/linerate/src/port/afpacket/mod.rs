@@ -299,6 +299,7 @@ impl Port for AfPacket {
                 &self.iface,
                 self.ifindex,
                 self.mtu,
+                self.link,
                 self.tx_frames,
             )?);
         }
@@ -322,6 +323,12 @@ impl Port for AfPacket {
 
     fn link_type(&self) -> LinkType {
         self.link
+    }
+
+    /// The MTU and the link header: the kernel refuses an untagged frame longer than MTU + 14
+    /// (a tagged one may be 4 bytes longer).
+    fn max_tx_frame(&self, tagged: bool) -> Option<usize> {
+        Some(tx::max_frame(self.mtu, self.link, tagged))
     }
 
     /// None: the ring cannot allocate frames; build packets to send in a pool of your own.

@@ -17,8 +17,19 @@ const DATA_OFF: usize = libc::TPACKET2_HDRLEN - std::mem::size_of::<libc::sockad
 const MAX_RING_BYTES: usize = 16 << 20;
 /// Frames a transmit ring has at most.
 const MAX_FRAMES: usize = 4096;
-/// Ethernet header plus one VLAN tag.
-const L2_OVERHEAD: u32 = 14 + 4;
+/// An 802.1Q tag.
+const VLAN_LEN: usize = 4;
+
+/// Longest frame the kernel sends on a link of `mtu` (as `tpacket_snd` checks: the MTU and
+/// the link header, and 4 bytes more for a frame with an 802.1Q tag).
+pub(super) fn max_frame(mtu: u32, link: crate::port::LinkType, tagged: bool) -> usize {
+    let hdr = if link == crate::port::LinkType::ETHERNET {
+        14 + if tagged { VLAN_LEN } else { 0 }
+    } else {
+        0
+    };
+    mtu as usize + hdr
+}
 
 /// A mapped TPACKET_V2 transmit ring.
 pub(super) struct TxRing {
@@ -28,7 +39,9 @@ pub(super) struct TxRing {
     frame_size: usize,
     frames: usize,
     head: usize,
+    /// Longest frame with an 802.1Q tag the kernel sends, and longest without one.
     max_len: usize,
+    max_plain: usize,
     /// The kernel did not take every requested frame on the last kick.
     unsent: bool,
 }
@@ -41,6 +54,7 @@ impl TxRing {
         iface: &str,
         ifindex: i32,
         mtu: u32,
+        link: crate::port::LinkType,
         frames: u32,
     ) -> Result<Self, PortError> {
         let v = libc::tpacket_versions::TPACKET_V2 as i32;
@@ -48,7 +62,8 @@ impl TxRing {
         sys::packet_opt(&fd, iface, libc::PACKET_LOSS, "PACKET_LOSS", &1i32)?;
         // Older kernels lack it; sending through the qdisc still works.
         let _ = sys::setopt(&fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1i32);
-        let max_len = mtu.saturating_add(L2_OVERHEAD) as usize;
+        let max_len = max_frame(mtu, link, true);
+        let max_plain = max_frame(mtu, link, false);
         let frame_size = (max_len + DATA_OFF).next_power_of_two().max(2048);
         let block_size = frame_size.max(1 << 16);
         let frames = (frames as usize)
@@ -77,6 +92,7 @@ impl TxRing {
             frames,
             head: 0,
             max_len,
+            max_plain,
             unsent: false,
         })
     }
@@ -135,7 +151,11 @@ impl TxRing {
                 taken += 1;
                 continue;
             }
-            if data.len() > self.max_len {
+            // The kernel allows the 4 bytes of a tag only to a frame that has one (802.1Q):
+            // an untagged frame that long would be skipped by PACKET_LOSS without a count.
+            if data.len() > self.max_len
+                || (data.len() > self.max_plain && data[12..14] != [0x81, 0x00])
+            {
                 stats.tx_drops.add(DropReason::TooBig, 1);
                 taken += 1;
                 continue;

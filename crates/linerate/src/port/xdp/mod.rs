@@ -130,6 +130,8 @@ pub struct XdpPort {
     stats: PortStats,
     kernel: XdpStatistics,
     rx_wait_ms: i32,
+    /// The interface's MTU when the port was opened (None: unknown).
+    mtu: Option<u32>,
     /// What the program puts in front of received packets.
     meta: prog::RxMeta,
     /// CLOCK_TAI − CLOCK_REALTIME (ns): the program stamps in TAI.
@@ -414,6 +416,7 @@ impl XdpPort {
                         stats: PortStats::default(),
                         kernel: XdpStatistics::default(),
                         rx_wait_ms: opts.rx_wait_ms.clamp(0, 1000) as i32,
+                        mtu: crate::port::udp::link_of(iface).ok().map(|l| l.mtu),
                         meta,
                         tai_offset: sys::tai_offset_ns(),
                         fd: parts.fd,
@@ -814,6 +817,16 @@ impl Port for XdpPort {
 
     fn pool(&self) -> Option<&Arc<Pool>> {
         Some(&self.pool)
+    }
+
+    /// A frame of the UMEM (2 KiB less the headroom), and the interface's MTU with the
+    /// Ethernet header (and a tag's 4 bytes when `tagged`).
+    fn max_tx_frame(&self, tagged: bool) -> Option<usize> {
+        let room = self.pool.max_packet() as usize;
+        let link = self
+            .mtu
+            .map_or(usize::MAX, |m| m as usize + 14 + if tagged { 4 } else { 0 });
+        Some(room.min(link))
     }
 
     fn poll_fd(&self) -> Option<i32> {
