@@ -94,12 +94,12 @@ struct Plan {
 /// How many parts (queues, list members) `uri` names, without opening it (1 when it cannot
 /// tell: opening it then says what is wrong).
 fn parts_of(uri: &str) -> usize {
-    if uri.contains(',') {
-        return uri.split(',').count();
-    }
-    match uri.strip_prefix("xdp:") {
-        Some(rest) => linerate::port::xdp::queue_count(rest).unwrap_or(1),
-        None => 1,
+    match linerate::port::Uri::parse(uri) {
+        Ok(linerate::port::Uri::List(l)) => l.len(),
+        Ok(linerate::port::Uri::Xdp { iface, queues }) => {
+            linerate::port::xdp::queue_count_of(&iface, queues).unwrap_or(1)
+        }
+        _ => 1,
     }
 }
 

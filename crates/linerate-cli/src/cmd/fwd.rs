@@ -11,7 +11,7 @@ use linerate::port::pcap::WriteFormat;
 use linerate::port::xdp::kfwd::{KernelFwd, KernelFwdConfig};
 use linerate::port::xdp::sys::{iface_mac, redirect_target, RedirectTarget};
 use linerate::port::xdp::{self, AttachMode, XdpConfig, XdpMode};
-use linerate::port::{self, DropReason, InterfaceStats, Port, PortError, PortOptions};
+use linerate::port::{self, DropReason, InterfaceStats, Port, PortError, PortOptions, Uri};
 use linerate::stats::prom::{Dir, PortCount};
 use std::io::Write;
 use std::process::ExitCode;
@@ -231,10 +231,17 @@ pub enum Engine {
     Xsk,
 }
 
-/// The interface of an `xdp:IFACE` port (no queue, not an aggregate).
-fn xdp_iface(uri: &str) -> Option<&str> {
-    uri.strip_prefix("xdp:")
-        .filter(|r| !r.is_empty() && !r.contains(',') && !r.contains('@'))
+/// The interface and queues of a single `xdp:` port (not a list).
+fn xdp_of(uri: &str) -> Option<(String, xdp::Queues)> {
+    match Uri::parse(uri).ok()? {
+        Uri::Xdp { iface, queues } => Some((iface, queues)),
+        _ => None,
+    }
+}
+
+/// The interface of an `xdp:IFACE` port (every queue, not an aggregate).
+fn xdp_iface(uri: &str) -> Option<String> {
+    Uri::parse(uri).ok()?.xdp_whole().map(str::to_string)
 }
 
 /// Whether the kernel engine runs: `Ok(Some((in, out)))` with the interfaces, `Ok(None)` for
@@ -256,7 +263,8 @@ pub fn kernel_engine(a: &Args) -> anyhow::Result<Option<(String, String)>> {
         (Engine::Auto, Some(_)) => Ok(None),
         (Engine::Auto, None) if a.count.is_some() => Ok(None),
         (engine, None) => {
-            let Some((i, o)) = ifs else { return Ok(None) };
+            let Some((i, o)) = &ifs else { return Ok(None) };
+            let (i, o) = (i.as_str(), o.as_str());
             // Every interface frames are redirected to must send them: a veth whose peer
             // cannot take XDP frames discards them all in the kernel.
             let mut egress = vec![o];
@@ -299,11 +307,11 @@ pub fn open(
     } else {
         port::Direction::Rx
     };
-    let r = match uri.strip_prefix("xdp:") {
-        Some(rest) if !rest.contains(',') => linerate::port::xdp::open(rest, opts, xdp),
-        _ => port::open(uri, opts, dir),
+    let opts = PortOptions {
+        xdp: *xdp,
+        ..opts.clone()
     };
-    r.map_err(|e| port_err(flag, uri, e))
+    port::open(uri, &opts, dir).map_err(|e| port_err(flag, uri, e))
 }
 
 /// Input port, output port, and whether they share one UMEM.
@@ -317,24 +325,23 @@ pub fn open_pair(
     opts: &PortOptions,
     xdp: &XdpConfig,
 ) -> anyhow::Result<PortPair> {
-    fn single(u: &str) -> Option<&str> {
-        u.strip_prefix("xdp:").filter(|r| !r.contains(','))
-    }
-    if let (Some(i), Some(o)) = (single(input), single(output)) {
+    if let (Some((i, qi)), Some((o, qo))) = (xdp_of(input), xdp_of(output)) {
         // Every queue of both interfaces on one UMEM, sized for all of their rings.
-        let nq = xdp::queue_count(i).map_err(|e| port_err("-i", input, e))?
-            + xdp::queue_count(o).map_err(|e| port_err("-o", output, e))?;
+        let nq = xdp::queue_count_of(&i, qi).map_err(|e| port_err("-i", input, e))?
+            + xdp::queue_count_of(&o, qo).map_err(|e| port_err("-o", output, e))?;
         let big = PortOptions {
             frames: opts
                 .frames
                 .max(xdp::umem_frames(nq, xdp.ring_size) + 2 * xdp.ring_size),
             ..opts.clone()
         };
-        let p0 = xdp::open_queues(i, &big, xdp, None).map_err(|e| port_err("-i", input, e))?;
-        let (p1, shared) = match xdp::open_queues(o, &big, xdp, Some(&p0[0])) {
+        let p0 =
+            xdp::open_queues_of(&i, qi, &big, xdp, None).map_err(|e| port_err("-i", input, e))?;
+        let (p1, shared) = match xdp::open_queues_of(&o, qo, &big, xdp, Some(&p0[0])) {
             Ok(p1) => (p1, true),
             Err(_) => (
-                xdp::open_queues(o, opts, xdp, None).map_err(|e| port_err("-o", output, e))?,
+                xdp::open_queues_of(&o, qo, opts, xdp, None)
+                    .map_err(|e| port_err("-o", output, e))?,
                 false,
             ),
         };
@@ -356,18 +363,15 @@ fn port_err(flag: &str, uri: &str, e: PortError) -> anyhow::Error {
 }
 
 /// The interface behind a kernel port URI.
-fn iface_of(uri: &str) -> Option<&str> {
-    let rest = uri
-        .strip_prefix("xdp:")
-        .or_else(|| uri.strip_prefix("afpacket:"))?;
-    Some(rest.rsplit_once('@').map_or(rest, |(i, _)| i))
+fn iface_of(uri: &str) -> Option<String> {
+    Uri::parse(uri).ok()?.iface().map(str::to_string)
 }
 
 /// The MAC l2fwd writes as the source of frames leaving `uri`: the interface's, or a
 /// locally administered 02:00:00:00:01:NN for ports without one.
 fn port_mac(uri: &str, n: u8) -> [u8; 6] {
     iface_of(uri)
-        .and_then(|i| iface_mac(i).ok())
+        .and_then(|i| iface_mac(&i).ok())
         .unwrap_or([0x02, 0, 0, 0, 0x01, n])
 }
 
@@ -833,15 +837,12 @@ fn thread_plan(a: &Args) -> anyhow::Result<(usize, Option<String>)> {
     if a.threads == Some(1) {
         return Ok((1, None));
     }
-    fn single(u: &str) -> Option<&str> {
-        u.strip_prefix("xdp:").filter(|r| !r.contains(','))
-    }
-    let queues = |u: &str| single(u).map_or(1, |r| xdp::queue_count(r).unwrap_or(1));
+    let queues = |u: &str| xdp_of(u).map_or(1, |(i, q)| xdp::queue_count_of(&i, q).unwrap_or(1));
     let bounce = a.input == a.output;
     let (qi, qo) = (queues(&a.input), queues(&a.output));
     let pairs = if bounce {
         qi
-    } else if single(&a.input).is_some() && single(&a.output).is_some() {
+    } else if xdp_of(&a.input).is_some() && xdp_of(&a.output).is_some() {
         qi.min(qo)
     } else {
         1
@@ -969,13 +970,21 @@ fn run_threads(
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let bounce = a.input == a.output;
-    let rest = |u: &str| u.strip_prefix("xdp:").unwrap_or(u).to_string();
-    let (ri, ro) = (rest(&a.input), rest(&a.output));
-    let nq = xdp::queue_count(&ri).map_err(|e| port_err("-i", &a.input, e))?
+    // Threads run only when both ports are xdp: (see thread_plan).
+    let named = |flag: &str, u: &str| {
+        xdp_of(u).ok_or_else(|| usage(format!("{flag} {u}: threads need an xdp: port")))
+    };
+    let (ri, qi) = named("-i", &a.input)?;
+    let (ro, qo) = if bounce {
+        (ri.clone(), qi)
+    } else {
+        named("-o", &a.output)?
+    };
+    let nq = xdp::queue_count_of(&ri, qi).map_err(|e| port_err("-i", &a.input, e))?
         + if bounce {
             0
         } else {
-            xdp::queue_count(&ro).map_err(|e| port_err("-o", &a.output, e))?
+            xdp::queue_count_of(&ro, qo).map_err(|e| port_err("-o", &a.output, e))?
         };
     // Every queue of both interfaces on one UMEM (a received frame leaves without a copy),
     // sized for all of their rings; queues never wait in rx (each thread polls its own).
@@ -986,11 +995,12 @@ fn run_threads(
         rx_wait_ms: 0,
         ..opts.clone()
     };
-    let p0 = xdp::open_queues(&ri, &big, xcfg, None).map_err(|e| port_err("-i", &a.input, e))?;
+    let p0 =
+        xdp::open_queues_of(&ri, qi, &big, xcfg, None).map_err(|e| port_err("-i", &a.input, e))?;
     let (p1, shared) = if bounce {
         (Vec::new(), true)
     } else {
-        match xdp::open_queues(&ro, &big, xcfg, Some(&p0[0])) {
+        match xdp::open_queues_of(&ro, qo, &big, xcfg, Some(&p0[0])) {
             Ok(p1) => (p1, true),
             Err(_) => {
                 let own = PortOptions {
@@ -998,7 +1008,7 @@ fn run_threads(
                     ..opts.clone()
                 };
                 (
-                    xdp::open_queues(&ro, &own, xcfg, None)
+                    xdp::open_queues_of(&ro, qo, &own, xcfg, None)
                         .map_err(|e| port_err("-o", &a.output, e))?,
                     false,
                 )

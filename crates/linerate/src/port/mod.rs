@@ -15,6 +15,7 @@ pub mod mem;
 pub mod pcap;
 pub(crate) mod sys;
 pub mod udp;
+mod uri;
 pub mod xdp;
 
 use crate::filter::Filter;
@@ -23,6 +24,7 @@ use std::sync::Arc;
 
 pub use aggregate::Aggregate;
 pub use sys::signal_ignored;
+pub use uri::Uri;
 
 /// Why a packet was dropped. Every packet that enters linerate is delivered or counted under one
 /// of these.
@@ -402,6 +404,8 @@ pub struct PortOptions {
     /// Format of a capture file opened for transmit (None: by its name, pcapng for
     /// `*.pcapng`; a `pcapng:FILE` URI always writes pcapng).
     pub write_format: Option<pcap::WriteFormat>,
+    /// AF_XDP settings of `xdp:` ports (socket mode, attach mode, ring sizes).
+    pub xdp: xdp::XdpConfig,
 }
 
 impl Default for PortOptions {
@@ -418,6 +422,7 @@ impl Default for PortOptions {
             rx_wait_ms: 1,
             inputs: file::Inputs::default(),
             write_format: None,
+            xdp: xdp::XdpConfig::default(),
         }
     }
 }
@@ -599,13 +604,16 @@ pub fn open_parts(
     opts: &PortOptions,
     dir: Direction,
 ) -> Result<Vec<Box<dyn Port>>, PortError> {
-    let list: Vec<&str> = uri.split(',').collect();
-    if list.iter().any(|p| p.is_empty()) {
-        return Err(PortError::BadUri {
-            uri: uri.into(),
-            why: "empty name in a list of ports (write a,b)".into(),
-        });
-    }
+    open_uri_parts(&Uri::parse(uri)?, opts, dir)
+}
+
+/// [`open_parts`] of a parsed URI.
+pub fn open_uri_parts(
+    uri: &Uri,
+    opts: &PortOptions,
+    dir: Direction,
+) -> Result<Vec<Box<dyn Port>>, PortError> {
+    let list = uri.members();
     let part_opts = if list.len() > 1 {
         PortOptions {
             rx_wait_ms: 0,
@@ -616,32 +624,20 @@ pub fn open_parts(
     };
     let mut out: Vec<Box<dyn Port>> = Vec::new();
     for part in list {
-        match part.strip_prefix("xdp:") {
-            Some(rest) if !rest.is_empty() => {
-                for q in xdp::open_queues(rest, &part_opts, &xdp::XdpConfig::default(), None)? {
+        match part {
+            Uri::Xdp { iface, queues } => {
+                for q in xdp::open_queues_of(iface, *queues, &part_opts, &opts.xdp, None)? {
                     out.push(Box::new(q));
                 }
             }
-            _ => out.push(open_one(part, &part_opts, dir)?),
+            one => out.push(open_one(one, &part_opts, dir)?),
         }
     }
     Ok(out)
 }
 
 /// Opens one port (not a list).
-fn open_one(uri: &str, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Port>, PortError> {
-    let (scheme, rest) = match uri.split_once(':') {
-        Some((s, r)) if ["mem", "pcap", "pcapng", "afpacket", "xdp", "cluster"].contains(&s) => {
-            (s, r)
-        }
-        _ => ("", uri),
-    };
-    if rest.is_empty() {
-        return Err(PortError::BadUri {
-            uri: uri.into(),
-            why: "no name after the scheme (e.g. mem:w0, pcap:file.pcap, afpacket:eth0)".into(),
-        });
-    }
+fn open_one(uri: &Uri, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Port>, PortError> {
     let file =
         |path: &str, format: Option<pcap::WriteFormat>| -> Result<Box<dyn Port>, PortError> {
             Ok(Box::new(match dir {
@@ -657,15 +653,17 @@ fn open_one(uri: &str, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
                 )?,
             }))
         };
-    match scheme {
-        "mem" => Ok(Box::new(mem::MemPort::open(rest, opts)?)),
-        "pcap" => file(rest, None),
-        // Read: either format; written: pcapng whatever the name.
-        "pcapng" => file(rest, Some(pcap::WriteFormat::PcapNg)),
-        "afpacket" => Ok(Box::new(afpacket::AfPacket::open(rest, opts)?)),
-        "xdp" => xdp::open(rest, opts, &xdp::XdpConfig::default()),
-        "cluster" => Ok(Box::new(crate::cluster::ClusterPort::open(rest)?)),
-        "" => {
+    match uri {
+        Uri::Mem(name) => Ok(Box::new(mem::MemPort::open(name, opts)?)),
+        // Read: either format; `pcapng:` is written as pcapng whatever the name.
+        Uri::File { path, format } => file(path, *format),
+        Uri::AfPacket(iface) => Ok(Box::new(afpacket::AfPacket::open(iface, opts)?)),
+        Uri::Xdp { iface, queues } => {
+            let ports = xdp::open_queues_of(iface, *queues, opts, &opts.xdp, None)?;
+            Ok(xdp::join(&uri.to_string(), ports, opts.rx_wait_ms))
+        }
+        Uri::Cluster(spec) => Ok(Box::new(crate::cluster::ClusterPort::open(spec)?)),
+        Uri::Bare(rest) => {
             if std::path::Path::new(rest).exists()
                 || rest.ends_with(".pcap")
                 || rest.ends_with(".pcapng")
@@ -676,16 +674,16 @@ fn open_one(uri: &str, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
                 file(rest, None)
             } else {
                 Err(PortError::BadUri {
-                    uri: uri.into(),
+                    uri: rest.clone(),
                     why: "not a file; name a port as mem:NAME, pcap:FILE, pcapng:FILE or \
                           afpacket:IFACE"
                         .into(),
                 })
             }
         }
-        other => Err(PortError::BadUri {
-            uri: uri.into(),
-            why: format!("'{other}:' ports are not available in this build"),
+        Uri::List(_) => Err(PortError::BadUri {
+            uri: uri.to_string(),
+            why: "a list inside a list".into(),
         }),
     }
 }

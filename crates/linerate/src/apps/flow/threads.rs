@@ -32,7 +32,7 @@ use super::table::TableStats;
 use super::{Ended, FlowLive, FlowOptions, FlowReport, Item, RecordSink, Worker};
 use crate::mem::{Batch, BATCH};
 use crate::port::pcap::{Chunk, PcapSplit, SplitReader, SPLIT_BYTES};
-use crate::port::{self, Direction, LinkType, Port, PortError, PortOptions, PortStats};
+use crate::port::{self, Direction, LinkType, Port, PortError, PortOptions, PortStats, Uri};
 use crate::ring::{ring, Consumer, Producer};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -62,14 +62,10 @@ pub struct FlowInput {
 }
 
 /// Whether `uri` names one regular capture file (which every thread can open on its own).
-fn capture_file(uri: &str) -> Option<&str> {
-    if uri.contains(',') {
-        return None;
-    }
-    let path = match uri.split_once(':') {
-        Some(("pcap", p)) => p,
-        Some((s, _)) if ["mem", "afpacket", "xdp", "cluster"].contains(&s) => return None,
-        _ => uri,
+fn capture_file(uri: &Uri) -> Option<&str> {
+    let path = match uri {
+        Uri::File { path, .. } | Uri::Bare(path) => path.as_str(),
+        _ => return None,
     };
     if path == "-" {
         return None;
@@ -102,9 +98,8 @@ impl FlowInput {
         piece: usize,
     ) -> Result<FlowInput, PortError> {
         let threads = threads.max(1);
-        let live = uri
-            .split(',')
-            .any(|p| p.starts_with("afpacket:") || p.starts_with("xdp:"));
+        let parsed = Uri::parse(uri)?;
+        let live = parsed.is_live();
         if threads == 1 {
             let p = port::open_rx(uri, opts)?;
             let link = p.link_type();
@@ -116,7 +111,7 @@ impl FlowInput {
                 live,
             });
         }
-        if let Some(file) = capture_file(uri) {
+        if let Some(file) = capture_file(&parsed) {
             let Some(split) = PcapSplit::open_pieces(file, opts, piece)? else {
                 // A pcapng file's blocks depend on those before (interfaces, time units): it
                 // is read in order by one thread.
@@ -154,8 +149,8 @@ impl FlowInput {
             rx_wait_ms: 0,
             ..opts.clone()
         };
-        let parts = match uri.strip_prefix("afpacket:") {
-            Some(iface) if !uri.contains(',') => {
+        let parts = match &parsed {
+            Uri::AfPacket(iface) => {
                 let fo = PortOptions {
                     fanout_group: Some(fanout_id()),
                     ..part_opts
@@ -167,10 +162,10 @@ impl FlowInput {
                     })
                     .collect::<Result<Vec<_>, _>>()?
             }
-            _ => port::open_parts(uri, &part_opts, Direction::Rx)?,
+            _ => port::open_uri_parts(&parsed, &part_opts, Direction::Rx)?,
         };
         let link = parts[0].link_type();
-        let plan = plan(uri, &parts, threads);
+        let plan = plan(&parsed, &parts, threads);
         Ok(FlowInput {
             kind: Kind::Parts(parts),
             link,
@@ -202,7 +197,7 @@ impl FlowInput {
 }
 
 /// Which thread reads which parts, in words.
-fn plan(uri: &str, parts: &[Box<dyn Port>], threads: usize) -> String {
+fn plan(uri: &Uri, parts: &[Box<dyn Port>], threads: usize) -> String {
     let n = parts.len();
     if n == 1 {
         return format!(
@@ -210,12 +205,10 @@ fn plan(uri: &str, parts: &[Box<dyn Port>], threads: usize) -> String {
              the thread that owns it"
         );
     }
-    let what = if uri.starts_with("xdp:") && !uri.contains(',') {
-        "queues"
-    } else if uri.starts_with("afpacket:") && !uri.contains(',') {
-        "fanout sockets"
-    } else {
-        "inputs"
+    let what = match uri {
+        Uri::Xdp { .. } => "queues",
+        Uri::AfPacket(_) => "fanout sockets",
+        _ => "inputs",
     };
     let mut s = format!("{n} {what} over {threads} threads");
     if !n.is_multiple_of(threads) {

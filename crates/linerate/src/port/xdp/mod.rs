@@ -230,6 +230,11 @@ pub fn resolve_queues(iface: &str, ifindex: u32, sel: Queues) -> Result<Vec<u32>
 /// How many queues `rest` (`IFACE[@QUEUES]`) names, checked as [`open_queues`] checks them.
 pub fn queue_count(rest: &str) -> Result<usize, PortError> {
     let (iface, sel) = parse_name(rest)?;
+    queue_count_of(iface, sel)
+}
+
+/// [`queue_count`] of a parsed name ([`crate::port::Uri::Xdp`]).
+pub fn queue_count_of(iface: &str, sel: Queues) -> Result<usize, PortError> {
     let ifindex = sys::ifindex(iface)?;
     Ok(resolve_queues(iface, ifindex, sel)?.len())
 }
@@ -272,6 +277,17 @@ pub fn open_queues(
     with: Option<&XdpPort>,
 ) -> Result<Vec<XdpPort>, PortError> {
     let (iface, sel) = parse_name(rest)?;
+    open_queues_of(iface, sel, opts, cfg, with)
+}
+
+/// [`open_queues`] of a parsed name ([`crate::port::Uri::Xdp`]).
+pub fn open_queues_of(
+    iface: &str,
+    sel: Queues,
+    opts: &PortOptions,
+    cfg: &XdpConfig,
+    with: Option<&XdpPort>,
+) -> Result<Vec<XdpPort>, PortError> {
     let ifindex = sys::ifindex(iface)?;
     let queues = resolve_queues(iface, ifindex, sel)?;
     let several = queues.len() > 1;
