@@ -6,7 +6,7 @@
 # Build first (target/release/linerate); the script does not build.
 #
 # Source in A, on core 0: xdp-trafficgen (XDP live frames, ~6 Mpps on one core) when found
-# ($XDP_TRAFFICGEN, else /work/peers/xdp-tools/xdp-trafficgen/xdp-trafficgen): IPv6/UDP frames of
+# ($XDP_TRAFFICGEN, else /opt/linerate-peers/xdp-tools-1.6.3/xdp-trafficgen/xdp-trafficgen): IPv6/UDP frames of
 # 62 B + CRC (its default size, the smallest IPv6/UDP frame). Without it, trafgen (AF_PACKET,
 # ~1 Mpps at best) sends IPv4/UDP 60 B + CRC, and the rows are bound by the source. To build
 # xdp-tools 1.6.3 (needs clang-14, llc-14, m4, bpftool, libbpf-dev):
@@ -29,7 +29,7 @@
 #   Linux ip_forward (IPv6 with xdp-trafficgen: bpf/bench_hoplimit.o on vB0 resets the hop
 #     limit of the recycled live frames; IPv4 with trafgen), a Linux bridge
 #   dpdk-testpmd io on net_af_xdp and on net_af_packet (no hugepages), if installed
-#   xdp-bench redirect ($XDP_BENCH, else /work/peers/xdp-tools/xdp-bench/xdp-bench), if found
+#   xdp-bench redirect ($XDP_BENCH, else /opt/linerate-peers/xdp-tools-1.6.3/xdp-bench/xdp-bench), if found
 # "A sent" = vA tx_packets + tx_dropped, "in" = vB0 rx_packets, "out" = vC rx_packets (deltas).
 # Then capture on vB0: linerate count -i xdp:vB0 vs -i afpacket:vB0 (one run each).
 # Prints Markdown tables.
@@ -41,8 +41,10 @@ OUT=bench/out
 mkdir -p "$OUT"
 LR=$PWD/target/release/linerate
 [ -x "$LR" ] || { echo "build first: cargo build --release -p linerate-cli" >&2; exit 1; }
-XTG=${XDP_TRAFFICGEN:-/work/peers/xdp-tools/xdp-trafficgen/xdp-trafficgen}
-XBENCH=${XDP_BENCH:-/work/peers/xdp-tools/xdp-bench/xdp-bench}
+# Peers built by bench/peers.sh (a path in the environment wins).
+[ -f bench/out/peers.env ] && . bench/out/peers.env
+XTG=${XDP_TRAFFICGEN:-/opt/linerate-peers/xdp-tools-1.6.3/xdp-trafficgen/xdp-trafficgen}
+XBENCH=${XDP_BENCH:-/opt/linerate-peers/xdp-tools-1.6.3/xdp-bench/xdp-bench}
 XDROP=${XDP_DROP_OBJ:-bpf/xdp_drop.o}
 [ -x "$XTG" ] || XTG=""
 [ -x "$XBENCH" ] || XBENCH=""

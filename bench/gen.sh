@@ -13,7 +13,7 @@
 # xdp-trafficgen comes from xdp-tools 1.6.3 (not in this repository): in its source tree,
 # `FORCE_SYSTEM_LIBBPF=1 CLANG=clang-14 LLC=llc-14 ./configure; make -C lib; make -C
 # xdp-trafficgen` (needs m4 and bpftool); the script uses $XDP_TRAFFICGEN, else
-# /work/peers/xdp-tools/xdp-trafficgen/xdp-trafficgen if it exists.
+# /opt/linerate-peers/xdp-tools-1.6.3/xdp-trafficgen/xdp-trafficgen if it exists.
 #
 # Veth between namespaces A and B, `ethtool -K vA sg off`, 64 B frames (60 + CRC) to a MAC that
 # is not vB's (dropped early by vB: this measures the sender). Each sender runs in A, pinned to
@@ -104,7 +104,9 @@ run "linerate gen live 66 B IPv6 (1 core)" 0 "$LR" gen -o xdp:vA --dst-mac "$MAC
   --src-mac "$MACA" --src-ip 2001:db8::1 --dst-ip 2001:db8::2 --size 66 --no-probe \
   -t $((SECS + 3)) -q
 run "linerate gen xsk (1 core)" 0 "$LR" "${LIVE[@]}" --engine xsk
-TG=${XDP_TRAFFICGEN:-/work/peers/xdp-tools/xdp-trafficgen/xdp-trafficgen}
+# Peers built by bench/peers.sh (a path in the environment wins).
+[ -f bench/out/peers.env ] && . bench/out/peers.env
+TG=${XDP_TRAFFICGEN:-/opt/linerate-peers/xdp-tools-1.6.3/xdp-trafficgen/xdp-trafficgen}
 if [ -x "$TG" ]; then
   # xdp-trafficgen pins its threads to cores 0..N-1 itself; 66 B IPv6/UDP frames.
   run "xdp-trafficgen udp (1 thread)" 0 "$TG" udp -m "$MACB" -I 2 vA
