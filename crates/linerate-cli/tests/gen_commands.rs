@@ -2,7 +2,8 @@
 //! pktgen-dpdk: each command's effect in the next interval line (asked `rate_pps`, achieved
 //! `pps`, frame size), `stop`/`start`/`count` exact in packets, `dst-mac` in the frames written,
 //! a refused command said and nothing changed, `quit` ending it with a summary; the metrics
-//! scraped while stopped equal that summary.
+//! scraped while stopped equal that summary. The XDP live-frames engine (root, a veth) follows
+//! rate, stop and start and refuses size with the reason.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -216,4 +217,103 @@ fn commands_flag_is_checked() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--commands file.txt"));
+}
+
+/// Kills a child left running by a failed test.
+struct Kill(std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `gen --engine live --commands -` on a veth (root): the XDP live-frames engine follows
+/// `rate` (asked and achieved move), `stop` (an interval with nothing sent) and `start`, and
+/// refuses `size` with the reason and nothing changed; `quit` ends it with a summary that says
+/// the rate was steered.
+#[test]
+fn live_engine_follows_rate_stop_and_start_and_refuses_size() {
+    use linerate_test_support::netns::{self, NetnsPair, Side};
+    if !netns::require_priv() {
+        return;
+    }
+    let p = NetnsPair::new().expect("netns pair");
+    let obj = linerate_test_support::repo_root().join("bpf/xdp_drop.o");
+    p.ip_in(
+        Side::B,
+        &[
+            "link",
+            "set",
+            "dev",
+            "vB",
+            "xdpdrv",
+            "obj",
+            obj.to_str().unwrap(),
+            "sec",
+            "xdp",
+        ],
+    )
+    .expect("XDP program on the peer");
+    let mut child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            p.ns(Side::A),
+            env!("CARGO_BIN_EXE_linerate"),
+        ])
+        .args([
+            "gen", "-o", "xdp:vA", "--engine", "live", "--rate", "20kpps", "-t", "40",
+        ])
+        .args(["--json", "--commands", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn gen");
+    let mut stdin = child.stdin.take().unwrap();
+    let so = child.stdout.take().unwrap();
+    let child = Kill(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(so).lines().map_while(Result::ok) {
+            if let Ok(j) = serde_json::from_str::<serde_json::Value>(&l) {
+                let _ = tx.send(j);
+            }
+        }
+    });
+    let lines = Lines(rx);
+    let start = lines.next_of("start");
+    assert_eq!(start["engine"], "live", "{start}");
+    let before = lines.next_of("stats");
+    assert_eq!(before["rate_pps"], 20_000.0, "{before}");
+
+    let j = lines.steer(&mut stdin, "rate 60kpps");
+    assert_eq!(j["rate_pps"], 60_000.0, "{j}");
+    // Whole runs of a tenth of a second: well above the 20 kpps first asked.
+    assert!(j["pps"].as_f64().unwrap() > 40_000.0, "{j}");
+
+    writeln!(stdin, "size 128").unwrap();
+    stdin.flush().unwrap();
+    let r = lines.next_of("command");
+    assert_eq!(r["ok"], false, "{r}");
+    assert!(
+        r["error"].as_str().unwrap().contains("live-frames engine"),
+        "{r}"
+    );
+
+    let j = lines.steer(&mut stdin, "stop");
+    assert_eq!(j["sending"], false, "{j}");
+    assert_eq!(j["rate_pps"], 0.0, "{j}");
+    assert_eq!(j["pps"], 0.0, "nothing sent while stopped: {j}");
+    let j = lines.steer(&mut stdin, "start");
+    assert_eq!(j["sending"], true, "{j}");
+    assert!(j["pps"].as_f64().unwrap() > 40_000.0, "{j}");
+
+    writeln!(stdin, "quit").unwrap();
+    stdin.flush().unwrap();
+    let s = lines.next_of("summary");
+    assert_eq!(s["steered"], true, "{s}");
+    assert!(s.get("achieved_pct").is_none(), "{s}");
+    drop(child);
 }
