@@ -463,3 +463,30 @@ fn kernel_filter_judges_tagged_frames_as_on_the_wire() {
         assert_eq!(st.rx_packets, want.len() as u64, "{expr}");
     }
 }
+
+#[test]
+fn an_untagged_frame_past_the_mtu_is_counted_too_big_not_skipped_by_the_kernel() {
+    if !netns::require_priv() {
+        return;
+    }
+    let pair = NetnsPair::new().expect("create namespaces");
+    let mut tx = pair
+        .run_in(Side::A, || AfPacket::open(&pair.if_a, &tx_opts()))
+        .expect("open vA");
+    // MTU 1500: 1514 bytes untagged, 4 more with an 802.1Q tag (as the kernel allows).
+    assert_eq!(tx.max_tx_frame(false), Some(1514));
+    assert_eq!(tx.max_tx_frame(true), Some(1518));
+    let mut plain = frame(&pair, 1, 7777);
+    plain.resize(1514, 0);
+    let mut long = plain.clone();
+    long.resize(1518, 0);
+    let mut tagged = long.clone();
+    tagged[12..14].copy_from_slice(&[0x81, 0x00]);
+    let frames = [plain, long, tagged];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    assert_eq!(send_all(&mut tx, &frames, deadline), 3);
+    let st = tx.stats();
+    // The untagged 1518-byte frame: the kernel would skip it (PACKET_LOSS) without a count.
+    assert_eq!(st.tx_drops.get(DropReason::TooBig), 1, "{st:?}");
+    assert_eq!(st.tx_packets, 2, "{st:?}");
+}
