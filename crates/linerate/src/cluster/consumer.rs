@@ -9,6 +9,7 @@ use super::stats::queue_drops;
 use super::tx::TxLane;
 use crate::mem::{Batch, Desc, Pool};
 use crate::port::{DropReason, Port, PortError, PortStats};
+use crate::ring::shared::{Borrower, RegionQueue};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -25,10 +26,8 @@ pub struct ClusterPort {
     pub(super) seg: Arc<Segment>,
     /// The queue, once attached.
     pub(super) rx_q: Option<usize>,
-    pub(super) read: u64,
-    /// The master's head cursor as last read.
-    pub(super) cached_head: u64,
-    pub(super) released: u64,
+    /// The queue's ring (release by tail), once attached.
+    pub(super) ring: Option<Borrower<Desc, RegionQueue<Desc>>>,
     pub(super) owner: u64,
     pub(super) tx: Option<TxLane>,
     pub(super) stats: PortStats,
@@ -74,9 +73,7 @@ impl ClusterPort {
             name: format!("cluster:{}", seg.id),
             seg,
             rx_q: None,
-            read: 0,
-            cached_head: 0,
-            released: 0,
+            ring: None,
             owner: 0,
             tx: None,
             stats: PortStats::default(),
@@ -119,12 +116,9 @@ impl ClusterPort {
                     seg.ctl(q).heartbeat.store(now_ms(), Ordering::Relaxed);
                     // Resume at the first descriptor not released: anything a dead predecessor
                     // held and did not release is delivered again (at least once).
-                    let tail = seg.cursors(q).tail.load(Ordering::Acquire);
+                    self.ring = Some(Borrower::attach(seg.queue_mem(q)));
                     self.rx_q = Some(q);
                     self.owner = owner;
-                    self.read = tail;
-                    self.cached_head = tail;
-                    self.released = tail;
                     if want.is_none() {
                         self.name = format!("cluster:{}@{}", seg.id, q);
                     }
@@ -167,8 +161,11 @@ impl ClusterPort {
     /// per batch while a backlog lasts.
     #[inline(always)]
     pub(super) fn release_some(&mut self, all: bool) {
-        if all || self.read - self.released >= self.release_at() {
-            self.release();
+        let at = self.release_at();
+        if let Some(r) = self.ring.as_mut() {
+            if all || r.unreleased() >= at {
+                r.release();
+            }
         }
     }
 
@@ -180,11 +177,8 @@ impl ClusterPort {
 
     #[inline(always)]
     pub(super) fn release(&mut self) {
-        if let Some(q) = self.rx_q {
-            if self.read != self.released {
-                self.seg.cursors(q).tail.store(self.read, Ordering::Release);
-                self.released = self.read;
-            }
+        if let Some(r) = self.ring.as_mut() {
+            r.release();
         }
     }
 
@@ -207,14 +201,12 @@ impl ClusterPort {
 
     /// The master is gone and this queue has nothing more: a normal end when it closed the
     /// cluster (Ok(0), then [`Port::is_finished`]), an error when it died.
-    pub(super) fn end(&mut self, q: usize) -> Result<usize, PortError> {
+    pub(super) fn end(&mut self) -> Result<usize, PortError> {
         self.release();
         // The master may have published more just before it ended (after our last look at
         // head): the caller's acquire load of the state word saw the close, which the master
         // stored after its last head, so this load sees everything it enqueued.
-        let head = self.seg.cursors(q).head.load(Ordering::Acquire);
-        if head > self.read && head - self.released <= self.seg.slots as u64 {
-            self.cached_head = head;
+        if self.ring.as_mut().is_some_and(|r| r.recheck()) {
             return Ok(0);
         }
         let h = self.seg.header();
@@ -295,18 +287,20 @@ impl Port for ClusterPort {
         let slots = self.seg.slots as u64;
         // The master's cursor is read only when what we already know is published ran out: no
         // cache-line transfer per call while a backlog lasts.
-        if self.read >= self.cached_head {
-            let head = self.seg.cursors(q).head.load(Ordering::Acquire);
-            // The master only moves head forward, at most a ring ahead of what we released.
-            if head < self.read || head - self.released > slots {
+        // The master only moves head forward, at most a ring ahead of what we released.
+        let Some(ring) = self.ring.as_mut() else {
+            return Ok(0); // (attached above: never)
+        };
+        let avail = match ring.available() {
+            Ok(a) => a,
+            Err(head) => {
+                let read = ring.read();
                 return Err(self.corrupted(format!(
-                    "queue {q}'s head cursor is {head}, with {} read and {slots} slots",
-                    self.read
+                    "queue {q}'s head cursor is {head}, with {read} read and {slots} slots"
                 )));
             }
-            self.cached_head = head;
-        }
-        let avail = (self.cached_head - self.read) as usize;
+        };
+        let read = ring.read();
         // The master took the queue back (we were thought dead, or silent for longer than its
         // consumer timeout, or it ended): stop rather than read frames that are no longer ours.
         // The owner word has a cache line of its own that changes only then, so this load is
@@ -327,27 +321,18 @@ impl Port for ClusterPort {
             self.idle = self.idle.wrapping_add(1);
             // The closed flag is one load; the master's pid is looked up now and then.
             if self.master_gone || self.check_master(self.idle.is_multiple_of(1024))? {
-                return self.end(q);
+                return self.end();
             }
             return Ok(0);
         }
         self.idle = 0;
-        // Slots [read, read + n) lie in at most two runs of the ring: copy them as slices.
-        let at = (self.read as usize) & (self.seg.slots - 1);
-        let first = n.min(self.seg.slots - at);
+        // Slots [read, read + n) lie in at most two runs of the ring: copied as slices, in
+        // place (the master does not rewrite them until we release them).
         let before = batch.len();
-        // SAFETY: slots [read, head) were written by the master before its release store of
-        // head (our acquire load, now or at an earlier call); it does not rewrite them until we
-        // move tail past them. Both runs lie inside the slot array (at + first ≤ slots, and the
-        // second starts at slot 0 with n - first < slots descriptors: n ≤ head - read ≤ slots).
-        unsafe {
-            batch.extend(std::slice::from_raw_parts(
-                self.seg.slot(q, self.read),
-                first,
-            ));
-            if first < n {
-                batch.extend(std::slice::from_raw_parts(self.seg.slot(q, 0), n - first));
-            }
+        if let Some(ring) = self.ring.as_ref() {
+            ring.peek(n, |d| {
+                batch.extend(d);
+            });
         }
         // Every descriptor must name a frame of the segment with a length that fits, and a
         // plausible wire length: checked branch-free in the byte count's loop, one branch per
@@ -391,13 +376,13 @@ impl Port for ClusterPort {
             return Err(self.corrupted(format!(
                 "queue {q} slot {}: descriptor at offset {:#x}, length {}, wire length {} is \
                  not a packet in a frame of the segment; {n} descriptors dropped as malformed",
-                (self.read + i as u64) & (slots - 1),
+                (read + i as u64) & (slots - 1),
                 d.addr,
                 d.len,
                 d.wire_len
             )));
         }
-        ctl.handed.store(self.read + n as u64, Ordering::Relaxed);
+        ctl.handed.store(read + n as u64, Ordering::Relaxed);
         if self.seg.header().state.load(Ordering::Relaxed) == STATE_CLOSED {
             // The master is ending and may take the queue back at any moment: make our
             // `handed` store visible before looking at the owner word (it fences likewise
@@ -405,7 +390,7 @@ impl Port for ClusterPort {
             std::sync::atomic::fence(Ordering::SeqCst);
             if ctl.owner.load(Ordering::Relaxed) != self.owner {
                 // It did: keep only what it counted as delivered to us.
-                let keep = self.taken_at(q).saturating_sub(self.read).min(n as u64) as usize;
+                let keep = self.taken_at(q).saturating_sub(read).min(n as u64) as usize;
                 if keep < n {
                     bytes = batch.descs()[before..before + keep]
                         .iter()
@@ -417,7 +402,9 @@ impl Port for ClusterPort {
                 self.finished = true;
             }
         }
-        self.read += n as u64;
+        if let Some(ring) = self.ring.as_mut() {
+            ring.advance(n);
+        }
         self.stats.rx_packets += n as u64;
         self.stats.rx_bytes += bytes;
         Ok(n)

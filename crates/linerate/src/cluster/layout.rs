@@ -2,7 +2,6 @@
 //! frames, transmit lanes; and the sizes a master asks for ([`ClusterConfig`]).
 
 use crate::mem::{Desc, BATCH};
-use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// `LRCLUST1`.
@@ -26,7 +25,7 @@ pub const MAX_BIG_FRAME: u32 = 128 << 10;
 
 /// Tag of a shadow entry whose frame went to one queue only (no reference count kept).
 /// Frame indexes are below 2^31 (the segment would be 4 TiB otherwise).
-pub(super) const SOLE: u32 = 1 << 31;
+pub(super) const SOLE: u32 = crate::ring::shared::Holds::SOLE;
 
 /// Master counters in the header (written by the master only).
 #[repr(C)]
@@ -127,11 +126,8 @@ pub(super) struct QueueCtl {
     pub(super) _line2: [u64; 6],
 }
 
-#[repr(C)]
-pub(super) struct Cursors {
-    pub(super) head: CachePadded<AtomicU64>,
-    pub(super) tail: CachePadded<AtomicU64>,
-}
+/// A queue's (or a lane's) head and tail cursors, the first 256 bytes of its area.
+pub(super) type Cursors = crate::ring::shared::Cursors<AtomicU64>;
 
 /// Inside a queue's area (4096-aligned): the cursors, the control block, the slots.
 pub(super) const CTL_OFF: usize = std::mem::size_of::<Cursors>();

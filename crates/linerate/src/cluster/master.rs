@@ -9,17 +9,16 @@ use super::segment::{check_owner, not_ours, segment_path, unlink_if_ours, Segmen
 use super::stats::{ClusterStats, QueueStats};
 use crate::mem::{Batch, Desc, Region, BATCH};
 use crate::port::PortError;
+use crate::ring::shared::{Holds, Lender, RegionQueue};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Per-queue state the master keeps in its own memory.
 pub(super) struct MasterQueue {
-    pub(super) head: u64,
-    pub(super) reclaimed: u64,
-    pub(super) cached_tail: u64,
-    /// Frame index in each slot, as the master put it there.
-    pub(super) shadow: Vec<u32>,
+    /// The queue's ring (release by tail), with the frame each slot holds in the master's
+    /// own memory.
+    pub(super) ring: Lender<Desc, RegionQueue<Desc>>,
     /// Descriptors written for this batch, not yet published.
     pub(super) nstaged: usize,
     /// Packets of this batch for this queue lost for want of a frame.
@@ -44,7 +43,7 @@ impl MasterQueue {
     /// Released by the consumer (or handed to it at the end): every slot given back that was
     /// not taken from a dead consumer or left unread. Only grows.
     pub(super) fn delivered(&self) -> u64 {
-        self.reclaimed - self.reclaimed_pkts - self.unread
+        self.ring.reclaimed() - self.reclaimed_pkts - self.unread
     }
 }
 
@@ -59,7 +58,7 @@ pub struct Master {
     pub(super) big_cap: usize,
     /// Reference count of each frame sent to several queues (fan-out), in the master's own
     /// memory: nothing a consumer writes can make the master free a frame.
-    pub(super) refcnt: Vec<u32>,
+    pub(super) holds: Holds,
     pub(super) rx_packets: u64,
     pub(super) rx_bytes: u64,
     pub(super) filtered: u64,
@@ -295,11 +294,8 @@ impl Master {
         }
         let seg = Arc::new(Segment::map(region, id, path, who)?);
         let q = (0..l.queues)
-            .map(|_| MasterQueue {
-                head: 0,
-                reclaimed: 0,
-                cached_tail: 0,
-                shadow: vec![0; l.slots],
+            .map(|qi| MasterQueue {
+                ring: Lender::new(seg.queue_mem(qi)),
                 nstaged: 0,
                 nf_batch: 0,
                 stage: Box::new([Desc::default(); BATCH]),
@@ -322,7 +318,7 @@ impl Master {
                     .collect(),
                 nsmall: l.frames as u32,
             },
-            refcnt: vec![0; l.frames + l.big_frames],
+            holds: Holds::new(l.frames + l.big_frames),
             cap,
             big_cap,
             seg,
@@ -377,22 +373,9 @@ impl Master {
     /// Takes back the frames consumers released.
     #[inline]
     pub(super) fn reclaim(&mut self) {
-        let seg = &*self.seg;
-        let mask = seg.slots - 1;
-        for (qi, q) in self.q.iter_mut().enumerate() {
-            if q.reclaimed == q.head {
-                // Nothing outstanding: leave the consumer's cache line alone.
-                continue;
-            }
-            let tail = seg.cursors(qi).tail.load(Ordering::Acquire);
-            // A consumer can only release what it was given.
-            let tail = tail.clamp(q.reclaimed, q.head);
-            q.cached_tail = tail;
-            while q.reclaimed < tail {
-                let f = q.shadow[(q.reclaimed as usize) & mask];
-                release(&mut self.refcnt, &mut self.free, f);
-                q.reclaimed += 1;
-            }
+        let (holds, free) = (&mut self.holds, &mut self.free);
+        for q in self.q.iter_mut() {
+            q.ring.reclaim(|f| release(holds, free, f));
         }
     }
 
@@ -418,7 +401,7 @@ impl Master {
         for (qi, q) in self.q.iter_mut().enumerate() {
             q.nstaged = 0;
             q.nf_batch = 0;
-            let free = self.seg.slots as u64 - (q.head - q.cached_tail);
+            let free = q.ring.room();
             let s = if q.gone {
                 gone |= 1 << qi;
                 0
@@ -452,7 +435,6 @@ impl Master {
 
         let seg = &*self.seg;
         let (cap, big_cap) = (self.cap, self.big_cap);
-        let smask = seg.slots - 1;
         let region = seg.pool.region();
         for i in 0..n {
             let long = descs[i].len as usize > cap;
@@ -507,13 +489,8 @@ impl Master {
             let single = ok & (ok - 1) == 0;
             // A frame for one queue needs no reference count: its slot's shadow entry says so
             // and the release frees it directly.
-            let held = if single {
-                frame | SOLE
-            } else {
-                // (frame < frames: it came from the free list)
-                self.refcnt[frame as usize] = ok.count_ones();
-                frame
-            };
+            // (frame < frames: it came from the free list)
+            let held = self.holds.lend(frame, ok.count_ones());
             let d = Desc {
                 addr,
                 len: len as u32,
@@ -525,8 +502,7 @@ impl Master {
                 let qi = m.trailing_zeros() as usize;
                 m &= m - 1;
                 let q = &mut self.q[qi];
-                let c = q.head + q.nstaged as u64;
-                q.shadow[(c as usize) & smask] = held;
+                q.ring.tag(q.nstaged, held);
                 // Staged in the master's memory; copied into the ring once per batch below.
                 q.stage[q.nstaged & (BATCH - 1)] = d;
                 q.enqueued_bytes += d.wire_len as u64;
@@ -561,37 +537,18 @@ impl Master {
                 // One copy of the batch's descriptors into the ring (at most two runs): each
                 // slot line is written whole at once rather than a descriptor at a time while
                 // the consumer may be reading its neighbours.
-                let n = q.nstaged;
-                let at = (q.head as usize) & smask;
-                let first = n.min(seg.slots - at);
-                // SAFETY: slots [head, head + n) are free: the space check keeps
-                // head - tail + n ≤ slots, so the consumer is not reading them; they become
-                // visible only with the release store of head below. Both runs lie inside
-                // the slot array (at + first ≤ slots, n - first < slots) and do not overlap
-                // the master's own staging array.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(q.stage.as_ptr(), seg.slot(qi, q.head), first);
-                    if first < n {
-                        std::ptr::copy_nonoverlapping(
-                            q.stage.as_ptr().add(first),
-                            seg.slot(qi, 0),
-                            n - first,
-                        );
-                    }
-                }
-                q.head += q.nstaged as u64;
+                q.ring.publish(&q.stage[..q.nstaged]);
                 q.enqueued += q.nstaged as u64;
-                seg.cursors(qi).head.store(q.head, Ordering::Release);
             }
             if gone >> qi & 1 == 0 {
                 // Ask now for the slot lines the next batch writes (in exclusive state): their
                 // last reader was the consumer, and fetching them while the next batch is
                 // received and hashed keeps the slot stores from waiting on them.
-                let room = seg.slots as u64 - (q.head - q.cached_tail);
-                let n = room.min(BATCH as u64);
-                let mut c = q.head;
-                while c < q.head + n {
-                    prefetch_write(seg.slot(qi, c) as *const u8);
+                let n = q.ring.room().min(BATCH as u64);
+                let head = q.ring.head();
+                let mut c = head;
+                while c < head + n {
+                    prefetch_write(q.ring.slot_ptr(c) as *const u8);
                     c = (c | 1) + 1; // two 32-byte slots per 64-byte line
                 }
             }
@@ -664,16 +621,15 @@ impl Master {
             self.reclaim();
             let q = &mut self.q[qi];
             // Everything still in the ring (read by the dead consumer or not) comes back.
-            ctl.taken_at.store(q.reclaimed, Ordering::Relaxed);
-            while q.reclaimed < q.head {
-                let f = q.shadow[(q.reclaimed as usize) & (seg.slots - 1)];
-                release(&mut self.refcnt, &mut self.free, f);
-                q.reclaimed += 1;
-                q.reclaimed_pkts += 1;
-                q.consumer_gone += 1;
-            }
-            q.cached_tail = q.head;
-            seg.cursors(qi).tail.store(q.head, Ordering::Release);
+            ctl.taken_at.store(q.ring.reclaimed(), Ordering::Relaxed);
+            let (holds, free) = (&mut self.holds, &mut self.free);
+            let (mut n, ring) = (0, &mut q.ring);
+            ring.take_back(|_, f| {
+                release(holds, free, f);
+                n += 1;
+            });
+            q.reclaimed_pkts += n;
+            q.consumer_gone += n;
             q.gone = true;
             ctl.owner.store((gen as u64) << 32, Ordering::Release);
         }
@@ -684,7 +640,7 @@ impl Master {
     /// dead one): after [`Master::close`], nothing more will be delivered.
     pub fn drained(&self) -> bool {
         self.q.iter().enumerate().all(|(qi, q)| {
-            q.reclaimed == q.head || {
+            q.ring.outstanding() == 0 || {
                 let pid = self.seg.ctl(qi).owner.load(Ordering::Acquire) as u32;
                 pid == 0 || pid == RECLAIMING || !alive(pid)
             }
@@ -698,7 +654,8 @@ impl Master {
             .iter()
             .enumerate()
             .map(|(qi, q)| {
-                q.reclaimed
+                q.ring
+                    .reclaimed()
                     .wrapping_add(self.seg.ctl(qi).handed.load(Ordering::Relaxed))
             })
             .fold(0u64, u64::wrapping_add)
@@ -723,7 +680,7 @@ impl Master {
                 no_frame: q.no_frame,
                 too_big: q.too_big,
                 unread: q.unread,
-                backlog: q.head - q.reclaimed,
+                backlog: q.ring.outstanding(),
                 consumer_pid: self.seg.consumer_pid(qi),
                 attaches: self.seg.ctl(qi).attaches.load(Ordering::Relaxed),
             })
@@ -762,9 +719,8 @@ impl Master {
         self.close();
         self.reclaim();
         let seg = self.seg.clone();
-        let mask = seg.slots - 1;
         for qi in 0..self.q.len() {
-            if self.q[qi].reclaimed == self.q[qi].head {
+            if self.q[qi].ring.outstanding() == 0 {
                 continue;
             }
             let ctl = seg.ctl(qi);
@@ -791,26 +747,26 @@ impl Master {
             let handed = if live {
                 ctl.handed
                     .load(Ordering::Relaxed)
-                    .clamp(q.reclaimed, q.head)
+                    .clamp(q.ring.reclaimed(), q.ring.head())
             } else {
-                q.reclaimed
+                q.ring.reclaimed()
             };
             ctl.taken_at.store(handed, Ordering::Relaxed);
-            while q.reclaimed < q.head {
-                let f = q.shadow[(q.reclaimed as usize) & mask];
-                release(&mut self.refcnt, &mut self.free, f);
-                if q.reclaimed >= handed {
+            let (holds, free) = (&mut self.holds, &mut self.free);
+            let (mut gone, mut unread) = (0, 0);
+            q.ring.take_back(|c, f| {
+                release(holds, free, f);
+                if c >= handed {
                     if pid != 0 && !live {
-                        q.reclaimed_pkts += 1;
-                        q.consumer_gone += 1;
+                        gone += 1;
                     } else {
-                        q.unread += 1;
+                        unread += 1;
                     }
                 }
-                q.reclaimed += 1;
-            }
-            q.cached_tail = q.head;
-            seg.cursors(qi).tail.store(q.head, Ordering::Release);
+            });
+            q.reclaimed_pkts += gone;
+            q.consumer_gone += gone;
+            q.unread += unread;
             q.gone = true;
             ctl.owner.store((gen as u64) << 32, Ordering::Release);
         }
@@ -863,19 +819,12 @@ pub(super) fn copy_packet(dst: &mut [u8], src: &[u8]) {
     }
 }
 
-/// Releases a slot's hold on its frame: a frame held by one queue (`SOLE`) is free at once,
-/// a shared one when its count reaches 0.
+/// Releases a slot's hold on its frame: a frame held by one queue (`Holds::SOLE`) is free at
+/// once, a shared one when its count reaches 0.
 #[inline(always)]
-pub(super) fn release(refcnt: &mut [u32], free: &mut Frees, f: u32) {
-    if f & SOLE != 0 {
-        free.push(f & !SOLE);
-        return;
-    }
-    if let Some(rc) = refcnt.get_mut(f as usize) {
-        *rc = rc.saturating_sub(1);
-        if *rc == 0 {
-            free.push(f);
-        }
+pub(super) fn release(holds: &mut Holds, free: &mut Frees, f: u32) {
+    if let Some(f) = holds.release(f) {
+        free.push(f);
     }
 }
 

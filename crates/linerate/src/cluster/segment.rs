@@ -6,6 +6,7 @@ use super::layout::*;
 use super::liveness::same_process;
 use crate::mem::{Desc, Pool, Region};
 use crate::port::PortError;
+use crate::ring::shared::RegionQueue;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -73,21 +74,21 @@ impl Segment {
         }
     }
 
-    pub(super) fn cursors(&self, q: usize) -> &Cursors {
-        // SAFETY: as for ctl; the cursors start the queue area (4096-aligned), atomics only.
-        unsafe { &*(self.base().add(self.queue_off + q * self.queue_stride) as *const Cursors) }
-    }
-
-    #[inline(always)]
-    pub(super) fn slot(&self, q: usize, cursor: u64) -> *mut Desc {
-        let i = (cursor as usize) & (self.slots - 1);
-        // SAFETY: i < slots, and the slot array (slots × 32 bytes) starts at SLOTS_OFF inside
-        // the queue's area (layout checked when mapped).
+    /// The memory of queue `q`'s ring (its cursors and slots), keeping the segment mapped.
+    pub(super) fn queue_mem(self: &Arc<Self>, q: usize) -> RegionQueue<Desc> {
+        assert!(q < self.queues);
+        let area = self.queue_off + q * self.queue_stride;
+        // SAFETY: q < queues: the queue's area lies inside the region (layout checked when
+        // mapped), 4096-aligned, and starts with its cursors (atomics, zeroed by the master);
+        // `slots` (a power of two, checked when mapped) descriptors follow at SLOTS_OFF, and
+        // any bytes are a valid `Desc` (integers). The Arc keeps the region mapped.
         unsafe {
-            (self
-                .base()
-                .add(self.queue_off + q * self.queue_stride + SLOTS_OFF) as *mut Desc)
-                .add(i)
+            RegionQueue::new(
+                self.base().add(area),
+                self.base().add(area + SLOTS_OFF),
+                self.slots,
+                self.clone(),
+            )
         }
     }
 

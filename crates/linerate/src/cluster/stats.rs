@@ -144,7 +144,7 @@ impl ClusterStats {
 
 impl Segment {
     /// Statistics of the whole cluster, as the master last published them (from another
-    /// process: the master's own [`Master::stats`] is exact).
+    /// process: the master's own [`Master::stats`](super::Master::stats) is exact).
     pub fn stats(&self) -> ClusterStats {
         let c = &self.header().counters;
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
