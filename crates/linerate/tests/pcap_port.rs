@@ -4,7 +4,6 @@
 use linerate::mem::{Batch, Desc};
 use linerate::port::pcap::{PcapPort, PcapWriter, Precision};
 use linerate::port::{self, LinkType, Port, PortOptions};
-use std::io::BufWriter;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -119,8 +118,13 @@ fn standalone_writer_files_are_read_by_tcpdump() {
     ] {
         let path = dir.file(name);
         let f = std::fs::File::create(&path).expect("create");
-        let mut w =
-            PcapWriter::with_precision(BufWriter::new(f), link, 128, precision).expect("header");
+        let mut w = PcapWriter::with_precision(
+            linerate::port::file::RecordFile::new(f, 4096),
+            link,
+            128,
+            precision,
+        )
+        .expect("header");
         for i in 0..10 {
             w.write_packet(i * 1_000_000_007, &payload(i as usize), 0)
                 .expect("write");

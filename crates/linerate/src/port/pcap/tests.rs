@@ -831,3 +831,67 @@ fn pcapng_is_written_by_name_and_ends_with_statistics() {
     assert_eq!(r.format(), Some(FileFormat::PcapNg { big_endian: false }));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A record as the writer of the previous release wrote it: a 16-byte header and the data, two
+/// parts of one `write_vectored` call.
+fn two_part_record(ts: u64, data: &[u8], wire_len: u32, cut: usize, nano: bool) -> Vec<u8> {
+    let cap = data.len().min(cut);
+    let wire = wire_len.max(data.len().min(u32::MAX as usize) as u32);
+    let sec = u32::try_from(ts / 1_000_000_000).unwrap_or(u32::MAX);
+    let sub = (ts % 1_000_000_000) as u32;
+    let frac = if nano { sub } else { sub / 1000 };
+    let mut h = [0u8; 16];
+    h[0..4].copy_from_slice(&sec.to_ne_bytes());
+    h[4..8].copy_from_slice(&frac.to_ne_bytes());
+    h[8..12].copy_from_slice(&(cap as u32).to_ne_bytes());
+    h[12..16].copy_from_slice(&wire.to_ne_bytes());
+    [&h[..], &data[..cap]].concat()
+}
+
+#[test]
+fn records_built_in_place_are_byte_identical_to_the_two_part_writer() {
+    use crate::port::file::{create, RecordFile};
+    let d = std::env::temp_dir().join(format!("linerate-pcap-same-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let p = d.join("s.pcap");
+    for (precision, snaplen, whole, buf) in [
+        (Precision::Micro, 0u32, false, 4096usize),
+        (Precision::Nano, 100, false, 1 << 20),
+        (Precision::Micro, 64, true, 1),
+    ] {
+        let f = create(p.to_str().unwrap(), &Default::default()).unwrap();
+        let out = RecordFile::new(f, buf);
+        let mut w =
+            PcapWriter::with_precision(out, LinkType::ETHERNET, snaplen, precision).unwrap();
+        if whole {
+            w.keep_whole();
+        }
+        let cut = match (whole, snaplen) {
+            (true, _) => usize::MAX,
+            (false, 0) => DEFAULT_SNAPLEN as usize,
+            (false, s) => s as usize,
+        };
+        let nano = precision == Precision::Nano;
+        let mut want = Vec::new();
+        for i in 0..3000usize {
+            let len = match i % 7 {
+                0 => 9014,
+                1 => 0,
+                _ => 14 + (i * 37) % 1500,
+            };
+            let data: Vec<u8> = (0..len).map(|k| (i * 13 + k) as u8).collect();
+            let wire = [0u32, 60, 65_535, u32::MAX][i % 4];
+            let ts = u64::MAX - i as u64 * 999_999_937;
+            w.write_packet(ts, &data, wire).unwrap();
+            want.extend_from_slice(&two_part_record(ts, &data, wire, cut, nano));
+        }
+        w.flush().unwrap();
+        drop(w);
+        let got = std::fs::read(&p).unwrap();
+        assert!(
+            got[24..] == want[..],
+            "{precision:?} {snaplen}: the records differ"
+        );
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}

@@ -1,8 +1,9 @@
-//! A classic pcap writer over any `Write`.
+//! A classic pcap writer into a [`RecordWrite`] output.
 
 use crate::mem::Batch;
+use crate::port::file::RecordWrite;
 use crate::port::LinkType;
-use std::io::{self, Write};
+use std::io;
 
 /// Snapshot length written when 0 is asked for.
 pub const DEFAULT_SNAPLEN: u32 = 262_144;
@@ -17,35 +18,14 @@ pub enum Precision {
     Nano,
 }
 
-/// Writes `a` then `b` as one `write_vectored` call when the writer takes both at once (a
-/// [`RecordFile`](crate::port::file::RecordFile) always does: it then sees one whole record),
-/// else finishes with `write_all`.
-#[inline]
-fn write_two<W: Write>(w: &mut W, a: &[u8], b: &[u8]) -> io::Result<()> {
-    let n = loop {
-        match w.write_vectored(&[io::IoSlice::new(a), io::IoSlice::new(b)]) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            r => break r?,
-        }
-    };
-    if n >= a.len() + b.len() {
-        return Ok(());
-    }
-    if n < a.len() {
-        w.write_all(&a[n..])?;
-        w.write_all(b)
-    } else {
-        w.write_all(&b[n - a.len()..])
-    }
-}
-
 /// Writes classic pcap records (native byte order) to `W`.
 ///
-/// It makes one `write_vectored` call per packet (header and data) and buffers nothing itself:
-/// give it a `BufWriter` or a [`RecordFile`](crate::port::file::RecordFile). Packets longer than the snapshot length are
+/// It asks `W` for one record per packet ([`RecordWrite::record`]: the header as a fixed-size
+/// store and one copy of the data) and buffers nothing itself: give it a
+/// [`RecordFile`](crate::port::file::RecordFile) (or a `Vec<u8>`). Packets longer than the snapshot length are
 /// truncated in the file; their original length is kept. A copy of a file
 /// ([`PcapWriter::keep_whole`]) says the input's snapshot length and writes every record whole.
-pub struct PcapWriter<W: Write> {
+pub struct PcapWriter<W: RecordWrite> {
     w: W,
     link: LinkType,
     snaplen: u32,
@@ -56,7 +36,7 @@ pub struct PcapWriter<W: Write> {
     bytes: u64,
 }
 
-impl<W: Write> PcapWriter<W> {
+impl<W: RecordWrite> PcapWriter<W> {
     /// Writes a microsecond pcap file header for `link` and `snaplen` (0 = 262144).
     pub fn new(w: W, link: LinkType, snaplen: u32) -> io::Result<PcapWriter<W>> {
         Self::with_precision(w, link, snaplen, Precision::Micro)
@@ -114,7 +94,19 @@ impl<W: Write> PcapWriter<W> {
         h[4..8].copy_from_slice(&frac.to_ne_bytes());
         h[8..12].copy_from_slice(&(cap as u32).to_ne_bytes());
         h[12..16].copy_from_slice(&wire.to_ne_bytes());
-        write_two(&mut self.w, &h, data.get(..cap).unwrap_or(data))?;
+        let out = self.w.record(16 + cap)?;
+        let Some((head, body)) = out.split_first_chunk_mut::<16>() else {
+            return Err(io::Error::other(
+                "the output gave a record less room than asked",
+            ));
+        };
+        let Some(body) = body.get_mut(..cap) else {
+            return Err(io::Error::other(
+                "the output gave a record less room than asked",
+            ));
+        };
+        *head = h;
+        body.copy_from_slice(data.get(..cap).unwrap_or(data));
         self.packets += 1;
         self.bytes += u64::from(wire);
         Ok(())
