@@ -119,7 +119,11 @@ pub fn rearm_stop(stop: &AtomicBool) {
 /// [`REPEAT_WINDOW`]: nothing more reaches an output (each ends on a whole record), shared
 /// memory this process published is removed, exit code 130.
 pub fn forced_stop(sig: i32) -> ! {
-    eprintln!(
+    // Not eprintln!: it panics when standard error is gone (a closed terminal), and this must
+    // end the process whatever happened to it.
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
         "linerate: {} again: stopping by force (outputs end on their last whole record; no \
          summary)",
         signal_hook::low_level::signal_name(sig).unwrap_or("signal")

@@ -347,3 +347,60 @@ fn live_engine_page_steers_the_rate_and_refuses_the_size() {
         .unwrap_or_else(|| panic!("no pps in {sent}"));
     assert!(pps > 110_000.0, "the rate stayed as first asked: {sent}");
 }
+
+#[test]
+fn a_closed_terminal_ends_the_tool_and_a_second_signal_forces_it() {
+    // The terminal closes under a running page (a killed `script`, an ssh session that
+    // drops): the hangup stops the tool. Before, the keys' thread read the dead terminal in
+    // a loop (an error at once, every time), held the page from the tool's thread, and the
+    // process ran on at full CPU long after its -t; a second signal's message to the gone
+    // standard error panicked the signals thread, so nothing but SIGKILL ended it.
+    if !have_script() {
+        return;
+    }
+    let id = std::process::id();
+    let mut t = Tty::start_in(
+        "echo lrpid=$$; exec",
+        &format!("fwd -i mem:hup-a-{id} -o mem:hup-b-{id} -t 60"),
+    );
+    t.wait_for("Ports", 0);
+    let text = t.text();
+    let pid: u32 = text
+        .split("lrpid=")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {text}"));
+    let alive = || {
+        std::path::Path::new(&format!("/proc/{pid}")).exists() && {
+            // A zombie is gone for this purpose.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| !s.contains(") Z "))
+                .unwrap_or(false)
+        }
+    };
+    // Closing the terminal: `script` killed, its pseudo-terminal's master closed.
+    let _ = t.child.kill();
+    let _ = t.child.wait();
+    let t0 = Instant::now();
+    while alive() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ended = !alive();
+    if !ended {
+        // A second signal must force it.
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        std::thread::sleep(Duration::from_secs(2));
+        let forced = !alive();
+        // Whatever happened, leave nothing running.
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        panic!(
+            "fwd (pid {pid}) still ran 10 s after its terminal closed (a second SIGTERM {} it)",
+            if forced { "ended" } else { "did not end" }
+        );
+    }
+}

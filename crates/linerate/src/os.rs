@@ -32,3 +32,43 @@ pub fn allowed_cores() -> Vec<usize> {
 pub fn pin_current_thread(core: usize) -> bool {
     crate::sys::affinity::pin_current_thread(core)
 }
+
+/// What waiting on an input descriptor found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputState {
+    /// Something can be read.
+    Ready,
+    /// Nothing came within the wait.
+    Idle,
+    /// The other end is gone (a hung-up terminal, a closed pipe): reading will never block
+    /// again and never give anything.
+    Gone,
+}
+
+/// Waits up to `timeout` for `fd` to be readable, telling a hangup apart (a terminal library
+/// that only asks "readable?" sees a hung-up terminal as ready forever and spins).
+pub fn wait_input(
+    fd: std::os::fd::BorrowedFd<'_>,
+    timeout: std::time::Duration,
+) -> io::Result<InputState> {
+    use std::os::fd::AsRawFd;
+    let mut p = [libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    if crate::port::sys::poll(&mut p, ms)? == 0 {
+        return Ok(InputState::Idle);
+    }
+    let r = p[0].revents;
+    Ok(
+        if r & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+            InputState::Gone
+        } else if r & libc::POLLIN != 0 {
+            InputState::Ready
+        } else {
+            InputState::Idle
+        },
+    )
+}

@@ -1365,12 +1365,18 @@ fn shortfall_detail(w: gen::Shortfall, r: &GenReport) -> String {
             group_f(r.behind_ns as f64 / 1e6, 3)
         ),
         gen::Shortfall::Port if r.port.tx_drops.total() > 0 => format!(
-            "the port did not take packets at this rate: it dropped {} of {} ({}); its ring \
-             was full {} times ({} ms behind at the end{gave_up})",
+            "the port did not take packets at this rate: it dropped {} of {} ({}){} ({} ms \
+             behind at the end{gave_up})",
             group(r.port.tx_drops.total()),
             group(r.pkts),
             breakdown(&r.port.tx_drops),
-            group(r.port_full),
+            // A port that drops what does not fit never pushes back; one that also pushed
+            // back says how often.
+            if r.port_full > 0 {
+                format!("; it also pushed back {} times", group(r.port_full))
+            } else {
+                String::new()
+            },
             group_f(r.behind_ns as f64 / 1e6, 3)
         ),
         gen::Shortfall::Port => format!(

@@ -177,12 +177,20 @@ impl ReadOnly {
                             continue;
                         }
                         let mut c = console.lock().unwrap_or_else(|e| e.into_inner());
-                        for cmd in c.commands() {
-                            match handler(&cmd) {
+                        let cmds = c.commands();
+                        for cmd in &cmds {
+                            match handler(cmd) {
                                 Ok(true) => stop.store(true, Ordering::SeqCst),
-                                Ok(false) => c.outcome(&cmd, &Ok(())),
-                                Err(e) => c.outcome(&cmd, &Err(e)),
+                                Ok(false) => c.outcome(cmd, &Ok(())),
+                                Err(e) => c.outcome(cmd, &Err(e)),
                             }
+                        }
+                        drop(c);
+                        if cmds.is_empty() {
+                            // Nothing came of it (a key of the command line, or a terminal
+                            // that closed and reads as ready at once): let the tool's thread
+                            // have the page, and never spin.
+                            std::thread::sleep(std::time::Duration::from_millis(20));
                         }
                     }
                 })

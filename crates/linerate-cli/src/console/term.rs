@@ -6,6 +6,7 @@
 
 use super::keys::{Action, CommandLine};
 use super::page::{self, Page};
+use linerate::os::InputState;
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::cursor::{Hide, Show};
 use ratatui::crossterm::event::{self, Event};
@@ -45,7 +46,36 @@ pub fn key_waiting(timeout: Duration) -> bool {
         std::thread::sleep(timeout);
         return false;
     }
-    event::poll(timeout).unwrap_or(false)
+    // Asked of the terminal first: crossterm's poll sees a hung-up terminal as ready forever
+    // and spins inside, whatever its timeout.
+    match tty_input(timeout) {
+        InputState::Ready => true,
+        InputState::Idle => false,
+        InputState::Gone => {
+            // Give the terminal back (the hangup stops the tool through its stop flag); from
+            // now on this only waits.
+            restore();
+            std::thread::sleep(timeout);
+            false
+        }
+    }
+}
+
+/// Whether the terminal's input (standard input when it is one, which crossterm reads) has
+/// something, nothing, or is gone.
+fn tty_input(timeout: Duration) -> InputState {
+    use std::os::fd::AsFd;
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        // crossterm reads /dev/tty then; a terminal that is not standard input.
+        return match event::poll(timeout) {
+            Ok(true) => InputState::Ready,
+            Ok(false) => InputState::Idle,
+            Err(_) => InputState::Gone,
+        };
+    }
+    let fd = stdin.as_fd();
+    linerate::os::wait_input(fd, timeout).unwrap_or(InputState::Gone)
 }
 
 /// The live page on this terminal.
@@ -88,6 +118,13 @@ impl Console {
         self.draw();
     }
 
+    /// The terminal went away: give it back and let the tool run on (a hangup stops it
+    /// through its stop flag).
+    fn gone(&mut self) {
+        self.term = None;
+        restore();
+    }
+
     fn draw(&mut self) {
         let prompt = self.line.prompt();
         if let Some(t) = &mut self.term {
@@ -104,7 +141,20 @@ impl Console {
     pub fn commands(&mut self) -> Vec<String> {
         let mut out = Vec::new();
         let mut redraw = false;
-        while self.term.is_some() && event::poll(Duration::ZERO).unwrap_or(false) {
+        // At most a screenful of events a call: a terminal that closed may read as events
+        // forever, and the caller holds the page meanwhile.
+        let mut budget = 64;
+        while self.term.is_some() && budget > 0 {
+            budget -= 1;
+            // Gone is asked of the terminal itself (see key_waiting); what crossterm already
+            // read and holds is then taken from its queue.
+            if tty_input(Duration::ZERO) == InputState::Gone {
+                self.gone();
+                break;
+            }
+            if !event::poll(Duration::ZERO).unwrap_or(false) {
+                break;
+            }
             match event::read() {
                 Ok(Event::Key(k)) => match self.line.key(k) {
                     Action::None => {}
@@ -116,7 +166,13 @@ impl Console {
                 },
                 Ok(Event::Resize(..)) => redraw = true,
                 Ok(_) => {}
-                Err(_) => break,
+                Err(_) => {
+                    // A closed terminal reads as an error (EIO) at once, every time: give it
+                    // back so that the keys' thread waits instead of spinning (and holding the
+                    // page from the tool's thread); the hangup stops the tool.
+                    self.gone();
+                    break;
+                }
             }
         }
         if redraw {

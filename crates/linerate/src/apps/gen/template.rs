@@ -312,7 +312,13 @@ impl Template {
             return Err(TemplateError::BadSize {
                 size: size_with_crc,
                 min,
-                max,
+                // Too small: the range a template can be built for, not this one's (built
+                // only as large as the sizes asked).
+                max: if size_with_crc < min {
+                    MAX_JUMBO_FRAME as u32 + 4
+                } else {
+                    max
+                },
             });
         }
         Ok(size_with_crc as usize - 4)
