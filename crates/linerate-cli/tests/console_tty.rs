@@ -359,11 +359,27 @@ fn a_closed_terminal_ends_the_tool_and_a_second_signal_forces_it() {
         return;
     }
     let id = std::process::id();
-    let mut t = Tty::start_in(
-        "echo lrpid=$$; exec",
-        &format!("fwd -i mem:hup-a-{id} -o mem:hup-b-{id} -t 60"),
-    );
-    t.wait_for("Ports", 0);
+    let pcap = tmp("hup.pcap");
+    for (args, page) in [
+        (
+            format!("fwd -i mem:hup-a-{id} -o mem:hup-b-{id} -t 60"),
+            "Ports",
+        ),
+        // gen's own page (it takes commands), on a file so that nothing else can stop it.
+        (
+            format!("gen -o {} --rate 1000pps -t 60", pcap.display()),
+            "Rate",
+        ),
+    ] {
+        closed_terminal_ends(&args, page);
+    }
+}
+
+/// Runs `linerate ARGS` under a terminal, closes the terminal once `page` shows, and checks
+/// the process ends.
+fn closed_terminal_ends(args: &str, page: &str) {
+    let mut t = Tty::start_in("echo lrpid=$$; exec", args);
+    t.wait_for(page, 0);
     let text = t.text();
     let pid: u32 = text
         .split("lrpid=")
@@ -399,7 +415,8 @@ fn a_closed_terminal_ends_the_tool_and_a_second_signal_forces_it() {
             .args(["-KILL", &pid.to_string()])
             .status();
         panic!(
-            "fwd (pid {pid}) still ran 10 s after its terminal closed (a second SIGTERM {} it)",
+            "{args} (pid {pid}) still ran 10 s after its terminal closed (a second SIGTERM {} \
+             it)",
             if forced { "ended" } else { "did not end" }
         );
     }

@@ -61,21 +61,36 @@ pub fn key_waiting(timeout: Duration) -> bool {
     }
 }
 
-/// Whether the terminal's input (standard input when it is one, which crossterm reads) has
-/// something, nothing, or is gone.
+/// The terminal crossterm reads keys from (standard input when it is one, else /dev/tty),
+/// found once while it is alive: a hung-up terminal no longer says it is one.
+fn tty_fd() -> Option<&'static std::os::fd::OwnedFd> {
+    static TTY: std::sync::OnceLock<Option<std::os::fd::OwnedFd>> = std::sync::OnceLock::new();
+    TTY.get_or_init(|| {
+        use std::os::fd::AsFd;
+        let stdin = std::io::stdin();
+        if stdin.is_terminal() {
+            stdin.as_fd().try_clone_to_owned().ok()
+        } else {
+            std::fs::File::open("/dev/tty")
+                .ok()
+                .map(std::os::fd::OwnedFd::from)
+        }
+    })
+    .as_ref()
+}
+
+/// Whether the terminal's input has something, nothing, or is gone.
 fn tty_input(timeout: Duration) -> InputState {
     use std::os::fd::AsFd;
-    let stdin = std::io::stdin();
-    if !stdin.is_terminal() {
-        // crossterm reads /dev/tty then; a terminal that is not standard input.
-        return match event::poll(timeout) {
+    match tty_fd() {
+        Some(fd) => linerate::os::wait_input(fd.as_fd(), timeout).unwrap_or(InputState::Gone),
+        // No terminal to ask: crossterm alone (it cannot tell a hangup).
+        None => match event::poll(timeout) {
             Ok(true) => InputState::Ready,
             Ok(false) => InputState::Idle,
             Err(_) => InputState::Gone,
-        };
+        },
     }
-    let fd = stdin.as_fd();
-    linerate::os::wait_input(fd, timeout).unwrap_or(InputState::Gone)
 }
 
 /// The live page on this terminal.
@@ -88,6 +103,8 @@ pub struct Console {
 impl Console {
     /// Takes over the terminal; `steer`: the tool takes commands (gen), else only `quit`.
     pub fn start(steer: bool) -> anyhow::Result<Console> {
+        // Found while the terminal is alive (see tty_fd).
+        let _ = tty_fd();
         HOOK.call_once(|| {
             let prev = std::panic::take_hook();
             std::panic::set_hook(Box::new(move |info| {
