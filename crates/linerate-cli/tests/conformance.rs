@@ -46,7 +46,8 @@ const MAX_FRAME: usize = 9018;
 /// Largest frame an `xdp:` socket takes in copy mode: a 2 048 B UMEM frame less the kernel's
 /// 256 B of XDP headroom.
 const XDP_MAX: usize = 1792;
-/// Bytes a frame of a cluster holds (2 048 B less 128 B of headroom).
+/// Bytes a small frame of a cluster holds (2 048 B less 128 B of headroom); longer packets take
+/// its big frames.
 const CLUSTER_MAX: usize = 1920;
 const MODES: [&str; 10] = [
     "round-robin",
@@ -671,14 +672,14 @@ fn every_port_captures_what_libpcap_captures() {
         eprintln!("xdp (native, MTU 1500): {} frames as tcpdump", s["pkts"]);
     }
 
-    // Rounds 3 and 4: balance in every mode, five masters at a time. The cluster's frames hold
-    // CLUSTER_MAX bytes; longer frames are cut today (being fixed: counted too_big, issue 15),
-    // so these rounds send the frames that fit.
-    let small: Vec<Vec<u8>> = frames
-        .iter()
-        .filter(|f| f.len() <= CLUSTER_MAX)
-        .cloned()
-        .collect();
+    // Rounds 3 and 4: balance in every mode, five masters at a time, with the whole corpus:
+    // frames longer than a cluster frame's CLUSTER_MAX bytes (jumbo frames) go whole into the
+    // segment's big frames.
+    let big = frames.iter().filter(|f| f.len() > CLUSTER_MAX).count();
+    assert!(
+        big > 0,
+        "the corpus has no frame longer than {CLUSTER_MAX} B"
+    );
     let base = 400_000 + (std::process::id() % 5_000) * 16;
     for (round, modes) in MODES.chunks(5).enumerate() {
         let tb = tmp.join(format!("td-bal{round}.pcap"));
@@ -718,7 +719,7 @@ fn every_port_captures_what_libpcap_captures() {
         }
         // Every master has its consumers and reads its input.
         std::thread::sleep(Duration::from_millis(700));
-        send(&pair, &small);
+        send(&pair, &frames);
         let wire = multiset(&tcpdump_done(td_b));
         let n: usize = wire.values().sum();
         for m in &masters.0 {
