@@ -324,6 +324,10 @@ fn one_trial(
             let mut b = Batch::new();
             let mut last = clock.now_ns();
             loop {
+                // Read before receiving: an empty receive counts towards the end only if the
+                // sender had finished before it (else the last packets, sent while this thread
+                // was between its receive and its check, would be left unread and lost).
+                let sent_all = done.load(Ordering::Acquire);
                 let n = rx.rx(&mut b)?;
                 let now = clock.now_ns();
                 if n > 0 {
@@ -332,7 +336,7 @@ fn one_trial(
                     last = now;
                 } else if stop.load(Ordering::Relaxed)
                     || rx.is_finished()
-                    || (done.load(Ordering::Acquire) && now.saturating_sub(last) > settle)
+                    || (sent_all && now.saturating_sub(last) > settle)
                 {
                     return Ok(t);
                 } else {
