@@ -602,12 +602,11 @@ fn work(
                 continue;
             }
         }
-        let n = match pps {
-            None => left.min(LONG_RUN),
-            Some(p) => {
+        // A rate comes with its pacer (both are set together above).
+        let n = match (pps, pacer.as_mut()) {
+            (Some(p), Some(pacer)) => {
                 // The packets due since the start, within the catch-up bounds, at most a
                 // tenth of a second's worth.
-                let pacer = pacer.as_mut().expect("a pacer with a rate");
                 let n = pacer.allowed(now).min(run_cap(p));
                 if n == 0 {
                     let mut wait = pacer.next_at().saturating_sub(now);
@@ -622,6 +621,7 @@ fn work(
                 }
                 n.min(left)
             }
+            _ => left.min(LONG_RUN),
         };
         let r = sys::xdp_run_live(prog, frame, ifindex, n as u32, batch);
         let t1 = clock.now_ns();

@@ -244,6 +244,23 @@ pub fn rate_words(achieved: f64, asked: f64, why: Option<Shortfall>) -> String {
     s
 }
 
+/// Packets and bytes a port took of the `pkts` and `bytes` handed to it in a run, from its
+/// counters for that run: the packets less its transmit drops; the bytes by the port's own count
+/// when it agrees, else less the dropped packets' share at the mean size.
+pub fn taken_by(pkts: u64, bytes: u64, port: &PortStats) -> (u64, u64) {
+    let n = pkts.saturating_sub(port.tx_drops.total());
+    let b = if n == pkts {
+        bytes
+    } else if port.tx_packets == n {
+        port.tx_bytes
+    } else if pkts > 0 {
+        (bytes as u128 * n as u128 / pkts as u128) as u64
+    } else {
+        0
+    };
+    (n, b)
+}
+
 /// Results of a run.
 #[derive(Clone, Debug, Default)]
 pub struct GenReport {
@@ -305,22 +322,12 @@ impl GenReport {
     /// Packets the port took: those handed to it ([`GenReport::pkts`]) less those it dropped
     /// on transmit.
     pub fn taken(&self) -> u64 {
-        self.pkts.saturating_sub(self.port.tx_drops.total())
+        taken_by(self.pkts, self.bytes, &self.port).0
     }
 
-    /// Bytes the port took: the port's own count when it agrees with [`GenReport::taken`],
-    /// else the bytes handed to it less the dropped packets' share at the mean size.
+    /// Bytes the port took (see [`taken_by`]).
     pub fn taken_bytes(&self) -> u64 {
-        let n = self.taken();
-        if n == self.pkts {
-            self.bytes
-        } else if self.port.tx_packets == n {
-            self.port.tx_bytes
-        } else if self.pkts > 0 {
-            (self.bytes as u128 * n as u128 / self.pkts as u128) as u64
-        } else {
-            0
-        }
+        taken_by(self.pkts, self.bytes, &self.port).1
     }
 
     /// The run's span in seconds, as [`GenReport::pps`] counts it: 0 when nothing was sent (a
@@ -756,17 +763,21 @@ pub struct GenTick {
 impl GenTick {
     /// Packets the port took so far: those handed to it less those it dropped.
     pub fn taken(&self) -> u64 {
-        self.pkts.saturating_sub(self.drops.total())
+        self.taken_both().0
     }
 
     /// Bytes the port took so far, at the mean size of the packets handed to it.
     pub fn taken_bytes(&self) -> u64 {
-        let n = self.taken();
-        if n == self.pkts || self.pkts == 0 {
-            self.bytes
-        } else {
-            (self.bytes as u128 * n as u128 / self.pkts as u128) as u64
-        }
+        self.taken_both().1
+    }
+
+    fn taken_both(&self) -> (u64, u64) {
+        // Only the drops are read each tick, not the port's byte counts: the mean size.
+        let port = PortStats {
+            tx_drops: self.drops,
+            ..PortStats::default()
+        };
+        taken_by(self.pkts, self.bytes, &port)
     }
 }
 

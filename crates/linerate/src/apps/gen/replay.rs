@@ -71,22 +71,12 @@ pub struct ReplayReport {
 impl ReplayReport {
     /// Packets the output took: those handed to it less those it dropped on transmit.
     pub fn taken(&self) -> u64 {
-        self.pkts.saturating_sub(self.port.tx_drops.total())
+        super::taken_by(self.pkts, self.bytes, &self.port).0
     }
 
-    /// Bytes the output took: its own count when it agrees with [`ReplayReport::taken`], else
-    /// the bytes handed to it less the dropped packets' share at the mean size.
+    /// Bytes the output took (see [`super::taken_by`]).
     pub fn taken_bytes(&self) -> u64 {
-        let n = self.taken();
-        if n == self.pkts {
-            self.bytes
-        } else if self.port.tx_packets == n {
-            self.port.tx_bytes
-        } else if self.pkts > 0 {
-            (self.bytes as u128 * n as u128 / self.pkts as u128) as u64
-        } else {
-            0
-        }
+        super::taken_by(self.pkts, self.bytes, &self.port).1
     }
 }
 
