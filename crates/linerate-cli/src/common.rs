@@ -190,10 +190,8 @@ pub fn inputs_of<'a>(uris: impl IntoIterator<Item = &'a str>) -> Inputs {
     let mut inputs = Inputs::default();
     for uri in uris {
         for part in uri.split(',') {
-            match part.split_once(':') {
-                Some(("pcap" | "pcapng", path)) => inputs.add_path(path),
-                Some((s, _)) if ["mem", "afpacket", "xdp", "cluster"].contains(&s) => {}
-                _ => inputs.add_path(part),
+            if let Some(path) = file_of(part) {
+                inputs.add_path(&path);
             }
         }
     }
@@ -252,13 +250,21 @@ pub fn check_output(flag: &str, path: &str, inputs: &Inputs) -> anyhow::Result<(
 /// or a device among its files.
 fn may_wait(uri: &str) -> bool {
     uri.split(',').any(|part| {
-        let path = match part.split_once(':') {
-            Some(("pcap", p)) => p,
-            Some((s, _)) if ["mem", "afpacket", "xdp", "cluster"].contains(&s) => return false,
-            _ => part,
-        };
-        path == "-" || std::fs::metadata(path).is_ok_and(|m| !m.file_type().is_file())
+        file_of(part).is_some_and(|path| {
+            path == "-" || std::fs::metadata(path).is_ok_and(|m| !m.file_type().is_file())
+        })
     })
+}
+
+/// The file one port name (not a list) reads or writes: `pcap:FILE`, `pcapng:FILE` or a bare
+/// name; None for a wire, an interface or a cluster. A name that does not parse is taken as a
+/// file name (opening it says what is wrong).
+fn file_of(part: &str) -> Option<String> {
+    match port::Uri::parse(part) {
+        Ok(port::Uri::File { path, .. } | port::Uri::Bare(path)) => Some(path),
+        Ok(_) => None,
+        Err(_) => Some(part.to_string()),
+    }
 }
 
 /// [`open_input`], for an input that may wait before it gives its capture header (standard

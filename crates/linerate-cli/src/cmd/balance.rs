@@ -17,7 +17,9 @@ use linerate::cluster::{ClusterConfig, ClusterStats, Master};
 use linerate::filter::Filter;
 use linerate::port::file::Inputs;
 use linerate::port::pcap::{PcapPort, WriteFormat};
-use linerate::port::{DropReason, Drops, InterfaceStats, Port, PortError, PortOptions, PortStats};
+use linerate::port::{
+    DropReason, Drops, InterfaceStats, Port, PortError, PortOptions, PortStats, Uri,
+};
 use linerate::stats::prom::{cluster_text, Dir, PortCount};
 use linerate::stats::{group, group_f};
 use linerate::units;
@@ -206,19 +208,18 @@ fn open_out(
         inputs.add_path(path);
         Ok(Box::new(p))
     };
-    if let Some(path) = uri.strip_prefix("pcapng:") {
-        return create(path, Some(WriteFormat::PcapNg));
-    }
-    match uri.strip_prefix("pcap:") {
-        Some(path) => create(path, format),
-        None if uri.ends_with(".pcap") || uri.ends_with(".pcapng") => create(uri, format),
-        None => {
+    match Uri::parse(uri).map_err(|e| usage(format!("{flag}: {e}")))? {
+        Uri::File { path, format: f } => create(&path, f.or(format)),
+        Uri::Bare(path) if path.ends_with(".pcap") || path.ends_with(".pcapng") => {
+            create(&path, format)
+        }
+        _ => {
             let opts = PortOptions {
                 inputs: inputs.clone(),
                 ..Default::default()
             };
             let p = crate::common::open_output(flag, uri, &opts)?;
-            inputs.add_path(uri.strip_prefix("pcap:").unwrap_or(uri));
+            inputs.add_path(uri);
             Ok(p)
         }
     }

@@ -17,7 +17,7 @@ use linerate::apps::lua::{Interrupt, ScriptOptions};
 use linerate::mem::Batch;
 use linerate::port::file::Inputs;
 use linerate::port::pcap::{PcapPort, WriteFormat};
-use linerate::port::{self, Drops, Interface, LinkType, Port, PortError, PortOptions};
+use linerate::port::{self, Drops, Interface, LinkType, Port, PortError, PortOptions, Uri};
 use linerate::stats::prom::{Dir, PortCount};
 use linerate::stats::{breakdown, group, group_f};
 use linerate::time::{Clock, TscClock};
@@ -314,7 +314,7 @@ fn link_bps(a: &Args, out: &str) -> anyhow::Result<f64> {
     if let Some(s) = &a.link_speed {
         return flag("--link-speed", flags::check_line_speed(s));
     }
-    if let Some(iface) = out.strip_prefix("afpacket:") {
+    if let Some(iface) = Uri::parse(out).ok().as_ref().and_then(Uri::iface) {
         if let Ok(s) = std::fs::read_to_string(format!("/sys/class/net/{iface}/speed")) {
             if let Ok(mbps) = s.trim().parse::<i64>() {
                 if mbps > 0 {
@@ -490,21 +490,22 @@ fn inputs(a: &Args) -> Inputs {
 /// Opens an output port: a capture file (`pcap:FILE`, or a path) is created for writing.
 /// Writing to a file needs a limit (`limited`), so that a forgotten -c cannot fill a disk.
 fn open_out(uri: &str, opts: &PortOptions, limited: bool) -> anyhow::Result<Box<dyn Port>> {
-    let scheme = uri.split_once(':').map(|(s, _)| s);
+    let parsed = Uri::parse(uri).map_err(|e| usage(format!("-o: {e}")))?;
     let mut format = opts.write_format;
-    let path = match scheme {
-        Some("pcap") => uri.strip_prefix("pcap:"),
-        Some("pcapng") => {
-            format = Some(WriteFormat::PcapNg);
-            uri.strip_prefix("pcapng:")
+    let path = match &parsed {
+        Uri::File { path, format: f } => {
+            format = f.or(format);
+            Some(path.as_str())
         }
-        Some("mem" | "afpacket" | "xdp" | "cluster") => None,
-        Some(s) if !s.contains(['/', '.']) => {
-            return Err(usage(format!(
-                "-o {uri}: unknown port '{s}:' (use mem:NAME, afpacket:IFACE, pcap:FILE, pcapng:FILE or a path)"
-            )))
-        }
-        _ => Some(uri),
+        Uri::Bare(p) => match p.split_once(':') {
+            Some((s, _)) if !s.contains(['/', '.']) => {
+                return Err(usage(format!(
+                    "-o {uri}: unknown port '{s}:' (use mem:NAME, afpacket:IFACE, pcap:FILE, pcapng:FILE or a path)"
+                )))
+            }
+            _ => Some(p.as_str()),
+        },
+        _ => None,
     };
     match path {
         Some(p) if !limited => Err(usage(format!(
@@ -850,7 +851,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let uri = if parts.len() > 1 {
             parts[i % parts.len()]
         } else {
-            if i > 0 && !a.output.starts_with("afpacket:") && !a.output.starts_with("xdp:") {
+            let iface = Uri::parse(&a.output).is_ok_and(|u| u.iface().is_some());
+            if i > 0 && !iface {
                 return Err(usage(format!(
                     "--threads {}: give one port per thread (-o mem:a,mem:b) unless the port is an interface",
                     a.threads
@@ -1396,26 +1398,29 @@ fn shortfall_detail(w: gen::Shortfall, r: &GenReport) -> String {
 
 /// The interface to run the live engine on, if `--engine` and the options choose it.
 fn live_iface(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
-    let xdp = a
-        .output
-        .strip_prefix("xdp:")
-        .filter(|_| !a.output.contains(','));
+    let out = Uri::parse(&a.output).ok();
+    let xdp = match &out {
+        Some(Uri::Xdp { iface, .. }) => Some(iface.as_str()),
+        _ => None,
+    };
     let want = match a.engine.as_str() {
         "auto" => None,
         "live" => Some(true),
         "xsk" => Some(false),
         e => return Err(usage(format!("--engine {e}: use auto, live or xsk"))),
     };
-    let Some(rest) = xdp else {
+    let Some(iface) = xdp else {
         return match want {
             Some(true) => Err(usage(format!(
                 "--engine live sends on an interface: use -o xdp:IFACE, not -o {}",
                 a.output
             ))),
-            Some(false) if !a.output.starts_with("xdp:") => Err(usage(format!(
-                "--engine xsk sends through an AF_XDP port: use -o xdp:IFACE, not -o {}",
-                a.output
-            ))),
+            Some(false) if !out.as_ref().is_some_and(|u| u.members()[0].is_xdp()) => {
+                Err(usage(format!(
+                    "--engine xsk sends through an AF_XDP port: use -o xdp:IFACE, not -o {}",
+                    a.output
+                )))
+            }
             _ => Ok(None),
         };
     };
@@ -1444,11 +1449,7 @@ fn live_iface(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
             "--engine live: {why}; use --engine xsk (AF_XDP) for this"
         ))),
         (None, Some(_)) => Ok(None),
-        _ => {
-            let (iface, _) =
-                linerate::port::xdp::parse_name(rest).map_err(|e| usage(format!("-o: {e}")))?;
-            Ok(Some(iface.to_string()))
-        }
+        _ => Ok(Some(iface.to_string())),
     }
 }
 

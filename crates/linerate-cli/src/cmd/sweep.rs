@@ -11,7 +11,7 @@ use linerate::apps::sweep::{
 };
 use linerate::apps::watch::{self, report, Watch};
 use linerate::port::udp::{UdpSender, MAX_BATCH, MAX_UDP_PAYLOAD};
-use linerate::port::{Port, PortOptions};
+use linerate::port::{Port, PortOptions, Uri};
 use linerate::stats::{group, group_f};
 use linerate::units::Rate;
 use serde_json::{json, Value};
@@ -718,15 +718,10 @@ impl Sender {
 }
 
 /// The interface of `--raw PORT` (afpacket:IFACE or xdp:IFACE[@QUEUES]).
-fn raw_iface(uri: &str) -> anyhow::Result<&str> {
-    match uri
-        .strip_prefix("afpacket:")
-        .or_else(|| uri.strip_prefix("xdp:"))
-    {
-        Some(rest) if !rest.is_empty() && !rest.contains(',') => {
-            Ok(rest.split('@').next().unwrap_or(rest))
-        }
-        _ => Err(usage(format!(
+fn raw_iface(uri: &str) -> anyhow::Result<String> {
+    match Uri::parse(uri).ok().as_ref().and_then(Uri::iface) {
+        Some(iface) => Ok(iface.to_string()),
+        None => Err(usage(format!(
             "--raw '{uri}': give one kernel port, afpacket:IFACE or xdp:IFACE"
         ))),
     }
@@ -755,8 +750,7 @@ fn raw_sizes_fit(
                  for those"
             )
         } else {
-            let iface =
-                raw_iface(port.name().split('@').next().unwrap_or_default()).unwrap_or_default();
+            let iface = raw_iface(port.name()).unwrap_or_default();
             format!(
                 "the MTU of {iface} plus the 14-byte Ethernet header; raise it \
                  (`ip link set {iface} mtu 9000`)"
@@ -786,7 +780,7 @@ fn raw_sizes_fit(
 /// IPv4 address) to the interface of `--to NETNS:IFACE` (the same), UDP from a port of this
 /// run (one more per size, so that a late frame of the size before is not counted) to `port`.
 fn raw_sender(uri: &str, to: &str, port: u16, run_id: u32) -> anyhow::Result<Sender> {
-    let iface = raw_iface(uri)?;
+    let iface = &raw_iface(uri)?;
     if port == 0 {
         return Err(usage(
             "--port 0: with --raw, give the UDP port the frames are sent to",
