@@ -73,6 +73,7 @@ testpmd() {
     || true
 }
 
+declare -A ROW_RX ROW_PC # label -> median master Mpps, median per-consumer Mpps
 row() { # label cmd...
   local label=$1; shift
   local rx=() pc=() dp=() r
@@ -80,8 +81,10 @@ row() { # label cmd...
     r=$("$@")
     rx+=("$(cut -f1 <<<"$r")"); pc+=("$(cut -f2 <<<"$r")"); dp+=("$(cut -f3 <<<"$r")")
   done
+  ROW_RX[$label]=$(printf '%s\n' "${rx[@]}" | median)
+  ROW_PC[$label]=$(printf '%s\n' "${pc[@]}" | median)
   printf '| %s | %.2f | %.2f | %.1f %% |\n' "$label" \
-    "$(printf '%s\n' "${rx[@]}" | median)" "$(printf '%s\n' "${pc[@]}" | median)" "$(printf '%s\n' "${dp[@]}" | median)"
+    "${ROW_RX[$label]}" "${ROW_PC[$label]}" "$(printf '%s\n' "${dp[@]}" | median)"
 }
 
 # bench/cluster-ab.sh sources the functions above.
@@ -104,5 +107,11 @@ if [ -n "${CLUSTER_FNS_ONLY:-}" ]; then return 0; fi
   tp=()
   for ((k = 0; k < RUNS; k++)); do tp+=("$(testpmd)"); done
   echo
-  echo "dpdk-testpmd io, net_null0 ↔ net_null1, 1 core, no hugepages (sum of both ports' Rx-pps): $(printf '%s\n' "${tp[@]}" | median) Mpps"
+  tpm=$(printf '%s\n' "${tp[@]}" | median)
+  echo "dpdk-testpmd io, net_null0 ↔ net_null1, 1 core, no hugepages (sum of both ports' Rx-pps): $tpm Mpps (runs: ${tp[*]})"
+  . bench/lib.sh
+  goal "cluster threads 1→1 (ip), master" "${ROW_RX["threads 1→1 (ip hash)"]}" "testpmd io net_null" "$tpm" 1.0 Mpps
+  goal "cluster threads 1→1 (round-robin), master" "${ROW_RX["threads 1→1 (round-robin)"]}" "testpmd io net_null" "$tpm" 1.2 Mpps
+  goal "cluster threads 1→2 fan-out, per consumer" "${ROW_PC["threads 1→2 fan-out"]}" "testpmd io net_null" "$tpm" 0.75 Mpps
+  goal "cluster processes 1→2 fan-out, per consumer" "${ROW_PC["processes 1→2 fan-out"]}" "testpmd io net_null" "$tpm" 0.75 Mpps
 } | tee bench/cluster-results.md

@@ -114,6 +114,8 @@ lc=$(t "$LR" count -i "$F" -q)
 echo
 echo "| tool | seconds | Mpps | vs tcpdump |"
 echo "|---|---|---|---|"
+. bench/lib.sh
+goal "pcap read + write, $PKTS packets" "$(python3 -c "print($PKTS/$lw)")" "tcpdump -r F -w /dev/null" "$(python3 -c "print($PKTS/$td)")" 3 pps
 for row in "tcpdump -r F -w /dev/null:$td" "linerate count -i F -w /dev/null:$lw" "linerate count -i F:$lc"; do
   name=${row%%:*}; s=${row##*:}
   python3 -c "print(f'| \`$name\` | $s | {$PKTS/$s/1e6:.2f} | {$td/$s:.2f}× |')"

@@ -66,7 +66,10 @@ for th in 1 2; do
   secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
   nf=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["flows"])' "$OUT/flows-lr$th.json")
   row "linerate flows --threads $th" "$PKTS" "$secs" "$nf"
+  [ "$th" = 1 ] && LR1_PPS=$(awk -v p="$PKTS" -v s="$secs" 'BEGIN { printf "%.0f", p / s }')
 done
+. bench/lib.sh
+goal "flows, 1 thread, pcap file" "$LR1_PPS" "argus -r" "$ARGUS_PPS" - pps
 
 if [ "${PEERS:-1}" != 0 ] && command -v tshark >/dev/null; then
   n=$((TSHARK_PKTS < PKTS ? TSHARK_PKTS : PKTS))

@@ -148,8 +148,10 @@ run_fwd() { # name, runs, DMAC, command in B...
     fi
   done
   ROWS+=("| $name | $(printf "%'d" "$BEST_SENT") | $(printf "%'d" "$BEST_IN") | **$(printf "%'d" "$BEST_OUT")** | $all |")
+  FB[$name]=$BEST_OUT
 }
 
+declare -A FB # forwarder name -> best pps out to vC
 # linerate fwd: l2fwd rewrite (dst 02:00:00:00:00:01, src vB1)
 run_fwd "linerate fwd --engine kernel" "$RUNS" "$MACB0" \
   "$LR" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine kernel -T 0
@@ -244,6 +246,10 @@ echo
 echo "| forwarder in B | A sent (pps) | into vB0 (pps) | out to vC (pps, best) | runs (out) |"
 echo "|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
+. bench/lib.sh
+ipf=${FB["Linux ip_forward (IPv6)"]:-${FB["Linux ip_forward (IPv4)"]:-}}
+goal "fwd --engine xsk, B on one core" "${FB["linerate fwd --engine xsk (xdp, copy, shared UMEM)"]:-}" "Linux ip_forward" "$ipf" 1.5 pps
+goal "fwd --engine kernel" "${FB["linerate fwd --engine kernel"]:-}" "xdp-bench redirect" "${FB["xdp-bench redirect (native)"]:-}" 0.95 pps
 echo
 echo "Capture on vB0 (same source), ${SECS} s window after 1 s warm-up:"
 echo

@@ -221,5 +221,7 @@ if [ $HAVE_PM = 1 ]; then
   pm_pps=$(median <"$WORK/pm.pps")
   echo "| pmacctd 1.7.7, Kafka plugin (ZeroMQ queue, large) | $(n "$pm_pps") | $(ratio "$pm_pps" "$base_pps") | $pm_e2e | $(n "$pm_recs") (unidirectional) | $(n "$pm_pkts") | $(n "$pm_flows") |"
 fi
+. bench/lib.sh
+goal "flows --kafka vs flows without" "$lr_pps" "linerate flows -w /dev/null" "$base_pps" 0.9 pps
 echo
 echo "per round, packets/s: flows $(tr '\n' ' ' <"$WORK/base.pps"); flows --kafka $(tr '\n' ' ' <"$WORK/lr.pps"); pmacctd $(tr '\n' ' ' <"$WORK/pm.pps")"

@@ -69,6 +69,8 @@ print(f"| {label} | pcap | {ab:.3f} | {am:.3f} | {n/ab/1e6:.2f} | {ra} |")
 print(f"| {label} | pcapng | {bb:.3f} | {bm:.3f} | {n/bb/1e6:.2f} | {rb} |")
 print(f"| {label} | pcapng/pcap rate | {ab/bb:.2f}× | {am/bm:.2f}× | | |")
 PY
+  . bench/lib.sh
+  goal "pcapng write, $SIZE B, $label (best)" "$(python3 -c "print($PKTS/$bb)")" "linerate pcap write" "$(python3 -c "print($PKTS/$ab)")" 0.9 pps
 }
 
 echo "| output | format | best s | median s | Mpps (best) | runs (s) |"
