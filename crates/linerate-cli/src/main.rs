@@ -6,7 +6,7 @@ mod cmd;
 mod common;
 mod console;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -48,7 +48,13 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // A negative value (`--rate -5`) is taken as the flag's value, so that its own check names
+    // the flag and the range, instead of clap's "unexpected argument '-5'".
+    let command = Cli::command().mut_subcommands(|c| c.allow_negative_numbers(true));
+    let cli = match command
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(c) => c,
         Err(e) => return common::clap_error(e),
     };

@@ -323,6 +323,17 @@ fn absurd_flag_values_are_usage_errors_naming_the_flag_and_range() {
         (vec!["lab", "--queues", "0"], "--queues"),
         (vec!["demo", "-t", big], "--duration"),
         (vec!["demo", "--flows", "0"], "--flows"),
+        // Negative values reach the flag's own check (clap took "-5" for an unknown flag).
+        (vec!["count", "-i", s, "-c", "-1"], "--count"),
+        (vec!["count", "-i", s, "-g", "-1"], "--core"),
+        (vec!["gen", "-o", "mem:h", "-c", "10", "--rate", "-5"], "--rate"),
+        (vec!["gen", "-o", "mem:h", "-c", "-3"], "--count"),
+        (vec!["gen", "-o", "mem:h", "-c", "10", "--streams", "-1"], "--streams"),
+        (vec!["fwd", "-i", "mem:h1", "-o", "mem:h2", "-T", "-1"], "--period"),
+        (vec!["flows", "-i", s, "--idle-timeout", "-4"], "--idle-timeout"),
+        (vec!["balance", "-i", "source:10", "--threads", "--slots", "-1"], "--slots"),
+        (vec!["rfc2544", "-o", "mem:h3", "-i", "mem:h3", "--trial", "-1"], "--trial"),
+        (vec!["lab", "--queues", "-1"], "--queues"),
     ];
     for (args, flag) in cases {
         let o = run(&args);
