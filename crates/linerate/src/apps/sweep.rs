@@ -1305,13 +1305,14 @@ fn serve_one(
     let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
     // Reads the next line; a client that says nothing in time is told why it is dropped.
     let next = |r: &mut BufReader<TcpStream>, limit: Duration| {
-        read_line(r, limit, Some(stop)).inspect_err(|e| {
-            if e.kind() == io::ErrorKind::TimedOut {
-                tell(
-                    r.get_ref(),
-                    &format!("ERR dropped: nothing said for {} s", limit.as_secs_f64()),
-                );
-            }
+        read_line(r, limit, Some(stop)).inspect_err(|e| match e.kind() {
+            io::ErrorKind::TimedOut => tell(
+                r.get_ref(),
+                &format!("ERR dropped: nothing said for {} s", limit.as_secs_f64()),
+            ),
+            // A line too long, or not text: the client is told why it is dropped.
+            io::ErrorKind::InvalidData => tell(r.get_ref(), &format!("ERR {e}")),
+            _ => {}
         })
     };
     let refuse = |r: &mut BufReader<TcpStream>, why: String| {
@@ -1493,6 +1494,26 @@ mod tests {
         assert_eq!((rx.received, rx.bytes, rx.other), (20, 6000, 0));
         drop(remote);
         stop.store(true, Ordering::Relaxed);
+        server.join().unwrap().unwrap();
+        // A control line over 256 bytes is answered with the reason before the server drops it.
+        let stop2 = Arc::new(AtomicBool::new(false));
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port2 = listener.local_addr().unwrap().port();
+        let mut sink =
+            LocalSink::bind(None, SocketAddrV4::new(Ipv4Addr::LOCALHOST, port2), None).unwrap();
+        let st = stop2.clone();
+        let server =
+            std::thread::spawn(move || serve(&listener, &mut sink, SERVE_LIMITS, &st, |_| {}));
+        let mut c = TcpStream::connect((Ipv4Addr::LOCALHOST, port2)).unwrap();
+        io::Write::write_all(&mut c, &[b'x'; 300]).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut answer = String::new();
+        let _ = io::Read::read_to_string(&mut c, &mut answer);
+        assert!(
+            answer.starts_with("ERR a control line longer than 256 bytes"),
+            "{answer:?}"
+        );
+        stop2.store(true, Ordering::Relaxed);
         server.join().unwrap().unwrap();
         // Nobody there: a clear error, soon.
         let free = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
