@@ -44,6 +44,7 @@ section() { # name command...: runs one bench script, its table into the report
 }
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates bench || echo ' (with uncommitted changes)')"
 rm -f "$REPORT.body"
 section count bash bench/count.sh 4 3000000
 section gen bash bench/gen.sh 4
@@ -57,7 +58,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 {
   echo "## bench/all.sh, $STAMP"
   echo
-  echo "- Commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates bench || echo ' (with uncommitted changes)')"
+  echo "- Commit: $COMMIT"
   echo "- Kernel: $(uname -r); CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) vCPUs"
   echo "- Load before: $LOAD_BEFORE; after: $LOAD_AFTER; took $(( $(date +%s) - T0 )) s"
   echo "- Command: \`sudo bash bench/all.sh\`$( [ "$ONLY" != "count gen fwd cluster flows pcapng kafka" ] && echo " (ONLY=\"$ONLY\")")"
@@ -82,7 +83,7 @@ for line in open(sys.argv[1]):
     work, lr, peer, pf, goal, unit = (line.rstrip("\n").split("\t") + [""] * 6)[:6]
     try:
         r = float(lr) / float(pf)
-        ratio = "n/a" if math.isnan(r) else f"{r:.2f}×"
+        ratio = "n/a" if math.isnan(r) else f"{r:.3f}×"
     except (ValueError, ZeroDivisionError):
         r, ratio = float("nan"), "n/a"
     if goal in ("", "-"):

@@ -65,18 +65,22 @@ pub const STOP_SIGNALS: [i32; 5] = [
 /// and then to the whole process group, so the tool gets it twice at once.
 pub const REPEAT_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The signals that stop a tool: [`STOP_SIGNALS`], but a SIGHUP ignored when the tool started
+/// stays ignored (under nohup(1) a closed terminal does not end the run).
+pub fn stop_signals() -> Vec<i32> {
+    STOP_SIGNALS
+        .into_iter()
+        .filter(|&s| !(s == signal_hook::consts::SIGHUP && linerate::port::signal_ignored(s)))
+        .collect()
+}
+
 /// A flag set by the first stop signal ([`STOP_SIGNALS`]); the tool then stops within a second
 /// with its summary. Signals within [`REPEAT_WINDOW`] of the first are the same stop. A signal
 /// after that forces the stop: outputs are sealed on their last whole record, the cluster
 /// segments this process published are removed, and it exits with code 130 (no summary).
 pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
-    // SIGHUP ignored when the tool started stays ignored: under nohup(1) a closed terminal does
-    // not end the run. Every other stop signal is always caught.
-    let sigs: Vec<i32> = STOP_SIGNALS
-        .into_iter()
-        .filter(|&s| !(s == signal_hook::consts::SIGHUP && linerate::port::signal_ignored(s)))
-        .collect();
+    let sigs = stop_signals();
     for &sig in &sigs {
         // Set at once from the handler; the thread below sees repeats.
         signal_hook::flag::register(sig, stop.clone())?;

@@ -127,6 +127,41 @@ fn sigint_stops_the_lab_and_removes_its_namespaces() {
 }
 
 #[test]
+fn a_closed_terminal_sighup_stops_the_lab_and_removes_its_namespaces() {
+    if !netns::require_priv() {
+        return;
+    }
+    let child = Command::new(bin())
+        .args(["lab", "l2fwd", "-t", "60", "-r", "10000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let t0 = Instant::now();
+    while lab_namespaces(pid).len() < 2 && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(lab_namespaces(pid).len(), 2, "lab started");
+    std::thread::sleep(Duration::from_millis(700));
+    let k = Command::new("kill")
+        .args(["-HUP", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(k.success());
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("Port statistics ===="), "{text}");
+    assert!(t0.elapsed() < Duration::from_secs(30), "stopped promptly");
+    assert!(lab_namespaces(pid).is_empty(), "{:?}", lab_namespaces(pid));
+}
+
+#[test]
 fn cluster_lab_delivers_round_robin_to_its_consumer_threads() {
     if !netns::require_priv() {
         return;

@@ -454,8 +454,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = Arc::new(AtomicBool::new(false));
     let signals = Arc::new(AtomicU64::new(0));
     {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let mut sigs = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+        // The stop signals of every tool (SIGHUP too: a closed terminal ends the lab and
+        // removes its namespaces, unless it was started under nohup).
+        let mut sigs = signal_hook::iterator::Signals::new(crate::common::stop_signals())?;
         let stop = stop.clone();
         let signals = signals.clone();
         std::thread::spawn(move || {
