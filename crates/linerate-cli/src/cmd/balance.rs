@@ -20,7 +20,7 @@ use linerate::port::pcap::{PcapPort, WriteFormat};
 use linerate::port::{
     DropReason, Drops, InterfaceStats, Port, PortError, PortOptions, PortStats, Uri,
 };
-use linerate::stats::prom::{cluster_text, Dir, PortCount};
+use linerate::stats::prom::{Dir, PortCount};
 use linerate::stats::{group, group_f};
 use linerate::units;
 use std::io::Write;
@@ -541,7 +541,7 @@ fn publish(
     for (port, dir, c) in counted((input, out), id, s) {
         e.port(&port, dir, &c);
     }
-    e.append(&cluster_text(id, s, threads));
+    e.append(&linerate::cluster::prom_text(id, s, threads));
     m.publish(&e);
 }
 

@@ -53,6 +53,7 @@ mod consumer;
 mod layout;
 mod liveness;
 mod master;
+mod prom;
 mod segment;
 mod stats;
 mod tx;
@@ -61,6 +62,7 @@ pub use consumer::ClusterPort;
 pub use layout::{ClusterConfig, DEFAULT_SLOTS, MAX_BIG_FRAME, MAX_QUEUES};
 pub use liveness::alive;
 pub use master::Master;
+pub use prom::prom_text;
 pub use segment::{remove_published_segments, segment_path, Segment};
 pub use stats::{ClusterStats, QueueStats};
 

@@ -3,7 +3,7 @@
 //! A [`Filter`] runs in user space on any port ([`Filter::matches`]), or is handed to the kernel
 //! by ports that can attach it ([`Filter::program`], classic BPF as `SO_ATTACH_FILTER` takes).
 
-use crate::port::LinkType;
+use crate::wire::LinkType;
 
 /// Errors of filters.
 #[derive(Debug, thiserror::Error)]

@@ -1,12 +1,12 @@
 //! Counters, rates and their output: pfcount-style text, JSON lines.
 
+pub mod counters;
 mod fmt;
 pub mod http;
 pub mod prom;
 
+pub use counters::{DropReason, Drops, PortStats};
 pub use fmt::{group, group_f};
-
-use crate::port::{DropReason, Drops};
 
 /// Totals at one instant.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

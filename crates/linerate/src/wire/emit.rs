@@ -423,7 +423,7 @@ pub fn fill_icmp_checksum(message: &mut [u8]) -> Result<(), WireError> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::port::LinkType;
+    use crate::wire::LinkType;
     use crate::wire::{parse, Ipv4Packet};
     const LINKTYPE_ETHERNET: LinkType = LinkType::ETHERNET;
 

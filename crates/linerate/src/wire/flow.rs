@@ -511,8 +511,8 @@ mod tests {
         }
         assert!(taken > 20_000 && with_ports > 5_000, "{taken} {with_ports}");
     }
-    use crate::port::LinkType;
     use crate::wire::parse;
+    use crate::wire::LinkType;
 
     fn v4(a: [u8; 4]) -> [u8; 16] {
         let mut b = [0; 16];

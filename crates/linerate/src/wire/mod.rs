@@ -15,6 +15,7 @@ pub mod flow;
 pub mod ipv4;
 pub mod ipv6;
 pub mod l4;
+mod link;
 pub mod parse;
 
 pub use ethernet::{EthernetFrame, Vlans, MAX_VLANS};
@@ -26,6 +27,7 @@ pub use flow::{
 pub use ipv4::Ipv4Packet;
 pub use ipv6::{Ipv6Packet, Ipv6Walk};
 pub use l4::{IcmpPacket, TcpSegment, UdpDatagram};
+pub use link::LinkType;
 pub use parse::{inner, parse, Fragment, Parsed};
 
 /// Ethertypes this module knows.

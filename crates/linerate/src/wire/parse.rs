@@ -6,8 +6,8 @@
 
 use super::ethernet::{walk_vlans, MAX_VLANS};
 use super::ipv6::walk_ext;
+use super::LinkType;
 use super::{arr, be16, ethertype, proto, Layer, WireError};
-use crate::port::LinkType;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use super::ipv6::FragInfo as Fragment;
