@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: (Apache-2.0 OR MIT) AND GPL-2.0-only
-// linerate fwd's kernel engine: l2fwd in XDP. A frame arriving on a configured interface gets
-// l2fwd's MAC rewrite (if asked) and is redirected through a DEVMAP to the paired output; frames
-// of other interfaces continue up the stack. Per-CPU counters per port: received, sent
-// (redirected), dropped (no output, too short).
+// linerate fwd's kernel engine: l2fwd in XDP. A frame arriving on an input interface gets
+// l2fwd's MAC rewrite (if asked) and is redirected through a DEVMAP to the paired output. Each
+// input runs its own instance of the program, configured by its own one-entry map. Per-CPU
+// counters per port: received, sent (redirected), dropped (no output, too short).
 //
 // Rebuild with bpf/build.sh; the object is committed and checked against this source by
 // crates/linerate/tests/xdp_object.rs. The loader (crates/linerate/src/port/xdp/kfwd.rs)
@@ -21,10 +21,13 @@ struct lr_fwd_cfg {
 	__u8 src[6];
 };
 
+// One entry (key 0): each input interface gets its own instance of the program with its own
+// config map, so that the per-packet lookup is an array's (inlined by the verifier), not a hash
+// of the ingress ifindex (a call and a hash per packet).
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 2);
-	__type(key, __u32);	// ingress ifindex
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
 	__type(value, struct lr_fwd_cfg);
 } lr_fwd_cfg SEC(".maps");
 
@@ -54,8 +57,8 @@ static __always_inline void count(__u32 key)
 SEC("xdp")
 int lr_xdp_fwd(struct xdp_md *ctx)
 {
-	__u32 ifindex = ctx->ingress_ifindex;
-	struct lr_fwd_cfg *c = bpf_map_lookup_elem(&lr_fwd_cfg, &ifindex);
+	__u32 zero = 0;
+	struct lr_fwd_cfg *c = bpf_map_lookup_elem(&lr_fwd_cfg, &zero);
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	long act;

@@ -20,13 +20,14 @@ pub const OBJECT: &[u8] = include_bytes!("../../../../../bpf/xdp_fwd.o");
 pub const PROG_NAME: &str = "lr_xdp_fwd";
 
 const BPF_MAP_LOOKUP_ELEM: u32 = 1;
-const BPF_MAP_TYPE_HASH: u32 = 1;
+const BPF_MAP_TYPE_ARRAY: u32 = 2;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 const BPF_MAP_TYPE_DEVMAP: u32 = 14;
 /// `LR_FWD_MAC` in the program: rewrite the addresses.
 const FLAG_MAC: u32 = 1;
 
-/// One input's entry in `lr_fwd_cfg` (`struct lr_fwd_cfg` of the program).
+/// One input's `lr_fwd_cfg` (`struct lr_fwd_cfg` of the program), the only entry of its
+/// instance's config map.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct Cfg {
@@ -57,8 +58,9 @@ pub struct KernelFwd {
     // Declared first: detached before the maps and the program close.
     hooks: Vec<Hook>,
     replaced: Vec<u32>,
-    _prog: Fd,
-    _cfg: Fd,
+    // One program instance and config map per input.
+    _progs: Vec<Fd>,
+    _cfgs: Vec<Fd>,
     _ports: Fd,
     stats: Fd,
     values: Vec<u64>,
@@ -120,26 +122,9 @@ impl KernelFwd {
         let nports = if bounce { 1 } else { 2 };
         let idx = [sys::ifindex(&c.ifaces[0])?, sys::ifindex(&c.ifaces[1])?];
         let i0 = c.ifaces[0].as_str();
-        let cfg = obj::create_map(
-            i0,
-            BPF_MAP_TYPE_HASH,
-            4,
-            std::mem::size_of::<Cfg>() as u32,
-            2,
-            "lr_fwd_cfg",
-        )?;
         let ports = obj::create_map(i0, BPF_MAP_TYPE_DEVMAP, 4, 4, 2, "lr_fwd_ports")?;
         let stats = obj::create_map(i0, BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, 8, "lr_fwd_stats")?;
         let object = obj::parse(OBJECT, "bpf/xdp_fwd.o")?;
-        let prog = object.load(
-            i0,
-            PROG_NAME,
-            &[
-                ("lr_fwd_cfg", &cfg),
-                ("lr_fwd_ports", &ports),
-                ("lr_fwd_stats", &stats),
-            ],
-        )?;
         // (input port, output port) pairs.
         let dirs: &[(usize, usize)] = match (bounce, c.bidir) {
             (true, _) => &[(0, 0)],
@@ -155,6 +140,7 @@ impl KernelFwd {
                 "bpf(BPF_MAP_UPDATE_ELEM, DEVMAP)",
             )?;
         }
+        let (mut progs, mut cfgs) = (Vec::new(), Vec::new());
         for &(i, o) in dirs {
             let (flags, src, dst) = match c.mac[o] {
                 Some((s, d)) => (FLAG_MAC, s, d),
@@ -167,18 +153,38 @@ impl KernelFwd {
                 dst,
                 src,
             };
+            let iface = c.ifaces[i].as_str();
+            let cfg = obj::create_map(
+                iface,
+                BPF_MAP_TYPE_ARRAY,
+                4,
+                std::mem::size_of::<Cfg>() as u32,
+                1,
+                "lr_fwd_cfg",
+            )?;
             update(
-                &c.ifaces[i],
+                iface,
                 &cfg,
-                &idx[i],
+                &0u32,
                 &v,
                 "bpf(BPF_MAP_UPDATE_ELEM, forwarding config)",
             )?;
+            let prog = object.load(
+                iface,
+                PROG_NAME,
+                &[
+                    ("lr_fwd_cfg", &cfg),
+                    ("lr_fwd_ports", &ports),
+                    ("lr_fwd_stats", &stats),
+                ],
+            )?;
+            progs.push(prog);
+            cfgs.push(cfg);
         }
         let mut hooks = Vec::new();
         let mut replaced = Vec::new();
-        for &(i, _) in dirs {
-            let (h, r) = Hook::attach(&c.ifaces[i], idx[i], &prog, c.attach, AttachApi::Link)?;
+        for (&(i, _), prog) in dirs.iter().zip(&progs) {
+            let (h, r) = Hook::attach(&c.ifaces[i], idx[i], prog, c.attach, AttachApi::Link)?;
             hooks.push(h);
             replaced.extend(r);
         }
@@ -188,8 +194,8 @@ impl KernelFwd {
             nports,
             hooks,
             replaced,
-            _prog: prog,
-            _cfg: cfg,
+            _progs: progs,
+            _cfgs: cfgs,
             _ports: ports,
             stats,
             values: vec![0; ncpu],
