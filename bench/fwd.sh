@@ -83,7 +83,7 @@ ip netns exec "$A" ethtool -K "$IA" sg off >/dev/null 2>&1 || true
 ip netns exec "$B" ethtool -K "$IB0" gro on >/dev/null
 ip netns exec "$C" ethtool -K "$IC" gro on >/dev/null
 ip netns exec "$B" sh -c "echo 1 > /sys/class/net/$IB0/threaded"
-ip netns exec "$C" sh -c "echo 1 > /sys/class/net/$IC/threaded"
+ip netns exec "$C" sh -c "echo ${SINK_THREADED:-1} > /sys/class/net/$IC/threaded"
 if [ -n "$XDROP" ]; then
   ip -n "$C" link set dev "$IC" xdpdrv obj "$XDROP" sec xdp
   SINK="XDP_DROP on vC ($XDROP), NAPI thread on core ${SINK_CORE:-1}"

@@ -2,7 +2,7 @@
 // linerate fwd's kernel engine: l2fwd in XDP. A frame arriving on an input interface gets
 // l2fwd's MAC rewrite (if asked) and is redirected through a DEVMAP to the paired output. Each
 // input runs its own instance of the program, configured by its own one-entry map. Per-CPU
-// counters per port: received, sent (redirected), dropped (no output, too short).
+// counters per output port: sent (redirected), dropped (no output, too short); one per frame.
 //
 // Rebuild with bpf/build.sh; the object is committed and checked against this source by
 // crates/linerate/tests/xdp_object.rs. The loader (crates/linerate/src/port/xdp/kfwd.rs)
@@ -38,7 +38,8 @@ struct {
 	__type(value, __u32);	// ifindex
 } lr_fwd_ports SEC(".maps");
 
-// Key port * 4 + counter: 0 received, 1 sent, 2 dropped.
+// Key port * 4 + counter: 1 sent, 2 dropped (0 unused: received = sent + dropped of the
+// input's output port).
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 8);
@@ -65,7 +66,8 @@ int lr_xdp_fwd(struct xdp_md *ctx)
 
 	if (!c)
 		return XDP_PASS;
-	count(c->port * 4);
+	// Received is not counted: every frame is then counted once, sent or dropped, under its
+	// output port, and an input has one output (the loader adds them up).
 	if (data + 14 > end) {
 		count(c->out * 4 + 2);
 		return XDP_DROP;

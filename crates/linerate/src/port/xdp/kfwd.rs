@@ -58,6 +58,8 @@ pub struct KernelFwd {
     // Declared first: detached before the maps and the program close.
     hooks: Vec<Hook>,
     replaced: Vec<u32>,
+    // (input, output) ports, one per input.
+    dirs: Vec<(usize, usize)>,
     // One program instance and config map per input.
     _progs: Vec<Fd>,
     _cfgs: Vec<Fd>,
@@ -194,6 +196,7 @@ impl KernelFwd {
             nports,
             hooks,
             replaced,
+            dirs: dirs.to_vec(),
             _progs: progs,
             _cfgs: cfgs,
             _ports: ports,
@@ -221,7 +224,7 @@ impl KernelFwd {
     pub fn counters(&mut self) -> [[u64; 3]; 2] {
         let mut out = [[0u64; 3]; 2];
         for (p, row) in out.iter_mut().enumerate() {
-            for (c, slot) in row.iter_mut().enumerate() {
+            for (c, slot) in row.iter_mut().enumerate().skip(1) {
                 let key = (p * 4 + c) as u32;
                 self.values.iter_mut().for_each(|v| *v = 0);
                 let mut a = sys::MapElemAttr {
@@ -234,6 +237,11 @@ impl KernelFwd {
                     *slot = self.values.iter().sum();
                 }
             }
+        }
+        // The program counts each frame once, under its output port: what an input received is
+        // what its output sent and dropped.
+        for &(i, o) in &self.dirs {
+            out[i][0] = out[o][1] + out[o][2];
         }
         out
     }
