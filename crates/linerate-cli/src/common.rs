@@ -221,13 +221,13 @@ pub fn port_error(flag: &str, uri: &str, e: PortError) -> anyhow::Error {
 
 /// Opens the input port `uri` of `flag` (files read-only, never created).
 pub fn open_input(flag: &str, uri: &str, opts: &PortOptions) -> anyhow::Result<Box<dyn Port>> {
-    port::open(uri, opts, Direction::Rx).map_err(|e| port_error(flag, uri, e))
+    linerate::open(uri, opts, Direction::Rx).map_err(|e| port_error(flag, uri, e))
 }
 
 /// Opens the output port `uri` of `flag`: a capture file is created, unless it is one of
 /// `opts.inputs`.
 pub fn open_output(flag: &str, uri: &str, opts: &PortOptions) -> anyhow::Result<Box<dyn Port>> {
-    port::open(uri, opts, Direction::Tx).map_err(|e| port_error(flag, uri, e))
+    linerate::open(uri, opts, Direction::Tx).map_err(|e| port_error(flag, uri, e))
 }
 
 /// Writes a small output file whole (a histogram, a CSV table), unless it is one of `inputs`.

@@ -10,7 +10,7 @@ use linerate_test_support::{line, netns};
 
 use line::{NetnsLine, Node};
 use linerate::mem::Batch;
-use linerate::port::{self, PortOptions};
+use linerate::port::PortOptions;
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
@@ -62,7 +62,7 @@ fn forward(
     let got = std::thread::scope(|s| {
         let c = s.spawn(|| {
             l.run_in(Node::C, || {
-                let mut p = port::open_rx("afpacket:vC", &PortOptions::default()).unwrap();
+                let mut p = linerate::open_rx("afpacket:vC", &PortOptions::default()).unwrap();
                 ready_tx.send(()).unwrap();
                 let mut got = HashSet::new();
                 let mut b = Batch::new();

@@ -833,19 +833,19 @@ fn jumbo_frames_through_gen_replay_and_fwd_are_whole() {
 fn jumbo_frames_through_a_mem_wire_are_whole() {
     use linerate::apps::gen::replay::{self, ReplayOptions};
     use linerate::mem::Batch;
-    use linerate::port::{self, PortOptions};
+    use linerate::port::PortOptions;
     for (name, snap, frames) in jumbo_captures() {
         let input = tmp(&format!("mem-{name}"));
         write_pcap(&input, snap, &frames);
         let i = input.display().to_string();
         let wire = format!("mem:hostile-jumbo-{name}-{}", std::process::id());
         let opts = PortOptions::default();
-        let mut a = port::open_tx(&wire, &opts).unwrap();
-        let mut b = port::open_rx(&wire, &opts).unwrap();
+        let mut a = linerate::open_tx(&wire, &opts).unwrap();
+        let mut b = linerate::open_rx(&wire, &opts).unwrap();
         let clock = linerate::time::MonoClock;
         let stop = std::sync::atomic::AtomicBool::new(false);
         let r = replay::run(
-            || port::open_rx(&i, &opts),
+            || linerate::open_rx(&i, &opts),
             a.as_mut(),
             &ReplayOptions {
                 speed: None,

@@ -6,7 +6,8 @@
 //! PORT is any port URI (`afpacket:eth0`, `xdp:eth0`, `cluster:10@0`, `pcap:file.pcap`); the
 //! default reads the sample capture in examples/. Live ports stop after SECONDS (default 5).
 use linerate::mem::Batch;
-use linerate::port::{open_rx, DropReason, PortOptions};
+use linerate::open_rx;
+use linerate::port::{DropReason, PortOptions};
 use linerate::wire::{parse, proto};
 use std::time::{Duration, Instant};
 

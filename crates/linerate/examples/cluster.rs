@@ -6,11 +6,12 @@
 //!   cargo run --release --example cluster -- [PORT] [QUEUES]
 //!
 //! A cluster in /dev/shm (`Master::create`) is read the same way from other processes, by
-//! opening `cluster:ID@Q` with `linerate::port::open_rx`.
+//! opening `cluster:ID@Q` with `linerate::open_rx`.
 use linerate::apps::balance::{Distributor, Mode};
 use linerate::cluster::{ClusterConfig, Master};
 use linerate::mem::{Batch, BATCH};
-use linerate::port::{open_rx, DropReason, Port, PortOptions};
+use linerate::open_rx;
+use linerate::port::{DropReason, Port, PortOptions};
 use std::time::Duration;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

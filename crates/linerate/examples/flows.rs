@@ -7,7 +7,8 @@
 //! `linerate flows` is the full tool (timeouts, TCP state, IPFIX, Kafka, threads); this shows
 //! the pieces it is made of.
 use linerate::mem::Batch;
-use linerate::port::{open_rx, PortOptions};
+use linerate::open_rx;
+use linerate::port::PortOptions;
 use linerate::wire::{parse, Direction, FlowKey};
 use std::collections::HashMap;
 use std::time::Duration;

@@ -7,7 +7,8 @@
 //! Ports are URIs: `afpacket:veth0 afpacket:veth1`, `xdp:eth1 xdp:eth2`, or a capture file in and
 //! one out (`pcap:in.pcap pcap:out.pcap`: a file only receives or only sends, so one direction).
 use linerate::mem::Batch;
-use linerate::port::{open, Direction, Port, PortError, PortOptions};
+use linerate::open;
+use linerate::port::{Direction, Port, PortError, PortOptions};
 use std::time::{Duration, Instant};
 
 #[derive(Default)]

@@ -2,7 +2,8 @@
 //! stock Linux.
 //!
 //! Bytes stay in one [`mem::Pool`] of frames; [`mem::Batch`]es of up to 64 [`mem::Desc`]s move
-//! between [`port::Port`]s and workers through [`ring`]s. See DESIGN.md for the architecture.
+//! between [`port::Port`]s and workers through [`ring`]s. A port is opened from its URI with
+//! [`open_rx`] or [`open_tx`]. See DESIGN.md for the architecture.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -18,5 +19,8 @@ pub mod time;
 pub mod units;
 pub mod wire;
 
+mod open;
 mod sync;
 mod sys;
+
+pub use open::{open, open_parts, open_rx, open_tx, open_uri_parts};

@@ -308,7 +308,7 @@ fn missing_interface_is_reported_by_name() {
         Err(e) => panic!("unexpected error: {e}"),
         Ok(_) => panic!("opened a missing interface"),
     }
-    match linerate::port::open_rx("afpacket:lr-missing0", &PortOptions::default()) {
+    match linerate::open_rx("afpacket:lr-missing0", &PortOptions::default()) {
         Err(PortError::NoInterface(n)) => assert_eq!(n, "lr-missing0"),
         Err(e) => panic!("unexpected error: {e}"),
         Ok(_) => panic!("opened a missing interface"),

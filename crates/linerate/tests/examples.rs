@@ -4,7 +4,8 @@
 //! line (that part needs root). `cargo test` builds the examples before running this.
 
 use linerate::mem::Batch;
-use linerate::port::{open_rx, PortOptions};
+use linerate::open_rx;
+use linerate::port::PortOptions;
 use linerate_test_support::line::{NetnsLine, Node};
 use linerate_test_support::netns::{require_priv, send_raw, udp_frame, udp_seq};
 use linerate_test_support::repo_root;

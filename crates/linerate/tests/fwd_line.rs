@@ -13,7 +13,7 @@ use linerate::mem::{Batch, Desc, Pool, PoolConfig};
 use linerate::port::xdp::kfwd::{KernelFwd, KernelFwdConfig};
 use linerate::port::xdp::sys::iface_mac;
 use linerate::port::xdp::{AttachMode, XdpConfig, XdpPort};
-use linerate::port::{self, LinkType, Port, PortOptions};
+use linerate::port::{LinkType, Port, PortOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -102,7 +102,7 @@ fn run_line_with(in_uri: &str, out_uri: &str, n: u32, shared: bool) {
         let ready_c = ready_tx.clone();
         let c = s.spawn(move || {
             lr.run_in(Node::C, move || {
-                let mut p = port::open_rx("afpacket:vC", &PortOptions::default()).unwrap();
+                let mut p = linerate::open_rx("afpacket:vC", &PortOptions::default()).unwrap();
                 ready_c.send(()).unwrap();
                 let mut got = Vec::new();
                 let mut b = Batch::new();
@@ -146,8 +146,8 @@ fn run_line_with(in_uri: &str, out_uri: &str, n: u32, shared: bool) {
                     (Box::new(a), Box::new(b))
                 } else {
                     (
-                        port::open_rx(in_uri, &o).unwrap(),
-                        port::open_tx(out_uri, &o).unwrap(),
+                        linerate::open_rx(in_uri, &o).unwrap(),
+                        linerate::open_tx(out_uri, &o).unwrap(),
                     )
                 };
                 let f = Filter::compile("udp port 9", LinkType::ETHERNET).unwrap();
@@ -167,7 +167,7 @@ fn run_line_with(in_uri: &str, out_uri: &str, n: u32, shared: bool) {
         ready_rx.recv().unwrap();
         ready_rx.recv().unwrap();
         lr.run_in(Node::A, || {
-            let mut p = port::open_rx("afpacket:vA", &PortOptions::default()).unwrap();
+            let mut p = linerate::open_rx("afpacket:vA", &PortOptions::default()).unwrap();
             send_paced(p.as_mut(), &frames);
         });
         let got = c.join().unwrap();
@@ -252,7 +252,8 @@ fn capture(
     ready: std::sync::mpsc::Sender<()>,
 ) -> Vec<Vec<u8>> {
     l.run_in(node, move || {
-        let mut p = port::open_rx(&format!("afpacket:{ifname}"), &PortOptions::default()).unwrap();
+        let mut p =
+            linerate::open_rx(&format!("afpacket:{ifname}"), &PortOptions::default()).unwrap();
         ready.send(()).unwrap();
         let mut got = Vec::new();
         let mut b = Batch::new();
@@ -332,14 +333,15 @@ fn kernel_line(n: u32, m: u32, bidir: bool) {
         std::thread::scope(|s2| {
             s2.spawn(|| {
                 lr.run_in(Node::A, || {
-                    let mut p = port::open_rx("afpacket:vA", &PortOptions::default()).unwrap();
+                    let mut p = linerate::open_rx("afpacket:vA", &PortOptions::default()).unwrap();
                     send_paced(p.as_mut(), fa);
                 })
             });
             if bidir {
                 s2.spawn(|| {
                     lr.run_in(Node::C, || {
-                        let mut p = port::open_rx("afpacket:vC", &PortOptions::default()).unwrap();
+                        let mut p =
+                            linerate::open_rx("afpacket:vC", &PortOptions::default()).unwrap();
                         send_paced(p.as_mut(), fc);
                     })
                 });

@@ -3,7 +3,7 @@
 
 use linerate::mem::{Batch, Desc};
 use linerate::port::pcap::{PcapPort, PcapWriter, Precision};
-use linerate::port::{self, LinkType, Port, PortOptions};
+use linerate::port::{LinkType, Port, PortOptions};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -65,7 +65,7 @@ fn write_then_read_through_port_uris() {
     let opts = PortOptions::default();
     let n = 1000;
     {
-        let mut w = port::open_tx(&format!("pcap:{path}"), &opts).expect("create");
+        let mut w = linerate::open_tx(&format!("pcap:{path}"), &opts).expect("create");
         assert!(w.is_finished(), "a writer gives nothing");
         let pool = linerate::mem::Pool::new(&Default::default()).expect("pool");
         let mut b = Batch::with_pool(&std::sync::Arc::new(pool));
@@ -86,7 +86,7 @@ fn write_then_read_through_port_uris() {
         );
     }
     // A bare path that exists is read.
-    let mut r = port::open_rx(&path, &opts).expect("open for reading");
+    let mut r = linerate::open_rx(&path, &opts).expect("open for reading");
     assert_eq!(r.link_type(), LinkType::ETHERNET);
     let mut b = Batch::new();
     let mut i = 0;
@@ -165,7 +165,7 @@ fn bad_files_are_named_with_their_offset() {
     let dir = TempDir::new("pcap-bad");
     let path = dir.file("bad.pcap");
     std::fs::write(&path, b"this is not a capture").expect("write");
-    let e = port::open_rx(&format!("pcap:{path}"), &PortOptions::default())
+    let e = linerate::open_rx(&format!("pcap:{path}"), &PortOptions::default())
         .err()
         .expect("bad magic");
     let msg = e.to_string();

@@ -354,7 +354,7 @@ fn spread_run(p: &NetnsPair, uri: &str, n: u32) -> (Vec<u32>, Vec<u64>, linerate
     let (got, st) = std::thread::scope(|s| {
         let rx = s.spawn(|| {
             p.run_in(Side::B, || {
-                let mut port = linerate::port::open_rx(uri, &PortOptions::default()).unwrap();
+                let mut port = linerate::open_rx(uri, &PortOptions::default()).unwrap();
                 ready_tx.send(()).unwrap();
                 let mut got = Vec::new();
                 let mut b = Batch::new();
@@ -441,13 +441,13 @@ fn xdp_queue_and_range_bind_just_those_queues() {
     // A queue the interface does not have is refused, naming how many it has.
     p.run_in(Side::B, || {
         for bad in ["xdp:vB@4", "xdp:vB@2-7"] {
-            let e = linerate::port::open_rx(bad, &PortOptions::default())
+            let e = linerate::open_rx(bad, &PortOptions::default())
                 .err()
                 .unwrap_or_else(|| panic!("{bad} opened"))
                 .to_string();
             assert!(e.contains("4 receive queues"), "{bad}: {e}");
         }
-        let e = linerate::port::open_rx("xdp:vB@3-1", &PortOptions::default())
+        let e = linerate::open_rx("xdp:vB@3-1", &PortOptions::default())
             .err()
             .unwrap()
             .to_string();

@@ -548,7 +548,7 @@ fn run_threads(
         rx_wait_ms: 0,
         ..opts.clone()
     };
-    let parts = linerate::port::open_parts(&a.input, &part_opts, Direction::Rx)
+    let parts = linerate::open_parts(&a.input, &part_opts, Direction::Rx)
         .map_err(|e| crate::common::port_error("-i", &a.input, e))?;
     let n = plan.threads.min(parts.len()).max(1);
     let mut groups: Vec<Vec<Box<dyn Port>>> = (0..n).map(|_| Vec::new()).collect();
@@ -750,12 +750,9 @@ mod tests {
             .map(|f| format!("pcap:{}", f.display()))
             .collect::<Vec<_>>()
             .join(",");
-        let parts = linerate::port::open_parts(
-            &uri,
-            &PortOptions::default(),
-            linerate::port::Direction::Rx,
-        )
-        .expect("the captures open");
+        let parts =
+            linerate::open_parts(&uri, &PortOptions::default(), linerate::port::Direction::Rx)
+                .expect("the captures open");
         let link = parts[0].link_type();
         let shares: Vec<count::Share> = parts
             .into_iter()

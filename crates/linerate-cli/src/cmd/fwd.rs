@@ -311,7 +311,7 @@ pub fn open(
         xdp: *xdp,
         ..opts.clone()
     };
-    port::open(uri, &opts, dir).map_err(|e| port_err(flag, uri, e))
+    linerate::open(uri, &opts, dir).map_err(|e| port_err(flag, uri, e))
 }
 
 /// Input port, output port, and whether they share one UMEM.
@@ -1211,8 +1211,8 @@ mod tests {
             );
             let o = PortOptions::default();
             shares.push(fwd::ThreadPorts {
-                input: port::open_rx(&iu, &o).expect("open the input"),
-                output: Some(port::open_tx(&ou, &o).expect("open the output")),
+                input: linerate::open_rx(&iu, &o).expect("open the input"),
+                output: Some(linerate::open_tx(&ou, &o).expect("open the output")),
             });
             names.push((iu, Some(ou)));
         }

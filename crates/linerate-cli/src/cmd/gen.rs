@@ -17,7 +17,7 @@ use linerate::apps::lua::{Interrupt, ScriptOptions};
 use linerate::mem::Batch;
 use linerate::port::file::Inputs;
 use linerate::port::pcap::{PcapPort, WriteFormat};
-use linerate::port::{self, Drops, Interface, LinkType, Port, PortError, PortOptions, Uri};
+use linerate::port::{Drops, Interface, LinkType, Port, PortError, PortOptions, Uri};
 use linerate::stats::prom::{Dir, PortCount};
 use linerate::stats::{breakdown, group, group_f};
 use linerate::time::{Clock, TscClock};
@@ -1865,7 +1865,7 @@ fn run_replay(
         );
     }
     let r = replay::run_observed(
-        || port::open_rx(path, popts),
+        || linerate::open_rx(path, popts),
         outp.as_mut(),
         &opts,
         &clock,
@@ -2070,7 +2070,7 @@ mod tests {
         let out = std::env::temp_dir().join(format!("lr-replay-page-{}.pcap", std::process::id()));
         let uri = format!("pcap:{}", src.display());
         let o = PortOptions::default();
-        let mut outp = port::open_tx(&format!("pcap:{}", out.display()), &o).unwrap();
+        let mut outp = linerate::open_tx(&format!("pcap:{}", out.display()), &o).unwrap();
         let opts = ReplayOptions {
             speed: None,
             loops: 3,
@@ -2078,7 +2078,7 @@ mod tests {
         };
         let mut ticks = Vec::new();
         let r = replay::run_observed(
-            || port::open_rx(&uri, &o),
+            || linerate::open_rx(&uri, &o),
             outp.as_mut(),
             &opts,
             &TscClock::new(),

@@ -791,7 +791,7 @@ fn raw_sender(uri: &str, to: &str, port: u16, run_id: u32) -> anyhow::Result<Sen
     let dst_mac = sweep::target_mac(Some(ns), tif).map_err(sweep_error)?;
     let src_ip = sweep::target_address(None, iface).unwrap_or(Ipv4Addr::new(198, 18, 0, 1));
     let dst_ip = sweep::target_address(Some(ns), tif).unwrap_or(Ipv4Addr::new(198, 18, 0, 2));
-    let p = linerate::port::open_tx(uri, &PortOptions::default())
+    let p = linerate::open_tx(uri, &PortOptions::default())
         .map_err(|e| crate::common::port_error("--raw", uri, e))?;
     Ok(Sender::Raw {
         port: p,

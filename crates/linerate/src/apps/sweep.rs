@@ -485,7 +485,7 @@ impl LocalSink {
             rx_wait_ms: RX_WAIT_MS,
             ..Default::default()
         };
-        let open = || crate::port::open_rx(uri, &opts);
+        let open = || crate::open_rx(uri, &opts);
         let port = match netns {
             None => open(),
             Some(ns) => in_netns(ns, open)?,

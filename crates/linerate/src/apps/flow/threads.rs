@@ -101,7 +101,7 @@ impl FlowInput {
         let parsed = Uri::parse(uri)?;
         let live = parsed.is_live();
         if threads == 1 {
-            let p = port::open_rx(uri, opts)?;
+            let p = crate::open_rx(uri, opts)?;
             let link = p.link_type();
             return Ok(FlowInput {
                 kind: Kind::One(p),
@@ -115,7 +115,7 @@ impl FlowInput {
             let Some(split) = PcapSplit::open_pieces(file, opts, piece)? else {
                 // A pcapng file's blocks depend on those before (interfaces, time units): it
                 // is read in order by one thread.
-                let p = port::open_rx(uri, opts)?;
+                let p = crate::open_rx(uri, opts)?;
                 let link = p.link_type();
                 return Ok(FlowInput {
                     kind: Kind::One(p),
@@ -162,7 +162,7 @@ impl FlowInput {
                     })
                     .collect::<Result<Vec<_>, _>>()?
             }
-            _ => port::open_uri_parts(&parsed, &part_opts, Direction::Rx)?,
+            _ => crate::open_uri_parts(&parsed, &part_opts, Direction::Rx)?,
         };
         let link = parts[0].link_type();
         let plan = plan(&parsed, &parts, threads);

@@ -820,7 +820,7 @@ fn pcapng_is_written_by_name_and_ends_with_statistics() {
     );
     // pcapng: in a URI, pcapng whatever the name.
     let other = dir.join("other.cap");
-    let mut o = crate::port::open_tx(
+    let mut o = crate::open_tx(
         &format!("pcapng:{}", other.display()),
         &PortOptions::default(),
     )
