@@ -17,7 +17,7 @@ use crate::port::PortError;
 /// The compiled program (rebuilt by `bpf/build.sh`, checked by `tests/xdp_object.rs`).
 pub const OBJECT: &[u8] = include_bytes!("../../../../../bpf/xdp_fwd.o");
 /// The program's name in the object and in the kernel (how a stale one is recognised).
-pub const PROG_NAME: &str = "lr_xdp_fwd";
+pub use super::prog::FWD_PROG_NAME as PROG_NAME;
 
 const BPF_MAP_LOOKUP_ELEM: u32 = 1;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;

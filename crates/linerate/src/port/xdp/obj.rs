@@ -606,7 +606,9 @@ pub(crate) fn create_map(
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::port::xdp::prog::OBJECT;
+    // The objects linerate ships, as test data.
+    const OBJECT: &[u8] = include_bytes!("../../../../../bpf/xdp_redirect.o");
+    const META_OBJECT: &[u8] = include_bytes!("../../../../../bpf/xdp_redirect_meta.o");
 
     #[test]
     fn damaged_objects_are_errors_not_panics() {
@@ -629,7 +631,7 @@ mod tests {
 
     #[test]
     fn kernel_function_calls_are_found_and_btf_lookups_never_panic() {
-        let o = parse(crate::port::xdp::prog::META_OBJECT, "m.o").unwrap();
+        let o = parse(META_OBJECT, "m.o").unwrap();
         let names: Vec<&str> = o.kfuncs.iter().map(|(_, n)| n.as_str()).collect();
         assert_eq!(
             names,

@@ -24,6 +24,9 @@ pub const PROG_NAME: &str = "lr_xsk_redirect";
 pub const META_OBJECT: &[u8] = include_bytes!("../../../../../bpf/xdp_redirect_meta.o");
 /// Its name in the object and in the kernel.
 pub const META_PROG_NAME: &str = "lr_xsk_meta";
+/// The kernel forwarder's program (`bpf/xdp_fwd.c`, loaded by [`super::kfwd`]): named here
+/// with the others so that a stale one of an earlier run is recognised as linerate's.
+pub const FWD_PROG_NAME: &str = "lr_xdp_fwd";
 /// The kernel function that gives the VLAN tag a device took out of a frame.
 const KFUNC_VLAN: &str = "bpf_xdp_metadata_rx_vlan_tag";
 /// The map symbol the program refers to.
@@ -351,7 +354,7 @@ fn remove_stale(nl: &Netlink, iface: &str, ifindex: u32) -> Result<Option<u32>, 
         return Ok(None);
     }
     let name = sys::prog_name_by_id(cur.prog_id).unwrap_or_default();
-    if name != PROG_NAME && name != META_PROG_NAME && name != super::kfwd::PROG_NAME {
+    if name != PROG_NAME && name != META_PROG_NAME && name != FWD_PROG_NAME {
         return Err(PortError::Os {
             iface: iface.to_string(),
             op: "attaching the XDP program",
