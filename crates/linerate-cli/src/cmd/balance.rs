@@ -633,10 +633,6 @@ fn finish(
         publish(m, ports, a.cluster, &t.now.stats, &final_threads);
     }
     let ended = match report.ended {
-        Ended::Count => "count reached",
-        Ended::Duration => "time limit",
-        Ended::EndOfInput => "end of input",
-        Ended::Stopped => "interrupted",
         Ended::Error
             if report.error.as_ref().is_some_and(
                 |e| matches!(e, PortError::Gone { port, .. } if port.starts_with("-m lua:")),
@@ -645,6 +641,7 @@ fn finish(
             "script error"
         }
         Ended::Error => "input error",
+        e => e.text(),
     };
     let mut out = std::io::stdout();
     let s = &t.now.stats;

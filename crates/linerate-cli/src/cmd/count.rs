@@ -374,13 +374,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         matches!(e, PortError::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
     });
     let ended = match report.ended {
-        Ended::Count => "count reached",
-        Ended::Duration => "time limit",
-        Ended::EndOfInput => "end of input",
-        Ended::Stopped => "interrupted",
         Ended::Error if closed => "output closed",
         Ended::Error if report.output_error.is_some() => "output error",
         Ended::Error => "input error",
+        e => e.text(),
     };
     // Why a finished input ended, when it says more (a cluster's master stopped).
     let end_note = match report.ended {
@@ -652,11 +649,8 @@ fn run_threads(
         publish(m, &a.input, &t.start, &t.now);
     }
     let ended = match report.total.ended {
-        Ended::Count => "count reached",
-        Ended::Duration => "time limit",
-        Ended::EndOfInput => "end of input",
-        Ended::Stopped => "interrupted",
         Ended::Error => "input error",
+        e => e.text(),
     };
     let per: Vec<count::Tick> = report.threads.iter().map(|r| r.tick).collect();
     if a.json {

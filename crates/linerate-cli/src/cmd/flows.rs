@@ -511,9 +511,8 @@ fn ipfix_dest(dest: &str) -> String {
 
 fn ended_name(e: Ended) -> &'static str {
     match e {
-        Ended::EndOfInput => "end of input",
-        Ended::Stopped => "interrupted",
         Ended::Error => "input error",
+        e => e.text(),
     }
 }
 

@@ -602,12 +602,9 @@ fn print(json: bool, out: &mut dyn Write, s: &fwd::FwdStats, kind: &str) {
 
 fn ended(r: &fwd::FwdReport) -> &'static str {
     match r.ended {
-        Ended::Count => "count reached",
-        Ended::Duration => "time limit",
-        Ended::EndOfInput => "end of input",
-        Ended::Stopped => "interrupted",
         Ended::Error if r.script_error.is_some() => "script error",
         Ended::Error => "port error",
+        e => e.text(),
     }
 }
 

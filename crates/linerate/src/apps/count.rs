@@ -4,7 +4,8 @@
 //! and every interval take a snapshot for the statistics printer. The clock is read once per
 //! batch; nothing is done per packet but the filter and the byte sum.
 
-use crate::apps::balance::Backoff;
+use crate::apps::worker::Backoff;
+pub use crate::apps::worker::Ended;
 use crate::filter::Filter;
 use crate::mem::{Batch, BATCH};
 use crate::port::sys::PollSet;
@@ -54,21 +55,6 @@ pub struct Report {
     /// The input's counters per interface ([`Port::interface_stats`]) when the loop started
     /// and when it ended: the readings `tick.start` and `tick.now` sum up.
     pub interfaces: (Vec<PortStats>, Vec<PortStats>),
-}
-
-/// Why the loop ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ended {
-    /// `-c` packets were counted.
-    Count,
-    /// `-t` elapsed.
-    Duration,
-    /// A finite input was exhausted.
-    EndOfInput,
-    /// A signal (or the caller) asked to stop.
-    Stopped,
-    /// The input failed.
-    Error,
 }
 
 /// Runs the count loop on `port` until a limit, the end of the input, an error, or `stop`.
@@ -273,26 +259,6 @@ struct Shared {
     why: AtomicU8,
 }
 
-fn ended_code(e: Ended) -> u8 {
-    match e {
-        Ended::Count => 0,
-        Ended::Duration => 1,
-        Ended::EndOfInput => 2,
-        Ended::Stopped => 3,
-        Ended::Error => 4,
-    }
-}
-
-fn ended_of(c: u8) -> Ended {
-    match c {
-        0 => Ended::Count,
-        1 => Ended::Duration,
-        2 => Ended::EndOfInput,
-        3 => Ended::Stopped,
-        _ => Ended::Error,
-    }
-}
-
 /// Runs the count loop on several threads, one per share, with no dispatcher in between (as
 /// PF_RING's pfcount_multichannel runs one thread per RX channel): each thread receives from its
 /// own queues, filters with its own copy of the filter and keeps its own counters. `-c` is
@@ -319,7 +285,7 @@ pub fn run_threads(
         budget: AtomicU64::new(opts.count.unwrap_or(u64::MAX)),
         counted: AtomicU64::new(0),
         end: AtomicBool::new(false),
-        why: AtomicU8::new(ended_code(Ended::Stopped)),
+        why: AtomicU8::new(Ended::code(Ended::Stopped)),
     };
     let t0 = mono_ns();
     let slots: Vec<Mutex<(Snapshot, Snapshot)>> = (0..n)
@@ -397,7 +363,7 @@ pub fn run_threads(
         now: sum_snapshots(reports.iter().map(|r| &r.tick.now)),
     };
     let ended = if shared.end.load(Ordering::Acquire) {
-        ended_of(shared.why.load(Ordering::Acquire))
+        Ended::from_code(shared.why.load(Ordering::Acquire))
     } else if reports.iter().all(|r| r.ended == Ended::EndOfInput) {
         Ended::EndOfInput
     } else if reports.iter().any(|r| r.ended == Ended::Stopped) {
@@ -467,7 +433,7 @@ fn thread_loop(
             break Ended::Stopped;
         }
         if shared.end.load(Ordering::Acquire) {
-            break ended_of(shared.why.load(Ordering::Acquire));
+            break Ended::from_code(shared.why.load(Ordering::Acquire));
         }
         let mut claim = BATCH as u64;
         if let Some(c) = opts.count {
@@ -562,7 +528,7 @@ fn thread_loop(
 /// Ends every thread of a run, for `why` (the first reason set stays).
 fn end_run(shared: &Shared, why: Ended) {
     if !shared.end.swap(true, Ordering::AcqRel) {
-        shared.why.store(ended_code(why), Ordering::Release);
+        shared.why.store(Ended::code(why), Ordering::Release);
     }
 }
 

@@ -227,20 +227,8 @@ pub fn l2fwd_block(s: &FwdStats) -> String {
     o
 }
 
-/// Why the loop ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ended {
-    /// `--count` packets were sent.
-    Count,
-    /// The time limit passed.
-    Duration,
-    /// Every input is a finished file.
-    EndOfInput,
-    /// A signal (or the caller) asked to stop.
-    Stopped,
-    /// A port failed.
-    Error,
-}
+/// Why the loop ended (one [`Ended`] for every worker).
+pub use crate::apps::worker::Ended;
 
 /// How a run ended.
 #[derive(Debug)]

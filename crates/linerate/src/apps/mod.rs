@@ -10,3 +10,4 @@ pub mod gen;
 pub mod lua;
 pub mod sweep;
 pub mod watch;
+pub mod worker;

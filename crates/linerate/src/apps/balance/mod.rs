@@ -23,7 +23,7 @@ use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-pub use crate::apps::count::Ended;
+pub use crate::apps::worker::{Backoff, Ended};
 
 /// How the master picks queues.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -711,66 +711,6 @@ pub fn finish(
         },
         threads,
         drain: Duration::from_nanos(end - t0),
-    }
-}
-
-/// How a polling consumer waits for packets. An empty poll spins 64 times, then gives the core
-/// away with `sched_yield` (a consumer sharing the core runs at once, and one alone on its core
-/// is back after a syscall) for about a millisecond of idleness, and only then sleeps 50 µs
-/// per poll. A sleeping consumer misses what arrives meanwhile (at 60 Mpps a 4096-slot queue
-/// fills in 70 µs, less than a sleep plus the kernel's 50 µs timer slack), so it sleeps only
-/// when the traffic stopped. A busy consumer also yields every `busy_every` batches (0: never),
-/// so that two consumers on one core take turns within a scheduler slice instead of one
-/// leaving the other's queue to overflow for milliseconds.
-#[derive(Debug, Clone, Copy)]
-pub struct Backoff {
-    idle: u32,
-    busy: u32,
-    busy_every: u32,
-}
-
-impl Backoff {
-    /// Empty polls that spin before yielding.
-    const SPINS: u32 = 64;
-    /// Empty polls that yield before sleeping (~1 ms).
-    const YIELDS: u32 = 2048;
-    /// What consumers use: a yield every 32 batches (≤ 2048 packets, ~40 µs at 50 Mpps) costs
-    /// about 1 % when the consumer is alone on its core.
-    pub const BUSY_EVERY: u32 = 32;
-
-    /// A backoff that yields every `busy_every` non-empty batches too (0: never).
-    pub fn new(busy_every: u32) -> Backoff {
-        Backoff {
-            idle: 0,
-            busy: 0,
-            busy_every,
-        }
-    }
-
-    /// After a poll that returned packets.
-    #[inline]
-    pub fn got(&mut self) {
-        self.idle = 0;
-        if self.busy_every > 0 {
-            self.busy += 1;
-            if self.busy >= self.busy_every {
-                self.busy = 0;
-                std::thread::yield_now();
-            }
-        }
-    }
-
-    /// After an empty poll: spin, yield or sleep.
-    #[inline]
-    pub fn wait(&mut self) {
-        self.idle = self.idle.saturating_add(1);
-        if self.idle <= Self::SPINS {
-            std::hint::spin_loop();
-        } else if self.idle <= Self::SPINS + Self::YIELDS {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
-        }
     }
 }
 

@@ -91,16 +91,8 @@ impl<F: FnMut(&[FlowRecord])> RecordSink for F {
     }
 }
 
-/// Why the monitor stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ended {
-    /// A finite input was exhausted.
-    EndOfInput,
-    /// A signal (or the caller) asked to stop.
-    Stopped,
-    /// The input failed.
-    Error,
-}
+/// Why the loop ended (one [`Ended`] for every worker).
+pub use crate::apps::worker::Ended;
 
 /// What the monitor did.
 #[derive(Debug)]
