@@ -5,6 +5,7 @@
 mod cmd;
 mod common;
 mod console;
+mod shared;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;

@@ -1,7 +1,6 @@
 //! `linerate balance`: the cluster master (zbalance_ipc / pfdnacluster_master), or with
 //! `--threads` the same distribution to consumer threads (pfdnacluster_multithread).
 
-use crate::cmd::count::open_port;
 use crate::common::{flags, metrics, pin, stop_flag, usage};
 use crate::console::{Counted, ReadOnly};
 use anyhow::Context;
@@ -10,8 +9,7 @@ use linerate::apps::balance::lua::{LuaError, LuaScript};
 use linerate::apps::balance::source::SourcePort;
 use linerate::apps::balance::Egress;
 use linerate::apps::balance::{
-    self, BalanceOptions, BalanceReport, BalanceTick, Distributor, Ended, Mode, ThreadFigures,
-    Threads,
+    self, BalanceOptions, BalanceReport, BalanceTick, Distributor, Ended, Mode, Threads,
 };
 use linerate::cluster::{ClusterConfig, ClusterStats, Master};
 use linerate::filter::Filter;
@@ -276,7 +274,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             };
             Box::new(SourcePort::new(4096, count)?.with_rate(a.source_rate))
         }
-        _ => open_port(&a.input, &PortOptions::default())?,
+        _ => crate::common::open_input("-i", &a.input, &PortOptions::default())?,
     };
     let link = input.link_type();
     let mut inputs = crate::common::inputs_of([a.input.as_str()]);
@@ -597,7 +595,12 @@ impl Printer<'_> {
             let s = if self.json {
                 json_tick("stats", t, &now_threads) + "\n"
             } else if self.threaded {
-                threads_text(t, &self.last_threads, &now_threads, &self.egress_queues)
+                crate::shared::threads_text(
+                    t,
+                    &self.last_threads,
+                    &now_threads,
+                    &self.egress_queues,
+                )
             } else {
                 master_text(t)
             };
@@ -675,7 +678,7 @@ fn finish(
         let mut whole = t.clone();
         whole.prev = whole.start.clone();
         let text = if !final_threads.is_empty() {
-            threads_text(
+            crate::shared::threads_text(
                 &whole,
                 &vec![(0, 0); final_threads.len()],
                 &final_threads,
@@ -685,7 +688,7 @@ fn finish(
             master_text(&whole)
         };
         let _ = out.write_all(text.as_bytes());
-        let _ = writeln!(out, "{}", accounting_line(s));
+        let _ = writeln!(out, "{}", crate::shared::accounting_line(s));
         if let Some((asked, got)) = source_rate {
             let _ = writeln!(out, "{}", source_rate_line(asked, got));
         }
@@ -743,100 +746,12 @@ fn apps_str(apps: &[u32]) -> String {
         .join(",")
 }
 
-/// `rx = filtered + routed; destinations = delivered + drops by reason (+ still in queues)`.
-pub fn accounting_line(s: &ClusterStats) -> String {
-    let ring_full: u64 = s.queues.iter().map(|q| q.ring_full).sum();
-    let gone: u64 = s.queues.iter().map(|q| q.consumer_gone).sum();
-    let nf: u64 = s.queues.iter().map(|q| q.no_frame).sum();
-    let big: u64 = s.queues.iter().map(|q| q.too_big).sum();
-    let unread: u64 = s.queues.iter().map(|q| q.unread).sum();
-    let backlog = s.backlog();
-    format!(
-        "Accounting: rx {} = filtered {} + distributed {}; destinations {} = delivered {} + ring_full {} + consumer_gone {} + no_frame {}{} + unread {}{} [{}]",
-        group(s.rx_packets),
-        group(s.filtered),
-        group(s.routed),
-        group(s.copies),
-        group(s.delivered()),
-        group(ring_full),
-        group(gone),
-        group(nf),
-        if big > 0 {
-            format!(" + too_big {} (longer than --max-pkt-len)", group(big))
-        } else {
-            String::new()
-        },
-        group(unread),
-        if backlog > 0 {
-            format!(" + in queues {}", group(backlog))
-        } else {
-            String::new()
-        },
-        if s.check_invariant().is_ok() { "ok" } else { "VIOLATED" }
-    )
-}
-
-fn secs(a: u64, b: u64) -> f64 {
-    (b.saturating_sub(a)).max(1) as f64 / 1e9
-}
-
-/// Per-thread blocks and the aggregate line, as pfdnacluster_multithread prints them.
-/// Queues in `egress` go to ports, not threads: they count as Sent.
-pub fn threads_text(
-    t: &BalanceTick,
-    prev: &[(u64, u64)],
-    now: &[(u64, u64)],
-    egress: &[usize],
-) -> String {
-    let mut s = String::new();
-    let abs_s = secs(t.start.t_ns, t.now.t_ns);
-    let act_s = secs(t.prev.t_ns, t.now.t_ns);
-    let mut processed = 0u64;
-    let mut sent = 0u64;
-    for (q, &(p, b)) in now.iter().enumerate() {
-        if egress.contains(&q) {
-            let d = |s: &ClusterStats| s.queues.get(q).map_or(0, |x| x.delivered);
-            sent += d(&t.now.stats).saturating_sub(d(&t.prev.stats));
-            continue;
-        }
-        let qs = t.now.stats.queues.get(q).copied().unwrap_or_default();
-        let q0 = t.start.stats.queues.get(q).copied().unwrap_or_default();
-        let prev_p = prev.get(q).map_or(0, |x| x.0);
-        processed += p - prev_p.min(p);
-        s.push_str(&balance::thread_block(
-            q,
-            &ThreadFigures {
-                pkts: p,
-                bytes: b,
-                drops: qs.drops().saturating_sub(q0.drops()),
-                act_pkts: p - prev_p.min(p),
-                secs: abs_s,
-                act_ms: act_s * 1e3,
-            },
-        ));
-    }
-    let captured = t
-        .now
-        .stats
-        .rx_packets
-        .saturating_sub(t.prev.stats.rx_packets);
-    s.push_str("=========================\n");
-    s.push_str(&format!(
-        "Aggregate Actual stats: [Captured {} pkt/sec][Processed {} pkt/sec][Sent {} pkt/sec]\n",
-        group_f(captured as f64 / act_s, 2),
-        group_f(processed as f64 / act_s, 2),
-        group_f(sent as f64 / act_s, 2)
-    ));
-    s.push_str("=========================\n");
-    s
-}
-
 /// The master's statistics, as pfdnacluster_master and zbalance_ipc print them, with each
 /// queue's forwarded and dropped packets.
 pub fn master_text(t: &BalanceTick) -> String {
     let (a, p, n) = (&t.start.stats, &t.prev.stats, &t.now.stats);
-    let abs_s = secs(t.start.t_ns, t.now.t_ns);
-    let act_s = secs(t.prev.t_ns, t.now.t_ns);
+    let abs_s = crate::shared::secs(t.start.t_ns, t.now.t_ns);
+    let act_s = crate::shared::secs(t.prev.t_ns, t.now.t_ns);
     let mut s = String::from("=========================\n");
     let rx = n.rx_packets.saturating_sub(a.rx_packets);
     let pr = n.delivered().saturating_sub(a.delivered());
@@ -909,7 +824,7 @@ pub fn master_text(t: &BalanceTick) -> String {
 /// A JSON line: master counters, per-queue counters and rates, per-thread counters.
 pub fn json_tick(kind: &str, t: &BalanceTick, threads: &[(u64, u64)]) -> String {
     let (a, p, n) = (&t.start.stats, &t.prev.stats, &t.now.stats);
-    let act_s = secs(t.prev.t_ns, t.now.t_ns);
+    let act_s = crate::shared::secs(t.prev.t_ns, t.now.t_ns);
     let queues: Vec<serde_json::Value> = n
         .queues
         .iter()
@@ -935,7 +850,7 @@ pub fn json_tick(kind: &str, t: &BalanceTick, threads: &[(u64, u64)]) -> String 
         .collect();
     serde_json::json!({
         "type": kind,
-        "elapsed_ms": secs(t.start.t_ns, t.now.t_ns) * 1e3,
+        "elapsed_ms": crate::shared::secs(t.start.t_ns, t.now.t_ns) * 1e3,
         "rx": n.rx_packets.saturating_sub(a.rx_packets),
         "rx_bytes": n.rx_bytes.saturating_sub(a.rx_bytes),
         "filtered": n.filtered,

@@ -410,7 +410,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             j["output_error"] = e.to_string().into();
         }
         if let Some((t, _)) = &tracker {
-            j["latency"] = super::gen::latency_json(t, |_| None);
+            j["latency"] = crate::shared::latency_json(t, |_| None);
             j["latency_receive_time"] = rx_time.describe().into();
             j["no_probe"] = t.other.into();
         }
@@ -465,8 +465,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             let _ = write!(out, "{}", t.table(|_| None));
         }
         if let Some(p) = &a.hist_out {
-            let svg =
-                super::gen::write_hist(p, t, &format!("linerate count -i {}", a.input), &inputs)?;
+            let svg = crate::shared::write_hist(
+                p,
+                t,
+                &format!("linerate count -i {}", a.input),
+                &inputs,
+            )?;
             if !a.json {
                 let _ = writeln!(out, "Histogram: {p} and {svg}");
             }
@@ -487,11 +491,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ))),
         (None, None) => Ok(ExitCode::SUCCESS),
     }
-}
-
-/// Opens an input port; a missing interface, file or bad URI is a usage error (exit code 2).
-pub fn open_port(uri: &str, opts: &PortOptions) -> anyhow::Result<Box<dyn Port>> {
-    crate::common::open_input("-i", uri, opts)
 }
 
 /// The figures of each thread of a run, for the interval lines and the summary.

@@ -5,8 +5,8 @@
 //! (pfdnacluster_multithread), test 10 uses consumer processes (`linerate count -i
 //! cluster:ID@Q`, pfdnacluster_master + pfcount).
 
-use crate::cmd::balance::{accounting_line, threads_text};
 use crate::common::stop_flag;
+use crate::shared::{accounting_line, threads_text};
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::balance::source::SourcePort;

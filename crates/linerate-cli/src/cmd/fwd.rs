@@ -2,6 +2,7 @@
 
 use crate::common::{flags, metrics, pin, stop_flag, usage};
 use crate::console::{Counted, ReadOnly};
+use crate::shared;
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::fwd::{self, Ended, FwdOptions, MacRewrite, Ports};
@@ -11,7 +12,7 @@ use linerate::port::pcap::WriteFormat;
 use linerate::port::xdp::kfwd::{KernelFwd, KernelFwdConfig};
 use linerate::port::xdp::sys::{iface_mac, redirect_target, RedirectTarget};
 use linerate::port::xdp::{self, AttachMode, XdpConfig, XdpMode};
-use linerate::port::{self, DropReason, InterfaceStats, Port, PortError, PortOptions, Uri};
+use linerate::port::{DropReason, InterfaceStats, Port, PortError, PortOptions, Uri};
 use linerate::stats::prom::{Dir, PortCount};
 use std::io::Write;
 use std::process::ExitCode;
@@ -231,14 +232,6 @@ pub enum Engine {
     Xsk,
 }
 
-/// The interface and queues of a single `xdp:` port (not a list).
-fn xdp_of(uri: &str) -> Option<(String, xdp::Queues)> {
-    match Uri::parse(uri).ok()? {
-        Uri::Xdp { iface, queues } => Some((iface, queues)),
-        _ => None,
-    }
-}
-
 /// The interface of an `xdp:IFACE` port (every queue, not an aggregate).
 fn xdp_iface(uri: &str) -> Option<String> {
     Uri::parse(uri).ok()?.xdp_whole().map(str::to_string)
@@ -292,70 +285,6 @@ pub fn kernel_engine(a: &Args) -> anyhow::Result<Option<(String, String)>> {
             Ok(Some((i.to_string(), o.to_string())))
         }
     }
-}
-
-/// Opens a port, with the AF_XDP settings for `xdp:` ports; bad names are usage errors.
-pub fn open(
-    flag: &str,
-    uri: &str,
-    opts: &PortOptions,
-    xdp: &XdpConfig,
-) -> anyhow::Result<Box<dyn Port>> {
-    // -i is read; -o is written (a capture file is created).
-    let dir = if flag == "-o" {
-        port::Direction::Tx
-    } else {
-        port::Direction::Rx
-    };
-    let opts = PortOptions {
-        xdp: *xdp,
-        ..opts.clone()
-    };
-    linerate::open(uri, &opts, dir).map_err(|e| port_err(flag, uri, e))
-}
-
-/// Input port, output port, and whether they share one UMEM.
-pub type PortPair = (Box<dyn Port>, Box<dyn Port>, bool);
-
-/// Opens the input and output ports. Two `xdp:` ports share one UMEM when the kernel allows
-/// (then a received frame is sent without a copy); the returned flag says whether they do.
-pub fn open_pair(
-    input: &str,
-    output: &str,
-    opts: &PortOptions,
-    xdp: &XdpConfig,
-) -> anyhow::Result<PortPair> {
-    if let (Some((i, qi)), Some((o, qo))) = (xdp_of(input), xdp_of(output)) {
-        // Every queue of both interfaces on one UMEM, sized for all of their rings.
-        let nq = xdp::queue_count_of(&i, qi).map_err(|e| port_err("-i", input, e))?
-            + xdp::queue_count_of(&o, qo).map_err(|e| port_err("-o", output, e))?;
-        let big = PortOptions {
-            frames: opts
-                .frames
-                .max(xdp::umem_frames(nq, xdp.ring_size) + 2 * xdp.ring_size),
-            ..opts.clone()
-        };
-        let p0 =
-            xdp::open_queues_of(&i, qi, &big, xdp, None).map_err(|e| port_err("-i", input, e))?;
-        let (p1, shared) = match xdp::open_queues_of(&o, qo, &big, xdp, Some(&p0[0])) {
-            Ok(p1) => (p1, true),
-            Err(_) => (
-                xdp::open_queues_of(&o, qo, opts, xdp, None)
-                    .map_err(|e| port_err("-o", output, e))?,
-                false,
-            ),
-        };
-        return Ok((
-            xdp::join(input, p0, opts.rx_wait_ms),
-            xdp::join(output, p1, opts.rx_wait_ms),
-            shared,
-        ));
-    }
-    Ok((
-        open("-i", input, opts, xdp)?,
-        open("-o", output, opts, xdp)?,
-        false,
-    ))
 }
 
 fn port_err(flag: &str, uri: &str, e: PortError) -> anyhow::Error {
@@ -448,9 +377,9 @@ pub fn run_with(
         }
     }
     let (mut p0, mut p1, shared) = if bounce {
-        (open("-i", &a.input, &opts, &xdp)?, None, false)
+        (shared::open_port("-i", &a.input, &opts, &xdp)?, None, false)
     } else {
-        let (p0, p1, shared) = open_pair(&a.input, &a.output, &opts, &xdp)?;
+        let (p0, p1, shared) = shared::open_pair(&a.input, &a.output, &opts, &xdp)?;
         (p0, Some(p1), shared)
     };
     // A pcapng output describes where its packets come from: the input's interfaces.
@@ -834,12 +763,13 @@ fn thread_plan(a: &Args) -> anyhow::Result<(usize, Option<String>)> {
     if a.threads == Some(1) {
         return Ok((1, None));
     }
-    let queues = |u: &str| xdp_of(u).map_or(1, |(i, q)| xdp::queue_count_of(&i, q).unwrap_or(1));
+    let queues =
+        |u: &str| shared::xdp_of(u).map_or(1, |(i, q)| xdp::queue_count_of(&i, q).unwrap_or(1));
     let bounce = a.input == a.output;
     let (qi, qo) = (queues(&a.input), queues(&a.output));
     let pairs = if bounce {
         qi
-    } else if xdp_of(&a.input).is_some() && xdp_of(&a.output).is_some() {
+    } else if shared::xdp_of(&a.input).is_some() && shared::xdp_of(&a.output).is_some() {
         qi.min(qo)
     } else {
         1
@@ -969,7 +899,7 @@ fn run_threads(
     let bounce = a.input == a.output;
     // Threads run only when both ports are xdp: (see thread_plan).
     let named = |flag: &str, u: &str| {
-        xdp_of(u).ok_or_else(|| usage(format!("{flag} {u}: threads need an xdp: port")))
+        shared::xdp_of(u).ok_or_else(|| usage(format!("{flag} {u}: threads need an xdp: port")))
     };
     let (ri, qi) = named("-i", &a.input)?;
     let (ro, qo) = if bounce {

@@ -6,7 +6,7 @@ use crate::console::commands::Steer;
 use crate::console::{Console, LatencyLine, Meter, Page, PortRow, RateLine, ReadOnly};
 use anyhow::Context;
 use clap::Parser;
-use linerate::apps::gen::latency::{hist_csv, hist_svg, Tracker};
+use linerate::apps::gen::latency::Tracker;
 use linerate::apps::gen::replay::{self, ReplayOptions};
 use linerate::apps::gen::sched::{CatchUp, Gaps, OnStall, Pattern, Precision, PRECISION_BOUNDS};
 use linerate::apps::gen::script::{LuaHook, ScriptConfig, ScriptError};
@@ -519,17 +519,6 @@ fn open_out(uri: &str, opts: &PortOptions, limited: bool) -> anyhow::Result<Box<
     }
 }
 
-/// Writes the histogram as CSV at `path` and as SVG beside it (same name, .svg).
-/// Neither may be one of `inputs`.
-pub fn write_hist(path: &str, t: &Tracker, title: &str, inputs: &Inputs) -> anyhow::Result<String> {
-    let h = t.merged();
-    crate::common::write_file("--hist-out", path, hist_csv(&h).as_bytes(), inputs)?;
-    let svg = std::path::Path::new(path).with_extension("svg");
-    let svg = svg.display().to_string();
-    crate::common::write_file("--hist-out", &svg, hist_svg(&h, title).as_bytes(), inputs)?;
-    Ok(svg)
-}
-
 fn gaps_json(g: &Gaps) -> serde_json::Value {
     let mut j = serde_json::json!({ "gaps": g.gaps, "max_dev_ns": g.max_dev,
         "mean_dev_ns": g.mean_dev() });
@@ -549,22 +538,6 @@ fn precision_json(p: &Precision) -> serde_json::Value {
     j["slips"] = p.slips.into();
     j["slipped_ns"] = p.slipped_ns.into();
     j
-}
-
-/// Latency table rows as JSON.
-pub fn latency_json(t: &Tracker, sent: impl Fn(u16) -> Option<u64>) -> serde_json::Value {
-    let rows: Vec<serde_json::Value> = t
-        .streams()
-        .map(|s| {
-            let l = s.summary();
-            serde_json::json!({
-                "stream": s.id, "rx": s.rx, "lost": s.lost(sent(s.id)), "dups": s.dups,
-                "reordered": s.reordered, "negative": s.negative, "min_ns": l.min, "avg_ns": l.avg, "p50_ns": l.p50,
-                "p90_ns": l.p90, "p99_ns": l.p99, "p999_ns": l.p999, "max_ns": l.max,
-            })
-        })
-        .collect();
-    rows.into()
 }
 
 /// What the receive thread of `--rx` publishes while it runs, for the statistics thread: the
@@ -1203,7 +1176,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         publish(m, &tx, rx, total.rate_pps, pps);
     }
     let hist_svg = match (&a.hist_out, &tracker) {
-        (Some(p), Some(t)) => Some(write_hist(
+        (Some(p), Some(t)) => Some(crate::shared::write_hist(
             p,
             t,
             &format!("linerate gen -o {}", a.output),
@@ -1235,7 +1208,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             j["precision"] = precision_json(&total.precision);
         }
         if let Some(t) = &tracker {
-            j["latency"] = latency_json(t, sent);
+            j["latency"] = crate::shared::latency_json(t, sent);
             j["rx_other"] = t.other.into();
         }
         if let Some(s) = &hist_svg {

@@ -253,7 +253,7 @@ fn run_cluster(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Res
     let sent = std::thread::scope(|s| {
         s.spawn(|| -> anyhow::Result<u64> {
             enter_netns(gns)?;
-            let mut port = super::fwd::open("-o", &a.gen_port.uri("g0"), &popts, &xdp)?;
+            let mut port = crate::shared::open_port("-o", &a.gen_port.uri("g0"), &popts, &xdp)?;
             let dst = [0x02, 0x6c, 0x61, 0x62, 0x01, 0x00]; // f0
             let src = [0x02, 0x6c, 0x61, 0x62, 0x00, 0x00]; // g0
             generate(port.as_mut(), dst, src, a.count, a.duration, a.rate, stop)
@@ -555,7 +555,7 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
                 enter_netns(fns)?;
                 pin_quiet(Some(fwd_core));
                 let (p0, p1, shared) = if l2fwd {
-                    let (p0, p1, shared) = super::fwd::open_pair(
+                    let (p0, p1, shared) = crate::shared::open_pair(
                         &a.fwd_port.uri("f0"),
                         &a.fwd_port.uri("f1"),
                         popts,
@@ -563,7 +563,7 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
                     )?;
                     (p0, Some(p1), shared)
                 } else {
-                    let p0 = super::fwd::open("-i", &a.fwd_port.uri("f0"), popts, xdp)?;
+                    let p0 = crate::shared::open_port("-i", &a.fwd_port.uri("f0"), popts, xdp)?;
                     (p0, None, false)
                 };
                 // l2fwd's rewrite: src = the output port's MAC, dst = 02:00:00:00:00:TX_PORT.
@@ -622,13 +622,13 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
                     // l2fwd: an xdp receiver on g1 hands packets over at once. Bounce: g0 also
                     // sends, so afpacket, with a 1 ms block timeout to bound its delay.
                     if l2fwd {
-                        super::fwd::open("-i", &PortKind::Xdp.uri(rx_if), popts, xdp)
+                        crate::shared::open_port("-i", &PortKind::Xdp.uri(rx_if), popts, xdp)
                     } else {
                         let o = PortOptions {
                             block_timeout_ms: 1,
                             ..popts.clone()
                         };
-                        super::fwd::open("-i", &PortKind::Afpacket.uri(rx_if), &o, xdp)
+                        crate::shared::open_port("-i", &PortKind::Afpacket.uri(rx_if), &o, xdp)
                     }
                 });
             let mut port = match port {
@@ -660,7 +660,7 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
             s.spawn(move || -> anyhow::Result<u64> {
                 enter_netns(gns)?;
                 pin_quiet(gen_core);
-                let mut port = super::fwd::open("-o", &a.gen_port.uri("g0"), popts, xdp)?;
+                let mut port = crate::shared::open_port("-o", &a.gen_port.uri("g0"), popts, xdp)?;
                 let dst = [0x02, 0x6c, 0x61, 0x62, 0x01, 0x00]; // f0
                 let src = [0x02, 0x6c, 0x61, 0x62, 0x00, 0x00]; // g0
                 let r = generate(port.as_mut(), dst, src, a.count, a.duration, a.rate, stop);
