@@ -70,7 +70,7 @@ pub const REPEAT_WINDOW: std::time::Duration = std::time::Duration::from_secs(1)
 pub fn stop_signals() -> Vec<i32> {
     STOP_SIGNALS
         .into_iter()
-        .filter(|&s| !(s == signal_hook::consts::SIGHUP && linerate::port::signal_ignored(s)))
+        .filter(|&s| !(s == signal_hook::consts::SIGHUP && linerate::os::signal_ignored(s)))
         .collect()
 }
 

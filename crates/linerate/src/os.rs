@@ -58,7 +58,7 @@ pub fn wait_input(
         revents: 0,
     }];
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    if crate::port::sys::poll(&mut p, ms)? == 0 {
+    if crate::sys::poll::poll(&mut p, ms)? == 0 {
         return Ok(InputState::Idle);
     }
     let r = p[0].revents;
@@ -71,4 +71,20 @@ pub fn wait_input(
             InputState::Idle
         },
     )
+}
+
+/// Whether `sig` is ignored now (SIG_IGN), as `nohup` leaves SIGHUP for the programs it starts.
+pub fn signal_ignored(sig: i32) -> bool {
+    crate::sys::signals::signal_ignored(sig)
+}
+
+/// The MAC address of interface `name` (in the calling thread's network namespace).
+pub fn iface_mac(name: &str) -> Result<[u8; 6], crate::port::PortError> {
+    crate::port::xdp::sys::iface_mac(name)
+}
+
+/// Moves the calling thread into network namespace `name` (`/var/run/netns/NAME`, as `ip netns`
+/// names them); the thread's later sockets and interfaces are the namespace's.
+pub fn enter_netns(name: &str) -> io::Result<()> {
+    crate::port::xdp::sys::enter_netns(name)
 }

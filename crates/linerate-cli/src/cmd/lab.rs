@@ -20,7 +20,7 @@ use clap::{Parser, ValueEnum};
 use linerate::apps::fwd::{self, FwdOptions, FwdStats, MacRewrite, Ports};
 use linerate::apps::gen::{self, latency::Tracker, template::TemplateSpec, GenOptions, StreamSpec};
 use linerate::mem::Batch;
-use linerate::port::xdp::sys::{enter_netns, iface_mac};
+use linerate::os::{enter_netns, iface_mac};
 use linerate::port::xdp::{AttachMode, XdpConfig, XdpMode};
 use linerate::port::{Port, PortOptions};
 use linerate::stats::{group, group_f};

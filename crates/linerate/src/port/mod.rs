@@ -23,7 +23,6 @@ use std::sync::Arc;
 pub use crate::stats::counters::{DropReason, Drops, PortStats};
 pub use crate::wire::LinkType;
 pub use aggregate::Aggregate;
-pub use sys::signal_ignored;
 pub use uri::Uri;
 
 /// One interface a port's packets come from, as a pcapng interface description names it.

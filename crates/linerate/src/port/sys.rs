@@ -30,70 +30,8 @@ pub(crate) fn setopt<T>(fd: &Fd, level: i32, opt: i32, val: &T) -> std::io::Resu
     }
 }
 
+pub(crate) use crate::sys::poll::{poll, poll_readable, PollSet};
 pub(crate) use crate::sys::process::euid;
-
-/// poll(2) on `fds` for up to `ms` milliseconds (-1: no limit); returns how many have events
-/// (`revents` set). EINTR counts as none ready.
-pub(crate) fn poll(fds: &mut [libc::pollfd], ms: i32) -> std::io::Result<usize> {
-    // SAFETY: `fds` is a valid, exclusively borrowed slice of pollfd of the length given.
-    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-    if r < 0 {
-        let e = std::io::Error::last_os_error();
-        if e.kind() == std::io::ErrorKind::Interrupted {
-            return Ok(0);
-        }
-        return Err(e);
-    }
-    Ok(r as usize)
-}
-
-/// A set of descriptors polled together for readability, through an epoll instance (an
-/// aggregate of ports waits on all its members at once, so that no member's traffic waits while
-/// another member blocks; the epoll descriptor itself polls readable when a member is, so an
-/// aggregate can be polled like any port).
-#[derive(Debug)]
-pub(crate) struct PollSet {
-    ep: Fd,
-}
-
-impl PollSet {
-    /// A set over `fds`; None if the kernel refuses (no epoll, or a descriptor it cannot poll).
-    pub(crate) fn new(fds: &[i32]) -> Option<PollSet> {
-        // SAFETY: plain epoll_create1 call; the result is checked.
-        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if ep < 0 {
-            return None;
-        }
-        let set = PollSet { ep: Fd(ep) };
-        for (i, &fd) in fds.iter().enumerate() {
-            let mut ev = libc::epoll_event {
-                events: libc::EPOLLIN as u32,
-                u64: i as u64,
-            };
-            // SAFETY: `ev` is a valid epoll_event the kernel copies; `fd` is the caller's open
-            // descriptor (a failure is reported, not undefined).
-            let r = unsafe { libc::epoll_ctl(set.ep.0, libc::EPOLL_CTL_ADD, fd, &mut ev) };
-            if r < 0 {
-                return None;
-            }
-        }
-        Some(set)
-    }
-
-    /// Waits up to `ms` for any descriptor to be readable (or in error, so the next read reports
-    /// it); returns whether one is.
-    pub(crate) fn wait(&mut self, ms: i32) -> bool {
-        let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        // SAFETY: room for one event, which the kernel may write.
-        let r = unsafe { libc::epoll_wait(self.ep.0, &mut ev, 1, ms) };
-        r > 0
-    }
-
-    /// The epoll descriptor (readable when a member is).
-    pub(crate) fn fd(&self) -> i32 {
-        self.ep.0
-    }
-}
 
 /// Asks the kernel to queue every error of datagram socket `fd` (ICMP port unreachable, local
 /// errors) with the start of the datagram it is about: IP_RECVERR, or IPV6_RECVERR when `v6`.
@@ -170,34 +108,4 @@ pub(crate) fn recv_err(
         }
     }
     Ok(Some((errno, (n as usize).min(buf.len()))))
-}
-
-/// Waits up to `ms` (-1: without end) for `fd` to be readable or hung up. Returns whether it is
-/// (an interrupted wait counts as not ready).
-pub(crate) fn poll_readable(fd: i32, ms: i32) -> std::io::Result<bool> {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd that lives across the call.
-    let r = unsafe { libc::poll(&mut p, 1, ms) };
-    if r < 0 {
-        let e = std::io::Error::last_os_error();
-        if e.kind() == std::io::ErrorKind::Interrupted {
-            return Ok(false);
-        }
-        return Err(e);
-    }
-    Ok(r > 0 && p.revents != 0)
-}
-
-/// Whether `sig` is ignored now (SIG_IGN), as `nohup` leaves SIGHUP for the programs it starts.
-pub fn signal_ignored(sig: i32) -> bool {
-    // SAFETY: a zeroed sigaction is a valid place for sigaction(2) to write the current one;
-    // a null new action only reads.
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
-    }
 }

@@ -9,7 +9,7 @@
 //! to loopback (the default of the tools) or see [`auth_note`]. Nothing here runs on the packet
 //! path's threads; the closure runs on the server's thread.
 
-use crate::port::sys::poll;
+use crate::sys::poll::poll;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;

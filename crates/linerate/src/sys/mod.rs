@@ -4,8 +4,10 @@
 //!
 //! Crate-private; what tools built on the library need is re-exported safely in [`crate::os`].
 //! Today: processes (effective user, signals to a process or thread), signal masks and the
-//! wake-up signal that interrupts a blocking call, CPU affinity.
+//! wake-up signal that interrupts a blocking call, CPU affinity, waiting on descriptors (poll,
+//! epoll).
 
 pub(crate) mod affinity;
+pub(crate) mod poll;
 pub(crate) mod process;
 pub(crate) mod signals;

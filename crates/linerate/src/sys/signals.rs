@@ -49,3 +49,13 @@ pub(crate) fn wake(tid: u64) {
     // above, has not finished; pthread_kill only queues a signal.
     unsafe { libc::pthread_kill(tid as libc::pthread_t, WAKE) };
 }
+
+/// Whether `sig` is ignored now (SIG_IGN), as `nohup` leaves SIGHUP for the programs it starts.
+pub(crate) fn signal_ignored(sig: i32) -> bool {
+    // SAFETY: a zeroed sigaction is a valid place for sigaction(2) to write the current one;
+    // a null new action only reads.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}

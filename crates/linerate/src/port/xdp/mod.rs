@@ -12,7 +12,7 @@
 //!   everything else), loaded with raw `bpf(2)` calls and attached through a bpf_link.
 //! - [`kfwd`]: the kernel forwarder (`bpf/xdp_fwd.c`: l2fwd as an XDP program, DEVMAP
 //!   redirect), `linerate fwd --engine kernel`.
-//! - [`sys`]: the system calls and kernel structures.
+//! - `sys` (crate-private): the system calls and kernel structures.
 //!
 //! Receive is zero copy in zero-copy mode and one kernel copy in copy mode (veth offers only
 //! copy mode); the frames of a received batch belong to the caller until it clears the batch.
@@ -31,7 +31,7 @@ pub mod napi;
 pub(crate) mod obj;
 pub mod prog;
 mod ring;
-pub mod sys;
+pub(crate) mod sys;
 mod umem;
 
 use super::{DropReason, Port, PortError, PortOptions, PortStats};
@@ -40,6 +40,7 @@ use prog::Attachment;
 pub use prog::{AttachApi, AttachMode};
 use ring::Ring;
 use std::sync::Arc;
+pub use sys::{redirect_target, RedirectTarget};
 use sys::{Fd, XdpDesc, XdpStatistics};
 
 /// Longest `poll()` wait (ms) of an `rx` that finds nothing ready.
