@@ -139,23 +139,19 @@ pub fn forced_stop(sig: i32) -> ! {
 
 /// Whether this machine has a core numbered `core`.
 pub fn core_exists(core: usize) -> bool {
-    core_affinity::get_core_ids()
-        .unwrap_or_default()
-        .iter()
-        .any(|c| c.id == core)
+    linerate::os::allowed_cores().contains(&core)
 }
 
 /// Pins the calling thread to `core`.
 pub fn pin(core: Option<usize>) -> anyhow::Result<()> {
     let Some(core) = core else { return Ok(()) };
-    let ids = core_affinity::get_core_ids().unwrap_or_default();
-    let Some(id) = ids.into_iter().find(|c| c.id == core) else {
+    if !core_exists(core) {
         return Err(usage(format!(
             "-g {core}: no such core (this machine has cores 0..{})",
             std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
         )));
-    };
-    if !core_affinity::set_for_current(id) {
+    }
+    if !linerate::os::pin_current_thread(core) {
         anyhow::bail!("cannot pin to core {core}");
     }
     Ok(())

@@ -713,13 +713,8 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
 
 fn pin_quiet(core: Option<usize>) {
     if let Some(c) = core {
-        if let Some(id) = core_affinity::get_core_ids()
-            .unwrap_or_default()
-            .into_iter()
-            .find(|i| i.id == c)
-        {
-            core_affinity::set_for_current(id);
-        }
+        // Quiet: a core this machine does not have is left alone.
+        let _ = linerate::os::pin_current_thread(c);
     }
 }
 
