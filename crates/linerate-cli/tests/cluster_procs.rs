@@ -375,11 +375,10 @@ fn a_stopped_consumer_costs_only_its_own_queue() {
     }
     std::thread::sleep(Duration::from_millis(300));
     let stopped = procs.0[0].id() as i32;
-    // SAFETY: kill(2) on the PID of a child this test started and still holds.
-    assert_eq!(unsafe { libc::kill(stopped, libc::SIGSTOP) }, 0);
+    // The PID of a child this test started and still holds.
+    linerate::os::signal(stopped as u32, libc::SIGSTOP).unwrap();
     let m = finish(master, Duration::from_secs(30));
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(stopped, libc::SIGCONT) }, 0);
+    linerate::os::signal(stopped as u32, libc::SIGCONT).unwrap();
     assert!(m.status.success(), "{}", String::from_utf8_lossy(&m.stderr));
     let ms = summary(&m);
     assert_eq!(ms["invariant_ok"], true);

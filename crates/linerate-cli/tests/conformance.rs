@@ -395,8 +395,8 @@ fn finish(mut c: Child, limit: Duration, what: &str) -> Output {
 }
 
 fn interrupt(c: &Child) {
-    // SAFETY: kill(2) on the PID of a child we started (ip netns exec execs the tool).
-    unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+    // The PID of a child we started (ip netns exec execs the tool).
+    let _ = linerate::os::signal(c.id(), libc::SIGINT);
 }
 
 /// Children killed if the test ends early.

@@ -229,8 +229,8 @@ fn sigint_prints_the_summary_and_completes_the_pcap() {
     let sent = send(&pair, 700);
     // let the last block retire (block timeout 10 ms), then interrupt
     std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: kill(2) on the PID of the child we spawned.
-    let _ = unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    // The PID of the child we spawned.
+    let _ = linerate::os::signal(child.id(), libc::SIGINT);
     finish_and_check(child, lines, 700, &out, &sent, "interrupted");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -63,10 +63,8 @@ impl Collector {
 
     /// Stops nfcapd (it writes its file on SIGTERM) and returns the file.
     fn finish(mut self) -> PathBuf {
-        // SAFETY: kill(2) on the PID of the child we started and have not reaped.
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
+        // The PID of the child we started and have not reaped.
+        let _ = linerate::os::signal(self.child.id(), libc::SIGTERM);
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(10) {
             if let Ok(Some(_)) = self.child.try_wait() {

@@ -146,10 +146,8 @@ fn live(threads: &str) {
             }
         }
     }
-    // SAFETY: kill(2) on the PID of the child we started (ip netns exec execs linerate).
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
-    }
+    // The PID of the child we started (ip netns exec execs linerate).
+    let _ = linerate::os::signal(child.id(), libc::SIGINT);
     let t0 = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {

@@ -85,10 +85,8 @@ fn forward(
         l.run_in(Node::A, || netns::send_raw("vA", &frames));
         c.join().unwrap()
     });
-    // SAFETY: kill(2) on the PID of the child we started (ip netns exec execs linerate).
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
-    }
+    // The PID of the child we started (ip netns exec execs linerate).
+    let _ = linerate::os::signal(child.id(), libc::SIGINT);
     let t0 = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if t0.elapsed() > Duration::from_secs(10) {

@@ -58,8 +58,7 @@ impl Drop for Dir {
 }
 
 fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    linerate::os::is_root()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -394,10 +393,8 @@ impl Proc {
     }
 
     fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on the PID of a child this test started and has not reaped.
-        unsafe {
-            libc::kill(self.pid(), sig);
-        }
+        // The PID of a child this test started and has not reaped.
+        let _ = linerate::os::signal(self.pid() as u32, sig);
     }
 
     /// Waits up to `limit` for the end (then kills it): the status (None: it had to be

@@ -189,8 +189,7 @@ fn a_file_planted_at_the_temporary_name_is_not_reused() {
     g.kids.push(m);
     wait_for("the segment", Duration::from_secs(10), || seg(id).exists());
     let meta = std::fs::metadata(seg(id)).unwrap();
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = linerate::os::euid();
     let mode = meta.permissions().mode() & 0o7777;
     let nobody = as_nobody(&[
         &bin(),
@@ -579,8 +578,8 @@ fn counters_never_decrease_across_a_reclaim() {
     let mut c = spawn(&["count", "-i", &format!("cluster:{id}@0"), "-q"]);
     std::thread::sleep(Duration::from_millis(600));
     let pid = c.id() as i32;
-    // SAFETY: kill(2) on the PID of a child this test started and still holds.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // The PID of a child this test started and still holds.
+    linerate::os::signal(pid as u32, libc::SIGSTOP).unwrap();
     std::thread::sleep(Duration::from_millis(500));
     c.kill().unwrap();
     let _ = c.wait();
@@ -685,13 +684,12 @@ fn a_consumers_dropped_count_is_the_sum_of_its_reasons() {
     std::thread::sleep(Duration::from_millis(300));
     // Then they stall and overflow their queues themselves.
     for c in [&c0, &c1] {
-        // SAFETY: kill(2) on the PID of a child this test started and still holds.
-        assert_eq!(unsafe { libc::kill(c.id() as i32, libc::SIGSTOP) }, 0);
+        // The PID of a child this test started and still holds.
+        linerate::os::signal(c.id(), libc::SIGSTOP).unwrap();
     }
     std::thread::sleep(Duration::from_millis(400));
     for c in [&c0, &c1] {
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::kill(c.id() as i32, libc::SIGCONT) }, 0);
+        linerate::os::signal(c.id(), libc::SIGCONT).unwrap();
     }
     let (o0, o1) = (
         finish(c0, Duration::from_secs(20)),

@@ -111,8 +111,8 @@ fn sigint_stops_the_lab_and_removes_its_namespaces() {
     }
     assert_eq!(lab_namespaces(pid).len(), 2, "lab started");
     std::thread::sleep(Duration::from_millis(700));
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    // signalling our own child.
+    let _ = linerate::os::signal(pid, libc::SIGINT);
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -180,8 +180,7 @@ fn cluster_lab_delivers_round_robin_to_its_consumer_threads() {
 
 #[test]
 fn without_root_the_lab_says_so() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !linerate::os::is_root() {
         let out = Command::new(bin()).args(["lab", "l2fwd"]).output().unwrap();
         assert_eq!(out.status.code(), Some(1));
         assert!(String::from_utf8_lossy(&out.stderr).contains("needs root"));

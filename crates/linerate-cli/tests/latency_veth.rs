@@ -172,8 +172,8 @@ fn run(port: &str, with_tcpdump: bool) -> (serde_json::Value, Vec<i64>) {
     let mut td_lat = Vec::new();
     if let Some(td) = td {
         std::thread::sleep(Duration::from_millis(200));
-        // SAFETY: kill(2) on the PID of the tcpdump we started (ip netns exec execs it).
-        unsafe { libc::kill(td.id() as i32, libc::SIGINT) };
+        // The PID of the tcpdump we started (ip netns exec execs it).
+        let _ = linerate::os::signal(td.id(), libc::SIGINT);
         let _ = finish(td, Duration::from_secs(10), "tcpdump");
         td_lat = pcap_latencies(&td_out);
     }

@@ -280,10 +280,8 @@ fn flows_threads_read_every_queue_and_give_the_records_of_one_thread() {
             );
         }
         std::thread::sleep(Duration::from_millis(500));
-        // SAFETY: kill(2) on the PID of the child we started (ip netns exec execs linerate).
-        unsafe {
-            libc::kill(child.id() as i32, libc::SIGINT);
-        }
+        // The PID of the child we started (ip netns exec execs linerate).
+        let _ = linerate::os::signal(child.id(), libc::SIGINT);
         let t0 = Instant::now();
         let status = loop {
             if let Some(s) = child.try_wait().unwrap() {
@@ -466,10 +464,8 @@ fn count_threads_share_queues_and_miss_nothing() {
     p.run_in(Side::A, || netns::send_raw("vA", &frames(&p, N)));
     let (status, err) = finish(child, 30);
     std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: kill(2) on the PID of the child we started.
-    unsafe {
-        libc::kill(tcpdump.id() as i32, libc::SIGINT);
-    }
+    // The PID of the child we started.
+    let _ = linerate::os::signal(tcpdump.id(), libc::SIGINT);
     let _ = tcpdump.wait();
     assert!(status.success(), "count failed: {err}");
     let all = json_lines(lines);
@@ -560,11 +556,9 @@ fn fwd_xsk_runs_one_thread_per_queue_pair_and_misses_nothing() {
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: kill(2) on the PIDs of the children we started.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
-        libc::kill(tcpdump.id() as i32, libc::SIGINT);
-    }
+    // The children we started, by PID.
+    let _ = linerate::os::signal(child.id(), libc::SIGINT);
+    let _ = linerate::os::signal(tcpdump.id(), libc::SIGINT);
     let _ = tcpdump.wait();
     let (status, err) = finish(child, 15);
     assert!(status.success(), "fwd failed: {err}");

@@ -352,8 +352,8 @@ fn flows_report_vlan_ids() {
     std::thread::sleep(Duration::from_millis(300));
     send(&pair, &sent);
     std::thread::sleep(Duration::from_millis(500));
-    // SAFETY: kill(2) on the PID of the child we started (ip netns exec execs linerate).
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    // The PID of the child we started (ip netns exec execs linerate).
+    let _ = linerate::os::signal(child.id(), libc::SIGINT);
     let out = finish(child, Duration::from_secs(15));
     assert!(
         out.status.success(),

@@ -76,8 +76,12 @@ impl Drop for Reaped {
 }
 
 fn sigint(c: &Child) {
-    // SAFETY: kill(2) on the PID of a child this test started and has not reaped.
-    let r = unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+    // The PID of a child this test started and has not reaped.
+    let r = if linerate::os::signal(c.id(), libc::SIGINT).is_ok() {
+        0
+    } else {
+        -1
+    };
     assert_eq!(r, 0);
 }
 
@@ -552,7 +556,7 @@ fn metrics_are_served_while_watching() {
 #[test]
 fn without_root_the_poll_columns_say_why_and_the_rest_works() {
     // As an unprivileged user (setpriv from root; as is otherwise): no BPF, so no polls.
-    let mut cmd = if unsafe_euid_is_root() {
+    let mut cmd = if euid_is_root() {
         let mut c = Command::new("setpriv");
         c.args([
             "--reuid=65534",
@@ -602,7 +606,6 @@ fn without_root_the_poll_columns_say_why_and_the_rest_works() {
     assert!(row.contains("n/a"), "{row}");
 }
 
-fn unsafe_euid_is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+fn euid_is_root() -> bool {
+    linerate::os::is_root()
 }

@@ -18,6 +18,11 @@ pub fn interrupt(pid: u32) -> io::Result<()> {
     crate::sys::process::signal(pid, libc::SIGINT)
 }
 
+/// Sends signal `sig` to process `pid` (one process: never a group or every process).
+pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
+    crate::sys::process::signal(pid, sig)
+}
+
 /// Sends SIGKILL to process `pid`.
 pub fn kill(pid: u32) -> io::Result<()> {
     crate::sys::process::signal(pid, libc::SIGKILL)
