@@ -246,6 +246,22 @@ impl Batch {
         }
     }
 
+    /// [`Batch::frame_mut_at`]'s frame, with its length known (the room after `addr` to the
+    /// frame's end), so that it is not computed again.
+    ///
+    /// # Safety
+    /// As [`Batch::frame_mut_at`]; `len` is at most the room from `addr` to its frame's end.
+    #[inline(always)]
+    pub(crate) unsafe fn frame_mut_len(&mut self, addr: u64, len: u32) -> &mut [u8] {
+        match &self.pool {
+            Some(p) if p.allocates() => {
+                // SAFETY: as for `frame_mut_at`; the caller passes at most the frame's room.
+                unsafe { p.region().bytes_mut(addr, len).unwrap_or(&mut []) }
+            }
+            _ => &mut [],
+        }
+    }
+
     /// The whole frame from `addr` to the frame's end, to fill in.
     ///
     /// # Safety
@@ -492,10 +508,11 @@ impl<'a> Fresh<'a> {
     /// The frame's bytes from the packet address on, to write the packet into.
     #[inline(always)]
     pub fn buf(&mut self) -> &mut [u8] {
-        let addr = self.addr;
+        let (addr, room) = (self.addr, self.room);
         // SAFETY: `addr` came from this batch's `alloc_addr`/`alloc_big_addr` and is held only by
-        // this guard (no descriptor names it until `push`); the guard borrows the batch mutably.
-        unsafe { self.batch.frame_mut_at(addr) }
+        // this guard (no descriptor names it until `push`); the guard borrows the batch mutably;
+        // `room` (computed once at `alloc`) is what lies between `addr` and the frame's end.
+        unsafe { self.batch.frame_mut_len(addr, room) }
     }
 
     /// Appends the packet: `d` with the frame's address, its length cut to the frame's room and

@@ -288,7 +288,14 @@ impl Pool {
         } else if self.is_big(addr) {
             addr - (addr - self.big_base) % self.big_size
         } else {
-            addr - addr % self.frame_size as u64
+            // Frames are a power of two (2 KiB by default) almost always: a mask, not a 64-bit
+            // division, per packet.
+            let fs = self.frame_size as u64;
+            if fs & (fs - 1) == 0 {
+                addr & !(fs - 1)
+            } else {
+                addr - addr % fs
+            }
         }
     }
 }
