@@ -282,7 +282,7 @@ fn a_lua_function_picks_queues_drops_and_fans_out() {
     // application (fan-out), even → queue 0 and the copy application.
     std::fs::write(
         &f,
-        "function balance(pkts, n)\n  local r = {}\n  for i = 1, n do\n    local b = pkts[i]:byte(30)\n    if b == 0 then r[i] = false\n    else r[i] = { b % 2, 2 } end\n  end\n  return r\nend\n",
+        "function balance(pkts, n)\n  local r = {}\n  for i = 1, n do\n    local b = pkts[i]:getByte(29)\n    if b == 0 then r[i] = false\n    else r[i] = { b % 2, 2 } end\n  end\n  return r\nend\n",
     )
     .unwrap();
     let out = run(

@@ -87,7 +87,7 @@ fn cluster_id(k: u32) -> String {
 
 const GROW_GEN: &str = "local t = {}\nfunction modify(pkts, n)\n  for i = 1, 5000 do t[#t + 1] = string.rep('x', 100) .. #t end\nend\n";
 const GROW_BALANCE: &str = "local t = {}\nfunction balance(pkts, n)\n  local r = {}\n  for i = 1, n do t[#t + 1] = string.rep('x', 4000) .. #t; r[i] = 0 end\n  return r\nend\n";
-const GROW_FWD: &str = "local t = {}\nfunction filter(n)\n  for i = 1, 5000 do t[#t + 1] = string.rep('y', 100) .. #t end\nend\n";
+const GROW_FWD: &str = "local t = {}\nfunction filter(pkts, n)\n  for i = 1, 5000 do t[#t + 1] = string.rep('y', 100) .. #t end\nend\n";
 
 #[test]
 fn lua_gen_script_over_its_memory_bound_stops_with_exit_1() {

@@ -52,25 +52,38 @@ fn fwd_json(extra: &[&str]) -> (serde_json::Value, serde_json::Value) {
     (lines[0].clone(), lines.last().unwrap().clone())
 }
 
-#[test]
-fn bpf_filter_and_lua_script_forward_the_same_packets() {
-    let (start, bpf) = fwd_json(&["-f", "ip proto 17"]);
-    assert_eq!(start["filter_in_kernel"], false);
-    let script = tmp("udp.lua");
+/// Runs fwd with `--script` on a script of `body` (the loop body of filter(pkts, n), with `p`
+/// the packet); returns the summary line.
+fn fwd_script(name: &str, body: &str) -> serde_json::Value {
+    let script = tmp(name);
     std::fs::write(
         &script,
-        "-- IPv4 (ethertype at 12) carrying UDP (protocol byte at 23)\n\
-         function filter(n)\n\
-           for i = 1, n do\n\
-             if u16(i, 12) ~= 0x0800 or byte(i, 23) ~= 17 or len(i) < 34 then drop(i) end\n\
-           end\n\
-         end\n",
+        format!("function filter(pkts, n)\n  for i = 1, n do\n    local p = pkts[i]\n    {body}\n  end\nend\n"),
     )
     .unwrap();
     let sp = script.display().to_string();
-    let (_, lua) = fwd_json(&["--script", &sp]);
+    let (_, s) = fwd_json(&["--script", &sp]);
     let _ = std::fs::remove_file(&script);
-    for s in [&bpf, &lua] {
+    s
+}
+
+#[test]
+fn bpf_filter_and_lua_script_forward_the_same_packets() {
+    // Untagged IPv4 carrying UDP: raw offsets (ethertype at 12, protocol byte at 23) against
+    // BPF's `ip proto 17`; the sample also has VLAN-tagged UDP, which the packet's fields see
+    // (pkt.ip4 is the IPv4 header after any tags) as BPF's `vlan and ip proto 17` does.
+    let (start, bpf) = fwd_json(&["-f", "ip proto 17"]);
+    assert_eq!(start["filter_in_kernel"], false);
+    let (_, bpf_all) = fwd_json(&["-f", "ip proto 17 or (vlan and ip proto 17)"]);
+    let offsets = fwd_script(
+        "off.lua",
+        "if p:len() < 34 or p:getU16(12) ~= 0x0800 or p:getByte(23) ~= 17 then p:drop() end",
+    );
+    let fields = fwd_script(
+        "fields.lua",
+        "if not (p.ip4 and p.ip4.proto == 17 and p.udp) then p:drop() end",
+    );
+    for s in [&bpf, &bpf_all, &offsets, &fields] {
         let p0 = &s["ports"][0];
         let p1 = &s["ports"][1];
         assert_eq!(p0["received"], 2000, "{s}");
@@ -81,8 +94,14 @@ fn bpf_filter_and_lua_script_forward_the_same_packets() {
         );
         assert_eq!(p1["dropped"], 0);
     }
-    assert_eq!(bpf["ports"][1]["sent"], lua["ports"][1]["sent"]);
-    assert_eq!(bpf["ports"][1]["sent"], 1000);
+    let sent = |s: &serde_json::Value| s["ports"][1]["sent"].as_u64().unwrap();
+    assert_eq!(sent(&bpf), 1000);
+    assert_eq!(sent(&offsets), sent(&bpf));
+    assert!(
+        sent(&bpf_all) > sent(&bpf),
+        "the sample has tagged UDP: {bpf_all}"
+    );
+    assert_eq!(sent(&fields), sent(&bpf_all));
 }
 
 #[test]
@@ -90,13 +109,13 @@ fn script_errors_name_the_file_and_line() {
     let bad = tmp("bad.lua");
     std::fs::write(
         &bad,
-        "function filter(n)\n  local x = nil\n  return x.y\nend\n",
+        "function filter(pkts, n)\n  local x = nil\n  return x.y\nend\n",
     )
     .unwrap();
     let none = tmp("none.lua");
     std::fs::write(&none, "-- no filter here\n").unwrap();
     let syntax = tmp("syntax.lua");
-    std::fs::write(&syntax, "function filter(n\n").unwrap();
+    std::fs::write(&syntax, "function filter(pkts, n\n").unwrap();
     let s = sample();
     let run = |p: &PathBuf| {
         let ps = p.display().to_string();

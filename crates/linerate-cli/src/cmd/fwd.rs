@@ -6,7 +6,7 @@ use crate::shared;
 use anyhow::Context;
 use clap::Parser;
 use linerate::apps::fwd::{self, Ended, FwdOptions, MacRewrite, Ports};
-use linerate::apps::lua::{self, ScriptOptions};
+use linerate::apps::lua::{self, ScriptError, ScriptOptions};
 use linerate::filter::Filter;
 use linerate::os::iface_mac;
 use linerate::port::pcap::WriteFormat;
@@ -47,10 +47,11 @@ pub struct Args {
     /// (src = output port's MAC, dst = 02:00:00:00:00:TX_PORTID).
     #[arg(long, value_name = "SRC,DST")]
     pub mac: Option<String>,
-    /// A Lua script defining `filter(n)`, called once per received burst of n packets: it reads
-    /// them with len(i), byte(i, off), u16(i, off), u32(i, off), bytes(i, off, len) (packets
-    /// 1..n, offsets from 0, big-endian) and rejects some with drop(i). A script is a program:
-    /// it has Lua's io and os libraries and runs with this tool's privileges.
+    /// A Lua script defining `filter(pkts, n)`, called once per received burst of n packets:
+    /// pkts[1..n] are packet objects as in gen and balance scripts (pkts[i].ip4.src,
+    /// pkts[i].udp.dport, pkts[i]:getU16(off); see docs/lua.md), and pkts[i]:drop() keeps one
+    /// from being forwarded. A script is a program: it has Lua's io and os libraries and runs
+    /// with this tool's privileges.
     #[arg(long, value_name = "FILE.lua")]
     pub script: Option<String>,
     /// Memory bound of the script (1MiB to 64GiB); past it the script stops with an error.
@@ -360,7 +361,11 @@ pub fn run_with(
             // A script that does not return is stopped by a signal or -t.
             let interrupt = lua::Interrupt::new(stop.clone());
             interrupt.set_limit(a.duration);
-            Some(LuaFilter::load(path, a.lua_mem, Some(interrupt))?)
+            let opts = ScriptOptions {
+                mem: a.lua_mem,
+                interrupt: Some(interrupt),
+            };
+            Some(load_script(path, &opts)?)
         }
         None => None,
     };
@@ -645,118 +650,13 @@ fn run_kernel(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--script`: a Lua function `filter(n)` called per burst, with accessors for the packets.
-pub struct LuaFilter {
-    lua: mlua::Lua,
-    func: mlua::Function,
-    name: String,
-}
-
-impl LuaFilter {
-    /// Loads `path` into a state bounded to `mem` bytes and finds its `filter` function. A
-    /// script the tool cannot use is a usage error; one that runs out of memory at its top
-    /// level a runtime error.
-    pub fn load(
-        path: &str,
-        mem: usize,
-        interrupt: Option<lua::Interrupt>,
-    ) -> anyhow::Result<LuaFilter> {
-        let src = std::fs::read(path).map_err(|e| usage(format!("--script: {path}: {e}")))?;
-        Self::from_source(path, &src, mem, interrupt)
-    }
-
-    /// Loads a script from memory (`name` appears in error messages).
-    pub fn from_source(
-        name: &str,
-        src: &[u8],
-        mem: usize,
-        interrupt: Option<lua::Interrupt>,
-    ) -> anyhow::Result<LuaFilter> {
-        let lua = lua::new_state(&ScriptOptions { mem, interrupt })
-            .map_err(|e| anyhow::anyhow!("--script: {name}: {e}"))?;
-        if let Err(e) = lua.load(src).set_name(format!("@{name}")).exec() {
-            let m = lua::error_line(&e, name, &lua);
-            return Err(if lua::is_memory_error(&e) || lua::is_stop_error(&e) {
-                anyhow::anyhow!("--script: {m}")
-            } else {
-                usage(format!("--script: {m}"))
-            });
-        }
-        let func: mlua::Function = lua
-            .globals()
-            .get("filter")
-            .map_err(|_| usage(format!("--script: {name}: defines no function filter(n)")))?;
-        Ok(LuaFilter {
-            lua,
-            func,
-            name: name.to_string(),
-        })
-    }
-}
-
-/// The bytes of packet `i` (1-based) of `b`.
-fn pkt(b: &linerate::mem::Batch, i: usize) -> Option<&[u8]> {
-    let j = i.checked_sub(1).filter(|&j| j < b.len())?;
-    Some(b.data(j))
-}
-
-fn be(d: &[u8], off: usize, n: usize) -> Option<u32> {
-    let s = d.get(off..off.checked_add(n)?)?;
-    Some(s.iter().fold(0u32, |a, &x| (a << 8) | x as u32))
-}
-
-impl fwd::BatchFilter for LuaFilter {
-    fn filter(&mut self, batch: &linerate::mem::Batch, keep: &mut [bool]) -> Result<(), String> {
-        let keep = std::cell::RefCell::new(keep);
-        let lua = &self.lua;
-        let func = &self.func;
-        lua.scope(|scope| {
-            let g = lua.globals();
-            g.set(
-                "len",
-                scope.create_function(|_, i: usize| Ok(pkt(batch, i).map(|d| d.len())))?,
-            )?;
-            g.set(
-                "byte",
-                scope.create_function(|_, (i, off): (usize, usize)| {
-                    Ok(pkt(batch, i).and_then(|d| be(d, off, 1)))
-                })?,
-            )?;
-            g.set(
-                "u16",
-                scope.create_function(|_, (i, off): (usize, usize)| {
-                    Ok(pkt(batch, i).and_then(|d| be(d, off, 2)))
-                })?,
-            )?;
-            g.set(
-                "u32",
-                scope.create_function(|_, (i, off): (usize, usize)| {
-                    Ok(pkt(batch, i).and_then(|d| be(d, off, 4)))
-                })?,
-            )?;
-            g.set(
-                "bytes",
-                scope.create_function(|l, (i, off, n): (usize, usize, usize)| {
-                    match pkt(batch, i).and_then(|d| d.get(off..off.checked_add(n)?)) {
-                        Some(s) => Ok(Some(l.create_string(s)?)),
-                        None => Ok(None),
-                    }
-                })?,
-            )?;
-            g.set(
-                "drop",
-                scope.create_function(|_, i: usize| {
-                    let mut k = keep.borrow_mut();
-                    if let Some(x) = i.checked_sub(1).and_then(|j| k.get_mut(j)) {
-                        *x = false;
-                    }
-                    Ok(())
-                })?,
-            )?;
-            func.call::<()>(batch.len())
-        })
-        .map_err(|e| lua::error_line(&e, &self.name, &self.lua))
-    }
+/// Loads `--script`: a script the tool cannot use is a usage error; one that runs out of memory
+/// or does not return at its top level a runtime error.
+fn load_script(path: &str, opts: &ScriptOptions) -> anyhow::Result<fwd::LuaFilter> {
+    fwd::LuaFilter::load(path, opts).map_err(|e| match e {
+        ScriptError::Memory(m) | ScriptError::Stopped(m) => anyhow::anyhow!("--script: {m}"),
+        e => usage(format!("--script: {e}")),
+    })
 }
 
 /// Threads of an xsk run, and the plan in words when it says more than "1 thread".

@@ -10,12 +10,15 @@
 //! Bytes move without a copy when the output shares the input's pool (a bounce on one xdp or
 //! mem port); otherwise the output copies once.
 
+use crate::apps::lua::packet::{Access, Packets};
+use crate::apps::lua::{self, ScriptError, ScriptOptions};
 use crate::filter::Filter;
 use crate::mem::Batch;
 use crate::port::xdp::kfwd::KernelFwd;
 use crate::port::xdp::sys::poll_many;
 use crate::port::{DropReason, Drops, Port, PortError, PortStats};
 use crate::time::mono_ns;
+use crate::wire::LinkType;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -257,6 +260,55 @@ pub trait BatchFilter {
     /// Sets `keep[i] = false` for each packet `i` of `batch` that must not be forwarded
     /// (`keep` starts all true and has one entry per packet). An error stops the forwarder.
     fn filter(&mut self, batch: &Batch, keep: &mut [bool]) -> Result<(), String>;
+}
+
+/// `--script`: the script's `filter(pkts, n)`, called once per received burst; `pkts[1..n]` are
+/// the packet objects of every linerate script (docs/lua.md), read-only here, and
+/// `pkts[i]:drop()` keeps packet `i` from being forwarded (it counts as filtered).
+pub struct LuaFilter {
+    script: lua::Loaded,
+    pkts: Packets,
+}
+
+impl LuaFilter {
+    /// Loads the script file `path` into a state set up by `opts`.
+    pub fn load(path: &str, opts: &ScriptOptions) -> Result<LuaFilter, ScriptError> {
+        let src = lua::read_script(path)?;
+        Self::from_source(path, &src, opts)
+    }
+
+    /// Loads a script from memory (`name` appears in error messages).
+    pub fn from_source(
+        name: &str,
+        src: &[u8],
+        opts: &ScriptOptions,
+    ) -> Result<LuaFilter, ScriptError> {
+        let script = lua::load(name, src, opts, "filter(pkts, n)", |_| Ok(()))?;
+        let access = Access {
+            tool: "fwd",
+            write: false,
+            drop: true,
+        };
+        let pkts = Packets::new(&script.lua, access, LinkType::ETHERNET)
+            .map_err(|e| ScriptError::of(&e, &script.name, &script.lua))?;
+        Ok(LuaFilter { script, pkts })
+    }
+}
+
+impl BatchFilter for LuaFilter {
+    fn filter(&mut self, batch: &Batch, keep: &mut [bool]) -> Result<(), String> {
+        let n = self.pkts.load(batch, &[])?;
+        let s = &self.script;
+        s.func
+            .call::<()>((self.pkts.table().clone(), n))
+            .map_err(|e| lua::error_line(&e, &s.name, &s.lua))?;
+        for (i, k) in keep.iter_mut().enumerate().take(n) {
+            if self.pkts.dropped(i) {
+                *k = false;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Forwards until a limit, `stop`, or an error; calls `on_tick` every interval.

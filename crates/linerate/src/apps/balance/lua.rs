@@ -1,25 +1,28 @@
 //! `-m lua:FILE`: a user function (LuaJIT, through mlua) decides the queues of each batch.
 //!
-//! The script defines `balance(pkts, n)`, called once per batch: `pkts[1..n]` are the packets'
-//! bytes (Lua strings, as captured), and it returns a table `r` where `r[i]` is, for packet `i`:
+//! The script defines `balance(pkts, n)`, called once per batch: `pkts[1..n]` are the packet
+//! objects every linerate script sees ([`crate::apps::lua::packet`], docs/lua.md: `pkts[i].ip4.src`,
+//! `pkts[i].udp.dport`, `pkts[i]:getU16(off)`, ...), read-only here, and it returns a table `r`
+//! where `r[i]` is, for packet `i`:
 //! - a queue number (0-based, over all queues of the cluster): that queue;
 //! - a table of queue numbers: every one of them (fan-out, zero copy);
-//! - `false` or `nil`: drop (counted as `filtered`).
+//! - `false` or `nil`: drop (counted as `filtered`); so does `pkts[i]:drop()`.
 //!
 //! Queue numbers out of range are dropped the same way. Globals set before the script runs:
 //! `QUEUES` (number of queues) and `APPS` (a table: queues of each application, in order).
-//! One call per batch costs ~55 ns plus a Lua string per packet.
 
+use crate::apps::lua::packet::{Access, Packets};
 use crate::apps::lua::{self as script, ScriptOptions};
 use crate::mem::{Batch, BATCH};
-use mlua::{Function, Lua, Table, Value};
+use crate::wire::LinkType;
+use mlua::{Function, Lua, Value};
 use std::path::Path;
 
 /// A loaded script.
 pub struct LuaScript {
     lua: Lua,
     func: Function,
-    pkts: Table,
+    pkts: Packets,
     name: String,
     queues: usize,
 }
@@ -32,92 +35,53 @@ impl std::fmt::Debug for LuaScript {
     }
 }
 
-/// Why a script could not be loaded or failed.
-#[derive(Debug, thiserror::Error)]
-pub enum LuaError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// The script.
-        path: String,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// Lua reported an error (syntax or runtime; the message names the script and the line).
-    #[error("{0}")]
-    Lua(String),
-    /// The script went over its memory bound (`--lua-mem`).
-    #[error("{0}")]
-    Memory(String),
-    /// The script did not return and was stopped (a signal or the time limit).
-    #[error("{0}")]
-    Stopped(String),
-    /// The script defines no `balance` function.
-    #[error("{0}: defines no function balance(pkts, n)")]
-    NoFunction(String),
-}
-
-/// Lua's message on one line, naming the script.
-fn lua_err(e: mlua::Error, name: &str, lua: &Lua) -> LuaError {
-    let m = script::error_line(&e, name, lua);
-    if script::is_memory_error(&e) {
-        LuaError::Memory(m)
-    } else if script::is_stop_error(&e) {
-        LuaError::Stopped(m)
-    } else {
-        LuaError::Lua(m)
-    }
-}
+pub use crate::apps::lua::ScriptError as LuaError;
 
 impl LuaScript {
     /// Loads `path` for a cluster with `apps[a]` queues per application, into a state set up
     /// by `opts`.
     pub fn load(path: &Path, apps: &[u32], opts: &ScriptOptions) -> Result<LuaScript, LuaError> {
         let name = path.display().to_string();
-        let src = std::fs::read_to_string(path).map_err(|source| LuaError::Read {
-            path: name.clone(),
-            source,
-        })?;
+        let src = script::read_script(&name)?;
         Self::from_source_with(&name, &src, apps, opts)
     }
 
     /// Loads a script from its text with the default [`ScriptOptions`]; `name` is what errors
     /// call it.
     pub fn from_source(name: &str, src: &str, apps: &[u32]) -> Result<LuaScript, LuaError> {
-        Self::from_source_with(name, src, apps, &ScriptOptions::default())
+        Self::from_source_with(name, src.as_bytes(), apps, &ScriptOptions::default())
     }
 
     /// Loads a script from its text into a state set up by `opts`.
     pub fn from_source_with(
         name: &str,
-        src: &str,
+        src: &[u8],
         apps: &[u32],
         opts: &ScriptOptions,
     ) -> Result<LuaScript, LuaError> {
-        let lua = script::new_state(opts).map_err(|e| LuaError::Lua(format!("{name}: {e}")))?;
-        let lua_err = |e| lua_err(e, name, &lua);
         let queues: u32 = apps.iter().sum();
-        let g = lua.globals();
-        g.set("QUEUES", queues).map_err(lua_err)?;
-        let t = lua.create_table().map_err(lua_err)?;
-        for (i, n) in apps.iter().enumerate() {
-            t.raw_set(i + 1, *n).map_err(lua_err)?;
-        }
-        g.set("APPS", t).map_err(lua_err)?;
-        lua.load(src)
-            .set_name(format!("@{name}"))
-            .exec()
-            .map_err(lua_err)?;
-        let func: Function = match g.get::<Value>("balance").map_err(lua_err)? {
-            Value::Function(f) => f,
-            _ => return Err(LuaError::NoFunction(name.to_string())),
+        let script::Loaded { lua, func, name } =
+            script::load(name, src, opts, "balance(pkts, n)", |lua| {
+                let g = lua.globals();
+                g.set("QUEUES", queues)?;
+                let t = lua.create_table()?;
+                for (i, n) in apps.iter().enumerate() {
+                    t.raw_set(i + 1, *n)?;
+                }
+                g.set("APPS", t)
+            })?;
+        let access = Access {
+            tool: "balance",
+            write: false,
+            drop: true,
         };
-        let pkts = lua.create_table().map_err(lua_err)?;
+        let pkts = Packets::new(&lua, access, LinkType::ETHERNET)
+            .map_err(|e| LuaError::of(&e, &name, &lua))?;
         Ok(LuaScript {
             lua,
             func,
             pkts,
-            name: name.to_string(),
+            name,
             queues: queues as usize,
         })
     }
@@ -135,19 +99,12 @@ impl LuaScript {
         out: &mut [u64; BATCH],
     ) -> Result<(), LuaError> {
         let (lua, name) = (&self.lua, self.name.as_str());
-        let lua_err = |e| lua_err(e, name, lua);
-        let n = batch.len().min(BATCH);
-        for i in 0..n {
-            let s = self.lua.create_string(batch.data(i)).map_err(lua_err)?;
-            self.pkts.raw_set(i + 1, s).map_err(lua_err)?;
-        }
-        // Forget packets of a larger previous batch.
-        let mut k = n + 1;
-        while !matches!(self.pkts.raw_get::<Value>(k), Ok(Value::Nil) | Err(_)) {
-            self.pkts.raw_set(k, Value::Nil).map_err(lua_err)?;
-            k += 1;
-        }
-        let r: Value = self.func.call((self.pkts.clone(), n)).map_err(lua_err)?;
+        let lua_err = |e| LuaError::of(&e, name, lua);
+        let n = self.pkts.load(batch, &[]).map_err(LuaError::Lua)?;
+        let r: Value = self
+            .func
+            .call((self.pkts.table().clone(), n))
+            .map_err(lua_err)?;
         let Value::Table(r) = r else {
             return Err(LuaError::Lua(format!(
                 "{}: balance() must return a table (queue, table of queues or false per packet)",
@@ -172,7 +129,7 @@ impl LuaScript {
             }
         };
         for (i, o) in out[..n].iter_mut().enumerate() {
-            if keep & (1 << i) == 0 {
+            if keep & (1 << i) == 0 || self.pkts.dropped(i) {
                 *o = 0;
                 continue;
             }
@@ -219,7 +176,7 @@ mod tests {
             function balance(pkts, n)
               local r = {}
               for i = 1, n do
-                local b = pkts[i]:byte(1)
+                local b = pkts[i]:getByte(0)
                 if b % 4 == 0 then r[i] = false          -- drop
                 elseif b % 4 == 1 then r[i] = { 0, 2 }   -- fan-out
                 elseif b % 4 == 2 then r[i] = 99         -- out of range: drop
@@ -243,7 +200,11 @@ mod tests {
         let e = LuaScript::from_source("bad.lua", "function balance(\n", &[1]).unwrap_err();
         assert!(e.to_string().contains("bad.lua"), "{e}");
         let e = LuaScript::from_source("none.lua", "x = 1", &[1]).unwrap_err();
-        assert!(e.to_string().contains("defines no function balance"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("defines no function balance(pkts, n)"),
+            "{e}"
+        );
         let mut s = LuaScript::from_source(
             "rt.lua",
             "function balance(p, n)\n  return nil + 1\nend",

@@ -18,6 +18,8 @@
 //! into linerate's Rust functions, which most of a packet script is, are not compiled
 //! anyway). A script that turns it back on (`jit.on()`) may no longer be stoppable that way.
 
+pub mod packet;
+
 use mlua::{HookTriggers, Lua, LuaOptions, StdLib, VmState};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -121,6 +123,102 @@ pub fn is_stop_error(e: &mlua::Error) -> bool {
         mlua::Error::WithContext { cause, .. } => is_stop_error(cause),
         _ => false,
     }
+}
+
+/// Why a script could not be loaded, or failed: the same for every tool's scripts.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The script.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Lua refused the script or it failed (the message names the file and line).
+    #[error("{0}")]
+    Lua(String),
+    /// The script went over its memory bound (`--lua-mem`).
+    #[error("{0}")]
+    Memory(String),
+    /// The script did not return and was stopped (a signal or the time limit).
+    #[error("{0}")]
+    Stopped(String),
+    /// The script defines no function the tool calls.
+    #[error("{script}: the script defines no function {func}")]
+    NoFunction {
+        /// The script.
+        script: String,
+        /// The function the tool calls, with its arguments (`modify(pkts, n)`).
+        func: &'static str,
+    },
+}
+
+impl ScriptError {
+    /// A Lua error of script `name` run in `lua`, on one line ([`error_line`]).
+    pub fn of(e: &mlua::Error, name: &str, lua: &Lua) -> ScriptError {
+        let m = error_line(e, name, lua);
+        if is_memory_error(e) {
+            ScriptError::Memory(m)
+        } else if is_stop_error(e) {
+            ScriptError::Stopped(m)
+        } else {
+            ScriptError::Lua(m)
+        }
+    }
+}
+
+/// A script in its own state: its top level has run, the function the tool calls was found.
+pub struct Loaded {
+    /// The script's state.
+    pub lua: Lua,
+    /// The function the tool calls per batch.
+    pub func: mlua::Function,
+    /// The script's name in messages (its file).
+    pub name: String,
+}
+
+/// Reads a script file (read-only; the path is the script's name in messages).
+pub fn read_script(path: &str) -> Result<Vec<u8>, ScriptError> {
+    std::fs::read(path).map_err(|source| ScriptError::Io {
+        path: path.into(),
+        source,
+    })
+}
+
+/// Makes a state for `opts`, runs `setup` on it (globals the tool gives), then the script's top
+/// level, and finds its function `func` (`"modify(pkts, n)"`: the name is what comes before
+/// the parenthesis). `name` stands for the script's file in messages.
+pub fn load(
+    name: &str,
+    src: &[u8],
+    opts: &ScriptOptions,
+    func: &'static str,
+    setup: impl FnOnce(&Lua) -> mlua::Result<()>,
+) -> Result<Loaded, ScriptError> {
+    let lua = new_state(opts).map_err(|e| ScriptError::Lua(format!("{name}: {e}")))?;
+    let le = |e: mlua::Error| ScriptError::of(&e, name, &lua);
+    setup(&lua).map_err(le)?;
+    lua.load(src)
+        .set_name(format!("@{name}"))
+        .exec()
+        .map_err(le)?;
+    let fname = func.split('(').next().unwrap_or(func);
+    let f = match lua.globals().get::<mlua::Value>(fname).map_err(le)? {
+        mlua::Value::Function(f) => f,
+        _ => {
+            return Err(ScriptError::NoFunction {
+                script: name.into(),
+                func,
+            })
+        }
+    };
+    Ok(Loaded {
+        lua,
+        func: f,
+        name: name.into(),
+    })
 }
 
 /// Why a Lua state could not be made.
