@@ -9,7 +9,7 @@ use super::segment::{check_owner, not_ours, segment_path, unlink_if_ours, Segmen
 use super::stats::{ClusterStats, QueueStats};
 use crate::mem::{Batch, Desc, Region, BATCH};
 use crate::port::PortError;
-use crate::ring::shared::{Holds, Lender, RegionQueue};
+use crate::ring::shared::{Borrower, Holds, Lender, RegionQueue};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -67,7 +67,10 @@ pub struct Master {
     pub(super) routed: u64,
     pub(super) copies: u64,
     pub(super) space: [u32; MAX_QUEUES],
-    pub(super) tx_tail: Vec<u64>,
+    /// The master's side of each transmit lane (it reads what consumers send).
+    pub(super) tx_rings: Vec<Borrower<Desc, RegionQueue<Desc>>>,
+    /// Lanes seen with a `head` that is not their producer's (counted once as malformed).
+    pub(super) tx_bad: Vec<bool>,
     pub(super) tx_packets: u64,
     pub(super) tx_bytes: u64,
     pub(super) tx_dropped: u64,
@@ -310,6 +313,9 @@ impl Master {
                 gone: false,
             })
             .collect();
+        let tx_rings = (0..l.tx_lanes)
+            .map(|t| Borrower::attach(seg.lane_mem(t)))
+            .collect();
         Ok(Master {
             free: Frees {
                 small: (0..l.frames as u32).rev().collect(),
@@ -331,7 +337,8 @@ impl Master {
             routed: 0,
             copies: 0,
             space: [0; MAX_QUEUES],
-            tx_tail: vec![0; l.tx_lanes],
+            tx_rings,
+            tx_bad: vec![false; l.tx_lanes],
             tx_packets: 0,
             tx_bytes: 0,
             tx_dropped: 0,

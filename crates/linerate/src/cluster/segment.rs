@@ -92,6 +92,24 @@ impl Segment {
         }
     }
 
+    /// The memory of transmit lane `l`'s ring (its cursors and slots), keeping the segment
+    /// mapped.
+    pub(super) fn lane_mem(self: &Arc<Self>, l: usize) -> RegionQueue<Desc> {
+        assert!(l < self.tx_lanes);
+        // SAFETY: l < tx_lanes: the lane's area lies inside the region (layout checked when
+        // mapped), 4096-aligned, laid out as a queue's: its cursors (atomics, zeroed by the
+        // master), then `tx_slots` (a power of two, checked when mapped) descriptors at
+        // SLOTS_OFF; any bytes are a valid `Desc` (integers). The Arc keeps the region mapped.
+        unsafe {
+            RegionQueue::new(
+                self.lane_base(l),
+                self.lane_base(l).add(SLOTS_OFF),
+                self.tx_slots,
+                self.clone(),
+            )
+        }
+    }
+
     pub(super) fn lane_base(&self, l: usize) -> *mut u8 {
         debug_assert!(l < self.tx_lanes);
         // SAFETY: l < tx_lanes: the lane's area lies inside the region (layout checked when
@@ -99,21 +117,9 @@ impl Segment {
         unsafe { self.base().add(self.tx_off + l * self.tx_stride) }
     }
 
-    pub(super) fn lane_cursors(&self, l: usize) -> &Cursors {
-        // SAFETY: the cursors start the lane's 4096-aligned area; atomics only.
-        unsafe { &*(self.lane_base(l) as *const Cursors) }
-    }
-
     pub(super) fn lane_ctl(&self, l: usize) -> &QueueCtl {
         // SAFETY: a QueueCtl (atomics) at CTL_OFF inside the lane's area, 64-aligned.
         unsafe { &*(self.lane_base(l).add(CTL_OFF) as *const QueueCtl) }
-    }
-
-    #[inline(always)]
-    pub(super) fn lane_slot(&self, l: usize, cursor: u64) -> *mut Desc {
-        let i = (cursor as usize) & (self.tx_slots - 1);
-        // SAFETY: i < tx_slots; the lane's slot array starts at SLOTS_OFF in its area.
-        unsafe { (self.lane_base(l).add(SLOTS_OFF) as *mut Desc).add(i) }
     }
 
     /// Address (in the region) of the packet in the lane frame that goes with slot `cursor`.

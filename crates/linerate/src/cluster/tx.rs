@@ -8,21 +8,20 @@ use super::liveness::claim;
 use super::master::Master;
 use crate::mem::{Batch, Desc, BATCH};
 use crate::port::{DropReason, Port, PortError};
+use crate::ring::shared::{Lender, RegionQueue};
 use std::sync::atomic::Ordering;
 
-/// This port's transmit lane.
+/// This port's transmit lane: the producer's side of its ring.
 pub(super) struct TxLane {
     pub(super) lane: usize,
-    pub(super) head: u64,
-    pub(super) cached_tail: u64,
+    pub(super) ring: Lender<Desc, RegionQueue<Desc>>,
     pub(super) owner: u64,
 }
 
 impl Master {
     /// Whether a transmit lane has packets waiting.
     pub fn tx_pending(&self) -> bool {
-        (0..self.seg.tx_lanes)
-            .any(|l| self.seg.lane_cursors(l).head.load(Ordering::Relaxed) != self.tx_tail[l])
+        self.tx_rings.iter().any(|r| r.pending())
     }
 
     /// Sends what consumers transmitted into the cluster to `out` (the `-o` port), a few
@@ -30,38 +29,48 @@ impl Master {
     /// blocks. Returns the number of packets taken from the lanes.
     pub fn pump_tx(&mut self, out: &mut dyn Port) -> Result<usize, PortError> {
         let seg = self.seg.clone();
+        let cap = (seg.frame_size - seg.headroom) as u32;
         let mut moved = 0;
         for l in 0..seg.tx_lanes {
-            let head = seg.lane_cursors(l).head.load(Ordering::Acquire);
-            let mut tail = self.tx_tail[l];
-            // A lane's producer can only publish what fits.
-            let head = head.clamp(tail, tail + seg.tx_slots as u64);
             let mut rounds = 0;
-            while tail < head && rounds < 8 {
+            while rounds < 8 {
                 rounds += 1;
-                let n = ((head - tail) as usize).min(BATCH);
-                self.tx_batch.bind(&seg.pool);
-                let cap = (seg.frame_size - seg.headroom) as u32;
-                for i in 0..n {
-                    let c = tail + i as u64;
-                    // SAFETY: slots [tail, head) were written by the lane's producer before its
-                    // release store of head (acquired above); it reuses them only after we move
-                    // the lane's tail.
-                    let d = unsafe { seg.lane_slot(l, c).read() };
-                    if d.len > cap {
-                        // No producer of ours writes that: the lane is corrupted.
-                        self.tx_malformed += 1;
-                        continue;
+                let ring = &mut self.tx_rings[l];
+                let avail = match ring.available() {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(_) => {
+                        // A head behind what was read or more than a ring ahead: not the
+                        // lane's producer. Nothing is read from the lane until it is sane.
+                        if !std::mem::replace(&mut self.tx_bad[l], true) {
+                            self.tx_malformed += 1;
+                        }
+                        break;
                     }
-                    // The address is ours to compute: a producer cannot point us elsewhere.
-                    self.tx_batch.push(Desc {
-                        addr: seg.lane_frame_addr(l, c),
-                        len: d.len,
-                        wire_len: d.wire_len.clamp(d.len, MAX_WIRE_LEN),
-                        flags: Desc::F_SHARED,
-                        ..d
-                    });
-                }
+                };
+                let n = avail.min(BATCH);
+                self.tx_batch.bind(&seg.pool);
+                let mut c = ring.read();
+                let (batch, malformed) = (&mut self.tx_batch, &mut self.tx_malformed);
+                ring.peek(n, |descs| {
+                    for d in descs {
+                        // The address is ours to compute: a producer cannot point us elsewhere.
+                        let addr = seg.lane_frame_addr(l, c);
+                        c += 1;
+                        if d.len > cap {
+                            // No producer of ours writes that: the lane is corrupted.
+                            *malformed += 1;
+                            continue;
+                        }
+                        batch.push(Desc {
+                            addr,
+                            len: d.len,
+                            wire_len: d.wire_len.clamp(d.len, MAX_WIRE_LEN),
+                            flags: Desc::F_SHARED,
+                            ..*d
+                        });
+                    }
+                });
                 let pushed = self.tx_batch.len();
                 let wire = |b: &Batch| b.descs().iter().map(|d| d.wire_len as u64).sum::<u64>();
                 let bytes = wire(&self.tx_batch);
@@ -81,11 +90,12 @@ impl Master {
                 self.tx_packets += (pushed - left) as u64;
                 self.tx_bytes += bytes - left_bytes;
                 self.tx_dropped += left as u64;
-                tail += n as u64;
+                // The frames were sent (copied out by `out`) or dropped: give them back.
+                let ring = &mut self.tx_rings[l];
+                ring.advance(n);
+                ring.release();
                 moved += n;
-                seg.lane_cursors(l).tail.store(tail, Ordering::Release);
             }
-            self.tx_tail[l] = tail;
         }
         if moved > 0 {
             self.publish();
@@ -109,13 +119,10 @@ impl ClusterPort {
         for l in 0..seg.tx_lanes {
             if let Ok(owner) = claim(&seg.lane_ctl(l).owner) {
                 seg.lane_ctl(l).attaches.fetch_add(1, Ordering::Relaxed);
-                let c = seg.lane_cursors(l);
                 // Continue after what a previous producer published.
-                let head = c.head.load(Ordering::Acquire);
                 self.tx = Some(TxLane {
                     lane: l,
-                    head,
-                    cached_tail: c.tail.load(Ordering::Acquire),
+                    ring: Lender::resume(seg.lane_mem(l)),
                     owner,
                 });
                 return Ok(());
@@ -152,18 +159,19 @@ impl ClusterPort {
         let Some(t) = self.tx.as_mut() else {
             return Ok(0);
         };
-        let cap = seg.tx_slots as u64;
-        let want = batch.len() as u64;
-        if cap - (t.head - t.cached_tail) < want {
-            t.cached_tail = seg.lane_cursors(t.lane).tail.load(Ordering::Acquire);
+        let want = batch.len().min(BATCH) as u64;
+        if t.ring.room() < want {
+            // What the master gave back frees the frames of those slots.
+            t.ring.reclaim(|_| {});
         }
-        let n = (cap - (t.head - t.cached_tail)).min(want) as usize;
+        let n = t.ring.room().min(want) as usize;
         let room = (seg.frame_size - seg.headroom) as u32;
         let mut bytes = 0u64;
+        let mut out = [Desc::default(); BATCH];
         // Slots used (packets longer than a frame take none: dropped whole, never cut).
-        let mut k = 0u64;
+        let mut k = 0usize;
         for i in 0..n {
-            let c = t.head + k;
+            let c = t.ring.head() + k as u64;
             let src = batch.data(i);
             let d = batch.descs()[i];
             let len = src.len() as u32;
@@ -173,28 +181,24 @@ impl ClusterPort {
             }
             let addr = seg.lane_frame_addr(t.lane, c);
             // SAFETY: the frame of slot c belongs to this lane's producer (us: the lane's owner
-            // word is ours) until the master moves the lane's tail past c, and c < tail + cap.
+            // word is ours) until the master moves the lane's tail past c, and c is below what
+            // the master gave back plus the ring's size (k < room).
             if let Some(dst) = unsafe { seg.pool.region().bytes_mut(addr, len) } {
                 dst.copy_from_slice(src);
             }
-            let out = Desc {
+            out[k] = Desc {
                 addr,
                 len,
                 wire_len: d.wire_len.max(len),
                 flags: 0,
                 ..d
             };
-            bytes += out.wire_len as u64;
-            // SAFETY: slot c is free (c < tail + cap) and only this producer writes the lane.
-            unsafe { seg.lane_slot(t.lane, c).write(out) };
+            bytes += out[k].wire_len as u64;
             k += 1;
         }
         if n > 0 {
-            t.head += k;
-            seg.lane_cursors(t.lane)
-                .head
-                .store(t.head, Ordering::Release);
-            self.stats.tx_packets += k;
+            t.ring.publish(&out[..k]);
+            self.stats.tx_packets += k as u64;
             self.stats.tx_bytes += bytes;
             batch.free_front(n);
         }

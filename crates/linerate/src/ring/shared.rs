@@ -259,6 +259,28 @@ impl<T: Copy, M: QueueMem<T>> Lender<T, M> {
         }
     }
 
+    /// The producer of a queue in use, after a producer that left: continues at its `head`,
+    /// with what the consumer has not given back yet still lent (untagged: tag 0). A `tail`
+    /// ahead of `head` or more than a ring behind it is not the consumer's: clamped.
+    pub fn resume(mem: M) -> Self {
+        let n = mem.slots() as u64;
+        let head = mem.cursors().head.load(Ordering::Acquire);
+        let tail = mem
+            .cursors()
+            .tail
+            .load(Ordering::Acquire)
+            .clamp(head.saturating_sub(n), head);
+        Lender {
+            mask: mem.slots() - 1,
+            mem,
+            head,
+            reclaimed: tail,
+            cached_tail: tail,
+            tags: vec![0; n as usize].into_boxed_slice(),
+            _t: std::marker::PhantomData,
+        }
+    }
+
     /// Items published so far.
     #[inline(always)]
     pub fn head(&self) -> u64 {
@@ -417,6 +439,13 @@ impl<T: Copy, M: QueueMem<T>> Borrower<T, M> {
         Ok((self.cached_head - self.read) as usize)
     }
 
+    /// Whether the producer published something not handed out yet (one Relaxed load of
+    /// `head`: a hint, [`Borrower::available`] is what reads the items).
+    #[inline(always)]
+    pub fn pending(&self) -> bool {
+        self.mem.cursors().head.load(Ordering::Relaxed) != self.read
+    }
+
     /// Looks at `head` once more (the producer may have published just before it ended):
     /// whether there is more to read. An implausible `head` counts as nothing more.
     pub fn recheck(&mut self) -> bool {
@@ -553,6 +582,48 @@ mod tests {
     }
 
     #[test]
+    fn a_producer_resumes_where_the_last_one_left_and_pending_tells_the_consumer() {
+        // A cluster's transmit lane: a consumer process sends, leaves, another takes the lane.
+        let q = HeapQueue::<u64>::new(4);
+        let mut c = Borrower::attach(q.clone());
+        assert!(!c.pending());
+        let mut p = Lender::new(q.clone());
+        p.publish(&[1, 2, 3]);
+        drop(p);
+        assert!(c.pending());
+        assert_eq!(c.available(), Ok(3));
+        c.advance(2);
+        c.release();
+        // The next producer continues after item 3, with item 3 still lent.
+        let mut p = Lender::resume(q.clone());
+        assert_eq!((p.head(), p.reclaimed(), p.outstanding()), (3, 2, 1));
+        assert_eq!(p.room(), 3);
+        p.publish(&[4, 5, 6]);
+        assert_eq!(p.room(), 0);
+        let mut got = vec![];
+        assert_eq!(c.available(), Ok(1));
+        c.peek(1, |s| got.extend_from_slice(s));
+        c.advance(1);
+        assert_eq!(c.available(), Ok(3));
+        c.peek(3, |s| got.extend_from_slice(s));
+        c.advance(3);
+        assert_eq!(got, [3, 4, 5, 6]);
+        c.release();
+        assert!(!c.pending());
+        p.reclaim(|_| {});
+        assert_eq!(p.room(), 4);
+        // A tail that is not the consumer's (ahead of head, or more than a ring behind) is
+        // clamped when resuming.
+        q.cursors().tail.store(1 << 40, Ordering::Release);
+        let p = Lender::resume(q.clone());
+        assert_eq!((p.head(), p.outstanding()), (6, 0));
+        q.cursors().tail.store(0, Ordering::Release);
+        let p = Lender::resume(q);
+        assert_eq!(p.outstanding(), 4);
+        assert_eq!(p.room(), 0);
+    }
+
+    #[test]
     fn a_hostile_tail_is_clamped_and_a_hostile_head_refused() {
         let q = HeapQueue::<u64>::new(4);
         let mut p = Lender::new(q.clone());
@@ -683,6 +754,58 @@ mod loom_tests {
             }
             free.sort_unstable();
             assert_eq!(free, vec![0, 1], "each frame free once, none lost");
+        });
+    }
+
+    /// A cluster's transmit lane: frames go with slots (frame = cursor mod slots). Producer A
+    /// sends two packets through a 2-slot lane and leaves; producer B resumes the lane while the
+    /// master reads it, and sends a third into the frame of slot 0 once it is given back. The
+    /// master reads every packet once and in order, and no frame is rewritten while it is read
+    /// (loom would report the race).
+    #[test]
+    fn loom_lane_producer_resumes_after_another() {
+        model(|| {
+            let q = HeapQueue::<u64>::new(2);
+            let frames = Frames::new(2);
+            let mut a = Lender::new(q.clone());
+            for v in 0..2u64 {
+                frames.write((a.head() & 1) as u32, v);
+                a.publish(&[v]);
+            }
+            drop(a);
+            let mut c = Borrower::attach(q.clone());
+            let fr = frames.clone();
+            let t = thread::spawn(move || {
+                let mut got = Vec::new();
+                while got.len() < 3 {
+                    match c.available() {
+                        Ok(0) => thread::yield_now(),
+                        Ok(n) => {
+                            let r = c.read();
+                            let mut items = Vec::new();
+                            c.peek(n, |s| items.extend_from_slice(s));
+                            for (k, it) in items.iter().enumerate() {
+                                assert_eq!(fr.read(((r + k as u64) & 1) as u32), *it);
+                                got.push(*it);
+                            }
+                            c.advance(items.len());
+                            c.release();
+                        }
+                        Err(h) => panic!("implausible head {h}"),
+                    }
+                }
+                got
+            });
+            let mut b = Lender::resume(q);
+            while b.room() == 0 {
+                b.reclaim(|_| {});
+                if b.room() == 0 {
+                    thread::yield_now();
+                }
+            }
+            frames.write((b.head() & 1) as u32, 2);
+            b.publish(&[2]);
+            assert_eq!(t.join().unwrap(), vec![0, 1, 2]);
         });
     }
 
