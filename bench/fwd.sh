@@ -182,13 +182,32 @@ if [ -n "${AB:-}" ]; then
   exit 0
 fi
 
+# BUSY=1: the xsk engine without and with AF_XDP busy polling (--busy-poll USECS for each of
+# BUSY_USECS, default "20 50"), interleaved, RUNS rounds (one window each); then ip_forward.
+if [ -n "${BUSY:-}" ]; then
+  declare -A BM
+  for r in $(seq 1 "$RUNS"); do
+    run_fwd "xsk, no busy polling, round $r" 1 "$MACB0" \
+      "$LR" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine xsk -T 0
+    BM[off]="${BM[off]:-} $BEST_OUT"
+    for u in ${BUSY_USECS:-20 50}; do
+      run_fwd "xsk --busy-poll $u, round $r" 1 "$MACB0" \
+        "$LR" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine xsk -T 0 --busy-poll "$u"
+      BM[$u]="${BM[$u]:-} $BEST_OUT"
+    done
+  done
+  BUSY_DONE=1
+fi
+
 # linerate fwd: l2fwd rewrite (dst 02:00:00:00:00:01, src vB1)
+if [ -z "${BUSY_DONE:-}" ]; then
 run_fwd "linerate fwd --engine kernel" "$RUNS" "$MACB0" \
   "$LR" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine kernel -T 0
 run_fwd "linerate fwd --engine xsk (xdp, copy, shared UMEM)" "$RUNS" "$MACB0" \
   "$LR" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine xsk -T 0
 run_fwd "linerate fwd afpacket" "$RUNS" "$MACB0" \
   "$LR" fwd -i "afpacket:$IB0" -o "afpacket:$IB1" -T 0
+fi
 
 # ip_forward
 if [ -n "$XTG" ]; then
@@ -211,6 +230,20 @@ else
   ip netns exec "$B" sysctl -qw net.ipv4.ip_forward=0
 fi
 ip -n "$B" addr flush dev "$IB0"; ip -n "$B" addr flush dev "$IB1"
+if [ -n "${BUSY_DONE:-}" ]; then
+  med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+  echo "| forwarder in B | A sent (pps) | into vB0 (pps) | out to vC (pps) | runs (out) |"
+  echo "|---|---|---|---|---|"
+  printf '%s\n' "${ROWS[@]}"
+  echo
+  ipf=${FB["Linux ip_forward (IPv6)"]:-${FB["Linux ip_forward (IPv4)"]:-0}}
+  for k in off ${BUSY_USECS:-20 50}; do
+    # shellcheck disable=SC2086
+    m=$(med ${BM[$k]})
+    echo "Median out, xsk busy polling $k: $m pps ($(awk -v a="$m" -v b="$ipf" 'BEGIN { printf "%.2f", b ? a / b : 0 }')x ip_forward's best $ipf)"
+  done
+  exit 0
+fi
 
 # bridge (unknown unicast to the fake MAC floods to vB1)
 ip -n "$B" link add br0 type bridge

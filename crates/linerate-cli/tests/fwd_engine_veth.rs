@@ -33,11 +33,11 @@ fn run_b(l: &NetnsLine, args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
-/// Forwards vB0 → vB1 with `engine` while A sends N frames and C captures them; returns the
+/// Forwards vB0 → vB1 with `args` (the engine, ...) while A sends N frames and C captures them; returns the
 /// start line, the summary line, fwd's standard error and the sequence numbers C received.
 fn forward(
     l: &NetnsLine,
-    engine: &str,
+    args: &[&str],
 ) -> (serde_json::Value, serde_json::Value, String, HashSet<u32>) {
     let mut child = Command::new("ip")
         .args([
@@ -47,7 +47,8 @@ fn forward(
             env!("CARGO_BIN_EXE_linerate"),
         ])
         .args(["fwd", "-i", "xdp:vB0", "-o", "xdp:vB1", "--no-mac-updating"])
-        .args(["--engine", engine, "--json", "-t", "30", "-T", "0"])
+        .args(args)
+        .args(["--json", "-t", "30", "-T", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -131,7 +132,7 @@ fn fwd_never_picks_a_kernel_engine_whose_egress_discards() {
     );
 
     // auto: the xsk engine, with the reason on standard error; every frame arrives.
-    let (start, summary, err, got) = forward(&l, "auto");
+    let (start, summary, err, got) = forward(&l, &["--engine", "auto"]);
     assert_eq!(start["engine"], "xsk", "{start}");
     assert!(
         err.contains("--engine auto") && err.contains("vC") && err.contains("GRO"),
@@ -159,7 +160,7 @@ fn fwd_never_picks_a_kernel_engine_whose_egress_discards() {
         .output()
         .expect("ethtool");
     assert!(out.status.success(), "ethtool -K vC gro on: {out:?}");
-    let (start, summary, err, got) = forward(&l, "auto");
+    let (start, summary, err, got) = forward(&l, &["--engine", "auto"]);
     assert_eq!(start["engine"], "kernel", "{start} {err}");
     assert_eq!(
         got.len(),
@@ -171,4 +172,68 @@ fn fwd_never_picks_a_kernel_engine_whose_egress_discards() {
         "{summary}"
     );
     assert_eq!(summary["ports"][0]["dropped"], 0, "{summary}");
+}
+
+/// A setting of vB0 in /sys/class/net, as B sees it.
+fn napi_setting(l: &NetnsLine, file: &str) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", l.ns(Node::B), "cat"])
+        .arg(format!("/sys/class/net/vB0/{file}"))
+        .output()
+        .expect("cat");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn busy_polling_forwards_every_frame_and_puts_the_device_back() {
+    if !netns::require_priv() {
+        return;
+    }
+    let l = NetnsLine::new().expect("netns line");
+    let before = (
+        napi_setting(&l, "napi_defer_hard_irqs"),
+        napi_setting(&l, "gro_flush_timeout"),
+    );
+    assert_eq!(before, ("0".to_string(), "0".to_string()), "a fresh veth");
+    // Busy polling is for AF_XDP sockets: the kernel engine refuses it, saying so.
+    let (code, _, err) = run_b(
+        &l,
+        &[
+            "fwd",
+            "-i",
+            "xdp:vB0",
+            "-o",
+            "xdp:vB1",
+            "--engine",
+            "kernel",
+            "--busy-poll",
+            "20",
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--busy-poll") && err.contains("xsk"), "{err}");
+    let (code, _, err) = run_b(
+        &l,
+        &[
+            "fwd",
+            "-i",
+            "xdp:vB0",
+            "-o",
+            "xdp:vB1",
+            "--busy-poll",
+            "5000",
+        ],
+    );
+    assert_eq!(code, Some(2), "out of range: {err}");
+    let (start, summary, err, got) = forward(&l, &["--engine", "xsk", "--busy-poll", "20"]);
+    assert_eq!(start["engine"], "xsk", "{start}");
+    assert_eq!(got.len(), N as usize, "C received every frame: {err}");
+    assert_eq!(summary["ports"][0]["received"], N as u64, "{summary}");
+    assert_eq!(summary["ports"][0]["dropped"], 0, "{summary}");
+    // The device's settings are back as they were.
+    let after = (
+        napi_setting(&l, "napi_defer_hard_irqs"),
+        napi_setting(&l, "gro_flush_timeout"),
+    );
+    assert_eq!(after, before);
 }

@@ -76,6 +76,13 @@ pub struct Args {
     /// How the XDP program is attached for xdp: ports.
     #[arg(long, value_name = "native|generic|auto", default_value = "auto")]
     pub xdp_attach: AttachMode,
+    /// xsk engine: AF_XDP busy polling, each receive or send call polling the device's NAPI for
+    /// up to USECS µs (1-1000; SO_PREFER_BUSY_POLL, SO_BUSY_POLL, SO_BUSY_POLL_BUDGET 64, and
+    /// the device's napi_defer_hard_irqs 2 / gro_flush_timeout 200 µs while it runs, as the
+    /// kernel's af_xdp.rst describes): the forwarder moves packets on its own core instead of
+    /// competing with a NAPI thread. 0: off.
+    #[arg(long, value_name = "USECS", default_value = "0", value_parser = flags::int(0u32, 1000))]
+    pub busy_poll: u32,
     /// Print statistics as JSON lines.
     #[arg(long)]
     pub json: bool,
@@ -249,6 +256,8 @@ pub fn kernel_engine(a: &Args) -> anyhow::Result<Option<(String, String)>> {
         Some("-f runs in user space: use --engine xsk")
     } else if a.script.is_some() {
         Some("--script runs in user space: use --engine xsk")
+    } else if a.busy_poll > 0 {
+        Some("--busy-poll is for AF_XDP sockets: use --engine xsk")
     } else {
         None
     };
@@ -353,6 +362,10 @@ pub fn run_with(
     let xdp = XdpConfig {
         mode: a.xdp_mode,
         attach: a.xdp_attach,
+        busy_poll: (a.busy_poll > 0).then(|| xdp::BusyPoll {
+            usecs: a.busy_poll,
+            ..Default::default()
+        }),
         ..Default::default()
     };
     let mac = mac_rewrite(&a)?;

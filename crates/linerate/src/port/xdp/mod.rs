@@ -101,6 +101,8 @@ pub struct XdpConfig {
     pub api: AttachApi,
     /// Entries in each of the four rings (a power of two).
     pub ring_size: u32,
+    /// AF_XDP busy polling (None: the kernel's NAPI moves packets by itself).
+    pub busy_poll: Option<BusyPoll>,
 }
 
 impl Default for XdpConfig {
@@ -110,6 +112,103 @@ impl Default for XdpConfig {
             attach: AttachMode::Auto,
             api: AttachApi::Link,
             ring_size: 2048,
+            busy_poll: None,
+        }
+    }
+}
+
+/// AF_XDP busy polling, as the kernel's af_xdp.rst describes it: the socket prefers busy
+/// polling (`SO_PREFER_BUSY_POLL`), each receive or send call polls the device's NAPI for up to
+/// `usecs` (`SO_BUSY_POLL`) and `budget` packets (`SO_BUSY_POLL_BUDGET`), and the device
+/// defers its interrupts (`napi_defer_hard_irqs` 2, `gro_flush_timeout` 200 µs, set while a
+/// busy-polling port is open on it when they were 0, put back after the last one closes): the
+/// application moves packets on its own core instead of competing with a softirq or NAPI
+/// thread for it. Needs root (CAP_NET_ADMIN) for usecs above `net.core.busy_read`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BusyPoll {
+    /// How long one call busy-polls, in µs (1 to 1000).
+    pub usecs: u32,
+    /// Packets per busy poll (1 to 1024).
+    pub budget: u32,
+}
+
+impl Default for BusyPoll {
+    fn default() -> Self {
+        BusyPoll {
+            usecs: 20,
+            budget: 64,
+        }
+    }
+}
+
+/// Empty busy polls in a row after which a waiting receive sleeps in poll(2) (the device's
+/// deferred interrupt then wakes it within `gro_flush_timeout`).
+const BUSY_IDLE_POLLS: u32 = 256;
+
+/// The device settings busy polling needs, while a busy-polling port is open on the device.
+struct NapiDefer {
+    iface: String,
+    /// (file, value before) of each setting this changed.
+    changed: Vec<(&'static str, String)>,
+}
+
+/// The devices whose settings busy-polling ports of this process changed.
+static DEFERS: std::sync::Mutex<Vec<(String, std::sync::Weak<NapiDefer>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn napi_setting(iface: &str, file: &str) -> std::path::PathBuf {
+    std::path::Path::new("/sys/class/net")
+        .join(iface)
+        .join(file)
+}
+
+impl NapiDefer {
+    /// The settings of `iface` for busy polling, shared by every port on it.
+    fn get(iface: &str) -> Result<Arc<NapiDefer>, PortError> {
+        let mut all = DEFERS.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(d) = all
+            .iter()
+            .find(|(i, _)| i == iface)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return Ok(d);
+        }
+        let mut changed = Vec::new();
+        for (file, want) in [
+            ("napi_defer_hard_irqs", "2"),
+            ("gro_flush_timeout", "200000"),
+        ] {
+            let path = napi_setting(iface, file);
+            let err = |op: &'static str, source| PortError::Os {
+                iface: iface.to_string(),
+                op,
+                source,
+                hint: "busy polling sets the device's napi_defer_hard_irqs and \
+                       gro_flush_timeout in /sys/class/net: run as root, with /sys of the \
+                       interface's network namespace (ip netns exec mounts it)",
+            };
+            let old = std::fs::read_to_string(&path).map_err(|e| err("read napi settings", e))?;
+            let old = old.trim().to_string();
+            if old == "0" {
+                std::fs::write(&path, want)
+                    .map_err(|e| err("busy polling: write napi settings", e))?;
+                changed.push((file, old));
+            }
+        }
+        let d = Arc::new(NapiDefer {
+            iface: iface.to_string(),
+            changed,
+        });
+        all.push((iface.to_string(), Arc::downgrade(&d)));
+        Ok(d)
+    }
+}
+
+impl Drop for NapiDefer {
+    fn drop(&mut self) {
+        for (file, old) in &self.changed {
+            let _ = std::fs::write(napi_setting(&self.iface, file), old);
         }
     }
 }
@@ -133,6 +232,9 @@ pub struct XdpPort {
     rx_wait_ms: i32,
     /// The interface's MTU when the port was opened (None: unknown).
     mtu: Option<u32>,
+    /// Busy polling: the device settings it holds, and empty polls in a row.
+    busy: Option<Arc<NapiDefer>>,
+    idle_polls: u32,
     /// What the program puts in front of received packets.
     meta: prog::RxMeta,
     /// CLOCK_TAI − CLOCK_REALTIME (ns): the program stamps in TAI.
@@ -412,6 +514,23 @@ impl XdpPort {
             };
             match r {
                 Ok(parts) => {
+                    let busy = match cfg.busy_poll {
+                        Some(b) => {
+                            if !(1..=1000).contains(&b.usecs) || !(1..=1024).contains(&b.budget) {
+                                return Err(PortError::BadUri {
+                                    uri: name,
+                                    why: format!(
+                                        "busy polling of {} µs and {} packets: 1 to 1000 µs, \
+                                         1 to 1024 packets",
+                                        b.usecs, b.budget
+                                    ),
+                                });
+                            }
+                            sys::busy_poll(&parts.fd, iface, b.usecs, b.budget)?;
+                            Some(NapiDefer::get(iface)?)
+                        }
+                        None => None,
+                    };
                     let attach = Attachment::get(iface, ifindex, cfg.attach, cfg.api)?;
                     let meta = attach.rx_meta();
                     attach.set_queue(queue, parts.fd.0)?;
@@ -434,6 +553,8 @@ impl XdpPort {
                         kernel: XdpStatistics::default(),
                         rx_wait_ms: opts.rx_wait_ms.clamp(0, 1000) as i32,
                         mtu: crate::port::udp::link_of(iface).ok().map(|l| l.mtu),
+                        busy,
+                        idle_polls: 0,
                         meta,
                         tai_offset: sys::tai_offset_ns(),
                         fd: parts.fd,
@@ -725,7 +846,21 @@ impl Port for XdpPort {
         self.refill();
         let n = self.fill_batch(batch);
         if n > 0 {
+            self.idle_polls = 0;
             return Ok(n);
+        }
+        if self.busy.is_some() {
+            // Busy polling: this call runs the device's NAPI (up to the budget), on this core.
+            sys::kick_rx(&self.fd);
+            let n = self.fill_batch(batch);
+            if n > 0 {
+                self.idle_polls = 0;
+                return Ok(n);
+            }
+            self.idle_polls = self.idle_polls.saturating_add(1);
+            if self.idle_polls < BUSY_IDLE_POLLS {
+                return Ok(0);
+            }
         }
         // Nothing ready. A port that must not wait (a queue of an aggregate, which polls all
         // its sockets at once) only wakes the kernel if the fill ring asks: no system call

@@ -359,6 +359,27 @@ pub(super) fn bind(fd: &Fd, sa: &SockaddrXdp) -> io::Result<()> {
     Ok(())
 }
 
+/// `SO_PREFER_BUSY_POLL` and `SO_BUSY_POLL_BUDGET` (Linux 5.11; not in every libc).
+const SO_PREFER_BUSY_POLL: i32 = 69;
+const SO_BUSY_POLL_BUDGET: i32 = 70;
+
+/// Makes `fd` busy-poll its device's NAPI: preferred, `usecs` per call, `budget` packets.
+pub(super) fn busy_poll(fd: &Fd, iface: &str, usecs: u32, budget: u32) -> Result<(), PortError> {
+    for (opt, v, op) in [
+        (SO_PREFER_BUSY_POLL, 1u32, "setsockopt SO_PREFER_BUSY_POLL"),
+        (libc::SO_BUSY_POLL, usecs, "setsockopt SO_BUSY_POLL"),
+        (
+            SO_BUSY_POLL_BUDGET,
+            budget,
+            "setsockopt SO_BUSY_POLL_BUDGET",
+        ),
+    ] {
+        crate::port::sys::setopt(fd, libc::SOL_SOCKET, opt, &v)
+            .map_err(|e| err_of(iface, op, e))?;
+    }
+    Ok(())
+}
+
 /// Kicks the kernel to transmit (copy mode, or a tx ring that needs a wakeup).
 pub(super) fn kick_tx(fd: &Fd) -> io::Result<()> {
     // SAFETY: sendto with no buffer and no address on our socket.
