@@ -16,7 +16,7 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 echo "== rustdoc of the library (no warnings: broken links fail)"
 RUSTDOCFLAGS="-D warnings" cargo doc -p linerate --no-deps --quiet
 
-echo "== loom models of the rings (SPSC; the cluster's lending queue: lend/release/reclaim, fan-out, a consumer dying mid-batch)"
+echo "== loom models of the rings (SPSC; the cluster's lending queue: lend/release/reclaim, fan-out, a consumer dying mid-batch, a consumer taken back while alive, a transmit lane resumed by another producer)"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p linerate --lib loom
 
 echo "== fuzz targets (build, then ${LINERATE_FUZZ_SECONDS:-20} s each)"

@@ -509,4 +509,35 @@ fn a_silent_consumer_is_declared_gone_after_the_consumer_timeout() {
     st.check_invariant().unwrap();
     let e = c.rx(&mut b).unwrap_err().to_string();
     assert!(e.contains("reclaimed"), "{e}");
+    // The consumer taken back while alive gives nothing back any more (the master took it
+    // all): asking again, dropping its packets and itself leaves the queue as the master left
+    // it, so the next consumer gets only what comes next, nothing stale.
+    assert!(c.rx(&mut b).is_err());
+    b.clear();
+    drop(c);
+    // (before the master's next look at its consumers)
+    let mut next = master.consumer(0).unwrap();
+    assert_eq!(next.rx(&mut b).unwrap(), 0, "nothing stale handed out");
+    master.maintain();
+    balance::run(
+        &mut VecPort::new(numbered(110).split_off(100)),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &stop,
+        |_| {},
+    );
+    let mut got = vec![];
+    while next.rx(&mut b).unwrap() > 0 {
+        got.extend(
+            b.iter()
+                .map(|p| u32::from_be_bytes(p.data[..4].try_into().unwrap())),
+        );
+        b.clear();
+    }
+    assert_eq!(
+        got,
+        (100..110).collect::<Vec<u32>>(),
+        "only the new packets"
+    );
 }

@@ -162,10 +162,12 @@ impl ClusterPort {
     #[inline(always)]
     pub(super) fn release_some(&mut self, all: bool) {
         let at = self.release_at();
-        if let Some(r) = self.ring.as_mut() {
-            if all || r.unreleased() >= at {
-                r.release();
-            }
+        if self
+            .ring
+            .as_ref()
+            .is_some_and(|r| all || r.unreleased() >= at)
+        {
+            self.release();
         }
     }
 
@@ -175,8 +177,17 @@ impl ClusterPort {
         (self.seg.slots as u64 / 4).min(4 * crate::mem::BATCH as u64)
     }
 
+    /// Gives back what was handed out, while the queue is still ours: once the master took
+    /// it back (it took everything), a store of our older tail would move the queue's tail back
+    /// and hand the next consumer descriptors of frames that are no longer theirs.
     #[inline(always)]
     pub(super) fn release(&mut self) {
+        let Some(q) = self.rx_q else { return };
+        if self.seg.ctl(q).owner.load(Ordering::Acquire) != self.owner {
+            // Not ours any more: forget the ring without touching its tail.
+            self.ring = None;
+            return;
+        }
         if let Some(r) = self.ring.as_mut() {
             r.release();
         }
@@ -283,13 +294,17 @@ impl Port for ClusterPort {
             }
         };
         batch.bind(&self.seg.pool);
+        if self.ring.is_none() {
+            // The master took the queue back earlier (see below).
+            return self.taken_back();
+        }
         self.release_some(false);
         let slots = self.seg.slots as u64;
         // The master's cursor is read only when what we already know is published ran out: no
         // cache-line transfer per call while a backlog lasts.
         // The master only moves head forward, at most a ring ahead of what we released.
         let Some(ring) = self.ring.as_mut() else {
-            return Ok(0); // (attached above: never)
+            return self.taken_back(); // release_some saw the queue taken back
         };
         let avail = match ring.available() {
             Ok(a) => a,
@@ -311,7 +326,7 @@ impl Port for ClusterPort {
             ctl.heartbeat.store(now_ms(), Ordering::Relaxed);
         }
         if ctl.owner.load(Ordering::Acquire) != self.owner {
-            self.release();
+            self.ring = None;
             return self.taken_back();
         }
         let mut n = avail.min(batch.room());

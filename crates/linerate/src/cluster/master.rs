@@ -616,6 +616,13 @@ impl Master {
                 self.q[qi].gone = false;
                 continue;
             }
+            if self.q[qi].gone {
+                // Taken back already: keep its tail where the master left it.
+                self.q[qi].ring.repair_tail();
+                if pid == 0 {
+                    continue;
+                }
+            }
             // Left (pid 0) or dead: take the queue back, unless a consumer attaches meanwhile.
             let busy = (gen as u64) << 32 | RECLAIMING as u64;
             if ctl

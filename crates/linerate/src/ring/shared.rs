@@ -367,6 +367,21 @@ impl<T: Copy, M: QueueMem<T>> Lender<T, M> {
         }
     }
 
+    /// With nothing lent, the consumer's `tail` is `head`: stores it again if it is not (a
+    /// consumer whose items were taken back gave back late, moving `tail` back; a consumer
+    /// attaching later would start there). Returns whether it had to.
+    pub fn repair_tail(&mut self) -> bool {
+        if self.reclaimed != self.head {
+            return false;
+        }
+        let c = self.mem.cursors();
+        if c.tail.load(Ordering::Acquire) == self.head {
+            return false;
+        }
+        c.tail.store(self.head, Ordering::Release);
+        true
+    }
+
     /// Takes back everything still lent, given back or not (its consumer died, left, or the
     /// queue ends): `f` gets each slot's cursor and tag, oldest first; then `tail` is moved to
     /// `head` (a consumer attaching later starts there).
@@ -806,6 +821,53 @@ mod loom_tests {
             frames.write((b.head() & 1) as u32, 2);
             b.publish(&[2]);
             assert_eq!(t.join().unwrap(), vec![0, 1, 2]);
+        });
+    }
+
+    /// A consumer taken back while alive (it was silent past the master's timeout): the
+    /// master takes the queue back (owner word to "reclaiming", take_back, owner word freed)
+    /// while the consumer, which read one of two packets, gives back only while the owner word
+    /// is still its own. Whatever the interleaving, the master has every frame back once, and
+    /// after its next look at the queue (`repair_tail`, as `Master::maintain` does for a queue
+    /// it took back) a consumer attaching gets nothing stale.
+    #[test]
+    fn loom_consumer_taken_back_while_alive_hands_nothing_stale_to_the_next() {
+        use loom::sync::atomic::AtomicU64;
+        model(|| {
+            let q = HeapQueue::<u64>::new(4);
+            let owner = Arc::new(AtomicU64::new(1));
+            let mut p = Lender::new(q.clone());
+            p.tag(0, Holds::SOLE);
+            p.tag(1, 1 | Holds::SOLE);
+            p.publish(&[item(0, 0), item(1, 1)]);
+            let mut c = Borrower::attach(q.clone());
+            let own = owner.clone();
+            let t = thread::spawn(move || {
+                while c.available() == Ok(0) {
+                    thread::yield_now();
+                }
+                c.advance(1);
+                if own.load(Ordering::Acquire) == 1 {
+                    c.release();
+                }
+            });
+            let mut holds = Holds::new(2);
+            let mut free = Vec::new();
+            if owner
+                .compare_exchange(1, 2, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                p.reclaim(|tag| free.extend(holds.release(tag)));
+                p.take_back(|_, tag| free.extend(holds.release(tag)));
+                owner.store(0, Ordering::Release);
+            }
+            t.join().unwrap();
+            p.reclaim(|tag| free.extend(holds.release(tag)));
+            p.repair_tail();
+            free.sort_unstable();
+            assert_eq!(free, vec![0, 1], "every frame back once");
+            let mut next = Borrower::attach(q);
+            assert_eq!(next.available(), Ok(0), "nothing stale handed out");
         });
     }
 
