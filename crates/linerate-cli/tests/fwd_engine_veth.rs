@@ -160,6 +160,23 @@ fn fwd_never_picks_a_kernel_engine_whose_egress_discards() {
         .output()
         .expect("ethtool");
     assert!(out.status.success(), "ethtool -K vC gro on: {out:?}");
+    // One statistics line per -T interval (it printed every 10 ms once the first had passed).
+    let (code, out, err) = run_b(
+        &l,
+        &[
+            "fwd", "-i", "xdp:vB0", "-o", "xdp:vB1", "--engine", "kernel", "--json", "-T", "1",
+            "-t", "3.5",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let ticks = out
+        .lines()
+        .filter(|l| l.contains("\"type\":\"stats\""))
+        .count();
+    assert!(
+        (2..=4).contains(&ticks),
+        "{ticks} statistics lines in 3.5 s at -T 1: {out}"
+    );
     let (start, summary, err, got) = forward(&l, &["--engine", "auto"]);
     assert_eq!(start["engine"], "kernel", "{start} {err}");
     assert_eq!(

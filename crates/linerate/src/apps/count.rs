@@ -4,8 +4,8 @@
 //! and every interval take a snapshot for the statistics printer. The clock is read once per
 //! batch; nothing is done per packet but the filter and the byte sum.
 
-use crate::apps::worker::Backoff;
 pub use crate::apps::worker::Ended;
+use crate::apps::worker::{Backoff, Limits, Ticker};
 use crate::filter::Filter;
 use crate::mem::{Batch, BATCH};
 use crate::port::{DropReason, Drops, LinkType, Port, PortError, PortStats};
@@ -111,9 +111,8 @@ pub fn run_observed(
         &write_drops,
     );
     let mut prev = start;
-    let interval = opts.interval.as_nanos().max(1) as u64;
-    let mut next_tick = t0 + interval;
-    let deadline = opts.duration.map(|d| t0 + d.as_nanos() as u64);
+    let mut ticker = Ticker::new(t0, opts.interval);
+    let limits = Limits::new(opts.count, opts.duration, t0);
     // Spin, then yield, then sleep when idle; yield now and then when busy (a consumer that
     // shares its core with another one lets it run before its queue overflows).
     let mut backoff = Backoff::new(Backoff::BUSY_EVERY);
@@ -123,11 +122,11 @@ pub fn run_observed(
         if stop.load(Ordering::Relaxed) {
             break Ended::Stopped;
         }
-        if let Some(c) = opts.count {
-            if pkts >= c {
-                break Ended::Count;
-            }
-            batch.set_limit((c - pkts).min(64) as usize);
+        if limits.count_reached(pkts) {
+            break Ended::Count;
+        }
+        if limits.count.is_some() {
+            batch.set_limit(limits.room(pkts, 64));
         }
         let n = match port.rx(&mut batch) {
             Ok(n) => n,
@@ -172,7 +171,7 @@ pub fn run_observed(
         } else {
             backoff.wait();
         }
-        if now >= next_tick {
+        if ticker.due(now) {
             let s = snap(port, now, pkts, bytes, filtered, &write_drops);
             on_tick(&Tick {
                 start,
@@ -180,9 +179,8 @@ pub fn run_observed(
                 now: s,
             });
             prev = s;
-            next_tick = now + interval;
         }
-        if deadline.is_some_and(|d| now >= d) {
+        if limits.time_up(now) {
             break Ended::Duration;
         }
     };
@@ -276,7 +274,7 @@ pub fn run_threads(
     mut on_tick: impl FnMut(&Tick, &[Tick]),
 ) -> ThreadsReport {
     let n = shares.len();
-    let limits = Limits {
+    let limits = ThreadLimits {
         count: opts.count,
         duration: opts.duration,
         interval: opts.interval,
@@ -388,7 +386,7 @@ pub fn run_threads(
 }
 
 /// The limits of [`CountOptions`], shared by the threads.
-struct Limits {
+struct ThreadLimits {
     count: Option<u64>,
     duration: Option<Duration>,
     interval: Duration,
@@ -401,7 +399,7 @@ const WAIT_MS: i32 = 100;
 fn thread_loop(
     mut port: Box<dyn Port>,
     filter: Option<Filter>,
-    opts: &Limits,
+    opts: &ThreadLimits,
     t0: u64,
     shared: &Shared,
     stop: &AtomicBool,
@@ -424,8 +422,8 @@ fn thread_loop(
     let mut poll = port.poll_fd().and_then(|fd| PollSet::new(&[fd]));
     // Counters go to the printer a few times per interval (a lock, not per packet).
     let publish_every = (opts.interval.as_nanos() as u64 / 4).clamp(10_000_000, 250_000_000);
-    let mut next_pub = t0 + publish_every;
-    let deadline = opts.duration.map(|d| t0 + d.as_nanos() as u64);
+    let mut publish = Ticker::new(t0, Duration::from_nanos(publish_every));
+    let limits = Limits::new(None, opts.duration, t0);
     let mut backoff = Backoff::new(Backoff::BUSY_EVERY);
     let mut error = None;
     let ended = loop {
@@ -494,19 +492,18 @@ fn thread_loop(
             // Wait without holding a claim on the count.
             match poll.as_mut() {
                 Some(p) => {
-                    let left = next_pub.saturating_sub(now) / 1_000_000;
+                    let left = publish.next().saturating_sub(now) / 1_000_000;
                     p.wait((left as i32).clamp(1, WAIT_MS));
                 }
                 None => backoff.wait(),
             }
         }
         let now = mono_ns();
-        if now >= next_pub {
+        if publish.due(now) {
             let s = snap(port.as_mut(), now, pkts, bytes, filtered);
             slot.lock().unwrap_or_else(|e| e.into_inner()).1 = s;
-            next_pub = now + publish_every;
         }
-        if deadline.is_some_and(|d| now >= d) {
+        if limits.time_up(now) {
             break Ended::Duration;
         }
     };

@@ -232,6 +232,7 @@ pub fn l2fwd_block(s: &FwdStats) -> String {
 
 /// Why the loop ended (one [`Ended`] for every worker).
 pub use crate::apps::worker::Ended;
+use crate::apps::worker::{Limits, Ticker};
 
 /// How a run ended.
 #[derive(Debug)]
@@ -366,11 +367,9 @@ pub fn run_with(
     let mut script_error = None;
     let fds: Vec<Option<i32>> = list.iter().map(|p| p.poll_fd()).collect();
     let t0 = mono_ns();
-    let interval = opts.interval.as_nanos().max(1) as u64;
-    let drain = opts.drain.as_nanos().max(1) as u64;
-    let mut next_tick = t0 + interval;
-    let mut next_drain = t0 + drain;
-    let deadline = opts.duration.map(|d| t0 + d.as_nanos() as u64);
+    let mut ticker = Ticker::new(t0, opts.interval);
+    let mut drain = Ticker::new(t0, opts.drain);
+    let limits = Limits::new(opts.count, opts.duration, t0);
     let mut error = None;
     let mut pfds: Vec<i32> = Vec::with_capacity(np);
     let mut ready: Vec<bool> = Vec::with_capacity(np);
@@ -509,25 +508,24 @@ pub fn run_with(
         } else {
             idle_passes = 0;
         }
-        if now >= next_drain {
+        if drain.due(now) {
             for p in list.iter_mut() {
                 if let Err(e) = p.flush() {
                     error = Some(e);
                     break 'outer Ended::Error;
                 }
             }
-            next_drain = now + drain;
-            if opts.count.is_some_and(|c| st.total().sent >= c) {
+            if limits.count_reached(st.total().sent) {
                 break Ended::Count;
             }
             if (0..np).all(|i| !is_input[i] || list[i].is_finished()) {
                 break Ended::EndOfInput;
             }
-            if deadline.is_some_and(|d| now >= d) {
+            if limits.time_up(now) {
                 break Ended::Duration;
             }
         }
-        if now >= next_tick {
+        if ticker.due(now) {
             snapshot(
                 &mut st,
                 &mut list,
@@ -536,7 +534,6 @@ pub fn run_with(
                 now,
             );
             on_tick(&st);
-            next_tick = now + interval;
         }
     };
     // Last drain: bounded.
@@ -599,9 +596,8 @@ pub fn run_kernel(
 ) -> FwdReport {
     let base = k.device_drops();
     let t0 = mono_ns();
-    let interval = opts.interval.as_nanos().max(1) as u64;
-    let mut next_tick = t0 + interval;
-    let deadline = opts.duration.map(|d| t0 + d.as_nanos() as u64);
+    let mut ticker = Ticker::new(t0, opts.interval);
+    let limits = Limits::new(opts.count, opts.duration, t0);
     let mut st = FwdStats {
         nports: k.nports(),
         ..Default::default()
@@ -633,15 +629,14 @@ pub fn run_kernel(
         std::thread::sleep(Duration::from_millis(10));
         read(k, &mut st);
         let now = st.t_ns;
-        if opts.count.is_some_and(|c| st.total().sent >= c) {
+        if limits.count_reached(st.total().sent) {
             break Ended::Count;
         }
-        if deadline.is_some_and(|d| now >= d) {
+        if limits.time_up(now) {
             break Ended::Duration;
         }
-        if now >= next_tick {
+        if ticker.due(now) {
             on_tick(&st);
-            next_tick = now + interval;
         }
     };
     read(k, &mut st);

@@ -1,5 +1,6 @@
-//! What every worker loop shares: why it ended ([`Ended`], with its text) and how it waits for
-//! packets ([`Backoff`]). count, balance, fwd and flows use them, so that their reports, JSON
+//! What every worker loop shares: why it ended ([`Ended`], with its text), how it waits for
+//! packets ([`Backoff`]), where it stops by itself ([`Limits`]) and its statistics clock
+//! ([`Ticker`]). count, balance, fwd and flows use them, so that their reports, JSON
 //! and exit reasons read alike and no worker imports another for them.
 
 use std::time::Duration;
@@ -138,5 +139,109 @@ mod tests {
             assert!(!e.to_string().is_empty());
         }
         assert_eq!(Ended::from_code(200), Ended::Error);
+    }
+}
+
+/// Where a worker stops by itself: after `count` packets (`-c`) or at the time limit (`-t`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Packets after which the worker stops.
+    pub count: Option<u64>,
+    /// Monotonic ns at which it stops.
+    pub deadline: Option<u64>,
+}
+
+impl Limits {
+    /// The limits of a run that started at `t0` (monotonic ns).
+    pub fn new(count: Option<u64>, duration: Option<Duration>, t0: u64) -> Limits {
+        Limits {
+            count,
+            deadline: duration
+                .map(|d| t0.saturating_add(d.as_nanos().min(u64::MAX as u128) as u64)),
+        }
+    }
+
+    /// Whether `done` packets reach the count.
+    #[inline(always)]
+    pub fn count_reached(&self, done: u64) -> bool {
+        self.count.is_some_and(|c| done >= c)
+    }
+
+    /// How many more packets the next batch may take (at most `max`; `max` without a count).
+    #[inline(always)]
+    pub fn room(&self, done: u64, max: usize) -> usize {
+        match self.count {
+            Some(c) => c.saturating_sub(done).min(max as u64) as usize,
+            None => max,
+        }
+    }
+
+    /// Whether the time limit has passed at `now` (monotonic ns).
+    #[inline(always)]
+    pub fn time_up(&self, now: u64) -> bool {
+        self.deadline.is_some_and(|d| now >= d)
+    }
+}
+
+/// The statistics clock of a worker: [`Ticker::due`] is true once per interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticker {
+    next: u64,
+    interval: u64,
+}
+
+impl Ticker {
+    /// Ticks every `interval` (at least 1 ns) after `t0` (monotonic ns).
+    pub fn new(t0: u64, interval: Duration) -> Ticker {
+        let interval = (interval.as_nanos().min(u64::MAX as u128) as u64).max(1);
+        Ticker {
+            next: t0.saturating_add(interval),
+            interval,
+        }
+    }
+
+    /// Whether a tick is due at `now`; the next one is an interval after `now`.
+    #[inline(always)]
+    pub fn due(&mut self, now: u64) -> bool {
+        if now < self.next {
+            return false;
+        }
+        self.next = now.saturating_add(self.interval);
+        true
+    }
+
+    /// When the next tick is due (monotonic ns).
+    pub fn next(&self) -> u64 {
+        self.next
+    }
+
+    /// The interval in ns.
+    pub fn interval_ns(&self) -> u64 {
+        self.interval
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod limits_tests {
+    use super::*;
+
+    #[test]
+    fn limits_and_ticks() {
+        let l = Limits::new(Some(100), Some(Duration::from_millis(5)), 1_000);
+        assert!(!l.count_reached(99) && l.count_reached(100));
+        assert_eq!(
+            (l.room(90, 64), l.room(10, 64), l.room(100, 64)),
+            (10, 64, 0)
+        );
+        assert!(!l.time_up(5_000_999) && l.time_up(5_001_000));
+        let none = Limits::new(None, None, 0);
+        assert!(!none.count_reached(u64::MAX) && !none.time_up(u64::MAX));
+        assert_eq!(none.room(5, 64), 64);
+        // A huge duration saturates instead of wrapping.
+        assert!(!Limits::new(None, Some(Duration::MAX), 10).time_up(u64::MAX - 1));
+        let mut t = Ticker::new(0, Duration::from_nanos(10));
+        assert!(!t.due(9) && t.due(10) && !t.due(15) && t.due(25));
+        assert_eq!(t.next(), 35);
+        assert!(Ticker::new(0, Duration::ZERO).due(1), "at least 1 ns");
     }
 }

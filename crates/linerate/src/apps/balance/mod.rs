@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use crate::apps::worker::{Backoff, Ended};
+use crate::apps::worker::{Limits, Ticker};
 
 /// How the master picks queues.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -509,22 +510,20 @@ pub fn run_with(
         stats: master.stats(),
     };
     let mut prev = start.clone();
-    let interval = opts.interval.as_nanos().max(1) as u64;
-    let mut next_tick = t0 + interval;
-    let maint_every = 100_000_000u64;
-    let mut next_maint = t0 + maint_every;
-    let deadline = opts.duration.map(|d| t0 + d.as_nanos() as u64);
+    let mut ticker = Ticker::new(t0, opts.interval);
+    let mut maint = Ticker::new(t0, Duration::from_millis(100));
+    let limits = Limits::new(opts.count, opts.duration, t0);
     let mut idle = 0u32;
     let mut error = None;
     let ended = loop {
         if stop.load(Ordering::Relaxed) {
             break Ended::Stopped;
         }
-        if let Some(c) = opts.count {
-            if pkts >= c {
-                break Ended::Count;
-            }
-            batch.set_limit((c - pkts).min(BATCH as u64) as usize);
+        if limits.count_reached(pkts) {
+            break Ended::Count;
+        }
+        if limits.count.is_some() {
+            batch.set_limit(limits.room(pkts, BATCH));
         }
         let n = match input.rx(&mut batch) {
             Ok(n) => n,
@@ -570,11 +569,10 @@ pub fn run_with(
         }
         // The clock is read once per batch (or per idle poll).
         let now = mono_ns();
-        if now >= next_maint {
+        if maint.due(now) {
             master.maintain();
-            next_maint = now + maint_every;
         }
-        if now >= next_tick {
+        if ticker.due(now) {
             let s = Snap {
                 t_ns: now,
                 stats: master.stats(),
@@ -585,9 +583,8 @@ pub fn run_with(
                 now: s.clone(),
             });
             prev = s;
-            next_tick = now + interval;
         }
-        if deadline.is_some_and(|d| now >= d) {
+        if limits.time_up(now) {
             break Ended::Duration;
         }
     };
@@ -650,8 +647,7 @@ pub fn finish(
 ) -> Finished {
     master.close();
     let t0 = mono_ns();
-    let interval = interval.as_nanos().max(1) as u64;
-    let mut next_tick = last.now.t_ns + interval;
+    let mut ticker = Ticker::new(last.now.t_ns, interval);
     let mut prev = last.now.clone();
     let mut progress = master.progress();
     let mut moved_at = t0;
@@ -680,7 +676,7 @@ pub fn finish(
                 break;
             }
         }
-        if now >= next_tick {
+        if ticker.due(now) {
             let s = Snap {
                 t_ns: now,
                 stats: master.stats(),
@@ -695,7 +691,6 @@ pub fn finish(
                 &figures,
             );
             prev = s;
-            next_tick = now + interval;
         }
         std::thread::sleep(Duration::from_millis(1));
     }
