@@ -6,7 +6,7 @@ use crate::console::commands::Steer;
 use crate::console::{Console, LatencyLine, Meter, Page, PortRow, RateLine, ReadOnly};
 use anyhow::Context;
 use clap::Parser;
-use linerate::apps::gen::latency::Tracker;
+use linerate::apps::gen::latency::{receive_probes, ReceiveOptions, Tracker};
 use linerate::apps::gen::replay::{self, ReplayOptions};
 use linerate::apps::gen::sched::{CatchUp, Gaps, OnStall, Pattern, Precision, PRECISION_BOUNDS};
 use linerate::apps::gen::script::{LuaHook, ScriptConfig, ScriptError};
@@ -14,7 +14,6 @@ use linerate::apps::gen::template::{TemplateSpec, L4};
 use linerate::apps::gen::vary::{parse_addr, parse_mac, parse_seq, port_value, Seq, SizeSpec};
 use linerate::apps::gen::{self, rate_words, GenOptions, GenReport, GenTick, Hook, StreamSpec};
 use linerate::apps::lua::{Interrupt, ScriptOptions};
-use linerate::mem::Batch;
 use linerate::port::file::Inputs;
 use linerate::port::pcap::{PcapPort, WriteFormat};
 use linerate::port::{Drops, Interface, LinkType, Port, PortError, PortOptions, Uri};
@@ -585,7 +584,8 @@ impl RxLive {
     }
 }
 
-/// Receives on `port` until `done` and then `wait` without a packet; tracks probes.
+/// Receives on `port` until `done` and then `wait` without a packet; tracks probes and
+/// publishes the port's counters every 100 ms (and the latency once a second) to `live`.
 fn receive(
     port: &mut dyn Port,
     clock: &TscClock,
@@ -594,41 +594,21 @@ fn receive(
     wait: Duration,
     live: &RxLive,
 ) -> anyhow::Result<Tracker> {
-    let link = port.link_type();
-    let rxt = port.rx_time();
-    let mut t = Tracker::new();
-    let mut b = Batch::new();
-    let mut last = clock.now_ns();
-    let mut next_live = last;
-    let mut next_latency = last;
+    let opts = ReceiveOptions {
+        quiet: wait,
+        tick: Duration::from_millis(100),
+    };
     let want_latency = live.want_latency.load(Ordering::Relaxed);
-    loop {
-        let n = port.rx(&mut b)?;
+    let mut next_latency = 0;
+    let got = receive_probes(port, clock, &opts, done, stop, |port, t| {
+        live.set(port);
         let now = clock.now_ns();
-        if n > 0 {
-            t.observe_as(&b, link, rxt, || now);
-            b.clear();
-            last = now;
-        } else {
-            if stop.load(Ordering::Relaxed)
-                || port.is_finished()
-                || (done.load(Ordering::Acquire) && now - last > wait.as_nanos() as u64)
-            {
-                break;
-            }
-            std::hint::spin_loop();
+        if want_latency && now >= next_latency {
+            live.set_latency(t);
+            next_latency = now + 1_000_000_000;
         }
-        if now >= next_live {
-            live.set(port);
-            next_live = now + 100_000_000;
-            if want_latency && now >= next_latency {
-                live.set_latency(&t);
-                next_latency = now + 1_000_000_000;
-            }
-        }
-    }
-    live.set(port);
-    Ok(t)
+    })?;
+    Ok(got.tracker)
 }
 
 /// One interval of all threads.

@@ -18,8 +18,8 @@
 use crate::common::flags;
 use clap::{Parser, ValueEnum};
 use linerate::apps::fwd::{self, FwdOptions, FwdStats, MacRewrite, Ports};
-use linerate::apps::gen::{self, latency::Tracker, template::TemplateSpec, GenOptions, StreamSpec};
-use linerate::mem::Batch;
+use linerate::apps::gen::latency::{receive_probes, ReceiveOptions, Tracker};
+use linerate::apps::gen::{self, template::TemplateSpec, GenOptions, StreamSpec};
 use linerate::os::{enter_netns, iface_mac};
 use linerate::port::xdp::{AttachMode, XdpConfig, XdpMode};
 use linerate::port::{Port, PortOptions};
@@ -413,33 +413,20 @@ fn generate(
     Ok(rep.pkts)
 }
 
-/// Receives on `port` until `stop`, then until 300 ms of quiet; gen's tracker reads the probe
-/// signatures (latency from the send stamp to the kernel's receive timestamp, loss, duplicates,
-/// reordering). Returns how many of the generator's packets arrived.
-fn receive(port: &mut dyn Port, stop: &AtomicBool, lat: &mut Tracker) -> anyhow::Result<u64> {
-    let mut b = Batch::new();
-    let mut seen = 0u64;
-    let mut quiet_since: Option<Instant> = None;
-    let link = port.link_type();
-    let rxt = port.rx_time();
-    loop {
-        let n = port.rx(&mut b)?;
-        // Per-packet kernel receive stamps where the port has them (CLOCK_REALTIME, as the
-        // generator's send stamps), else the time this batch was read.
-        lat.observe_as(&b, link, rxt, linerate::time::wall_ns);
-        seen += b.len() as u64;
-        b.clear();
-        if stop.load(Ordering::Relaxed) {
-            let q = quiet_since.get_or_insert_with(Instant::now);
-            if n > 0 {
-                *q = Instant::now();
-            }
-            if q.elapsed() > Duration::from_millis(300) {
-                break;
-            }
-        }
-    }
-    Ok(seen - lat.other)
+/// Receives on `port` until `stop`, then until 300 ms of quiet; gen's probe receiver reads the
+/// signatures (latency from the send stamp to the kernel's receive timestamp where the port
+/// has one, else the wall clock when the batch was read, as the generator stamps; loss,
+/// duplicates, reordering). Returns the tracker and how many of the generator's packets
+/// arrived.
+fn receive(port: &mut dyn Port, stop: &AtomicBool) -> anyhow::Result<(u64, Tracker)> {
+    let opts = ReceiveOptions {
+        quiet: Duration::from_millis(300),
+        ..Default::default()
+    };
+    // `stop` only starts the quiet: nothing ends the receive before it.
+    let never = AtomicBool::new(false);
+    let got = receive_probes(port, &WallClock, &opts, stop, &never, |_, _| {})?;
+    Ok((got.probes(), got.tracker))
 }
 
 /// Runs `linerate lab`.
@@ -615,7 +602,6 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
         let rx_if = if l2fwd { "g1" } else { "g0" };
         let rx_stop = &rx_stop;
         let rx_h = s.spawn(move || -> anyhow::Result<(u64, Tracker, &'static str)> {
-            let mut lat = Tracker::new();
             let port = enter_netns(gns)
                 .map_err(anyhow::Error::from)
                 .and_then(|()| {
@@ -640,7 +626,7 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
                 }
             };
             let _ = ready.send(Ok(String::new()));
-            let got = receive(port.as_mut(), rx_stop, &mut lat)?;
+            let (got, lat) = receive(port.as_mut(), rx_stop)?;
             Ok((got, lat, port.rx_time().describe()))
         });
         drop(ready_tx);

@@ -3,12 +3,19 @@
 //!
 //! Sequence numbers are 32-bit on the wire and extended to 64 bits on receipt. A window of the
 //! last 65'536 sequence numbers tells duplicates from late (reordered) packets.
+//!
+//! [`receive_probes`] is the receiving side of a latency measurement: the loop that reads a
+//! port while a generator sends, tracks every probe and ends once the generator is done and
+//! the packets in flight have arrived (`gen --rx`, RFC 2544's trials and `lab` use it).
 
 use super::template::read_sig;
 use crate::mem::Batch;
-use crate::port::{LinkType, RxTime};
+use crate::port::{LinkType, Port, PortError, RxTime};
+use crate::time::Clock;
 use crate::wire;
 use hdrhistogram::Histogram;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 const WINDOW: u64 = 1 << 16;
 
@@ -270,6 +277,104 @@ impl Tracker {
     }
 }
 
+/// When [`receive_probes`] ends, and how often it reports while it runs.
+#[derive(Clone, Copy, Debug)]
+pub struct ReceiveOptions {
+    /// Once the sender is done, this long without a packet ends the receive: the time left
+    /// for the packets still in flight (RFC 2544's wait after a trial). It counts from the
+    /// later of the last packet and the moment the receiver saw the sender done.
+    pub quiet: Duration,
+    /// How often `on_tick` is called while packets are read (it is called once more at
+    /// the end); `Duration::MAX`: only at the end.
+    pub tick: Duration,
+}
+
+impl Default for ReceiveOptions {
+    /// 100 ms of quiet, no tick but the last.
+    fn default() -> ReceiveOptions {
+        ReceiveOptions {
+            quiet: Duration::from_millis(100),
+            tick: Duration::MAX,
+        }
+    }
+}
+
+/// What [`receive_probes`] read.
+#[derive(Debug, Default)]
+pub struct Received {
+    /// Every probe tracked, and the count of packets without one (`tracker.other`).
+    pub tracker: Tracker,
+    /// Packets read, with a probe or without.
+    pub packets: u64,
+}
+
+impl Received {
+    /// Packets that carried a probe, duplicates included.
+    pub fn probes(&self) -> u64 {
+        self.packets.saturating_sub(self.tracker.other)
+    }
+}
+
+/// Reads `port` and tracks the probes in what arrives until `done` (the sender finished)
+/// and then [`ReceiveOptions::quiet`] without a packet, or until `stop`, or until the port
+/// is finished (the end of a file, a wire whose other end is gone).
+///
+/// A packet's receive time is its arrival stamp when the port has them
+/// ([`RxTime::Arrival`]), else `clock` when its batch was read: `clock` must then be the
+/// clock the sender stamped with. The quiet is timed on `clock` too. `on_tick` is called
+/// about every [`ReceiveOptions::tick`] and once at the end, with the port (to read its
+/// counters) and the probes tracked so far.
+pub fn receive_probes<C: Clock + ?Sized>(
+    port: &mut dyn Port,
+    clock: &C,
+    opts: &ReceiveOptions,
+    done: &AtomicBool,
+    stop: &AtomicBool,
+    mut on_tick: impl FnMut(&mut dyn Port, &Tracker),
+) -> Result<Received, PortError> {
+    let link = port.link_type();
+    let rxt = port.rx_time();
+    let quiet = u64::try_from(opts.quiet.as_nanos()).unwrap_or(u64::MAX);
+    let tick = u64::try_from(opts.tick.as_nanos()).unwrap_or(u64::MAX);
+    let mut got = Received::default();
+    let mut b = Batch::new();
+    // The last packet's time, or when the sender was first seen done if later.
+    let mut last = clock.now_ns();
+    let mut sender_done = false;
+    let mut next_tick = last.saturating_add(tick);
+    loop {
+        // Read before receiving: an empty receive counts towards the end only if the sender
+        // had finished before it (else the last packets, sent while this thread was between
+        // its receive and its check, would be left unread).
+        let sent_all = done.load(Ordering::Acquire);
+        port.rx(&mut b)?;
+        let now = clock.now_ns();
+        if sent_all && !sender_done {
+            sender_done = true;
+            last = now;
+        }
+        if !b.is_empty() {
+            got.tracker.observe_as(&b, link, rxt, || now);
+            got.packets += b.len() as u64;
+            b.clear();
+            last = now;
+        } else if stop.load(Ordering::Relaxed)
+            || port.is_finished()
+            || (sender_done && now.saturating_sub(last) > quiet)
+        {
+            break;
+        } else {
+            std::hint::spin_loop();
+        }
+        if now >= next_tick {
+            on_tick(port, &got.tracker);
+            next_tick = now.saturating_add(tick);
+        }
+    }
+    on_tick(port, &got.tracker);
+    Ok(got)
+}
+
 /// The histogram as CSV: `low_ns,high_ns,count,cumulative_percent`, one line per recorded
 /// bucket.
 pub fn hist_csv(h: &Histogram<u64>) -> String {
@@ -379,6 +484,91 @@ pub fn hist_svg(h: &Histogram<u64>, title: &str) -> String {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::apps::gen::{self, GenOptions, StreamSpec};
+    use crate::port::mem::wire;
+    use crate::port::PortOptions;
+    use crate::time::FakeClock;
+
+    /// Sends `count` packets of stream `id` on `tx`, probes or not.
+    fn send(tx: &mut dyn Port, id: u16, count: u64, probe: bool) {
+        let opts = GenOptions {
+            streams: vec![StreamSpec {
+                id,
+                probe,
+                ..Default::default()
+            }],
+            count: Some(count),
+            ..Default::default()
+        };
+        let clock = FakeClock::new(1_000_000_000, 10);
+        let rep = gen::run(tx, &opts, &clock, &AtomicBool::new(false), None, |_| {}).unwrap();
+        assert_eq!(rep.pkts, count);
+    }
+
+    #[test]
+    fn receive_probes_counts_probes_and_others_then_ends_after_the_quiet() {
+        let (mut tx, mut rx) = wire("latency-recv", &PortOptions::default()).unwrap();
+        send(&mut tx, 4, 300, true);
+        send(&mut tx, 5, 7, false);
+        // The sender is done before the receiver starts: it reads everything, then waits
+        // out the quiet on its clock (10 ns a reading) and ends.
+        let clock = FakeClock::new(2_000_000_000, 10);
+        let opts = ReceiveOptions {
+            quiet: Duration::from_micros(5),
+            tick: Duration::from_nanos(1),
+        };
+        let (mut ticks, mut last_seen) = (0, 0);
+        let got = receive_probes(
+            &mut rx,
+            &clock,
+            &opts,
+            &AtomicBool::new(true),
+            &AtomicBool::new(false),
+            |port, t| {
+                ticks += 1;
+                last_seen = t.stream(4).map_or(0, |s| s.rx);
+                assert_eq!(port.link_type(), LinkType::ETHERNET);
+            },
+        )
+        .unwrap();
+        assert_eq!(got.packets, 307);
+        assert_eq!(got.tracker.other, 7);
+        assert_eq!(got.probes(), 300);
+        let s = got.tracker.stream(4).unwrap();
+        assert_eq!(
+            (s.rx, s.dups, s.reordered, s.lost(Some(300))),
+            (300, 0, 0, 0)
+        );
+        // 1 s between the sender's and the receiver's clock.
+        assert!(s.summary().min >= 999_000_000, "{:?}", s.summary());
+        // Ticked while reading and once at the end, which saw every probe.
+        assert!(ticks >= 2, "{ticks}");
+        assert_eq!(last_seen, 300);
+        // The quiet of 5 us is 500 readings of the clock: it was waited out, not skipped.
+        assert!(
+            clock.now_ns() >= 2_000_000_000 + 5_000,
+            "{}",
+            clock.now_ns()
+        );
+    }
+
+    #[test]
+    fn receive_probes_waits_for_the_sender_or_stops_at_once() {
+        let (_tx, mut rx) = wire("latency-stop", &PortOptions::default()).unwrap();
+        // Not done and stopped: ends at the first empty read, with nothing read.
+        let clock = FakeClock::new(0, 10);
+        let got = receive_probes(
+            &mut rx,
+            &clock,
+            &ReceiveOptions::default(),
+            &AtomicBool::new(false),
+            &AtomicBool::new(true),
+            |_, _| {},
+        )
+        .unwrap();
+        assert_eq!((got.packets, got.probes()), (0, 0));
+        assert!(clock.now_ns() < 1_000, "{}", clock.now_ns());
+    }
 
     #[test]
     fn dups_reorder_and_loss() {

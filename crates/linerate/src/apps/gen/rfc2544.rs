@@ -10,13 +10,12 @@
 //! not test the offered load). For each size the generator's own ceiling on the port is
 //! measured first by an unpaced trial, and reported.
 
-use super::latency::{LatSummary, Tracker};
+use super::latency::{receive_probes, LatSummary, ReceiveOptions};
 use super::sched::Pattern;
 use super::template::TemplateSpec;
 use super::vary::SizeSpec;
 use super::{GenError, GenOptions, StreamSpec, RATE_TOLERANCE};
-use crate::mem::Batch;
-use crate::port::{Port, PortError};
+use crate::port::Port;
 use crate::time::Clock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -315,43 +314,20 @@ fn one_trial(
         ..Default::default()
     };
     let done = AtomicBool::new(false);
-    let link = rx.link_type();
-    let rxt = rx.rx_time();
-    let settle = opts.settle.as_nanos() as u64;
-    let (rep, tracker) = std::thread::scope(|sc| {
-        let h = sc.spawn(|| -> Result<Tracker, PortError> {
-            let mut t = Tracker::new();
-            let mut b = Batch::new();
-            let mut last = clock.now_ns();
-            loop {
-                // Read before receiving: an empty receive counts towards the end only if the
-                // sender had finished before it (else the last packets, sent while this thread
-                // was between its receive and its check, would be left unread and lost).
-                let sent_all = done.load(Ordering::Acquire);
-                let n = rx.rx(&mut b)?;
-                let now = clock.now_ns();
-                if n > 0 {
-                    t.observe_as(&b, link, rxt, || now);
-                    b.clear();
-                    last = now;
-                } else if stop.load(Ordering::Relaxed)
-                    || rx.is_finished()
-                    || (sent_all && now.saturating_sub(last) > settle)
-                {
-                    return Ok(t);
-                } else {
-                    std::hint::spin_loop();
-                }
-            }
-        });
+    let ropts = ReceiveOptions {
+        quiet: opts.settle,
+        ..Default::default()
+    };
+    let (rep, got) = std::thread::scope(|sc| {
+        let h = sc.spawn(|| receive_probes(rx, clock, &ropts, &done, stop, |_, _| {}));
         let rep = super::run(tx, &gopts, clock, stop, None, |_| {});
         done.store(true, Ordering::Release);
-        let t = h.join();
-        (rep, t)
+        let got = h.join();
+        (rep, got)
     });
     let rep = rep?;
-    let tracker = match tracker {
-        Ok(Ok(t)) => t,
+    let tracker = match got {
+        Ok(Ok(got)) => got.tracker,
         Ok(Err(e)) => return Err(e.into()),
         Err(_) => {
             return Err(GenError::Spec {
