@@ -9,10 +9,12 @@ config = {
 
 function modify(pkts, count)
   for i = 1, count do
+    -- fields by name (docs/lua.md); p:tcp():setSeq(...) is the same, MoonGen's way
     local p = pkts[i]
-    p:ip4():setSrc(0xc6120000 + math.random(1, 65534))   -- 198.18.x.y
-    p:tcp():setSrcPort(math.random(1024, 65535))
-    p:tcp():setSeq(math.random(0, 0x7fffffff))
-    p:tcp():setFlags(0x02)                               -- SYN
+    p.ip4.src = 0xc6120000 + math.random(1, 65534)   -- 198.18.x.y
+    local tcp = p.tcp
+    tcp.sport = math.random(1024, 65535)
+    tcp.seq = math.random(0, 0x7fffffff)
+    tcp.flags = 0x02                                 -- SYN
   end
 end

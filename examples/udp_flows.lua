@@ -17,8 +17,8 @@ local n = 0
 function modify(pkts, count)
   for i = 1, count do
     local p = pkts[i]
-    p:ip4():setSrc(0xc6120000 + 10 + (n % FLOWS))  -- 198.18.0.10 .. 198.18.1.9
-    p:udp():setSrcPort(1024 + (n % PORTS))
+    p.ip4.src = 0xc6120000 + 10 + (n % FLOWS)  -- 198.18.0.10 .. 198.18.1.9 (docs/lua.md)
+    p.udp.sport = 1024 + (n % PORTS)           -- or MoonGen's p:udp():setSrcPort(...)
     n = n + 1
   end
 end
