@@ -1,6 +1,6 @@
 //! What several commands share beyond flags and signals (those are in `common`): opening a
-//! pair of ports for forwarding, the latency and histogram outputs, the cluster's accounting
-//! and per-thread text. Commands import this module, never each other.
+//! pair of ports for forwarding (the library's `open_pair`, its errors named by flag), the
+//! latency and histogram outputs, the cluster's accounting and per-thread text. Commands import this module, never each other.
 
 use linerate::apps::balance::{self, BalanceTick, ThreadFigures};
 use linerate::apps::gen::latency::{hist_csv, hist_svg, Tracker};
@@ -9,6 +9,7 @@ use linerate::port::file::Inputs;
 use linerate::port::xdp::{self, XdpConfig};
 use linerate::port::{self, Port, PortOptions, Uri};
 use linerate::stats::{group, group_f};
+use linerate::Side;
 
 /// The interface and queues of a single `xdp:` port (not a list).
 pub fn xdp_of(uri: &str) -> Option<(String, xdp::Queues)> {
@@ -41,47 +42,27 @@ pub fn open_port(
 /// Input port, output port, and whether they share one UMEM.
 pub type PortPair = (Box<dyn Port>, Box<dyn Port>, bool);
 
-/// Opens the input and output ports. Two `xdp:` ports share one UMEM when the kernel allows
-/// (then a received frame is sent without a copy); the returned flag says whether they do.
+/// Opens the input and output ports with [`linerate::open_pair`]: two `xdp:` ports share one
+/// UMEM when the kernel allows (then a received frame is sent without a copy); the returned
+/// flag says whether they do. A port that fails is named by its flag (-i, -o).
 pub fn open_pair(
     input: &str,
     output: &str,
     opts: &PortOptions,
     xdp: &XdpConfig,
 ) -> anyhow::Result<PortPair> {
-    if let (Some((i, qi)), Some((o, qo))) = (xdp_of(input), xdp_of(output)) {
-        // Every queue of both interfaces on one UMEM, sized for all of their rings.
-        let nq = xdp::queue_count_of(&i, qi)
-            .map_err(|e| crate::common::port_error("-i", input, e))?
-            + xdp::queue_count_of(&o, qo)
-                .map_err(|e| crate::common::port_error("-o", output, e))?;
-        let big = PortOptions {
-            frames: opts
-                .frames
-                .max(xdp::umem_frames(nq, xdp.ring_size) + 2 * xdp.ring_size),
-            ..opts.clone()
+    let opts = PortOptions {
+        xdp: *xdp,
+        ..opts.clone()
+    };
+    let p = linerate::open_pair(input, output, &opts).map_err(|e| {
+        let flag = match e.side {
+            Side::Input => "-i",
+            Side::Output => "-o",
         };
-        let p0 = xdp::open_queues_of(&i, qi, &big, xdp, None)
-            .map_err(|e| crate::common::port_error("-i", input, e))?;
-        let (p1, shared) = match xdp::open_queues_of(&o, qo, &big, xdp, Some(&p0[0])) {
-            Ok(p1) => (p1, true),
-            Err(_) => (
-                xdp::open_queues_of(&o, qo, opts, xdp, None)
-                    .map_err(|e| crate::common::port_error("-o", output, e))?,
-                false,
-            ),
-        };
-        return Ok((
-            xdp::join(input, p0, opts.rx_wait_ms),
-            xdp::join(output, p1, opts.rx_wait_ms),
-            shared,
-        ));
-    }
-    Ok((
-        open_port("-i", input, opts, xdp)?,
-        open_port("-o", output, opts, xdp)?,
-        false,
-    ))
+        crate::common::port_error(flag, &e.uri, e.source)
+    })?;
+    Ok((p.input, p.output, p.shared_umem))
 }
 
 /// Writes the histogram as CSV at `path` and as SVG beside it (same name, .svg).

@@ -23,4 +23,7 @@ mod open;
 mod sync;
 mod sys;
 
-pub use open::{open, open_parts, open_rx, open_tx, open_uri_parts};
+pub use open::{
+    open, open_pair, open_pair_parts, open_parts, open_rx, open_tx, open_uri_parts, Pair,
+    PairError, PairParts, Side,
+};

@@ -2,9 +2,11 @@
 //! consumer (`cluster:ID@Q`, in [`crate::cluster`]) included, so that `port` and `cluster` do
 //! not import each other. Re-exported at the crate root: `linerate::open_rx("xdp:eth0", ...)`.
 
+use crate::port::xdp::XdpPort;
 use crate::port::{
     afpacket, mem, pcap, xdp, Aggregate, Direction, LinkType, Port, PortError, PortOptions, Uri,
 };
+use std::fmt;
 
 /// Opens the port named by `uri` to receive from it: a capture file is opened read-only and
 /// never created.
@@ -93,6 +95,169 @@ pub fn open_uri_parts(
     Ok(out)
 }
 
+/// Which port of a forwarding pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The port read from (`fwd -i`).
+    Input,
+    /// The port written to (`fwd -o`).
+    Output,
+}
+
+impl fmt::Display for Side {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Side::Input => "input",
+            Side::Output => "output",
+        })
+    }
+}
+
+/// A port of a forwarding pair that did not open: which one, its URI, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{side} {uri}: {source}")]
+pub struct PairError {
+    /// The port that failed.
+    pub side: Side,
+    /// Its URI.
+    pub uri: String,
+    /// Why.
+    pub source: PortError,
+}
+
+/// A forwarder's two ports, as [`open_pair`] opens them.
+pub struct Pair {
+    /// The port read from.
+    pub input: Box<dyn Port>,
+    /// The port written to.
+    pub output: Box<dyn Port>,
+    /// Both are `xdp:` ports on one UMEM: a received frame is sent without a copy.
+    pub shared_umem: bool,
+}
+
+/// A forwarder's two ports as their paths apart (a thread per input queue), as
+/// [`open_pair_parts`] opens them.
+pub struct PairParts {
+    /// The input's paths: its queues, or the members of a list.
+    pub input: Vec<Box<dyn Port>>,
+    /// The output's paths.
+    pub output: Vec<Box<dyn Port>>,
+    /// Both are `xdp:` ports on one UMEM: a received frame is sent without a copy.
+    pub shared_umem: bool,
+}
+
+/// Opens a forwarder's input (to receive) and output (to send), what `linerate fwd -i IN -o
+/// OUT` forwards between. When both are `xdp:` ports (not lists), every queue of both
+/// interfaces is put on one UMEM sized for all of their rings, so that a received frame is
+/// sent without a copy; when the kernel refuses to share (different drivers, copy mode), the
+/// output gets a UMEM of its own and [`Pair::shared_umem`] says so. Any other ports open as
+/// [`open`] opens them. One port both ways (a bounce) is one [`open`].
+pub fn open_pair(input: &str, output: &str, opts: &PortOptions) -> Result<Pair, PairError> {
+    if let Some((p0, p1, shared_umem)) = open_xdp_pair(input, output, opts, opts.rx_wait_ms)? {
+        return Ok(Pair {
+            input: xdp::join(input, p0, opts.rx_wait_ms),
+            output: xdp::join(output, p1, opts.rx_wait_ms),
+            shared_umem,
+        });
+    }
+    Ok(Pair {
+        input: open(input, opts, Direction::Rx).map_err(pair_error(Side::Input, input))?,
+        output: open(output, opts, Direction::Tx).map_err(pair_error(Side::Output, output))?,
+        shared_umem: false,
+    })
+}
+
+/// [`open_pair`] with each port's paths apart, as [`open_parts`] gives them (a forwarding
+/// thread per queue pair). The queues of `xdp:` ports never wait in `rx`: whoever reads
+/// several polls them together.
+pub fn open_pair_parts(
+    input: &str,
+    output: &str,
+    opts: &PortOptions,
+) -> Result<PairParts, PairError> {
+    if let Some((p0, p1, shared_umem)) = open_xdp_pair(input, output, opts, 0)? {
+        let boxed = |ports: Vec<XdpPort>| {
+            ports
+                .into_iter()
+                .map(|p| Box::new(p) as Box<dyn Port>)
+                .collect()
+        };
+        return Ok(PairParts {
+            input: boxed(p0),
+            output: boxed(p1),
+            shared_umem,
+        });
+    }
+    Ok(PairParts {
+        input: open_parts(input, opts, Direction::Rx).map_err(pair_error(Side::Input, input))?,
+        output: open_parts(output, opts, Direction::Tx)
+            .map_err(pair_error(Side::Output, output))?,
+        shared_umem: false,
+    })
+}
+
+fn pair_error(side: Side, uri: &str) -> impl FnOnce(PortError) -> PairError + '_ {
+    move |source| PairError {
+        side,
+        uri: uri.to_string(),
+        source,
+    }
+}
+
+/// The input's and the output's queues, and whether they share one UMEM.
+type XdpPair = (Vec<XdpPort>, Vec<XdpPort>, bool);
+
+/// Input and output queues of two `xdp:` ports (None when either is something else), the
+/// output on the input's UMEM when the kernel allows (the flag says whether it did); queues
+/// of a single-queue port wait up to `wait_ms` in `rx`.
+fn open_xdp_pair(
+    input: &str,
+    output: &str,
+    opts: &PortOptions,
+    wait_ms: u32,
+) -> Result<Option<XdpPair>, PairError> {
+    let (
+        Ok(Uri::Xdp {
+            iface: i,
+            queues: qi,
+        }),
+        Ok(Uri::Xdp {
+            iface: o,
+            queues: qo,
+        }),
+    ) = (Uri::parse(input), Uri::parse(output))
+    else {
+        return Ok(None);
+    };
+    let cfg = &opts.xdp;
+    let nq = xdp::queue_count_of(&i, qi).map_err(pair_error(Side::Input, input))?
+        + xdp::queue_count_of(&o, qo).map_err(pair_error(Side::Output, output))?;
+    let own = PortOptions {
+        rx_wait_ms: wait_ms,
+        ..opts.clone()
+    };
+    // Every queue of both interfaces on one UMEM, sized for all of their rings.
+    let big = PortOptions {
+        frames: opts.frames.max(
+            xdp::umem_frames(nq, cfg.ring_size).saturating_add(cfg.ring_size.saturating_mul(2)),
+        ),
+        ..own.clone()
+    };
+    let p0 =
+        xdp::open_queues_of(&i, qi, &big, cfg, None).map_err(pair_error(Side::Input, input))?;
+    match p0
+        .first()
+        .map(|first| xdp::open_queues_of(&o, qo, &big, cfg, Some(first)))
+    {
+        Some(Ok(p1)) => Ok(Some((p0, p1, true))),
+        _ => {
+            let p1 = xdp::open_queues_of(&o, qo, &own, cfg, None)
+                .map_err(pair_error(Side::Output, output))?;
+            Ok(Some((p0, p1, false)))
+        }
+    }
+}
+
 /// Opens one port (not a list).
 fn open_one(uri: &Uri, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Port>, PortError> {
     let file =
@@ -142,5 +307,75 @@ fn open_one(uri: &Uri, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
             uri: uri.to_string(),
             why: "a list inside a list".into(),
         }),
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::mem::{Batch, Desc};
+
+    #[test]
+    fn a_pair_of_mem_ports_forwards_one_way() {
+        let opts = PortOptions::default();
+        let mut pair = open_pair("mem:pair-in", "mem:pair-out", &opts).unwrap();
+        assert!(!pair.shared_umem);
+        // The other ends: one feeds the input, one reads what the output sends.
+        let mut feed = open("mem:pair-in", &opts, Direction::Tx).unwrap();
+        let mut sink = open("mem:pair-out", &opts, Direction::Rx).unwrap();
+        let mut b = Batch::with_pool(feed.pool().unwrap());
+        for i in 0..3u8 {
+            let mut fr = b.alloc().unwrap();
+            fr.buf()[..60].fill(i);
+            fr.push(Desc {
+                len: 60,
+                wire_len: 60,
+                ..Default::default()
+            });
+        }
+        assert_eq!(feed.tx(&mut b).unwrap(), 3);
+        let mut b = Batch::new();
+        assert_eq!(pair.input.rx(&mut b).unwrap(), 3);
+        assert_eq!(pair.output.tx(&mut b).unwrap(), 3);
+        let mut got = Batch::new();
+        assert_eq!(sink.rx(&mut got).unwrap(), 3);
+        for (i, p) in got.iter().enumerate() {
+            assert!(p.data.len() == 60 && p.data.iter().all(|&x| x == i as u8));
+        }
+    }
+
+    #[test]
+    fn pair_errors_name_the_side_that_failed() {
+        let opts = PortOptions::default();
+        let e = open_pair("not-a-port", "mem:pe-out", &opts).err().unwrap();
+        assert_eq!((e.side, e.uri.as_str()), (Side::Input, "not-a-port"));
+        assert!(matches!(e.source, PortError::BadUri { .. }), "{e}");
+        assert!(
+            e.to_string().starts_with("input not-a-port: bad port"),
+            "{e}"
+        );
+        let e = open_pair("mem:pe-in", "not-a-port", &opts).err().unwrap();
+        assert_eq!(e.side, Side::Output);
+        // Two xdp: ports: both interfaces are looked up before any socket is opened, so a
+        // missing output is reported as the output's, whoever runs this.
+        let e = open_pair("xdp:lo", "xdp:linerate-none0", &opts)
+            .err()
+            .unwrap();
+        assert_eq!(
+            (e.side, e.uri.as_str()),
+            (Side::Output, "xdp:linerate-none0")
+        );
+        let e = open_pair_parts("xdp:linerate-none0", "xdp:lo", &opts)
+            .err()
+            .unwrap();
+        assert_eq!(e.side, Side::Input);
+    }
+
+    #[test]
+    fn pair_parts_keep_every_path_apart() {
+        let opts = PortOptions::default();
+        let parts = open_pair_parts("mem:pp-a,mem:pp-b", "mem:pp-c", &opts).unwrap();
+        assert_eq!((parts.input.len(), parts.output.len()), (2, 1));
+        assert!(!parts.shared_umem);
     }
 }
