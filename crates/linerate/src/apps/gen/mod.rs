@@ -22,6 +22,7 @@ pub mod script;
 pub mod template;
 pub mod vary;
 
+use crate::apps::worker::Ticker;
 use crate::mem::{Batch, Pool, PoolConfig, BATCH};
 use crate::port::{DropReason, Drops};
 use crate::port::{Port, PortError, PortStats};
@@ -863,8 +864,7 @@ pub fn run(
         _ => 0,
     };
     let hard_deadline = deadline.map(|d| d.saturating_add(grace));
-    let interval = opts.interval.as_nanos().max(1) as u64;
-    let mut next_tick = t0 + interval;
+    let mut ticker = Ticker::new(t0, opts.interval);
     let mut rr = 0usize;
     let sleep_above = opts.sleep_above.as_nanos() as u64;
     rep.precision = Precision::with_behind_above(p.behind);
@@ -947,9 +947,8 @@ pub fn run(
                 break Err(e.into());
             }
             let now = clock.now_ns();
-            if now >= next_tick {
+            if ticker.due(now) {
                 on_tick(&tick(port, now, &rep, p.behind, true));
-                next_tick = now + interval;
             }
             if hard_deadline.is_some_and(|d| now >= d) {
                 break Ok(());
@@ -1098,9 +1097,8 @@ pub fn run(
                 }
             }
         }
-        if now >= next_tick {
+        if ticker.due(now) {
             on_tick(&tick(port, now, &rep, p.behind, false));
-            next_tick = now + interval;
         }
         if cur.k >= n {
             cur.b.forget();
