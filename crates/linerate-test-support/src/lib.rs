@@ -7,6 +7,10 @@
 //!   counts skips in its closing line instead of reporting them as passes), and under
 //!   `LINERATE_REQUIRE_PRIV=1` (CI) fails the test instead.
 //! - [`corpus_dir`]: tcpdump's test captures, kept in the repository (`tests/corpus/`).
+//!
+//! No `unsafe` here: what needs the kernel directly (entering a namespace, an interface's
+//! index, a raw packet socket, a tc program) goes through the library's safe `linerate::os`.
+#![deny(unsafe_code)]
 
 pub mod line;
 pub mod netns;

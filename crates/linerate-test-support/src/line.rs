@@ -110,10 +110,11 @@ impl NetnsLine {
 
     /// Runs `f` on a thread inside the namespace of `n` (see `NetnsPair::run_in`).
     pub fn run_in<T: Send>(&self, n: Node, f: impl FnOnce() -> T + Send) -> T {
-        let path = format!("/var/run/netns/{}", self.ns(n));
+        let ns = self.ns(n);
         std::thread::scope(|s| {
             s.spawn(move || {
-                enter(&path);
+                linerate::os::enter_netns(ns)
+                    .unwrap_or_else(|e| panic!("cannot enter namespace {ns}: {e}"));
                 f()
             })
             .join()
@@ -127,15 +128,6 @@ impl NetnsLine {
         all.extend_from_slice(args);
         ip(&all)
     }
-}
-
-/// Moves the calling thread into the network namespace at `path`.
-pub fn enter(path: &str) {
-    use std::os::fd::AsRawFd;
-    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("cannot open {path}: {e}"));
-    // SAFETY: setns on a valid namespace descriptor; it changes only this thread.
-    let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-    assert_eq!(r, 0, "setns({path}): {}", std::io::Error::last_os_error());
 }
 
 impl Drop for NetnsLine {

@@ -49,8 +49,7 @@ pub fn require_priv() -> bool {
 }
 
 fn probe() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !linerate::os::is_root() {
         return Some("not root (network namespaces and AF_PACKET need root)".into());
     }
     let name = unique("-probe");
@@ -152,18 +151,11 @@ impl NetnsPair {
     /// Runs `f` on a thread that entered the network namespace of `side` and returns its
     /// result (a panic in `f` is propagated). Sockets opened there stay in that namespace.
     pub fn run_in<T: Send>(&self, side: Side, f: impl FnOnce() -> T + Send) -> T {
-        let path = format!("/var/run/netns/{}", self.ns(side));
+        let ns = self.ns(side);
         std::thread::scope(|s| {
             let h = s.spawn(move || {
-                use std::os::fd::AsRawFd;
-                let file = std::fs::File::open(&path)
-                    .unwrap_or_else(|e| panic!("cannot open {path}: {e}"));
-                // SAFETY: setns on a valid namespace descriptor; it changes only this thread,
-                // which ends when `f` returns.
-                let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-                if r != 0 {
-                    panic!("setns({path}): {}", std::io::Error::last_os_error());
-                }
+                linerate::os::enter_netns(ns)
+                    .unwrap_or_else(|e| panic!("cannot enter namespace {ns}: {e}"));
                 f()
             });
             h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
@@ -215,41 +207,17 @@ pub fn with_tags(f: &[u8], tags: &[(u16, u16)]) -> Vec<u8> {
 /// Sends `frames` one by one on a plain packet socket bound to `ifname` (through the qdisc
 /// layer, so that taps and tc egress programs see them), pausing now and then.
 pub fn send_raw(ifname: &str, frames: &[Vec<u8>]) {
-    // SAFETY: plain socket(2); checked.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-    let c = std::ffi::CString::new(ifname).unwrap();
-    // SAFETY: a valid NUL-terminated name.
-    let ifindex = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    assert!(ifindex > 0, "no {ifname}");
-    // SAFETY: sockaddr_ll is plain data; all-zero is valid.
-    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_ifindex = ifindex as i32;
-    // SAFETY: `sll` is a valid sockaddr_ll of the size given.
-    let r = unsafe {
-        libc::bind(
-            fd,
-            &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
-            std::mem::size_of::<libc::sockaddr_ll>() as u32,
-        )
-    };
-    assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
+    let sock = linerate::os::PacketSocket::open(ifname)
+        .unwrap_or_else(|e| panic!("packet socket on {ifname}: {e}"));
     for (i, f) in frames.iter().enumerate() {
-        // SAFETY: `f` is a valid buffer of the length given.
-        let n = unsafe { libc::send(fd, f.as_ptr() as *const libc::c_void, f.len(), 0) };
-        assert_eq!(
-            n,
-            f.len() as isize,
-            "send: {}",
-            std::io::Error::last_os_error()
-        );
+        let n = sock
+            .send(f)
+            .unwrap_or_else(|e| panic!("send on {ifname}: {e}"));
+        assert_eq!(n, f.len(), "send on {ifname}: short write");
         if i % 32 == 31 {
             std::thread::sleep(std::time::Duration::from_micros(300));
         }
     }
-    // SAFETY: closing the descriptor we opened.
-    unsafe { libc::close(fd) };
 }
 
 /// A tc egress program (attached through a bpf_link, tcx) that pushes VLAN tags the way a VLAN
@@ -257,26 +225,6 @@ pub fn send_raw(ifname: &str, frames: &[Vec<u8>]) {
 /// (`skb->vlan_tci`), not in its bytes. Detached when dropped.
 pub struct EgressTags {
     _link: std::os::fd::OwnedFd,
-}
-
-/// bpf(2) with an attribute block of 128 bytes (zero where not set); returns the new fd.
-fn bpf_cmd(cmd: i32, attr: &mut [u8; 128]) -> Result<std::os::fd::OwnedFd, String> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: `attr` is a valid, writable block of the size given; the kernel reads only the
-    // fields of `cmd` and checks that the rest is zero.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr.as_mut_ptr(),
-            attr.len() as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return Err(format!("bpf({cmd}): {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: the kernel returned a new descriptor that nothing else owns.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
 impl NetnsPair {
@@ -306,28 +254,10 @@ impl NetnsPair {
         prog.push(insn(0xb7, 0x00, 0));
         prog.push(insn(0x95, 0x00, 0));
         let code: Vec<u8> = prog.concat();
-        let license = b"GPL\0";
-        let mut attr = [0u8; 128];
-        attr[0..4].copy_from_slice(&3u32.to_ne_bytes()); // BPF_PROG_TYPE_SCHED_CLS
-        attr[4..8].copy_from_slice(&(prog.len() as u32).to_ne_bytes());
-        attr[8..16].copy_from_slice(&(code.as_ptr() as u64).to_ne_bytes());
-        attr[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
-        let prog_fd = bpf_cmd(5, &mut attr)?; // BPF_PROG_LOAD
         let name = ifname.to_string();
-        let link = self.run_in(side, move || -> Result<std::os::fd::OwnedFd, String> {
-            use std::os::fd::AsRawFd;
-            let c = std::ffi::CString::new(name.clone()).map_err(|e| e.to_string())?;
-            // SAFETY: a valid NUL-terminated name.
-            let ifindex = unsafe { libc::if_nametoindex(c.as_ptr()) };
-            if ifindex == 0 {
-                return Err(format!("no interface {name}"));
-            }
-            let mut attr = [0u8; 128];
-            attr[0..4].copy_from_slice(&(prog_fd.as_raw_fd() as u32).to_ne_bytes());
-            attr[4..8].copy_from_slice(&ifindex.to_ne_bytes());
-            attr[8..12].copy_from_slice(&47u32.to_ne_bytes()); // BPF_TCX_EGRESS
-            bpf_cmd(28, &mut attr) // BPF_LINK_CREATE
-        })?;
+        let link = self
+            .run_in(side, move || linerate::os::attach_tc_egress(&name, &code))
+            .map_err(|e| format!("tc egress program on {ifname}: {e}"))?;
         Ok(EgressTags { _link: link })
     }
 }

@@ -1,5 +1,7 @@
-//! Safe operating-system helpers for tools built on the library (the CLI has no `unsafe`): whether
-//! the process runs as root, signals to a child process, the cores it may run on, pinning.
+//! Safe operating-system helpers for tools built on the library (the CLI and the test harness
+//! have no `unsafe`): whether the process runs as root, signals to a child process, the cores it
+//! may run on, pinning, a terminal's input, interfaces (index, MAC), network namespaces, a
+//! plain packet socket, a tc egress program.
 
 use std::io;
 
@@ -88,8 +90,27 @@ pub fn iface_mac(name: &str) -> Result<[u8; 6], crate::port::PortError> {
     crate::port::xdp::sys::iface_mac(name)
 }
 
-/// Moves the calling thread into network namespace `name` (`/var/run/netns/NAME`, as `ip netns`
-/// names them); the thread's later sockets and interfaces are the namespace's.
+/// The index of interface `name` in the calling thread's network namespace; None when there is
+/// no such interface.
+pub fn ifindex(name: &str) -> Option<u32> {
+    crate::sys::iface::ifindex(name)
+}
+
+/// Moves the calling thread into network namespace `name` (`/run/netns/NAME`, as `ip netns`
+/// names them); the thread's later sockets and interfaces are the namespace's. A missing name
+/// is `NotFound`; a name with a '/' (or `.`, `..`) is `InvalidInput`.
 pub fn enter_netns(name: &str) -> io::Result<()> {
-    crate::port::xdp::sys::enter_netns(name)
+    crate::sys::netns::enter(name)
+}
+
+pub use crate::sys::packet::PacketSocket;
+
+/// Loads `code` (eBPF instructions, 8 bytes each, GPL) as a tc classifier and attaches it at
+/// the tcx egress hook of interface `iface` (calling thread's namespace; kernel 6.6+): every
+/// frame leaving the interface runs it until the returned link descriptor is closed. The
+/// kernel's verifier checks the program.
+pub fn attach_tc_egress(iface: &str, code: &[u8]) -> io::Result<std::os::fd::OwnedFd> {
+    let ifindex = ifindex(iface)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no interface {iface}")))?;
+    crate::port::xdp::sys::attach_tc_egress(ifindex, code)
 }

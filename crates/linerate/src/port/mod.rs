@@ -205,6 +205,12 @@ pub enum PortError {
     Filter(#[from] crate::filter::FilterError),
 }
 
+/// The index of interface `name` in the calling thread's network namespace (the kernel ports'
+/// one lookup, through [`crate::sys::iface::ifindex`]).
+pub(crate) fn ifindex(name: &str) -> Result<u32, PortError> {
+    crate::sys::iface::ifindex(name).ok_or_else(|| PortError::NoInterface(name.to_string()))
+}
+
 /// Options common to all ports.
 #[derive(Clone, Debug)]
 pub struct PortOptions {

@@ -5,9 +5,13 @@
 //! Crate-private; what tools built on the library need is re-exported safely in [`crate::os`].
 //! Today: processes (effective user, signals to a process or thread), signal masks and the
 //! wake-up signal that interrupts a blocking call, CPU affinity, waiting on descriptors (poll,
-//! epoll).
+//! epoll), network namespaces (setns), interface indexes, a plain packet socket for sending a
+//! few frames through the qdisc layer.
 
 pub(crate) mod affinity;
+pub(crate) mod iface;
+pub(crate) mod netns;
+pub(crate) mod packet;
 pub(crate) mod poll;
 pub(crate) mod process;
 pub(crate) mod signals;

@@ -115,7 +115,7 @@ impl AfPacket {
                 ),
             });
         }
-        let ifindex = sys::ifindex(iface)?;
+        let ifindex = crate::port::ifindex(iface)? as i32;
         let fd = sys::packet_socket(iface)?;
         let v = libc::tpacket_versions::TPACKET_V3 as i32;
         sys::packet_opt(&fd, iface, libc::PACKET_VERSION, "PACKET_VERSION", &v)?;

@@ -39,20 +39,6 @@ pub(super) fn err_of(iface: &str, op: &'static str, source: io::Error) -> PortEr
     }
 }
 
-/// The index of interface `name` in the calling thread's network namespace.
-pub(super) fn ifindex(name: &str) -> Result<i32, PortError> {
-    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.bytes().any(|b| b == 0) {
-        return Err(PortError::NoInterface(name.to_string()));
-    }
-    let c = std::ffi::CString::new(name).map_err(|_| PortError::NoInterface(name.to_string()))?;
-    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
-    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if idx == 0 {
-        return Err(PortError::NoInterface(name.to_string()));
-    }
-    Ok(idx as i32)
-}
-
 /// A new packet socket that receives nothing until bound with a protocol.
 pub(super) fn packet_socket(iface: &str) -> Result<Fd, PortError> {
     // SAFETY: plain socket(2) call; the result is checked.

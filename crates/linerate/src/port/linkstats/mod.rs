@@ -5,7 +5,7 @@
 
 pub(crate) mod ethtool;
 pub(crate) mod netlink;
-pub(crate) mod netns;
+pub(crate) use crate::sys::netns;
 pub mod procfs;
 
 use crate::port::sys::{setopt, Fd};

@@ -146,19 +146,7 @@ pub(super) fn os_err(iface: &str, op: &'static str) -> PortError {
     err_of(iface, op, io::Error::last_os_error())
 }
 
-/// The index of interface `name` in the calling thread's network namespace.
-pub(crate) fn ifindex(name: &str) -> Result<u32, PortError> {
-    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.bytes().any(|b| b == 0) {
-        return Err(PortError::NoInterface(name.to_string()));
-    }
-    let c = std::ffi::CString::new(name).map_err(|_| PortError::NoInterface(name.to_string()))?;
-    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
-    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if idx == 0 {
-        return Err(PortError::NoInterface(name.to_string()));
-    }
-    Ok(idx)
-}
+pub(crate) use crate::port::ifindex;
 
 /// The hardware (MAC) address of interface `name` in the calling thread's network namespace.
 pub fn iface_mac(name: &str) -> Result<[u8; 6], PortError> {
@@ -266,20 +254,6 @@ pub(crate) fn rx_queues(name: &str, ifindex: u32) -> io::Result<(u32, &'static s
         }
     });
     Ok((n.max(1), "rtnetlink IFLA_NUM_RX_QUEUES"))
-}
-
-/// Moves the calling thread into the named network namespace (`/var/run/netns/NAME`, as
-/// `ip netns add` creates it). Ports opened afterwards on this thread live in that namespace.
-pub fn enter_netns(name: &str) -> io::Result<()> {
-    let path = format!("/var/run/netns/{name}");
-    let f = std::fs::File::open(&path)?;
-    use std::os::fd::AsRawFd;
-    // SAFETY: setns on a valid namespace descriptor; it changes only the calling thread.
-    let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// A new AF_XDP socket.
@@ -579,6 +553,44 @@ pub(super) struct InfoByFdAttr {
     pub bpf_fd: u32,
     pub info_len: u32,
     pub info: u64,
+}
+
+const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
+const BPF_TCX_EGRESS: u32 = 47;
+
+/// Loads `code` (eBPF instructions, 8 bytes each, GPL) as a tc classifier and attaches it at
+/// the tcx egress hook of interface `ifindex` through a bpf_link (kernel 6.6+): every frame
+/// leaving the interface runs it until the returned link is closed. The kernel's verifier
+/// checks the program; it sees packets, never this process's memory.
+pub(crate) fn attach_tc_egress(ifindex: u32, code: &[u8]) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    if code.is_empty() || !code.len().is_multiple_of(8) || code.len() / 8 > 1_000_000 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a program is a whole number of 8-byte instructions",
+        ));
+    }
+    let license = b"GPL\0";
+    let mut load = ProgLoadAttr {
+        prog_type: BPF_PROG_TYPE_SCHED_CLS,
+        insn_cnt: (code.len() / 8) as u32,
+        insns: code.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        ..Default::default()
+    };
+    let prog = bpf(BPF_PROG_LOAD, &mut load)?;
+    // SAFETY: bpf(BPF_PROG_LOAD) returned a new descriptor that nothing else owns.
+    let prog = unsafe { OwnedFd::from_raw_fd(prog) };
+    let mut link = LinkCreateAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        target_ifindex: ifindex,
+        attach_type: BPF_TCX_EGRESS,
+        ..Default::default()
+    };
+    let link = bpf(BPF_LINK_CREATE, &mut link)?;
+    // SAFETY: bpf(BPF_LINK_CREATE) returned a new descriptor that nothing else owns; the link
+    // holds the program, so `prog` may be closed.
+    Ok(unsafe { OwnedFd::from_raw_fd(link) })
 }
 
 /// The `test` member of `union bpf_attr` (BPF_PROG_TEST_RUN, a.k.a. BPF_PROG_RUN).
@@ -1159,10 +1171,10 @@ fn gro_on(name: &str) -> io::Result<bool> {
 }
 
 /// Whether GRO is on for interface `name` of the namespace whose id is `nsid`, looked for among
-/// the named namespaces (`/var/run/netns`, as `ip netns add` makes them); None if not found.
+/// the named namespaces (`/run/netns`, as `ip netns add` makes them); None if not found.
 fn gro_on_in(nl: &Netlink, name: &str, nsid: i32) -> Option<io::Result<bool>> {
     use std::os::fd::AsRawFd;
-    let dir = std::fs::read_dir("/var/run/netns").ok()?;
+    let dir = std::fs::read_dir(crate::sys::netns::NETNS_DIR).ok()?;
     for e in dir.flatten() {
         let Ok(f) = std::fs::File::open(e.path()) else {
             continue;
@@ -1171,20 +1183,8 @@ fn gro_on_in(nl: &Netlink, name: &str, nsid: i32) -> Option<io::Result<bool>> {
             continue;
         }
         // A thread of its own enters the namespace (setns changes the calling thread only).
-        return Some(
-            std::thread::scope(|s| {
-                s.spawn(|| {
-                    // SAFETY: setns on a valid namespace descriptor; it changes only this
-                    // short-lived thread.
-                    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    gro_on(name)
-                })
-                .join()
-            })
-            .unwrap_or_else(|_| Err(io::Error::other("thread failed"))),
-        );
+        let path = e.path().display().to_string();
+        return Some(crate::sys::netns::run_in_file(&f, &path, || gro_on(name)).and_then(|r| r));
     }
     None
 }
@@ -1240,7 +1240,7 @@ pub fn redirect_target(name: &str) -> RedirectTarget {
             )),
             None => Unknown(format!(
                 "the veth peer of {name}, {pname}, has no XDP program and lives in a network \
-                 namespace not named under /var/run/netns, so its GRO state cannot be read"
+                 namespace not named under /run/netns, so its GRO state cannot be read"
             )),
         })
     };
