@@ -1,6 +1,7 @@
 //! `linerate balance --threads` and `linerate demo` output: PF_RING ZC's per-thread format, JSON
 //! lines, Prometheus text, egress to a pcap file, usage errors. Bounded in time; only processes
 //! started here are killed.
+#![deny(unsafe_code)]
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};

@@ -1,6 +1,7 @@
 //! The cluster across real processes: a `linerate balance` master and `linerate count -i
 //! cluster:ID@Q` consumers. Every test is bounded in time and kills only the processes it
 //! started (by their PID, through their `Child` handles).
+#![deny(unsafe_code)]
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command, Output, Stdio};

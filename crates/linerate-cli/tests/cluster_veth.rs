@@ -3,6 +3,7 @@
 //! processes (`-n 2,1 -m 5tuple`) record their queues: application 0's two queues split the flows
 //! with both directions of each flow on one queue, application 1 gets every frame. Needs root
 //! (skips otherwise, fails instead under LINERATE_REQUIRE_PRIV=1).
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns;
 

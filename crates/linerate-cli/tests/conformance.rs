@@ -24,6 +24,7 @@
 //!
 //! Needs root, tcpdump and the corpus (skips otherwise; under LINERATE_REQUIRE_PRIV=1 each is a
 //! failure naming what is missing).
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns;
 

@@ -4,6 +4,7 @@
 //! with the summary printed after; `--no-console` keeps the lines. Bounded in time: every run
 //! is killed after 30 s. The threaded count's page (one thread per queue of a 4-queue veth)
 //! shows each thread's row and ends at once on `q`.
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns::{self, NetnsPair, Side};
 use std::io::{Read, Write};

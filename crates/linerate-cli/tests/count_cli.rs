@@ -1,5 +1,6 @@
 //! `linerate count` end to end on capture files: statistics, limits, filters, recording,
 //! truncated input and usage errors.
+#![deny(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};

@@ -2,6 +2,7 @@
 //! from one namespace, `count` on the other side reports exactly that number, and its `-w` output
 //! holds exactly the frames sent, byte for byte. Needs root (skips otherwise, fails instead under
 //! LINERATE_REQUIRE_PRIV=1).
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns;
 

@@ -6,6 +6,7 @@
 //!
 //! Without argus the test prints why and passes, unless LINERATE_REQUIRE_PRIV=1 (CI installs
 //! argus-server and argus-client with scripts/setup.sh).
+#![deny(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,7 @@
 //! `linerate flows` end to end on examples/sample.pcap: output formats, fields, the summary,
 //! status records and a full table (records still add up to the totals), threads giving the same
 //! records as one thread, and usage errors.
+#![deny(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

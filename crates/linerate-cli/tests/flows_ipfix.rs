@@ -5,6 +5,7 @@
 //! counters as out packets/bytes) and, with `--ipfix-uniflow`, as two uniflow records per flow.
 //!
 //! Without nfdump the test prints why and passes, unless LINERATE_REQUIRE_PRIV=1.
+#![deny(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

@@ -11,6 +11,7 @@
 //!
 //! Without Java 17 or Maven (or Maven Central) the broker test prints why and passes, unless
 //! LINERATE_REQUIRE_PRIV=1 (as in CI), where it fails.
+#![deny(unsafe_code)]
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;

@@ -3,6 +3,7 @@
 //! report each of them, with the exact packets and bytes, with reason `idle` while it is still
 //! running (time moves on with the wall clock on live ports), then stop on SIGINT with its
 //! summary and no kernel drop; with one and with two worker threads. Needs root (skips otherwise, fails under LINERATE_REQUIRE_PRIV=1).
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns;
 

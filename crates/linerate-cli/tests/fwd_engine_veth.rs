@@ -5,6 +5,7 @@
 //! says why on standard error, and C receives every frame A sent. With GRO on in C, auto picks
 //! the kernel engine and C again receives every frame. Needs root (skips otherwise, fails
 //! instead under LINERATE_REQUIRE_PRIV=1).
+#![deny(unsafe_code)]
 
 use linerate_test_support::{line, netns};
 

@@ -1,5 +1,6 @@
 //! `linerate gen` end to end: packets on a written pcap checked by tshark, the Lua examples on
 //! a mem port, latency through `--rx` and `count --latency`, pcap replay, usage errors.
+#![deny(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -4,6 +4,7 @@
 //! a refused command said and nothing changed, `quit` ending it with a summary; the metrics
 //! scraped while stopped equal that summary. The XDP live-frames engine (root, a veth) follows
 //! rate, stop and start and refuses size with the reason.
+#![deny(unsafe_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

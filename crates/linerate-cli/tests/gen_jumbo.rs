@@ -4,6 +4,7 @@
 //! size past the range is a usage error, and on an interface the frames arrive whole when its
 //! MTU allows them and are refused before sending when it does not. The veth test needs root
 //! (skips otherwise, fails under LINERATE_REQUIRE_PRIV=1).
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns::{self, NetnsPair, Side};
 use std::process::Command;

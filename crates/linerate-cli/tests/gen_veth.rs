@@ -1,6 +1,7 @@
 //! `linerate gen` on AF_PACKET over a veth between two network namespaces, with `linerate
 //! count --latency` on the other side: every probe arrives once, in order, with a one-way
 //! latency. Needs root (skips otherwise, fails instead under LINERATE_REQUIRE_PRIV=1).
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns;
 

@@ -5,6 +5,7 @@
 //! long gap in a replayed capture, a script that never returns), signals that end the tool like
 //! SIGTERM (SIGHUP, SIGQUIT) with whole outputs, a closed output pipe, and the double SIGINT of
 //! timeout(1). Every case is bounded to a few seconds.
+#![deny(unsafe_code)]
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

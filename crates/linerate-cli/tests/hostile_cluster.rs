@@ -9,6 +9,7 @@
 //! time and killed by its PID through its `Child` handle; cluster ids are unique per process.
 //! `LINERATE_TEST_BIN=/path/to/linerate` runs the same cases against another build (to see
 //! them fail on an older one).
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns;
 

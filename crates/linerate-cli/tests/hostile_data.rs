@@ -2,6 +2,7 @@
 //! idle connections and oversize requests, jumbo frames through every file path, IPFIX export
 //! that cannot be delivered. Each case says what the tool must do instead of failing silently.
 //! Bounded in time and packets; only processes started here are stopped, by PID.
+#![deny(unsafe_code)]
 
 use std::io::{Read, Write};
 use std::path::PathBuf;

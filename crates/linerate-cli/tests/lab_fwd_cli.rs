@@ -1,6 +1,7 @@
 //! `linerate fwd` from the command line on ports that need no root: a pcap file in, a `mem:`
 //! wire out. BPF filter and Lua script decide what is forwarded; the statistics add up; flag and
 //! script errors are one-line usage errors.
+#![deny(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::Command;

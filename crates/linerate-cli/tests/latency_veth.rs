@@ -6,6 +6,7 @@
 //! receive hook; tcpdump cannot see the redirected packets, so its median of an afpacket run on
 //! the same path is the reference. Needs root and tcpdump (skips otherwise, fails under
 //! LINERATE_REQUIRE_PRIV=1).
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns;
 

@@ -4,6 +4,7 @@
 //! traffic is over, the values the summary gives at the end. The receive tools run in a network
 //! namespace fed by a veth (needs root: skips otherwise, fails instead under
 //! LINERATE_REQUIRE_PRIV=1); gen's test writes a capture file and needs nothing.
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns;
 

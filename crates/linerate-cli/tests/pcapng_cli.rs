@@ -5,6 +5,7 @@
 //! keeps interfaces and names; a stop by signal still ends the file with its statistics.
 //! The files are also parsed here block by block (lengths, trailers, options), so what is
 //! checked does not depend on what a Wireshark version shows.
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns;
 

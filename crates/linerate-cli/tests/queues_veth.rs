@@ -2,6 +2,7 @@
 //! queues and traffic spread over all of them (sent through the qdisc layer, so the kernel's flow
 //! hash picks the queue), `count -i xdp:IF` counts every frame of every queue. Needs root (skips
 //! otherwise, fails instead under LINERATE_REQUIRE_PRIV=1).
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns;
 

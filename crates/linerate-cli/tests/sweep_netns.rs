@@ -4,6 +4,7 @@
 //! (A — B — C) whose slow egress loses messages, named by `--watch`; against `sweep --serve`
 //! on loopback, and Ctrl-C there; bad flags exit 2. The namespace tests need root (skip
 //! otherwise, fail under LINERATE_REQUIRE_PRIV=1); the loopback and flag tests run anywhere.
+#![deny(unsafe_code)]
 
 use linerate_test_support::{line, netns};
 

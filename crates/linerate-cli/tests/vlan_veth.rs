@@ -5,6 +5,7 @@
 //! cluster with `-n 2,1` spreads by VLAN id and its consumers hold the wire frames, and `flows`
 //! reports each flow's VLAN id. Needs root (skips otherwise, fails under
 //! LINERATE_REQUIRE_PRIV=1).
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns;
 

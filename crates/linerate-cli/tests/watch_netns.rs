@@ -5,6 +5,7 @@
 //! interface is a usage error (exit 2); one SIGINT stops the watch with its summary. Needs root
 //! for the namespaces (skips otherwise, fails under LINERATE_REQUIRE_PRIV=1); the error and
 //! signal tests on this namespace's loopback run anywhere.
+#![deny(unsafe_code)]
 
 use linerate_test_support::{line, netns};
 

@@ -1,6 +1,7 @@
 //! `afpacket:` over a veth pair between two network namespaces: every frame sent by our transmit
 //! ring arrives once and byte-identical on the receive ring, kernel filters apply, and missing
 //! interfaces are reported. Needs root; skips otherwise (see `netns::require_priv`).
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns;
 

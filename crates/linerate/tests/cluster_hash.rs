@@ -1,6 +1,7 @@
 //! Hash modes: symmetric modes put both directions of 10 000 flows on the same queue and spread
 //! flows over queues; tunnel modes hash the inner packet; every mode runs over every capture of
 //! the corpus without panicking.
+#![deny(unsafe_code)]
 
 use linerate::apps::balance::{hash, Distributor, Mode};
 use linerate::mem::{Batch, Desc, Pool, PoolConfig, BATCH};

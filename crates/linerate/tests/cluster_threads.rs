@@ -1,5 +1,6 @@
 //! The cluster with consumer threads: distribution modes, `-n 2,1`, fan-out zero copy, the
 //! accounting invariant under overload, consumers leaving and coming back, master exit.
+#![deny(unsafe_code)]
 
 use linerate::apps::balance::{
     self, source::SourcePort, BalanceOptions, Distributor, Mode, Threads,

@@ -2,6 +2,7 @@
 //! capture loop counts the sample capture, the cluster delivers every packet, the flow counter
 //! accounts for every packet, and l2fwd forwards a file and, across three namespaces, a veth
 //! line (that part needs root). `cargo test` builds the examples before running this.
+#![deny(unsafe_code)]
 
 use linerate::mem::Batch;
 use linerate::open_rx;

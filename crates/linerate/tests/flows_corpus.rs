@@ -5,6 +5,7 @@
 //!
 //! The corpus is `$LINERATE_CORPUS` or `tests/corpus/tcpdump-tests` in the repository; without it
 //! the test is skipped, a failure under `LINERATE_REQUIRE_PRIV=1`.
+#![deny(unsafe_code)]
 
 use linerate::apps::flow::key::NotFlow;
 use linerate::apps::flow::record::FlowRecord;

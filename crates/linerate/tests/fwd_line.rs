@@ -3,6 +3,7 @@
 //! what the filter drops, with the rewritten MACs, and nothing is left behind. The kernel engine
 //! (XDP program, DEVMAP redirect) delivers exactly N frames each way with l2fwd's MACs and
 //! matching counters. Needs root.
+#![deny(unsafe_code)]
 
 use linerate_test_support::{line, netns};
 

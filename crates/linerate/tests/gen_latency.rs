@@ -1,6 +1,7 @@
 //! Latency, loss, duplicates and reordering on a mem wire: the generator sends probes through
 //! a middle stage that drops, duplicates and reorders packets on a second wire; the tracker
 //! must count exactly what was done.
+#![deny(unsafe_code)]
 
 use linerate::apps::gen::latency::{hist_csv, hist_svg, Tracker};
 use linerate::apps::gen::vary::SizeSpec;

@@ -5,6 +5,7 @@
 //! cover their ranges, a run cut short by its duration accounts for every frame (delivered or
 //! counted as dropped), and no XDP program is left behind. Needs root; skips otherwise (see
 //! `netns::require_priv`).
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns;
 

@@ -1,5 +1,6 @@
 //! Generated packets parse, carry valid checksums (checked here and by tshark on a written
 //! pcap), vary their fields as asked and carry consecutive probe signatures.
+#![deny(unsafe_code)]
 
 use linerate::apps::gen::template::{read_sig, TemplateSpec, L4};
 use linerate::apps::gen::vary::{parse_addr, parse_seq, port_value, SizeSpec};

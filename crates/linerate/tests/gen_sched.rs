@@ -1,6 +1,7 @@
 //! The scheduler and the worker on an injected clock: CBR departures exact, Poisson gaps with
 //! the right mean and variance and an exponential distribution (Kolmogorov-Smirnov), bursts,
 //! and what the worker does after a stall of its clock.
+#![deny(unsafe_code)]
 
 use linerate::apps::gen::sched::{CatchUp, OnStall, Pattern, Schedule};
 use linerate::apps::gen::template::read_sig;

@@ -1,5 +1,6 @@
 //! Lua userscripts: one call per batch, setters and raw access keep checksums valid, config
 //! defaults are read, and errors name the file and line.
+#![deny(unsafe_code)]
 
 use linerate::apps::gen::script::LuaHook;
 use linerate::apps::gen::vary::SizeSpec;

@@ -4,6 +4,7 @@
 //! The corpus is `$LINERATE_CORPUS` or `tests/corpus/tcpdump-tests` in the repository. Without it
 //! the test is skipped (counted as such by scripts/test.sh), a failure under
 //! `LINERATE_REQUIRE_PRIV=1`.
+#![deny(unsafe_code)]
 
 use linerate::mem::Batch;
 use linerate::port::pcap::PcapPort;

@@ -1,5 +1,6 @@
 //! `pcap:FILE` through the generic port API: write with one port, read with another, and check
 //! that tcpdump (when installed) reads what we write.
+#![deny(unsafe_code)]
 
 use linerate::mem::{Batch, Desc};
 use linerate::port::pcap::{PcapPort, PcapWriter, Precision};

@@ -2,6 +2,7 @@
 //! but costs 1 µs of a fake clock per packet (a port that takes at most 1 Mpps). A trial at
 //! 100 % of 10 GbE (14.88 Mpps at 64 B) loses no frame, yet it did not offer that load: it must
 //! not pass, and the report states the generator's ceiling on the port.
+#![deny(unsafe_code)]
 
 use linerate::apps::gen::rfc2544::{self, Rfc2544Options, Trial};
 use linerate::mem::{Batch, Desc, Pool, PoolConfig};

@@ -1,5 +1,6 @@
 //! Moves 100 million descriptors between two threads through one SPSC ring, in bursts of varying
 //! size, and checks that none is lost, duplicated or reordered.
+#![deny(unsafe_code)]
 
 use linerate::mem::Desc;
 use linerate::ring::ring;

@@ -4,6 +4,7 @@
 //!
 //! The pcap/pcapng reader here is a minimal, bounds-checked record walker of its own (stops at the
 //! first malformed record) so this test does not depend on the pcap port.
+#![deny(unsafe_code)]
 
 use linerate::port::LinkType;
 use linerate::wire::{self, FlowKey, Parsed};

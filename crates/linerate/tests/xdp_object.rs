@@ -3,6 +3,7 @@
 //! (build.sh compiles from bpf/ with a relative path, without debug info), so the check is a
 //! byte comparison with a fresh build. Without clang the test says SKIP; with
 //! `LINERATE_REQUIRE_CLANG=1` that is a failure.
+#![deny(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,6 +1,7 @@
 //! `xdp:` over a veth pair between two network namespaces: exact numbers of frames received and
 //! sent, byte-identical; a stale program of a crashed run is replaced; no XDP program and no
 //! namespace is left behind. Needs root; skips otherwise (see `netns::require_priv`).
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns;
 
@@ -15,8 +16,9 @@ use std::time::{Duration, Instant};
 
 const MAGIC: &[u8; 8] = b"LRXDPTS1";
 
-/// Tests of this file run one at a time: a forked "crashing" child inherits every descriptor of
-/// the process (sockets, bpf_links of a concurrent test), which would keep them alive.
+/// Tests of this file run one at a time: they look at which programs are attached, and a child
+/// process holds every descriptor of this one (sockets, bpf_links of a concurrent test) from its
+/// fork until its exec, which would keep them alive.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -212,14 +214,13 @@ fn stale_program_is_replaced_and_nothing_is_left_behind() {
     {
         let p = NetnsPair::new().unwrap();
         names = (p.a.clone(), p.b.clone());
-        // A run that attached the pre-bpf_link way dies without cleaning up: a forked child
+        // A run that attached the pre-bpf_link way dies without cleaning up: a child process
         // opens the port and exits at once (the kernel closes its socket, the program stays).
-        let cfg = XdpConfig {
-            api: AttachApi::Netlink,
-            attach: AttachMode::Generic,
-            ..copy_cfg()
-        };
-        assert_eq!(crash_child(&p.b, cfg), 0, "child could not attach");
+        assert_eq!(
+            crash_child(&p.b, AttachApi::Netlink),
+            0,
+            "child could not attach"
+        );
         assert!(xdp_attached(&p, Side::B, "vB"), "stale program in place");
         p.run_in(Side::B, || {
             let port = XdpPort::open("vB", &PortOptions::default(), &copy_cfg()).unwrap();
@@ -252,30 +253,69 @@ fn one_socket_per_queue_and_the_program_goes_with_the_last_port() {
     assert!(!xdp_attached(&p, Side::B, "vB"));
 }
 
-/// Forks a child that enters namespace `ns`, opens `xdp:vB` with `cfg` and exits without any
-/// cleanup (as a crash would); returns its exit status.
-fn crash_child(ns: &str, cfg: XdpConfig) -> i32 {
-    let cpath = std::ffi::CString::new(format!("/var/run/netns/{ns}")).unwrap();
-    // SAFETY: the child only makes system calls and allocates (glibc's fork keeps malloc
-    // usable), then leaves with _exit; the parent waits for it.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
-        // SAFETY: open/setns on a valid path; _exit never returns.
-        unsafe {
-            let fd = libc::open(cpath.as_ptr(), libc::O_RDONLY);
-            let ok = fd >= 0 && libc::setns(fd, libc::CLONE_NEWNET) == 0;
-            let r = ok
-                && XdpPort::open("vB", &PortOptions::default(), &cfg)
-                    .map(std::mem::forget)
-                    .is_ok();
-            libc::_exit(if r { 0 } else { 3 });
+/// The environment variable that makes [`crash_child_process`] act: `NS` and the attach API
+/// (`link` or `netlink`), separated by a space.
+const CRASH_ENV: &str = "LINERATE_XDP_CRASH_CHILD";
+
+/// Runs this test binary again as a child process ([`crash_child_process`]) that enters
+/// namespace `ns`, opens `xdp:vB` in copy mode attaching through `api` (rtnetlink: in generic
+/// mode) and exits without any cleanup, as a crash would; returns its exit code.
+fn crash_child(ns: &str, api: AttachApi) -> i32 {
+    let api = match api {
+        AttachApi::Netlink => "netlink",
+        _ => "link",
+    };
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", "crash_child_process", "--ignored", "--nocapture"])
+        .env(CRASH_ENV, format!("{ns} {api}"))
+        .output()
+        .expect("run the crash child");
+    let code = out.status.code().unwrap_or(-1);
+    if code != 0 {
+        eprintln!(
+            "crash child: {}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    code
+}
+
+/// The child process of [`crash_child`], not a test of its own: with `LINERATE_XDP_CRASH_CHILD`
+/// set it enters the namespace, opens the port and leaves the process at once (exit code 0; 3
+/// when it could not attach), the port never dropped; without the variable it does nothing.
+#[test]
+#[ignore = "the child process that crash_child starts"]
+fn crash_child_process() {
+    let Ok(spec) = std::env::var(CRASH_ENV) else {
+        return;
+    };
+    let (ns, api) = spec.split_once(' ').expect("NS API");
+    let cfg = match api {
+        "netlink" => XdpConfig {
+            api: AttachApi::Netlink,
+            attach: AttachMode::Generic,
+            ..copy_cfg()
+        },
+        _ => copy_cfg(),
+    };
+    let opened = linerate::os::enter_netns(ns)
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
+            XdpPort::open("vB", &PortOptions::default(), &cfg).map_err(|e| e.to_string())
+        });
+    match opened {
+        Ok(port) => {
+            // The socket and the program are left to the kernel, as when a run is killed.
+            std::mem::forget(port);
+            std::process::exit(0)
+        }
+        Err(e) => {
+            eprintln!("crash child: {e}");
+            std::process::exit(3)
         }
     }
-    let mut status = 0;
-    // SAFETY: waiting for our own child.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    status
 }
 
 #[test]
@@ -285,7 +325,11 @@ fn a_killed_run_attached_through_bpf_link_leaves_no_program() {
     }
     let _serial = serial();
     let p = NetnsPair::new().unwrap();
-    assert_eq!(crash_child(&p.b, copy_cfg()), 0, "child could not attach");
+    assert_eq!(
+        crash_child(&p.b, AttachApi::Link),
+        0,
+        "child could not attach"
+    );
     assert!(
         !xdp_attached(&p, Side::B, "vB"),
         "the kernel removed the link's program"
