@@ -2,6 +2,7 @@
 //! report adds up (sent = received + losses on the way), a paced run loses nothing, every
 //! namespace is gone afterwards, also after SIGINT; without root it says so; `cluster` delivers
 //! round-robin to its consumer threads. Needs root (skips otherwise, fails under LINERATE_REQUIRE_PRIV=1).
+#![deny(unsafe_code)]
 
 use linerate_test_support::netns;
 
@@ -93,10 +94,12 @@ fn bounce_lab_at_full_speed_keeps_its_books() {
     assert!(lab_namespaces(pid).is_empty());
 }
 
-#[test]
-fn sigint_stops_the_lab_and_removes_its_namespaces() {
+/// Starts `linerate lab l2fwd` for a minute, sends it `sig` once both namespaces exist and
+/// checks that it stops promptly, succeeds, prints its final report and removes its namespaces;
+/// returns what it printed. None when privileged tests cannot run (skipped).
+fn signal_stops_the_lab(sig: i32) -> Option<String> {
     if !netns::require_priv() {
-        return;
+        return None;
     }
     let child = Command::new(bin())
         .args(["lab", "l2fwd", "-t", "60", "-r", "10000"])
@@ -111,54 +114,33 @@ fn sigint_stops_the_lab_and_removes_its_namespaces() {
     }
     assert_eq!(lab_namespaces(pid).len(), 2, "lab started");
     std::thread::sleep(Duration::from_millis(700));
-    // signalling our own child.
-    let _ = linerate::os::signal(pid, libc::SIGINT);
+    linerate::os::signal(pid, sig).unwrap();
     let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "{text} {}",
+        "signal {sig}: {text} {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("interrupted"), "{text}");
-    assert!(text.contains("Port statistics ===="), "{text}");
+    assert!(
+        text.contains("Port statistics ===="),
+        "signal {sig}: {text}"
+    );
     assert!(t0.elapsed() < Duration::from_secs(30), "stopped promptly");
     assert!(lab_namespaces(pid).is_empty(), "{:?}", lab_namespaces(pid));
+    Some(text)
+}
+
+#[test]
+fn sigint_stops_the_lab_and_removes_its_namespaces() {
+    if let Some(text) = signal_stops_the_lab(libc::SIGINT) {
+        assert!(text.contains("interrupted"), "{text}");
+    }
 }
 
 #[test]
 fn a_closed_terminal_sighup_stops_the_lab_and_removes_its_namespaces() {
-    if !netns::require_priv() {
-        return;
-    }
-    let child = Command::new(bin())
-        .args(["lab", "l2fwd", "-t", "60", "-r", "10000"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let t0 = Instant::now();
-    while lab_namespaces(pid).len() < 2 && t0.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(lab_namespaces(pid).len(), 2, "lab started");
-    std::thread::sleep(Duration::from_millis(700));
-    let k = Command::new("kill")
-        .args(["-HUP", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(k.success());
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(text.contains("Port statistics ===="), "{text}");
-    assert!(t0.elapsed() < Duration::from_secs(30), "stopped promptly");
-    assert!(lab_namespaces(pid).is_empty(), "{:?}", lab_namespaces(pid));
+    signal_stops_the_lab(libc::SIGHUP);
 }
 
 #[test]
