@@ -6,7 +6,7 @@
 //! Today: processes (effective user, signals to a process or thread), signal masks and the
 //! wake-up signal that interrupts a blocking call, CPU affinity, waiting on descriptors (poll,
 //! epoll), network namespaces (setns), interface indexes, a plain packet socket for sending a
-//! few frames through the qdisc layer.
+//! few frames through the qdisc layer, socket options and a datagram socket's error queue.
 
 pub(crate) mod affinity;
 pub(crate) mod iface;
@@ -15,3 +15,4 @@ pub(crate) mod packet;
 pub(crate) mod poll;
 pub(crate) mod process;
 pub(crate) mod signals;
+pub(crate) mod sock;
