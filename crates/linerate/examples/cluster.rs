@@ -54,7 +54,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             n => {
                 read += n as u64;
                 dist.masks(&mut batch, None, &mut masks); // one bit per destination queue
-                master.distribute(&batch, &masks[..batch.len()]);
+                let len = batch.len();
+                master.distribute(&mut batch, &masks[..len]);
             }
         }
         batch.clear();

@@ -165,6 +165,79 @@ fn overload_counts_ring_full_and_keeps_the_invariant() {
     assert_eq!(st.app_offered(1), 300_000);
 }
 
+/// The built-in source writes into frames the master lends it: packets are published where
+/// they were written (no copy), both applications of a fan-out read the same bytes the source
+/// wrote, nothing is copied, and every lent frame comes back.
+#[test]
+fn the_built_in_source_is_received_in_place_with_no_copy() {
+    let cfg = ClusterConfig {
+        apps: vec![1, 1],
+        slots: 4096,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let all_free = master.free_frames();
+    let mut c0 = master.consumer(0).unwrap();
+    let mut c1 = master.consumer(1).unwrap();
+    let mut dist = Distributor::new(Mode::FiveTuple, &[1, 1], LinkType::ETHERNET);
+    let stop = AtomicBool::new(false);
+    let flows = 7;
+    let n = 3_000u64;
+    balance::run(
+        &mut SourcePort::new(flows, Some(n)).unwrap(),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &stop,
+        |_| {},
+    );
+    let st = master.stats();
+    assert_eq!(st.rx_packets, n);
+    assert_eq!(st.copied_packets, 0, "in place: nothing copied ({st:?})");
+    st.check_invariant().unwrap();
+    assert_eq!(
+        master.free_frames() + n as usize,
+        all_free,
+        "lent frames came back"
+    );
+    for c in [&mut c0, &mut c1] {
+        let mut b = Batch::new();
+        let mut i = 0u64;
+        while c.rx(&mut b).unwrap() > 0 {
+            for p in b.iter() {
+                let want = balance::source::frame((i % flows as u64) as u32, flows);
+                assert_eq!(p.data, &want[..], "packet {i}");
+                assert_ne!(
+                    p.desc.flags & Desc::F_SHARED,
+                    0,
+                    "one frame, two applications"
+                );
+                i += 1;
+            }
+            b.clear();
+        }
+        assert_eq!(i, n);
+    }
+    // Both released everything: every frame is free again.
+    c0.rx(&mut Batch::new()).unwrap();
+    c1.rx(&mut Batch::new()).unwrap();
+    master.distribute(&mut Batch::new(), &[]);
+    assert_eq!(master.free_frames(), all_free);
+
+    // A port whose memory is its own (here a Vec) is copied, and counted as copied.
+    let mut master = Master::anon(&cfg).unwrap();
+    let mut dist = Distributor::new(Mode::FiveTuple, &[1, 1], LinkType::ETHERNET);
+    balance::run(
+        &mut VecPort::new(numbered(100)),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &stop,
+        |_| {},
+    );
+    assert_eq!(master.stats().copied_packets, 100);
+}
+
 #[test]
 fn fanout_frames_are_shared_read_only_and_identical() {
     let cfg = ClusterConfig {
@@ -198,7 +271,7 @@ fn fanout_frames_are_shared_read_only_and_identical() {
     c0.rx(&mut b0).unwrap();
     b0.clear();
     c0.rx(&mut b0).unwrap();
-    master.distribute(&Batch::new(), &[]);
+    master.distribute(&mut Batch::new(), &[]);
     assert_eq!(
         master.free_frames() + 100,
         total,
@@ -208,7 +281,7 @@ fn fanout_frames_are_shared_read_only_and_identical() {
     c1.rx(&mut b1).unwrap();
     b1.clear();
     c1.rx(&mut b1).unwrap();
-    master.distribute(&Batch::new(), &[]);
+    master.distribute(&mut Batch::new(), &[]);
     assert_eq!(master.free_frames(), total);
 }
 

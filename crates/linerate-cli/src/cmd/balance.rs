@@ -689,6 +689,7 @@ fn finish(
         };
         let _ = out.write_all(text.as_bytes());
         let _ = writeln!(out, "{}", crate::shared::accounting_line(s));
+        let _ = writeln!(out, "{}", copies_line(s));
         if let Some((asked, got)) = source_rate {
             let _ = writeln!(out, "{}", source_rate_line(asked, got));
         }
@@ -711,6 +712,21 @@ fn finish(
             "input stopped after {} packets",
             group(s.rx_packets)
         ))),
+    }
+}
+
+/// How packets reached the segment: copied by the master, or received in place.
+fn copies_line(s: &ClusterStats) -> String {
+    if s.rx_packets == 0 {
+        "Copies: none (no packets)".to_string()
+    } else if s.copied_packets == 0 {
+        "Copies: none, the input wrote into the segment's frames (zero copy)".to_string()
+    } else {
+        format!(
+            "Copies: {} packets copied into the segment (the input's memory is its own: a kernel \
+             ring, a file's buffer)",
+            group(s.copied_packets)
+        )
     }
 }
 
@@ -856,6 +872,7 @@ pub fn json_tick(kind: &str, t: &BalanceTick, threads: &[(u64, u64)]) -> String 
         "filtered": n.filtered,
         "distributed": n.routed,
         "destinations": n.copies,
+        "copied": n.copied_packets,
         "delivered": n.delivered(),
         "rx_pps": n.rx_packets.saturating_sub(p.rx_packets) as f64 / act_s,
         "tx": n.tx_packets,

@@ -85,6 +85,9 @@ pub(super) struct Header {
     pub(super) big_frames: u32,
     pub(super) big_frame_size: u32,
     pub(super) big_off: u64,
+    /// Packets the master copied into a frame; the others were received in place (a source
+    /// writing into the segment's frames). Last: a segment without it reads 0 here.
+    pub(super) copied: AtomicU64,
 }
 
 /// Per-queue control block, at the start of each queue's area.

@@ -66,6 +66,8 @@ pub struct Master {
     pub(super) too_big: u64,
     pub(super) routed: u64,
     pub(super) copies: u64,
+    /// Packets copied into a segment frame (the rest were received in place).
+    pub(super) copied: u64,
     pub(super) space: [u32; MAX_QUEUES],
     /// The master's side of each transmit lane (it reads what consumers send).
     pub(super) tx_rings: Vec<Borrower<Desc, RegionQueue<Desc>>>,
@@ -288,6 +290,7 @@ impl Master {
                 big_frames: l.big_frames as u32,
                 big_frame_size: l.big_size as u32,
                 big_off: l.big_off as u64,
+                copied: AtomicU64::new(0),
             });
             // Queue control blocks and cursors are all-zero atomics: the fresh mapping already
             // holds them.
@@ -336,6 +339,7 @@ impl Master {
             too_big: 0,
             routed: 0,
             copies: 0,
+            copied: 0,
             space: [0; MAX_QUEUES],
             tx_rings,
             tx_bad: vec![false; l.tx_lanes],
@@ -386,16 +390,46 @@ impl Master {
         }
     }
 
+    /// Lends `batch` free frames of the segment (up to a batch of them), so that an input port
+    /// that writes into the frames it is given ([`crate::port::Port::fills_lent_frames`], the
+    /// built-in source) receives straight into the segment: [`Master::distribute`] then
+    /// publishes those frames as they are, with no copy. Call before each receive; end the
+    /// loan with [`Master::unlend_frames`].
+    pub fn lend_frames(&mut self, batch: &mut Batch) {
+        let room = (self.seg.frame_size - self.seg.headroom) as u32;
+        batch.lend(&self.seg.pool, room);
+        while batch.lent_frames() < BATCH {
+            let Some(f) = self.free.small.pop() else {
+                break;
+            };
+            batch.lend_frame(self.seg.frame_addr(f));
+        }
+    }
+
+    /// Takes back the free frames lent to `batch` (and any packets still in it).
+    pub fn unlend_frames(&mut self, batch: &mut Batch) {
+        let seg = &self.seg;
+        let free = &mut self.free;
+        batch.unlend(|a| {
+            if let Some(f) = seg.frame_of(a) {
+                free.push(f);
+            }
+        });
+    }
+
     /// Distributes a batch: packet `i` goes to the queues set in `masks[i]` (bit q = queue q;
-    /// 0 = filtered). Each packet is copied once into a frame of the segment; queues without
-    /// room or without a consumer count drops. Never blocks.
+    /// 0 = filtered). Each packet is copied once into a frame of the segment, unless the batch
+    /// was received into frames the master lent it ([`Master::lend_frames`]): those frames are
+    /// published as they are, and the batch is left empty (the master owns them again). Queues
+    /// without room or without a consumer count drops. Never blocks.
     ///
     /// Work is per batch wherever it can be: each queue's free space is computed once, drops
     /// are counted per queue from how many packets asked for it and how many it took, counters
     /// and cursors are published once per queue, and the per-packet loop only copies the
     /// packet and writes one descriptor per destination.
-    pub fn distribute(&mut self, batch: &Batch, masks: &[u64]) {
+    pub fn distribute(&mut self, batch: &mut Batch, masks: &[u64]) {
         self.reclaim();
+        let lent = batch.is_lent();
         let nq = self.q.len();
         let all = if nq == 64 { u64::MAX } else { (1u64 << nq) - 1 };
         let total = batch.len();
@@ -443,6 +477,9 @@ impl Master {
         let seg = &*self.seg;
         let (cap, big_cap) = (self.cap, self.big_cap);
         let region = seg.pool.region();
+        // A lent batch's packets are in the master's own frames: each is published as it is or
+        // given back to the free list (bit i set: taken over).
+        let mut kept = 0u64;
         for i in 0..n {
             let long = descs[i].len as usize > cap;
             if long && descs[i].len as usize > big_cap {
@@ -464,7 +501,15 @@ impl Master {
             if ok == 0 {
                 continue;
             }
-            let frame = if long {
+            let own = if lent && !long {
+                seg.frame_of(descs[i].addr)
+            } else {
+                None
+            };
+            let frame = if let Some(f) = own {
+                kept |= 1 << i;
+                Some(f)
+            } else if long {
                 self.free.big.pop()
             } else {
                 self.free.small.pop()
@@ -481,18 +526,24 @@ impl Master {
                 continue;
             };
             let src = &descs[i];
-            let data = batch.data(i);
-            let addr = if long {
-                seg.big_frame_addr(frame)
+            let (addr, len) = if own.is_some() {
+                (src.addr, src.len as usize) // received in place: no copy
             } else {
-                seg.frame_addr(frame)
+                let data = batch.data(i);
+                let addr = if long {
+                    seg.big_frame_addr(frame)
+                } else {
+                    seg.frame_addr(frame)
+                };
+                let len = data.len();
+                // SAFETY: the frame was on the master's free list: no queue holds it and no
+                // consumer can read it until its descriptor is published below.
+                if let Some(dst) = unsafe { region.bytes_mut(addr, len as u32) } {
+                    copy_packet(dst, &data[..len]);
+                }
+                self.copied += 1;
+                (addr, len)
             };
-            let len = data.len();
-            // SAFETY: the frame was on the master's free list: no queue holds it and no
-            // consumer can read it until its descriptor is published below.
-            if let Some(dst) = unsafe { region.bytes_mut(addr, len as u32) } {
-                copy_packet(dst, &data[..len]);
-            }
             let single = ok & (ok - 1) == 0;
             // A frame for one queue needs no reference count: its slot's shadow entry says so
             // and the release frees it directly.
@@ -518,6 +569,18 @@ impl Master {
                 *s -= 1;
                 if *s == 0 {
                     avail &= !(1 << qi);
+                }
+            }
+        }
+
+        if lent {
+            // Frames no queue took (filtered, dropped, a long packet copied into a big frame)
+            // go back to the free list; the batch no longer names any of them.
+            for (i, d) in descs.iter().enumerate() {
+                if kept >> i & 1 == 0 {
+                    if let Some(f) = seg.frame_of(d.addr) {
+                        self.free.push(f);
+                    }
                 }
             }
         }
@@ -560,6 +623,9 @@ impl Master {
                 }
             }
         }
+        if lent {
+            batch.forget();
+        }
         // Counters go to the segment every 8 batches (and at every maintain, stats, close).
         self.batches = self.batches.wrapping_add(1);
         if self.batches.is_multiple_of(8) {
@@ -582,6 +648,10 @@ impl Master {
         h.tx_dropped.store(self.tx_dropped, Ordering::Relaxed);
         h.tx_malformed.store(self.tx_malformed, Ordering::Relaxed);
         h.too_big.store(self.too_big, Ordering::Relaxed);
+        self.seg
+            .header()
+            .copied
+            .store(self.copied, Ordering::Relaxed);
         for (qi, q) in self.q.iter().enumerate() {
             let k = self.seg.ctl(qi);
             k.enqueued.store(q.enqueued, Ordering::Relaxed);
@@ -707,6 +777,7 @@ impl Master {
             too_big: self.too_big,
             routed: self.routed,
             copies: self.copies,
+            copied_packets: self.copied,
             tx_packets: self.tx_packets,
             tx_bytes: self.tx_bytes,
             tx_dropped: self.tx_dropped,

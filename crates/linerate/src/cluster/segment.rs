@@ -133,6 +133,14 @@ impl Segment {
             + self.headroom) as u64
     }
 
+    /// The regular frame (index) whose packet address is `addr`, if `addr` is one.
+    #[inline(always)]
+    pub(super) fn frame_of(&self, addr: u64) -> Option<u32> {
+        let off = (addr as usize).checked_sub(self.frames_off + self.headroom)?;
+        let f = off >> self.frame_size.trailing_zeros();
+        (f < self.frames && off & (self.frame_size - 1) == 0).then_some(f as u32)
+    }
+
     #[inline(always)]
     pub(super) fn frame_addr(&self, frame: u32) -> u64 {
         (self.frames_off + frame as usize * self.frame_size + self.headroom) as u64

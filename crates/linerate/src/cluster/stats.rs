@@ -71,6 +71,10 @@ pub struct ClusterStats {
     pub routed: u64,
     /// Destinations asked for, over all packets.
     pub copies: u64,
+    /// Packets the master copied into a segment frame. The others given a frame were
+    /// received straight into it (an input that writes into the segment, the built-in
+    /// source): zero copy. Ports whose memory the kernel owns (AF_PACKET rings) are copied.
+    pub copied_packets: u64,
     /// Packets consumers transmitted that went out of the egress port.
     pub tx_packets: u64,
     /// Their bytes.
@@ -181,6 +185,7 @@ impl Segment {
             too_big: r(&c.too_big),
             routed: r(&c.routed),
             copies: r(&c.copies),
+            copied_packets: self.header().copied.load(Ordering::Relaxed),
             tx_packets: r(&c.tx_packets),
             tx_bytes: r(&c.tx_bytes),
             tx_dropped: r(&c.tx_dropped),

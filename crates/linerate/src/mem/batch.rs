@@ -86,6 +86,9 @@ pub struct Batch {
     limit: usize,
     pool: Option<Arc<Pool>>,
     cache: Vec<u64>,
+    /// Bytes of room in each frame another owner lent this batch (see [`Batch::lend`]); 0: the
+    /// batch allocates from its pool's free list.
+    lent: u32,
 }
 
 impl Default for Batch {
@@ -103,6 +106,7 @@ impl Batch {
             limit: BATCH,
             pool: None,
             cache: Vec::with_capacity(4 * CHUNK),
+            lent: 0,
         }
     }
 
@@ -121,9 +125,74 @@ impl Batch {
                 return;
             }
         }
+        if self.lent > 0 {
+            // A port that does not take lent frames rebinds: the lender's frames must not be
+            // handed out as the new pool's. They stay lost to their owner (who lends only to
+            // ports that say they take lent frames, `Port::fills_lent_frames`).
+            debug_assert!(false, "a lent batch rebound to another pool");
+            self.len = 0;
+            self.cache.clear();
+            self.lent = 0;
+        }
         self.clear();
         self.flush_cache();
         self.pool = Some(pool.clone());
+    }
+
+    /// Binds the batch to frames of `pool` that their owner lends it, `room` bytes each (from
+    /// the packet address): [`Batch::alloc`] then hands out only the frames given with
+    /// [`Batch::lend_frame`], a frame dropped unpushed or cleared goes back to that list, and the
+    /// owner takes the batch's packets over (then [`Batch::forget`]s them) and the unused frames
+    /// back with [`Batch::unlend`]. This is how a port that writes packets into whatever frames
+    /// a batch gives it (the built-in source) receives straight into a cluster's segment: no
+    /// copy.
+    pub(crate) fn lend(&mut self, pool: &Arc<Pool>, room: u32) {
+        if self.lent > 0 {
+            debug_assert!(self.pool.as_ref().is_some_and(|p| Arc::ptr_eq(p, pool)));
+            self.lent = room;
+            return;
+        }
+        self.bind(pool);
+        self.clear();
+        self.flush_cache();
+        self.lent = room.max(1);
+    }
+
+    /// Gives a lent batch one more free frame (its packet address).
+    #[inline(always)]
+    pub(crate) fn lend_frame(&mut self, addr: u64) {
+        debug_assert!(self.lent > 0);
+        self.cache.push(addr);
+    }
+
+    /// The free lent frames the batch holds.
+    #[inline(always)]
+    pub(crate) fn lent_frames(&self) -> usize {
+        if self.lent > 0 {
+            self.cache.len()
+        } else {
+            0
+        }
+    }
+
+    /// Whether the batch's frames are lent by their owner (see [`Batch::lend`]).
+    #[inline(always)]
+    pub fn is_lent(&self) -> bool {
+        self.lent > 0
+    }
+
+    /// Ends a loan: the free lent frames go back to their owner (each passed to `back`); the
+    /// batch is unbound. Packets still in it go back first (the owner did not take them).
+    pub(crate) fn unlend(&mut self, mut back: impl FnMut(u64)) {
+        if self.lent == 0 {
+            return;
+        }
+        self.clear();
+        for a in self.cache.drain(..) {
+            back(a);
+        }
+        self.lent = 0;
+        self.pool = None;
     }
 
     /// The pool the descriptors point into.
@@ -254,7 +323,7 @@ impl Batch {
     #[inline(always)]
     pub(crate) unsafe fn frame_mut_len(&mut self, addr: u64, len: u32) -> &mut [u8] {
         match &self.pool {
-            Some(p) if p.allocates() => {
+            Some(p) if p.allocates() || self.lent > 0 => {
                 // SAFETY: as for `frame_mut_at`; the caller passes at most the frame's room.
                 unsafe { p.region().bytes_mut(addr, len).unwrap_or(&mut []) }
             }
@@ -270,6 +339,12 @@ impl Batch {
     #[inline(always)]
     pub(crate) unsafe fn frame_mut_at(&mut self, addr: u64) -> &mut [u8] {
         match &self.pool {
+            Some(p) if self.lent > 0 => {
+                // SAFETY: a lent frame is the batch's alone until its owner takes it back
+                // (the lender's contract, `lend`), `lent` bytes from its packet address;
+                // `&mut self` prevents aliasing through this batch.
+                unsafe { p.region().bytes_mut(addr, self.lent).unwrap_or(&mut []) }
+            }
             Some(p) if p.allocates() => {
                 let end = p.frame_start(addr) + p.frame_size_at(addr);
                 // SAFETY: per the contract the frame is exclusively ours; `&mut self` prevents
@@ -359,6 +434,10 @@ impl Batch {
     /// owned it (crate code: freeing a frame someone still uses would hand it out twice).
     #[inline(always)]
     pub(crate) fn free_addr(&mut self, addr: u64) {
+        if self.lent > 0 {
+            self.cache.push(addr); // back to the lent frames
+            return;
+        }
         let Some(pool) = &self.pool else { return };
         if !pool.allocates() {
             return;
@@ -384,7 +463,7 @@ impl Batch {
     /// Frees every packet's frame and empties the batch.
     #[inline]
     pub fn clear(&mut self) {
-        if self.pool.as_ref().is_some_and(|p| p.allocates()) {
+        if self.lent > 0 || self.pool.as_ref().is_some_and(|p| p.allocates()) {
             for i in 0..self.len {
                 let a = self.descs[i].addr;
                 if self.descs[i].flags & Desc::F_SHARED == 0 {
@@ -456,6 +535,9 @@ impl Batch {
 
     /// Returns the local cache of free frames to the pool.
     pub fn flush_cache(&mut self) {
+        if self.lent > 0 {
+            return; // lent frames go back to their owner only (`unlend`)
+        }
         let Some(pool) = &self.pool else {
             self.cache.clear();
             return;
@@ -487,6 +569,10 @@ pub struct Fresh<'a> {
 impl<'a> Fresh<'a> {
     #[inline(always)]
     fn new(batch: &'a mut Batch, addr: u64) -> Fresh<'a> {
+        if batch.lent > 0 {
+            let room = batch.lent;
+            return Fresh { batch, addr, room };
+        }
         let room = batch.pool.as_ref().map_or(0, |p| {
             (p.frame_start(addr) + p.frame_size_at(addr) - addr).min(u32::MAX as u64) as u32
         });

@@ -325,6 +325,13 @@ pub trait Port: Send {
     fn pool(&self) -> Option<&Arc<Pool>> {
         None
     }
+    /// Whether `rx` writes packets into any frames the batch hands out, including frames another
+    /// owner lent it (a cluster master lending its segment's frames): then a packet is received
+    /// straight into the place it is read from, with no copy. Ports whose memory the kernel
+    /// owns (AF_PACKET rings, an AF_XDP UMEM) or that bind their own pool say no (the default).
+    fn fills_lent_frames(&self) -> bool {
+        false
+    }
     /// Longest frame (bytes without the CRC) the port sends: an untagged one, or one with an
     /// 802.1Q tag when `tagged` (None: no limit of its own, e.g. a file). Longer frames are
     /// dropped as `too_big` (counted); senders check before.

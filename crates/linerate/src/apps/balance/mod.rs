@@ -515,6 +515,8 @@ pub fn run_with(
     let limits = Limits::new(opts.count, opts.duration, t0);
     let mut idle = 0u32;
     let mut error = None;
+    // An input that writes into the frames it is given receives straight into the segment.
+    let in_place = input.fills_lent_frames();
     let ended = loop {
         if stop.load(Ordering::Relaxed) {
             break Ended::Stopped;
@@ -524,6 +526,9 @@ pub fn run_with(
         }
         if limits.count.is_some() {
             batch.set_limit(limits.room(pkts, BATCH));
+        }
+        if in_place {
+            master.lend_frames(&mut batch);
         }
         let n = match input.rx(&mut batch) {
             Ok(n) => n,
@@ -535,8 +540,9 @@ pub fn run_with(
         if n > 0 {
             idle = 0;
             dist.masks(&mut batch, opts.filter.as_ref(), &mut masks);
-            master.distribute(&batch, &masks[..batch.len()]);
-            pkts += batch.len() as u64;
+            let len = batch.len();
+            master.distribute(&mut batch, &masks[..len]);
+            pkts += len as u64;
             batch.clear();
             if let Some(e) = dist.take_error() {
                 error = Some(PortError::Gone {
@@ -588,6 +594,7 @@ pub fn run_with(
             break Ended::Duration;
         }
     };
+    master.unlend_frames(&mut batch);
     for e in egress.iter_mut() {
         if let Err(err) = e.finish() {
             error.get_or_insert(err);

@@ -173,7 +173,9 @@ impl Port for SourcePort {
 
     #[inline]
     fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
-        batch.bind(&self.pool);
+        if !batch.is_lent() {
+            batch.bind(&self.pool);
+        }
         let mut want = self.limit.map_or(u64::MAX, |l| l - self.sent);
         let mut now = 0;
         if let Some(r) = self.rate {
@@ -230,6 +232,10 @@ impl Port for SourcePort {
 
     fn pool(&self) -> Option<&Arc<Pool>> {
         Some(&self.pool)
+    }
+
+    fn fills_lent_frames(&self) -> bool {
+        true
     }
 }
 
