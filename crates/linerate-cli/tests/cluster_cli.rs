@@ -377,3 +377,93 @@ fn the_source_rate_asked_is_shown_with_the_rate_achieved() {
         "{text}"
     );
 }
+
+/// How packets reached the segment is said: the built-in source and a pcap file are read
+/// straight into its frames ("Copies: none"), a lower `--max-pkt-len` makes the master copy
+/// (and count the long packets as too_big), and a record longer than any cluster carries is an
+/// input drop, printed, never silent.
+#[test]
+fn the_summary_says_what_was_copied_and_what_the_input_dropped() {
+    let dir = std::env::temp_dir().join(format!("lr-copies-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("mixed.pcap");
+    let mut file = Vec::new();
+    for w in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 262_144, 1] {
+        file.extend_from_slice(&w.to_le_bytes());
+    }
+    for (i, n) in [60usize, 200_000, 60, 9000, 1514].into_iter().enumerate() {
+        for w in [i as u32, 0, n as u32, n as u32] {
+            file.extend_from_slice(&w.to_le_bytes());
+        }
+        file.extend(std::iter::repeat_n(i as u8, n));
+    }
+    std::fs::write(&f, &file).unwrap();
+    let path = f.to_str().unwrap();
+    let text = |args: &[&str]| {
+        let out = run(args, Duration::from_secs(30));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let s = text(&["balance", "--threads", "-i", "source:5000", "-n", "2", "-q"]);
+    assert!(
+        s.contains("Copies: none, the input wrote into the segment's frames"),
+        "{s}"
+    );
+    assert!(!s.contains("Input drops"), "{s}");
+
+    let s = text(&["balance", "--threads", "-i", path, "-n", "1", "-q"]);
+    assert!(s.contains("rx 4 = filtered 0 + distributed 4"), "{s}");
+    assert!(s.contains("delivered 4"), "{s}");
+    assert!(s.contains("Copies: none"), "{s}");
+    assert!(
+        s.contains("Input drops (before the master): too_big=1"),
+        "{s}"
+    );
+
+    let s = text(&[
+        "balance",
+        "--threads",
+        "-i",
+        path,
+        "-n",
+        "1",
+        "-q",
+        "--max-pkt-len",
+        "1500",
+    ]);
+    assert!(s.contains("rx 5 = filtered 0 + distributed 5"), "{s}");
+    assert!(s.contains("delivered 2"), "{s}");
+    assert!(s.contains("too_big 3"), "{s}");
+    assert!(
+        s.contains("Copies: 2 packets copied into the segment"),
+        "{s}"
+    );
+
+    let out = run(
+        &[
+            "balance",
+            "--threads",
+            "-i",
+            path,
+            "-n",
+            "1",
+            "-q",
+            "--json",
+        ],
+        Duration::from_secs(30),
+    );
+    let last = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap()
+        .to_string();
+    let j: serde_json::Value = serde_json::from_str(&last).unwrap();
+    assert_eq!(j["copied"], 0, "{j}");
+    assert_eq!(j["input_drops"], 1, "{j}");
+    assert_eq!(j["delivered"], 4, "{j}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -238,6 +238,99 @@ fn the_built_in_source_is_received_in_place_with_no_copy() {
     assert_eq!(master.stats().copied_packets, 100);
 }
 
+/// A pcap file is read straight into the segment's frames, jumbo frames into its big frames:
+/// consumers read the file's bytes, nothing is copied by the master, none is cut, and every
+/// lent frame (regular and big) comes back.
+#[test]
+fn a_pcap_file_is_read_straight_into_the_segment_jumbo_frames_too() {
+    let sizes = [60usize, 1514, 9000, 200, 9018];
+    let n = 2_000usize;
+    let pkt = move |i: usize| -> Vec<u8> {
+        let mut p = vec![(i % 251) as u8; sizes[i % sizes.len()]];
+        p[..4].copy_from_slice(&(i as u32).to_be_bytes());
+        p
+    };
+    let mut file = Vec::new();
+    for w in [0xa1b2_c3d4u32, 0x0002_0004, 0, 0, 65535, 1] {
+        if w == 0x0002_0004 {
+            file.extend_from_slice(&2u16.to_le_bytes());
+            file.extend_from_slice(&4u16.to_le_bytes());
+        } else {
+            file.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    for i in 0..n {
+        let p = pkt(i);
+        for w in [i as u32, 0, p.len() as u32, p.len() as u32] {
+            file.extend_from_slice(&w.to_le_bytes());
+        }
+        file.extend_from_slice(&p);
+    }
+    let path = std::env::temp_dir().join(format!("lr-inplace-{}.pcap", std::process::id()));
+    std::fs::write(&path, &file).unwrap();
+    let mut input = linerate::open_rx(path.to_str().unwrap(), &Default::default()).unwrap();
+    let _ = std::fs::remove_file(&path);
+
+    let mut cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 4096,
+        ..Default::default()
+    };
+    cfg.fit_packets(130_944); // balance's default --max-pkt-len: what any cluster carries
+    let mut master = Master::anon(&cfg).unwrap();
+    let all_free = master.free_frames();
+    let mut c = master.consumer(0).unwrap();
+    let mut dist = Distributor::new(Mode::RoundRobin, &[1], LinkType::ETHERNET);
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        // Reads while the master runs: the segment has fewer big frames than the file has
+        // jumbo packets, so they must come back for the file to get through.
+        let mut b = Batch::new();
+        let mut i = 0usize;
+        loop {
+            match c.rx(&mut b) {
+                Ok(0) if c.is_finished() => break,
+                Ok(0) => std::thread::sleep(Duration::from_micros(50)),
+                Ok(_) => {
+                    for p in b.iter() {
+                        if p.data != &pkt(i)[..] {
+                            tx.send(Err(format!("packet {i}: {} bytes", p.data.len())))
+                                .unwrap();
+                            return;
+                        }
+                        i += 1;
+                    }
+                    b.clear();
+                }
+                Err(e) => {
+                    tx.send(Err(e.to_string())).unwrap();
+                    return;
+                }
+            }
+        }
+        tx.send(Ok(i)).unwrap();
+    });
+    balance::run(
+        input.as_mut(),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &stop,
+        |_| {},
+    );
+    let st = master.stats();
+    master.close();
+    assert_eq!(rx.recv().unwrap(), Ok(n));
+    reader.join().unwrap();
+    assert_eq!(st.rx_packets, n as u64, "{st:?}");
+    assert_eq!(st.too_big + st.no_frame, 0, "{st:?}");
+    assert_eq!(st.copied_packets, 0, "read in place: {st:?}");
+    assert_eq!(input.stats().rx_drops.total(), 0);
+    master.distribute(&mut Batch::new(), &[]);
+    assert_eq!(master.free_frames(), all_free, "every lent frame came back");
+}
+
 #[test]
 fn fanout_frames_are_shared_read_only_and_identical() {
     let cfg = ClusterConfig {

@@ -506,7 +506,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         &stop,
         |t, figures| printer.tick(t, figures.to_vec()),
     );
-    finish(a, &egress_queues, report, fin, &metrics)
+    // What the input itself dropped (a record too long for any frame, another link type)
+    // never reached the master: said apart.
+    let input_drops = input.stats().rx_drops;
+    finish(a, &egress_queues, report, fin, &metrics, input_drops)
 }
 
 /// Prints interval statistics (and serves them as metrics).
@@ -617,6 +620,7 @@ fn finish(
     report: BalanceReport,
     fin: balance::Finished,
     metrics: &Option<metrics::Metrics>,
+    input_drops: Drops,
 ) -> anyhow::Result<ExitCode> {
     let joined = fin.threads;
     let threaded = joined.is_some();
@@ -670,6 +674,7 @@ fn finish(
         j["ended"] = ended.into();
         j["drain_ms"] = (fin.drain.as_secs_f64() * 1e3).into();
         j["invariant_ok"] = inv.is_ok().into();
+        j["input_drops"] = input_drops.total().into();
         if let Some((asked, got)) = source_rate {
             j["source_rate"] = serde_json::json!({"asked_pps": asked, "achieved_pps": got});
         }
@@ -690,6 +695,13 @@ fn finish(
         let _ = out.write_all(text.as_bytes());
         let _ = writeln!(out, "{}", crate::shared::accounting_line(s));
         let _ = writeln!(out, "{}", copies_line(s));
+        if input_drops.total() > 0 {
+            let _ = writeln!(
+                out,
+                "Input drops (before the master): {}",
+                linerate::stats::breakdown(&input_drops)
+            );
+        }
         if let Some((asked, got)) = source_rate {
             let _ = writeln!(out, "{}", source_rate_line(asked, got));
         }
@@ -723,8 +735,8 @@ fn copies_line(s: &ClusterStats) -> String {
         "Copies: none, the input wrote into the segment's frames (zero copy)".to_string()
     } else {
         format!(
-            "Copies: {} packets copied into the segment (the input's memory is its own: a kernel \
-             ring, a file's buffer)",
+            "Copies: {} packets copied into the segment (the input does not read into its \
+             frames: a kernel ring, or --max-pkt-len below what the input reads)",
             group(s.copied_packets)
         )
     }

@@ -1,5 +1,6 @@
-//! The master: creates the segment, copies each packet once into a frame, distributes
-//! descriptors to queues, takes back what consumers released, and watches its consumers.
+//! The master: creates the segment, lends its frames to inputs that read in place and copies
+//! other inputs' packets once into a frame, distributes descriptors to queues, takes back what
+//! consumers released, and watches its consumers.
 
 use super::consumer::ClusterPort;
 use super::err;
@@ -390,19 +391,36 @@ impl Master {
         }
     }
 
+    /// The longest packet the cluster carries (in a regular or a big frame).
+    pub fn max_packet(&self) -> usize {
+        self.big_cap.max(self.cap)
+    }
+
     /// Lends `batch` free frames of the segment (up to a batch of them), so that an input port
     /// that writes into the frames it is given ([`crate::port::Port::fills_lent_frames`], the
     /// built-in source) receives straight into the segment: [`Master::distribute`] then
     /// publishes those frames as they are, with no copy. Call before each receive; end the
     /// loan with [`Master::unlend_frames`].
     pub fn lend_frames(&mut self, batch: &mut Batch) {
-        let room = (self.seg.frame_size - self.seg.headroom) as u32;
-        batch.lend(&self.seg.pool, room);
+        let seg = &self.seg;
+        let room = (seg.frame_size - seg.headroom) as u32;
+        let big = (seg.big_frames > 0).then(|| {
+            let first = seg.big_frame_addr(seg.frames as u32) - seg.headroom as u64;
+            (first, (seg.big_size - seg.headroom) as u32)
+        });
+        batch.lend(&seg.pool, room, big);
         while batch.lent_frames() < BATCH {
             let Some(f) = self.free.small.pop() else {
                 break;
             };
-            batch.lend_frame(self.seg.frame_addr(f));
+            batch.lend_frame(seg.frame_addr(f));
+        }
+        // Big frames are few (one for every 8 regular ones): a handful at a time.
+        while big.is_some() && batch.lent_big_frames() < LENT_BIG {
+            let Some(f) = self.free.big.pop() else {
+                break;
+            };
+            batch.lend_big_frame(seg.big_frame_addr(f));
         }
     }
 
@@ -501,8 +519,11 @@ impl Master {
             if ok == 0 {
                 continue;
             }
-            let own = if lent && !long {
+            // Received in place when it lies in the kind of frame its length needs (a packet
+            // cut short by `--max-pkt-len` below a regular frame's room goes to a big frame).
+            let own = if lent {
                 seg.frame_of(descs[i].addr)
+                    .filter(|&f| (f >= self.free.nsmall) == long)
             } else {
                 None
             };
@@ -872,6 +893,9 @@ pub(super) fn prefetch_write(p: *const u8) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
 }
+
+/// Big frames lent to an input at a time ([`Master::lend_frames`]).
+const LENT_BIG: usize = 4;
 
 /// The master's free frames: regular ones and big ones (indexes from `nsmall` on).
 pub(super) struct Frees {

@@ -133,12 +133,19 @@ impl Segment {
             + self.headroom) as u64
     }
 
-    /// The regular frame (index) whose packet address is `addr`, if `addr` is one.
+    /// The frame (index; big frames from `frames` on) whose packet address is `addr`, if
+    /// `addr` is one.
     #[inline(always)]
     pub(super) fn frame_of(&self, addr: u64) -> Option<u32> {
         let off = (addr as usize).checked_sub(self.frames_off + self.headroom)?;
         let f = off >> self.frame_size.trailing_zeros();
-        (f < self.frames && off & (self.frame_size - 1) == 0).then_some(f as u32)
+        if f < self.frames && off & (self.frame_size - 1) == 0 {
+            return Some(f as u32);
+        }
+        let off = (addr as usize).checked_sub(self.big_off + self.headroom)?;
+        let b = off / self.big_size.max(1);
+        (self.big_size > 0 && b < self.big_frames && off % self.big_size == 0)
+            .then_some((self.frames + b) as u32)
     }
 
     #[inline(always)]

@@ -89,6 +89,11 @@ pub struct Batch {
     /// Bytes of room in each frame another owner lent this batch (see [`Batch::lend`]); 0: the
     /// batch allocates from its pool's free list.
     lent: u32,
+    /// Lent big frames (packet addresses), their room, and where they start (addresses from
+    /// there on are big frames).
+    lent_big: Vec<u64>,
+    lent_big_room: u32,
+    lent_big_from: u64,
 }
 
 impl Default for Batch {
@@ -107,6 +112,9 @@ impl Batch {
             pool: None,
             cache: Vec::with_capacity(4 * CHUNK),
             lent: 0,
+            lent_big: Vec::new(),
+            lent_big_room: 0,
+            lent_big_from: u64::MAX,
         }
     }
 
@@ -132,6 +140,7 @@ impl Batch {
             debug_assert!(false, "a lent batch rebound to another pool");
             self.len = 0;
             self.cache.clear();
+            self.lent_big.clear();
             self.lent = 0;
         }
         self.clear();
@@ -146,16 +155,39 @@ impl Batch {
     /// back with [`Batch::unlend`]. This is how a port that writes packets into whatever frames
     /// a batch gives it (the built-in source) receives straight into a cluster's segment: no
     /// copy.
-    pub(crate) fn lend(&mut self, pool: &Arc<Pool>, room: u32) {
-        if self.lent > 0 {
-            debug_assert!(self.pool.as_ref().is_some_and(|p| Arc::ptr_eq(p, pool)));
-            self.lent = room;
-            return;
+    /// `big`: where the lender's big frames start and their room, if it lends any.
+    pub(crate) fn lend(&mut self, pool: &Arc<Pool>, room: u32, big: Option<(u64, u32)>) {
+        if self.lent == 0 {
+            self.bind(pool);
+            self.clear();
+            self.flush_cache();
         }
-        self.bind(pool);
-        self.clear();
-        self.flush_cache();
+        debug_assert!(self.pool.as_ref().is_some_and(|p| Arc::ptr_eq(p, pool)));
         self.lent = room.max(1);
+        (self.lent_big_from, self.lent_big_room) = big.unwrap_or((u64::MAX, 0));
+    }
+
+    /// Gives a lent batch one more free big frame (its packet address).
+    #[inline(always)]
+    pub(crate) fn lend_big_frame(&mut self, addr: u64) {
+        debug_assert!(self.lent > 0 && addr >= self.lent_big_from);
+        self.lent_big.push(addr);
+    }
+
+    /// The free lent big frames the batch holds.
+    #[inline(always)]
+    pub(crate) fn lent_big_frames(&self) -> usize {
+        self.lent_big.len()
+    }
+
+    /// The longest packet a regular frame and a big frame of this batch hold (0: no big frames).
+    pub fn frame_room(&self) -> (u32, u32) {
+        if self.lent > 0 {
+            return (self.lent, self.lent_big_room);
+        }
+        self.pool
+            .as_ref()
+            .map_or((0, 0), |p| (p.max_packet(), p.max_big_packet()))
     }
 
     /// Gives a lent batch one more free frame (its packet address).
@@ -175,6 +207,16 @@ impl Batch {
         }
     }
 
+    /// Room of the lent frame at `addr`.
+    #[inline(always)]
+    fn lent_room(&self, addr: u64) -> u32 {
+        if addr >= self.lent_big_from {
+            self.lent_big_room
+        } else {
+            self.lent
+        }
+    }
+
     /// Whether the batch's frames are lent by their owner (see [`Batch::lend`]).
     #[inline(always)]
     pub fn is_lent(&self) -> bool {
@@ -188,10 +230,11 @@ impl Batch {
             return;
         }
         self.clear();
-        for a in self.cache.drain(..) {
+        for a in self.cache.drain(..).chain(self.lent_big.drain(..)) {
             back(a);
         }
         self.lent = 0;
+        (self.lent_big_from, self.lent_big_room) = (u64::MAX, 0);
         self.pool = None;
     }
 
@@ -340,10 +383,11 @@ impl Batch {
     pub(crate) unsafe fn frame_mut_at(&mut self, addr: u64) -> &mut [u8] {
         match &self.pool {
             Some(p) if self.lent > 0 => {
+                let room = self.lent_room(addr);
                 // SAFETY: a lent frame is the batch's alone until its owner takes it back
-                // (the lender's contract, `lend`), `lent` bytes from its packet address;
+                // (the lender's contract, `lend`), `room` bytes from its packet address;
                 // `&mut self` prevents aliasing through this batch.
-                unsafe { p.region().bytes_mut(addr, self.lent).unwrap_or(&mut []) }
+                unsafe { p.region().bytes_mut(addr, room).unwrap_or(&mut []) }
             }
             Some(p) if p.allocates() => {
                 let end = p.frame_start(addr) + p.frame_size_at(addr);
@@ -427,6 +471,9 @@ impl Batch {
     /// A free big frame's packet address, as [`Batch::alloc_addr`].
     #[inline]
     pub(crate) fn alloc_big_addr(&mut self) -> Option<u64> {
+        if self.lent > 0 {
+            return self.lent_big.pop();
+        }
         self.pool.as_ref()?.take_big()
     }
 
@@ -435,7 +482,12 @@ impl Batch {
     #[inline(always)]
     pub(crate) fn free_addr(&mut self, addr: u64) {
         if self.lent > 0 {
-            self.cache.push(addr); // back to the lent frames
+            // back to the lent frames
+            if addr >= self.lent_big_from {
+                self.lent_big.push(addr);
+            } else {
+                self.cache.push(addr);
+            }
             return;
         }
         let Some(pool) = &self.pool else { return };
@@ -570,7 +622,7 @@ impl<'a> Fresh<'a> {
     #[inline(always)]
     fn new(batch: &'a mut Batch, addr: u64) -> Fresh<'a> {
         if batch.lent > 0 {
-            let room = batch.lent;
+            let room = batch.lent_room(addr);
             return Fresh { batch, addr, room };
         }
         let room = batch.pool.as_ref().map_or(0, |p| {

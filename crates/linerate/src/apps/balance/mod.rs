@@ -3,8 +3,9 @@
 //!
 //! The master loop has l2fwd's shape: receive a batch from the input, decide each packet's
 //! destination queues (one bit per queue in a 64-bit mask), hand the batch to the cluster
-//! [`Master`], which copies each packet once into a frame of the cluster segment and publishes
-//! descriptors; every ~100 ms check consumers; every interval take a snapshot for the printer.
+//! [`Master`], which publishes descriptors of the segment frames the packets are in (an input
+//! that reads in place was lent those frames before the receive; other inputs' packets are
+//! copied once); every ~100 ms check consumers; every interval take a snapshot for the printer.
 //!
 //! Applications: `-n 2,1` makes application 0 with queues 0 and 1 and application 1 with queue 2.
 //! Every application sees every packet (a full copy); inside an application the mode picks one
@@ -516,7 +517,17 @@ pub fn run_with(
     let mut idle = 0u32;
     let mut error = None;
     // An input that writes into the frames it is given receives straight into the segment.
-    let in_place = input.fills_lent_frames();
+    // Only when every packet the input can hold in its own frames, up to what any cluster
+    // carries (a 128 KiB big frame), fits a frame this master carries: otherwise
+    // (`--max-pkt-len` below it) the input is copied, so that the master sees the long packets
+    // and counts them as too_big. Longer than any cluster carries, an input reading in place
+    // drops a packet itself (as too_big, in its own counters).
+    let ceiling = (crate::cluster::MAX_BIG_FRAME - crate::mem::DEFAULT_HEADROOM) as usize;
+    let in_place = input.fills_lent_frames()
+        && input.pool().is_some_and(|p| {
+            let most = p.max_packet().max(p.max_big_packet()) as usize;
+            most.min(ceiling) <= master.max_packet()
+        });
     let ended = loop {
         if stop.load(Ordering::Relaxed) {
             break Ended::Stopped;

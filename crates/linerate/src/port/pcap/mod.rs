@@ -366,7 +366,9 @@ impl Port for PcapPort {
         if let Some(e) = self.pending.take() {
             return Err(e);
         }
-        batch.bind(pool);
+        if !batch.is_lent() {
+            batch.bind(pool);
+        }
         let (mut n, mut bytes, mut other, mut too_big) = (0usize, 0u64, 0u64, 0u64);
         // A record that found no free big frame last time goes first.
         if let Some(h) = held.take() {
@@ -397,8 +399,9 @@ impl Port for PcapPort {
             return Ok(n);
         }
         let want = reader.link_type();
-        let small = pool.max_packet() as usize;
-        let big = pool.max_big_packet() as usize;
+        // The frames' room: the pool's, or that of frames a cluster master lent the batch.
+        let (small, big) = batch.frame_room();
+        let (small, big) = (small as usize, big as usize);
         let mut failed = None;
         while batch.room() > 0 {
             let Some(mut f) = batch.alloc() else { break };
@@ -633,6 +636,10 @@ impl Port for PcapPort {
             Mode::Read { pool, .. } => Some(pool),
             Mode::Write { .. } => None,
         }
+    }
+
+    fn fills_lent_frames(&self) -> bool {
+        matches!(self.mode, Mode::Read { .. }) // records are copied from the file's buffer
     }
 
     fn snaplen(&self) -> Option<u32> {
