@@ -29,7 +29,7 @@ fn run(args: &[&str], limit: Duration) -> std::process::Output {
 }
 
 #[test]
-fn threads_print_seed_000_blocks_and_the_accounting() {
+fn threads_print_pf_ring_zc_thread_blocks_and_the_accounting() {
     let out = run(
         &[
             "balance",
@@ -251,7 +251,7 @@ fn usage_errors_exit_2() {
 }
 
 #[test]
-fn demo_prints_the_four_seed_tests_side_by_side() {
+fn demo_prints_pf_ring_zcs_four_cluster_tests_side_by_side() {
     let out = run(&["demo", "-t", "300ms"], Duration::from_secs(60));
     assert!(
         out.status.success(),

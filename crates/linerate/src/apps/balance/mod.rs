@@ -1022,7 +1022,7 @@ mod tests {
     }
 
     #[test]
-    fn thread_block_has_the_seed_shape() {
+    fn thread_block_has_pf_ring_zcs_shape() {
         let s = thread_block(
             0,
             &ThreadFigures {
