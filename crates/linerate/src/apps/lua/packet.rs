@@ -675,9 +675,7 @@ impl Packets {
             p.dropped = false;
             p.parsed = None;
         }
-        for p in &mut st.pkts {
-            p.parsed = None;
-        }
+        // Slots from n on keep stale contents: `Staging::pkt` refuses every index past n.
         Ok(n)
     }
 
