@@ -217,7 +217,7 @@ impl Batch {
         }
     }
 
-    /// Whether the batch's frames are lent by their owner (see [`Batch::lend`]).
+    /// Whether the batch's frames are lent by their owner (a cluster master's `lend_frames`).
     #[inline(always)]
     pub fn is_lent(&self) -> bool {
         self.lent > 0
