@@ -4,9 +4,10 @@
 //! length is the datagram's), socket buffer sizes asked and granted, the datagrams a socket
 //! dropped (SO_MEMINFO), and an interface's IPv4 address.
 
-use super::sys::{setopt, Fd};
+use super::sys::setopt;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Largest UDP payload over IPv4 (65535 less the IP and UDP headers).
 pub const MAX_UDP_PAYLOAD: usize = 65_507;
@@ -26,24 +27,19 @@ fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
     }
 }
 
-fn udp_socket() -> io::Result<Fd> {
-    // SAFETY: plain socket(2) call; the result is checked and owned by the Fd.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(Fd(fd))
+fn udp_socket() -> io::Result<OwnedFd> {
+    super::sys::socket(libc::AF_INET, libc::SOCK_DGRAM, 0)
 }
 
 /// The IPv4 address a socket is bound to (getsockname).
-fn sock_name(fd: &Fd) -> io::Result<SocketAddrV4> {
+fn sock_name(fd: &OwnedFd) -> io::Result<SocketAddrV4> {
     // SAFETY: sockaddr_in is plain data; all-zero is a valid value.
     let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
     // SAFETY: `sa` and `len` are live and writable; the kernel writes at most `len` bytes.
     let r = unsafe {
         libc::getsockname(
-            fd.0,
+            fd.as_raw_fd(),
             &mut sa as *mut libc::sockaddr_in as *mut libc::sockaddr,
             &mut len,
         )
@@ -57,13 +53,13 @@ fn sock_name(fd: &Fd) -> io::Result<SocketAddrV4> {
     ))
 }
 
-fn getopt_int(fd: &Fd, level: i32, opt: i32) -> io::Result<i32> {
+fn getopt_int(fd: &OwnedFd, level: i32, opt: i32) -> io::Result<i32> {
     let mut v: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `v` and `len` are live and writable; the kernel writes at most `len` bytes.
     let r = unsafe {
         libc::getsockopt(
-            fd.0,
+            fd.as_raw_fd(),
             level,
             opt,
             &mut v as *mut libc::c_int as *mut libc::c_void,
@@ -80,7 +76,7 @@ fn getopt_int(fd: &Fd, level: i32, opt: i32) -> io::Result<i32> {
 /// Sets a socket buffer (`SO_SNDBUF`/`SO_RCVBUF`) to `bytes`: through the FORCE option first
 /// (root may go beyond net.core.[rw]mem_max), else the plain one (capped by the sysctl). The
 /// kernel doubles the value for its bookkeeping; what it granted is read back by the caller.
-fn set_buf(fd: &Fd, force: i32, plain: i32, bytes: usize) -> io::Result<()> {
+fn set_buf(fd: &OwnedFd, force: i32, plain: i32, bytes: usize) -> io::Result<()> {
     let v = bytes.min(i32::MAX as usize / 2) as libc::c_int;
     if setopt(fd, libc::SOL_SOCKET, force, &v).is_ok() {
         return Ok(());
@@ -90,13 +86,13 @@ fn set_buf(fd: &Fd, force: i32, plain: i32, bytes: usize) -> io::Result<()> {
 
 /// The datagrams the kernel dropped on this socket since it was made (a full receive buffer,
 /// a checksum error): `SK_MEMINFO_DROPS` of SO_MEMINFO.
-fn socket_drops(fd: &Fd) -> io::Result<u64> {
+fn socket_drops(fd: &OwnedFd) -> io::Result<u64> {
     let mut v = [0u32; 16];
     let mut len = std::mem::size_of_val(&v) as libc::socklen_t;
     // SAFETY: `v` holds `len` writable bytes; the kernel writes at most that many.
     let r = unsafe {
         libc::getsockopt(
-            fd.0,
+            fd.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_MEMINFO,
             v.as_mut_ptr() as *mut libc::c_void,
@@ -119,7 +115,7 @@ fn socket_drops(fd: &Fd) -> io::Result<u64> {
 /// A UDP socket connected to one receiver, sending batches of equal datagrams.
 #[derive(Debug)]
 pub struct UdpSender {
-    fd: Fd,
+    fd: OwnedFd,
     payload: Vec<u8>,
 }
 
@@ -132,12 +128,12 @@ impl UdpSender {
         if let Some(b) = sndbuf {
             set_buf(&fd, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, b)?;
         }
-        super::sys::set_recverr(fd.0, false)?;
+        super::sys::set_recverr(fd.as_raw_fd(), false)?;
         let sa = sockaddr(dst);
         // SAFETY: `sa` is a live sockaddr_in of the size given.
         let r = unsafe {
             libc::connect(
-                fd.0,
+                fd.as_raw_fd(),
                 &sa as *const libc::sockaddr_in as *const libc::sockaddr,
                 std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
             )
@@ -188,7 +184,7 @@ impl UdpSender {
             }
             // SAFETY: `msgs[..k]` are valid headers, each pointing to the one iovec over
             // `self.payload` (live, at least `len` bytes); the kernel only reads the payload.
-            let r = unsafe { libc::sendmmsg(self.fd.0, msgs.as_mut_ptr(), k as u32, 0) };
+            let r = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), msgs.as_mut_ptr(), k as u32, 0) };
             if r < 0 {
                 let e = io::Error::last_os_error();
                 if sent > 0 {
@@ -209,7 +205,7 @@ impl UdpSender {
     pub fn clear_errors(&self) -> usize {
         let mut buf = [0u8; 64];
         let mut n = 0;
-        while let Ok(Some(_)) = super::sys::recv_err(self.fd.0, &mut buf) {
+        while let Ok(Some(_)) = super::sys::recv_err(self.fd.as_raw_fd(), &mut buf) {
             n += 1;
             if n > 100_000 {
                 break;
@@ -222,7 +218,7 @@ impl UdpSender {
 /// A UDP socket bound to one address and port, receiving in batches.
 #[derive(Debug)]
 pub struct UdpReceiver {
-    fd: Fd,
+    fd: OwnedFd,
 }
 
 /// Buffers for [`UdpReceiver::recv`]: the first [`RX_COPY`] bytes of up to 64 datagrams.
@@ -248,7 +244,7 @@ impl UdpReceiver {
         // SAFETY: `sa` is a live sockaddr_in of the size given.
         let r = unsafe {
             libc::bind(
-                fd.0,
+                fd.as_raw_fd(),
                 &sa as *const libc::sockaddr_in as *const libc::sockaddr,
                 std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
             )
@@ -298,7 +294,7 @@ impl UdpReceiver {
         // buffer of `bufs`; no timeout pointer (the socket's SO_RCVTIMEO bounds the wait).
         let r = unsafe {
             libc::recvmmsg(
-                self.fd.0,
+                self.fd.as_raw_fd(),
                 msgs.as_mut_ptr(),
                 k as u32,
                 libc::MSG_WAITFORONE | libc::MSG_TRUNC,
@@ -338,7 +334,7 @@ pub fn ipv4_of(iface: &str) -> io::Result<Option<Ipv4Addr>> {
     }
     // SAFETY: `ifr` is a live ifreq with a NUL-terminated name; the kernel writes the address
     // into it.
-    let r = unsafe { libc::ioctl(fd.0, libc::SIOCGIFADDR, &mut ifr) };
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFADDR, &mut ifr) };
     if r < 0 {
         let e = io::Error::last_os_error();
         return match e.raw_os_error() {
@@ -376,7 +372,7 @@ pub fn mac_of(iface: &str) -> io::Result<[u8; 6]> {
     }
     // SAFETY: `ifr` is a live ifreq with a NUL-terminated name; the kernel writes the address
     // into it.
-    let r = unsafe { libc::ioctl(fd.0, libc::SIOCGIFHWADDR, &mut ifr) };
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFHWADDR, &mut ifr) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -416,13 +412,13 @@ pub fn link_of(iface: &str) -> io::Result<LinkInfo> {
     }
     // SAFETY: `ifr` is a live ifreq with a NUL-terminated name; the kernel writes the flags
     // into it.
-    if unsafe { libc::ioctl(fd.0, libc::SIOCGIFFLAGS, &mut ifr) } < 0 {
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) } < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: after SIOCGIFFLAGS the union holds the flags.
     let flags = unsafe { ifr.ifr_ifru.ifru_flags };
     // SAFETY: as above; the kernel writes the MTU into the union.
-    if unsafe { libc::ioctl(fd.0, libc::SIOCGIFMTU, &mut ifr) } < 0 {
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFMTU, &mut ifr) } < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: after SIOCGIFMTU the union holds the MTU.
@@ -450,7 +446,7 @@ mod tests {
         // SAFETY: `sa` is a valid sockaddr_in of the size given.
         let rc = unsafe {
             libc::bind(
-                fd.0,
+                fd.as_raw_fd(),
                 &sa as *const libc::sockaddr_in as *const libc::sockaddr,
                 std::mem::size_of::<libc::sockaddr_in>() as u32,
             )

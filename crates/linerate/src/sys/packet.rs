@@ -3,7 +3,7 @@
 //! frames on a link. The AF_PACKET port (`port/afpacket`) is the fast path and bypasses the qdisc.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// A raw packet socket bound to one interface, for sending; closed on drop.
 #[derive(Debug)]
@@ -21,13 +21,7 @@ impl PacketSocket {
             .ok_or_else(|| {
                 io::Error::new(io::ErrorKind::NotFound, format!("no interface {iface}"))
             })?;
-        // SAFETY: plain socket(2) call; no memory is passed and the result is checked.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the kernel just returned `fd`, a new descriptor nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = super::sock::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)?;
         // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;

@@ -1,23 +1,26 @@
-//! Sockets: an owned descriptor, setsockopt, and the error queue of a datagram socket
-//! (IP_RECVERR): what the kernel ports and the UDP port share.
+//! Sockets: creating one (owned from the moment the kernel returns it), setsockopt, and the
+//! error queue of a datagram socket (IP_RECVERR): what the kernel ports and the UDP port share.
+//! Descriptors are `std::os::fd::OwnedFd` everywhere in the crate.
 
-/// An owned file descriptor, closed on drop.
-#[derive(Debug)]
-pub(crate) struct Fd(pub(crate) i32);
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: the descriptor is owned by this value and closed once.
-        unsafe { libc::close(self.0) };
+/// socket(domain, ty | SOCK_CLOEXEC, proto): a new socket, closed when the value drops.
+pub(crate) fn socket(domain: i32, ty: i32, proto: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: plain socket(2) call with no pointers; the result is checked below.
+    let fd = unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, proto) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    // SAFETY: the kernel just returned `fd`, a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// setsockopt(fd, level, opt, &val).
-pub(crate) fn setopt<T>(fd: &Fd, level: i32, opt: i32, val: &T) -> std::io::Result<()> {
+pub(crate) fn setopt<T>(fd: &OwnedFd, level: i32, opt: i32, val: &T) -> std::io::Result<()> {
     // SAFETY: `val` points to a live `T` of the size given; the kernel copies it.
     let r = unsafe {
         libc::setsockopt(
-            fd.0,
+            fd.as_raw_fd(),
             level,
             opt,
             val as *const T as *const libc::c_void,

@@ -28,10 +28,10 @@ use super::sched::{CountPacer, OnStall};
 use super::template::{Template, Vals, L4};
 use super::vary::{Seq, SizeSpec};
 use super::{GenError, StreamSpec};
-use crate::port::xdp::sys::Fd;
 use crate::port::xdp::{obj, sys};
 use crate::port::PortError;
 use crate::time::Clock;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -294,7 +294,7 @@ fn os(iface: &str, op: &'static str, e: std::io::Error) -> GenError {
 }
 
 /// The per-CPU packet counters of the program, summed.
-fn sent(map: &Fd, ncpu: usize) -> u64 {
+fn sent(map: &OwnedFd, ncpu: usize) -> u64 {
     let mut v = vec![0u8; STATE_LEN * ncpu];
     if sys::map_lookup(map, 0, &mut v).is_err() {
         return 0;
@@ -552,7 +552,7 @@ pub fn run(
 /// One thread's run loop.
 #[allow(clippy::too_many_arguments)]
 fn work(
-    prog: &Fd,
+    prog: &OwnedFd,
     frame: &[u8],
     ifindex: u32,
     batch: u32,

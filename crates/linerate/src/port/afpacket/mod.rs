@@ -28,8 +28,8 @@ use super::{DropReason, LinkType, Port, PortError, PortOptions, PortStats};
 use crate::filter::{Filter, Insn};
 use crate::mem::{Batch, Pool, Region};
 use rx::RxBlocks;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
-use sys::Fd;
 use tx::TxRing;
 
 /// Longest `poll()` wait (ms) of an `rx` that finds nothing ready.
@@ -86,9 +86,9 @@ pub struct AfPacket {
     rx_wait_ms: i32,
     link: LinkType,
     rx: RxBlocks,
-    fd: Fd,
+    fd: OwnedFd,
     /// The transmit socket until its ring is set up on the first `tx`.
-    tx_sock: Option<Fd>,
+    tx_sock: Option<OwnedFd>,
     tx: Option<TxRing>,
     stats: PortStats,
     kernel: KernelStats,
@@ -377,7 +377,7 @@ impl Port for AfPacket {
     }
 
     fn poll_fd(&self) -> Option<i32> {
-        Some(self.fd.0)
+        Some(self.fd.as_raw_fd())
     }
 
     /// The kernel stamps each packet as it hands it to the socket (`tp_sec`/`tp_nsec`:

@@ -2,8 +2,7 @@
 
 use crate::port::PortError;
 use std::io;
-
-pub(super) use crate::port::sys::Fd;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// What to tell the user about an OS error on `op`.
 fn hint(op: &'static str, e: &io::Error) -> &'static str {
@@ -40,20 +39,16 @@ pub(super) fn err_of(iface: &str, op: &'static str, source: io::Error) -> PortEr
 }
 
 /// A new packet socket that receives nothing until bound with a protocol.
-pub(super) fn packet_socket(iface: &str) -> Result<Fd, PortError> {
-    // SAFETY: plain socket(2) call; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(os_err(iface, "socket(AF_PACKET)"));
-    }
-    Ok(Fd(fd))
+pub(super) fn packet_socket(iface: &str) -> Result<OwnedFd, PortError> {
+    crate::port::sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)
+        .map_err(|e| err_of(iface, "socket(AF_PACKET)", e))
 }
 
 pub(super) use crate::port::sys::setopt;
 
 /// setsockopt at SOL_PACKET, mapped to a port error naming `op`.
 pub(super) fn packet_opt<T>(
-    fd: &Fd,
+    fd: &OwnedFd,
     iface: &str,
     opt: i32,
     op: &'static str,
@@ -63,7 +58,7 @@ pub(super) fn packet_opt<T>(
 }
 
 /// Binds a packet socket to interface `ifindex` for `proto` (host order; 0 = transmit only).
-pub(super) fn bind(fd: &Fd, iface: &str, ifindex: i32, proto: u16) -> Result<(), PortError> {
+pub(super) fn bind(fd: &OwnedFd, iface: &str, ifindex: i32, proto: u16) -> Result<(), PortError> {
     // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
@@ -72,7 +67,7 @@ pub(super) fn bind(fd: &Fd, iface: &str, ifindex: i32, proto: u16) -> Result<(),
     // SAFETY: `sll` is a valid sockaddr_ll of the size given.
     let r = unsafe {
         libc::bind(
-            fd.0,
+            fd.as_raw_fd(),
             &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
             std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
         )
@@ -84,7 +79,7 @@ pub(super) fn bind(fd: &Fd, iface: &str, ifindex: i32, proto: u16) -> Result<(),
 }
 
 /// Maps `len` bytes of the socket's rings (shared with the kernel).
-pub(super) fn map_ring(fd: &Fd, iface: &str, len: usize) -> Result<*mut u8, PortError> {
+pub(super) fn map_ring(fd: &OwnedFd, iface: &str, len: usize) -> Result<*mut u8, PortError> {
     // SAFETY: a fresh shared mapping of the socket's ring, no address hint; checked below.
     let p = unsafe {
         libc::mmap(
@@ -92,7 +87,7 @@ pub(super) fn map_ring(fd: &Fd, iface: &str, len: usize) -> Result<*mut u8, Port
             len,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED,
-            fd.0,
+            fd.as_raw_fd(),
             0,
         )
     };
@@ -103,7 +98,7 @@ pub(super) fn map_ring(fd: &Fd, iface: &str, len: usize) -> Result<*mut u8, Port
 }
 
 /// Reads an interface property through an ioctl on `fd` (SIOCGIFMTU, SIOCGIFHWADDR).
-fn ifreq(fd: &Fd, iface: &str, req: libc::c_ulong) -> io::Result<libc::ifreq> {
+fn ifreq(fd: &OwnedFd, iface: &str, req: libc::c_ulong) -> io::Result<libc::ifreq> {
     // SAFETY: ifreq is plain data; all-zero is a valid value.
     let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
     for (d, s) in r
@@ -114,7 +109,7 @@ fn ifreq(fd: &Fd, iface: &str, req: libc::c_ulong) -> io::Result<libc::ifreq> {
         *d = s as libc::c_char;
     }
     // SAFETY: `r` is a valid ifreq with a NUL-terminated name; the kernel fills the union.
-    let rc = unsafe { libc::ioctl(fd.0, req as _, &mut r as *mut libc::ifreq) };
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), req as _, &mut r as *mut libc::ifreq) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -122,7 +117,7 @@ fn ifreq(fd: &Fd, iface: &str, req: libc::c_ulong) -> io::Result<libc::ifreq> {
 }
 
 /// The interface's MTU.
-pub(super) fn mtu(fd: &Fd, iface: &str) -> Result<u32, PortError> {
+pub(super) fn mtu(fd: &OwnedFd, iface: &str) -> Result<u32, PortError> {
     let r = ifreq(fd, iface, libc::SIOCGIFMTU).map_err(|e| err_of(iface, "SIOCGIFMTU", e))?;
     // SAFETY: SIOCGIFMTU fills the `ifru_mtu` member of the union.
     let m = unsafe { r.ifr_ifru.ifru_mtu };
@@ -130,16 +125,16 @@ pub(super) fn mtu(fd: &Fd, iface: &str) -> Result<u32, PortError> {
 }
 
 /// The interface's ARPHRD_ hardware type.
-pub(super) fn hw_type(fd: &Fd, iface: &str) -> Result<u16, PortError> {
+pub(super) fn hw_type(fd: &OwnedFd, iface: &str) -> Result<u16, PortError> {
     let r = ifreq(fd, iface, libc::SIOCGIFHWADDR).map_err(|e| err_of(iface, "SIOCGIFHWADDR", e))?;
     // SAFETY: SIOCGIFHWADDR fills the `ifru_hwaddr` member of the union.
     Ok(unsafe { r.ifr_ifru.ifru_hwaddr.sa_family })
 }
 
 /// Waits up to `ms` for the socket to be readable. Returns whether it is.
-pub(super) fn poll_in(fd: &Fd, ms: i32) -> bool {
+pub(super) fn poll_in(fd: &OwnedFd, ms: i32) -> bool {
     let mut p = libc::pollfd {
-        fd: fd.0,
+        fd: fd.as_raw_fd(),
         events: libc::POLLIN | libc::POLLERR,
         revents: 0,
     };
@@ -150,7 +145,7 @@ pub(super) fn poll_in(fd: &Fd, ms: i32) -> bool {
 
 /// Attaches a classic BPF program (laid out as `struct sock_filter`) to the socket.
 pub(super) fn attach_bpf(
-    fd: &Fd,
+    fd: &OwnedFd,
     iface: &str,
     prog: &[crate::filter::Insn],
 ) -> Result<(), PortError> {
@@ -170,7 +165,7 @@ pub(super) fn attach_bpf(
 }
 
 /// Reads (and so resets) the socket's TPACKET_V3 counters.
-pub(super) fn packet_stats(fd: &Fd) -> io::Result<libc::tpacket_stats_v3> {
+pub(super) fn packet_stats(fd: &OwnedFd) -> io::Result<libc::tpacket_stats_v3> {
     let mut st = libc::tpacket_stats_v3 {
         tp_packets: 0,
         tp_drops: 0,
@@ -180,7 +175,7 @@ pub(super) fn packet_stats(fd: &Fd) -> io::Result<libc::tpacket_stats_v3> {
     // SAFETY: `st` is writable for `len` bytes; the kernel writes at most that.
     let r = unsafe {
         libc::getsockopt(
-            fd.0,
+            fd.as_raw_fd(),
             libc::SOL_PACKET,
             libc::PACKET_STATISTICS,
             &mut st as *mut libc::tpacket_stats_v3 as *mut libc::c_void,

@@ -5,9 +5,10 @@
 //! kernel to send every requested frame. The socket is bound with protocol 0, so it receives
 //! nothing. PACKET_LOSS makes the kernel skip a frame it cannot send instead of stalling the ring.
 
-use super::sys::{self, Fd};
+use super::sys;
 use crate::mem::{Batch, Region};
 use crate::port::{DropReason, PortError, PortStats};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Offset of the packet in a frame: the kernel's default for TPACKET_V2 transmit
@@ -35,7 +36,7 @@ pub(super) fn max_frame(mtu: u32, link: crate::port::LinkType, tagged: bool) -> 
 pub(super) struct TxRing {
     iface: String,
     map: Region,
-    fd: Fd,
+    fd: OwnedFd,
     frame_size: usize,
     frames: usize,
     head: usize,
@@ -50,7 +51,7 @@ impl TxRing {
     /// Sets up a ring of up to `frames` frames sized for `mtu` on `fd` (a fresh packet socket,
     /// opened in the interface's network namespace) and binds it to `iface` for sending only.
     pub(super) fn open(
-        fd: Fd,
+        fd: OwnedFd,
         iface: &str,
         ifindex: i32,
         mtu: u32,
@@ -111,7 +112,7 @@ impl TxRing {
         // frames marked TP_STATUS_SEND_REQUEST in the ring.
         let r = unsafe {
             libc::sendto(
-                self.fd.0,
+                self.fd.as_raw_fd(),
                 std::ptr::null(),
                 0,
                 libc::MSG_DONTWAIT,

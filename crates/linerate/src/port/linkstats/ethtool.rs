@@ -2,8 +2,8 @@
 //! namespace of the thread that opened it, and so do the interface names it is asked about.
 //! Driver information (`ETHTOOL_GDRVINFO`) and the driver's own counters (`ethtool -S`: `ETHTOOL_GSTRINGS` and `ETHTOOL_GSTATS`).
 
-use super::Fd;
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 const ETHTOOL_GDRVINFO: u32 = 0x03;
 const ETHTOOL_GSTRINGS: u32 = 0x1b;
@@ -16,7 +16,7 @@ const MAX_STATS: usize = 1 << 16;
 
 /// A socket for ethtool requests, in the namespace of the thread that opened it.
 #[derive(Debug)]
-pub(crate) struct Ethtool(Fd);
+pub(crate) struct Ethtool(OwnedFd);
 
 /// What `ETHTOOL_GDRVINFO` says.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,12 +43,7 @@ fn word(b: &[u8], i: usize) -> u32 {
 impl Ethtool {
     /// A socket in the calling thread's network namespace.
     pub(crate) fn open() -> io::Result<Ethtool> {
-        // SAFETY: plain socket(2) call; the result is checked.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Ethtool(Fd(fd)))
+        super::socket(libc::AF_INET, libc::SOCK_DGRAM, 0).map(Ethtool)
     }
 
     /// An `ifreq` naming `name`; ENODEV for a name no interface can have.
@@ -76,7 +71,7 @@ impl Ethtool {
         // SAFETY: SIOCETHTOOL reads the command word of `data` and writes at most the size of
         // that command's structure, which the callers allocate in full; `data` lives across
         // the call.
-        let r = unsafe { libc::ioctl(self.0 .0, libc::SIOCETHTOOL, &mut req) };
+        let r = unsafe { libc::ioctl(self.0.as_raw_fd(), libc::SIOCETHTOOL, &mut req) };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }

@@ -8,4 +8,4 @@ pub(crate) mod netlink;
 pub(crate) use crate::sys::netns;
 pub mod procfs;
 
-use crate::port::sys::{setopt, Fd};
+use crate::port::sys::{setopt, socket};

@@ -3,8 +3,8 @@
 //! an interface's link (`RTM_GETLINK`: name, index, peer, kind, counters `IFLA_STATS64`) and its
 //! queueing disciplines (`RTM_GETQDISC`: `TCA_STATS2` packets, drops, backlog).
 
-use super::Fd;
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Flag of a nested attribute's type.
 pub(crate) const NLA_F_NESTED: u16 = 1 << 15;
@@ -18,7 +18,7 @@ const RECV_BUF: usize = 1 << 16;
 /// there whatever that thread does later, so one socket per namespace serves every query.
 #[derive(Debug)]
 pub(crate) struct Netlink {
-    fd: Fd,
+    fd: OwnedFd,
     seq: std::sync::atomic::AtomicU32,
 }
 
@@ -26,18 +26,7 @@ impl Netlink {
     /// A new socket in the calling thread's network namespace, with a one-second receive
     /// timeout (a kernel that never answers cannot hang the caller).
     pub(crate) fn open() -> io::Result<Netlink> {
-        // SAFETY: plain socket(2) call; the result is checked.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let fd = Fd(fd);
+        let fd = super::socket(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_ROUTE)?;
         let tv = libc::timeval {
             tv_sec: 1,
             tv_usec: 0,
@@ -64,7 +53,14 @@ impl Netlink {
 
     fn send(&self, msg: &[u8]) -> io::Result<()> {
         // SAFETY: `msg` is a readable buffer of its length.
-        let r = unsafe { libc::send(self.fd.0, msg.as_ptr() as *const libc::c_void, msg.len(), 0) };
+        let r = unsafe {
+            libc::send(
+                self.fd.as_raw_fd(),
+                msg.as_ptr() as *const libc::c_void,
+                msg.len(),
+                0,
+            )
+        };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -79,7 +75,7 @@ impl Netlink {
             // SAFETY: `buf` is writable for its length.
             let n = unsafe {
                 libc::recv(
-                    self.fd.0,
+                    self.fd.as_raw_fd(),
                     buf.as_mut_ptr() as *mut libc::c_void,
                     buf.len(),
                     libc::MSG_TRUNC,

@@ -11,8 +11,9 @@
 
 use super::obj;
 use super::prog::{AttachApi, AttachMode, Hook};
-use super::sys::{self, Fd};
+use super::sys;
 use crate::port::PortError;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// The compiled program (rebuilt by `bpf/build.sh`, checked by `tests/xdp_object.rs`).
 pub const OBJECT: &[u8] = include_bytes!("../../../../../bpf/xdp_fwd.o");
@@ -61,10 +62,10 @@ pub struct KernelFwd {
     // (input, output) ports, one per input.
     dirs: Vec<(usize, usize)>,
     // One program instance and config map per input.
-    _progs: Vec<Fd>,
-    _cfgs: Vec<Fd>,
-    _ports: Fd,
-    stats: Fd,
+    _progs: Vec<OwnedFd>,
+    _cfgs: Vec<OwnedFd>,
+    _ports: OwnedFd,
+    stats: OwnedFd,
     values: Vec<u64>,
 }
 
@@ -79,13 +80,13 @@ impl std::fmt::Debug for KernelFwd {
 
 fn update<K, V>(
     iface: &str,
-    map: &Fd,
+    map: &OwnedFd,
     key: &K,
     val: &V,
     what: &'static str,
 ) -> Result<(), PortError> {
     let mut a = sys::MapElemAttr {
-        map_fd: map.0 as u32,
+        map_fd: map.as_raw_fd() as u32,
         key: key as *const K as u64,
         value: val as *const V as u64,
         ..Default::default()
@@ -228,7 +229,7 @@ impl KernelFwd {
                 let key = (p * 4 + c) as u32;
                 self.values.iter_mut().for_each(|v| *v = 0);
                 let mut a = sys::MapElemAttr {
-                    map_fd: self.stats.0 as u32,
+                    map_fd: self.stats.as_raw_fd() as u32,
                     key: &key as *const u32 as u64,
                     value: self.values.as_mut_ptr() as u64,
                     ..Default::default()

@@ -39,9 +39,10 @@ use crate::mem::{Batch, Desc, Pool, Region};
 use prog::Attachment;
 pub use prog::{AttachApi, AttachMode};
 use ring::Ring;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 pub use sys::{redirect_target, RedirectTarget};
-use sys::{Fd, XdpDesc, XdpStatistics};
+use sys::{XdpDesc, XdpStatistics};
 
 /// Longest `poll()` wait (ms) of an `rx` that finds nothing ready.
 pub const RX_POLL_MS: i32 = 1;
@@ -240,7 +241,7 @@ pub struct XdpPort {
     /// CLOCK_TAI − CLOCK_REALTIME (ns): the program stamps in TAI.
     tai_offset: i64,
     // Declared last: dropped after the rings are unmapped.
-    fd: Fd,
+    fd: OwnedFd,
 }
 
 /// Which receive queues an `xdp:` port binds.
@@ -401,7 +402,7 @@ pub fn open_queues_of(
     };
     let mut out: Vec<XdpPort> = Vec::with_capacity(queues.len());
     for q in queues {
-        let share = out.first().or(with).map(|p| (&p.pool, p.fd.0));
+        let share = out.first().or(with).map(|p| (&p.pool, p.fd.as_raw_fd()));
         let p = XdpPort::open_one(iface, q, &big, cfg, share).map_err(|e| match e {
             PortError::Os {
                 iface: i,
@@ -447,7 +448,7 @@ impl XdpPort {
         cfg: &XdpConfig,
         with: &XdpPort,
     ) -> Result<XdpPort, PortError> {
-        Self::single(rest, opts, cfg, Some((&with.pool, with.fd.0)))
+        Self::single(rest, opts, cfg, Some((&with.pool, with.fd.as_raw_fd())))
     }
 
     fn single(
@@ -533,7 +534,7 @@ impl XdpPort {
                     };
                     let attach = Attachment::get(iface, ifindex, cfg.attach, cfg.api)?;
                     let meta = attach.rx_meta();
-                    attach.set_queue(queue, parts.fd.0)?;
+                    attach.set_queue(queue, parts.fd.as_raw_fd())?;
                     let zc = sys::getopt::<u32>(&parts.fd, sys::XDP_OPTIONS)
                         .map(|o| o & sys::XDP_OPTIONS_ZEROCOPY != 0)
                         .unwrap_or(false);
@@ -832,7 +833,7 @@ struct Parts {
     comp: Ring<u64>,
     rx: Ring<XdpDesc>,
     tx: Ring<XdpDesc>,
-    fd: Fd,
+    fd: OwnedFd,
 }
 
 impl Port for XdpPort {
@@ -872,7 +873,7 @@ impl Port for XdpPort {
             return Ok(0);
         }
         // Sleep in poll (which also wakes the kernel if the fill ring asks).
-        if sys::poll_in(self.fd.0, self.rx_wait_ms) {
+        if sys::poll_in(self.fd.as_raw_fd(), self.rx_wait_ms) {
             return Ok(self.fill_batch(batch));
         }
         if self.fill.needs_wakeup() {
@@ -982,7 +983,7 @@ impl Port for XdpPort {
     }
 
     fn poll_fd(&self) -> Option<i32> {
-        Some(self.fd.0)
+        Some(self.fd.as_raw_fd())
     }
 
     /// Arrival times when the program stamps packets at the driver's receive hook.

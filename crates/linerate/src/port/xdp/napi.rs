@@ -9,8 +9,9 @@
 //! goes on without these figures.
 
 use super::obj::{self, btf};
-use super::sys::{self, Fd};
+use super::sys;
 use std::io;
+use std::os::fd::OwnedFd;
 
 /// The compiled program (rebuilt by `bpf/build.sh`, checked by `tests/xdp_object.rs`).
 pub const OBJECT: &[u8] = include_bytes!("../../../../../bpf/napi_poll.o");
@@ -48,11 +49,11 @@ pub struct NapiCounters {
 
 /// The program attached to `napi:napi_poll` and its maps; detached when dropped.
 pub struct NapiWatch {
-    _link: Fd,
-    _prog: Fd,
-    cfg: Fd,
-    stats: Fd,
-    minmax: Fd,
+    _link: Option<OwnedFd>,
+    _prog: Option<OwnedFd>,
+    cfg: OwnedFd,
+    stats: OwnedFd,
+    minmax: OwnedFd,
     offsets: [u32; 4],
     epoch: u32,
     ncpu: usize,
@@ -103,9 +104,7 @@ impl NapiWatch {
                 map_name,
                 ..Default::default()
             };
-            sys::bpf(sys::BPF_MAP_CREATE, &mut m)
-                .map(Fd)
-                .map_err(|e| why("bpf(BPF_MAP_CREATE)", &e))
+            sys::bpf_fd(sys::BPF_MAP_CREATE, &mut m).map_err(|e| why("bpf(BPF_MAP_CREATE)", &e))
         };
         let cfg = map(sys::BPF_MAP_TYPE_ARRAY, 4, CFG_LEN, 1, "lr_napi_cfg")?;
         let stats = map(
@@ -123,8 +122,8 @@ impl NapiWatch {
             "lr_napi_minmax",
         )?;
         let mut w = NapiWatch {
-            _link: Fd(-1),
-            _prog: Fd(-1),
+            _link: None,
+            _prog: None,
             cfg,
             stats,
             minmax,
@@ -148,8 +147,8 @@ impl NapiWatch {
             .map_err(|e| format!("loading bpf/napi_poll.o: {e}"))?;
         let link = sys::raw_tracepoint_open(&prog, "napi_poll")
             .map_err(|e| why("attaching to the napi:napi_poll tracepoint", &e))?;
-        w._prog = prog;
-        w._link = link;
+        w._prog = Some(prog);
+        w._link = Some(link);
         Ok(w)
     }
 

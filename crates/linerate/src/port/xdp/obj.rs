@@ -8,8 +8,9 @@
 //! BPF-to-BPF calls (helpers are `static __always_inline`), no BTF of their own. Anything else
 //! in the object is refused with an error that names the object.
 
-use super::sys::{self, Fd};
+use super::sys;
 use crate::port::PortError;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Why the object `what` could not be used.
 fn bad(what: &str, why: &str) -> PortError {
@@ -237,8 +238,8 @@ impl Object {
         &self,
         iface: &str,
         name: &str,
-        maps: &[(&str, &Fd)],
-    ) -> Result<Fd, PortError> {
+        maps: &[(&str, &OwnedFd)],
+    ) -> Result<OwnedFd, PortError> {
         self.load_with(iface, name, maps, Kfuncs::Stub)
     }
 
@@ -248,9 +249,9 @@ impl Object {
         &self,
         iface: &str,
         name: &str,
-        maps: &[(&str, &Fd)],
+        maps: &[(&str, &OwnedFd)],
         kfuncs: Kfuncs,
-    ) -> Result<Fd, PortError> {
+    ) -> Result<OwnedFd, PortError> {
         self.load_resolved(iface, name, maps, kfuncs, false)
             .map(|(fd, _)| fd)
     }
@@ -262,10 +263,10 @@ impl Object {
         &self,
         iface: &str,
         name: &str,
-        maps: &[(&str, &Fd)],
+        maps: &[(&str, &OwnedFd)],
         kfuncs: Kfuncs,
         quiet: bool,
-    ) -> Result<(Fd, Vec<String>), PortError> {
+    ) -> Result<(OwnedFd, Vec<String>), PortError> {
         self.load_typed(
             iface,
             name,
@@ -281,9 +282,9 @@ impl Object {
     pub(crate) fn load_raw_tracepoint(
         &self,
         name: &str,
-        maps: &[(&str, &Fd)],
+        maps: &[(&str, &OwnedFd)],
         quiet: bool,
-    ) -> Result<Fd, PortError> {
+    ) -> Result<OwnedFd, PortError> {
         self.load_typed(
             &self.what,
             name,
@@ -300,11 +301,11 @@ impl Object {
         &self,
         iface: &str,
         name: &str,
-        maps: &[(&str, &Fd)],
+        maps: &[(&str, &OwnedFd)],
         kfuncs: Kfuncs,
         quiet: bool,
         ty: (u32, u32),
-    ) -> Result<(Fd, Vec<String>), PortError> {
+    ) -> Result<(OwnedFd, Vec<String>), PortError> {
         let mut insns = self.insns.clone();
         let mut resolved = Vec::new();
         let names: Vec<&str> = self.kfuncs.iter().map(|(_, f)| f.as_str()).collect();
@@ -335,7 +336,7 @@ impl Object {
             let fd = maps
                 .iter()
                 .find(|(n, _)| n == map)
-                .map(|(_, fd)| fd.0)
+                .map(|(_, fd)| fd.as_raw_fd())
                 .ok_or_else(|| bad(&self.what, &format!("map '{map}' was not created")))?;
             let insn = &mut insns[*i];
             insn[1] = (insn[1] & 0x0f) | (1 << 4); // src_reg = BPF_PSEUDO_MAP_FD
@@ -361,8 +362,8 @@ impl Object {
             a.prog_ifindex = ifindex;
             a.prog_flags = BPF_F_XDP_DEV_BOUND_ONLY;
         }
-        match sys::bpf(sys::BPF_PROG_LOAD, &mut a) {
-            Ok(fd) => Ok((Fd(fd), resolved)),
+        match sys::bpf_fd(sys::BPF_PROG_LOAD, &mut a) {
+            Ok(fd) => Ok((fd, resolved)),
             Err(e) => {
                 let end = log.iter().position(|&b| b == 0).unwrap_or(0);
                 if end > 0 && !quiet {
@@ -586,7 +587,7 @@ pub(crate) fn create_map(
     value_size: u32,
     max_entries: u32,
     name: &str,
-) -> Result<Fd, PortError> {
+) -> Result<OwnedFd, PortError> {
     let mut map_name = [0u8; 16];
     let n = name.len().min(15);
     map_name[..n].copy_from_slice(&name.as_bytes()[..n]);
@@ -598,8 +599,7 @@ pub(crate) fn create_map(
         map_name,
         ..Default::default()
     };
-    sys::bpf(sys::BPF_MAP_CREATE, &mut m)
-        .map(Fd)
+    sys::bpf_fd(sys::BPF_MAP_CREATE, &mut m)
         .map_err(|e| sys::err_of(iface, "bpf(BPF_MAP_CREATE)", e))
 }
 

@@ -10,9 +10,10 @@
 //! (by name) it is found and replaced; another tool's program is reported, not touched.
 
 use super::obj;
-use super::sys::{self, Fd, Netlink};
+use super::sys::{self, Netlink};
 use crate::port::PortError;
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, Weak};
 
 /// The compiled program (rebuilt by `bpf/build.sh`, checked by `tests/xdp_object.rs`).
@@ -68,13 +69,13 @@ pub struct RxMeta {
 
 /// A loaded program and its map.
 pub(super) struct Loaded {
-    pub(super) map: Fd,
-    pub(super) prog: Fd,
+    pub(super) map: OwnedFd,
+    pub(super) prog: OwnedFd,
     pub(super) meta: RxMeta,
 }
 
 /// Creates the XSKMAP.
-fn create_xskmap(iface: &str) -> Result<Fd, PortError> {
+fn create_xskmap(iface: &str) -> Result<OwnedFd, PortError> {
     obj::create_map(
         iface,
         sys::BPF_MAP_TYPE_XSKMAP,
@@ -156,7 +157,7 @@ pub(super) struct Hook {
 }
 
 enum How {
-    Link(#[allow(dead_code)] Fd),
+    Link(#[allow(dead_code)] OwnedFd),
     Netlink(Netlink, u32),
 }
 
@@ -166,7 +167,7 @@ impl Hook {
     pub(super) fn attach(
         iface: &str,
         ifindex: u32,
-        prog: &Fd,
+        prog: &OwnedFd,
         mode: AttachMode,
         api: AttachApi,
     ) -> Result<(Hook, Option<u32>), PortError> {
@@ -185,17 +186,17 @@ impl Hook {
             let r = match api {
                 AttachApi::Link => {
                     let mut a = sys::LinkCreateAttr {
-                        prog_fd: prog.0 as u32,
+                        prog_fd: prog.as_raw_fd() as u32,
                         target_ifindex: ifindex,
                         attach_type: sys::BPF_XDP,
                         flags,
                         ..Default::default()
                     };
-                    sys::bpf(sys::BPF_LINK_CREATE, &mut a).map(|fd| Some(Fd(fd)))
+                    sys::bpf_fd(sys::BPF_LINK_CREATE, &mut a).map(Some)
                 }
                 // XDP_FLAGS_UPDATE_IF_NOEXIST: never replace a program silently.
                 AttachApi::Netlink => {
-                    sys::xdp_set_netlink(&nl, ifindex, prog.0, flags | 1).map(|()| None)
+                    sys::xdp_set_netlink(&nl, ifindex, prog.as_raw_fd(), flags | 1).map(|()| None)
                 }
             };
             match r {
@@ -307,7 +308,7 @@ impl Attachment {
         let key = queue;
         let val = xsk as u32;
         let mut a = sys::MapElemAttr {
-            map_fd: self.loaded.map.0 as u32,
+            map_fd: self.loaded.map.as_raw_fd() as u32,
             key: &key as *const u32 as u64,
             value: &val as *const u32 as u64,
             ..Default::default()
@@ -321,7 +322,7 @@ impl Attachment {
     pub(super) fn clear_queue(&self, queue: u32) {
         let key = queue;
         let mut a = sys::MapElemAttr {
-            map_fd: self.loaded.map.0 as u32,
+            map_fd: self.loaded.map.as_raw_fd() as u32,
             key: &key as *const u32 as u64,
             ..Default::default()
         };

@@ -6,6 +6,7 @@
 
 use crate::port::PortError;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 pub(super) const AF_XDP: i32 = 44;
 pub(super) const SOL_XDP: i32 = 283;
@@ -103,8 +104,6 @@ pub struct XdpStatistics {
     pub tx_ring_empty_descs: u64,
 }
 
-pub(crate) use crate::port::sys::Fd;
-
 fn hint(op: &'static str, e: &io::Error) -> &'static str {
     match e.raw_os_error() {
         Some(libc::EPERM) | Some(libc::EACCES) => {
@@ -153,19 +152,15 @@ pub fn iface_mac(name: &str) -> Result<[u8; 6], PortError> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.bytes().any(|b| b == 0) {
         return Err(PortError::NoInterface(name.to_string()));
     }
-    // SAFETY: plain socket(2) call; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(os_err(name, "socket(AF_INET)"));
-    }
-    let fd = Fd(fd);
+    let fd = crate::port::sys::socket(libc::AF_INET, libc::SOCK_DGRAM, 0)
+        .map_err(|e| err_of(name, "socket(AF_INET)", e))?;
     // SAFETY: ifreq is plain data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
         *d = s as libc::c_char;
     }
     // SAFETY: SIOCGIFHWADDR reads ifr_name and writes the address into `req`, which is ours.
-    let r = unsafe { libc::ioctl(fd.0, libc::SIOCGIFHWADDR, &mut req) };
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) };
     if r < 0 {
         return Err(os_err(name, "SIOCGIFHWADDR"));
     }
@@ -184,12 +179,7 @@ fn ethtool(name: &str, data: &mut [u8]) -> io::Result<()> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ || data.len() < 4 {
         return Err(io::Error::from_raw_os_error(libc::ENODEV));
     }
-    // SAFETY: plain socket(2) call; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = Fd(fd);
+    let fd = crate::port::sys::socket(libc::AF_INET, libc::SOCK_DGRAM, 0)?;
     // SAFETY: ifreq is plain data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
@@ -198,7 +188,7 @@ fn ethtool(name: &str, data: &mut [u8]) -> io::Result<()> {
     req.ifr_ifru.ifru_data = data.as_mut_ptr() as *mut libc::c_char;
     // SAFETY: SIOCETHTOOL reads the command word of `data` and writes at most the size of that
     // command's structure, which the callers allocate in full; `data` lives across the call.
-    let r = unsafe { libc::ioctl(fd.0, libc::SIOCETHTOOL, &mut req) };
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCETHTOOL, &mut req) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -257,18 +247,14 @@ pub(crate) fn rx_queues(name: &str, ifindex: u32) -> io::Result<(u32, &'static s
 }
 
 /// A new AF_XDP socket.
-pub(super) fn xdp_socket(iface: &str) -> Result<Fd, PortError> {
-    // SAFETY: plain socket(2) call; the result is checked.
-    let fd = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(os_err(iface, "socket(AF_XDP)"));
-    }
-    Ok(Fd(fd))
+pub(super) fn xdp_socket(iface: &str) -> Result<OwnedFd, PortError> {
+    crate::port::sys::socket(AF_XDP, libc::SOCK_RAW, 0)
+        .map_err(|e| err_of(iface, "socket(AF_XDP)", e))
 }
 
 /// setsockopt(fd, SOL_XDP, opt, &val); `op` names the option in errors.
 pub(super) fn setopt<T>(
-    fd: &Fd,
+    fd: &OwnedFd,
     iface: &str,
     opt: i32,
     op: &'static str,
@@ -278,13 +264,13 @@ pub(super) fn setopt<T>(
 }
 
 /// getsockopt(fd, SOL_XDP, opt) into a `T` (plain data, zero-initialised first).
-pub(super) fn getopt<T: Copy + Default>(fd: &Fd, opt: i32) -> io::Result<T> {
+pub(super) fn getopt<T: Copy + Default>(fd: &OwnedFd, opt: i32) -> io::Result<T> {
     let mut v = T::default();
     let mut len = std::mem::size_of::<T>() as libc::socklen_t;
     // SAFETY: `v` is writable for `len` bytes; the kernel writes at most that.
     let r = unsafe {
         libc::getsockopt(
-            fd.0,
+            fd.as_raw_fd(),
             SOL_XDP,
             opt,
             &mut v as *mut T as *mut libc::c_void,
@@ -298,7 +284,12 @@ pub(super) fn getopt<T: Copy + Default>(fd: &Fd, opt: i32) -> io::Result<T> {
 }
 
 /// Maps `len` bytes of a ring of `fd` at page offset `pgoff`.
-pub(super) fn map_ring(fd: &Fd, iface: &str, len: usize, pgoff: i64) -> Result<*mut u8, PortError> {
+pub(super) fn map_ring(
+    fd: &OwnedFd,
+    iface: &str,
+    len: usize,
+    pgoff: i64,
+) -> Result<*mut u8, PortError> {
     // SAFETY: a shared mapping of the socket's ring; the kernel validates offset and length and
     // the result is checked.
     let p = unsafe {
@@ -307,7 +298,7 @@ pub(super) fn map_ring(fd: &Fd, iface: &str, len: usize, pgoff: i64) -> Result<*
             len,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED | libc::MAP_POPULATE,
-            fd.0,
+            fd.as_raw_fd(),
             pgoff,
         )
     };
@@ -318,11 +309,11 @@ pub(super) fn map_ring(fd: &Fd, iface: &str, len: usize, pgoff: i64) -> Result<*
 }
 
 /// bind(2) of an AF_XDP socket.
-pub(super) fn bind(fd: &Fd, sa: &SockaddrXdp) -> io::Result<()> {
+pub(super) fn bind(fd: &OwnedFd, sa: &SockaddrXdp) -> io::Result<()> {
     // SAFETY: `sa` is a live sockaddr_xdp of the size given.
     let r = unsafe {
         libc::bind(
-            fd.0,
+            fd.as_raw_fd(),
             sa as *const SockaddrXdp as *const libc::sockaddr,
             std::mem::size_of::<SockaddrXdp>() as libc::socklen_t,
         )
@@ -338,7 +329,12 @@ const SO_PREFER_BUSY_POLL: i32 = 69;
 const SO_BUSY_POLL_BUDGET: i32 = 70;
 
 /// Makes `fd` busy-poll its device's NAPI: preferred, `usecs` per call, `budget` packets.
-pub(super) fn busy_poll(fd: &Fd, iface: &str, usecs: u32, budget: u32) -> Result<(), PortError> {
+pub(super) fn busy_poll(
+    fd: &OwnedFd,
+    iface: &str,
+    usecs: u32,
+    budget: u32,
+) -> Result<(), PortError> {
     for (opt, v, op) in [
         (SO_PREFER_BUSY_POLL, 1u32, "setsockopt SO_PREFER_BUSY_POLL"),
         (libc::SO_BUSY_POLL, usecs, "setsockopt SO_BUSY_POLL"),
@@ -355,11 +351,11 @@ pub(super) fn busy_poll(fd: &Fd, iface: &str, usecs: u32, budget: u32) -> Result
 }
 
 /// Kicks the kernel to transmit (copy mode, or a tx ring that needs a wakeup).
-pub(super) fn kick_tx(fd: &Fd) -> io::Result<()> {
+pub(super) fn kick_tx(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: sendto with no buffer and no address on our socket.
     let r = unsafe {
         libc::sendto(
-            fd.0,
+            fd.as_raw_fd(),
             std::ptr::null(),
             0,
             libc::MSG_DONTWAIT,
@@ -430,11 +426,11 @@ pub(super) fn tai_offset_ns() -> i64 {
     (tai - real + 500_000_000).div_euclid(1_000_000_000) * 1_000_000_000
 }
 
-pub(super) fn kick_rx(fd: &Fd) {
+pub(super) fn kick_rx(fd: &OwnedFd) {
     // SAFETY: a non-blocking zero-length recvfrom on our socket, as the AF_XDP API asks.
     unsafe {
         libc::recvfrom(
-            fd.0,
+            fd.as_raw_fd(),
             std::ptr::null_mut(),
             0,
             libc::MSG_DONTWAIT,
@@ -487,6 +483,15 @@ pub(super) fn bpf<T>(cmd: u32, attr: &mut T) -> io::Result<i32> {
         return Err(io::Error::last_os_error());
     }
     Ok(r as i32)
+}
+
+/// bpf(cmd, attr) for a command that returns a new descriptor (map or program creation, link
+/// creation, a program by id): the descriptor, owned.
+pub(crate) fn bpf_fd<T>(cmd: u32, attr: &mut T) -> io::Result<OwnedFd> {
+    let fd = bpf(cmd, attr)?;
+    // SAFETY: the commands this is called with return a new descriptor on success, which
+    // nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 #[repr(C)]
@@ -562,8 +567,7 @@ const BPF_TCX_EGRESS: u32 = 47;
 /// the tcx egress hook of interface `ifindex` through a bpf_link (kernel 6.6+): every frame
 /// leaving the interface runs it until the returned link is closed. The kernel's verifier
 /// checks the program; it sees packets, never this process's memory.
-pub(crate) fn attach_tc_egress(ifindex: u32, code: &[u8]) -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+pub(crate) fn attach_tc_egress(ifindex: u32, code: &[u8]) -> io::Result<OwnedFd> {
     if code.is_empty() || !code.len().is_multiple_of(8) || code.len() / 8 > 1_000_000 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -578,19 +582,15 @@ pub(crate) fn attach_tc_egress(ifindex: u32, code: &[u8]) -> io::Result<std::os:
         license: license.as_ptr() as u64,
         ..Default::default()
     };
-    let prog = bpf(BPF_PROG_LOAD, &mut load)?;
-    // SAFETY: bpf(BPF_PROG_LOAD) returned a new descriptor that nothing else owns.
-    let prog = unsafe { OwnedFd::from_raw_fd(prog) };
+    let prog = bpf_fd(BPF_PROG_LOAD, &mut load)?;
     let mut link = LinkCreateAttr {
         prog_fd: prog.as_raw_fd() as u32,
         target_ifindex: ifindex,
         attach_type: BPF_TCX_EGRESS,
         ..Default::default()
     };
-    let link = bpf(BPF_LINK_CREATE, &mut link)?;
-    // SAFETY: bpf(BPF_LINK_CREATE) returned a new descriptor that nothing else owns; the link
-    // holds the program, so `prog` may be closed.
-    Ok(unsafe { OwnedFd::from_raw_fd(link) })
+    // The link holds the program, so `prog` may be closed.
+    bpf_fd(BPF_LINK_CREATE, &mut link)
 }
 
 /// The `test` member of `union bpf_attr` (BPF_PROG_TEST_RUN, a.k.a. BPF_PROG_RUN).
@@ -631,7 +631,7 @@ pub(crate) struct XdpMd {
 /// program returns XDP_TX for is sent on interface `ifindex`), `batch` frames per kernel
 /// batch. Returns when all ran, or with EINTR when a signal arrived (after a whole batch).
 pub(crate) fn xdp_run_live(
-    prog: &Fd,
+    prog: &OwnedFd,
     data: &[u8],
     ifindex: u32,
     repeat: u32,
@@ -643,7 +643,7 @@ pub(crate) fn xdp_run_live(
         ..Default::default()
     };
     let mut a = TestRunAttr {
-        prog_fd: prog.0 as u32,
+        prog_fd: prog.as_raw_fd() as u32,
         data_size_in: data.len() as u32,
         data_in: data.as_ptr() as u64,
         repeat,
@@ -657,9 +657,9 @@ pub(crate) fn xdp_run_live(
 }
 
 /// Reads element `key` of map `map` into `value` (all CPUs' values for a per-CPU map).
-pub(crate) fn map_lookup(map: &Fd, key: u32, value: &mut [u8]) -> io::Result<()> {
+pub(crate) fn map_lookup(map: &OwnedFd, key: u32, value: &mut [u8]) -> io::Result<()> {
     let mut a = MapElemAttr {
-        map_fd: map.0 as u32,
+        map_fd: map.as_raw_fd() as u32,
         key: &key as *const u32 as u64,
         value: value.as_mut_ptr() as u64,
         ..Default::default()
@@ -668,9 +668,9 @@ pub(crate) fn map_lookup(map: &Fd, key: u32, value: &mut [u8]) -> io::Result<()>
 }
 
 /// Writes element `key` of map `map` (all CPUs' values for a per-CPU map).
-pub(crate) fn map_update(map: &Fd, key: u32, value: &[u8]) -> io::Result<()> {
+pub(crate) fn map_update(map: &OwnedFd, key: u32, value: &[u8]) -> io::Result<()> {
     let mut a = MapElemAttr {
-        map_fd: map.0 as u32,
+        map_fd: map.as_raw_fd() as u32,
         key: &key as *const u32 as u64,
         value: value.as_ptr() as u64,
         ..Default::default()
@@ -679,9 +679,9 @@ pub(crate) fn map_update(map: &Fd, key: u32, value: &[u8]) -> io::Result<()> {
 }
 
 /// Reads element `key` (bytes) of map `map` into `value`; ENOENT when there is none.
-pub(crate) fn map_lookup_key(map: &Fd, key: &[u8], value: &mut [u8]) -> io::Result<()> {
+pub(crate) fn map_lookup_key(map: &OwnedFd, key: &[u8], value: &mut [u8]) -> io::Result<()> {
     let mut a = MapElemAttr {
-        map_fd: map.0 as u32,
+        map_fd: map.as_raw_fd() as u32,
         key: key.as_ptr() as u64,
         value: value.as_mut_ptr() as u64,
         ..Default::default()
@@ -690,9 +690,9 @@ pub(crate) fn map_lookup_key(map: &Fd, key: &[u8], value: &mut [u8]) -> io::Resu
 }
 
 /// Deletes element `key` (bytes) of map `map`.
-pub(crate) fn map_delete_key(map: &Fd, key: &[u8]) -> io::Result<()> {
+pub(crate) fn map_delete_key(map: &OwnedFd, key: &[u8]) -> io::Result<()> {
     let mut a = MapElemAttr {
-        map_fd: map.0 as u32,
+        map_fd: map.as_raw_fd() as u32,
         key: key.as_ptr() as u64,
         ..Default::default()
     };
@@ -701,9 +701,9 @@ pub(crate) fn map_delete_key(map: &Fd, key: &[u8]) -> io::Result<()> {
 
 /// The key after `key` in map `map` (None: the first one) written into `next`; Ok(false) at
 /// the end of the map. `key` and `next` are the map's key size.
-pub(crate) fn map_next_key(map: &Fd, key: Option<&[u8]>, next: &mut [u8]) -> io::Result<bool> {
+pub(crate) fn map_next_key(map: &OwnedFd, key: Option<&[u8]>, next: &mut [u8]) -> io::Result<bool> {
     let mut a = MapElemAttr {
-        map_fd: map.0 as u32,
+        map_fd: map.as_raw_fd() as u32,
         key: key.map_or(0, |k| k.as_ptr() as u64),
         value: next.as_mut_ptr() as u64,
         ..Default::default()
@@ -727,14 +727,14 @@ struct RawTracepointAttr {
 
 /// Attaches raw tracepoint program `prog` to tracepoint `name` (`napi_poll`); it stays attached
 /// until the returned descriptor is closed.
-pub(crate) fn raw_tracepoint_open(prog: &Fd, name: &str) -> io::Result<Fd> {
+pub(crate) fn raw_tracepoint_open(prog: &OwnedFd, name: &str) -> io::Result<OwnedFd> {
     let c = std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let mut a = RawTracepointAttr {
         name: c.as_ptr() as u64,
-        prog_fd: prog.0 as u32,
+        prog_fd: prog.as_raw_fd() as u32,
         ..Default::default()
     };
-    bpf(BPF_RAW_TRACEPOINT_OPEN, &mut a).map(Fd)
+    bpf_fd(BPF_RAW_TRACEPOINT_OPEN, &mut a)
 }
 
 /// Number of possible CPUs (the value count of a per-CPU map), from
@@ -783,10 +783,10 @@ pub(super) fn prog_name_by_id(id: u32) -> io::Result<String> {
         id,
         ..Default::default()
     };
-    let fd = Fd(bpf(BPF_PROG_GET_FD_BY_ID, &mut a)?);
+    let fd = bpf_fd(BPF_PROG_GET_FD_BY_ID, &mut a)?;
     let mut info = ProgInfo::default();
     let mut q = InfoByFdAttr {
-        bpf_fd: fd.0 as u32,
+        bpf_fd: fd.as_raw_fd() as u32,
         info_len: std::mem::size_of::<ProgInfo>() as u32,
         info: &mut info as *mut ProgInfo as u64,
     };
@@ -819,28 +819,24 @@ pub struct XdpAttachment {
 }
 
 /// A route netlink socket, in the network namespace of the thread that opened it.
-pub(super) struct Netlink(Fd);
+pub(super) struct Netlink(OwnedFd);
 
 impl Netlink {
     pub(super) fn open() -> io::Result<Netlink> {
-        // SAFETY: plain socket(2) call; the result is checked.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Netlink(Fd(fd)))
+        crate::port::sys::socket(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_ROUTE).map(Netlink)
     }
 
     /// Sends one request and returns the first reply message (an error reply becomes Err).
     fn request(&self, msg: &[u8]) -> io::Result<Vec<u8>> {
         // SAFETY: `msg` is a readable buffer of its length.
-        let r = unsafe { libc::send(self.0 .0, msg.as_ptr() as *const libc::c_void, msg.len(), 0) };
+        let r = unsafe {
+            libc::send(
+                self.0.as_raw_fd(),
+                msg.as_ptr() as *const libc::c_void,
+                msg.len(),
+                0,
+            )
+        };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -848,7 +844,7 @@ impl Netlink {
         // SAFETY: `buf` is writable for its length.
         let n = unsafe {
             libc::recv(
-                self.0 .0,
+                self.0.as_raw_fd(),
                 buf.as_mut_ptr() as *mut libc::c_void,
                 buf.len(),
                 0,
@@ -1173,7 +1169,6 @@ fn gro_on(name: &str) -> io::Result<bool> {
 /// Whether GRO is on for interface `name` of the namespace whose id is `nsid`, looked for among
 /// the named namespaces (`/run/netns`, as `ip netns add` makes them); None if not found.
 fn gro_on_in(nl: &Netlink, name: &str, nsid: i32) -> Option<io::Result<bool>> {
-    use std::os::fd::AsRawFd;
     let dir = std::fs::read_dir(crate::sys::netns::NETNS_DIR).ok()?;
     for e in dir.flatten() {
         let Ok(f) = std::fs::File::open(e.path()) else {

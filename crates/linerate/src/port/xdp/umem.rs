@@ -4,9 +4,10 @@
 //! bound to this pool like any other and its frames return to the pool's free list when the
 //! batch is cleared; the port refills the kernel's fill ring from the same free list.
 
-use super::sys::{self, Fd, UmemReg};
+use super::sys::{self, UmemReg};
 use crate::mem::{Pool, PoolConfig, Region, DEFAULT_FRAME_SIZE, DEFAULT_HEADROOM};
 use crate::port::PortError;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 /// A pool of `frames` frames (rounded up to a multiple of 64) for a UMEM.
@@ -24,7 +25,7 @@ pub(super) fn pool(frames: u32) -> Result<Arc<Pool>, PortError> {
 
 /// Registers `pool`'s memory as the UMEM of socket `fd` (aligned chunks of one frame each, no
 /// extra headroom: the pool's headroom is inside the frame).
-pub(super) fn register(fd: &Fd, iface: &str, pool: &Pool) -> Result<(), PortError> {
+pub(super) fn register(fd: &OwnedFd, iface: &str, pool: &Pool) -> Result<(), PortError> {
     let reg = UmemReg {
         addr: pool.region().as_ptr() as u64,
         len: pool.frames() as u64 * pool.frame_size() as u64,
