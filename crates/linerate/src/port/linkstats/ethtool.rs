@@ -1,22 +1,21 @@
-//! ethtool ioctls (`SIOCETHTOOL`) through a datagram socket: the socket belongs to the network
-//! namespace of the thread that opened it, and so do the interface names it is asked about.
-//! Driver information (`ETHTOOL_GDRVINFO`) and the driver's own counters (`ethtool -S`: `ETHTOOL_GSTRINGS` and `ETHTOOL_GSTATS`).
+//! The driver's view of an interface for `linerate watch`: driver information
+//! (`ETHTOOL_GDRVINFO`) and the driver's own counters (`ethtool -S`: `ETHTOOL_GSTRINGS` and
+//! `ETHTOOL_GSTATS`), asked through [`crate::sys::ethtool`]'s socket, which belongs to the network
+//! namespace of the thread that opened it (so do the interface names it is asked about).
 
+use crate::sys::ethtool::{
+    EthtoolSocket, ETHTOOL_GDRVINFO, ETHTOOL_GSSET_INFO, ETHTOOL_GSTATS, ETHTOOL_GSTRINGS,
+    ETH_GSTRING_LEN,
+};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
 
-const ETHTOOL_GDRVINFO: u32 = 0x03;
-const ETHTOOL_GSTRINGS: u32 = 0x1b;
-const ETHTOOL_GSTATS: u32 = 0x1d;
-const ETHTOOL_GSSET_INFO: u32 = 0x37;
 const ETH_SS_STATS: u32 = 1;
-const ETH_GSTRING_LEN: usize = 32;
 /// Most counters taken from one driver (a 64-queue NIC has a few thousand).
 const MAX_STATS: usize = 1 << 16;
 
 /// A socket for ethtool requests, in the namespace of the thread that opened it.
 #[derive(Debug)]
-pub(crate) struct Ethtool(OwnedFd);
+pub(crate) struct Ethtool(EthtoolSocket);
 
 /// What `ETHTOOL_GDRVINFO` says.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,39 +42,12 @@ fn word(b: &[u8], i: usize) -> u32 {
 impl Ethtool {
     /// A socket in the calling thread's network namespace.
     pub(crate) fn open() -> io::Result<Ethtool> {
-        super::socket(libc::AF_INET, libc::SOCK_DGRAM, 0).map(Ethtool)
-    }
-
-    /// An `ifreq` naming `name`; ENODEV for a name no interface can have.
-    fn ifreq(name: &str) -> io::Result<libc::ifreq> {
-        if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
-            return Err(io::Error::from_raw_os_error(libc::ENODEV));
-        }
-        // SAFETY: ifreq is plain data; all-zero is a valid value.
-        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-        for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
-            *d = s as libc::c_char;
-        }
-        Ok(req)
+        EthtoolSocket::open().map(Ethtool)
     }
 
     /// Runs the ethtool command whose structure (command word first) is `data` on `name`.
-    /// `data` must be as large as the kernel writes for that command (the callers size it
-    /// from the counts the kernel gave, with room to spare).
     fn call(&self, name: &str, data: &mut [u8]) -> io::Result<()> {
-        if data.len() < 4 {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        let mut req = Self::ifreq(name)?;
-        req.ifr_ifru.ifru_data = data.as_mut_ptr() as *mut libc::c_char;
-        // SAFETY: SIOCETHTOOL reads the command word of `data` and writes at most the size of
-        // that command's structure, which the callers allocate in full; `data` lives across
-        // the call.
-        let r = unsafe { libc::ioctl(self.0.as_raw_fd(), libc::SIOCETHTOOL, &mut req) };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        self.0.call(name, data)
     }
 
     /// Driver, bus address and counter count of `name`.

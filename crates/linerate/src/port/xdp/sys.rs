@@ -1,10 +1,15 @@
-//! System calls: AF_XDP sockets and their options, the `bpf(2)` commands the port needs, and
-//! the two rtnetlink requests that query and remove an interface's XDP program.
+//! System calls: AF_XDP sockets and their options, the `bpf(2)` commands the port needs; and,
+//! through the crate's one netlink socket and ethtool call ([`crate::sys`]), the rtnetlink
+//! requests that query, attach and remove an interface's XDP program, and the queue count,
+//! driver and GRO state of an interface.
 //!
 //! The kernel ABI structures are declared here (from `linux/if_xdp.h`, `linux/bpf.h`,
 //! `linux/if_link.h`), as the fixed-layout prefixes the kernel accepts.
 
 use crate::port::PortError;
+use crate::sys::ethtool::{ethtool, ETHTOOL_GCHANNELS, ETHTOOL_GDRVINFO, ETHTOOL_GGRO};
+pub(crate) use crate::sys::netlink::Netlink;
+use crate::sys::netlink::{attrs, ifinfomsg, nl_finish, nl_header, NLA_F_NESTED};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -173,33 +178,11 @@ pub fn iface_mac(name: &str) -> Result<[u8; 6], PortError> {
     Ok(m)
 }
 
-/// Runs the ethtool command whose `struct ethtool_*` (command word first) is `data` on interface
-/// `name`, in the calling thread's network namespace.
-fn ethtool(name: &str, data: &mut [u8]) -> io::Result<()> {
-    if name.is_empty() || name.len() >= libc::IFNAMSIZ || data.len() < 4 {
-        return Err(io::Error::from_raw_os_error(libc::ENODEV));
-    }
-    let fd = crate::port::sys::socket(libc::AF_INET, libc::SOCK_DGRAM, 0)?;
-    // SAFETY: ifreq is plain data; all-zero is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
-        *d = s as libc::c_char;
-    }
-    req.ifr_ifru.ifru_data = data.as_mut_ptr() as *mut libc::c_char;
-    // SAFETY: SIOCETHTOOL reads the command word of `data` and writes at most the size of that
-    // command's structure, which the callers allocate in full; `data` lives across the call.
-    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCETHTOOL, &mut req) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// The driver of interface `name` (`ETHTOOL_GDRVINFO`), e.g. "veth".
 pub(crate) fn iface_driver(name: &str) -> io::Result<String> {
     // struct ethtool_drvinfo: cmd, then driver[32], ... (196 bytes in all).
     let mut info = [0u8; 196];
-    info[..4].copy_from_slice(&3u32.to_ne_bytes()); // ETHTOOL_GDRVINFO
+    info[..4].copy_from_slice(&ETHTOOL_GDRVINFO.to_ne_bytes());
     ethtool(name, &mut info)?;
     let d = &info[4..36];
     let end = d.iter().position(|&b| b == 0).unwrap_or(d.len());
@@ -215,7 +198,7 @@ pub(crate) fn rx_queues(name: &str, ifindex: u32) -> io::Result<(u32, &'static s
     // struct ethtool_channels: cmd, max_rx, max_tx, max_other, max_combined, rx_count,
     // tx_count, other_count, combined_count.
     let mut ch = [0u8; 36];
-    ch[..4].copy_from_slice(&0x3cu32.to_ne_bytes()); // ETHTOOL_GCHANNELS
+    ch[..4].copy_from_slice(&ETHTOOL_GCHANNELS.to_ne_bytes());
     let word = |b: &[u8], i: usize| {
         u32::from_ne_bytes([b[i * 4], b[i * 4 + 1], b[i * 4 + 2], b[i * 4 + 3]])
     };
@@ -807,7 +790,6 @@ const IFLA_XDP_FD: u16 = 1;
 const IFLA_XDP_ATTACHED: u16 = 2;
 const IFLA_XDP_FLAGS: u16 = 3;
 const IFLA_XDP_PROG_ID: u16 = 4;
-const NLA_F_NESTED: u16 = 1 << 15;
 
 /// What rtnetlink says about an interface's XDP program.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -816,98 +798,6 @@ pub struct XdpAttachment {
     pub mode: u8,
     /// Kernel id of the program (0 if none).
     pub prog_id: u32,
-}
-
-/// A route netlink socket, in the network namespace of the thread that opened it.
-pub(super) struct Netlink(OwnedFd);
-
-impl Netlink {
-    pub(super) fn open() -> io::Result<Netlink> {
-        crate::port::sys::socket(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_ROUTE).map(Netlink)
-    }
-
-    /// Sends one request and returns the first reply message (an error reply becomes Err).
-    fn request(&self, msg: &[u8]) -> io::Result<Vec<u8>> {
-        // SAFETY: `msg` is a readable buffer of its length.
-        let r = unsafe {
-            libc::send(
-                self.0.as_raw_fd(),
-                msg.as_ptr() as *const libc::c_void,
-                msg.len(),
-                0,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut buf = vec![0u8; 32768];
-        // SAFETY: `buf` is writable for its length.
-        let n = unsafe {
-            libc::recv(
-                self.0.as_raw_fd(),
-                buf.as_mut_ptr() as *mut libc::c_void,
-                buf.len(),
-                0,
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        buf.truncate(n as usize);
-        if buf.len() < 16 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "short netlink reply",
-            ));
-        }
-        let ty = u16::from_ne_bytes([buf[4], buf[5]]);
-        if ty == libc::NLMSG_ERROR as u16 {
-            let code = buf
-                .get(16..20)
-                .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-                .unwrap_or(0);
-            if code != 0 {
-                return Err(io::Error::from_raw_os_error(-code));
-            }
-        }
-        Ok(buf)
-    }
-}
-
-fn nl_header(buf: &mut Vec<u8>, ty: u16, flags: u16) {
-    buf.extend_from_slice(&0u32.to_ne_bytes()); // length, patched at the end
-    buf.extend_from_slice(&ty.to_ne_bytes());
-    buf.extend_from_slice(&flags.to_ne_bytes());
-    buf.extend_from_slice(&1u32.to_ne_bytes()); // seq
-    buf.extend_from_slice(&0u32.to_ne_bytes()); // pid
-}
-
-fn ifinfomsg(buf: &mut Vec<u8>, ifindex: u32) {
-    buf.push(libc::AF_UNSPEC as u8);
-    buf.push(0);
-    buf.extend_from_slice(&0u16.to_ne_bytes()); // type
-    buf.extend_from_slice(&(ifindex as i32).to_ne_bytes());
-    buf.extend_from_slice(&0u32.to_ne_bytes()); // flags
-    buf.extend_from_slice(&0u32.to_ne_bytes()); // change
-}
-
-fn nl_finish(buf: &mut [u8]) {
-    let len = buf.len() as u32;
-    buf[..4].copy_from_slice(&len.to_ne_bytes());
-}
-
-/// Walks netlink attributes in `b`, calling `f(type, payload)`.
-fn attrs(mut b: &[u8], mut f: impl FnMut(u16, &[u8])) {
-    while b.len() >= 4 {
-        let len = u16::from_ne_bytes([b[0], b[1]]) as usize;
-        let ty = u16::from_ne_bytes([b[2], b[3]]) & !NLA_F_NESTED;
-        if len < 4 || len > b.len() {
-            return;
-        }
-        f(ty, &b[4..len]);
-        let step = len.div_ceil(4) * 4;
-        b = b.get(step..).unwrap_or(&[]);
-    }
 }
 
 /// The XDP program attached to interface `ifindex`, as rtnetlink reports it.
@@ -1037,18 +927,6 @@ mod tests {
         assert_eq!(std::mem::offset_of!(TestRunAttr, batch_size), 72);
         assert_eq!(std::mem::size_of::<XdpMd>(), 24);
     }
-
-    #[test]
-    fn attribute_walk_stops_on_malformed_input() {
-        let mut seen = Vec::new();
-        attrs(&[8, 0, 1, 0, 1, 2, 3, 4, 200, 0, 2, 0], |t, p| {
-            seen.push((t, p.to_vec()))
-        });
-        assert_eq!(seen, vec![(1, vec![1, 2, 3, 4])]);
-        attrs(&[0, 0, 0, 0, 1], |_, _| {
-            panic!("zero-length attribute must stop the walk")
-        });
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1061,8 +939,6 @@ const IFLA_TARGET_NETNSID: u16 = 46;
 const RTM_GETNSID: u16 = 90;
 const NETNSA_NSID: u16 = 1;
 const NETNSA_FD: u16 = 3;
-/// `ETHTOOL_GGRO`: whether generic receive offload is on.
-const ETHTOOL_GGRO: u32 = 0x2b;
 
 /// Whether frames redirected to an interface by an XDP program leave it.
 #[derive(Clone, Debug, PartialEq, Eq)]
