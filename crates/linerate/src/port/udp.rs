@@ -2,7 +2,8 @@
 //! connected sender that hands the kernel a batch of datagrams per `sendmmsg(2)`, a receiver
 //! that takes a batch per `recvmmsg(2)` (with MSG_TRUNC: only the first bytes are copied, the
 //! length is the datagram's), socket buffer sizes asked and granted, the datagrams a socket
-//! dropped (SO_MEMINFO), and an interface's IPv4 address.
+//! dropped (SO_MEMINFO), and an interface's IPv4 address, MAC, loopback flag and MTU (asked
+//! of the system layer, `sys/iface.rs`).
 
 use super::sys::setopt;
 use std::io;
@@ -317,73 +318,27 @@ impl UdpReceiver {
     }
 }
 
-/// The first IPv4 address of interface `iface` in the calling thread's network namespace
-/// (SIOCGIFADDR). `Ok(None)` when it has none.
-pub fn ipv4_of(iface: &str) -> io::Result<Option<Ipv4Addr>> {
+/// `iface` as an interface name, or InvalidInput naming it.
+fn iface_name(iface: &str) -> io::Result<&str> {
     if iface.is_empty() || iface.len() >= libc::IFNAMSIZ || iface.contains('\0') {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("'{iface}' is not an interface name"),
         ));
     }
-    let fd = udp_socket()?;
-    // SAFETY: ifreq is plain data; all-zero is a valid value.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in ifr.ifr_name.iter_mut().zip(iface.bytes()) {
-        *d = s as libc::c_char;
-    }
-    // SAFETY: `ifr` is a live ifreq with a NUL-terminated name; the kernel writes the address
-    // into it.
-    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFADDR, &mut ifr) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::EADDRNOTAVAIL) => Ok(None),
-            _ => Err(e),
-        };
-    }
-    // SAFETY: after SIOCGIFADDR the union holds a sockaddr; for AF_INET it is a sockaddr_in,
-    // read unaligned from the union's bytes.
-    let sa: libc::sockaddr_in = unsafe {
-        std::ptr::read_unaligned(
-            &ifr.ifr_ifru.ifru_addr as *const libc::sockaddr as *const libc::sockaddr_in,
-        )
-    };
-    if i32::from(sa.sin_family) != libc::AF_INET {
-        return Ok(None);
-    }
-    Ok(Some(Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr))))
+    Ok(iface)
+}
+
+/// The first IPv4 address of interface `iface` in the calling thread's network namespace
+/// (SIOCGIFADDR). `Ok(None)` when it has none.
+pub fn ipv4_of(iface: &str) -> io::Result<Option<Ipv4Addr>> {
+    crate::sys::iface::ipv4_addr(iface_name(iface)?)
 }
 
 /// The hardware address of interface `iface` in the calling thread's network namespace
 /// (SIOCGIFHWADDR).
 pub fn mac_of(iface: &str) -> io::Result<[u8; 6]> {
-    if iface.is_empty() || iface.len() >= libc::IFNAMSIZ || iface.contains('\0') {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("'{iface}' is not an interface name"),
-        ));
-    }
-    let fd = udp_socket()?;
-    // SAFETY: ifreq is plain data; all-zero is a valid value.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in ifr.ifr_name.iter_mut().zip(iface.bytes()) {
-        *d = s as libc::c_char;
-    }
-    // SAFETY: `ifr` is a live ifreq with a NUL-terminated name; the kernel writes the address
-    // into it.
-    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFHWADDR, &mut ifr) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: after SIOCGIFHWADDR the union holds a sockaddr whose sa_data starts with the
-    // hardware address.
-    let sa = unsafe { ifr.ifr_ifru.ifru_hwaddr };
-    let mut m = [0u8; 6];
-    for (d, s) in m.iter_mut().zip(sa.sa_data.iter()) {
-        *d = *s as u8;
-    }
-    Ok(m)
+    crate::sys::iface::hw_addr(iface_name(iface)?).map(|(_, mac)| mac)
 }
 
 /// What [`link_of`] tells of an interface.
@@ -398,34 +353,10 @@ pub struct LinkInfo {
 /// Whether interface `iface` (in the calling thread's network namespace) is a loopback, and
 /// its MTU (SIOCGIFFLAGS, SIOCGIFMTU).
 pub fn link_of(iface: &str) -> io::Result<LinkInfo> {
-    if iface.is_empty() || iface.len() >= libc::IFNAMSIZ || iface.contains('\0') {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("'{iface}' is not an interface name"),
-        ));
-    }
-    let fd = udp_socket()?;
-    // SAFETY: ifreq is plain data; all-zero is a valid value.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in ifr.ifr_name.iter_mut().zip(iface.bytes()) {
-        *d = s as libc::c_char;
-    }
-    // SAFETY: `ifr` is a live ifreq with a NUL-terminated name; the kernel writes the flags
-    // into it.
-    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: after SIOCGIFFLAGS the union holds the flags.
-    let flags = unsafe { ifr.ifr_ifru.ifru_flags };
-    // SAFETY: as above; the kernel writes the MTU into the union.
-    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFMTU, &mut ifr) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: after SIOCGIFMTU the union holds the MTU.
-    let mtu = unsafe { ifr.ifr_ifru.ifru_mtu };
+    let iface = iface_name(iface)?;
     Ok(LinkInfo {
-        loopback: i32::from(flags) & libc::IFF_LOOPBACK != 0,
-        mtu: mtu.max(0) as u32,
+        loopback: crate::sys::iface::flags(iface)? & libc::IFF_LOOPBACK != 0,
+        mtu: crate::sys::iface::mtu(iface)?,
     })
 }
 

@@ -5,10 +5,10 @@
 //! Crate-private; what tools built on the library need is re-exported safely in [`crate::os`].
 //! Today: processes (effective user, signals to a process or thread), signal masks and the
 //! wake-up signal that interrupts a blocking call, CPU affinity, waiting on descriptors (poll,
-//! epoll), network namespaces (setns), interface indexes, a plain
-//! packet socket for sending a few frames through the qdisc layer, socket creation (every
-//! descriptor is an `OwnedFd`), socket options, a datagram socket's error queue, the route
-//! netlink socket and the ethtool ioctl.
+//! epoll), network namespaces (setns), interfaces (index; IPv4 address, hardware address,
+//! flags and MTU through `SIOCGIF*`), a plain packet socket for sending a few frames through
+//! the qdisc layer, socket creation (every descriptor is an `OwnedFd`), socket options, a
+//! datagram socket's error queue, the route netlink socket and the ethtool ioctl.
 
 pub(crate) mod affinity;
 pub(crate) mod ethtool;

@@ -123,7 +123,7 @@ impl AfPacket {
             // Kernels before 4.20 lack it: outgoing packets are then captured too.
             let _ = sys::setopt(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32);
         }
-        let hw = sys::hw_type(&fd, iface)?;
+        let hw = sys::hw_type(iface)?;
         let link = match hw {
             libc::ARPHRD_NONE => LinkType::RAW,
             _ => LinkType::ETHERNET,
@@ -188,7 +188,7 @@ impl AfPacket {
         }
         // Opened now so that it lives in this namespace; its ring is set up on the first tx.
         let tx_sock = sys::packet_socket(iface)?;
-        let mtu = sys::mtu(&fd, iface)?;
+        let mtu = sys::mtu(iface)?;
         Ok(AfPacket {
             name,
             iface: iface.to_string(),

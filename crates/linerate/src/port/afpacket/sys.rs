@@ -97,38 +97,16 @@ pub(super) fn map_ring(fd: &OwnedFd, iface: &str, len: usize) -> Result<*mut u8,
     Ok(p as *mut u8)
 }
 
-/// Reads an interface property through an ioctl on `fd` (SIOCGIFMTU, SIOCGIFHWADDR).
-fn ifreq(fd: &OwnedFd, iface: &str, req: libc::c_ulong) -> io::Result<libc::ifreq> {
-    // SAFETY: ifreq is plain data; all-zero is a valid value.
-    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in r
-        .ifr_name
-        .iter_mut()
-        .zip(iface.bytes().take(libc::IFNAMSIZ - 1))
-    {
-        *d = s as libc::c_char;
-    }
-    // SAFETY: `r` is a valid ifreq with a NUL-terminated name; the kernel fills the union.
-    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), req as _, &mut r as *mut libc::ifreq) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(r)
-}
-
 /// The interface's MTU.
-pub(super) fn mtu(fd: &OwnedFd, iface: &str) -> Result<u32, PortError> {
-    let r = ifreq(fd, iface, libc::SIOCGIFMTU).map_err(|e| err_of(iface, "SIOCGIFMTU", e))?;
-    // SAFETY: SIOCGIFMTU fills the `ifru_mtu` member of the union.
-    let m = unsafe { r.ifr_ifru.ifru_mtu };
-    Ok(m.max(0) as u32)
+pub(super) fn mtu(iface: &str) -> Result<u32, PortError> {
+    crate::sys::iface::mtu(iface).map_err(|e| err_of(iface, "SIOCGIFMTU", e))
 }
 
 /// The interface's ARPHRD_ hardware type.
-pub(super) fn hw_type(fd: &OwnedFd, iface: &str) -> Result<u16, PortError> {
-    let r = ifreq(fd, iface, libc::SIOCGIFHWADDR).map_err(|e| err_of(iface, "SIOCGIFHWADDR", e))?;
-    // SAFETY: SIOCGIFHWADDR fills the `ifru_hwaddr` member of the union.
-    Ok(unsafe { r.ifr_ifru.ifru_hwaddr.sa_family })
+pub(super) fn hw_type(iface: &str) -> Result<u16, PortError> {
+    crate::sys::iface::hw_addr(iface)
+        .map(|(ty, _)| ty)
+        .map_err(|e| err_of(iface, "SIOCGIFHWADDR", e))
 }
 
 /// Waits up to `ms` for the socket to be readable. Returns whether it is.

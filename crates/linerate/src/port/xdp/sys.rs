@@ -152,32 +152,6 @@ pub(super) fn os_err(iface: &str, op: &'static str) -> PortError {
 
 pub(crate) use crate::port::ifindex;
 
-/// The hardware (MAC) address of interface `name` in the calling thread's network namespace.
-pub fn iface_mac(name: &str) -> Result<[u8; 6], PortError> {
-    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.bytes().any(|b| b == 0) {
-        return Err(PortError::NoInterface(name.to_string()));
-    }
-    let fd = crate::port::sys::socket(libc::AF_INET, libc::SOCK_DGRAM, 0)
-        .map_err(|e| err_of(name, "socket(AF_INET)", e))?;
-    // SAFETY: ifreq is plain data; all-zero is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
-        *d = s as libc::c_char;
-    }
-    // SAFETY: SIOCGIFHWADDR reads ifr_name and writes the address into `req`, which is ours.
-    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) };
-    if r < 0 {
-        return Err(os_err(name, "SIOCGIFHWADDR"));
-    }
-    // SAFETY: after SIOCGIFHWADDR the union holds a sockaddr.
-    let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
-    let mut m = [0u8; 6];
-    for (d, s) in m.iter_mut().zip(sa.sa_data.iter()) {
-        *d = *s as u8;
-    }
-    Ok(m)
-}
-
 /// The driver of interface `name` (`ETHTOOL_GDRVINFO`), e.g. "veth".
 pub(crate) fn iface_driver(name: &str) -> io::Result<String> {
     // struct ethtool_drvinfo: cmd, then driver[32], ... (196 bytes in all).
