@@ -260,42 +260,11 @@ impl KernelFwd {
     }
 }
 
-/// (rx_dropped, tx_dropped) of `iface` in the calling thread's network namespace, from the
-/// link statistics `getifaddrs` reads over rtnetlink (32-bit counters).
+/// (rx_dropped, tx_dropped) of `iface` in the calling thread's network namespace: its link
+/// counters as rtnetlink reports them (`IFLA_STATS64`, 64-bit).
 pub fn link_drops(iface: &str) -> Option<(u64, u64)> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `head` with a list we free below.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a node of the list getifaddrs returned.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_data.is_null() || ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: non-null ifa_addr points to a sockaddr; ifa_name to a C string.
-        let (family, name) = unsafe {
-            (
-                (*ifa.ifa_addr).sa_family as i32,
-                std::ffi::CStr::from_ptr(ifa.ifa_name),
-            )
-        };
-        if family != libc::AF_PACKET || name.to_bytes() != iface.as_bytes() {
-            continue;
-        }
-        // SAFETY: for AF_PACKET entries ifa_data points to a struct rtnl_link_stats, whose
-        // first eight fields are u32 counters: rx/tx packets, bytes, errors, dropped.
-        let s = unsafe { std::ptr::read_unaligned(ifa.ifa_data as *const [u32; 8]) };
-        found = Some((s[6] as u64, s[7] as u64));
-        break;
-    }
-    // SAFETY: `head` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
-    found
+    let s = sys::link_stats(crate::sys::iface::ifindex(iface)?).ok()?;
+    Some((s.rx_dropped, s.tx_dropped))
 }
 
 #[cfg(all(test, not(loom)))]
