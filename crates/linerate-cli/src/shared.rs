@@ -55,14 +55,17 @@ pub fn open_pair(
         xdp: *xdp,
         ..opts.clone()
     };
-    let p = linerate::open_pair(input, output, &opts).map_err(|e| {
-        let flag = match e.side {
-            Side::Input => "-i",
-            Side::Output => "-o",
-        };
-        crate::common::port_error(flag, &e.uri, e.source)
-    })?;
+    let p = linerate::open_pair(input, output, &opts).map_err(pair_error)?;
     Ok((p.input, p.output, p.shared_umem))
+}
+
+/// A forwarding pair's port that did not open, named by its flag (-i, -o).
+pub fn pair_error(e: linerate::PairError) -> anyhow::Error {
+    let flag = match e.side {
+        Side::Input => "-i",
+        Side::Output => "-o",
+    };
+    crate::common::port_error(flag, &e.uri, e.source)
 }
 
 /// Writes the histogram as CSV at `path` and as SVG beside it (same name, .svg).

@@ -153,7 +153,8 @@ pub struct PairParts {
 /// output gets a UMEM of its own and [`Pair::shared_umem`] says so. Any other ports open as
 /// [`open`] opens them. One port both ways (a bounce) is one [`open`].
 pub fn open_pair(input: &str, output: &str, opts: &PortOptions) -> Result<Pair, PairError> {
-    if let Some((p0, p1, shared_umem)) = open_xdp_pair(input, output, opts, opts.rx_wait_ms)? {
+    if let Some((p0, p1, shared_umem)) = open_xdp_pair(input, Some(output), opts, opts.rx_wait_ms)?
+    {
         return Ok(Pair {
             input: xdp::join(input, p0, opts.rx_wait_ms),
             output: xdp::join(output, p1, opts.rx_wait_ms),
@@ -169,19 +170,31 @@ pub fn open_pair(input: &str, output: &str, opts: &PortOptions) -> Result<Pair, 
 
 /// [`open_pair`] with each port's paths apart, as [`open_parts`] gives them (a forwarding
 /// thread per queue pair). The queues of `xdp:` ports never wait in `rx`: whoever reads
-/// several polls them together.
+/// several polls them together. When `output` is `input` (a bounce: packets go back out of
+/// the queue they came in on) only the input is opened and [`PairParts::output`] is empty; an
+/// `xdp:` input's queues then send what they receive from their own UMEM, without a copy, and
+/// [`PairParts::shared_umem`] says so.
 pub fn open_pair_parts(
     input: &str,
     output: &str,
     opts: &PortOptions,
 ) -> Result<PairParts, PairError> {
-    if let Some((p0, p1, shared_umem)) = open_xdp_pair(input, output, opts, 0)? {
-        let boxed = |ports: Vec<XdpPort>| {
-            ports
-                .into_iter()
-                .map(|p| Box::new(p) as Box<dyn Port>)
-                .collect()
-        };
+    if input == output {
+        if let Some((p0, _, _)) = open_xdp_pair(input, None, opts, 0)? {
+            return Ok(PairParts {
+                input: boxed(p0),
+                output: Vec::new(),
+                shared_umem: true,
+            });
+        }
+        return Ok(PairParts {
+            input: open_parts(input, opts, Direction::Rx)
+                .map_err(pair_error(Side::Input, input))?,
+            output: Vec::new(),
+            shared_umem: false,
+        });
+    }
+    if let Some((p0, p1, shared_umem)) = open_xdp_pair(input, Some(output), opts, 0)? {
         return Ok(PairParts {
             input: boxed(p0),
             output: boxed(p1),
@@ -204,34 +217,43 @@ fn pair_error(side: Side, uri: &str) -> impl FnOnce(PortError) -> PairError + '_
     }
 }
 
+fn boxed(ports: Vec<XdpPort>) -> Vec<Box<dyn Port>> {
+    ports
+        .into_iter()
+        .map(|p| Box::new(p) as Box<dyn Port>)
+        .collect()
+}
+
 /// The input's and the output's queues, and whether they share one UMEM.
 type XdpPair = (Vec<XdpPort>, Vec<XdpPort>, bool);
 
 /// Input and output queues of two `xdp:` ports (None when either is something else), the
 /// output on the input's UMEM when the kernel allows (the flag says whether it did); queues
-/// of a single-queue port wait up to `wait_ms` in `rx`.
+/// of a single-queue port wait up to `wait_ms` in `rx`. Without an output (a bounce) only the
+/// input's queues are opened, on a UMEM sized as it would be for both.
 fn open_xdp_pair(
     input: &str,
-    output: &str,
+    output: Option<&str>,
     opts: &PortOptions,
     wait_ms: u32,
 ) -> Result<Option<XdpPair>, PairError> {
-    let (
-        Ok(Uri::Xdp {
-            iface: i,
-            queues: qi,
-        }),
-        Ok(Uri::Xdp {
-            iface: o,
-            queues: qo,
-        }),
-    ) = (Uri::parse(input), Uri::parse(output))
+    let Ok(Uri::Xdp {
+        iface: i,
+        queues: qi,
+    }) = Uri::parse(input)
     else {
         return Ok(None);
     };
+    let out = match output.map(Uri::parse) {
+        None => None,
+        Some(Ok(Uri::Xdp { iface, queues })) => Some((iface, queues)),
+        Some(_) => return Ok(None),
+    };
     let cfg = &opts.xdp;
-    let nq = xdp::queue_count_of(&i, qi).map_err(pair_error(Side::Input, input))?
-        + xdp::queue_count_of(&o, qo).map_err(pair_error(Side::Output, output))?;
+    let mut nq = xdp::queue_count_of(&i, qi).map_err(pair_error(Side::Input, input))?;
+    if let (Some((o, qo)), Some(uri)) = (&out, output) {
+        nq += xdp::queue_count_of(o, *qo).map_err(pair_error(Side::Output, uri))?;
+    }
     let own = PortOptions {
         rx_wait_ms: wait_ms,
         ..opts.clone()
@@ -245,6 +267,9 @@ fn open_xdp_pair(
     };
     let p0 =
         xdp::open_queues_of(&i, qi, &big, cfg, None).map_err(pair_error(Side::Input, input))?;
+    let (Some((o, qo)), Some(uri)) = (out, output) else {
+        return Ok(Some((p0, Vec::new(), true)));
+    };
     match p0
         .first()
         .map(|first| xdp::open_queues_of(&o, qo, &big, cfg, Some(first)))
@@ -252,7 +277,7 @@ fn open_xdp_pair(
         Some(Ok(p1)) => Ok(Some((p0, p1, true))),
         _ => {
             let p1 = xdp::open_queues_of(&o, qo, &own, cfg, None)
-                .map_err(pair_error(Side::Output, output))?;
+                .map_err(pair_error(Side::Output, uri))?;
             Ok(Some((p0, p1, false)))
         }
     }
@@ -377,5 +402,13 @@ mod tests {
         let parts = open_pair_parts("mem:pp-a,mem:pp-b", "mem:pp-c", &opts).unwrap();
         assert_eq!((parts.input.len(), parts.output.len()), (2, 1));
         assert!(!parts.shared_umem);
+        // A bounce opens its port once: the input's paths, no output.
+        let parts = open_pair_parts("mem:pp-d,mem:pp-e", "mem:pp-d,mem:pp-e", &opts).unwrap();
+        assert_eq!((parts.input.len(), parts.output.len()), (2, 0));
+        assert!(!parts.shared_umem);
+        let e = open_pair_parts("xdp:linerate-none0", "xdp:linerate-none0", &opts)
+            .err()
+            .unwrap();
+        assert_eq!(e.side, Side::Input);
     }
 }

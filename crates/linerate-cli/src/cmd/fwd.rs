@@ -731,10 +731,10 @@ fn thread_plan(a: &Args) -> anyhow::Result<(usize, Option<String>)> {
 
 /// The queues of `ports` (queue j at index j) in `n` shares: share t holds queues t, t+n, ...,
 /// queue t first (a share's transmit goes out of its first port).
-fn shares_of(uri: &str, ports: Vec<xdp::XdpPort>, n: usize) -> Vec<(String, Box<dyn Port>)> {
+fn shares_of(uri: &str, ports: Vec<Box<dyn Port>>, n: usize) -> Vec<(String, Box<dyn Port>)> {
     let mut groups: Vec<Vec<Box<dyn Port>>> = (0..n).map(|_| Vec::new()).collect();
     for (j, p) in ports.into_iter().enumerate() {
-        groups[j % n].push(Box::new(p));
+        groups[j % n].push(p);
     }
     groups
         .into_iter()
@@ -811,52 +811,18 @@ fn run_threads(
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let bounce = a.input == a.output;
-    // Threads run only when both ports are xdp: (see thread_plan).
-    let named = |flag: &str, u: &str| {
-        shared::xdp_of(u).ok_or_else(|| usage(format!("{flag} {u}: threads need an xdp: port")))
-    };
-    let (ri, qi) = named("-i", &a.input)?;
-    let (ro, qo) = if bounce {
-        (ri.clone(), qi)
-    } else {
-        named("-o", &a.output)?
-    };
-    let nq = xdp::queue_count_of(&ri, qi).map_err(|e| port_err("-i", &a.input, e))?
-        + if bounce {
-            0
-        } else {
-            xdp::queue_count_of(&ro, qo).map_err(|e| port_err("-o", &a.output, e))?
-        };
-    // Every queue of both interfaces on one UMEM (a received frame leaves without a copy),
-    // sized for all of their rings; queues never wait in rx (each thread polls its own).
-    let big = PortOptions {
-        frames: opts
-            .frames
-            .max(xdp::umem_frames(nq, xcfg.ring_size) + 2 * xcfg.ring_size),
-        rx_wait_ms: 0,
+    // Threads run only when both ports are xdp: (see thread_plan). Every queue of both
+    // interfaces on one UMEM (a received frame leaves without a copy) where the kernel allows;
+    // queues never wait in rx (each thread polls its own).
+    let opts = PortOptions {
+        xdp: *xcfg,
         ..opts.clone()
     };
-    let p0 =
-        xdp::open_queues_of(&ri, qi, &big, xcfg, None).map_err(|e| port_err("-i", &a.input, e))?;
-    let (p1, shared) = if bounce {
-        (Vec::new(), true)
-    } else {
-        match xdp::open_queues_of(&ro, qo, &big, xcfg, Some(&p0[0])) {
-            Ok(p1) => (p1, true),
-            Err(_) => {
-                let own = PortOptions {
-                    rx_wait_ms: 0,
-                    ..opts.clone()
-                };
-                (
-                    xdp::open_queues_of(&ro, qo, &own, xcfg, None)
-                        .map_err(|e| port_err("-o", &a.output, e))?,
-                    false,
-                )
-            }
-        }
+    let pair = linerate::open_pair_parts(&a.input, &a.output, &opts).map_err(shared::pair_error)?;
+    let (p0, p1, shared) = (pair.input, pair.output, pair.shared_umem);
+    let Some(link) = p0.first().map(|p| p.link_type()) else {
+        anyhow::bail!("-i {}: no queue to read", a.input);
     };
-    let link = p0[0].link_type();
     let mut ins = shares_of(&a.input, p0, n);
     let mut outs: Vec<Option<(String, Box<dyn Port>)>> = if bounce {
         (0..n).map(|_| None).collect()
