@@ -142,15 +142,21 @@ pub fn core_exists(core: usize) -> bool {
     linerate::os::allowed_cores().contains(&core)
 }
 
-/// Pins the calling thread to `core`.
-pub fn pin(core: Option<usize>) -> anyhow::Result<()> {
-    let Some(core) = core else { return Ok(()) };
+/// `core` if this process may run on it, else a usage error naming `-g`.
+pub fn check_core(core: usize) -> anyhow::Result<usize> {
     if !core_exists(core) {
         return Err(usage(format!(
             "-g {core}: no such core (this machine has cores 0..{})",
             std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
         )));
     }
+    Ok(core)
+}
+
+/// Pins the calling thread to `core`.
+pub fn pin(core: Option<usize>) -> anyhow::Result<()> {
+    let Some(core) = core else { return Ok(()) };
+    check_core(core)?;
     if !linerate::os::pin_current_thread(core) {
         anyhow::bail!("cannot pin to core {core}");
     }

@@ -6,13 +6,14 @@ use crate::console::commands::Steer;
 use crate::console::{Console, LatencyLine, Meter, Page, PortRow, RateLine, ReadOnly};
 use anyhow::Context;
 use clap::Parser;
-use linerate::apps::gen::latency::{receive_probes, ReceiveOptions, Tracker};
+use linerate::apps::gen::latency::{ReceiveOptions, Tracker};
 use linerate::apps::gen::replay::{self, ReplayOptions};
 use linerate::apps::gen::sched::{CatchUp, Gaps, OnStall, Pattern, Precision, PRECISION_BOUNDS};
 use linerate::apps::gen::script::{LuaHook, ScriptConfig, ScriptError};
 use linerate::apps::gen::template::{TemplateSpec, L4};
+use linerate::apps::gen::threads::{GenThread, Probes, ThreadsError};
 use linerate::apps::gen::vary::{parse_addr, parse_mac, parse_seq, port_value, Seq, SizeSpec};
-use linerate::apps::gen::{self, rate_words, GenOptions, GenReport, GenTick, Hook, StreamSpec};
+use linerate::apps::gen::{self, rate_words, GenOptions, GenReport, GenTick, StreamSpec};
 use linerate::apps::lua::{Interrupt, ScriptOptions};
 use linerate::port::file::Inputs;
 use linerate::port::pcap::{PcapPort, WriteFormat};
@@ -584,31 +585,22 @@ impl RxLive {
     }
 }
 
-/// Receives on `port` until `done` and then `wait` without a packet; tracks probes and
-/// publishes the port's counters every 100 ms (and the latency once a second) to `live`.
-fn receive(
-    port: &mut dyn Port,
-    clock: &TscClock,
-    done: &AtomicBool,
-    stop: &AtomicBool,
-    wait: Duration,
-    live: &RxLive,
-) -> anyhow::Result<Tracker> {
-    let opts = ReceiveOptions {
-        quiet: wait,
-        tick: Duration::from_millis(100),
-    };
+/// What the receive thread of `--rx` does every 100 ms with the port and the probes tracked so
+/// far: publishes the port's counters (and the latency once a second) to `live`.
+fn receiving<'a>(
+    clock: &'a TscClock,
+    live: &'a RxLive,
+) -> impl FnMut(&mut dyn Port, &Tracker) + Send + 'a {
     let want_latency = live.want_latency.load(Ordering::Relaxed);
     let mut next_latency = 0;
-    let got = receive_probes(port, clock, &opts, done, stop, |port, t| {
+    move |port, t| {
         live.set(port);
         let now = clock.now_ns();
         if want_latency && now >= next_latency {
             live.set_latency(t);
             next_latency = now + 1_000_000_000;
         }
-    })?;
-    Ok(got.tracker)
+    }
 }
 
 /// One interval of all threads.
@@ -843,11 +835,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         gen::check_port(o.as_ref(), pool, &streams).map_err(|e| usage(format!("--size: {e}")))?;
         specs.push((streams, count, duration));
     }
+    // Thread i on core -g + i: every one of them must exist.
+    let cores: Vec<usize> = match a.core {
+        None => Vec::new(),
+        Some(c) => (0..a.threads)
+            .map(|i| crate::common::check_core(c.saturating_add(i)))
+            .collect::<anyhow::Result<_>>()?,
+    };
     let clock = TscClock::new();
-    let done = AtomicBool::new(false);
-    let ticks: Vec<Mutex<GenTick>> = (0..a.threads)
-        .map(|_| Mutex::new(GenTick::default()))
-        .collect();
     let metrics = metrics::start(a.metrics.as_deref(), "gen", a.quiet)?;
     let rx_live = RxLive::default();
     let mut out: Box<dyn Write> = Box::new(std::io::stdout());
@@ -907,231 +902,192 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .as_ref()
         .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).ctl.clone());
     let t_start = clock.now_ns();
-    let (reports, tracker) = std::thread::scope(|sc| -> anyhow::Result<_> {
-        let mut handles = Vec::new();
-        for (i, (mut port, (streams, count, duration))) in
-            outs.drain(..).zip(specs.drain(..)).enumerate()
-        {
-            let clock = &clock;
-            let stop = &stop;
-            let tick = &ticks[i];
-            let script = a.script.clone();
-            let sopts = &sopts;
-            let core = a.core.map(|c| c + i);
-            let control = ctl.clone();
-            let nthreads = a.threads;
-            handles.push(sc.spawn(move || -> anyhow::Result<GenReport> {
-                crate::common::pin(core)?;
-                let mut hook = match &script {
-                    Some(p) => Some(load_script(p, sopts)?),
-                    None => None,
-                };
-                if let Some(i) = &sopts.interrupt {
-                    i.set_limit(duration);
-                }
-                let opts = GenOptions {
-                    streams,
-                    count,
-                    duration,
-                    seed: a.seed.wrapping_add(i as u64),
-                    interval: Duration::from_millis(100).min(interval),
-                    on_stall: stall,
-                    control,
-                    worker: (i, nthreads),
-                    ..Default::default()
-                };
-                let h = hook.as_mut().map(|h| h as &mut dyn Hook);
-                let r = gen::run(port.as_mut(), &opts, clock, stop, h, |s| {
-                    *tick.lock().unwrap_or_else(|e| e.into_inner()) = *s;
-                })
-                .with_context(|| format!("thread {i} on {}", port.name()))?;
-                // A pcapng file ends with its interface's statistics (what it wrote).
-                port.finish(&[])
-                    .with_context(|| format!("thread {i} on {}", port.name()))?;
-                Ok(r)
-            }));
-        }
-        let rxh = rx_port.as_mut().map(|p| {
-            let (clock, done, stop, live) = (&clock, &done, &stop, &rx_live);
-            sc.spawn(move || receive(p.as_mut(), clock, done, stop, rx_wait, live))
-        });
-        // Statistics while the threads run: each thread's counters over the span between
-        // two of its own readings (not the printing thread's), so that an interval's rate is
-        // what happened in it.
-        let mut prev: Vec<GenTick> = (0..ticks.len())
-            .map(|_| GenTick {
-                t_ns: t_start,
+    let threads: Vec<GenThread> = outs
+        .drain(..)
+        .zip(specs.drain(..))
+        .enumerate()
+        .map(|(i, (port, (streams, count, duration)))| GenThread {
+            port,
+            opts: GenOptions {
+                streams,
+                count,
+                duration,
+                seed: a.seed.wrapping_add(i as u64),
+                interval: Duration::from_millis(100).min(interval),
+                on_stall: stall,
+                control: ctl.clone(),
                 ..Default::default()
-            })
-            .collect();
-        let mut next = t_start + interval.as_nanos() as u64;
-        let mut version = ctl.as_ref().map_or(0, |c| c.version());
-        while !handles.iter().all(|h| h.is_finished()) {
-            std::thread::sleep(Duration::from_millis(10));
-            if let (Some(c), Some(st)) = (console.as_mut(), &steer) {
-                for cmd in c.commands() {
-                    let r = st.lock().unwrap_or_else(|e| e.into_inner()).exec(&cmd);
-                    c.outcome(&cmd, &r);
-                }
+            },
+            core: cores.get(i).copied(),
+        })
+        .collect();
+    // Each thread loads its own script (a Lua state stays on its thread).
+    let hook = |_: usize, o: &GenOptions| -> anyhow::Result<Option<LuaHook>> {
+        let hook = match &a.script {
+            Some(p) => Some(load_script(p, &sopts)?),
+            None => None,
+        };
+        if let Some(i) = &sopts.interrupt {
+            i.set_limit(o.duration);
+        }
+        Ok(hook)
+    };
+    let probes = rx_port.as_mut().map(|p| Probes {
+        port: p.as_mut(),
+        opts: ReceiveOptions {
+            quiet: rx_wait,
+            tick: Duration::from_millis(100),
+        },
+        on_tick: receiving(&clock, &rx_live),
+    });
+    // Statistics while the threads run: each thread's counters over the span between
+    // two of its own readings (not the printing thread's), so that an interval's rate is
+    // what happened in it.
+    let mut prev: Vec<GenTick> = (0..threads.len())
+        .map(|_| GenTick {
+            t_ns: t_start,
+            ..Default::default()
+        })
+        .collect();
+    let mut next = t_start + interval.as_nanos() as u64;
+    let mut version = ctl.as_ref().map_or(0, |c| c.version());
+    let run = gen::threads::run_threads(threads, hook, probes, &clock, &stop, |progress| {
+        if let (Some(c), Some(st)) = (console.as_mut(), &steer) {
+            for cmd in c.commands() {
+                let r = st.lock().unwrap_or_else(|e| e.into_inner()).exec(&cmd);
+                c.outcome(&cmd, &r);
             }
-            let now = clock.now_ns();
-            if now < next || (a.quiet && metrics.is_none()) {
-                continue;
-            }
-            next = now + interval.as_nanos() as u64;
-            let cur: Vec<GenTick> = ticks
+        }
+        let now = clock.now_ns();
+        if now < next || (a.quiet && metrics.is_none()) {
+            return;
+        }
+        next = now + interval.as_nanos() as u64;
+        let cur = progress.ticks();
+        let iv = interval_rates(&prev, &cur);
+        // The rate asked now (commands change it).
+        let waiting = cur.iter().all(|t| t.waiting);
+        let steered = steer.as_ref().map(|s| {
+            let s = s.lock().unwrap_or_else(|e| e.into_inner());
+            let sending = s.sending() && !waiting;
+            let asked = if sending { s.asked_pps() } else { Some(0.0) };
+            (asked, sending, size_text(s.size()))
+        });
+        let asked = match &steered {
+            Some((r, _, _)) => *r,
+            None => asked,
+        };
+        // An interval in which a command changed the settings mixes two rates: not judged.
+        let changed = ctl.as_ref().is_some_and(|c| c.version() != version);
+        version = ctl.as_ref().map_or(0, |c| c.version());
+        let words = if changed {
+            Some("settings changed".to_string())
+        } else {
+            asked
+                .filter(|&r| r > 0.0)
+                .and_then(|r| interval_status(&iv, r))
+        };
+        if let Some(m) = &metrics {
+            let tx: Vec<(&str, PortCount)> = names
                 .iter()
-                .map(|t| *t.lock().unwrap_or_else(|e| e.into_inner()))
+                .zip(&cur)
+                .map(|(n, c)| {
+                    let pc = PortCount {
+                        packets: c.taken(),
+                        bytes: c.taken_bytes(),
+                        drops: c.drops,
+                    };
+                    (*n, pc)
+                })
                 .collect();
-            let iv = interval_rates(&prev, &cur);
-            // The rate asked now (commands change it).
-            let waiting = cur.iter().all(|t| t.waiting);
-            let steered = steer.as_ref().map(|s| {
-                let s = s.lock().unwrap_or_else(|e| e.into_inner());
-                let sending = s.sending() && !waiting;
-                let asked = if sending { s.asked_pps() } else { Some(0.0) };
-                (asked, sending, size_text(s.size()))
-            });
-            let asked = match &steered {
-                Some((r, _, _)) => *r,
-                None => asked,
-            };
-            // An interval in which a command changed the settings mixes two rates: not judged.
-            let changed = ctl.as_ref().is_some_and(|c| c.version() != version);
-            version = ctl.as_ref().map_or(0, |c| c.version());
-            let words = if changed {
-                Some("settings changed".to_string())
-            } else {
-                asked
-                    .filter(|&r| r > 0.0)
-                    .and_then(|r| interval_status(&iv, r))
-            };
-            if let Some(m) = &metrics {
-                let tx: Vec<(&str, PortCount)> = names
-                    .iter()
-                    .zip(&cur)
-                    .map(|(n, c)| {
-                        let pc = PortCount {
-                            packets: c.taken(),
-                            bytes: c.taken_bytes(),
-                            drops: c.drops,
-                        };
-                        (*n, pc)
-                    })
-                    .collect();
-                let rx = a.rx.as_deref().map(|p| (p, rx_live.count()));
-                publish(m, &tx, rx, asked, iv.pps);
-            }
-            if a.quiet {
-                for (p, c) in prev.iter_mut().zip(&cur) {
-                    if c.t_ns > p.t_ns {
-                        *p = *c;
-                    }
-                }
-                continue;
-            }
-            if let Some(c) = console.as_mut() {
-                let rx = a.rx.as_deref().map(|p| (p, rx_live.count(), now));
-                let (state, rate) = match &steered {
-                    Some((_, false, _)) => ("stopped".to_string(), asked),
-                    Some((_, true, size)) => (format!("sending, size {size}"), asked),
-                    None => ("sending".to_string(), asked),
-                };
-                let page = Page {
-                    title: format!(
-                        "linerate gen -o {}{}",
-                        a.output,
-                        a.rx.as_deref()
-                            .map(|r| format!(" --rx {r}"))
-                            .unwrap_or_default()
-                    ),
-                    elapsed_s: (now - t_start) as f64 / 1e9,
-                    state,
-                    rate: Some(RateLine {
-                        asked: rate,
-                        achieved: iv.pps,
-                    }),
-                    status: words,
-                    latency: rx_live.latency(),
-                    ..Default::default()
-                };
-                c.show(gen_page(page, &names, &cur, rx, &mut meter));
-            } else if a.json {
-                let mut j = serde_json::json!({"type": "stats", "elapsed_ms": (now - t_start) as f64 / 1e6,
-                    "pkts": iv.pkts, "bytes": iv.bytes, "pps": iv.pps, "mbps": iv.mbps,
-                    "rate_pps": asked, "behind_ms": iv.behind_ns as f64 / 1e6,
-                    "status": words});
-                if let Some((_, sending, size)) = &steered {
-                    j["sending"] = (*sending).into();
-                    j["size"] = size.clone().into();
-                    j["interval_pkts"] = iv.interval_pkts.into();
-                    j["interval_bytes"] = iv.interval_bytes.into();
-                }
-                let _ = writeln!(out, "{j}");
-            } else {
-                let _ = writeln!(
-                    out,
-                    "TX: {} pkts [{} pps][{} Mbit/s]{}",
-                    group(iv.pkts),
-                    group_f(iv.pps, 0),
-                    group_f(iv.mbps, 2),
-                    match (words, asked) {
-                        (Some(w), Some(r)) => format!(" of {} pps asked: {w}", group_f(r, 0)),
-                        _ => String::new(),
-                    }
-                );
-            }
-            let _ = out.flush();
+            let rx = a.rx.as_deref().map(|p| (p, rx_live.count()));
+            publish(m, &tx, rx, asked, iv.pps);
+        }
+        if a.quiet {
             for (p, c) in prev.iter_mut().zip(&cur) {
                 if c.t_ns > p.t_ns {
                     *p = *c;
                 }
             }
+            return;
         }
-        let mut reps = Vec::new();
-        let mut err = None;
-        for h in handles {
-            match h.join() {
-                Ok(Ok(r)) => reps.push(r),
-                Ok(Err(e)) => {
-                    err.get_or_insert(e);
+        if let Some(c) = console.as_mut() {
+            let rx = a.rx.as_deref().map(|p| (p, rx_live.count(), now));
+            let (state, rate) = match &steered {
+                Some((_, false, _)) => ("stopped".to_string(), asked),
+                Some((_, true, size)) => (format!("sending, size {size}"), asked),
+                None => ("sending".to_string(), asked),
+            };
+            let page = Page {
+                title: format!(
+                    "linerate gen -o {}{}",
+                    a.output,
+                    a.rx.as_deref()
+                        .map(|r| format!(" --rx {r}"))
+                        .unwrap_or_default()
+                ),
+                elapsed_s: (now - t_start) as f64 / 1e9,
+                state,
+                rate: Some(RateLine {
+                    asked: rate,
+                    achieved: iv.pps,
+                }),
+                status: words,
+                latency: rx_live.latency(),
+                ..Default::default()
+            };
+            c.show(gen_page(page, &names, &cur, rx, &mut meter));
+        } else if a.json {
+            let mut j = serde_json::json!({"type": "stats", "elapsed_ms": (now - t_start) as f64 / 1e6,
+                "pkts": iv.pkts, "bytes": iv.bytes, "pps": iv.pps, "mbps": iv.mbps,
+                "rate_pps": asked, "behind_ms": iv.behind_ns as f64 / 1e6,
+                "status": words});
+            if let Some((_, sending, size)) = &steered {
+                j["sending"] = (*sending).into();
+                j["size"] = size.clone().into();
+                j["interval_pkts"] = iv.interval_pkts.into();
+                j["interval_bytes"] = iv.interval_bytes.into();
+            }
+            let _ = writeln!(out, "{j}");
+        } else {
+            let _ = writeln!(
+                out,
+                "TX: {} pkts [{} pps][{} Mbit/s]{}",
+                group(iv.pkts),
+                group_f(iv.pps, 0),
+                group_f(iv.mbps, 2),
+                match (words, asked) {
+                    (Some(w), Some(r)) => format!(" of {} pps asked: {w}", group_f(r, 0)),
+                    _ => String::new(),
                 }
-                Err(_) => {
-                    err.get_or_insert(anyhow::anyhow!("a generator thread panicked"));
-                }
+            );
+        }
+        let _ = out.flush();
+        for (p, c) in prev.iter_mut().zip(&cur) {
+            if c.t_ns > p.t_ns {
+                *p = *c;
             }
         }
-        done.store(true, Ordering::Release);
-        let tracker = match rxh.map(|h| h.join()) {
-            Some(Ok(Ok(t))) => Some(t),
-            Some(Ok(Err(e))) => return Err(e.context("--rx")),
-            Some(Err(_)) => return Err(anyhow::anyhow!("the receive thread panicked")),
-            None => None,
-        };
-        if let Some(e) = err {
-            return Err(e);
-        }
-        Ok((reps, tracker))
+    });
+    let run = run.map_err(|e| match e {
+        ThreadsError::Hook(e) => e,
+        ThreadsError::Gen {
+            thread,
+            port,
+            source,
+        } => anyhow::Error::new(source).context(format!("thread {thread} on {port}")),
+        ThreadsError::Probes(e) => anyhow::Error::new(e).context("--rx"),
+        e => anyhow::Error::new(e),
     })?;
     // The terminal back before the summary, which stays on it.
     drop(console);
-    let mut total = GenReport::default();
-    for r in &reports {
-        total.merge(r);
-    }
+    let (total, reports, tracker) = (&run.total, &run.threads, &run.probes);
     let nstreams = a.streams.max(1);
     let sent = |id: u16| -> Option<u64> {
-        let (t, s) = (usize::from(id) / nstreams, usize::from(id) % nstreams);
-        reports.get(t).and_then(|r| r.per_stream.get(s)).copied()
+        run.sent(usize::from(id) / nstreams, usize::from(id) % nstreams)
     };
     let elapsed = total.elapsed();
-    // The achieved rate: each thread's over its own span (from its first packet's scheduled
-    // departure to its last departure), summed; threads start a little apart.
-    let pps = if reports.len() > 1 {
-        reports.iter().map(|r| r.pps()).sum()
-    } else {
-        total.pps()
-    };
+    let pps = run.pps();
     let mbps = if total.pkts > 0 {
         pps * (total.bytes + 4 * total.pkts) as f64 * 8.0 / total.pkts as f64 / 1e6
     } else {
@@ -1142,7 +1098,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if let Some(m) = &metrics {
         let tx: Vec<(&str, PortCount)> = names
             .iter()
-            .zip(&reports)
+            .zip(reports)
             .map(|(n, r)| {
                 let pc = PortCount {
                     packets: r.taken(),

@@ -9,6 +9,7 @@
 //! the packets in flight have arrived (`gen --rx`, RFC 2544's trials and `lab` use it).
 
 use super::template::read_sig;
+use crate::apps::worker::Ticker;
 use crate::mem::Batch;
 use crate::port::{LinkType, Port, PortError, RxTime};
 use crate::time::Clock;
@@ -335,13 +336,12 @@ pub fn receive_probes<C: Clock + ?Sized>(
     let link = port.link_type();
     let rxt = port.rx_time();
     let quiet = u64::try_from(opts.quiet.as_nanos()).unwrap_or(u64::MAX);
-    let tick = u64::try_from(opts.tick.as_nanos()).unwrap_or(u64::MAX);
     let mut got = Received::default();
     let mut b = Batch::new();
     // The last packet's time, or when the sender was first seen done if later.
     let mut last = clock.now_ns();
     let mut sender_done = false;
-    let mut next_tick = last.saturating_add(tick);
+    let mut ticker = Ticker::new(last, opts.tick);
     loop {
         // Read before receiving: an empty receive counts towards the end only if the sender
         // had finished before it (else the last packets, sent while this thread was between
@@ -366,9 +366,8 @@ pub fn receive_probes<C: Clock + ?Sized>(
         } else {
             std::hint::spin_loop();
         }
-        if now >= next_tick {
+        if ticker.due(now) {
             on_tick(port, &got.tracker);
-            next_tick = now.saturating_add(tick);
         }
     }
     on_tick(port, &got.tracker);

@@ -28,6 +28,7 @@ use super::sched::{CountPacer, OnStall};
 use super::template::{Template, Vals, L4};
 use super::vary::{Seq, SizeSpec};
 use super::{GenError, StreamSpec};
+use crate::apps::worker::{Limits, Ticker};
 use crate::port::xdp::{obj, sys};
 use crate::port::PortError;
 use crate::time::Clock;
@@ -407,7 +408,9 @@ pub fn run(
     let per = |i: usize, n: u64| n / threads as u64 + u64::from((i as u64) < n % threads as u64);
     let pps_t = o.pps.map(|p| p / threads as f64);
     let t0 = clock.now_ns();
-    let deadline = o.duration.map(|d| t0 + d.as_nanos() as u64);
+    // -t for every thread; each one's share of -c is its own limit.
+    let limits = Limits::new(None, o.duration, t0);
+    let deadline = limits.deadline;
     let done: Vec<AtomicBool> = (0..threads).map(|_| AtomicBool::new(false)).collect();
     let tids: Vec<AtomicU64> = (0..threads).map(|_| AtomicU64::new(0)).collect();
     let halt = AtomicBool::new(false);
@@ -431,26 +434,25 @@ pub fn run(
                         });
                     }
                 }
+                let limits = Limits { count, deadline };
                 let r = work(
-                    prog, frame, ifindex, batch, count, pps_t, o.on_stall, deadline, clock, halt,
-                    control,
+                    prog, frame, ifindex, batch, limits, pps_t, o.on_stall, clock, halt, control,
                 );
                 done.store(true, Ordering::Release);
                 r.map_err(|e| os(iface, "bpf(BPF_PROG_RUN)", e))
             }));
         }
         // Control: ticks, the deadline and stops (a signal ends the workers' long runs).
-        let tick = interval.as_nanos().max(1) as u64;
-        let mut next = t0 + tick;
+        let mut ticker = Ticker::new(t0, interval);
+        let tick = ticker.interval_ns();
         let mut version = o.control.as_ref().map(|c| c.version());
         loop {
             if done.iter().all(|d| d.load(Ordering::Acquire)) {
                 break;
             }
             let now = clock.now_ns();
-            let end = stop.load(Ordering::Relaxed)
-                || halt.load(Ordering::Relaxed)
-                || deadline.is_some_and(|d| now >= d);
+            let end =
+                stop.load(Ordering::Relaxed) || halt.load(Ordering::Relaxed) || limits.time_up(now);
             if end {
                 halt.store(true, Ordering::Release);
                 for (d, t) in done.iter().zip(&tids) {
@@ -475,7 +477,7 @@ pub fn run(
                     }
                 }
             }
-            if now >= next {
+            if ticker.due(now) {
                 let dropped = match (before, sys::link_stats(ifindex).ok()) {
                     (Some(b), Some(a)) => Some(a.tx_dropped.wrapping_sub(b.tx_dropped)),
                     _ => None,
@@ -485,7 +487,6 @@ pub fn run(
                     pkts: sent(&map, ncpu),
                     tx_dropped: dropped,
                 });
-                next = now + tick;
             }
             let wait = match deadline {
                 Some(d) if d > now && !end => (d - now).min(tick.min(10_000_000)),
@@ -556,16 +557,15 @@ fn work(
     frame: &[u8],
     ifindex: u32,
     batch: u32,
-    count: Option<u64>,
+    limits: Limits,
     pps: Option<f64>,
     on_stall: OnStall,
-    deadline: Option<u64>,
     clock: &dyn Clock,
     halt: &AtomicBool,
     control: Option<&Control>,
 ) -> std::io::Result<Worker> {
     let mut w = Worker::default();
-    let mut left = count.unwrap_or(u64::MAX);
+    // Packets sent so far.
     let mut asked = 0u64;
     let start = clock.now_ns();
     w.first = start;
@@ -576,9 +576,9 @@ fn work(
     // The settings applied (commands change them: one load per run).
     let mut applied = control.map(|c| c.version());
     let mut sending = true;
-    while left > 0 && !halt.load(Ordering::Acquire) {
+    while !limits.count_reached(asked) && !halt.load(Ordering::Acquire) {
         let now = clock.now_ns();
-        if deadline.is_some_and(|d| now >= d) {
+        if limits.time_up(now) {
             break;
         }
         if let Some(c) = control {
@@ -619,9 +619,9 @@ fn work(
                     }
                     continue;
                 }
-                n.min(left)
+                limits.room(asked, n as usize) as u64
             }
-            _ => left.min(LONG_RUN),
+            _ => limits.room(asked, LONG_RUN as usize) as u64,
         };
         let r = sys::xdp_run_live(prog, frame, ifindex, n as u32, batch);
         let t1 = clock.now_ns();
@@ -629,7 +629,6 @@ fn work(
         w.last = t1;
         match r {
             Ok(()) => {
-                left -= n;
                 asked += n;
                 if let Some(pc) = pacer.as_mut() {
                     pc.took(n, now);

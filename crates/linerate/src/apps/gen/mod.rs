@@ -20,6 +20,7 @@ pub mod rng;
 pub mod sched;
 pub mod script;
 pub mod template;
+pub mod threads;
 pub mod vary;
 
 use crate::apps::worker::Ticker;

@@ -6,6 +6,7 @@
 //! with no packet ends the replay after one loop, whatever `loops` asks.
 
 use super::sched::{self, OnStall, Pacer, Precision};
+use crate::apps::worker::{Limits, Ticker};
 use crate::mem::{Batch, BATCH};
 use crate::port::{Port, PortError, PortStats};
 use crate::time::Clock;
@@ -153,8 +154,10 @@ pub fn run_observed(
     mut on_tick: impl FnMut(&ReplayTick),
 ) -> Result<ReplayReport, PortError> {
     let mut rep = ReplayReport::default();
-    let iv = interval.as_nanos().min(u64::MAX as u128) as u64;
-    let mut next_tick = clock.now_ns().saturating_add(iv);
+    let t0 = clock.now_ns();
+    let mut ticker = Ticker::new(t0, interval);
+    // -c and -t: the count is of packets handed to the output.
+    let limits = Limits::new(opts.count, opts.duration, t0);
     let mut late_ns = 0u64;
     let tick = |rep: &ReplayReport, out: &mut dyn Port, now: u64, late_ns: u64| ReplayTick {
         t_ns: now,
@@ -173,16 +176,11 @@ pub fn run_observed(
     let mut offset = 0u64;
     // The catch-up bounds, set up at the first batch from its mean recorded gap.
     let mut pacer: Option<Pacer> = None;
-    let deadline = opts.duration.map(|d| {
-        clock
-            .now_ns()
-            .saturating_add(d.as_nanos().min(u64::MAX as u128) as u64)
-    });
     // Why to stop now, if it is time to.
     let halt = |now: u64| {
         if stop.load(Ordering::Relaxed) {
             Some(ReplayEnd::Stopped)
-        } else if deadline.is_some_and(|d| now >= d) {
+        } else if limits.time_up(now) {
             Some(ReplayEnd::Duration)
         } else {
             None
@@ -197,13 +195,12 @@ pub fn run_observed(
                 rep.ended = e;
                 break 'outer;
             }
-            if let Some(c) = opts.count {
-                let left = c.saturating_sub(rep.pkts);
-                if left == 0 {
+            if limits.count.is_some() {
+                if limits.count_reached(rep.pkts) {
                     rep.ended = ReplayEnd::Count;
                     break 'outer;
                 }
-                batch.set_limit(left.min(BATCH as u64) as usize);
+                batch.set_limit(limits.room(rep.pkts, BATCH));
             }
             let n = input.rx(&mut batch)?;
             if n == 0 {
@@ -252,8 +249,7 @@ pub fn run_observed(
                             rep.ended = e;
                             break 'outer;
                         }
-                        if now >= next_tick {
-                            next_tick = now.saturating_add(iv);
+                        if ticker.due(now) {
                             on_tick(&tick(&rep, &mut *out, now, late_ns));
                         }
                         if t - now > sleep_above {
@@ -307,8 +303,7 @@ pub fn run_observed(
                     send.clear();
                 }
                 k += m;
-                if now >= next_tick {
-                    next_tick = now.saturating_add(iv);
+                if ticker.due(now) {
                     on_tick(&tick(&rep, &mut *out, now, late_ns));
                 }
             }
