@@ -31,6 +31,19 @@ impl Clock for MonoClock {
     }
 }
 
+/// [`wall_ns`] as a [`Clock`]: send stamps that a receiver in any thread (or a kernel receive
+/// timestamp, CLOCK_REALTIME too) compares directly, where a TSC clock anchored once drifts
+/// from it by more than a latency through a forwarder.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WallClock;
+
+impl Clock for WallClock {
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        wall_ns()
+    }
+}
+
 /// A source of nanoseconds, injected into schedulers and generators so that their tests are
 /// deterministic. Readings only need to be monotonic and comparable within one process.
 pub trait Clock: Send + Sync {

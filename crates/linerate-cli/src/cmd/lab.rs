@@ -18,8 +18,8 @@
 use crate::common::flags;
 use clap::{Parser, ValueEnum};
 use linerate::apps::fwd::{self, FwdOptions, FwdStats, MacRewrite, Ports};
-use linerate::apps::gen::latency::{receive_probes, ReceiveOptions, Tracker};
-use linerate::apps::gen::{self, template::TemplateSpec, GenOptions, StreamSpec};
+use linerate::apps::gen::latency::Tracker;
+use linerate::apps::lab::{self, Topology, FWD_MAC, GEN_MAC};
 use linerate::os::{enter_netns, iface_mac};
 use linerate::port::xdp::{AttachMode, XdpConfig, XdpMode};
 use linerate::port::{Port, PortOptions};
@@ -94,104 +94,6 @@ pub struct Args {
     json: bool,
 }
 
-/// Namespaces (and with them their veths) this lab created; deleted on drop.
-struct Topology {
-    ns: Vec<String>,
-}
-
-fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| anyhow::anyhow!("cannot run `ip` (iproute2): {e}"))?;
-    if !out.status.success() {
-        anyhow::bail!(
-            "`ip {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
-
-fn sysctl_in(ns: &str, kv: &str) {
-    let _ = Command::new("ip")
-        .args(["netns", "exec", ns, "sysctl", "-qw", kv])
-        .output();
-}
-
-/// Deletes namespaces of earlier labs whose process is gone.
-fn remove_stale() -> Vec<String> {
-    let mut removed = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/var/run/netns") else {
-        return removed;
-    };
-    for e in dir.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix("lr-lab-") else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists()
-            && ip(&["netns", "del", &name]).is_ok()
-        {
-            removed.push(name);
-        }
-    }
-    removed
-}
-
-impl Topology {
-    fn names() -> (String, String) {
-        let pid = std::process::id();
-        (format!("lr-lab-{pid}-gen"), format!("lr-lab-{pid}-fwd"))
-    }
-
-    /// G: g0 (and g1) — F: f0 (and f1).
-    fn create(pairs: usize) -> anyhow::Result<Topology> {
-        let (g, f) = Self::names();
-        let mut t = Topology { ns: Vec::new() };
-        for ns in [&g, &f] {
-            ip(&["netns", "add", ns])?;
-            t.ns.push(ns.clone());
-        }
-        for i in 0..pairs {
-            let (gi, fi) = (format!("g{i}"), format!("f{i}"));
-            let (gm, fm) = (
-                format!("02:6c:61:62:00:{:02x}", i),
-                format!("02:6c:61:62:01:{:02x}", i),
-            );
-            ip(&[
-                "link", "add", &gi, "netns", &g, "address", &gm, "type", "veth", "peer", "name",
-                &fi, "netns", &f, "address", &fm,
-            ])?;
-        }
-        for ns in [&g, &f] {
-            sysctl_in(ns, "net.ipv6.conf.all.disable_ipv6=1");
-            ip(&["-n", ns, "link", "set", "lo", "up"])?;
-            for i in 0..pairs {
-                let ifname = if ns == &g {
-                    format!("g{i}")
-                } else {
-                    format!("f{i}")
-                };
-                ip(&["-n", ns, "link", "set", &ifname, "up"])?;
-            }
-        }
-        Ok(t)
-    }
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        for ns in &self.ns {
-            let _ = ip(&["netns", "del", ns]);
-        }
-    }
-}
-
 /// The cluster master child process, for the signal thread (0: none).
 static CHILD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
@@ -254,9 +156,15 @@ fn run_cluster(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Res
         s.spawn(|| -> anyhow::Result<u64> {
             enter_netns(gns)?;
             let mut port = crate::shared::open_port("-o", &a.gen_port.uri("g0"), &popts, &xdp)?;
-            let dst = [0x02, 0x6c, 0x61, 0x62, 0x01, 0x00]; // f0
-            let src = [0x02, 0x6c, 0x61, 0x62, 0x00, 0x00]; // g0
-            generate(port.as_mut(), dst, src, a.count, a.duration, a.rate, stop)
+            Ok(lab::generate(
+                port.as_mut(),
+                FWD_MAC,
+                GEN_MAC,
+                a.count,
+                a.duration,
+                a.rate,
+                stop,
+            )?)
         })
         .join()
         .unwrap_or_else(|_| Err(anyhow::anyhow!("generator panicked")))
@@ -366,69 +274,6 @@ fn run_cluster(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Res
     Ok(ExitCode::SUCCESS)
 }
 
-/// CLOCK_REALTIME for the generator's send stamps, the clock the receiver reads too, so that
-/// they compare directly in any thread (a TSC clock anchored once drifts from it by more than
-/// the latency being measured).
-struct WallClock;
-
-impl linerate::time::Clock for WallClock {
-    fn now_ns(&self) -> u64 {
-        linerate::time::wall_ns()
-    }
-}
-
-/// Sends 64-byte UDP frames (60 + CRC) with `linerate gen`'s worker on `port` until `count`,
-/// `duration` or `stop`; each carries gen's probe signature (stream, sequence, send time from
-/// the wall clock). Returns packets handed to the port.
-fn generate(
-    port: &mut dyn Port,
-    dst: [u8; 6],
-    src: [u8; 6],
-    count: Option<u64>,
-    duration: Duration,
-    rate: Option<u64>,
-    stop: &AtomicBool,
-) -> anyhow::Result<u64> {
-    let opts = GenOptions {
-        streams: vec![StreamSpec {
-            template: TemplateSpec {
-                src_mac: src,
-                dst_mac: dst,
-                src_ip: std::net::IpAddr::from([198, 18, 0, 1]),
-                dst_ip: std::net::IpAddr::from([198, 19, 0, 1]),
-                ..Default::default()
-            },
-            pps: rate.map(|r| r as f64),
-            probe: true,
-            ..Default::default()
-        }],
-        count,
-        duration: Some(duration),
-        ..Default::default()
-    };
-    let rep = gen::run(port, &opts, &WallClock, stop, None, |_| {})?;
-    if let Some(e) = rep.error {
-        anyhow::bail!("generator: {e}");
-    }
-    Ok(rep.pkts)
-}
-
-/// Receives on `port` until `stop`, then until 300 ms of quiet; gen's probe receiver reads the
-/// signatures (latency from the send stamp to the kernel's receive timestamp where the port
-/// has one, else the wall clock when the batch was read, as the generator stamps; loss,
-/// duplicates, reordering). Returns the tracker and how many of the generator's packets
-/// arrived.
-fn receive(port: &mut dyn Port, stop: &AtomicBool) -> anyhow::Result<(u64, Tracker)> {
-    let opts = ReceiveOptions {
-        quiet: Duration::from_millis(300),
-        ..Default::default()
-    };
-    // `stop` only starts the quiet: nothing ends the receive before it.
-    let never = AtomicBool::new(false);
-    let got = receive_probes(port, &WallClock, &opts, stop, &never, |_, _| {})?;
-    Ok((got.probes(), got.tracker))
-}
-
 /// Runs `linerate lab`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if !linerate::os::is_root() {
@@ -455,16 +300,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                     if child != 0 {
                         let _ = linerate::os::kill(child);
                     }
-                    let (g, f) = Topology::names();
-                    let _ = ip(&["netns", "del", &g]);
-                    let _ = ip(&["netns", "del", &f]);
+                    Topology::remove_own();
                     eprintln!("linerate lab: interrupted twice; namespaces removed");
                     std::process::exit(130);
                 }
             }
         });
     }
-    let stale = remove_stale();
+    let stale = lab::remove_stale();
     if !stale.is_empty() {
         eprintln!(
             "linerate lab: removed namespaces of an earlier lab that did not end cleanly: {}",
@@ -473,23 +316,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     let pairs = if a.kind == Kind::L2fwd { 2 } else { 1 };
     let topo = Topology::create(pairs)?;
-    let (gns, fns) = (topo.ns[0].clone(), topo.ns[1].clone());
+    let (gns, fns) = (topo.gen_ns().to_string(), topo.fwd_ns().to_string());
     let r = if a.kind == Kind::Cluster {
         run_cluster(&a, &gns, &fns, &stop)
     } else {
         run_lab(&a, &gns, &fns, &stop)
     };
-    drop(topo);
-    let leftover = std::fs::read_dir("/var/run/netns")
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    let n = e.file_name();
-                    n == gns.as_str() || n == fns.as_str()
-                })
-                .count()
-        })
-        .unwrap_or(0);
+    let leftover = topo.remove();
     if leftover > 0 {
         eprintln!("linerate lab: warning: {leftover} namespace(s) could not be removed");
     }
@@ -515,13 +348,7 @@ struct Outcome {
 
 fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<ExitCode> {
     let l2fwd = a.kind == Kind::L2fwd;
-    let ncores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let fwd_core = a.core.unwrap_or(ncores.saturating_sub(1));
-    let gen_core = if ncores > 1 {
-        Some((fwd_core + 1) % ncores)
-    } else {
-        None
-    };
+    let (fwd_core, gen_core) = lab::cores(a.core);
     let popts = PortOptions::default();
     let xdp = XdpConfig {
         mode: a.xdp_mode,
@@ -540,7 +367,7 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
         let fwd_h = s.spawn(move || -> anyhow::Result<FwdStats> {
             let setup = || -> anyhow::Result<FwdSetup> {
                 enter_netns(fns)?;
-                pin_quiet(Some(fwd_core));
+                lab::pin_quiet(Some(fwd_core));
                 let (p0, p1, shared) = if l2fwd {
                     let (p0, p1, shared) = crate::shared::open_pair(
                         &a.fwd_port.uri("f0"),
@@ -626,7 +453,7 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
                 }
             };
             let _ = ready.send(Ok(String::new()));
-            let (got, lat) = receive(port.as_mut(), rx_stop)?;
+            let (got, lat) = lab::receive(port.as_mut(), rx_stop)?;
             Ok((got, lat, port.rx_time().describe()))
         });
         drop(ready_tx);
@@ -645,11 +472,18 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
             let (gen_done, stop) = (&gen_done, stop);
             s.spawn(move || -> anyhow::Result<u64> {
                 enter_netns(gns)?;
-                pin_quiet(gen_core);
+                lab::pin_quiet(gen_core);
                 let mut port = crate::shared::open_port("-o", &a.gen_port.uri("g0"), popts, xdp)?;
-                let dst = [0x02, 0x6c, 0x61, 0x62, 0x01, 0x00]; // f0
-                let src = [0x02, 0x6c, 0x61, 0x62, 0x00, 0x00]; // g0
-                let r = generate(port.as_mut(), dst, src, a.count, a.duration, a.rate, stop);
+                let r = lab::generate(
+                    port.as_mut(),
+                    FWD_MAC,
+                    GEN_MAC,
+                    a.count,
+                    a.duration,
+                    a.rate,
+                    stop,
+                )
+                .map_err(anyhow::Error::from);
                 gen_done.store(true, Ordering::Relaxed);
                 r
             })
@@ -695,13 +529,6 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
     })?;
     print(a, gns, fns, &outcome, stop.load(Ordering::Relaxed));
     Ok(ExitCode::SUCCESS)
-}
-
-fn pin_quiet(core: Option<usize>) {
-    if let Some(c) = core {
-        // Quiet: a core this machine does not have is left alone.
-        let _ = linerate::os::pin_current_thread(c);
-    }
 }
 
 fn print(a: &Args, gns: &str, fns: &str, o: &Outcome, interrupted: bool) {

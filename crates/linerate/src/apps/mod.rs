@@ -7,6 +7,7 @@ pub mod count;
 pub mod flow;
 pub mod fwd;
 pub mod gen;
+pub mod lab;
 pub mod lua;
 pub mod sweep;
 pub mod watch;
