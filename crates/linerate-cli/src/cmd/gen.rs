@@ -1181,7 +1181,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         } else if let Some(r) = total.rate_pps {
             let _ = writeln!(out, "Rate: {}", rate_words(pps, r, why));
             if let Some(w) = why {
-                let _ = writeln!(out, "  {}", shortfall_detail(w, &total));
+                let _ = writeln!(out, "  {}", shortfall_detail(w, total));
             }
         }
         if rated {
