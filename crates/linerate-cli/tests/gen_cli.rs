@@ -283,7 +283,13 @@ fn latency_through_rx_and_count() {
         5000,
         "{s}"
     );
-    assert!(s["precision"]["gaps"].as_u64().unwrap() > 0);
+    // Every gap is measured: on schedule, or inside a catch-up (all of them when a loaded
+    // machine held the sender back for the whole 50 ms run).
+    let p = &s["precision"];
+    assert!(
+        p["gaps"].as_u64().unwrap() + p["catch_up"]["gaps"].as_u64().unwrap() > 0,
+        "{p}"
+    );
     let lat = s["latency"].as_array().unwrap();
     assert_eq!(lat.len(), 2);
     for l in lat {

@@ -1,6 +1,6 @@
 //! What every worker loop shares: why it ended ([`Ended`], with its text), how it waits for
 //! packets ([`Backoff`]), where it stops by itself ([`Limits`]) and its statistics clock
-//! ([`Ticker`]). count, balance, fwd and flows use them, so that their reports, JSON
+//! ([`Ticker`]). count, balance, fwd, flows and gen use them, so that their reports, JSON
 //! and exit reasons read alike and no worker imports another for them.
 
 use std::time::Duration;
