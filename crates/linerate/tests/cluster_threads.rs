@@ -331,6 +331,40 @@ fn a_pcap_file_is_read_straight_into_the_segment_jumbo_frames_too() {
     assert_eq!(master.free_frames(), all_free, "every lent frame came back");
 }
 
+/// A master short of frames never waits, nor makes its input wait: with no consumer ever
+/// reading, a finite source still ends, what found no frame counted as `no_frame`.
+#[test]
+fn a_finite_source_with_no_consumer_ends_and_counts_what_found_no_frame() {
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 4096,
+        frames: 128,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let _c = master.consumer(0).unwrap(); // attached, never reads
+    let mut dist = Distributor::new(Mode::RoundRobin, &[1], LinkType::ETHERNET);
+    let stop = AtomicBool::new(false);
+    let t0 = std::time::Instant::now();
+    balance::run(
+        &mut SourcePort::new(10, Some(50_000)).unwrap(),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &stop,
+        |_| {},
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "the master waited for frames"
+    );
+    let st = master.stats();
+    assert_eq!(st.rx_packets, 50_000, "{st:?}");
+    assert_eq!(st.queues[0].enqueued, 128, "{st:?}");
+    assert_eq!(st.no_frame, 50_000 - 128, "{st:?}");
+    st.check_invariant().unwrap();
+}
+
 #[test]
 fn fanout_frames_are_shared_read_only_and_identical() {
     let cfg = ClusterConfig {

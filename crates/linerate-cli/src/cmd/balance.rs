@@ -735,8 +735,8 @@ fn copies_line(s: &ClusterStats) -> String {
         "Copies: none, the input wrote into the segment's frames (zero copy)".to_string()
     } else {
         format!(
-            "Copies: {} packets copied into the segment (the input does not read into its \
-             frames: a kernel ring, or --max-pkt-len below what the input reads)",
+            "Copies: {} packets copied into the segment (the input did not read into its \
+             frames: a kernel ring, --max-pkt-len below what it reads, or no free frame to lend)",
             group(s.copied_packets)
         )
     }

@@ -401,7 +401,26 @@ impl Master {
     /// built-in source) receives straight into the segment: [`Master::distribute`] then
     /// publishes those frames as they are, with no copy. Call before each receive; end the
     /// loan with [`Master::unlend_frames`].
-    pub fn lend_frames(&mut self, batch: &mut Batch) {
+    ///
+    /// Returns false, with the batch not lent, when no regular frame (or, in a cluster with big
+    /// frames, no big frame) is free even after taking back what consumers released: the input then receives into its own memory and the
+    /// master drops what it cannot place as `no_frame`, as for any input. The master never
+    /// waits for frames (nor makes its input wait: a finite input with no consumer still ends).
+    pub fn lend_frames(&mut self, batch: &mut Batch) -> bool {
+        let (have, have_big) = (batch.lent_frames(), batch.lent_big_frames());
+        let bigs = self.seg.big_frames > 0;
+        if self.free.small.len() + have < BATCH || (bigs && have_big == 0) {
+            // Short of frames: take back what consumers released now, not at the next batch.
+            self.reclaim();
+        }
+        // Without a regular frame, or (in a cluster with big frames) without a big one: a
+        // reader holding a long record would wait for it.
+        if (have == 0 && self.free.small.is_empty())
+            || (bigs && have_big == 0 && self.free.big.is_empty())
+        {
+            self.unlend_frames(batch);
+            return false;
+        }
         let seg = &self.seg;
         let room = (seg.frame_size - seg.headroom) as u32;
         let big = (seg.big_frames > 0).then(|| {
@@ -422,6 +441,7 @@ impl Master {
             };
             batch.lend_big_frame(seg.big_frame_addr(f));
         }
+        true
     }
 
     /// Takes back the free frames lent to `batch` (and any packets still in it).

@@ -539,6 +539,8 @@ pub fn run_with(
             batch.set_limit(limits.room(pkts, BATCH));
         }
         if in_place {
+            // No frame to lend: this batch is received into the input's own memory (and what
+            // finds no frame is counted as no_frame).
             master.lend_frames(&mut batch);
         }
         let n = match input.rx(&mut batch) {
