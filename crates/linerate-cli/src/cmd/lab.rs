@@ -152,23 +152,7 @@ fn run_cluster(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Res
         ..Default::default()
     };
     let t_start = Instant::now();
-    let sent = std::thread::scope(|s| {
-        s.spawn(|| -> anyhow::Result<u64> {
-            enter_netns(gns)?;
-            let mut port = crate::shared::open_port("-o", &a.gen_port.uri("g0"), &popts, &xdp)?;
-            Ok(lab::generate(
-                port.as_mut(),
-                FWD_MAC,
-                GEN_MAC,
-                a.count,
-                a.duration,
-                a.rate,
-                stop,
-            )?)
-        })
-        .join()
-        .unwrap_or_else(|_| Err(anyhow::anyhow!("generator panicked")))
-    });
+    let sent = generate_in(a, gns, None, &popts, &xdp, stop);
     let secs = t_start.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(300));
     // Our own child (ip netns exec runs the master in its place): it stops cleanly on SIGINT.
@@ -329,6 +313,36 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     r
 }
 
+/// The lab's generator: a thread in namespace `gns` (pinned to `core`) sending on g0 through
+/// `a.gen_port` until the count, the duration or `stop`; returns how many it sent.
+fn generate_in(
+    a: &Args,
+    gns: &str,
+    core: Option<usize>,
+    popts: &PortOptions,
+    xdp: &XdpConfig,
+    stop: &AtomicBool,
+) -> anyhow::Result<u64> {
+    std::thread::scope(|s| {
+        s.spawn(|| -> anyhow::Result<u64> {
+            enter_netns(gns)?;
+            lab::pin_quiet(core);
+            let mut port = crate::shared::open_port("-o", &a.gen_port.uri("g0"), popts, xdp)?;
+            Ok(lab::generate(
+                port.as_mut(),
+                FWD_MAC,
+                GEN_MAC,
+                a.count,
+                a.duration,
+                a.rate,
+                stop,
+            )?)
+        })
+        .join()
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("generator panicked")))
+    })
+}
+
 /// The forwarder's ports and rewrite.
 type FwdSetup = (Box<dyn Port>, Option<Box<dyn Port>>, MacRewrite, bool);
 
@@ -357,7 +371,6 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
     };
     let fwd_stop = AtomicBool::new(false);
     let rx_stop = AtomicBool::new(false);
-    let gen_done = AtomicBool::new(false);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<String>>();
     let t_start = Instant::now();
     let outcome = std::thread::scope(|s| -> anyhow::Result<Outcome> {
@@ -468,27 +481,7 @@ fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<
             }
         }
         let gen_res = if setup_err.is_none() {
-            // The generator, on this thread's own child in the generator namespace.
-            let (gen_done, stop) = (&gen_done, stop);
-            s.spawn(move || -> anyhow::Result<u64> {
-                enter_netns(gns)?;
-                lab::pin_quiet(gen_core);
-                let mut port = crate::shared::open_port("-o", &a.gen_port.uri("g0"), popts, xdp)?;
-                let r = lab::generate(
-                    port.as_mut(),
-                    FWD_MAC,
-                    GEN_MAC,
-                    a.count,
-                    a.duration,
-                    a.rate,
-                    stop,
-                )
-                .map_err(anyhow::Error::from);
-                gen_done.store(true, Ordering::Relaxed);
-                r
-            })
-            .join()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("generator panicked")))
+            generate_in(a, gns, gen_core, popts, xdp, stop)
         } else {
             Ok(0)
         };
