@@ -603,6 +603,16 @@ impl XdpPort {
         )?;
         sys::setopt(&fd, iface, sys::XDP_RX_RING, "XDP_RX_RING", &rs)?;
         sys::setopt(&fd, iface, sys::XDP_TX_RING, "XDP_TX_RING", &rs)?;
+        // A copy-mode send call transmits at most 32 frames unless the kernel (6.17 on) lets
+        // it take more: ask for the whole ring, so one kick sends a whole batch. An older
+        // kernel refuses the option, and the kick loop below makes up for it.
+        let _ = sys::setopt(
+            &fd,
+            iface,
+            sys::XDP_MAX_TX_SKB_BUDGET,
+            "XDP_MAX_TX_SKB_BUDGET",
+            &rs,
+        );
         let off: sys::MmapOffsets = sys::getopt(&fd, sys::XDP_MMAP_OFFSETS)
             .map_err(|e| sys::err_of(iface, "XDP_MMAP_OFFSETS", e))?;
         let map = |o: &sys::RingOffset, entry: usize, pgoff: i64| -> Result<Region, PortError> {

@@ -24,6 +24,9 @@ pub(super) const XDP_UMEM_COMPLETION_RING: i32 = 6;
 pub(super) const XDP_STATISTICS: i32 = 7;
 pub(super) const XDP_OPTIONS: i32 = 8;
 pub(super) const XDP_OPTIONS_ZEROCOPY: u32 = 1;
+/// How many frames one copy-mode transmit call may send (Linux 6.17; 32 before, and the
+/// default): from 32 up to the tx ring's size.
+pub(super) const XDP_MAX_TX_SKB_BUDGET: i32 = 9;
 
 pub(super) const XDP_SHARED_UMEM: u16 = 1;
 pub(super) const XDP_COPY: u16 = 2;
