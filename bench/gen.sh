@@ -6,7 +6,7 @@
 #   sudo bash bench/gen.sh [SECONDS]
 #   sudo XDP_TRAFFICGEN=/path/to/xdp-trafficgen bash bench/gen.sh [SECONDS]
 #
-# The XDP rows (linerate gen live/xsk, xdp-trafficgen) send through XDP redirects, which a veth
+# The XDP rows (linerate gen live, xdp-trafficgen) send through XDP redirects, which a veth
 # takes only when its peer has an XDP program: for those rows vB runs bpf/xdp_drop.o (XDP_DROP,
 # attached with `ip link set dev vB xdpdrv obj bpf/xdp_drop.o sec xdp`), and pps = vB
 # rx_packets delta (XDP frames count there). The other rows run with vB as is, as before.
@@ -91,6 +91,13 @@ if command -v dpdk-testpmd >/dev/null; then
   run "testpmd txonly af_xdp" 0-1 "${TP[@]}" \
     --vdev net_af_xdp0,iface=vA,start_queue=0,queue_count=1 "${TPA[@]}"
 fi
+# The AF_XDP copy-mode sender in the same conditions as testpmd's af_xdp row (it sends by
+# sendto, not by XDP redirect, and needs no program on vB; with XDP_DROP on vB the receiving
+# veth would copy each frame into a page for XDP, work testpmd's row does not pay).
+run "linerate gen xsk (1 core)" 0 "$LR" gen -o xdp:vA --engine xsk --dst-mac "$DMAC" \
+  --src-mac "$MACA" --src-ip 198.18.0.1 --dst-ip 198.18.0.2 --size 64 --no-probe \
+  -t $((SECS + 3)) -q
+ip -n "$A" link set dev vA xdp off 2>/dev/null
 
 # XDP rows: XDP_DROP on vB; vA without the program testpmd's af_xdp port may have left.
 ip -n "$A" link set dev vA xdp off 2>/dev/null
@@ -103,7 +110,6 @@ run "linerate gen live --threads 2" 0-1 "$LR" "${LIVE[@]}" --threads 2
 run "linerate gen live 66 B IPv6 (1 core)" 0 "$LR" gen -o xdp:vA --dst-mac "$MACB" \
   --src-mac "$MACA" --src-ip 2001:db8::1 --dst-ip 2001:db8::2 --size 66 --no-probe \
   -t $((SECS + 3)) -q
-run "linerate gen xsk (1 core)" 0 "$LR" "${LIVE[@]}" --engine xsk
 # Peers built by bench/peers.sh (a path in the environment wins).
 [ -f bench/out/peers.env ] && . bench/out/peers.env
 TG=${XDP_TRAFFICGEN:-/opt/linerate-peers/xdp-tools-1.6.3/xdp-trafficgen/xdp-trafficgen}
