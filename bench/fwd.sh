@@ -36,7 +36,8 @@
 #   xdp-bench redirect ($XDP_BENCH, else /opt/linerate-peers/xdp-tools-1.6.3/xdp-bench/xdp-bench), if found
 # "A sent" = vA tx_packets + tx_dropped, "in" = vB0 rx_packets, "out" = vC rx_packets (deltas).
 # Then capture on vB0: linerate count -i xdp:vB0 vs -i afpacket:vB0 (one run each).
-# AB="OLD_BIN NEW_BIN" instead: the kernel engine of two builds interleaved with xdp-bench.
+# AB="OLD_BIN NEW_BIN" instead: the kernel engine of two builds interleaved with xdp-bench
+# (AB_ENGINE=xsk: the xsk engine of the two builds).
 # Prints Markdown tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -157,17 +158,19 @@ run_fwd() { # name, runs, DMAC, command in B...
 }
 
 declare -A FB # forwarder name -> best pps out to vC
-# AB="OLD_BIN NEW_BIN": an interleaved A/B of the kernel engine of two builds, with xdp-bench
-# redirect in each round, RUNS rounds (one 2 s window each), then the rows and medians.
+# AB="OLD_BIN NEW_BIN": an interleaved A/B of the kernel engine (AB_ENGINE=xsk: the xsk engine)
+# of two builds, with xdp-bench redirect in each round for the kernel engine, RUNS rounds (one
+# 2 s window each), then the rows and medians.
 if [ -n "${AB:-}" ]; then
   read -r AB_OLD AB_NEW <<<"$AB"
+  E=${AB_ENGINE:-kernel}
   declare -a AO AN AX
   for r in $(seq 1 "$RUNS"); do
-    run_fwd "old kernel engine, round $r" 1 "$MACB0" "$AB_OLD" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine kernel -T 0
+    run_fwd "old $E engine, round $r" 1 "$MACB0" "$AB_OLD" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine "$E" -T 0
     AO+=("$BEST_OUT")
-    run_fwd "new kernel engine, round $r" 1 "$MACB0" "$AB_NEW" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine kernel -T 0
+    run_fwd "new $E engine, round $r" 1 "$MACB0" "$AB_NEW" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine "$E" -T 0
     AN+=("$BEST_OUT")
-    if [ -n "$XBENCH" ]; then
+    if [ -n "$XBENCH" ] && [ "$E" = kernel ]; then
       run_fwd "xdp-bench redirect, round $r" 1 "$MACB0" "$XBENCH" redirect -m native -i 60 "$IB0" "$IB1"
       ip -n "$B" link set dev "$IB0" xdp off 2>/dev/null || true
       AX+=("$BEST_OUT")
