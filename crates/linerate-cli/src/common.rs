@@ -28,23 +28,27 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 
 /// Prints `linerate: error: ...` on one line and picks the exit code: 2 for usage errors, 1
 /// otherwise. A cause whose text its context already shows (`path: Broken pipe` then `Broken
-/// pipe`) is printed once.
+/// pipe`, or a port error that shows its cause before a hint) is printed once.
 pub fn report_error(e: &anyhow::Error) -> ExitCode {
-    let mut parts: Vec<String> = Vec::new();
-    for c in e.chain() {
-        let t = c.to_string();
-        if parts.last().is_some_and(|p| p.ends_with(&t)) {
-            continue;
-        }
-        parts.push(t);
-    }
-    let msg = parts.join(": ");
-    eprintln!("linerate: error: {msg}");
+    eprintln!("linerate: error: {}", error_text(e));
     if e.downcast_ref::<UsageError>().is_some() {
         ExitCode::from(2)
     } else {
         ExitCode::from(1)
     }
+}
+
+/// The text of `e` and its causes joined by ": ", each cause shown once.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for c in e.chain() {
+        let t = c.to_string();
+        if parts.last().is_some_and(|p| p.contains(&t)) {
+            continue;
+        }
+        parts.push(t);
+    }
+    parts.join(": ")
 }
 
 /// The signals that stop a tool: SIGINT, SIGTERM, and SIGHUP, SIGQUIT and SIGUSR1 alike (none
@@ -329,5 +333,29 @@ impl Port for Nothing {
     }
     fn stats(&mut self) -> linerate::port::PortStats {
         Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_is_shown_once_also_before_a_hint() {
+        let port = linerate::port::PortError::Os {
+            iface: "vA".into(),
+            op: "attaching the XDP program",
+            source: std::io::Error::other("XDP program 'x' (id 7) is already attached"),
+            hint: " (another tool's program)",
+        };
+        let e = anyhow::Error::new(port).context("opening xdp:vA");
+        assert_eq!(
+            error_text(&e),
+            "opening xdp:vA: vA: attaching the XDP program: XDP program 'x' (id 7) is already \
+             attached (another tool's program)"
+        );
+        let io = std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        let e = anyhow::Error::new(io).context("out.pcap: broken pipe");
+        assert_eq!(error_text(&e), "out.pcap: broken pipe");
     }
 }
