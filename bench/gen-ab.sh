@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Interleaved A/B of `linerate gen --engine xsk` (AF_XDP copy mode) of two builds, with
+# dpdk-testpmd txonly net_af_xdp (the goal's peer) in each round, on the same veth pair and the
+# same traffic as bench/gen.sh's rows: 64 B frames to a MAC that is not vB's, no program on vB.
+#
+#   sudo bash bench/gen-ab.sh OLD_BIN NEW_BIN [SECONDS] [ROUNDS]     (defaults 4 s, 5 rounds)
+#
+# pps = vB rx_packets delta over the window; prints every round and the medians. By hand only.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OLD=${1:?usage: bench/gen-ab.sh OLD_BIN NEW_BIN [SECONDS] [ROUNDS]} NEW=${2:?}
+SECS=${3:-4} ROUNDS=${4:-5}
+OUT=bench/out; mkdir -p "$OUT"
+A=lrabA$$ B=lrabB$$ PGID=
+cleanup() {
+  [ -n "$PGID" ] && kill -KILL -- -"$PGID" 2>/dev/null
+  ip netns del "$A" 2>/dev/null; ip netns del "$B" 2>/dev/null
+}
+trap cleanup EXIT
+ip netns add "$A"; ip netns add "$B"
+ip link add vA netns "$A" type veth peer name vB netns "$B"
+ip -n "$A" link set vA up; ip -n "$B" link set vB up
+ip netns exec "$A" ethtool -K vA sg off >/dev/null 2>&1
+MACA=$(ip -n "$A" -o link show vA | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)
+DMAC=02:00:00:00:00:02
+rxpk() { ip netns exec "$B" cat /sys/class/net/vB/statistics/rx_packets; }
+run() { # NAME CORES COMMAND...: prints "NAME PPS"
+  local name=$1 cores=$2 r0 r1 t0 t1; shift 2
+  setsid ip netns exec "$A" taskset -c "$cores" "$@" >"$OUT/gen-ab-$name.out" 2>&1 &
+  PGID=$!
+  sleep 1
+  r0=$(rxpk); t0=$(date +%s.%N); sleep "$SECS"; r1=$(rxpk); t1=$(date +%s.%N)
+  kill -INT -- -"$PGID" 2>/dev/null; sleep 0.3; kill -KILL -- -"$PGID" 2>/dev/null
+  wait "$PGID" 2>/dev/null; PGID=
+  ip -n "$A" link set dev vA xdp off 2>/dev/null
+  echo "$name $(python3 -c "print(round(($r1-$r0)/($t1-$t0)))")"
+}
+XS=(gen -o xdp:vA --engine xsk --dst-mac "$DMAC" --src-mac "$MACA" --src-ip 198.18.0.1
+    --dst-ip 198.18.0.2 --size 64 --no-probe -t $((SECS + 3)) -q)
+TP=(dpdk-testpmd --no-huge --no-pci -m 512 -l 0-1 --no-shconf --file-prefix lrab$$
+    --vdev net_af_xdp0,iface=vA,start_queue=0,queue_count=1 -- --forward-mode=txonly
+    --txpkts=60 --eth-peer=0,$DMAC --stats-period 1 --nb-cores=1 --total-num-mbufs=32768)
+echo "# gen xsk A/B, $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), ${SECS}s x $ROUNDS"
+declare -A V
+for r in $(seq "$ROUNDS"); do
+  for row in old new testpmd; do
+    case $row in
+      old) l=$(run old 0 "$OLD" "${XS[@]}") ;;
+      new) l=$(run new 0 "$NEW" "${XS[@]}") ;;
+      testpmd) command -v dpdk-testpmd >/dev/null || continue; l=$(run testpmd 0-1 "${TP[@]}") ;;
+    esac
+    echo "round $r: $l"
+    V[$row]="${V[$row]:-} ${l##* }"
+  done
+done
+med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# shellcheck disable=SC2086
+echo "medians (pps): old $(med ${V[old]}), new $(med ${V[new]}), testpmd af_xdp $(med ${V[testpmd]:-0})"
