@@ -197,7 +197,9 @@ done
 # What arrived (first round's topics).
 dump_topic lr-1 "$WORK/lr.dump"
 read -r lr_recs lr_pkts lr_flows lr_last < <(summarize "$WORK/lr.dump" lr)
-lr_e2e=$(awk -v a="$(cat "$WORK/lr1.t0")" -v b="$lr_last" 'BEGIN { printf "%.2f", b - a }')
+# Seconds from the start to the last record; "none arrived" for an empty topic (no timestamp).
+e2e() { awk -v a="$1" -v r="$2" -v b="$3" 'BEGIN { if (r + 0 == 0) print "none arrived"; else printf "%.2f", b - a }'; }
+lr_e2e=$(e2e "$(cat "$WORK/lr1.t0")" "$lr_recs" "$lr_last")
 base_flows=$(jq_get "$WORK/base1.json" flows)
 base_pkts=$(jq_get "$WORK/base1.json" flow_packets)
 lr_acked=$(jq_get "$WORK/lr1.json" kafka.acked)
@@ -217,7 +219,7 @@ echo "| linerate flows --kafka | $(n "$lr_pps") | $(ratio "$lr_pps" "$base_pps")
 if [ $HAVE_PM = 1 ]; then
   dump_topic pm-1 "$WORK/pm.dump"
   read -r pm_recs pm_pkts pm_flows pm_last < <(summarize "$WORK/pm.dump" pm)
-  pm_e2e=$(awk -v a="$(cat "$WORK/pm1.t0")" -v b="$pm_last" 'BEGIN { printf "%.2f", b - a }')
+  pm_e2e=$(e2e "$(cat "$WORK/pm1.t0")" "$pm_recs" "$pm_last")
   pm_pps=$(median <"$WORK/pm.pps")
   echo "| pmacctd 1.7.7, Kafka plugin (ZeroMQ queue, large) | $(n "$pm_pps") | $(ratio "$pm_pps" "$base_pps") | $pm_e2e | $(n "$pm_recs") (unidirectional) | $(n "$pm_pkts") | $(n "$pm_flows") |"
 fi
