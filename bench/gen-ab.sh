@@ -2,6 +2,7 @@
 # Interleaved A/B of `linerate gen --engine xsk` (AF_XDP copy mode) of two builds, with
 # dpdk-testpmd txonly net_af_xdp (the goal's peer) in each round, on the same veth pair and the
 # same traffic as bench/gen.sh's rows: 64 B frames to a MAC that is not vB's, no program on vB.
+# PORT=afpacket: `linerate gen -o afpacket:vA` instead, with trafgen -P 1 as the peer.
 #
 #   sudo bash bench/gen-ab.sh OLD_BIN NEW_BIN [SECONDS] [ROUNDS]     (defaults 4 s, 5 rounds)
 #
@@ -35,19 +36,30 @@ run() { # NAME CORES COMMAND...: prints "NAME PPS"
   ip -n "$A" link set dev vA xdp off 2>/dev/null
   echo "$name $(python3 -c "print(round(($r1-$r0)/($t1-$t0)))")"
 }
-XS=(gen -o xdp:vA --engine xsk --dst-mac "$DMAC" --src-mac "$MACA" --src-ip 198.18.0.1
+XS=(gen --dst-mac "$DMAC" --src-mac "$MACA" --src-ip 198.18.0.1
     --dst-ip 198.18.0.2 --size 64 --no-probe -t $((SECS + 3)) -q)
-TP=(dpdk-testpmd --no-huge --no-pci -m 512 -l 0-1 --no-shconf --file-prefix lrab$$
-    --vdev net_af_xdp0,iface=vA,start_queue=0,queue_count=1 -- --forward-mode=txonly
-    --txpkts=60 --eth-peer=0,$DMAC --stats-period 1 --nb-cores=1 --total-num-mbufs=32768)
-echo "# gen xsk A/B, $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), ${SECS}s x $ROUNDS"
+if [ "${PORT:-xsk}" = afpacket ]; then
+  XS+=(-o afpacket:vA)
+  cat >"$OUT/gen-ab-udp64.cfg" <<CFG
+{ eth(da=$DMAC, sa=$MACA, type=0x0800), ipv4(saddr=198.18.0.1, daddr=198.18.0.2, ttl=64, df), udp(sp=1024, dp=9), fill(0x00, 18) }
+CFG
+  PEER=trafgen PEERCORES=0
+  TP=(trafgen --no-sock-mem -Q -C -P 1 -i "$OUT/gen-ab-udp64.cfg" -o vA)
+else
+  XS+=(-o xdp:vA --engine xsk)
+  PEER=testpmd PEERCORES=0-1
+  TP=(dpdk-testpmd --no-huge --no-pci -m 512 -l 0-1 --no-shconf --file-prefix lrab$$
+      --vdev net_af_xdp0,iface=vA,start_queue=0,queue_count=1 -- --forward-mode=txonly
+      --txpkts=60 --eth-peer=0,$DMAC --stats-period 1 --nb-cores=1 --total-num-mbufs=32768)
+fi
+echo "# gen ${PORT:-xsk} A/B, $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), ${SECS}s x $ROUNDS"
 declare -A V
 for r in $(seq "$ROUNDS"); do
-  for row in old new testpmd; do
+  for row in old new peer; do
     case $row in
       old) l=$(run old 0 "$OLD" "${XS[@]}") ;;
       new) l=$(run new 0 "$NEW" "${XS[@]}") ;;
-      testpmd) command -v dpdk-testpmd >/dev/null || continue; l=$(run testpmd 0-1 "${TP[@]}") ;;
+      peer) command -v "${TP[0]}" >/dev/null || continue; l=$(run "$PEER" "$PEERCORES" "${TP[@]}") ;;
     esac
     echo "round $r: $l"
     V[$row]="${V[$row]:-} ${l##* }"
@@ -55,4 +67,4 @@ for r in $(seq "$ROUNDS"); do
 done
 med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # shellcheck disable=SC2086
-echo "medians (pps): old $(med ${V[old]}), new $(med ${V[new]}), testpmd af_xdp $(med ${V[testpmd]:-0})"
+echo "medians (pps): old $(med ${V[old]}), new $(med ${V[new]}), $PEER $(med ${V[peer]:-0})"
