@@ -87,18 +87,7 @@ pub fn signal_ignored(sig: i32) -> bool {
 
 /// The MAC address of interface `name` (in the calling thread's network namespace).
 pub fn iface_mac(name: &str) -> Result<[u8; 6], crate::port::PortError> {
-    use crate::port::PortError;
-    crate::sys::iface::hw_addr(name)
-        .map(|(_, mac)| mac)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ENODEV) | Some(libc::ENXIO) => PortError::NoInterface(name.to_string()),
-            _ => PortError::Os {
-                iface: name.to_string(),
-                op: "SIOCGIFHWADDR",
-                hint: "",
-                source: e,
-            },
-        })
+    crate::port::iface_mac(name)
 }
 
 /// The index of interface `name` in the calling thread's network namespace; None when there is

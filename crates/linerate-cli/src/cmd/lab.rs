@@ -17,17 +17,15 @@
 
 use crate::common::flags;
 use clap::{Parser, ValueEnum};
-use linerate::apps::fwd::{self, FwdOptions, FwdStats, MacRewrite, Ports};
-use linerate::apps::gen::latency::Tracker;
-use linerate::apps::lab::{self, Topology, FWD_MAC, GEN_MAC};
-use linerate::os::{enter_netns, iface_mac};
-use linerate::port::xdp::{AttachMode, XdpConfig, XdpMode};
-use linerate::port::{Port, PortOptions};
+use linerate::apps::fwd;
+use linerate::apps::lab::{self, Forwarding, FwdLabReport, LabError, LabOptions, Topology};
+use linerate::port::xdp::XdpMode;
 use linerate::stats::{group, group_f};
-use std::process::{Command, ExitCode};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Which experiment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -50,11 +48,11 @@ pub enum PortKind {
     Afpacket,
 }
 
-impl PortKind {
-    fn uri(self, iface: &str) -> String {
-        match self {
-            PortKind::Xdp => format!("xdp:{iface}"),
-            PortKind::Afpacket => format!("afpacket:{iface}"),
+impl From<PortKind> for lab::PortKind {
+    fn from(k: PortKind) -> lab::PortKind {
+        match k {
+            PortKind::Xdp => lab::PortKind::Xdp,
+            PortKind::Afpacket => lab::PortKind::Afpacket,
         }
     }
 }
@@ -95,136 +93,86 @@ pub struct Args {
 }
 
 /// The cluster master child process, for the signal thread (0: none).
-static CHILD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+static CHILD: AtomicU32 = AtomicU32::new(0);
+
+/// A lab error: a port that did not open is named as the other commands name theirs.
+fn lab_error(e: LabError) -> anyhow::Error {
+    match e {
+        LabError::Port { flag, uri, source } => crate::common::port_error(flag, &uri, source),
+        e => anyhow::Error::new(e),
+    }
+}
+
+/// The library's options of the lab's flags.
+fn options(a: &Args) -> LabOptions {
+    LabOptions {
+        fwd_port: a.fwd_port.into(),
+        gen_port: a.gen_port.into(),
+        xdp_mode: a.xdp_mode,
+        core: a.core,
+        count: a.count,
+        duration: a.duration,
+        rate: a.rate,
+    }
+}
 
 /// `lab cluster`: generator on g0, `linerate balance -i PORT:f0 --threads` in the second
 /// namespace (a child process of this binary), round-robin over `--queues` consumer threads.
-fn run_cluster(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<ExitCode> {
+fn run_cluster(a: &Args, topo: &Topology, stop: &AtomicBool) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe()?;
-    let id = 1000 + std::process::id() % 50_000;
-    let port = a.fwd_port.uri("f0");
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", fns])
-        .arg(&exe)
-        .args(["balance", "-i", &port, "-c", &id.to_string()])
-        .args([
+    let id = lab::cluster_id();
+    let port = lab::PortKind::from(a.fwd_port).uri("f0");
+    let mut master: Vec<OsString> = vec![exe.into()];
+    master.extend(
+        [
+            "balance",
+            "-i",
+            &port,
+            "-c",
+            &id.to_string(),
             "-n",
             &a.queues.to_string(),
             "-m",
             "round-robin",
             "--threads",
             "--json",
-        ])
-        .args(["--interval", "3600"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| anyhow::anyhow!("cannot start the cluster master: {e}"))?;
-    CHILD.store(child.id(), Ordering::Relaxed);
-    // Ready when the master's XDP program is on f0 (xdp) or after a moment (afpacket).
-    let t0 = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait()? {
-            let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                use std::io::Read;
-                let _ = e.read_to_string(&mut err);
-            }
-            CHILD.store(0, Ordering::Relaxed);
-            anyhow::bail!("the cluster master exited ({st}): {}", err.trim());
-        }
-        let attached = a.fwd_port == PortKind::Afpacket
-            || Command::new("ip")
-                .args(["-n", fns, "link", "show", "dev", "f0"])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).contains("xdp"))
-                .unwrap_or(false);
-        if (attached && t0.elapsed() > Duration::from_millis(300))
-            || t0.elapsed() > Duration::from_secs(5)
-        {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let popts = PortOptions::default();
-    let xdp = XdpConfig {
-        mode: a.xdp_mode,
-        ..Default::default()
-    };
-    let t_start = Instant::now();
-    let sent = generate_in(a, gns, None, &popts, &xdp, stop);
-    let secs = t_start.elapsed().as_secs_f64();
-    std::thread::sleep(Duration::from_millis(300));
-    // Our own child (ip netns exec runs the master in its place): it stops cleanly on SIGINT.
-    let _ = linerate::os::interrupt(child.id());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait()?.is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if child.try_wait()?.is_none() {
-        let _ = child.kill();
-    }
-    let out = child.wait_with_output()?;
-    CHILD.store(0, Ordering::Relaxed);
-    let sent = sent?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let summary: serde_json::Value = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|j| j["type"] == "summary")
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "the cluster master gave no summary: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            )
-        })?;
-    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
-    let rx = n(&summary["rx"]);
-    let queues: Vec<(u64, u64)> = summary["queues"]
-        .as_array()
-        .map(|qs| {
-            qs.iter()
-                .map(|q| {
-                    let d = &q["drops"];
-                    (
-                        n(&q["delivered"]),
-                        n(&d["ring_full"])
-                            + n(&d["consumer_gone"])
-                            + n(&d["no_frame"])
-                            + n(&d["too_big"])
-                            + n(&d["unread"]),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let delivered: u64 = queues.iter().map(|q| q.0).sum();
-    let qdrops: u64 = queues.iter().map(|q| q.1).sum();
-    let lost = sent.saturating_sub(delivered);
-    let interrupted = stop.load(Ordering::Relaxed);
+            "--interval",
+            "3600",
+        ]
+        .map(OsString::from),
+    );
+    let r = lab::run_cluster(&options(a), topo, &master, &CHILD, stop).map_err(lab_error)?;
+    let (gns, fns) = (topo.gen_ns(), topo.fwd_ns());
+    let (sent, rx, secs) = (r.sent, r.received, r.secs);
+    let delivered = r.delivered();
+    let lost = r.lost();
+    let interrupted = r.interrupted;
     if a.json {
         let j = serde_json::json!({
             "lab": "cluster",
             "seconds": secs,
             "frame_bytes": 64,
             "generator": {"sent": sent},
-            "cluster": {"received": rx, "delivered": delivered, "dropped": qdrops,
-                        "queues": queues.iter().map(|q| serde_json::json!({"delivered": q.0, "dropped": q.1})).collect::<Vec<_>>()},
+            "cluster": {"received": rx, "delivered": delivered, "dropped": r.dropped(),
+                        "queues": r.queues.iter().map(|q| serde_json::json!({"delivered": q.delivered, "dropped": q.dropped})).collect::<Vec<_>>()},
             "lost": lost,
             "loss_rate": if sent == 0 { 0.0 } else { lost as f64 / sent as f64 },
-            "lost_before_cluster": sent.saturating_sub(rx),
+            "lost_before_cluster": r.lost_before_cluster(),
             "interrupted": interrupted,
         });
         println!("{j}");
         return Ok(ExitCode::SUCCESS);
     }
-    let pps = |x: u64| group_f(x as f64 / secs.max(1e-9), 0);
+    let pps = |x: u64| group_f(r.pps(x), 0);
     println!("linerate lab cluster: namespaces {gns} (generator) and {fns} (cluster)");
     println!(
         "  cluster: linerate balance -i {port} -n {} -m round-robin --threads (cluster {id})",
         a.queues
     );
-    println!("  generator: {}, 64-byte UDP frames", a.gen_port.uri("g0"));
+    println!(
+        "  generator: {}, 64-byte UDP frames",
+        lab::PortKind::from(a.gen_port).uri("g0")
+    );
     println!(
         "Lab report ({secs:.2} s{})",
         if interrupted { ", interrupted" } else { "" }
@@ -235,11 +183,11 @@ fn run_cluster(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Res
         pps(sent)
     );
     println!("  cluster received:      {:>15} packets", group(rx));
-    for (q, (d, x)) in queues.iter().enumerate() {
+    for (q, c) in r.queues.iter().enumerate() {
         println!(
             "  queue {q}: delivered {:>15}, dropped {}",
-            group(*d),
-            group(*x)
+            group(c.delivered),
+            group(c.dropped)
         );
     }
     println!(
@@ -251,8 +199,8 @@ fn run_cluster(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Res
         } else {
             lost as f64 * 100.0 / sent as f64
         },
-        group(sent.saturating_sub(rx)),
-        group(rx.saturating_sub(delivered))
+        group(r.lost_before_cluster()),
+        group(r.lost_in_cluster())
     );
     println!("  latency: not measured for a cluster (consumers do not send back)");
     Ok(ExitCode::SUCCESS)
@@ -300,11 +248,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     let pairs = if a.kind == Kind::L2fwd { 2 } else { 1 };
     let topo = Topology::create(pairs)?;
-    let (gns, fns) = (topo.gen_ns().to_string(), topo.fwd_ns().to_string());
-    let r = if a.kind == Kind::Cluster {
-        run_cluster(&a, &gns, &fns, &stop)
-    } else {
-        run_lab(&a, &gns, &fns, &stop)
+    let r = match a.kind {
+        Kind::Cluster => run_cluster(&a, &topo, &stop),
+        Kind::L2fwd => run_lab(&a, Forwarding::L2fwd, &topo, &stop),
+        Kind::Bounce => run_lab(&a, Forwarding::Bounce, &topo, &stop),
     };
     let leftover = topo.remove();
     if leftover > 0 {
@@ -313,223 +260,24 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     r
 }
 
-/// The lab's generator: a thread in namespace `gns` (pinned to `core`) sending on g0 through
-/// `a.gen_port` until the count, the duration or `stop`; returns how many it sent.
-fn generate_in(
+/// `lab l2fwd` and `lab bounce`: the library runs the lab, this prints its report.
+fn run_lab(
     a: &Args,
-    gns: &str,
-    core: Option<usize>,
-    popts: &PortOptions,
-    xdp: &XdpConfig,
+    kind: Forwarding,
+    topo: &Topology,
     stop: &AtomicBool,
-) -> anyhow::Result<u64> {
-    std::thread::scope(|s| {
-        s.spawn(|| -> anyhow::Result<u64> {
-            enter_netns(gns)?;
-            lab::pin_quiet(core);
-            let mut port = crate::shared::open_port("-o", &a.gen_port.uri("g0"), popts, xdp)?;
-            Ok(lab::generate(
-                port.as_mut(),
-                FWD_MAC,
-                GEN_MAC,
-                a.count,
-                a.duration,
-                a.rate,
-                stop,
-            )?)
-        })
-        .join()
-        .unwrap_or_else(|_| Err(anyhow::anyhow!("generator panicked")))
-    })
-}
-
-/// The forwarder's ports and rewrite.
-type FwdSetup = (Box<dyn Port>, Option<Box<dyn Port>>, MacRewrite, bool);
-
-struct Outcome {
-    sent: u64,
-    received: u64,
-    fwd: FwdStats,
-    fwd_desc: String,
-    lat: Option<[f64; 5]>,
-    lat_n: usize,
-    /// Where the receive times come from.
-    lat_time: &'static str,
-    dups: u64,
-    reordered: u64,
-    secs: f64,
-}
-
-fn run_lab(a: &Args, gns: &str, fns: &str, stop: &AtomicBool) -> anyhow::Result<ExitCode> {
-    let l2fwd = a.kind == Kind::L2fwd;
-    let (fwd_core, gen_core) = lab::cores(a.core);
-    let popts = PortOptions::default();
-    let xdp = XdpConfig {
-        mode: a.xdp_mode,
-        attach: AttachMode::Auto,
-        ..Default::default()
-    };
-    let fwd_stop = AtomicBool::new(false);
-    let rx_stop = AtomicBool::new(false);
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<String>>();
-    let t_start = Instant::now();
-    let outcome = std::thread::scope(|s| -> anyhow::Result<Outcome> {
-        // The forwarder.
-        let ready = ready_tx.clone();
-        let (fwd_stop, popts, xdp) = (&fwd_stop, &popts, &xdp);
-        let fwd_h = s.spawn(move || -> anyhow::Result<FwdStats> {
-            let setup = || -> anyhow::Result<FwdSetup> {
-                enter_netns(fns)?;
-                lab::pin_quiet(Some(fwd_core));
-                let (p0, p1, shared) = if l2fwd {
-                    let (p0, p1, shared) = crate::shared::open_pair(
-                        &a.fwd_port.uri("f0"),
-                        &a.fwd_port.uri("f1"),
-                        popts,
-                        xdp,
-                    )?;
-                    (p0, Some(p1), shared)
-                } else {
-                    let p0 = crate::shared::open_port("-i", &a.fwd_port.uri("f0"), popts, xdp)?;
-                    (p0, None, false)
-                };
-                // l2fwd's rewrite: src = the output port's MAC, dst = 02:00:00:00:00:TX_PORT.
-                // The generator's receiver captures in promiscuous mode; its stack drops these
-                // frames early (not its MAC), as a NIC without the address would.
-                let f0 = iface_mac("f0")?;
-                let f1 = if l2fwd { iface_mac("f1")? } else { f0 };
-                let mac = MacRewrite::L2fwd {
-                    port_macs: [f0, f1],
-                };
-                Ok((p0, p1, mac, shared))
-            };
-            let (mut p0, mut p1, mac, shared) = match setup() {
-                Ok(x) => x,
-                Err(e) => {
-                    let msg = format!("{e:#}");
-                    let _ = ready.send(Err(e));
-                    anyhow::bail!("forwarder: {msg}");
-                }
-            };
-            let _ = ready.send(Ok(format!(
-                "{} -> {}{}",
-                p0.name(),
-                p1.as_ref()
-                    .map_or("itself (bounce)".to_string(), |p| p.name().to_string()),
-                if shared {
-                    " (one shared UMEM: no copy)"
-                } else {
-                    ""
-                }
-            )));
-            let opts = FwdOptions {
-                mac,
-                interval: Duration::from_secs(3600),
-                ..Default::default()
-            };
-            let ports = match p1.as_mut() {
-                Some(p1) => Ports::Two(p0.as_mut(), p1.as_mut()),
-                None => Ports::One(p0.as_mut()),
-            };
-            let r = fwd::run(ports, &opts, fwd_stop, |_| {});
-            if let Some(e) = r.error {
-                return Err(anyhow::Error::new(e).context("forwarder"));
-            }
-            Ok(r.stats)
-        });
-        // The receiver (on g1 for l2fwd, g0 for bounce).
-        let ready = ready_tx.clone();
-        let rx_if = if l2fwd { "g1" } else { "g0" };
-        let rx_stop = &rx_stop;
-        let rx_h = s.spawn(move || -> anyhow::Result<(u64, Tracker, &'static str)> {
-            let port = enter_netns(gns)
-                .map_err(anyhow::Error::from)
-                .and_then(|()| {
-                    // l2fwd: an xdp receiver on g1 hands packets over at once. Bounce: g0 also
-                    // sends, so afpacket, with a 1 ms block timeout to bound its delay.
-                    if l2fwd {
-                        crate::shared::open_port("-i", &PortKind::Xdp.uri(rx_if), popts, xdp)
-                    } else {
-                        let o = PortOptions {
-                            block_timeout_ms: 1,
-                            ..popts.clone()
-                        };
-                        crate::shared::open_port("-i", &PortKind::Afpacket.uri(rx_if), &o, xdp)
-                    }
-                });
-            let mut port = match port {
-                Ok(p) => p,
-                Err(e) => {
-                    let msg = format!("{e:#}");
-                    let _ = ready.send(Err(e));
-                    anyhow::bail!("receiver: {msg}");
-                }
-            };
-            let _ = ready.send(Ok(String::new()));
-            let (got, lat) = lab::receive(port.as_mut(), rx_stop)?;
-            Ok((got, lat, port.rx_time().describe()))
-        });
-        drop(ready_tx);
-        let mut fwd_desc = String::new();
-        let mut setup_err = None;
-        for _ in 0..2 {
-            match ready_rx.recv() {
-                Ok(Ok(d)) if !d.is_empty() => fwd_desc = d,
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => setup_err = Some(e),
-                Err(_) => break,
-            }
-        }
-        let gen_res = if setup_err.is_none() {
-            generate_in(a, gns, gen_core, popts, xdp, stop)
-        } else {
-            Ok(0)
-        };
-        let secs = t_start.elapsed().as_secs_f64();
-        // Let what is in flight arrive, then stop the receiver and the forwarder.
-        rx_stop.store(true, Ordering::Relaxed);
-        let rx = rx_h
-            .join()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("receiver panicked")));
-        fwd_stop.store(true, Ordering::Relaxed);
-        let fwd_r = fwd_h
-            .join()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("forwarder panicked")));
-        if let Some(e) = setup_err {
-            return Err(e);
-        }
-        let sent = gen_res?;
-        let (received, lat, lat_time) = rx?;
-        let fwd = fwd_r?;
-        let st = lat.stream(0);
-        let lat_n = st.map_or(0, |s| s.hist.len() as usize);
-        let pct = st.filter(|_| lat_n > 0).map(|s| {
-            let x = s.summary();
-            [x.p50, x.p90, x.p99, x.p999, x.max].map(|v| v as f64 / 1e3)
-        });
-        Ok(Outcome {
-            sent,
-            received,
-            fwd,
-            fwd_desc,
-            lat: pct,
-            lat_n,
-            lat_time,
-            dups: st.map_or(0, |s| s.dups),
-            reordered: st.map_or(0, |s| s.reordered),
-            secs,
-        })
-    })?;
-    print(a, gns, fns, &outcome, stop.load(Ordering::Relaxed));
+) -> anyhow::Result<ExitCode> {
+    let report = lab::run_fwd(kind, &options(a), topo, stop).map_err(lab_error)?;
+    print(a, topo.gen_ns(), topo.fwd_ns(), &report);
     Ok(ExitCode::SUCCESS)
 }
 
-fn print(a: &Args, gns: &str, fns: &str, o: &Outcome, interrupted: bool) {
-    let t = o.fwd.total();
-    let fwd_rx = o.fwd.ports[0].received;
-    let forwarded = t.sent;
-    let fwd_drop = t.dropped;
-    let lost = o.sent.saturating_sub(o.received);
+fn print(a: &Args, gns: &str, fns: &str, o: &FwdLabReport) {
+    let interrupted = o.interrupted;
+    let fwd_rx = o.fwd_received();
+    let forwarded = o.forwarded();
+    let fwd_drop = o.fwd_dropped();
+    let lost = o.lost();
     let loss = if o.sent == 0 {
         0.0
     } else {
@@ -537,9 +285,9 @@ fn print(a: &Args, gns: &str, fns: &str, o: &Outcome, interrupted: bool) {
     };
     // On the way in (veth, the forwarder's socket ring), in the forwarder (not sent), on the
     // way back.
-    let before = o.sent.saturating_sub(fwd_rx);
-    let inside = fwd_rx.saturating_sub(forwarded + t.filtered);
-    let after = forwarded.saturating_sub(o.received);
+    let before = o.lost_before_forwarder();
+    let inside = o.lost_in_forwarder();
+    let after = o.lost_after_forwarder();
     if a.json {
         let j = serde_json::json!({
             "lab": format!("{:?}", a.kind).to_lowercase(),
@@ -555,10 +303,10 @@ fn print(a: &Args, gns: &str, fns: &str, o: &Outcome, interrupted: bool) {
             "lost_before_forwarder": before,
             "lost_in_forwarder": inside,
             "lost_after_forwarder": after,
-            "latency_us": o.lat.map(|l| serde_json::json!({
-                "p50": l[0], "p90": l[1], "p99": l[2], "p99_9": l[3], "max": l[4],
-                "samples": o.lat_n, "receive_time": o.lat_time})),
-            "duplicates": o.dups,
+            "latency_us": o.latency.map(|l| serde_json::json!({
+                "p50": l.p50, "p90": l.p90, "p99": l.p99, "p99_9": l.p999, "max": l.max,
+                "samples": l.samples, "receive_time": o.receive_time})),
+            "duplicates": o.duplicates,
             "reordered": o.reordered,
             "interrupted": interrupted,
         });
@@ -570,14 +318,14 @@ fn print(a: &Args, gns: &str, fns: &str, o: &Outcome, interrupted: bool) {
     println!("  forwarder: {}", o.fwd_desc);
     println!(
         "  generator: {}, 64-byte UDP frames{}; MAC rewrite as l2fwd (dst 02:00:00:00:00:TX_PORT)",
-        a.gen_port.uri("g0"),
+        lab::PortKind::from(a.gen_port).uri("g0"),
         a.rate.map_or(" at full speed".to_string(), |r| format!(
             " at {} pps",
             group(r)
         ))
     );
     print!("{}", fwd::l2fwd_block(&o.fwd));
-    let pps = |n: u64| group_f(n as f64 / o.secs.max(1e-9), 0);
+    let pps = |n: u64| group_f(o.pps(n), 0);
     println!(
         "Lab report ({:.2} s{})",
         o.secs,
@@ -609,19 +357,19 @@ fn print(a: &Args, gns: &str, fns: &str, o: &Outcome, interrupted: bool) {
         group(inside),
         group(after)
     );
-    match o.lat {
+    match o.latency {
         Some(l) => println!(
             "  latency (us, send stamp to receive time ({}), {} samples): p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
-            o.lat_time,
-            group(o.lat_n as u64),
-            l[0], l[1], l[2], l[3], l[4]
+            o.receive_time,
+            group(l.samples as u64),
+            l.p50, l.p90, l.p99, l.p999, l.max
         ),
         None => println!("  latency: no packet came back"),
     }
-    if o.dups > 0 || o.reordered > 0 {
+    if o.duplicates > 0 || o.reordered > 0 {
         println!(
             "  duplicates {}, reordered {}",
-            group(o.dups),
+            group(o.duplicates),
             group(o.reordered)
         );
     }

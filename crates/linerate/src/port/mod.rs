@@ -25,6 +25,22 @@ pub use crate::wire::LinkType;
 pub use aggregate::Aggregate;
 pub use uri::Uri;
 
+/// The MAC address of interface `name` (in the calling thread's network namespace); an
+/// interface that is not there is [`PortError::NoInterface`].
+pub fn iface_mac(name: &str) -> Result<[u8; 6], PortError> {
+    crate::sys::iface::hw_addr(name)
+        .map(|(_, mac)| mac)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENODEV) | Some(libc::ENXIO) => PortError::NoInterface(name.to_string()),
+            _ => PortError::Os {
+                iface: name.to_string(),
+                op: "SIOCGIFHWADDR",
+                hint: "",
+                source: e,
+            },
+        })
+}
+
 /// One interface a port's packets come from, as a pcapng interface description names it.
 /// A port delivers packets of interfaces `0..n` ([`Port::interfaces`]), each packet's
 /// [`Desc::port`](crate::mem::Desc) saying which.

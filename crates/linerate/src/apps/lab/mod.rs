@@ -4,13 +4,22 @@
 //! and deletes them on drop; [`remove_stale`] deletes those of a lab whose process is gone.
 //! The lab's generator is gen's worker ([`generate`]: 64-byte UDP frames with the probe
 //! signature, stamped from the wall clock) and its receiver gen's probe tracker ([`receive`]),
-//! so that the report has one-way latency through the forwarder.
+//! so that the report has one-way latency through the forwarder. [`run_fwd`] and
+//! [`run_cluster`] run a whole lab (its threads in the namespaces, the cluster master's child
+//! process) and return a plain report ([`FwdLabReport`], [`ClusterLabReport`]) that the CLI
+//! prints.
 
 use crate::apps::gen::latency::{receive_probes, ReceiveOptions, Tracker};
 use crate::apps::gen::{self, template::TemplateSpec, GenError, GenOptions, StreamSpec};
 use crate::port::{Port, PortError};
 use crate::time::WallClock;
 use std::process::Command;
+
+mod run;
+pub use run::{
+    cluster_id, run_cluster, run_fwd, ClusterLabReport, Forwarding, FwdLabReport, LabOptions,
+    LatencyUs, PortKind, QueueCount,
+};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -33,6 +42,45 @@ pub enum LabError {
         /// What it said.
         why: String,
     },
+    /// A lab port did not open; `flag` is the role it plays (`-i` read, `-o` written).
+    #[error("{flag} {uri}: {source}")]
+    Port {
+        /// `-i` or `-o`.
+        flag: &'static str,
+        /// The port's URI.
+        uri: String,
+        /// Why.
+        source: PortError,
+    },
+    /// A port failed after it opened (or an interface's address could not be read).
+    #[error(transparent)]
+    PortFailed(PortError),
+    /// The forwarder's port failed while it ran.
+    #[error("forwarder")]
+    Forwarder(#[source] PortError),
+    /// The generator failed.
+    #[error(transparent)]
+    Gen(#[from] GenError),
+    /// A namespace could not be entered, or the cluster master could not be waited for.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// One of the lab's threads panicked.
+    #[error("{0} panicked")]
+    Panicked(&'static str),
+    /// The cluster master could not be started.
+    #[error("cannot start the cluster master: {0}")]
+    MasterStart(std::io::Error),
+    /// The cluster master ended before the generator started.
+    #[error("the cluster master exited ({status}): {stderr}")]
+    MasterExited {
+        /// Its exit status.
+        status: String,
+        /// What it wrote to its standard error.
+        stderr: String,
+    },
+    /// The cluster master printed no summary line; what it wrote to its standard error.
+    #[error("the cluster master gave no summary: {0}")]
+    MasterNoSummary(String),
 }
 
 /// Runs `ip ARGS`.
