@@ -15,6 +15,7 @@ use linerate::apps::gen::threads::{GenThread, Probes, ThreadsError};
 use linerate::apps::gen::vary::{parse_addr, parse_mac, parse_seq, port_value, Seq, SizeSpec};
 use linerate::apps::gen::{self, rate_words, GenOptions, GenReport, GenTick, StreamSpec};
 use linerate::apps::lua::{Interrupt, ScriptOptions};
+use linerate::apps::worker::Ticker;
 use linerate::port::file::Inputs;
 use linerate::port::pcap::{PcapPort, WriteFormat};
 use linerate::port::{Drops, Interface, LinkType, Port, PortError, PortOptions, Uri};
@@ -949,7 +950,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             ..Default::default()
         })
         .collect();
-    let mut next = t_start + interval.as_nanos() as u64;
+    let mut ticker = Ticker::new(t_start, interval);
     let mut version = ctl.as_ref().map_or(0, |c| c.version());
     let run = gen::threads::run_threads(threads, hook, probes, &clock, &stop, |progress| {
         if let (Some(c), Some(st)) = (console.as_mut(), &steer) {
@@ -959,10 +960,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         }
         let now = clock.now_ns();
-        if now < next || (a.quiet && metrics.is_none()) {
+        if (a.quiet && metrics.is_none()) || !ticker.due(now) {
             return;
         }
-        next = now + interval.as_nanos() as u64;
         let cur = progress.ticks();
         let iv = interval_rates(&prev, &cur);
         // The rate asked now (commands change it).

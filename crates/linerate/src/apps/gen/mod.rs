@@ -23,7 +23,7 @@ pub mod template;
 pub mod threads;
 pub mod vary;
 
-use crate::apps::worker::Ticker;
+use crate::apps::worker::{Limits, Ticker};
 use crate::mem::{Batch, Pool, PoolConfig, BATCH};
 use crate::port::{DropReason, Drops};
 use crate::port::{Port, PortError, PortStats};
@@ -673,7 +673,8 @@ fn apply(specs: &mut [StreamSpec], st: &Settings) {
     }
 }
 
-/// [`fill`] within both the run's count and a `count` command's (`u64::MAX`: no limit).
+/// [`fill`] within both the run's count (`limits`, of which `built` packets are built) and a
+/// `count` command's (`budget`, `u64::MAX`: no limit).
 #[inline]
 fn fill_counted(
     g: &mut Group,
@@ -681,15 +682,14 @@ fn fill_counted(
     rng: &mut Rng,
     rr: &mut usize,
     max: usize,
-    (left, budget): (&mut u64, &mut u64),
+    limits: &Limits,
+    (built, budget): (&mut u64, &mut u64),
 ) {
-    let mut lim = (*left).min(*budget);
+    let mut lim = (limits.room(*built, max) as u64).min(*budget);
     let before = lim;
     fill(g, &mut p.streams, rng, p.rated, rr, max, &mut lim);
     let used = before - lim;
-    if *left != u64::MAX {
-        *left -= used;
-    }
+    *built += used;
     if *budget != u64::MAX {
         *budget -= used;
     }
@@ -852,10 +852,11 @@ pub fn run(
         per_stream: vec![0; p.streams.len()],
         ..Default::default()
     };
-    let mut left = opts.count.unwrap_or(u64::MAX);
-    let deadline = opts
-        .duration
-        .map(|d| t0.saturating_add(d.as_nanos() as u64));
+    // Where the run stops by itself (-c, -t), and the packets built towards its count (those
+    // built and not sent are given back).
+    let limits = Limits::new(opts.count, opts.duration, t0);
+    let mut built = 0u64;
+    let deadline = limits.deadline;
     // Past the deadline a run that catches up may still send what it owes, for a while.
     let grace = match (opts.on_stall, opts.duration) {
         (OnStall::CatchUp(c), Some(d)) if p.rated => c
@@ -895,9 +896,7 @@ pub fn run(
             seen = c.version();
             let st = c.get();
             let unsent = (cur.b.len() - cur.k + nxt.b.len()) as u64;
-            if left != u64::MAX {
-                left += unsent;
-            }
+            built = built.saturating_sub(unsent);
             if budget != u64::MAX {
                 budget += unsent;
             }
@@ -938,9 +937,7 @@ pub fn run(
             // limits still hold.
             if !drained {
                 let unsent = (cur.b.len() - cur.k + nxt.b.len()) as u64;
-                if left != u64::MAX {
-                    left += unsent;
-                }
+                built = built.saturating_sub(unsent);
                 cur.reset();
                 nxt.reset();
             }
@@ -967,10 +964,11 @@ pub fn run(
                 &mut rng,
                 &mut rr,
                 BATCH,
-                (&mut left, &mut budget),
+                &limits,
+                (&mut built, &mut budget),
             );
             if cur.b.is_empty() {
-                if left == 0 {
+                if limits.count_reached(built) {
                     break Ok(());
                 }
                 if budget == 0 {
@@ -1007,14 +1005,19 @@ pub fn run(
             let target = p.pacer.earliest(t);
             while now < target {
                 let slack = target - now;
-                if slack > FILL_SLACK && !nxt.b.is_full() && left > 0 && budget > 0 {
+                if slack > FILL_SLACK
+                    && !nxt.b.is_full()
+                    && !limits.count_reached(built)
+                    && budget > 0
+                {
                     fill_counted(
                         &mut nxt,
                         &mut p,
                         &mut rng,
                         &mut rr,
                         FILL_CHUNK,
-                        (&mut left, &mut budget),
+                        &limits,
+                        (&mut built, &mut budget),
                     );
                 } else if slack > sleep_above {
                     std::thread::sleep(Duration::from_nanos(slack - sleep_above / 2));
