@@ -6,6 +6,7 @@ use crate::console::commands::Steer;
 use crate::console::{Console, LatencyLine, Meter, Page, PortRow, RateLine, ReadOnly};
 use anyhow::Context;
 use clap::Parser;
+use linerate::apps::gen::interval::Interval;
 use linerate::apps::gen::latency::{ReceiveOptions, Tracker};
 use linerate::apps::gen::replay::{self, ReplayOptions};
 use linerate::apps::gen::sched::{CatchUp, Gaps, OnStall, Pattern, Precision, PRECISION_BOUNDS};
@@ -604,94 +605,6 @@ fn receiving<'a>(
     }
 }
 
-/// One interval of all threads.
-struct Interval {
-    /// Packets and bytes so far.
-    pkts: u64,
-    bytes: u64,
-    /// Packets and bytes in the interval.
-    interval_pkts: u64,
-    interval_bytes: u64,
-    /// Rates in the interval, summed over the threads (each over its own readings).
-    pps: f64,
-    mbps: f64,
-    /// Largest lateness now (ns), and whether a thread is behind.
-    behind_ns: u64,
-    behind: bool,
-    /// A thread was behind at the start of the interval too and fell further behind.
-    falling: bool,
-    /// The schedule moved later / the port was full in the interval.
-    slipped: bool,
-    port_full: bool,
-    /// Packets the ports dropped in the interval.
-    port_dropped: u64,
-}
-
-fn interval_rates(prev: &[GenTick], cur: &[GenTick]) -> Interval {
-    let mut iv = Interval {
-        pkts: 0,
-        bytes: 0,
-        interval_pkts: 0,
-        interval_bytes: 0,
-        pps: 0.0,
-        mbps: 0.0,
-        behind_ns: 0,
-        behind: false,
-        falling: false,
-        slipped: false,
-        port_full: false,
-        port_dropped: 0,
-    };
-    for (p, c) in prev.iter().zip(cur) {
-        // What the port took: a packet it dropped was not sent.
-        let (cp, cb, pp, pb) = (c.taken(), c.taken_bytes(), p.taken(), p.taken_bytes());
-        iv.pkts += cp;
-        iv.bytes += cb;
-        if c.t_ns > p.t_ns {
-            let dt = (c.t_ns - p.t_ns) as f64 / 1e9;
-            let dp = cp.saturating_sub(pp) as f64;
-            iv.interval_pkts += cp.saturating_sub(pp);
-            iv.interval_bytes += cb.saturating_sub(pb);
-            iv.pps += dp / dt;
-            iv.mbps += (cb.saturating_sub(pb) as f64 + 4.0 * dp) * 8.0 / dt / 1e6;
-            iv.slipped |= c.slipped_ns > p.slipped_ns;
-            iv.port_full |= c.port_full > p.port_full;
-            iv.port_dropped += c.drops.total().saturating_sub(p.drops.total());
-            // Falling behind: behind at both ends and later at the end, or behind by more
-            // than half the interval (longer than a stall of a loaded machine).
-            iv.falling |= c.behind
-                && ((p.behind && (c.behind_ns > p.behind_ns || c.slipped_ns > p.slipped_ns))
-                    || c.behind_ns > (c.t_ns - p.t_ns) / 2);
-        }
-        iv.behind_ns = iv.behind_ns.max(c.behind_ns);
-        iv.behind |= c.behind;
-    }
-    iv
-}
-
-/// What an interval whose rate differs from the asked one by more than the tolerance was
-/// doing: below the rate and falling further behind through it, the generator (or the port)
-/// could not keep up; below it and behind after a stall, it stalled; behind and above it, it
-/// was catching up; on schedule again and above it, it caught up.
-fn interval_status(iv: &Interval, asked: f64) -> Option<String> {
-    if (iv.pps - asked).abs() <= asked * gen::RATE_TOLERANCE {
-        return None;
-    }
-    let behind = format!("{} ms behind", group_f(iv.behind_ns as f64 / 1e6, 3));
-    Some(match (iv.behind, iv.pps < asked) {
-        (_, true) if iv.port_dropped > 0 => {
-            format!("port-limited, it dropped {}", group(iv.port_dropped))
-        }
-        (true, true) if iv.falling && iv.port_full => format!("port-limited, {behind}"),
-        (true, true) if iv.falling => format!("generator-limited, {behind}"),
-        (true, true) => format!("stalled, {behind}"),
-        (true, false) => format!("catching up, {behind}"),
-        (false, false) => "caught up".into(),
-        (false, true) if iv.slipped => "schedule moved later".into(),
-        (false, true) => "stalled".into(),
-    })
-}
-
 /// Frame sizes as the `size` command and `--size` write them.
 fn size_text(z: &SizeSpec) -> String {
     match z {
@@ -964,7 +877,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             return;
         }
         let cur = progress.ticks();
-        let iv = interval_rates(&prev, &cur);
+        let iv = Interval::of(&prev, &cur);
         // The rate asked now (commands change it).
         let waiting = cur.iter().all(|t| t.waiting);
         let steered = steer.as_ref().map(|s| {
@@ -983,9 +896,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let words = if changed {
             Some("settings changed".to_string())
         } else {
-            asked
-                .filter(|&r| r > 0.0)
-                .and_then(|r| interval_status(&iv, r))
+            asked.filter(|&r| r > 0.0).and_then(|r| iv.status(r))
         };
         if let Some(m) = &metrics {
             let tx: Vec<(&str, PortCount)> = names

@@ -11,6 +11,7 @@
 //! The achieved gaps are compared with the scheduled ones ([`sched::Precision`]).
 
 pub mod control;
+pub mod interval;
 pub mod latency;
 pub mod live;
 pub mod replay;
