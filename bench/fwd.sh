@@ -181,7 +181,11 @@ if [ -n "${AB:-}" ]; then
   echo "|---|---|---|---|---|"
   printf '%s\n' "${ROWS[@]}"
   echo
-  echo "Medians out: old $(med "${AO[@]}"), new $(med "${AN[@]}"), xdp-bench $(med "${AX[@]:-0}") pps"
+  if [ "${#AX[@]}" -gt 0 ]; then
+    echo "Medians out: old $(med "${AO[@]}"), new $(med "${AN[@]}"), xdp-bench $(med "${AX[@]}") pps"
+  else
+    echo "Medians out: old $(med "${AO[@]}"), new $(med "${AN[@]}") pps"
+  fi
   exit 0
 fi
 

@@ -103,10 +103,11 @@ if command -v dpdk-testpmd >/dev/null; then
 fi
 # The AF_XDP copy-mode sender in the same conditions as testpmd's af_xdp row (it sends by
 # sendto, not by XDP redirect, and needs no program on vB; with XDP_DROP on vB the receiving
-# veth would copy each frame into a page for XDP, work testpmd's row does not pay). vA first
+# veth would copy each frame into a page for XDP, work testpmd's row does not pay), on one
+# socket on queue 0 as testpmd's queue_count=1 (xdp:vA alone opens every queue). vA first
 # loses the program testpmd's af_xdp port may have left.
 ip -n "$A" link set dev vA xdp off 2>/dev/null
-run "linerate gen xsk (1 core)" 0 "$LR" gen -o xdp:vA --engine xsk --dst-mac "$DMAC" \
+run "linerate gen xsk (1 core)" 0 "$LR" gen -o xdp:vA@0 --engine xsk --dst-mac "$DMAC" \
   --src-mac "$MACA" --src-ip 198.18.0.1 --dst-ip 198.18.0.2 --size 64 --no-probe \
   -t $((SECS + 3)) -q
 ip -n "$A" link set dev vA xdp off 2>/dev/null
