@@ -21,6 +21,7 @@ cleanup() {
   ip netns del "$A" 2>/dev/null; ip netns del "$B" 2>/dev/null
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 ip netns add "$A"; ip netns add "$B"
 # The same pair as bench/gen.sh: two queues a side (QUEUES=1 for one).
 Q=${QUEUES:-2}
