@@ -403,9 +403,10 @@ impl Master {
     /// loan with [`Master::unlend_frames`].
     ///
     /// Returns false, with the batch not lent, when no regular frame (or, in a cluster with big
-    /// frames, no big frame) is free even after taking back what consumers released: the input then receives into its own memory and the
-    /// master drops what it cannot place as `no_frame`, as for any input. The master never
-    /// waits for frames (nor makes its input wait: a finite input with no consumer still ends).
+    /// frames, no big frame) is free even after taking back what consumers released: the input
+    /// then receives into its own memory and the master drops what it cannot place as
+    /// `no_frame`, as for any input. The master never waits for frames (nor makes its input
+    /// wait: a finite input with no consumer still ends).
     pub fn lend_frames(&mut self, batch: &mut Batch) -> bool {
         let (have, have_big) = (batch.lent_frames(), batch.lent_big_frames());
         let bigs = self.seg.big_frames > 0;
