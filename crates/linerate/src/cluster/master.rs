@@ -8,7 +8,7 @@ use super::layout::*;
 use super::liveness::{alive, my_pid, now_ms, proc_stat, same_process};
 use super::segment::{check_owner, not_ours, segment_path, unlink_if_ours, Segment, PUBLISHED};
 use super::stats::{ClusterStats, QueueStats};
-use crate::mem::{Batch, Desc, Region, BATCH};
+use crate::mem::{copy_packet, Batch, Desc, Region, BATCH};
 use crate::port::PortError;
 use crate::ring::shared::{Borrower, Holds, Lender, RegionQueue};
 use std::path::{Path, PathBuf};
@@ -933,19 +933,6 @@ impl Frees {
         } else {
             self.big.push(f);
         }
-    }
-}
-
-/// Copies a packet into its frame. Packets of 32 to 64 bytes (minimum-size frames) are two
-/// overlapping 32-byte moves inlined here rather than a call to `memcpy` per packet.
-#[inline(always)]
-pub(super) fn copy_packet(dst: &mut [u8], src: &[u8]) {
-    let n = src.len();
-    if dst.len() == n && (32..=64).contains(&n) {
-        dst[..32].copy_from_slice(&src[..32]);
-        dst[n - 32..].copy_from_slice(&src[n - 32..]);
-    } else {
-        dst.copy_from_slice(src);
     }
 }
 

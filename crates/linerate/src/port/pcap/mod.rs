@@ -40,7 +40,7 @@ use super::file::{self, Inputs, RecordFile};
 use super::{
     DropReason, Interface, InterfaceStats, LinkType, Port, PortError, PortOptions, PortStats,
 };
-use crate::mem::{Batch, Desc, Pool, PoolConfig, DEFAULT_BIG_FRAMES};
+use crate::mem::{copy_packet, Batch, Desc, Pool, PoolConfig, DEFAULT_BIG_FRAMES};
 use std::fs::File;
 use std::io::Read;
 use std::sync::Arc;
@@ -405,6 +405,23 @@ impl Port for PcapPort {
         let mut failed = None;
         while batch.room() > 0 {
             let Some(mut f) = batch.alloc() else { break };
+            // A classic pcap record already in the reader's buffer that fits a regular frame:
+            // no read, no error, one interface (no per-interface counters).
+            if !ng {
+                if let Some((rec, data)) = reader.next_buffered(small) {
+                    copy_packet(f.buf(), data);
+                    let wire_len = rec.wire_len.max(rec.len);
+                    f.push(Desc {
+                        ts: rec.ts,
+                        len: rec.len,
+                        wire_len,
+                        ..Default::default()
+                    });
+                    n += 1;
+                    bytes += u64::from(wire_len);
+                    continue;
+                }
+            }
             match reader.next_packet() {
                 Ok(Some(rec)) => {
                     let iface = rec.iface as usize;

@@ -8,7 +8,7 @@
 //! allocation, no formatting and no division per packet (timestamps are already nanoseconds).
 
 use super::writer::DEFAULT_SNAPLEN;
-use crate::mem::Batch;
+use crate::mem::{copy_packet, Batch};
 use crate::port::file::RecordWrite;
 use crate::port::{DropReason, Interface, InterfaceStats, LinkType};
 use std::io;
@@ -282,7 +282,7 @@ impl<W: RecordWrite> PcapNgWriter<W> {
         let Some((body, rest)) = rest.split_at_mut_checked(cap) else {
             return Err(short_record());
         };
-        body.copy_from_slice(data.get(..cap).unwrap_or(data));
+        copy_packet(body, data.get(..cap).unwrap_or(data));
         let Some((zero, _)) = rest.split_first_chunk_mut::<4>() else {
             return Err(short_record());
         };

@@ -76,6 +76,17 @@ pub struct Record<'a> {
     pub offset: u64,
 }
 
+/// A classic pcap record taken whole from the reader's buffer ([`PcapReader::next_buffered`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Buffered {
+    /// Timestamp, ns since the Unix epoch.
+    pub ts: u64,
+    /// Length on the wire (the file's "original length").
+    pub wire_len: u32,
+    /// Captured bytes.
+    pub len: u32,
+}
+
 /// Timestamp resolution of a pcapng interface.
 #[derive(Clone, Copy, Debug)]
 enum Resol {
@@ -308,6 +319,50 @@ impl<R: Read> PcapReader<R> {
     /// Whether the end of the file (or an error) was reached.
     pub fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// Classic pcap only, the common case of a file read in bulk: takes the next record when
+    /// its header and its data are already in the buffer and it holds at most `max` captured
+    /// bytes. No read and no error can happen here. None, with nothing consumed, in every other
+    /// case (pcapng, the buffer's end, a record longer than `max` or with an absurd length, the
+    /// end of input): [`PcapReader::next_packet`] then reads, reports or ends as it always does.
+    ///
+    /// Returns the record and its captured bytes (valid until the next call).
+    #[inline(always)]
+    pub fn next_buffered(&mut self, max: usize) -> Option<(Buffered, &[u8])> {
+        let Kind::Pcap { nanos, hdr_len: hl } = self.kind else {
+            return None;
+        };
+        if self.done {
+            return None;
+        }
+        let h = self.buf.get(self.pos..self.end)?;
+        let hdr = h.get(..16)?;
+        let be = self.big_endian;
+        let caplen = rd32(hdr, 8, be) as usize;
+        if caplen > max.min(MAX_CAPLEN as usize) || h.len() < hl + caplen {
+            return None;
+        }
+        let sec = rd32(hdr, 0, be);
+        let frac = rd32(hdr, 4, be);
+        let wire_len = rd32(hdr, 12, be);
+        let frac_ns = if nanos {
+            u64::from(frac)
+        } else {
+            u64::from(frac) * 1000
+        };
+        let start = self.pos + hl;
+        self.pos += hl + caplen;
+        self.off += (hl + caplen) as u64;
+        let data = self.buf.get(start..start + caplen).unwrap_or(&[]);
+        Some((
+            Buffered {
+                ts: u64::from(sec) * 1_000_000_000 + frac_ns,
+                wire_len,
+                len: caplen as u32,
+            },
+            data,
+        ))
     }
 
     /// The next packet; `Ok(None)` at the end of the file (then [`PcapReader::is_done`]), or

@@ -1,6 +1,6 @@
 //! A classic pcap writer into a [`RecordWrite`] output.
 
-use crate::mem::Batch;
+use crate::mem::{copy_packet, Batch};
 use crate::port::file::RecordWrite;
 use crate::port::LinkType;
 use std::io;
@@ -106,7 +106,7 @@ impl<W: RecordWrite> PcapWriter<W> {
             ));
         };
         *head = h;
-        body.copy_from_slice(data.get(..cap).unwrap_or(data));
+        copy_packet(body, data.get(..cap).unwrap_or(data));
         self.packets += 1;
         self.bytes += u64::from(wire);
         Ok(())
