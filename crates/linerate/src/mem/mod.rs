@@ -76,7 +76,10 @@ mod tests {
             let mut dst = vec![0xeeu8; 320];
             super::copy_packet(&mut dst, &src[..n]);
             assert_eq!(&dst[..n], &src[..n], "length {n}");
-            assert!(dst[n..].iter().all(|&b| b == 0xee), "length {n}: wrote past the packet");
+            assert!(
+                dst[n..].iter().all(|&b| b == 0xee),
+                "length {n}: wrote past the packet"
+            );
         }
         // A frame shorter than the packet is left alone (no panic).
         let mut short = [0u8; 8];

@@ -401,21 +401,18 @@ pub fn run_fwd(
                     }
                 };
                 let _ = ready.send(Ok(String::new()));
+                // Only the forwarder may still send: if it dies before it does, the wait for
+                // it ends (no sender left) instead of lasting as long as this receiver.
+                drop(ready);
                 let (got, lat) = receive(port.as_mut(), rx_stop).map_err(LabError::PortFailed)?;
                 Ok(Some((got, lat, port.rx_time().describe())))
             },
         );
         drop(ready_tx);
-        let mut fwd_desc = String::new();
-        let mut setup_err = None;
-        for _ in 0..2 {
-            match ready_rx.recv() {
-                Ok(Ok(d)) if !d.is_empty() => fwd_desc = d,
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => setup_err = Some(e),
-                Err(_) => break,
-            }
-        }
+        let (fwd_desc, setup_err) = match await_ready(&ready_rx) {
+            Ok(d) => (d, None),
+            Err(e) => (String::new(), Some(e)),
+        };
         let gen_res = if setup_err.is_none() {
             generate_in(o, gns, gen_core, xdp, stop)
         } else {
@@ -467,6 +464,32 @@ pub fn run_fwd(
     })
 }
 
+/// Waits for the forwarder's word (its description, never empty) and the receiver's (empty)
+/// that they are ready, or for why one is not. Returns the forwarder's description, the first
+/// set-up error, or, when every sender is gone before both spoke (a thread died before it said
+/// anything; the receiver drops its sender once it has spoken), which one is missing; it never
+/// waits on a thread that is gone.
+fn await_ready(
+    ready: &std::sync::mpsc::Receiver<Result<String, LabError>>,
+) -> Result<String, LabError> {
+    let (mut fwd, mut rx) = (None, false);
+    while fwd.is_none() || !rx {
+        match ready.recv() {
+            Ok(Ok(d)) if !d.is_empty() => fwd = Some(d),
+            Ok(Ok(_)) => rx = true,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(LabError::Panicked(if fwd.is_none() {
+                    "forwarder"
+                } else {
+                    "receiver"
+                }))
+            }
+        }
+    }
+    Ok(fwd.unwrap_or_default())
+}
+
 /// The cluster id of this process's cluster lab (1000 and up, from the process id).
 pub fn cluster_id() -> u32 {
     1000 + std::process::id() % 50_000
@@ -487,15 +510,49 @@ pub fn run_cluster(
     child: &AtomicU32,
     stop: &AtomicBool,
 ) -> Result<ClusterLabReport, LabError> {
-    let (gns, fns) = (topo.gen_ns(), topo.fwd_ns());
     let mut proc = Command::new("ip")
-        .args(["netns", "exec", fns])
+        .args(["netns", "exec", topo.fwd_ns()])
         .args(master)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(LabError::MasterStart)?;
     child.store(proc.id(), Ordering::Relaxed);
+    let r = drive_cluster(o, topo, &mut proc, stop);
+    if r.is_err() {
+        // Never leave the master behind (a failed wait, a generator that failed): it is our
+        // own child.
+        let _ = proc.kill();
+        let _ = proc.wait();
+        child.store(0, Ordering::Relaxed);
+    }
+    let (sent, secs) = r?;
+    let out = proc.wait_with_output();
+    child.store(0, Ordering::Relaxed);
+    let out = out?;
+    let (received, queues) =
+        master_summary(&String::from_utf8_lossy(&out.stdout)).ok_or_else(|| {
+            LabError::MasterNoSummary(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        })?;
+    Ok(ClusterLabReport {
+        sent,
+        received,
+        queues,
+        secs,
+        interrupted: stop.load(Ordering::Relaxed),
+    })
+}
+
+/// [`run_cluster`] while the master runs: waits until it is ready, runs the generator, then
+/// interrupts the master (killed if it has not ended 10 s later). The packets sent and the
+/// generator's seconds; on an error the caller ends the master.
+fn drive_cluster(
+    o: &LabOptions,
+    topo: &Topology,
+    proc: &mut std::process::Child,
+    stop: &AtomicBool,
+) -> Result<(u64, f64), LabError> {
+    let (gns, fns) = (topo.gen_ns(), topo.fwd_ns());
     // Ready when the master's XDP program is on f0 (xdp) or after a moment (afpacket).
     let t0 = Instant::now();
     loop {
@@ -505,7 +562,6 @@ pub fn run_cluster(
                 use std::io::Read;
                 let _ = e.read_to_string(&mut err);
             }
-            child.store(0, Ordering::Relaxed);
             return Err(LabError::MasterExited {
                 status: st.to_string(),
                 stderr: err.trim().to_string(),
@@ -538,20 +594,7 @@ pub fn run_cluster(
     if proc.try_wait()?.is_none() {
         let _ = proc.kill();
     }
-    let out = proc.wait_with_output()?;
-    child.store(0, Ordering::Relaxed);
-    let sent = sent?;
-    let (received, queues) =
-        master_summary(&String::from_utf8_lossy(&out.stdout)).ok_or_else(|| {
-            LabError::MasterNoSummary(String::from_utf8_lossy(&out.stderr).trim().to_string())
-        })?;
-    Ok(ClusterLabReport {
-        sent,
-        received,
-        queues,
-        secs,
-        interrupted: stop.load(Ordering::Relaxed),
-    })
+    Ok((sent?, secs))
 }
 
 /// The packets received and the queues of the master's first summary line in `text` (JSON
@@ -583,6 +626,40 @@ fn master_summary(text: &str) -> Option<(u64, Vec<QueueCount>)> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ready_wait_ends_when_a_thread_dies_without_a_word() {
+        use std::sync::mpsc::channel;
+        // Both speak, in either order: the forwarder's description.
+        let (tx, rx) = channel();
+        tx.send(Ok(String::new())).unwrap();
+        tx.send(Ok("f0 -> f1".to_string())).unwrap();
+        assert_eq!(await_ready(&rx).unwrap(), "f0 -> f1");
+        // The receiver spoke and let its sender go; the forwarder died before it spoke: the
+        // wait ends at once (it used to last until a signal) and names the forwarder.
+        // (A panicking thread drops its sender as it unwinds: dropped here.)
+        let (tx, rx) = channel();
+        let fwd = tx.clone();
+        tx.send(Ok(String::new())).unwrap();
+        drop(tx);
+        drop(fwd);
+        assert!(matches!(
+            await_ready(&rx),
+            Err(LabError::Panicked("forwarder"))
+        ));
+        // The forwarder spoke, the receiver died: the receiver is named.
+        let (tx, rx) = channel();
+        tx.send(Ok("f0".to_string())).unwrap();
+        drop(tx);
+        assert!(matches!(
+            await_ready(&rx),
+            Err(LabError::Panicked("receiver"))
+        ));
+        // A set-up error is returned as it is.
+        let (tx, rx) = channel();
+        tx.send(Err(LabError::Panicked("x"))).unwrap();
+        assert!(matches!(await_ready(&rx), Err(LabError::Panicked("x"))));
+    }
 
     #[test]
     fn the_master_summary_is_read_from_its_json_lines() {
