@@ -500,22 +500,30 @@ impl Batch {
         }
         self.cache
             .push(pool.frame_start(addr) + pool.headroom() as u64);
-        if self.cache.len() >= 3 * CHUNK {
-            let mut c = Chunk {
-                n: CHUNK as u32,
-                addrs: [0; CHUNK],
-            };
-            let from = self.cache.len() - CHUNK;
-            c.addrs.copy_from_slice(&self.cache[from..]);
-            self.cache.truncate(from);
-            pool.give_chunk(c);
-        }
+        spill(&mut self.cache, pool);
     }
 
     /// Frees every packet's frame and empties the batch.
     #[inline]
     pub fn clear(&mut self) {
-        if self.lent > 0 || self.pool.as_ref().is_some_and(|p| p.allocates()) {
+        if self.lent == 0 {
+            if let Some(pool) = self.pool.as_ref().filter(|p| p.allocates()) {
+                // The common case, in one pass: frames of the batch's own pool go back to its
+                // local cache (a big frame to the pool), a chunk to the pool when it is full.
+                let hr = u64::from(pool.headroom());
+                for d in &self.descs[..self.len] {
+                    if d.flags & Desc::F_SHARED != 0 {
+                        continue;
+                    }
+                    if pool.is_big(d.addr) {
+                        pool.give_big(d.addr);
+                    } else {
+                        self.cache.push(pool.frame_start(d.addr) + hr);
+                    }
+                }
+                spill(&mut self.cache, pool);
+            }
+        } else {
             for i in 0..self.len {
                 let a = self.descs[i].addr;
                 if self.descs[i].flags & Desc::F_SHARED == 0 {
@@ -683,6 +691,22 @@ impl Fresh<'_> {
 impl Drop for Fresh<'_> {
     fn drop(&mut self) {
         self.batch.free_addr(self.addr);
+    }
+}
+
+/// Gives whole chunks of a batch's local frame cache back to `pool` while it holds three or more
+/// (the cache keeps two chunks and room for a batch's frees, so it never reallocates).
+#[inline(always)]
+fn spill(cache: &mut Vec<u64>, pool: &Pool) {
+    while cache.len() >= 3 * CHUNK {
+        let mut c = Chunk {
+            n: CHUNK as u32,
+            addrs: [0; CHUNK],
+        };
+        let from = cache.len() - CHUNK;
+        c.addrs.copy_from_slice(&cache[from..]);
+        cache.truncate(from);
+        pool.give_chunk(c);
     }
 }
 
