@@ -357,6 +357,9 @@ pub fn run_fwd(
                     ""
                 }
             )));
+            // Said: if the receiver dies before it speaks, the wait for it ends (no sender
+            // left) instead of lasting as long as this forwarder, which runs until told to stop.
+            drop(ready);
             let opts = FwdOptions {
                 mac,
                 interval: Duration::from_secs(3600),
@@ -467,7 +470,7 @@ pub fn run_fwd(
 /// Waits for the forwarder's word (its description, never empty) and the receiver's (empty)
 /// that they are ready, or for why one is not. Returns the forwarder's description, the first
 /// set-up error, or, when every sender is gone before both spoke (a thread died before it said
-/// anything; the receiver drops its sender once it has spoken), which one is missing; it never
+/// anything; each thread drops its sender once it has spoken), which one is missing; it never
 /// waits on a thread that is gone.
 fn await_ready(
     ready: &std::sync::mpsc::Receiver<Result<String, LabError>>,
