@@ -26,7 +26,8 @@
 # output (xdp-bench's and ip_forward's too) reads 0.10-0.15 Mpps while 1-5 Mpps come in. GRO is on for
 # vB0 and vC (it gives a veth NAPI, which XDP redirects into it need).
 #
-# Rows (best of RUNS for the linerate rows, ip_forward and testpmd af_xdp; one run for the rest):
+# Rows (best of RUNS for the linerate rows and every goal peer: ip_forward, testpmd af_xdp,
+# xdp-bench; one run for the rest):
 #   linerate fwd --engine kernel (bpf/xdp_fwd.c: DEVMAP redirect, l2fwd MAC rewrite)
 #   linerate fwd --engine xsk xdp:vB0 -> xdp:vB1 (AF_XDP copy mode, one shared UMEM)
 #   linerate fwd afpacket:vB0 -> afpacket:vB1
@@ -280,7 +281,8 @@ fi
 
 # xdp-bench redirect (bpf_redirect to vB1)
 if [ -n "$XBENCH" ]; then
-  run_fwd "xdp-bench redirect (native)" 1 "$MACB0" "$XBENCH" redirect -m native -i 60 "$IB0" "$IB1"
+  # As many runs as the linerate rows: the goal compares the best of each.
+  run_fwd "xdp-bench redirect (native)" "$RUNS" "$MACB0" "$XBENCH" redirect -m native -i 60 "$IB0" "$IB1"
   ip -n "$B" link set dev "$IB0" xdp off 2>/dev/null || true
 else
   ROWS+=("| xdp-bench redirect | not found (set XDP_BENCH; see the header) | | | |")
