@@ -198,6 +198,18 @@ pub struct PcapReader<R: Read> {
     path: String,
 }
 
+/// A classic pcap record's time, ns since the epoch, from its header's seconds and fraction
+/// (microseconds, or nanoseconds in a file with the nanosecond magic).
+#[inline(always)]
+fn pcap_ts(sec: u32, frac: u32, nanos: bool) -> u64 {
+    let frac_ns = if nanos {
+        u64::from(frac)
+    } else {
+        u64::from(frac) * 1000
+    };
+    u64::from(sec) * 1_000_000_000 + frac_ns
+}
+
 #[inline(always)]
 fn rd16(b: &[u8], at: usize, be: bool) -> u16 {
     match b.get(at..at + 2) {
@@ -343,21 +355,15 @@ impl<R: Read> PcapReader<R> {
         if caplen > max.min(MAX_CAPLEN as usize) || h.len() < hl + caplen {
             return None;
         }
-        let sec = rd32(hdr, 0, be);
-        let frac = rd32(hdr, 4, be);
+        let ts = pcap_ts(rd32(hdr, 0, be), rd32(hdr, 4, be), nanos);
         let wire_len = rd32(hdr, 12, be);
-        let frac_ns = if nanos {
-            u64::from(frac)
-        } else {
-            u64::from(frac) * 1000
-        };
         let start = self.pos + hl;
         self.pos += hl + caplen;
         self.off += (hl + caplen) as u64;
         let data = self.buf.get(start..start + caplen).unwrap_or(&[]);
         Some((
             Buffered {
-                ts: u64::from(sec) * 1_000_000_000 + frac_ns,
+                ts,
                 wire_len,
                 len: caplen as u32,
             },
@@ -616,15 +622,10 @@ impl<R: Read> PcapReader<R> {
         }
         let start = self.pos + hl;
         self.advance(total);
-        let frac_ns = if nanos {
-            u64::from(frac)
-        } else {
-            u64::from(frac) * 1000
-        };
         Ok(Event::Packet {
             start,
             len: caplen as usize,
-            ts: u64::from(sec) * 1_000_000_000 + frac_ns,
+            ts: pcap_ts(sec, frac, nanos),
             wire_len,
             link: self.link_type(),
             iface: 0,
