@@ -534,7 +534,6 @@ impl XdpPort {
                     };
                     let attach = Attachment::get(iface, ifindex, cfg.attach, cfg.api)?;
                     let meta = attach.rx_meta();
-                    attach.set_queue(queue, parts.fd.as_raw_fd())?;
                     let zc = sys::getopt::<u32>(&parts.fd, sys::XDP_OPTIONS)
                         .map(|o| o & sys::XDP_OPTIONS_ZEROCOPY != 0)
                         .unwrap_or(false);
@@ -560,7 +559,11 @@ impl XdpPort {
                         tai_offset: sys::tai_offset_ns(),
                         fd: parts.fd,
                     };
+                    // Frames in the fill ring first, then the socket in the program's map: a
+                    // packet redirected to a socket whose fill ring is still empty is dropped
+                    // (the kernel counts it, but it is lost all the same).
                     p.refill();
+                    p.attach.set_queue(queue, p.fd.as_raw_fd())?;
                     return Ok(p);
                 }
                 Err(e) => last = Some(e),
