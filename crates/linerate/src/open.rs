@@ -55,6 +55,39 @@ pub fn open(uri: &str, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
     )))
 }
 
+/// Opens the input of a cluster `master` (`linerate balance -i`): an `xdp:` input (one
+/// interface, any of its queues) gets the segment's frames as its UMEM
+/// ([`crate::cluster::Master::umem_area`]), so the kernel writes each packet where consumers
+/// read it and the master copies nothing. Any other input opens as [`open_rx`] would.
+///
+/// The second value says why an `xdp:` input could not use the segment and is copied into it
+/// instead (the frames are not laid out as a UMEM's, or the kernel refused them): the caller
+/// shows it, so that a copy is never silent.
+pub fn open_cluster_input(
+    uri: &str,
+    opts: &PortOptions,
+    master: &crate::cluster::Master,
+) -> Result<(Box<dyn Port>, Option<String>), PortError> {
+    let Uri::Xdp { iface, queues } = Uri::parse(uri)? else {
+        return Ok((open_rx(uri, opts)?, None));
+    };
+    let sockets = xdp::queue_count_of(&iface, queues)?;
+    let why = match master.umem_area(sockets) {
+        Ok(area) => match xdp::open_in_area(&iface, queues, opts, &opts.xdp, &area) {
+            Ok(p) => return Ok((p, None)),
+            Err(e) => format!("the kernel did not take the cluster's frames as its UMEM ({e})"),
+        },
+        Err(why) => why,
+    };
+    let p = open_rx(uri, opts)?;
+    Ok((
+        p,
+        Some(format!(
+            "{uri}: each packet is copied into the cluster once: {why}"
+        )),
+    ))
+}
+
 /// Opens the paths `uri` names, apart, for tools that give each thread its own: every member of
 /// `a,b`, every queue of `xdp:IFACE` (one shared UMEM per interface). When there are several,
 /// none of them waits in `rx` (whoever reads several polls them together).

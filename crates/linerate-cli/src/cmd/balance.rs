@@ -263,7 +263,7 @@ fn egress_interface_stats(
 /// Runs `linerate balance`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
-    let mut input: Box<dyn Port> = match a.input.strip_prefix("source") {
+    let input: Option<Box<dyn Port>> = match a.input.strip_prefix("source") {
         Some(rest) if rest.is_empty() || rest.starts_with(':') => {
             let count = match rest.strip_prefix(':') {
                 Some(c) => Some(
@@ -272,11 +272,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 ),
                 None => None,
             };
-            Box::new(SourcePort::new(4096, count)?.with_rate(a.source_rate))
+            Some(Box::new(
+                SourcePort::new(4096, count)?.with_rate(a.source_rate),
+            ))
         }
-        _ => crate::common::open_input("-i", &a.input, &PortOptions::default())?,
+        // An xdp: input opens once the cluster exists: its UMEM is the segment's frames.
+        _ if is_xdp(&a.input) => None,
+        _ => Some(crate::common::open_input(
+            "-i",
+            &a.input,
+            &PortOptions::default(),
+        )?),
     };
-    let link = input.link_type();
+    let link = input
+        .as_ref()
+        .map_or(linerate::port::LinkType::ETHERNET, |p| p.link_type());
     let mut inputs = crate::common::inputs_of([a.input.as_str()]);
     if let Some(f) = &a.mode.script {
         inputs.add_path(f);
@@ -315,6 +325,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         slots: a.slots,
         frames: a.buffers as u32,
         tx_lanes: if a.out.is_some() { 8 } else { 0 },
+        // An xdp: input's fill rings (2048 frames per queue) are segment frames.
+        kernel_frames: a
+            .input
+            .strip_prefix("xdp:")
+            .and_then(|rest| linerate::port::xdp::queue_count(rest).ok())
+            .map_or(0, |n| {
+                (n as u32).saturating_mul(linerate::port::xdp::XdpConfig::default().ring_size)
+            }),
         ..Default::default()
     };
     cfg.fit_packets(a.max_pkt_len as u32);
@@ -328,6 +346,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Master::create(a.cluster, &cfg).context("creating the cluster")?
     };
     master.set_consumer_timeout(a.consumer_timeout);
+    let mut input = match input {
+        Some(p) => p,
+        None => {
+            let (p, copied) =
+                linerate::open_cluster_input(&a.input, &PortOptions::default(), &master)
+                    .map_err(|e| crate::common::port_error("-i", &a.input, e))?;
+            if let Some(why) = copied {
+                eprintln!("note: -i {why}");
+            }
+            p
+        }
+    };
     let metrics = metrics::start(a.metrics.as_deref(), "balance", a.quiet)?;
     if let Some(m) = &metrics {
         let s = master.stats();
@@ -894,4 +924,12 @@ pub fn json_tick(kind: &str, t: &BalanceTick, threads: &[(u64, u64)]) -> String 
         "threads": th,
     })
     .to_string()
+}
+
+/// Whether `-i` names one `xdp:` interface (read into the cluster's own frames).
+fn is_xdp(uri: &str) -> bool {
+    matches!(
+        linerate::port::Uri::parse(uri),
+        Ok(linerate::port::Uri::Xdp { .. })
+    )
 }

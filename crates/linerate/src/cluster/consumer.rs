@@ -352,13 +352,15 @@ impl Port for ClusterPort {
         // Every descriptor must name a frame of the segment with a length that fits, and a
         // plausible wire length: checked branch-free in the byte count's loop, one branch per
         // batch.
-        // A packet is in a regular frame or in a big one (with none, `bspan` is 0: never).
+        // A packet is in a regular frame or in a big one (with none, `bspan` is 0: never). In
+        // a regular frame it starts anywhere past the headroom (an AF_XDP input on the
+        // segment's frames writes it 256 bytes in) and ends inside the frame.
         let seg = &*self.seg;
-        let (base, span, fmask, cap) = (
-            (seg.frames_off + seg.headroom) as u64,
+        let (base, span, fmask, head) = (
+            seg.frames_off as u64,
             (seg.frames * seg.frame_size) as u64,
             seg.frame_size as u64 - 1,
-            (seg.frame_size - seg.headroom) as u32,
+            seg.headroom as u64,
         );
         let (bbase, bspan, bmask, bcap) = (
             (seg.big_off + seg.headroom) as u64,
@@ -368,7 +370,10 @@ impl Port for ClusterPort {
         );
         let bad_desc = |d: &Desc| -> bool {
             let off = d.addr.wrapping_sub(base);
-            let small = (off & fmask) | (off >= span) as u64 | (d.len > cap) as u64;
+            let inner = off & fmask;
+            let small = (inner < head) as u64
+                | (off >= span) as u64
+                | (inner + u64::from(d.len) > fmask + 1) as u64;
             let boff = d.addr.wrapping_sub(bbase);
             let big = (boff & bmask) | (boff >= bspan) as u64 | (d.len > bcap) as u64;
             (small != 0) & (big != 0) | (d.wire_len > MAX_WIRE_LEN)

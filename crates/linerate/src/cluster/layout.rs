@@ -144,8 +144,12 @@ pub struct ClusterConfig {
     pub apps: Vec<u32>,
     /// Slots per queue (a power of two).
     pub slots: u32,
-    /// Frames in the segment (0: enough for every queue full).
+    /// Frames in the segment (0: enough for every queue full, plus `kernel_frames`).
     pub frames: u32,
+    /// Frames the input's kernel holds at most (an `xdp:` input on the segment's frames keeps
+    /// up to its fill rings' worth, [`crate::cluster::Master::umem_area`]): added to the
+    /// default `frames`, so that full queues still leave the kernel its share.
+    pub kernel_frames: u32,
     /// Transmit lanes for consumers (`-o`: 0 when the master has no egress).
     pub tx_lanes: u32,
     /// Slots (and private frames) per transmit lane.
@@ -166,6 +170,7 @@ impl Default for ClusterConfig {
             apps: vec![1],
             slots: DEFAULT_SLOTS,
             frames: 0,
+            kernel_frames: 0,
             tx_lanes: 0,
             tx_slots: 1024,
             frame_size: crate::mem::DEFAULT_FRAME_SIZE,
@@ -191,7 +196,9 @@ impl ClusterConfig {
             return;
         }
         let frames = if self.frames == 0 {
-            self.queues() * (self.slots.max(64) as usize).next_power_of_two() + 2 * BATCH
+            self.queues() * (self.slots.max(64) as usize).next_power_of_two()
+                + 2 * BATCH
+                + self.kernel_frames as usize
         } else {
             self.frames as usize
         };

@@ -9,6 +9,7 @@ use super::liveness::{alive, my_pid, now_ms, proc_stat, same_process};
 use super::segment::{check_owner, not_ours, segment_path, unlink_if_ours, Segment, PUBLISHED};
 use super::stats::{ClusterStats, QueueStats};
 use crate::mem::{copy_packet, Batch, Desc, Region, BATCH};
+use crate::port::xdp::UmemArea;
 use crate::port::PortError;
 use crate::ring::shared::{Borrower, Holds, Lender, RegionQueue};
 use std::path::{Path, PathBuf};
@@ -178,7 +179,7 @@ impl Master {
             ))));
         }
         let frames = if cfg.frames == 0 {
-            nq * slots + 2 * BATCH
+            nq * slots + 2 * BATCH + cfg.kernel_frames.min(1 << 24) as usize
         } else {
             (cfg.frames as usize).max(2 * BATCH)
         };
@@ -443,6 +444,39 @@ impl Master {
             batch.lend_big_frame(seg.big_frame_addr(f));
         }
         true
+    }
+
+    /// The segment's regular frames as an AF_XDP UMEM, for an `xdp:` input of `sockets` queues
+    /// ([`crate::port::xdp::open_in_area`]): the kernel then writes each packet into a frame
+    /// this master lent ([`Master::lend_frames`]) and [`Master::distribute`] publishes it with
+    /// no copy. Each socket keeps at most half the frames (shared among the sockets) in its
+    /// fill ring (a cluster sized with [`ClusterConfig::kernel_frames`] has room for them); those frames are the kernel's until it has written a packet into
+    /// them, and [`Master::free_frames`] does not count them. Big frames stay out: a packet
+    /// longer than a frame's room past the kernel's 256-byte headroom is dropped by the
+    /// kernel and counted by the port (`too_big`).
+    ///
+    /// Err, with the reason, when the kernel cannot take the frames as they are laid out
+    /// (aligned UMEM chunks are 2048 or 4096 bytes): the input then reads into its own memory
+    /// and is copied.
+    pub fn umem_area(&self, sockets: usize) -> Result<UmemArea, String> {
+        let seg = &self.seg;
+        if !matches!(seg.frame_size, 2048 | 4096) {
+            return Err(format!(
+                "the cluster's {}-byte frames are not an AF_XDP UMEM's (2048 or 4096 bytes)",
+                seg.frame_size
+            ));
+        }
+        if seg.headroom > XDP_PACKET_HEADROOM || !seg.frames_off.is_multiple_of(4096) {
+            return Err("the cluster's frames are not laid out as a UMEM's".into());
+        }
+        let per = seg.frames / (2 * sockets.max(1));
+        Ok(UmemArea {
+            pool: seg.pool.clone(),
+            off: seg.frames_off as u64,
+            len: (seg.frames * seg.frame_size) as u64,
+            chunk: seg.frame_size as u32,
+            fill_max: per.clamp(16, 1 << 16) as u32,
+        })
     }
 
     /// Takes back the free frames lent to `batch` (and any packets still in it).
@@ -915,6 +949,9 @@ pub(super) fn prefetch_write(p: *const u8) {
     let _ = p;
 }
 
+/// Bytes the kernel leaves in front of a packet it writes into an AF_XDP UMEM chunk.
+const XDP_PACKET_HEADROOM: usize = 256;
+
 /// Big frames lent to an input at a time ([`Master::lend_frames`]).
 const LENT_BIG: usize = 4;
 
@@ -955,5 +992,54 @@ impl Drop for Master {
                 l.retain(|(p, d, i)| !(p == &path && *d == dev && *i == ino));
             }
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn umem_area_is_the_regular_frames_and_a_kernel_packet_address_names_its_frame() {
+        let cfg = ClusterConfig {
+            apps: vec![2],
+            slots: 64,
+            kernel_frames: 512,
+            ..ClusterConfig::default()
+        };
+        let m = Master::anon(&cfg).unwrap();
+        let seg = &m.seg;
+        assert_eq!(
+            seg.frames,
+            2 * 64 + 2 * BATCH + 512,
+            "the kernel's share added"
+        );
+        let a = m.umem_area(2).unwrap();
+        assert_eq!((a.off, a.off % 4096), (seg.frames_off as u64, 0));
+        assert_eq!(a.chunk, 2048);
+        assert_eq!(a.len, (seg.frames * 2048) as u64);
+        assert_eq!(
+            a.fill_max() as usize,
+            seg.frames / 4,
+            "half the frames over 2 sockets"
+        );
+        // The kernel writes a packet 256 bytes into its chunk; the master's own frames put it
+        // after the headroom: both name the frame. Inside the headroom or past the regular
+        // frames (this cluster has no big ones) is no packet address.
+        let chunk5 = a.off + 5 * 2048;
+        assert_eq!(seg.frame_of(chunk5 + 256), Some(5));
+        assert_eq!(seg.frame_of(seg.frame_addr(5)), Some(5));
+        assert_eq!(seg.frame_of(chunk5 + seg.headroom as u64 - 1), None);
+        assert_eq!(seg.frame_of(chunk5), None);
+        assert_eq!(seg.frame_of(a.off + a.len + seg.headroom as u64), None);
+        assert_eq!(seg.frame_of(a.off - 2048 + 256), None);
+
+        // Frames the kernel cannot take as UMEM chunks: refused, with the reason.
+        let small = ClusterConfig {
+            frame_size: 1024,
+            ..ClusterConfig::default()
+        };
+        let why = Master::anon(&small).unwrap().umem_area(1).unwrap_err();
+        assert!(why.contains("1024-byte frames"), "{why}");
     }
 }

@@ -134,12 +134,13 @@ impl Segment {
     }
 
     /// The frame (index; big frames from `frames` on) whose packet address is `addr`, if
-    /// `addr` is one.
+    /// `addr` is one. In a regular frame the packet may start anywhere past the headroom (an
+    /// AF_XDP UMEM on the segment's frames puts it 256 bytes into the frame).
     #[inline(always)]
     pub(super) fn frame_of(&self, addr: u64) -> Option<u32> {
-        let off = (addr as usize).checked_sub(self.frames_off + self.headroom)?;
+        let off = (addr as usize).checked_sub(self.frames_off)?;
         let f = off >> self.frame_size.trailing_zeros();
-        if f < self.frames && off & (self.frame_size - 1) == 0 {
+        if f < self.frames && off & (self.frame_size - 1) >= self.headroom {
             return Some(f as u32);
         }
         let off = (addr as usize).checked_sub(self.big_off + self.headroom)?;

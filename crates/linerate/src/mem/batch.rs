@@ -197,6 +197,18 @@ impl Batch {
         self.cache.push(addr);
     }
 
+    /// Takes one free lent regular frame out of the batch (its packet address), for a port
+    /// whose kernel writes into lent frames later (an AF_XDP fill ring on a lent UMEM): the
+    /// frame comes back to its owner in a later batch of this loan, as a packet's address.
+    #[inline(always)]
+    pub(crate) fn take_lent_frame(&mut self) -> Option<u64> {
+        if self.lent > 0 {
+            self.cache.pop()
+        } else {
+            None
+        }
+    }
+
     /// The free lent frames the batch holds.
     #[inline(always)]
     pub(crate) fn lent_frames(&self) -> usize {

@@ -2,7 +2,8 @@
 
 use super::sys::PollSet;
 use super::{Interface, LinkType, Port, PortError, PortStats};
-use crate::mem::Batch;
+use crate::mem::{Batch, Pool};
+use std::sync::Arc;
 
 /// Several ports read round-robin; each packet's `port` field says which interface it came
 /// from: member `i`'s interfaces are numbered after those of the members before it (one per
@@ -23,6 +24,9 @@ pub struct Aggregate {
     /// All members' descriptors, when every member has one and the aggregate waits.
     poll: Option<PollSet>,
     wait_ms: i32,
+    /// Every member writes into lent frames of one pool (the queues of an `xdp:` input on a
+    /// cluster's segment): a lent batch is passed on to the member read, not swapped.
+    lends: bool,
 }
 
 impl Aggregate {
@@ -49,7 +53,14 @@ impl Aggregate {
             base.push(next);
             next = next.saturating_add(c);
         }
+        let first = ports.first().and_then(|p| p.pool().cloned());
+        let lends = first.as_ref().is_some_and(|f| {
+            ports
+                .iter()
+                .all(|p| p.fills_lent_frames() && p.pool().is_some_and(|q| Arc::ptr_eq(f, q)))
+        });
         Aggregate {
+            lends,
             name: name.into(),
             ports,
             next: 0,
@@ -90,9 +101,22 @@ impl Aggregate {
         if room == 0 {
             return Ok(0);
         }
+        let lent = self.lends && batch.is_lent();
         for k in 0..n {
             let i = (self.next + k) % n;
             if self.ports[i].is_finished() {
+                continue;
+            }
+            if lent {
+                // The member receives into the caller's lent frames (and takes the lent
+                // frames it needs for later): no batch of its own.
+                let before = batch.len();
+                let got = self.ports[i].rx(batch)?;
+                if got > 0 {
+                    self.next = (i + 1) % n;
+                    self.renumber(i, batch, before);
+                    return Ok(got);
+                }
                 continue;
             }
             self.batches[i].set_limit(room);
@@ -116,6 +140,20 @@ impl Aggregate {
         }
         Ok(0)
     }
+
+    /// Gives the packets of member `i` from `from` on in `batch` our interface ids.
+    fn renumber(&mut self, i: usize, batch: &mut Batch, from: usize) {
+        let (base, count) = (self.base[i], self.count[i]);
+        for k in from..batch.len() {
+            let p = batch.descs()[k].port;
+            let id = if p < count {
+                base + p
+            } else {
+                self.late_id(i, p)
+            };
+            batch.descs_mut()[k].port = id;
+        }
+    }
 }
 
 impl Port for Aggregate {
@@ -137,6 +175,19 @@ impl Port for Aggregate {
 
     fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
         self.ports[0].tx(batch)
+    }
+
+    /// The members' pool when they share one and write into lent frames.
+    fn pool(&self) -> Option<&Arc<Pool>> {
+        if self.lends {
+            self.ports.first().and_then(|p| p.pool())
+        } else {
+            None
+        }
+    }
+
+    fn fills_lent_frames(&self) -> bool {
+        self.lends
     }
 
     /// Arrival times only when every member gives them.

@@ -33,6 +33,7 @@ pub mod prog;
 mod ring;
 pub(crate) mod sys;
 mod umem;
+pub use umem::UmemArea;
 
 use super::{DropReason, Port, PortError, PortOptions, PortStats};
 use crate::mem::{Batch, Desc, Pool, Region};
@@ -240,6 +241,16 @@ pub struct XdpPort {
     meta: prog::RxMeta,
     /// CLOCK_TAI − CLOCK_REALTIME (ns): the program stamps in TAI.
     tai_offset: i64,
+    /// The pool address of UMEM offset 0: a lent area's offset in its region (0 when the UMEM
+    /// is the port's own pool).
+    base: u64,
+    /// Clears a UMEM offset's place in its chunk.
+    chunk_mask: u64,
+    /// A lent area ([`UmemArea`]): the fill ring takes only frames a batch was lent, at most
+    /// this many at a time (0: the port's own pool refills it).
+    fill_max: u32,
+    /// Whether the socket is in the program's map (packets of its queue come to it).
+    in_map: bool,
     // Declared last: dropped after the rings are unmapped.
     fd: OwnedFd,
 }
@@ -400,10 +411,23 @@ pub fn open_queues_of(
         rx_wait_ms: if several { 0 } else { opts.rx_wait_ms },
         ..opts.clone()
     };
+    open_queues_on(iface, &queues, &big, cfg, with, None)
+}
+
+/// The sockets of `queues`, each with its name in an error when there are several.
+fn open_queues_on(
+    iface: &str,
+    queues: &[u32],
+    big: &PortOptions,
+    cfg: &XdpConfig,
+    with: Option<&XdpPort>,
+    area: Option<&UmemArea>,
+) -> Result<Vec<XdpPort>, PortError> {
+    let several = queues.len() > 1;
     let mut out: Vec<XdpPort> = Vec::with_capacity(queues.len());
-    for q in queues {
+    for &q in queues {
         let share = out.first().or(with).map(|p| (&p.pool, p.fd.as_raw_fd()));
-        let p = XdpPort::open_one(iface, q, &big, cfg, share).map_err(|e| match e {
+        let p = XdpPort::open_one(iface, q, big, cfg, share, area).map_err(|e| match e {
             PortError::Os {
                 iface: i,
                 op,
@@ -420,6 +444,33 @@ pub fn open_queues_of(
         out.push(p);
     }
     Ok(out)
+}
+
+/// Opens the queues `sel` of `iface` for receive on a lent UMEM, `area` (a cluster segment's
+/// frames, [`crate::cluster::Master::umem_area`]): the kernel writes each packet into a frame
+/// the reader lent the batch, so the lender publishes it with no copy. One port, as [`open`]
+/// (several queues: an aggregate that passes the loan on to each queue). Such a port does not
+/// transmit.
+pub fn open_in_area(
+    iface: &str,
+    sel: Queues,
+    opts: &PortOptions,
+    cfg: &XdpConfig,
+    area: &UmemArea,
+) -> Result<Box<dyn Port>, PortError> {
+    let ifindex = sys::ifindex(iface)?;
+    let queues = resolve_queues(iface, ifindex, sel)?;
+    let big = PortOptions {
+        rx_wait_ms: if queues.len() > 1 { 0 } else { opts.rx_wait_ms },
+        ..opts.clone()
+    };
+    let ports = open_queues_on(iface, &queues, &big, cfg, None, Some(area))?;
+    let name = match sel {
+        Queues::All => format!("xdp:{iface}"),
+        Queues::Range(a, b) if a == b => format!("xdp:{iface}@{a}"),
+        Queues::Range(a, b) => format!("xdp:{iface}@{a}-{b}"),
+    };
+    Ok(join(&name, ports, opts.rx_wait_ms))
 }
 
 /// Opens `rest` (`IFACE[@QUEUES]`) as one port: a single queue as itself, several as an
@@ -469,7 +520,7 @@ impl XdpPort {
                 ),
             });
         }
-        Self::open_one(iface, queues[0], opts, cfg, share)
+        Self::open_one(iface, queues[0], opts, cfg, share, None)
     }
 
     fn open_one(
@@ -478,6 +529,7 @@ impl XdpPort {
         opts: &PortOptions,
         cfg: &XdpConfig,
         share: Option<(&Arc<Pool>, i32)>,
+        area: Option<&UmemArea>,
     ) -> Result<XdpPort, PortError> {
         let name = format!("xdp:{iface}@{queue}");
         let rs = cfg.ring_size;
@@ -501,7 +553,7 @@ impl XdpPort {
             // after a previous run ended (or crashed) bind can say EBUSY for a moment.
             let mut waited = 0;
             let r = loop {
-                match Self::setup(iface, ifindex, queue, frames, rs, mode, share) {
+                match Self::setup(iface, ifindex, queue, frames, rs, mode, share, area) {
                     Err(PortError::Os { op, source, .. })
                         if op.starts_with("bind")
                             && source.raw_os_error() == Some(libc::EBUSY)
@@ -557,13 +609,23 @@ impl XdpPort {
                         idle_polls: 0,
                         meta,
                         tai_offset: sys::tai_offset_ns(),
+                        base: area.map_or(0, |a| a.off),
+                        chunk_mask: !(u64::from(area.map_or(umem::FRAME, |a| a.chunk)) - 1),
+                        fill_max: area.map_or(0, |a| a.fill_max.clamp(1, rs)),
+                        in_map: false,
                         fd: parts.fd,
                     };
                     // Frames in the fill ring first, then the socket in the program's map: a
                     // packet redirected to a socket whose fill ring is still empty is dropped
                     // (the kernel counts it, but it is lost all the same).
-                    p.refill();
-                    p.attach.set_queue(queue, p.fd.as_raw_fd())?;
+                    if p.fill_max == 0 {
+                        p.refill();
+                        p.attach.set_queue(queue, p.fd.as_raw_fd())?;
+                        p.in_map = true;
+                    }
+                    // On a lent area the fill ring has no frames until the first batch lends
+                    // some: the socket enters the map then (`rx_lent`), and until then the
+                    // program passes the queue's packets to the kernel as if nobody read it.
                     return Ok(p);
                 }
                 Err(e) => last = Some(e),
@@ -572,6 +634,7 @@ impl XdpPort {
         Err(last.unwrap_or_else(|| PortError::NoInterface(iface.to_string())))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn setup(
         iface: &str,
         ifindex: u32,
@@ -580,11 +643,16 @@ impl XdpPort {
         rs: u32,
         mode: u16,
         share: Option<(&Arc<Pool>, i32)>,
+        area: Option<&UmemArea>,
     ) -> Result<Parts, PortError> {
         let fd = sys::xdp_socket(iface)?;
-        let pool = match share {
-            Some((p, _)) => p.clone(),
-            None => {
+        let pool = match (share, area) {
+            (Some((p, _)), _) => p.clone(),
+            (None, Some(a)) => {
+                umem::register_area(&fd, iface, a)?;
+                a.pool.clone()
+            }
+            (None, None) => {
                 let pool = umem::pool(frames)?;
                 umem::register(&fd, iface, &pool)?;
                 pool
@@ -745,6 +813,40 @@ impl XdpPort {
         }
     }
 
+    /// On a lent area: moves the frames lent to `batch` into the fill ring (up to `fill_max`
+    /// in it), and enters the socket in the program's map once the ring has frames. False when
+    /// `batch` is not lent frames of the area: the packets then wait in the receive ring (a
+    /// reader must not take frames it cannot give back to their owner), and the kernel counts
+    /// what does not fit.
+    fn rx_lent(&mut self, batch: &mut Batch) -> Result<bool, PortError> {
+        if !batch.is_lent() || !batch.pool().is_some_and(|p| Arc::ptr_eq(p, &self.pool)) {
+            return Ok(false);
+        }
+        let held = self.fill.in_flight();
+        let n = self
+            .fill
+            .free(self.fill_max.saturating_sub(held))
+            .min(batch.lent_frames() as u32);
+        let mut done = 0;
+        while done < n {
+            let Some(a) = batch.take_lent_frame() else {
+                break;
+            };
+            // SAFETY: done < n, which `free` returned. The kernel aligns the offset down to
+            // its chunk (aligned mode): the frame is the lent one.
+            unsafe { self.fill.write(done, a - self.base) };
+            done += 1;
+        }
+        if done > 0 {
+            self.fill.submit(done);
+            if !self.in_map {
+                self.attach.set_queue(self.queue, self.fd.as_raw_fd())?;
+                self.in_map = true;
+            }
+        }
+        Ok(true)
+    }
+
     /// Frees frames the kernel has finished sending.
     #[inline]
     fn reclaim(&mut self) {
@@ -797,7 +899,12 @@ impl XdpPort {
                         // The device had a tag the program could not put back: the bytes
                         // are not the frame on the wire.
                         self.stats.rx_drops.add(DropReason::Malformed, 1);
-                        self.frames.free_addr(d.addr);
+                        if self.fill_max > 0 {
+                            // A lent frame: back to its owner with the loan's free frames.
+                            batch.lend_frame(d.addr + self.base);
+                        } else {
+                            self.frames.free_addr(d.addr);
+                        }
                         continue;
                     }
                     // No block (the driver has no room for XDP metadata): the read time.
@@ -807,7 +914,7 @@ impl XdpPort {
             bytes += d.len as u64;
             taken += 1;
             batch.push(Desc {
-                addr: d.addr,
+                addr: d.addr + self.base,
                 ts,
                 len: d.len,
                 wire_len: d.len,
@@ -826,11 +933,12 @@ impl XdpPort {
     /// (receive time in ns of CLOCK_TAI, flags), when there is one for this packet.
     #[inline(always)]
     fn read_meta(&self, addr: u64, len: u32) -> Option<(u64, u32)> {
+        // `addr` is a UMEM offset: the block must lie in the packet's chunk.
         let start = addr.checked_sub(META_LEN as u64)?;
-        if start < self.pool.frame_start(addr) {
+        if start < addr & self.chunk_mask {
             return None;
         }
-        let m = self.pool.region().bytes(start, META_LEN)?;
+        let m = self.pool.region().bytes(start + self.base, META_LEN)?;
         let w = |o: usize| u32::from_ne_bytes([m[o], m[o + 1], m[o + 2], m[o + 3]]);
         if w(12) != META_MAGIC ^ len {
             return None;
@@ -856,8 +964,14 @@ impl Port for XdpPort {
 
     #[inline]
     fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
-        batch.bind(&self.pool);
-        self.refill();
+        if self.fill_max > 0 {
+            if !self.rx_lent(batch)? {
+                return Ok(0);
+            }
+        } else {
+            batch.bind(&self.pool);
+            self.refill();
+        }
         let n = self.fill_batch(batch);
         if n > 0 {
             self.idle_polls = 0;
@@ -897,6 +1011,12 @@ impl Port for XdpPort {
 
     #[inline]
     fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        if self.fill_max > 0 {
+            return Err(PortError::Unsupported {
+                port: self.name.clone(),
+                op: "transmit (its UMEM is a cluster's lent frames: open the port apart to send)",
+            });
+        }
         self.reclaim();
         if batch.is_empty() {
             return Ok(0);
@@ -985,6 +1105,11 @@ impl Port for XdpPort {
         Some(&self.pool)
     }
 
+    /// On a lent area ([`open_in_area`]): the kernel writes into the frames a batch is lent.
+    fn fills_lent_frames(&self) -> bool {
+        self.fill_max > 0
+    }
+
     /// A frame of the UMEM (2 KiB less the headroom), and the interface's MTU with the
     /// Ethernet header (and a tag's 4 bytes when `tagged`).
     fn max_tx_frame(&self, tagged: bool) -> Option<usize> {
@@ -1019,7 +1144,9 @@ impl Drop for XdpPort {
             }
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
-        self.attach.clear_queue(self.queue);
+        if self.in_map {
+            self.attach.clear_queue(self.queue);
+        }
     }
 }
 
