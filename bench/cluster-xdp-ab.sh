@@ -2,19 +2,23 @@
 # bench/cluster-xdp-ab.sh OLD_BIN NEW_BIN [RUNS] [SECS]: a cluster master reading an xdp: input,
 # two builds interleaved (old, new, old, new, ...). A veth pair with two receive queues a side
 # between two namespaces; `linerate gen --engine live` (the NEW build) floods vA from CPU 0 with
-# 64 B frames of 256 flows; `linerate balance -i xdp:vB --threads -n 1` runs in the other
-# namespace, master and consumer thread on CPU 1. Each run prints the master's receive rate
-# (median of its per-second figures while the generator sends), the consumer's, the frames
-# the master copied and the input's kernel drops. Root; never run in CI.
+# frames of SIZE bytes (default 64) and 256 flows; `linerate balance -i xdp:vB --threads -n 1
+# -g CORES` runs in the other namespace (default 1:1: master and consumer thread on CPU 1;
+# CORES=0:1 puts the master on the generator's CPU, where the kernel also copies each frame into
+# the UMEM, and the consumer on CPU 1). Each run prints the master's receive rate (median of its
+# per-second figures while the generator sends), the consumer's, the frames the master copied and
+# the input's kernel drops. Root; never run in CI.
 #
 #   git worktree add /tmp/lr-old be96072 && (cd /tmp/lr-old && cargo build --release -p linerate-cli)
-#   bash bench/cluster-xdp-ab.sh /tmp/lr-old/target/release/linerate target/release/linerate 5
+#   CORES=0:1 bash bench/cluster-xdp-ab.sh /tmp/lr-old/target/release/linerate target/release/linerate 5
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLD=${1:?usage: bench/cluster-xdp-ab.sh OLD_BIN NEW_BIN [RUNS] [SECS]}
 NEW=${2:?usage: bench/cluster-xdp-ab.sh OLD_BIN NEW_BIN [RUNS] [SECS]}
 RUNS=${3:-5}
 SECS=${4:-4}
+SIZE=${SIZE:-64}
+CORES=${CORES:-1:1} # balance -g: the master's core, then the consumer thread's
 OUT=$(mktemp -d /dev/shm/lr-cxab.XXXXXX)
 A=lr-cxa-$$; B=lr-cxb-$$
 cleanup() {
@@ -37,12 +41,12 @@ MACB=$(ip -n "$B" -o link show vB | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' 
 
 one() { # BIN -> "master_mpps<TAB>consumer_mpps<TAB>copied<TAB>kernel_drops"
   local bin=$1
-  ip netns exec "$B" taskset -c 1 "$bin" balance -i xdp:vB --threads -n 1 -g 1:1 \
+  ip netns exec "$B" "$bin" balance -i xdp:vB --threads -n 1 -g "$CORES" \
     -t $((SECS + 2)) --json >"$OUT/m.json" 2>"$OUT/m.err" &
   local mp=$!
   sleep 1
   ip netns exec "$A" taskset -c 0 "$NEW" gen -o xdp:vA --engine live --dst-mac "$MACB" \
-    --src-mac "$MACA" --src-ip 198.18.0.1 --dst-ip 198.18.0.2 --flows 256 --size 64 \
+    --src-mac "$MACA" --src-ip 198.18.0.1 --dst-ip 198.18.0.2 --flows 256 --size "$SIZE" \
     --no-probe -t "$SECS" -q >"$OUT/g.out" 2>&1 || true
   wait "$mp" || { cat "$OUT/m.err" >&2; return 1; }
   python3 - "$OUT/m.json" <<'PY'
@@ -65,7 +69,7 @@ PY
 }
 
 stats() { sort -g | awk '{a[NR]=$1} END {printf "%.3f / %.3f", a[NR], a[int((NR+1)/2)]}'; }
-echo "## Cluster with an xdp: input, A/B ($(date -u +%Y-%m-%dT%H:%MZ), kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg), ${SECS}s x $RUNS interleaved)"
+echo "## Cluster with an xdp: input, ${SIZE} B frames, A/B ($(date -u +%Y-%m-%dT%H:%MZ), kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg), ${SECS}s x $RUNS interleaved, balance -g $CORES)"
 echo
 echo "| round | build | master Mpps | consumer Mpps | copied | input kernel drops |"
 echo "|---|---|---|---|---|---|"
