@@ -98,6 +98,14 @@ pub fn hash_ip_symmetric(p: &Parsed) -> u32 {
 /// None for any other frame: parse it, then hash.
 #[inline]
 pub fn hash_ip_symmetric_eth_v4(data: &[u8]) -> Option<u32> {
+    let (src, dst) = eth_v4_addrs(data)?;
+    Some(hash_ip_symmetric_v4(src, dst))
+}
+
+/// The IPv4 source and destination addresses (big-endian words) of an untagged Ethernet/IPv4
+/// frame whose header [`hash_ip_symmetric_eth_v4`] takes; None for any other frame.
+#[inline(always)]
+pub fn eth_v4_addrs(data: &[u8]) -> Option<(u32, u32)> {
     let h = data.get(..34)?;
     if h[12] != 0x08 || h[13] != 0x00 || h[14] >> 4 != 4 {
         return None;
@@ -107,11 +115,16 @@ pub fn hash_ip_symmetric_eth_v4(data: &[u8]) -> Option<u32> {
     if hl < 20 || data.len() < 14 + hl || total < hl {
         return None;
     }
-    let mut a = [0u8; 16];
-    a[..4].copy_from_slice(&h[26..30]);
-    let src = addr_hash(&a);
-    a[..4].copy_from_slice(&h[30..34]);
-    Some(src ^ addr_hash(&a))
+    let w = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    Some((w(26), w(30)))
+}
+
+/// [`hash_ip_symmetric`] of IPv4 addresses given as big-endian words ([`eth_v4_addrs`]): no
+/// branch and no memory access, so that a loop over a batch's addresses runs packets side by
+/// side.
+#[inline(always)]
+pub fn hash_ip_symmetric_v4(src: u32, dst: u32) -> u32 {
+    mm(&[src, 0, 0, 0]) ^ mm(&[dst, 0, 0, 0])
 }
 
 /// Symmetric 5-tuple hash: `fmix32(mm(src words, sport) ^ mm(dst words, dport) ^ proto)`, where
@@ -132,6 +145,15 @@ pub fn hash_5tuple_symmetric(p: &Parsed) -> u32 {
 /// length). None for any other frame: parse it, then hash.
 #[inline]
 pub fn hash_5tuple_symmetric_eth_v4(data: &[u8]) -> Option<u32> {
+    eth_v4_tuple(data).map(hash_5tuple_symmetric_v4)
+}
+
+/// The 5-tuple of an untagged Ethernet/IPv4 frame whose headers [`hash_5tuple_symmetric_eth_v4`]
+/// takes: source and destination addresses (big-endian words), the ports as they hash (0 for
+/// fragments, protocols without ports and a transport header cut short) and the protocol.
+/// None for any other frame.
+#[inline(always)]
+pub fn eth_v4_tuple(data: &[u8]) -> Option<V4Tuple> {
     let h = data.get(..34)?;
     if h[12] != 0x08 || h[13] != 0x00 || h[14] >> 4 != 4 {
         return None;
@@ -157,11 +179,38 @@ pub fn hash_5tuple_symmetric_eth_v4(data: &[u8]) -> Option<u32> {
     } else {
         (0, 0)
     };
-    let mut a = [0u8; 16];
-    a[..4].copy_from_slice(&h[26..30]);
-    let src = endpoint_hash(&a, sp);
-    a[..4].copy_from_slice(&h[30..34]);
-    Some(fmix32(src ^ endpoint_hash(&a, dp) ^ u32::from(pr)))
+    let w = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    Some(V4Tuple {
+        src: w(26),
+        dst: w(30),
+        sport: sp,
+        dport: dp,
+        proto: pr,
+    })
+}
+
+/// An IPv4 5-tuple as [`hash_5tuple_symmetric_v4`] hashes it ([`eth_v4_tuple`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct V4Tuple {
+    /// Source address, big-endian word.
+    pub src: u32,
+    /// Destination address, big-endian word.
+    pub dst: u32,
+    /// Source port (0 where ports do not count).
+    pub sport: u16,
+    /// Destination port (0 where ports do not count).
+    pub dport: u16,
+    /// IP protocol.
+    pub proto: u8,
+}
+
+/// [`hash_5tuple_symmetric`] of an IPv4 5-tuple: no branch and no memory access, so that a loop
+/// over a batch's tuples runs packets side by side.
+#[inline(always)]
+pub fn hash_5tuple_symmetric_v4(t: V4Tuple) -> u32 {
+    let src = mm(&[t.src, 0, 0, 0, u32::from(t.sport)]);
+    let dst = mm(&[t.dst, 0, 0, 0, u32::from(t.dport)]);
+    fmix32(src ^ dst ^ u32::from(t.proto))
 }
 
 /// Symmetric MAC hash: `mm(s0, s1) ^ mm(d0, d1)` where `x0` is the first four bytes of the MAC
