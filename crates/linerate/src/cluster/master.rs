@@ -469,13 +469,27 @@ impl Master {
         if seg.headroom > XDP_PACKET_HEADROOM || !seg.frames_off.is_multiple_of(4096) {
             return Err("the cluster's frames are not laid out as a UMEM's".into());
         }
-        let per = seg.frames / (2 * sockets.max(1));
+        // Besides its fill ring, a socket holds the packets in its receive ring that the
+        // master has not read yet (up to a batch more than the ring it was given: each read
+        // refills with at most a batch's lent frames). The master reads only with frames to
+        // lend: were every frame in the kernel, none would ever come back. Half the frames
+        // for the fill rings, each at least two batches, keep a quarter out of the kernel.
+        let sockets = sockets.max(1);
+        let per = seg.frames / (2 * sockets);
+        if per < 2 * BATCH {
+            return Err(format!(
+                "{} frames are too few for the fill rings of {sockets} queue(s) (-b: at least \
+                 {} per queue)",
+                seg.frames,
+                4 * BATCH
+            ));
+        }
         Ok(UmemArea {
             pool: seg.pool.clone(),
             off: seg.frames_off as u64,
             len: (seg.frames * seg.frame_size) as u64,
             chunk: seg.frame_size as u32,
-            fill_max: per.clamp(16, 1 << 16) as u32,
+            fill_max: per.min(1 << 16) as u32,
         })
     }
 
@@ -1041,5 +1055,47 @@ mod tests {
         };
         let why = Master::anon(&small).unwrap().umem_area(1).unwrap_err();
         assert!(why.contains("1024-byte frames"), "{why}");
+    }
+
+    #[test]
+    fn umem_area_leaves_frames_out_of_the_kernel_or_is_refused() {
+        // A socket holds its fill ring and up to a batch more in its receive ring: the
+        // sockets together must never hold every frame (the master reads only with frames to
+        // lend, so none would come back). -b 128 over 8 queues gave each socket 16 frames:
+        // all 128 in the kernel, and the input stopped for good.
+        for (frames, sockets) in [(128u32, 8usize), (128, 1), (256, 1), (256, 2), (4096, 16)] {
+            let cfg = ClusterConfig {
+                frames,
+                ..ClusterConfig::default()
+            };
+            let m = Master::anon(&cfg).unwrap();
+            let total = m.seg.frames;
+            match m.umem_area(sockets) {
+                Ok(a) => {
+                    let held = sockets * (a.fill_max() as usize + BATCH);
+                    assert!(
+                        held < total,
+                        "{sockets} sockets may hold {held} of {total} frames"
+                    );
+                }
+                Err(why) => assert!(why.contains("too few"), "{why}"),
+            }
+        }
+        let m = Master::anon(&ClusterConfig {
+            frames: 128,
+            ..ClusterConfig::default()
+        })
+        .unwrap();
+        let why = m.umem_area(8).unwrap_err();
+        assert!(
+            why.contains("128 frames") && why.contains("8 queue"),
+            "{why}"
+        );
+        let m = Master::anon(&ClusterConfig {
+            frames: 512,
+            ..ClusterConfig::default()
+        })
+        .unwrap();
+        assert_eq!(m.umem_area(2).unwrap().fill_max(), 128);
     }
 }
