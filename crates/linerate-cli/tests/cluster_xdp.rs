@@ -297,6 +297,23 @@ fn assert_both_queues(p: &NetnsPair, n: u32) {
     );
 }
 
+/// The master's summary says it received and distributed all `n` frames sent and nothing was
+/// dropped anywhere (input, queues).
+fn assert_took_all(ms: &serde_json::Value, n: u32) {
+    assert_eq!(ms["invariant_ok"], true, "{ms}");
+    assert_eq!(ms["rx"], n, "the master received every frame sent: {ms}");
+    assert_eq!(
+        ms["distributed"], n,
+        "every frame sent was distributed: {ms}"
+    );
+    assert_eq!(ms["input_drops"], 0, "{ms}");
+    for (k, x) in ms["queues"].as_array().unwrap().iter().enumerate() {
+        for (what, d) in x["drops"].as_object().unwrap() {
+            assert_eq!(d, 0, "queue {k} dropped ({what}): {ms}");
+        }
+    }
+}
+
 #[test]
 fn xdp_input_processes_zero_copy() {
     if !netns::require_priv() {
@@ -357,13 +374,7 @@ fn xdp_input_processes_zero_copy() {
     master.wait_line("stats line", is_stats_tick);
     send(&p, &sent);
     let ms = summary(&master.finish(Duration::from_secs(45)));
-    assert_eq!(ms["invariant_ok"], true, "{ms}");
-    assert_eq!(ms["rx"], N, "the master received every frame sent: {ms}");
-    assert_eq!(
-        ms["distributed"], N,
-        "every frame sent was distributed: {ms}"
-    );
-    assert_eq!(ms["input_drops"], 0, "{ms}");
+    assert_took_all(&ms, N);
     let q = ms["queues"].as_array().unwrap();
     let mut got = Vec::new();
     let mut lens = Vec::new();
@@ -396,11 +407,6 @@ fn xdp_input_processes_zero_copy() {
         );
         lens.push(recs.len());
         got.extend(recs);
-    }
-    for (k, x) in q.iter().enumerate() {
-        for (what, d) in x["drops"].as_object().unwrap() {
-            assert_eq!(d, 0, "queue {k} dropped ({what}): {ms}");
-        }
     }
     assert!(lens.iter().all(|&l| l > 0), "flows spread: {lens:?}");
     assert_same_frames(&sent, got);
@@ -453,19 +459,8 @@ fn xdp_input_threads_zero_copy() {
     master.wait_line("stats line", is_stats_tick);
     send(&p, &sent);
     let ms = summary(&master.finish(Duration::from_secs(45)));
-    assert_eq!(ms["invariant_ok"], true, "{ms}");
-    assert_eq!(ms["rx"], N, "the master received every frame sent: {ms}");
-    assert_eq!(
-        ms["distributed"], N,
-        "every frame sent was distributed: {ms}"
-    );
-    assert_eq!(ms["input_drops"], 0, "{ms}");
+    assert_took_all(&ms, N);
     let q = ms["queues"].as_array().unwrap();
-    for (k, x) in q.iter().enumerate() {
-        for (what, d) in x["drops"].as_object().unwrap() {
-            assert_eq!(d, 0, "queue {k} dropped ({what}): {ms}");
-        }
-    }
     let (a, b) = (records(&q0), records(&q1));
     assert_eq!(serde_json::Value::from(a.len()), q[0]["delivered"], "{ms}");
     assert_eq!(serde_json::Value::from(b.len()), q[1]["delivered"], "{ms}");
