@@ -331,7 +331,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .strip_prefix("xdp:")
             .and_then(|rest| linerate::port::xdp::queue_count(rest).ok())
             .map_or(0, |n| {
-                (n as u32).saturating_mul(linerate::port::xdp::XdpConfig::default().ring_size)
+                (n as u32).saturating_mul(PortOptions::default().xdp.ring_size)
             }),
         ..Default::default()
     };

@@ -123,18 +123,9 @@ impl Aggregate {
             let got = self.ports[i].rx(&mut self.batches[i])?;
             if got > 0 {
                 self.next = (i + 1) % n;
-                let (base, count) = (self.base[i], self.count[i]);
-                for k in 0..self.batches[i].len() {
-                    let p = self.batches[i].descs()[k].port;
-                    let id = if p < count {
-                        base + p
-                    } else {
-                        self.late_id(i, p)
-                    };
-                    self.batches[i].descs_mut()[k].port = id;
-                }
                 batch.clear();
                 std::mem::swap(batch, &mut self.batches[i]);
+                self.renumber(i, batch, 0);
                 return Ok(got);
             }
         }

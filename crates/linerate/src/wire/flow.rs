@@ -106,6 +106,14 @@ pub fn hash_ip_symmetric_eth_v4(data: &[u8]) -> Option<u32> {
 /// frame whose header [`hash_ip_symmetric_eth_v4`] takes; None for any other frame.
 #[inline(always)]
 pub fn eth_v4_addrs(data: &[u8]) -> Option<(u32, u32)> {
+    let (h, _, _) = eth_v4_header(data)?;
+    Some((be32(h, 26), be32(h, 30)))
+}
+
+/// The first 34 bytes of an untagged Ethernet/IPv4 frame whose header length and total length
+/// are sane, with the header length and the total length; None for any other frame.
+#[inline(always)]
+fn eth_v4_header(data: &[u8]) -> Option<(&[u8], usize, usize)> {
     let h = data.get(..34)?;
     if h[12] != 0x08 || h[13] != 0x00 || h[14] >> 4 != 4 {
         return None;
@@ -115,8 +123,13 @@ pub fn eth_v4_addrs(data: &[u8]) -> Option<(u32, u32)> {
     if hl < 20 || data.len() < 14 + hl || total < hl {
         return None;
     }
-    let w = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-    Some((w(26), w(30)))
+    Some((h, hl, total))
+}
+
+/// The big-endian word at `h[i..i + 4]`.
+#[inline(always)]
+fn be32(h: &[u8], i: usize) -> u32 {
+    u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]])
 }
 
 /// [`hash_ip_symmetric`] of IPv4 addresses given as big-endian words ([`eth_v4_addrs`]): no
@@ -154,15 +167,7 @@ pub fn hash_5tuple_symmetric_eth_v4(data: &[u8]) -> Option<u32> {
 /// None for any other frame.
 #[inline(always)]
 pub fn eth_v4_tuple(data: &[u8]) -> Option<V4Tuple> {
-    let h = data.get(..34)?;
-    if h[12] != 0x08 || h[13] != 0x00 || h[14] >> 4 != 4 {
-        return None;
-    }
-    let hl = usize::from(h[14] & 0x0f) * 4;
-    let total = usize::from(u16::from_be_bytes([h[16], h[17]]));
-    if hl < 20 || data.len() < 14 + hl || total < hl {
-        return None;
-    }
+    let (h, hl, total) = eth_v4_header(data)?;
     let pr = h[23];
     // More-fragments flag or a fragment offset: every fragment hashes without ports.
     let fragment = u16::from_be_bytes([h[20], h[21]]) & 0x3fff != 0;
@@ -179,10 +184,9 @@ pub fn eth_v4_tuple(data: &[u8]) -> Option<V4Tuple> {
     } else {
         (0, 0)
     };
-    let w = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
     Some(V4Tuple {
-        src: w(26),
-        dst: w(30),
+        src: be32(h, 26),
+        dst: be32(h, 30),
         sport: sp,
         dport: dp,
         proto: pr,

@@ -403,6 +403,19 @@ pub fn open_queues_of(
     cfg: &XdpConfig,
     with: Option<&XdpPort>,
 ) -> Result<Vec<XdpPort>, PortError> {
+    open_queues_on(iface, sel, opts, cfg, with, None)
+}
+
+/// The sockets of the queues `sel` names, on `with`'s UMEM, on `area`, or on a new one sized
+/// for them all; each queue named in an error when there are several.
+fn open_queues_on(
+    iface: &str,
+    sel: Queues,
+    opts: &PortOptions,
+    cfg: &XdpConfig,
+    with: Option<&XdpPort>,
+    area: Option<&UmemArea>,
+) -> Result<Vec<XdpPort>, PortError> {
     let ifindex = sys::ifindex(iface)?;
     let queues = resolve_queues(iface, ifindex, sel)?;
     let several = queues.len() > 1;
@@ -411,23 +424,10 @@ pub fn open_queues_of(
         rx_wait_ms: if several { 0 } else { opts.rx_wait_ms },
         ..opts.clone()
     };
-    open_queues_on(iface, &queues, &big, cfg, with, None)
-}
-
-/// The sockets of `queues`, each with its name in an error when there are several.
-fn open_queues_on(
-    iface: &str,
-    queues: &[u32],
-    big: &PortOptions,
-    cfg: &XdpConfig,
-    with: Option<&XdpPort>,
-    area: Option<&UmemArea>,
-) -> Result<Vec<XdpPort>, PortError> {
-    let several = queues.len() > 1;
     let mut out: Vec<XdpPort> = Vec::with_capacity(queues.len());
-    for &q in queues {
+    for q in queues {
         let share = out.first().or(with).map(|p| (&p.pool, p.fd.as_raw_fd()));
-        let p = XdpPort::open_one(iface, q, big, cfg, share, area).map_err(|e| match e {
+        let p = XdpPort::open_one(iface, q, &big, cfg, share, area).map_err(|e| match e {
             PortError::Os {
                 iface: i,
                 op,
@@ -458,19 +458,12 @@ pub fn open_in_area(
     cfg: &XdpConfig,
     area: &UmemArea,
 ) -> Result<Box<dyn Port>, PortError> {
-    let ifindex = sys::ifindex(iface)?;
-    let queues = resolve_queues(iface, ifindex, sel)?;
-    let big = PortOptions {
-        rx_wait_ms: if queues.len() > 1 { 0 } else { opts.rx_wait_ms },
-        ..opts.clone()
+    let ports = open_queues_on(iface, sel, opts, cfg, None, Some(area))?;
+    let name = super::Uri::Xdp {
+        iface: iface.to_string(),
+        queues: sel,
     };
-    let ports = open_queues_on(iface, &queues, &big, cfg, None, Some(area))?;
-    let name = match sel {
-        Queues::All => format!("xdp:{iface}"),
-        Queues::Range(a, b) if a == b => format!("xdp:{iface}@{a}"),
-        Queues::Range(a, b) => format!("xdp:{iface}@{a}-{b}"),
-    };
-    Ok(join(&name, ports, opts.rx_wait_ms))
+    Ok(join(&name.to_string(), ports, opts.rx_wait_ms))
 }
 
 /// Opens `rest` (`IFACE[@QUEUES]`) as one port: a single queue as itself, several as an

@@ -58,11 +58,6 @@ pub struct UmemArea {
 }
 
 impl UmemArea {
-    /// Frames (chunks) in the area.
-    pub fn frames(&self) -> u64 {
-        self.len / u64::from(self.chunk)
-    }
-
     /// Most frames each socket keeps in its fill ring.
     pub fn fill_max(&self) -> u32 {
         self.fill_max
