@@ -294,3 +294,86 @@ fn tcpdump_corpus_through_pcapng() {
     );
     assert!(files_n > 700, "only {files_n} files opened");
 }
+
+/// Every capture of the corpus, and each cut to two thirds (a record cut short at the end),
+/// read in place (`PcapPort::read_in_place`: descriptors of the file's own pages) and by
+/// copying: the same packets (bytes, timestamps, wire lengths, interfaces), the same error at
+/// the same offset, and read-only descriptors. Classic pcap files are read in place, pcapng
+/// files are not.
+#[test]
+fn tcpdump_corpus_read_in_place() {
+    let Some(dir) = corpus() else { return };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("read corpus folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    let tmp = std::env::temp_dir().join(format!("linerate-corpus-map-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).expect("temp dir");
+    let cut_path = tmp.join("cut.pcap");
+    let cut_path = cut_path.to_str().expect("utf-8 path");
+    let (mut mapped, mut copied, mut packets, mut errors) = (0, 0, 0usize, 0);
+    for f in &files {
+        let path = f.to_str().expect("utf-8 path");
+        let bytes = std::fs::read(path).expect("read file");
+        let cut = bytes.get(..bytes.len() * 2 / 3).unwrap_or(&[]).to_vec();
+        std::fs::write(cut_path, &cut).expect("write cut file");
+        for p in [path, cut_path] {
+            let (Ok(a), Ok(mut b)) = (PcapPort::open(p, &opts()), PcapPort::open(p, &opts()))
+            else {
+                continue;
+            };
+            let classic = matches!(
+                a.format(),
+                Some(linerate::port::pcap::FileFormat::Pcap { .. })
+            );
+            let in_place = b.read_in_place();
+            assert_eq!(
+                in_place, classic,
+                "{path} ({p}): read in place only when classic pcap"
+            );
+            if in_place {
+                mapped += 1;
+                // What `rx` gives is read-only.
+                let mut peek = Batch::new();
+                if let Ok(n) = b.rx(&mut peek) {
+                    for i in 0..n {
+                        assert_ne!(peek.descs()[i].flags & linerate::mem::Desc::F_SHARED, 0);
+                        assert!(
+                            peek.data_mut(i).is_empty(),
+                            "{path}: a mapped packet written"
+                        );
+                    }
+                }
+                b = PcapPort::open(p, &opts()).expect("open again");
+                assert!(b.read_in_place());
+            } else {
+                copied += 1;
+            }
+            let (pa, ia, ea) = read_all(a, None);
+            let (pb, ib, eb) = read_all(b, None);
+            assert_eq!(pa.len(), pb.len(), "{path} ({p}): packet count");
+            for (k, (x, y)) in pa.iter().zip(&pb).enumerate() {
+                assert!(
+                    x == y,
+                    "{path} ({p}): packet {k} differs when read in place"
+                );
+            }
+            assert_eq!(ia, ib, "{path} ({p}): interfaces");
+            assert_eq!(
+                ea.as_ref().map(|e| e.to_string()),
+                eb.as_ref().map(|e| e.to_string()),
+                "{path} ({p}): the error"
+            );
+            packets += pb.len();
+            errors += usize::from(eb.is_some());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    println!(
+        "{mapped} files (and cut copies) read in place, {copied} copied (pcapng), {packets} \
+         packets, {errors} ending with a format error: identical both ways"
+    );
+    assert!(mapped > 500, "only {mapped} files read in place");
+}

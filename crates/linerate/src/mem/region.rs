@@ -16,6 +16,8 @@ enum Backing {
     File(#[allow(dead_code)] memmap2::MmapMut),
     /// Unmapped with munmap on drop (mappings made by a kernel port).
     Raw,
+    /// A file mapped read-only ([`Region::map_read_only`]).
+    ReadOnly(#[allow(dead_code)] memmap2::Mmap),
 }
 
 // SAFETY: a Region is plain memory; who may write which bytes is decided by frame ownership
@@ -196,6 +198,40 @@ impl Region {
         }
     }
 
+    /// `file` mapped read-only, whole, with its pages read ahead in order: an input read in
+    /// place. The caller vouches that nobody else can shorten the file while it is mapped
+    /// (reading a page past a truncated end raises SIGBUS): see
+    /// [`PcapPort::read_in_place`](crate::port::pcap::PcapPort::read_in_place).
+    pub fn map_read_only(file: &std::fs::File) -> Result<Region, MemError> {
+        let alloc = |source| MemError::Alloc {
+            bytes: file
+                .metadata()
+                .map_or(0, |m| usize::try_from(m.len()).unwrap_or(usize::MAX)),
+            source,
+        };
+        // SAFETY: a private read-only mapping; the file's contents are never written through it,
+        // and the caller vouches that it cannot be shortened while mapped (above).
+        let map = unsafe { memmap2::MmapOptions::new().map(file) }.map_err(alloc)?;
+        let _ = map.advise(memmap2::Advice::Sequential);
+        let (ptr, len) = (map.as_ptr() as *mut u8, map.len());
+        Ok(Region {
+            ptr,
+            len,
+            backing: Backing::ReadOnly(map),
+        })
+    }
+
+    /// The whole of a read-only mapping ([`Region::map_read_only`]); empty for any other region
+    /// (whose frames their owners may be writing).
+    #[inline(always)]
+    pub(crate) fn read_only_bytes(&self) -> &[u8] {
+        match self.backing {
+            // SAFETY: the whole live mapping, which nothing writes (mapped read-only).
+            Backing::ReadOnly(_) => unsafe { std::slice::from_raw_parts(self.ptr, self.len) },
+            _ => &[],
+        }
+    }
+
     /// Asks the kernel not to back `[off, off + len)` (page-aligned inward) with transparent
     /// huge pages: memory that is written sparsely stays resident only where written. A hint;
     /// failure is harmless.
@@ -269,7 +305,7 @@ impl Drop for Region {
                 // SAFETY: ptr/len describe a mapping this region owns, no longer referenced.
                 unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
             }
-            Backing::File(_) => {}
+            Backing::File(_) | Backing::ReadOnly(_) => {}
         }
     }
 }

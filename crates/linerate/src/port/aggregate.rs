@@ -181,6 +181,15 @@ impl Port for Aggregate {
         self.lends
     }
 
+    /// Each member that can (each batch is one member's).
+    fn read_in_place(&mut self) -> bool {
+        let mut any = false;
+        for p in &mut self.ports {
+            any |= p.read_in_place();
+        }
+        any
+    }
+
     /// Arrival times only when every member gives them.
     fn rx_time(&self) -> super::RxTime {
         let first = self.ports.first().map(|p| p.rx_time()).unwrap_or_default();

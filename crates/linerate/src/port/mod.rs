@@ -348,6 +348,14 @@ pub trait Port: Send {
     fn fills_lent_frames(&self) -> bool {
         false
     }
+    /// For a caller that only reads what it receives and gives each batch's packets up (clears
+    /// or sends the batch) before its next `rx`: the port may from now on give read-only
+    /// descriptors ([`Desc::F_SHARED`](crate::mem::Desc::F_SHARED)) of memory it does not copy
+    /// out of (a pcap file's own pages, [`PcapPort::read_in_place`](pcap::PcapPort::read_in_place)).
+    /// Returns whether it will; the default: no.
+    fn read_in_place(&mut self) -> bool {
+        false
+    }
     /// Longest frame (bytes without the CRC) the port sends: an untagged one, or one with an
     /// 802.1Q tag when `tagged` (None: no limit of its own, e.g. a file). Longer frames are
     /// dropped as `too_big` (counted); senders check before.

@@ -17,6 +17,9 @@
 //! (`len` < `wire_len` only where the capture itself cut it). When the pool has no free frame,
 //! `rx` returns what it has (possibly 0) and reads on at the next call (a record read meanwhile
 //! waits in the port): a file never drops for lack of frames. Stats count wire lengths.
+//! A caller that only reads what it receives (`count`) can have a classic pcap file read in
+//! place instead ([`PcapPort::read_in_place`]): its pages mapped read-only, each packet a
+//! read-only descriptor of its bytes there, nothing copied.
 //!
 //! A truncated or corrupt file ends with [`PortError::Format`] naming the byte offset of the bad
 //! header or record, returned by the `rx` call after the one that delivered the last good
@@ -105,6 +108,8 @@ enum Mode {
         held: Option<Held>,
         /// Counters per interface of a pcapng file (empty for classic pcap).
         per_if: Vec<PortStats>,
+        /// The file, when it is a regular one: what [`PcapPort::read_in_place`] maps.
+        file: Option<File>,
     },
     Write {
         writer: Writer,
@@ -156,7 +161,12 @@ impl PcapPort {
         }
         let f = File::open(path).map_err(io)?;
         if f.metadata().map_err(io)?.file_type().is_file() {
-            Self::from_reader(path, Box::new(f), opts)
+            let keep = f.try_clone().ok();
+            let mut port = Self::from_reader(path, Box::new(f), opts)?;
+            if let Mode::Read { file, .. } = &mut port.mode {
+                *file = keep;
+            }
+            Ok(port)
         } else {
             let src = PollRead {
                 src: f,
@@ -306,6 +316,7 @@ impl PcapPort {
                 pool,
                 held: None,
                 per_if: Vec::new(),
+                file: None,
             },
             stats: PortStats::default(),
             finished,
@@ -319,6 +330,50 @@ impl PcapPort {
             Mode::Read { reader, .. } => Some(reader.format()),
             Mode::Write { .. } => None,
         }
+    }
+
+    /// Reads the rest of a classic pcap file in place, for a caller that only reads the packets
+    /// it receives (`count`, its writer): `rx` then gives descriptors of the file's own pages,
+    /// mapped read-only, instead of copying each record into a frame (no copy at all, and no
+    /// 2 MiB read buffer for the kernel to copy the file into). They are marked
+    /// [`Desc::F_SHARED`]: [`Batch::data_mut`] gives nothing for them, so a caller that
+    /// rewrites packets (`fwd`, a Lua script) must not ask for this. A batch lent frames (a
+    /// cluster master's) still gets each record copied into them.
+    ///
+    /// Only for a regular file that nobody else can shorten while it is mapped (a page past a
+    /// truncated end would kill the process with SIGBUS): owned by this user or root, writable
+    /// by neither its group nor others, on a local file system (not FUSE, NFS, SMB, 9p, Ceph
+    /// or AFS, whose files may change size without a local permission check). Otherwise, and for standard input, a FIFO, pcapng, or a
+    /// file that cannot be mapped, nothing changes (false): the port reads as before.
+    pub fn read_in_place(&mut self) -> bool {
+        let Mode::Read {
+            reader, held, file, ..
+        } = &mut self.mode
+        else {
+            return false;
+        };
+        if held.is_some() || !reader.is_classic() || reader.mapped().is_some() {
+            return false;
+        }
+        let Some(f) = file.as_ref() else {
+            return false;
+        };
+        let Ok(meta) = f.metadata() else {
+            return false;
+        };
+        use std::os::unix::fs::MetadataExt;
+        let owner = meta.uid();
+        if !meta.file_type().is_file()
+            || (owner != crate::os::euid() && owner != 0)
+            || meta.mode() & 0o022 != 0
+            || crate::sys::fs::is_remote_or_user_fs(f).unwrap_or(true)
+        {
+            return false;
+        }
+        let Ok(region) = crate::mem::Region::map_read_only(f) else {
+            return false;
+        };
+        reader.read_mapped(Arc::new(Pool::external(region)))
     }
 
     /// Whether the port writes (rather than reads) its file.
@@ -342,6 +397,63 @@ impl<R: Read + std::os::fd::AsRawFd> Read for PollRead<R> {
     }
 }
 
+impl PcapPort {
+    /// `rx` of a file read in place ([`PcapPort::read_in_place`]): each record becomes a
+    /// read-only descriptor of its bytes in the mapping `map`, nothing is copied.
+    #[inline]
+    fn rx_in_place(&mut self, batch: &mut Batch, map: &Arc<Pool>) -> Result<usize, PortError> {
+        let Mode::Read { reader, .. } = &mut self.mode else {
+            return Ok(0);
+        };
+        batch.bind(map);
+        let base = map.region().as_ptr() as usize;
+        let (mut n, mut bytes) = (0usize, 0u64);
+        let mut failed = None;
+        while batch.room() > 0 {
+            // Records whole in the mapping take the fast path; the last (cut short, or a
+            // corrupt header) goes through the reader's checks and errors.
+            let (ts, wire_len, data) = match reader.next_buffered(MAX_CAPLEN as usize) {
+                Some((rec, data)) => (rec.ts, rec.wire_len, data),
+                None => match reader.next_packet() {
+                    Ok(Some(rec)) => (rec.ts, rec.wire_len, rec.data),
+                    Ok(None) => {
+                        self.finished = reader.is_done();
+                        break;
+                    }
+                    Err(e) => {
+                        self.finished = true;
+                        failed = Some(e);
+                        break;
+                    }
+                },
+            };
+            let len = data.len() as u32;
+            let wire_len = wire_len.max(len);
+            batch.push(Desc {
+                // Inside the mapping (a slice of it); `Batch::data` checks the bounds again.
+                addr: (data.as_ptr() as usize).wrapping_sub(base) as u64,
+                ts,
+                len,
+                wire_len,
+                flags: Desc::F_SHARED,
+                ..Default::default()
+            });
+            n += 1;
+            bytes += u64::from(wire_len);
+        }
+        self.stats.rx_packets += n as u64;
+        self.stats.rx_bytes += bytes;
+        match failed {
+            Some(e) if n == 0 => Err(e),
+            Some(e) => {
+                self.pending = Some(e);
+                Ok(n)
+            }
+            None => Ok(n),
+        }
+    }
+}
+
 impl Port for PcapPort {
     fn name(&self) -> &str {
         &self.name
@@ -358,6 +470,7 @@ impl Port for PcapPort {
             pool,
             held,
             per_if,
+            ..
         } = &mut self.mode
         else {
             return Ok(0);
@@ -365,6 +478,13 @@ impl Port for PcapPort {
         let ng = matches!(reader.format(), FileFormat::PcapNg { .. });
         if let Some(e) = self.pending.take() {
             return Err(e);
+        }
+        if let Some(map) = reader
+            .mapped()
+            .filter(|_| !batch.is_lent() && held.is_none())
+        {
+            let map = map.clone();
+            return self.rx_in_place(batch, &map);
         }
         if !batch.is_lent() {
             batch.bind(pool);
@@ -657,6 +777,10 @@ impl Port for PcapPort {
 
     fn fills_lent_frames(&self) -> bool {
         matches!(self.mode, Mode::Read { .. }) // records are copied from the file's buffer
+    }
+
+    fn read_in_place(&mut self) -> bool {
+        PcapPort::read_in_place(self)
     }
 
     fn snaplen(&self) -> Option<u32> {

@@ -15,8 +15,10 @@
 //! [`PcapReader::is_done`], consumes nothing of a record it could not finish, and goes on where
 //! it was at the next call. [`PcapReader::new`] retries until the header is there.
 
+use crate::mem::Pool;
 use crate::port::{LinkType, PortError};
 use std::io::{ErrorKind, Read};
+use std::sync::Arc;
 
 /// Size of the read buffer (it starts at [`INITIAL_BUF`] and grows to this once the input proves
 /// larger, so small inputs cost little).
@@ -179,6 +181,9 @@ enum Event {
 pub struct PcapReader<R: Read> {
     src: R,
     buf: Box<[u8]>,
+    /// The rest of the file mapped read-only (the pool names it): read in place, not into `buf`
+    /// ([`PcapReader::read_mapped`]).
+    map: Option<Arc<Pool>>,
     pos: usize,
     end: usize,
     /// File offset of `buf[pos]`.
@@ -256,6 +261,7 @@ impl<R: Read> PcapReader<R> {
         let mut r = PcapReader {
             src,
             buf: vec![0u8; INITIAL_BUF].into_boxed_slice(),
+            map: None,
             pos: 0,
             end: 0,
             off: 0,
@@ -328,6 +334,47 @@ impl<R: Read> PcapReader<R> {
         self.off
     }
 
+    /// Whether this is a classic pcap file (whose records [`PcapReader::read_mapped`] can read
+    /// in place).
+    pub fn is_classic(&self) -> bool {
+        matches!(self.kind, Kind::Pcap { .. })
+    }
+
+    /// Reads the rest of a classic pcap file from `map`, the whole file mapped read-only
+    /// ([`Pool::external`] over [`Region::map_read_only`](crate::mem::Region::map_read_only)),
+    /// from the next record's offset on, instead of from the source: the records' bytes are then
+    /// slices of the mapping, which nothing rewrites. Nothing changes (false) for a pcapng file,
+    /// after the end or an error, or when the mapping ends before the next record.
+    pub fn read_mapped(&mut self, map: Arc<Pool>) -> bool {
+        let len = map.region().read_only_bytes().len();
+        let Ok(at) = usize::try_from(self.off) else {
+            return false;
+        };
+        if !self.is_classic() || self.done || self.map.is_some() || at > len {
+            return false;
+        }
+        self.map = Some(map);
+        self.buf = Box::default();
+        self.pos = at;
+        self.end = len;
+        self.eof = true;
+        true
+    }
+
+    /// The pool naming the mapping records are read from, once [`PcapReader::read_mapped`].
+    pub fn mapped(&self) -> Option<&Arc<Pool>> {
+        self.map.as_ref()
+    }
+
+    /// The bytes `pos..end` index: the read buffer, or the mapped file.
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        match &self.map {
+            Some(m) => m.region().read_only_bytes(),
+            None => &self.buf,
+        }
+    }
+
     /// Whether the end of the file (or an error) was reached.
     pub fn is_done(&self) -> bool {
         self.done
@@ -348,7 +395,7 @@ impl<R: Read> PcapReader<R> {
         if self.done {
             return None;
         }
-        let h = self.buf.get(self.pos..self.end)?;
+        let h = self.bytes().get(self.pos..self.end)?;
         let hdr = h.get(..16)?;
         let be = self.big_endian;
         let caplen = rd32(hdr, 8, be) as usize;
@@ -360,7 +407,7 @@ impl<R: Read> PcapReader<R> {
         let start = self.pos + hl;
         self.pos += hl + caplen;
         self.off += (hl + caplen) as u64;
-        let data = self.buf.get(start..start + caplen).unwrap_or(&[]);
+        let data = self.bytes().get(start..start + caplen).unwrap_or(&[]);
         Some((
             Buffered {
                 ts,
@@ -404,7 +451,7 @@ impl<R: Read> PcapReader<R> {
                     iface,
                     offset,
                 }) => {
-                    let data = self.buf.get(start..start + len).unwrap_or(&[]);
+                    let data = self.bytes().get(start..start + len).unwrap_or(&[]);
                     return Ok(Some(Record {
                         ts,
                         wire_len,
@@ -461,6 +508,10 @@ impl<R: Read> PcapReader<R> {
 
     #[inline(never)]
     fn refill(&mut self, need: usize) -> Result<bool, PortError> {
+        if self.map.is_some() {
+            // The whole rest of the file is there: nothing more to read.
+            return Ok(self.end - self.pos >= need);
+        }
         if need > BUF_SIZE {
             return Ok(false);
         }
@@ -538,7 +589,7 @@ impl<R: Read> PcapReader<R> {
 
     #[inline(always)]
     fn head(&self) -> &[u8] {
-        self.buf.get(self.pos..self.end).unwrap_or(&[])
+        self.bytes().get(self.pos..self.end).unwrap_or(&[])
     }
 
     fn read_header(&mut self) -> Result<(), PortError> {
@@ -799,7 +850,7 @@ impl<R: Read> PcapReader<R> {
         // Taken after `block`, which may have moved the buffer.
         let body_start = self.pos + 8;
         let body = self
-            .buf
+            .bytes()
             .get(body_start..self.pos + blen as usize - 4)
             .unwrap_or(&[]);
         let body_len = body.len();

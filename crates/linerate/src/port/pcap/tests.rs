@@ -948,3 +948,73 @@ fn buffered_records_read_as_the_general_path_reads_them() {
         assert_eq!(got_err.map(|e| e.to_string()), want_err);
     }
 }
+
+// ---- reading in place ----
+
+/// A file read in place gives the records the copying reader gives (a jumbo one too, and the
+/// error at the cut-short last record), as read-only descriptors; a file someone else could
+/// shorten, a stream and pcapng are read by copying.
+#[test]
+fn read_in_place_only_files_nobody_else_can_shorten() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("lr-inplace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let recs: Vec<_> = (0..300u32)
+        .map(|i| {
+            (
+                i,
+                i * 3,
+                pkt(i as usize, if i == 7 { 9000 } else { 60 + i as usize }),
+                1514,
+            )
+        })
+        .collect();
+    let mut bytes = pcap_file(false, false, 1, &recs);
+    bytes.truncate(bytes.len() - 10); // the last record is cut short
+    let f = dir.join("a.pcap");
+    std::fs::write(&f, &bytes).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let path = f.to_str().unwrap();
+    let (want, want_err) = read_bytes(bytes.clone());
+    assert_eq!(want.len(), 299);
+    let mut p = PcapPort::open(path, &small()).unwrap();
+    assert!(p.read_in_place(), "a file of ours, 0644");
+    assert!(!p.read_in_place(), "once");
+    let mut b = Batch::new();
+    assert_eq!(p.rx(&mut b).unwrap(), 64);
+    assert!(b.descs().iter().all(|d| d.flags & Desc::F_SHARED != 0));
+    assert!(
+        b.data_mut(0).is_empty(),
+        "a mapped record cannot be written"
+    );
+    drop(b);
+    let mut p = PcapPort::open(path, &small()).unwrap();
+    assert!(p.read_in_place());
+    let (got, err) = read_all(&mut p);
+    assert!(got == want, "the same records, read in place");
+    assert_eq!(offset_of(&err.unwrap()), offset_of(&want_err.unwrap()));
+    assert_eq!(p.stats().rx_packets, 299);
+
+    for mode in [0o664, 0o646, 0o666] {
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+        let mut p = PcapPort::open(path, &small()).unwrap();
+        assert!(!p.read_in_place(), "mode {mode:o}: others may shorten it");
+        assert!(read_all(&mut p).0 == want, "read by copying");
+    }
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    if crate::os::is_root() {
+        // Another user's file.
+        std::os::unix::fs::chown(&f, Some(65534), None).unwrap();
+        let mut p = PcapPort::open(path, &small()).unwrap();
+        assert!(!p.read_in_place(), "another user's file");
+        assert!(read_all(&mut p).0 == want);
+    }
+    let mut s = port(bytes).unwrap();
+    assert!(!s.read_in_place(), "a stream is not mapped");
+    let ng = dir.join("b.pcapng");
+    std::fs::write(&ng, small_ng(false)).unwrap();
+    std::fs::set_permissions(&ng, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut p = PcapPort::open(ng.to_str().unwrap(), &small()).unwrap();
+    assert!(!p.read_in_place(), "pcapng is read by copying");
+    let _ = std::fs::remove_dir_all(&dir);
+}
