@@ -24,9 +24,14 @@ pub struct Aggregate {
     /// All members' descriptors, when every member has one and the aggregate waits.
     poll: Option<PollSet>,
     wait_ms: i32,
-    /// Every member writes into lent frames of one pool (the queues of an `xdp:` input on a
-    /// cluster's segment): a lent batch is passed on to the member read, not swapped.
+    /// Every member writes into lent frames, either of one pool they share (the queues of an
+    /// `xdp:` input on a cluster's segment) or of any pool (several pcap files read as one): a
+    /// lent batch is passed on to the member read, not swapped.
     lends: bool,
+    /// Every member writes into lent frames of any pool (not only of its own).
+    any_pool: bool,
+    /// Every member writes into lent frames of one pool they share: it is ours ([`Port::pool`]).
+    pooled: bool,
 }
 
 impl Aggregate {
@@ -53,14 +58,22 @@ impl Aggregate {
             base.push(next);
             next = next.saturating_add(c);
         }
+        // A member that takes only its own pool's lent frames (an AF_XDP socket on a lent
+        // area) shares it with every other member, or the aggregate takes no loan: a batch lent
+        // by a pool it does not share would leave that member unread.
+        let fill = !ports.is_empty() && ports.iter().all(|p| p.fills_lent_frames());
+        let any_pool = fill && ports.iter().all(|p| p.fills_lent_frames_of_any_pool());
         let first = ports.first().and_then(|p| p.pool().cloned());
-        let lends = first.as_ref().is_some_and(|f| {
+        let shared = first.as_ref().is_some_and(|f| {
             ports
                 .iter()
-                .all(|p| p.fills_lent_frames() && p.pool().is_some_and(|q| Arc::ptr_eq(f, q)))
+                .all(|p| p.pool().is_some_and(|q| Arc::ptr_eq(f, q)))
         });
+        let pooled = fill && shared;
         Aggregate {
-            lends,
+            lends: pooled || any_pool,
+            any_pool,
+            pooled,
             name: name.into(),
             ports,
             next: 0,
@@ -93,7 +106,8 @@ impl Aggregate {
     /// One round over the members: the first that has packets fills `batch`.
     fn round(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
         // Ports have their own pools: a batch holds one pool, so each round reads one port whose
-        // packets go out in that port's own batch, swapped with the caller's.
+        // packets go out in that port's own batch, swapped with the caller's. A lent batch is
+        // read into by the member itself (every member writes into lent frames).
         let n = self.ports.len();
         // The caller's limit holds for what a member gives (count -c takes no packet it does
         // not count).
@@ -170,7 +184,7 @@ impl Port for Aggregate {
 
     /// The members' pool when they share one and write into lent frames.
     fn pool(&self) -> Option<&Arc<Pool>> {
-        if self.lends {
+        if self.pooled {
             self.ports.first().and_then(|p| p.pool())
         } else {
             None
@@ -188,6 +202,18 @@ impl Port for Aggregate {
             any |= p.read_in_place();
         }
         any
+    }
+
+    fn fills_lent_frames_of_any_pool(&self) -> bool {
+        self.any_pool
+    }
+
+    /// The longest of the members' (None if a member has no pool of its own).
+    fn max_rx_packet(&self) -> Option<usize> {
+        self.ports
+            .iter()
+            .map(|p| p.max_rx_packet())
+            .try_fold(0, |most, m| m.map(|m| most.max(m)))
     }
 
     /// Arrival times only when every member gives them.
@@ -282,5 +308,155 @@ impl Port for Aggregate {
 
     fn poll_fd(&self) -> Option<i32> {
         self.poll.as_ref().map(|p| p.fd())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::mem::{Desc, PoolConfig};
+    use crate::port::pcap::PcapPort;
+    use crate::port::{DropReason, PortOptions};
+    use std::io::Cursor;
+
+    /// A classic pcap file of records `sizes`, record `k` all bytes `fill + k`.
+    fn pcap(name: &str, sizes: &[usize], fill: u8) -> Box<dyn Port> {
+        let mut file = Vec::new();
+        for w in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 262_144, 1] {
+            file.extend_from_slice(&w.to_le_bytes());
+        }
+        for (k, &n) in sizes.iter().enumerate() {
+            for w in [1, k as u32, n as u32, n as u32] {
+                file.extend_from_slice(&w.to_le_bytes());
+            }
+            file.extend(std::iter::repeat_n(fill + k as u8, n));
+        }
+        let opts = PortOptions {
+            frames: 256,
+            ..Default::default()
+        };
+        Box::new(PcapPort::from_reader(name, Box::new(Cursor::new(file)), &opts).unwrap())
+    }
+
+    /// A port that writes only into lent frames of its own pool, as an AF_XDP socket on a lent
+    /// area does.
+    struct OwnPoolOnly(Arc<Pool>);
+
+    impl Port for OwnPoolOnly {
+        fn name(&self) -> &str {
+            "own"
+        }
+        fn rx(&mut self, _batch: &mut Batch) -> Result<usize, PortError> {
+            Ok(0)
+        }
+        fn tx(&mut self, _batch: &mut Batch) -> Result<usize, PortError> {
+            Ok(0)
+        }
+        fn stats(&mut self) -> PortStats {
+            PortStats::default()
+        }
+        fn pool(&self) -> Option<&Arc<Pool>> {
+            Some(&self.0)
+        }
+        fn fills_lent_frames(&self) -> bool {
+            true
+        }
+    }
+
+    fn heap_pool(big_frames: u32) -> Arc<Pool> {
+        Arc::new(
+            Pool::new(&PoolConfig {
+                frames: 256,
+                big_frames,
+                ..Default::default()
+            })
+            .unwrap(),
+        )
+    }
+
+    /// Several pcap files read as one write into frames another pool lends the batch (a
+    /// cluster master's): each member in turn, its records in the lent frames, a long one in a
+    /// lent big frame, one longer than the lender carries dropped as too_big by the member,
+    /// interfaces numbered one per file. `pool()` still says they share none.
+    #[test]
+    fn files_read_as_one_write_into_frames_of_a_lending_pool() {
+        let mut agg = Aggregate::new(
+            "a,b",
+            vec![
+                pcap("a.pcap", &[60, 9000, 200_000, 1514], 0x10),
+                pcap("b.pcap", &[100, 60], 0x40),
+            ],
+        );
+        assert!(agg.fills_lent_frames() && agg.fills_lent_frames_of_any_pool());
+        assert!(agg.pool().is_none());
+        assert!(agg.max_rx_packet().is_some_and(|m| m >= 200_000));
+
+        let lender = heap_pool(4);
+        let (size, head) = (lender.frame_size(), lender.headroom());
+        let big_first = u64::from(lender.frames()) * u64::from(size);
+        let big_size = lender.frame_size_at(big_first + u64::from(head));
+        let mut b = Batch::new();
+        // Big frames of 16,000 bytes' room, as a cluster's are at most 128 KiB.
+        b.lend(&lender, size - head, Some((big_first, 16_000)));
+        for f in 0..64u64 {
+            b.lend_frame(f * u64::from(size) + u64::from(head));
+        }
+        for f in 0..2u64 {
+            b.lend_big_frame(big_first + f * big_size + u64::from(head));
+        }
+        let mut got: Vec<(u16, usize, u8)> = Vec::new();
+        for _ in 0..2 {
+            let n = agg.rx(&mut b).unwrap();
+            assert!(n > 0);
+            assert!(b.is_lent() && b.pool().is_some_and(|p| Arc::ptr_eq(p, &lender)));
+            for k in 0..b.len() {
+                let Desc { addr, port, .. } = b.descs()[k];
+                let data = b.data(k);
+                assert!(data.iter().all(|&x| x == data[0]));
+                assert_eq!(lender.is_big(addr), data.len() > (size - head) as usize);
+                got.push((port, data.len(), data[0]));
+            }
+            b.forget();
+        }
+        assert_eq!(
+            got,
+            [
+                (0, 60, 0x10),
+                (0, 9000, 0x11),
+                (0, 1514, 0x13),
+                (1, 100, 0x40),
+                (1, 60, 0x41)
+            ]
+        );
+        assert!(agg.is_finished());
+        let s = agg.stats();
+        assert_eq!((s.rx_packets, s.rx_drops.get(DropReason::TooBig)), (5, 1));
+        b.unlend(|_| {});
+    }
+
+    /// A member that takes only its own pool's lent frames makes an aggregate with a file take
+    /// no loan (a batch lent by a pool it does not share would leave it unread); members that
+    /// share its pool keep taking one, and it is their pool.
+    #[test]
+    fn a_member_bound_to_its_own_pool_takes_a_loan_only_with_members_of_that_pool() {
+        let own = heap_pool(0);
+        let mixed = Aggregate::new(
+            "own,a",
+            vec![
+                Box::new(OwnPoolOnly(own.clone())),
+                pcap("a.pcap", &[60], 0x10),
+            ],
+        );
+        assert!(!mixed.fills_lent_frames() && !mixed.fills_lent_frames_of_any_pool());
+        assert!(mixed.pool().is_none());
+        let shared = Aggregate::new(
+            "own,own",
+            vec![
+                Box::new(OwnPoolOnly(own.clone())),
+                Box::new(OwnPoolOnly(own.clone())),
+            ],
+        );
+        assert!(shared.fills_lent_frames() && !shared.fills_lent_frames_of_any_pool());
+        assert!(shared.pool().is_some_and(|p| Arc::ptr_eq(p, &own)));
     }
 }

@@ -356,6 +356,21 @@ pub trait Port: Send {
     fn read_in_place(&mut self) -> bool {
         false
     }
+    /// For a port that fills lent frames: whether frames lent from any pool will do (`rx` copies
+    /// each packet into the frame it is handed: a file reader, the built-in source), not only
+    /// frames of its own [`Port::pool`] (an AF_XDP socket on a lent area, whose kernel writes
+    /// into its UMEM and leaves a batch lent by another pool unread). Several ports read as one
+    /// (`a,b`) take a loan only if every member can take it.
+    fn fills_lent_frames_of_any_pool(&self) -> bool {
+        false
+    }
+    /// Longest packet `rx` delivers in the port's own frames, a big frame's included (None: it
+    /// has no pool of its own). Several ports read as one: the longest of their members'. A
+    /// cluster master lends its frames only to an input whose packets all fit them.
+    fn max_rx_packet(&self) -> Option<usize> {
+        self.pool()
+            .map(|p| p.max_packet().max(p.max_big_packet()) as usize)
+    }
     /// Longest frame (bytes without the CRC) the port sends: an untagged one, or one with an
     /// 802.1Q tag when `tagged` (None: no limit of its own, e.g. a file). Longer frames are
     /// dropped as `too_big` (counted); senders check before.

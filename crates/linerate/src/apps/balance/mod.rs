@@ -574,10 +574,9 @@ pub fn run_with(
     // drops a packet itself (as too_big, in its own counters).
     let ceiling = (crate::cluster::MAX_BIG_FRAME - crate::mem::DEFAULT_HEADROOM) as usize;
     let in_place = input.fills_lent_frames()
-        && input.pool().is_some_and(|p| {
-            let most = p.max_packet().max(p.max_big_packet()) as usize;
-            most.min(ceiling) <= master.max_packet()
-        });
+        && input
+            .max_rx_packet()
+            .is_some_and(|most| most.min(ceiling) <= master.max_packet());
     let ended = loop {
         if stop.load(Ordering::Relaxed) {
             break Ended::Stopped;

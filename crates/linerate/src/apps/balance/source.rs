@@ -237,6 +237,11 @@ impl Port for SourcePort {
     fn fills_lent_frames(&self) -> bool {
         true
     }
+
+    /// Each frame is a copy of a template, into whatever frame the batch hands out.
+    fn fills_lent_frames_of_any_pool(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(all(test, not(loom)))]

@@ -783,6 +783,12 @@ impl Port for PcapPort {
         PcapPort::read_in_place(self)
     }
 
+    /// Records are copied into whatever frame the batch hands out: a reader given lent frames
+    /// does not bind its own pool.
+    fn fills_lent_frames_of_any_pool(&self) -> bool {
+        self.fills_lent_frames()
+    }
+
     fn snaplen(&self) -> Option<u32> {
         match &self.mode {
             Mode::Read { reader, .. } => Some(reader.snaplen()).filter(|&s| s > 0),

@@ -1098,7 +1098,8 @@ impl Port for XdpPort {
         Some(&self.pool)
     }
 
-    /// On a lent area ([`open_in_area`]): the kernel writes into the frames a batch is lent.
+    /// On a lent area ([`open_in_area`]): the kernel writes into the frames a batch is lent,
+    /// only those of the area's pool (not [`Port::fills_lent_frames_of_any_pool`]).
     fn fills_lent_frames(&self) -> bool {
         self.fill_max > 0
     }
