@@ -9,6 +9,14 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_linerate");
 
+/// The JSON summary (the last line) of a run that ends within 30 s.
+fn json_summary(args: &[&str]) -> serde_json::Value {
+    let out = run(args, Duration::from_secs(30));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
 fn run(args: &[&str], limit: Duration) -> std::process::Output {
     let mut c = Command::new(BIN)
         .args(args)
@@ -443,25 +451,16 @@ fn the_summary_says_what_was_copied_and_what_the_input_dropped() {
         "{s}"
     );
 
-    let out = run(
-        &[
-            "balance",
-            "--threads",
-            "-i",
-            path,
-            "-n",
-            "1",
-            "-q",
-            "--json",
-        ],
-        Duration::from_secs(30),
-    );
-    let last = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap()
-        .to_string();
-    let j: serde_json::Value = serde_json::from_str(&last).unwrap();
+    let j = json_summary(&[
+        "balance",
+        "--threads",
+        "-i",
+        path,
+        "-n",
+        "1",
+        "-q",
+        "--json",
+    ]);
     assert_eq!(j["copied"], 0, "{j}");
     assert_eq!(j["input_drops"], 1, "{j}");
     assert_eq!(j["delivered"], 4, "{j}");
@@ -577,25 +576,16 @@ fn several_pcap_files_read_as_one_are_not_copied() {
     assert!(lent == want, "lent: {:?}", summary(&lent));
     assert!(lent == copied, "copied: {:?}", summary(&copied));
 
-    let out = run(
-        &[
-            "balance",
-            "--threads",
-            "-i",
-            &input,
-            "-n",
-            "1",
-            "-q",
-            "--json",
-        ],
-        Duration::from_secs(30),
-    );
-    let last = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap()
-        .to_string();
-    let j: serde_json::Value = serde_json::from_str(&last).unwrap();
+    let j = json_summary(&[
+        "balance",
+        "--threads",
+        "-i",
+        &input,
+        "-n",
+        "1",
+        "-q",
+        "--json",
+    ]);
     assert_eq!(j["copied"], 0, "{j}");
     assert_eq!(j["input_drops"], 1, "{j}");
     assert_eq!(j["delivered"], 8, "{j}");

@@ -19,6 +19,17 @@ fn corpus() -> Option<PathBuf> {
     linerate_test_support::corpus()
 }
 
+/// The corpus' files, sorted.
+fn files_in(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("read corpus folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    files
+}
+
 struct Outcome {
     packets: u64,
     error: Option<PortError>,
@@ -91,12 +102,7 @@ fn tcpdump(path: &str) -> Option<(u64, bool)> {
 #[test]
 fn tcpdump_corpus() {
     let Some(dir) = corpus() else { return };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("read corpus folder")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
+    let files = files_in(&dir);
     assert!(!files.is_empty(), "{} is empty", dir.display());
     let have_tcpdump = tcpdump("/dev/null").is_some();
     let (mut clean, mut failed, mut compared) = (0, 0, 0);
@@ -237,12 +243,7 @@ fn read_all(mut p: PcapPort, mut w: Option<&mut PcapPort>) -> Read {
 #[test]
 fn tcpdump_corpus_through_pcapng() {
     let Some(dir) = corpus() else { return };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("read corpus folder")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
+    let files = files_in(&dir);
     let tmp = std::env::temp_dir().join(format!("linerate-corpus-ng-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).expect("temp dir");
     let out = tmp.join("out.pcapng");
@@ -303,12 +304,7 @@ fn tcpdump_corpus_through_pcapng() {
 #[test]
 fn tcpdump_corpus_read_in_place() {
     let Some(dir) = corpus() else { return };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("read corpus folder")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
+    let files = files_in(&dir);
     let tmp = std::env::temp_dir().join(format!("linerate-corpus-map-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).expect("temp dir");
     let cut_path = tmp.join("cut.pcap");

@@ -441,6 +441,18 @@ impl PcapPort {
             n += 1;
             bytes += u64::from(wire_len);
         }
+        self.end_rx(n, bytes, failed)
+    }
+
+    /// The end of an `rx`: `n` packets of `bytes` counted; an error that ended the file is
+    /// returned now when nothing came, else at the next call (after the good packets).
+    #[inline]
+    fn end_rx(
+        &mut self,
+        n: usize,
+        bytes: u64,
+        failed: Option<PortError>,
+    ) -> Result<usize, PortError> {
         self.stats.rx_packets += n as u64;
         self.stats.rx_bytes += bytes;
         match failed {
@@ -616,18 +628,9 @@ impl Port for PcapPort {
                 }
             }
         }
-        self.stats.rx_packets += n as u64;
-        self.stats.rx_bytes += bytes;
         self.stats.rx_drops.add(DropReason::Malformed, other);
         self.stats.rx_drops.add(DropReason::TooBig, too_big);
-        match failed {
-            Some(e) if n == 0 => Err(e),
-            Some(e) => {
-                self.pending = Some(e);
-                Ok(n)
-            }
-            None => Ok(n),
-        }
+        self.end_rx(n, bytes, failed)
     }
 
     fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
