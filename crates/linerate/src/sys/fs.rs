@@ -6,8 +6,10 @@ use std::os::fd::AsRawFd;
 
 /// Whether `file` lives on a file system whose files can change size behind the kernel's back
 /// or at the hands of a process this machine does not vouch for: FUSE (a user's server
-/// answers), NFS, SMB/CIFS, 9p, Ceph, AFS. A file mapped from one of them could be shortened
-/// while mapped without any local permission check.
+/// answers), NFS, SMB/CIFS, 9p, Ceph, AFS (OpenAFS's and the kernel's own client), Coda, and
+/// the cluster file systems other machines write to (OCFS2, GFS2, Lustre, GPFS, BeeGFS,
+/// OrangeFS). A file mapped from one of them could be shortened while mapped without any local
+/// permission check.
 pub(crate) fn is_remote_or_user_fs(file: &File) -> io::Result<bool> {
     // SAFETY: an all-zero statfs is a valid value of this plain C struct.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
@@ -15,29 +17,115 @@ pub(crate) fn is_remote_or_user_fs(file: &File) -> io::Result<bool> {
     if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    const FUSE: i64 = 0x6573_5546;
-    const NFS: i64 = 0x6969;
-    const SMB: i64 = 0x517b;
-    const SMB2: i64 = 0xfe53_4d42;
-    const CIFS: i64 = 0xff53_4d42;
-    const V9FS: i64 = 0x0102_1997;
-    const CEPH: i64 = 0x00c3_6400;
-    const AFS: i64 = 0x5346_414f;
-    #[allow(clippy::unnecessary_cast)] // f_type's width differs between architectures
-    let t = st.f_type as i64;
-    Ok(matches!(
-        t,
-        FUSE | NFS | SMB | SMB2 | CIFS | V9FS | CEPH | AFS
-    ))
+    // f_type is a signed word whose width differs between architectures, and the magic numbers
+    // are 32-bit: take the low 32 bits (a 32-bit word holding 0xff534d42 is negative, and
+    // widening it to i64 would sign-extend it into a value no constant matches).
+    #[allow(clippy::unnecessary_cast)]
+    Ok(is_remote_or_user_magic(st.f_type as u32))
+}
+
+/// Whether a file system's magic number (statfs's `f_type`) is one of those
+/// [`is_remote_or_user_fs`] names.
+fn is_remote_or_user_magic(f_type: u32) -> bool {
+    const FUSE: u32 = 0x6573_5546; // also fuseblk and virtiofs
+    const NFS: u32 = 0x6969; // NFS 2, 3 and 4
+    const SMB: u32 = 0x517b;
+    const SMB2: u32 = 0xfe53_4d42;
+    const CIFS: u32 = 0xff53_4d42;
+    const V9FS: u32 = 0x0102_1997;
+    const CEPH: u32 = 0x00c3_6400;
+    const OPENAFS: u32 = 0x5346_414f; // AFS_SUPER_MAGIC
+    const KAFS: u32 = 0x6b41_4653; // AFS_FS_MAGIC: the kernel's AFS client (fs/afs)
+    const CODA: u32 = 0x7375_7245;
+    const OCFS2: u32 = 0x7461_636f;
+    const GFS2: u32 = 0x0116_1970;
+    const LUSTRE: u32 = 0x0bd0_0bd0;
+    const GPFS: u32 = 0x4750_4653;
+    const BEEGFS: u32 = 0x1983_0326;
+    const ORANGEFS: u32 = 0x2003_0528;
+    matches!(
+        f_type,
+        FUSE | NFS
+            | SMB
+            | SMB2
+            | CIFS
+            | V9FS
+            | CEPH
+            | OPENAFS
+            | KAFS
+            | CODA
+            | OCFS2
+            | GFS2
+            | LUSTRE
+            | GPFS
+            | BEEGFS
+            | ORANGEFS
+    )
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::is_remote_or_user_magic as remote;
+
     #[test]
     fn a_temp_file_is_local() {
         let p = std::env::temp_dir().join(format!("lr-fs-{}", std::process::id()));
         let f = std::fs::File::create(&p).unwrap();
         assert!(!super::is_remote_or_user_fs(&f).unwrap());
         let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn network_user_and_cluster_file_systems_are_refused() {
+        // FUSE, NFS, SMB, SMB2, CIFS, 9p, Ceph, OpenAFS, the kernel's AFS client (kAFS), Coda,
+        // OCFS2, GFS2, Lustre, GPFS, BeeGFS, OrangeFS: linux/magic.h and each file system's
+        // own sources.
+        for m in [
+            0x6573_5546u32,
+            0x6969,
+            0x517b,
+            0xfe53_4d42,
+            0xff53_4d42,
+            0x0102_1997,
+            0x00c3_6400,
+            0x5346_414f,
+            0x6b41_4653,
+            0x7375_7245,
+            0x7461_636f,
+            0x0116_1970,
+            0x0bd0_0bd0,
+            0x4750_4653,
+            0x1983_0326,
+            0x2003_0528,
+        ] {
+            assert!(remote(m), "0x{m:08x} is not refused");
+        }
+    }
+
+    #[test]
+    fn local_file_systems_are_accepted() {
+        // ext2/3/4, tmpfs, XFS, Btrfs, F2FS, overlayfs, ZFS.
+        for m in [
+            0xef53u32,
+            0x0102_1994,
+            0x5846_5342,
+            0x9123_683e,
+            0xf2f5_2010,
+            0x794c_7630,
+            0x2fc1_2fc1,
+        ] {
+            assert!(!remote(m), "0x{m:08x} is refused");
+        }
+    }
+
+    #[test]
+    fn a_magic_in_a_negative_32_bit_word_is_recognised() {
+        // On a 32-bit target f_type is an i32: CIFS's magic there is negative, and the word
+        // must be read as its 32 bits, not sign-extended.
+        let word: i32 = 0xff53_4d42u32 as i32;
+        assert!(word < 0);
+        assert!(remote(word as u32));
+        let wide: i64 = 0xff53_4d42;
+        assert!(remote(wide as u32));
     }
 }
