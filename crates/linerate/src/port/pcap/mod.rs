@@ -342,9 +342,13 @@ impl PcapPort {
     ///
     /// Only for a regular file that nobody else can shorten while it is mapped (a page past a
     /// truncated end would kill the process with SIGBUS): owned by this user or root, writable
-    /// by neither its group nor others, on a local file system (not FUSE, NFS, SMB, 9p, Ceph
-    /// or AFS, whose files may change size without a local permission check). Otherwise, and for standard input, a FIFO, pcapng, or a
-    /// file that cannot be mapped, nothing changes (false): the port reads as before.
+    /// by neither its group nor others, on a local file system (not FUSE, NFS, SMB, 9p, Ceph,
+    /// AFS, Coda or a cluster file system, whose files may change size without a local
+    /// permission check). Otherwise, and for standard input, a FIFO, pcapng, or a file that
+    /// cannot be mapped, nothing changes (false): the port reads as before. A read error under
+    /// the mapping (a failing or removed device) raises SIGBUS as well, where a copy would
+    /// have returned [`PortError::Io`]; the file's length is the one it had here, whatever is
+    /// appended later.
     pub fn read_in_place(&mut self) -> bool {
         let Mode::Read {
             reader, held, file, ..
