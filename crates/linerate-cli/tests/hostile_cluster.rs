@@ -423,7 +423,14 @@ fn a_segment_corrupted_while_running_stops_consumers_with_a_clear_error_and_true
     std::thread::sleep(Duration::from_millis(500));
     let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ std::process::id() as u64;
     let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_millis(600) {
+    // Queue 0's consumer sees garbage only when it lands in a slot between the master's write
+    // and the consumer's read: a fast consumer leaves a window of microseconds per packet. So
+    // the garbage goes on until that consumer has stopped (or 10 s), and often.
+    let mut q0_running = true;
+    while t0.elapsed() < Duration::from_millis(600)
+        || (q0_running && t0.elapsed() < Duration::from_secs(10))
+    {
+        q0_running = g.kids[1].try_wait().unwrap().is_none();
         // Queue 0: garbage descriptors. Queue 1: a head cursor far ahead of anything written.
         write_at(&f, qoff + layout::SLOTS, &garbage(&mut rng, 4096 * 32));
         write_at(
@@ -441,7 +448,7 @@ fn a_segment_corrupted_while_running_stops_consumers_with_a_clear_error_and_true
                 &garbage(&mut rng, 8),
             );
         }
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(Duration::from_micros(200));
     }
     // Queue 2's consumer: the header's state word is neither running nor closed.
     write_at(&f, layout::STATE, &0xdead_beefu32.to_le_bytes());
