@@ -58,17 +58,41 @@ pub fn open(uri: &str, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
 /// Opens the input of a cluster `master` (`linerate balance -i`): an `xdp:` input (one
 /// interface, any of its queues) gets the segment's frames as its UMEM
 /// ([`crate::cluster::Master::umem_area`]), so the kernel writes each packet where consumers
-/// read it and the master copies nothing. Any other input opens as [`open_rx`] would.
+/// read it and the master copies nothing. A `mem:NAME` wire opened here first is made over the
+/// segment's frames ([`crate::cluster::Master::input_wire`]): the thread that opens `mem:NAME`
+/// next gets the writing end, which allocates from the segment, and the master copies nothing
+/// either. Any other input opens as [`open_rx`] would.
 ///
-/// The second value says why an `xdp:` input could not use the segment and is copied into it
-/// instead (the frames are not laid out as a UMEM's, or the kernel refused them): the caller
-/// shows it, so that a copy is never silent.
+/// The second value says why an `xdp:` or `mem:` input could not use the segment and is copied
+/// into it instead (the frames are not laid out as a UMEM's, the kernel refused them, the wire
+/// was made before the master): the caller shows it, so that a copy is never silent.
 pub fn open_cluster_input(
     uri: &str,
     opts: &PortOptions,
-    master: &crate::cluster::Master,
+    master: &mut crate::cluster::Master,
 ) -> Result<(Box<dyn Port>, Option<String>), PortError> {
-    let Uri::Xdp { iface, queues } = Uri::parse(uri)? else {
+    let parsed = Uri::parse(uri)?;
+    if let Uri::Mem(name) = &parsed {
+        let why = if mem::MemPort::is_waiting(name) {
+            "the wire was opened before the master (its writer allocates from its own frames)"
+                .to_string()
+        } else {
+            match master.input_wire(name) {
+                Ok((writer, ours)) => {
+                    mem::MemPort::offer(name, writer)?;
+                    return Ok((Box::new(ours), None));
+                }
+                Err(why) => why,
+            }
+        };
+        return Ok((
+            open_rx(uri, opts)?,
+            Some(format!(
+                "{uri}: each packet is copied into the cluster once: {why}"
+            )),
+        ));
+    }
+    let Uri::Xdp { iface, queues } = parsed else {
         return Ok((open_rx(uri, opts)?, None));
     };
     let sockets = xdp::queue_count_of(&iface, queues)?;

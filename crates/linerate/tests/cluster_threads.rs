@@ -742,3 +742,221 @@ fn a_silent_consumer_is_declared_gone_after_the_consumer_timeout() {
         "only the new packets"
     );
 }
+
+/// A `mem:` wire opened as the cluster's input (`open_cluster_input`) allocates from the
+/// segment's own frames: the master publishes what the writer wrote where it is (no copy),
+/// jumbo frames too; what a writer sends from frames of another pool is copied once by the
+/// wire, on the writer's side; and every frame consumers release comes back to the writer, who
+/// sends many times the frames it was given.
+#[test]
+fn a_mem_wire_into_the_cluster_writes_straight_into_the_segment() {
+    let sizes = [60usize, 1514, 9000, 200, 61];
+    let n = 30_000usize;
+    let pkt = move |i: usize| -> Vec<u8> {
+        let mut p = vec![(i % 253) as u8; sizes[i % sizes.len()]];
+        p[..4].copy_from_slice(&(i as u32).to_be_bytes());
+        p
+    };
+    let mut cfg = ClusterConfig {
+        apps: vec![2],
+        slots: 1024,
+        ..Default::default()
+    };
+    cfg.fit_packets(130_944);
+    let mut master = Master::anon(&cfg).unwrap();
+    let all_free = master.free_frames();
+    let name = format!("mem:zc-in-{}", std::process::id());
+    let (mut input, note) =
+        linerate::open_cluster_input(&name, &Default::default(), &mut master).unwrap();
+    assert!(note.is_none(), "{note:?}");
+    let kept = master.free_frames();
+    assert!(
+        kept < all_free / 4,
+        "the wire took most frames: {kept} of {all_free}"
+    );
+
+    let readers: Vec<_> = (0..2)
+        .map(|q| {
+            let mut c = master.consumer(q).unwrap();
+            std::thread::spawn(move || -> Result<(u64, u32), String> {
+                let (mut b, mut got, mut last) = (Batch::new(), 0u64, None::<u32>);
+                loop {
+                    match c.rx(&mut b) {
+                        Ok(0) if c.is_finished() => return Ok((got, last.unwrap_or(0))),
+                        Ok(0) => std::thread::sleep(Duration::from_micros(20)),
+                        Ok(_) => {
+                            for p in b.iter() {
+                                let i = u32::from_be_bytes(p.data[..4].try_into().unwrap());
+                                if p.data != &pkt(i as usize)[..] || p.desc.ts != u64::from(i) {
+                                    return Err(format!("queue {q}: packet {i} differs"));
+                                }
+                                if last.is_some_and(|l| l >= i) {
+                                    return Err(format!("queue {q}: {i} after {last:?}"));
+                                }
+                                last = Some(i);
+                                got += 1;
+                            }
+                            b.clear();
+                        }
+                        Err(e) => return Err(e.to_string()),
+                    }
+                }
+            })
+        })
+        .collect();
+
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (name, done) = (name.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut w = linerate::open_rx(&name, &Default::default()).unwrap();
+            let pool = w.pool().unwrap().clone();
+            let other = Arc::new(
+                Pool::new(&PoolConfig {
+                    frames: 256,
+                    big_frames: 8,
+                    ..Default::default()
+                })
+                .unwrap(),
+            );
+            let (mut own, mut foreign) = (Batch::with_pool(&pool), Batch::with_pool(&other));
+            let (mut i, mut waits) = (0usize, 0u64);
+            while i < n {
+                // One batch in eight from frames of another pool.
+                let is_foreign = |i: usize| (i / 64) % 8 == 7;
+                let f = is_foreign(i);
+                let b = if f { &mut foreign } else { &mut own };
+                while !b.is_full() && i < n && is_foreign(i) == f {
+                    let p = pkt(i);
+                    let fresh = if p.len() > 1900 {
+                        b.alloc_big()
+                    } else {
+                        b.alloc()
+                    };
+                    let Some(mut fr) = fresh else { break };
+                    fr.buf()[..p.len()].copy_from_slice(&p);
+                    fr.push(Desc {
+                        len: p.len() as u32,
+                        wire_len: p.len() as u32,
+                        ts: i as u64,
+                        ..Default::default()
+                    });
+                    i += 1;
+                }
+                if b.is_empty() {
+                    // Every frame of the wire is in flight: wait for consumers to release some.
+                    waits += 1;
+                    std::thread::sleep(Duration::from_micros(20));
+                    continue;
+                }
+                w.tx(b).unwrap();
+            }
+            drop((own, foreign));
+            done.store(true, std::sync::atomic::Ordering::Release);
+            (w.stats(), pool, waits)
+        })
+    };
+
+    let mut dist = Distributor::new(Mode::RoundRobin, &[2], LinkType::ETHERNET);
+    let (mut batch, mut masks, mut idle) = (Batch::new(), [0u64; 64], 0);
+    loop {
+        if input.rx(&mut batch).unwrap() > 0 {
+            idle = 0;
+            dist.masks(&mut batch, None, &mut masks);
+            let len = batch.len();
+            master.distribute(&mut batch, &masks[..len]);
+            batch.clear();
+        } else if done.load(std::sync::atomic::Ordering::Acquire) && idle > 1000 {
+            break;
+        } else {
+            idle += 1;
+            master.distribute(&mut batch, &[]); // takes back what consumers released
+            std::thread::sleep(Duration::from_micros(10));
+        }
+    }
+    let (ws, pool, waits) = writer.join().unwrap();
+    master.close();
+    let got: Vec<(u64, u32)> = readers
+        .into_iter()
+        .map(|r| r.join().unwrap().unwrap())
+        .collect();
+    master.take_back();
+    let st = master.stats();
+    st.check_invariant().unwrap();
+    eprintln!("writer {ws:?}, waited {waits} times; cluster {st:?}; consumers {got:?}");
+    assert_eq!(ws.tx_packets + ws.tx_drops.total(), n as u64, "{ws:?}");
+    assert!(ws.tx_packets > n as u64 * 3 / 4, "{ws:?}");
+    assert_eq!(
+        st.rx_packets, ws.tx_packets,
+        "what the wire took, the master read"
+    );
+    assert_eq!(
+        st.copied_packets, 0,
+        "the writer wrote into the segment: {st:?}"
+    );
+    assert_eq!(st.too_big + st.no_frame, 0, "{st:?}");
+    assert_eq!(
+        got.iter().map(|g| g.0).sum::<u64>(),
+        st.queues.iter().map(|q| q.delivered).sum::<u64>()
+    );
+    assert!(
+        ws.tx_packets > 4 * pool.frames() as u64,
+        "the wire's {} frames came back many times",
+        pool.frames()
+    );
+    assert_eq!(
+        pool.free_frames(),
+        pool.frames() as usize,
+        "every wire frame came back"
+    );
+    assert_eq!(
+        master.free_frames(),
+        kept,
+        "and every frame of the master's own"
+    );
+}
+
+/// An input wire the master cannot make over its frames is read by copying, and says why:
+/// a wire opened before the master, and a second wire into one master.
+#[test]
+fn a_mem_wire_the_master_cannot_share_is_copied_and_says_why() {
+    let cfg = ClusterConfig::default();
+    let mut master = Master::anon(&cfg).unwrap();
+    let early = format!("mem:zc-early-{}", std::process::id());
+    let mut w = linerate::open_rx(&early, &Default::default()).unwrap();
+    let (mut input, note) =
+        linerate::open_cluster_input(&early, &Default::default(), &mut master).unwrap();
+    let note = note.expect("a note");
+    assert!(
+        note.contains("copied") && note.contains("before the master"),
+        "{note}"
+    );
+    let mut b = Batch::new();
+    VecPort::new(numbered(10)).rx(&mut b).unwrap();
+    w.tx(&mut b).unwrap();
+    let mut dist = Distributor::new(Mode::RoundRobin, &[1], LinkType::ETHERNET);
+    let mut masks = [0u64; 64];
+    assert_eq!(input.rx(&mut b).unwrap(), 10);
+    dist.masks(&mut b, None, &mut masks);
+    master.distribute(&mut b, &masks[..10]);
+    assert_eq!(master.stats().copied_packets, 10);
+    // The master has distributed: its frames are no longer all free.
+    let late = format!("mem:zc-late-{}", std::process::id());
+    let (_late, note) =
+        linerate::open_cluster_input(&late, &Default::default(), &mut master).unwrap();
+    let note = note.expect("a note");
+    assert!(note.contains("distributed packets already"), "{note}");
+    let _other_end = linerate::open_rx(&late, &Default::default()).unwrap();
+    // A second wire into a fresh master is refused too.
+    let mut fresh = Master::anon(&cfg).unwrap();
+    let (a, b2) = (
+        format!("mem:zc-a-{}", std::process::id()),
+        format!("mem:zc-b-{}", std::process::id()),
+    );
+    let (_a, none) = linerate::open_cluster_input(&a, &Default::default(), &mut fresh).unwrap();
+    assert!(none.is_none());
+    let _wa = linerate::open_rx(&a, &Default::default()).unwrap();
+    let (_b, note) = linerate::open_cluster_input(&b2, &Default::default(), &mut fresh).unwrap();
+    assert!(note.expect("a note").contains("input wire already"));
+    let _wb = linerate::open_rx(&b2, &Default::default()).unwrap();
+}

@@ -350,7 +350,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some(p) => p,
         None => {
             let (p, copied) =
-                linerate::open_cluster_input(&a.input, &PortOptions::default(), &master)
+                linerate::open_cluster_input(&a.input, &PortOptions::default(), &mut master)
                     .map_err(|e| crate::common::port_error("-i", &a.input, e))?;
             if let Some(why) = copied {
                 eprintln!("note: -i {why}");

@@ -8,7 +8,8 @@ use super::layout::*;
 use super::liveness::{alive, my_pid, now_ms, proc_stat, same_process};
 use super::segment::{check_owner, not_ours, segment_path, unlink_if_ours, Segment, PUBLISHED};
 use super::stats::{ClusterStats, QueueStats};
-use crate::mem::{copy_packet, Batch, Desc, Region, BATCH};
+use crate::mem::{copy_packet, Batch, Chunk, Desc, Pool, Region, BATCH, CHUNK};
+use crate::port::mem::MemPort;
 use crate::port::xdp::UmemArea;
 use crate::port::PortError;
 use crate::ring::shared::{Borrower, Holds, Lender, RegionQueue};
@@ -328,6 +329,11 @@ impl Master {
                     .rev()
                     .collect(),
                 nsmall: l.frames as u32,
+                share_lo: 0,
+                share_n: 0,
+                big_share_lo: 0,
+                big_share_n: 0,
+                share: None,
             },
             holds: Holds::new(l.frames + l.big_frames),
             cap,
@@ -390,6 +396,82 @@ impl Master {
         for q in self.q.iter_mut() {
             q.ring.reclaim(|f| release(holds, free, f));
         }
+        free.flush_share(false);
+    }
+
+    /// A `mem:` wire into this master whose writer allocates from the segment's own frames, so
+    /// that what it writes is published as it is, with no copy (as an input reading into lent
+    /// frames is). Returns the writer's end and the master's end (read it with
+    /// [`crate::apps::balance::run_with`]); [`crate::open_cluster_input`] opens `mem:NAME` this
+    /// way and leaves the writer's end for the next `mem:NAME` open.
+    ///
+    /// The wire gets the segment's regular frames but two batches' worth (rounded down to a
+    /// multiple of 64) and half its big frames; the master keeps the rest for packets it must
+    /// copy (a packet longer than `--max-pkt-len` allows in a regular frame). Frames consumers
+    /// release go back to the wire's pool. When consumers hold them all, the writer finds no
+    /// free frame and waits (its `tx` takes nothing new), rather than the master dropping.
+    ///
+    /// Err, with the reason (the caller then copies and says so), when the master has
+    /// distributed packets already (its frames are not all free), has such a wire already, or
+    /// its frames do not start at a multiple of their size (a frame size above 4 KiB).
+    pub fn input_wire(&mut self, name: &str) -> Result<(MemPort, MemPort), String> {
+        let seg = self.seg.clone();
+        if self.free.share.is_some() {
+            return Err("the cluster has an input wire already".into());
+        }
+        let nsmall = self.free.nsmall;
+        if self.free.small.len() != nsmall as usize || self.free.big.len() != seg.big_frames {
+            return Err("the master has distributed packets already (call before it reads)".into());
+        }
+        if !seg.frames_off.is_multiple_of(seg.frame_size) {
+            return Err(format!(
+                "the cluster's {}-byte frames do not start at a multiple of their size",
+                seg.frame_size
+            ));
+        }
+        let n = (nsmall as usize).saturating_sub(2 * BATCH) / CHUNK * CHUNK;
+        if n < 2 * BATCH {
+            return Err(format!(
+                "{nsmall} frames are too few to share with a writer (-b: at least {})",
+                4 * BATCH
+            ));
+        }
+        let nbig = seg.big_frames / 2;
+        let (lo, big_lo) = (nsmall - n as u32, nsmall + (seg.big_frames - nbig) as u32);
+        let small: Vec<u64> = (lo..nsmall).map(|f| seg.frame_addr(f)).collect();
+        let big: Vec<u64> = (0..nbig as u32)
+            .map(|b| seg.big_frame_addr(big_lo + b))
+            .collect();
+        let pool = Arc::new(Pool::share_of(
+            seg.pool.clone(),
+            seg.frame_size as u32,
+            seg.headroom as u32,
+            &small,
+            &big,
+            (seg.big_off as u64, seg.big_size as u64),
+        ));
+        let f = &mut self.free;
+        f.small.retain(|&x| x < lo);
+        f.big.retain(|&x| x < big_lo);
+        (f.share_lo, f.share_n) = (lo, n as u32);
+        (f.big_share_lo, f.big_share_n) = (big_lo, nbig as u32);
+        f.share = Some(Box::new(Share {
+            pool: pool.clone(),
+            back: Chunk {
+                n: 0,
+                addrs: [0; CHUNK],
+            },
+            small_base: seg.frame_addr(0),
+            frame_size: seg.frame_size as u64,
+            big_base: if seg.big_frames > 0 {
+                seg.big_frame_addr(nsmall)
+            } else {
+                0
+            },
+            big_size: seg.big_size as u64,
+        }));
+        let (writer, ours) = crate::port::mem::wire_over(name, pool);
+        Ok((writer, ours))
     }
 
     /// The longest packet the cluster carries (in a regular or a big frame).
@@ -516,7 +598,9 @@ impl Master {
     /// packet and writes one descriptor per destination.
     pub fn distribute(&mut self, batch: &mut Batch, masks: &[u64]) {
         self.reclaim();
-        let lent = batch.is_lent();
+        // Frames lent to the input, or an input wire's (its writer allocated them from the
+        // segment): published as they are.
+        let lent = batch.is_lent() || self.free.is_share_batch(batch);
         let nq = self.q.len();
         let all = if nq == 64 { u64::MAX } else { (1u64 << nq) - 1 };
         let total = batch.len();
@@ -945,6 +1029,7 @@ impl Master {
             q.gone = true;
             ctl.owner.store((gen as u64) << 32, Ordering::Release);
         }
+        self.free.flush_share(true);
         self.publish();
     }
 }
@@ -974,15 +1059,80 @@ pub(super) struct Frees {
     pub(super) small: Vec<u32>,
     pub(super) big: Vec<u32>,
     pub(super) nsmall: u32,
+    /// Frames `share_lo..share_lo + share_n` and `big_share_lo..big_share_lo + big_share_n`
+    /// belong to the pool of an input wire ([`Master::input_wire`]): freed, they go back there.
+    pub(super) share_lo: u32,
+    pub(super) share_n: u32,
+    pub(super) big_share_lo: u32,
+    pub(super) big_share_n: u32,
+    pub(super) share: Option<Box<Share>>,
+}
+
+/// The pool a `mem:` input wire allocates from ([`Master::input_wire`]), with the frames the
+/// master gives back to it, 64 at a time.
+pub(super) struct Share {
+    pool: Arc<Pool>,
+    back: Chunk,
+    /// Packet address of regular frame 0, and the frame size.
+    small_base: u64,
+    frame_size: u64,
+    /// Packet address of big frame 0 (index `nsmall`), and the big frame size.
+    big_base: u64,
+    big_size: u64,
 }
 
 impl Frees {
     #[inline(always)]
     pub(super) fn push(&mut self, f: u32) {
-        if f < self.nsmall {
+        if f.wrapping_sub(self.share_lo) < self.share_n
+            || f.wrapping_sub(self.big_share_lo) < self.big_share_n
+        {
+            self.give_to_share(f);
+        } else if f < self.nsmall {
             self.small.push(f);
         } else {
             self.big.push(f);
+        }
+    }
+
+    /// Gives a frame of the input wire's share back to its pool (a regular one through a chunk
+    /// of 64, a big one at once).
+    #[inline(always)]
+    fn give_to_share(&mut self, f: u32) {
+        let Some(s) = self.share.as_mut() else {
+            return;
+        };
+        if f >= self.nsmall {
+            s.pool
+                .give_big(s.big_base + u64::from(f - self.nsmall) * s.big_size);
+            return;
+        }
+        s.back.addrs[s.back.n as usize] = s.small_base + u64::from(f) * s.frame_size;
+        s.back.n += 1;
+        if s.back.n as usize == CHUNK {
+            s.pool.give_chunk(s.back);
+            s.back.n = 0;
+        }
+    }
+
+    /// Gives the input wire's pool the frames waiting for a full chunk: always, or only when
+    /// its writer would find none free (so it never waits on frames the master sits on).
+    #[inline]
+    pub(super) fn flush_share(&mut self, always: bool) {
+        if let Some(s) = self.share.as_mut() {
+            if s.back.n > 0 && (always || s.pool.no_free_chunk()) {
+                s.pool.give_chunk(s.back);
+                s.back.n = 0;
+            }
+        }
+    }
+
+    /// Whether `batch`'s frames are the input wire's (its pool is the share's).
+    #[inline(always)]
+    fn is_share_batch(&self, batch: &Batch) -> bool {
+        match (&self.share, batch.pool()) {
+            (Some(s), Some(p)) => Arc::ptr_eq(&s.pool, p),
+            _ => false,
         }
     }
 }

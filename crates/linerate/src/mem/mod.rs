@@ -8,6 +8,7 @@ mod pool;
 mod region;
 
 pub use batch::{Batch, Desc, Fresh, Pkt, BATCH};
+pub(crate) use pool::{Chunk, CHUNK};
 pub use pool::{
     Pool, PoolConfig, BIG_PACKET, DEFAULT_BIG_FRAMES, DEFAULT_FRAME_SIZE, DEFAULT_HEADROOM,
 };

@@ -135,6 +135,56 @@ impl Pool {
         }
     }
 
+    /// A pool of some frames of `owner`'s memory, which stays mapped while this pool lives:
+    /// `small` are the packet addresses of regular frames of `frame_size` bytes (each frame
+    /// starting at a multiple of `frame_size`) with `headroom` before the packet; `big` those of
+    /// big frames of `big_size` bytes laid out from `big_base`. The caller gives up those
+    /// frames: from now on they are allocated and freed through this pool (what
+    /// [`crate::cluster::Master::input_wire`] does with a share of a segment's frames).
+    pub(crate) fn share_of(
+        owner: std::sync::Arc<Pool>,
+        frame_size: u32,
+        headroom: u32,
+        small: &[u64],
+        big: &[u64],
+        (big_base, big_size): (u64, u64),
+    ) -> Pool {
+        // Room for twice the chunks the frames fill: chunks given back partly full (a flush)
+        // can never fail to fit.
+        let q = ArrayQueue::new(2 * small.len().div_ceil(CHUNK) + 2);
+        for part in small.chunks(CHUNK) {
+            let mut chunk = Chunk {
+                n: part.len() as u32,
+                addrs: [0; CHUNK],
+            };
+            chunk.addrs[..part.len()].copy_from_slice(part);
+            let _ = q.push(chunk);
+        }
+        let big_free = (!big.is_empty()).then(|| {
+            let bq = ArrayQueue::new(big.len());
+            for &a in big {
+                let _ = bq.push(a);
+            }
+            bq
+        });
+        Pool {
+            region: Region::view_of(owner),
+            frame_size,
+            frames: small.len() as u32,
+            headroom,
+            free: Some(q),
+            big_base: if big.is_empty() { u64::MAX } else { big_base },
+            big_size,
+            big_free,
+        }
+    }
+
+    /// Whether no chunk of free frames waits in the shared list (a taker would find none).
+    #[inline]
+    pub(crate) fn no_free_chunk(&self) -> bool {
+        self.free.as_ref().is_none_or(|q| q.is_empty())
+    }
+
     fn check(cfg: &PoolConfig) -> Result<(u32, usize), MemError> {
         if !cfg.frame_size.is_power_of_two() || !(256..=65536).contains(&cfg.frame_size) {
             return Err(MemError::Config(format!(

@@ -18,6 +18,8 @@ enum Backing {
     Raw,
     /// A file mapped read-only ([`Region::map_read_only`]).
     ReadOnly(#[allow(dead_code)] memmap2::Mmap),
+    /// Another pool's memory, kept mapped by that pool ([`Region::view_of`]).
+    View(#[allow(dead_code)] std::sync::Arc<super::Pool>),
 }
 
 // SAFETY: a Region is plain memory; who may write which bytes is decided by frame ownership
@@ -185,6 +187,19 @@ impl Region {
         })
     }
 
+    /// The memory of `owner`'s region, which stays mapped while this view lives: a second pool
+    /// over some of another pool's frames (a `mem:` wire that allocates from a cluster
+    /// segment's frames, [`crate::cluster::Master::input_wire`]). Who may write which frame is
+    /// decided, as always, by who holds its descriptor.
+    pub(crate) fn view_of(owner: std::sync::Arc<super::Pool>) -> Region {
+        let (ptr, len) = (owner.region().ptr, owner.region().len);
+        Region {
+            ptr,
+            len,
+            backing: Backing::View(owner),
+        }
+    }
+
     /// Adopts a mapping made by a kernel port; it is unmapped when the region drops.
     ///
     /// # Safety
@@ -305,7 +320,7 @@ impl Drop for Region {
                 // SAFETY: ptr/len describe a mapping this region owns, no longer referenced.
                 unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
             }
-            Backing::File(_) | Backing::ReadOnly(_) => {}
+            Backing::File(_) | Backing::ReadOnly(_) | Backing::View(_) => {}
         }
     }
 }

@@ -58,6 +58,13 @@ pub fn wire(name: &str, opts: &PortOptions) -> Result<(MemPort, MemPort), PortEr
         big_frames: 2 * DEFAULT_BIG_FRAMES,
         ..Default::default()
     })?);
+    Ok(wire_over(name, pool))
+}
+
+/// A wire whose two ends allocate from `pool` (frames of another pool's memory, for instance:
+/// [`crate::cluster::Master::input_wire`]). What does not fit the pool's frames is copied into
+/// them once, or dropped and counted when none is free, as for [`wire`].
+pub(crate) fn wire_over(name: &str, pool: Arc<Pool>) -> (MemPort, MemPort) {
     let (ptx, prx) = ring::<Desc>(WIRE_SLOTS);
     let (qtx, qrx) = ring::<Desc>(WIRE_SLOTS);
     let end = |tx, rx| MemPort {
@@ -68,7 +75,7 @@ pub fn wire(name: &str, opts: &PortOptions) -> Result<(MemPort, MemPort), PortEr
         scratch: Batch::with_pool(&pool),
         stats: PortStats::default(),
     };
-    Ok((end(ptx, qrx), end(qtx, prx)))
+    (end(ptx, qrx), end(qtx, prx))
 }
 
 impl MemPort {
@@ -82,6 +89,32 @@ impl MemPort {
         let (a, b) = wire(name, opts)?;
         reg.insert(name.to_string(), b);
         Ok(a)
+    }
+}
+
+impl MemPort {
+    /// Whether a wire named `name` waits for its second open (its first end is taken).
+    pub(crate) fn is_waiting(name: &str) -> bool {
+        registry()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(name)
+    }
+
+    /// Leaves `end` for the next `mem:NAME` open to take (the other end of a wire made here);
+    /// Err when a wire of that name waits for its second open already.
+    pub(crate) fn offer(name: &str, end: MemPort) -> Result<(), PortError> {
+        let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
+        if reg.contains_key(name) {
+            return Err(PortError::BadUri {
+                uri: format!("mem:{name}"),
+                why: "a wire of that name is open already, its other end not taken yet; use \
+                      another name"
+                    .into(),
+            });
+        }
+        reg.insert(name.to_string(), end);
+        Ok(())
     }
 }
 
