@@ -7,9 +7,10 @@
 //!
 //!   cargo run --release --example cluster_wire -- [PACKETS] [share|copy]
 //!
-//! Prints the packets sent, read by the master, delivered and dropped, the copies the master
-//! made, the master's rate (first read to last) and the delivered rate (first read to the
-//! consumer's end). bench/wire-ab.sh runs both ways interleaved.
+//! Prints the packets sent, dropped by the wire (its ring full), read by the master, delivered
+//! and dropped by the master, the copies the master made, the master's rate (first read to
+//! last) and the delivered rate (first read to the consumer's end). bench/wire-ab.sh runs both
+//! ways interleaved.
 use linerate::apps::balance::{source, Distributor, Mode};
 use linerate::cluster::{ClusterConfig, Master};
 use linerate::mem::{Batch, BATCH};
@@ -57,7 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::thread::spawn(move || {
             let sent = source::generate(writer.as_mut(), 256, Some(count), &AtomicBool::new(false));
             done.store(true, Ordering::Release);
-            sent
+            (sent, writer.stats().tx_drops.total())
         })
     };
     let mut dist = Distributor::new(Mode::Ip, &[1], LinkType::ETHERNET);
@@ -85,7 +86,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let master_secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
-    let sent = w.join().map_err(|_| "writer panicked")?;
+    let (sent, wire_dropped) = w.join().map_err(|_| "writer panicked")?;
     master.close();
     let got = consumer.join().map_err(|_| "consumer panicked")??;
     let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
@@ -93,7 +94,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let s = master.stats();
     std::thread::sleep(Duration::from_millis(1));
     println!(
-        "{} sent {sent} read {read} delivered {got} dropped {} copied {} secs {secs:.3} \
+        "{} sent {sent} wire_dropped {wire_dropped} read {read} delivered {got} dropped {} \
+         copied {} secs {secs:.3} \
          master_mpps {:.2} delivered_mpps {:.2}",
         if copy { "copy" } else { "share" },
         s.drops().total(),
