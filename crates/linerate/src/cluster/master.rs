@@ -512,11 +512,16 @@ impl Master {
             (first, (seg.big_size - seg.headroom) as u32)
         });
         batch.lend(&seg.pool, room, big);
+        let base = seg.pool.region().as_ptr();
         while batch.lent_frames() < BATCH {
             let Some(f) = self.free.small.pop() else {
                 break;
             };
-            batch.lend_frame(seg.frame_addr(f));
+            let a = seg.frame_addr(f);
+            // The input writes each frame's first line next: asking for all of them now (in
+            // exclusive state) overlaps the misses instead of taking one per packet's store.
+            prefetch_write(base.wrapping_add(a as usize));
+            batch.lend_frame(a);
         }
         // Big frames are few (one for every 8 regular ones): a handful at a time.
         while big.is_some() && batch.lent_big_frames() < LENT_BIG {
