@@ -13,6 +13,8 @@
 
 use super::{MemError, Region};
 use crossbeam_queue::ArrayQueue;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// Default frame size (bytes), as netmap, AF_XDP and DPDK use.
 pub const DEFAULT_FRAME_SIZE: u32 = 2048;
@@ -76,6 +78,13 @@ pub struct Pool {
     big_size: u64,
     /// Free big frames (packet addresses).
     big_free: Option<ArrayQueue<u64>>,
+    /// Free frames given back in a chunk the free list had no room for: it holds as many
+    /// chunks as full ones fill the pool, and batches dropped (or flushed) with a few frames
+    /// left give back partly filled chunks, so that it can fill before every frame is in it.
+    /// Taken when the free list runs dry; the lock is only taken then.
+    spill: Mutex<Vec<u64>>,
+    /// Frames in `spill` (read without its lock).
+    spilled: AtomicUsize,
 }
 
 impl Pool {
@@ -132,6 +141,8 @@ impl Pool {
             big_base: u64::MAX,
             big_size: 0,
             big_free: None,
+            spill: Mutex::new(Vec::new()),
+            spilled: AtomicUsize::new(0),
         }
     }
 
@@ -149,8 +160,8 @@ impl Pool {
         big: &[u64],
         (big_base, big_size): (u64, u64),
     ) -> Pool {
-        // Room for twice the chunks the frames fill: chunks given back partly full (a flush)
-        // can never fail to fit.
+        // Room for twice the chunks the frames fill: chunks given back partly full (a writer's
+        // batch dropped, the master's flush) seldom find it full (then they spill, `give_chunk`).
         let q = ArrayQueue::new(2 * small.len().div_ceil(CHUNK) + 2);
         for part in small.chunks(CHUNK) {
             let mut chunk = Chunk {
@@ -176,13 +187,17 @@ impl Pool {
             big_base: if big.is_empty() { u64::MAX } else { big_base },
             big_size,
             big_free,
+            spill: Mutex::new(Vec::new()),
+            spilled: AtomicUsize::new(0),
         }
     }
 
     /// Whether no chunk of free frames waits in the shared list (a taker would find none).
     #[inline]
     pub(crate) fn no_free_chunk(&self) -> bool {
-        self.free.as_ref().is_none_or(|q| q.is_empty())
+        self.free
+            .as_ref()
+            .is_none_or(|q| q.is_empty() && self.spilled.load(Ordering::Acquire) == 0)
     }
 
     fn check(cfg: &PoolConfig) -> Result<(u32, usize), MemError> {
@@ -225,6 +240,8 @@ impl Pool {
             big_base: u64::MAX,
             big_size: 0,
             big_free: None,
+            spill: Mutex::new(Vec::new()),
+            spilled: AtomicUsize::new(0),
         }
     }
 
@@ -310,24 +327,59 @@ impl Pool {
                 tmp.push(c);
             }
             for c in tmp {
-                let _ = q.push(c);
+                self.give_chunk(c);
             }
-            n
+            n + self.spilled.load(Ordering::Acquire)
         })
     }
 
     #[inline]
     pub(crate) fn take_chunk(&self) -> Option<Chunk> {
-        self.free.as_ref()?.pop()
+        let q = self.free.as_ref()?;
+        match q.pop() {
+            Some(c) => Some(c),
+            None => self.take_spilled(),
+        }
+    }
+
+    /// Up to 64 frames of the spill (`give_chunk`), when the free list ran dry.
+    #[cold]
+    fn take_spilled(&self) -> Option<Chunk> {
+        if self.spilled.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut s = self.spill.lock().unwrap_or_else(|e| e.into_inner());
+        let n = s.len().min(CHUNK);
+        if n == 0 {
+            return None;
+        }
+        let mut c = Chunk {
+            n: n as u32,
+            addrs: [0; CHUNK],
+        };
+        let from = s.len() - n;
+        c.addrs[..n].copy_from_slice(&s[from..]);
+        s.truncate(from);
+        self.spilled.store(s.len(), Ordering::Release);
+        Some(c)
     }
 
     #[inline]
     pub(crate) fn give_chunk(&self, c: Chunk) {
         if let Some(q) = &self.free {
-            // The queue has room for every frame of the pool; a push can only fail if frames
-            // were freed twice, which the frame ownership rules exclude.
-            let _ = q.push(c);
+            if let Err(c) = q.push(c) {
+                self.spill_chunk(c);
+            }
         }
+    }
+
+    /// Keeps the frames of a chunk the free list had no room for (it holds as many chunks as
+    /// full ones fill the pool, partly filled ones can outnumber them): never lost.
+    #[cold]
+    fn spill_chunk(&self, c: Chunk) {
+        let mut s = self.spill.lock().unwrap_or_else(|e| e.into_inner());
+        s.extend_from_slice(&c.addrs[..c.n as usize]);
+        self.spilled.store(s.len(), Ordering::Release);
     }
 
     /// Start of the frame that holds `addr`.
@@ -357,5 +409,45 @@ impl std::fmt::Debug for Pool {
             .field("frame_size", &self.frame_size)
             .field("frames", &self.frames)
             .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Frames given back a few at a time (batches dropped with a few cached frames) make more
+    /// chunks than the free list holds full ones: none may be lost.
+    #[test]
+    fn frames_given_back_one_at_a_time_are_all_kept() {
+        let pool = Pool::new(&PoolConfig {
+            frames: 128,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut all = Vec::new();
+        while let Some(c) = pool.take_chunk() {
+            all.extend_from_slice(&c.addrs[..c.n as usize]);
+        }
+        assert_eq!(all.len(), 128);
+        assert!(pool.no_free_chunk());
+        for &a in &all {
+            let mut c = Chunk {
+                n: 1,
+                addrs: [0; CHUNK],
+            };
+            c.addrs[0] = a;
+            pool.give_chunk(c);
+        }
+        assert!(!pool.no_free_chunk());
+        assert_eq!(pool.free_frames(), 128);
+        let mut again = Vec::new();
+        while let Some(c) = pool.take_chunk() {
+            again.extend_from_slice(&c.addrs[..c.n as usize]);
+        }
+        again.sort_unstable();
+        all.sort_unstable();
+        assert_eq!(again, all, "each frame once, none lost");
+        assert_eq!(pool.free_frames(), 0);
     }
 }
