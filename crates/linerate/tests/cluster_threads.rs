@@ -1021,3 +1021,77 @@ fn a_mem_wire_writer_making_a_batch_per_packet_loses_no_frame() {
         "every frame of the wire came back"
     );
 }
+
+/// A mem input wire's writer that has every frame of the wire in flight waits for consumers to
+/// release some; once they have, the master (idle: nothing to read) hands them back at once,
+/// not at its next 100 ms maintenance.
+#[test]
+fn a_mem_wire_writer_out_of_frames_gets_them_back_without_waiting_for_maintenance() {
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 256,
+        frames: 256,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let name = format!("mem:zc-stall-{}", std::process::id());
+    let (mut input, note) =
+        linerate::open_cluster_input(&name, &Default::default(), &mut master).unwrap();
+    assert!(note.is_none(), "{note:?}");
+    let threads = Threads::spawn(&master, 0, None).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let n = 4000u64;
+    let writer = {
+        let (name, stop) = (name.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut w = linerate::open_rx(&name, &Default::default()).unwrap();
+            let pool = w.pool().unwrap().clone();
+            let mut b = Batch::with_pool(&pool);
+            let (mut sent, mut waits, mut longest) = (0u64, 0u64, Duration::ZERO);
+            let mut waiting: Option<std::time::Instant> = None;
+            let t0 = std::time::Instant::now();
+            while sent < n && t0.elapsed() < Duration::from_secs(5) {
+                while sent + (b.len() as u64) < n {
+                    let Some(mut fr) = b.alloc() else { break };
+                    fr.buf()[..4].copy_from_slice(&(sent as u32).to_be_bytes());
+                    fr.push(Desc {
+                        len: 60,
+                        wire_len: 60,
+                        ..Default::default()
+                    });
+                }
+                if b.is_empty() {
+                    waiting.get_or_insert_with(|| {
+                        waits += 1;
+                        std::time::Instant::now()
+                    });
+                    std::thread::sleep(Duration::from_micros(20));
+                    continue;
+                }
+                if let Some(t) = waiting.take() {
+                    longest = longest.max(t.elapsed());
+                }
+                sent += b.len() as u64;
+                w.tx(&mut b).unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::Release);
+            (sent, waits, longest, w.stats())
+        })
+    };
+    let mut dist = Distributor::new(Mode::RoundRobin, &[1], LinkType::ETHERNET);
+    let r = balance::run(&mut *input, &mut master, &mut dist, &opts(), &stop, |_| {});
+    assert!(r.error.is_none());
+    let (sent, waits, longest, ws) = writer.join().unwrap();
+    master.close();
+    threads.join().unwrap();
+    master.take_back();
+    let st = master.stats();
+    st.check_invariant().unwrap();
+    eprintln!("sent {sent}, waited {waits} times, longest {longest:?}; {ws:?}; {st:?}");
+    assert_eq!(sent, n, "the writer got frames back in time");
+    assert!(waits > 0, "the writer ran out of frames at times");
+    assert!(
+        longest < Duration::from_millis(60),
+        "the writer waited {longest:?} for frames consumers had released"
+    );
+}

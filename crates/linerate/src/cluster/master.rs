@@ -399,6 +399,22 @@ impl Master {
         free.flush_share(false);
     }
 
+    /// Call when the input had nothing to read: a `mem:` input wire's writer that found no free
+    /// frame ([`Master::input_wire`]) cannot send until the master takes back what consumers
+    /// released, so this takes it back now (rather than at the next [`Master::maintain`]) when
+    /// the wire's pool has no free chunk. Does nothing otherwise.
+    #[inline]
+    pub fn idle(&mut self) {
+        if self
+            .free
+            .share
+            .as_ref()
+            .is_some_and(|s| s.pool.no_free_chunk())
+        {
+            self.reclaim();
+        }
+    }
+
     /// A `mem:` wire into this master whose writer allocates from the segment's own frames, so
     /// that what it writes is published as it is, with no copy (as an input reading into lent
     /// frames is). Returns the writer's end and the master's end (read it with

@@ -629,6 +629,8 @@ pub fn run_with(
             idle = 0;
         } else {
             idle += 1;
+            // An input wire's writer may be waiting for the frames consumers released.
+            master.idle();
             if idle > 64 {
                 std::thread::sleep(Duration::from_micros(20));
             } else {
