@@ -1095,3 +1095,78 @@ fn a_mem_wire_writer_out_of_frames_gets_them_back_without_waiting_for_maintenanc
         "the writer waited {longest:?} for frames consumers had released"
     );
 }
+
+/// The master and its end of a mem input wire dropped while the writer still writes: the
+/// writer's frames stay mapped (nothing crashes), and a writer waiting for frames that will
+/// never come back learns that the master is gone instead of waiting forever.
+#[test]
+fn a_mem_wire_writer_outliving_its_master_is_told_and_ends() {
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 256,
+        frames: 512,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let name = format!("mem:zc-orphan-{}", std::process::id());
+    let (mut input, note) =
+        linerate::open_cluster_input(&name, &Default::default(), &mut master).unwrap();
+    assert!(note.is_none(), "{note:?}");
+    let threads = Threads::spawn(&master, 0, None).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let writer = {
+        let name = name.clone();
+        std::thread::spawn(move || {
+            let mut w = linerate::open_rx(&name, &Default::default()).unwrap();
+            let sent = balance::source::generate(
+                w.as_mut(),
+                16,
+                Some(10_000_000),
+                &AtomicBool::new(false),
+            );
+            // Frames of the dead master's segment are still writable.
+            let mut b = Batch::with_pool(w.pool().unwrap());
+            let err = loop {
+                if let Some(mut fr) = b.alloc() {
+                    fr.buf()[..60].fill(7);
+                    fr.push(Desc {
+                        len: 60,
+                        wire_len: 60,
+                        ..Default::default()
+                    });
+                }
+                match w.tx(&mut b) {
+                    Ok(_) => {}
+                    Err(e) => break e.to_string(),
+                }
+            };
+            let _ = tx.send((sent, err));
+        })
+    };
+    let mut dist = Distributor::new(Mode::RoundRobin, &[1], LinkType::ETHERNET);
+    let (mut batch, mut masks, mut read) = (Batch::new(), [1u64; 64], 0u64);
+    let t0 = std::time::Instant::now();
+    while read < 5000 && t0.elapsed() < Duration::from_secs(5) {
+        if input.rx(&mut batch).unwrap() > 0 {
+            read += batch.len() as u64;
+            dist.masks(&mut batch, None, &mut masks);
+            let len = batch.len();
+            master.distribute(&mut batch, &masks[..len]);
+            batch.clear();
+        } else {
+            master.idle();
+        }
+    }
+    assert!(read >= 5000);
+    master.close();
+    threads.join().unwrap();
+    drop(batch);
+    drop(input);
+    drop(master);
+    let (sent, err) = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the writer ended once its master was gone");
+    writer.join().unwrap();
+    assert!((5000..10_000_000).contains(&sent), "{sent}");
+    assert!(err.contains("gone"), "{err}");
+}

@@ -25,6 +25,9 @@ pub struct MemPort {
     rx: Consumer<Desc>,
     scratch: Batch,
     stats: PortStats,
+    /// A cluster's input wire ([`wire_over`]): its writer waits for frames the master hands
+    /// back, so once the master's end is gone `tx` says so rather than leaving it waiting.
+    closes_with_peer: bool,
 }
 
 fn registry() -> &'static Mutex<HashMap<String, MemPort>> {
@@ -58,12 +61,16 @@ pub fn wire(name: &str, opts: &PortOptions) -> Result<(MemPort, MemPort), PortEr
         big_frames: 2 * DEFAULT_BIG_FRAMES,
         ..Default::default()
     })?);
-    Ok(wire_over(name, pool))
+    let (mut a, mut b) = wire_over(name, pool);
+    (a.closes_with_peer, b.closes_with_peer) = (false, false);
+    Ok((a, b))
 }
 
 /// A wire whose two ends allocate from `pool` (frames of another pool's memory, for instance:
 /// [`crate::cluster::Master::input_wire`]). What does not fit the pool's frames is copied into
-/// them once, or dropped and counted when none is free, as for [`wire`].
+/// them once, or dropped and counted when none is free, as for [`wire`]. The frames of such a
+/// pool come back only through the other end's reader, so `tx` fails ([`PortError::Gone`])
+/// once that end is dropped: a writer waiting for frames would wait forever.
 pub(crate) fn wire_over(name: &str, pool: Arc<Pool>) -> (MemPort, MemPort) {
     let (ptx, prx) = ring::<Desc>(WIRE_SLOTS);
     let (qtx, qrx) = ring::<Desc>(WIRE_SLOTS);
@@ -74,6 +81,7 @@ pub(crate) fn wire_over(name: &str, pool: Arc<Pool>) -> (MemPort, MemPort) {
         rx,
         scratch: Batch::with_pool(&pool),
         stats: PortStats::default(),
+        closes_with_peer: true,
     };
     (end(ptx, qrx), end(qtx, prx))
 }
@@ -137,6 +145,13 @@ impl Port for MemPort {
 
     #[inline]
     fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+        if self.closes_with_peer && self.tx.peer_gone() {
+            batch.clear();
+            return Err(PortError::Gone {
+                port: self.name.clone(),
+                why: "the cluster master reading this wire is gone".into(),
+            });
+        }
         let own = batch.pool().is_some_and(|p| Arc::ptr_eq(p, &self.pool));
         let total = batch.len();
         if own {

@@ -230,6 +230,12 @@ impl<T: Copy> Producer<T> {
             .store(self.head, Ordering::Release);
     }
 
+    /// Whether the reading end was dropped (nothing pushed will ever be read).
+    #[inline]
+    pub fn peer_gone(&self) -> bool {
+        Arc::strong_count(&self.shared) == 1
+    }
+
     /// Enqueues as many of `items` as fit; returns how many (burst).
     #[inline]
     pub fn push_burst(&mut self, items: &[T]) -> usize {

@@ -82,7 +82,9 @@ pub fn generate(port: &mut dyn Port, flows: u32, limit: Option<u64>, stop: &Atom
             Err(_) => break,
         };
         sent += n as u64;
-        if port.stats().tx_drops.total() > before {
+        // No free frame (a cluster's input wire whose frames are all in flight): wait for some
+        // to come back rather than spin.
+        if port.stats().tx_drops.total() > before || n == 0 {
             spins += 1;
             std::thread::sleep(std::time::Duration::from_micros(10 * spins.min(10) as u64));
         } else {
