@@ -1170,3 +1170,114 @@ fn a_mem_wire_writer_outliving_its_master_is_told_and_ends() {
     assert!((5000..10_000_000).contains(&sent), "{sent}");
     assert!(err.contains("gone"), "{err}");
 }
+
+/// A mem input wire's frames published to two queues at once (fan-out: a hold count each),
+/// filtered, too long for `--max-pkt-len` (dropped, never cut), or left in the queue of a
+/// consumer that went silent (reclaimed): each comes back to the wire once, and the master's
+/// own frames stay its own.
+#[test]
+fn a_mem_wire_frames_shared_filtered_too_long_or_reclaimed_all_come_back() {
+    let mut cfg = ClusterConfig {
+        apps: vec![2],
+        slots: 256,
+        frames: 512,
+        ..Default::default()
+    };
+    cfg.fit_packets(1000);
+    let mut master = Master::anon(&cfg).unwrap();
+    master.set_consumer_timeout(Some(Duration::from_millis(20)));
+    let name = format!("mem:zc-mix-{}", std::process::id());
+    let (mut input, note) =
+        linerate::open_cluster_input(&name, &Default::default(), &mut master).unwrap();
+    assert!(note.is_none(), "{note:?}");
+    let kept = master.free_frames();
+    let mut w = linerate::open_rx(&name, &Default::default()).unwrap();
+    let pool = w.pool().unwrap().clone();
+    let (mut c0, mut c1) = (master.consumer(0).unwrap(), master.consumer(1).unwrap());
+    let (mut wb, mut rb, mut b0, mut b1) = (
+        Batch::with_pool(&pool),
+        Batch::new(),
+        Batch::new(),
+        Batch::new(),
+    );
+    let mut masks = [0u64; 64];
+    let (mut too_long, mut filtered, mut both, mut got0, mut got1) = (0u64, 0, 0, 0u64, 0u64);
+    let mut i = 0u32;
+    for round in 0..200 {
+        while !wb.is_full() {
+            let len = if i % 9 == 0 { 1500 } else { 200 };
+            let Some(mut fr) = wb.alloc() else { break };
+            fr.buf()[..len].fill(i as u8);
+            fr.buf()[..4].copy_from_slice(&i.to_be_bytes());
+            fr.push(Desc {
+                len: len as u32,
+                wire_len: len as u32,
+                ..Default::default()
+            });
+            i += 1;
+        }
+        w.tx(&mut wb).unwrap();
+        while input.rx(&mut rb).unwrap() > 0 {
+            for (k, d) in rb.descs().iter().enumerate() {
+                let j = u32::from_be_bytes(rb.data(k)[..4].try_into().unwrap());
+                masks[k] = match j % 4 {
+                    0 => 0,
+                    1 => 0b01,
+                    2 => 0b10,
+                    _ => 0b11,
+                };
+                filtered += u64::from(masks[k] == 0);
+                if d.len > 1000 {
+                    too_long += u64::from(masks[k] != 0);
+                } else {
+                    both += u64::from(masks[k] == 0b11);
+                }
+            }
+            let len = rb.len();
+            master.distribute(&mut rb, &masks[..len]);
+            rb.clear();
+        }
+        b0.clear();
+        got0 += c0.rx(&mut b0).unwrap() as u64;
+        for p in b0.iter() {
+            let j = u32::from_be_bytes(p.data[..4].try_into().unwrap());
+            assert!(p.data.len() == 200 && p.data[4..].iter().all(|&x| x == j as u8));
+        }
+        // Queue 1's consumer reads the first rounds, then goes silent, holding its batch.
+        if round < 100 {
+            b1.clear();
+            got1 += c1.rx(&mut b1).unwrap() as u64;
+        }
+    }
+    b0.clear();
+    while c0.rx(&mut b0).unwrap() > 0 {
+        got0 += b0.len() as u64;
+        b0.clear();
+    }
+    std::thread::sleep(Duration::from_millis(40));
+    master.maintain();
+    master.take_back();
+    let st = master.stats();
+    st.check_invariant().unwrap();
+    eprintln!("{st:?}");
+    assert_eq!(st.rx_packets, u64::from(i));
+    assert_eq!(st.too_big, too_long);
+    assert_eq!(st.filtered, filtered);
+    assert!(
+        both > 0 && got1 > 0 && st.queues[1].consumer_gone > 0,
+        "{st:?}"
+    );
+    assert_eq!(st.copied_packets, 0);
+    assert_eq!(st.queues[0].delivered, got0);
+    drop((b1, c1));
+    assert_eq!(
+        pool.free_frames(),
+        pool.frames() as usize,
+        "every wire frame came back"
+    );
+    assert_eq!(
+        master.free_frames(),
+        kept,
+        "the master's own frames are its own"
+    );
+}
