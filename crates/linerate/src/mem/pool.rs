@@ -326,10 +326,12 @@ impl Pool {
                 n += c.n as usize;
                 tmp.push(c);
             }
+            // Before the chunks go back: one that spills then is counted once.
+            n += self.spilled.load(Ordering::Acquire);
             for c in tmp {
                 self.give_chunk(c);
             }
-            n + self.spilled.load(Ordering::Acquire)
+            n
         })
     }
 
