@@ -1205,7 +1205,7 @@ fn a_mem_wire_frames_shared_filtered_too_long_or_reclaimed_all_come_back() {
     let mut i = 0u32;
     for round in 0..200 {
         while !wb.is_full() {
-            let len = if i % 9 == 0 { 1500 } else { 200 };
+            let len = if i.is_multiple_of(9) { 1500 } else { 200 };
             let Some(mut fr) = wb.alloc() else { break };
             fr.buf()[..len].fill(i as u8);
             fr.buf()[..4].copy_from_slice(&i.to_be_bytes());
