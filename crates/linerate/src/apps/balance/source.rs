@@ -77,18 +77,22 @@ pub fn generate(port: &mut dyn Port, flows: u32, limit: Option<u64>, stop: &Atom
         // A full wire drops what it cannot take (counted as its tx ring_full drops, like a NIC
         // whose ring overflows): back off when that happens.
         let before = port.stats().tx_drops.total();
+        let starved = b.is_empty();
         let n = match port.tx(&mut b) {
             Ok(n) => n,
             Err(_) => break,
         };
         sent += n as u64;
-        // No free frame (a cluster's input wire whose frames are all in flight): wait for some
-        // to come back rather than spin.
-        if port.stats().tx_drops.total() > before || n == 0 {
+        if port.stats().tx_drops.total() > before {
             spins += 1;
             std::thread::sleep(std::time::Duration::from_micros(10 * spins.min(10) as u64));
         } else {
             spins = 0;
+            if starved {
+                // No free frame (a cluster's input wire whose frames are all in flight, a
+                // port's frames all in its rings): let whoever gives them back run.
+                std::thread::yield_now();
+            }
         }
     }
     sent
