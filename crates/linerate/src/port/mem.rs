@@ -146,6 +146,10 @@ impl Port for MemPort {
     #[inline]
     fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
         if self.closes_with_peer && self.tx.peer_gone() {
+            // Counted, not silently cleared: nobody will read them.
+            self.stats
+                .tx_drops
+                .add(DropReason::ConsumerGone, batch.len() as u64);
             batch.clear();
             return Err(PortError::Gone {
                 port: self.name.clone(),
