@@ -78,6 +78,15 @@ fn numbered(n: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Opens `mem:TAG-PID` as `master`'s input wire over its frames (no copy); its name and the
+/// master's end.
+fn input_wire(master: &mut Master, tag: &str) -> (String, Box<dyn Port>) {
+    let name = format!("mem:{tag}-{}", std::process::id());
+    let (input, note) = linerate::open_cluster_input(&name, &Default::default(), master).unwrap();
+    assert!(note.is_none(), "{note:?}");
+    (name, input)
+}
+
 fn opts() -> BalanceOptions {
     BalanceOptions {
         interval: Duration::from_secs(3600),
@@ -765,10 +774,7 @@ fn a_mem_wire_into_the_cluster_writes_straight_into_the_segment() {
     cfg.fit_packets(130_944);
     let mut master = Master::anon(&cfg).unwrap();
     let all_free = master.free_frames();
-    let name = format!("mem:zc-in-{}", std::process::id());
-    let (mut input, note) =
-        linerate::open_cluster_input(&name, &Default::default(), &mut master).unwrap();
-    assert!(note.is_none(), "{note:?}");
+    let (name, mut input) = input_wire(&mut master, "zc-in");
     let kept = master.free_frames();
     assert!(
         kept < all_free / 4,
@@ -973,10 +979,7 @@ fn a_mem_wire_writer_making_a_batch_per_packet_loses_no_frame() {
         ..Default::default()
     };
     let mut master = Master::anon(&cfg).unwrap();
-    let name = format!("mem:zc-frag-{}", std::process::id());
-    let (mut input, note) =
-        linerate::open_cluster_input(&name, &Default::default(), &mut master).unwrap();
-    assert!(note.is_none(), "{note:?}");
+    let (name, mut input) = input_wire(&mut master, "zc-frag");
     let mut w = linerate::open_rx(&name, &Default::default()).unwrap();
     let pool = w.pool().unwrap().clone();
     assert_eq!(pool.free_frames(), pool.frames() as usize);
@@ -1034,10 +1037,7 @@ fn a_mem_wire_writer_out_of_frames_gets_them_back_without_waiting_for_maintenanc
         ..Default::default()
     };
     let mut master = Master::anon(&cfg).unwrap();
-    let name = format!("mem:zc-stall-{}", std::process::id());
-    let (mut input, note) =
-        linerate::open_cluster_input(&name, &Default::default(), &mut master).unwrap();
-    assert!(note.is_none(), "{note:?}");
+    let (name, mut input) = input_wire(&mut master, "zc-stall");
     let threads = Threads::spawn(&master, 0, None).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let n = 4000u64;
@@ -1108,10 +1108,7 @@ fn a_mem_wire_writer_outliving_its_master_is_told_and_ends() {
         ..Default::default()
     };
     let mut master = Master::anon(&cfg).unwrap();
-    let name = format!("mem:zc-orphan-{}", std::process::id());
-    let (mut input, note) =
-        linerate::open_cluster_input(&name, &Default::default(), &mut master).unwrap();
-    assert!(note.is_none(), "{note:?}");
+    let (name, mut input) = input_wire(&mut master, "zc-orphan");
     let threads = Threads::spawn(&master, 0, None).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let writer = {
@@ -1186,10 +1183,7 @@ fn a_mem_wire_frames_shared_filtered_too_long_or_reclaimed_all_come_back() {
     cfg.fit_packets(1000);
     let mut master = Master::anon(&cfg).unwrap();
     master.set_consumer_timeout(Some(Duration::from_millis(20)));
-    let name = format!("mem:zc-mix-{}", std::process::id());
-    let (mut input, note) =
-        linerate::open_cluster_input(&name, &Default::default(), &mut master).unwrap();
-    assert!(note.is_none(), "{note:?}");
+    let (name, mut input) = input_wire(&mut master, "zc-mix");
     let kept = master.free_frames();
     let mut w = linerate::open_rx(&name, &Default::default()).unwrap();
     let pool = w.pool().unwrap().clone();
