@@ -382,6 +382,31 @@ pub fn hash_toeplitz_symmetric(p: &Parsed) -> u32 {
     h
 }
 
+/// [`hash_toeplitz_symmetric`] read straight from the bytes of an untagged Ethernet/IPv4 frame,
+/// without a full parse; the same value the parser path gives. None for any other frame: parse
+/// it, then hash.
+#[inline]
+pub fn hash_toeplitz_symmetric_eth_v4(data: &[u8]) -> Option<u32> {
+    eth_v4_tuple(data).map(hash_toeplitz_symmetric_v4)
+}
+
+/// [`hash_toeplitz_symmetric`] of an IPv4 5-tuple ([`eth_v4_tuple`]): addresses then ports, 12
+/// bytes through the two tables. Ports that do not count are 0 there, and a zero byte adds
+/// nothing to a Toeplitz hash, so this equals the 8-byte input without ports.
+#[inline(always)]
+pub fn hash_toeplitz_symmetric_v4(t: V4Tuple) -> u32 {
+    let mut b = [0u8; 12];
+    b[..4].copy_from_slice(&t.src.to_be_bytes());
+    b[4..8].copy_from_slice(&t.dst.to_be_bytes());
+    b[8..10].copy_from_slice(&t.sport.to_be_bytes());
+    b[10..].copy_from_slice(&t.dport.to_be_bytes());
+    let mut h = 0;
+    for (i, &x) in b.iter().enumerate() {
+        h ^= SYM_TABLE[i & 1][usize::from(x)];
+    }
+    h
+}
+
 /// Which way a packet went relative to its [`FlowKey::canonical`] key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Direction {

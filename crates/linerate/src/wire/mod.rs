@@ -22,8 +22,9 @@ pub use ethernet::{EthernetFrame, Vlans, MAX_VLANS};
 pub use flow::{
     eth_v4_addrs, eth_v4_tuple, hash_5tuple_symmetric, hash_5tuple_symmetric_eth_v4,
     hash_5tuple_symmetric_v4, hash_ip_symmetric, hash_ip_symmetric_eth_v4, hash_ip_symmetric_v4,
-    hash_mac, hash_proto, hash_toeplitz, hash_toeplitz_symmetric, hash_vlan, toeplitz, Direction,
-    FlowKey, Toeplitz, V4Tuple, RSS_KEY_MICROSOFT, RSS_KEY_SYMMETRIC,
+    hash_mac, hash_proto, hash_toeplitz, hash_toeplitz_symmetric, hash_toeplitz_symmetric_eth_v4,
+    hash_toeplitz_symmetric_v4, hash_vlan, toeplitz, Direction, FlowKey, Toeplitz, V4Tuple,
+    RSS_KEY_MICROSOFT, RSS_KEY_SYMMETRIC,
 };
 pub use ipv4::Ipv4Packet;
 pub use ipv6::{Ipv6Packet, Ipv6Walk};

@@ -278,6 +278,7 @@ pub fn hash(mode: Mode, data: &[u8], link: LinkType) -> u32 {
         let fast = match mode {
             Mode::Ip => wire::hash_ip_symmetric_eth_v4(data),
             Mode::FiveTuple => wire::hash_5tuple_symmetric_eth_v4(data),
+            Mode::Toeplitz => wire::hash_toeplitz_symmetric_eth_v4(data),
             _ => None,
         };
         if let Some(h) = fast {
@@ -347,6 +348,15 @@ fn hash_batch(mode: Mode, link: LinkType, batch: &Batch, keep: u64, out: &mut [u
             Mode::FiveTuple,
             wire::eth_v4_tuple,
             wire::hash_5tuple_symmetric_v4,
+        ),
+        (Mode::Toeplitz, true) => two_pass(
+            batch,
+            keep,
+            out,
+            link,
+            Mode::Toeplitz,
+            wire::eth_v4_tuple,
+            wire::hash_toeplitz_symmetric_v4,
         ),
         _ => each(batch, keep, out, |d| hash(mode, d, link)),
     }
@@ -1082,7 +1092,7 @@ mod tests {
 
     #[test]
     fn batched_hashes_of_mixed_frames_equal_the_parsers_and_filtered_packets_get_none() {
-        // The ip and 5tuple modes hash untagged IPv4 from the bytes and the rest through the
+        // The ip, 5tuple and toeplitz modes hash untagged IPv4 from the bytes and the rest through the
         // parser: a batch mixing both (tagged, IPv6, fragments, IP options, cut short), with a
         // filter that drops some, must give every packet the parser's hash, and 0 when dropped.
         let pool = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
@@ -1117,7 +1127,7 @@ mod tests {
             frames.push(f);
         }
         let filter = Filter::compile("udp", LinkType::ETHERNET).unwrap();
-        for mode in [Mode::Ip, Mode::FiveTuple] {
+        for mode in [Mode::Ip, Mode::FiveTuple, Mode::Toeplitz] {
             let mut b = Batch::with_pool(&pool);
             for f in &frames {
                 assert!(b.push_copy(f, 0));
