@@ -73,17 +73,12 @@ pub fn open_cluster_input(
 ) -> Result<(Box<dyn Port>, Option<String>), PortError> {
     let parsed = Uri::parse(uri)?;
     if let Uri::Mem(name) = &parsed {
-        let why = if mem::MemPort::is_waiting(name) {
-            "the wire was opened before the master (its writer allocates from its own frames)"
-                .to_string()
-        } else {
-            match master.input_wire(name) {
-                Ok((writer, ours)) => {
-                    mem::MemPort::offer(name, writer)?;
-                    return Ok((Box::new(ours), None));
-                }
-                Err(why) => why,
-            }
+        let why = match mem::MemPort::make_and_offer(name, || master.input_wire(name)) {
+            Some(Ok(ours)) => return Ok((Box::new(ours), None)),
+            Some(Err(why)) => why,
+            None => "the wire was opened before the master (its writer allocates from its own \
+                     frames)"
+                .to_string(),
         };
         return Ok((
             open_rx(uri, opts)?,

@@ -101,28 +101,23 @@ impl MemPort {
 }
 
 impl MemPort {
-    /// Whether a wire named `name` waits for its second open (its first end is taken).
-    pub(crate) fn is_waiting(name: &str) -> bool {
-        registry()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(name)
-    }
-
-    /// Leaves `end` for the next `mem:NAME` open to take (the other end of a wire made here);
-    /// Err when a wire of that name waits for its second open already.
-    pub(crate) fn offer(name: &str, end: MemPort) -> Result<(), PortError> {
+    /// Makes a wire named `name` with `make` (which returns the end to leave for the next
+    /// `mem:NAME` open, then the caller's end) and leaves its first end for that open, both
+    /// under the registry's lock, so that no other open can take the name in between. None,
+    /// without calling `make`, when a wire of that name waits for its second open already;
+    /// `make`'s error as it is.
+    pub(crate) fn make_and_offer<E>(
+        name: &str,
+        make: impl FnOnce() -> Result<(MemPort, MemPort), E>,
+    ) -> Option<Result<MemPort, E>> {
         let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
         if reg.contains_key(name) {
-            return Err(PortError::BadUri {
-                uri: format!("mem:{name}"),
-                why: "a wire of that name is open already, its other end not taken yet; use \
-                      another name"
-                    .into(),
-            });
+            return None;
         }
-        reg.insert(name.to_string(), end);
-        Ok(())
+        Some(make().map(|(left, ours)| {
+            reg.insert(name.to_string(), left);
+            ours
+        }))
     }
 }
 
