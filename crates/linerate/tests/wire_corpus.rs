@@ -196,6 +196,13 @@ fn check(link: u32, pkt: &[u8], t: &mut Tally) {
             );
             t.fast5 += 1;
         }
+        if let Some(h) = wire::hash_toeplitz_symmetric_eth_v4(pkt) {
+            assert_eq!(
+                h,
+                wire::hash_toeplitz_symmetric(&p),
+                "fast IPv4 Toeplitz hash differs from the parsed one"
+            );
+        }
     }
     let q = reversed(&p);
     assert_eq!(wire::hash_ip_symmetric(&p), wire::hash_ip_symmetric(&q));
