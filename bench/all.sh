@@ -48,7 +48,7 @@ COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates bench || 
 rm -f "$REPORT.body"
 section count bash bench/count.sh 4 3000000
 section gen bash bench/gen.sh 4
-section fwd bash bench/fwd.sh 2 3
+section fwd bash bench/fwd.sh 2 5
 section cluster env DUR=3 RUNS=3 bash bench/cluster.sh
 section flows env ROUNDS=3 bash bench/flows.sh 3000000 100000
 section pcapng env SIZE=64 bash bench/pcapng.sh 5000000 7
