@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # bench/cluster.sh: in-memory throughput of the zero-copy cluster, 64 B frames (60 + CRC), from
 # linerate's built-in source, in one run next to dpdk-testpmd io forwarding between two net_null
-# vdevs (the framework-overhead reference of PEERS.md, no hugepages).
+# vdevs (the framework-overhead reference of PEERS.md, no hugepages) and DPDK's rte_distributor
+# handing packets from one core to a worker on the other (dpdk-test distributor_perf_autotest).
 #
 #   bash bench/cluster.sh            # DUR=4 s per run, RUNS=3, medians
 #   DUR=2 RUNS=1 bash bench/cluster.sh
+#   DIST_RUNS=3 bash bench/cluster.sh   # rte_distributor's test 3 times (default once, ~75 s)
 #   BIN=/tmp/linerate-old bash bench/cluster.sh   # another build (A/B in one session), no cargo
 #
 # Figures: "balance Mpps" is what the master received and distributed (one core: -g 0);
@@ -15,6 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR=${DUR:-4}
 RUNS=${RUNS:-3}
+DIST_RUNS=${DIST_RUNS:-1} # dpdk-test's distributor test takes ~75 s a run here
 if [ -z "${BIN:-}" ]; then
   BIN=target/release/linerate
   cargo build --release -q -p linerate-cli
@@ -73,6 +76,25 @@ testpmd() {
     || true
 }
 
+# distributor -> "Mpps ns": DPDK's own flow distributor (rte_distributor, burst mode) handing
+# mbufs from core 0 to one worker on core 1 (dpdk-test's distributor_perf_autotest: the
+# distributor core's time per packet, no packet data), and the test's cache line switch (one
+# line bounced between the two cores and back: ns per round trip). The same core-to-core hand-off
+# as the cluster's 1→1 rows, which testpmd io on net_null (one core) never makes.
+distributor() {
+  command -v dpdk-test >/dev/null || { echo "nan nan"; return; }
+  local o khz tpp sw
+  o=$(echo distributor_perf_autotest | timeout 300 dpdk-test --no-huge --no-pci -m 512 -l 0-$C1 \
+    --no-shconf --file-prefix lrdist --log-level=eal,debug 2>&1) || true
+  khz=$(sed -n 's/.*TSC frequency is ~\([0-9]*\) KHz.*/\1/p' <<<"$o" | head -1)
+  tpp=$(sed -n 's/^Time per packet: *\([0-9]*\).*/\1/p' <<<"$o" | tail -1)
+  sw=$(sed -n 's/^Ticks per iteration = *\([0-9]*\).*/\1/p' <<<"$o" | head -1)
+  if [ -z "$khz" ] || [ -z "$tpp" ] || [ -z "$sw" ] || ! grep -q "Test OK" <<<"$o"; then
+    echo "nan nan"; return
+  fi
+  awk -v k="$khz" -v t="$tpp" -v s="$sw" 'BEGIN { printf "%.2f %.0f\n", k * 1000 / t / 1e6, s * 1e6 / k }'
+}
+
 declare -A ROW_RX ROW_PC # label -> median master Mpps, median per-consumer Mpps
 row() { # label cmd...
   local label=$1; shift
@@ -109,9 +131,15 @@ if [ -n "${CLUSTER_FNS_ONLY:-}" ]; then return 0; fi
   echo
   tpm=$(printf '%s\n' "${tp[@]}" | median)
   echo "dpdk-testpmd io, net_null0 ↔ net_null1, 1 core, no hugepages (sum of both ports' Rx-pps): $tpm Mpps (runs: ${tp[*]})"
+  ds=() dsw=()
+  for ((k = 0; k < DIST_RUNS; k++)); do read -r a b <<<"$(distributor)"; ds+=("$a"); dsw+=("$b"); done
+  dsm=$(printf '%s\n' "${ds[@]}" | median)
+  echo
+  echo "DPDK rte_distributor, burst mode, 1 worker on core $C1 (dpdk-test distributor_perf_autotest, no hugepages): $dsm Mpps (runs: ${ds[*]}); a cache line from core 0 to core $C1 and back: $(printf '%s\n' "${dsw[@]}" | median) ns (runs: ${dsw[*]})"
   . bench/lib.sh
   goal "cluster threads 1→1 (ip), master" "${ROW_RX["threads 1→1 (ip hash)"]}" "testpmd io net_null" "$tpm" 1.0 Mpps
   goal "cluster threads 1→1 (round-robin), master" "${ROW_RX["threads 1→1 (round-robin)"]}" "testpmd io net_null" "$tpm" 1.2 Mpps
   goal "cluster threads 1→2 fan-out, per consumer" "${ROW_PC["threads 1→2 fan-out"]}" "testpmd io net_null" "$tpm" 0.75 Mpps
   goal "cluster processes 1→2 fan-out, per consumer" "${ROW_PC["processes 1→2 fan-out"]}" "testpmd io net_null" "$tpm" 0.75 Mpps
+  goal "cluster threads 1→1 (ip), master" "${ROW_RX["threads 1→1 (ip hash)"]}" "DPDK rte_distributor burst, 1 worker" "$dsm" - Mpps
 } | tee bench/cluster-results.md
