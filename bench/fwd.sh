@@ -160,6 +160,7 @@ run_fwd() { # name, runs, DMAC, command in B...
 }
 
 declare -A FB # forwarder name -> best pps out to vC
+med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # AB="OLD_BIN NEW_BIN": an interleaved A/B of the kernel engine (AB_ENGINE=xsk: the xsk engine)
 # of two builds, with xdp-bench redirect in each round for the kernel engine, RUNS rounds (one
 # 2 s window each), then the rows and medians.
@@ -178,7 +179,6 @@ if [ -n "${AB:-}" ]; then
       AX+=("$BEST_OUT")
     fi
   done
-  med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
   echo "| forwarder in B | A sent (pps) | into vB0 (pps) | out to vC (pps) | runs (out) |"
   echo "|---|---|---|---|---|"
   printf '%s\n' "${ROWS[@]}"
@@ -208,7 +208,6 @@ if [ -n "${BUSY:-}" ]; then
   BUSY_DONE=1
 fi
 
-med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # linerate fwd: l2fwd rewrite (dst 02:00:00:00:00:01, src vB1)
 if [ -z "${BUSY_DONE:-}" ]; then
 # The kernel engine and xdp-bench redirect do the same work (an XDP program redirecting to vB1):
@@ -268,7 +267,6 @@ else
 fi
 ip -n "$B" addr flush dev "$IB0"; ip -n "$B" addr flush dev "$IB1"
 if [ -n "${BUSY_DONE:-}" ]; then
-  med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
   echo "| forwarder in B | A sent (pps) | into vB0 (pps) | out to vC (pps) | runs (out) |"
   echo "|---|---|---|---|---|"
   printf '%s\n' "${ROWS[@]}"

@@ -583,8 +583,9 @@ pub fn run_with(
 
 /// Runs the kernel forwarder (an XDP program already attached by [`KernelFwd::open`]) until a
 /// limit or `stop`: looks at `stop` and the clock every 10 ms, and reads its counters every
-/// 10 ms only under a count limit, else at each interval for `on_tick` and at the end. `count` stops the run once that many were sent (the kernel may send a few more
-/// before the program is removed). Port `i`'s `sent` = frames redirected out of it less its
+/// 10 ms only under a count limit, else at each interval for `on_tick` and at the end. `count`
+/// stops the run once that many were sent (the kernel may send a few more before the program
+/// is removed). Port `i`'s `sent` = frames redirected out of it less its
 /// interface's transmit drops since the start (frames its driver refused after the redirect
 /// never left); `dropped` = the program's drops for that output + the interface's own rx/tx
 /// drop counters since the start (see [`KernelFwd::device_drops`]).
@@ -627,7 +628,7 @@ pub fn run_kernel(
             break Ended::Stopped;
         }
         std::thread::sleep(Duration::from_millis(10));
-        // The counters are read (two map lookups and a netlink request per port) only when
+        // The counters are read (map lookups, an ioctl and a netlink request per port) only when
         // something needs them: a count limit, the end, a statistics block. Reading them at
         // 100 Hz for nothing took syscalls on the forwarding core that xdp-bench does not.
         let now = mono_ns();

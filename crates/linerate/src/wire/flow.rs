@@ -375,8 +375,14 @@ pub fn hash_toeplitz_symmetric(p: &Parsed) -> u32 {
         return 0;
     }
     let (b, n) = rss_input(p);
+    toeplitz_symmetric_bytes(b.get(..n).unwrap_or_default())
+}
+
+/// The Toeplitz hash under [`RSS_KEY_SYMMETRIC`] of `b`, through its two tables.
+#[inline(always)]
+fn toeplitz_symmetric_bytes(b: &[u8]) -> u32 {
     let mut h = 0;
-    for (i, &x) in b.iter().take(n).enumerate() {
+    for (i, &x) in b.iter().enumerate() {
         h ^= SYM_TABLE[i & 1][usize::from(x)];
     }
     h
@@ -400,11 +406,7 @@ pub fn hash_toeplitz_symmetric_v4(t: V4Tuple) -> u32 {
     b[4..8].copy_from_slice(&t.dst.to_be_bytes());
     b[8..10].copy_from_slice(&t.sport.to_be_bytes());
     b[10..].copy_from_slice(&t.dport.to_be_bytes());
-    let mut h = 0;
-    for (i, &x) in b.iter().enumerate() {
-        h ^= SYM_TABLE[i & 1][usize::from(x)];
-    }
-    h
+    toeplitz_symmetric_bytes(&b)
 }
 
 /// Which way a packet went relative to its [`FlowKey::canonical`] key.
