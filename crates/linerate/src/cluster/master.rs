@@ -8,7 +8,7 @@ use super::layout::*;
 use super::liveness::{alive, my_pid, now_ms, proc_stat, same_process};
 use super::segment::{check_owner, not_ours, segment_path, unlink_if_ours, Segment, PUBLISHED};
 use super::stats::{ClusterStats, QueueStats};
-use crate::mem::{copy_packet, Batch, Chunk, Desc, Pool, Region, BATCH, CHUNK};
+use crate::mem::{copy_packet, prefetch_write, Batch, Chunk, Desc, Pool, Region, BATCH, CHUNK};
 use crate::port::mem::MemPort;
 use crate::port::xdp::UmemArea;
 use crate::port::PortError;
@@ -1053,20 +1053,6 @@ impl Master {
         self.free.flush_share(true);
         self.publish();
     }
-}
-
-/// Prefetches the cache line at `p` for writing (a hint: no effect where unsupported).
-#[inline(always)]
-pub(super) fn prefetch_write(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHW is a hint: it never faults, whatever the address, and writes nothing
-    // (CPUs without it, Intel before Broadwell, execute it as a no-op). `_mm_prefetch` with
-    // `_MM_HINT_ET0` would compile to a read prefetch without the `prfchw` target feature.
-    unsafe {
-        std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// Bytes the kernel leaves in front of a packet it writes into an AF_XDP UMEM chunk.

@@ -721,7 +721,11 @@ fn fill(
             }
             best
         } else {
-            *rr = (*rr + 1) % streams.len();
+            // No division per packet: a step and a wrap.
+            *rr += 1;
+            if *rr >= streams.len() {
+                *rr = 0;
+            }
             *rr
         };
         let k = g.b.len();
