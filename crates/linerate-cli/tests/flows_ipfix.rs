@@ -288,3 +288,42 @@ fn nfcapd_stores_what_we_export() {
     export(&cap, &tmp, true);
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// Records due leave within `--ipfix-flush` whatever the output: a Kafka `linger.ms` longer
+/// than that is refused before anything is read or connected (exit 2, naming both).
+#[test]
+fn kafka_linger_longer_than_the_flush_is_refused() {
+    let cap = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap");
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["flows", "-q", "-i"])
+        .arg(&cap)
+        .args([
+            "--kafka",
+            "127.0.0.1:1/flows",
+            "--kafka-opt",
+            "linger.ms=1500",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("linger.ms=1500") && err.contains("--ipfix-flush"),
+        "{err}"
+    );
+    // With a longer flush it is taken (and then the broker, which is not there, is the error).
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["flows", "-q", "-i"])
+        .arg(&cap)
+        .args([
+            "--kafka",
+            "127.0.0.1:1/flows",
+            "--kafka-opt",
+            "linger.ms=1500",
+        ])
+        .args(["--ipfix-flush", "2", "--kafka-timeout", "200ms"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("--ipfix-flush"), "{err}");
+}

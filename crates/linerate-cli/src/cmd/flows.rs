@@ -66,6 +66,11 @@ pub struct Args {
     /// IPFIX observation domain id.
     #[arg(long, value_name = "ID", default_value = "1")]
     ipfix_domain: u32,
+    /// The longest a due record waits before it leaves: in a partly filled IPFIX message, in
+    /// the -w file's buffer (Kafka's producer sends within its linger.ms, which may not be
+    /// longer); a timer sends it whether or not more traffic comes. 0: at once.
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = flags::duration(flags::WAIT))]
+    ipfix_flush: Duration,
     /// Export records into Apache Kafka: BROKERS/TOPIC, BROKERS host:port[,host:port...]. One
     /// JSON message per record (the -w x.jsonl fields plus "probe"), keyed by the canonical
     /// bidirectional flow key (see docs/flows.md, "Many probes, one topic").
@@ -113,6 +118,23 @@ struct Sinks {
     write_error: Option<std::io::Error>,
     /// Live input: records are flushed as they come, not when the buffer fills.
     flush_each: bool,
+    /// The longest a record waits in the writer's buffer (`--ipfix-flush`).
+    flush_every: Duration,
+    /// When the oldest record not yet flushed to the writer's output was written.
+    unflushed: Option<std::time::Instant>,
+}
+
+impl Sinks {
+    fn flush_writer(&mut self) {
+        if let Some(w) = &mut self.writer {
+            if self.write_error.is_none() {
+                if let Err(e) = w.flush() {
+                    self.write_error = Some(e);
+                }
+            }
+        }
+        self.unflushed = None;
+    }
 }
 
 impl RecordSink for Sinks {
@@ -125,11 +147,10 @@ impl RecordSink for Sinks {
                         break;
                     }
                 }
-                if self.flush_each {
-                    if let Err(e) = w.flush() {
-                        self.write_error.get_or_insert(e);
-                    }
-                }
+                self.unflushed.get_or_insert_with(std::time::Instant::now);
+            }
+            if self.flush_each {
+                self.flush_writer();
             }
         }
         if let Some((x, _)) = &mut self.ipfix {
@@ -143,6 +164,18 @@ impl RecordSink for Sinks {
     fn ending(&mut self) {
         if let Some(k) = &self.kafka {
             k.set_wait_when_full(true);
+        }
+    }
+
+    fn tick(&mut self) {
+        if let Some((x, _)) = &mut self.ipfix {
+            x.tick();
+        }
+        if self
+            .unflushed
+            .is_some_and(|t| t.elapsed() >= self.flush_every)
+        {
+            self.flush_writer();
         }
     }
 }
@@ -201,6 +234,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             })?;
             for kv in &a.kafka_opt {
                 o.set(kv).map_err(|e| usage(format!("--kafka-opt {e}")))?;
+            }
+            // Records due leave within --ipfix-flush whatever the output.
+            for (k, v) in &o.settings {
+                let ms = v.parse::<f64>().unwrap_or(0.0);
+                if (k == "linger.ms" || k == "queue.buffering.max.ms")
+                    && ms > a.ipfix_flush.as_secs_f64() * 1000.0
+                {
+                    return Err(usage(format!(
+                        "--kafka-opt {k}={v}: records would wait longer than --ipfix-flush {} s \
+                         (lower it, or raise --ipfix-flush)",
+                        a.ipfix_flush.as_secs_f64()
+                    )));
+                }
             }
             o.timeout = a.kafka_timeout;
             o.queue = a.kafka_queue as usize;
@@ -278,12 +324,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 uniflow: a.ipfix_uniflow,
                 ..Default::default()
             };
-            let x = UdpExporter::new(addr, opts).map_err(|e| match e {
+            let mut x = UdpExporter::new(addr, opts).map_err(|e| match e {
                 IpfixError::MessageSize { .. } => {
                     usage(format!("--ipfix-mtu {}: {e}", a.ipfix_mtu))
                 }
                 e => anyhow::Error::new(e).context(format!("--ipfix {dest}")),
             })?;
+            x.set_flush(a.ipfix_flush);
             Some((x, addr))
         }
     };
@@ -311,6 +358,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         kafka,
         write_error: None,
         flush_each: is_live,
+        flush_every: a.ipfix_flush,
+        unflushed: None,
     };
     if !a.quiet {
         let link = input.link_type().0;

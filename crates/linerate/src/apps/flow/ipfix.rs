@@ -4,7 +4,8 @@
 //! [`Encoder`] has no I/O and no clock of its own: it packs records into messages no larger than
 //! `max_message` bytes, puts the templates before the first data and again every
 //! `template_refresh_s` seconds of export time, numbers messages with the count of data records
-//! sent before them, and hands each finished message to a callback. [`UdpExporter`] sends those
+//! sent before them, stamps each with the export time set when it is finished (the time it
+//! leaves: RFC 7011 §3.1), and hands each finished message to a callback. [`UdpExporter`] sends those
 //! messages to a collector and counts the ones that failed: refused by the socket, or refused
 //! by the collector's host (ICMP port unreachable, read from the socket's error queue with the
 //! message it is about). UDP has no acknowledgment: a message lost without a word from the
@@ -244,7 +245,7 @@ impl Encoder {
         self.buf.clear();
         self.buf.extend_from_slice(&10u16.to_be_bytes());
         self.buf.extend_from_slice(&0u16.to_be_bytes()); // length, set when finished
-        self.buf.extend_from_slice(&self.export_s.to_be_bytes());
+        self.buf.extend_from_slice(&0u32.to_be_bytes()); // export time, set when finished
         self.buf.extend_from_slice(&self.sent.to_be_bytes());
         self.buf.extend_from_slice(&self.opts.domain.to_be_bytes());
         self.in_msg = 0;
@@ -291,8 +292,14 @@ impl Encoder {
         }
     }
 
-    /// Finishes the message being built (if it holds data) and hands it to `send` with the
-    /// number of data records in it.
+    /// Data records in the message being built (0: none open).
+    pub fn pending(&self) -> u32 {
+        self.in_msg
+    }
+
+    /// Finishes the message being built (if it holds data), stamps it with the export time
+    /// set last ([`Encoder::set_export_time`]: the caller sets it to the time of sending) and
+    /// hands it to `send` with the number of data records in it.
     pub fn flush(&mut self, send: &mut dyn FnMut(&[u8], u32)) {
         if self.buf.is_empty() || self.in_msg == 0 {
             return;
@@ -300,6 +307,7 @@ impl Encoder {
         self.close_set();
         let l = self.buf.len() as u16;
         self.buf[2..4].copy_from_slice(&l.to_be_bytes());
+        self.buf[4..8].copy_from_slice(&self.export_s.to_be_bytes());
         debug_assert!(self.buf.len() <= self.opts.max_message);
         send(&self.buf, self.in_msg);
         self.messages += 1;
@@ -308,7 +316,8 @@ impl Encoder {
         self.in_msg = 0;
     }
 
-    /// Sets the export time (seconds since the epoch) of the messages to come.
+    /// Sets the export time (seconds since the epoch) that the messages finished from now on
+    /// carry, and that decides when the templates are due again.
     pub fn set_export_time(&mut self, s: u32) {
         self.export_s = s;
     }
@@ -563,11 +572,18 @@ impl Link {
     }
 }
 
-/// Sends IPFIX over UDP to a collector.
+/// How long a record waits in a partly filled message by default (`--ipfix-flush`).
+pub const DEFAULT_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Sends IPFIX over UDP to a collector. A record waits in a partly filled message at most the
+/// flush interval: [`RecordSink::records`] sends what is due when records come, and
+/// [`RecordSink::tick`] (the monitor's loop calls it whether or not packets come) when none do.
 pub struct UdpExporter {
     link: Link,
     enc: Encoder,
+    /// When the oldest record of the open message was added.
     opened_at: Option<std::time::Instant>,
+    flush_every: std::time::Duration,
 }
 
 impl UdpExporter {
@@ -592,7 +608,27 @@ impl UdpExporter {
             },
             enc,
             opened_at: None,
+            flush_every: DEFAULT_FLUSH,
         })
+    }
+
+    /// The longest a record waits in a partly filled message (0: every call that brings
+    /// records sends them).
+    pub fn set_flush(&mut self, every: std::time::Duration) {
+        self.flush_every = every;
+    }
+
+    /// Sends the open message if its oldest record has waited the flush interval, stamped
+    /// with the time it leaves.
+    fn send_due(&mut self) {
+        let Some(opened) = self.opened_at else { return };
+        if opened.elapsed() >= self.flush_every {
+            self.enc
+                .set_export_time((crate::time::wall_ns() / 1_000_000_000) as u32);
+            let link = &mut self.link;
+            self.enc.flush(&mut |m, n| link.send(m, n));
+            self.opened_at = None;
+        }
     }
 
     /// Counters so far.
@@ -621,20 +657,30 @@ impl UdpExporter {
 
 impl RecordSink for UdpExporter {
     fn records(&mut self, recs: &[FlowRecord]) {
+        if recs.is_empty() {
+            return;
+        }
+        // Messages filled by these records leave now: they carry this time.
         let now = crate::time::wall_ns();
         self.enc.set_export_time((now / 1_000_000_000) as u32);
         self.link.stats.flows += recs.len() as u64;
+        let before = self.enc.messages();
         let link = &mut self.link;
         let mut send = |m: &[u8], n: u32| link.send(m, n);
         for r in recs {
             self.enc.add(r, &mut send);
         }
-        // A partly filled message waits at most a second.
-        let opened = *self.opened_at.get_or_insert_with(std::time::Instant::now);
-        if opened.elapsed() >= std::time::Duration::from_secs(1) {
-            self.enc.flush(&mut send);
+        if self.enc.pending() == 0 {
             self.opened_at = None;
+        } else if self.opened_at.is_none() || self.enc.messages() != before {
+            // What is left open came with these records.
+            self.opened_at = Some(std::time::Instant::now());
         }
+        self.send_due();
+    }
+
+    fn tick(&mut self) {
+        self.send_due();
     }
 }
 
@@ -835,6 +881,66 @@ mod tests {
         assert_eq!((num(&f[4]), num(&f[5])), (80, 1002));
         assert_eq!((num(&f[12]), num(&f[13])), (2, 2000));
         assert_eq!(num(&f[11]), 2);
+    }
+
+    #[test]
+    fn export_time_is_the_time_the_message_is_finished() {
+        let mut enc = Encoder::new(IpfixOptions::default()).unwrap();
+        let mut msgs: Vec<Vec<u8>> = Vec::new();
+        let mut send = |m: &[u8], _: u32| msgs.push(m.to_vec());
+        enc.set_export_time(1_700_000_000);
+        enc.add(&rec(false, 1), &mut send);
+        assert_eq!(enc.pending(), 1);
+        enc.set_export_time(1_700_000_011);
+        enc.flush(&mut send);
+        assert_eq!(enc.pending(), 0);
+        let t = |m: &Vec<u8>| u32::from_be_bytes([m[4], m[5], m[6], m[7]]);
+        assert_eq!(msgs.iter().map(t).collect::<Vec<_>>(), vec![1_700_000_011]);
+    }
+
+    /// A lone record leaves within the flush interval with no more records coming: the
+    /// monitor's loop ticks, and the message carries the time it left.
+    #[test]
+    fn a_lone_record_leaves_on_the_timer() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_millis(20)))
+            .unwrap();
+        let mut x = UdpExporter::new(rx.local_addr().unwrap(), IpfixOptions::default()).unwrap();
+        x.set_flush(std::time::Duration::from_millis(300));
+        let mut r = rec(false, 1);
+        let now = crate::time::wall_ns();
+        r.last_ns = now;
+        r.start_ns = now - 1_000_000_000;
+        let t0 = std::time::Instant::now();
+        x.records(&[r]);
+        let mut buf = [0u8; 2048];
+        let mut got = None;
+        while t0.elapsed() < std::time::Duration::from_secs(3) {
+            x.tick();
+            if let Ok(n) = rx.recv(&mut buf) {
+                got = Some((n, t0.elapsed(), crate::time::wall_ns()));
+                break;
+            }
+        }
+        let (n, after, arrived_ns) = got.expect("no message within 3 s");
+        assert!(
+            after >= std::time::Duration::from_millis(300)
+                && after < std::time::Duration::from_millis(1000),
+            "{after:?}"
+        );
+        let (_, data, _) = decode(&[buf[..n].to_vec()]);
+        assert_eq!(data.len(), 1);
+        let export_s = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]) as u64;
+        assert!(
+            export_s >= r.last_ns / 1_000_000_000,
+            "{export_s} {}",
+            r.last_ns
+        );
+        assert!(export_s <= arrived_ns / 1_000_000_000);
+        // Nothing more: the timer does not send empty messages.
+        x.tick();
+        assert!(rx.recv(&mut buf).is_err());
+        assert_eq!(x.stats().messages, 1);
     }
 
     #[test]

@@ -83,6 +83,10 @@ pub trait RecordSink {
     /// The packets are over: what comes next is the final flush of every open flow, off the
     /// packet path (a sink may now wait for room instead of dropping).
     fn ending(&mut self) {}
+    /// Called from the monitor's loop every few milliseconds at most, whether or not packets
+    /// or records come (per batch while they do): a sink that holds records (a partly filled
+    /// IPFIX message, a file buffer) sends them here once they have waited long enough.
+    fn tick(&mut self) {}
 }
 
 impl<F: FnMut(&[FlowRecord])> RecordSink for F {
@@ -308,6 +312,7 @@ pub fn run(
             sink.records(&w.out);
             w.out.clear();
         }
+        sink.tick();
     };
     sink.ending();
     w.table.flush(&mut w.out);

@@ -1127,6 +1127,7 @@ fn pump(
                     std::thread::sleep(Duration::from_millis(1))
                 }
             }
+            sink.tick();
             // Every thread has stopped reading: what follows is the final flush.
             if !ending && sh.done.load(Ordering::Acquire) == nt {
                 ending = true;
