@@ -115,6 +115,17 @@ pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
 /// Times a tool re-armed its stop flag ([`rearm_stop`]).
 static REARMED: AtomicU64 = AtomicU64::new(0);
 
+/// A new flag set by the next stop signal, which counts as a first one (no forced stop): for a
+/// wait after the summary that a signal ends.
+pub fn fresh_stop_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    REARMED.fetch_add(1, Ordering::SeqCst);
+    for sig in stop_signals() {
+        let _ = signal_hook::flag::register(sig, flag.clone());
+    }
+    flag
+}
+
 /// Clears `stop` so that a new signal asks for a new stop (flows does so to wait for Kafka's
 /// acknowledgements after its input stopped): the next signal is then a first one, not a forced
 /// stop.

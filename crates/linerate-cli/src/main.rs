@@ -71,8 +71,20 @@ fn main() -> ExitCode {
         Cmd::Watch(a) => cmd::watch::run(a),
         Cmd::Sweep(a) => cmd::sweep::run(a),
     };
-    match r {
+    let code = match r {
         Ok(code) => code,
         Err(e) => common::report_error(&e),
+    };
+    // After the summary: --metrics-textfile, then --metrics-linger keeps the endpoint up.
+    match common::metrics::finish() {
+        Ok(()) => code,
+        Err(e) => {
+            let c = common::report_error(&e);
+            if code == ExitCode::SUCCESS {
+                c
+            } else {
+                code
+            }
+        }
     }
 }

@@ -158,7 +158,7 @@ fn metrics_are_served_as_prometheus_text() {
             "--interval",
             "100ms",
         ])
-        .args(["--metrics", &addr])
+        .args(["--metrics", &addr, "--metrics-linger", "0"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

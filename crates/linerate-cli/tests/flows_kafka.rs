@@ -817,6 +817,8 @@ fn broker_stopped_mid_export(b: &mut Broker, dir: &Path) {
         "3s",
         "--metrics",
         "127.0.0.1:0",
+        "--metrics-linger",
+        "0",
         "--json",
     ]);
     f.write(&Pcap::new().0);

@@ -102,6 +102,7 @@ fn gen_steered_by_commands_changes_rate_size_mac_and_count_within_one_interval()
             "60",
         ])
         .args(["--json", "--commands", "-", "--metrics", "127.0.0.1:0"])
+        .args(["--metrics-linger", "0"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

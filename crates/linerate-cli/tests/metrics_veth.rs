@@ -311,7 +311,7 @@ fn every_receive_tool_serves_the_same_families_equal_to_its_summary() {
     let pair = NetnsPair::new().expect("netns pair");
     pair.no_ipv6().expect("no ipv6");
     let ns = pair.ns(Side::B).to_string();
-    let m = ["--metrics", "127.0.0.1:0"];
+    let m = ["--metrics", "127.0.0.1:0", "--metrics-linger", "0"];
     let f = ["-f", "udp dst port 9"];
     let port = "afpacket:vB";
     let count = Tool::spawn(
@@ -463,6 +463,8 @@ fn gen_serves_tx_counters_and_asked_and_achieved_rates() {
             "--json",
             "--metrics",
             "127.0.0.1:0",
+            "--metrics-linger",
+            "0",
         ],
     );
     let deadline = Instant::now() + Duration::from_secs(10);

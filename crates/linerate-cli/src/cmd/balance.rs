@@ -96,8 +96,8 @@ pub struct Args {
     /// Print statistics as JSON lines.
     #[arg(long)]
     json: bool,
-    #[arg(long, value_name = "ADDR", help = metrics::HELP)]
-    metrics: Option<String>,
+    #[command(flatten)]
+    metrics: metrics::MetricsArgs,
     /// Print only the final summary.
     #[arg(short = 'q', long)]
     quiet: bool,
@@ -358,7 +358,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             p
         }
     };
-    let metrics = metrics::start(a.metrics.as_deref(), "balance", a.quiet)?;
+    let metrics = metrics::start(&a.metrics, "balance", a.quiet)?;
     if let Some(m) = &metrics {
         let s = master.stats();
         publish(m, (&a.input, a.out.as_deref()), a.cluster, &s, &[]);

@@ -69,8 +69,8 @@ pub struct Args {
     /// 256 KiB).
     #[arg(short = 's', long, value_name = "BYTES", value_parser = flags::size(64, 262_144))]
     snaplen: Option<u64>,
-    #[arg(long, value_name = "ADDR", help = metrics::HELP)]
-    metrics: Option<String>,
+    #[command(flatten)]
+    metrics: metrics::MetricsArgs,
     /// Receive threads (as PF_RING's pfcount_multichannel): each owns some of the input's
     /// queues and reads them itself, with no dispatcher (thread t takes queues t, t+N, ...);
     /// interval lines and the summary give each thread's counts and their total. Default: one
@@ -273,7 +273,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     };
     pin(a.core)?;
-    let metrics = metrics::start(a.metrics.as_deref(), "count", a.quiet)?;
+    let metrics = metrics::start(&a.metrics, "count", a.quiet)?;
     if let Some(m) = &metrics {
         let mut e = m.exposition();
         e.port(&a.input, Dir::Rx, &PortCount::default());
@@ -586,7 +586,7 @@ fn run_threads(
         .collect();
     let names: Vec<String> = shares.iter().map(|s| s.name.clone()).collect();
     pin(a.core)?;
-    let metrics = metrics::start(a.metrics.as_deref(), "count", a.quiet)?;
+    let metrics = metrics::start(&a.metrics, "count", a.quiet)?;
     if let Some(m) = &metrics {
         let mut e = m.exposition();
         e.port(&a.input, Dir::Rx, &PortCount::default());

@@ -97,8 +97,8 @@ pub struct Args {
     /// drops records (counted queue_full), a file waits for room.
     #[arg(long, value_name = "N", default_value = "262144", value_parser = flags::count(1, 16_000_000), requires = "kafka")]
     kafka_queue: u64,
-    #[arg(long, value_name = "ADDR", help = metrics::HELP)]
-    metrics: Option<String>,
+    #[command(flatten)]
+    metrics: metrics::MetricsArgs,
     /// Columns, comma separated (`all`, `default`, or names: stime,ltime,dur,flgs,proto,saddr,
     /// sport,dir,daddr,dport,spkts,dpkts,sbytes,dbytes,state,sflags,dflags,itype,icode,reason,vlan).
     #[arg(long, value_name = "LIST", default_value = "default")]
@@ -270,7 +270,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     });
     let metrics = {
         let (l, input, kt) = (live.clone(), a.input.clone(), kafka_text);
-        metrics::start_live(a.metrics.as_deref(), "flows", true, move |e| {
+        metrics::start_live(&a.metrics, "flows", true, move |e| {
             let c = PortCount {
                 packets: l.packets.load(Ordering::Relaxed),
                 bytes: l.bytes.load(Ordering::Relaxed),
@@ -282,6 +282,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         })?
     };
+    // flows prints its own lines (JSON ones with --json): the endpoint started quiet.
+    metrics::announce_linger(!a.quiet && !a.json);
     let popts = PortOptions {
         frames: 16_384,
         ..Default::default()
@@ -363,7 +365,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     if !a.quiet {
         let link = input.link_type().0;
-        let maddr = metrics.as_ref().map(|m| m.addr().to_string());
+        let maddr = metrics
+            .as_ref()
+            .and_then(|m| m.addr())
+            .map(|a| a.to_string());
         if a.json {
             let mut j = serde_json::json!({"type": "start", "input": a.input, "link_type": link,
                     "threads": a.threads, "plan": input.plan(), "max_flows": a.max_flows});

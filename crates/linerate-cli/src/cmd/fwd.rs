@@ -99,8 +99,8 @@ pub struct Args {
         default_value = "auto"
     )]
     pub engine: Engine,
-    #[arg(long, value_name = "ADDR", help = metrics::HELP)]
-    pub metrics: Option<String>,
+    #[command(flatten)]
+    pub metrics: metrics::MetricsArgs,
     /// xsk engine: forwarding threads (as DPDK l2fwd with one lcore per queue). Default: one
     /// per queue pair when both ports are xdp:IFACE with several queues (thread t reads input
     /// queues t, t+N, ... and sends out of output queue t; with --bidir the reverse too); 1:
@@ -461,7 +461,7 @@ pub fn run_with(
         );
     }
     let _ = out.flush();
-    let m = metrics::start(a.metrics.as_deref(), "fwd", false)?;
+    let m = metrics::start(&a.metrics, "fwd", false)?;
     let mut ticker = Ticker {
         json: a.json,
         period: a.period,
@@ -617,7 +617,7 @@ fn run_kernel(
         );
     }
     let _ = out.flush();
-    let m = metrics::start(a.metrics.as_deref(), "fwd", false)?;
+    let m = metrics::start(&a.metrics, "fwd", false)?;
     let mut ticker = Ticker {
         json: a.json,
         period: a.period,
@@ -898,7 +898,7 @@ fn run_threads(
         let _ = writeln!(out, "Threads: {words}");
     }
     let _ = out.flush();
-    let m = metrics::start(a.metrics.as_deref(), "fwd", false)?;
+    let m = metrics::start(&a.metrics, "fwd", false)?;
     let mut ticker = Ticker {
         json: a.json,
         period: a.period,

@@ -178,8 +178,8 @@ pub struct Args {
     /// Seconds between statistics lines.
     #[arg(long, value_name = "SECONDS", default_value = "1")]
     pub interval: String,
-    #[arg(long, value_name = "ADDR", help = metrics::HELP)]
-    pub metrics: Option<String>,
+    #[command(flatten)]
+    pub metrics: metrics::MetricsArgs,
     /// Read commands line by line while it runs (`-`: standard input): start, stop, rate
     /// 50%|2Mpps, size 128, dst-mac MAC, count N, quit. Each one's effect shows in the next
     /// statistics line.
@@ -757,7 +757,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .collect::<anyhow::Result<_>>()?,
     };
     let clock = TscClock::new();
-    let metrics = metrics::start(a.metrics.as_deref(), "gen", a.quiet)?;
+    let metrics = metrics::start(&a.metrics, "gen", a.quiet)?;
     let rx_live = RxLive::default();
     let mut out: Box<dyn Write> = Box::new(std::io::stdout());
     // The rate asked in all.
@@ -1387,7 +1387,7 @@ fn run_live(
     if let (Some(st), Some(_)) = (&steer, &a.commands) {
         read_commands(st.clone(), a.json);
     }
-    let metrics = metrics::start(a.metrics.as_deref(), "gen", a.quiet)?;
+    let metrics = metrics::start(&a.metrics, "gen", a.quiet)?;
     let mut page = match (&steer, with_console) {
         (Some(st), true) => Some(ReadOnly::steered(
             format!("linerate gen -o {} (XDP live frames)", a.output),

@@ -7,45 +7,177 @@
 //! from its statistics thread once per interval ([`Metrics::publish`]), or renders at each
 //! scrape from counters its workers already keep ([`start_live`]). Nothing runs on the packet
 //! path.
+//!
+//! A tool's last figures are its summary's; a job that ends takes its endpoint with it. Two
+//! ways to keep them: `--metrics-linger` keeps the endpoint serving them after the summary (the
+//! tool's run has returned: [`finish`], called by `main`), and `--metrics-textfile FILE` writes
+//! them atomically (write, then rename) for node_exporter's textfile collector, the Prometheus
+//! convention for jobs that end.
 
-use super::usage;
+use super::{flags, usage};
 use linerate::stats::http::{auth_note, serve, Endpoint};
 use linerate::stats::prom::Exposition;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The flag's help text, the same on every tool.
 pub const HELP: &str = "Serve counters in Prometheus' text format at http://ADDR/metrics (e.g. \
                         127.0.0.1:9100; port 0 picks one); no authentication: keep it on loopback";
 
+/// How long the endpoint stays up after the summary when `--metrics` is given without
+/// `--metrics-linger`: two scrapes at Prometheus' usual 15 s interval.
+pub const DEFAULT_LINGER: Duration = Duration::from_secs(30);
+
+/// The metrics flags of every long-running tool.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct MetricsArgs {
+    #[arg(long, value_name = "ADDR", help = HELP)]
+    pub metrics: Option<String>,
+    /// After the summary, keep serving --metrics (its final figures, the summary's) this long,
+    /// so that a last scrape gets them; default 30 s with --metrics (two scrapes at the usual
+    /// 15 s interval), 0: exit at once. A signal ends the wait.
+    #[arg(long, value_name = "SECONDS", value_parser = flags::duration(flags::WAIT))]
+    pub metrics_linger: Option<Duration>,
+    /// At the end, write the final figures (the summary's, in Prometheus' text format) to FILE
+    /// atomically (FILE.tmp, then rename), for node_exporter's textfile collector (name it
+    /// *.prom in its --collector.textfile.directory).
+    #[arg(long, value_name = "FILE")]
+    pub metrics_textfile: Option<PathBuf>,
+}
+
 type Render = Box<dyn Fn(&mut Exposition) + Send + Sync>;
 
+/// What [`finish`] needs once the tool's run has returned: the endpoint (kept serving) and how
+/// to read the final text.
+struct End {
+    endpoint: Option<Endpoint>,
+    text: Arc<dyn Fn() -> String + Send + Sync>,
+    linger: Duration,
+    textfile: Option<PathBuf>,
+    quiet: bool,
+}
+
+static END: Mutex<Option<End>> = Mutex::new(None);
+
+/// `FILE.tmp` beside `FILE`: the same file system, so that the rename is atomic.
+fn tmp_of(file: &Path) -> PathBuf {
+    let mut t = file.as_os_str().to_owned();
+    t.push(".tmp");
+    PathBuf::from(t)
+}
+
+/// Writes `text` to `file` atomically: a reader sees the old file or the whole new one.
+fn write_atomic(file: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let tmp = tmp_of(file);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, file).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// Whether [`finish`] says on standard error that the endpoint stays up (for a tool that
+/// prints its own lines and started the endpoint quiet).
+pub fn announce_linger(on: bool) {
+    if let Ok(mut e) = END.lock() {
+        if let Some(e) = e.as_mut() {
+            e.quiet = !on;
+        }
+    }
+}
+
+/// After the tool's run (and its summary): writes `--metrics-textfile`, then keeps the endpoint
+/// serving the final figures for `--metrics-linger`, or until a stop signal. An error writing
+/// the file is returned (exit 1).
+pub fn finish() -> anyhow::Result<()> {
+    let Some(end) = END.lock().ok().and_then(|mut e| e.take()) else {
+        return Ok(());
+    };
+    let mut result = Ok(());
+    if let Some(f) = &end.textfile {
+        if let Err(e) = write_atomic(f, &(end.text)()) {
+            result = Err(anyhow::anyhow!(
+                "--metrics-textfile {}: {e} (the final figures were not written)",
+                f.display()
+            ));
+        }
+    }
+    if let Some(ep) = &end.endpoint {
+        if !end.linger.is_zero() {
+            if !end.quiet {
+                eprintln!(
+                    "Metrics stay on http://{}/metrics for {} s (--metrics-linger; Ctrl-C ends)",
+                    ep.addr(),
+                    end.linger.as_secs_f64()
+                );
+            }
+            let stop = super::fresh_stop_flag();
+            let t0 = Instant::now();
+            while t0.elapsed() < end.linger && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    drop(end);
+    result
+}
+
 /// Starts the endpoint of `--metrics ADDR`, if given; it serves what [`Metrics::publish`] last
-/// set (the common families at 0 until then).
-pub fn start(addr: Option<&str>, tool: &str, quiet: bool) -> anyhow::Result<Option<Metrics>> {
-    start_inner(addr, tool, quiet, None)
+/// set (the common families at 0 until then). With `--metrics-textfile` alone there is no
+/// endpoint, but the figures are published all the same (for the file, at the end).
+pub fn start(a: &MetricsArgs, tool: &str, quiet: bool) -> anyhow::Result<Option<Metrics>> {
+    start_inner(a, tool, quiet, None)
 }
 
 /// Like [`start`], but until the first [`Metrics::publish`] each scrape is rendered by `render`
 /// (reading counters other threads keep); the final publish then fixes the text.
 pub fn start_live(
-    addr: Option<&str>,
+    a: &MetricsArgs,
     tool: &str,
     quiet: bool,
     render: impl Fn(&mut Exposition) + Send + Sync + 'static,
 ) -> anyhow::Result<Option<Metrics>> {
-    start_inner(addr, tool, quiet, Some(Box::new(render)))
+    start_inner(a, tool, quiet, Some(Box::new(render)))
 }
 
 fn start_inner(
-    addr: Option<&str>,
+    a: &MetricsArgs,
     tool: &str,
     quiet: bool,
     render: Option<Render>,
 ) -> anyhow::Result<Option<Metrics>> {
-    let Some(addr) = addr else { return Ok(None) };
+    if a.metrics.is_none() {
+        if let Some(l) = a.metrics_linger {
+            return Err(usage(format!(
+                "--metrics-linger {} s keeps the --metrics endpoint up after the summary: give                  --metrics ADDR too",
+                l.as_secs_f64()
+            )));
+        }
+    }
+    if let Some(f) = &a.metrics_textfile {
+        // Checked before any output: the file's folder takes FILE.tmp (then removed).
+        let tmp = tmp_of(f);
+        std::fs::File::create(&tmp)
+            .and_then(|_| std::fs::remove_file(&tmp))
+            .map_err(|e| {
+                usage(format!(
+                    "--metrics-textfile {}: cannot write {} beside it: {e}",
+                    f.display(),
+                    tmp.display()
+                ))
+            })?;
+    }
+    if a.metrics.is_none() && a.metrics_textfile.is_none() {
+        return Ok(None);
+    }
     let fixed: Arc<Mutex<Option<Arc<String>>>> = Arc::new(Mutex::new(None));
     let (f, t) = (fixed.clone(), tool.to_string());
-    let endpoint = serve(addr, move || {
+    let text: Arc<dyn Fn() -> String + Send + Sync> = Arc::new(move || {
         // The lock is held only to copy a pointer.
         let text = f.lock().ok().and_then(|s| s.clone());
         match (text, &render) {
@@ -57,24 +189,43 @@ fn start_inner(
             }
             (None, None) => Exposition::new(&t).render(),
         }
-    })
-    .map_err(|e| usage(format!("--metrics {addr}: {e}")))?;
-    if let Some(note) = auth_note(&endpoint.addr()) {
-        eprintln!("linerate: {note}");
-    }
-    if !quiet {
-        eprintln!("Metrics on http://{}/metrics", endpoint.addr());
+    });
+    let endpoint = match &a.metrics {
+        None => None,
+        Some(addr) => {
+            let t = text.clone();
+            let endpoint =
+                serve(addr, move || t()).map_err(|e| usage(format!("--metrics {addr}: {e}")))?;
+            if let Some(note) = auth_note(&endpoint.addr()) {
+                eprintln!("linerate: {note}");
+            }
+            if !quiet {
+                eprintln!("Metrics on http://{}/metrics", endpoint.addr());
+            }
+            Some(endpoint)
+        }
+    };
+    let addr = endpoint.as_ref().map(|e| e.addr());
+    if let Ok(mut e) = END.lock() {
+        *e = Some(End {
+            endpoint,
+            text,
+            linger: a.metrics_linger.unwrap_or(DEFAULT_LINGER),
+            textfile: a.metrics_textfile.clone(),
+            quiet,
+        });
     }
     Ok(Some(Metrics {
-        endpoint,
+        addr,
         fixed,
         tool: tool.to_string(),
     }))
 }
 
-/// A running `--metrics` endpoint of one tool.
+/// The `--metrics` endpoint (and `--metrics-textfile`) of one tool; the endpoint itself lives
+/// until [`finish`].
 pub struct Metrics {
-    endpoint: Endpoint,
+    addr: Option<std::net::SocketAddr>,
     fixed: Arc<Mutex<Option<Arc<String>>>>,
     tool: String,
 }
@@ -93,8 +244,8 @@ impl Metrics {
         }
     }
 
-    /// The address it listens on.
-    pub fn addr(&self) -> std::net::SocketAddr {
-        self.endpoint.addr()
+    /// The address it listens on (None: `--metrics-textfile` only).
+    pub fn addr(&self) -> Option<std::net::SocketAddr> {
+        self.addr
     }
 }
