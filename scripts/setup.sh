@@ -7,7 +7,7 @@ if [ "$(id -u)" != 0 ]; then
   exec sudo bash "$0" "$@"
 fi
 pkgs=(libpcap-dev pkg-config iproute2 ethtool tcpdump tshark clang llvm libbpf-dev nfdump argus-server argus-client
-  librdkafka-dev)
+  librdkafka-dev prometheus)
 # The Kafka broker of the tests (scripts/kafka.sh) runs on Java 17 or later and is fetched with
 # Maven: installed only when no such java or mvn is on the PATH already.
 java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1)
@@ -25,5 +25,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   # tshark asks whether non-root users may capture; answer no without a prompt.
   echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# prometheus (the server and promtool of tests/metrics_final.rs) is started by the tests on
+# their own ports; the package's service, where systemd started it, is not needed.
+if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then
+  systemctl disable --now prometheus >/dev/null 2>&1 || true
 fi
 echo "setup: Debian packages present (${pkgs[*]})"
