@@ -26,9 +26,4 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# prometheus (the server and promtool of tests/metrics_final.rs) is started by the tests on
-# their own ports; the package's service, where systemd started it, is not needed.
-if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then
-  systemctl disable --now prometheus >/dev/null 2>&1 || true
-fi
 echo "setup: Debian packages present (${pkgs[*]})"

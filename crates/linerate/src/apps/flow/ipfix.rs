@@ -355,9 +355,18 @@ impl Encoder {
             (true, false) => TPL_V6_UNIFLOW,
         };
         let len = record_len(spec);
-        self.room_for(tpl, len, send);
-        self.put(r, false, bi);
-        if !bi && r.dst_pkts > 0 {
+        if bi {
+            self.room_for(tpl, len, send);
+            self.put(r, false, true);
+            return;
+        }
+        // A uniflow record for each direction that sent packets (a status record's interval
+        // may hold only the responder's).
+        if r.src_pkts > 0 {
+            self.room_for(tpl, len, send);
+            self.put(r, false, false);
+        }
+        if r.dst_pkts > 0 {
             self.room_for(tpl, len, send);
             self.put(r, true, false);
         }
@@ -392,16 +401,25 @@ impl Encoder {
                 r.dst_tcp_flags,
             )
         };
+        // A biflow's times span both directions and its ICMP type is the initiator's; a
+        // uniflow record has its own direction's (RFC 7012).
+        let (start, end, it, ic) = if bi {
+            (r.start_ns, r.last_ns, r.icmp_type, r.icmp_code)
+        } else {
+            let d = reverse as usize;
+            let [t, c] = r.side_icmp[d];
+            (r.side_ns[d][0], r.side_ns[d][1], t, c)
+        };
         let tc = if icmp {
-            (r.icmp_type as u16) << 8 | r.icmp_code as u16
+            (it as u16) << 8 | ic as u16
         } else {
             0
         };
         let b = &mut self.buf;
         for &(ie, _, rev) in spec {
             match (ie, rev) {
-                (152, _) => b.extend_from_slice(&(r.start_ns / 1_000_000).to_be_bytes()),
-                (153, _) => b.extend_from_slice(&(r.last_ns / 1_000_000).to_be_bytes()),
+                (152, _) => b.extend_from_slice(&(start / 1_000_000).to_be_bytes()),
+                (153, _) => b.extend_from_slice(&(end / 1_000_000).to_be_bytes()),
                 (8 | 12, _) => b.extend_from_slice(&(if ie == 8 { sa } else { da })[..4]),
                 (27 | 28, _) => b.extend_from_slice(if ie == 27 { sa } else { da }),
                 (7, _) => b.extend_from_slice(&sp.to_be_bytes()),
@@ -718,6 +736,17 @@ mod tests {
             reason: EndReason::Idle,
             dir_certain: true,
             encap: 1,
+            side_ns: [
+                [
+                    1_700_000_000_000_000_000 + i * 1_000_000,
+                    1_700_000_000_900_000_000,
+                ],
+                [
+                    1_700_000_000_100_000_000 + i * 1_000_000,
+                    1_700_000_001_000_000_000,
+                ],
+            ],
+            side_icmp: [[0; 2]; 2],
         }
     }
 
@@ -941,6 +970,63 @@ mod tests {
         x.tick();
         assert!(rx.recv(&mut buf).is_err());
         assert_eq!(x.stats().messages, 1);
+    }
+
+    /// Uniflow records carry their own direction's times, ICMP type/code and TCP flags; a
+    /// direction that sent nothing has no record.
+    #[test]
+    fn uniflow_records_are_each_directions_own() {
+        let mut enc = Encoder::new(IpfixOptions {
+            uniflow: true,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut msgs: Vec<Vec<u8>> = Vec::new();
+        let mut send = |m: &[u8], _: u32| msgs.push(m.to_vec());
+        // An ICMP echo: requests 8.0 from the initiator, replies 0.0 back.
+        let mut echo = rec(false, 2);
+        echo.proto = 1;
+        echo.icmp_type = 8;
+        echo.side_icmp = [[8, 0], [0, 0]];
+        enc.add(&echo, &mut send);
+        // A TCP flow with its two sides' flags.
+        enc.add(&rec(false, 3), &mut send);
+        // Only the responder spoke in this interval.
+        let mut back = rec(false, 4);
+        back.src_pkts = 0;
+        back.side_ns[0] = [0, 0];
+        enc.add(&back, &mut send);
+        enc.flush(&mut send);
+        let (_, data, _) = decode(&msgs);
+        assert_eq!(data.len(), 5);
+        let ms = |s: &[u8]| num(s) * 1_000_000;
+        for (k, (r, rev)) in [(&echo, false), (&echo, true), (&rec(false, 3), false)]
+            .into_iter()
+            .chain([(&rec(false, 3), true), (&back, true)])
+            .enumerate()
+        {
+            let f = &data[k].1;
+            let d = rev as usize;
+            assert_eq!(ms(&f[0]), r.side_ns[d][0] / 1_000_000 * 1_000_000, "{k}");
+            assert_eq!(ms(&f[1]), r.side_ns[d][1] / 1_000_000 * 1_000_000, "{k}");
+            assert_eq!(num(&f[11]), 1 + d as u64, "{k}: biflowDirection");
+            if r.proto == 1 {
+                let want = (r.side_icmp[d][0] as u64) << 8 | r.side_icmp[d][1] as u64;
+                assert_eq!(num(&f[8]), want, "{k}: icmpTypeCode");
+            } else {
+                let flags = if rev {
+                    r.dst_tcp_flags
+                } else {
+                    r.src_tcp_flags
+                };
+                assert_eq!(num(&f[7]), flags as u64, "{k}: tcpControlBits");
+            }
+        }
+        // The echo's reverse record: 0.0 (a reply), from the reply's own times.
+        assert_eq!(num(&data[1].1[8]), 0);
+        assert_eq!(num(&data[0].1[8]), 0x0800);
+        assert_eq!(num(&data[1].1[1]), 1_700_000_001_000);
+        assert_eq!(num(&data[0].1[1]), 1_700_000_000_900);
     }
 
     #[test]

@@ -51,7 +51,7 @@ pub const STALL: Duration = Duration::from_secs(1);
 /// Records the queue between the packet path and the producer thread holds by default: as many
 /// as a flow table of flows' default size (`--max-flows 256k`) holds, so that the end of the
 /// input, which reports every open flow at once, hands them all over without waiting for the
-/// producer (112 bytes a record: 28 MiB).
+/// producer (136 bytes a record: 34 MiB).
 pub const DEFAULT_QUEUE: usize = 262_144;
 
 /// Why a record did not reach the topic.
@@ -785,6 +785,8 @@ mod tests {
             reason: EndReason::Idle,
             dir_certain: false,
             encap: 0,
+            side_ns: [[1_700_000_000_000_000_000, 1_700_000_001_000_000_000]; 2],
+            side_icmp: [[0; 2]; 2],
         }
     }
 

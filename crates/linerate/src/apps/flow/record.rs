@@ -141,6 +141,12 @@ pub struct FlowRecord {
     pub dir_certain: bool,
     /// Encapsulation bits seen (`key::E_*`).
     pub encap: u8,
+    /// Each direction on its own, [the initiator's, the responder's] (a uniflow record's
+    /// figures, RFC 7012: its own packets'): first and last packet, ns (0 when it sent none).
+    pub side_ns: [[u64; 2]; 2],
+    /// ICMP type and code of each direction's first ICMP packet, [initiator's, responder's]
+    /// (an echo flow: 8.0 and 0.0).
+    pub side_icmp: [[u8; 2]; 2],
 }
 
 impl FlowRecord {
@@ -770,6 +776,11 @@ mod tests {
             reason: EndReason::End,
             dir_certain: true,
             encap: E_ETH,
+            side_ns: [
+                [1_700_000_000_123_456_789, 1_700_000_002_023_456_789],
+                [1_700_000_000_223_456_789, 1_700_000_002_123_456_789],
+            ],
+            side_icmp: [[0; 2]; 2],
         }
     }
 

@@ -97,8 +97,9 @@ struct Entry {
     lru: [u32; 2],
     /// prev, next in the status list.
     st: [u32; 2],
-    start_ns: u64,
-    last_ns: u64,
+    /// First and last packet of side a, side b (valid where that side counted packets).
+    first: [u64; 2],
+    last: [u64; 2],
     /// Table clock when the entry last moved to its list's tail.
     touched: u64,
     status_due: u64,
@@ -108,6 +109,8 @@ struct Entry {
     tcp: [u8; 2],
     icmp_type: u8,
     icmp_code: u8,
+    /// ICMP type and code of the first packet of side a, side b.
+    icmp_side: [[u8; 2]; 2],
     bits: u8,
     encap: u8,
     init_b: bool,
@@ -296,9 +299,23 @@ impl FlowTable {
         } else {
             (sp, dp)
         };
+        // Each side's times count where it sent packets; the flow spans both.
+        let side_ns = [s, r].map(|k| {
+            if e.pkts[k] > 0 {
+                [e.first[k], e.last[k]]
+            } else {
+                [0, 0]
+            }
+        });
+        let start_ns = match (e.pkts[s] > 0, e.pkts[r] > 0) {
+            (true, true) => e.first[s].min(e.first[r]),
+            (true, false) => e.first[s],
+            _ => e.first[r],
+        };
+        let last_ns = side_ns[0][1].max(side_ns[1][1]);
         Some(FlowRecord {
-            start_ns: e.start_ns,
-            last_ns: e.last_ns,
+            start_ns,
+            last_ns,
             src,
             dst,
             sport,
@@ -318,6 +335,8 @@ impl FlowTable {
             reason,
             dir_certain: e.certain,
             encap: e.encap,
+            side_ns,
+            side_icmp: [e.icmp_side[s], e.icmp_side[r]],
         })
     }
 
@@ -491,8 +510,6 @@ impl FlowTable {
                     key: p.key,
                     hash: h,
                     chain: NIL,
-                    start_ns: ts,
-                    last_ns: ts,
                     status_due: due,
                     init_b: side == 1,
                     certain: !tcp,
@@ -518,13 +535,16 @@ impl FlowTable {
         self.stats.bytes += wire_len as u64;
         let e = &mut self.entries[i as usize];
         e.touched = now;
-        if e.fresh {
-            e.fresh = false;
-            e.start_ns = ts;
-            e.last_ns = ts;
+        e.fresh = false;
+        if e.pkts[side] == 0 {
+            // This side's first packet (of the flow, or since the last status record).
+            e.first[side] = ts;
+            e.last[side] = ts;
+            e.icmp_side[side] = [p.icmp_type, p.icmp_code];
+        } else {
+            e.first[side] = e.first[side].min(ts);
+            e.last[side] = e.last[side].max(ts);
         }
-        e.start_ns = e.start_ns.min(ts);
-        e.last_ns = e.last_ns.max(ts);
         e.pkts[side] += 1;
         e.bytes[side] += wire_len as u64;
         e.encap |= p.encap & !E_LATER;
@@ -688,6 +708,52 @@ mod tests {
         assert_eq!(r.last_ns, S + 6);
         assert!(t.is_empty());
         assert_eq!(t.stats().records[EndReason::End.index()], 1);
+    }
+
+    /// RFC 7012's uniflows: each direction keeps its own first and last packet and its own
+    /// ICMP type (an echo flow's replies are 0.0, its requests 8.0), and a status record's
+    /// next interval starts each side afresh.
+    #[test]
+    fn each_direction_keeps_its_own_times_and_icmp_type() {
+        let mut t = FlowTable::new(TableConfig {
+            max_flows: 16,
+            status_ns: 10 * S,
+            ..Default::default()
+        });
+        let mut out = Vec::new();
+        let pk = |t: &mut FlowTable, f: Vec<u8>, ts: u64, out: &mut Vec<FlowRecord>| {
+            let p = extract(&f, LinkType::ETHERNET).unwrap();
+            t.packet(&p, ts, f.len() as u32, out);
+        };
+        // UDP: query at S, the reply at S + 5, another query at S + 3.
+        pk(&mut t, eth_v4(A, B, 17, 5353, 53, 0, 4), S, &mut out);
+        pk(&mut t, eth_v4(B, A, 17, 53, 5353, 0, 4), S + 5, &mut out);
+        pk(&mut t, eth_v4(A, B, 17, 5353, 53, 0, 4), S + 3, &mut out);
+        // ICMP echo: request at S + 1, reply at S + 2.
+        pk(&mut t, eth_v4(A, B, 1, 8, 0x1234, 0, 8), S + 1, &mut out);
+        pk(&mut t, eth_v4(B, A, 1, 0, 0x1234, 0, 8), S + 2, &mut out);
+        t.flush(&mut out);
+        let udp = out.iter().find(|r| r.proto == 17).unwrap();
+        assert_eq!((udp.start_ns, udp.last_ns), (S, S + 5));
+        assert_eq!(udp.side_ns, [[S, S + 3], [S + 5, S + 5]]);
+        let icmp = out.iter().find(|r| r.proto == 1).unwrap();
+        assert_eq!(icmp.side_icmp, [[8, 0], [0, 0]]);
+        assert_eq!(icmp.side_ns, [[S + 1, S + 1], [S + 2, S + 2]]);
+        assert_eq!((icmp.icmp_type, icmp.src_pkts, icmp.dst_pkts), (8, 1, 1));
+        // A status record, then only the responder speaks: the initiator's side is empty.
+        out.clear();
+        pk(&mut t, eth_v4(A, B, 17, 7000, 53, 0, 4), 100 * S, &mut out);
+        t.advance(110 * S, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].side_ns, [[100 * S, 100 * S], [0, 0]]);
+        out.clear();
+        pk(&mut t, eth_v4(B, A, 17, 53, 7000, 0, 4), 112 * S, &mut out);
+        t.flush(&mut out);
+        assert_eq!(out.len(), 1);
+        let r = out[0];
+        assert_eq!((r.src_pkts, r.dst_pkts), (0, 1));
+        assert_eq!(r.side_ns, [[0, 0], [112 * S, 112 * S]]);
+        assert_eq!((r.start_ns, r.last_ns), (112 * S, 112 * S));
     }
 
     #[test]
