@@ -327,3 +327,192 @@ fn kafka_linger_longer_than_the_flush_is_refused() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("--ipfix-flush"), "{err}");
 }
+
+/// Ethernet/IPv4 frame from `src` to `dst` carrying `l4` with protocol `proto`.
+fn ipv4_frame(src: [u8; 4], dst: [u8; 4], proto: u8, l4: &[u8]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+    let len = (20 + l4.len()) as u16;
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&len.to_be_bytes());
+    f.extend_from_slice(&[0, 1, 0x40, 0, 64, proto, 0, 0]);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&dst);
+    let mut sum = 0u32;
+    for k in (14..34).step_by(2) {
+        sum += u16::from_be_bytes([f[k], f[k + 1]]) as u32;
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f.extend_from_slice(l4);
+    f
+}
+
+/// A pcap (µs) of `frames` with their times (ns).
+fn write_pcap(path: &Path, frames: &[(u64, Vec<u8>)]) {
+    let mut f = Vec::new();
+    f.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    f.extend_from_slice(&2u16.to_le_bytes());
+    f.extend_from_slice(&4u16.to_le_bytes());
+    for v in [0u32, 0, 65535, 1] {
+        f.extend_from_slice(&v.to_le_bytes());
+    }
+    for (ts, p) in frames {
+        f.extend_from_slice(&((ts / 1_000_000_000) as u32).to_le_bytes());
+        f.extend_from_slice(&((ts % 1_000_000_000 / 1000) as u32).to_le_bytes());
+        f.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        f.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        f.extend_from_slice(p);
+    }
+    std::fs::write(path, f).unwrap();
+}
+
+/// Milliseconds since the epoch of tshark's "Nov 14, 2023 22:13:21.250000000 UTC".
+fn tshark_ms(s: &str) -> u64 {
+    let months = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let w: Vec<&str> = s.split_whitespace().collect();
+    assert!(w.len() >= 4, "tshark time '{s}'");
+    let m = months.iter().position(|x| *x == w[0]).unwrap() as i64 + 1;
+    let d: i64 = w[1].trim_end_matches(',').parse().unwrap();
+    let y: i64 = w[2].parse().unwrap();
+    let (hms, frac) = w[3].split_once('.').unwrap_or((w[3], "0"));
+    let t: Vec<i64> = hms.split(':').map(|x| x.parse().unwrap()).collect();
+    // Days from the civil date (proleptic Gregorian).
+    let (y2, m2) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let doy = (153 * m2 + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let ms: i64 = format!("{frac:0<3}")[..3].parse().unwrap();
+    ((days * 86_400 + t[0] * 3600 + t[1] * 60 + t[2]) * 1000 + ms) as u64
+}
+
+/// `--ipfix-uniflow` as RFC 7012 counts flows, read back by tshark's IPFIX dissector: each
+/// record's start and end are its own direction's first and last packet, its ICMP type/code its
+/// own packets' (an echo flow's reverse record: 0.0, replies), its packets its own.
+#[test]
+fn tshark_reads_uniflow_records_with_each_directions_own_figures() {
+    if !have("tshark") {
+        linerate_test_support::skip("tshark not installed (apt-get install tshark)");
+        return;
+    }
+    let tmp = std::env::temp_dir().join(format!("linerate-uniflow-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let (a, b) = ([10, 0, 0, 1], [10, 0, 0, 2]);
+    let echo = |t: u8| {
+        let mut l4 = vec![t, 0, 0, 0, 0, 7, 0, 1];
+        l4.extend_from_slice(&[0x55; 8]);
+        l4
+    };
+    let udp = |sp: u16, dp: u16| {
+        let mut l4 = Vec::new();
+        for v in [sp, dp, 16, 0] {
+            l4.extend_from_slice(&v.to_be_bytes());
+        }
+        l4.extend_from_slice(&[0xaa; 8]);
+        l4
+    };
+    let s = 1_700_000_000_000_000_000u64;
+    let ms = 1_000_000u64;
+    let frames = vec![
+        (s + 1000 * ms, ipv4_frame(a, b, 1, &echo(8))),
+        (s + 1100 * ms, ipv4_frame(a, b, 17, &udp(5353, 53))),
+        (s + 1250 * ms, ipv4_frame(b, a, 1, &echo(0))),
+        (s + 1400 * ms, ipv4_frame(a, b, 17, &udp(5353, 53))),
+        (s + 1700 * ms, ipv4_frame(b, a, 17, &udp(53, 5353))),
+        (s + 1900 * ms, ipv4_frame(b, a, 17, &udp(53, 5353))),
+        (s + 2000 * ms, ipv4_frame(a, b, 1, &echo(8))),
+        (s + 2300 * ms, ipv4_frame(b, a, 1, &echo(0))),
+    ];
+    let cap = tmp.join("exchange.pcap");
+    write_pcap(&cap, &frames);
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let port = rx.local_addr().unwrap().port();
+    let st = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["flows", "-q", "-i"])
+        .arg(&cap)
+        .args(["--ipfix", &format!("127.0.0.1:{port}"), "--ipfix-uniflow"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut msgs = Vec::new();
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = rx.recv(&mut buf) {
+        msgs.push((s, buf[..n].to_vec()));
+    }
+    assert!(!msgs.is_empty());
+    // The messages as UDP datagrams to `port`, for tshark.
+    let frames: Vec<(u64, Vec<u8>)> = msgs
+        .iter()
+        .map(|(t, m)| {
+            let mut l4 = Vec::new();
+            for v in [4739u16, port, (8 + m.len()) as u16, 0] {
+                l4.extend_from_slice(&v.to_be_bytes());
+            }
+            l4.extend_from_slice(m);
+            (*t, ipv4_frame([127, 0, 0, 1], [127, 0, 0, 1], 17, &l4))
+        })
+        .collect();
+    let ipfix = tmp.join("ipfix.pcap");
+    write_pcap(&ipfix, &frames);
+    let o = Command::new("tshark")
+        .arg("-r")
+        .arg(&ipfix)
+        .args(["-d", &format!("udp.port=={port},cflow"), "-T", "fields"])
+        .args(["-E", "separator=;", "-E", "aggregator=|"])
+        .args(["-e", "cflow.srcaddr", "-e", "cflow.protocol"])
+        .args(["-e", "cflow.abstimestart", "-e", "cflow.abstimeend"])
+        .args(["-e", "cflow.icmp_type_code_ipv4", "-e", "cflow.packets"])
+        .args(["-e", "_ws.expert.severity"])
+        .env("TZ", "UTC")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&tmp);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    // (source, protocol) -> (start ms, end ms, ICMP type/code, packets), by tshark.
+    let mut got = BTreeMap::new();
+    for l in text.lines() {
+        let c: Vec<Vec<&str>> = l.split(';').map(|f| f.split('|').collect()).collect();
+        assert_eq!(c.len(), 7, "{l}");
+        assert!(c[6] == vec![""], "tshark expert info: {l}");
+        for (i, src) in c[0].iter().enumerate() {
+            // tshark shows the type/code as 0x0800.
+            let code = c[4][i].trim_start_matches("0x");
+            let code = u64::from_str_radix(code, 16)
+                .unwrap_or_else(|_| panic!("ICMP type/code '{}'", c[4][i]));
+            got.insert(
+                (src.to_string(), c[1][i].parse::<u8>().unwrap()),
+                (
+                    tshark_ms(c[2][i]),
+                    tshark_ms(c[3][i]),
+                    code,
+                    c[5][i].parse::<u64>().unwrap(),
+                ),
+            );
+        }
+    }
+    let base = s / ms;
+    println!("tshark: {got:?}");
+    let want = [
+        (("10.0.0.1", 1), (1000, 2000, 0x0800, 2)),
+        (("10.0.0.2", 1), (1250, 2300, 0x0000, 2)),
+        (("10.0.0.1", 17), (1100, 1400, 0, 2)),
+        (("10.0.0.2", 17), (1700, 1900, 0, 2)),
+    ];
+    assert_eq!(got.len(), want.len(), "{text}");
+    for ((src, proto), (t0, t1, code, pkts)) in want {
+        let g = got[&(src.to_string(), proto)];
+        assert_eq!(
+            g,
+            (base + t0, base + t1, code, pkts),
+            "{src} proto {proto}: {text}"
+        );
+    }
+}
