@@ -352,13 +352,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if let Some(w) = writer.as_mut().filter(|_| report.output_error.is_none()) {
         // Each interface's figures, which add up to the summary, close a pcapng file.
         let (first, last) = &report.interfaces;
-        let stats = InterfaceStats::of_run(
-            first,
-            last,
-            &w.packets_by_interface(),
-            wall_start,
-            linerate::time::wall_ns(),
-        );
+        // A capture file's interfaces span their packets' times, not the run's.
+        let (t0, t1) = if linerate::port::Uri::parse(&a.input).is_ok_and(|u| u.is_file()) {
+            (0, 0)
+        } else {
+            (wall_start, linerate::time::wall_ns())
+        };
+        let stats = InterfaceStats::of_run(first, last, &w.packets_by_interface(), t0, t1);
         if let Err(e) = w.finish(&stats) {
             report.output_error = Some(e);
         }

@@ -502,12 +502,18 @@ pub fn run_with(
     ticker.live = None;
     if let Some(p) = p1.as_mut() {
         // What each input interface did closes a pcapng output (a no-op for other ports).
+        // A capture file's interfaces span their packets' times, not the run's.
+        let (t0, t1) = if Uri::parse(&a.input).is_ok_and(|u| u.is_file()) {
+            (0, 0)
+        } else {
+            (wall_start, linerate::time::wall_ns())
+        };
         let st = InterfaceStats::of_run(
             &if_start,
             &p0.interface_stats(),
             &p.tx_by_interface(),
-            wall_start,
-            linerate::time::wall_ns(),
+            t0,
+            t1,
         );
         if let Err(e) = p.finish(&st) {
             report.error.get_or_insert(e);

@@ -261,6 +261,7 @@ impl Port for Aggregate {
             for j in 0..self.count[k] as usize {
                 v.push(list.get(j).cloned().unwrap_or_else(|| {
                     Interface::new(self.ports[k].name(), self.ports[k].link_type())
+                        .with_snaplen(self.ports[k].snaplen().unwrap_or(0))
                 }));
             }
         }

@@ -50,6 +50,8 @@ pub struct Interface {
     pub name: String,
     /// Link-layer type of its packets.
     pub link: LinkType,
+    /// Its snapshot length, as a capture file input says it (0: not known).
+    pub snaplen: u32,
 }
 
 impl Interface {
@@ -58,7 +60,14 @@ impl Interface {
         Interface {
             name: name.to_string(),
             link,
+            snaplen: 0,
         }
+    }
+
+    /// The same, with the snapshot length its capture file gives (0: not known).
+    pub fn with_snaplen(mut self, snaplen: u32) -> Interface {
+        self.snaplen = snaplen;
+        self
     }
 }
 
@@ -67,7 +76,8 @@ impl Interface {
 /// reason (`filter` included), so `received = accepted + drops.total()`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct InterfaceStats {
-    /// When the run started, ns since the Unix epoch.
+    /// When the run started, ns since the Unix epoch (0 with `end_ns` 0: a capture file's
+    /// interface, whose time is its packets': the writer gives the span of those it wrote).
     pub start_ns: u64,
     /// When it ended, ns since the Unix epoch.
     pub end_ns: u64,

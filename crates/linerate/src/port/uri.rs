@@ -124,6 +124,16 @@ impl Uri {
         matches!(self, Uri::Xdp { .. })
     }
 
+    /// Whether it names capture files only (`pcap:`, `pcapng:`, a bare name, or a list of
+    /// them): packets whose times are the file's, not the run's.
+    pub fn is_file(&self) -> bool {
+        match self {
+            Uri::File { .. } | Uri::Bare(_) => true,
+            Uri::List(l) => l.iter().all(Uri::is_file),
+            _ => false,
+        }
+    }
+
     /// Whether it reads a live interface (`afpacket:` or `xdp:`, or a list with one).
     pub fn is_live(&self) -> bool {
         match self {

@@ -683,15 +683,25 @@ impl Port for PcapPort {
         match &self.mode {
             Mode::Read { reader, .. } => {
                 let list = reader.interfaces();
+                let snaplens = reader.snaplens();
+                let snap = |k: usize| snaplens.get(k).copied().unwrap_or(0);
                 if list.len() <= 1 {
                     let name = list.first().and_then(|i| i.1).unwrap_or(&self.name);
-                    return vec![Interface::new(name, reader.link_type())];
+                    let s = if list.is_empty() {
+                        reader.snaplen()
+                    } else {
+                        snap(0)
+                    };
+                    return vec![Interface::new(name, reader.link_type()).with_snaplen(s)];
                 }
                 list.iter()
                     .enumerate()
-                    .map(|(k, (link, name))| match name {
-                        Some(n) => Interface::new(n, *link),
-                        None => Interface::new(&format!("{}#{k}", self.name), *link),
+                    .map(|(k, (link, name))| {
+                        match name {
+                            Some(n) => Interface::new(n, *link),
+                            None => Interface::new(&format!("{}#{k}", self.name), *link),
+                        }
+                        .with_snaplen(snap(k))
                     })
                     .collect()
             }

@@ -151,6 +151,9 @@ pub struct PcapNgWriter<W: RecordWrite> {
     cut: usize,
     /// Packets written per described interface (index = interface id).
     written: Vec<u64>,
+    /// First and last packet time written per described interface (a capture file's
+    /// interfaces: the span of their statistics).
+    span: Vec<(u64, u64)>,
     packets: u64,
     bytes: u64,
     /// Blocks handed to `w`.
@@ -182,6 +185,7 @@ impl<W: RecordWrite> PcapNgWriter<W> {
                 snaplen as usize
             },
             written: Vec::new(),
+            span: Vec::new(),
             packets: 0,
             bytes: 0,
             blocks: 0,
@@ -211,13 +215,24 @@ impl<W: RecordWrite> PcapNgWriter<W> {
     /// link type, the snapshot length and nanosecond timestamps.
     pub fn describe(&mut self, ifaces: &[Interface]) -> io::Result<()> {
         for i in ifaces {
-            self.describe_one(i.link, &i.name, "")?;
+            // A capture file's interface keeps its own snapshot length (no larger than this
+            // writer's).
+            let snaplen = match i.snaplen {
+                0 => self.snaplen,
+                s => s.min(self.snaplen),
+            };
+            self.describe_one(i.link, &i.name, "", snaplen)?;
         }
         Ok(())
     }
 
-    fn describe_one(&mut self, link: LinkType, name: &str, descr: &str) -> io::Result<()> {
-        let snaplen = self.snaplen;
+    fn describe_one(
+        &mut self,
+        link: LinkType,
+        name: &str,
+        descr: &str,
+        snaplen: u32,
+    ) -> io::Result<()> {
         let mut b = BlockBuf::new(&mut self.scratch, IDB);
         b.u16(link.0 as u16).u16(0).u32(snaplen);
         b.opt_str(IF_NAME, name)
@@ -226,6 +241,7 @@ impl<W: RecordWrite> PcapNgWriter<W> {
         b.finish();
         self.put_meta()?;
         self.written.push(0);
+        self.span.push((u64::MAX, 0));
         Ok(())
     }
 
@@ -240,7 +256,7 @@ impl<W: RecordWrite> PcapNgWriter<W> {
             } else {
                 format!("interface {k} of the input (not described by it)")
             };
-            self.describe_one(self.link, "", &descr)?;
+            self.describe_one(self.link, "", &descr, self.snaplen)?;
         }
         Ok(())
     }
@@ -295,6 +311,9 @@ impl<W: RecordWrite> PcapNgWriter<W> {
         if let Some(c) = self.written.get_mut(id) {
             *c += 1;
         }
+        if let Some(s) = self.span.get_mut(id) {
+            *s = (s.0.min(ts), s.1.max(ts));
+        }
         self.packets += 1;
         self.bytes += u64::from(wire);
         Ok(())
@@ -313,17 +332,26 @@ impl<W: RecordWrite> PcapNgWriter<W> {
     /// interface `i` (start and end time, `isb_ifrecv`, `isb_ifdrop`, `isb_filteraccept`,
     /// `isb_osdrop`, a comment with the drops by reason), and for each the packets of it this
     /// file holds (`isb_usrdeliv`). An interface without figures gets the writer's own: its
-    /// creation and now, and the packets it wrote.
+    /// creation and now, and the packets it wrote. Figures without times (a capture file's
+    /// interface, `start_ns` and `end_ns` 0) span the packets of it written here.
     pub fn write_stats(&mut self, stats: &[InterfaceStats]) -> io::Result<()> {
         let now = crate::time::wall_ns();
         for id in 0..self.written.len() {
             let written = self.written[id];
             let s = stats.get(id);
             let comment = s.map(comment_of).unwrap_or_default();
-            let start = s.map_or(0, |s| s.start_ns);
-            let start = if start == 0 { self.created_ns } else { start };
-            let end = s.map_or(0, |s| s.end_ns);
-            let end = if end == 0 { now } else { end };
+            let (first, last) = self.span[id];
+            let (start, end) = match s {
+                Some(s) if s.start_ns == 0 && s.end_ns == 0 && written > 0 => (first, last),
+                _ => {
+                    let start = s.map_or(0, |s| s.start_ns);
+                    let end = s.map_or(0, |s| s.end_ns);
+                    (
+                        if start == 0 { self.created_ns } else { start },
+                        if end == 0 { now } else { end },
+                    )
+                }
+            };
             let mut b = BlockBuf::new(&mut self.scratch, ISB);
             b.u32(id as u32).ts(now);
             b.opt_ts(ISB_STARTTIME, start).opt_ts(ISB_ENDTIME, end);
@@ -481,6 +509,61 @@ mod tests {
 
     fn pkt(i: usize, len: usize) -> Vec<u8> {
         (0..len).map(|k| (i * 13 + k) as u8).collect()
+    }
+
+    /// A capture file's interface keeps its snapshot length (65535 where the file says so, not
+    /// the writer's 262144), and its statistics without times span its packets.
+    #[test]
+    fn a_capture_files_interfaces_keep_its_snaplen_and_packet_times() {
+        let mut w = PcapNgWriter::new(Vec::new(), LinkType::ETHERNET, 0).unwrap();
+        w.describe(&[
+            Interface::new("pcap:a.pcap", LinkType::ETHERNET).with_snaplen(65535),
+            Interface::new("afpacket:eth0", LinkType::ETHERNET),
+        ])
+        .unwrap();
+        let t = 1_700_000_000_000_000_000u64;
+        for (i, ts) in [t + 5, t + 2, t + 9].into_iter().enumerate() {
+            w.write_packet(0, ts, &pkt(i, 60), 0).unwrap();
+        }
+        w.write_packet(1, t + 100, &pkt(9, 60), 0).unwrap();
+        let file = InterfaceStats {
+            accepted: 3,
+            ..Default::default()
+        };
+        let live = InterfaceStats {
+            start_ns: t - 1000,
+            end_ns: t + 1000,
+            accepted: 1,
+            ..Default::default()
+        };
+        w.write_stats(&[file, live]).unwrap();
+        let f = w.into_inner();
+        let b = blocks(&f);
+        let idb: Vec<u32> = b
+            .iter()
+            .filter(|x| x.0 == IDB)
+            .map(|x| u32::from_le_bytes(x.1[4..8].try_into().unwrap()))
+            .collect();
+        assert_eq!(idb, vec![65535, DEFAULT_SNAPLEN]);
+        let isb: Vec<(u64, u64)> = b
+            .iter()
+            .filter(|x| x.0 == ISB)
+            .map(|x| {
+                let o = options(&x.1, 12);
+                (
+                    ts_of(opt(&o, ISB_STARTTIME).unwrap()),
+                    ts_of(opt(&o, ISB_ENDTIME).unwrap()),
+                )
+            })
+            .collect();
+        assert_eq!(isb, vec![(t + 2, t + 9), (t - 1000, t + 1000)]);
+        // A writer's -s below the file's: the smaller.
+        let mut w = PcapNgWriter::new(Vec::new(), LinkType::ETHERNET, 100).unwrap();
+        w.describe(&[Interface::new("f", LinkType::ETHERNET).with_snaplen(65535)])
+            .unwrap();
+        let f = w.into_inner();
+        let b = blocks(&f);
+        assert_eq!(u32::from_le_bytes(b[1].1[4..8].try_into().unwrap()), 100);
     }
 
     #[test]

@@ -153,7 +153,7 @@ enum Kind {
         ifaces: Vec<Iface>,
         /// Every interface of the file so far, all sections one after the other: link type
         /// and `if_name`. A packet's [`Record::iface`] indexes this list.
-        all: Vec<(LinkType, Option<String>)>,
+        all: Vec<(LinkType, Option<String>, u32)>,
         /// Interfaces of the sections before the current one.
         base: u32,
     },
@@ -316,8 +316,16 @@ impl<R: Read> PcapReader<R> {
     /// classic pcap: one, without a name.
     pub fn interfaces(&self) -> Vec<(LinkType, Option<&str>)> {
         match &self.kind {
-            Kind::Ng { all, .. } => all.iter().map(|(l, n)| (*l, n.as_deref())).collect(),
+            Kind::Ng { all, .. } => all.iter().map(|(l, n, _)| (*l, n.as_deref())).collect(),
             Kind::Pcap { .. } => vec![(self.link_type(), None)],
+        }
+    }
+
+    /// The snapshot length of each interface [`PcapReader::interfaces`] lists (0: none given).
+    pub fn snaplens(&self) -> Vec<u32> {
+        match &self.kind {
+            Kind::Ng { all, .. } => all.iter().map(|a| a.2).collect(),
+            Kind::Pcap { .. } => vec![self.snaplen],
         }
     }
 
@@ -866,7 +874,7 @@ impl<R: Read> PcapReader<R> {
                     return Err(self.bad(offset, format!("more than {MAX_IFACES} interfaces")));
                 }
                 ifaces.push(iface);
-                all.push((iface.link, name));
+                all.push((iface.link, name, iface.snaplen));
                 if self.link.is_none() {
                     self.link = Some(iface.link);
                     self.snaplen = iface.snaplen;

@@ -764,7 +764,7 @@ fn classic_pcap_is_one_interface_named_after_the_port() {
     let mut p = port(pcap_file(false, false, 1, &[(1, 2, pkt(0, 70), 70)])).unwrap();
     assert_eq!(
         p.interfaces(),
-        vec![Interface::new("pcap:mem.pcap", LinkType::ETHERNET)]
+        vec![Interface::new("pcap:mem.pcap", LinkType::ETHERNET).with_snaplen(65535)]
     );
     assert_eq!(ports_of(&mut p), vec![(0, 1_000_002_000)]);
     assert_eq!(p.interface_stats()[0].rx_packets, 1);
