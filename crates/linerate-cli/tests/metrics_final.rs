@@ -382,8 +382,9 @@ fn prometheus_stores_the_final_counter_values() {
         .find_map(|l| serde_json::from_str(l).ok())
         .unwrap_or_else(|| panic!("no summary: {text}"));
     println!("gen summary: {summary}");
-    // The last value Prometheus stored for the transmit counter.
-    let q = "/api/v1/query?query=sum(linerate_packets_total%7Bjob%3D%22gen%22%2Cdir%3D%22tx%22%7D)";
+    // The last value Prometheus stored for the transmit counter (over the last minute: once
+    // the endpoint is gone, a failed scrape marks the series stale for an instant query).
+    let q = "/api/v1/query?query=last_over_time(linerate_packets_total%7Bjob%3D%22gen%22%2Cdir%3D%22tx%22%7D%5B1m%5D)";
     let body = get(q).expect("query");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     let stored: f64 = v["data"]["result"][0]["value"][1]
