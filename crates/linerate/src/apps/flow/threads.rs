@@ -620,6 +620,9 @@ fn idle_wait(idle: &mut u32, spins: u32) {
     }
 }
 
+/// The longest a record waits in a busy live thread's lot before it goes to the sink.
+const LOT_WAIT_NS: u64 = 50_000_000;
+
 fn thread_main(mut th: Thread<'_>, mut sources: Vec<Source<'_>>, wall_clock: bool) -> ThreadEnd {
     let mut batch = Batch::new();
     let mut error = None;
@@ -630,6 +633,8 @@ fn thread_main(mut th: Thread<'_>, mut sources: Vec<Source<'_>>, wall_clock: boo
     let mut next_src = 0usize;
     let mut idle = 0u32;
     let mut stopped = false;
+    // When the records waiting in this thread's lot began to wait (wall ns; 0: none wait).
+    let mut out_since = 0u64;
     loop {
         th.publish_live();
         let mut work = false;
@@ -686,13 +691,25 @@ fn thread_main(mut th: Thread<'_>, mut sources: Vec<Source<'_>>, wall_clock: boo
         if th.ins.iter().flatten().all(|i| i.is_empty()) {
             th.w.table.advance(c, &mut th.w.out);
         }
+        // Live: records wait here at most LOT_WAIT, however busy the thread (the sink's own
+        // flush interval, `--ipfix-flush`, counts from when it gets them).
+        let mut waited = false;
         if wall_clock {
-            th.w.table.advance(crate::time::wall_ns(), &mut th.w.out);
+            let now = crate::time::wall_ns();
+            th.w.table.advance(now, &mut th.w.out);
+            if th.w.out.is_empty() {
+                out_since = 0;
+            } else if out_since == 0 {
+                out_since = now;
+            } else {
+                waited = now.saturating_sub(out_since) >= LOT_WAIT_NS;
+            }
         }
         // Records go out in lots (one allocation and one wake-up of the printing thread per
         // lot), and at once when this thread has nothing else to do (live traffic).
-        if th.w.out.len() >= 512 || !work {
+        if th.w.out.len() >= 512 || !work || waited {
             th.flush_records();
+            out_since = 0;
         }
         // End: nobody reads any more and everything sent here was counted.
         if !producing && th.sh.done.load(Ordering::Acquire) == th.nt {
