@@ -75,8 +75,9 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => common::report_error(&e),
     };
-    // After the summary: --metrics-textfile, then --metrics-linger keeps the endpoint up.
-    match common::metrics::finish() {
+    // After the summary: --metrics-textfile, then --metrics-linger keeps the endpoint up
+    // (not after a usage error: nothing ran).
+    match common::metrics::finish(code != ExitCode::from(2)) {
         Ok(()) => code,
         Err(e) => {
             let c = common::report_error(&e);

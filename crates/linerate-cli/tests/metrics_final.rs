@@ -276,6 +276,20 @@ fn metrics_end_flags_that_cannot_apply_are_refused() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(e.contains("--metrics-textfile"), "{e}");
+    // A refused run has no final figures: no wait (the default linger is 30 s).
+    let t0 = Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args([
+            "flows",
+            "-i",
+            "/nonexistent-linerate.pcap",
+            "--metrics",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
     // A textfile alone (no endpoint): written at the end, no wait.
     let dir = tmp("metrics-textfile-only");
     let file = dir.join("c.prom");

@@ -93,11 +93,15 @@ pub fn announce_linger(on: bool) {
 
 /// After the tool's run (and its summary): writes `--metrics-textfile`, then keeps the endpoint
 /// serving the final figures for `--metrics-linger`, or until a stop signal. An error writing
-/// the file is returned (exit 1).
-pub fn finish() -> anyhow::Result<()> {
+/// the file is returned (exit 1). `ran`: false when the tool refused its arguments (exit 2):
+/// there are no figures to keep, nothing is written and nothing waits.
+pub fn finish(ran: bool) -> anyhow::Result<()> {
     let Some(end) = END.lock().ok().and_then(|mut e| e.take()) else {
         return Ok(());
     };
+    if !ran {
+        return Ok(());
+    }
     let mut result = Ok(());
     if let Some(f) = &end.textfile {
         if let Err(e) = write_atomic(f, &(end.text)()) {
