@@ -290,6 +290,24 @@ fn metrics_end_flags_that_cannot_apply_are_refused() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    // The default linger (30 s) ends on a signal, exit code 0.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["count", "--json", "-i"])
+        .arg(sample())
+        .args(["--metrics", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(c.stderr.take().unwrap());
+    let mut p = Proc(c);
+    let said = lines_until(&mut err, "--metrics-linger", &mut None);
+    assert!(said.last().unwrap().contains("for 30 s"), "{said:?}");
+    let t0 = Instant::now();
+    // The PID of the child we started.
+    let _ = linerate::os::signal(p.0.id(), libc::SIGINT);
+    assert!(p.wait(Duration::from_secs(5)).success());
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     // A textfile alone (no endpoint): written at the end, no wait.
     let dir = tmp("metrics-textfile-only");
     let file = dir.join("c.prom");

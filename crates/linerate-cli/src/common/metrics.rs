@@ -113,14 +113,18 @@ pub fn finish(ran: bool) -> anyhow::Result<()> {
     }
     if let Some(ep) = &end.endpoint {
         if !end.linger.is_zero() {
+            // Armed before the note: a signal sent once it is read ends the wait.
+            let stop = super::fresh_stop_flag();
             if !end.quiet {
-                eprintln!(
+                // Not eprintln!: standard error may be gone by now (a closed terminal).
+                use std::io::Write as _;
+                let _ = writeln!(
+                    std::io::stderr(),
                     "Metrics stay on http://{}/metrics for {} s (--metrics-linger; Ctrl-C ends)",
                     ep.addr(),
                     end.linger.as_secs_f64()
                 );
             }
-            let stop = super::fresh_stop_flag();
             let t0 = Instant::now();
             while t0.elapsed() < end.linger && !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(20));
