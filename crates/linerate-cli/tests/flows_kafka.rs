@@ -800,6 +800,62 @@ fn frozen_broker_and_sigint(b: &Broker, dir: &Path) {
     assert!(err.contains(&b.addr), "the error names the broker: {err}");
 }
 
+/// `--ipfix-flush`'s rule holds for Kafka: a record due while the input stays open (a pipe
+/// whose packets moved time past a flow's idle timeout, then nothing more) reaches the topic
+/// within the flush interval, not at the end.
+fn due_record_reaches_the_topic_while_the_input_stays_open(b: &Broker) {
+    let target = format!("{}/flush", b.addr);
+    let mut f = Streaming::spawn(&["-w", "/dev/null", "--kafka", &target, "--json"]);
+    let mut p = Pcap::new();
+    let (c, s) = (Ip::V4([10, 0, 0, 1]), Ip::V4([10, 0, 0, 2]));
+    p.push(
+        1_700_000_000_000_000,
+        &frame(0, c, s, 17, &udp(1000, 53, 8)),
+    );
+    p.push(
+        1_700_000_100_000_000,
+        &frame(0, c, s, 17, &udp(2000, 53, 8)),
+    );
+    f.write(&p.0);
+    f.wait_line("\"type\":\"start\"", Duration::from_secs(30));
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    while seen.is_empty() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(200));
+        let md_ok = {
+            let c: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &b.addr)
+                .create()
+                .unwrap();
+            c.fetch_metadata(Some("flush"), Duration::from_secs(5))
+                .is_ok_and(|m| {
+                    m.topics()
+                        .iter()
+                        .any(|t| t.name() == "flush" && !t.partitions().is_empty())
+                })
+        };
+        if md_ok {
+            seen = consume(&b.addr, "flush");
+        }
+    }
+    let took = t0.elapsed();
+    println!("the due record was in the topic {took:?} after the packets were written");
+    // The pipe is still open: the second flow has not ended.
+    assert!(f.child.try_wait().unwrap().is_none());
+    assert_eq!(
+        seen.len(),
+        1,
+        "{:?}",
+        seen.iter().map(|m| &m.value).collect::<Vec<_>>()
+    );
+    assert_eq!(seen[0].value["sport"], 1000, "{}", seen[0].value);
+    assert_eq!(seen[0].value["reason"], "idle", "{}", seen[0].value);
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    f.close();
+    let (code, err, _) = f.finish(Duration::from_secs(30));
+    assert_eq!(code, Some(0), "{err}");
+}
+
 /// The broker stopped mid-export: the first part's records are acknowledged (seen on the
 /// metrics endpoint) and read back, then the broker stops and the rest fail. The failed count
 /// is exactly the records of the `-w` output the consumer did not see; exit code 1.
@@ -900,6 +956,7 @@ fn export_into_a_real_broker() {
     round_trip(&b, &dir);
     two_probes(&b, &dir);
     frozen_broker_and_sigint(&b, &dir);
+    due_record_reaches_the_topic_while_the_input_stays_open(&b);
     broker_stopped_mid_export(&mut b, &dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
