@@ -467,6 +467,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let if_start = input.interface_stats();
     let wall_start = linerate::time::wall_ns();
+    linerate::port::file::start_writing();
     let mut report = balance::run_with(
         input.as_mut(),
         &mut master,

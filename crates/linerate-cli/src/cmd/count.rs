@@ -316,6 +316,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let mut tracker = a.latency.then(|| (Tracker::new(), TscClock::new()));
     let wall_start = linerate::time::wall_ns();
     let mut live = page(&a, to_stdout, &stop)?;
+    // Every flag is valid and the input open: the output is written from now on.
+    linerate::port::file::start_writing();
     let report = count::run_observed(
         input.as_mut(),
         w,

@@ -495,6 +495,7 @@ pub fn run_with(
     };
     let json = a.json;
     let hook = script.as_mut().map(|s| s as &mut dyn fwd::BatchFilter);
+    linerate::port::file::start_writing();
     let mut report = fwd::run_with(ports, &fo, hook, stop, |s| {
         ticker.tick(out, s);
     });

@@ -865,6 +865,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .collect();
     let mut ticker = Ticker::new(t_start, interval);
     let mut version = ctl.as_ref().map_or(0, |c| c.version());
+    linerate::port::file::start_writing();
     let run = gen::threads::run_threads(threads, hook, probes, &clock, &stop, |progress| {
         if let (Some(c), Some(st)) = (console.as_mut(), &steer) {
             for cmd in c.commands() {
@@ -1684,6 +1685,7 @@ fn run_replay(
             &[(a.output.clone(), Dir::Tx, PortCount::default())],
         );
     }
+    linerate::port::file::start_writing();
     let r = replay::run_observed(
         || linerate::open_rx(path, popts),
         outp.as_mut(),
@@ -1897,6 +1899,7 @@ mod tests {
             ..Default::default()
         };
         let mut ticks = Vec::new();
+        linerate::port::file::start_writing();
         let r = replay::run_observed(
             || linerate::open_rx(&uri, &o),
             outp.as_mut(),

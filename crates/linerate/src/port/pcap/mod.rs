@@ -223,10 +223,12 @@ impl PcapPort {
         inputs: &Inputs,
     ) -> Result<PcapPort, PortError> {
         let format = format.unwrap_or_else(|| WriteFormat::for_path(path));
+        // Deferred: the file keeps its bytes until the run starts writing (every flag valid,
+        // every input open: [`file::start_writing`]), or this port's first flush.
         let sink = if path == "-" {
-            RecordFile::stdout(WRITE_BUF)
+            RecordFile::stdout_deferred(WRITE_BUF)
         } else {
-            RecordFile::new(file::create(path, inputs)?, WRITE_BUF)
+            RecordFile::deferred(file::open_deferred(path, inputs)?, WRITE_BUF)
         };
         let io = |source| PortError::Io {
             path: path.into(),
@@ -645,6 +647,18 @@ impl Port for PcapPort {
             });
         };
         let n = batch.len();
+        // The first packets: the run has started (a deferred file is truncated now).
+        let started = match writer {
+            Writer::Pcap(w) => w.get_mut().start(),
+            Writer::Ng(w) => w.get_mut().start(),
+        };
+        if let Err(source) = started {
+            batch.clear();
+            return Err(PortError::Io {
+                path: path.clone(),
+                source,
+            });
+        }
         let r = match writer {
             Writer::Pcap(w) => w.write_batch(batch),
             Writer::Ng(w) => w.write_batch(batch),
