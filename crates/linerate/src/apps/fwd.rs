@@ -525,6 +525,12 @@ pub fn run_with(
                 break Ended::Duration;
             }
         }
+        for p in list.iter_mut() {
+            if let Err(e) = p.tick(now) {
+                error = Some(e);
+                break 'outer Ended::Error;
+            }
+        }
         if ticker.due(now) {
             snapshot(
                 &mut st,

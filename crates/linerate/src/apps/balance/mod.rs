@@ -658,6 +658,21 @@ pub fn run_with(
         if maint.due(now) {
             master.maintain();
         }
+        // The outputs' clock work (a capture file's --flush-interval, -G).
+        for e in egress.iter_mut() {
+            if let Err(err) = e.out.tick(now) {
+                error = Some(err);
+                break;
+            }
+        }
+        if let Some(out) = tx_out.as_deref_mut() {
+            if let Err(err) = out.tick(now) {
+                error = Some(err);
+            }
+        }
+        if error.is_some() {
+            break Ended::Error;
+        }
         if ticker.due(now) {
             let s = Snap {
                 t_ns: now,
