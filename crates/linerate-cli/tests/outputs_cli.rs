@@ -543,3 +543,73 @@ fn rotation_flags_that_cannot_apply_are_refused() {
         refused_and_kept("refused", &args);
     }
 }
+
+#[test]
+fn every_capture_output_rotates() {
+    let s = sample();
+    let s = s.to_str().unwrap();
+    let d = dir("rot-all");
+    let id = (std::process::id() % 1000 + 4000).to_string();
+    let e = d.join("e.pcap");
+    let f = d.join("f.pcap");
+    let g = d.join("g.pcap");
+    let eq = format!("0:{}", e.display());
+    for (args, name) in [
+        (
+            vec![
+                "balance", "-i", s, "-n", "1", "-c", &id, "-r", &eq, "-C", "0.05", "-q",
+            ],
+            "e.pcap",
+        ),
+        (
+            vec![
+                "fwd",
+                "-i",
+                s,
+                "-o",
+                f.to_str().unwrap(),
+                "-C",
+                "0.05",
+                "-q",
+            ],
+            "f.pcap",
+        ),
+        (
+            vec![
+                "gen",
+                "-o",
+                g.to_str().unwrap(),
+                "-c",
+                "2000",
+                "--size",
+                "64-1518",
+                "-C",
+                "0.5",
+                "-q",
+            ],
+            "g.pcap",
+        ),
+    ] {
+        let o = run(&args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let got = files(&d, name);
+        assert!(got.len() >= 2, "{args:?}: {got:?}");
+        // Each rotation on standard error.
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            err.matches("rotated (size)").count(),
+            got.len() - 1,
+            "{err}"
+        );
+        let total: usize = got
+            .iter()
+            .map(|f| tcpdump_count(f).expect("each file whole"))
+            .sum();
+        assert_eq!(total, 2000, "{args:?}");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
