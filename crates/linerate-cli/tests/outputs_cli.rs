@@ -385,7 +385,8 @@ fn pcapng_files_rotate_whole_and_z_runs_on_each() {
         "-i",
         input.to_str().unwrap(),
         "-w",
-        d.join("n.pcapng").to_str().unwrap(),
+        // A name a shell would split: -z runs the program directly, never through a shell.
+        d.join("n x;.pcapng").to_str().unwrap(),
         "-C",
         "1",
         "-z",
@@ -393,7 +394,7 @@ fn pcapng_files_rotate_whole_and_z_runs_on_each() {
         "-q",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let got = files(&d, "n.pcapng");
+    let got = files(&d, "n x;.pcapng");
     assert!(got.len() >= 2, "{got:?}");
     let mut total = 0;
     for f in &got {

@@ -291,10 +291,10 @@ pub fn writing_started() -> bool {
 enum Dst {
     File(File),
     Stdout(io::Stdout),
-    /// A deferred output before the run starts: its bytes are held here, the file untouched.
+    /// A deferred output before the run starts: the file untouched (its records wait in the
+    /// [`RecordFile`]'s buffer).
     Held {
         to: Box<Dst>,
-        held: Vec<u8>,
         /// The file, when this run created it (removed if the run never starts).
         created: Option<(String, FileId)>,
         /// Whether it is a regular file (truncated when released).
@@ -323,34 +323,19 @@ impl Dst {
             }
         }
     }
-    /// A held output: truncated, given what it holds, and written straight from now on.
+    /// A held output: truncated (a regular file) and written straight from now on.
     fn release(&mut self) -> io::Result<()> {
-        let Dst::Held {
-            to, held, regular, ..
-        } = self
-        else {
+        let Dst::Held { to, regular, .. } = self else {
             return Ok(());
         };
-        let mut to = std::mem::replace(&mut **to, Dst::Stdout(io::stdout()));
-        let held = std::mem::take(held);
-        if *regular {
-            if let Dst::File(f) = &to {
+        let to = std::mem::replace(&mut **to, Dst::Stdout(io::stdout()));
+        let truncate = *regular;
+        *self = to;
+        if truncate {
+            if let Dst::File(f) = &*self {
                 f.set_len(0)?;
             }
         }
-        let mut done = 0;
-        while done < held.len() {
-            match to.write(&held[done..]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    *self = to;
-                    return Err(e);
-                }
-            }
-        }
-        *self = to;
         Ok(())
     }
 }
@@ -435,7 +420,6 @@ impl RecordFile {
         };
         let dst = Dst::Held {
             to: Box::new(Dst::File(c.file)),
-            held: Vec::new(),
             created,
             regular,
         };
@@ -451,7 +435,6 @@ impl RecordFile {
     pub fn stdout_deferred(cap: usize) -> RecordFile {
         let dst = Dst::Held {
             to: Box::new(Dst::Stdout(io::stdout())),
-            held: Vec::new(),
             created: None,
             regular: false,
         };
@@ -679,7 +662,6 @@ impl Drop for RecordFile {
                 // Nothing reaches it, now or at exit.
                 *d = Dst::Held {
                     to: Box::new(Dst::Stdout(io::stdout())),
-                    held: Vec::new(),
                     created: None,
                     regular: false,
                 };

@@ -325,9 +325,10 @@ pub trait Port: Send {
     fn flush(&mut self) -> Result<(), PortError> {
         Ok(())
     }
-    /// Called by a worker's loop at every pass, busy or idle, with the monotonic time
-    /// (`time::mono_ns`): what a port does on time rather than per packet (a capture file's
-    /// `--flush-interval`, its `-G` rotation). Cheap when nothing is due.
+    /// Called by a worker's loop at every pass, busy or idle, with the worker's monotonic
+    /// clock in ns (`time::mono_ns`, or the generator's TSC clock: only differences count):
+    /// what a port does on time rather than per packet (a capture file's `--flush-interval`,
+    /// its `-G` rotation). Cheap when nothing is due.
     fn tick(&mut self, _now_ns: u64) -> Result<(), PortError> {
         Ok(())
     }
