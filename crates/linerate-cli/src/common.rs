@@ -2,6 +2,7 @@
 
 pub mod flags;
 pub mod metrics;
+pub mod output;
 
 use linerate::port::file::{self, Inputs};
 use linerate::port::{self, Direction, Port, PortError, PortOptions};
@@ -280,7 +281,7 @@ fn may_wait(uri: &str) -> bool {
 /// The file one port name (not a list) reads or writes: `pcap:FILE`, `pcapng:FILE` or a bare
 /// name; None for a wire, an interface or a cluster. A name that does not parse is taken as a
 /// file name (opening it says what is wrong).
-fn file_of(part: &str) -> Option<String> {
+pub(crate) fn file_of(part: &str) -> Option<String> {
     match port::Uri::parse(part) {
         Ok(port::Uri::File { path, .. } | port::Uri::Bare(path)) => Some(path),
         Ok(_) => None,

@@ -343,12 +343,13 @@ fn open_one(uri: &Uri, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
                 Direction::Rx => pcap::PcapPort::open(path, opts)?,
                 // Records are written whole (up to libpcap's 256 KiB): the file's snaplen is the
                 // largest a reader accepts, not the capture ports' default.
-                Direction::Tx => pcap::PcapPort::create_as(
+                Direction::Tx => pcap::PcapPort::create_with_options(
                     path,
                     format.or(opts.write_format),
                     LinkType::ETHERNET,
                     0,
                     &opts.inputs,
+                    &opts.write,
                 )?,
             }))
         };

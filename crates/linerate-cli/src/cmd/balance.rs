@@ -127,6 +127,10 @@ pub struct Args {
     /// as too_big, never cut.
     #[arg(long, value_name = "BYTES", default_value = "130944", value_parser = flags::size(64, 130_944))]
     max_pkt_len: u64,
+    #[command(flatten)]
+    write: crate::common::output::OutputFlags,
+    #[command(flatten)]
+    ring: crate::common::output::RingBufferLong,
 }
 
 /// `-m MODE` or `-m lua:FILE`.
@@ -199,11 +203,12 @@ fn open_out(
     flag: &str,
     format: Option<WriteFormat>,
     inputs: &mut Inputs,
+    wo: &linerate::port::pcap::WriteOptions,
 ) -> anyhow::Result<Box<dyn Port>> {
     let mut create = |path: &str, format: Option<WriteFormat>| -> anyhow::Result<Box<dyn Port>> {
-        let p = PcapPort::create_as(path, format, link, 0, inputs)
+        let p = PcapPort::create_with_options(path, format, link, 0, inputs, wo)
             .map_err(|e| usage(format!("{flag}: {e}")))?;
-        inputs.add_path(path);
+        inputs.add_path(p.current_file().unwrap_or(path));
         Ok(Box::new(p))
     };
     match Uri::parse(uri).map_err(|e| usage(format!("{flag}: {e}")))? {
@@ -263,6 +268,23 @@ fn egress_interface_stats(
 /// Runs `linerate balance`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
+    // The capture files' flushing and rotation (-o, -r), checked before anything is opened.
+    let first_file = a
+        .out
+        .iter()
+        .map(|u| u.as_str())
+        .chain(
+            a.egress
+                .iter()
+                .filter_map(|s| s.split_once(':').map(|(_, u)| u)),
+        )
+        .find_map(crate::common::output::file_of_uri);
+    let wopts = a.write.options(
+        &a.ring.ring_buffer,
+        first_file.as_deref(),
+        a.json,
+        Some(stop.clone()),
+    )?;
     let input: Option<Box<dyn Port>> = match a.input.strip_prefix("source") {
         Some(rest) if rest.is_empty() || rest.starts_with(':') => {
             let count = match rest.strip_prefix(':') {
@@ -337,7 +359,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     cfg.fit_packets(a.max_pkt_len as u32);
     let mut tx_out = match &a.out {
-        Some(uri) => Some(open_out(uri, link, "-o", a.format, &mut inputs)?),
+        Some(uri) => Some(open_out(uri, link, "-o", a.format, &mut inputs, &wopts)?),
         None => None,
     };
     let mut master = if a.threads {
@@ -374,7 +396,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 cfg.queues() - 1
             )));
         }
-        let mut out = open_out(uri, link, "-r", a.format, &mut inputs)?;
+        let mut out = open_out(uri, link, "-r", a.format, &mut inputs, &wopts)?;
         // A pcapng file keeps the input interface of each packet.
         out.describe(&input.interfaces())
             .with_context(|| format!("-r {spec}"))?;
@@ -467,6 +489,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let if_start = input.interface_stats();
     let wall_start = linerate::time::wall_ns();
+    linerate::port::file::start_writing();
     let mut report = balance::run_with(
         input.as_mut(),
         &mut master,

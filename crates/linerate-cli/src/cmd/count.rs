@@ -81,6 +81,10 @@ pub struct Args {
     /// Print statistics lines even on a terminal (no live page).
     #[arg(long)]
     no_console: bool,
+    #[command(flatten)]
+    out: crate::common::output::OutputFlags,
+    #[command(flatten)]
+    ring: crate::common::output::RingBuffer,
 }
 
 /// How many threads read the input, and why not more when it says so.
@@ -220,6 +224,13 @@ fn thread_rows(
 /// Runs `linerate count`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
+    // -w's flushing and rotation, checked before anything is opened.
+    let wopts = a.out.options(
+        &a.ring.ring_buffer,
+        a.write.as_deref(),
+        a.json,
+        Some(stop.clone()),
+    )?;
     // A capture-only loop: wait long in poll, the kernel wakes it when packets are ready.
     let opts = PortOptions {
         snaplen: a.snaplen.map_or(65_535, |s| s as u32),
@@ -262,8 +273,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             // (a copy of a file is byte for byte the file), or 262144 (libpcap's largest), and
             // every record is written whole, even one longer than that header says.
             let snaplen = a.snaplen.map_or(input.snaplen().unwrap_or(0), |s| s as u32);
-            let mut w = PcapPort::create_as(path, a.format, link, snaplen, &inputs)
-                .map_err(|e| usage(format!("-w: {e}")))?;
+            let mut w =
+                PcapPort::create_with_options(path, a.format, link, snaplen, &inputs, &wopts)
+                    .map_err(|e| usage(format!("-w: {e}")))?;
             if a.snaplen.is_none() {
                 w.keep_whole();
             }
@@ -316,6 +328,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let mut tracker = a.latency.then(|| (Tracker::new(), TscClock::new()));
     let wall_start = linerate::time::wall_ns();
     let mut live = page(&a, to_stdout, &stop)?;
+    // Every flag is valid and the input open: the output is written from now on.
+    linerate::port::file::start_writing();
     let report = count::run_observed(
         input.as_mut(),
         w,

@@ -295,9 +295,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     // input is never an output.
     let inputs = crate::common::inputs_of([a.input.as_str()]);
     let out: Option<Box<dyn Write + Send>> = match a.write.as_deref() {
-        Some("-") => Some(Box::new(RecordFile::stdout(OUT_BUF))),
-        Some(p) => Some(Box::new(RecordFile::new(
-            file::create(p, &inputs).map_err(|e| usage(format!("-w: {e}")))?,
+        // Deferred: an existing file keeps its bytes until every flag is checked.
+        Some("-") => Some(Box::new(RecordFile::stdout_deferred(OUT_BUF))),
+        Some(p) => Some(Box::new(RecordFile::deferred(
+            file::open_deferred(p, &inputs).map_err(|e| usage(format!("-w: {e}")))?,
             OUT_BUF,
         ))),
         None if a.ipfix.is_none() && a.kafka.is_none() => {
@@ -403,6 +404,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     // Pinned only now: the threads started above (Kafka's, the metrics endpoint) keep every core.
     crate::common::pin(a.core)?;
+    linerate::port::file::start_writing();
     let report = flow::threads::run_input(input, &opts, &stop, &mut sinks);
     if let Some(w) = &mut sinks.writer {
         if let Err(e) = w.flush() {

@@ -113,6 +113,10 @@ pub struct Args {
     /// Print only the final statistics (as -T 0, and no live page).
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub out: crate::common::output::OutputFlags,
+    #[command(flatten)]
+    pub ring: crate::common::output::RingBuffer,
 }
 
 /// The common metrics of forwarding: each port's receive and transmit counters since the
@@ -354,9 +358,17 @@ pub fn run_with(
     if let Some(s) = &a.script {
         inputs.add_path(s);
     }
+    // -o's flushing and rotation (a capture file), checked before anything is opened.
+    let write = a.out.options(
+        &a.ring.ring_buffer,
+        crate::common::output::file_of_uri(&a.output).as_deref(),
+        a.json,
+        Some(stop.clone()),
+    )?;
     let opts = PortOptions {
         inputs,
         write_format: a.format,
+        write,
         ..Default::default()
     };
     let xdp = XdpConfig {
@@ -495,6 +507,7 @@ pub fn run_with(
     };
     let json = a.json;
     let hook = script.as_mut().map(|s| s as &mut dyn fwd::BatchFilter);
+    linerate::port::file::start_writing();
     let mut report = fwd::run_with(ports, &fo, hook, stop, |s| {
         ticker.tick(out, s);
     });

@@ -188,6 +188,10 @@ pub struct Args {
     /// Print statistics lines even on a terminal (no live page).
     #[arg(long)]
     pub no_console: bool,
+    #[command(flatten)]
+    pub out: crate::common::output::OutputFlags,
+    #[command(flatten)]
+    pub ring: crate::common::output::RingBuffer,
 }
 
 /// Help of the gauges gen adds to the common families.
@@ -470,6 +474,11 @@ pub fn streams_from(
     Ok((v, count, duration))
 }
 
+/// Whether -o writes the capture to standard output (then statistics go to standard error).
+fn to_stdout(output: &str) -> bool {
+    matches!(output, "-" | "pcap:-" | "pcapng:-")
+}
+
 fn open(uri: &str, opts: &PortOptions, what: &str) -> anyhow::Result<Box<dyn Port>> {
     crate::common::open_input(what, uri, opts)
 }
@@ -514,8 +523,15 @@ fn open_out(uri: &str, opts: &PortOptions, limited: bool) -> anyhow::Result<Box<
             "-o {p}: a capture file needs a limit (-c COUNT or -t DURATION)"
         ))),
         Some(p) => Ok(Box::new(
-            PcapPort::create_as(p, format, LinkType::ETHERNET, 0, &opts.inputs)
-                .map_err(|e| usage(format!("-o: {e}")))?,
+            PcapPort::create_with_options(
+                p,
+                format,
+                LinkType::ETHERNET,
+                0,
+                &opts.inputs,
+                &opts.write,
+            )
+            .map_err(|e| usage(format!("-o: {e}")))?,
         )),
         None => crate::common::open_output("-o", uri, opts),
     }
@@ -657,9 +673,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "--hist-out needs --rx PORT (or use count --latency --hist-out)",
         ));
     }
+    // -o's flushing and rotation, checked before anything is opened.
+    let write = a.out.options(
+        &a.ring.ring_buffer,
+        crate::common::output::file_of_uri(&a.output).as_deref(),
+        a.json,
+        Some(stop.clone()),
+    )?;
     let popts = PortOptions {
         inputs: inputs(&a),
         write_format: a.format,
+        write,
         ..Default::default()
     };
     if let Some(p) = &a.hist_out {
@@ -759,7 +783,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let clock = TscClock::new();
     let metrics = metrics::start(&a.metrics, "gen", a.quiet)?;
     let rx_live = RxLive::default();
-    let mut out: Box<dyn Write> = Box::new(std::io::stdout());
+    // Statistics go to standard error when standard output carries the capture (-o -).
+    let mut out: Box<dyn Write> = if to_stdout(&a.output) {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
     // The rate asked in all.
     let asked: Option<f64> = specs
         .iter()
@@ -865,6 +894,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .collect();
     let mut ticker = Ticker::new(t_start, interval);
     let mut version = ctl.as_ref().map_or(0, |c| c.version());
+    linerate::port::file::start_writing();
     let run = gen::threads::run_threads(threads, hook, probes, &clock, &stop, |progress| {
         if let (Some(c), Some(st)) = (console.as_mut(), &steer) {
             for cmd in c.commands() {
@@ -1684,6 +1714,7 @@ fn run_replay(
             &[(a.output.clone(), Dir::Tx, PortCount::default())],
         );
     }
+    linerate::port::file::start_writing();
     let r = replay::run_observed(
         || linerate::open_rx(path, popts),
         outp.as_mut(),
@@ -1712,7 +1743,11 @@ fn run_replay(
     } else {
         0.0
     };
-    let mut out = std::io::stdout();
+    let mut out: Box<dyn Write> = if to_stdout(&a.output) {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
     if a.json {
         let mut j = serde_json::json!({"type": "summary", "pkts": r.taken(),
             "handed_to_port": r.pkts, "bytes": r.taken_bytes(),
@@ -1897,6 +1932,7 @@ mod tests {
             ..Default::default()
         };
         let mut ticks = Vec::new();
+        linerate::port::file::start_writing();
         let r = replay::run_observed(
             || linerate::open_rx(&uri, &o),
             outp.as_mut(),

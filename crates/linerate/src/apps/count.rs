@@ -174,6 +174,13 @@ pub fn run_observed(
         } else {
             backoff.wait();
         }
+        // The writer's own clock work (--flush-interval, -G), busy or idle.
+        if let Some(w) = writer.as_deref_mut() {
+            if let Err(e) = w.tick(now) {
+                output_error = Some(e);
+                break Ended::Error;
+            }
+        }
         if ticker.due(now) {
             let s = snap(port, now, pkts, bytes, filtered, &write_drops);
             on_tick(&Tick {

@@ -510,7 +510,8 @@ pub fn run_with(
         }
         if drain.due(now) {
             for p in list.iter_mut() {
-                if let Err(e) = p.flush() {
+                // Flushed, and their clock work done (a capture file's -G).
+                if let Err(e) = p.flush().and_then(|()| p.tick(now)) {
                     error = Some(e);
                     break 'outer Ended::Error;
                 }

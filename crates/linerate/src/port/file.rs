@@ -154,11 +154,64 @@ fn shared_dir(path: &Path) -> Option<(String, Metadata)> {
 /// link or file another user planted in a shared directory (see the module's documentation).
 /// Nothing is truncated before every check passed. FIFOs and devices are opened as they are.
 pub fn create(path: &str, inputs: &Inputs) -> Result<File, FileError> {
+    let (f, _) = open_checked(path, inputs)?;
+    if f.metadata()
+        .map_err(|source| FileError::Io {
+            path: path.to_string(),
+            source,
+        })?
+        .file_type()
+        .is_file()
+    {
+        f.set_len(0).map_err(|source| FileError::Io {
+            path: path.to_string(),
+            source,
+        })?;
+    }
+    Ok(f)
+}
+
+/// An output opened and checked as [`create`] does, but not truncated: what it held stays
+/// byte for byte until the run starts writing ([`RecordFile::deferred`], [`start_writing`]).
+pub struct Checked {
+    file: File,
+    path: String,
+    /// Whether this open created the file (it is removed again if the run never starts).
+    created: bool,
+}
+
+/// [`create`] without the truncation: every check, and the file opened (created when it did not
+/// exist), its bytes left as they are. A [`RecordFile::deferred`] over it truncates it when
+/// writing starts, so that a usage error found after the outputs were opened leaves an
+/// existing file as it was.
+pub fn open_deferred(path: &str, inputs: &Inputs) -> Result<Checked, FileError> {
+    let (file, created) = open_checked(path, inputs)?;
+    Ok(Checked {
+        file,
+        path: path.to_string(),
+        created,
+    })
+}
+
+/// Opens `path` for writing after every check of [`create`]; whether it was created now.
+fn open_checked(path: &str, inputs: &Inputs) -> Result<(File, bool), FileError> {
     let p = Path::new(path);
     let io = |source| FileError::Io {
         path: path.to_string(),
         source,
     };
+    // A new file first: then nothing existed to check or to keep (O_EXCL fails on any link).
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(p)
+    {
+        Ok(f) => return Ok((f, true)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        // EACCES on a sticky directory's link, say: the checks below say why.
+        Err(_) => {}
+    }
     let open = |follow: bool| {
         let mut o = OpenOptions::new();
         o.write(true).create(true);
@@ -196,26 +249,57 @@ pub fn create(path: &str, inputs: &Inputs) -> Result<File, FileError> {
             input: input.to_string(),
         });
     }
-    if m.file_type().is_file() {
-        if m.uid() != me {
-            if let Some((dir, dm)) = shared_dir(p) {
-                if m.uid() != dm.uid() {
-                    return Err(FileError::NotOurs {
-                        path: path.to_string(),
-                        owner: m.uid(),
-                        dir,
-                    });
-                }
+    if m.file_type().is_file() && m.uid() != me {
+        if let Some((dir, dm)) = shared_dir(p) {
+            if m.uid() != dm.uid() {
+                return Err(FileError::NotOurs {
+                    path: path.to_string(),
+                    owner: m.uid(),
+                    dir,
+                });
             }
         }
-        f.set_len(0).map_err(io)?;
     }
-    Ok(f)
+    Ok((f, false))
+}
+
+/// Set once the run has started writing its outputs ([`start_writing`]).
+static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The run starts: every flag is valid and every input open. Each deferred output
+/// ([`RecordFile::deferred`], [`RecordFile::stdout_deferred`]) is truncated now and receives
+/// what was written to it so far (a capture file's header), at once. A deferred output that is
+/// dropped before this (a usage error) leaves its file as it was (one this run created is
+/// removed). A deferred output is also started by its own first flush or full buffer.
+pub fn start_writing() {
+    STARTED.store(true, Ordering::SeqCst);
+    let list: Vec<Arc<Shared>> = {
+        let v = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        v.iter().filter_map(Weak::upgrade).collect()
+    };
+    for s in list {
+        let mut d = s.dst.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = d.release();
+    }
+}
+
+/// Whether [`start_writing`] was called.
+pub fn writing_started() -> bool {
+    STARTED.load(Ordering::SeqCst)
 }
 
 enum Dst {
     File(File),
     Stdout(io::Stdout),
+    /// A deferred output before the run starts: the file untouched (its records wait in the
+    /// [`RecordFile`]'s buffer).
+    Held {
+        to: Box<Dst>,
+        /// The file, when this run created it (removed if the run never starts).
+        created: Option<(String, FileId)>,
+        /// Whether it is a regular file (truncated when released).
+        regular: bool,
+    },
 }
 
 impl Dst {
@@ -223,13 +307,36 @@ impl Dst {
         match self {
             Dst::File(f) => f.write(b),
             Dst::Stdout(s) => s.write(b),
+            Dst::Held { .. } => {
+                self.release()?;
+                self.write(b)
+            }
         }
     }
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Dst::File(f) => f.flush(),
             Dst::Stdout(s) => s.flush(),
+            Dst::Held { .. } => {
+                self.release()?;
+                self.flush()
+            }
         }
+    }
+    /// A held output: truncated (a regular file) and written straight from now on.
+    fn release(&mut self) -> io::Result<()> {
+        let Dst::Held { to, regular, .. } = self else {
+            return Ok(());
+        };
+        let to = std::mem::replace(&mut **to, Dst::Stdout(io::stdout()));
+        let truncate = *regular;
+        *self = to;
+        if truncate {
+            if let Dst::File(f) = &*self {
+                f.set_len(0)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -268,6 +375,8 @@ pub struct RecordFile {
     /// Records written out whole.
     records: u64,
     failed: Option<io::ErrorKind>,
+    /// Set once a deferred output was released (always set for the others).
+    started: bool,
 }
 
 impl RecordFile {
@@ -286,7 +395,85 @@ impl RecordFile {
         Self::with(Dst::Stdout(io::stdout()), None, cap)
     }
 
+    /// Buffers up to `cap` bytes for a file [`open_deferred`] checked: nothing reaches it (it
+    /// is not truncated) before the run starts writing ([`start_writing`], or this output's
+    /// first flush or full buffer); dropped before that, it is left as it was (removed if this
+    /// run created it).
+    pub fn deferred(c: Checked, cap: usize) -> RecordFile {
+        let regular = c
+            .file
+            .metadata()
+            .ok()
+            .is_some_and(|m| m.file_type().is_file());
+        let cut = if regular {
+            c.file.try_clone().ok()
+        } else {
+            None
+        };
+        let created = if c.created {
+            c.file
+                .metadata()
+                .ok()
+                .map(|m| (c.path.clone(), FileId::from_meta(&m)))
+        } else {
+            None
+        };
+        let dst = Dst::Held {
+            to: Box::new(Dst::File(c.file)),
+            created,
+            regular,
+        };
+        let mut r = Self::with(dst, cut, cap);
+        if writing_started() {
+            let _ = r.release();
+        }
+        r
+    }
+
+    /// Standard output, deferred as [`RecordFile::deferred`] is: nothing is written to it
+    /// before the run starts.
+    pub fn stdout_deferred(cap: usize) -> RecordFile {
+        let dst = Dst::Held {
+            to: Box::new(Dst::Stdout(io::stdout())),
+            created: None,
+            regular: false,
+        };
+        let mut r = Self::with(dst, None, cap);
+        if writing_started() {
+            let _ = r.release();
+        }
+        r
+    }
+
+    /// A deferred output starts now: truncated, and what was written to it so far goes out.
+    pub fn release(&mut self) -> io::Result<()> {
+        self.started = true;
+        self.shared
+            .dst
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .release()?;
+        self.flush()
+    }
+
+    /// [`RecordFile::release`] unless this output started already: what a writer calls when
+    /// its first packet comes (the run has started).
+    #[inline]
+    pub fn start(&mut self) -> io::Result<()> {
+        if self.started {
+            return Ok(());
+        }
+        self.release()
+    }
+
+    /// Bytes written to the destination so far, buffered ones included (a file's size once
+    /// flushed).
+    pub fn position(&self) -> u64 {
+        self.shared.committed.load(Ordering::Relaxed) + self.used as u64
+    }
+
     fn with(dst: Dst, cut: Option<File>, cap: usize) -> RecordFile {
+        let started = !matches!(dst, Dst::Held { .. });
         let shared = Arc::new(Shared {
             dst: Mutex::new(dst),
             committed: AtomicU64::new(0),
@@ -303,6 +490,7 @@ impl RecordFile {
             shared,
             records: 0,
             failed: None,
+            started,
         }
     }
 
@@ -456,7 +644,33 @@ impl Write for RecordFile {
 }
 
 impl Drop for RecordFile {
+    /// Writes out what is buffered; a deferred output the run never started is left as it
+    /// was (removed when this run created it).
     fn drop(&mut self) {
+        if !writing_started() {
+            let mut d = self.shared.dst.lock().unwrap_or_else(|e| e.into_inner());
+            if let Dst::Held { created, .. } = &*d {
+                if let Some((path, id)) = created {
+                    let p = Path::new(path);
+                    let same = std::fs::symlink_metadata(p)
+                        .ok()
+                        .is_some_and(|m| FileId::from_meta(&m) == *id && m.len() == 0);
+                    if same {
+                        let _ = std::fs::remove_file(p);
+                    }
+                }
+                // Nothing reaches it, now or at exit.
+                *d = Dst::Held {
+                    to: Box::new(Dst::Stdout(io::stdout())),
+                    created: None,
+                    regular: false,
+                };
+                self.used = 0;
+                self.ends.clear();
+                self.failed = Some(io::ErrorKind::Other);
+                return;
+            }
+        }
         let _ = self.flush();
     }
 }
@@ -580,6 +794,35 @@ mod tests {
         assert!(w.record(1).is_err());
         assert!(w.write_all(b"x").is_err());
         assert_eq!(w.records_written(), 0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_deferred_output_is_left_as_it_was_until_writing_starts() {
+        let d = dir("deferred");
+        let p = d.join("keep.bin");
+        std::fs::write(&p, b"precious").unwrap();
+        let path = p.to_str().unwrap();
+        // Written to, never started: the file keeps its bytes.
+        let mut w = RecordFile::deferred(open_deferred(path, &Inputs::default()).unwrap(), 64);
+        w.write_all(b"header").unwrap();
+        drop(w);
+        assert_eq!(std::fs::read(&p).unwrap(), b"precious");
+        // A new file the run never started is removed.
+        let q = d.join("new.bin");
+        let w = RecordFile::deferred(
+            open_deferred(q.to_str().unwrap(), &Inputs::default()).unwrap(),
+            64,
+        );
+        drop(w);
+        assert!(!q.exists());
+        // Its first flush starts it: truncated, then written.
+        let mut w = RecordFile::deferred(open_deferred(path, &Inputs::default()).unwrap(), 64);
+        w.write_all(b"header").unwrap();
+        w.flush().unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"header");
+        assert_eq!(w.position(), 6);
+        drop(w);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

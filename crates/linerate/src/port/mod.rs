@@ -267,6 +267,8 @@ pub struct PortOptions {
     /// Format of a capture file opened for transmit (None: by its name, pcapng for
     /// `*.pcapng`; a `pcapng:FILE` URI always writes pcapng).
     pub write_format: Option<pcap::WriteFormat>,
+    /// How a capture file opened for transmit is flushed and rotated.
+    pub write: pcap::WriteOptions,
     /// AF_XDP settings of `xdp:` ports (socket mode, attach mode, ring sizes).
     pub xdp: xdp::XdpConfig,
 }
@@ -285,6 +287,7 @@ impl Default for PortOptions {
             rx_wait_ms: 1,
             inputs: file::Inputs::default(),
             write_format: None,
+            write: pcap::WriteOptions::default(),
             xdp: xdp::XdpConfig::default(),
         }
     }
@@ -330,6 +333,13 @@ pub trait Port: Send {
     fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError>;
     /// Pushes out anything buffered (pcap writers, tx rings).
     fn flush(&mut self) -> Result<(), PortError> {
+        Ok(())
+    }
+    /// Called by a worker's loop at every pass, busy or idle, with the worker's monotonic
+    /// clock in ns (`time::mono_ns`, or the generator's TSC clock: only differences count):
+    /// what a port does on time rather than per packet (a capture file's `--flush-interval`,
+    /// its `-G` rotation). Cheap when nothing is due.
+    fn tick(&mut self, _now_ns: u64) -> Result<(), PortError> {
         Ok(())
     }
     /// Counters so far (reads kernel counters where there are any).

@@ -579,6 +579,8 @@ pub fn run_with(
     let mut prev = start.clone();
     let mut ticker = Ticker::new(t0, opts.interval);
     let mut maint = Ticker::new(t0, Duration::from_millis(100));
+    // The outputs' clock work (a capture file's --flush-interval, -G): every 10 ms at most.
+    let mut out_tick = Ticker::new(t0, Duration::from_millis(10));
     let limits = Limits::new(opts.count, opts.duration, t0);
     let mut idle = 0u32;
     let mut error = None;
@@ -657,6 +659,22 @@ pub fn run_with(
         let now = mono_ns();
         if maint.due(now) {
             master.maintain();
+        }
+        if out_tick.due(now) {
+            for e in egress.iter_mut() {
+                if let Err(err) = e.out.tick(now) {
+                    error = Some(err);
+                    break;
+                }
+            }
+            if let Some(out) = tx_out.as_deref_mut() {
+                if let Err(err) = out.tick(now) {
+                    error.get_or_insert(err);
+                }
+            }
+            if error.is_some() {
+                break Ended::Error;
+            }
         }
         if ticker.due(now) {
             let s = Snap {

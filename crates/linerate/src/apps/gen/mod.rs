@@ -950,6 +950,9 @@ pub fn run(
                 break Err(e.into());
             }
             let now = clock.now_ns();
+            if let Err(e) = port.tick(now) {
+                break Err(e.into());
+            }
             if ticker.due(now) {
                 on_tick(&tick(port, now, &rep, p.behind, true));
             }
@@ -1105,6 +1108,10 @@ pub fn run(
                     break 'run Err(e.into());
                 }
             }
+        }
+        // The port's clock work (a capture file's --flush-interval, -G).
+        if let Err(e) = port.tick(now) {
+            break Err(e.into());
         }
         if ticker.due(now) {
             on_tick(&tick(port, now, &rep, p.behind, false));

@@ -303,6 +303,7 @@ pub fn run_observed(
                     send.clear();
                 }
                 k += m;
+                out.tick(now)?;
                 if ticker.due(now) {
                     on_tick(&tick(&rep, &mut *out, now, late_ns));
                 }

@@ -29,6 +29,7 @@
 
 mod ngwriter;
 mod reader;
+pub mod rotate;
 mod split;
 mod writer;
 
@@ -36,6 +37,8 @@ pub use ngwriter::{os_name, PcapNgWriter, USER_APPL};
 pub use reader::{
     FileFormat, PcapReader, Record, BUF_SIZE, INITIAL_BUF, MAX_BLOCK, MAX_CAPLEN, MAX_IFACES,
 };
+use rotate::{Policy, Rotator};
+pub use rotate::{Rotate, Rotated, WriteOptions};
 pub use split::{Chunk, PcapSplit, SplitReader, SplitRecord, SPLIT_BYTES};
 pub use writer::{PcapWriter, Precision, DEFAULT_SNAPLEN};
 
@@ -46,6 +49,7 @@ use super::{
 use crate::mem::{copy_packet, Batch, Desc, Pool, PoolConfig, DEFAULT_BIG_FRAMES};
 use std::fs::File;
 use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Size of the write buffer.
@@ -110,10 +114,15 @@ enum Mode {
         per_if: Vec<PortStats>,
         /// The file, when it is a regular one: what [`PcapPort::read_in_place`] maps.
         file: Option<File>,
+        /// A source read with poll (stdin, a FIFO): set once `rx` has packets, so that the
+        /// source does not wait for more (a slow source's packets are delivered as they come).
+        busy: Option<Arc<AtomicBool>>,
     },
     Write {
         writer: Writer,
         path: String,
+        /// Flushing on time and rotation (None: as buffered, one file).
+        policy: Option<Box<Policy>>,
     },
 }
 
@@ -132,6 +141,8 @@ pub struct PcapPort {
     stats: PortStats,
     finished: bool,
     pending: Option<PortError>,
+    /// A rotating writer's last file was closed (its `-z` run).
+    closed: bool,
 }
 
 impl PcapPort {
@@ -153,11 +164,15 @@ impl PcapPort {
             // poll(2) would not see).
             use std::os::fd::AsFd;
             let fd = std::io::stdin().as_fd().try_clone_to_owned().map_err(io)?;
+            let busy = Arc::new(AtomicBool::new(false));
             let src = PollRead {
                 src: File::from(fd),
                 wait_ms: wait,
+                busy: busy.clone(),
             };
-            return Self::from_reader(path, Box::new(src), opts);
+            let mut port = Self::from_reader(path, Box::new(src), opts)?;
+            port.set_busy(busy);
+            return Ok(port);
         }
         let f = File::open(path).map_err(io)?;
         if f.metadata().map_err(io)?.file_type().is_file() {
@@ -168,11 +183,21 @@ impl PcapPort {
             }
             Ok(port)
         } else {
+            let busy = Arc::new(AtomicBool::new(false));
             let src = PollRead {
                 src: f,
                 wait_ms: wait,
+                busy: busy.clone(),
             };
-            Self::from_reader(path, Box::new(src), opts)
+            let mut port = Self::from_reader(path, Box::new(src), opts)?;
+            port.set_busy(busy);
+            Ok(port)
+        }
+    }
+
+    fn set_busy(&mut self, b: Arc<AtomicBool>) {
+        if let Mode::Read { busy, .. } = &mut self.mode {
+            *busy = Some(b);
         }
     }
 
@@ -189,6 +214,14 @@ impl PcapPort {
     /// A writer: records are written whole from now on, whatever the header's snapshot length
     /// says ([`PcapWriter::keep_whole`], [`PcapNgWriter::keep_whole`]). Nothing for a reader.
     pub fn keep_whole(&mut self) {
+        if let Mode::Write {
+            policy: Some(p), ..
+        } = &mut self.mode
+        {
+            if let Some(r) = &mut p.rot {
+                r.whole = true;
+            }
+        }
         match &mut self.mode {
             Mode::Write {
                 writer: Writer::Pcap(w),
@@ -222,11 +255,61 @@ impl PcapPort {
         snaplen: u32,
         inputs: &Inputs,
     ) -> Result<PcapPort, PortError> {
+        Self::create_with_options(
+            path,
+            format,
+            link,
+            snaplen,
+            inputs,
+            &WriteOptions::default(),
+        )
+    }
+
+    /// [`PcapPort::create_as`], written as `wo` says: flushed every `flush_interval` (at the
+    /// worker's [`Port::tick`]), each batch at once with `packet_buffered`, rotated as
+    /// `wo.rotate` says (then `path` is the first name: see [`rotate`]). Rotation needs a
+    /// file (not `-`).
+    pub fn create_with_options(
+        path: &str,
+        format: Option<WriteFormat>,
+        link: LinkType,
+        snaplen: u32,
+        inputs: &Inputs,
+        wo: &WriteOptions,
+    ) -> Result<PcapPort, PortError> {
         let format = format.unwrap_or_else(|| WriteFormat::for_path(path));
-        let sink = if path == "-" {
-            RecordFile::stdout(WRITE_BUF)
+        let (rot, first) = if wo.rotate.is_on() {
+            if path == "-" {
+                return Err(PortError::Unsupported {
+                    port: "pcap:-".into(),
+                    op: "rotation (-C, -G) of standard output: write to a file",
+                });
+            }
+            let now_s = crate::time::wall_ns() / 1_000_000_000;
+            let (r, name) = Rotator::first(
+                wo.rotate.clone(),
+                path,
+                format,
+                link,
+                snaplen,
+                inputs,
+                now_s,
+            )
+            .ok_or_else(|| PortError::BadUri {
+                uri: path.into(),
+                why: "-G: the strftime pattern gives no file name".into(),
+            })?;
+            (Some(r), name)
         } else {
-            RecordFile::new(file::create(path, inputs)?, WRITE_BUF)
+            (None, path.to_string())
+        };
+        let path = first.as_str();
+        // Deferred: the file keeps its bytes until the run starts writing (every flag valid,
+        // every input open: [`file::start_writing`]), or this port's first packets or flush.
+        let sink = if path == "-" {
+            RecordFile::stdout_deferred(WRITE_BUF)
+        } else {
+            RecordFile::deferred(file::open_deferred(path, inputs)?, WRITE_BUF)
         };
         let io = |source| PortError::Io {
             path: path.into(),
@@ -236,22 +319,36 @@ impl PcapPort {
             WriteFormat::Pcap => Writer::Pcap(PcapWriter::new(sink, link, snaplen).map_err(io)?),
             WriteFormat::PcapNg => Writer::Ng(PcapNgWriter::new(sink, link, snaplen).map_err(io)?),
         };
+        let on =
+            rot.is_some() || wo.packet_buffered || wo.flush_interval.is_some_and(|d| !d.is_zero());
         Ok(PcapPort {
             name: format!("pcap:{path}"),
             mode: Mode::Write {
                 writer,
                 path: path.into(),
+                policy: on.then(|| Box::new(Policy::new(wo, rot))),
             },
             stats: PortStats::default(),
             finished: true,
             pending: None,
+            closed: false,
         })
+    }
+
+    /// The file being written now (the first, or the one a rotation opened last); None for a
+    /// reader.
+    pub fn current_file(&self) -> Option<&str> {
+        match &self.mode {
+            Mode::Write { path, .. } => Some(path),
+            Mode::Read { .. } => None,
+        }
     }
 
     /// A writer's packets that reached the file (or pipe) whole, as opposed to those handed to
     /// it ([`PortStats::tx_packets`]); None for a reader.
     pub fn packets_written(&self) -> Option<u64> {
-        match &self.mode {
+        let prior = self.rotator().map_or(0, |r| r.prior_packets);
+        let now = match &self.mode {
             // The file header is the first record.
             Mode::Write {
                 writer: Writer::Pcap(w),
@@ -262,6 +359,16 @@ impl PcapPort {
                 ..
             } => Some(w.packets_among(w.get_ref().records_written())),
             Mode::Read { .. } => None,
+        };
+        now.map(|n| n + prior)
+    }
+
+    fn rotator(&self) -> Option<&Rotator> {
+        match &self.mode {
+            Mode::Write {
+                policy: Some(p), ..
+            } => p.rot.as_ref(),
+            _ => None,
         }
     }
 
@@ -283,7 +390,7 @@ impl PcapPort {
     /// A writer's packets per interface (`Desc::port`) so far; a classic pcap file counts them
     /// all as interface 0. Empty for a reader.
     pub fn packets_by_interface(&self) -> Vec<u64> {
-        match &self.mode {
+        let mut v = match &self.mode {
             Mode::Write {
                 writer: Writer::Pcap(w),
                 ..
@@ -293,7 +400,16 @@ impl PcapPort {
                 ..
             } => w.packets_by_interface().to_vec(),
             Mode::Read { .. } => Vec::new(),
+        };
+        if let Some(r) = self.rotator() {
+            if v.len() < r.prior_by_if.len() {
+                v.resize(r.prior_by_if.len(), 0);
+            }
+            for (a, b) in v.iter_mut().zip(&r.prior_by_if) {
+                *a += b;
+            }
         }
+        v
     }
 
     /// Reads a capture from any byte source; `name` names it in errors (tests, fuzzing, pipes).
@@ -317,10 +433,12 @@ impl PcapPort {
                 held: None,
                 per_if: Vec::new(),
                 file: None,
+                busy: None,
             },
             stats: PortStats::default(),
             finished,
             pending: None,
+            closed: false,
         })
     }
 
@@ -386,15 +504,22 @@ impl PcapPort {
     }
 }
 
-/// A source that waits at most `wait_ms` for bytes, then says `WouldBlock`.
+/// A source that waits at most `wait_ms` for bytes (not at all while `busy`), then says
+/// `WouldBlock`.
 struct PollRead<R> {
     src: R,
     wait_ms: i32,
+    busy: Arc<AtomicBool>,
 }
 
 impl<R: Read + std::os::fd::AsRawFd> Read for PollRead<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if !super::sys::poll_readable(self.src.as_raw_fd(), self.wait_ms)? {
+        let wait = if self.busy.load(Ordering::Relaxed) {
+            0
+        } else {
+            self.wait_ms
+        };
+        if !super::sys::poll_readable(self.src.as_raw_fd(), wait)? {
             return Err(std::io::ErrorKind::WouldBlock.into());
         }
         self.src.read(buf)
@@ -486,11 +611,17 @@ impl Port for PcapPort {
             pool,
             held,
             per_if,
+            busy,
             ..
         } = &mut self.mode
         else {
             return Ok(0);
         };
+        // A polled source waits for its first packet only.
+        let mut waits = true;
+        if let Some(b) = busy.as_deref() {
+            b.store(false, Ordering::Relaxed);
+        }
         let ng = matches!(reader.format(), FileFormat::PcapNg { .. });
         if let Some(e) = self.pending.take() {
             return Err(e);
@@ -556,6 +687,12 @@ impl Port for PcapPort {
                     n += 1;
                     bytes += u64::from(wire_len);
                     continue;
+                }
+            }
+            if n > 0 && waits {
+                waits = false;
+                if let Some(b) = busy.as_deref() {
+                    b.store(true, Ordering::Relaxed);
                 }
             }
             match reader.next_packet() {
@@ -638,35 +775,151 @@ impl Port for PcapPort {
     }
 
     fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
-        let Mode::Write { writer, path } = &mut self.mode else {
+        let Mode::Write {
+            writer,
+            path,
+            policy,
+        } = &mut self.mode
+        else {
             return Err(PortError::Unsupported {
                 port: self.name.clone(),
                 op: "tx on a file opened for reading",
             });
         };
-        let n = batch.len();
-        let r = match writer {
-            Writer::Pcap(w) => w.write_batch(batch),
-            Writer::Ng(w) => w.write_batch(batch),
+        let io = |path: &String, source| PortError::Io {
+            path: path.clone(),
+            source,
         };
-        batch.clear();
+        // The first packets: the run has started (a deferred file is truncated now).
+        let started = match writer {
+            Writer::Pcap(w) => w.get_mut().start(),
+            Writer::Ng(w) => w.get_mut().start(),
+        };
+        if let Err(source) = started {
+            batch.clear();
+            return Err(io(path, source));
+        }
+        let mut n = batch.len();
+        let r = match policy.as_deref_mut() {
+            Some(Policy { rot: Some(rot), .. }) => {
+                // Rotation: before each packet, whether the file is full or its period over.
+                let now_s = if rot.timed() {
+                    crate::time::wall_ns() / 1_000_000_000
+                } else {
+                    0
+                };
+                let mut k = 0;
+                let mut r = Ok(());
+                for p in batch.iter() {
+                    if rot.done {
+                        break;
+                    }
+                    let pos = match writer {
+                        Writer::Pcap(w) => w.get_ref().position(),
+                        Writer::Ng(w) => w.get_ref().position(),
+                    };
+                    if let Some(why) = rot.due(pos, now_s) {
+                        if let Err(e) = rot.rotate(writer, path, why, now_s) {
+                            r = Err(e);
+                            break;
+                        }
+                        if rot.done {
+                            break;
+                        }
+                    }
+                    let w = match writer {
+                        Writer::Pcap(w) => w.write_packet(p.desc.ts, p.data, p.desc.wire_len),
+                        Writer::Ng(w) => {
+                            w.write_packet(p.desc.port, p.desc.ts, p.data, p.desc.wire_len)
+                        }
+                    };
+                    if let Err(e) = w {
+                        r = Err(e);
+                        break;
+                    }
+                    k += 1;
+                }
+                if rot.done && r.is_ok() {
+                    // -G with -W wrote its last file: what is left is not taken.
+                    batch.free_front(k);
+                    n = k;
+                } else {
+                    batch.clear();
+                }
+                r
+            }
+            _ => {
+                let r = match writer {
+                    Writer::Pcap(w) => w.write_batch(batch).map(|_| ()),
+                    Writer::Ng(w) => w.write_batch(batch).map(|_| ()),
+                };
+                batch.clear();
+                r
+            }
+        };
+        let (prior_p, prior_b) = policy
+            .as_deref()
+            .and_then(|p| p.rot.as_ref())
+            .map_or((0, 0), |r| (r.prior_packets, r.prior_bytes));
         let (packets, bytes) = match writer {
             Writer::Pcap(w) => (w.packets(), w.bytes()),
             Writer::Ng(w) => (w.packets(), w.bytes()),
         };
-        self.stats.tx_packets = packets;
-        self.stats.tx_bytes = bytes;
-        match r {
-            Ok(_) => Ok(n),
-            Err(source) => Err(PortError::Io {
-                path: path.clone(),
-                source,
-            }),
+        self.stats.tx_packets = prior_p + packets;
+        self.stats.tx_bytes = prior_b + bytes;
+        r.map_err(|source| io(path, source))?;
+        // -U: each batch reaches the file as soon as it is captured.
+        if policy.as_deref().is_some_and(|p| p.per_packet) {
+            match writer {
+                Writer::Pcap(w) => w.flush(),
+                Writer::Ng(w) => w.flush(),
+            }
+            .map_err(|source| io(path, source))?;
         }
+        Ok(n)
+    }
+
+    fn tick(&mut self, now_ns: u64) -> Result<(), PortError> {
+        let Mode::Write {
+            writer,
+            path,
+            policy: Some(policy),
+        } = &mut self.mode
+        else {
+            return Ok(());
+        };
+        let check = policy.check_due(now_ns);
+        if !policy.flush_due(now_ns) && !check {
+            return Ok(());
+        }
+        let io = |path: &String, source| PortError::Io {
+            path: path.clone(),
+            source,
+        };
+        if let Some(rot) = policy.rot.as_mut() {
+            rot.reap();
+            // A -G period ends on time, packets or not (once the run has written).
+            let started = match writer {
+                Writer::Pcap(w) => w.get_ref().position() > 0 && file::writing_started(),
+                Writer::Ng(w) => w.get_ref().position() > 0 && file::writing_started(),
+            };
+            if rot.timed() && started {
+                let now_s = crate::time::wall_ns() / 1_000_000_000;
+                if let Some("time") = rot.due(0, now_s) {
+                    rot.rotate(writer, path, "time", now_s)
+                        .map_err(|source| io(path, source))?;
+                }
+            }
+        }
+        match writer {
+            Writer::Pcap(w) => w.flush(),
+            Writer::Ng(w) => w.flush(),
+        }
+        .map_err(|source| io(path, source))
     }
 
     fn flush(&mut self) -> Result<(), PortError> {
-        if let Mode::Write { writer, path } = &mut self.mode {
+        if let Mode::Write { writer, path, .. } = &mut self.mode {
             match writer {
                 Writer::Pcap(w) => w.flush(),
                 Writer::Ng(w) => w.flush(),
@@ -730,8 +983,17 @@ impl Port for PcapPort {
 
     fn describe(&mut self, ifaces: &[Interface]) -> Result<(), PortError> {
         if let Mode::Write {
+            policy: Some(p), ..
+        } = &mut self.mode
+        {
+            if let Some(r) = &mut p.rot {
+                r.ifaces = ifaces.to_vec();
+            }
+        }
+        if let Mode::Write {
             writer: Writer::Ng(w),
             path,
+            ..
         } = &mut self.mode
         {
             w.describe(ifaces).map_err(|source| PortError::Io {
@@ -750,6 +1012,7 @@ impl Port for PcapPort {
         if let Mode::Write {
             writer: Writer::Ng(w),
             path,
+            ..
         } = &mut self.mode
         {
             w.write_stats(stats).map_err(|source| PortError::Io {
@@ -757,7 +1020,9 @@ impl Port for PcapPort {
                 source,
             })?;
         }
-        self.flush()
+        self.flush()?;
+        self.close_last();
+        Ok(())
     }
 
     fn stats(&mut self) -> PortStats {
@@ -821,6 +1086,37 @@ impl Port for PcapPort {
     }
 }
 
+impl PcapPort {
+    /// A rotating writer's last file is complete: `-z` runs on it, and every `-z` command
+    /// is waited for.
+    fn close_last(&mut self) {
+        if self.closed || !file::writing_started() {
+            return;
+        }
+        if let Mode::Write {
+            writer,
+            path,
+            policy: Some(p),
+        } = &mut self.mode
+        {
+            if let Some(r) = p.rot.as_mut() {
+                self.closed = true;
+                let size = match writer {
+                    Writer::Pcap(w) => {
+                        let _ = w.flush();
+                        w.get_ref().position()
+                    }
+                    Writer::Ng(w) => {
+                        let _ = w.flush();
+                        w.get_ref().position()
+                    }
+                };
+                r.close_last(path, size);
+            }
+        }
+    }
+}
+
 impl Drop for PcapPort {
     /// A pcapng file always ends with its interfaces' statistics: what the writer knows itself
     /// (times and packets written) when no one gave it the figures ([`Port::finish`]).
@@ -834,6 +1130,7 @@ impl Drop for PcapPort {
                 let _ = w.write_stats(&[]);
             }
         }
+        self.close_last();
     }
 }
 

@@ -427,6 +427,11 @@ impl<W: RecordWrite> PcapNgWriter<W> {
         &self.w
     }
 
+    /// The underlying writer, mutably.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.w
+    }
+
     /// Gives back the underlying writer (not flushed).
     pub fn into_inner(self) -> W {
         self.w

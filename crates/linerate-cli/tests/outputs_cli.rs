@@ -1,0 +1,616 @@
+//! Capture and record outputs as tcpdump and dumpcap users expect them: an existing file is
+//! left byte for byte when a flag or an input is wrong; packets reach the file as they are
+//! captured (`--flush-interval`, `-U`); files rotate with `-C`, `-G`, `-W`, `-z`, `-b` and
+//! `--disk-budget`.
+#![deny(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_linerate")
+}
+
+fn sample() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap")
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .output()
+        .expect("run linerate")
+}
+
+/// A fresh directory of this test.
+fn dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("linerate-out-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A file holding the sample's bytes, which a failed run must leave as they are.
+fn precious(d: &Path) -> (PathBuf, Vec<u8>) {
+    let p = d.join("keep.pcap");
+    let bytes = std::fs::read(sample()).unwrap();
+    std::fs::write(&p, &bytes).unwrap();
+    (p, bytes)
+}
+
+/// Runs `args` (where `KEEP` stands for the precious file) and checks the usage error left the
+/// file byte for byte.
+fn refused_and_kept(tag: &str, args: &[&str]) {
+    let d = dir(tag);
+    let (keep, bytes) = precious(&d);
+    let k = keep.to_str().unwrap();
+    let args: Vec<&str> = args
+        .iter()
+        .map(|a| if *a == "KEEP" { k } else { a })
+        .collect();
+    let o = run(&args);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        std::fs::read(&keep).unwrap(),
+        bytes,
+        "{args:?} changed KEEP"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn gen_leaves_an_existing_output_when_a_flag_is_wrong() {
+    refused_and_kept("gen", &["gen", "-o", "KEEP", "-c", "5", "--vlan", "99999"]);
+    // An output that did not exist is not left behind either.
+    let d = dir("gen-new");
+    let new = d.join("new.pcap");
+    let o = run(&[
+        "gen",
+        "-o",
+        new.to_str().unwrap(),
+        "-c",
+        "5",
+        "--vlan",
+        "99999",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!new.exists(), "a refused run left {}", new.display());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn count_leaves_an_existing_output_when_a_flag_is_wrong() {
+    let s = sample();
+    let s = s.to_str().unwrap();
+    refused_and_kept(
+        "count",
+        &["count", "-i", s, "-w", "KEEP", "--metrics", "nonsense"],
+    );
+    refused_and_kept(
+        "count-in",
+        &["count", "-i", "/nonexistent.pcap", "-w", "KEEP"],
+    );
+}
+
+#[test]
+fn balance_leaves_existing_outputs_when_a_flag_is_wrong() {
+    let s = sample();
+    let s = s.to_str().unwrap();
+    let id = (std::process::id() % 1000 + 3000).to_string();
+    refused_and_kept(
+        "balance-r",
+        &[
+            "balance",
+            "-i",
+            s,
+            "-n",
+            "2",
+            "-c",
+            &id,
+            "-r",
+            "0:KEEP",
+            "-r",
+            "5:other.pcap",
+        ],
+    );
+    refused_and_kept(
+        "balance-o",
+        &[
+            "balance",
+            "-i",
+            s,
+            "-n",
+            "2",
+            "-c",
+            &id,
+            "-o",
+            "KEEP",
+            "--metrics",
+            "nonsense",
+        ],
+    );
+}
+
+#[test]
+fn fwd_leaves_an_existing_output_when_a_flag_is_wrong() {
+    let s = sample();
+    let s = s.to_str().unwrap();
+    refused_and_kept(
+        "fwd",
+        &["fwd", "-i", s, "-o", "KEEP", "--metrics", "nonsense"],
+    );
+}
+
+#[test]
+fn flows_leaves_an_existing_output_when_a_flag_is_wrong() {
+    let s = sample();
+    let s = s.to_str().unwrap();
+    refused_and_kept(
+        "flows",
+        &["flows", "-i", s, "-w", "KEEP", "--ipfix", "127.0.0.1:0"],
+    );
+}
+
+/// The records of a classic pcap file (native byte order, as linerate writes): each record's
+/// bytes, header included; None when the file is not whole.
+fn records(bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
+    if bytes.len() < 24 {
+        return None;
+    }
+    let mut v = Vec::new();
+    let mut at = 24;
+    while at < bytes.len() {
+        let h = bytes.get(at..at + 16)?;
+        let cap = u32::from_ne_bytes(h[8..12].try_into().unwrap()) as usize;
+        v.push(bytes.get(at..at + 16 + cap)?.to_vec());
+        at += 16 + cap;
+    }
+    Some(v)
+}
+
+/// Packets tcpdump reads from `path` (None when tcpdump refuses the file).
+fn tcpdump_count(path: &Path) -> Option<usize> {
+    let o = Command::new("tcpdump")
+        .args(["-n", "-r"])
+        .arg(path)
+        .output()
+        .expect("tcpdump (scripts/setup.sh installs it)");
+    o.status
+        .success()
+        .then(|| String::from_utf8_lossy(&o.stdout).lines().count())
+}
+
+/// A paced source (`gen` at 10 pps on standard output) piped into `count -w FILE` with
+/// `extra` flags on both; returns both children.
+fn paced_capture(file: &Path, extra: &[&str]) -> (std::process::Child, std::process::Child) {
+    use std::process::Stdio;
+    let mut g = Command::new(bin())
+        .args(["gen", "-o", "-", "--rate", "10pps", "-t", "8s", "-q"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run gen");
+    let c = Command::new(bin())
+        .args(["count", "-i", "-", "-q", "-w", file.to_str().unwrap()])
+        .args(extra)
+        .stdin(g.stdout.take().unwrap())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run count");
+    (g, c)
+}
+
+#[test]
+fn a_slow_capture_reaches_the_file_every_second_and_survives_kill_9() {
+    let d = dir("live");
+    let f1 = d.join("flush.pcap");
+    let f2 = d.join("unbuffered.pcap");
+    let (mut g1, mut c1) = paced_capture(&f1, &[]);
+    let (mut g2, mut c2) = paced_capture(&f2, &["-U"]);
+    std::thread::sleep(std::time::Duration::from_millis(3200));
+    let n1 = records(&std::fs::read(&f1).unwrap()).map(|r| r.len());
+    let n2 = records(&std::fs::read(&f2).unwrap()).map(|r| r.len());
+    // kill -9: what reached the file stays readable.
+    c1.kill().unwrap();
+    c2.kill().unwrap();
+    let _ = c1.wait();
+    let _ = c2.wait();
+    let _ = g1.kill();
+    let _ = g2.kill();
+    let _ = g1.wait();
+    let _ = g2.wait();
+    let n1 = n1.expect("the file is whole while written");
+    let n2 = n2.expect("the file is whole while written");
+    assert!(
+        n1 >= 15,
+        "--flush-interval 1s: {n1} packets after 3 s at 10 pps"
+    );
+    assert!(n2 >= 25, "-U: {n2} packets after 3 s at 10 pps");
+    for f in [&f1, &f2] {
+        let n = tcpdump_count(f).expect("tcpdump reads a capture killed with SIGKILL");
+        assert!(n >= 15, "{}: {n} packets after kill -9", f.display());
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// A capture of `n` packets of 1000 bytes to rotate.
+fn big_input(d: &Path, n: &str) -> PathBuf {
+    let p = d.join("input.pcap");
+    let o = run(&[
+        "gen",
+        "-o",
+        p.to_str().unwrap(),
+        "-c",
+        n,
+        "--size",
+        "64-1518",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    p
+}
+
+/// The files of `d` whose names start with `prefix`, by name.
+fn files(d: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with(prefix))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn count_c_rotates_into_whole_files_that_add_up_to_the_input() {
+    let d = dir("rot-c");
+    let input = big_input(&d, "3000");
+    let want = records(&std::fs::read(&input).unwrap()).unwrap();
+    let out = d.join("r.pcap");
+    let o = run(&[
+        "count",
+        "-i",
+        input.to_str().unwrap(),
+        "-w",
+        out.to_str().unwrap(),
+        "-C",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // tcpdump's names: r.pcap, r.pcap1, r.pcap2, ...
+    let mut names = vec![out.clone()];
+    let mut k = 1;
+    while d.join(format!("r.pcap{k}")).exists() {
+        names.push(d.join(format!("r.pcap{k}")));
+        k += 1;
+    }
+    assert!(names.len() >= 2, "{names:?}");
+    assert_eq!(files(&d, "r.pcap").len(), names.len());
+    let mut got = Vec::new();
+    for f in &names {
+        let bytes = std::fs::read(f).unwrap();
+        let recs = records(&bytes).expect("every file whole");
+        let last = recs.last().map_or(0, |r| r.len());
+        assert!(
+            bytes.len() as u64 <= 1_000_000 + last as u64,
+            "{}",
+            f.display()
+        );
+        assert_eq!(tcpdump_count(f), Some(recs.len()), "{}", f.display());
+        got.extend(recs);
+    }
+    assert_eq!(got.len(), want.len());
+    assert!(got == want, "the files in order are the input");
+    // Each rotation is in the --json output.
+    let out = String::from_utf8_lossy(&o.stdout);
+    let rotations = out
+        .lines()
+        .filter(|l| l.contains("\"type\":\"rotate\""))
+        .count();
+    assert_eq!(rotations, names.len() - 1, "{out}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn count_c_w_keeps_a_ring_of_files_and_b_is_dumpcaps() {
+    let d = dir("rot-w");
+    let input = big_input(&d, "6000");
+    let o = run(&[
+        "count",
+        "-i",
+        input.to_str().unwrap(),
+        "-w",
+        d.join("w.pcap").to_str().unwrap(),
+        "-C",
+        "1",
+        "-W",
+        "3",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = files(&d, "w.pcap");
+    let names: Vec<_> = got
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["w.pcap0", "w.pcap1", "w.pcap2"]);
+    for f in &got {
+        assert!(tcpdump_count(f).is_some_and(|n| n > 0), "{}", f.display());
+    }
+    // dumpcap's -b filesize (kB) and files.
+    let o = run(&[
+        "count",
+        "-i",
+        input.to_str().unwrap(),
+        "-w",
+        d.join("b.pcap").to_str().unwrap(),
+        "-b",
+        "filesize:500",
+        "-b",
+        "files:2",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let names: Vec<_> = files(&d, "b.pcap")
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["b.pcap0", "b.pcap1"]);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn pcapng_files_rotate_whole_and_z_runs_on_each() {
+    let d = dir("rot-ng");
+    let input = big_input(&d, "3000");
+    let log = d.join("z.log");
+    let script = d.join("post.sh");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho \"$1\" >> {}\n", log.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = run(&[
+        "count",
+        "-i",
+        input.to_str().unwrap(),
+        "-w",
+        // A name a shell would split: -z runs the program directly, never through a shell.
+        d.join("n x;.pcapng").to_str().unwrap(),
+        "-C",
+        "1",
+        "-z",
+        script.to_str().unwrap(),
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = files(&d, "n x;.pcapng");
+    assert!(got.len() >= 2, "{got:?}");
+    let mut total = 0;
+    for f in &got {
+        let c = Command::new("capinfos")
+            .args(["-c", "-M"])
+            .arg(f)
+            .output()
+            .expect("capinfos (scripts/setup.sh installs it)");
+        assert!(
+            c.status.success(),
+            "{}: {}",
+            f.display(),
+            String::from_utf8_lossy(&c.stderr)
+        );
+        let t = Command::new("tshark")
+            .arg("-r")
+            .arg(f)
+            .output()
+            .expect("tshark");
+        assert!(t.status.success(), "{}", f.display());
+        total += String::from_utf8_lossy(&t.stdout).lines().count();
+    }
+    assert_eq!(total, 3000);
+    // -z ran on every closed file, the last one included.
+    let ran = std::fs::read_to_string(&log).unwrap();
+    let mut ran: Vec<&str> = ran.lines().collect();
+    ran.sort();
+    let want: Vec<String> = got.iter().map(|p| p.display().to_string()).collect();
+    assert_eq!(ran, want);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn g_rotates_on_the_clock_into_strftime_names() {
+    let d = dir("rot-g");
+    let pattern = d.join("g-%H%M%S.pcap");
+    let o = run(&[
+        "gen",
+        "-o",
+        pattern.to_str().unwrap(),
+        "--rate",
+        "50pps",
+        "-t",
+        "3500ms",
+        "-G",
+        "1",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = files(&d, "g-");
+    assert!(got.len() >= 3, "{got:?}");
+    let mut total = 0;
+    for f in &got {
+        total += tcpdump_count(f).expect("each file whole");
+    }
+    assert!(total >= 150, "{total} packets in {got:?}");
+    // -G with -W stops after N files (tcpdump's meaning), with status 0.
+    let e = dir("rot-gw");
+    let pattern = e.join("w-%H%M%S.pcap");
+    let t0 = std::time::Instant::now();
+    let o = run(&[
+        "gen",
+        "-o",
+        pattern.to_str().unwrap(),
+        "--rate",
+        "50pps",
+        "-t",
+        "20s",
+        "-G",
+        "1",
+        "-W",
+        "2",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(files(&e, "w-").len(), 2);
+    std::fs::remove_dir_all(&d).unwrap();
+    std::fs::remove_dir_all(&e).unwrap();
+}
+
+#[test]
+fn disk_budget_deletes_the_oldest_files_of_the_run() {
+    let d = dir("budget");
+    let input = big_input(&d, "6000");
+    let o = run(&[
+        "count",
+        "-i",
+        input.to_str().unwrap(),
+        "-w",
+        d.join("k.pcap").to_str().unwrap(),
+        "-C",
+        "0.5",
+        "--disk-budget",
+        "1.6MB",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = files(&d, "k.pcap");
+    let total: u64 = got
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    assert!(total <= 1_600_000 + 2000, "{total} bytes in {got:?}");
+    // The first file went first.
+    assert!(!d.join("k.pcap").exists());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("\"deleted\":[\""), "{out}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn rotation_flags_that_cannot_apply_are_refused() {
+    let s = sample();
+    let s = s.to_str().unwrap();
+    for args in [
+        vec!["count", "-i", s, "-w", "KEEP", "-W", "3"],
+        vec!["count", "-i", s, "-w", "KEEP", "-z", "/bin/true"],
+        vec![
+            "count",
+            "-i",
+            s,
+            "-w",
+            "KEEP",
+            "-C",
+            "1",
+            "-z",
+            "/nonexistent/cmd",
+        ],
+        vec!["count", "-i", s, "-w", "KEEP", "-b", "packets:10"],
+        vec!["count", "-i", s, "-w", "KEEP", "-C", "0"],
+        vec!["count", "-i", s, "-w", "KEEP", "--flush-interval", "1ms"],
+        vec![
+            "count",
+            "-i",
+            s,
+            "-w",
+            "KEEP",
+            "-C",
+            "1",
+            "--disk-budget",
+            "1MB",
+        ],
+        vec!["count", "-i", s, "-C", "1"],
+        vec!["count", "-i", s, "-w", "-", "-C", "1"],
+    ] {
+        refused_and_kept("refused", &args);
+    }
+}
+
+#[test]
+fn every_capture_output_rotates() {
+    let s = sample();
+    let s = s.to_str().unwrap();
+    let d = dir("rot-all");
+    let id = (std::process::id() % 1000 + 4000).to_string();
+    let e = d.join("e.pcap");
+    let f = d.join("f.pcap");
+    let g = d.join("g.pcap");
+    let eq = format!("0:{}", e.display());
+    for (args, name) in [
+        (
+            vec![
+                "balance", "-i", s, "-n", "1", "-c", &id, "-r", &eq, "-C", "0.05", "-q",
+            ],
+            "e.pcap",
+        ),
+        (
+            vec![
+                "fwd",
+                "-i",
+                s,
+                "-o",
+                f.to_str().unwrap(),
+                "-C",
+                "0.05",
+                "-q",
+            ],
+            "f.pcap",
+        ),
+        (
+            vec![
+                "gen",
+                "-o",
+                g.to_str().unwrap(),
+                "-c",
+                "2000",
+                "--size",
+                "64-1518",
+                "-C",
+                "0.5",
+                "-q",
+            ],
+            "g.pcap",
+        ),
+    ] {
+        let o = run(&args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let got = files(&d, name);
+        assert!(got.len() >= 2, "{args:?}: {got:?}");
+        // Each rotation on standard error.
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            err.matches("rotated (size)").count(),
+            got.len() - 1,
+            "{err}"
+        );
+        let total: usize = got
+            .iter()
+            .map(|f| tcpdump_count(f).expect("each file whole"))
+            .sum();
+        assert_eq!(total, 2000, "{args:?}");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
