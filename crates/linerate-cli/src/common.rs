@@ -1,5 +1,6 @@
 //! What every subcommand shares: errors and exit codes, signals, core pinning, flag ranges.
 
+pub mod capture;
 pub mod flags;
 pub mod metrics;
 

@@ -127,6 +127,10 @@ pub struct Args {
     /// as too_big, never cut.
     #[arg(long, value_name = "BYTES", default_value = "130944", value_parser = flags::size(64, 130_944))]
     max_pkt_len: u64,
+    /// Which packets of an afpacket: input to distribute (default: in, what arrives, as
+    /// zbalance_ipc, so that an egress on the same interface is never read back).
+    #[command(flatten)]
+    capture: crate::common::capture::CaptureFlags,
 }
 
 /// `-m MODE` or `-m lua:FILE`.
@@ -281,7 +285,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         _ => Some(crate::common::open_input(
             "-i",
             &a.input,
-            &PortOptions::default(),
+            &a.capture.apply(
+                "-i",
+                &a.input,
+                linerate::port::Capture::In,
+                PortOptions::default(),
+            )?,
         )?),
     };
     let link = input
@@ -349,9 +358,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let mut input = match input {
         Some(p) => p,
         None => {
-            let (p, copied) =
-                linerate::open_cluster_input(&a.input, &PortOptions::default(), &mut master)
-                    .map_err(|e| crate::common::port_error("-i", &a.input, e))?;
+            let opts = a.capture.apply(
+                "-i",
+                &a.input,
+                linerate::port::Capture::In,
+                PortOptions::default(),
+            )?;
+            let (p, copied) = linerate::open_cluster_input(&a.input, &opts, &mut master)
+                .map_err(|e| crate::common::port_error("-i", &a.input, e))?;
             if let Some(why) = copied {
                 eprintln!("note: -i {why}");
             }

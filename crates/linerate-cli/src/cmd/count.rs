@@ -81,6 +81,8 @@ pub struct Args {
     /// Print statistics lines even on a terminal (no live page).
     #[arg(long)]
     no_console: bool,
+    #[command(flatten)]
+    capture: crate::common::capture::CaptureFlags,
 }
 
 /// How many threads read the input, and why not more when it says so.
@@ -221,11 +223,17 @@ fn thread_rows(
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
     // A capture-only loop: wait long in poll, the kernel wakes it when packets are ready.
-    let opts = PortOptions {
-        snaplen: a.snaplen.map_or(65_535, |s| s as u32),
-        rx_wait_ms: 100,
-        ..Default::default()
-    };
+    // Both directions by default on afpacket, as tcpdump captures.
+    let opts = a.capture.apply(
+        "-i",
+        &a.input,
+        linerate::port::Capture::InOut,
+        PortOptions {
+            snaplen: a.snaplen.map_or(65_535, |s| s as u32),
+            rx_wait_ms: 100,
+            ..Default::default()
+        },
+    )?;
     let plan = plan(&a)?;
     if plan.threads > 1 {
         return run_threads(a, plan, &opts, &stop);
@@ -293,6 +301,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "link_type": link.0,
             "filter": a.filter,
             "filter_in_kernel": a.filter.is_some() && user_filter.is_none(),
+            "direction": opts.direction.as_str(),
             "threads": 1,
             "plan": plan.words.as_deref().unwrap_or("1 thread"),
         });

@@ -104,6 +104,9 @@ pub struct Args {
     /// Print no summary.
     #[arg(short = 'q', long)]
     quiet: bool,
+    /// Which packets of an afpacket: input to meter (default: inout, as tcpdump).
+    #[command(flatten)]
+    capture: crate::common::capture::CaptureFlags,
 }
 
 struct Sinks {
@@ -236,10 +239,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         })?
     };
-    let popts = PortOptions {
-        frames: 16_384,
-        ..Default::default()
-    };
+    // Both directions by default on afpacket (a probe meters what the host sends too).
+    let popts = a.capture.apply(
+        "-i",
+        &a.input,
+        linerate::port::Capture::InOut,
+        PortOptions {
+            frames: 16_384,
+            ..Default::default()
+        },
+    )?;
     // Each thread reads its own share of the input (queues, fanout sockets, groups of records).
     let input = FlowInput::open(&a.input, &popts, a.threads)
         .map_err(|e| crate::common::port_error("-i", &a.input, e))?;

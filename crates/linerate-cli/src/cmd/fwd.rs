@@ -113,6 +113,10 @@ pub struct Args {
     /// Print only the final statistics (as -T 0, and no live page).
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// Which packets of an afpacket: port to forward (default: in, what arrives, so that a
+    /// bounce never reads its own output back).
+    #[command(flatten)]
+    pub capture: crate::common::capture::CaptureFlags,
 }
 
 /// The common metrics of forwarding: each port's receive and transmit counters since the
@@ -354,11 +358,16 @@ pub fn run_with(
     if let Some(s) = &a.script {
         inputs.add_path(s);
     }
-    let opts = PortOptions {
-        inputs,
-        write_format: a.format,
-        ..Default::default()
-    };
+    let opts = a.capture.apply(
+        "-i",
+        &a.input,
+        linerate::port::Capture::In,
+        PortOptions {
+            inputs,
+            write_format: a.format,
+            ..Default::default()
+        },
+    )?;
     let xdp = XdpConfig {
         mode: a.xdp_mode,
         attach: a.xdp_attach,

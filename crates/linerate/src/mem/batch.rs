@@ -30,6 +30,12 @@ pub struct Desc {
 impl Desc {
     /// The frame is shared by several consumers (fan-out) and must not be written.
     pub const F_SHARED: u16 = 1;
+    /// The packet was received by the interface it was captured on (AF_PACKET; pcapng's
+    /// `epb_flags` inbound).
+    pub const F_INBOUND: u16 = 1 << 8;
+    /// The packet was sent by the host on the interface it was captured on (AF_PACKET's
+    /// PACKET_OUTGOING; pcapng's `epb_flags` outbound). Neither bit: direction unknown.
+    pub const F_OUTBOUND: u16 = 1 << 9;
 }
 
 /// A packet seen through a batch: its descriptor and bytes.

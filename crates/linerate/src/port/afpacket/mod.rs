@@ -17,14 +17,26 @@
 //! libpcap does, so a capture equals what tcpdump records on the same interface.
 //!
 //! Transmit uses a second socket (opened with the port, so in the same network namespace; its
-//! ring is mapped on the first `tx`) bound with protocol 0, so it never receives. The receive socket ignores packets the host sends unless
-//! `PortOptions::capture_outgoing` is set, so a port that forwards never captures its own output.
+//! ring is mapped on the first `tx`) bound with protocol 0, so it never receives.
+//!
+//! **Direction.** By default (`PortOptions::direction` = `Capture::In`) the receive socket
+//! ignores packets the host sends (PACKET_IGNORE_OUTGOING), so a port that forwards never
+//! captures its own output. `Capture::InOut` takes both, as tcpdump does; `Capture::Out` only
+//! what the host sends. Each packet's descriptor says which it was (`Desc::F_INBOUND`,
+//! `Desc::F_OUTBOUND`, from the kernel's `sll_pkttype`). On a loopback interface a sent packet
+//! is seen again as received: its sent copy is skipped, as libpcap does.
+//!
+//! **`afpacket:any`** captures on every interface of the namespace with a SOCK_DGRAM socket:
+//! each packet gets a Linux cooked v2 header (LINKTYPE_LINUX_SLL2: protocol, interface index,
+//! ARPHRD type, packet type, link address) built in the room the kernel leaves in front of it,
+//! as `tcpdump -i any` writes. It cannot transmit, is never promiscuous, and its filters run
+//! in user space.
 
 mod rx;
 mod sys;
 mod tx;
 
-use super::{DropReason, LinkType, Port, PortError, PortOptions, PortStats};
+use super::{Capture, DropReason, LinkType, Port, PortError, PortOptions, PortStats};
 use crate::filter::{Filter, Insn};
 use crate::mem::{Batch, Pool, Region};
 use rx::RxBlocks;
@@ -32,6 +44,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use tx::TxRing;
 
+/// The interface name that captures on every interface (`afpacket:any`, `-i any`).
+pub const ANY: &str = "any";
 /// Longest `poll()` wait (ms) of an `rx` that finds nothing ready.
 pub const RX_POLL_MS: i32 = 1;
 /// Frame size declared for the receive ring (TPACKET_V3 packs packets of any size in blocks).
@@ -115,16 +129,28 @@ impl AfPacket {
                 ),
             });
         }
-        let ifindex = crate::port::ifindex(iface)? as i32;
-        let fd = sys::packet_socket(iface)?;
+        // `any`: every interface of the namespace, as cooked packets (LINUX_SLL2), as
+        // `tcpdump -i any` captures them.
+        let any = iface == ANY;
+        let ifindex = if any {
+            0
+        } else {
+            crate::port::ifindex(iface)? as i32
+        };
+        let fd = sys::packet_socket(iface, any)?;
         let v = libc::tpacket_versions::TPACKET_V3 as i32;
         sys::packet_opt(&fd, iface, libc::PACKET_VERSION, "PACKET_VERSION", &v)?;
-        if !opts.capture_outgoing {
-            // Kernels before 4.20 lack it: outgoing packets are then captured too.
+        if opts.direction == Capture::In {
+            // Kernels before 4.20 lack it: the ring then skips outgoing packets itself.
             let _ = sys::setopt(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32);
         }
-        let hw = sys::hw_type(iface)?;
+        let hw = if any {
+            libc::ARPHRD_VOID
+        } else {
+            sys::hw_type(iface)?
+        };
         let link = match hw {
+            _ if any => LinkType::LINUX_SLL2,
             libc::ARPHRD_NONE => LinkType::RAW,
             _ => LinkType::ETHERNET,
         };
@@ -158,15 +184,28 @@ impl AfPacket {
         let region = unsafe { Region::from_raw_mapping(ptr, len) };
         let pool = Arc::new(Pool::external(region));
         let vlan = matches!(hw, libc::ARPHRD_ETHER | libc::ARPHRD_LOOPBACK);
-        let rx = RxBlocks::new(
+        let mut rx = RxBlocks::new(
             pool,
             bs as usize,
             opts.ring_blocks as usize,
             opts.snaplen,
             vlan,
         );
+        let lo_ifindex = if hw == libc::ARPHRD_LOOPBACK {
+            ifindex
+        } else if any {
+            crate::sys::iface::ifindex("lo").map_or(-1, |i| i as i32)
+        } else {
+            -1
+        };
+        rx.set_meta(rx::Meta {
+            dir: opts.direction,
+            lo_ifindex,
+            cooked: any,
+        });
         sys::bind(&fd, iface, ifindex, libc::ETH_P_ALL as u16)?;
-        if opts.promisc {
+        // Promiscuous mode is per interface: `any` has none (libpcap does the same).
+        if opts.promisc && !any {
             let mreq = libc::packet_mreq {
                 mr_ifindex: ifindex,
                 mr_type: libc::PACKET_MR_PROMISC as u16,
@@ -187,8 +226,11 @@ impl AfPacket {
             sys::packet_opt(&fd, iface, libc::PACKET_FANOUT, "PACKET_FANOUT", &arg)?;
         }
         // Opened now so that it lives in this namespace; its ring is set up on the first tx.
-        let tx_sock = sys::packet_socket(iface)?;
-        let mtu = sys::mtu(iface)?;
+        let (tx_sock, mtu) = if any {
+            (None, 65_535)
+        } else {
+            (Some(sys::packet_socket(iface, false)?), sys::mtu(iface)?)
+        };
         Ok(AfPacket {
             name,
             iface: iface.to_string(),
@@ -200,7 +242,7 @@ impl AfPacket {
             link,
             rx,
             fd,
-            tx_sock: Some(tx_sock),
+            tx_sock,
             tx: None,
             stats: PortStats::default(),
             kernel: KernelStats::default(),
@@ -291,7 +333,11 @@ impl Port for AfPacket {
             let Some(fd) = self.tx_sock.take() else {
                 return Err(PortError::Unsupported {
                     port: self.name.clone(),
-                    op: "tx (the transmit ring could not be set up)",
+                    op: if self.iface == ANY {
+                        "tx (any names no interface to send on)"
+                    } else {
+                        "tx (the transmit ring could not be set up)"
+                    },
                 });
             };
             self.tx = Some(TxRing::open(
@@ -347,6 +393,11 @@ impl Port for AfPacket {
     /// program. The discarded packets are counted as filter drops. Bytes of earlier batches are
     /// invalid afterwards.
     fn attach_filter(&mut self, filter: &Filter) -> Result<bool, PortError> {
+        if self.iface == ANY {
+            // The kernel would run it on the bytes after the link header, not on the cooked
+            // header it is compiled for: the caller runs it in user space.
+            return Ok(false);
+        }
         let drop_all = [Insn {
             code: 0x06, // BPF_RET | BPF_K
             jt: 0,

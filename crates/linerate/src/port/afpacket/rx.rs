@@ -16,7 +16,7 @@
 //! pay (a 12-byte move and a 4-byte store in the block they already occupy); nothing is copied.
 
 use crate::mem::{Batch, Desc, Pool};
-use crate::port::{DropReason, Drops};
+use crate::port::{Capture, DropReason, Drops};
 use std::mem::{offset_of, size_of};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -40,6 +40,39 @@ pub(super) const VLAN_HEADROOM: u32 = 4;
 const MACS: usize = 12;
 /// The 802.1Q TPID, for kernels that report a tag without its TPID.
 const TPID_8021Q: u16 = 0x8100;
+/// Offset of the `sockaddr_ll` the kernel writes after each packet header (TPACKET_ALIGN).
+const SLL_OFF: usize = (HDR3 + 15) & !15;
+/// Size of a `sockaddr_ll`.
+const SLL_LEN: usize = size_of::<libc::sockaddr_ll>();
+/// Size of a Linux cooked v2 (LINKTYPE_LINUX_SLL2) header.
+pub(super) const SLL2_LEN: usize = 20;
+/// `sll_pkttype` of a packet the host sent.
+const PACKET_OUTGOING: u8 = 4;
+
+/// What the port does with each packet's `sockaddr_ll`: which direction it takes, and
+/// whether it builds a cooked header from it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Meta {
+    /// Packets of which direction are handed out (the others are skipped, as if the kernel
+    /// had not delivered them: the kernel does so itself for `Capture::In`).
+    pub(super) dir: Capture,
+    /// The loopback interface's index: a packet sent on it is seen twice (sent, then
+    /// received); its sent copy is skipped, as libpcap does.
+    pub(super) lo_ifindex: i32,
+    /// The socket is SOCK_DGRAM (`afpacket:any`): put a LINUX_SLL2 header in front of each
+    /// packet, built from its `sockaddr_ll`, in the room the kernel leaves before it.
+    pub(super) cooked: bool,
+}
+
+impl Default for Meta {
+    fn default() -> Self {
+        Meta {
+            dir: Capture::InOut,
+            lo_ifindex: -1,
+            cooked: false,
+        }
+    }
+}
 
 /// A cursor over the blocks of a mapped TPACKET_V3 ring.
 pub(super) struct RxBlocks {
@@ -49,6 +82,8 @@ pub(super) struct RxBlocks {
     snaplen: u32,
     /// Put stripped VLAN tags back (Ethernet links).
     vlan: bool,
+    /// Direction and cooked headers.
+    meta: Meta,
     /// Block being read.
     cur: usize,
     /// Packets of `cur` not yet handed out (0: `cur` not opened yet).
@@ -80,12 +115,18 @@ impl RxBlocks {
             blocks,
             snaplen,
             vlan,
+            meta: Meta::default(),
             cur: 0,
             left: 0,
             off: 0,
             release_from: 0,
             to_release: 0,
         }
+    }
+
+    /// Sets which direction is taken and whether headers are cooked.
+    pub(super) fn set_meta(&mut self, meta: Meta) {
+        self.meta = meta;
     }
 
     /// The pool that names the ring.
@@ -191,7 +232,7 @@ impl RxBlocks {
                 self.left = num;
                 self.off = first;
             }
-            if self.off + HDR3 > bs {
+            if self.off + SLL_OFF + SLL_LEN > bs {
                 drops.add(DropReason::Malformed, self.left as u64);
                 self.finish_block();
                 continue;
@@ -204,9 +245,62 @@ impl RxBlocks {
             let mut data = self.off + h.tp_mac as usize;
             let mut snap = h.tp_snaplen;
             let mut wire = h.tp_len;
+            // The packet's address, which the kernel writes between its header and its bytes
+            // (absent in headers of a fake kernel that puts the bytes right after the header).
+            let sll = if h.tp_mac as usize >= SLL_OFF + SLL_LEN {
+                // SAFETY: the sockaddr_ll lies between the header and the packet (tp_mac is
+                // past it), inside the block when the packet is (checked just below before
+                // any use of the result); the block is user-owned as above.
+                Some(unsafe {
+                    std::ptr::read_unaligned(
+                        base.add(blk_start + self.off + SLL_OFF) as *const libc::sockaddr_ll
+                    )
+                })
+            } else {
+                None
+            };
+            let outgoing = sll.as_ref().map(|a| a.sll_pkttype == PACKET_OUTGOING);
+            let skip = match outgoing {
+                Some(true) => {
+                    !self.meta.dir.takes(true)
+                        || sll
+                            .as_ref()
+                            .is_some_and(|a| a.sll_ifindex == self.meta.lo_ifindex)
+                }
+                Some(false) => !self.meta.dir.takes(false),
+                None => self.meta.dir == Capture::Out,
+            };
             if data + snap as usize > bs {
                 drops.add(DropReason::Malformed, 1);
+            } else if skip {
+                // Not asked for: never counted, as what the kernel does not deliver.
+            } else if self.meta.cooked
+                && (data < self.off + SLL_OFF + SLL_LEN + SLL2_LEN || sll.is_none())
+            {
+                drops.add(DropReason::Malformed, 1);
             } else {
+                if let (true, Some(a)) = (self.meta.cooked, sll.as_ref()) {
+                    let mut hdr = [0u8; SLL2_LEN];
+                    // sll_protocol is in network order already: its bytes as they lie.
+                    hdr[..2].copy_from_slice(&a.sll_protocol.to_ne_bytes());
+                    hdr[4..8].copy_from_slice(&(a.sll_ifindex as u32).to_be_bytes());
+                    hdr[8..10].copy_from_slice(&a.sll_hatype.to_be_bytes());
+                    hdr[10] = a.sll_pkttype;
+                    hdr[11] = a.sll_halen;
+                    hdr[12..20].copy_from_slice(&a.sll_addr);
+                    // SAFETY: data - 20 .. data lies after the sockaddr_ll (checked above) and
+                    // before the packet, inside this packet's room in the user-owned block.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            hdr.as_ptr(),
+                            base.add(blk_start + data - SLL2_LEN),
+                            SLL2_LEN,
+                        );
+                    }
+                    data -= SLL2_LEN;
+                    snap += SLL2_LEN as u32;
+                    wire += SLL2_LEN as u32;
+                }
                 // Kernels before 3.0 set no flag: a non-zero TCI is a tag there too (as libpcap).
                 if self.vlan
                     && (h.tp_status & libc::TP_STATUS_VLAN_VALID != 0 || h.hv1.tp_vlan_tci != 0)
@@ -245,7 +339,11 @@ impl RxBlocks {
                     wire_len: wire,
                     hash: 0,
                     port: 0,
-                    flags: 0,
+                    flags: match outgoing {
+                        Some(true) => Desc::F_OUTBOUND,
+                        Some(false) => Desc::F_INBOUND,
+                        None => 0,
+                    },
                 });
                 n += 1;
                 bytes += wire as u64;
