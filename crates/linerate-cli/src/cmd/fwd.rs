@@ -365,6 +365,9 @@ pub fn run_with(
         PortOptions {
             inputs,
             write_format: a.format,
+            // afpacket: each packet is forwarded as soon as it is in, not when its receive
+            // block retires (DPDK's l2fwd and netmap's bridge forward at once).
+            immediate: true,
             ..Default::default()
         },
     )?;

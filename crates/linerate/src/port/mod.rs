@@ -241,6 +241,10 @@ pub struct PortOptions {
     pub promisc: bool,
     /// Receive block timeout (ms) for ring ports.
     pub block_timeout_ms: u32,
+    /// Hand each received packet over as soon as it is in (a TPACKET_V2 ring on `afpacket:`,
+    /// libpcap's immediate mode) rather than in blocks that wait for the block timeout: for
+    /// tools that forward. The ring's size stays `ring_block_size` × `ring_blocks`.
+    pub immediate: bool,
     /// Bytes per block of a TPACKET_V3 receive ring (a power of two, at least a page).
     pub ring_block_size: u32,
     /// Blocks in a TPACKET_V3 receive ring.
@@ -271,6 +275,7 @@ impl Default for PortOptions {
             fanout_group: None,
             promisc: true,
             block_timeout_ms: 10,
+            immediate: false,
             ring_block_size: 1 << 20,
             ring_blocks: 64,
             direction: Capture::In,

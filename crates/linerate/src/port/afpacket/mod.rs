@@ -1,6 +1,11 @@
 //! `afpacket:IFACE`: Linux AF_PACKET with a TPACKET_V3 receive ring (zero copy), a TPACKET_V2
 //! transmit ring, kernel BPF filters, fanout groups and kernel drop counters.
 //!
+//! With `PortOptions::immediate` the receive ring is TPACKET_V2 instead: fixed frames, each
+//! handed to user space as soon as its packet is in (libpcap's immediate mode), for tools that
+//! forward, where a block timeout would be added latency; the transmit ring of such a port is
+//! then set up at open rather than on the first `tx`. Everything below holds for both.
+//!
 //! Receive maps the ring once and hands out descriptors that point into it: the port's pool is
 //! the ring itself (an external pool, no free list). **A received batch's bytes are valid until
 //! the next `rx` on the same port** (or `attach_filter`): blocks are given back to the kernel at
@@ -138,7 +143,14 @@ impl AfPacket {
             crate::port::ifindex(iface)? as i32
         };
         let fd = sys::packet_socket(iface, any)?;
-        let v = libc::tpacket_versions::TPACKET_V3 as i32;
+        // Immediate: TPACKET_V2 frames, each handed over as soon as its packet is in (as
+        // libpcap does in immediate mode); else TPACKET_V3 blocks, retired when full or after
+        // the block timeout.
+        let v = if opts.immediate {
+            libc::tpacket_versions::TPACKET_V2 as i32
+        } else {
+            libc::tpacket_versions::TPACKET_V3 as i32
+        };
         sys::packet_opt(&fd, iface, libc::PACKET_VERSION, "PACKET_VERSION", &v)?;
         if opts.direction == Capture::In {
             // Kernels before 4.20 lack it: the ring then skips outgoing packets itself.
@@ -162,21 +174,40 @@ impl AfPacket {
             "PACKET_RESERVE",
             &rx::VLAN_HEADROOM,
         )?;
-        let req = libc::tpacket_req3 {
-            tp_block_size: bs,
-            tp_block_nr: opts.ring_blocks,
-            tp_frame_size: RX_FRAME,
-            tp_frame_nr: (bs / RX_FRAME)
-                .checked_mul(opts.ring_blocks)
-                .ok_or_else(|| PortError::BadUri {
-                    uri: name.clone(),
-                    why: "receive ring too large".into(),
-                })?,
-            tp_retire_blk_tov: opts.block_timeout_ms,
-            tp_sizeof_priv: 0,
-            tp_feature_req_word: 0,
+        let mtu = if any { 65_535 } else { sys::mtu(iface)? };
+        let too_large = || PortError::BadUri {
+            uri: name.clone(),
+            why: "receive ring too large".into(),
         };
-        sys::packet_opt(&fd, iface, libc::PACKET_RX_RING, "PACKET_RX_RING", &req)?;
+        // TPACKET_V2: frames that hold a packet of the MTU with its link header, a tag and
+        // the ring's headers, contiguous in the blocks.
+        let frame = (mtu as usize + 256)
+            .next_power_of_two()
+            .clamp(2048, bs as usize) as u32;
+        if opts.immediate {
+            let req = libc::tpacket_req {
+                tp_block_size: bs,
+                tp_block_nr: opts.ring_blocks,
+                tp_frame_size: frame,
+                tp_frame_nr: (bs / frame)
+                    .checked_mul(opts.ring_blocks)
+                    .ok_or_else(too_large)?,
+            };
+            sys::packet_opt(&fd, iface, libc::PACKET_RX_RING, "PACKET_RX_RING", &req)?;
+        } else {
+            let req = libc::tpacket_req3 {
+                tp_block_size: bs,
+                tp_block_nr: opts.ring_blocks,
+                tp_frame_size: RX_FRAME,
+                tp_frame_nr: (bs / RX_FRAME)
+                    .checked_mul(opts.ring_blocks)
+                    .ok_or_else(too_large)?,
+                tp_retire_blk_tov: opts.block_timeout_ms,
+                tp_sizeof_priv: 0,
+                tp_feature_req_word: 0,
+            };
+            sys::packet_opt(&fd, iface, libc::PACKET_RX_RING, "PACKET_RX_RING", &req)?;
+        }
         let len = bs as usize * opts.ring_blocks as usize;
         let ptr = sys::map_ring(&fd, iface, len)?;
         // SAFETY: `ptr` is the start of a fresh mapping of exactly `len` bytes, owned from here
@@ -184,13 +215,24 @@ impl AfPacket {
         let region = unsafe { Region::from_raw_mapping(ptr, len) };
         let pool = Arc::new(Pool::external(region));
         let vlan = matches!(hw, libc::ARPHRD_ETHER | libc::ARPHRD_LOOPBACK);
-        let mut rx = RxBlocks::new(
-            pool,
-            bs as usize,
-            opts.ring_blocks as usize,
-            opts.snaplen,
-            vlan,
-        );
+        let mut rx = if opts.immediate {
+            RxBlocks::with_version(
+                pool,
+                frame as usize,
+                (bs / frame) as usize * opts.ring_blocks as usize,
+                opts.snaplen,
+                vlan,
+                true,
+            )
+        } else {
+            RxBlocks::new(
+                pool,
+                bs as usize,
+                opts.ring_blocks as usize,
+                opts.snaplen,
+                vlan,
+            )
+        };
         let lo_ifindex = if hw == libc::ARPHRD_LOOPBACK {
             ifindex
         } else if any {
@@ -226,12 +268,12 @@ impl AfPacket {
             sys::packet_opt(&fd, iface, libc::PACKET_FANOUT, "PACKET_FANOUT", &arg)?;
         }
         // Opened now so that it lives in this namespace; its ring is set up on the first tx.
-        let (tx_sock, mtu) = if any {
-            (None, 65_535)
+        let tx_sock = if any {
+            None
         } else {
-            (Some(sys::packet_socket(iface, false)?), sys::mtu(iface)?)
+            Some(sys::packet_socket(iface, false)?)
         };
-        Ok(AfPacket {
+        let mut port = AfPacket {
             name,
             iface: iface.to_string(),
             ifindex,
@@ -248,7 +290,36 @@ impl AfPacket {
             kernel: KernelStats::default(),
             tag_filter: None,
             vlan,
-        })
+        };
+        if opts.immediate && port.tx_sock.is_some() {
+            // A forwarding port: its transmit ring is set up now, not on the first packet
+            // (which would wait for the ring's allocation, milliseconds).
+            port.open_tx()?;
+        }
+        Ok(port)
+    }
+
+    /// Sets up the transmit ring on the socket opened for it.
+    fn open_tx(&mut self) -> Result<(), PortError> {
+        let Some(fd) = self.tx_sock.take() else {
+            return Err(PortError::Unsupported {
+                port: self.name.clone(),
+                op: if self.iface == ANY {
+                    "tx (any names no interface to send on)"
+                } else {
+                    "tx (the transmit ring could not be set up)"
+                },
+            });
+        };
+        self.tx = Some(TxRing::open(
+            fd,
+            &self.iface,
+            self.ifindex,
+            self.mtu,
+            self.link,
+            self.tx_frames,
+        )?);
+        Ok(())
     }
 
     /// The interface name.
@@ -330,24 +401,7 @@ impl Port for AfPacket {
             return Ok(0);
         }
         if self.tx.is_none() {
-            let Some(fd) = self.tx_sock.take() else {
-                return Err(PortError::Unsupported {
-                    port: self.name.clone(),
-                    op: if self.iface == ANY {
-                        "tx (any names no interface to send on)"
-                    } else {
-                        "tx (the transmit ring could not be set up)"
-                    },
-                });
-            };
-            self.tx = Some(TxRing::open(
-                fd,
-                &self.iface,
-                self.ifindex,
-                self.mtu,
-                self.link,
-                self.tx_frames,
-            )?);
+            self.open_tx()?;
         }
         match &mut self.tx {
             Some(t) => t.send(batch, &mut self.stats),

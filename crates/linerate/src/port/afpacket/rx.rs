@@ -42,6 +42,23 @@ const MACS: usize = 12;
 const TPID_8021Q: u16 = 0x8100;
 /// Offset of the `sockaddr_ll` the kernel writes after each packet header (TPACKET_ALIGN).
 const SLL_OFF: usize = (HDR3 + 15) & !15;
+/// Size of a TPACKET_V2 frame header.
+const HDR2: usize = size_of::<libc::tpacket2_hdr>();
+/// Offset of the `sockaddr_ll` after a TPACKET_V2 frame header.
+const SLL_OFF2: usize = (HDR2 + 15) & !15;
+
+/// A packet header of either ring version, as the reader needs it.
+struct Hdr {
+    next: u32,
+    sec: u32,
+    nsec: u32,
+    snaplen: u32,
+    len: u32,
+    status: u32,
+    mac: u16,
+    tci: u32,
+    tpid: u16,
+}
 /// Size of a `sockaddr_ll`.
 const SLL_LEN: usize = size_of::<libc::sockaddr_ll>();
 /// Size of a Linux cooked v2 (LINKTYPE_LINUX_SLL2) header.
@@ -74,8 +91,12 @@ impl Default for Meta {
     }
 }
 
-/// A cursor over the blocks of a mapped TPACKET_V3 ring.
+/// A cursor over the blocks of a mapped TPACKET_V3 ring, or over the frames of a TPACKET_V2
+/// ring (each frame then is a "block" of one packet, whose header starts the frame: the
+/// kernel hands each frame over as soon as its packet is in, with no block timeout).
 pub(super) struct RxBlocks {
+    /// TPACKET_V2 frames (`block_size` is then the frame size).
+    v2: bool,
     pool: Arc<Pool>,
     block_size: usize,
     blocks: usize,
@@ -107,9 +128,24 @@ impl RxBlocks {
         snaplen: u32,
         vlan: bool,
     ) -> Self {
-        assert!(block_size >= 4096 && block_size.is_power_of_two() && blocks > 0);
+        Self::with_version(pool, block_size, blocks, snaplen, vlan, false)
+    }
+
+    /// As [`RxBlocks::new`]; `v2`: the ring is TPACKET_V2 frames of `block_size` bytes
+    /// (at least 2048, a power of two).
+    pub(super) fn with_version(
+        pool: Arc<Pool>,
+        block_size: usize,
+        blocks: usize,
+        snaplen: u32,
+        vlan: bool,
+        v2: bool,
+    ) -> Self {
+        let least = if v2 { 2048 } else { 4096 };
+        assert!(block_size >= least && block_size.is_power_of_two() && blocks > 0);
         assert!(pool.region().len() >= block_size * blocks);
         RxBlocks {
+            v2,
             pool,
             block_size,
             blocks,
@@ -141,12 +177,10 @@ impl RxBlocks {
         // that blocks * block_size fit); blocks are page aligned so the u32 at offset 8 is
         // aligned; the kernel writes it concurrently, hence atomic access only. The mapping
         // lives as long as `self.pool`.
+        // A TPACKET_V2 frame's status is its first word (`tp_status`), as aligned.
+        let off = if self.v2 { 0 } else { STATUS_OFF };
         unsafe {
-            &*(self
-                .pool
-                .region()
-                .as_ptr()
-                .add(blk * self.block_size + STATUS_OFF) as *const AtomicU32)
+            &*(self.pool.region().as_ptr().add(blk * self.block_size + off) as *const AtomicU32)
         }
     }
 
@@ -218,6 +252,11 @@ impl RxBlocks {
                 if st & libc::TP_STATUS_USER == 0 {
                     break;
                 }
+                if self.v2 {
+                    self.left = 1;
+                    self.off = 0;
+                    continue;
+                }
                 let num = self.header_u32(self.cur, NUM_OFF);
                 let first = self.header_u32(self.cur, FIRST_OFF) as usize;
                 if num == 0 {
@@ -232,28 +271,61 @@ impl RxBlocks {
                 self.left = num;
                 self.off = first;
             }
-            if self.off + SLL_OFF + SLL_LEN > bs {
+            let (hdr_len, sll_off) = if self.v2 {
+                (HDR2, SLL_OFF2)
+            } else {
+                (HDR3, SLL_OFF)
+            };
+            if self.off + sll_off + SLL_LEN > bs {
                 drops.add(DropReason::Malformed, self.left as u64);
                 self.finish_block();
                 continue;
             }
             let blk_start = self.cur * bs;
-            // SAFETY: the header lies inside the block (checked above), the block inside the
-            // mapping; the block is owned by user space (TP_STATUS_USER seen with acquire).
-            let h: libc::tpacket3_hdr =
-                unsafe { std::ptr::read_unaligned(base.add(blk_start + self.off) as *const _) };
-            let mut data = self.off + h.tp_mac as usize;
-            let mut snap = h.tp_snaplen;
-            let mut wire = h.tp_len;
+            // SAFETY (both reads): the header lies inside the block (checked above), the block
+            // inside the mapping; the block is owned by user space (TP_STATUS_USER seen with
+            // acquire).
+            let h = if self.v2 {
+                let h: libc::tpacket2_hdr =
+                    unsafe { std::ptr::read_unaligned(base.add(blk_start) as *const _) };
+                Hdr {
+                    next: 0,
+                    sec: h.tp_sec,
+                    nsec: h.tp_nsec,
+                    snaplen: h.tp_snaplen,
+                    len: h.tp_len,
+                    status: h.tp_status,
+                    mac: h.tp_mac,
+                    tci: h.tp_vlan_tci as u32,
+                    tpid: h.tp_vlan_tpid,
+                }
+            } else {
+                let h: libc::tpacket3_hdr =
+                    unsafe { std::ptr::read_unaligned(base.add(blk_start + self.off) as *const _) };
+                Hdr {
+                    next: h.tp_next_offset,
+                    sec: h.tp_sec,
+                    nsec: h.tp_nsec,
+                    snaplen: h.tp_snaplen,
+                    len: h.tp_len,
+                    status: h.tp_status,
+                    mac: h.tp_mac,
+                    tci: h.hv1.tp_vlan_tci,
+                    tpid: h.hv1.tp_vlan_tpid,
+                }
+            };
+            let mut data = self.off + h.mac as usize;
+            let mut snap = h.snaplen;
+            let mut wire = h.len;
             // The packet's address, which the kernel writes between its header and its bytes
             // (absent in headers of a fake kernel that puts the bytes right after the header).
-            let sll = if h.tp_mac as usize >= SLL_OFF + SLL_LEN {
+            let sll = if h.mac as usize >= sll_off + SLL_LEN {
                 // SAFETY: the sockaddr_ll lies between the header and the packet (tp_mac is
                 // past it), inside the block when the packet is (checked just below before
                 // any use of the result); the block is user-owned as above.
                 Some(unsafe {
                     std::ptr::read_unaligned(
-                        base.add(blk_start + self.off + SLL_OFF) as *const libc::sockaddr_ll
+                        base.add(blk_start + self.off + sll_off) as *const libc::sockaddr_ll
                     )
                 })
             } else {
@@ -275,7 +347,7 @@ impl RxBlocks {
             } else if skip {
                 // Not asked for: never counted, as what the kernel does not deliver.
             } else if self.meta.cooked
-                && (data < self.off + SLL_OFF + SLL_LEN + SLL2_LEN || sll.is_none())
+                && (data < self.off + sll_off + SLL_LEN + SLL2_LEN || sll.is_none())
             {
                 drops.add(DropReason::Malformed, 1);
             } else {
@@ -303,20 +375,18 @@ impl RxBlocks {
                 }
                 // Kernels before 3.0 set no flag: a non-zero TCI is a tag there too (as libpcap).
                 if self.vlan
-                    && (h.tp_status & libc::TP_STATUS_VLAN_VALID != 0 || h.hv1.tp_vlan_tci != 0)
+                    && (h.status & libc::TP_STATUS_VLAN_VALID != 0 || h.tci != 0)
                     && snap as usize >= MACS
-                    && h.tp_mac as usize >= HDR3 + VLAN_HEADROOM as usize
+                    && h.mac as usize >= hdr_len + VLAN_HEADROOM as usize
                 {
-                    let tpid = if h.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0
-                        || h.hv1.tp_vlan_tpid != 0
-                    {
-                        h.hv1.tp_vlan_tpid
+                    let tpid = if h.status & libc::TP_STATUS_VLAN_TPID_VALID != 0 || h.tpid != 0 {
+                        h.tpid
                     } else {
                         TPID_8021Q
                     };
                     let mut tag = [0u8; VLAN_HEADROOM as usize];
                     tag[..2].copy_from_slice(&tpid.to_be_bytes());
-                    tag[2..].copy_from_slice(&(h.hv1.tp_vlan_tci as u16).to_be_bytes());
+                    tag[2..].copy_from_slice(&(h.tci as u16).to_be_bytes());
                     // SAFETY: the packet (data .. data + snap, snap >= 12) lies inside the
                     // block (checked above) and the 4 bytes before it lie after this packet's
                     // header (tp_mac >= header + 4), so both ranges are inside the block, which
@@ -334,7 +404,7 @@ impl RxBlocks {
                 }
                 batch.push(Desc {
                     addr: (blk_start + data) as u64,
-                    ts: h.tp_sec as u64 * 1_000_000_000 + h.tp_nsec as u64,
+                    ts: h.sec as u64 * 1_000_000_000 + h.nsec as u64,
                     len: snap.min(self.snaplen),
                     wire_len: wire,
                     hash: 0,
@@ -351,11 +421,11 @@ impl RxBlocks {
             self.left -= 1;
             if self.left == 0 {
                 self.finish_block();
-            } else if h.tp_next_offset == 0 {
+            } else if h.next == 0 {
                 drops.add(DropReason::Malformed, self.left as u64);
                 self.finish_block();
             } else {
-                self.off += h.tp_next_offset as usize;
+                self.off += h.next as usize;
             }
         }
         (n, bytes)
@@ -377,7 +447,11 @@ impl RxBlocks {
             if self.status(self.cur).load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
                 return discarded;
             }
-            discarded += self.header_u32(self.cur, NUM_OFF) as u64;
+            discarded += if self.v2 {
+                1
+            } else {
+                self.header_u32(self.cur, NUM_OFF) as u64
+            };
             self.finish_block();
         }
     }
@@ -723,6 +797,118 @@ mod tests {
         let mut drops = Drops::default();
         assert_eq!(rx.fill(&mut b, &mut drops).0, 1);
         assert_eq!(drops.get(DropReason::Malformed), 1);
+    }
+
+    /// Acts as the kernel on a TPACKET_V2 ring: frame `i` gets `bytes` with a sockaddr_ll of
+    /// packet type `pkttype` on interface `ifindex`, and is handed over.
+    fn kernel_v2(pool: &Pool, i: usize, bytes: &[u8], pkttype: u8, ifindex: i32) {
+        const FS: usize = 2048;
+        let base = pool.region().as_ptr();
+        let mac = 96usize;
+        let h = libc::tpacket2_hdr {
+            tp_status: 0,
+            tp_len: bytes.len() as u32,
+            tp_snaplen: bytes.len() as u32,
+            tp_mac: mac as u16,
+            tp_net: mac as u16,
+            tp_sec: 3,
+            tp_nsec: 4,
+            tp_vlan_tci: 0,
+            tp_vlan_tpid: 0,
+            tp_padding: [0; 4],
+        };
+        // SAFETY: zeroed plain data.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = 0x0800u16.to_be();
+        sll.sll_ifindex = ifindex;
+        sll.sll_hatype = libc::ARPHRD_ETHER;
+        sll.sll_pkttype = pkttype;
+        sll.sll_halen = 6;
+        sll.sll_addr[..6].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+        // SAFETY: test memory, frame i inside the region.
+        unsafe {
+            let f = base.add(i * FS);
+            std::ptr::write_unaligned(f as *mut libc::tpacket2_hdr, h);
+            std::ptr::write_unaligned(f.add(SLL_OFF2) as *mut libc::sockaddr_ll, sll);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), f.add(mac), bytes.len());
+            (*(f as *const AtomicU32)).store(libc::TP_STATUS_USER, Ordering::Release);
+        }
+    }
+
+    #[test]
+    fn v2_frames_carry_their_direction_and_the_direction_filter_applies() {
+        let pool = Arc::new(Pool::external(Region::anon(2048 * 4).unwrap()));
+        for (dir, want) in [
+            (
+                Capture::InOut,
+                vec![(0x11, Desc::F_INBOUND), (0x22, Desc::F_OUTBOUND)],
+            ),
+            (Capture::In, vec![(0x11, Desc::F_INBOUND)]),
+            (Capture::Out, vec![(0x22, Desc::F_OUTBOUND)]),
+        ] {
+            let mut rx = RxBlocks::with_version(pool.clone(), 2048, 4, 65535, true, true);
+            rx.set_meta(Meta {
+                dir,
+                lo_ifindex: 1,
+                cooked: false,
+            });
+            kernel_v2(&pool, 0, &eth(0x0800, 0x11, 60), 0, 5);
+            kernel_v2(&pool, 1, &eth(0x0800, 0x22, 60), PACKET_OUTGOING, 5);
+            // A loopback's sent copy: skipped whatever the direction.
+            kernel_v2(&pool, 2, &eth(0x0800, 0x33, 60), PACKET_OUTGOING, 1);
+            let mut b = Batch::new();
+            b.bind(&pool);
+            let mut drops = Drops::default();
+            let (n, _) = rx.fill(&mut b, &mut drops);
+            let got: Vec<(u8, u16)> = b.iter().map(|p| (p.data[20], p.desc.flags)).collect();
+            assert_eq!(n, want.len(), "{dir:?}");
+            assert_eq!(got, want, "{dir:?}");
+            assert!(b.iter().all(|p| p.desc.ts == 3_000_000_004));
+            b.clear();
+            rx.release(&b);
+            for f in 0..3 {
+                assert_eq!(
+                    status_of_frame(&pool, f).load(Ordering::Relaxed),
+                    libc::TP_STATUS_KERNEL,
+                    "{dir:?}: frame {f} given back"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn cooked_frames_get_a_linux_sll2_header() {
+        let pool = Arc::new(Pool::external(Region::anon(2048 * 2).unwrap()));
+        let mut rx = RxBlocks::with_version(pool.clone(), 2048, 2, 65535, false, true);
+        rx.set_meta(Meta {
+            dir: Capture::InOut,
+            lo_ifindex: -1,
+            cooked: true,
+        });
+        let ip = vec![0x45u8; 40];
+        kernel_v2(&pool, 0, &ip, PACKET_OUTGOING, 7);
+        let mut b = Batch::new();
+        b.bind(&pool);
+        let mut drops = Drops::default();
+        assert_eq!(rx.fill(&mut b, &mut drops).0, 1);
+        let d = b.data(0);
+        assert_eq!(d.len(), SLL2_LEN + 40);
+        assert_eq!(&d[..2], &[0x08, 0x00], "protocol");
+        assert_eq!(&d[2..4], &[0, 0], "reserved");
+        assert_eq!(&d[4..8], &7u32.to_be_bytes(), "interface index");
+        assert_eq!(&d[8..10], &1u16.to_be_bytes(), "ARPHRD_ETHER");
+        assert_eq!(d[10], PACKET_OUTGOING);
+        assert_eq!(d[11], 6);
+        assert_eq!(&d[12..18], &[2, 0, 0, 0, 0, 9]);
+        assert_eq!(&d[SLL2_LEN..], &ip[..]);
+        assert_eq!(b.descs()[0].wire_len, 60);
+        assert_eq!(b.descs()[0].flags, Desc::F_OUTBOUND);
+    }
+
+    fn status_of_frame(pool: &Pool, f: usize) -> &AtomicU32 {
+        // SAFETY: test memory, aligned and in bounds.
+        unsafe { &*(pool.region().as_ptr().add(f * 2048) as *const AtomicU32) }
     }
 
     #[test]
