@@ -3,6 +3,8 @@
 pub mod capture;
 pub mod flags;
 pub mod metrics;
+pub mod service;
+pub mod sources;
 
 use linerate::port::file::{self, Inputs};
 use linerate::port::{self, Direction, Port, PortError, PortOptions};

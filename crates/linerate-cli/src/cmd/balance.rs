@@ -131,6 +131,8 @@ pub struct Args {
     /// zbalance_ipc, so that an egress on the same interface is never read back).
     #[command(flatten)]
     capture: crate::common::capture::CaptureFlags,
+    #[command(flatten)]
+    service: crate::common::service::ServiceFlags,
 }
 
 /// `-m MODE` or `-m lua:FILE`.
@@ -266,6 +268,7 @@ fn egress_interface_stats(
 
 /// Runs `linerate balance`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let service = a.service.check()?;
     let stop = stop_flag()?;
     let input: Option<Box<dyn Port>> = match a.input.strip_prefix("source") {
         Some(rest) if rest.is_empty() || rest.starts_with(':') => {
@@ -414,6 +417,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    // Every port and output is open: the pidfile, then -Z. The segment file goes to the user
+    // first, so that the master can still remove it at exit (/dev/shm is sticky).
+    if let Some((uid, gid)) = service.user() {
+        let seg = linerate::cluster::segment_path(a.cluster);
+        if !a.threads && seg.exists() {
+            std::os::unix::fs::chown(&seg, Some(uid), Some(gid))
+                .with_context(|| format!("-Z: giving {} to the user", seg.display()))?;
+        }
+    }
+    let _running = service.start()?;
     pin(master_core)?;
     let mut out = std::io::stdout();
     if !a.quiet && !a.json {

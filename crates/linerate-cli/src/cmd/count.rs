@@ -22,7 +22,13 @@ use std::sync::Arc;
 pub struct Args {
     /// Input port: afpacket:IFACE, pcap:FILE (or a path, - for stdin), mem:NAME, or a,b to
     /// aggregate several.
-    #[arg(short = 'i', long = "in", value_name = "PORT")]
+    #[arg(
+        short = 'i',
+        long = "in",
+        value_name = "PORT",
+        required_unless_present = "list_interfaces",
+        default_value = ""
+    )]
     input: String,
     /// Stop after COUNT packets (after filtering); units allowed: 10k, 1M.
     #[arg(short = 'c', long, value_name = "COUNT", value_parser = flags::count(1, flags::MAX_PACKETS))]
@@ -83,6 +89,12 @@ pub struct Args {
     no_console: bool,
     #[command(flatten)]
     capture: crate::common::capture::CaptureFlags,
+    #[command(flatten)]
+    service: crate::common::service::ServiceFlags,
+    /// List what can be captured and exit (tcpdump -D): interfaces as afpacket:IF and
+    /// xdp:IF@QUEUES, afpacket:any, and the queues of running clusters as cluster:ID@Q.
+    #[arg(short = 'D', long)]
+    list_interfaces: bool,
 }
 
 /// How many threads read the input, and why not more when it says so.
@@ -221,6 +233,10 @@ fn thread_rows(
 
 /// Runs `linerate count`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    if a.list_interfaces {
+        return crate::common::sources::list();
+    }
+    let service = a.service.check()?;
     let stop = stop_flag()?;
     // A capture-only loop: wait long in poll, the kernel wakes it when packets are ready.
     // Both directions by default on afpacket, as tcpdump captures.
@@ -236,7 +252,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     )?;
     let plan = plan(&a)?;
     if plan.threads > 1 {
-        return run_threads(a, plan, &opts, &stop);
+        return run_threads(a, plan, &opts, &stop, service);
     }
     // Standard input or a FIFO may give nothing for long, not even a header: -t and a signal
     // still end the run, with its summary.
@@ -282,6 +298,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     pin(a.core)?;
     let metrics = metrics::start(a.metrics.as_deref(), "count", a.quiet)?;
+    // Every port and output is open: the pidfile, then -Z.
+    let _running = service.start()?;
     if let Some(m) = &metrics {
         let mut e = m.exposition();
         e.port(&a.input, Dir::Rx, &PortCount::default());
@@ -546,6 +564,7 @@ fn run_threads(
     plan: Plan,
     opts: &PortOptions,
     stop: &Arc<AtomicBool>,
+    service: crate::common::service::Checked,
 ) -> anyhow::Result<ExitCode> {
     use linerate::port::Direction;
     // Parts do not wait in rx: each thread waits on its own descriptors between batches.
@@ -596,6 +615,8 @@ fn run_threads(
     let names: Vec<String> = shares.iter().map(|s| s.name.clone()).collect();
     pin(a.core)?;
     let metrics = metrics::start(a.metrics.as_deref(), "count", a.quiet)?;
+    // Every port and output is open: the pidfile, then -Z.
+    let _running = service.start()?;
     if let Some(m) = &metrics {
         let mut e = m.exposition();
         e.port(&a.input, Dir::Rx, &PortCount::default());

@@ -107,6 +107,8 @@ pub struct Args {
     /// Which packets of an afpacket: input to meter (default: inout, as tcpdump).
     #[command(flatten)]
     capture: crate::common::capture::CaptureFlags,
+    #[command(flatten)]
+    service: crate::common::service::ServiceFlags,
 }
 
 struct Sinks {
@@ -159,6 +161,7 @@ fn secs_ns(d: Duration) -> u64 {
 
 /// Runs `linerate flows`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let service = a.service.check()?;
     let stop = stop_flag()?;
     let min = ipfix::min_message(a.ipfix_uniflow);
     if a.ipfix_mtu < min as u64 || a.ipfix_mtu > ipfix::MAX_MESSAGE as u64 {
@@ -314,6 +317,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if let Some(k) = &kafka {
         k.set_wait_when_full(!is_live);
     }
+    // Every port and output is open: the pidfile, then -Z.
+    let _running = service.start()?;
     let mut sinks = Sinks {
         writer: out.map(|o| RecordWriter::new(o, format, fields)),
         ipfix,
