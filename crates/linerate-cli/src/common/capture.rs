@@ -8,9 +8,10 @@ use linerate::port::{Capture, PortOptions, Uri};
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct CaptureFlags {
     /// Which packets of an afpacket: input to take, as tcpdump -Q: in (what the interface
-    /// receives), out (what the host sends on it) or inout. Only afpacket: tells them apart;
-    /// other inputs (files, mem:, xdp:, cluster:) only ever hold what arrived: `in` is taken
-    /// there and changes nothing, out and inout are refused.
+    /// receives), out (what the host sends on it) or inout. Default: inout in count and flows
+    /// (as tcpdump), in for fwd and balance (they never take the host's own traffic). Only
+    /// afpacket: tells them apart; other inputs (files, mem:, xdp:, cluster:) only ever hold
+    /// what arrived: `in` is taken there and changes nothing, out and inout are refused.
     #[arg(short = 'Q', long = "direction", value_name = "in|out|inout", value_parser = direction)]
     pub direction: Option<Capture>,
     /// Don't put the interface in promiscuous mode (tcpdump -p). By default an afpacket:
