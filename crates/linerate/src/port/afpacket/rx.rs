@@ -173,12 +173,13 @@ impl RxBlocks {
     #[inline(always)]
     fn status(&self, blk: usize) -> &AtomicU32 {
         debug_assert!(blk < self.blocks);
-        // SAFETY: the block header lies inside the mapping (blk < blocks, checked at creation
-        // that blocks * block_size fit); blocks are page aligned so the u32 at offset 8 is
-        // aligned; the kernel writes it concurrently, hence atomic access only. The mapping
-        // lives as long as `self.pool`.
-        // A TPACKET_V2 frame's status is its first word (`tp_status`), as aligned.
+        // A TPACKET_V2 frame's status is its first word (`tp_status`).
         let off = if self.v2 { 0 } else { STATUS_OFF };
+        // SAFETY: the block (or V2 frame) header lies inside the mapping (blk < blocks,
+        // checked at creation that blocks * block_size fit); blocks are page aligned and V2
+        // frames at least 2048-byte aligned, so the u32 at offset 8 (or 0) is aligned; the
+        // kernel writes it concurrently, hence atomic access only. The mapping lives as long
+        // as `self.pool`.
         unsafe {
             &*(self.pool.region().as_ptr().add(blk * self.block_size + off) as *const AtomicU32)
         }
@@ -282,10 +283,10 @@ impl RxBlocks {
                 continue;
             }
             let blk_start = self.cur * bs;
-            // SAFETY (both reads): the header lies inside the block (checked above), the block
-            // inside the mapping; the block is owned by user space (TP_STATUS_USER seen with
-            // acquire).
             let h = if self.v2 {
+                // SAFETY: the header starts the frame, inside it (checked above), the frame
+                // inside the mapping; the frame is owned by user space (TP_STATUS_USER seen
+                // with acquire).
                 let h: libc::tpacket2_hdr =
                     unsafe { std::ptr::read_unaligned(base.add(blk_start) as *const _) };
                 Hdr {
@@ -300,6 +301,9 @@ impl RxBlocks {
                     tpid: h.tp_vlan_tpid,
                 }
             } else {
+                // SAFETY: the header lies inside the block (checked above), the block inside
+                // the mapping; the block is owned by user space (TP_STATUS_USER seen with
+                // acquire).
                 let h: libc::tpacket3_hdr =
                     unsafe { std::ptr::read_unaligned(base.add(blk_start + self.off) as *const _) };
                 Hdr {
