@@ -60,8 +60,12 @@ XDROP=${XDP_DROP_OBJ:-bpf/xdp_drop.o}
 [ -x "$XBENCH" ] || XBENCH=""
 [ -f "$XDROP" ] || XDROP=""
 if [ -z "$XTG" ]; then
-  echo "xdp-trafficgen not found (set XDP_TRAFFICGEN): using trafgen, which cannot saturate the" \
-    "forwarders; build xdp-tools 1.6.3 as the header of this script says." >&2
+  if command -v trafgen >/dev/null; then
+    echo "xdp-trafficgen not found (set XDP_TRAFFICGEN): using trafgen, which cannot saturate" \
+      "the forwarders; build xdp-tools 1.6.3 as the header of this script says." >&2
+  else
+    echo "neither xdp-trafficgen nor trafgen found: the source is linerate gen -o xdp:vA" >&2
+  fi
 fi
 
 # Unique interface names: the NAPI threads are named after them (napi/IFACE-ID).
@@ -178,7 +182,7 @@ if [ -n "${AB:-}" ]; then
   else
     FWD_ARGS=(fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine "$E" -T 0)
   fi
-  declare -a AO AN AX
+  AO=() AN=() AX=()
   for r in $(seq 1 "$RUNS"); do
     run_fwd "old $E engine, round $r" 1 "$MACB0" "$AB_OLD" "${FWD_ARGS[@]}"
     AO+=("$BEST_OUT")
@@ -344,8 +348,10 @@ capture afpacket "afpacket:$IB0"
 echo
 if [ -n "$XTG" ]; then
   echo "Source: xdp-trafficgen udp (IPv6, 62 B + CRC) in A on core 0."
-else
+elif command -v trafgen >/dev/null; then
   echo "Source: trafgen (IPv4, 60 B + CRC) in A on core 0 (xdp-trafficgen not found)."
+else
+  echo "Source: linerate gen -o xdp:vA (XDP live frames) in A on core 0 (neither xdp-trafficgen nor trafgen found)."
 fi
 echo "B on core 1 (forwarder and vB0's NAPI thread); sink: $SINK; ${SECS} s per window."
 echo
