@@ -470,3 +470,66 @@ fn q_out_is_refused_on_inputs_that_only_hold_what_arrived() {
     );
     let _ = std::fs::remove_file(&f);
 }
+
+/// `flows` on afpacket meters both directions by default, as `count` captures them: the 20
+/// datagrams sent from the capturing side and their 20 echoes are one flow, 20 packets each
+/// way; with `-Q in` only the echoes are seen (20 one way, none back).
+#[test]
+fn flows_meters_both_directions_by_default() {
+    if !netns::require_priv() {
+        return;
+    }
+    let pair = NetnsPair::new().expect("netns pair");
+    pair.no_ipv6().unwrap();
+    let _echo = Echo::start(&pair);
+    echo_from_a(&pair, 1);
+    for (q, want) in [(None, (20, 20)), (Some("in"), (20, 0))] {
+        let mut c = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                pair.ns(Side::A),
+                env!("CARGO_BIN_EXE_linerate"),
+            ])
+            .args([
+                "flows",
+                "-i",
+                "afpacket:vA",
+                "-w",
+                "-",
+                "--format",
+                "jsonl",
+                "--json",
+            ])
+            .args(q.map(|q| vec!["-Q", q]).unwrap_or_default())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn linerate flows");
+        // The start line goes to standard error once the input is open.
+        let mut err = BufReader::new(c.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        assert!(line.contains("\"type\":\"start\""), "{line}");
+        let mut reap = Reap(Some(c));
+        echo_from_a(&pair, 20);
+        std::thread::sleep(Duration::from_millis(200));
+        let mut c = reap.0.take().unwrap();
+        let _ = linerate::os::signal(c.id(), libc::SIGINT);
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        let recs: Vec<serde_json::Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|r: &serde_json::Value| r["proto"] == "udp")
+            .collect();
+        let (s, d): (u64, u64) = recs.iter().fold((0, 0), |(s, d), r| {
+            (
+                s + r["spkts"].as_u64().unwrap_or(0),
+                d + r["dpkts"].as_u64().unwrap_or(0),
+            )
+        });
+        assert_eq!((s, d), want, "-Q {q:?}: {text}");
+    }
+}
