@@ -350,6 +350,10 @@ impl RxBlocks {
                 drops.add(DropReason::Malformed, 1);
             } else if skip {
                 // Not asked for: never counted, as what the kernel does not deliver.
+            } else if self.v2 && snap < wire {
+                // Longer than a frame (sized for the MTU: a GRO aggregate, say): a forwarding
+                // port must not send it cut; the V3 path would refuse it on transmit.
+                drops.add(DropReason::TooBig, 1);
             } else if self.meta.cooked
                 && (data < self.off + sll_off + SLL_LEN + SLL2_LEN || sll.is_none())
             {
@@ -879,6 +883,25 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn v2_frames_cut_by_the_ring_are_too_big_not_handed_out() {
+        let pool = Arc::new(Pool::external(Region::anon(2048 * 2).unwrap()));
+        let mut rx = RxBlocks::with_version(pool.clone(), 2048, 2, 65535, true, true);
+        kernel_v2(&pool, 0, &eth(0x0800, 0x11, 60), 0, 5);
+        // SAFETY: test memory: frame 0's tp_len, as a kernel that cut a 9000-byte packet.
+        unsafe {
+            let h = pool.region().as_ptr() as *mut libc::tpacket2_hdr;
+            (*h).tp_len = 9000;
+        }
+        kernel_v2(&pool, 1, &eth(0x0800, 0x22, 60), 0, 5);
+        let mut b = Batch::new();
+        b.bind(&pool);
+        let mut drops = Drops::default();
+        assert_eq!(rx.fill(&mut b, &mut drops).0, 1);
+        assert_eq!(b.data(0)[20], 0x22);
+        assert_eq!(drops.get(DropReason::TooBig), 1);
     }
 
     #[test]
