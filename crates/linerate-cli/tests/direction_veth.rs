@@ -514,7 +514,7 @@ fn flows_meters_both_directions_by_default() {
         let mut reap = Reap(Some(c));
         echo_from_a(&pair, 20);
         std::thread::sleep(Duration::from_millis(200));
-        let mut c = reap.0.take().unwrap();
+        let c = reap.0.take().unwrap();
         let _ = linerate::os::signal(c.id(), libc::SIGINT);
         let out = c.wait_with_output().unwrap();
         assert!(out.status.success());
