@@ -276,3 +276,83 @@ fn d_lists_interfaces_any_and_running_clusters_queues() {
     assert!(list.contains("xdp:vB@0"), "{list}");
     let _ = std::fs::remove_dir_all(dir("d"));
 }
+
+/// A cluster master with `-Z`: it runs as the user once the segment exists, and at exit still
+/// removes the segment (given to the user before the drop: /dev/shm is sticky) and its pidfile.
+#[test]
+fn balance_drops_privileges_and_still_cleans_up() {
+    if !netns::require_priv() {
+        return;
+    }
+    let Ok(Some((uid, _))) = linerate::os::user_ids("nobody") else {
+        linerate_test_support::skip("no user nobody to become");
+        return;
+    };
+    let d = dir("b").join("run");
+    std::fs::create_dir_all(&d).unwrap();
+    Command::new("chmod")
+        .args(["0777", d.to_str().unwrap()])
+        .status()
+        .unwrap();
+    let pidfile = d.join("balance.pid");
+    let id = 800_000 + std::process::id() % 10_000;
+    let seg = linerate::cluster::segment_path(id);
+    let ids = id.to_string();
+    let mut m = Reap(
+        Command::new(BIN)
+            .args([
+                "balance",
+                "-i",
+                "source",
+                "-c",
+                &ids,
+                "-n",
+                "1",
+                "-m",
+                "round-robin",
+            ])
+            .args([
+                "-t",
+                "3",
+                "-q",
+                "-Z",
+                "nobody",
+                "--pidfile",
+                pidfile.to_str().unwrap(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start balance"),
+    );
+    let t0 = Instant::now();
+    while !(pidfile.exists() && seg.exists()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "balance did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = m.0.id();
+    let t0 = Instant::now();
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        if status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .is_some_and(|l| l.split_whitespace().skip(1).all(|u| u == uid.to_string()))
+        {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "balance never became nobody: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let s = wait_end(&mut m);
+    assert!(s.success(), "balance -Z failed");
+    assert!(!seg.exists(), "the segment is removed at exit");
+    assert!(!pidfile.exists(), "the pidfile is removed at exit");
+    let _ = std::fs::remove_dir_all(dir("b"));
+}
