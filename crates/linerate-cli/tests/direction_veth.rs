@@ -271,6 +271,8 @@ fn count_takes_both_directions_as_tcpdump_and_q_picks_one() {
     assert_eq!((inbound_replies, outbound_requests), (20, 20), "{text}");
     let _ = std::fs::remove_file(&td);
     let _ = std::fs::remove_file(&ng);
+    // Empty once every test of the run is done with it.
+    let _ = std::fs::remove_dir(td.parent().unwrap());
 }
 
 /// Two interfaces in one namespace (vB from the pair, and vD of a second veth whose other end
@@ -372,6 +374,7 @@ fn any_captures_every_interface_as_linux_cooked_v2_as_tcpdump() {
         }
     }
     let _ = std::fs::remove_file(&td);
+    let _ = std::fs::remove_dir(td.parent().unwrap());
 }
 
 /// `fwd` bouncing frames back out of the interface they came in on takes only what arrives by

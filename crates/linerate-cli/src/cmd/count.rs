@@ -20,8 +20,8 @@ use std::sync::Arc;
 /// Flags of `linerate count`.
 #[derive(Parser, Debug)]
 pub struct Args {
-    /// Input port: afpacket:IFACE, pcap:FILE (or a path, - for stdin), mem:NAME, or a,b to
-    /// aggregate several.
+    /// Input port: afpacket:IFACE (afpacket:any, or any: every interface, as Linux cooked
+    /// v2), pcap:FILE (or a path, - for stdin), mem:NAME, or a,b to aggregate several.
     #[arg(
         short = 'i',
         long = "in",
