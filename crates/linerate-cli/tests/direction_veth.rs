@@ -472,6 +472,7 @@ fn q_out_is_refused_on_inputs_that_only_hold_what_arrived() {
         String::from_utf8_lossy(&o.stderr)
     );
     let _ = std::fs::remove_file(&f);
+    let _ = std::fs::remove_dir(f.parent().unwrap());
 }
 
 /// `flows` on afpacket meters both directions by default, as `count` captures them: the 20
