@@ -39,7 +39,9 @@
 # "A sent" = vA tx_packets + tx_dropped, "in" = vB0 rx_packets, "out" = vC rx_packets (deltas).
 # Then capture on vB0: linerate count -i xdp:vB0 vs -i afpacket:vB0 (one run each).
 # AB="OLD_BIN NEW_BIN" instead: the kernel engine of two builds interleaved with xdp-bench
-# (AB_ENGINE=xsk: the xsk engine of the two builds).
+# (AB_ENGINE=xsk: the xsk engine of the two builds; AB_ENGINE=afpacket: afpacket:vB0 ->
+# afpacket:vB1 of the two builds). Without xdp-trafficgen and trafgen the source is
+# `linerate gen -o xdp:vA` (XDP live frames; GEN_BIN picks the build, default this one's).
 # Prints Markdown tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,8 +60,12 @@ XDROP=${XDP_DROP_OBJ:-bpf/xdp_drop.o}
 [ -x "$XBENCH" ] || XBENCH=""
 [ -f "$XDROP" ] || XDROP=""
 if [ -z "$XTG" ]; then
-  echo "xdp-trafficgen not found (set XDP_TRAFFICGEN): using trafgen, which cannot saturate the" \
-    "forwarders; build xdp-tools 1.6.3 as the header of this script says." >&2
+  if command -v trafgen >/dev/null; then
+    echo "xdp-trafficgen not found (set XDP_TRAFFICGEN): using trafgen, which cannot saturate" \
+      "the forwarders; build xdp-tools 1.6.3 as the header of this script says." >&2
+  else
+    echo "neither xdp-trafficgen nor trafgen found: the source is linerate gen -o xdp:vA" >&2
+  fi
 fi
 
 # Unique interface names: the NAPI threads are named after them (napi/IFACE-ID).
@@ -115,9 +121,13 @@ start_gen() { # DMAC
   if [ -n "$XTG" ]; then
     setsid ip netns exec "$A" taskset -c 0 "$XTG" udp -m "$1" -A fd00:1::1 -a fd00:2::2 -l 64 \
       -I 60 "$IA" >"$OUT/gen.out" 2>&1 &
-  else
+  elif command -v trafgen >/dev/null; then
     setsid ip netns exec "$A" taskset -c 0 trafgen --no-sock-mem -Q -C -P 1 -i "$OUT/fwd64.cfg" \
       --cpp -D DMAC="$1" -D SMAC="$MACA" -o "$IA" >"$OUT/gen.out" 2>&1 &
+  else
+    # Neither: linerate's own generator (XDP live frames, IPv4/UDP 64 B), GEN_BIN or this build.
+    setsid ip netns exec "$A" taskset -c 0 "${GEN_BIN:-$LR}" gen -o "xdp:$IA" --dst-mac "$1" \
+      -t 3600 --no-console >"$OUT/gen.out" 2>&1 &
   fi
   GEN=$!
 }
@@ -167,11 +177,16 @@ med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2
 if [ -n "${AB:-}" ]; then
   read -r AB_OLD AB_NEW <<<"$AB"
   E=${AB_ENGINE:-kernel}
-  declare -a AO AN AX
+  if [ "$E" = afpacket ]; then
+    FWD_ARGS=(fwd -i "afpacket:$IB0" -o "afpacket:$IB1" -T 0)
+  else
+    FWD_ARGS=(fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine "$E" -T 0)
+  fi
+  AO=() AN=() AX=()
   for r in $(seq 1 "$RUNS"); do
-    run_fwd "old $E engine, round $r" 1 "$MACB0" "$AB_OLD" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine "$E" -T 0
+    run_fwd "old $E engine, round $r" 1 "$MACB0" "$AB_OLD" "${FWD_ARGS[@]}"
     AO+=("$BEST_OUT")
-    run_fwd "new $E engine, round $r" 1 "$MACB0" "$AB_NEW" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine "$E" -T 0
+    run_fwd "new $E engine, round $r" 1 "$MACB0" "$AB_NEW" "${FWD_ARGS[@]}"
     AN+=("$BEST_OUT")
     if [ -n "$XBENCH" ] && [ "$E" = kernel ]; then
       run_fwd "xdp-bench redirect, round $r" 1 "$MACB0" "$XBENCH" redirect -m native -i 60 "$IB0" "$IB1"
@@ -333,8 +348,10 @@ capture afpacket "afpacket:$IB0"
 echo
 if [ -n "$XTG" ]; then
   echo "Source: xdp-trafficgen udp (IPv6, 62 B + CRC) in A on core 0."
-else
+elif command -v trafgen >/dev/null; then
   echo "Source: trafgen (IPv4, 60 B + CRC) in A on core 0 (xdp-trafficgen not found)."
+else
+  echo "Source: linerate gen -o xdp:vA (XDP live frames) in A on core 0 (neither xdp-trafficgen nor trafgen found)."
 fi
 echo "B on core 1 (forwarder and vB0's NAPI thread); sink: $SINK; ${SECS} s per window."
 echo

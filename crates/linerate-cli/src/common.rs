@@ -1,8 +1,11 @@
 //! What every subcommand shares: errors and exit codes, signals, core pinning, flag ranges.
 
+pub mod capture;
 pub mod flags;
 pub mod metrics;
 pub mod output;
+pub mod service;
+pub mod sources;
 
 use linerate::port::file::{self, Inputs};
 use linerate::port::{self, Direction, Port, PortError, PortOptions};

@@ -363,6 +363,14 @@ fn open_one(uri: &Uri, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
             Ok(xdp::join(&uri.to_string(), ports, opts.rx_wait_ms))
         }
         Uri::Cluster(spec) => Ok(Box::new(crate::cluster::ClusterPort::open(spec)?)),
+        // tcpdump's `-i any`: every interface, unless a file is named so.
+        Uri::Bare(rest)
+            if dir == Direction::Rx
+                && rest == afpacket::ANY
+                && !std::path::Path::new(rest).exists() =>
+        {
+            Ok(Box::new(afpacket::AfPacket::open(rest, opts)?))
+        }
         Uri::Bare(rest) => {
             if std::path::Path::new(rest).exists()
                 || rest.ends_with(".pcap")

@@ -5,6 +5,17 @@
 
 use std::io;
 
+/// The user id and primary group of user `name`, None when there is no such user.
+pub fn user_ids(name: &str) -> io::Result<Option<(u32, u32)>> {
+    crate::sys::process::user_ids(name)
+}
+
+/// Becomes user `name` for good (tcpdump's `-Z`): setgid to `gid`, initgroups, setuid to `uid`
+/// (ids from [`user_ids`]). Sockets, mappings and files opened before stay open.
+pub fn become_user(name: &str, uid: u32, gid: u32) -> io::Result<()> {
+    crate::sys::process::become_user(name, uid, gid)
+}
+
 /// Whether the process runs with effective user id 0.
 pub fn is_root() -> bool {
     crate::sys::process::euid() == 0

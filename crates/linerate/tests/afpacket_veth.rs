@@ -355,7 +355,7 @@ fn collect(rx: &mut AfPacket, want: usize, deadline: Instant) -> Vec<(u32, Vec<u
 /// Frames tagged on their way out the way a VLAN device on a NIC with transmit VLAN offload
 /// does it (the outer tag in the packet's metadata, not in its bytes: here a tc egress program
 /// on vA, since this kernel has no 8021q module) must be shown as they are on the wire, both
-/// when captured as outgoing on vA (`capture_outgoing`) and as incoming on vB: 802.1Q, 802.1ad,
+/// when captured as outgoing on vA (`direction: Capture::InOut`) and as incoming on vB: 802.1Q, 802.1ad,
 /// and QinQ (802.1ad outside, 802.1Q inside, which stays in the bytes).
 #[test]
 fn tags_in_packet_metadata_are_on_captured_frames_both_ways() {
@@ -366,7 +366,7 @@ fn tags_in_packet_metadata_are_on_captured_frames_both_ways() {
     let pair = NetnsPair::new().expect("create namespaces");
     pair.no_ipv6().unwrap();
     let out_opts = PortOptions {
-        capture_outgoing: true,
+        direction: linerate::port::Capture::InOut,
         ..Default::default()
     };
     let cases: [Vec<(u16, u16)>; 3] = [

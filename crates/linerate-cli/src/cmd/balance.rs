@@ -131,6 +131,12 @@ pub struct Args {
     write: crate::common::output::OutputFlags,
     #[command(flatten)]
     ring: crate::common::output::RingBufferLong,
+    /// Which packets of an afpacket: input to distribute (default: in, what arrives, as
+    /// zbalance_ipc, so that an egress on the same interface is never read back).
+    #[command(flatten)]
+    capture: crate::common::capture::CaptureFlags,
+    #[command(flatten)]
+    service: crate::common::service::ServiceFlags,
 }
 
 /// `-m MODE` or `-m lua:FILE`.
@@ -267,6 +273,7 @@ fn egress_interface_stats(
 
 /// Runs `linerate balance`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let service = a.service.check()?;
     let stop = stop_flag()?;
     // The capture files' flushing and rotation (-o, -r), checked before anything is opened.
     let first_file = a
@@ -303,7 +310,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         _ => Some(crate::common::open_input(
             "-i",
             &a.input,
-            &PortOptions::default(),
+            &a.capture.apply(
+                "-i",
+                &a.input,
+                linerate::port::Capture::In,
+                PortOptions::default(),
+            )?,
         )?),
     };
     let link = input
@@ -371,9 +383,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let mut input = match input {
         Some(p) => p,
         None => {
-            let (p, copied) =
-                linerate::open_cluster_input(&a.input, &PortOptions::default(), &mut master)
-                    .map_err(|e| crate::common::port_error("-i", &a.input, e))?;
+            let opts = a.capture.apply(
+                "-i",
+                &a.input,
+                linerate::port::Capture::In,
+                PortOptions::default(),
+            )?;
+            let (p, copied) = linerate::open_cluster_input(&a.input, &opts, &mut master)
+                .map_err(|e| crate::common::port_error("-i", &a.input, e))?;
             if let Some(why) = copied {
                 eprintln!("note: -i {why}");
             }
@@ -422,6 +439,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    // Every port and output is open: the pidfile, then -Z. The segment file goes to the user
+    // first, so that the master can still remove it at exit (/dev/shm is sticky).
+    if let Some((uid, gid)) = service.user() {
+        let seg = linerate::cluster::segment_path(a.cluster);
+        if !a.threads && seg.exists() {
+            std::os::unix::fs::chown(&seg, Some(uid), Some(gid))
+                .with_context(|| format!("-Z: giving {} to the user", seg.display()))?;
+        }
+    }
+    let _running = service.start()?;
     pin(master_core)?;
     let mut out = std::io::stdout();
     if !a.quiet && !a.json {

@@ -20,9 +20,15 @@ use std::sync::Arc;
 /// Flags of `linerate count`.
 #[derive(Parser, Debug)]
 pub struct Args {
-    /// Input port: afpacket:IFACE, pcap:FILE (or a path, - for stdin), mem:NAME, or a,b to
-    /// aggregate several.
-    #[arg(short = 'i', long = "in", value_name = "PORT")]
+    /// Input port: afpacket:IFACE (afpacket:any, or any: every interface, as Linux cooked
+    /// v2), pcap:FILE (or a path, - for stdin), mem:NAME, or a,b to aggregate several.
+    #[arg(
+        short = 'i',
+        long = "in",
+        value_name = "PORT",
+        required_unless_present = "list_interfaces",
+        default_value = ""
+    )]
     input: String,
     /// Stop after COUNT packets (after filtering); units allowed: 10k, 1M.
     #[arg(short = 'c', long, value_name = "COUNT", value_parser = flags::count(1, flags::MAX_PACKETS))]
@@ -85,6 +91,14 @@ pub struct Args {
     out: crate::common::output::OutputFlags,
     #[command(flatten)]
     ring: crate::common::output::RingBuffer,
+    #[command(flatten)]
+    capture: crate::common::capture::CaptureFlags,
+    #[command(flatten)]
+    service: crate::common::service::ServiceFlags,
+    /// List what can be captured and exit (tcpdump -D): interfaces as afpacket:IF and
+    /// xdp:IF@QUEUES, afpacket:any, and the queues of running clusters as cluster:ID@Q.
+    #[arg(short = 'D', long)]
+    list_interfaces: bool,
 }
 
 /// How many threads read the input, and why not more when it says so.
@@ -223,6 +237,10 @@ fn thread_rows(
 
 /// Runs `linerate count`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    if a.list_interfaces {
+        return crate::common::sources::list();
+    }
+    let service = a.service.check()?;
     let stop = stop_flag()?;
     // -w's flushing and rotation, checked before anything is opened.
     let wopts = a.out.options(
@@ -232,14 +250,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some(stop.clone()),
     )?;
     // A capture-only loop: wait long in poll, the kernel wakes it when packets are ready.
-    let opts = PortOptions {
-        snaplen: a.snaplen.map_or(65_535, |s| s as u32),
-        rx_wait_ms: 100,
-        ..Default::default()
-    };
+    // Both directions by default on afpacket, as tcpdump captures.
+    let opts = a.capture.apply(
+        "-i",
+        &a.input,
+        linerate::port::Capture::InOut,
+        PortOptions {
+            snaplen: a.snaplen.map_or(65_535, |s| s as u32),
+            rx_wait_ms: 100,
+            ..Default::default()
+        },
+    )?;
     let plan = plan(&a)?;
     if plan.threads > 1 {
-        return run_threads(a, plan, &opts, &stop);
+        return run_threads(a, plan, &opts, &stop, service);
     }
     // Standard input or a FIFO may give nothing for long, not even a header: -t and a signal
     // still end the run, with its summary.
@@ -286,6 +310,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     pin(a.core)?;
     let metrics = metrics::start(&a.metrics, "count", a.quiet)?;
+    // Every port and output is open: the pidfile, then -Z.
+    let _running = service.start()?;
     if let Some(m) = &metrics {
         let mut e = m.exposition();
         e.port(&a.input, Dir::Rx, &PortCount::default());
@@ -305,6 +331,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "link_type": link.0,
             "filter": a.filter,
             "filter_in_kernel": a.filter.is_some() && user_filter.is_none(),
+            "direction": opts.direction.as_str(),
             "threads": 1,
             "plan": plan.words.as_deref().unwrap_or("1 thread"),
         });
@@ -551,6 +578,7 @@ fn run_threads(
     plan: Plan,
     opts: &PortOptions,
     stop: &Arc<AtomicBool>,
+    service: crate::common::service::Checked,
 ) -> anyhow::Result<ExitCode> {
     use linerate::port::Direction;
     // Parts do not wait in rx: each thread waits on its own descriptors between batches.
@@ -601,6 +629,8 @@ fn run_threads(
     let names: Vec<String> = shares.iter().map(|s| s.name.clone()).collect();
     pin(a.core)?;
     let metrics = metrics::start(&a.metrics, "count", a.quiet)?;
+    // Every port and output is open: the pidfile, then -Z.
+    let _running = service.start()?;
     if let Some(m) = &metrics {
         let mut e = m.exposition();
         e.port(&a.input, Dir::Rx, &PortCount::default());

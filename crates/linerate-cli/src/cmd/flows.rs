@@ -109,6 +109,11 @@ pub struct Args {
     /// Print no summary.
     #[arg(short = 'q', long)]
     quiet: bool,
+    /// Which packets of an afpacket: input to meter (default: inout, as tcpdump).
+    #[command(flatten)]
+    capture: crate::common::capture::CaptureFlags,
+    #[command(flatten)]
+    service: crate::common::service::ServiceFlags,
 }
 
 struct Sinks {
@@ -189,6 +194,7 @@ fn secs_ns(d: Duration) -> u64 {
 
 /// Runs `linerate flows`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let service = a.service.check()?;
     let stop = stop_flag()?;
     let min = ipfix::min_message(a.ipfix_uniflow);
     if a.ipfix_mtu < min as u64 || a.ipfix_mtu > ipfix::MAX_MESSAGE as u64 {
@@ -284,10 +290,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     // flows prints its own lines (JSON ones with --json): the endpoint started quiet.
     metrics::announce_linger(!a.quiet && !a.json);
-    let popts = PortOptions {
-        frames: 16_384,
-        ..Default::default()
-    };
+    // Both directions by default on afpacket (a probe meters what the host sends too).
+    let popts = a.capture.apply(
+        "-i",
+        &a.input,
+        linerate::port::Capture::InOut,
+        PortOptions {
+            frames: 16_384,
+            ..Default::default()
+        },
+    )?;
     // Each thread reads its own share of the input (queues, fanout sockets, groups of records).
     let input = FlowInput::open(&a.input, &popts, a.threads)
         .map_err(|e| crate::common::port_error("-i", &a.input, e))?;
@@ -355,6 +367,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if let Some(k) = &kafka {
         k.set_wait_when_full(!is_live);
     }
+    // Every port and output is open: the pidfile, then -Z.
+    let _running = service.start()?;
     let mut sinks = Sinks {
         writer: out.map(|o| RecordWriter::new(o, format, fields)),
         ipfix,

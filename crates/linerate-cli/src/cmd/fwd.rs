@@ -117,6 +117,10 @@ pub struct Args {
     pub out: crate::common::output::OutputFlags,
     #[command(flatten)]
     pub ring: crate::common::output::RingBuffer,
+    /// Which packets of an afpacket: port to forward (default: in, what arrives, so that a
+    /// bounce never reads its own output back).
+    #[command(flatten)]
+    pub capture: crate::common::capture::CaptureFlags,
 }
 
 /// The common metrics of forwarding: each port's receive and transmit counters since the
@@ -365,12 +369,20 @@ pub fn run_with(
         a.json,
         Some(stop.clone()),
     )?;
-    let opts = PortOptions {
-        inputs,
-        write_format: a.format,
-        write,
-        ..Default::default()
-    };
+    let opts = a.capture.apply(
+        "-i",
+        &a.input,
+        linerate::port::Capture::In,
+        PortOptions {
+            inputs,
+            write_format: a.format,
+            write,
+            // afpacket: each packet is forwarded as soon as it is in, not when its receive
+            // block retires (DPDK's l2fwd and netmap's bridge forward at once).
+            immediate: true,
+            ..Default::default()
+        },
+    )?;
     let xdp = XdpConfig {
         mode: a.xdp_mode,
         attach: a.xdp_attach,

@@ -30,6 +30,26 @@ pub struct Desc {
 impl Desc {
     /// The frame is shared by several consumers (fan-out) and must not be written.
     pub const F_SHARED: u16 = 1;
+    /// The packet was received by the interface it was captured on (AF_PACKET; pcapng's
+    /// `epb_flags` inbound).
+    pub const F_INBOUND: u16 = 1 << 8;
+    /// The packet was sent by the host on the interface it was captured on (AF_PACKET's
+    /// PACKET_OUTGOING; pcapng's `epb_flags` outbound). Neither bit: direction unknown.
+    pub const F_OUTBOUND: u16 = 1 << 9;
+
+    /// The packet's direction as tcpdump words it (`In`/`Out` with -e on `any`, `-Q in|out`):
+    /// "in", "out", or None when the port cannot tell (files, `mem:`, `xdp:`). For printers
+    /// and JSON that describe packets.
+    #[inline]
+    pub fn direction(&self) -> Option<&'static str> {
+        if self.flags & Self::F_OUTBOUND != 0 {
+            Some("out")
+        } else if self.flags & Self::F_INBOUND != 0 {
+            Some("in")
+        } else {
+            None
+        }
+    }
 }
 
 /// A packet seen through a batch: its descriptor and bytes.
@@ -742,6 +762,16 @@ impl std::fmt::Debug for Batch {
 mod tests {
     use super::*;
     use crate::mem::PoolConfig;
+
+    #[test]
+    fn direction_words_follow_the_flags() {
+        let mut d = Desc::default();
+        assert_eq!(d.direction(), None);
+        d.flags = Desc::F_INBOUND | Desc::F_SHARED;
+        assert_eq!(d.direction(), Some("in"));
+        d.flags = Desc::F_OUTBOUND;
+        assert_eq!(d.direction(), Some("out"));
+    }
 
     #[test]
     fn alloc_fill_free_roundtrip() {

@@ -251,12 +251,18 @@ pub struct PortOptions {
     pub promisc: bool,
     /// Receive block timeout (ms) for ring ports.
     pub block_timeout_ms: u32,
+    /// Hand each received packet over as soon as it is in (a TPACKET_V2 ring on `afpacket:`,
+    /// libpcap's immediate mode) rather than in blocks that wait for the block timeout: for
+    /// tools that forward. The ring's size stays `ring_block_size` × `ring_blocks`.
+    pub immediate: bool,
     /// Bytes per block of a TPACKET_V3 receive ring (a power of two, at least a page).
     pub ring_block_size: u32,
     /// Blocks in a TPACKET_V3 receive ring.
     pub ring_blocks: u32,
-    /// Whether kernel ports also capture packets the host sends on the interface.
-    pub capture_outgoing: bool,
+    /// Which packets an `afpacket:` port captures: what the interface receives (the default,
+    /// for tools that forward or distribute, so they never read their own output), what it
+    /// sends, or both (tcpdump's `-Q`).
+    pub direction: Capture,
     /// Longest wait (ms) of an `rx` that finds nothing ready on a kernel ring port. Short (1)
     /// for loops that serve several ports; a capture-only loop takes a long one, since the
     /// kernel wakes it as soon as a block is ready, to save idle wake-ups.
@@ -281,9 +287,10 @@ impl Default for PortOptions {
             fanout_group: None,
             promisc: true,
             block_timeout_ms: 10,
+            immediate: false,
             ring_block_size: 1 << 20,
             ring_blocks: 64,
-            capture_outgoing: false,
+            direction: Capture::In,
             rx_wait_ms: 1,
             inputs: file::Inputs::default(),
             write_format: None,
@@ -440,6 +447,51 @@ pub trait Port: Send {
     /// ports that do not count them.
     fn tx_by_interface(&self) -> Vec<u64> {
         Vec::new()
+    }
+}
+
+/// Which packets of an interface a capture port takes (tcpdump's `-Q in|out|inout`).
+/// Each packet an `afpacket:` port receives carries its direction in its descriptor
+/// ([`crate::mem::Desc::F_INBOUND`], [`crate::mem::Desc::F_OUTBOUND`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Capture {
+    /// What arrives on the interface.
+    #[default]
+    In,
+    /// What the host sends on it.
+    Out,
+    /// Both, as tcpdump captures by default.
+    InOut,
+}
+
+impl Capture {
+    /// Parses `in`, `out` or `inout` (tcpdump's words).
+    pub fn parse(s: &str) -> Option<Capture> {
+        match s {
+            "in" => Some(Capture::In),
+            "out" => Some(Capture::Out),
+            "inout" => Some(Capture::InOut),
+            _ => None,
+        }
+    }
+
+    /// The word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Capture::In => "in",
+            Capture::Out => "out",
+            Capture::InOut => "inout",
+        }
+    }
+
+    /// Whether packets received (`outgoing` false) or sent (true) are taken.
+    #[inline]
+    pub fn takes(self, outgoing: bool) -> bool {
+        match self {
+            Capture::In => !outgoing,
+            Capture::Out => outgoing,
+            Capture::InOut => true,
+        }
     }
 }
 

@@ -22,6 +22,60 @@ pub(crate) fn signal(pid: u32, sig: i32) -> io::Result<()> {
     }
 }
 
+/// The user id and primary group id of user `name` (from the password database: files, NSS),
+/// or None when there is no such user.
+pub(crate) fn user_ids(name: &str) -> io::Result<Option<(u32, u32)>> {
+    let cname = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the user name"))?;
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        // SAFETY: passwd is plain data; all-zero is a valid value to be filled in.
+        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut out: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: `cname` is a NUL-terminated string; `pw`, `buf` (for its length) and `out`
+        // are writable and live across the call; the strings it points `pw` at live in `buf`,
+        // which we do not read through `pw`.
+        let r = unsafe {
+            libc::getpwnam_r(
+                cname.as_ptr(),
+                &mut pw,
+                buf.as_mut_ptr() as *mut libc::c_char,
+                buf.len(),
+                &mut out,
+            )
+        };
+        if r == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 4, 0);
+            continue;
+        }
+        if r != 0 {
+            return Err(io::Error::from_raw_os_error(r));
+        }
+        return Ok((!out.is_null()).then_some((pw.pw_uid, pw.pw_gid)));
+    }
+}
+
+/// Becomes user `name` (`uid`, primary group `gid`) for good, in tcpdump's order: the group,
+/// the supplementary groups of the user (initgroups), then the user. Every thread of the
+/// process changes (glibc applies set*id to all threads).
+pub(crate) fn become_user(name: &str, uid: u32, gid: u32) -> io::Result<()> {
+    let cname = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the user name"))?;
+    // SAFETY: setgid takes a plain id.
+    if unsafe { libc::setgid(gid) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `cname` is NUL-terminated and lives across the call.
+    if unsafe { libc::initgroups(cname.as_ptr(), gid) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: setuid takes a plain id.
+    if unsafe { libc::setuid(uid) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -31,5 +85,12 @@ mod tests {
         assert!(signal(0, 0).is_err());
         assert!(signal(u32::MAX, 0).is_err()); // -1 would be "every process"
         signal(std::process::id(), 0).unwrap(); // signal 0: only checks we may signal ourselves
+    }
+
+    #[test]
+    fn users_are_looked_up() {
+        assert_eq!(user_ids("root").unwrap(), Some((0, 0)));
+        assert_eq!(user_ids("lr-no-such-user-x").unwrap(), None);
+        assert!(user_ids("a\0b").is_err());
     }
 }

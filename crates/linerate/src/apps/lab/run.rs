@@ -280,7 +280,12 @@ fn fwd_setup(
     let l2fwd = kind == Forwarding::L2fwd;
     crate::sys::netns::enter(fns)?;
     pin_quiet(Some(core));
-    let popts = PortOptions::default();
+    // afpacket: forward each packet as soon as it is in, as `linerate fwd` does (no block
+    // timeout); the ports take only what arrives, so a bounce never reads its own output.
+    let popts = PortOptions {
+        immediate: true,
+        ..Default::default()
+    };
     let (p0, p1, shared) = if l2fwd {
         let opts = PortOptions { xdp: *xdp, ..popts };
         let p =

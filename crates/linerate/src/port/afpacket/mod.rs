@@ -1,6 +1,11 @@
 //! `afpacket:IFACE`: Linux AF_PACKET with a TPACKET_V3 receive ring (zero copy), a TPACKET_V2
 //! transmit ring, kernel BPF filters, fanout groups and kernel drop counters.
 //!
+//! With `PortOptions::immediate` the receive ring is TPACKET_V2 instead: fixed frames, each
+//! handed to user space as soon as its packet is in (libpcap's immediate mode), for tools that
+//! forward, where a block timeout would be added latency; the transmit ring of such a port is
+//! then set up at open rather than on the first `tx`. Everything below holds for both.
+//!
 //! Receive maps the ring once and hands out descriptors that point into it: the port's pool is
 //! the ring itself (an external pool, no free list). **A received batch's bytes are valid until
 //! the next `rx` on the same port** (or `attach_filter`): blocks are given back to the kernel at
@@ -17,14 +22,26 @@
 //! libpcap does, so a capture equals what tcpdump records on the same interface.
 //!
 //! Transmit uses a second socket (opened with the port, so in the same network namespace; its
-//! ring is mapped on the first `tx`) bound with protocol 0, so it never receives. The receive socket ignores packets the host sends unless
-//! `PortOptions::capture_outgoing` is set, so a port that forwards never captures its own output.
+//! ring is mapped on the first `tx`) bound with protocol 0, so it never receives.
+//!
+//! **Direction.** By default (`PortOptions::direction` = `Capture::In`) the receive socket
+//! ignores packets the host sends (PACKET_IGNORE_OUTGOING), so a port that forwards never
+//! captures its own output. `Capture::InOut` takes both, as tcpdump does; `Capture::Out` only
+//! what the host sends. Each packet's descriptor says which it was (`Desc::F_INBOUND`,
+//! `Desc::F_OUTBOUND`, from the kernel's `sll_pkttype`). On a loopback interface a sent packet
+//! is seen again as received: its sent copy is skipped, as libpcap does.
+//!
+//! **`afpacket:any`** captures on every interface of the namespace with a SOCK_DGRAM socket:
+//! each packet gets a Linux cooked v2 header (LINKTYPE_LINUX_SLL2: protocol, interface index,
+//! ARPHRD type, packet type, link address) built in the room the kernel leaves in front of it,
+//! as `tcpdump -i any` writes. It cannot transmit, is never promiscuous, and its filters run
+//! in user space.
 
 mod rx;
 mod sys;
 mod tx;
 
-use super::{DropReason, LinkType, Port, PortError, PortOptions, PortStats};
+use super::{Capture, DropReason, LinkType, Port, PortError, PortOptions, PortStats};
 use crate::filter::{Filter, Insn};
 use crate::mem::{Batch, Pool, Region};
 use rx::RxBlocks;
@@ -32,6 +49,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use tx::TxRing;
 
+/// The interface name that captures on every interface (`afpacket:any`, `-i any`).
+pub const ANY: &str = "any";
 /// Longest `poll()` wait (ms) of an `rx` that finds nothing ready.
 pub const RX_POLL_MS: i32 = 1;
 /// Frame size declared for the receive ring (TPACKET_V3 packs packets of any size in blocks).
@@ -115,16 +134,35 @@ impl AfPacket {
                 ),
             });
         }
-        let ifindex = crate::port::ifindex(iface)? as i32;
-        let fd = sys::packet_socket(iface)?;
-        let v = libc::tpacket_versions::TPACKET_V3 as i32;
+        // `any`: every interface of the namespace, as cooked packets (LINUX_SLL2), as
+        // `tcpdump -i any` captures them.
+        let any = iface == ANY;
+        let ifindex = if any {
+            0
+        } else {
+            crate::port::ifindex(iface)? as i32
+        };
+        let fd = sys::packet_socket(iface, any)?;
+        // Immediate: TPACKET_V2 frames, each handed over as soon as its packet is in (as
+        // libpcap does in immediate mode); else TPACKET_V3 blocks, retired when full or after
+        // the block timeout.
+        let v = if opts.immediate {
+            libc::tpacket_versions::TPACKET_V2 as i32
+        } else {
+            libc::tpacket_versions::TPACKET_V3 as i32
+        };
         sys::packet_opt(&fd, iface, libc::PACKET_VERSION, "PACKET_VERSION", &v)?;
-        if !opts.capture_outgoing {
-            // Kernels before 4.20 lack it: outgoing packets are then captured too.
+        if opts.direction == Capture::In {
+            // Kernels before 4.20 lack it: the ring then skips outgoing packets itself.
             let _ = sys::setopt(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32);
         }
-        let hw = sys::hw_type(iface)?;
+        let hw = if any {
+            libc::ARPHRD_VOID
+        } else {
+            sys::hw_type(iface)?
+        };
         let link = match hw {
+            _ if any => LinkType::LINUX_SLL2,
             libc::ARPHRD_NONE => LinkType::RAW,
             _ => LinkType::ETHERNET,
         };
@@ -136,21 +174,40 @@ impl AfPacket {
             "PACKET_RESERVE",
             &rx::VLAN_HEADROOM,
         )?;
-        let req = libc::tpacket_req3 {
-            tp_block_size: bs,
-            tp_block_nr: opts.ring_blocks,
-            tp_frame_size: RX_FRAME,
-            tp_frame_nr: (bs / RX_FRAME)
-                .checked_mul(opts.ring_blocks)
-                .ok_or_else(|| PortError::BadUri {
-                    uri: name.clone(),
-                    why: "receive ring too large".into(),
-                })?,
-            tp_retire_blk_tov: opts.block_timeout_ms,
-            tp_sizeof_priv: 0,
-            tp_feature_req_word: 0,
+        let mtu = if any { 65_535 } else { sys::mtu(iface)? };
+        let too_large = || PortError::BadUri {
+            uri: name.clone(),
+            why: "receive ring too large".into(),
         };
-        sys::packet_opt(&fd, iface, libc::PACKET_RX_RING, "PACKET_RX_RING", &req)?;
+        // TPACKET_V2: frames that hold a packet of the MTU with its link header, a tag and
+        // the ring's headers, contiguous in the blocks.
+        let frame = (mtu as usize + 256)
+            .next_power_of_two()
+            .clamp(2048, bs as usize) as u32;
+        if opts.immediate {
+            let req = libc::tpacket_req {
+                tp_block_size: bs,
+                tp_block_nr: opts.ring_blocks,
+                tp_frame_size: frame,
+                tp_frame_nr: (bs / frame)
+                    .checked_mul(opts.ring_blocks)
+                    .ok_or_else(too_large)?,
+            };
+            sys::packet_opt(&fd, iface, libc::PACKET_RX_RING, "PACKET_RX_RING", &req)?;
+        } else {
+            let req = libc::tpacket_req3 {
+                tp_block_size: bs,
+                tp_block_nr: opts.ring_blocks,
+                tp_frame_size: RX_FRAME,
+                tp_frame_nr: (bs / RX_FRAME)
+                    .checked_mul(opts.ring_blocks)
+                    .ok_or_else(too_large)?,
+                tp_retire_blk_tov: opts.block_timeout_ms,
+                tp_sizeof_priv: 0,
+                tp_feature_req_word: 0,
+            };
+            sys::packet_opt(&fd, iface, libc::PACKET_RX_RING, "PACKET_RX_RING", &req)?;
+        }
         let len = bs as usize * opts.ring_blocks as usize;
         let ptr = sys::map_ring(&fd, iface, len)?;
         // SAFETY: `ptr` is the start of a fresh mapping of exactly `len` bytes, owned from here
@@ -158,15 +215,39 @@ impl AfPacket {
         let region = unsafe { Region::from_raw_mapping(ptr, len) };
         let pool = Arc::new(Pool::external(region));
         let vlan = matches!(hw, libc::ARPHRD_ETHER | libc::ARPHRD_LOOPBACK);
-        let rx = RxBlocks::new(
-            pool,
-            bs as usize,
-            opts.ring_blocks as usize,
-            opts.snaplen,
-            vlan,
-        );
+        let mut rx = if opts.immediate {
+            RxBlocks::with_version(
+                pool,
+                frame as usize,
+                (bs / frame) as usize * opts.ring_blocks as usize,
+                opts.snaplen,
+                vlan,
+                true,
+            )
+        } else {
+            RxBlocks::new(
+                pool,
+                bs as usize,
+                opts.ring_blocks as usize,
+                opts.snaplen,
+                vlan,
+            )
+        };
+        let lo_ifindex = if hw == libc::ARPHRD_LOOPBACK {
+            ifindex
+        } else if any {
+            crate::sys::iface::ifindex("lo").map_or(-1, |i| i as i32)
+        } else {
+            -1
+        };
+        rx.set_meta(rx::Meta {
+            dir: opts.direction,
+            lo_ifindex,
+            cooked: any,
+        });
         sys::bind(&fd, iface, ifindex, libc::ETH_P_ALL as u16)?;
-        if opts.promisc {
+        // Promiscuous mode is per interface: `any` has none (libpcap does the same).
+        if opts.promisc && !any {
             let mreq = libc::packet_mreq {
                 mr_ifindex: ifindex,
                 mr_type: libc::PACKET_MR_PROMISC as u16,
@@ -187,9 +268,12 @@ impl AfPacket {
             sys::packet_opt(&fd, iface, libc::PACKET_FANOUT, "PACKET_FANOUT", &arg)?;
         }
         // Opened now so that it lives in this namespace; its ring is set up on the first tx.
-        let tx_sock = sys::packet_socket(iface)?;
-        let mtu = sys::mtu(iface)?;
-        Ok(AfPacket {
+        let tx_sock = if any {
+            None
+        } else {
+            Some(sys::packet_socket(iface, false)?)
+        };
+        let mut port = AfPacket {
             name,
             iface: iface.to_string(),
             ifindex,
@@ -200,13 +284,42 @@ impl AfPacket {
             link,
             rx,
             fd,
-            tx_sock: Some(tx_sock),
+            tx_sock,
             tx: None,
             stats: PortStats::default(),
             kernel: KernelStats::default(),
             tag_filter: None,
             vlan,
-        })
+        };
+        if opts.immediate && port.tx_sock.is_some() {
+            // A forwarding port: its transmit ring is set up now, not on the first packet
+            // (which would wait for the ring's allocation, milliseconds).
+            port.open_tx()?;
+        }
+        Ok(port)
+    }
+
+    /// Sets up the transmit ring on the socket opened for it.
+    fn open_tx(&mut self) -> Result<(), PortError> {
+        let Some(fd) = self.tx_sock.take() else {
+            return Err(PortError::Unsupported {
+                port: self.name.clone(),
+                op: if self.iface == ANY {
+                    "tx (any names no interface to send on)"
+                } else {
+                    "tx (the transmit ring could not be set up)"
+                },
+            });
+        };
+        self.tx = Some(TxRing::open(
+            fd,
+            &self.iface,
+            self.ifindex,
+            self.mtu,
+            self.link,
+            self.tx_frames,
+        )?);
+        Ok(())
     }
 
     /// The interface name.
@@ -288,20 +401,7 @@ impl Port for AfPacket {
             return Ok(0);
         }
         if self.tx.is_none() {
-            let Some(fd) = self.tx_sock.take() else {
-                return Err(PortError::Unsupported {
-                    port: self.name.clone(),
-                    op: "tx (the transmit ring could not be set up)",
-                });
-            };
-            self.tx = Some(TxRing::open(
-                fd,
-                &self.iface,
-                self.ifindex,
-                self.mtu,
-                self.link,
-                self.tx_frames,
-            )?);
+            self.open_tx()?;
         }
         match &mut self.tx {
             Some(t) => t.send(batch, &mut self.stats),
@@ -347,6 +447,11 @@ impl Port for AfPacket {
     /// program. The discarded packets are counted as filter drops. Bytes of earlier batches are
     /// invalid afterwards.
     fn attach_filter(&mut self, filter: &Filter) -> Result<bool, PortError> {
+        if self.iface == ANY {
+            // The kernel would run it on the bytes after the link header, not on the cooked
+            // header it is compiled for: the caller runs it in user space.
+            return Ok(false);
+        }
         let drop_all = [Insn {
             code: 0x06, // BPF_RET | BPF_K
             jt: 0,

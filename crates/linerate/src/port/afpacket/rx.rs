@@ -16,7 +16,7 @@
 //! pay (a 12-byte move and a 4-byte store in the block they already occupy); nothing is copied.
 
 use crate::mem::{Batch, Desc, Pool};
-use crate::port::{DropReason, Drops};
+use crate::port::{Capture, DropReason, Drops};
 use std::mem::{offset_of, size_of};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -40,15 +40,71 @@ pub(super) const VLAN_HEADROOM: u32 = 4;
 const MACS: usize = 12;
 /// The 802.1Q TPID, for kernels that report a tag without its TPID.
 const TPID_8021Q: u16 = 0x8100;
+/// Offset of the `sockaddr_ll` the kernel writes after each packet header (TPACKET_ALIGN).
+const SLL_OFF: usize = (HDR3 + 15) & !15;
+/// Size of a TPACKET_V2 frame header.
+const HDR2: usize = size_of::<libc::tpacket2_hdr>();
+/// Offset of the `sockaddr_ll` after a TPACKET_V2 frame header.
+const SLL_OFF2: usize = (HDR2 + 15) & !15;
 
-/// A cursor over the blocks of a mapped TPACKET_V3 ring.
+/// A packet header of either ring version, as the reader needs it.
+struct Hdr {
+    next: u32,
+    sec: u32,
+    nsec: u32,
+    snaplen: u32,
+    len: u32,
+    status: u32,
+    mac: u16,
+    tci: u32,
+    tpid: u16,
+}
+/// Size of a `sockaddr_ll`.
+const SLL_LEN: usize = size_of::<libc::sockaddr_ll>();
+/// Size of a Linux cooked v2 (LINKTYPE_LINUX_SLL2) header.
+pub(super) const SLL2_LEN: usize = 20;
+/// `sll_pkttype` of a packet the host sent.
+const PACKET_OUTGOING: u8 = 4;
+
+/// What the port does with each packet's `sockaddr_ll`: which direction it takes, and
+/// whether it builds a cooked header from it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Meta {
+    /// Packets of which direction are handed out (the others are skipped, as if the kernel
+    /// had not delivered them: the kernel does so itself for `Capture::In`).
+    pub(super) dir: Capture,
+    /// The loopback interface's index: a packet sent on it is seen twice (sent, then
+    /// received); its sent copy is skipped, as libpcap does.
+    pub(super) lo_ifindex: i32,
+    /// The socket is SOCK_DGRAM (`afpacket:any`): put a LINUX_SLL2 header in front of each
+    /// packet, built from its `sockaddr_ll`, in the room the kernel leaves before it.
+    pub(super) cooked: bool,
+}
+
+impl Default for Meta {
+    fn default() -> Self {
+        Meta {
+            dir: Capture::InOut,
+            lo_ifindex: -1,
+            cooked: false,
+        }
+    }
+}
+
+/// A cursor over the blocks of a mapped TPACKET_V3 ring, or over the frames of a TPACKET_V2
+/// ring (each frame then is a "block" of one packet, whose header starts the frame: the
+/// kernel hands each frame over as soon as its packet is in, with no block timeout).
 pub(super) struct RxBlocks {
+    /// TPACKET_V2 frames (`block_size` is then the frame size).
+    v2: bool,
     pool: Arc<Pool>,
     block_size: usize,
     blocks: usize,
     snaplen: u32,
     /// Put stripped VLAN tags back (Ethernet links).
     vlan: bool,
+    /// Direction and cooked headers.
+    meta: Meta,
     /// Block being read.
     cur: usize,
     /// Packets of `cur` not yet handed out (0: `cur` not opened yet).
@@ -72,20 +128,41 @@ impl RxBlocks {
         snaplen: u32,
         vlan: bool,
     ) -> Self {
-        assert!(block_size >= 4096 && block_size.is_power_of_two() && blocks > 0);
+        Self::with_version(pool, block_size, blocks, snaplen, vlan, false)
+    }
+
+    /// As [`RxBlocks::new`]; `v2`: the ring is TPACKET_V2 frames of `block_size` bytes
+    /// (at least 2048, a power of two).
+    pub(super) fn with_version(
+        pool: Arc<Pool>,
+        block_size: usize,
+        blocks: usize,
+        snaplen: u32,
+        vlan: bool,
+        v2: bool,
+    ) -> Self {
+        let least = if v2 { 2048 } else { 4096 };
+        assert!(block_size >= least && block_size.is_power_of_two() && blocks > 0);
         assert!(pool.region().len() >= block_size * blocks);
         RxBlocks {
+            v2,
             pool,
             block_size,
             blocks,
             snaplen,
             vlan,
+            meta: Meta::default(),
             cur: 0,
             left: 0,
             off: 0,
             release_from: 0,
             to_release: 0,
         }
+    }
+
+    /// Sets which direction is taken and whether headers are cooked.
+    pub(super) fn set_meta(&mut self, meta: Meta) {
+        self.meta = meta;
     }
 
     /// The pool that names the ring.
@@ -96,16 +173,15 @@ impl RxBlocks {
     #[inline(always)]
     fn status(&self, blk: usize) -> &AtomicU32 {
         debug_assert!(blk < self.blocks);
-        // SAFETY: the block header lies inside the mapping (blk < blocks, checked at creation
-        // that blocks * block_size fit); blocks are page aligned so the u32 at offset 8 is
-        // aligned; the kernel writes it concurrently, hence atomic access only. The mapping
-        // lives as long as `self.pool`.
+        // A TPACKET_V2 frame's status is its first word (`tp_status`).
+        let off = if self.v2 { 0 } else { STATUS_OFF };
+        // SAFETY: the block (or V2 frame) header lies inside the mapping (blk < blocks,
+        // checked at creation that blocks * block_size fit); blocks are page aligned and V2
+        // frames at least 2048-byte aligned, so the u32 at offset 8 (or 0) is aligned; the
+        // kernel writes it concurrently, hence atomic access only. The mapping lives as long
+        // as `self.pool`.
         unsafe {
-            &*(self
-                .pool
-                .region()
-                .as_ptr()
-                .add(blk * self.block_size + STATUS_OFF) as *const AtomicU32)
+            &*(self.pool.region().as_ptr().add(blk * self.block_size + off) as *const AtomicU32)
         }
     }
 
@@ -177,6 +253,11 @@ impl RxBlocks {
                 if st & libc::TP_STATUS_USER == 0 {
                     break;
                 }
+                if self.v2 {
+                    self.left = 1;
+                    self.off = 0;
+                    continue;
+                }
                 let num = self.header_u32(self.cur, NUM_OFF);
                 let first = self.header_u32(self.cur, FIRST_OFF) as usize;
                 if num == 0 {
@@ -191,38 +272,129 @@ impl RxBlocks {
                 self.left = num;
                 self.off = first;
             }
-            if self.off + HDR3 > bs {
+            let (hdr_len, sll_off) = if self.v2 {
+                (HDR2, SLL_OFF2)
+            } else {
+                (HDR3, SLL_OFF)
+            };
+            if self.off + sll_off + SLL_LEN > bs {
                 drops.add(DropReason::Malformed, self.left as u64);
                 self.finish_block();
                 continue;
             }
             let blk_start = self.cur * bs;
-            // SAFETY: the header lies inside the block (checked above), the block inside the
-            // mapping; the block is owned by user space (TP_STATUS_USER seen with acquire).
-            let h: libc::tpacket3_hdr =
-                unsafe { std::ptr::read_unaligned(base.add(blk_start + self.off) as *const _) };
-            let mut data = self.off + h.tp_mac as usize;
-            let mut snap = h.tp_snaplen;
-            let mut wire = h.tp_len;
+            let h = if self.v2 {
+                // SAFETY: the header starts the frame, inside it (checked above), the frame
+                // inside the mapping; the frame is owned by user space (TP_STATUS_USER seen
+                // with acquire).
+                let h: libc::tpacket2_hdr =
+                    unsafe { std::ptr::read_unaligned(base.add(blk_start) as *const _) };
+                Hdr {
+                    next: 0,
+                    sec: h.tp_sec,
+                    nsec: h.tp_nsec,
+                    snaplen: h.tp_snaplen,
+                    len: h.tp_len,
+                    status: h.tp_status,
+                    mac: h.tp_mac,
+                    tci: h.tp_vlan_tci as u32,
+                    tpid: h.tp_vlan_tpid,
+                }
+            } else {
+                // SAFETY: the header lies inside the block (checked above), the block inside
+                // the mapping; the block is owned by user space (TP_STATUS_USER seen with
+                // acquire).
+                let h: libc::tpacket3_hdr =
+                    unsafe { std::ptr::read_unaligned(base.add(blk_start + self.off) as *const _) };
+                Hdr {
+                    next: h.tp_next_offset,
+                    sec: h.tp_sec,
+                    nsec: h.tp_nsec,
+                    snaplen: h.tp_snaplen,
+                    len: h.tp_len,
+                    status: h.tp_status,
+                    mac: h.tp_mac,
+                    tci: h.hv1.tp_vlan_tci,
+                    tpid: h.hv1.tp_vlan_tpid,
+                }
+            };
+            let mut data = self.off + h.mac as usize;
+            let mut snap = h.snaplen;
+            let mut wire = h.len;
+            // The packet's address, which the kernel writes between its header and its bytes
+            // (absent in headers of a fake kernel that puts the bytes right after the header).
+            let sll = if h.mac as usize >= sll_off + SLL_LEN {
+                // SAFETY: the sockaddr_ll lies between the header and the packet (tp_mac is
+                // past it), inside the block when the packet is (checked just below before
+                // any use of the result); the block is user-owned as above.
+                Some(unsafe {
+                    std::ptr::read_unaligned(
+                        base.add(blk_start + self.off + sll_off) as *const libc::sockaddr_ll
+                    )
+                })
+            } else {
+                None
+            };
+            let outgoing = sll.as_ref().map(|a| a.sll_pkttype == PACKET_OUTGOING);
+            let skip = match outgoing {
+                Some(true) => {
+                    !self.meta.dir.takes(true)
+                        || sll
+                            .as_ref()
+                            .is_some_and(|a| a.sll_ifindex == self.meta.lo_ifindex)
+                }
+                Some(false) => !self.meta.dir.takes(false),
+                None => self.meta.dir == Capture::Out,
+            };
             if data + snap as usize > bs {
                 drops.add(DropReason::Malformed, 1);
+            } else if skip {
+                // Not asked for: never counted, as what the kernel does not deliver.
+            } else if self.v2 && snap < wire {
+                // Longer than a frame (sized for the MTU: a GRO aggregate, say): a forwarding
+                // port must not send it cut; the V3 path would refuse it on transmit.
+                drops.add(DropReason::TooBig, 1);
+            } else if self.meta.cooked
+                && (data < self.off + sll_off + SLL_LEN + SLL2_LEN || sll.is_none())
+            {
+                drops.add(DropReason::Malformed, 1);
             } else {
+                if let (true, Some(a)) = (self.meta.cooked, sll.as_ref()) {
+                    let mut hdr = [0u8; SLL2_LEN];
+                    // sll_protocol is in network order already: its bytes as they lie.
+                    hdr[..2].copy_from_slice(&a.sll_protocol.to_ne_bytes());
+                    hdr[4..8].copy_from_slice(&(a.sll_ifindex as u32).to_be_bytes());
+                    hdr[8..10].copy_from_slice(&a.sll_hatype.to_be_bytes());
+                    hdr[10] = a.sll_pkttype;
+                    hdr[11] = a.sll_halen;
+                    hdr[12..20].copy_from_slice(&a.sll_addr);
+                    // SAFETY: data - 20 .. data lies after the sockaddr_ll (checked above) and
+                    // before the packet, inside this packet's room in the user-owned block.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            hdr.as_ptr(),
+                            base.add(blk_start + data - SLL2_LEN),
+                            SLL2_LEN,
+                        );
+                    }
+                    data -= SLL2_LEN;
+                    snap += SLL2_LEN as u32;
+                    wire += SLL2_LEN as u32;
+                }
                 // Kernels before 3.0 set no flag: a non-zero TCI is a tag there too (as libpcap).
                 if self.vlan
-                    && (h.tp_status & libc::TP_STATUS_VLAN_VALID != 0 || h.hv1.tp_vlan_tci != 0)
+                    && (h.status & libc::TP_STATUS_VLAN_VALID != 0 || h.tci != 0)
                     && snap as usize >= MACS
-                    && h.tp_mac as usize >= HDR3 + VLAN_HEADROOM as usize
+                    && h.mac as usize >= hdr_len + VLAN_HEADROOM as usize
                 {
-                    let tpid = if h.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0
-                        || h.hv1.tp_vlan_tpid != 0
-                    {
-                        h.hv1.tp_vlan_tpid
+                    let tpid = if h.status & libc::TP_STATUS_VLAN_TPID_VALID != 0 || h.tpid != 0 {
+                        h.tpid
                     } else {
                         TPID_8021Q
                     };
                     let mut tag = [0u8; VLAN_HEADROOM as usize];
                     tag[..2].copy_from_slice(&tpid.to_be_bytes());
-                    tag[2..].copy_from_slice(&(h.hv1.tp_vlan_tci as u16).to_be_bytes());
+                    tag[2..].copy_from_slice(&(h.tci as u16).to_be_bytes());
                     // SAFETY: the packet (data .. data + snap, snap >= 12) lies inside the
                     // block (checked above) and the 4 bytes before it lie after this packet's
                     // header (tp_mac >= header + 4), so both ranges are inside the block, which
@@ -240,12 +412,16 @@ impl RxBlocks {
                 }
                 batch.push(Desc {
                     addr: (blk_start + data) as u64,
-                    ts: h.tp_sec as u64 * 1_000_000_000 + h.tp_nsec as u64,
+                    ts: h.sec as u64 * 1_000_000_000 + h.nsec as u64,
                     len: snap.min(self.snaplen),
                     wire_len: wire,
                     hash: 0,
                     port: 0,
-                    flags: 0,
+                    flags: match outgoing {
+                        Some(true) => Desc::F_OUTBOUND,
+                        Some(false) => Desc::F_INBOUND,
+                        None => 0,
+                    },
                 });
                 n += 1;
                 bytes += wire as u64;
@@ -253,11 +429,11 @@ impl RxBlocks {
             self.left -= 1;
             if self.left == 0 {
                 self.finish_block();
-            } else if h.tp_next_offset == 0 {
+            } else if h.next == 0 {
                 drops.add(DropReason::Malformed, self.left as u64);
                 self.finish_block();
             } else {
-                self.off += h.tp_next_offset as usize;
+                self.off += h.next as usize;
             }
         }
         (n, bytes)
@@ -279,7 +455,11 @@ impl RxBlocks {
             if self.status(self.cur).load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
                 return discarded;
             }
-            discarded += self.header_u32(self.cur, NUM_OFF) as u64;
+            discarded += if self.v2 {
+                1
+            } else {
+                self.header_u32(self.cur, NUM_OFF) as u64
+            };
             self.finish_block();
         }
     }
@@ -625,6 +805,137 @@ mod tests {
         let mut drops = Drops::default();
         assert_eq!(rx.fill(&mut b, &mut drops).0, 1);
         assert_eq!(drops.get(DropReason::Malformed), 1);
+    }
+
+    /// Acts as the kernel on a TPACKET_V2 ring: frame `i` gets `bytes` with a sockaddr_ll of
+    /// packet type `pkttype` on interface `ifindex`, and is handed over.
+    fn kernel_v2(pool: &Pool, i: usize, bytes: &[u8], pkttype: u8, ifindex: i32) {
+        const FS: usize = 2048;
+        let base = pool.region().as_ptr();
+        let mac = 96usize;
+        let h = libc::tpacket2_hdr {
+            tp_status: 0,
+            tp_len: bytes.len() as u32,
+            tp_snaplen: bytes.len() as u32,
+            tp_mac: mac as u16,
+            tp_net: mac as u16,
+            tp_sec: 3,
+            tp_nsec: 4,
+            tp_vlan_tci: 0,
+            tp_vlan_tpid: 0,
+            tp_padding: [0; 4],
+        };
+        // SAFETY: zeroed plain data.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = 0x0800u16.to_be();
+        sll.sll_ifindex = ifindex;
+        sll.sll_hatype = libc::ARPHRD_ETHER;
+        sll.sll_pkttype = pkttype;
+        sll.sll_halen = 6;
+        sll.sll_addr[..6].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+        // SAFETY: test memory, frame i inside the region.
+        unsafe {
+            let f = base.add(i * FS);
+            std::ptr::write_unaligned(f as *mut libc::tpacket2_hdr, h);
+            std::ptr::write_unaligned(f.add(SLL_OFF2) as *mut libc::sockaddr_ll, sll);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), f.add(mac), bytes.len());
+            (*(f as *const AtomicU32)).store(libc::TP_STATUS_USER, Ordering::Release);
+        }
+    }
+
+    #[test]
+    fn v2_frames_carry_their_direction_and_the_direction_filter_applies() {
+        let pool = Arc::new(Pool::external(Region::anon(2048 * 4).unwrap()));
+        for (dir, want) in [
+            (
+                Capture::InOut,
+                vec![(0x11, Desc::F_INBOUND), (0x22, Desc::F_OUTBOUND)],
+            ),
+            (Capture::In, vec![(0x11, Desc::F_INBOUND)]),
+            (Capture::Out, vec![(0x22, Desc::F_OUTBOUND)]),
+        ] {
+            let mut rx = RxBlocks::with_version(pool.clone(), 2048, 4, 65535, true, true);
+            rx.set_meta(Meta {
+                dir,
+                lo_ifindex: 1,
+                cooked: false,
+            });
+            kernel_v2(&pool, 0, &eth(0x0800, 0x11, 60), 0, 5);
+            kernel_v2(&pool, 1, &eth(0x0800, 0x22, 60), PACKET_OUTGOING, 5);
+            // A loopback's sent copy: skipped whatever the direction.
+            kernel_v2(&pool, 2, &eth(0x0800, 0x33, 60), PACKET_OUTGOING, 1);
+            let mut b = Batch::new();
+            b.bind(&pool);
+            let mut drops = Drops::default();
+            let (n, _) = rx.fill(&mut b, &mut drops);
+            let got: Vec<(u8, u16)> = b.iter().map(|p| (p.data[20], p.desc.flags)).collect();
+            assert_eq!(n, want.len(), "{dir:?}");
+            assert_eq!(got, want, "{dir:?}");
+            assert!(b.iter().all(|p| p.desc.ts == 3_000_000_004));
+            b.clear();
+            rx.release(&b);
+            for f in 0..3 {
+                assert_eq!(
+                    status_of_frame(&pool, f).load(Ordering::Relaxed),
+                    libc::TP_STATUS_KERNEL,
+                    "{dir:?}: frame {f} given back"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn v2_frames_cut_by_the_ring_are_too_big_not_handed_out() {
+        let pool = Arc::new(Pool::external(Region::anon(2048 * 2).unwrap()));
+        let mut rx = RxBlocks::with_version(pool.clone(), 2048, 2, 65535, true, true);
+        kernel_v2(&pool, 0, &eth(0x0800, 0x11, 60), 0, 5);
+        // SAFETY: test memory: frame 0's tp_len, as a kernel that cut a 9000-byte packet.
+        unsafe {
+            let h = pool.region().as_ptr() as *mut libc::tpacket2_hdr;
+            (*h).tp_len = 9000;
+        }
+        kernel_v2(&pool, 1, &eth(0x0800, 0x22, 60), 0, 5);
+        let mut b = Batch::new();
+        b.bind(&pool);
+        let mut drops = Drops::default();
+        assert_eq!(rx.fill(&mut b, &mut drops).0, 1);
+        assert_eq!(b.data(0)[20], 0x22);
+        assert_eq!(drops.get(DropReason::TooBig), 1);
+    }
+
+    #[test]
+    fn cooked_frames_get_a_linux_sll2_header() {
+        let pool = Arc::new(Pool::external(Region::anon(2048 * 2).unwrap()));
+        let mut rx = RxBlocks::with_version(pool.clone(), 2048, 2, 65535, false, true);
+        rx.set_meta(Meta {
+            dir: Capture::InOut,
+            lo_ifindex: -1,
+            cooked: true,
+        });
+        let ip = vec![0x45u8; 40];
+        kernel_v2(&pool, 0, &ip, PACKET_OUTGOING, 7);
+        let mut b = Batch::new();
+        b.bind(&pool);
+        let mut drops = Drops::default();
+        assert_eq!(rx.fill(&mut b, &mut drops).0, 1);
+        let d = b.data(0);
+        assert_eq!(d.len(), SLL2_LEN + 40);
+        assert_eq!(&d[..2], &[0x08, 0x00], "protocol");
+        assert_eq!(&d[2..4], &[0, 0], "reserved");
+        assert_eq!(&d[4..8], &7u32.to_be_bytes(), "interface index");
+        assert_eq!(&d[8..10], &1u16.to_be_bytes(), "ARPHRD_ETHER");
+        assert_eq!(d[10], PACKET_OUTGOING);
+        assert_eq!(d[11], 6);
+        assert_eq!(&d[12..18], &[2, 0, 0, 0, 0, 9]);
+        assert_eq!(&d[SLL2_LEN..], &ip[..]);
+        assert_eq!(b.descs()[0].wire_len, 60);
+        assert_eq!(b.descs()[0].flags, Desc::F_OUTBOUND);
+    }
+
+    fn status_of_frame(pool: &Pool, f: usize) -> &AtomicU32 {
+        // SAFETY: test memory, aligned and in bounds.
+        unsafe { &*(pool.region().as_ptr().add(f * 2048) as *const AtomicU32) }
     }
 
     #[test]

@@ -38,9 +38,15 @@ pub(super) fn err_of(iface: &str, op: &'static str, source: io::Error) -> PortEr
     }
 }
 
-/// A new packet socket that receives nothing until bound with a protocol.
-pub(super) fn packet_socket(iface: &str) -> Result<OwnedFd, PortError> {
-    crate::port::sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)
+/// A new packet socket that receives nothing until bound with a protocol: link-layer frames
+/// (`cooked` false) or packets with the link header taken off (SOCK_DGRAM).
+pub(super) fn packet_socket(iface: &str, cooked: bool) -> Result<OwnedFd, PortError> {
+    let ty = if cooked {
+        libc::SOCK_DGRAM
+    } else {
+        libc::SOCK_RAW
+    };
+    crate::port::sys::socket(libc::AF_PACKET, ty, 0)
         .map_err(|e| err_of(iface, "socket(AF_PACKET)", e))
 }
 

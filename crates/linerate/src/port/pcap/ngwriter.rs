@@ -8,7 +8,7 @@
 //! allocation, no formatting and no division per packet (timestamps are already nanoseconds).
 
 use super::writer::DEFAULT_SNAPLEN;
-use crate::mem::{copy_packet, Batch};
+use crate::mem::{copy_packet, Batch, Desc};
 use crate::port::file::RecordWrite;
 use crate::port::{DropReason, Interface, InterfaceStats, LinkType};
 use std::io;
@@ -271,6 +271,41 @@ impl<W: RecordWrite> PcapNgWriter<W> {
         data: &[u8],
         wire_len: u32,
     ) -> io::Result<()> {
+        self.write_epb(iface, ts, data, wire_len, 0)
+    }
+
+    /// As [`Self::write_packet`], with the packet's direction from its descriptor flags
+    /// (`Desc::F_INBOUND`/`F_OUTBOUND`) written as `epb_flags` (inbound 1, outbound 2, as
+    /// libpcap writes them); no option when the direction is unknown.
+    #[inline]
+    pub fn write_packet_flagged(
+        &mut self,
+        iface: u16,
+        ts: u64,
+        data: &[u8],
+        wire_len: u32,
+        desc_flags: u16,
+    ) -> io::Result<()> {
+        let dir = if desc_flags & Desc::F_OUTBOUND != 0 {
+            2
+        } else if desc_flags & Desc::F_INBOUND != 0 {
+            1
+        } else {
+            0
+        };
+        self.write_epb(iface, ts, data, wire_len, dir)
+    }
+
+    /// One enhanced packet block; `epb_flags` when `dir` is not 0.
+    #[inline]
+    fn write_epb(
+        &mut self,
+        iface: u16,
+        ts: u64,
+        data: &[u8],
+        wire_len: u32,
+        dir: u32,
+    ) -> io::Result<()> {
         let id = iface as usize;
         if id >= self.written.len() {
             self.describe_up_to(id)?;
@@ -278,7 +313,9 @@ impl<W: RecordWrite> PcapNgWriter<W> {
         let cap = data.len().min(self.cut);
         let wire = wire_len.max(data.len().min(u32::MAX as usize) as u32);
         let pad = cap.wrapping_neg() & 3;
-        let total = (28 + cap + pad + 4) as u32;
+        // epb_flags (code 2, 4 bytes) and opt_endofopt.
+        let opts = if dir != 0 { 12 } else { 0 };
+        let total = (28 + cap + pad + opts + 4) as u32;
         let mut h = [0u8; 28];
         h[0..4].copy_from_slice(&EPB.to_ne_bytes());
         h[4..8].copy_from_slice(&total.to_ne_bytes());
@@ -303,6 +340,15 @@ impl<W: RecordWrite> PcapNgWriter<W> {
             return Err(short_record());
         };
         *zero = [0; 4];
+        if dir != 0 {
+            let Some(o) = rest.get_mut(pad..pad + 12) else {
+                return Err(short_record());
+            };
+            o[0..2].copy_from_slice(&2u16.to_ne_bytes());
+            o[2..4].copy_from_slice(&4u16.to_ne_bytes());
+            o[4..8].copy_from_slice(&dir.to_ne_bytes());
+            o[8..12].fill(0);
+        }
         let Some(tail) = rest.last_chunk_mut::<4>() else {
             return Err(short_record());
         };
@@ -323,7 +369,13 @@ impl<W: RecordWrite> PcapNgWriter<W> {
     /// `Desc::port` names; returns how many.
     pub fn write_batch(&mut self, batch: &Batch) -> io::Result<usize> {
         for p in batch.iter() {
-            self.write_packet(p.desc.port, p.desc.ts, p.data, p.desc.wire_len)?;
+            self.write_packet_flagged(
+                p.desc.port,
+                p.desc.ts,
+                p.data,
+                p.desc.wire_len,
+                p.desc.flags,
+            )?;
         }
         Ok(batch.len())
     }

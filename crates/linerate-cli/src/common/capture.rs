@@ -1,0 +1,118 @@
+//! Flags of every tool that captures from an interface, as tcpdump spells them: `-Q/--direction`
+//! (which packets of an `afpacket:` port), `-p/--no-promisc`.
+
+use super::usage;
+use linerate::port::{Capture, PortOptions, Uri};
+
+/// `-Q` and `-p`, flattened into the commands that receive from afpacket.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct CaptureFlags {
+    /// Which packets of an afpacket: input to take, as tcpdump -Q: in (what the interface
+    /// receives), out (what the host sends on it) or inout. Default: inout in count and flows
+    /// (as tcpdump), in for fwd and balance (they never take the host's own traffic). Only
+    /// afpacket: tells them apart; other inputs (files, mem:, xdp:, cluster:) only ever hold
+    /// what arrived: `in` is taken there and changes nothing, out and inout are refused.
+    #[arg(short = 'Q', long = "direction", value_name = "in|out|inout", value_parser = direction)]
+    pub direction: Option<Capture>,
+    /// Don't put the interface in promiscuous mode (tcpdump -p). By default an afpacket:
+    /// interface is promiscuous while the port is open, as with tcpdump.
+    #[arg(short = 'p', long = "no-promisc")]
+    pub no_promisc: bool,
+}
+
+fn direction(s: &str) -> Result<Capture, String> {
+    Capture::parse(s).ok_or_else(|| "in, out or inout".to_string())
+}
+
+/// Whether every port `uri` names is an AF_PACKET interface (`afpacket:IF`, or `any`).
+fn all_afpacket(uri: &Uri) -> bool {
+    match uri {
+        Uri::AfPacket(_) => true,
+        Uri::Bare(b) => b == linerate::port::afpacket::ANY && !std::path::Path::new(b).exists(),
+        Uri::List(l) => l.iter().all(all_afpacket),
+        _ => false,
+    }
+}
+
+impl CaptureFlags {
+    /// The options for input `uri` (of flag `flag`) with `default` as the direction when -Q is
+    /// not given: out/inout on an input that cannot tell directions is a usage error.
+    pub fn apply(
+        &self,
+        flag: &str,
+        uri: &str,
+        default: Capture,
+        opts: PortOptions,
+    ) -> anyhow::Result<PortOptions> {
+        let kernel = Uri::parse(uri).is_ok_and(|u| all_afpacket(&u));
+        let direction = match self.direction {
+            Some(d @ (Capture::Out | Capture::InOut)) if !kernel => {
+                return Err(usage(format!(
+                    "-Q {}: {flag} {uri} only holds packets that arrived (files, mem:, xdp: \
+                     and cluster: queues see no sent packets); only afpacket:IFACE can take \
+                     what the host sends",
+                    d.as_str()
+                )))
+            }
+            Some(d) => d,
+            None if kernel => default,
+            None => Capture::In,
+        };
+        Ok(PortOptions {
+            direction,
+            promisc: !self.no_promisc,
+            ..opts
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_is_refused_where_no_packet_is_sent() {
+        let f = CaptureFlags {
+            direction: Some(Capture::Out),
+            no_promisc: false,
+        };
+        for uri in [
+            "mem:x",
+            "pcap:f.pcap",
+            "xdp:eth0",
+            "cluster:1@0",
+            "afpacket:a,mem:b",
+        ] {
+            assert!(f
+                .apply("-i", uri, Capture::InOut, PortOptions::default())
+                .is_err());
+        }
+        let o = f
+            .apply("-i", "afpacket:a,any", Capture::In, PortOptions::default())
+            .unwrap();
+        assert_eq!(o.direction, Capture::Out);
+        let d = CaptureFlags::default();
+        let o = d
+            .apply(
+                "-i",
+                "afpacket:eth0",
+                Capture::InOut,
+                PortOptions::default(),
+            )
+            .unwrap();
+        assert_eq!(o.direction, Capture::InOut);
+        assert!(o.promisc);
+        let o = d
+            .apply("-i", "mem:x", Capture::InOut, PortOptions::default())
+            .unwrap();
+        assert_eq!(o.direction, Capture::In);
+        let inn = CaptureFlags {
+            direction: Some(Capture::In),
+            no_promisc: true,
+        };
+        let o = inn
+            .apply("-i", "pcap:f.pcap", Capture::InOut, PortOptions::default())
+            .unwrap();
+        assert!(!o.promisc);
+    }
+}

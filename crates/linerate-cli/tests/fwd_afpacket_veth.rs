@@ -1,0 +1,139 @@
+//! `linerate fwd` on `afpacket:` forwards each packet as soon as it is in (DPDK's l2fwd and
+//! netmap's bridge do; a TPACKET_V3 block timeout would hold it for milliseconds): on the line
+//! A –vA/vB0– B –vB1/vC– C, 400 frames sent from A at 2 kpps through `fwd -i afpacket:vB0 -o
+//! afpacket:vB1` in B; the added latency is C's kernel arrival stamp minus A's kernel stamp of
+//! the same frame leaving vA. The median must be below 500 µs: a wide margin for a loaded
+//! machine, a check that nothing waits for a timer, not a speed claim. The figures are printed
+//! (`--nocapture`); `LINERATE_BIN=path` measures another build. Needs root (skips otherwise,
+//! fails instead under LINERATE_REQUIRE_PRIV=1).
+#![deny(unsafe_code)]
+
+use linerate::port::afpacket::AfPacket;
+use linerate::port::{Capture, Port, PortOptions};
+use linerate_test_support::line::{NetnsLine, Node};
+use linerate_test_support::netns;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+const N: u32 = 400;
+
+/// Kernel stamps (ns) by sequence number of the test's frames `port` receives until `stop`.
+fn stamps(port: &mut AfPacket, stop: &AtomicBool) -> HashMap<u32, u64> {
+    let mut b = linerate::mem::Batch::new();
+    let mut got = HashMap::new();
+    let end = Instant::now() + Duration::from_secs(30);
+    while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+        port.rx(&mut b).expect("rx");
+        for p in b.iter() {
+            if let Some(s) = netns::udp_seq(p.data) {
+                got.insert(s, p.desc.ts);
+            }
+        }
+        b.clear();
+    }
+    got
+}
+
+#[test]
+fn fwd_on_afpacket_forwards_at_once() {
+    if !netns::require_priv() {
+        return;
+    }
+    let bin =
+        std::env::var("LINERATE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_linerate").into());
+    let l = NetnsLine::new().expect("netns line");
+    let mut fwd = Command::new("ip")
+        .args(["netns", "exec", l.ns(Node::B), &bin])
+        .args([
+            "fwd",
+            "-i",
+            "afpacket:vB0",
+            "-o",
+            "afpacket:vB1",
+            "--no-mac-updating",
+        ])
+        .args(["--json", "-T", "0", "-t", "30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn linerate fwd");
+    let mut lines = BufReader::new(fwd.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("start line").expect("read");
+    assert!(first.contains("\"type\":\"start\""), "{first}");
+    let frames: Vec<Vec<u8>> = (0..N)
+        .map(|s| netns::udp_frame(l.mac_b0, l.mac_a, 1, s))
+        .collect();
+    let stop = AtomicBool::new(false);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (sent, arrived) = std::thread::scope(|s| {
+        let out_opts = PortOptions {
+            direction: Capture::Out,
+            ..Default::default()
+        };
+        let (stop, r1, r2, l) = (&stop, ready_tx.clone(), ready_tx, &l);
+        let a = s.spawn(move || {
+            l.run_in(Node::A, move || {
+                let mut p = AfPacket::open("vA", &out_opts).expect("open vA");
+                r1.send(()).unwrap();
+                stamps(&mut p, stop)
+            })
+        });
+        let c = s.spawn(move || {
+            l.run_in(Node::C, move || {
+                let mut p = AfPacket::open("vC", &PortOptions::default()).expect("open vC");
+                r2.send(()).unwrap();
+                stamps(&mut p, stop)
+            })
+        });
+        ready_rx.recv().unwrap();
+        ready_rx.recv().unwrap();
+        l.run_in(Node::A, || {
+            let sock = linerate::os::PacketSocket::open("vA").expect("packet socket on vA");
+            let t0 = Instant::now();
+            for (i, f) in frames.iter().enumerate() {
+                // 2 kpps: frame i leaves at i × 500 µs.
+                let due = t0 + Duration::from_micros(500 * i as u64);
+                if let Some(d) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(d);
+                }
+                sock.send(f).expect("send on vA");
+            }
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        stop.store(true, Ordering::Relaxed);
+        (a.join().unwrap(), c.join().unwrap())
+    });
+    let _ = linerate::os::signal(fwd.id(), libc::SIGINT);
+    let t0 = Instant::now();
+    while fwd.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(10) {
+            let _ = fwd.kill();
+            let _ = fwd.wait();
+            panic!("fwd did not stop on SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(sent.len(), N as usize, "frames seen leaving vA");
+    assert_eq!(arrived.len(), N as usize, "frames forwarded to vC");
+    let mut lat: Vec<u64> = arrived
+        .iter()
+        .map(|(s, t)| t.saturating_sub(sent[s]))
+        .collect();
+    lat.sort_unstable();
+    let q = |f: f64| lat[((lat.len() - 1) as f64 * f) as usize] as f64 / 1000.0;
+    println!(
+        "fwd afpacket added latency at 2 kpps, {N} frames: median {:.1} µs, p90 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
+        q(0.5),
+        q(0.9),
+        q(0.99),
+        q(1.0)
+    );
+    assert!(
+        q(0.5) < 500.0,
+        "median {:.1} µs: fwd waits before forwarding",
+        q(0.5)
+    );
+}
