@@ -187,7 +187,7 @@ impl Distributor {
         let mut keep = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
         if let Some(f) = filter {
             for i in 0..n {
-                if !f.matches(batch.data(i)) {
+                if !f.matches_wire(batch.data(i), batch.descs()[i].wire_len) {
                     keep &= !(1 << i);
                 }
             }
