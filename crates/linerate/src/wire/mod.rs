@@ -30,7 +30,7 @@ pub use ipv4::Ipv4Packet;
 pub use ipv6::{Ipv6Packet, Ipv6Walk};
 pub use l4::{IcmpPacket, TcpSegment, UdpDatagram};
 pub use link::LinkType;
-pub use parse::{inner, parse, Fragment, Parsed};
+pub use parse::{inner, parse, parse_deep, Fragment, Parsed, StepError};
 
 /// Ethertypes this module knows.
 pub mod ethertype {

@@ -288,9 +288,14 @@ pub fn hash(mode: Mode, data: &[u8], link: LinkType) -> u32 {
     hash_parsed(mode, data, link)
 }
 
-/// [`hash`] through the header parser (no fast path).
+/// [`hash`] through the header parser (no fast path), down through MPLS label stacks, PPPoE
+/// sessions, LLC/SNAP and PPP links to the IP header ([`wire::parse_deep`]).
 fn hash_parsed(mode: Mode, data: &[u8], link: LinkType) -> u32 {
-    let p = wire::parse(data, link);
+    let (p, base) = match wire::parse_deep(data, link) {
+        Ok((p, base, _)) => (p, base),
+        Err(_) => (wire::parse(data, link), 0),
+    };
+    let data = data.get(base..).unwrap_or_default();
     match mode {
         Mode::RoundRobin | Mode::Fanout | Mode::Lua => 0,
         Mode::Ip => wire::hash_ip_symmetric(&p),
@@ -1179,5 +1184,43 @@ mod tests {
             s.contains("Actual   Stats: [500 pkts][1000.1 ms][499.95 pkt/sec]"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn hash_modes_step_over_mpls_and_pppoe() {
+        // Each flow's frame wrapped in an MPLS stack of two labels and in a PPPoE session (2-
+        // and 1-byte PPP protocol) hashes as the plain frame does, so flows spread over queues.
+        for mode in [Mode::Ip, Mode::FiveTuple, Mode::Toeplitz] {
+            let mut queues = std::collections::HashSet::new();
+            for i in 0..64u32 {
+                let f = source::frame(i * 104_729, 1 << 20).to_vec();
+                let plain = hash(mode, &f, LinkType::ETHERNET);
+                let ip = &f[14..];
+                let mut mpls = f[..12].to_vec();
+                mpls.extend_from_slice(&[0x88, 0x47, 0, 0x01, 0x00, 64, 0, 0x02, 0x01, 64]);
+                mpls.extend_from_slice(ip);
+                let mut pppoe = f[..12].to_vec();
+                pppoe.extend_from_slice(&[0x88, 0x64, 0x11, 0, 0, 1]);
+                pppoe.extend_from_slice(&((ip.len() + 2) as u16).to_be_bytes());
+                let mut pppoe1 = pppoe.clone();
+                pppoe.extend_from_slice(&[0x00, 0x21]);
+                pppoe.extend_from_slice(ip);
+                pppoe1.push(0x21);
+                pppoe1.extend_from_slice(ip);
+                for g in [&mpls, &pppoe, &pppoe1] {
+                    assert_eq!(
+                        hash(mode, g, LinkType::ETHERNET),
+                        plain,
+                        "{mode:?} {g:02x?}"
+                    );
+                }
+                queues.insert(hash(mode, &mpls, LinkType::ETHERNET) % 4);
+            }
+            assert_eq!(
+                queues.len(),
+                4,
+                "{mode:?}: MPLS frames spread over every queue"
+            );
+        }
     }
 }

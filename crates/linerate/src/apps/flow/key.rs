@@ -194,92 +194,21 @@ pub fn extract_fragment(data: &[u8], link: LinkType) -> Result<PktInfo, NotFlow>
     Ok(info)
 }
 
-/// Offset of the IP header after what `wire::parse` does not step over: the PPP and Cisco HDLC
-/// link headers, and MPLS label stacks and PPPoE sessions after the link header (`off`, with
-/// ethertype `et`).
-fn step_over(
-    data: &[u8],
-    mut off: usize,
-    mut et: u16,
-    info: &mut PktInfo,
-) -> Result<usize, NotFlow> {
-    for _ in 0..4 {
-        match et {
-            0x8847 | 0x8848 => {
-                info.encap |= E_MPLS;
-                let mut bottom = false;
-                for _ in 0..16 {
-                    let b = data.get(off + 2).ok_or(NotFlow::Truncated)?;
-                    off += 4;
-                    if b & 1 == 1 {
-                        bottom = true;
-                        break;
-                    }
-                }
-                if !bottom {
-                    return Err(NotFlow::Malformed);
-                }
-                return Ok(off);
-            }
-            0x8864 => {
-                info.encap |= E_PPPOE;
-                let ppp = be16(data, off + 6).ok_or(NotFlow::Truncated)?;
-                off += 8;
-                et = match ppp {
-                    0x0021 => 0x0800,
-                    0x0057 => 0x86dd,
-                    _ => return Err(NotFlow::NonIp),
-                };
-            }
-            0x0800 | 0x86dd => return Ok(off),
-            _ => return Err(NotFlow::NonIp),
-        }
-    }
-    Err(NotFlow::Malformed)
-}
-
-/// The one function that turns a frame into a flow key: `linerate::wire::parse` reads the
-/// headers; PPP, Cisco HDLC, MPLS and PPPoE (which it does not read) are stepped over here and
-/// the IP packet inside is parsed as raw IP.
+/// The one function that turns a frame into a flow key: `linerate::wire::parse_deep` reads the
+/// headers, stepping over PPP (2- or 1-byte protocol field), Cisco HDLC, MPLS, PPPoE and
+/// LLC/SNAP to the IP packet inside.
 fn read(data: &[u8], link: LinkType, later: bool) -> Result<PktInfo, NotFlow> {
     let mut info = PktInfo::default();
-    let mut p = wire::parse(data, link);
-    let mut base = 0usize;
-    match p.stop {
-        Some(WireError::UnsupportedLink(9 | 50 | 104)) => {
-            // PPP (with or without the HDLC-like address and control bytes), Cisco HDLC.
-            let (off, et) = if link.0 == 104 {
-                (4, be16(data, 2).ok_or(NotFlow::Truncated)?)
-            } else {
-                let at = if data.get(0..2) == Some(&[0xff, 0x03][..]) {
-                    2
-                } else {
-                    0
-                };
-                let et = match be16(data, at).ok_or(NotFlow::Truncated)? {
-                    0x0021 => 0x0800,
-                    0x0057 => 0x86dd,
-                    _ => return Err(NotFlow::NonIp),
-                };
-                (at + 2, et)
-            };
-            base = step_over(data, off, et, &mut info)?;
-            p = wire::parse(data.get(base..).unwrap_or_default(), LinkType::RAW);
-        }
-        Some(WireError::NotIp) if matches!(p.ethertype, 0x8847 | 0x8848 | 0x8864) => {
-            let hdr = match link.0 {
-                1 => 14,
-                113 => 16,
-                276 => 20,
-                _ => return Err(NotFlow::NonIp),
-            };
-            let off = hdr + 4 * p.vlan_count as usize;
-            base = step_over(data, off, p.ethertype, &mut info)?;
-            let vlans = (p.vlan_ids, p.vlan_count);
-            p = wire::parse(data.get(base..).unwrap_or_default(), LinkType::RAW);
-            (p.vlan_ids, p.vlan_count) = vlans;
-        }
-        _ => {}
+    let (p, base, bits) = wire::parse_deep(data, link).map_err(|e| match e {
+        wire::StepError::Truncated => NotFlow::Truncated,
+        wire::StepError::NotIp => NotFlow::NonIp,
+        wire::StepError::Malformed => NotFlow::Malformed,
+    })?;
+    if bits & wire::parse::encap::MPLS != 0 {
+        info.encap |= E_MPLS;
+    }
+    if bits & wire::parse::encap::PPPOE != 0 {
+        info.encap |= E_PPPOE;
     }
     if link.0 == 1 {
         info.encap |= E_ETH;
