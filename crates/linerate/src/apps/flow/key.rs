@@ -483,4 +483,38 @@ pub(crate) mod tests {
             let _ = extract(&buf[..(x as usize % 96)], LinkType::ETHERNET);
         }
     }
+
+    #[test]
+    fn through_ipv4_ah_llc_snap_and_compressed_ppp() {
+        let f = eth_v4([10, 0, 0, 1], [10, 0, 0, 2], 17, 1111, 53, 0, 10);
+        let plain = extract(&f, LinkType::ETHERNET).unwrap().key;
+        let ip = &f[14..];
+        // IPv4 AH (next header UDP, 16 bytes) between the IP and UDP headers.
+        let mut ah = f.clone();
+        ah[14 + 9] = 51;
+        ah.splice(34..34, [17, 2, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 9, 9, 9, 9]);
+        let total = u16::from_be_bytes([ah[16], ah[17]]) + 16;
+        ah[16..18].copy_from_slice(&total.to_be_bytes());
+        assert_eq!(extract(&ah, LinkType::ETHERNET).unwrap().key, plain);
+        // 802.3 + LLC/SNAP.
+        let mut llc = f[..12].to_vec();
+        llc.extend_from_slice(&((8 + ip.len()) as u16).to_be_bytes());
+        llc.extend_from_slice(&[0xaa, 0xaa, 0x03, 0, 0, 0, 0x08, 0x00]);
+        llc.extend_from_slice(ip);
+        assert_eq!(extract(&llc, LinkType::ETHERNET).unwrap().key, plain);
+        // PPPoE session with the 1-byte PPP protocol, and PPP links with it.
+        let mut pppoe = f[..12].to_vec();
+        pppoe.extend_from_slice(&[0x88, 0x64, 0x11, 0, 0, 1]);
+        pppoe.extend_from_slice(&((1 + ip.len()) as u16).to_be_bytes());
+        pppoe.push(0x21);
+        pppoe.extend_from_slice(ip);
+        let k = extract(&pppoe, LinkType::ETHERNET).unwrap();
+        assert_eq!((k.key, k.encap & E_PPPOE), (plain, E_PPPOE));
+        for link in [9, 50] {
+            let ppp = [&[0xff, 0x03, 0x21][..], ip].concat();
+            assert_eq!(extract(&ppp, LinkType(link)).unwrap().key, plain);
+            let ppp = [&[0x21][..], ip].concat();
+            assert_eq!(extract(&ppp, LinkType(link)).unwrap().key, plain);
+        }
+    }
 }
