@@ -156,3 +156,122 @@ fn flows_through_ah_llc_pppoe_and_mpls_equal_tsharks() {
     assert_eq!(ours, theirs, "linerate vs tshark");
     let _ = std::fs::remove_dir_all(pcap.parent().unwrap());
 }
+
+fn ipv6(src: u16, dst: u16, nh: u8, l4: &[u8]) -> Vec<u8> {
+    let mut h = vec![0x60, 0, 0, 0];
+    h.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+    h.extend_from_slice(&[nh, 64]);
+    for a in [src, dst] {
+        h.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        h.extend_from_slice(&a.to_be_bytes());
+    }
+    h.extend_from_slice(l4);
+    h
+}
+
+/// Tunnels: GRE (IPv4 inside), IPIP, 6in4 and VXLAN (Ethernet/IPv4 inside), one outer pair of
+/// endpoints for all, two inner flows each.
+fn tunnel_frames() -> Vec<Vec<u8>> {
+    let (a, b) = ([192, 0, 2, 1], [192, 0, 2, 2]);
+    let mut out = Vec::new();
+    for k in 0..2u8 {
+        let inner = ipv4([10, 6, k, 1], [10, 6, k, 2], 17, &udp(1000 + k as u16, 53));
+        let mut gre = vec![0, 0, 0x08, 0x00];
+        gre.extend_from_slice(&inner);
+        out.push(eth(0x0800, &ipv4(a, b, 47, &gre)));
+        let inner = ipv4([10, 7, k, 1], [10, 7, k, 2], 6, &tcp(2000 + k as u16, 80));
+        out.push(eth(0x0800, &ipv4(a, b, 4, &inner)));
+        let inner = ipv6(0x10 + k as u16, 0x20, 17, &udp(3000 + k as u16, 53));
+        out.push(eth(0x0800, &ipv4(a, b, 41, &inner)));
+        let inner = eth(
+            0x0800,
+            &ipv4([10, 8, k, 1], [10, 8, k, 2], 17, &udp(4000, 5000)),
+        );
+        let mut vx = 4789u16.to_be_bytes().to_vec();
+        vx.splice(0..0, [0xc0, 0x01]); // source port 49153
+        vx.extend_from_slice(&[0, 0, 0, 0]);
+        vx[4..6].copy_from_slice(&((16 + inner.len()) as u16).to_be_bytes());
+        vx.extend_from_slice(&[0x08, 0, 0, 0, 0, 0, 0x2a, 0]);
+        vx.extend_from_slice(&inner);
+        out.push(eth(0x0800, &ipv4(a, b, 17, &vx)));
+    }
+    out
+}
+
+fn flow_rows(pcap: &Path, extra: &[&str]) -> BTreeSet<String> {
+    let csv = pcap.with_extension(format!("{}.csv", extra.len()));
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["flows", "-q", "-i", pcap.to_str().unwrap(), "-w"])
+        .arg(&csv)
+        .args(["--fields", "proto,saddr,sport,daddr,dport"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&csv).unwrap();
+    text.lines().skip(1).map(str::to_string).collect()
+}
+
+#[test]
+fn tunnels_outer_and_inner_equal_tsharks() {
+    let pcap = tmp("tunnels.pcap");
+    write_pcap(&pcap, &tunnel_frames());
+    // Outer (default): the tunnels between the endpoints, as argus keys them.
+    let outer = flow_rows(&pcap, &[]);
+    assert_eq!(outer, flow_rows(&pcap, &["--tunnels", "outer"]));
+    let want: BTreeSet<String> = [
+        "gre,192.0.2.1,,192.0.2.2,",
+        "4,192.0.2.1,,192.0.2.2,",
+        "41,192.0.2.1,,192.0.2.2,",
+        "udp,192.0.2.1,49153,192.0.2.2,4789",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(outer, want);
+    // Inner: the packets inside, as tshark's last ip.src/ipv6.src and ports show them.
+    let inner = flow_rows(&pcap, &["--tunnels", "inner"]);
+    assert_eq!(inner.len(), 8, "{inner:?}");
+    let Ok(t) = Command::new("tshark")
+        .args([
+            "-r",
+            pcap.to_str().unwrap(),
+            "-T",
+            "fields",
+            "-E",
+            "separator=,",
+        ])
+        .args(["-E", "occurrence=l", "-e", "ip.src", "-e", "ipv6.src"])
+        .args(["-e", "tcp.srcport", "-e", "udp.srcport"])
+        .args([
+            "-e",
+            "ip.dst",
+            "-e",
+            "ipv6.dst",
+            "-e",
+            "tcp.dstport",
+            "-e",
+            "udp.dstport",
+        ])
+        .output()
+    else {
+        linerate_test_support::skip("tshark is not installed (apt-get install tshark)");
+        return;
+    };
+    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+    let theirs: BTreeSet<String> = String::from_utf8_lossy(&t.stdout)
+        .lines()
+        .map(|l| {
+            let c: Vec<&str> = l.split(',').collect();
+            let v6 = !c[1].is_empty();
+            let tcp = !c[2].is_empty();
+            let proto = if tcp { "tcp" } else { "udp" };
+            let (src, dst) = if v6 { (c[1], c[5]) } else { (c[0], c[4]) };
+            let sp = if tcp { c[2] } else { c[3] };
+            let dp = if tcp { c[6] } else { c[7] };
+            format!("{proto},{src},{sp},{dst},{dp}")
+        })
+        .collect();
+    assert_eq!(inner, theirs, "linerate --tunnels inner vs tshark");
+    let _ = std::fs::remove_dir_all(pcap.parent().unwrap());
+}

@@ -30,7 +30,7 @@ pub use ipv4::Ipv4Packet;
 pub use ipv6::{Ipv6Packet, Ipv6Walk};
 pub use l4::{IcmpPacket, TcpSegment, UdpDatagram};
 pub use link::LinkType;
-pub use parse::{inner, parse, parse_deep, Fragment, Parsed, StepError};
+pub use parse::{inner, parse, parse_deep, tunnel_inner, Fragment, Parsed, StepError, Tunnels};
 
 /// Ethertypes this module knows.
 pub mod ethertype {
@@ -70,6 +70,10 @@ pub mod proto {
     pub const IPV6_ROUTE: u8 = 43;
     /// IPv6 Fragment header.
     pub const IPV6_FRAG: u8 = 44;
+    /// IPv4 in IPv4 (IPIP).
+    pub const IPIP: u8 = 4;
+    /// IPv6 in IPv4 (6in4, SIT).
+    pub const IPV6_IN_IP: u8 = 41;
     /// GRE.
     pub const GRE: u8 = 47;
     /// ESP.

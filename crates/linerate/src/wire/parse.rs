@@ -387,6 +387,42 @@ fn transport(d: &[u8], off: usize, end: usize, pr: u8, p: &mut Parsed) -> Result
     Ok(())
 }
 
+/// Which header of a tunnel (GRE, IPIP, 6in4, VXLAN) keys a packet: the outer one (as argus
+/// and NetFlow meters do by default) or the one inside (as tshark's last `ip.src` shows).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Tunnels {
+    /// The tunnel's own header: a GRE flow between the tunnel endpoints.
+    #[default]
+    Outer,
+    /// The packet inside the tunnel.
+    Inner,
+}
+
+impl std::str::FromStr for Tunnels {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Tunnels, String> {
+        match s {
+            "outer" => Ok(Tunnels::Outer),
+            "inner" => Ok(Tunnels::Inner),
+            _ => Err(format!("'{s}': expected outer or inner")),
+        }
+    }
+}
+
+/// The IP packet inside `outer` (parsed from `data`) when `outer` is a GRE, IPIP, 6in4 or VXLAN
+/// (UDP 4789) tunnel and the inner IP header was reached; offsets from the start of `data`.
+pub fn tunnel_inner(data: &[u8], outer: &Parsed) -> Option<Parsed> {
+    let tunnel = match outer.proto {
+        proto::GRE | proto::IPIP | proto::IPV6_IN_IP => true,
+        proto::UDP => outer.dport == VXLAN_PORT,
+        _ => false,
+    };
+    if !tunnel || outer.ip_version == 0 {
+        return None;
+    }
+    inner(data, outer).filter(|i| i.ip_version != 0)
+}
+
 /// Encapsulation bits of [`parse_deep`]: what it stepped over to reach the IP header.
 pub mod encap {
     /// An MPLS label stack (ethertype 0x8847/0x8848).
@@ -528,6 +564,7 @@ fn step_over(d: &[u8], mut off: usize, mut et: u16) -> Result<(usize, LinkType, 
 /// The headers inside a tunnel, if `outer` (parsed from `data`) carries one:
 /// - GRE (IP protocol 47, version 0, optional checksum/key/sequence words; no RFC 1701 routing)
 ///   with protocol type 0x0800 (IPv4), 0x86dd (IPv6) or 0x6558 (Ethernet);
+/// - IPIP (IP protocol 4) and 6in4 (41): the inner IPv4/IPv6 header right after the outer one;
 /// - GTP-U (UDP port 2152, version 1, T-PDU): the 8-byte header, the 4 optional bytes when any of
 ///   E/S/PN is set, and up to [`MAX_GTP_EXT`] extension headers, then IPv4 or IPv6;
 /// - VXLAN (UDP destination port 4789, I flag set): 8 bytes, then Ethernet.
@@ -566,6 +603,11 @@ pub fn inner(data: &[u8], outer: &Parsed) -> Option<Parsed> {
             }
             _ => return None,
         }
+    } else if outer.proto == proto::IPIP || outer.proto == proto::IPV6_IN_IP {
+        // IPIP (RFC 2003) and 6in4 (RFC 4213): the inner header right after the outer one.
+        let o = usize::try_from(outer.l4?).ok()?;
+        let v = if outer.proto == proto::IPIP { 4 } else { 6 };
+        ip(data, o, &mut p, Some(v))
     } else if outer.proto == proto::UDP && (outer.dport == GTPU_PORT || outer.sport == GTPU_PORT) {
         let o = usize::try_from(outer.payload?).ok()?;
         let (Some(&flags), Some(&mt)) = (data.get(o), data.get(o + 1)) else {

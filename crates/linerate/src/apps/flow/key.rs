@@ -7,6 +7,7 @@
 //! Every read is bounds-checked; no input makes it panic.
 
 use crate::port::LinkType;
+pub use crate::wire::Tunnels;
 use crate::wire::{self, Layer, WireError};
 
 /// Why a packet was not put in a flow.
@@ -180,14 +181,30 @@ pub fn is_echo_request(proto: u8, t: u8) -> bool {
 /// is `Err(NotFlow::Fragment)`: see [`extract_fragment`].
 #[inline]
 pub fn extract(data: &[u8], link: LinkType) -> Result<PktInfo, NotFlow> {
-    read(data, link, false)
+    read(data, link, false, Tunnels::Outer)
+}
+
+/// [`extract`], with tunnels (GRE, IPIP, 6in4, VXLAN) keyed by their outer header or by the
+/// packet inside (`--tunnels inner`).
+#[inline]
+pub fn extract_in(data: &[u8], link: LinkType, tunnels: Tunnels) -> Result<PktInfo, NotFlow> {
+    read(data, link, false, tunnels)
 }
 
 /// Reads a non-first IP fragment: its key has the addresses (lower first) and protocol, ports 0,
 /// `frag_id` set and `E_FRAG | E_LATER` in `encap`; a [`super::frag::FragCache`] completes it
 /// from its first fragment. Anything else is an error.
 pub fn extract_fragment(data: &[u8], link: LinkType) -> Result<PktInfo, NotFlow> {
-    let info = read(data, link, true)?;
+    extract_fragment_in(data, link, Tunnels::Outer)
+}
+
+/// [`extract_fragment`] with a choice of tunnel header ([`extract_in`]).
+pub fn extract_fragment_in(
+    data: &[u8],
+    link: LinkType,
+    tunnels: Tunnels,
+) -> Result<PktInfo, NotFlow> {
+    let info = read(data, link, true, tunnels)?;
     if info.encap & E_LATER == 0 {
         return Err(NotFlow::Malformed);
     }
@@ -197,9 +214,9 @@ pub fn extract_fragment(data: &[u8], link: LinkType) -> Result<PktInfo, NotFlow>
 /// The one function that turns a frame into a flow key: `linerate::wire::parse_deep` reads the
 /// headers, stepping over PPP (2- or 1-byte protocol field), Cisco HDLC, MPLS, PPPoE and
 /// LLC/SNAP to the IP packet inside.
-fn read(data: &[u8], link: LinkType, later: bool) -> Result<PktInfo, NotFlow> {
+fn read(data: &[u8], link: LinkType, later: bool, tunnels: Tunnels) -> Result<PktInfo, NotFlow> {
     let mut info = PktInfo::default();
-    let (p, base, bits) = wire::parse_deep(data, link).map_err(|e| match e {
+    let (outer, base, bits) = wire::parse_deep(data, link).map_err(|e| match e {
         wire::StepError::Truncated => NotFlow::Truncated,
         wire::StepError::NotIp => NotFlow::NonIp,
         wire::StepError::Malformed => NotFlow::Malformed,
@@ -210,12 +227,20 @@ fn read(data: &[u8], link: LinkType, later: bool) -> Result<PktInfo, NotFlow> {
     if bits & wire::parse::encap::PPPOE != 0 {
         info.encap |= E_PPPOE;
     }
+    // Link-level facts (VLAN, link header bytes) are the outer frame's; the key is the tunnel's
+    // inner packet's with `--tunnels inner`.
+    let p = match tunnels {
+        Tunnels::Inner => {
+            wire::tunnel_inner(data.get(base..).unwrap_or_default(), &outer).unwrap_or(outer)
+        }
+        Tunnels::Outer => outer,
+    };
     if link.0 == 1 {
         info.encap |= E_ETH;
     }
-    if p.vlan_count > 0 {
+    if outer.vlan_count > 0 {
         info.encap |= E_VLAN;
-        info.key.vlan = p.outer_vlan() & 0x0fff;
+        info.key.vlan = outer.outer_vlan() & 0x0fff;
     }
     if let Some(f) = p.fragment {
         info.encap |= E_FRAG;
@@ -223,7 +248,7 @@ fn read(data: &[u8], link: LinkType, later: bool) -> Result<PktInfo, NotFlow> {
     }
     // Bytes of link header not on a wire (cooked, PPP, HDLC, loopback headers).
     if link.0 != 1 {
-        info.pseudo = (base + p.l3.unwrap_or(0) as usize).min(255) as u8;
+        info.pseudo = (base + outer.l3.unwrap_or(0) as usize).min(255) as u8;
     }
     let l4len = match p.l4 {
         Some(l4) => (p.l3_end as usize).saturating_sub(l4 as usize),
