@@ -1,8 +1,8 @@
 //! BPF filters in libpcap syntax, compiled with libpcap.
 //!
-//! A [`Filter`] runs in user space on any port ([`Filter::matches_wire`]: our own classic BPF
-//! interpreter, with libpcap's semantics: `len`, `less` and `greater` test the length on the wire,
-//! not the bytes captured), or is handed to the kernel by ports that can attach it
+//! A [`Filter`] runs in user space on any port ([`Filter::matches_wire`]: libpcap's own `bpf_filter`,
+//! handed the length on the wire, which `len`, `less` and `greater` test, not the bytes
+//! captured), or is handed to the kernel by ports that can attach it
 //! ([`Filter::program`], classic BPF as `SO_ATTACH_FILTER` takes).
 
 use crate::wire::LinkType;
@@ -38,6 +38,7 @@ pub struct Insn {
 pub struct Filter {
     expr: String,
     insns: Vec<Insn>,
+    prog: crate::sys::bpf_filter::ValidBpf,
 }
 
 impl std::fmt::Debug for Filter {
@@ -74,12 +75,12 @@ impl Filter {
                 k: v[3],
             });
         }
-        if insns.is_empty() {
-            return Err(err("empty program".into()));
-        }
+        let prog = crate::sys::bpf_filter::ValidBpf::new(&insns)
+            .ok_or_else(|| err("libpcap's bpf_validate refused the compiled program".into()))?;
         Ok(Filter {
             expr: expr.to_string(),
             insns,
+            prog,
         })
     }
 
@@ -99,7 +100,7 @@ impl Filter {
     /// as in libpcap.
     #[inline]
     pub fn matches_wire(&self, data: &[u8], wire: u32) -> bool {
-        run(&self.insns, data, wire.max(data.len() as u32)) != 0
+        self.prog.run(data, wire) != 0
     }
 
     /// Whether a packet of a batch passes the filter (its wire length is the descriptor's).
@@ -111,124 +112,6 @@ impl Filter {
     /// The program, for the kernel.
     pub fn program(&self) -> &[Insn] {
         &self.insns
-    }
-}
-
-/// Most instructions one packet may execute: libpcap's `ip6 protochain` walks headers with a
-/// backward jump; a program that loops longer than this is stopped and rejects the packet.
-const MAX_STEPS: u32 = 1 << 16;
-
-/// Runs the classic BPF `prog` on `data` (the captured bytes) of a packet `wire` bytes long on
-/// the wire, as libpcap's `bpf_filter` does: a load past the captured bytes rejects the packet,
-/// `len` (`BPF_LD|BPF_LEN`) is the wire length, `BPF_JA` offsets are signed (protochain). Returns
-/// the program's verdict (0: reject). Never panics, whatever the program.
-fn run(prog: &[Insn], data: &[u8], wire: u32) -> u32 {
-    let mut a: u32 = 0;
-    let mut x: u32 = 0;
-    let mut mem = [0u32; 16];
-    let mut pc: usize = 0;
-    let mut steps = 0u32;
-    let ld = |off: u32, size: usize| -> Option<u32> {
-        let off = off as usize;
-        let b = data.get(off..off.checked_add(size)?)?;
-        Some(match size {
-            4 => u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
-            2 => u16::from_be_bytes([b[0], b[1]]) as u32,
-            _ => b[0] as u32,
-        })
-    };
-    loop {
-        steps += 1;
-        if steps > MAX_STEPS {
-            return 0;
-        }
-        let Some(i) = prog.get(pc) else { return 0 };
-        pc += 1;
-        let k = i.k;
-        match i.code {
-            // BPF_RET
-            0x06 => return k,
-            0x16 => return a,
-            // BPF_LD | W/H/B | ABS
-            0x20 | 0x28 | 0x30 | 0x40 | 0x48 | 0x50 => {
-                let size = match i.code & 0x18 {
-                    0x00 => 4,
-                    0x08 => 2,
-                    _ => 1,
-                };
-                let off = if i.code & 0xe0 == 0x40 {
-                    match x.checked_add(k) {
-                        Some(o) => o,
-                        None => return 0,
-                    }
-                } else {
-                    k
-                };
-                match ld(off, size) {
-                    Some(v) => a = v,
-                    None => return 0,
-                }
-            }
-            0x80 => a = wire,                   // BPF_LD|BPF_W|BPF_LEN
-            0x81 => x = wire,                   // BPF_LDX|BPF_W|BPF_LEN
-            0x00 => a = k,                      // BPF_LD|BPF_IMM
-            0x01 => x = k,                      // BPF_LDX|BPF_IMM
-            0x60 => a = mem[(k & 15) as usize], // BPF_LD|BPF_MEM
-            0x61 => x = mem[(k & 15) as usize], // BPF_LDX|BPF_MEM
-            0xb1 => match ld(k, 1) {
-                // BPF_LDX|BPF_B|BPF_MSH
-                Some(v) => x = (v & 0xf) << 2,
-                None => return 0,
-            },
-            0x02 => mem[(k & 15) as usize] = a, // BPF_ST
-            0x03 => mem[(k & 15) as usize] = x, // BPF_STX
-            0x05 => {
-                // BPF_JA: signed, as libpcap's protochain needs.
-                match pc.checked_add_signed(k as i32 as isize) {
-                    Some(p) => pc = p,
-                    None => return 0,
-                }
-            }
-            0x07 => x = a, // BPF_MISC|BPF_TAX
-            0x87 => a = x, // BPF_MISC|BPF_TXA
-            c if c & 0x07 == 0x05 => {
-                // BPF_JMP with a condition
-                let v = if c & 0x08 != 0 { x } else { k };
-                let t = match c & 0xf0 {
-                    0x10 => a == v,
-                    0x20 => a > v,
-                    0x30 => a >= v,
-                    0x40 => a & v != 0,
-                    _ => return 0,
-                };
-                pc += if t { i.jt } else { i.jf } as usize;
-            }
-            c if c & 0x07 == 0x04 => {
-                // BPF_ALU
-                let v = if c & 0x08 != 0 { x } else { k };
-                a = match c & 0xf0 {
-                    0x00 => a.wrapping_add(v),
-                    0x10 => a.wrapping_sub(v),
-                    0x20 => a.wrapping_mul(v),
-                    0x30 => match a.checked_div(v) {
-                        Some(r) => r,
-                        None => return 0,
-                    },
-                    0x40 => a | v,
-                    0x50 => a & v,
-                    0x60 => a.checked_shl(v).unwrap_or(0),
-                    0x70 => a.checked_shr(v).unwrap_or(0),
-                    0x80 => a.wrapping_neg(),
-                    0x90 => match a.checked_rem(v) {
-                        Some(r) => r,
-                        None => return 0,
-                    },
-                    0xa0 => a ^ v,
-                    _ => return 0,
-                };
-            }
-            _ => return 0,
-        }
     }
 }
 
@@ -349,49 +232,14 @@ mod tests {
     }
 
     #[test]
-    fn hostile_programs_do_not_panic() {
-        let progs: [&[Insn]; 5] = [
-            &[Insn {
-                code: 0x05,
-                jt: 0,
-                jf: 0,
-                k: u32::MAX,
-            }], // ja -1: a loop
-            &[Insn {
-                code: 0x05,
-                jt: 0,
-                jf: 0,
-                k: 0x8000_0000,
-            }],
-            &[
-                Insn {
-                    code: 0x34,
-                    jt: 0,
-                    jf: 0,
-                    k: 0,
-                },
-                Insn {
-                    code: 0x16,
-                    jt: 0,
-                    jf: 0,
-                    k: 0,
-                },
-            ],
-            &[Insn {
-                code: 0x15,
-                jt: 200,
-                jf: 200,
-                k: 0,
-            }],
-            &[Insn {
-                code: 0x48,
-                jt: 0,
-                jf: 0,
-                k: u32::MAX,
-            }],
-        ];
-        for p in progs {
-            assert_eq!(run(p, &[1, 2, 3], 3), 0);
-        }
+    fn programs_libpcap_would_not_run_are_refused() {
+        use crate::sys::bpf_filter::ValidBpf;
+        let i = |code, jt, jf, k| Insn { code, jt, jf, k };
+        assert!(ValidBpf::new(&[]).is_none());
+        assert!(ValidBpf::new(&[i(0x15, 200, 200, 0)]).is_none()); // jumps out
+        assert!(ValidBpf::new(&[i(0x34, 0, 0, 0), i(0x16, 0, 0, 0)]).is_none()); // div by 0
+        assert!(ValidBpf::new(&[i(0x28, 0, 0, 12)]).is_none()); // no return
+        let ok = ValidBpf::new(&[i(0x48, 0, 0, u32::MAX), i(0x06, 0, 0, 1)]).unwrap();
+        assert_eq!(ok.run(&[1, 2, 3], 3), 0, "a load past the bytes rejects");
     }
 }
