@@ -166,7 +166,7 @@ mod tests {
         assert!(greater.matches_wire(&f, 1500));
         assert!(len.matches_wire(&f, 1500));
         // A wire length below the captured one is not believed.
-        assert!(!less.matches_wire(&vec![0u8; 70], 10));
+        assert!(!less.matches_wire(&[0u8; 70], 10));
     }
 
     /// Our interpreter agrees with libpcap's own (`pcap_offline_filter`, which sees a record
