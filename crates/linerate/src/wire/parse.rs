@@ -481,6 +481,9 @@ pub fn parse_deep(data: &[u8], link: LinkType) -> Result<(Parsed, usize, u8), St
         _ => return Ok((p, 0, 0)),
     };
     let (base, inner_link, more) = step_over(data, off, et)?;
+    if base > data.len() {
+        return Err(StepError::Truncated);
+    }
     bits |= more;
     let mut q = parse(data.get(base..).unwrap_or_default(), inner_link);
     q.link = p.link;
@@ -526,7 +529,8 @@ fn step_over(d: &[u8], mut off: usize, mut et: u16) -> Result<(usize, LinkType, 
             0x8847 | 0x8848 => {
                 bits |= encap::MPLS;
                 for _ in 0..16 {
-                    let b = d.get(off + 2).ok_or(StepError::Truncated)?;
+                    let label = d.get(off..off + 4).ok_or(StepError::Truncated)?;
+                    let b = label[2];
                     off += 4;
                     if b & 1 == 1 {
                         return Ok((off, LinkType::RAW, bits));
@@ -541,6 +545,9 @@ fn step_over(d: &[u8], mut off: usize, mut et: u16) -> Result<(usize, LinkType, 
                 }
                 let (pr, n) = ppp_proto(d, off + 6).ok_or(StepError::Truncated)?;
                 off += 6 + n;
+                if off > d.len() {
+                    return Err(StepError::Truncated);
+                }
                 et = ppp_ethertype(pr)?;
             }
             ethertype::IPV4 => return Ok((off, LinkType::IPV4, bits)),
@@ -1113,5 +1120,44 @@ mod tests {
             parse_deep(&f, LinkType::ETHERNET).unwrap(),
             (parse(&f, LinkType::ETHERNET), 0, 0)
         );
+    }
+
+    #[test]
+    fn deep_and_tunnel_parses_of_noise_stay_in_bounds() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let heads: [&[u8]; 6] = [
+            &[0x88, 0x47],
+            &[0x88, 0x64, 0x11, 0, 0, 1, 0, 40],
+            &[0, 40, 0xaa, 0xaa, 3, 0, 0, 0, 8, 0],
+            &[8, 0, 0x45, 0, 0, 60, 0, 0, 0, 0, 64, 47],
+            &[8, 0, 0x45, 0, 0, 60, 0, 0, 0, 0, 64, 4],
+            &[8, 0, 0x45, 0, 0, 60, 0, 0, 0, 0, 64, 17],
+        ];
+        for round in 0..20_000 {
+            let mut f: Vec<u8> = (0..12).map(|_| rnd() as u8).collect();
+            f.extend_from_slice(heads[round % heads.len()]);
+            let n = (rnd() % 120) as usize;
+            f.extend((0..n).map(|_| rnd() as u8));
+            for link in [1u32, 9, 50, 104, 113, 101] {
+                if let Ok((p, base, _)) = parse_deep(&f, LinkType(link)) {
+                    assert!(base <= f.len());
+                    let rest = &f[base..];
+                    for o in [p.l3, p.l4, p.payload].into_iter().flatten() {
+                        assert!(o as usize <= rest.len());
+                    }
+                    if let Some(i) = tunnel_inner(rest, &p) {
+                        for o in [i.l2, i.l3, i.l4, i.payload].into_iter().flatten() {
+                            assert!(o as usize <= rest.len());
+                        }
+                    }
+                }
+            }
+        }
     }
 }
