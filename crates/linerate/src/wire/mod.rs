@@ -4,7 +4,9 @@
 //! Views follow one pattern: `View::new_checked(buffer)` checks once that every fixed field and the
 //! header length the packet announces are present, and after that every accessor is infallible and
 //! cannot panic. [`parse()`] walks link, VLAN, IP (with IPv6 extension headers) and transport headers
-//! in one pass without allocating and reports, in [`Parsed::stop`], why it stopped early.
+//! in one pass without allocating and reports, in [`Parsed::stop`], why it stopped early;
+//! [`parse_deep()`] goes on through PPP, MPLS, PPPoE and LLC/SNAP to the IP header, and
+//! [`tunnel_inner()`] into GRE, IPIP, 6in4 and VXLAN.
 //! [`flow`] builds direction-independent [`FlowKey`]s and the hashes balancers use; [`emit`] writes
 //! headers (the generator's templates and the built-in source are built with it).
 
