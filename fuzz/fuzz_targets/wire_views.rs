@@ -1,4 +1,5 @@
-//! Arbitrary bytes and a link-type selector through `wire::parse`, `wire::inner`, every hash,
+//! Arbitrary bytes and a link-type selector through `wire::parse`, `wire::inner`,
+//! `wire::parse_deep`, `wire::tunnel_inner`, every hash,
 //! flow keys and every accessor of every checked view: nothing may panic, and offsets stay inside
 //! the packet.
 #![no_main]
@@ -163,6 +164,17 @@ fuzz_target!(|data: &[u8]| {
     if let Some(i) = wire::inner(pkt, &p) {
         in_bounds(&i, pkt.len());
         hashes(&i);
+    }
+    // Through MPLS, PPPoE, LLC/SNAP and PPP, then into a tunnel.
+    if let Ok((d, base, _)) = wire::parse_deep(pkt, LinkType(link)) {
+        assert!(base <= pkt.len());
+        let rest = pkt.get(base..).unwrap_or_default();
+        in_bounds(&d, rest.len());
+        hashes(&d);
+        if let Some(i) = wire::tunnel_inner(rest, &d) {
+            in_bounds(&i, rest.len());
+            hashes(&i);
+        }
     }
     views(pkt);
     // Each view also on the bytes the parser located.

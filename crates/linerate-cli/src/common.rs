@@ -351,6 +351,27 @@ impl Port for Nothing {
     }
 }
 
+/// Attaches `f` in the kernel on `port` (named `name` in messages) if the port can. Returns false
+/// when the caller must run it in user space: the port cannot, or the kernel refused the program
+/// (as libpcap does then, a warning on stderr, and the filter runs in user space).
+pub fn attach_filter(
+    port: &mut dyn Port,
+    f: &linerate::filter::Filter,
+    name: &str,
+) -> anyhow::Result<bool> {
+    match port.attach_filter(f) {
+        Ok(k) => Ok(k),
+        Err(PortError::FilterRefused { source, .. }) => {
+            eprintln!(
+                "Warning: -f on {name}: kernel filter failed: {source}; filtering '{}' in user space",
+                f.expr()
+            );
+            Ok(false)
+        }
+        Err(e) => Err(anyhow::Error::new(e).context(format!("-f on {name}"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

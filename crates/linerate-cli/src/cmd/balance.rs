@@ -101,6 +101,10 @@ pub struct Args {
     /// Print only the final summary.
     #[arg(short = 'q', long)]
     quiet: bool,
+    /// Which header of a tunnel (GRE, IPIP, 6in4, VXLAN on UDP 4789) the ip, 5tuple, toeplitz and
+    /// proto modes hash: outer (default) or inner (the packet inside).
+    #[arg(long, value_name = "outer|inner", default_value = "outer")]
+    tunnels: linerate::apps::balance::Tunnels,
     /// Print statistics lines even on a terminal (no live page).
     #[arg(long)]
     no_console: bool,
@@ -273,6 +277,18 @@ fn egress_interface_stats(
 
 /// Runs `linerate balance`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    if a.tunnels == linerate::apps::balance::Tunnels::Inner
+        && (a.mode.script.is_some()
+            || !matches!(
+                a.mode.mode,
+                Mode::Ip | Mode::FiveTuple | Mode::Toeplitz | Mode::Proto
+            ))
+    {
+        return Err(usage(
+            "--tunnels inner: only the ip, 5tuple, toeplitz and proto modes hash IP headers \
+             (gre and gtp always hash the packet inside their tunnel)",
+        ));
+    }
     let service = a.service.check()?;
     let stop = stop_flag()?;
     // The capture files' flushing and rotation (-o, -r), checked before anything is opened.
@@ -354,6 +370,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         None => Distributor::new(a.mode.mode, &a.apps.0, link),
     };
+    dist.set_tunnels(a.tunnels);
     let mut cfg = ClusterConfig {
         apps: a.apps.0.clone(),
         slots: a.slots,

@@ -44,7 +44,9 @@ pub struct Args {
     /// Format of -w whatever its name: pcap or pcapng (for -w -, say).
     #[arg(long, value_name = "pcap|pcapng", requires = "write")]
     format: Option<WriteFormat>,
-    /// BPF filter in libpcap syntax (in the kernel for afpacket, in user space otherwise).
+    /// BPF filter in libpcap syntax (in the kernel for afpacket, in user space otherwise, or
+    /// when the kernel refuses the program, e.g. protochain). len/less/greater test the length
+    /// on the wire, as in libpcap.
     #[arg(short = 'f', long, value_name = "BPF")]
     filter: Option<String>,
     /// Run the filter in user space even where the kernel could (packets the kernel filters out
@@ -282,9 +284,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let mut user_filter = None;
     if let Some(expr) = &a.filter {
         let f = Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?;
-        let in_kernel = input
-            .attach_filter(&f)
-            .with_context(|| format!("-f on {}", a.input))?;
+        let in_kernel =
+            !a.user_filter && crate::common::attach_filter(input.as_mut(), &f, &a.input)?;
         if !in_kernel {
             user_filter = Some(f);
         }
@@ -594,13 +595,12 @@ fn run_threads(
         groups[i % n].push(p);
     }
     let link = groups[0][0].link_type();
-    let mut in_kernel = a.filter.is_some();
+    let mut in_kernel = a.filter.is_some() && !a.user_filter;
     if let Some(expr) = &a.filter {
         let f = Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?;
-        for p in groups.iter_mut().flatten() {
-            in_kernel &= p
-                .attach_filter(&f)
-                .with_context(|| format!("-f on {}", p.name()))?;
+        for p in groups.iter_mut().flatten().filter(|_| !a.user_filter) {
+            let name = p.name().to_string();
+            in_kernel &= crate::common::attach_filter(p.as_mut(), &f, &name)?;
         }
     }
     let a_filter = a.filter.clone();

@@ -114,6 +114,11 @@ pub struct Args {
     capture: crate::common::capture::CaptureFlags,
     #[command(flatten)]
     service: crate::common::service::ServiceFlags,
+    /// Which header keys a tunnelled packet (GRE, IPIP, 6in4, VXLAN on UDP 4789): outer (the
+    /// tunnel's own, as argus; a GRE flow between the endpoints) or inner (the packet inside, as
+    /// tshark shows it).
+    #[arg(long, value_name = "outer|inner", default_value = "outer")]
+    tunnels: flow::Tunnels,
 }
 
 struct Sinks {
@@ -361,6 +366,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         wall_clock: is_live,
         ring_size: 2048,
         live: metrics.as_ref().map(|_| live.clone()),
+        tunnels: a.tunnels,
     };
     // A file waits for the broker without losing packets; live packets never wait (a full
     // queue counts queue_full).

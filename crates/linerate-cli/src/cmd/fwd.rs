@@ -433,14 +433,10 @@ pub fn run_with(
     let mut user_filter = None;
     if let Some(expr) = &a.filter {
         let f = Filter::compile(expr, p0.link_type()).map_err(|e| usage(format!("-f: {e}")))?;
-        let mut all_kernel = p0
-            .attach_filter(&f)
-            .with_context(|| format!("-f on {}", a.input))?;
+        let mut all_kernel = crate::common::attach_filter(p0.as_mut(), &f, &a.input)?;
         if a.bidir {
             if let Some(p) = p1.as_mut() {
-                all_kernel &= p
-                    .attach_filter(&f)
-                    .with_context(|| format!("-f on {}", a.output))?;
+                all_kernel &= crate::common::attach_filter(p.as_mut(), &f, &a.output)?;
             }
         }
         if !all_kernel {
@@ -864,15 +860,11 @@ fn run_threads(
     if let Some(expr) = &a.filter {
         let f = Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?;
         for (name, p) in ins.iter_mut() {
-            in_kernel &= p
-                .attach_filter(&f)
-                .with_context(|| format!("-f on {name}"))?;
+            in_kernel &= crate::common::attach_filter(p.as_mut(), &f, name)?;
         }
         if a.bidir {
             for (name, p) in outs.iter_mut().flatten() {
-                in_kernel &= p
-                    .attach_filter(&f)
-                    .with_context(|| format!("-f on {name}"))?;
+                in_kernel &= crate::common::attach_filter(p.as_mut(), &f, name)?;
             }
         }
     }

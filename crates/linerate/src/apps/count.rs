@@ -142,7 +142,7 @@ pub fn run_observed(
         if n > 0 {
             backoff.got();
             if let Some(f) = &opts.filter {
-                filtered += batch.retain(|p| f.matches(p.data)) as u64;
+                filtered += batch.retain(|p| f.matches_pkt(p)) as u64;
             }
             observe(&batch);
             pkts += batch.len() as u64;
@@ -474,7 +474,7 @@ fn thread_loop(
             Ok(n) if n > 0 => {
                 backoff.got();
                 if let Some(f) = &filter {
-                    filtered += batch.retain(|p| f.matches(p.data)) as u64;
+                    filtered += batch.retain(|p| f.matches_pkt(p)) as u64;
                 }
                 counted = batch.len() as u64;
                 pkts += counted;

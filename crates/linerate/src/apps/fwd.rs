@@ -448,7 +448,7 @@ pub fn run_with(
             got += n;
             st.ports[i].received += n as u64;
             if let Some(f) = &opts.filter {
-                st.ports[i].filtered += rx.retain(|p| f.matches(p.data)) as u64;
+                st.ports[i].filtered += rx.retain(|p| f.matches_pkt(p)) as u64;
             }
             if let Some(h) = hook.as_deref_mut() {
                 let n = rx.len();

@@ -1,7 +1,9 @@
 //! BPF filters in libpcap syntax, compiled with libpcap.
 //!
-//! A [`Filter`] runs in user space on any port ([`Filter::matches`]), or is handed to the kernel
-//! by ports that can attach it ([`Filter::program`], classic BPF as `SO_ATTACH_FILTER` takes).
+//! A [`Filter`] runs in user space on any port ([`Filter::matches_wire`]: libpcap's own `bpf_filter`,
+//! handed the length on the wire, which `len`, `less` and `greater` test, not the bytes
+//! captured), or is handed to the kernel by ports that can attach it
+//! ([`Filter::program`], classic BPF as `SO_ATTACH_FILTER` takes).
 
 use crate::wire::LinkType;
 
@@ -35,8 +37,8 @@ pub struct Insn {
 /// A compiled filter expression.
 pub struct Filter {
     expr: String,
-    prog: pcap::BpfProgram,
     insns: Vec<Insn>,
+    prog: crate::sys::bpf_filter::ValidBpf,
 }
 
 impl std::fmt::Debug for Filter {
@@ -73,10 +75,12 @@ impl Filter {
                 k: v[3],
             });
         }
+        let prog = crate::sys::bpf_filter::ValidBpf::new(&insns)
+            .ok_or_else(|| err("libpcap's bpf_validate refused the compiled program".into()))?;
         Ok(Filter {
             expr: expr.to_string(),
-            prog,
             insns,
+            prog,
         })
     }
 
@@ -85,10 +89,24 @@ impl Filter {
         &self.expr
     }
 
-    /// Whether the packet's bytes pass the filter.
+    /// Whether a packet whose whole frame is `data` passes the filter (wire length = `data.len()`).
     #[inline]
     pub fn matches(&self, data: &[u8]) -> bool {
-        self.prog.filter(data)
+        self.matches_wire(data, data.len() as u32)
+    }
+
+    /// Whether a packet passes the filter: `data` are its captured bytes, `wire` its length on the
+    /// wire (a pcap record's `orig_len`, `Desc::wire_len`), which `len`, `less` and `greater` test,
+    /// as in libpcap.
+    #[inline]
+    pub fn matches_wire(&self, data: &[u8], wire: u32) -> bool {
+        self.prog.run(data, wire) != 0
+    }
+
+    /// Whether a packet of a batch passes the filter (its wire length is the descriptor's).
+    #[inline]
+    pub fn matches_pkt(&self, p: crate::mem::Pkt<'_>) -> bool {
+        self.matches_wire(p.data, p.desc.wire_len)
     }
 
     /// The program, for the kernel.
@@ -132,5 +150,96 @@ mod tests {
         let e = Filter::compile("udp port banana", LinkType::ETHERNET).unwrap_err();
         let s = e.to_string();
         assert!(s.contains("udp port banana"), "{s}");
+    }
+
+    #[test]
+    fn len_less_greater_test_the_wire_length() {
+        let f = udp_frame(53);
+        let less = Filter::compile("less 60", LinkType::ETHERNET).unwrap();
+        let greater = Filter::compile("greater 100", LinkType::ETHERNET).unwrap();
+        let len = Filter::compile("len > 80", LinkType::ETHERNET).unwrap();
+        // 42 bytes captured of a 42-byte frame, then of a 1500-byte frame.
+        assert!(less.matches_wire(&f, 42));
+        assert!(!greater.matches_wire(&f, 42));
+        assert!(!len.matches_wire(&f, 42));
+        assert!(!less.matches_wire(&f, 1500));
+        assert!(greater.matches_wire(&f, 1500));
+        assert!(len.matches_wire(&f, 1500));
+        // A wire length below the captured one is not believed.
+        assert!(!less.matches_wire(&[0u8; 70], 10));
+    }
+
+    /// Our interpreter agrees with libpcap's own (`pcap_offline_filter`, which sees a record
+    /// whose wire length is its captured length) on many expressions and frames.
+    #[test]
+    fn agrees_with_libpcap() {
+        let exprs = [
+            "udp dst port 53",
+            "tcp[tcpflags] & tcp-syn != 0",
+            "ip[2:2] > 30",
+            "vlan and udp",
+            "vlan 10 or mpls",
+            "ip6 protochain 17",
+            "ip protochain 6",
+            "net 10.0.0.0/8 and not port 7",
+            "ether[0] & 1 = 0 and ip[8] > 3",
+            "len >= 42 and len <= 64",
+            "pppoes and ip",
+            "udp[8:4] = 0x01020304 or icmp",
+            "portrange 50-60",
+        ];
+        let mut seed = 0x9e3779b97f4a7c15u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut frames: Vec<Vec<u8>> = vec![udp_frame(53), udp_frame(54), vec![], vec![0u8; 3]];
+        for _ in 0..400 {
+            let mut f = udp_frame((rnd() % 70) as u16);
+            let n = (rnd() % 90) as usize;
+            for _ in 0..n % 8 {
+                let i = (rnd() as usize) % f.len();
+                f[i] = rnd() as u8;
+            }
+            match rnd() % 6 {
+                0 => f[12..14].copy_from_slice(&[0x86, 0xdd]),
+                1 => {
+                    f.splice(12..12, [0x81, 0x00, 0x00, 0x0a]);
+                }
+                2 => f[23] = 6,
+                3 => f.truncate(n.min(f.len())),
+                4 => f.extend((0..n).map(|_| rnd() as u8)),
+                _ => {}
+            }
+            frames.push(f);
+        }
+        let mut hits = 0;
+        for e in exprs {
+            let ours = Filter::compile(e, LinkType::ETHERNET).unwrap();
+            let cap = pcap::Capture::dead(pcap::Linktype(1)).unwrap();
+            let theirs = cap.compile(e, true).unwrap();
+            for f in &frames {
+                assert_eq!(ours.matches(f), theirs.filter(f), "'{e}' on {f:02x?}");
+                hits += ours.matches(f) as usize;
+            }
+        }
+        assert!(
+            hits > 100 && hits < exprs.len() * frames.len() / 2,
+            "{hits}"
+        );
+    }
+
+    #[test]
+    fn programs_libpcap_would_not_run_are_refused() {
+        use crate::sys::bpf_filter::ValidBpf;
+        let i = |code, jt, jf, k| Insn { code, jt, jf, k };
+        assert!(ValidBpf::new(&[]).is_none());
+        assert!(ValidBpf::new(&[i(0x15, 200, 200, 0)]).is_none()); // jumps out
+        assert!(ValidBpf::new(&[i(0x34, 0, 0, 0), i(0x16, 0, 0, 0)]).is_none()); // div by 0
+        assert!(ValidBpf::new(&[i(0x28, 0, 0, 12)]).is_none()); // no return
+        let ok = ValidBpf::new(&[i(0x48, 0, 0, u32::MAX), i(0x06, 0, 0, 1)]).unwrap();
+        assert_eq!(ok.run(&[1, 2, 3], 3), 0, "a load past the bytes rejects");
     }
 }

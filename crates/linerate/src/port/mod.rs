@@ -229,6 +229,15 @@ pub enum PortError {
     /// A filter could not be applied.
     #[error(transparent)]
     Filter(#[from] crate::filter::FilterError),
+    /// The kernel refused the filter program (e.g. `protochain`'s backward jump): the port is left
+    /// without one, and the caller runs the filter in user space, as libpcap does.
+    #[error("{iface}: kernel filter failed: {source}")]
+    FilterRefused {
+        /// The interface.
+        iface: String,
+        /// The OS error (EINVAL).
+        source: std::io::Error,
+    },
 }
 
 /// The index of interface `name` in the calling thread's network namespace (the kernel ports'
@@ -405,7 +414,8 @@ pub trait Port: Send {
         None
     }
     /// Applies a filter in the kernel if the port can; returns false if the caller must run it
-    /// in user space.
+    /// in user space. [`PortError::FilterRefused`] says the kernel refused this program (the port
+    /// then has none): the caller runs it in user space and says so.
     fn attach_filter(&mut self, _filter: &Filter) -> Result<bool, PortError> {
         Ok(false)
     }

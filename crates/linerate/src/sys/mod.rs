@@ -3,7 +3,7 @@
 //! safe function with its `SAFETY` argument, so that `apps/` and the CLI contain no `unsafe`.
 //!
 //! Crate-private; what tools built on the library need is re-exported safely in [`crate::os`].
-//! Today: the CPU's optional instruction sets (AVX2, chosen at run time), the file system a file lives on, processes (effective user, signals to a process or thread), signal masks and the
+//! Today: libpcap's BPF interpreter (user-space filters), the CPU's optional instruction sets (AVX2, chosen at run time), the file system a file lives on, processes (effective user, signals to a process or thread), signal masks and the
 //! wake-up signal that interrupts a blocking call, CPU affinity, waiting on descriptors (poll,
 //! epoll), network namespaces (setns), interfaces (index; IPv4 address, hardware address,
 //! flags and MTU through `SIOCGIF*`), a plain packet socket for sending a few frames through
@@ -11,6 +11,7 @@
 //! datagram socket's error queue, the route netlink socket and the ethtool ioctl.
 
 pub(crate) mod affinity;
+pub(crate) mod bpf_filter;
 pub(crate) mod cpu;
 pub(crate) mod ethtool;
 pub(crate) mod fs;

@@ -169,6 +169,10 @@ pub fn hash_5tuple_symmetric_eth_v4(data: &[u8]) -> Option<u32> {
 pub fn eth_v4_tuple(data: &[u8]) -> Option<V4Tuple> {
     let (h, hl, total) = eth_v4_header(data)?;
     let pr = h[23];
+    if pr == proto::AH {
+        // The parser steps over authentication headers to the transport header.
+        return None;
+    }
     // More-fragments flag or a fragment offset: every fragment hashes without ports.
     let fragment = u16::from_be_bytes([h[20], h[21]]) & 0x3fff != 0;
     let (sp, dp) = if !fragment && matches!(pr, proto::TCP | proto::UDP | proto::SCTP) {

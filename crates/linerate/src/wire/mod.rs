@@ -4,7 +4,9 @@
 //! Views follow one pattern: `View::new_checked(buffer)` checks once that every fixed field and the
 //! header length the packet announces are present, and after that every accessor is infallible and
 //! cannot panic. [`parse()`] walks link, VLAN, IP (with IPv6 extension headers) and transport headers
-//! in one pass without allocating and reports, in [`Parsed::stop`], why it stopped early.
+//! in one pass without allocating and reports, in [`Parsed::stop`], why it stopped early;
+//! [`parse_deep()`] goes on through PPP, MPLS, PPPoE and LLC/SNAP to the IP header, and
+//! [`tunnel_inner()`] into GRE, IPIP, 6in4 and VXLAN.
 //! [`flow`] builds direction-independent [`FlowKey`]s and the hashes balancers use; [`emit`] writes
 //! headers (the generator's templates and the built-in source are built with it).
 
@@ -30,7 +32,7 @@ pub use ipv4::Ipv4Packet;
 pub use ipv6::{Ipv6Packet, Ipv6Walk};
 pub use l4::{IcmpPacket, TcpSegment, UdpDatagram};
 pub use link::LinkType;
-pub use parse::{inner, parse, Fragment, Parsed};
+pub use parse::{inner, parse, parse_deep, tunnel_inner, Fragment, Parsed, StepError, Tunnels};
 
 /// Ethertypes this module knows.
 pub mod ethertype {
@@ -70,6 +72,10 @@ pub mod proto {
     pub const IPV6_ROUTE: u8 = 43;
     /// IPv6 Fragment header.
     pub const IPV6_FRAG: u8 = 44;
+    /// IPv4 in IPv4 (IPIP).
+    pub const IPIP: u8 = 4;
+    /// IPv6 in IPv4 (6in4, SIT).
+    pub const IPV6_IN_IP: u8 = 41;
     /// GRE.
     pub const GRE: u8 = 47;
     /// ESP.

@@ -284,7 +284,20 @@ fn ipv4(d: &[u8], off: usize, b0: u8, p: &mut Parsed) -> Result<(), WireError> {
             return Err(WireError::NonFirstFragment);
         }
     }
-    transport(d, off + hl, end, p.proto, p)
+    // Authentication headers (RFC 4302) are stepped over, as in IPv6 (`walk_ext`): the flow is
+    // the transport header's after them, as argus and tshark show it.
+    let (mut at, mut pr) = (off + hl, p.proto);
+    for _ in 0..4 {
+        if pr != proto::AH {
+            break;
+        }
+        let (Some(&nh), Some(&len)) = (d.get(at), d.get(at + 1)) else {
+            return Err(WireError::Truncated(Layer::Ipv4));
+        };
+        pr = nh;
+        at += (usize::from(len) + 2) * 4;
+    }
+    transport(d, at, end, pr, p)
 }
 
 fn ipv6(d: &[u8], off: usize, p: &mut Parsed) -> Result<(), WireError> {
@@ -374,9 +387,191 @@ fn transport(d: &[u8], off: usize, end: usize, pr: u8, p: &mut Parsed) -> Result
     Ok(())
 }
 
+/// Which header of a tunnel (GRE, IPIP, 6in4, VXLAN) keys a packet: the outer one (as argus
+/// and NetFlow meters do by default) or the one inside (as tshark's last `ip.src` shows).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Tunnels {
+    /// The tunnel's own header: a GRE flow between the tunnel endpoints.
+    #[default]
+    Outer,
+    /// The packet inside the tunnel.
+    Inner,
+}
+
+impl std::str::FromStr for Tunnels {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Tunnels, String> {
+        match s {
+            "outer" => Ok(Tunnels::Outer),
+            "inner" => Ok(Tunnels::Inner),
+            _ => Err(format!("'{s}': expected outer or inner")),
+        }
+    }
+}
+
+/// The IP packet inside `outer` (parsed from `data`) when `outer` is a GRE, IPIP, 6in4 or VXLAN
+/// (UDP 4789) tunnel and the inner IP header was reached; offsets from the start of `data`.
+pub fn tunnel_inner(data: &[u8], outer: &Parsed) -> Option<Parsed> {
+    let tunnel = match outer.proto {
+        proto::GRE | proto::IPIP | proto::IPV6_IN_IP => true,
+        proto::UDP => outer.dport == VXLAN_PORT,
+        _ => false,
+    };
+    if !tunnel || outer.ip_version == 0 {
+        return None;
+    }
+    inner(data, outer).filter(|i| i.ip_version != 0)
+}
+
+/// Encapsulation bits of [`parse_deep`]: what it stepped over to reach the IP header.
+pub mod encap {
+    /// An MPLS label stack (ethertype 0x8847/0x8848).
+    pub const MPLS: u8 = 1;
+    /// A PPPoE session (ethertype 0x8864) and its PPP protocol field.
+    pub const PPPOE: u8 = 2;
+    /// An 802.2 LLC/SNAP header (802.3 length field, then AA AA 03 00 00 00 and an ethertype).
+    pub const LLC: u8 = 4;
+    /// A PPP (9, 50) or Cisco HDLC (104) link header.
+    pub const PPP: u8 = 8;
+}
+
+/// Why [`parse_deep`] could not reach an IP header below what [`parse`] stops at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepError {
+    /// A header is cut short.
+    Truncated,
+    /// Something else than IP is carried.
+    NotIp,
+    /// An MPLS stack without a bottom label within 16, or headers nested too deep.
+    Malformed,
+}
+
+/// [`parse`], then through what it stops at: PPP (with the 1-byte protocol field of
+/// protocol-field compression) and Cisco HDLC links, MPLS label stacks (the IP version guessed
+/// from the first nibble below the bottom label, as everyone does), PPPoE sessions and 802.2
+/// LLC/SNAP. Returns the parsed headers, whose offsets are from `data[base..]` (MACs and VLANs are
+/// the outer frame's), `base`, and the [`encap`] bits. A packet [`parse`] reads whole comes back as
+/// it (base 0, no bits), cheaply.
+pub fn parse_deep(data: &[u8], link: LinkType) -> Result<(Parsed, usize, u8), StepError> {
+    let p = parse(data, link);
+    let (off, et, mut bits) = match p.stop {
+        Some(WireError::UnsupportedLink(9 | 50 | 104)) => {
+            if link.0 == 104 {
+                let et = be16(data, 2).ok_or(StepError::Truncated)?;
+                (4, et, encap::PPP)
+            } else {
+                let at = if data.get(0..2) == Some(&[0xff, 0x03][..]) {
+                    2
+                } else {
+                    0
+                };
+                let (pr, n) = ppp_proto(data, at).ok_or(StepError::Truncated)?;
+                (at + n, ppp_ethertype(pr)?, encap::PPP)
+            }
+        }
+        Some(WireError::NotIp) if p.ethertype <= 1500 || is_deep(p.ethertype) => {
+            let hdr = match link.0 {
+                1 => 14,
+                113 => 16,
+                276 => 20,
+                _ => return Err(StepError::NotIp),
+            };
+            (hdr + 4 * usize::from(p.vlan_count), p.ethertype, 0)
+        }
+        _ => return Ok((p, 0, 0)),
+    };
+    let (base, inner_link, more) = step_over(data, off, et)?;
+    if base > data.len() {
+        return Err(StepError::Truncated);
+    }
+    bits |= more;
+    let mut q = parse(data.get(base..).unwrap_or_default(), inner_link);
+    q.link = p.link;
+    q.dst_mac = p.dst_mac;
+    q.src_mac = p.src_mac;
+    q.vlan_ids = p.vlan_ids;
+    q.vlan_count = p.vlan_count;
+    Ok((q, base, bits))
+}
+
+/// Ethertypes [`parse_deep`] steps through.
+#[inline]
+fn is_deep(et: u16) -> bool {
+    matches!(et, 0x8847 | 0x8848 | 0x8864)
+}
+
+/// A PPP protocol field at `at`: one byte when its first byte is odd (protocol-field
+/// compression, RFC 1661), else two. Returns the protocol and the field's length.
+fn ppp_proto(d: &[u8], at: usize) -> Option<(u16, usize)> {
+    let b = *d.get(at)?;
+    if b & 1 == 1 {
+        Some((u16::from(b), 1))
+    } else {
+        Some((be16(d, at)?, 2))
+    }
+}
+
+fn ppp_ethertype(pr: u16) -> Result<u16, StepError> {
+    match pr {
+        0x0021 => Ok(ethertype::IPV4),
+        0x0057 => Ok(ethertype::IPV6),
+        _ => Err(StepError::NotIp),
+    }
+}
+
+/// Steps from a header of protocol `et` at `off` to the IP header: the offset, the link type to
+/// parse it as (raw IP guessed by its version nibble below MPLS, IPv4 or IPv6 otherwise), and
+/// the [`encap`] bits.
+fn step_over(d: &[u8], mut off: usize, mut et: u16) -> Result<(usize, LinkType, u8), StepError> {
+    let mut bits = 0u8;
+    for _ in 0..4 {
+        match et {
+            0x8847 | 0x8848 => {
+                bits |= encap::MPLS;
+                for _ in 0..16 {
+                    let label = d.get(off..off + 4).ok_or(StepError::Truncated)?;
+                    let b = label[2];
+                    off += 4;
+                    if b & 1 == 1 {
+                        return Ok((off, LinkType::RAW, bits));
+                    }
+                }
+                return Err(StepError::Malformed);
+            }
+            0x8864 => {
+                bits |= encap::PPPOE;
+                if d.len() < off + 6 {
+                    return Err(StepError::Truncated);
+                }
+                let (pr, n) = ppp_proto(d, off + 6).ok_or(StepError::Truncated)?;
+                off += 6 + n;
+                if off > d.len() {
+                    return Err(StepError::Truncated);
+                }
+                et = ppp_ethertype(pr)?;
+            }
+            ethertype::IPV4 => return Ok((off, LinkType::IPV4, bits)),
+            ethertype::IPV6 => return Ok((off, LinkType::IPV6, bits)),
+            n if n <= 1500 => {
+                // 802.3 length field: only LLC/SNAP with an ethertype carries IP.
+                let h = d.get(off..off + 8).ok_or(StepError::Truncated)?;
+                if h[..6] != [0xaa, 0xaa, 0x03, 0, 0, 0] {
+                    return Err(StepError::NotIp);
+                }
+                bits |= encap::LLC;
+                et = u16::from_be_bytes([h[6], h[7]]);
+                off += 8;
+            }
+            _ => return Err(StepError::NotIp),
+        }
+    }
+    Err(StepError::Malformed)
+}
+
 /// The headers inside a tunnel, if `outer` (parsed from `data`) carries one:
 /// - GRE (IP protocol 47, version 0, optional checksum/key/sequence words; no RFC 1701 routing)
 ///   with protocol type 0x0800 (IPv4), 0x86dd (IPv6) or 0x6558 (Ethernet);
+/// - IPIP (IP protocol 4) and 6in4 (41): the inner IPv4/IPv6 header right after the outer one;
 /// - GTP-U (UDP port 2152, version 1, T-PDU): the 8-byte header, the 4 optional bytes when any of
 ///   E/S/PN is set, and up to [`MAX_GTP_EXT`] extension headers, then IPv4 or IPv6;
 /// - VXLAN (UDP destination port 4789, I flag set): 8 bytes, then Ethernet.
@@ -415,6 +610,11 @@ pub fn inner(data: &[u8], outer: &Parsed) -> Option<Parsed> {
             }
             _ => return None,
         }
+    } else if outer.proto == proto::IPIP || outer.proto == proto::IPV6_IN_IP {
+        // IPIP (RFC 2003) and 6in4 (RFC 4213): the inner header right after the outer one.
+        let o = usize::try_from(outer.l4?).ok()?;
+        let v = if outer.proto == proto::IPIP { 4 } else { 6 };
+        ip(data, o, &mut p, Some(v))
     } else if outer.proto == proto::UDP && (outer.dport == GTPU_PORT || outer.sport == GTPU_PORT) {
         let o = usize::try_from(outer.payload?).ok()?;
         let (Some(&flags), Some(&mt)) = (data.get(o), data.get(o + 1)) else {
@@ -799,5 +999,165 @@ mod tests {
         // Plain UDP has no inner headers.
         let outer = ipv4(17, &udp(1, 2, &[]));
         assert_eq!(inner(&outer, &parse(&outer, LinkType::RAW)), None);
+    }
+
+    #[test]
+    fn ipv4_authentication_header_is_stepped_over() {
+        // AH: next header UDP, payload length 4 → (4 + 2) * 4 = 24 bytes.
+        let mut ah = vec![17, 4, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1];
+        ah.resize(24, 0xab);
+        ah.extend_from_slice(&udp(5353, 53, b"q"));
+        let f = eth(&[], 0x0800, &ipv4(51, &ah));
+        let p = parse(&f, LinkType::ETHERNET);
+        assert_eq!((p.stop, p.proto, p.sport, p.dport), (None, 17, 5353, 53));
+        assert_eq!(p.l4, Some(14 + 20 + 24));
+        // Cut inside the AH: a reason, no panic.
+        let p = parse(&f[..14 + 21], LinkType::ETHERNET);
+        assert!(p.stop.is_some());
+    }
+
+    #[test]
+    fn deep_through_mpls_pppoe_llc_and_ppp() {
+        let v4 = ipv4(17, &udp(1111, 2222, b"x"));
+        let v6 = ipv6(6, &tcp(0x02));
+        let mpls = |labels: usize, ip: &[u8]| {
+            let mut m = Vec::new();
+            for i in 0..labels {
+                let bos = u8::from(i + 1 == labels);
+                m.extend_from_slice(&[0, 0x10 + i as u8, bos, 64]);
+            }
+            m.extend_from_slice(ip);
+            m
+        };
+        let pppoe = |proto: &[u8], ip: &[u8]| {
+            let mut m = vec![0x11, 0, 0x12, 0x34];
+            m.extend_from_slice(&((proto.len() + ip.len()) as u16).to_be_bytes());
+            m.extend_from_slice(proto);
+            m.extend_from_slice(ip);
+            m
+        };
+        let mut llc = vec![0xaa, 0xaa, 0x03, 0, 0, 0, 0x08, 0x00];
+        llc.extend_from_slice(&v4);
+        let cases: Vec<(Vec<u8>, LinkType, u8, u8)> = vec![
+            (
+                eth(&[], 0x8847, &mpls(3, &v4)),
+                LinkType::ETHERNET,
+                encap::MPLS,
+                4,
+            ),
+            (
+                eth(&[(0x8100, 5)], 0x8847, &mpls(1, &v6)),
+                LinkType::ETHERNET,
+                encap::MPLS,
+                6,
+            ),
+            (
+                eth(&[], 0x8864, &pppoe(&[0, 0x21], &v4)),
+                LinkType::ETHERNET,
+                encap::PPPOE,
+                4,
+            ),
+            (
+                eth(&[], 0x8864, &pppoe(&[0x57], &v6)),
+                LinkType::ETHERNET,
+                encap::PPPOE,
+                6,
+            ),
+            (
+                eth(&[], (llc.len()) as u16, &llc),
+                LinkType::ETHERNET,
+                encap::LLC,
+                4,
+            ),
+            (
+                [&[0xff, 0x03, 0x21][..], &v4].concat(),
+                LinkType(9),
+                encap::PPP,
+                4,
+            ),
+            (
+                [&[0x00, 0x57][..], &v6].concat(),
+                LinkType(9),
+                encap::PPP,
+                6,
+            ),
+        ];
+        for (f, link, bits, ver) in cases {
+            assert_eq!(parse(&f, link).ip_version, 0, "parse alone stops: {f:02x?}");
+            let (p, base, b) = parse_deep(&f, link).unwrap();
+            assert_eq!((b, p.ip_version, p.stop), (bits, ver, None), "{f:02x?}");
+            let ports = if ver == 4 {
+                (1111, 2222)
+            } else {
+                (0x1f90, 0xc350)
+            };
+            assert_eq!((p.sport, p.dport), ports);
+            assert!(base > 0);
+            // Every cut gives a reason or a result, never a panic.
+            for n in 0..f.len() {
+                let _ = parse_deep(&f[..n], link);
+            }
+        }
+        // An 802.3 frame without SNAP, PPPoE discovery, a stack without a bottom label.
+        let stp = eth(&[], 38, &[0x42, 0x42, 0x03, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            parse_deep(&stp, LinkType::ETHERNET).unwrap_err(),
+            StepError::NotIp
+        );
+        let lcp = eth(&[], 0x8864, &pppoe(&[0xc0, 0x21], &[1, 2, 3, 4]));
+        assert_eq!(
+            parse_deep(&lcp, LinkType::ETHERNET).unwrap_err(),
+            StepError::NotIp
+        );
+        let endless = eth(&[], 0x8847, &[0u8; 80]);
+        assert_eq!(
+            parse_deep(&endless, LinkType::ETHERNET).unwrap_err(),
+            StepError::Malformed
+        );
+        // Plain IP goes through untouched.
+        let f = eth(&[], 0x0800, &v4);
+        assert_eq!(
+            parse_deep(&f, LinkType::ETHERNET).unwrap(),
+            (parse(&f, LinkType::ETHERNET), 0, 0)
+        );
+    }
+
+    #[test]
+    fn deep_and_tunnel_parses_of_noise_stay_in_bounds() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let heads: [&[u8]; 6] = [
+            &[0x88, 0x47],
+            &[0x88, 0x64, 0x11, 0, 0, 1, 0, 40],
+            &[0, 40, 0xaa, 0xaa, 3, 0, 0, 0, 8, 0],
+            &[8, 0, 0x45, 0, 0, 60, 0, 0, 0, 0, 64, 47],
+            &[8, 0, 0x45, 0, 0, 60, 0, 0, 0, 0, 64, 4],
+            &[8, 0, 0x45, 0, 0, 60, 0, 0, 0, 0, 64, 17],
+        ];
+        for round in 0..20_000 {
+            let mut f: Vec<u8> = (0..12).map(|_| rnd() as u8).collect();
+            f.extend_from_slice(heads[round % heads.len()]);
+            let n = (rnd() % 120) as usize;
+            f.extend((0..n).map(|_| rnd() as u8));
+            for link in [1u32, 9, 50, 104, 113, 101] {
+                if let Ok((p, base, _)) = parse_deep(&f, LinkType(link)) {
+                    assert!(base <= f.len());
+                    let rest = &f[base..];
+                    for o in [p.l3, p.l4, p.payload].into_iter().flatten() {
+                        assert!(o as usize <= rest.len());
+                    }
+                    if let Some(i) = tunnel_inner(rest, &p) {
+                        for o in [i.l2, i.l3, i.l4, i.payload].into_iter().flatten() {
+                            assert!(o as usize <= rest.len());
+                        }
+                    }
+                }
+            }
+        }
     }
 }

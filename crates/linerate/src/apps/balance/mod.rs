@@ -20,6 +20,7 @@ use crate::mem::{Batch, BATCH};
 use crate::port::{LinkType, Port, PortError};
 use crate::time::mono_ns;
 use crate::wire;
+pub use crate::wire::Tunnels;
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -123,6 +124,7 @@ pub struct Distributor {
     all: u64,
     script: Option<lua::LuaScript>,
     error: Option<lua::LuaError>,
+    tunnels: Tunnels,
 }
 
 impl Distributor {
@@ -150,7 +152,14 @@ impl Distributor {
             all,
             script: None,
             error: None,
+            tunnels: Tunnels::Outer,
         }
+    }
+
+    /// Which header of a tunnel (GRE, IPIP, 6in4, VXLAN) the `ip`, `5tuple`, `toeplitz` and
+    /// `proto` modes hash: the outer one (default) or the packet inside (`--tunnels inner`).
+    pub fn set_tunnels(&mut self, tunnels: Tunnels) {
+        self.tunnels = tunnels;
     }
 
     /// A distributor whose decisions a Lua script makes (`-m lua:FILE`).
@@ -173,6 +182,11 @@ impl Distributor {
     /// The hash the mode computes for a packet (0 for the modes that do not hash).
     #[inline]
     pub fn hash(&self, data: &[u8]) -> u32 {
+        if self.tunnels == Tunnels::Inner {
+            if let Some(h) = hash_inner(self.mode, data, self.link) {
+                return h;
+            }
+        }
         hash(self.mode, data, self.link)
     }
 
@@ -187,7 +201,7 @@ impl Distributor {
         let mut keep = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
         if let Some(f) = filter {
             for i in 0..n {
-                if !f.matches(batch.data(i)) {
+                if !f.matches_wire(batch.data(i), batch.descs()[i].wire_len) {
                     keep &= !(1 << i);
                 }
             }
@@ -226,6 +240,16 @@ impl Distributor {
                 // turn hashes into queue bits application by application.
                 let mut hs = [0u32; BATCH];
                 hash_batch(mode, self.link, batch, keep, &mut hs[..n]);
+                if self.tunnels == Tunnels::Inner {
+                    // Tunnelled packets again, by the packet inside (others keep their hash).
+                    for (i, h) in hs[..n].iter_mut().enumerate() {
+                        if keep >> i & 1 != 0 {
+                            if let Some(x) = hash_inner(mode, batch.data(i), self.link) {
+                                *h = x;
+                            }
+                        }
+                    }
+                }
                 for (d, &h) in batch.descs_mut().iter_mut().zip(&hs[..n]) {
                     d.hash = h;
                 }
@@ -288,9 +312,54 @@ pub fn hash(mode: Mode, data: &[u8], link: LinkType) -> u32 {
     hash_parsed(mode, data, link)
 }
 
-/// [`hash`] through the header parser (no fast path).
+/// Whether an untagged Ethernet/IPv4 frame cannot be a tunnel [`hash_inner`] reads (so the
+/// others cost a few loads, not a parse).
+#[inline(always)]
+fn surely_not_tunnel(data: &[u8], link: LinkType) -> bool {
+    if link != LinkType::ETHERNET || data.get(12..14) != Some(&[0x08, 0x00][..]) {
+        return false;
+    }
+    let (Some(&vh), Some(&pr)) = (data.get(14), data.get(23)) else {
+        return true;
+    };
+    match pr {
+        wire::proto::GRE | wire::proto::IPIP | wire::proto::IPV6_IN_IP => false,
+        wire::proto::UDP => {
+            let dport = 14 + usize::from(vh & 0x0f) * 4 + 2;
+            data.get(dport..dport + 2) != Some(&wire::parse::VXLAN_PORT.to_be_bytes()[..])
+        }
+        _ => true,
+    }
+}
+
+/// `mode`'s hash of the packet inside a GRE, IPIP, 6in4 or VXLAN tunnel (`--tunnels inner`), or
+/// None when `data` is not such a tunnel (or the mode does not look at IP headers).
+fn hash_inner(mode: Mode, data: &[u8], link: LinkType) -> Option<u32> {
+    if !matches!(
+        mode,
+        Mode::Ip | Mode::FiveTuple | Mode::Toeplitz | Mode::Proto
+    ) || surely_not_tunnel(data, link)
+    {
+        return None;
+    }
+    let (outer, base, _) = wire::parse_deep(data, link).ok()?;
+    let i = wire::tunnel_inner(data.get(base..).unwrap_or_default(), &outer)?;
+    Some(match mode {
+        Mode::Ip => wire::hash_ip_symmetric(&i),
+        Mode::FiveTuple => wire::hash_5tuple_symmetric(&i),
+        Mode::Toeplitz => wire::hash_toeplitz_symmetric(&i),
+        _ => wire::hash_proto(&i),
+    })
+}
+
+/// [`hash`] through the header parser (no fast path), down through MPLS label stacks, PPPoE
+/// sessions, LLC/SNAP and PPP links to the IP header ([`wire::parse_deep`]).
 fn hash_parsed(mode: Mode, data: &[u8], link: LinkType) -> u32 {
-    let p = wire::parse(data, link);
+    let (p, base) = match wire::parse_deep(data, link) {
+        Ok((p, base, _)) => (p, base),
+        Err(_) => (wire::parse(data, link), 0),
+    };
+    let data = data.get(base..).unwrap_or_default();
     match mode {
         Mode::RoundRobin | Mode::Fanout | Mode::Lua => 0,
         Mode::Ip => wire::hash_ip_symmetric(&p),
@@ -1197,5 +1266,96 @@ mod tests {
             s.contains("Actual   Stats: [500 pkts][1000.1 ms][499.95 pkt/sec]"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn hash_modes_step_over_mpls_and_pppoe() {
+        // Each flow's frame wrapped in an MPLS stack of two labels and in a PPPoE session (2-
+        // and 1-byte PPP protocol) hashes as the plain frame does, so flows spread over queues.
+        for mode in [Mode::Ip, Mode::FiveTuple, Mode::Toeplitz] {
+            let mut queues = std::collections::HashSet::new();
+            for i in 0..64u32 {
+                let f = source::frame(i * 104_729, 1 << 20).to_vec();
+                let plain = hash(mode, &f, LinkType::ETHERNET);
+                let ip = &f[14..];
+                let mut mpls = f[..12].to_vec();
+                mpls.extend_from_slice(&[0x88, 0x47, 0, 0x01, 0x00, 64, 0, 0x02, 0x01, 64]);
+                mpls.extend_from_slice(ip);
+                let mut pppoe = f[..12].to_vec();
+                pppoe.extend_from_slice(&[0x88, 0x64, 0x11, 0, 0, 1]);
+                pppoe.extend_from_slice(&((ip.len() + 2) as u16).to_be_bytes());
+                let mut pppoe1 = pppoe.clone();
+                pppoe.extend_from_slice(&[0x00, 0x21]);
+                pppoe.extend_from_slice(ip);
+                pppoe1.push(0x21);
+                pppoe1.extend_from_slice(ip);
+                for g in [&mpls, &pppoe, &pppoe1] {
+                    assert_eq!(
+                        hash(mode, g, LinkType::ETHERNET),
+                        plain,
+                        "{mode:?} {g:02x?}"
+                    );
+                }
+                queues.insert(hash(mode, &mpls, LinkType::ETHERNET) % 4);
+            }
+            assert_eq!(
+                queues.len(),
+                4,
+                "{mode:?}: MPLS frames spread over every queue"
+            );
+        }
+    }
+
+    #[test]
+    fn tunnels_inner_spreads_one_gre_tunnel_and_outer_keeps_it_together() {
+        // 64 inner flows in one GRE tunnel, one IPIP tunnel and one VXLAN tunnel (same outer
+        // endpoints): outer puts each tunnel on one queue, inner spreads its flows.
+        let pool = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
+        for wrap in 0..3 {
+            for mode in [Mode::Ip, Mode::FiveTuple, Mode::Toeplitz] {
+                let mut b = Batch::with_pool(&pool);
+                for i in 0..64u32 {
+                    let f = source::frame(i * 104_729, 1 << 20).to_vec();
+                    let mut t = f[..14].to_vec();
+                    let (pr, body) = match wrap {
+                        0 => (47u8, [&[0u8, 0, 0x08, 0x00][..], &f[14..]].concat()),
+                        1 => (4, f[14..].to_vec()),
+                        _ => {
+                            let mut u = vec![0xc0, 0x01, 0x12, 0xb5, 0, 0, 0, 0];
+                            let n = (8 + 8 + f.len()) as u16;
+                            u[4..6].copy_from_slice(&n.to_be_bytes());
+                            u.extend_from_slice(&[0x08, 0, 0, 0, 0, 0, 1, 0]);
+                            u.extend_from_slice(&f);
+                            (17, u)
+                        }
+                    };
+                    let total = (20 + body.len()) as u16;
+                    t.extend_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, pr, 0, 0]);
+                    t[16..18].copy_from_slice(&total.to_be_bytes());
+                    t.extend_from_slice(&[192, 0, 2, 1, 192, 0, 2, 2]);
+                    t.extend_from_slice(&body);
+                    let mut fr = b.alloc().unwrap();
+                    fr.buf()[..t.len()].copy_from_slice(&t);
+                    fr.push(Desc {
+                        len: t.len() as u32,
+                        wire_len: t.len() as u32,
+                        ..Default::default()
+                    });
+                }
+                let mut d = Distributor::new(mode, &[4], LinkType::ETHERNET);
+                let mut out = [0u64; BATCH];
+                d.masks(&mut b, None, &mut out);
+                let queues: std::collections::HashSet<u64> = out.iter().copied().collect();
+                assert_eq!(queues.len(), 1, "{mode:?} outer, tunnel {wrap}");
+                d.set_tunnels(Tunnels::Inner);
+                d.masks(&mut b, None, &mut out);
+                let queues: std::collections::HashSet<u64> = out.iter().copied().collect();
+                assert_eq!(queues.len(), 4, "{mode:?} inner, tunnel {wrap}");
+                // The batch path and the one-packet path agree.
+                for (i, &m) in out.iter().enumerate() {
+                    assert_eq!(1u64 << (d.hash(b.data(i)) % 4), m, "{mode:?} packet {i}");
+                }
+            }
+        }
     }
 }

@@ -7,6 +7,7 @@
 //! Every read is bounds-checked; no input makes it panic.
 
 use crate::port::LinkType;
+pub use crate::wire::Tunnels;
 use crate::wire::{self, Layer, WireError};
 
 /// Why a packet was not put in a flow.
@@ -180,113 +181,66 @@ pub fn is_echo_request(proto: u8, t: u8) -> bool {
 /// is `Err(NotFlow::Fragment)`: see [`extract_fragment`].
 #[inline]
 pub fn extract(data: &[u8], link: LinkType) -> Result<PktInfo, NotFlow> {
-    read(data, link, false)
+    read(data, link, false, Tunnels::Outer)
+}
+
+/// [`extract`], with tunnels (GRE, IPIP, 6in4, VXLAN) keyed by their outer header or by the
+/// packet inside (`--tunnels inner`).
+#[inline]
+pub fn extract_in(data: &[u8], link: LinkType, tunnels: Tunnels) -> Result<PktInfo, NotFlow> {
+    read(data, link, false, tunnels)
 }
 
 /// Reads a non-first IP fragment: its key has the addresses (lower first) and protocol, ports 0,
 /// `frag_id` set and `E_FRAG | E_LATER` in `encap`; a [`super::frag::FragCache`] completes it
 /// from its first fragment. Anything else is an error.
 pub fn extract_fragment(data: &[u8], link: LinkType) -> Result<PktInfo, NotFlow> {
-    let info = read(data, link, true)?;
+    extract_fragment_in(data, link, Tunnels::Outer)
+}
+
+/// [`extract_fragment`] with a choice of tunnel header ([`extract_in`]).
+pub fn extract_fragment_in(
+    data: &[u8],
+    link: LinkType,
+    tunnels: Tunnels,
+) -> Result<PktInfo, NotFlow> {
+    let info = read(data, link, true, tunnels)?;
     if info.encap & E_LATER == 0 {
         return Err(NotFlow::Malformed);
     }
     Ok(info)
 }
 
-/// Offset of the IP header after what `wire::parse` does not step over: the PPP and Cisco HDLC
-/// link headers, and MPLS label stacks and PPPoE sessions after the link header (`off`, with
-/// ethertype `et`).
-fn step_over(
-    data: &[u8],
-    mut off: usize,
-    mut et: u16,
-    info: &mut PktInfo,
-) -> Result<usize, NotFlow> {
-    for _ in 0..4 {
-        match et {
-            0x8847 | 0x8848 => {
-                info.encap |= E_MPLS;
-                let mut bottom = false;
-                for _ in 0..16 {
-                    let b = data.get(off + 2).ok_or(NotFlow::Truncated)?;
-                    off += 4;
-                    if b & 1 == 1 {
-                        bottom = true;
-                        break;
-                    }
-                }
-                if !bottom {
-                    return Err(NotFlow::Malformed);
-                }
-                return Ok(off);
-            }
-            0x8864 => {
-                info.encap |= E_PPPOE;
-                let ppp = be16(data, off + 6).ok_or(NotFlow::Truncated)?;
-                off += 8;
-                et = match ppp {
-                    0x0021 => 0x0800,
-                    0x0057 => 0x86dd,
-                    _ => return Err(NotFlow::NonIp),
-                };
-            }
-            0x0800 | 0x86dd => return Ok(off),
-            _ => return Err(NotFlow::NonIp),
-        }
-    }
-    Err(NotFlow::Malformed)
-}
-
-/// The one function that turns a frame into a flow key: `linerate::wire::parse` reads the
-/// headers; PPP, Cisco HDLC, MPLS and PPPoE (which it does not read) are stepped over here and
-/// the IP packet inside is parsed as raw IP.
-fn read(data: &[u8], link: LinkType, later: bool) -> Result<PktInfo, NotFlow> {
+/// The one function that turns a frame into a flow key: `linerate::wire::parse_deep` reads the
+/// headers, stepping over PPP (2- or 1-byte protocol field), Cisco HDLC, MPLS, PPPoE and
+/// LLC/SNAP to the IP packet inside.
+fn read(data: &[u8], link: LinkType, later: bool, tunnels: Tunnels) -> Result<PktInfo, NotFlow> {
     let mut info = PktInfo::default();
-    let mut p = wire::parse(data, link);
-    let mut base = 0usize;
-    match p.stop {
-        Some(WireError::UnsupportedLink(9 | 50 | 104)) => {
-            // PPP (with or without the HDLC-like address and control bytes), Cisco HDLC.
-            let (off, et) = if link.0 == 104 {
-                (4, be16(data, 2).ok_or(NotFlow::Truncated)?)
-            } else {
-                let at = if data.get(0..2) == Some(&[0xff, 0x03][..]) {
-                    2
-                } else {
-                    0
-                };
-                let et = match be16(data, at).ok_or(NotFlow::Truncated)? {
-                    0x0021 => 0x0800,
-                    0x0057 => 0x86dd,
-                    _ => return Err(NotFlow::NonIp),
-                };
-                (at + 2, et)
-            };
-            base = step_over(data, off, et, &mut info)?;
-            p = wire::parse(data.get(base..).unwrap_or_default(), LinkType::RAW);
-        }
-        Some(WireError::NotIp) if matches!(p.ethertype, 0x8847 | 0x8848 | 0x8864) => {
-            let hdr = match link.0 {
-                1 => 14,
-                113 => 16,
-                276 => 20,
-                _ => return Err(NotFlow::NonIp),
-            };
-            let off = hdr + 4 * p.vlan_count as usize;
-            base = step_over(data, off, p.ethertype, &mut info)?;
-            let vlans = (p.vlan_ids, p.vlan_count);
-            p = wire::parse(data.get(base..).unwrap_or_default(), LinkType::RAW);
-            (p.vlan_ids, p.vlan_count) = vlans;
-        }
-        _ => {}
+    let (outer, base, bits) = wire::parse_deep(data, link).map_err(|e| match e {
+        wire::StepError::Truncated => NotFlow::Truncated,
+        wire::StepError::NotIp => NotFlow::NonIp,
+        wire::StepError::Malformed => NotFlow::Malformed,
+    })?;
+    if bits & wire::parse::encap::MPLS != 0 {
+        info.encap |= E_MPLS;
     }
+    if bits & wire::parse::encap::PPPOE != 0 {
+        info.encap |= E_PPPOE;
+    }
+    // Link-level facts (VLAN, link header bytes) are the outer frame's; the key is the tunnel's
+    // inner packet's with `--tunnels inner`.
+    let p = match tunnels {
+        Tunnels::Inner => {
+            wire::tunnel_inner(data.get(base..).unwrap_or_default(), &outer).unwrap_or(outer)
+        }
+        Tunnels::Outer => outer,
+    };
     if link.0 == 1 {
         info.encap |= E_ETH;
     }
-    if p.vlan_count > 0 {
+    if outer.vlan_count > 0 {
         info.encap |= E_VLAN;
-        info.key.vlan = p.outer_vlan() & 0x0fff;
+        info.key.vlan = outer.outer_vlan() & 0x0fff;
     }
     if let Some(f) = p.fragment {
         info.encap |= E_FRAG;
@@ -294,7 +248,7 @@ fn read(data: &[u8], link: LinkType, later: bool) -> Result<PktInfo, NotFlow> {
     }
     // Bytes of link header not on a wire (cooked, PPP, HDLC, loopback headers).
     if link.0 != 1 {
-        info.pseudo = (base + p.l3.unwrap_or(0) as usize).min(255) as u8;
+        info.pseudo = (base + outer.l3.unwrap_or(0) as usize).min(255) as u8;
     }
     let l4len = match p.l4 {
         Some(l4) => (p.l3_end as usize).saturating_sub(l4 as usize),
@@ -552,6 +506,40 @@ pub(crate) mod tests {
             buf[13] = if x & 1 == 0 { 0x00 } else { 0xdd };
             buf[14] = if x & 2 == 0 { 0x45 } else { 0x60 };
             let _ = extract(&buf[..(x as usize % 96)], LinkType::ETHERNET);
+        }
+    }
+
+    #[test]
+    fn through_ipv4_ah_llc_snap_and_compressed_ppp() {
+        let f = eth_v4([10, 0, 0, 1], [10, 0, 0, 2], 17, 1111, 53, 0, 10);
+        let plain = extract(&f, LinkType::ETHERNET).unwrap().key;
+        let ip = &f[14..];
+        // IPv4 AH (next header UDP, 16 bytes) between the IP and UDP headers.
+        let mut ah = f.clone();
+        ah[14 + 9] = 51;
+        ah.splice(34..34, [17, 2, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 9, 9, 9, 9]);
+        let total = u16::from_be_bytes([ah[16], ah[17]]) + 16;
+        ah[16..18].copy_from_slice(&total.to_be_bytes());
+        assert_eq!(extract(&ah, LinkType::ETHERNET).unwrap().key, plain);
+        // 802.3 + LLC/SNAP.
+        let mut llc = f[..12].to_vec();
+        llc.extend_from_slice(&((8 + ip.len()) as u16).to_be_bytes());
+        llc.extend_from_slice(&[0xaa, 0xaa, 0x03, 0, 0, 0, 0x08, 0x00]);
+        llc.extend_from_slice(ip);
+        assert_eq!(extract(&llc, LinkType::ETHERNET).unwrap().key, plain);
+        // PPPoE session with the 1-byte PPP protocol, and PPP links with it.
+        let mut pppoe = f[..12].to_vec();
+        pppoe.extend_from_slice(&[0x88, 0x64, 0x11, 0, 0, 1]);
+        pppoe.extend_from_slice(&((1 + ip.len()) as u16).to_be_bytes());
+        pppoe.push(0x21);
+        pppoe.extend_from_slice(ip);
+        let k = extract(&pppoe, LinkType::ETHERNET).unwrap();
+        assert_eq!((k.key, k.encap & E_PPPOE), (plain, E_PPPOE));
+        for link in [9, 50] {
+            let ppp = [&[0xff, 0x03, 0x21][..], ip].concat();
+            assert_eq!(extract(&ppp, LinkType(link)).unwrap().key, plain);
+            let ppp = [&[0x21][..], ip].concat();
+            assert_eq!(extract(&ppp, LinkType(link)).unwrap().key, plain);
         }
     }
 }

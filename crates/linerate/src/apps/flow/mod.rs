@@ -22,7 +22,8 @@ pub mod threads;
 use crate::mem::{Batch, BATCH};
 use crate::port::{LinkType, Port, PortError, PortStats};
 use frag::FragCache;
-use key::{extract, extract_fragment, NotFlow, PktInfo, E_FRAG};
+pub use key::Tunnels;
+use key::{extract_fragment_in, extract_in, NotFlow, PktInfo, E_FRAG};
 use record::FlowRecord;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -44,6 +45,9 @@ pub struct FlowOptions {
     /// Where the reading threads publish their packet and byte counts for a reader on another
     /// thread (`--metrics`): an atomic add per batch, nothing per packet.
     pub live: Option<Arc<FlowLive>>,
+    /// Which header keys a tunnelled packet (GRE, IPIP, 6in4, VXLAN): the outer one (default)
+    /// or the packet inside.
+    pub tunnels: Tunnels,
 }
 
 /// Counters the reading threads publish while they run: packets and bytes received so far.
@@ -72,6 +76,7 @@ impl Default for FlowOptions {
             wall_clock: false,
             ring_size: 1024,
             live: None,
+            tunnels: Tunnels::Outer,
         }
     }
 }
@@ -137,15 +142,20 @@ const FRAG_SLOTS: usize = 4096;
 
 /// Parses one packet; a later fragment gets its first fragment's flow (or is `Fragment`).
 #[inline(always)]
-fn classify(data: &[u8], link: LinkType, frags: &mut FragCache) -> Result<PktInfo, NotFlow> {
-    match extract(data, link) {
+fn classify(
+    data: &[u8],
+    link: LinkType,
+    tunnels: Tunnels,
+    frags: &mut FragCache,
+) -> Result<PktInfo, NotFlow> {
+    match extract_in(data, link, tunnels) {
         Ok(p) => {
             if p.encap & E_FRAG != 0 {
                 frags.first(&p);
             }
             Ok(p)
         }
-        Err(NotFlow::Fragment) => match extract_fragment(data, link) {
+        Err(NotFlow::Fragment) => match extract_fragment_in(data, link, tunnels) {
             Ok(mut p) => {
                 if frags.later(&mut p) {
                     Ok(p)
@@ -166,16 +176,18 @@ struct Worker {
     out: Vec<FlowRecord>,
     not_flow: [u64; NotFlow::COUNT],
     link: LinkType,
+    tunnels: Tunnels,
 }
 
 impl Worker {
-    fn new(cfg: TableConfig, link: LinkType) -> Worker {
+    fn new(cfg: TableConfig, link: LinkType, tunnels: Tunnels) -> Worker {
         Worker {
             table: FlowTable::new(cfg),
             frags: FragCache::new(FRAG_SLOTS),
             out: Vec::with_capacity(4 * BATCH),
             not_flow: [0; NotFlow::COUNT],
             link,
+            tunnels,
         }
     }
 
@@ -194,7 +206,7 @@ impl Worker {
         let mut items = [Item::default(); BATCH];
         let mut k = 0;
         for (i, desc) in batch.descs().iter().enumerate() {
-            match classify(batch.data(i), self.link, &mut self.frags) {
+            match classify(batch.data(i), self.link, self.tunnels, &mut self.frags) {
                 Ok(p) => {
                     items[k] = Item {
                         ts: desc.ts,
@@ -269,7 +281,7 @@ pub fn run(
         return threads::run_one_port(port, opts, stop, sink);
     }
     let t0 = Instant::now();
-    let mut w = Worker::new(opts.table, port.link_type());
+    let mut w = Worker::new(opts.table, port.link_type(), opts.tunnels);
     let mut batch = Batch::new();
     let (mut packets, mut bytes) = (0u64, 0u64);
     let mut idle = 0u32;

@@ -26,7 +26,7 @@
 //!   is left, flushes its table and returns its counters. A stop (signal) or an input error ends
 //!   reading everywhere, and what was read is still counted.
 
-use super::key::{extract, extract_fragment, FlowKey, NotFlow, E_FRAG, E_LATER};
+use super::key::{FlowKey, NotFlow, E_FRAG, E_LATER};
 use super::record::FlowRecord;
 use super::table::TableStats;
 use super::{Ended, FlowLive, FlowOptions, FlowReport, Item, RecordSink, Worker};
@@ -368,10 +368,13 @@ fn owner(k: &FlowKey, nt: usize) -> usize {
 
 /// Reads a packet's headers; a later fragment keeps `E_LATER` for its owner to complete.
 #[inline(always)]
-fn parse(data: &[u8], link: LinkType) -> Result<super::key::PktInfo, NotFlow> {
-    match extract(data, link) {
+fn parse(data: &[u8], w: &Worker) -> Result<super::key::PktInfo, NotFlow> {
+    let (link, t) = (w.link, w.tunnels);
+    match super::key::extract_in(data, link, t) {
         Ok(p) => Ok(p),
-        Err(NotFlow::Fragment) => extract_fragment(data, link).map_err(|_| NotFlow::Fragment),
+        Err(NotFlow::Fragment) => {
+            super::key::extract_fragment_in(data, link, t).map_err(|_| NotFlow::Fragment)
+        }
         Err(r) => Err(r),
     }
 }
@@ -495,7 +498,7 @@ impl Thread<'_> {
         for (i, d) in batch.descs().iter().enumerate() {
             self.bytes += d.wire_len as u64;
             self.packets += 1;
-            match parse(batch.data(i), self.w.link) {
+            match parse(batch.data(i), &self.w) {
                 Ok(info) => {
                     let item = Item {
                         ts: d.ts,
@@ -797,7 +800,7 @@ fn run_sources(
             let th = Thread {
                 t,
                 nt,
-                w: Worker::new(opts.table, link),
+                w: Worker::new(opts.table, link, opts.tunnels),
                 outs: out,
                 ins: inb,
                 sh: &sh,
@@ -878,7 +881,7 @@ impl SplitThread<'_> {
     fn route(&mut self, data: &[u8], ts: u64, wire_len: u32) {
         self.bytes += wire_len as u64;
         self.packets += 1;
-        match parse(data, self.w.link) {
+        match parse(data, &self.w) {
             Ok(info) => {
                 self.gclock = self.gclock.max(ts);
                 let o = owner(&info.key, self.nt);
@@ -1070,7 +1073,7 @@ fn run_split(
         ths.push(SplitThread {
             t,
             nt,
-            w: Worker::new(opts.table, link),
+            w: Worker::new(opts.table, link, opts.tunnels),
             sh: &sh,
             records: rtx.clone(),
             stage: (0..nt).map(|_| Vec::new()).collect(),

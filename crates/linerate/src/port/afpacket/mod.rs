@@ -379,7 +379,7 @@ impl Port for AfPacket {
                 let gone = batch.retain(|p| {
                     let keep = !p.data.get(12..14).is_some_and(|t| {
                         matches!(u16::from_be_bytes([t[0], t[1]]), 0x8100 | 0x88a8)
-                    }) || f.matches(p.data);
+                    }) || f.matches_pkt(p);
                     if !keep {
                         gone_bytes += p.desc.wire_len as u64;
                     }
@@ -469,14 +469,36 @@ impl Port for AfPacket {
             }
             sys::poll_in(&self.fd, RX_POLL_MS);
         }
-        if self.vlan {
+        self.tag_filter = None;
+        let r = if self.vlan {
             let mut prog = Vec::with_capacity(filter.program().len() + 3);
             prog.extend_from_slice(&VLAN_PASS);
             prog.extend_from_slice(filter.program());
-            sys::attach_bpf(&self.fd, &self.iface, &prog)?;
-            self.tag_filter = Some(Filter::compile(filter.expr(), self.link)?);
+            sys::attach_bpf(&self.fd, &self.iface, &prog)
         } else {
-            sys::attach_bpf(&self.fd, &self.iface, filter.program())?;
+            sys::attach_bpf(&self.fd, &self.iface, filter.program())
+        };
+        match r {
+            Ok(()) => {}
+            Err(PortError::Os { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
+                // The kernel's checker refused the program (libpcap's `protochain` jumps
+                // backwards). Take everything again, as libpcap does, and let the caller filter.
+                let pass_all = [Insn {
+                    code: 0x06, // BPF_RET | BPF_K
+                    jt: 0,
+                    jf: 0,
+                    k: u32::MAX,
+                }];
+                sys::attach_bpf(&self.fd, &self.iface, &pass_all)?;
+                return Err(PortError::FilterRefused {
+                    iface: self.iface.clone(),
+                    source,
+                });
+            }
+            Err(e) => return Err(e),
+        }
+        if self.vlan {
+            self.tag_filter = Some(Filter::compile(filter.expr(), self.link)?);
         }
         Ok(true)
     }

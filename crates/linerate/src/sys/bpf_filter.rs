@@ -1,0 +1,37 @@
+//! libpcap's classic BPF interpreter (`bpf_filter`, with `bpf_validate`), for filters run in user
+//! space: the one tcpdump runs, handed the wire length that `len`, `less` and `greater` test.
+
+use crate::filter::Insn;
+
+#[link(name = "pcap")]
+extern "C" {
+    fn bpf_filter(pc: *const Insn, p: *const u8, wirelen: u32, buflen: u32) -> u32;
+    fn bpf_validate(f: *const Insn, len: i32) -> i32;
+}
+
+/// A classic BPF program libpcap's `bpf_validate` accepted: every jump lands inside it, it ends
+/// with a return, scratch-memory indices are in range and no constant divides by zero.
+pub(crate) struct ValidBpf(Box<[Insn]>);
+
+impl ValidBpf {
+    /// Checks `insns` (None if libpcap's checker refuses them or there are none).
+    pub(crate) fn new(insns: &[Insn]) -> Option<ValidBpf> {
+        let len = i32::try_from(insns.len()).ok().filter(|&n| n > 0)?;
+        // SAFETY: bpf_validate reads `len` instructions from the pointer; `insns` holds them
+        // (`Insn` has the layout of `struct bpf_insn`).
+        let ok = unsafe { bpf_validate(insns.as_ptr(), len) };
+        (ok != 0).then(|| ValidBpf(insns.into()))
+    }
+
+    /// The program's verdict on a packet: `data` its captured bytes, `wire` its length on the
+    /// wire (taken as at least `data.len()`). 0: rejected.
+    #[inline]
+    pub(crate) fn run(&self, data: &[u8], wire: u32) -> u32 {
+        let buflen = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        // SAFETY: the program passed bpf_validate, so bpf_filter reads only its instructions
+        // (jumps stay inside, it ends in a return) and in-range scratch memory; it reads packet
+        // bytes only below `buflen` (each load is checked against it), and `data` holds at least
+        // `buflen` bytes. It writes nothing we own.
+        unsafe { bpf_filter(self.0.as_ptr(), data.as_ptr(), wire.max(buflen), buflen) }
+    }
+}
