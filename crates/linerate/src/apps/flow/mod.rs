@@ -19,6 +19,7 @@ pub mod record;
 pub mod table;
 pub mod threads;
 
+use crate::filter::Filter;
 use crate::mem::{Batch, BATCH};
 use crate::port::{LinkType, Port, PortError, PortStats};
 use frag::FragCache;
@@ -44,6 +45,9 @@ pub struct FlowOptions {
     /// Where the reading threads publish their packet and byte counts for a reader on another
     /// thread (`--metrics`): an atomic add per batch, nothing per packet.
     pub live: Option<Arc<FlowLive>>,
+    /// A BPF filter (libpcap syntax) run before flow accounting: what it rejects is counted
+    /// `filtered` and put in no flow. Each thread compiles it for itself (as `count` does).
+    pub filter: Option<String>,
 }
 
 /// Counters the reading threads publish while they run: packets and bytes received so far.
@@ -72,6 +76,7 @@ impl Default for FlowOptions {
             wall_clock: false,
             ring_size: 1024,
             live: None,
+            filter: None,
         }
     }
 }
@@ -103,6 +108,8 @@ pub struct FlowReport {
     pub bytes: u64,
     /// Packets not put in a flow, by [`NotFlow`] reason.
     pub not_flow: [u64; NotFlow::COUNT],
+    /// Packets the filter rejected (put in no flow, not in `not_flow`).
+    pub filtered: u64,
     /// Flow table counters (summed over threads).
     pub table: TableStats,
     /// Input port counters.
@@ -162,16 +169,34 @@ struct Worker {
     out: Vec<FlowRecord>,
     not_flow: [u64; NotFlow::COUNT],
     link: LinkType,
+    filter: Option<Filter>,
+    filtered: u64,
 }
 
 impl Worker {
-    fn new(cfg: TableConfig, link: LinkType) -> Worker {
+    /// A worker for packets of `link`, with the filter `filter` if any (an expression that does
+    /// not compile was refused before: the caller compiles it once to check it).
+    fn new(cfg: TableConfig, link: LinkType, filter: Option<&str>) -> Worker {
         Worker {
             table: FlowTable::new(cfg),
             frags: FragCache::new(FRAG_SLOTS),
             out: Vec::with_capacity(4 * BATCH),
             not_flow: [0; NotFlow::COUNT],
             link,
+            filter: filter.and_then(|e| Filter::compile(e, link).ok()),
+            filtered: 0,
+        }
+    }
+
+    /// Whether the packet passes the filter (counted `filtered` when it does not).
+    #[inline(always)]
+    fn pass(&mut self, data: &[u8]) -> bool {
+        match &self.filter {
+            Some(f) if !f.matches(data) => {
+                self.filtered += 1;
+                false
+            }
+            _ => true,
         }
     }
 
@@ -190,6 +215,9 @@ impl Worker {
         let mut items = [Item::default(); BATCH];
         let mut k = 0;
         for (i, desc) in batch.descs().iter().enumerate() {
+            if !self.pass(batch.data(i)) {
+                continue;
+            }
             match classify(batch.data(i), self.link, &mut self.frags) {
                 Ok(p) => {
                     items[k] = Item {
@@ -265,7 +293,7 @@ pub fn run(
         return threads::run_one_port(port, opts, stop, sink);
     }
     let t0 = Instant::now();
-    let mut w = Worker::new(opts.table, port.link_type());
+    let mut w = Worker::new(opts.table, port.link_type(), opts.filter.as_deref());
     let mut batch = Batch::new();
     let (mut packets, mut bytes) = (0u64, 0u64);
     let mut idle = 0u32;
@@ -319,6 +347,7 @@ pub fn run(
         packets,
         bytes,
         not_flow: w.not_flow,
+        filtered: w.filtered,
         table: w.table.stats(),
         port: port.stats(),
         bytes_per_flow: w.table.bytes_per_flow(),

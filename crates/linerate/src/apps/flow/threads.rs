@@ -339,6 +339,7 @@ struct ThreadEnd {
     packets: u64,
     bytes: u64,
     not_flow: [u64; NotFlow::COUNT],
+    filtered: u64,
     table: TableStats,
     bytes_per_flow: usize,
     table_bytes: usize,
@@ -495,6 +496,9 @@ impl Thread<'_> {
         for (i, d) in batch.descs().iter().enumerate() {
             self.bytes += d.wire_len as u64;
             self.packets += 1;
+            if !self.w.pass(batch.data(i)) {
+                continue;
+            }
             match parse(batch.data(i), self.w.link) {
                 Ok(info) => {
                     let item = Item {
@@ -597,6 +601,7 @@ fn thread_end(
         packets,
         bytes,
         not_flow: w.not_flow,
+        filtered: w.filtered,
         table: w.table.stats(),
         bytes_per_flow: w.table.bytes_per_flow(),
         table_bytes: w.table.memory_bytes(),
@@ -780,7 +785,7 @@ fn run_sources(
             let th = Thread {
                 t,
                 nt,
-                w: Worker::new(opts.table, link),
+                w: Worker::new(opts.table, link, opts.filter.as_deref()),
                 outs: out,
                 ins: inb,
                 sh: &sh,
@@ -861,6 +866,9 @@ impl SplitThread<'_> {
     fn route(&mut self, data: &[u8], ts: u64, wire_len: u32) {
         self.bytes += wire_len as u64;
         self.packets += 1;
+        if !self.w.pass(data) {
+            return;
+        }
         match parse(data, self.w.link) {
             Ok(info) => {
                 self.gclock = self.gclock.max(ts);
@@ -1053,7 +1061,7 @@ fn run_split(
         ths.push(SplitThread {
             t,
             nt,
-            w: Worker::new(opts.table, link),
+            w: Worker::new(opts.table, link, opts.filter.as_deref()),
             sh: &sh,
             records: rtx.clone(),
             stage: (0..nt).map(|_| Vec::new()).collect(),
@@ -1150,6 +1158,7 @@ fn report(ends: Vec<ThreadEnd>, t0: Instant, nt: usize) -> FlowReport {
         packets: 0,
         bytes: 0,
         not_flow: [0; NotFlow::COUNT],
+        filtered: 0,
         table: TableStats::default(),
         port: PortStats::default(),
         bytes_per_flow: 0,
@@ -1166,6 +1175,7 @@ fn report(ends: Vec<ThreadEnd>, t0: Instant, nt: usize) -> FlowReport {
         for (a, b) in r.not_flow.iter_mut().zip(e.not_flow) {
             *a += b;
         }
+        r.filtered += e.filtered;
         r.table = r.table.merged(&e.table);
         r.bytes_per_flow = e.bytes_per_flow;
         r.table_bytes += e.table_bytes;
