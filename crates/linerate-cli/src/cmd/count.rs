@@ -12,6 +12,7 @@ use linerate::port::{InterfaceStats, Port, PortError, PortOptions};
 use linerate::stats::prom::{Dir, PortCount};
 use linerate::stats::{self, group};
 use linerate::time::{Clock, TscClock};
+use linerate::wire::print::{Printer, TimeFormat};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -81,6 +82,17 @@ pub struct Args {
     /// Print statistics lines even on a terminal (no live page).
     #[arg(long)]
     no_console: bool,
+    /// Print a line per packet counted (after the filter) as `tcpdump -n` prints it, on standard
+    /// output (standard error when -w - holds it); the statistics then go to standard error.
+    #[arg(short = 'v', long)]
+    verbose: bool,
+    /// Print the link-level header on each line (tcpdump's -e: MAC addresses, ethertype,
+    /// length, 802.1Q tags); implies -v.
+    #[arg(short = 'e', long = "link-header")]
+    link_header: bool,
+    /// Times of -v lines as seconds since the epoch (tcpdump's -tt), not local HH:MM:SS.
+    #[arg(long = "tt")]
+    epoch_time: bool,
 }
 
 /// How many threads read the input, and why not more when it says so.
@@ -123,6 +135,8 @@ fn plan(a: &Args) -> anyhow::Result<Plan> {
     }
     let one_writer = if a.write.is_some() {
         Some("-w writes one file in the order packets are read")
+    } else if a.verbose || a.link_header {
+        Some("-v prints packets in the order they are read")
     } else if a.latency {
         Some("--latency keeps one tracker")
     } else {
@@ -280,8 +294,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         m.publish(&e);
     }
 
-    // Statistics go to standard output, or to standard error when it carries the pcap stream.
-    let mut out: Box<dyn Write> = if to_stdout {
+    // Statistics go to standard output, or to standard error when it carries the pcap stream
+    // or the -v lines.
+    let lines = a.verbose || a.link_header;
+    let mut out: Box<dyn Write> = if to_stdout || lines {
         Box::new(std::io::stderr())
     } else {
         Box::new(std::io::stdout())
@@ -315,7 +331,25 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let w = writer.as_mut().map(|w| w as &mut dyn Port);
     let mut tracker = a.latency.then(|| (Tracker::new(), TscClock::new()));
     let wall_start = linerate::time::wall_ns();
-    let mut live = page(&a, to_stdout, &stop)?;
+    let mut live = page(&a, to_stdout || lines, &stop)?;
+    let mut printer = lines.then(|| {
+        let time = if a.epoch_time {
+            TimeFormat::Epoch
+        } else {
+            TimeFormat::Local
+        };
+        (
+            Printer::new(link, a.link_header, time),
+            String::with_capacity(64 * 128),
+        )
+    });
+    // The lines of a batch are formatted together and written with one call.
+    let mut line_out: Box<dyn Write> = if to_stdout {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
+    let mut lines_closed = false;
     let report = count::run_observed(
         input.as_mut(),
         w,
@@ -344,6 +378,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         |b| {
             if let Some((t, c)) = tracker.as_mut() {
                 t.observe_as(b, link, rx_time, || c.now_ns());
+            }
+            if let Some((p, buf)) = printer.as_mut().filter(|_| !lines_closed) {
+                buf.clear();
+                for (i, d) in b.descs().iter().enumerate() {
+                    p.line(buf, b.data(i), d.wire_len, d.ts);
+                }
+                // A reader that left (| head) ends the run, as it ends tcpdump.
+                if line_out.write_all(buf.as_bytes()).is_err() || line_out.flush().is_err() {
+                    lines_closed = true;
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
             }
         },
     );

@@ -15,6 +15,7 @@ pub(crate) mod cpu;
 pub(crate) mod ethtool;
 pub(crate) mod fs;
 pub(crate) mod iface;
+pub(crate) mod localtime;
 pub(crate) mod netlink;
 pub(crate) mod netns;
 pub(crate) mod packet;
