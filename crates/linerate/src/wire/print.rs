@@ -234,7 +234,7 @@ impl Printer {
             mac(out, &eth.dst());
             out.push_str(", ");
             if t <= 1500 {
-                let _ = write!(out, "802.3, length {wire_len}: ");
+                let _ = write!(out, "802.3, length {t}: ");
             } else {
                 let _ = write!(
                     out,
@@ -268,20 +268,25 @@ impl Printer {
             0x0806 => arp(out, p, prefix),
             t if t <= 1500 => {
                 if prefix {
-                    let _ = write!(out, "802.3, length {wire_len}");
+                    let _ = write!(out, "802.3, length {t}");
                 } else {
                     let _ = write!(out, "LLC, length {}", p.len());
                 }
             }
             t => {
+                // As tcpdump for an ethertype it does not decode: the Ethernet header, then the
+                // rest in hex and ASCII.
                 if prefix {
+                    mac(out, &eth.src());
+                    out.push_str(" > ");
+                    mac(out, &eth.dst());
                     let _ = write!(
                         out,
-                        "ethertype {} (0x{t:04x}), length {wire_len}: ",
+                        ", ethertype {} (0x{t:04x}), length {wire_len}: ",
                         ethertype_name(t)
                     );
                 }
-                let _ = write!(out, "{} bytes", p.len());
+                hex_ascii(out, p);
             }
         }
     }
@@ -365,7 +370,7 @@ impl Printer {
                     let _ = write!(out, "UDP, length {}", ulen - 8);
                 }
                 Some(ulen) => {
-                    let _ = write!(out, "UDP, bad length {ulen} > {len}");
+                    let _ = write!(out, "truncated-udplength {ulen}");
                 }
                 None => out.push_str("[|udp]"),
             },
@@ -393,7 +398,7 @@ impl Printer {
 
     fn tcp(&mut self, out: &mut String, src: Addr, dst: Addr, p: &[u8], len: usize) {
         let Ok(t) = TcpSegment::new_checked(p) else {
-            out.push_str("[|tcp]");
+            out.push_str(" [|tcp]");
             return;
         };
         let flags = t.flags();
@@ -457,6 +462,28 @@ impl Printer {
             if ports.iter().any(|p| matches!(p, 80 | 8080 | 3128)) {
                 http(out, t.payload());
             }
+        }
+    }
+}
+
+/// Bytes as tcpdump's hex and ASCII dump (`-X` style, as it prints what it does not decode):
+/// lines of 16 bytes, `\n\t0x0000:  6162 6364 ...  abcd...`.
+fn hex_ascii(out: &mut String, d: &[u8]) {
+    for (i, c) in d.chunks(16).enumerate() {
+        let mut hex = String::with_capacity(40);
+        for pair in c.chunks(2) {
+            hex.push(' ');
+            for b in pair {
+                let _ = write!(hex, "{b:02x}");
+            }
+        }
+        let _ = write!(out, "\n\t0x{:04x}: {hex:<40}  ", i * 16);
+        for &b in c {
+            out.push(if (0x20..0x7f).contains(&b) {
+                b as char
+            } else {
+                '.'
+            });
         }
     }
 }
