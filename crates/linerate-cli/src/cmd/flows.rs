@@ -100,7 +100,10 @@ pub struct Args {
     #[arg(long, value_name = "ADDR", help = metrics::HELP)]
     metrics: Option<String>,
     /// Columns, comma separated (`all`, `default`, or names: stime,ltime,dur,flgs,proto,saddr,
-    /// sport,dir,daddr,dport,spkts,dpkts,sbytes,dbytes,state,sflags,dflags,itype,icode,reason,vlan).
+    /// sport,dir,daddr,dport,spkts,dpkts,sbytes,dbytes,state,sflags,dflags,itype,icode,reason,vlan,
+    /// smac,dmac,sminttl,smaxttl,dminttl,dmaxttl). sflags/dflags: the OR of the TCP flags each
+    /// side sent (SAFRPUEC letters); smac/dmac: the initiator's and responder's Ethernet
+    /// addresses; s/d min/max TTL: the TTL (hop limit) range of each side's packets.
     #[arg(long, value_name = "LIST", default_value = "default")]
     fields: String,
     /// Print the final summary as one JSON line (on standard error).
@@ -308,6 +311,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ring_size: 2048,
         live: metrics.as_ref().map(|_| live.clone()),
         filter: a.filter.clone(),
+        extras: fields.iter().any(|f| f.needs_extra()),
     };
     // A file waits for the broker without losing packets; live packets never wait (a full
     // queue counts queue_full).

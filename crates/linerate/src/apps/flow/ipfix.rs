@@ -672,6 +672,7 @@ mod tests {
             reason: EndReason::Idle,
             dir_certain: true,
             encap: 1,
+            extra: Default::default(),
         }
     }
 

@@ -785,6 +785,7 @@ mod tests {
             reason: EndReason::Idle,
             dir_certain: false,
             encap: 0,
+            extra: Default::default(),
         }
     }
 

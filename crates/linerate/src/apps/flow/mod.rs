@@ -11,6 +11,7 @@
 //! owned by address pair, so a datagram's fragments meet its first fragment. Time is the
 //! packets' time (offline captures expire flows as live traffic would).
 
+pub mod extra;
 pub mod frag;
 pub mod ipfix;
 pub mod kafka;
@@ -48,6 +49,8 @@ pub struct FlowOptions {
     /// A BPF filter (libpcap syntax) run before flow accounting: what it rejects is counted
     /// `filtered` and put in no flow. Each thread compiles it for itself (as `count` does).
     pub filter: Option<String>,
+    /// Read each packet's Ethernet addresses and TTL for the records (`--fields smac,...`).
+    pub extras: bool,
 }
 
 /// Counters the reading threads publish while they run: packets and bytes received so far.
@@ -77,6 +80,7 @@ impl Default for FlowOptions {
             ring_size: 1024,
             live: None,
             filter: None,
+            extras: false,
         }
     }
 }
@@ -171,6 +175,7 @@ struct Worker {
     link: LinkType,
     filter: Option<Filter>,
     filtered: u64,
+    extras: bool,
 }
 
 impl Worker {
@@ -185,6 +190,17 @@ impl Worker {
             link,
             filter: filter.and_then(|e| Filter::compile(e, link).ok()),
             filtered: 0,
+            extras: false,
+        }
+    }
+
+    /// The packet's addresses and TTL when records carry them.
+    #[inline(always)]
+    fn extra(&self, data: &[u8]) -> extra::Extra {
+        if self.extras {
+            extra::extract_extra(data, self.link)
+        } else {
+            extra::Extra::default()
         }
     }
 
@@ -226,6 +242,7 @@ impl Worker {
                         wire_len: desc.wire_len,
                         hash: p.key.hash(),
                         info: p,
+                        extra: self.extra(batch.data(i)),
                     };
                     k += 1;
                 }
@@ -263,7 +280,7 @@ impl Worker {
             }
             let len = it.wire_len.saturating_sub(it.info.pseudo as u32);
             self.table
-                .packet_hashed(&it.info, it.hash, it.ts, len, &mut self.out);
+                .packet_extra(&it.info, it.hash, it.ts, len, &it.extra, &mut self.out);
         }
     }
 }
@@ -279,6 +296,8 @@ pub(crate) struct Item {
     wire_len: u32,
     hash: u32,
     info: PktInfo,
+    /// Ethernet addresses and TTL (when asked for).
+    extra: extra::Extra,
 }
 
 /// Runs the monitor on `port` until the end of the input, an error, or `stop`; every record
@@ -294,6 +313,7 @@ pub fn run(
     }
     let t0 = Instant::now();
     let mut w = Worker::new(opts.table, port.link_type(), opts.filter.as_deref());
+    w.extras = opts.extras;
     let mut batch = Batch::new();
     let (mut packets, mut bytes) = (0u64, 0u64);
     let mut idle = 0u32;

@@ -507,6 +507,7 @@ impl Thread<'_> {
                         wire_len: d.wire_len,
                         hash: ITEM,
                         info,
+                        extra: self.w.extra(batch.data(i)),
                     };
                     let o = owner(&info.key, self.nt);
                     if o == self.t {
@@ -785,7 +786,10 @@ fn run_sources(
             let th = Thread {
                 t,
                 nt,
-                w: Worker::new(opts.table, link, opts.filter.as_deref()),
+                w: Worker {
+                    extras: opts.extras,
+                    ..Worker::new(opts.table, link, opts.filter.as_deref())
+                },
                 outs: out,
                 ins: inb,
                 sh: &sh,
@@ -879,6 +883,7 @@ impl SplitThread<'_> {
                     wire_len,
                     hash: ITEM,
                     info,
+                    extra: self.w.extra(data),
                 });
             }
             Err(r) => self.w.not_flow[r as usize] += 1,
@@ -1061,7 +1066,10 @@ fn run_split(
         ths.push(SplitThread {
             t,
             nt,
-            w: Worker::new(opts.table, link, opts.filter.as_deref()),
+            w: Worker {
+                extras: opts.extras,
+                ..Worker::new(opts.table, link, opts.filter.as_deref())
+            },
             sh: &sh,
             records: rtx.clone(),
             stage: (0..nt).map(|_| Vec::new()).collect(),
