@@ -321,3 +321,34 @@ fn lines_go_to_stderr_when_stdout_holds_the_pcap() {
         "22:13:20.000000 IP 10.0.0.1.1024 > 192.0.2.1.4000: UDP, length 18"
     );
 }
+
+/// Whole files of the tcpdump test corpus that print the same, with and without -e: Ethernet,
+/// QinQ, BSD loopback (NULL) links; every TCP flag, a cut TCP header, HTTP, ICMP, ICMPv6.
+#[test]
+fn corpus_files_equal_tcpdump() {
+    if !have_tcpdump() {
+        return;
+    }
+    for name in [
+        "quic_vn.pcap",
+        "tcp_rst_diag_payload.pcap",
+        "bfd-sbfd.pcap",
+        "print-flags.pcap",
+        "802.1ad_QinQ.pcap",
+        "icmp-rfc8335.pcap",
+        "tcp_eight_lowest_weight_flags_set.pcap",
+        "tcp_header_heapoverflow.pcap",
+        "ipv4_tcp_http_xml.pcap",
+        "icmpv6-ra-pref64.pcap",
+    ] {
+        let p = linerate_test_support::corpus_dir().join(name);
+        if !p.is_file() {
+            linerate_test_support::skip(&format!(
+                "{name} is not in the corpus (set LINERATE_CORPUS)"
+            ));
+            continue;
+        }
+        assert!(same(&p, &["-v"], &[], "UTC") > 0, "{name}");
+        assert!(same(&p, &["-e"], &["-e"], "UTC") > 0, "{name}");
+    }
+}

@@ -183,6 +183,8 @@ impl Printer {
             },
             LinkType::IPV4 => self.ipv4(out, data, true),
             LinkType::IPV6 => self.ipv6(out, data, true),
+            LinkType::LINUX_SLL => self.sll(out, data, wire_len),
+            LinkType::NULL => self.null(out, data, wire_len),
             l => {
                 let _ = write!(out, "[link type {}], length {wire_len}", l.0);
             }
@@ -219,6 +221,68 @@ impl Printer {
             day / 60 % 60,
             day % 60
         );
+    }
+
+    /// Linux cooked capture v1: with -e, ` In 00:11:22:33:44:55 ethertype IPv4 (0x0800),
+    /// length N: ` as tcpdump prints it.
+    fn sll(&mut self, out: &mut String, d: &[u8], wire_len: u32) {
+        let (Some(kind), Some(halen), Some(t)) = (be16(d, 0), be16(d, 4), be16(d, 14)) else {
+            out.push_str("[|sll]");
+            return;
+        };
+        if self.ether {
+            let kind = match kind {
+                0 => "In",
+                1 => "B",
+                2 => "M",
+                3 => "P",
+                4 => "Out",
+                _ => "?",
+            };
+            let _ = write!(out, "{kind:>3} ");
+            let n = usize::from(halen).min(8);
+            mac(out, d.get(6..6 + n).unwrap_or_default());
+            let _ = write!(
+                out,
+                " ethertype {} (0x{t:04x}), length {wire_len}: ",
+                ethertype_name(t)
+            );
+        }
+        let p = d.get(16..).unwrap_or_default();
+        let prefix = !self.ether;
+        match t {
+            0x0800 => self.ipv4(out, p, prefix),
+            0x86dd => self.ipv6(out, p, prefix),
+            0x0806 => arp(out, p, prefix),
+            _ => hex_ascii(out, p),
+        }
+    }
+
+    /// BSD loopback: with -e, `AF IPv4 (2), length N: ` as tcpdump prints it.
+    fn null(&mut self, out: &mut String, d: &[u8], wire_len: u32) {
+        let Some(b) = d.get(0..4) else {
+            out.push_str("[|null]");
+            return;
+        };
+        // The family is in the capturing host's byte order.
+        let le = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let af = if le > 0xffff { le.swap_bytes() } else { le };
+        let name = match af {
+            2 => "IPv4",
+            24 | 28 | 30 => "IPv6",
+            _ => "",
+        };
+        if self.ether {
+            let n = if name.is_empty() { "Unknown" } else { name };
+            let _ = write!(out, "AF {n} ({af}), length {wire_len}: ");
+        }
+        let p = &d[4..];
+        let prefix = !self.ether;
+        match name {
+            "IPv4" => self.ipv4(out, p, prefix),
+            "IPv6" => self.ipv6(out, p, prefix),
+            _ => hex_ascii(out, p),
+        }
     }
 
     fn ethernet(&mut self, out: &mut String, d: &[u8], wire_len: u32) {
