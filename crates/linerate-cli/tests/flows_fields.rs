@@ -202,3 +202,89 @@ fn all_includes_the_new_fields() {
     // The responder sent nothing: no TTL range.
     assert_eq!(one_way["dminttl"], serde_json::Value::Null);
 }
+
+/// Receives the IPFIX messages `flows --ipfix` sends for examples/sample.pcap with `fields`,
+/// and returns tshark's decoding of them (each put in a raw IPv4/UDP frame to port 4739).
+fn ipfix_through_tshark(fields: &str) -> String {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+        .unwrap();
+    let to = sock.local_addr().unwrap().to_string();
+    let st = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["flows", "-q", "--ipfix", &to, "--fields", fields, "-i"])
+        .arg(root().join("examples/sample.pcap"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut pcap = Vec::new();
+    for w in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65535, 101] {
+        if w == 0x0004_0002 {
+            pcap.extend_from_slice(&2u16.to_le_bytes());
+            pcap.extend_from_slice(&4u16.to_le_bytes());
+        } else {
+            pcap.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = sock.recv(&mut buf) {
+        let udp_len = (8 + n) as u16;
+        let mut f = vec![0x45, 0];
+        f.extend_from_slice(&(20 + udp_len).to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0, 0, 64, 17, 0, 0, 127, 0, 0, 1, 127, 0, 0, 1]);
+        f.extend_from_slice(&4739u16.to_be_bytes());
+        f.extend_from_slice(&4739u16.to_be_bytes());
+        f.extend_from_slice(&udp_len.to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+        f.extend_from_slice(&buf[..n]);
+        for w in [1_700_000_000u32, 0, f.len() as u32, f.len() as u32] {
+            pcap.extend_from_slice(&w.to_le_bytes());
+        }
+        pcap.extend_from_slice(&f);
+    }
+    let path = std::env::temp_dir().join(format!(
+        "linerate-ipfix-fields-{}-{}.pcap",
+        std::process::id(),
+        fields.len()
+    ));
+    std::fs::write(&path, pcap).unwrap();
+    let o = Command::new("tshark")
+        .arg("-r")
+        .arg(&path)
+        .args(["-d", "udp.port==4739,cflow", "-V"])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into()
+}
+
+/// IPFIX carries the addresses and TTL ranges as sourceMacAddress (56), destinationMacAddress
+/// (80), minimumTTL (52), maximumTTL (53) and their reverse elements, only when --fields asks
+/// for them; tshark decodes them.
+#[test]
+fn ipfix_carries_macs_and_ttls_when_asked() {
+    if !have_tshark() {
+        return;
+    }
+    let with = ipfix_through_tshark("default,smac,dmac,sminttl,smaxttl,dminttl,dmaxttl");
+    let count = |t: &str, s: &str| t.lines().filter(|l| l.trim_start().starts_with(s)).count();
+    // 72 biflow records (the summary's flows).
+    assert_eq!(
+        count(&with, "Source Mac Address: 02:00:00:00:00:0"),
+        72,
+        "{with}"
+    );
+    assert_eq!(
+        count(&with, "Destination Mac Address: 02:00:00:00:00:0"),
+        72
+    );
+    assert_eq!(
+        count(&with, "MinTTL: 64"),
+        72 + count(&with, "MinTTL: 64 (Reverse")
+    );
+    assert!(count(&with, "MaxTTL: 64 (Reverse") > 0);
+    let without = ipfix_through_tshark("default");
+    assert_eq!(count(&without, "Source Mac Address"), 0);
+    assert_eq!(count(&without, "MinTTL"), 0);
+    assert!(count(&without, "Flow 1") > 0, "{without}");
+}

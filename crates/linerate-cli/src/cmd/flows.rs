@@ -284,6 +284,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 domain: a.ipfix_domain,
                 max_message: a.ipfix_mtu as usize,
                 uniflow: a.ipfix_uniflow,
+                extras: fields.iter().any(|f| f.needs_extra()),
                 ..Default::default()
             };
             let x = UdpExporter::new(addr, opts).map_err(|e| match e {
