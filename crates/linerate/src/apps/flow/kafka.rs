@@ -677,7 +677,12 @@ fn produce_loop(
     topic: &str,
     extra: &str,
 ) {
-    let fields: Vec<Field> = Field::ALL.iter().map(|f| f.0).collect();
+    // The record as before `--fields` had Ethernet addresses and TTLs (read only on request).
+    let fields: Vec<Field> = Field::ALL
+        .iter()
+        .map(|f| f.0)
+        .filter(|f| !f.needs_extra())
+        .collect();
     let mut value = String::with_capacity(640);
     let mut cell = String::with_capacity(64);
     let mut key = String::with_capacity(96);
