@@ -352,3 +352,18 @@ fn corpus_files_equal_tcpdump() {
         assert!(same(&p, &["-e"], &["-e"], "UTC") > 0, "{name}");
     }
 }
+
+/// -v prints packets in the order they are read: asking for several threads is refused (exit 2)
+/// before any output.
+#[test]
+fn verbose_with_threads_is_a_usage_error() {
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["count", "-v", "-T", "2", "-i"])
+        .arg(sample())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("drop -v/-e"), "{e}");
+}

@@ -147,7 +147,13 @@ fn plan(a: &Args) -> anyhow::Result<Plan> {
             return Err(usage(format!(
                 "--threads {asked}: {why}, so one thread reads every queue; leave --threads out \
                  or drop {}",
-                if a.write.is_some() { "-w" } else { "--latency" }
+                if a.write.is_some() {
+                    "-w"
+                } else if a.verbose || a.link_header {
+                    "-v/-e"
+                } else {
+                    "--latency"
+                }
             )));
         }
         return Ok(Plan {
