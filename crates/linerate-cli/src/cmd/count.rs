@@ -115,6 +115,24 @@ fn parts_of(uri: &str) -> usize {
     }
 }
 
+/// Batches of packets copied for the -v printer thread and not yet printed.
+const PRINT_AHEAD: usize = 8;
+
+/// Calls `f(ts, wire_len, bytes)` for each packet of a buffer the capture loop filled for the
+/// printer thread (`ts` u64, `wire_len` u32, length u32, the bytes; little-endian).
+fn each_packet(mut v: &[u8], mut f: impl FnMut(u64, u32, &[u8])) {
+    while v.len() >= 16 {
+        let ts = u64::from_le_bytes(v[..8].try_into().unwrap_or_default());
+        let wire_len = u32::from_le_bytes(v[8..12].try_into().unwrap_or_default());
+        let len = u32::from_le_bytes(v[12..16].try_into().unwrap_or_default()) as usize;
+        let Some(data) = v.get(16..16 + len) else {
+            return;
+        };
+        f(ts, wire_len, data);
+        v = &v[16 + len..];
+    }
+}
+
 /// Decides the threads of a run (see `--threads`).
 fn plan(a: &Args) -> anyhow::Result<Plan> {
     if a.threads == Some(1) {
@@ -338,24 +356,49 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let mut tracker = a.latency.then(|| (Tracker::new(), TscClock::new()));
     let wall_start = linerate::time::wall_ns();
     let mut live = page(&a, to_stdout || lines, &stop)?;
+    // The lines are formatted and written on their own thread: the capture loop copies each
+    // counted batch (time, length, bytes) into a buffer it gets back empty, and goes on. A
+    // printer that falls behind makes the loop wait, as tcpdump's own printing does (a live
+    // port then counts its kernel drops).
     let mut printer = lines.then(|| {
         let time = if a.epoch_time {
             TimeFormat::Epoch
         } else {
             TimeFormat::Local
         };
-        (
-            Printer::new(link, a.link_header, time),
-            String::with_capacity(64 * 128),
-        )
+        let mut p = Printer::new(link, a.link_header, time);
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(PRINT_AHEAD);
+        let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        for _ in 0..PRINT_AHEAD {
+            let _ = empty_tx.send(Vec::with_capacity(64 * 1024));
+        }
+        let stop = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut out: Box<dyn Write> = if to_stdout {
+                Box::new(std::io::stderr())
+            } else {
+                Box::new(std::io::stdout())
+            };
+            let mut text = String::with_capacity(64 * 128);
+            let mut closed = false;
+            for mut v in full_rx {
+                if !closed {
+                    text.clear();
+                    each_packet(&v, |ts, wire_len, data| {
+                        p.line(&mut text, data, wire_len, ts)
+                    });
+                    // A reader that left (| head) ends the run, as it ends tcpdump.
+                    if out.write_all(text.as_bytes()).is_err() || out.flush().is_err() {
+                        closed = true;
+                        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+                v.clear();
+                let _ = empty_tx.send(v);
+            }
+        });
+        (full_tx, empty_rx, thread)
     });
-    // The lines of a batch are formatted together and written with one call.
-    let mut line_out: Box<dyn Write> = if to_stdout {
-        Box::new(std::io::stderr())
-    } else {
-        Box::new(std::io::stdout())
-    };
-    let mut lines_closed = false;
     let report = count::run_observed(
         input.as_mut(),
         w,
@@ -385,19 +428,25 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             if let Some((t, c)) = tracker.as_mut() {
                 t.observe_as(b, link, rx_time, || c.now_ns());
             }
-            if let Some((p, buf)) = printer.as_mut().filter(|_| !lines_closed) {
-                buf.clear();
-                for (i, d) in b.descs().iter().enumerate() {
-                    p.line(buf, b.data(i), d.wire_len, d.ts);
-                }
-                // A reader that left (| head) ends the run, as it ends tcpdump.
-                if line_out.write_all(buf.as_bytes()).is_err() || line_out.flush().is_err() {
-                    lines_closed = true;
-                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Some((full, empty, _)) = printer.as_ref() {
+                if let Ok(mut v) = empty.recv() {
+                    for (i, d) in b.descs().iter().enumerate() {
+                        let data = b.data(i);
+                        v.extend_from_slice(&d.ts.to_le_bytes());
+                        v.extend_from_slice(&d.wire_len.to_le_bytes());
+                        v.extend_from_slice(&(data.len() as u32).to_le_bytes());
+                        v.extend_from_slice(data);
+                    }
+                    let _ = full.send(v);
                 }
             }
         },
     );
+    // Every line is out before the summary.
+    if let Some((full, _, thread)) = printer.take() {
+        drop(full);
+        let _ = thread.join();
+    }
     drop(live);
     let mut report = report;
     if let Some(w) = writer.as_mut().filter(|_| report.output_error.is_none()) {
