@@ -367,3 +367,69 @@ fn verbose_with_threads_is_a_usage_error() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("drop -v/-e"), "{e}");
 }
+
+/// A live port: `count -v -i afpacket:lo` prints the datagrams sent to a port of 127.0.0.1 as
+/// tcpdump does (the filter keeps the test's own), then the count ends it. Needs root.
+#[test]
+fn live_lines_on_loopback() {
+    use std::io::{BufRead, BufReader, Read};
+    if !linerate_test_support::netns::require_priv() {
+        return;
+    }
+    let port = 20_000 + (std::process::id() % 20_000) as u16;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args([
+            "count",
+            "-v",
+            "--no-console",
+            "-i",
+            "afpacket:lo",
+            "-c",
+            "3",
+            "-t",
+            "10",
+        ])
+        .args(["-f", &format!("udp dst port {port}")])
+        .env("TZ", "UTC")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    err.read_line(&mut first).unwrap();
+    assert!(first.starts_with("Capturing from afpacket:lo"), "{first}");
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let from = s.local_addr().unwrap().port();
+    for n in [10usize, 11, 12] {
+        s.send_to(&vec![0x55; n], ("127.0.0.1", port)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = child.wait().unwrap();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert!(status.success(), "{rest}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    for (l, n) in lines.iter().zip([10, 11, 12]) {
+        // HH:MM:SS.ffffff, then tcpdump's line.
+        let b = l.as_bytes();
+        assert!(
+            b.len() > 15 && b[2] == b':' && b[5] == b':' && b[8] == b'.',
+            "{l}"
+        );
+        assert_eq!(
+            &l[15..],
+            format!(" IP 127.0.0.1.{from} > 127.0.0.1.{port}: UDP, length {n}"),
+            "{out}"
+        );
+    }
+    assert!(rest.contains("Summary: 3 pkts"), "{rest}");
+}
