@@ -134,6 +134,56 @@ fn json_summary_accounts_for_every_packet() {
     assert_eq!(j["ended"], "end of input");
 }
 
+/// `-f udp`: the filter runs before flow accounting; what it rejects is counted `filtered`, and
+/// the records are the UDP ones of an unfiltered run, on one thread and on three.
+#[test]
+fn filter_keeps_udp_flows_and_counts_the_rest_filtered() {
+    let s = sample();
+    let s = s.to_str().unwrap();
+    let f = [
+        "--fields",
+        "proto,saddr,sport,daddr,dport,spkts,dpkts,sbytes,dbytes",
+    ];
+    let (all, _) = ok(&[&["-q", "-i", s, "--format", "csv"][..], &f].concat());
+    // Unfiltered, the UDP headers quoted in ICMP port unreachables make 4 more UDP records
+    // (as in tshark's conv,udp); the filter `udp` passes no ICMP.
+    let udp: Vec<&str> = all.lines().filter(|l| l.starts_with("udp,")).collect();
+    assert_eq!(udp.len(), 28);
+    for threads in ["1", "3"] {
+        let (out, err) = ok(&[
+            &[
+                "-i",
+                s,
+                "--format",
+                "csv",
+                "--json",
+                "-f",
+                "udp",
+                "--threads",
+                threads,
+            ][..],
+            &f,
+        ]
+        .concat());
+        let got: Vec<&str> = out.lines().skip(1).collect();
+        assert_eq!(got.len(), 24, "--threads {threads}: {out}");
+        assert!(
+            got.iter().all(|l| udp.contains(l)),
+            "--threads {threads}: {out}"
+        );
+        let j = summary(&err);
+        assert_eq!(j["packets"], 2000);
+        // tcpdump -r sample.pcap udp: 1200 packets.
+        assert_eq!(j["filtered"], 800);
+        assert_eq!(j["flow_packets"], 1200);
+        assert_eq!(j["flows"], 24);
+    }
+    let (_, err) = ok(&["-i", s, "-w", "/dev/null", "-f", "udp"]);
+    assert!(err.contains("Filtered: 800 pkts"), "{err}");
+    let (_, err) = ok(&["-i", s, "-w", "/dev/null", "--json"]);
+    assert_eq!(summary(&err)["filtered"], 0);
+}
+
 #[test]
 fn status_records_and_a_full_table_keep_the_totals() {
     let s = sample();
@@ -218,6 +268,8 @@ fn usage_errors_exit_2() {
         vec!["-i", s, "-g", "4095"],
         vec!["-i", s, "-g", "4096"],
         vec!["-i", s, "-g", "0", "--threads", "2"],
+        vec!["-i", s, "-f", "udp or"],
+        vec!["-i", s, "-f", "no_such_keyword"],
     ] {
         let o = flows(&args);
         assert_eq!(

@@ -82,11 +82,23 @@ fn live_flows_expire_on_the_wall_clock_and_stop_on_sigint() {
     if !netns::require_priv() {
         return;
     }
-    live("1");
-    live("2");
+    live("1", None);
+    live("2", None);
 }
 
-fn live(threads: &str) {
+/// `-f` on a live port: the flows of source ports 2000-2019 only; the other 20 flows' packets
+/// (and whatever else crosses the veth) are counted `filtered`.
+#[test]
+fn live_filter_keeps_half_the_flows_and_counts_the_rest() {
+    if !netns::require_priv() {
+        return;
+    }
+    live("1", Some("udp src portrange 2000-2019"));
+    live("2", Some("udp src portrange 2000-2019"));
+}
+
+fn live(threads: &str, filter: Option<&str>) {
+    let expected = if filter.is_some() { 20 } else { FLOWS as usize };
     let pair = NetnsPair::new().expect("netns pair");
     let mut child = Command::new("ip")
         .args([
@@ -108,6 +120,7 @@ fn live(threads: &str) {
             "csv",
         ])
         .args(["--threads", threads])
+        .args(filter.map(|f| ["-f", f]).into_iter().flatten())
         .args([
             "--fields",
             "proto,saddr,sport,daddr,dport,spkts,dpkts,sbytes,dbytes,reason",
@@ -139,7 +152,7 @@ fn live(threads: &str) {
     // The records come while linerate still runs: idle flows expire on the wall clock.
     let mut got: BTreeMap<u16, Vec<String>> = BTreeMap::new();
     let deadline = Instant::now() + Duration::from_secs(15);
-    while got.len() < FLOWS as usize && Instant::now() < deadline {
+    while got.len() < expected && Instant::now() < deadline {
         if let Ok(l) = lrx.recv_timeout(Duration::from_millis(200)) {
             let c: Vec<String> = l.split(',').map(String::from).collect();
             if c.len() == 10 && c[0] == "udp" && c[1] == src && c[4] == "9" {
@@ -164,11 +177,17 @@ fn live(threads: &str) {
     err.read_to_string(&mut rest).unwrap();
     let _ = reader.join();
     assert!(status.success(), "{rest}");
-    assert_eq!(
-        got.len(),
-        FLOWS as usize,
-        "records seen before SIGINT: {got:?}"
-    );
+    assert_eq!(got.len(), expected, "records seen before SIGINT: {got:?}");
+    if filter.is_some() {
+        assert!(got.keys().all(|&p| p < 2020), "{got:?}");
+        let j: serde_json::Value = serde_json::from_str(rest.lines().last().unwrap()).unwrap();
+        assert!(
+            j["filtered"].as_u64().unwrap() >= 20 * PER_FLOW as u64,
+            "{j}"
+        );
+        assert_eq!(j["records_by_reason"]["idle"], 20, "{j}");
+        return;
+    }
     for (sport, c) in &got {
         assert_eq!(c[5], PER_FLOW.to_string(), "{c:?}");
         assert_eq!(c[6], "0");

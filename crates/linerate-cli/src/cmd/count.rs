@@ -12,6 +12,7 @@ use linerate::port::{InterfaceStats, Port, PortError, PortOptions};
 use linerate::stats::prom::{Dir, PortCount};
 use linerate::stats::{self, group};
 use linerate::time::{Clock, TscClock};
+use linerate::wire::print::{Printer, TimeFormat};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -101,6 +102,17 @@ pub struct Args {
     /// xdp:IF@QUEUES, afpacket:any, and the queues of running clusters as cluster:ID@Q.
     #[arg(short = 'D', long)]
     list_interfaces: bool,
+    /// Print a line per packet counted (after the filter) as `tcpdump -n` prints it, on standard
+    /// output (standard error when -w - holds it); the statistics then go to standard error.
+    #[arg(short = 'v', long)]
+    verbose: bool,
+    /// Print the link-level header on each line (tcpdump's -e: MAC addresses, ethertype,
+    /// length, 802.1Q tags); implies -v.
+    #[arg(short = 'e', long = "link-header")]
+    link_header: bool,
+    /// Times of -v lines as seconds since the epoch (tcpdump's -tt), not local HH:MM:SS.
+    #[arg(long = "tt")]
+    epoch_time: bool,
 }
 
 /// How many threads read the input, and why not more when it says so.
@@ -120,6 +132,24 @@ fn parts_of(uri: &str) -> usize {
             linerate::port::xdp::queue_count_of(&iface, queues).unwrap_or(1)
         }
         _ => 1,
+    }
+}
+
+/// Batches of packets copied for the -v printer thread and not yet printed.
+const PRINT_AHEAD: usize = 8;
+
+/// Calls `f(ts, wire_len, bytes)` for each packet of a buffer the capture loop filled for the
+/// printer thread (`ts` u64, `wire_len` u32, length u32, the bytes; little-endian).
+fn each_packet(mut v: &[u8], mut f: impl FnMut(u64, u32, &[u8])) {
+    while v.len() >= 16 {
+        let ts = u64::from_le_bytes(v[..8].try_into().unwrap_or_default());
+        let wire_len = u32::from_le_bytes(v[8..12].try_into().unwrap_or_default());
+        let len = u32::from_le_bytes(v[12..16].try_into().unwrap_or_default()) as usize;
+        let Some(data) = v.get(16..16 + len) else {
+            return;
+        };
+        f(ts, wire_len, data);
+        v = &v[16 + len..];
     }
 }
 
@@ -143,6 +173,8 @@ fn plan(a: &Args) -> anyhow::Result<Plan> {
     }
     let one_writer = if a.write.is_some() {
         Some("-w writes one file in the order packets are read")
+    } else if a.verbose || a.link_header {
+        Some("-v prints packets in the order they are read")
     } else if a.latency {
         Some("--latency keeps one tracker")
     } else {
@@ -153,7 +185,13 @@ fn plan(a: &Args) -> anyhow::Result<Plan> {
             return Err(usage(format!(
                 "--threads {asked}: {why}, so one thread reads every queue; leave --threads out \
                  or drop {}",
-                if a.write.is_some() { "-w" } else { "--latency" }
+                if a.write.is_some() {
+                    "-w"
+                } else if a.verbose || a.link_header {
+                    "-v/-e"
+                } else {
+                    "--latency"
+                }
             )));
         }
         return Ok(Plan {
@@ -319,8 +357,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         m.publish(&e);
     }
 
-    // Statistics go to standard output, or to standard error when it carries the pcap stream.
-    let mut out: Box<dyn Write> = if to_stdout {
+    // Statistics go to standard output, or to standard error when it carries the pcap stream
+    // or the -v lines.
+    let lines = a.verbose || a.link_header;
+    let mut out: Box<dyn Write> = if to_stdout || lines {
         Box::new(std::io::stderr())
     } else {
         Box::new(std::io::stdout())
@@ -355,9 +395,52 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let w = writer.as_mut().map(|w| w as &mut dyn Port);
     let mut tracker = a.latency.then(|| (Tracker::new(), TscClock::new()));
     let wall_start = linerate::time::wall_ns();
-    let mut live = page(&a, to_stdout, &stop)?;
+    let mut live = page(&a, to_stdout || lines, &stop)?;
     // Every flag is valid and the input open: the output is written from now on.
     linerate::port::file::start_writing();
+    // The lines are formatted and written on their own thread: the capture loop copies each
+    // counted batch (time, length, bytes) into a buffer it gets back empty, and goes on. A
+    // printer that falls behind makes the loop wait, as tcpdump's own printing does (a live
+    // port then counts its kernel drops).
+    let mut printer = lines.then(|| {
+        let time = if a.epoch_time {
+            TimeFormat::Epoch
+        } else {
+            TimeFormat::Local
+        };
+        let mut p = Printer::new(link, a.link_header, time);
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(PRINT_AHEAD);
+        let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        for _ in 0..PRINT_AHEAD {
+            let _ = empty_tx.send(Vec::with_capacity(64 * 1024));
+        }
+        let stop = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut out: Box<dyn Write> = if to_stdout {
+                Box::new(std::io::stderr())
+            } else {
+                Box::new(std::io::stdout())
+            };
+            let mut text = String::with_capacity(64 * 128);
+            let mut closed = false;
+            for mut v in full_rx {
+                if !closed {
+                    text.clear();
+                    each_packet(&v, |ts, wire_len, data| {
+                        p.line(&mut text, data, wire_len, ts)
+                    });
+                    // A reader that left (| head) ends the run, as it ends tcpdump.
+                    if out.write_all(text.as_bytes()).is_err() || out.flush().is_err() {
+                        closed = true;
+                        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+                v.clear();
+                let _ = empty_tx.send(v);
+            }
+        });
+        (full_tx, empty_rx, thread)
+    });
     let report = count::run_observed(
         input.as_mut(),
         w,
@@ -387,8 +470,25 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             if let Some((t, c)) = tracker.as_mut() {
                 t.observe_as(b, link, rx_time, || c.now_ns());
             }
+            if let Some((full, empty, _)) = printer.as_ref() {
+                if let Ok(mut v) = empty.recv() {
+                    for (i, d) in b.descs().iter().enumerate() {
+                        let data = b.data(i);
+                        v.extend_from_slice(&d.ts.to_le_bytes());
+                        v.extend_from_slice(&d.wire_len.to_le_bytes());
+                        v.extend_from_slice(&(data.len() as u32).to_le_bytes());
+                        v.extend_from_slice(data);
+                    }
+                    let _ = full.send(v);
+                }
+            }
         },
     );
+    // Every line is out before the summary.
+    if let Some((full, _, thread)) = printer.take() {
+        drop(full);
+        let _ = thread.join();
+    }
     drop(live);
     let mut report = report;
     if let Some(w) = writer.as_mut().filter(|_| report.output_error.is_none()) {

@@ -9,6 +9,7 @@ use linerate::apps::flow::record::{EndReason, Field, FlowRecord, Format, RecordW
 use linerate::apps::flow::table::TableConfig;
 use linerate::apps::flow::threads::FlowInput;
 use linerate::apps::flow::{self, Ended, FlowLive, FlowOptions, FlowReport, RecordSink};
+use linerate::filter::Filter;
 use linerate::port::file::{self, RecordFile};
 use linerate::port::{Drops, PortOptions};
 use linerate::stats::group;
@@ -26,6 +27,10 @@ pub struct Args {
     /// Input port: pcap:FILE (or a path), afpacket:IFACE, mem:NAME.
     #[arg(short = 'i', long = "in", value_name = "PORT")]
     input: String,
+    /// BPF filter in libpcap syntax, run before flow accounting (in user space, on every
+    /// thread): packets it rejects are put in no flow and counted `filtered` in the summary.
+    #[arg(short = 'f', long, value_name = "EXPR")]
+    filter: Option<String>,
     /// Worker threads, each with its own table and a symmetric-hash share of the flows.
     #[arg(long, value_name = "N", default_value = "1", value_parser = flags::int(1usize, 64))]
     threads: usize,
@@ -100,7 +105,10 @@ pub struct Args {
     #[command(flatten)]
     metrics: metrics::MetricsArgs,
     /// Columns, comma separated (`all`, `default`, or names: stime,ltime,dur,flgs,proto,saddr,
-    /// sport,dir,daddr,dport,spkts,dpkts,sbytes,dbytes,state,sflags,dflags,itype,icode,reason,vlan).
+    /// sport,dir,daddr,dport,spkts,dpkts,sbytes,dbytes,state,sflags,dflags,itype,icode,reason,vlan,
+    /// smac,dmac,sminttl,smaxttl,dminttl,dmaxttl). sflags/dflags: the OR of the TCP flags each
+    /// side sent (SAFRPUEC letters); smac/dmac: the initiator's and responder's Ethernet
+    /// addresses; s/d min/max TTL: the TTL (hop limit) range of each side's packets.
     #[arg(long, value_name = "LIST", default_value = "default")]
     fields: String,
     /// Print the final summary as one JSON line (on standard error).
@@ -342,6 +350,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 domain: a.ipfix_domain,
                 max_message: a.ipfix_mtu as usize,
                 uniflow: a.ipfix_uniflow,
+                extras: fields.iter().any(|f| f.needs_extra()),
                 ..Default::default()
             };
             let mut x = UdpExporter::new(addr, opts).map_err(|e| match e {
@@ -354,6 +363,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             Some((x, addr))
         }
     };
+    if let Some(expr) = &a.filter {
+        Filter::compile(expr, input.link_type()).map_err(|e| usage(format!("-f: {e}")))?;
+    }
     let is_live = input.is_live();
     let opts = FlowOptions {
         table: TableConfig {
@@ -367,6 +379,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ring_size: 2048,
         live: metrics.as_ref().map(|_| live.clone()),
         tunnels: a.tunnels,
+        filter: a.filter.clone(),
+        extras: fields.iter().any(|f| f.needs_extra()),
     };
     // A file waits for the broker without losing packets; live packets never wait (a full
     // queue counts queue_full).
@@ -392,7 +406,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .map(|a| a.to_string());
         if a.json {
             let mut j = serde_json::json!({"type": "start", "input": a.input, "link_type": link,
-                    "threads": a.threads, "plan": input.plan(), "max_flows": a.max_flows});
+                    "threads": a.threads, "plan": input.plan(), "max_flows": a.max_flows,
+                    "filter": a.filter});
             if let Some(k) = &sinks.kafka {
                 j["kafka"] = k.options().target().into();
                 j["probe"] = k.options().probe.clone().into();
@@ -403,9 +418,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             eprintln!("{j}");
         } else {
             eprintln!(
-                "Flows from {} (link type {link}), {}",
+                "Flows from {} (link type {link}), {}{}",
                 a.input,
-                input.plan()
+                input.plan(),
+                a.filter
+                    .as_deref()
+                    .map(|f| format!(", filter '{f}'"))
+                    .unwrap_or_default()
             );
             if let Some(n) = sinks.kafka.as_ref().and_then(|k| k.note()) {
                 eprintln!("note: {n}");
@@ -470,7 +489,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let s = if a.json {
             json_summary(&report, export, k)
         } else {
-            text_summary(&report, export, k)
+            text_summary(&report, a.filter.is_some(), export, k)
         };
         let _ = err.write_all(s.as_bytes());
     }
@@ -537,6 +556,12 @@ fn publish(
             r.not_flow[n as usize],
         );
     }
+    e.counter(
+        "linerate_flows_filtered_total",
+        "Packets the -f filter rejected (put in no flow).",
+        &[],
+        r.filtered,
+    );
     let t = &r.table;
     e.counter(
         "linerate_flows_created_total",
@@ -594,6 +619,7 @@ fn ended_name(e: Ended) -> &'static str {
 
 fn text_summary(
     r: &FlowReport,
+    filter: bool,
     x: Option<(ExportStats, std::net::SocketAddr)>,
     k: Option<(&KafkaStats, &KafkaOptions)>,
 ) -> String {
@@ -621,6 +647,9 @@ fn text_summary(
         .filter(|n| r.not_flow[**n as usize] > 0)
         .map(|n| format!("{} {}", n.name(), group(r.not_flow[*n as usize])))
         .collect();
+    if filter || r.filtered > 0 {
+        s.push_str(&format!("Filtered: {} pkts\n", group(r.filtered)));
+    }
     s.push_str(&format!(
         "Not in a flow: {} pkts{}\n",
         group(r.not_flow_total()),
@@ -701,6 +730,7 @@ fn json_summary(
         "records": t.records.iter().sum::<u64>(),
         "records_by_reason": reasons,
         "not_flow": nf,
+        "filtered": r.filtered,
         "flow_packets": t.packets,
         "evicted": t.evicted,
         "max_active": t.max_active,

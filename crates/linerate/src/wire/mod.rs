@@ -19,6 +19,7 @@ pub mod ipv6;
 pub mod l4;
 mod link;
 pub mod parse;
+pub mod print;
 
 pub use ethernet::{EthernetFrame, Vlans, MAX_VLANS};
 pub use flow::{

@@ -106,6 +106,41 @@ const V6_UNI: &[Spec] = &[
     (1, 8, false),
 ];
 
+/// Appended to every template when the records carry Ethernet addresses and TTLs (`flows
+/// --fields smac,...`): sourceMacAddress, destinationMacAddress, minimumTTL, maximumTTL (and
+/// the reverse TTLs of a biflow). A side that sent nothing has TTLs 0.
+const EXTRA_BI: &[Spec] = &[
+    (56, 6, false),
+    (80, 6, false),
+    (52, 1, false),
+    (53, 1, false),
+    (52, 1, true),
+    (53, 1, true),
+];
+const EXTRA_UNI: &[Spec] = &[
+    (56, 6, false),
+    (80, 6, false),
+    (52, 1, false),
+    (53, 1, false),
+];
+
+/// The extra elements of a mode, none without `extras`.
+fn extra_fields(bi: bool, extras: bool) -> &'static [Spec] {
+    match (extras, bi) {
+        (false, _) => &[],
+        (true, true) => EXTRA_BI,
+        (true, false) => EXTRA_UNI,
+    }
+}
+
+/// What the extra elements add to the smallest message: their template entries in both
+/// templates and their bytes in one record.
+fn extra_cost(uniflow: bool, extras: bool) -> usize {
+    let x = extra_fields(!uniflow, extras);
+    let tpl: usize = x.iter().map(|f| if f.2 { 8 } else { 4 }).sum();
+    2 * tpl + record_len(x)
+}
+
 const fn fields(v6: bool, bi: bool) -> &'static [Spec] {
     match (v6, bi) {
         (false, true) => V4_BI,
@@ -182,6 +217,8 @@ pub struct IpfixOptions {
     pub uniflow: bool,
     /// Seconds between template re-sends.
     pub template_refresh_s: u32,
+    /// Export the Ethernet addresses and TTL ranges too ([`EXTRA_BI`]).
+    pub extras: bool,
 }
 
 impl Default for IpfixOptions {
@@ -191,6 +228,7 @@ impl Default for IpfixOptions {
             max_message: 1400,
             uniflow: false,
             template_refresh_s: 60,
+            extras: false,
         }
     }
 }
@@ -215,7 +253,8 @@ impl Encoder {
     /// An encoder with `opts`; `max_message` must be within [`min_message`] and
     /// [`MAX_MESSAGE`] (no message is ever larger).
     pub fn new(opts: IpfixOptions) -> Result<Encoder, IpfixError> {
-        let (max, min) = (opts.max_message, min_message(opts.uniflow));
+        let min = min_message(opts.uniflow) + extra_cost(opts.uniflow, opts.extras);
+        let max = opts.max_message;
         if max < min || max > MAX_MESSAGE {
             return Err(IpfixError::MessageSize { max, min });
         }
@@ -266,10 +305,11 @@ impl Encoder {
             };
             for (id, v6) in tpls {
                 let spec = fields(v6, !self.opts.uniflow);
+                let extra = extra_fields(!self.opts.uniflow, self.opts.extras);
                 self.buf.extend_from_slice(&id.to_be_bytes());
                 self.buf
-                    .extend_from_slice(&(spec.len() as u16).to_be_bytes());
-                for &(ie, len, rev) in spec {
+                    .extend_from_slice(&((spec.len() + extra.len()) as u16).to_be_bytes());
+                for &(ie, len, rev) in spec.iter().chain(extra) {
                     if rev {
                         self.buf.extend_from_slice(&(ie | 0x8000).to_be_bytes());
                         self.buf.extend_from_slice(&len.to_be_bytes());
@@ -354,7 +394,7 @@ impl Encoder {
             (false, false) => TPL_V4_UNIFLOW,
             (true, false) => TPL_V6_UNIFLOW,
         };
-        let len = record_len(spec);
+        let len = record_len(spec) + record_len(extra_fields(bi, self.opts.extras));
         if bi {
             self.room_for(tpl, len, send);
             self.put(r, false, true);
@@ -437,6 +477,21 @@ impl Encoder {
                 (2, true) => b.extend_from_slice(&rp.to_be_bytes()),
                 (1, true) => b.extend_from_slice(&rb.to_be_bytes()),
                 _ => {}
+            }
+        }
+        if self.opts.extras {
+            let x = &r.extra;
+            let (sm, dm, ft, rt) = if reverse {
+                (x.dst_mac, x.src_mac, x.dst_ttl, x.src_ttl)
+            } else {
+                (x.src_mac, x.dst_mac, x.src_ttl, x.dst_ttl)
+            };
+            let ttl = |t: [u8; 2]| if t[0] <= t[1] { t } else { [0, 0] };
+            b.extend_from_slice(&sm);
+            b.extend_from_slice(&dm);
+            b.extend_from_slice(&ttl(ft));
+            if bi {
+                b.extend_from_slice(&ttl(rt));
             }
         }
         self.in_msg += 1;
@@ -747,6 +802,7 @@ mod tests {
                 ],
             ],
             side_icmp: [[0; 2]; 2],
+            extra: Default::default(),
         }
     }
 

@@ -677,7 +677,12 @@ fn produce_loop(
     topic: &str,
     extra: &str,
 ) {
-    let fields: Vec<Field> = Field::ALL.iter().map(|f| f.0).collect();
+    // The record as before `--fields` had Ethernet addresses and TTLs (read only on request).
+    let fields: Vec<Field> = Field::ALL
+        .iter()
+        .map(|f| f.0)
+        .filter(|f| !f.needs_extra())
+        .collect();
     let mut value = String::with_capacity(640);
     let mut cell = String::with_capacity(64);
     let mut key = String::with_capacity(96);
@@ -787,6 +792,7 @@ mod tests {
             encap: 0,
             side_ns: [[1_700_000_000_000_000_000, 1_700_000_001_000_000_000]; 2],
             side_icmp: [[0; 2]; 2],
+            extra: Default::default(),
         }
     }
 

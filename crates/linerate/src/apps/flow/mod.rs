@@ -11,6 +11,7 @@
 //! owned by address pair, so a datagram's fragments meet its first fragment. Time is the
 //! packets' time (offline captures expire flows as live traffic would).
 
+pub mod extra;
 pub mod frag;
 pub mod ipfix;
 pub mod kafka;
@@ -19,6 +20,7 @@ pub mod record;
 pub mod table;
 pub mod threads;
 
+use crate::filter::Filter;
 use crate::mem::{Batch, BATCH};
 use crate::port::{LinkType, Port, PortError, PortStats};
 use frag::FragCache;
@@ -48,6 +50,11 @@ pub struct FlowOptions {
     /// Which header keys a tunnelled packet (GRE, IPIP, 6in4, VXLAN): the outer one (default)
     /// or the packet inside.
     pub tunnels: Tunnels,
+    /// A BPF filter (libpcap syntax) run before flow accounting: what it rejects is counted
+    /// `filtered` and put in no flow. Each thread compiles it for itself (as `count` does).
+    pub filter: Option<String>,
+    /// Read each packet's Ethernet addresses and TTL for the records (`--fields smac,...`).
+    pub extras: bool,
 }
 
 /// Counters the reading threads publish while they run: packets and bytes received so far.
@@ -77,6 +84,8 @@ impl Default for FlowOptions {
             ring_size: 1024,
             live: None,
             tunnels: Tunnels::Outer,
+            filter: None,
+            extras: false,
         }
     }
 }
@@ -112,6 +121,8 @@ pub struct FlowReport {
     pub bytes: u64,
     /// Packets not put in a flow, by [`NotFlow`] reason.
     pub not_flow: [u64; NotFlow::COUNT],
+    /// Packets the filter rejected (put in no flow, not in `not_flow`).
+    pub filtered: u64,
     /// Flow table counters (summed over threads).
     pub table: TableStats,
     /// Input port counters.
@@ -177,10 +188,16 @@ struct Worker {
     not_flow: [u64; NotFlow::COUNT],
     link: LinkType,
     tunnels: Tunnels,
+    filter: Option<Filter>,
+    filtered: u64,
+    extras: bool,
 }
 
 impl Worker {
-    fn new(cfg: TableConfig, link: LinkType, tunnels: Tunnels) -> Worker {
+    /// A worker for packets of `link`, keying tunnels as `tunnels` says, with the filter
+    /// `filter` if any (an expression that does not compile was refused before: the caller
+    /// compiles it once to check it).
+    fn new(cfg: TableConfig, link: LinkType, tunnels: Tunnels, filter: Option<&str>) -> Worker {
         Worker {
             table: FlowTable::new(cfg),
             frags: FragCache::new(FRAG_SLOTS),
@@ -188,6 +205,32 @@ impl Worker {
             not_flow: [0; NotFlow::COUNT],
             link,
             tunnels,
+            filter: filter.and_then(|e| Filter::compile(e, link).ok()),
+            filtered: 0,
+            extras: false,
+        }
+    }
+
+    /// The packet's addresses and TTL when records carry them.
+    #[inline(always)]
+    fn extra(&self, data: &[u8]) -> extra::Extra {
+        if self.extras {
+            extra::extract_extra(data, self.link)
+        } else {
+            extra::Extra::default()
+        }
+    }
+
+    /// Whether the packet passes the filter (counted `filtered` when it does not); `len`,
+    /// `less` and `greater` test `wire_len`, the length on the wire, as libpcap's do.
+    #[inline(always)]
+    fn pass(&mut self, data: &[u8], wire_len: u32) -> bool {
+        match &self.filter {
+            Some(f) if !f.matches_wire(data, wire_len) => {
+                self.filtered += 1;
+                false
+            }
+            _ => true,
         }
     }
 
@@ -206,6 +249,9 @@ impl Worker {
         let mut items = [Item::default(); BATCH];
         let mut k = 0;
         for (i, desc) in batch.descs().iter().enumerate() {
+            if !self.pass(batch.data(i), desc.wire_len) {
+                continue;
+            }
             match classify(batch.data(i), self.link, self.tunnels, &mut self.frags) {
                 Ok(p) => {
                     items[k] = Item {
@@ -214,6 +260,7 @@ impl Worker {
                         wire_len: desc.wire_len,
                         hash: p.key.hash(),
                         info: p,
+                        extra: self.extra(batch.data(i)),
                     };
                     k += 1;
                 }
@@ -251,7 +298,7 @@ impl Worker {
             }
             let len = it.wire_len.saturating_sub(it.info.pseudo as u32);
             self.table
-                .packet_hashed(&it.info, it.hash, it.ts, len, &mut self.out);
+                .packet_extra(&it.info, it.hash, it.ts, len, &it.extra, &mut self.out);
         }
     }
 }
@@ -267,6 +314,8 @@ pub(crate) struct Item {
     wire_len: u32,
     hash: u32,
     info: PktInfo,
+    /// Ethernet addresses and TTL (when asked for).
+    extra: extra::Extra,
 }
 
 /// Runs the monitor on `port` until the end of the input, an error, or `stop`; every record
@@ -281,7 +330,8 @@ pub fn run(
         return threads::run_one_port(port, opts, stop, sink);
     }
     let t0 = Instant::now();
-    let mut w = Worker::new(opts.table, port.link_type(), opts.tunnels);
+    let mut w = Worker::new(opts.table, port.link_type(), opts.tunnels, opts.filter.as_deref());
+    w.extras = opts.extras;
     let mut batch = Batch::new();
     let (mut packets, mut bytes) = (0u64, 0u64);
     let mut idle = 0u32;
@@ -336,6 +386,7 @@ pub fn run(
         packets,
         bytes,
         not_flow: w.not_flow,
+        filtered: w.filtered,
         table: w.table.stats(),
         port: port.stats(),
         bytes_per_flow: w.table.bytes_per_flow(),

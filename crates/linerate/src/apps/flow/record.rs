@@ -147,6 +147,23 @@ pub struct FlowRecord {
     /// ICMP type and code of each direction's first ICMP packet, [initiator's, responder's]
     /// (an echo flow: 8.0 and 0.0).
     pub side_icmp: [[u8; 2]; 2],
+    /// Ethernet addresses and TTL ranges (`--fields smac,dmac,sminttl,...`).
+    pub extra: RecordExtra,
+}
+
+/// What a record carries beyond Argus's default columns: filled when `--fields` asks for it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordExtra {
+    /// The initiator's Ethernet address.
+    pub src_mac: [u8; 6],
+    /// The responder's Ethernet address.
+    pub dst_mac: [u8; 6],
+    /// The link had Ethernet addresses.
+    pub has_mac: bool,
+    /// Smallest, largest TTL (hop limit) of the initiator's packets; min > max: none.
+    pub src_ttl: [u8; 2],
+    /// Smallest, largest TTL of the responder's packets.
+    pub dst_ttl: [u8; 2],
 }
 
 impl FlowRecord {
@@ -302,11 +319,23 @@ pub enum Field {
     Reason,
     /// VLAN id.
     Vlan,
+    /// The initiator's Ethernet address.
+    SrcMac,
+    /// The responder's Ethernet address.
+    DstMac,
+    /// Smallest TTL of the initiator's packets.
+    SrcMinTtl,
+    /// Largest TTL of the initiator's packets.
+    SrcMaxTtl,
+    /// Smallest TTL of the responder's packets.
+    DstMinTtl,
+    /// Largest TTL of the responder's packets.
+    DstMaxTtl,
 }
 
 impl Field {
     /// Every field, with its name (as `--fields` takes it) and header.
-    pub const ALL: [(Field, &'static str, &'static str); 21] = [
+    pub const ALL: [(Field, &'static str, &'static str); 27] = [
         (Field::StartTime, "stime", "StartTime"),
         (Field::LastTime, "ltime", "LastTime"),
         (Field::Dur, "dur", "Dur"),
@@ -328,7 +357,26 @@ impl Field {
         (Field::IcmpCode, "icode", "IcmpCode"),
         (Field::Reason, "reason", "EndReason"),
         (Field::Vlan, "vlan", "Vlan"),
+        (Field::SrcMac, "smac", "SrcMac"),
+        (Field::DstMac, "dmac", "DstMac"),
+        (Field::SrcMinTtl, "sminttl", "sMinTTL"),
+        (Field::SrcMaxTtl, "smaxttl", "sMaxTTL"),
+        (Field::DstMinTtl, "dminttl", "dMinTTL"),
+        (Field::DstMaxTtl, "dmaxttl", "dMaxTTL"),
     ];
+
+    /// Whether the field needs each packet's Ethernet addresses or TTL read.
+    pub fn needs_extra(self) -> bool {
+        matches!(
+            self,
+            Field::SrcMac
+                | Field::DstMac
+                | Field::SrcMinTtl
+                | Field::SrcMaxTtl
+                | Field::DstMinTtl
+                | Field::DstMaxTtl
+        )
+    }
 
     /// ra's default columns, then Dur, TCP flags per direction, ICMP type and code, end reason.
     pub const DEFAULT: [Field; 19] = [
@@ -405,6 +453,8 @@ impl Field {
             Field::IcmpType | Field::IcmpCode => 8,
             Field::Reason => 9,
             Field::Vlan => 4,
+            Field::SrcMac | Field::DstMac => 17,
+            Field::SrcMinTtl | Field::SrcMaxTtl | Field::DstMinTtl | Field::DstMaxTtl => 7,
         }
     }
     fn numeric(self) -> bool {
@@ -418,6 +468,10 @@ impl Field {
                 | Field::IcmpType
                 | Field::IcmpCode
                 | Field::Vlan
+                | Field::SrcMinTtl
+                | Field::SrcMaxTtl
+                | Field::DstMinTtl
+                | Field::DstMaxTtl
         )
     }
 }
@@ -596,6 +650,32 @@ pub fn field_value(r: &FlowRecord, f: Field, machine: bool, out: &mut String) {
         }
         Field::Reason => out.push_str(r.reason.name()),
         Field::Vlan => push_u64(out, r.vlan.into()),
+        Field::SrcMac | Field::DstMac => {
+            let x = &r.extra;
+            if x.has_mac {
+                let m = if f == Field::SrcMac {
+                    x.src_mac
+                } else {
+                    x.dst_mac
+                };
+                for (i, b) in m.iter().enumerate() {
+                    if i > 0 {
+                        out.push(':');
+                    }
+                    let _ = write!(out, "{b:02x}");
+                }
+            }
+        }
+        Field::SrcMinTtl | Field::SrcMaxTtl | Field::DstMinTtl | Field::DstMaxTtl => {
+            let t = match f {
+                Field::SrcMinTtl | Field::SrcMaxTtl => r.extra.src_ttl,
+                _ => r.extra.dst_ttl,
+            };
+            if t[0] <= t[1] {
+                let max = matches!(f, Field::SrcMaxTtl | Field::DstMaxTtl);
+                push_u64(out, t[max as usize].into());
+            }
+        }
     }
 }
 
@@ -781,6 +861,7 @@ mod tests {
                 [1_700_000_000_223_456_789, 1_700_000_002_123_456_789],
             ],
             side_icmp: [[0; 2]; 2],
+            extra: Default::default(),
         }
     }
 

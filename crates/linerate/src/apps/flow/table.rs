@@ -11,10 +11,11 @@
 //! Nothing here allocates after [`FlowTable::new`]: records go into a caller's vector whose
 //! capacity the caller keeps.
 
+use super::extra::Extra;
 use super::key::{
     is_echo_request, PktInfo, E_LATER, K_ICMP_OTHER, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN,
 };
-use super::record::{EndReason, FlowRecord, State};
+use super::record::{EndReason, FlowRecord, RecordExtra, State};
 
 const NIL: u32 = u32::MAX;
 
@@ -118,7 +119,16 @@ struct Entry {
     closed: bool,
     /// Counters were reset by a status record and no packet came since.
     fresh: bool,
+    /// Ethernet address of side a, side b (from the flow's first packet: its source and its
+    /// destination), when the link has them.
+    mac: [[u8; 6]; 2],
+    has_mac: bool,
+    /// Smallest and largest TTL of side a's packets, side b's (min > max: none yet).
+    ttl: [[u8; 2]; 2],
 }
+
+/// No TTL seen yet: min above max.
+const NO_TTL: [[u8; 2]; 2] = [[u8::MAX, 0]; 2];
 
 #[derive(Clone, Copy)]
 struct List {
@@ -337,6 +347,13 @@ impl FlowTable {
             encap: e.encap,
             side_ns,
             side_icmp: [e.icmp_side[s], e.icmp_side[r]],
+            extra: RecordExtra {
+                src_mac: e.mac[s],
+                dst_mac: e.mac[r],
+                has_mac: e.has_mac,
+                src_ttl: e.ttl[s],
+                dst_ttl: e.ttl[r],
+            },
         })
     }
 
@@ -373,6 +390,7 @@ impl FlowTable {
         e.pkts = [0; 2];
         e.bytes = [0; 2];
         e.tcp = [0; 2];
+        e.ttl = NO_TTL;
         e.fresh = true;
         e.status_due = due;
         self.unlink(STATUS, i);
@@ -471,6 +489,20 @@ impl FlowTable {
         wire_len: u32,
         out: &mut Vec<FlowRecord>,
     ) {
+        self.packet_extra(p, h, ts, wire_len, &Extra::default(), out)
+    }
+
+    /// [`FlowTable::packet_hashed`] with the packet's Ethernet addresses and TTL (`x`).
+    #[inline]
+    pub fn packet_extra(
+        &mut self,
+        p: &PktInfo,
+        h: u32,
+        ts: u64,
+        wire_len: u32,
+        x: &Extra,
+        out: &mut Vec<FlowRecord>,
+    ) {
         self.now = self.now.max(ts);
         let now = self.now;
         let side = (!p.from_a) as usize;
@@ -516,8 +548,14 @@ impl FlowTable {
                     fresh: false,
                     icmp_type: p.icmp_type,
                     icmp_code: p.icmp_code,
+                    ttl: NO_TTL,
                     ..Entry::default()
                 };
+                if x.has_mac {
+                    e.mac[side] = x.smac;
+                    e.mac[1 - side] = x.dmac;
+                    e.has_mac = true;
+                }
                 let b = (h & self.mask) as usize;
                 e.chain = self.buckets[b];
                 self.buckets[b] = i;
@@ -547,6 +585,11 @@ impl FlowTable {
         }
         e.pkts[side] += 1;
         e.bytes[side] += wire_len as u64;
+        if x.has_ttl {
+            let t = &mut e.ttl[side];
+            t[0] = t[0].min(x.ttl);
+            t[1] = t[1].max(x.ttl);
+        }
         e.encap |= p.encap & !E_LATER;
         let whole = p.encap & E_LATER == 0;
         if tcp && whole {

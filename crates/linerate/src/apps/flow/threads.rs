@@ -339,6 +339,7 @@ struct ThreadEnd {
     packets: u64,
     bytes: u64,
     not_flow: [u64; NotFlow::COUNT],
+    filtered: u64,
     table: TableStats,
     bytes_per_flow: usize,
     table_bytes: usize,
@@ -498,6 +499,9 @@ impl Thread<'_> {
         for (i, d) in batch.descs().iter().enumerate() {
             self.bytes += d.wire_len as u64;
             self.packets += 1;
+            if !self.w.pass(batch.data(i), d.wire_len) {
+                continue;
+            }
             match parse(batch.data(i), &self.w) {
                 Ok(info) => {
                     let item = Item {
@@ -506,6 +510,7 @@ impl Thread<'_> {
                         wire_len: d.wire_len,
                         hash: ITEM,
                         info,
+                        extra: self.w.extra(batch.data(i)),
                     };
                     let o = owner(&info.key, self.nt);
                     if o == self.t {
@@ -600,6 +605,7 @@ fn thread_end(
         packets,
         bytes,
         not_flow: w.not_flow,
+        filtered: w.filtered,
         table: w.table.stats(),
         bytes_per_flow: w.table.bytes_per_flow(),
         table_bytes: w.table.memory_bytes(),
@@ -800,7 +806,10 @@ fn run_sources(
             let th = Thread {
                 t,
                 nt,
-                w: Worker::new(opts.table, link, opts.tunnels),
+                w: Worker {
+                    extras: opts.extras,
+                    ..Worker::new(opts.table, link, opts.tunnels, opts.filter.as_deref())
+                },
                 outs: out,
                 ins: inb,
                 sh: &sh,
@@ -881,6 +890,9 @@ impl SplitThread<'_> {
     fn route(&mut self, data: &[u8], ts: u64, wire_len: u32) {
         self.bytes += wire_len as u64;
         self.packets += 1;
+        if !self.w.pass(data, wire_len) {
+            return;
+        }
         match parse(data, &self.w) {
             Ok(info) => {
                 self.gclock = self.gclock.max(ts);
@@ -891,6 +903,7 @@ impl SplitThread<'_> {
                     wire_len,
                     hash: ITEM,
                     info,
+                    extra: self.w.extra(data),
                 });
             }
             Err(r) => self.w.not_flow[r as usize] += 1,
@@ -1073,7 +1086,10 @@ fn run_split(
         ths.push(SplitThread {
             t,
             nt,
-            w: Worker::new(opts.table, link, opts.tunnels),
+            w: Worker {
+                extras: opts.extras,
+                ..Worker::new(opts.table, link, opts.tunnels, opts.filter.as_deref())
+            },
             sh: &sh,
             records: rtx.clone(),
             stage: (0..nt).map(|_| Vec::new()).collect(),
@@ -1171,6 +1187,7 @@ fn report(ends: Vec<ThreadEnd>, t0: Instant, nt: usize) -> FlowReport {
         packets: 0,
         bytes: 0,
         not_flow: [0; NotFlow::COUNT],
+        filtered: 0,
         table: TableStats::default(),
         port: PortStats::default(),
         bytes_per_flow: 0,
@@ -1187,6 +1204,7 @@ fn report(ends: Vec<ThreadEnd>, t0: Instant, nt: usize) -> FlowReport {
         for (a, b) in r.not_flow.iter_mut().zip(e.not_flow) {
             *a += b;
         }
+        r.filtered += e.filtered;
         r.table = r.table.merged(&e.table);
         r.bytes_per_flow = e.bytes_per_flow;
         r.table_bytes += e.table_bytes;
