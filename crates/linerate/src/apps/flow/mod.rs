@@ -330,7 +330,12 @@ pub fn run(
         return threads::run_one_port(port, opts, stop, sink);
     }
     let t0 = Instant::now();
-    let mut w = Worker::new(opts.table, port.link_type(), opts.tunnels, opts.filter.as_deref());
+    let mut w = Worker::new(
+        opts.table,
+        port.link_type(),
+        opts.tunnels,
+        opts.filter.as_deref(),
+    );
     w.extras = opts.extras;
     let mut batch = Batch::new();
     let (mut packets, mut bytes) = (0u64, 0u64);
