@@ -217,7 +217,7 @@ pub struct IpfixOptions {
     pub uniflow: bool,
     /// Seconds between template re-sends.
     pub template_refresh_s: u32,
-    /// Export the Ethernet addresses and TTL ranges too ([`EXTRA_BI`]).
+    /// Export the Ethernet addresses and TTL ranges too (the `EXTRA_BI` table).
     pub extras: bool,
 }
 
