@@ -296,6 +296,10 @@ fn ipv4(d: &[u8], off: usize, b0: u8, p: &mut Parsed) -> Result<(), WireError> {
         };
         pr = nh;
         at += (usize::from(len) + 2) * 4;
+        // An AH longer than the packet: cut, the transport offset never past its end.
+        if at > end {
+            return Err(WireError::Truncated(Layer::Ipv4));
+        }
     }
     transport(d, at, end, pr, p)
 }
@@ -1014,6 +1018,13 @@ mod tests {
         // Cut inside the AH: a reason, no panic.
         let p = parse(&f[..14 + 21], LinkType::ETHERNET);
         assert!(p.stop.is_some());
+        // An AH whose length runs past the packet (the fuzzer's find): cut, and the transport
+        // offset stays inside the packet.
+        let mut long = ipv4(51, &[17, 200, 0, 0, 0, 0, 0, 1]);
+        long.extend_from_slice(&[0; 8]);
+        let p = parse(&long, LinkType::RAW);
+        assert!(p.stop.is_some());
+        assert!(p.l4.is_none_or(|o| o as usize <= long.len()));
     }
 
     #[test]
