@@ -438,3 +438,60 @@ fn prometheus_stores_the_final_counter_values() {
     assert!(n >= 2, "{r}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--metrics-textfile FILE` never follows a link planted at a predictable temporary name
+/// (`FILE.tmp` was one): the link's target keeps its content, FILE gets the figures, and runs
+/// writing the same FILE at once all succeed (each has its own temporary file).
+#[test]
+fn metrics_textfile_follows_no_planted_link_and_runs_do_not_collide() {
+    let dir = tmp("metrics-textfile-link");
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let file = dir.join("x.prom");
+    let mut tmp_name = file.as_os_str().to_owned();
+    tmp_name.push(".tmp");
+    std::os::unix::fs::symlink(&victim, &tmp_name).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["count", "-q", "-i"])
+        .arg(sample())
+        .arg("--metrics-textfile")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    let s = samples(&std::fs::read_to_string(&file).unwrap());
+    assert_eq!(sum_of(&s, "linerate_packets_total"), 2000);
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644, "mode {mode:o}");
+    // Eight runs on one FILE at once: every one exits 0 and no temporary file stays behind.
+    let shared = dir.join("same.prom");
+    let kids: Vec<Proc> = (0..8)
+        .map(|_| {
+            Proc(
+                Command::new(env!("CARGO_BIN_EXE_linerate"))
+                    .args(["count", "-q", "-i"])
+                    .arg(sample())
+                    .arg("--metrics-textfile")
+                    .arg(&shared)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    for mut k in kids {
+        assert!(k.wait(Duration::from_secs(60)).success());
+    }
+    let s = samples(&std::fs::read_to_string(&shared).unwrap());
+    assert_eq!(sum_of(&s, "linerate_packets_total"), 2000);
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp") && n != "x.prom.tmp")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -41,7 +41,7 @@ pub struct MetricsArgs {
     #[arg(long, value_name = "SECONDS", value_parser = flags::duration(flags::WAIT))]
     pub metrics_linger: Option<Duration>,
     /// At the end, write the final figures (the summary's, in Prometheus' text format) to FILE
-    /// atomically (FILE.tmp, then rename), for node_exporter's textfile collector (name it
+    /// atomically (a new temporary file beside it, then rename), for node_exporter's textfile collector (name it
     /// *.prom in its --collector.textfile.directory).
     #[arg(long, value_name = "FILE")]
     pub metrics_textfile: Option<PathBuf>,
@@ -61,24 +61,61 @@ struct End {
 
 static END: Mutex<Option<End>> = Mutex::new(None);
 
-/// `FILE.tmp` beside `FILE`: the same file system, so that the rename is atomic.
-fn tmp_of(file: &Path) -> PathBuf {
-    let mut t = file.as_os_str().to_owned();
-    t.push(".tmp");
-    PathBuf::from(t)
+/// A new file beside `file` (the same file system, so that the rename is atomic), named
+/// `.FILE.PID.N.tmp` and created with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0644: never a file or
+/// link already there (another user's link planted at a predictable name is not followed, and
+/// runs writing the same FILE at once each get their own).
+fn create_tmp_beside(file: &Path) -> std::io::Result<(std::fs::File, PathBuf)> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    use std::sync::atomic::AtomicU64;
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = file
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    loop {
+        let mut n = std::ffi::OsString::from(".");
+        n.push(name);
+        n.push(format!(
+            ".{}.{}.{nanos:x}.tmp",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let tmp = dir.join(n);
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+        {
+            Ok(f) => return Ok((f, tmp)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
-/// Writes `text` to `file` atomically: a reader sees the old file or the whole new one.
+/// Writes `text` to `file` atomically: a reader sees the old file or the whole new one. The
+/// text goes to a new temporary file beside it ([`create_tmp_beside`]), synced, then renamed
+/// over `file` (a link at `file` itself is replaced, not followed).
 fn write_atomic(file: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
-    let tmp = tmp_of(file);
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
+    let (mut f, tmp) = create_tmp_beside(file)?;
+    let written = f.write_all(text.as_bytes()).and_then(|()| f.sync_all());
     drop(f);
-    std::fs::rename(&tmp, file).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    written
+        .and_then(|()| std::fs::rename(&tmp, file))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
 }
 
 /// Whether [`finish`] says on standard error that the endpoint stays up (for a tool that
@@ -162,21 +199,21 @@ fn start_inner(
     if a.metrics.is_none() {
         if let Some(l) = a.metrics_linger {
             return Err(usage(format!(
-                "--metrics-linger {} s keeps the --metrics endpoint up after the summary: give                  --metrics ADDR too",
+                "--metrics-linger {} s keeps the --metrics endpoint up after the summary: give \
+                 --metrics ADDR too",
                 l.as_secs_f64()
             )));
         }
     }
     if let Some(f) = &a.metrics_textfile {
-        // Checked before any output: the file's folder takes FILE.tmp (then removed).
-        let tmp = tmp_of(f);
-        std::fs::File::create(&tmp)
-            .and_then(|_| std::fs::remove_file(&tmp))
+        // Checked before any output: a temporary file of its own can be made beside FILE
+        // (then removed), as at the end.
+        create_tmp_beside(f)
+            .and_then(|(_, tmp)| std::fs::remove_file(&tmp))
             .map_err(|e| {
                 usage(format!(
-                    "--metrics-textfile {}: cannot write {} beside it: {e}",
-                    f.display(),
-                    tmp.display()
+                    "--metrics-textfile {}: cannot write a file in its folder: {e}",
+                    f.display()
                 ))
             })?;
     }
