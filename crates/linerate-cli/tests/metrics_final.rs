@@ -495,3 +495,56 @@ fn metrics_textfile_follows_no_planted_link_and_runs_do_not_collide() {
     assert!(left.is_empty(), "{left:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Starts `count` on a live capture of loopback (only read: nothing is sent), stopped only by a
+/// signal, with `--metrics` and the default 30 s linger; returns it with its standard error once
+/// the endpoint is up. A live port's stop takes a poll interval: the window in which a second
+/// signal used to be lost.
+fn live_count() -> (Proc, BufReader<std::process::ChildStderr>) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args([
+            "count",
+            "--json",
+            "-i",
+            "afpacket:lo",
+            "--metrics",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = BufReader::new(c.stderr.take().unwrap());
+    std::thread::sleep(Duration::from_millis(1200));
+    (Proc(c), err)
+}
+
+/// Two stop signals 10 ms apart (a double Ctrl-C, or `kill` twice) end a live run and skip the
+/// linger; one signal stops the run and leaves the linger serving, and the next ends it at once.
+#[test]
+fn a_second_stop_signal_ends_the_metrics_linger_however_soon() {
+    if !linerate::os::is_root() {
+        linerate_test_support::skip("a live capture of loopback needs root");
+        return;
+    }
+    let (mut p, _err) = live_count();
+    let t0 = Instant::now();
+    // The PID of the child we started, twice 10 ms apart (with no gap at all the kernel may
+    // merge them into one: a signal already pending is not queued again).
+    let _ = linerate::os::signal(p.0.id(), libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(10));
+    let _ = linerate::os::signal(p.0.id(), libc::SIGTERM);
+    assert!(p.wait(Duration::from_secs(40)).success());
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+
+    let (mut p, mut err) = live_count();
+    let _ = linerate::os::signal(p.0.id(), libc::SIGINT);
+    let said = lines_until(&mut err, "--metrics-linger", &mut None);
+    assert!(said.last().unwrap().contains("for 30 s"), "{said:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(p.0.try_wait().unwrap().is_none(), "the linger serves");
+    let t0 = Instant::now();
+    let _ = linerate::os::signal(p.0.id(), libc::SIGINT);
+    assert!(p.wait(Duration::from_secs(40)).success());
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+}

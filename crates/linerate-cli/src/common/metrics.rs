@@ -37,7 +37,8 @@ pub struct MetricsArgs {
     pub metrics: Option<String>,
     /// After the summary, keep serving --metrics (its final figures, the summary's) this long,
     /// so that a last scrape gets them; default 30 s with --metrics (two scrapes at the usual
-    /// 15 s interval), 0: exit at once. A signal ends the wait.
+    /// 15 s interval), 0: exit at once. A stop signal ends the wait at once (the one that
+    /// stopped a live run leaves it serving; a second one, even at once, ends it).
     #[arg(long, value_name = "SECONDS", value_parser = flags::duration(flags::WAIT))]
     pub metrics_linger: Option<Duration>,
     /// At the end, write the final figures (the summary's, in Prometheus' text format) to FILE
@@ -150,8 +151,14 @@ pub fn finish(ran: bool) -> anyhow::Result<()> {
     }
     if let Some(ep) = &end.endpoint {
         if !end.linger.is_zero() {
-            // Armed before the note: a signal sent once it is read ends the wait.
-            let stop = super::fresh_stop_flag();
+            // Every stop signal is counted from the tool's start, each one even when two come
+            // at once. The one that stopped a live run (or one during its summary) leaves the
+            // linger serving; any further one, before or during it, ends it at once.
+            let seen = super::signals_for_wait();
+            if seen >= 2 {
+                drop(end);
+                return result;
+            }
             if !end.quiet {
                 // Not eprintln!: standard error may be gone by now (a closed terminal).
                 use std::io::Write as _;
@@ -163,8 +170,8 @@ pub fn finish(ran: bool) -> anyhow::Result<()> {
                 );
             }
             let t0 = Instant::now();
-            while t0.elapsed() < end.linger && !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(20));
+            while t0.elapsed() < end.linger && linerate::os::signal_count() == seen {
+                std::thread::sleep(Duration::from_millis(10));
             }
         }
     }
