@@ -657,6 +657,9 @@ impl UdpExporter {
     /// Sends what is buffered, then waits up to `wait` for refusals of the last messages (a
     /// collector's host answers within a round trip; on loopback at once).
     pub fn finish(&mut self, wait: std::time::Duration) {
+        // The last message leaves now: it carries this time, not its records' arrival's.
+        self.enc
+            .set_export_time((crate::time::wall_ns() / 1_000_000_000) as u32);
         let link = &mut self.link;
         self.enc.flush(&mut |m, n| link.send(m, n));
         self.opened_at = None;
@@ -970,6 +973,34 @@ mod tests {
         x.tick();
         assert!(rx.recv(&mut buf).is_err());
         assert_eq!(x.stats().messages, 1);
+    }
+
+    /// The message that [`UdpExporter::finish`] sends (a record still waiting for its flush
+    /// interval at the end) carries the time it is sent, not the time its records came.
+    #[test]
+    fn the_last_message_at_finish_carries_the_time_it_is_sent() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        let mut x = UdpExporter::new(rx.local_addr().unwrap(), IpfixOptions::default()).unwrap();
+        x.set_flush(std::time::Duration::from_secs(3600));
+        let mut r = rec(false, 1);
+        let came = crate::time::wall_ns();
+        r.last_ns = came;
+        r.start_ns = came - 1_000_000_000;
+        x.records(&[r]);
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let sent_s = crate::time::wall_ns() / 1_000_000_000;
+        x.finish(std::time::Duration::from_millis(10));
+        let mut buf = [0u8; 2048];
+        let n = rx.recv(&mut buf).expect("the last message");
+        let (_, data, _) = decode(&[buf[..n].to_vec()]);
+        assert_eq!(data.len(), 1);
+        let export_s = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]) as u64;
+        assert!(
+            export_s >= sent_s,
+            "{export_s} < {sent_s}: stamped when the record came"
+        );
     }
 
     /// Uniflow records carry their own direction's times, ICMP type/code and TCP flags; a
