@@ -260,6 +260,40 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             })?)
         }
     };
+    // The collector's socket is opened and connected (an unreachable network fails here) before
+    // any output is started: a failure leaves the -w file, the metrics textfile and endpoint
+    // untouched, as the Kafka connection above does.
+    let ipfix = match &a.ipfix {
+        None => None,
+        Some(dest) => {
+            let with_port = ipfix_dest(dest);
+            let addr = with_port
+                .to_socket_addrs()
+                .map_err(|e| usage(format!("--ipfix {dest}: {e}")))?
+                .next()
+                .ok_or_else(|| usage(format!("--ipfix {dest}: no address")))?;
+            if addr.port() == 0 {
+                return Err(usage(format!(
+                    "--ipfix {dest}: port 0 is no port: a port between 1 and 65535 (4739 by \
+                     default)"
+                )));
+            }
+            let opts = IpfixOptions {
+                domain: a.ipfix_domain,
+                max_message: a.ipfix_mtu as usize,
+                uniflow: a.ipfix_uniflow,
+                ..Default::default()
+            };
+            let mut x = UdpExporter::new(addr, opts).map_err(|e| match e {
+                IpfixError::MessageSize { .. } => {
+                    usage(format!("--ipfix-mtu {}: {e}", a.ipfix_mtu))
+                }
+                e => anyhow::Error::new(e).context(format!("--ipfix {dest}")),
+            })?;
+            x.set_flush(a.ipfix_flush);
+            Some((x, addr))
+        }
+    };
     // The endpoint renders at each scrape, on its own thread, from the input loop's counters
     // and the exporter's; the summary's figures replace them at the end.
     let live = Arc::new(FlowLive::default());
@@ -304,37 +338,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             Some(Box::new(RecordFile::stdout(OUT_BUF)))
         }
         None => None,
-    };
-    let ipfix = match &a.ipfix {
-        None => None,
-        Some(dest) => {
-            let with_port = ipfix_dest(dest);
-            let addr = with_port
-                .to_socket_addrs()
-                .map_err(|e| usage(format!("--ipfix {dest}: {e}")))?
-                .next()
-                .ok_or_else(|| usage(format!("--ipfix {dest}: no address")))?;
-            if addr.port() == 0 {
-                return Err(usage(format!(
-                    "--ipfix {dest}: port 0 is no port: a port between 1 and 65535 (4739 by \
-                     default)"
-                )));
-            }
-            let opts = IpfixOptions {
-                domain: a.ipfix_domain,
-                max_message: a.ipfix_mtu as usize,
-                uniflow: a.ipfix_uniflow,
-                ..Default::default()
-            };
-            let mut x = UdpExporter::new(addr, opts).map_err(|e| match e {
-                IpfixError::MessageSize { .. } => {
-                    usage(format!("--ipfix-mtu {}: {e}", a.ipfix_mtu))
-                }
-                e => anyhow::Error::new(e).context(format!("--ipfix {dest}")),
-            })?;
-            x.set_flush(a.ipfix_flush);
-            Some((x, addr))
-        }
     };
     let is_live = input.is_live();
     let opts = FlowOptions {
