@@ -551,3 +551,20 @@ fn an_ipfix_start_up_failure_touches_no_output() {
     assert!(!prom.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// --ipfix-uniflow shapes IPFIX records: without --ipfix it cannot apply and is refused.
+#[test]
+fn ipfix_uniflow_without_ipfix_is_refused() {
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["flows", "-q", "--ipfix-uniflow", "-i"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap"))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("--ipfix-uniflow") && e.contains("--ipfix HOST"),
+        "{e}"
+    );
+    assert!(o.stdout.is_empty());
+}

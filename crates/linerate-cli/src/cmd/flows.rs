@@ -56,7 +56,8 @@ pub struct Args {
     /// Export records over IPFIX/UDP to HOST[:PORT] (port 4739 by default).
     #[arg(long, value_name = "HOST:PORT")]
     ipfix: Option<String>,
-    /// Export each flow as two uniflow IPFIX records instead of one RFC 5103 biflow.
+    /// Export each flow as two uniflow IPFIX records instead of one RFC 5103 biflow (with
+    /// --ipfix only).
     #[arg(long)]
     ipfix_uniflow: bool,
     /// Largest IPFIX message in bytes (the UDP payload): at least 285 (220 with
@@ -190,6 +191,12 @@ fn secs_ns(d: Duration) -> u64 {
 /// Runs `linerate flows`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let stop = stop_flag()?;
+    if a.ipfix_uniflow && a.ipfix.is_none() {
+        return Err(usage(
+            "--ipfix-uniflow shapes the records sent to an IPFIX collector: give --ipfix \
+             HOST[:PORT] too",
+        ));
+    }
     let min = ipfix::min_message(a.ipfix_uniflow);
     if a.ipfix_mtu < min as u64 || a.ipfix_mtu > ipfix::MAX_MESSAGE as u64 {
         return Err(usage(format!(
