@@ -548,3 +548,60 @@ fn a_second_stop_signal_ends_the_metrics_linger_however_soon() {
     assert!(p.wait(Duration::from_secs(40)).success());
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
 }
+
+/// A --metrics-textfile that names a folder (an existing one, or a path ending in /) or another
+/// file of the run (-w, -i) is refused at the start (exit 2), before any output: nothing runs,
+/// the other file keeps its content.
+#[test]
+fn metrics_textfile_that_is_a_folder_or_another_file_is_refused_at_the_start() {
+    let dir = tmp("metrics-textfile-paths");
+    let folder = dir.join("d.prom");
+    std::fs::create_dir_all(&folder).unwrap();
+    let slash = format!("{}/", dir.display());
+    let keep = dir.join("keep.csv");
+    std::fs::write(&keep, "precious\n").unwrap();
+    let keep_s = keep.to_str().unwrap().to_string();
+    let dotted = format!("{}/./keep.csv", dir.display());
+    let cases: Vec<Vec<String>> = vec![
+        vec![
+            "count".into(),
+            "--metrics-textfile".into(),
+            folder.to_str().unwrap().into(),
+        ],
+        vec!["count".into(), "--metrics-textfile".into(), slash],
+        vec![
+            "flows".into(),
+            "-w".into(),
+            keep_s.clone(),
+            "--metrics-textfile".into(),
+            dotted,
+        ],
+        vec![
+            "count".into(),
+            "-w".into(),
+            keep_s.clone(),
+            "--metrics-textfile".into(),
+            keep_s,
+        ],
+    ];
+    for c in cases {
+        let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+            .args(&c[..1])
+            .args(["-q", "-i"])
+            .arg(sample())
+            .args(&c[1..])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{c:?}: {e}");
+        assert!(e.contains("--metrics-textfile"), "{c:?}: {e}");
+        assert!(!e.contains("Summary"), "{c:?}: ran: {e}");
+        assert_eq!(
+            std::fs::read_to_string(&keep).unwrap(),
+            "precious\n",
+            "{c:?}"
+        );
+        assert!(folder.is_dir());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

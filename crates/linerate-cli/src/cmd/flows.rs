@@ -227,6 +227,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some("jsonl") | Some("json") => Format::Jsonl,
         Some(f) => return Err(usage(format!("--format: '{f}' (use text, csv or jsonl)"))),
     };
+    metrics::refuse_textfile_as(
+        &a.metrics,
+        &[("-w", a.write.as_deref()), ("-i", Some(a.input.as_str()))],
+    )?;
     let kafka = match &a.kafka {
         None => None,
         Some(target) => {

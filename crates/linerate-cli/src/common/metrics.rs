@@ -179,6 +179,49 @@ pub fn finish(ran: bool) -> anyhow::Result<()> {
     result
 }
 
+/// Whether `a` and `b` name the same file: the same device and inode when both exist, else the
+/// same name in the same (resolved) folder.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        return x.dev() == y.dev() && x.ino() == y.ino();
+    }
+    let place = |p: &Path| {
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        (
+            std::fs::canonicalize(dir).ok(),
+            p.file_name().map(|n| n.to_owned()),
+        )
+    };
+    let (x, y) = (place(a), place(b));
+    x.0.is_some() && x == y
+}
+
+/// Refuses (a usage error, exit 2) a `--metrics-textfile` that is also one of the run's other
+/// files (`flag`, its path; "-" and None are skipped): the final figures would replace them.
+/// Called before any output is started.
+pub fn refuse_textfile_as(a: &MetricsArgs, files: &[(&str, Option<&str>)]) -> anyhow::Result<()> {
+    let Some(f) = &a.metrics_textfile else {
+        return Ok(());
+    };
+    for &(flag, p) in files {
+        let Some(p) = p.filter(|p| *p != "-") else {
+            continue;
+        };
+        if same_file(f, Path::new(p)) {
+            return Err(usage(format!(
+                "--metrics-textfile {}: the same file as {flag} {p}: the final figures would \
+                 replace it (name another file)",
+                f.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Starts the endpoint of `--metrics ADDR`, if given; it serves what [`Metrics::publish`] last
 /// set (the common families at 0 until then). With `--metrics-textfile` alone there is no
 /// endpoint, but the figures are published all the same (for the file, at the end).
@@ -213,6 +256,17 @@ fn start_inner(
         }
     }
     if let Some(f) = &a.metrics_textfile {
+        let refuse = |why: &str| usage(format!("--metrics-textfile {}: {why}", f.display()));
+        if f.as_os_str().as_encoded_bytes().ends_with(b"/") {
+            return Err(refuse(
+                "a folder (ends in /): name the file, e.g. DIR/linerate.prom",
+            ));
+        }
+        if std::fs::metadata(f).is_ok_and(|m| m.is_dir()) {
+            return Err(refuse(
+                "is a folder: name a file in it, e.g. DIR/linerate.prom",
+            ));
+        }
         // Checked before any output: a temporary file of its own can be made beside FILE
         // (then removed), as at the end.
         create_tmp_beside(f)
