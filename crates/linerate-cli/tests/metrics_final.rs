@@ -605,3 +605,33 @@ fn metrics_textfile_that_is_a_folder_or_another_file_is_refused_at_the_start() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// -q prints only the summary, but the default linger (not asked for) is still announced on
+/// standard error when it starts; an explicit --metrics-linger stays quiet with -q.
+#[test]
+fn the_default_linger_is_announced_even_with_q() {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["count", "-q", "-i"])
+        .arg(sample())
+        .args(["--metrics", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(c.stderr.take().unwrap());
+    let mut p = Proc(c);
+    let said = lines_until(&mut err, "--metrics-linger", &mut None);
+    assert!(said.last().unwrap().contains("for 30 s"), "{said:?}");
+    // The PID of the child we started.
+    let _ = linerate::os::signal(p.0.id(), libc::SIGINT);
+    assert!(p.wait(Duration::from_secs(5)).success());
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["count", "-q", "-i"])
+        .arg(sample())
+        .args(["--metrics", "127.0.0.1:0", "--metrics-linger", "0.2"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!e.contains("Metrics stay"), "{e}");
+}

@@ -58,6 +58,8 @@ struct End {
     linger: Duration,
     textfile: Option<PathBuf>,
     quiet: bool,
+    /// `--metrics-linger` given: the user knows about the wait (-q then hides its note).
+    explicit: bool,
 }
 
 static END: Mutex<Option<End>> = Mutex::new(None);
@@ -159,7 +161,9 @@ pub fn finish(ran: bool) -> anyhow::Result<()> {
                 drop(end);
                 return result;
             }
-            if !end.quiet {
+            // -q prints only the summary, but a wait the user did not ask for (the default
+            // linger) is announced all the same: a silent 30 s looks like a hang.
+            if !end.quiet || !end.explicit {
                 // Not eprintln!: standard error may be gone by now (a closed terminal).
                 use std::io::Write as _;
                 let _ = writeln!(
@@ -319,6 +323,7 @@ fn start_inner(
             linger: a.metrics_linger.unwrap_or(DEFAULT_LINGER),
             textfile: a.metrics_textfile.clone(),
             quiet,
+            explicit: a.metrics_linger.is_some(),
         });
     }
     Ok(Some(Metrics {
