@@ -568,3 +568,36 @@ fn ipfix_uniflow_without_ipfix_is_refused() {
     );
     assert!(o.stdout.is_empty());
 }
+
+/// A collector that refuses every message (a closed port on loopback): exit 1, and the final
+/// metrics say so, with the IPFIX export's counters in the textfile.
+#[test]
+fn ipfix_failures_are_in_the_final_metrics() {
+    let dir = std::env::temp_dir().join(format!("linerate-ipfix-prom-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prom = dir.join("fi.prom");
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["flows", "-q", "-i"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap"))
+        .args(["--ipfix", "127.0.0.1:9", "--metrics-textfile"])
+        .arg(&prom)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let text = std::fs::read_to_string(&prom).unwrap();
+    let value = |family: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{family}{{collector=\"127.0.0.1:9\"}}")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {family}: {text}"))
+    };
+    let records = value("linerate_flows_ipfix_records_total");
+    assert!(records > 0);
+    assert_eq!(value("linerate_flows_ipfix_failed_records_total"), records);
+    assert_eq!(
+        value("linerate_flows_ipfix_failed_messages_total"),
+        value("linerate_flows_ipfix_messages_total")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -454,7 +454,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     });
     if let Some(m) = &metrics {
         let k = kstats.as_ref().map(|(s, o, _)| (s, o));
-        publish(m, &a.input, &report, k);
+        publish(m, &a.input, &report, k, export.as_ref());
     }
     if !a.quiet {
         let mut err = std::io::stderr();
@@ -513,6 +513,7 @@ fn publish(
     input: &str,
     r: &FlowReport,
     k: Option<(&KafkaStats, &KafkaOptions)>,
+    x: Option<&(ExportStats, std::net::SocketAddr)>,
 ) {
     let mut e = m.exposition();
     let c = PortCount {
@@ -558,6 +559,34 @@ fn publish(
     );
     if let Some((s, o)) = k {
         e.append(&s.prometheus(&o.topic, &o.probe));
+    }
+    if let Some((s, to)) = x {
+        let to = to.to_string();
+        let l = [("collector", to.as_str())];
+        e.counter(
+            "linerate_flows_ipfix_messages_total",
+            "IPFIX messages handed to the socket.",
+            &l,
+            s.messages,
+        );
+        e.counter(
+            "linerate_flows_ipfix_records_total",
+            "IPFIX data records in those messages.",
+            &l,
+            s.records,
+        );
+        e.counter(
+            "linerate_flows_ipfix_failed_messages_total",
+            "IPFIX messages that failed (refused by the socket or the collector's host).",
+            &l,
+            s.failed_messages,
+        );
+        e.counter(
+            "linerate_flows_ipfix_failed_records_total",
+            "IPFIX data records in the failed messages.",
+            &l,
+            s.failed_records,
+        );
     }
     m.publish(&e);
 }
