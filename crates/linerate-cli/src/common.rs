@@ -89,6 +89,9 @@ pub fn stop_signals() -> Vec<i32> {
 pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     let sigs = stop_signals();
+    // Counted too: a signal that comes after the run began to stop ends the linger of
+    // --metrics (metrics::finish), however soon after the first.
+    linerate::os::count_signals(&sigs)?;
     for &sig in &sigs {
         // Set at once from the handler; the thread below sees repeats.
         signal_hook::flag::register(sig, stop.clone())?;
@@ -119,15 +122,14 @@ pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
 /// Times a tool re-armed its stop flag ([`rearm_stop`]).
 static REARMED: AtomicU64 = AtomicU64::new(0);
 
-/// A new flag set by the next stop signal, which counts as a first one (no forced stop): for a
-/// wait after the summary that a signal ends.
-pub fn fresh_stop_flag() -> Arc<AtomicBool> {
-    let flag = Arc::new(AtomicBool::new(false));
+/// For a wait after the summary that a signal ends: the stop signals received so far
+/// ([`linerate::os::signal_count`]; counting starts now if the tool did not call [`stop_flag`]),
+/// and from now on the next signal counts as a first one (no forced stop). The wait ends when
+/// the count grows.
+pub fn signals_for_wait() -> u64 {
+    let _ = linerate::os::count_signals(&stop_signals());
     REARMED.fetch_add(1, Ordering::SeqCst);
-    for sig in stop_signals() {
-        let _ = signal_hook::flag::register(sig, flag.clone());
-    }
-    flag
+    linerate::os::signal_count()
 }
 
 /// Clears `stop` so that a new signal asks for a new stop (flows does so to wait for Kafka's

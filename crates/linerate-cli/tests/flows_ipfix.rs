@@ -516,3 +516,88 @@ fn tshark_reads_uniflow_records_with_each_directions_own_figures() {
         );
     }
 }
+
+/// A collector the socket cannot be connected to (the limited broadcast address without
+/// SO_BROADCAST: refused by connect(2), as an unreachable network is) fails the run before any
+/// output is started: the -w file keeps its content, no metrics textfile is written and the
+/// endpoint does not linger.
+#[test]
+fn an_ipfix_start_up_failure_touches_no_output() {
+    let dir = std::env::temp_dir().join(format!("linerate-ipfix-start-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keep = dir.join("keep.csv");
+    std::fs::write(&keep, "precious\n").unwrap();
+    let prom = dir.join("keep.prom");
+    let t0 = Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["flows", "-i"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap"))
+        .args(["--ipfix", "255.255.255.255", "-w"])
+        .arg(&keep)
+        .arg("--metrics-textfile")
+        .arg(&prom)
+        .args(["--metrics", "127.0.0.1:0", "--metrics-linger", "5"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("--ipfix 255.255.255.255"), "{e}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(4),
+        "lingered: {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(std::fs::read_to_string(&keep).unwrap(), "precious\n");
+    assert!(!prom.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// --ipfix-uniflow shapes IPFIX records: without --ipfix it cannot apply and is refused.
+#[test]
+fn ipfix_uniflow_without_ipfix_is_refused() {
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["flows", "-q", "--ipfix-uniflow", "-i"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap"))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("--ipfix-uniflow") && e.contains("--ipfix HOST"),
+        "{e}"
+    );
+    assert!(o.stdout.is_empty());
+}
+
+/// A collector that refuses every message (a closed port on loopback): exit 1, and the final
+/// metrics say so, with the IPFIX export's counters in the textfile.
+#[test]
+fn ipfix_failures_are_in_the_final_metrics() {
+    let dir = std::env::temp_dir().join(format!("linerate-ipfix-prom-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prom = dir.join("fi.prom");
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["flows", "-q", "-i"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap"))
+        .args(["--ipfix", "127.0.0.1:9", "--metrics-textfile"])
+        .arg(&prom)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let text = std::fs::read_to_string(&prom).unwrap();
+    let value = |family: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{family}{{collector=\"127.0.0.1:9\"}}")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {family}: {text}"))
+    };
+    let records = value("linerate_flows_ipfix_records_total");
+    assert!(records > 0);
+    assert_eq!(value("linerate_flows_ipfix_failed_records_total"), records);
+    assert_eq!(
+        value("linerate_flows_ipfix_failed_messages_total"),
+        value("linerate_flows_ipfix_messages_total")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

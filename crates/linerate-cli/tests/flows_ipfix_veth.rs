@@ -335,3 +335,34 @@ fn nfcapd_receives_a_lone_flow_within_2_s_of_its_idle_timeout() {
         "nfdump shows: {text}"
     );
 }
+
+/// A dead collector on the link (198.18.0.9: no host answers its ARP): the messages wait in the
+/// socket's queue for an address that never comes. At the end flows waits for the kernel to
+/// give up on them and counts their records failed (exit 1), instead of exiting 0 with every
+/// record lost.
+#[test]
+fn a_dead_on_link_collector_counts_its_records_failed() {
+    if !netns::require_priv() {
+        return;
+    }
+    let pair = NetnsPair::new().expect("netns pair");
+    pair.no_ipv6().expect("no ipv6");
+    let o = Command::new("ip")
+        .args(["netns", "exec", pair.ns(Side::B)])
+        .arg(env!("CARGO_BIN_EXE_linerate"))
+        .args(["flows", "--json", "-i"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap"))
+        .args(["--ipfix", "198.18.0.9:4739"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    let summary: serde_json::Value = e
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .find(|v: &serde_json::Value| v["type"] == "summary")
+        .unwrap_or_else(|| panic!("no summary: {e}"));
+    let x = &summary["ipfix"];
+    assert!(x["records"].as_u64().unwrap() > 0, "{x}");
+    assert_eq!(x["failed_records"], x["records"], "{x}");
+}

@@ -438,3 +438,200 @@ fn prometheus_stores_the_final_counter_values() {
     assert!(n >= 2, "{r}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--metrics-textfile FILE` never follows a link planted at a predictable temporary name
+/// (`FILE.tmp` was one): the link's target keeps its content, FILE gets the figures, and runs
+/// writing the same FILE at once all succeed (each has its own temporary file).
+#[test]
+fn metrics_textfile_follows_no_planted_link_and_runs_do_not_collide() {
+    let dir = tmp("metrics-textfile-link");
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let file = dir.join("x.prom");
+    let mut tmp_name = file.as_os_str().to_owned();
+    tmp_name.push(".tmp");
+    std::os::unix::fs::symlink(&victim, &tmp_name).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["count", "-q", "-i"])
+        .arg(sample())
+        .arg("--metrics-textfile")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    let s = samples(&std::fs::read_to_string(&file).unwrap());
+    assert_eq!(sum_of(&s, "linerate_packets_total"), 2000);
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644, "mode {mode:o}");
+    // Eight runs on one FILE at once: every one exits 0 and no temporary file stays behind.
+    let shared = dir.join("same.prom");
+    let kids: Vec<Proc> = (0..8)
+        .map(|_| {
+            Proc(
+                Command::new(env!("CARGO_BIN_EXE_linerate"))
+                    .args(["count", "-q", "-i"])
+                    .arg(sample())
+                    .arg("--metrics-textfile")
+                    .arg(&shared)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    for mut k in kids {
+        assert!(k.wait(Duration::from_secs(60)).success());
+    }
+    let s = samples(&std::fs::read_to_string(&shared).unwrap());
+    assert_eq!(sum_of(&s, "linerate_packets_total"), 2000);
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp") && n != "x.prom.tmp")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Starts `count` on a live capture of loopback (only read: nothing is sent), stopped only by a
+/// signal, with `--metrics` and the default 30 s linger; returns it with its standard error once
+/// the endpoint is up. A live port's stop takes a poll interval: the window in which a second
+/// signal used to be lost.
+fn live_count() -> (Proc, BufReader<std::process::ChildStderr>) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args([
+            "count",
+            "--json",
+            "-i",
+            "afpacket:lo",
+            "--metrics",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = BufReader::new(c.stderr.take().unwrap());
+    std::thread::sleep(Duration::from_millis(1200));
+    (Proc(c), err)
+}
+
+/// Two stop signals 10 ms apart (a double Ctrl-C, or `kill` twice) end a live run and skip the
+/// linger; one signal stops the run and leaves the linger serving, and the next ends it at once.
+#[test]
+fn a_second_stop_signal_ends_the_metrics_linger_however_soon() {
+    if !linerate::os::is_root() {
+        linerate_test_support::skip("a live capture of loopback needs root");
+        return;
+    }
+    let (mut p, _err) = live_count();
+    let t0 = Instant::now();
+    // The PID of the child we started, twice 10 ms apart (with no gap at all the kernel may
+    // merge them into one: a signal already pending is not queued again).
+    let _ = linerate::os::signal(p.0.id(), libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(10));
+    let _ = linerate::os::signal(p.0.id(), libc::SIGTERM);
+    assert!(p.wait(Duration::from_secs(40)).success());
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+
+    let (mut p, mut err) = live_count();
+    let _ = linerate::os::signal(p.0.id(), libc::SIGINT);
+    let said = lines_until(&mut err, "--metrics-linger", &mut None);
+    assert!(said.last().unwrap().contains("for 30 s"), "{said:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(p.0.try_wait().unwrap().is_none(), "the linger serves");
+    let t0 = Instant::now();
+    let _ = linerate::os::signal(p.0.id(), libc::SIGINT);
+    assert!(p.wait(Duration::from_secs(40)).success());
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+}
+
+/// A --metrics-textfile that names a folder (an existing one, or a path ending in /) or another
+/// file of the run (-w, -i) is refused at the start (exit 2), before any output: nothing runs,
+/// the other file keeps its content.
+#[test]
+fn metrics_textfile_that_is_a_folder_or_another_file_is_refused_at_the_start() {
+    let dir = tmp("metrics-textfile-paths");
+    let folder = dir.join("d.prom");
+    std::fs::create_dir_all(&folder).unwrap();
+    let slash = format!("{}/", dir.display());
+    let keep = dir.join("keep.csv");
+    std::fs::write(&keep, "precious\n").unwrap();
+    let keep_s = keep.to_str().unwrap().to_string();
+    let dotted = format!("{}/./keep.csv", dir.display());
+    let cases: Vec<Vec<String>> = vec![
+        vec![
+            "count".into(),
+            "--metrics-textfile".into(),
+            folder.to_str().unwrap().into(),
+        ],
+        vec!["count".into(), "--metrics-textfile".into(), slash],
+        vec![
+            "flows".into(),
+            "-w".into(),
+            keep_s.clone(),
+            "--metrics-textfile".into(),
+            dotted,
+        ],
+        vec![
+            "count".into(),
+            "-w".into(),
+            keep_s.clone(),
+            "--metrics-textfile".into(),
+            keep_s,
+        ],
+    ];
+    for c in cases {
+        let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+            .args(&c[..1])
+            .args(["-q", "-i"])
+            .arg(sample())
+            .args(&c[1..])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{c:?}: {e}");
+        assert!(e.contains("--metrics-textfile"), "{c:?}: {e}");
+        assert!(!e.contains("Summary"), "{c:?}: ran: {e}");
+        assert_eq!(
+            std::fs::read_to_string(&keep).unwrap(),
+            "precious\n",
+            "{c:?}"
+        );
+        assert!(folder.is_dir());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// -q prints only the summary, but the default linger (not asked for) is still announced on
+/// standard error when it starts; an explicit --metrics-linger stays quiet with -q.
+#[test]
+fn the_default_linger_is_announced_even_with_q() {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["count", "-q", "-i"])
+        .arg(sample())
+        .args(["--metrics", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(c.stderr.take().unwrap());
+    let mut p = Proc(c);
+    let said = lines_until(&mut err, "--metrics-linger", &mut None);
+    assert!(said.last().unwrap().contains("for 30 s"), "{said:?}");
+    // The PID of the child we started.
+    let _ = linerate::os::signal(p.0.id(), libc::SIGINT);
+    assert!(p.wait(Duration::from_secs(5)).success());
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["count", "-q", "-i"])
+        .arg(sample())
+        .args(["--metrics", "127.0.0.1:0", "--metrics-linger", "0.2"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!e.contains("Metrics stay"), "{e}");
+}

@@ -96,6 +96,18 @@ pub fn signal_ignored(sig: i32) -> bool {
     crate::sys::signals::signal_ignored(sig)
 }
 
+/// Counts every delivery of the signals `sigs` from now on (the first call decides which; later
+/// calls do nothing), each one even when two come at once, unlike a flag or signal-hook's
+/// iterator, which merge them.
+pub fn count_signals(sigs: &[i32]) -> io::Result<()> {
+    crate::sys::signals::count_signals(sigs)
+}
+
+/// How many signals [`count_signals`] has counted so far.
+pub fn signal_count() -> u64 {
+    crate::sys::signals::signal_count()
+}
+
 /// The MAC address of interface `name` (in the calling thread's network namespace).
 pub fn iface_mac(name: &str) -> Result<[u8; 6], crate::port::PortError> {
     crate::port::iface_mac(name)

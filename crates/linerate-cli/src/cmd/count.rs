@@ -328,6 +328,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             user_filter = Some(f);
         }
     }
+    metrics::refuse_textfile_as(
+        &a.metrics,
+        &[("-w", a.write.as_deref()), ("-i", Some(a.input.as_str()))],
+    )?;
     let to_stdout = a.write.as_deref() == Some("-");
     let mut writer: Option<PcapPort> = match a.write.as_deref() {
         None => None,

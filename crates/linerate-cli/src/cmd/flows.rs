@@ -61,7 +61,8 @@ pub struct Args {
     /// Export records over IPFIX/UDP to HOST[:PORT] (port 4739 by default).
     #[arg(long, value_name = "HOST:PORT")]
     ipfix: Option<String>,
-    /// Export each flow as two uniflow IPFIX records instead of one RFC 5103 biflow.
+    /// Export each flow as two uniflow IPFIX records instead of one RFC 5103 biflow (with
+    /// --ipfix only).
     #[arg(long)]
     ipfix_uniflow: bool,
     /// Largest IPFIX message in bytes (the UDP payload): at least 285 (220 with
@@ -209,6 +210,12 @@ fn secs_ns(d: Duration) -> u64 {
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let service = a.service.check()?;
     let stop = stop_flag()?;
+    if a.ipfix_uniflow && a.ipfix.is_none() {
+        return Err(usage(
+            "--ipfix-uniflow shapes the records sent to an IPFIX collector: give --ipfix \
+             HOST[:PORT] too",
+        ));
+    }
     let min = ipfix::min_message(a.ipfix_uniflow);
     if a.ipfix_mtu < min as u64 || a.ipfix_mtu > ipfix::MAX_MESSAGE as u64 {
         return Err(usage(format!(
@@ -239,6 +246,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some("jsonl") | Some("json") => Format::Jsonl,
         Some(f) => return Err(usage(format!("--format: '{f}' (use text, csv or jsonl)"))),
     };
+    metrics::refuse_textfile_as(
+        &a.metrics,
+        &[("-w", a.write.as_deref()), ("-i", Some(a.input.as_str()))],
+    )?;
     let kafka = match &a.kafka {
         None => None,
         Some(target) => {
@@ -277,6 +288,41 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                     anyhow::anyhow!(msg)
                 }
             })?)
+        }
+    };
+    // The collector's socket is opened and connected (an unreachable network fails here) before
+    // any output is started: a failure leaves the -w file, the metrics textfile and endpoint
+    // untouched, as the Kafka connection above does.
+    let ipfix = match &a.ipfix {
+        None => None,
+        Some(dest) => {
+            let with_port = ipfix_dest(dest);
+            let addr = with_port
+                .to_socket_addrs()
+                .map_err(|e| usage(format!("--ipfix {dest}: {e}")))?
+                .next()
+                .ok_or_else(|| usage(format!("--ipfix {dest}: no address")))?;
+            if addr.port() == 0 {
+                return Err(usage(format!(
+                    "--ipfix {dest}: port 0 is no port: a port between 1 and 65535 (4739 by \
+                     default)"
+                )));
+            }
+            let opts = IpfixOptions {
+                domain: a.ipfix_domain,
+                max_message: a.ipfix_mtu as usize,
+                uniflow: a.ipfix_uniflow,
+                extras: fields.iter().any(|f| f.needs_extra()),
+                ..Default::default()
+            };
+            let mut x = UdpExporter::new(addr, opts).map_err(|e| match e {
+                IpfixError::MessageSize { .. } => {
+                    usage(format!("--ipfix-mtu {}: {e}", a.ipfix_mtu))
+                }
+                e => anyhow::Error::new(e).context(format!("--ipfix {dest}")),
+            })?;
+            x.set_flush(a.ipfix_flush);
+            Some((x, addr))
         }
     };
     // The endpoint renders at each scrape, on its own thread, from the input loop's counters
@@ -330,38 +376,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             Some(Box::new(RecordFile::stdout(OUT_BUF)))
         }
         None => None,
-    };
-    let ipfix = match &a.ipfix {
-        None => None,
-        Some(dest) => {
-            let with_port = ipfix_dest(dest);
-            let addr = with_port
-                .to_socket_addrs()
-                .map_err(|e| usage(format!("--ipfix {dest}: {e}")))?
-                .next()
-                .ok_or_else(|| usage(format!("--ipfix {dest}: no address")))?;
-            if addr.port() == 0 {
-                return Err(usage(format!(
-                    "--ipfix {dest}: port 0 is no port: a port between 1 and 65535 (4739 by \
-                     default)"
-                )));
-            }
-            let opts = IpfixOptions {
-                domain: a.ipfix_domain,
-                max_message: a.ipfix_mtu as usize,
-                uniflow: a.ipfix_uniflow,
-                extras: fields.iter().any(|f| f.needs_extra()),
-                ..Default::default()
-            };
-            let mut x = UdpExporter::new(addr, opts).map_err(|e| match e {
-                IpfixError::MessageSize { .. } => {
-                    usage(format!("--ipfix-mtu {}: {e}", a.ipfix_mtu))
-                }
-                e => anyhow::Error::new(e).context(format!("--ipfix {dest}")),
-            })?;
-            x.set_flush(a.ipfix_flush);
-            Some((x, addr))
-        }
     };
     if let Some(expr) = &a.filter {
         Filter::compile(expr, input.link_type()).map_err(|e| usage(format!("-f: {e}")))?;
@@ -481,7 +495,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     });
     if let Some(m) = &metrics {
         let k = kstats.as_ref().map(|(s, o, _)| (s, o));
-        publish(m, &a.input, &report, k);
+        publish(m, &a.input, &report, k, export.as_ref());
     }
     if !a.quiet {
         let mut err = std::io::stderr();
@@ -540,6 +554,7 @@ fn publish(
     input: &str,
     r: &FlowReport,
     k: Option<(&KafkaStats, &KafkaOptions)>,
+    x: Option<&(ExportStats, std::net::SocketAddr)>,
 ) {
     let mut e = m.exposition();
     let c = PortCount {
@@ -591,6 +606,34 @@ fn publish(
     );
     if let Some((s, o)) = k {
         e.append(&s.prometheus(&o.topic, &o.probe));
+    }
+    if let Some((s, to)) = x {
+        let to = to.to_string();
+        let l = [("collector", to.as_str())];
+        e.counter(
+            "linerate_flows_ipfix_messages_total",
+            "IPFIX messages handed to the socket.",
+            &l,
+            s.messages,
+        );
+        e.counter(
+            "linerate_flows_ipfix_records_total",
+            "IPFIX data records in those messages.",
+            &l,
+            s.records,
+        );
+        e.counter(
+            "linerate_flows_ipfix_failed_messages_total",
+            "IPFIX messages that failed (refused by the socket or the collector's host).",
+            &l,
+            s.failed_messages,
+        );
+        e.counter(
+            "linerate_flows_ipfix_failed_records_total",
+            "IPFIX data records in the failed messages.",
+            &l,
+            s.failed_records,
+        );
     }
     m.publish(&e);
 }

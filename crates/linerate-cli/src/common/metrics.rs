@@ -37,11 +37,12 @@ pub struct MetricsArgs {
     pub metrics: Option<String>,
     /// After the summary, keep serving --metrics (its final figures, the summary's) this long,
     /// so that a last scrape gets them; default 30 s with --metrics (two scrapes at the usual
-    /// 15 s interval), 0: exit at once. A signal ends the wait.
+    /// 15 s interval), 0: exit at once. A stop signal ends the wait at once (the one that
+    /// stopped a live run leaves it serving; a second one, even at once, ends it).
     #[arg(long, value_name = "SECONDS", value_parser = flags::duration(flags::WAIT))]
     pub metrics_linger: Option<Duration>,
     /// At the end, write the final figures (the summary's, in Prometheus' text format) to FILE
-    /// atomically (FILE.tmp, then rename), for node_exporter's textfile collector (name it
+    /// atomically (a new temporary file beside it, then rename), for node_exporter's textfile collector (name it
     /// *.prom in its --collector.textfile.directory).
     #[arg(long, value_name = "FILE")]
     pub metrics_textfile: Option<PathBuf>,
@@ -57,28 +58,67 @@ struct End {
     linger: Duration,
     textfile: Option<PathBuf>,
     quiet: bool,
+    /// `--metrics-linger` given: the user knows about the wait (-q then hides its note).
+    explicit: bool,
 }
 
 static END: Mutex<Option<End>> = Mutex::new(None);
 
-/// `FILE.tmp` beside `FILE`: the same file system, so that the rename is atomic.
-fn tmp_of(file: &Path) -> PathBuf {
-    let mut t = file.as_os_str().to_owned();
-    t.push(".tmp");
-    PathBuf::from(t)
+/// A new file beside `file` (the same file system, so that the rename is atomic), named
+/// `.FILE.PID.N.tmp` and created with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0644: never a file or
+/// link already there (another user's link planted at a predictable name is not followed, and
+/// runs writing the same FILE at once each get their own).
+fn create_tmp_beside(file: &Path) -> std::io::Result<(std::fs::File, PathBuf)> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    use std::sync::atomic::AtomicU64;
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = file
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    loop {
+        let mut n = std::ffi::OsString::from(".");
+        n.push(name);
+        n.push(format!(
+            ".{}.{}.{nanos:x}.tmp",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let tmp = dir.join(n);
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+        {
+            Ok(f) => return Ok((f, tmp)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
-/// Writes `text` to `file` atomically: a reader sees the old file or the whole new one.
+/// Writes `text` to `file` atomically: a reader sees the old file or the whole new one. The
+/// text goes to a new temporary file beside it ([`create_tmp_beside`]), synced, then renamed
+/// over `file` (a link at `file` itself is replaced, not followed).
 fn write_atomic(file: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
-    let tmp = tmp_of(file);
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
+    let (mut f, tmp) = create_tmp_beside(file)?;
+    let written = f.write_all(text.as_bytes()).and_then(|()| f.sync_all());
     drop(f);
-    std::fs::rename(&tmp, file).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    written
+        .and_then(|()| std::fs::rename(&tmp, file))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
 }
 
 /// Whether [`finish`] says on standard error that the endpoint stays up (for a tool that
@@ -113,9 +153,17 @@ pub fn finish(ran: bool) -> anyhow::Result<()> {
     }
     if let Some(ep) = &end.endpoint {
         if !end.linger.is_zero() {
-            // Armed before the note: a signal sent once it is read ends the wait.
-            let stop = super::fresh_stop_flag();
-            if !end.quiet {
+            // Every stop signal is counted from the tool's start, each one even when two come
+            // at once. The one that stopped a live run (or one during its summary) leaves the
+            // linger serving; any further one, before or during it, ends it at once.
+            let seen = super::signals_for_wait();
+            if seen >= 2 {
+                drop(end);
+                return result;
+            }
+            // -q prints only the summary, but a wait the user did not ask for (the default
+            // linger) is announced all the same: a silent 30 s looks like a hang.
+            if !end.quiet || !end.explicit {
                 // Not eprintln!: standard error may be gone by now (a closed terminal).
                 use std::io::Write as _;
                 let _ = writeln!(
@@ -126,13 +174,56 @@ pub fn finish(ran: bool) -> anyhow::Result<()> {
                 );
             }
             let t0 = Instant::now();
-            while t0.elapsed() < end.linger && !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(20));
+            while t0.elapsed() < end.linger && linerate::os::signal_count() == seen {
+                std::thread::sleep(Duration::from_millis(10));
             }
         }
     }
     drop(end);
     result
+}
+
+/// Whether `a` and `b` name the same file: the same device and inode when both exist, else the
+/// same name in the same (resolved) folder.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        return x.dev() == y.dev() && x.ino() == y.ino();
+    }
+    let place = |p: &Path| {
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        (
+            std::fs::canonicalize(dir).ok(),
+            p.file_name().map(|n| n.to_owned()),
+        )
+    };
+    let (x, y) = (place(a), place(b));
+    x.0.is_some() && x == y
+}
+
+/// Refuses (a usage error, exit 2) a `--metrics-textfile` that is also one of the run's other
+/// files (`flag`, its path; "-" and None are skipped): the final figures would replace them.
+/// Called before any output is started.
+pub fn refuse_textfile_as(a: &MetricsArgs, files: &[(&str, Option<&str>)]) -> anyhow::Result<()> {
+    let Some(f) = &a.metrics_textfile else {
+        return Ok(());
+    };
+    for &(flag, p) in files {
+        let Some(p) = p.filter(|p| *p != "-") else {
+            continue;
+        };
+        if same_file(f, Path::new(p)) {
+            return Err(usage(format!(
+                "--metrics-textfile {}: the same file as {flag} {p}: the final figures would \
+                 replace it (name another file)",
+                f.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Starts the endpoint of `--metrics ADDR`, if given; it serves what [`Metrics::publish`] last
@@ -162,21 +253,32 @@ fn start_inner(
     if a.metrics.is_none() {
         if let Some(l) = a.metrics_linger {
             return Err(usage(format!(
-                "--metrics-linger {} s keeps the --metrics endpoint up after the summary: give                  --metrics ADDR too",
+                "--metrics-linger {} s keeps the --metrics endpoint up after the summary: give \
+                 --metrics ADDR too",
                 l.as_secs_f64()
             )));
         }
     }
     if let Some(f) = &a.metrics_textfile {
-        // Checked before any output: the file's folder takes FILE.tmp (then removed).
-        let tmp = tmp_of(f);
-        std::fs::File::create(&tmp)
-            .and_then(|_| std::fs::remove_file(&tmp))
+        let refuse = |why: &str| usage(format!("--metrics-textfile {}: {why}", f.display()));
+        if f.as_os_str().as_encoded_bytes().ends_with(b"/") {
+            return Err(refuse(
+                "a folder (ends in /): name the file, e.g. DIR/linerate.prom",
+            ));
+        }
+        if std::fs::metadata(f).is_ok_and(|m| m.is_dir()) {
+            return Err(refuse(
+                "is a folder: name a file in it, e.g. DIR/linerate.prom",
+            ));
+        }
+        // Checked before any output: a temporary file of its own can be made beside FILE
+        // (then removed), as at the end.
+        create_tmp_beside(f)
+            .and_then(|(_, tmp)| std::fs::remove_file(&tmp))
             .map_err(|e| {
                 usage(format!(
-                    "--metrics-textfile {}: cannot write {} beside it: {e}",
-                    f.display(),
-                    tmp.display()
+                    "--metrics-textfile {}: cannot write a file in its folder: {e}",
+                    f.display()
                 ))
             })?;
     }
@@ -221,6 +323,7 @@ fn start_inner(
             linger: a.metrics_linger.unwrap_or(DEFAULT_LINGER),
             textfile: a.metrics_textfile.clone(),
             quiet,
+            explicit: a.metrics_linger.is_some(),
         });
     }
     Ok(Some(Metrics {

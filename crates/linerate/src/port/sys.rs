@@ -4,4 +4,4 @@
 
 pub(crate) use crate::sys::poll::{poll, poll_readable, PollSet};
 pub(crate) use crate::sys::process::euid;
-pub(crate) use crate::sys::sock::{recv_err, set_recverr, setopt, socket};
+pub(crate) use crate::sys::sock::{recv_err, send_queue, set_recverr, setopt, socket};

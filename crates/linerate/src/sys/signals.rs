@@ -59,3 +59,31 @@ pub(crate) fn signal_ignored(sig: i32) -> bool {
         libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
     }
 }
+
+/// Stop signals received since [`count_signals`] was first called (each delivery, none merged).
+static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts each delivery of `sigs` from now on (once per process; later calls do nothing),
+/// beside the handlers already registered (signal-hook chains them).
+pub(crate) fn count_signals(sigs: &[i32]) -> std::io::Result<()> {
+    static DONE: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
+    if *done {
+        return Ok(());
+    }
+    for &s in sigs {
+        // SAFETY: the action only increments an atomic, which is async-signal-safe.
+        unsafe {
+            signal_hook::low_level::register(s, || {
+                COUNT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            })?;
+        }
+    }
+    *done = true;
+    Ok(())
+}
+
+/// How many signals [`count_signals`] has counted.
+pub(crate) fn signal_count() -> u64 {
+    COUNT.load(std::sync::atomic::Ordering::SeqCst)
+}

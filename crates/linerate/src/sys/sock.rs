@@ -110,3 +110,15 @@ pub(crate) fn recv_err(
     }
     Ok(Some((errno, (n as usize).min(buf.len()))))
 }
+
+/// Bytes the socket's send queue still holds (SIOCOUTQ): for UDP, datagrams not yet gone, such
+/// as those waiting for the next hop's address (ARP or neighbour discovery).
+pub(crate) fn send_queue(fd: std::os::fd::RawFd) -> std::io::Result<u32> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int to the pointer given, a live local.
+    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n.max(0) as u32)
+}

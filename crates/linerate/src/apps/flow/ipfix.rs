@@ -710,23 +710,61 @@ impl UdpExporter {
     }
 
     /// Sends what is buffered, then waits up to `wait` for refusals of the last messages (a
-    /// collector's host answers within a round trip; on loopback at once).
+    /// collector's host answers within a round trip; on loopback at once). While messages are
+    /// still in the socket's send queue (the collector's address not yet resolved: a dead
+    /// on-link collector answers no ARP), it waits longer, up to [`UNRESOLVED_WAIT`], for the
+    /// kernel to send them or to report them failed; messages still queued then are counted
+    /// failed (their records not known to have left).
     pub fn finish(&mut self, wait: std::time::Duration) {
+        // The last message leaves now: it carries this time, not its records' arrival's.
+        self.enc
+            .set_export_time((crate::time::wall_ns() / 1_000_000_000) as u32);
         let link = &mut self.link;
         self.enc.flush(&mut |m, n| link.send(m, n));
         self.opened_at = None;
-        if self.link.stats.messages > 0 {
+        if self.link.stats.messages == 0 {
+            self.link.collect_errors();
+            return;
+        }
+        let fd = self.link.sock.as_raw_fd();
+        let t0 = std::time::Instant::now();
+        let queued = || sys::send_queue(fd).unwrap_or(0);
+        loop {
             let mut fds = [libc::pollfd {
-                fd: self.link.sock.as_raw_fd(),
+                fd,
                 events: 0,
                 revents: 0,
             }];
             // POLLERR is reported whatever the events asked.
-            let _ = sys::poll(&mut fds, wait.as_millis().min(60_000) as i32);
+            let _ = sys::poll(&mut fds, 20);
+            self.link.collect_errors();
+            let spent = t0.elapsed();
+            if spent >= UNRESOLVED_WAIT.max(wait) || (spent >= wait && queued() == 0) {
+                break;
+            }
         }
-        self.link.collect_errors();
+        if queued() > 0 {
+            // Not sent and not reported: the messages still queued are the last ones; each
+            // remembered message not yet counted failed may be one of them.
+            let mut left = queued() as usize;
+            while left > 0 {
+                let Some((_, recs)) = self.link.recent.pop_back() else {
+                    break;
+                };
+                self.link.failed(recs, libc::EHOSTUNREACH);
+                left = left.saturating_sub(MIN_TRUESIZE);
+            }
+        }
     }
 }
+
+/// How long [`UdpExporter::finish`] waits at most for messages still in the socket's send
+/// queue: Linux gives up on an address that answers no ARP after 3 probes 1 s apart.
+pub const UNRESOLVED_WAIT: std::time::Duration = std::time::Duration::from_millis(3500);
+
+/// The least memory a queued datagram takes in the send queue's count (its buffer's overhead),
+/// to tell from the queue's bytes at most how many messages are still in it.
+const MIN_TRUESIZE: usize = 768;
 
 impl RecordSink for UdpExporter {
     fn records(&mut self, recs: &[FlowRecord]) {
@@ -1026,6 +1064,34 @@ mod tests {
         x.tick();
         assert!(rx.recv(&mut buf).is_err());
         assert_eq!(x.stats().messages, 1);
+    }
+
+    /// The message that [`UdpExporter::finish`] sends (a record still waiting for its flush
+    /// interval at the end) carries the time it is sent, not the time its records came.
+    #[test]
+    fn the_last_message_at_finish_carries_the_time_it_is_sent() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        let mut x = UdpExporter::new(rx.local_addr().unwrap(), IpfixOptions::default()).unwrap();
+        x.set_flush(std::time::Duration::from_secs(3600));
+        let mut r = rec(false, 1);
+        let came = crate::time::wall_ns();
+        r.last_ns = came;
+        r.start_ns = came - 1_000_000_000;
+        x.records(&[r]);
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let sent_s = crate::time::wall_ns() / 1_000_000_000;
+        x.finish(std::time::Duration::from_millis(10));
+        let mut buf = [0u8; 2048];
+        let n = rx.recv(&mut buf).expect("the last message");
+        let (_, data, _) = decode(&[buf[..n].to_vec()]);
+        assert_eq!(data.len(), 1);
+        let export_s = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]) as u64;
+        assert!(
+            export_s >= sent_s,
+            "{export_s} < {sent_s}: stamped when the record came"
+        );
     }
 
     /// Uniflow records carry their own direction's times, ICMP type/code and TCP flags; a

@@ -215,10 +215,12 @@ impl<W: RecordWrite> PcapNgWriter<W> {
     /// link type, the snapshot length and nanosecond timestamps.
     pub fn describe(&mut self, ifaces: &[Interface]) -> io::Result<()> {
         for i in ifaces {
-            // A capture file's interface keeps its own snapshot length (no larger than this
-            // writer's).
+            // A capture file's interface keeps its own snapshot length: as it is when packets
+            // are kept whole (a copy, no -s: each interface of a pcapng input says what its own
+            // block said, whatever the first one's), else no larger than this writer's.
             let snaplen = match i.snaplen {
                 0 => self.snaplen,
+                s if self.cut == usize::MAX => s,
                 s => s.min(self.snaplen),
             };
             self.describe_one(i.link, &i.name, "", snaplen)?;
@@ -570,6 +572,35 @@ mod tests {
 
     /// A capture file's interface keeps its snapshot length (65535 where the file says so, not
     /// the writer's 262144), and its statistics without times span its packets.
+    /// A copy (packets kept whole) of a pcapng input whose interfaces have different link types
+    /// and snapshot lengths: each interface block says its own, not the first one's.
+    #[test]
+    fn a_copy_keeps_each_interfaces_own_snaplen_and_link_type() {
+        let mut w = PcapNgWriter::new(Vec::new(), LinkType::ETHERNET, 8192).unwrap();
+        w.keep_whole();
+        w.describe(&[
+            Interface::new("a", LinkType(104)).with_snaplen(8192),
+            Interface::new("b", LinkType::ETHERNET).with_snaplen(65535),
+            Interface::new("c", LinkType::ETHERNET).with_snaplen(10000),
+        ])
+        .unwrap();
+        let f = w.into_inner();
+        // Interface blocks (type 1): link type at +8, snaplen at +12.
+        let mut at = 0;
+        let mut idbs = Vec::new();
+        while at + 12 <= f.len() {
+            let t = u32::from_le_bytes(f[at..at + 4].try_into().unwrap());
+            let len = u32::from_le_bytes(f[at + 4..at + 8].try_into().unwrap()) as usize;
+            if t == 1 {
+                let link = u16::from_le_bytes([f[at + 8], f[at + 9]]);
+                let snap = u32::from_le_bytes(f[at + 12..at + 16].try_into().unwrap());
+                idbs.push((link, snap));
+            }
+            at += len;
+        }
+        assert_eq!(idbs, vec![(104, 8192), (1, 65535), (1, 10000)]);
+    }
+
     #[test]
     fn a_capture_files_interfaces_keep_its_snaplen_and_packet_times() {
         let mut w = PcapNgWriter::new(Vec::new(), LinkType::ETHERNET, 0).unwrap();
