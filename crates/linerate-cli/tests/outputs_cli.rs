@@ -614,3 +614,54 @@ fn every_capture_output_rotates() {
     }
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// Runs `args` with standard input read from the precious file (`KEEP` stands for its path):
+/// a usage error, the file byte for byte.
+fn stdin_refused_and_kept(tag: &str, args: &[&str], rotated: Option<&str>) {
+    let d = dir(tag);
+    let (keep, bytes) = precious(&d);
+    // With a rotation name: standard input is that later file, the output is its first one.
+    let input = match rotated {
+        Some(n) => {
+            let p = d.join(n);
+            std::fs::write(&p, &bytes).unwrap();
+            p
+        }
+        None => keep.clone(),
+    };
+    let k = keep.to_str().unwrap();
+    let args: Vec<String> = args.iter().map(|a| a.replace("KEEP", k)).collect();
+    let o = Command::new(bin())
+        .args(&args)
+        .stdin(std::fs::File::open(&input).unwrap())
+        .output()
+        .expect("run linerate");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.contains("standard input"), "{args:?}: {err}");
+    assert_eq!(
+        std::fs::read(&input).unwrap(),
+        bytes,
+        "{args:?} changed stdin's file"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn an_output_that_is_the_file_on_standard_input_is_refused() {
+    stdin_refused_and_kept("stdin-count", &["count", "-i", "-", "-w", "KEEP"], None);
+    stdin_refused_and_kept("stdin-fwd", &["fwd", "-i", "-", "-o", "KEEP"], None);
+    stdin_refused_and_kept("stdin-gen", &["gen", "--pcap", "-", "-o", "KEEP"], None);
+    stdin_refused_and_kept("stdin-flows", &["flows", "-i", "-", "-w", "KEEP"], None);
+    stdin_refused_and_kept(
+        "stdin-balance",
+        &["balance", "-i", "-", "-n", "1", "-r", "0:KEEP"],
+        None,
+    );
+    // A rotation name (tcpdump's FILE1) is an output too.
+    stdin_refused_and_kept(
+        "stdin-rot",
+        &["count", "-i", "-", "-w", "KEEP", "-C", "0.0001"],
+        Some("keep.pcap1"),
+    );
+}

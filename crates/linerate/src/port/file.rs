@@ -56,9 +56,14 @@ pub struct Inputs {
 }
 
 impl Inputs {
-    /// Adds the file `path` leads to, if it exists (`-`, standard input, is not a file).
+    /// Adds the file `path` leads to, if it exists; `-` adds the file standard input reads, when
+    /// it is redirected from one (`< in.pcap`: fstat(0)'s device and inode), so that no output
+    /// or rotation name can truncate what is being read.
     pub fn add_path(&mut self, path: &str) {
         if path == "-" {
+            if let Some(id) = stdin_id() {
+                self.add(id, "- (standard input)");
+            }
             return;
         }
         if let Some(id) = FileId::of(Path::new(path)) {
@@ -85,6 +90,14 @@ impl Inputs {
     pub fn is_empty(&self) -> bool {
         self.files.is_empty()
     }
+}
+
+/// The identity of the file standard input reads, if it is a file (not a pipe or a terminal).
+fn stdin_id() -> Option<FileId> {
+    use std::os::fd::AsFd;
+    let fd = io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let m = File::from(fd).metadata().ok()?;
+    m.file_type().is_file().then(|| FileId::from_meta(&m))
 }
 
 /// Why an output file was not opened.

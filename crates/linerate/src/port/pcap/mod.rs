@@ -299,6 +299,9 @@ impl PcapPort {
                 uri: path.into(),
                 why: "-G: the strftime pattern gives no file name".into(),
             })?;
+            if let Some((path, input)) = rotate::input_among_names(path, inputs) {
+                return Err(PortError::File(file::FileError::IsInput { path, input }));
+            }
             (Some(r), name)
         } else {
             (None, path.to_string())

@@ -115,6 +115,40 @@ pub fn file_name(base: &str, secs: Option<i64>, count: u64, width: usize) -> Opt
     }
 }
 
+/// An existing file a rotation of `base` could name (tcpdump's FILE1, FILE2, ..., a `-G`
+/// strftime name) that is one of `inputs` (standard input's file
+/// included): its name and the input's. Checked before the first file is opened, so that a
+/// later rotation never truncates what the run reads.
+pub(super) fn input_among_names(base: &str, inputs: &Inputs) -> Option<(String, String)> {
+    if inputs.is_empty() {
+        return None;
+    }
+    let p = std::path::Path::new(base);
+    let fname = p.file_name()?.to_str()?;
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let timed = fname.contains('%');
+    let prefix = fname.split('%').next().unwrap_or("");
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let rotation = match name.strip_prefix(fname) {
+            Some(rest) => rest.bytes().all(|b| b.is_ascii_digit()),
+            None => false,
+        } || (timed && name.starts_with(prefix));
+        if !rotation {
+            continue;
+        }
+        let path = e.path();
+        if let Some(input) = file::FileId::of(&path).and_then(|id| inputs.find(id)) {
+            return Some((path.display().to_string(), input.to_string()));
+        }
+    }
+    None
+}
+
 /// Runs `cmd file` (no shell), not waited for.
 pub(crate) fn post_command(cmd: &str, file: &str) -> std::io::Result<Child> {
     std::process::Command::new(cmd)
