@@ -359,11 +359,80 @@ fn count_c_w_keeps_a_ring_of_files_and_b_is_dumpcaps() {
         "-q",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let names: Vec<_> = files(&d, "b.pcap")
+    // dumpcap's names, a new one for each file: b_NNNNN_YYYYmmddHHMMSS.pcap; the last 2 stay.
+    let names: Vec<_> = files(&d, "b")
         .iter()
         .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
         .collect();
-    assert_eq!(names, ["b.pcap0", "b.pcap1"]);
+    assert_eq!(names.len(), 2, "{names:?}");
+    for n in &names {
+        assert!(dumpcap_named(n, "b", ".pcap"), "{n}");
+    }
+    assert!(!names[0].starts_with("b_00001_"), "{names:?}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Whether `name` is dumpcap's PREFIX_NNNNN_YYYYmmddHHMMSS.EXT.
+fn dumpcap_named(name: &str, prefix: &str, ext: &str) -> bool {
+    let Some(mid) = name
+        .strip_prefix(prefix)
+        .and_then(|r| r.strip_suffix(ext))
+        .and_then(|r| r.strip_prefix('_'))
+    else {
+        return false;
+    };
+    let b = mid.as_bytes();
+    b.len() == 5 + 1 + 14
+        && b[5] == b'_'
+        && b[..5].iter().chain(&b[6..]).all(|c| c.is_ascii_digit())
+}
+
+#[test]
+fn b_duration_names_each_file_as_dumpcap_and_files_keeps_the_last_ones() {
+    use std::process::Stdio;
+    let d = dir("rot-b");
+    let mut g = Command::new(bin())
+        .args(["gen", "-o", "-", "--rate", "20pps", "-t", "4s", "-q", "-U"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run gen");
+    let out = d.join("r.pcap");
+    let c = Command::new(bin())
+        .args(["count", "-i", "-", "-w", out.to_str().unwrap()])
+        .args(["-b", "duration:1", "-b", "files:2", "--json"])
+        .stdin(g.stdout.take().unwrap())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run count");
+    let o = c.wait_with_output().unwrap();
+    g.wait().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    // The capture went on to the end of the source (4 s: 4 or 5 files, each a new name).
+    let rotations: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("\"type\":\"rotate\""))
+        .collect();
+    assert!(rotations.len() >= 3, "{stdout}");
+    assert!(!out.exists(), "no file under the bare name");
+    let names: Vec<_> = files(&d, "r")
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names.len(), 2, "files:2 keeps the last two: {names:?}");
+    for n in &names {
+        assert!(dumpcap_named(n, "r", ".pcap"), "{n}");
+    }
+    // Their numbers are the last ones of the run, and together they hold packets.
+    let last: u64 = names[1][2..7].parse().unwrap();
+    assert_eq!(last as usize, rotations.len() + 1, "{names:?}");
+    let total: usize = files(&d, "r")
+        .iter()
+        .map(|f| tcpdump_count(f).expect("whole file"))
+        .sum();
+    assert!(total >= 20, "{total}");
     std::fs::remove_dir_all(&d).unwrap();
 }
 

@@ -81,7 +81,9 @@ pub fn file_of_uri(uri: &str) -> Option<String> {
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct RingBuffer {
     /// dumpcap's ring buffer (repeatable): filesize:KB (rotate after KB kilobytes of 1000
-    /// bytes, as -C), duration:SECONDS (as -G, clock-aligned), files:N (as -W).
+    /// bytes), duration:SECONDS (clock-aligned, as -G), files:N (keep the last N files, the
+    /// oldest deleted, the capture goes on); files named as dumpcap's:
+    /// PREFIX_NNNNN_YYYYmmddHHMMSS.EXT. Not mixed with -C/-G/-W.
     #[arg(short = 'b', long = "ring-buffer", value_name = "KEY:VALUE")]
     pub ring_buffer: Vec<String>,
 }
@@ -90,7 +92,9 @@ pub struct RingBuffer {
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct RingBufferLong {
     /// dumpcap's ring buffer (repeatable): filesize:KB (rotate after KB kilobytes of 1000
-    /// bytes, as -C), duration:SECONDS (as -G, clock-aligned), files:N (as -W).
+    /// bytes), duration:SECONDS (clock-aligned, as -G), files:N (keep the last N files, the
+    /// oldest deleted, the capture goes on); files named as dumpcap's:
+    /// PREFIX_NNNNN_YYYYmmddHHMMSS.EXT. Not mixed with -C/-G/-W.
     #[arg(long = "ring-buffer", value_name = "KEY:VALUE")]
     pub ring_buffer: Vec<String>,
 }
@@ -166,6 +170,16 @@ impl OutputFlags {
                 n
             });
         }
+        let dumpcap = !ring.is_empty();
+        if dumpcap
+            && (self.file_size.is_some()
+                || self.rotate_seconds.is_some()
+                || self.file_count.is_some())
+        {
+            return Err(usage(
+                "-b (dumpcap's ring buffer, its own file names) is not mixed with tcpdump's -C, -G or -W: give one or the other",
+            ));
+        }
         let rotating = size.is_some() || seconds.is_some();
         for (given, flag) in [
             (files.is_some(), "-W"),
@@ -208,7 +222,7 @@ impl OutputFlags {
                 )));
             }
         }
-        if let (Some(_), Some(p)) = (seconds, path) {
+        if let (Some(_), Some(p), false) = (seconds, path, dumpcap) {
             if rotate::file_name(p, Some(0), 0, 0).is_none_or(|n| n.is_empty()) {
                 return Err(usage(format!("-G: '{p}' gives no file name (strftime)")));
             }
@@ -228,6 +242,7 @@ impl OutputFlags {
                 budget: self.disk_budget,
                 on_rotate,
                 stop,
+                dumpcap,
             },
         })
     }
@@ -254,7 +269,10 @@ fn log_rotation(r: &Rotated, json: bool) {
         let del = if r.deleted.is_empty() {
             String::new()
         } else {
-            format!("; deleted {} (--disk-budget)", r.deleted.join(", "))
+            format!(
+                "; deleted {} (--disk-budget, -b files:)",
+                r.deleted.join(", ")
+            )
         };
         eprintln!(
             "linerate: rotated ({}): closed {} ({} packets, {} bytes), {next}{del}",
