@@ -576,6 +576,61 @@ fn disk_budget_deletes_the_oldest_files_of_the_run() {
 }
 
 #[test]
+fn disk_budget_at_the_end_keeps_every_newest_file_that_fits() {
+    let d = dir("budget-end");
+    let input = big_input(&d, "6000");
+    let o = run(&[
+        "count",
+        "-i",
+        input.to_str().unwrap(),
+        "-w",
+        d.join("e.pcap").to_str().unwrap(),
+        "-C",
+        "1",
+        "--disk-budget",
+        "2.5MB",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Every file of the run, in order, with its size: the closed ones from the rotation log,
+    // the last one from the disk.
+    let out = String::from_utf8_lossy(&o.stdout);
+    let mut all: Vec<(String, u64)> = Vec::new();
+    for l in out.lines().filter(|l| l.contains("\"type\":\"rotate\"")) {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        all.push((
+            v["closed"].as_str().unwrap().to_string(),
+            v["bytes"].as_u64().unwrap(),
+        ));
+        if let Some(n) = v["opened"].as_str() {
+            if all.iter().all(|(a, _)| a != n) && !out.contains(&format!("\"closed\":\"{n}\"")) {
+                let len = std::fs::metadata(n).map_or(0, |m| m.len());
+                all.push((n.to_string(), len));
+            }
+        }
+    }
+    assert!(all.len() >= 4, "{out}");
+    // The newest files whose sum fits the budget all stay, the older ones go.
+    let mut want = Vec::new();
+    let mut sum = 0;
+    for (n, b) in all.iter().rev() {
+        if sum + b > 2_500_000 {
+            break;
+        }
+        sum += b;
+        want.push(n.clone());
+    }
+    want.sort();
+    let got: Vec<String> = files(&d, "e.pcap")
+        .iter()
+        .map(|p| p.to_str().unwrap().to_string())
+        .collect();
+    assert!(want.len() >= 2, "{all:?}");
+    assert_eq!(got, want, "{all:?}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
 fn rotation_flags_that_cannot_apply_are_refused() {
     let s = sample();
     let s = s.to_str().unwrap();

@@ -530,8 +530,9 @@ impl Rotator {
             }
         }
         if let Some(budget) = self.opts.budget {
-            // The file being written counts as its -C size (or nothing yet).
-            let reserve = self.opts.size.unwrap_or(0);
+            // The file about to be written counts as its -C size (or nothing yet); at the end
+            // of the run no file is written any more: only the files on disk count.
+            let reserve = if next { self.opts.size.unwrap_or(0) } else { 0 };
             let mut total: u64 = self.closed.iter().map(|(_, s)| s).sum::<u64>() + reserve;
             // The file just closed stays, whatever its size.
             while total > budget && self.closed.len() > 1 {
@@ -563,7 +564,13 @@ impl Rotator {
     /// command is waited for (the run's files are all processed when it exits).
     pub(super) fn close_last(&mut self, path: &str, size: u64) {
         if !self.done {
-            let _ = self.after_close(path, size, false);
+            let deleted = self.after_close(path, size, false);
+            if !deleted.is_empty() {
+                eprintln!(
+                    "linerate: at the end: deleted {} (--disk-budget, -b files:)",
+                    deleted.join(", ")
+                );
+            }
         }
         for mut c in self.children.drain(..) {
             let _ = c.wait();
