@@ -789,3 +789,51 @@ fn an_output_that_is_the_file_on_standard_input_is_refused() {
         Some("keep.pcap1"),
     );
 }
+
+#[test]
+fn a_hist_out_that_cannot_be_written_is_refused_before_the_capture() {
+    let s = sample();
+    let s = s.to_str().unwrap();
+    let bad = "/nonexistent-dir-linerate/h.csv";
+    refused_and_kept(
+        "hist-count",
+        &[
+            "count",
+            "-i",
+            s,
+            "-w",
+            "KEEP",
+            "--latency",
+            "--hist-out",
+            bad,
+        ],
+    );
+    refused_and_kept(
+        "hist-gen",
+        &[
+            "gen",
+            "-o",
+            "KEEP",
+            "-c",
+            "5",
+            "--rx",
+            "mem:hist-x",
+            "--hist-out",
+            bad,
+        ],
+    );
+    // A --hist-out that can be written is not left behind by the check when the run fails.
+    let d = dir("hist-new");
+    let h = d.join("h.csv");
+    let o = run(&[
+        "count",
+        "-i",
+        "/nonexistent.pcap",
+        "--latency",
+        "--hist-out",
+        h.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!h.exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}
