@@ -837,3 +837,48 @@ fn a_hist_out_that_cannot_be_written_is_refused_before_the_capture() {
     assert!(!h.exists());
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn a_z_command_that_never_ends_does_not_hold_the_run() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::Stdio;
+    let d = dir("z-hang");
+    let input = big_input(&d, "3000");
+    let script = d.join("hang.sh");
+    std::fs::write(&script, "#!/bin/sh\nexec sleep 30\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut c = Command::new(bin())
+        .args(["count", "-i", input.to_str().unwrap(), "-q", "-C", "1"])
+        .args(["-w", d.join("h.pcap").to_str().unwrap()])
+        .args(["-z", script.to_str().unwrap()])
+        .stdout(Stdio::null())
+        // A file, not a pipe: the commands left running hold what they inherited.
+        .stderr(std::fs::File::create(d.join("err")).unwrap())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            break Some(s);
+        }
+        if start.elapsed() > std::time::Duration::from_secs(15) {
+            let _ = c.kill();
+            let _ = c.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let err = std::fs::read_to_string(d.join("err")).unwrap();
+    // The commands left running (our children's children now): ended by their pids.
+    let mut left = 0;
+    for l in err.lines().filter(|l| l.contains("not waited for")) {
+        if let Some(pid) = l.split("pid ").nth(1).and_then(|r| r.split(' ').next()) {
+            let _ = Command::new("kill").arg(pid).status();
+            left += 1;
+        }
+    }
+    let status = status.expect("the run ended by itself");
+    assert!(status.success(), "{err}");
+    assert!(left >= 1, "each command left running is logged: {err}");
+    std::fs::remove_dir_all(&d).unwrap();
+}

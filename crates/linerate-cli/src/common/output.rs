@@ -44,8 +44,8 @@ pub struct OutputFlags {
     #[arg(short = 'W', value_name = "N", value_parser = flags::count(1, 1_000_000))]
     pub file_count: Option<u64>,
     /// Run CMD FILE on each capture file once it is closed (tcpdump's -z), with -C or -G;
-    /// CMD is a program run directly (no shell), not waited for while capturing; the run
-    /// waits for the last ones before it exits.
+    /// CMD is a program run directly (no shell), not waited for while capturing; at the end
+    /// the run waits at most 2 s for those still running, then leaves them running (logged).
     #[arg(short = 'z', value_name = "CMD")]
     pub post_command: Option<String>,
     /// With -C or -G: delete the oldest capture files this run wrote to keep their total

@@ -176,6 +176,9 @@ pub(super) fn input_among_names(base: &str, inputs: &Inputs) -> Option<(String, 
     None
 }
 
+/// How long the end of a run waits for `-z` commands still running.
+pub const POST_WAIT: Duration = Duration::from_secs(2);
+
 /// Runs `cmd file` (no shell), not waited for.
 pub(crate) fn post_command(cmd: &str, file: &str) -> std::io::Result<Child> {
     std::process::Command::new(cmd)
@@ -560,8 +563,10 @@ impl Rotator {
             .retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_)) | Err(_)));
     }
 
-    /// The last file closed at the end of the run: `-z` runs on it too, and every `-z`
-    /// command is waited for (the run's files are all processed when it exits).
+    /// The last file closed at the end of the run: `-z` runs on it too. The `-z` commands
+    /// still running get a short bounded wait ([`POST_WAIT`]); those still running after it
+    /// are left running, each named in the log (tcpdump never waits for them), so a stuck
+    /// command never holds the run's exit.
     pub(super) fn close_last(&mut self, path: &str, size: u64) {
         if !self.done {
             let deleted = self.after_close(path, size, false);
@@ -572,8 +577,21 @@ impl Rotator {
                 );
             }
         }
-        for mut c in self.children.drain(..) {
-            let _ = c.wait();
+        let end = std::time::Instant::now() + POST_WAIT;
+        loop {
+            self.reap();
+            if self.children.is_empty() || std::time::Instant::now() >= end {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let cmd = self.opts.post_command.as_deref().unwrap_or("");
+        for c in self.children.drain(..) {
+            eprintln!(
+                "linerate: -z {cmd}: pid {} still running after {} ms; not waited for",
+                c.id(),
+                POST_WAIT.as_millis()
+            );
         }
     }
 }
