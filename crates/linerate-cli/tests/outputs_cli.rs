@@ -882,3 +882,26 @@ fn a_z_command_that_never_ends_does_not_hold_the_run() {
     assert!(left >= 1, "each command left running is logged: {err}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn fwd_c_forwards_exactly_n_packets() {
+    let d = dir("fwd-c");
+    let input = big_input(&d, "3000");
+    for n in ["1", "10", "1000"] {
+        let out = d.join(format!("f{n}.pcap"));
+        let o = run(&[
+            "fwd",
+            "-i",
+            input.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "-c",
+            n,
+            "-q",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let recs = records(&std::fs::read(&out).unwrap()).expect("whole file");
+        assert_eq!(recs.len(), n.parse::<usize>().unwrap(), "fwd -c {n}");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
