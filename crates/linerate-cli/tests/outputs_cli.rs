@@ -905,3 +905,61 @@ fn fwd_c_forwards_exactly_n_packets() {
     }
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn a_failed_rotation_counts_each_written_packet_once() {
+    let d = dir("rot-fail");
+    let out = d.join("r.pcap");
+    // The second file cannot be created: a directory holds its name.
+    std::fs::create_dir(d.join("r.pcap1")).unwrap();
+    let o = run(&[
+        "count",
+        "-i",
+        sample().to_str().unwrap(),
+        "-w",
+        out.to_str().unwrap(),
+        "-C",
+        "0.05",
+        "-q",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let held = records(&std::fs::read(&out).unwrap()).expect("whole").len();
+    let written: usize = err
+        .split(" written")
+        .next()
+        .and_then(|s| s.rsplit(", ").next())
+        .map(|n| n.replace('\'', ""))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no written figure: {err}"));
+    assert_eq!(written, held, "{err}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn g_w_file_limit_is_the_reason_the_run_ended() {
+    use std::process::Stdio;
+    let d = dir("rot-gw");
+    let mut g = Command::new(bin())
+        .args(["gen", "-o", "-", "--rate", "20pps", "-t", "6s", "-q", "-U"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run gen");
+    let c = Command::new(bin())
+        .args(["count", "-i", "-", "--json", "-G", "1", "-W", "2", "-w"])
+        .arg(d.join("g-%s.pcap"))
+        .stdin(g.stdout.take().unwrap())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run count");
+    let o = c.wait_with_output().unwrap();
+    let _ = g.kill();
+    let _ = g.wait();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("\"ended\":\"file limit (-W)\""), "{out}");
+    assert_eq!(files(&d, "g-").len(), 2);
+    std::fs::remove_dir_all(&d).unwrap();
+}

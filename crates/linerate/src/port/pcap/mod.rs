@@ -366,6 +366,11 @@ impl PcapPort {
         now.map(|n| n + prior)
     }
 
+    /// Whether `-G` with `-W` wrote its last file (the run was stopped by the file limit).
+    pub fn file_limit_reached(&self) -> bool {
+        self.rotator().is_some_and(|r| r.done)
+    }
+
     fn rotator(&self) -> Option<&Rotator> {
         match &self.mode {
             Mode::Write {

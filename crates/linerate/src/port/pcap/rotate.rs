@@ -414,15 +414,6 @@ impl Rotator {
             Writer::Pcap(w) => w.get_ref().position(),
             Writer::Ng(w) => w.get_ref().position(),
         };
-        self.prior_packets += packets;
-        self.prior_bytes += bytes;
-        self.prior_written += records;
-        if self.prior_by_if.len() < by_if.len() {
-            self.prior_by_if.resize(by_if.len(), 0);
-        }
-        for (a, b) in self.prior_by_if.iter_mut().zip(&by_if) {
-            *a += b;
-        }
         let closed = path.clone();
         // -G with -W: the last file is written; the run stops.
         let limit = self.opts.files.map(u64::from);
@@ -491,7 +482,18 @@ impl Rotator {
             Writer::Pcap(x) => x.flush()?,
             Writer::Ng(x) => x.flush()?,
         }
-        // The old writer is dropped here: its file is complete.
+        // The old writer is dropped here: its file is complete, its figures move to the
+        // prior ones (only now: a writer kept in place, when the next file cannot be opened or
+        // the -W limit ended the run, still counts them itself).
+        self.prior_packets += packets;
+        self.prior_bytes += bytes;
+        self.prior_written += records;
+        if self.prior_by_if.len() < by_if.len() {
+            self.prior_by_if.resize(by_if.len(), 0);
+        }
+        for (a, b) in self.prior_by_if.iter_mut().zip(&by_if) {
+            *a += b;
+        }
         *writer = w;
         *path = next.clone();
         self.files += 1;
