@@ -963,3 +963,60 @@ fn g_w_file_limit_is_the_reason_the_run_ended() {
     assert_eq!(files(&d, "g-").len(), 2);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn c_sizes_parse_as_tcpdump_and_refuse_what_is_not_a_size() {
+    let d = dir("c-parse");
+    let input = big_input(&d, "1500");
+    let i = input.to_str().unwrap();
+    // Spaces around a bare number: still millions of bytes (one file of the ~1.2 MB input,
+    // plus one), never 1 byte (a file per packet).
+    for (k, c) in [" 1", "1 "].iter().enumerate() {
+        let w = d.join(format!("s{k}.pcap"));
+        let o = run(&["count", "-i", i, "-q", "-w", w.to_str().unwrap(), "-C", c]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(files(&d, &format!("s{k}.pcap")).len(), 2, "-C '{c}'");
+    }
+    for bad in ["1e-6", "1E3", "0.0000001", "0", "0.0000004MB", "5XB"] {
+        let w = d.join("bad.pcap");
+        let o = run(&["count", "-i", i, "-q", "-w", w.to_str().unwrap(), "-C", bad]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "-C {bad}: {err}");
+        assert!(!w.exists(), "-C {bad}");
+        if bad == "5XB" {
+            assert!(err.contains("kB") && err.contains("MiB"), "{err}");
+        }
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn c_with_g_and_w_makes_no_ring_as_tcpdump() {
+    let d = dir("c-g-w");
+    let input = big_input(&d, "3000");
+    let o = run(&[
+        "count",
+        "-i",
+        input.to_str().unwrap(),
+        "-q",
+        "-w",
+        d.join("x-%Y.pcap").to_str().unwrap(),
+        // One period for the whole run (a year).
+        "-G",
+        "31536000",
+        "-C",
+        "0.5",
+        "-W",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // One period: every -C file kept (no ring of 3 overwriting), numbers padded for -W 3.
+    let got = files(&d, "x-");
+    assert!(got.len() >= 4, "{got:?}");
+    let total: usize = got
+        .iter()
+        .map(|f| records(&std::fs::read(f).unwrap()).unwrap().len())
+        .sum();
+    assert_eq!(total, 3000, "{got:?}");
+    std::fs::remove_dir_all(&d).unwrap();
+}

@@ -40,7 +40,8 @@ pub struct OutputFlags {
     #[arg(short = 'G', value_name = "SECONDS", value_parser = flags::count(1, 31_536_000))]
     pub rotate_seconds: Option<u64>,
     /// With -C: a ring of N files FILE0..FILE{N-1}, the oldest overwritten. With -G alone:
-    /// stop after N files (tcpdump's -W).
+    /// stop after N files (tcpdump's -W). With both -C and -G: only pads the file numbers
+    /// (no ring, no limit), as tcpdump.
     #[arg(short = 'W', value_name = "N", value_parser = flags::count(1, 1_000_000))]
     pub file_count: Option<u64>,
     /// Run CMD FILE on each capture file once it is closed (tcpdump's -z), with -C or -G;
@@ -99,17 +100,56 @@ pub struct RingBufferLong {
     pub ring_buffer: Vec<String>,
 }
 
-/// tcpdump's -C: a bare number is millions of bytes; a unit is taken as written.
+/// tcpdump's -C: a bare number is millions of bytes (`1` = 1000000, `0.5`); a unit is taken
+/// as written (`500kB`, `100MB`, `1GiB`). Spaces around it are ignored (tcpdump's strtol skips
+/// leading ones); an exponent (`1e-6`), or a size that is not a whole number of bytes, is
+/// refused rather than rounded.
 fn file_size(s: &str) -> Result<u64, String> {
-    let bytes = match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => v * 1e6,
-        Ok(_) => return Err(format!("'{s}': a size above 0 (1 = 1000000 bytes)")),
-        Err(_) => linerate::units::parse_size(s)? as f64,
+    let t = s.trim();
+    let units = "a size in millions of bytes (1 = 1000000, 0.5) or with a unit: B, kB, MB, GB, KiB, MiB, GiB";
+    let plain = !t.is_empty()
+        && t.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && t.bytes().filter(|&b| b == b'.').count() <= 1
+        && t.bytes().any(|b| b.is_ascii_digit());
+    let bytes = if plain {
+        // Millions of bytes, with up to 6 decimals (a whole number of bytes).
+        let (int, frac) = t.split_once('.').unwrap_or((t, ""));
+        if frac.len() > 6 && frac[6..].bytes().any(|b| b != b'0') {
+            return Err(format!("'{s}': not a whole number of bytes ({units})"));
+        }
+        let int: u64 = if int.is_empty() {
+            0
+        } else {
+            int.parse()
+                .map_err(|_| format!("'{s}': too large ({units})"))?
+        };
+        let mut f = frac.chars().take(6).collect::<String>();
+        while f.len() < 6 {
+            f.push('0');
+        }
+        let frac: u64 = f.parse().unwrap_or(0);
+        int.checked_mul(1_000_000)
+            .and_then(|b| b.checked_add(frac))
+            .ok_or_else(|| format!("'{s}': too large ({units})"))?
+    } else {
+        let rest = t.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.');
+        let mut after_e = rest.strip_prefix(['e', 'E']).unwrap_or("").chars();
+        if rest.len() < t.len()
+            && after_e
+                .next()
+                .is_some_and(|c| c.is_ascii_digit() || c == '-' || c == '+')
+        {
+            return Err(format!("'{s}': no exponent; write {units}"));
+        }
+        linerate::units::parse_size(t).map_err(|_| format!("'{s}': {units}"))?
     };
-    if !(1.0..=1e18).contains(&bytes) {
-        return Err(format!("'{s}': between 1 byte and 1 EB"));
+    if bytes == 0 {
+        return Err(format!("'{s}': a size of at least 1 byte ({units})"));
     }
-    Ok(bytes as u64)
+    if bytes > 1_000_000_000_000_000_000 {
+        return Err(format!("'{s}': at most 1 EB"));
+    }
+    Ok(bytes)
 }
 
 /// Whether `cmd` names a program that can be run (a path, or a name found in PATH).

@@ -285,6 +285,9 @@ pub(super) struct Rotator {
     files: u64,
     /// The current `-G` period (seconds since the epoch / SECONDS).
     period: u64,
+    /// The time that names the current period's files (tcpdump names a `-C` file within a
+    /// `-G` period by the period's time, as its first file, so names never drift).
+    name_time: u64,
     /// Files closed, oldest first, with their sizes (for the budget).
     closed: VecDeque<(String, u64)>,
     children: Vec<Child>,
@@ -323,6 +326,7 @@ impl Rotator {
             count: 0,
             files: 1,
             period,
+            name_time: now_s,
             closed: VecDeque::new(),
             children: Vec::new(),
             done: false,
@@ -444,11 +448,10 @@ impl Rotator {
             self.count = 0;
         } else {
             self.count += 1;
-            if let Some(n) = self
-                .opts
-                .files
-                .filter(|_| self.opts.size.is_some() && !self.opts.dumpcap)
-            {
+            // tcpdump: with both -C and -G, -W makes no ring (it only pads the numbers).
+            if let Some(n) = self.opts.files.filter(|_| {
+                self.opts.size.is_some() && self.opts.seconds.is_none() && !self.opts.dumpcap
+            }) {
                 if self.count >= u64::from(n) {
                     self.count = 0;
                 }
@@ -457,7 +460,8 @@ impl Rotator {
         // A file of the next period is named by the period's start.
         let at = match self.opts.seconds {
             Some(g) if why == "time" => self.period * g.max(1),
-            _ => now_s,
+            Some(_) => self.name_time,
+            None => now_s,
         };
         let next = self
             .name(at, self.files + 1)
@@ -496,6 +500,7 @@ impl Rotator {
         }
         *writer = w;
         *path = next.clone();
+        self.name_time = at;
         self.files += 1;
         // A name used again (a -W ring) is a file overwritten: no longer in the budget's list.
         self.closed.retain(|(n, _)| *n != next);
