@@ -1020,3 +1020,73 @@ fn c_with_g_and_w_makes_no_ring_as_tcpdump() {
     assert_eq!(total, 3000, "{got:?}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// The whole records of a classic pcap file and whether a cut record follows them (a file
+/// whose header is whole); None when the header itself is not.
+fn whole_prefix(bytes: &[u8]) -> Option<(usize, bool)> {
+    if bytes.len() < 24 {
+        return None;
+    }
+    let (mut n, mut at) = (0, 24);
+    while at < bytes.len() {
+        let Some(h) = bytes.get(at..at + 16) else {
+            return Some((n, true));
+        };
+        let cap = u32::from_ne_bytes(h[8..12].try_into().unwrap()) as usize;
+        if cap > 262_144 {
+            return None; // not a record header: the file is not a prefix of whole records
+        }
+        if at + 16 + cap > bytes.len() {
+            return Some((n, true));
+        }
+        at += 16 + cap;
+        n += 1;
+    }
+    Some((n, false))
+}
+
+#[test]
+fn kill_9_during_a_large_write_leaves_whole_records_but_possibly_the_last() {
+    use std::process::Stdio;
+    let d = dir("kill9");
+    let input = big_input(&d, "20000");
+    let i = input.to_str().unwrap();
+    let list = [i; 8].join(",");
+    for k in 0..4 {
+        let f = d.join(format!("k{k}.pcap"));
+        let mut c = Command::new(bin())
+            .args(["count", "-i", &list, "-q", "-w", f.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(40 + 30 * k));
+        let _ = c.kill();
+        let _ = c.wait();
+        let bytes = std::fs::read(&f).unwrap();
+        // What holds after SIGKILL: the header and every record whole, but possibly the last
+        // one, cut where the kill stopped a write of many pages.
+        let (whole, _cut) = whole_prefix(&bytes).expect("a header, then whole records");
+        // tcpdump -r prints every whole record (then says "truncated dump file" if cut).
+        let o = Command::new("tcpdump")
+            .args(["-n", "-r"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), whole);
+        // editcap copies them into a clean file.
+        let clean = d.join(format!("c{k}.pcap"));
+        let o = Command::new("editcap")
+            .args(["-F", "pcap"])
+            .arg(&f)
+            .arg(&clean)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let r = records(&std::fs::read(&clean).unwrap()).map(|r| r.len());
+        if whole > 0 {
+            assert_eq!(r, Some(whole), "editcap of {}", f.display());
+        }
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}

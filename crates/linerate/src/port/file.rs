@@ -16,7 +16,9 @@
 //! and the file only ever receives whole calls. A write error on a regular file cuts it back to
 //! its last whole record. [`seal_all`] is for a forced stop: it waits (a bounded time) for
 //! writes in progress to end and then keeps every output from receiving more, so a process that
-//! exits right after leaves whole records only.
+//! exits right after leaves whole records only. SIGKILL cannot be handled: it can stop one
+//! `write` of many pages between two of them, so a killed process's file may end on a cut
+//! record (every one before it whole).
 
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::{self, IoSlice, Write};
