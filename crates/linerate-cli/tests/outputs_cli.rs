@@ -939,7 +939,7 @@ fn a_failed_rotation_counts_each_written_packet_once() {
 #[test]
 fn g_w_file_limit_is_the_reason_the_run_ended() {
     use std::process::Stdio;
-    let d = dir("rot-gw");
+    let d = dir("gw-ended");
     let mut g = Command::new(bin())
         .args(["gen", "-o", "-", "--rate", "20pps", "-t", "6s", "-q", "-U"])
         .stdout(Stdio::piped())
@@ -960,7 +960,7 @@ fn g_w_file_limit_is_the_reason_the_run_ended() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("\"ended\":\"file limit (-W)\""), "{out}");
-    assert_eq!(files(&d, "g-").len(), 2);
+    assert_eq!(files(&d, "g-").len(), 2, "{:?} {out}", files(&d, "g-"));
     std::fs::remove_dir_all(&d).unwrap();
 }
 
