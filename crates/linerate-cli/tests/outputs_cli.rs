@@ -1090,3 +1090,17 @@ fn kill_9_during_a_large_write_leaves_whole_records_but_possibly_the_last() {
     }
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn rotation_of_a_list_of_outputs_is_refused_by_its_name() {
+    let d = dir("list-c");
+    let a = d.join("a.pcap");
+    let b = d.join("b.pcap");
+    let list = format!("{},{}", a.display(), b.display());
+    let o = run(&["gen", "-o", &list, "--threads", "2", "-c", "5", "-C", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("not a list of files"), "{err}");
+    assert!(!a.exists() && !b.exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}

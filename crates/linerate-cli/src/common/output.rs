@@ -237,7 +237,7 @@ impl OutputFlags {
                 None => {
                     let f = if rotating { "-C/-G/-b" } else { "-U" };
                     return Err(usage(format!(
-                        "{f}: this run writes no capture file (give -w or -o FILE)"
+                        "{f}: only one capture file rotates or is packet-buffered (-w or -o FILE); not a list of files (a,b), a port (mem:, afpacket:) or no output"
                     )));
                 }
                 Some("-") if rotating => {
