@@ -262,14 +262,27 @@ pub fn write_file(flag: &str, path: &str, bytes: &[u8], inputs: &Inputs) -> anyh
 }
 
 /// Refuses, before the run, an output written at its end (a histogram, a CSV table) that is one
-/// of `inputs` (the write checks again).
+/// of `inputs` or that cannot be opened for writing (no such directory, no permission): the
+/// run would otherwise write its capture and fail at the end. The file is opened without
+/// truncating it (and removed again if this check created it); the write checks again.
 pub fn check_output(flag: &str, path: &str, inputs: &Inputs) -> anyhow::Result<()> {
-    match file::FileId::of(std::path::Path::new(path)).and_then(|id| inputs.find(id)) {
-        Some(input) => Err(usage(format!(
+    let p = std::path::Path::new(path);
+    if let Some(input) = file::FileId::of(p).and_then(|id| inputs.find(id)) {
+        return Err(usage(format!(
             "{flag}: {path} is the input {input} (the same file): refusing to overwrite an \
              input; write to another file"
-        ))),
-        None => Ok(()),
+        )));
+    }
+    let existed = std::fs::symlink_metadata(p).is_ok();
+    match file::open_deferred(path, inputs) {
+        Ok(f) => {
+            drop(f);
+            if !existed {
+                let _ = std::fs::remove_file(p);
+            }
+            Ok(())
+        }
+        Err(e) => Err(usage(format!("{flag}: {e}"))),
     }
 }
 

@@ -359,11 +359,80 @@ fn count_c_w_keeps_a_ring_of_files_and_b_is_dumpcaps() {
         "-q",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let names: Vec<_> = files(&d, "b.pcap")
+    // dumpcap's names, a new one for each file: b_NNNNN_YYYYmmddHHMMSS.pcap; the last 2 stay.
+    let names: Vec<_> = files(&d, "b")
         .iter()
         .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
         .collect();
-    assert_eq!(names, ["b.pcap0", "b.pcap1"]);
+    assert_eq!(names.len(), 2, "{names:?}");
+    for n in &names {
+        assert!(dumpcap_named(n, "b", ".pcap"), "{n}");
+    }
+    assert!(!names[0].starts_with("b_00001_"), "{names:?}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Whether `name` is dumpcap's PREFIX_NNNNN_YYYYmmddHHMMSS.EXT.
+fn dumpcap_named(name: &str, prefix: &str, ext: &str) -> bool {
+    let Some(mid) = name
+        .strip_prefix(prefix)
+        .and_then(|r| r.strip_suffix(ext))
+        .and_then(|r| r.strip_prefix('_'))
+    else {
+        return false;
+    };
+    let b = mid.as_bytes();
+    b.len() == 5 + 1 + 14
+        && b[5] == b'_'
+        && b[..5].iter().chain(&b[6..]).all(|c| c.is_ascii_digit())
+}
+
+#[test]
+fn b_duration_names_each_file_as_dumpcap_and_files_keeps_the_last_ones() {
+    use std::process::Stdio;
+    let d = dir("rot-b");
+    let mut g = Command::new(bin())
+        .args(["gen", "-o", "-", "--rate", "20pps", "-t", "4s", "-q", "-U"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run gen");
+    let out = d.join("r.pcap");
+    let c = Command::new(bin())
+        .args(["count", "-i", "-", "-w", out.to_str().unwrap()])
+        .args(["-b", "duration:1", "-b", "files:2", "--json"])
+        .stdin(g.stdout.take().unwrap())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run count");
+    let o = c.wait_with_output().unwrap();
+    g.wait().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    // The capture went on to the end of the source (4 s: 4 or 5 files, each a new name).
+    let rotations: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("\"type\":\"rotate\""))
+        .collect();
+    assert!(rotations.len() >= 3, "{stdout}");
+    assert!(!out.exists(), "no file under the bare name");
+    let names: Vec<_> = files(&d, "r")
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names.len(), 2, "files:2 keeps the last two: {names:?}");
+    for n in &names {
+        assert!(dumpcap_named(n, "r", ".pcap"), "{n}");
+    }
+    // Their numbers are the last ones of the run, and together they hold packets.
+    let last: u64 = names[1][2..7].parse().unwrap();
+    assert_eq!(last as usize, rotations.len() + 1, "{names:?}");
+    let total: usize = files(&d, "r")
+        .iter()
+        .map(|f| tcpdump_count(f).expect("whole file"))
+        .sum();
+    assert!(total >= 20, "{total}");
     std::fs::remove_dir_all(&d).unwrap();
 }
 
@@ -507,6 +576,61 @@ fn disk_budget_deletes_the_oldest_files_of_the_run() {
 }
 
 #[test]
+fn disk_budget_at_the_end_keeps_every_newest_file_that_fits() {
+    let d = dir("budget-end");
+    let input = big_input(&d, "6000");
+    let o = run(&[
+        "count",
+        "-i",
+        input.to_str().unwrap(),
+        "-w",
+        d.join("e.pcap").to_str().unwrap(),
+        "-C",
+        "1",
+        "--disk-budget",
+        "2.5MB",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Every file of the run, in order, with its size: the closed ones from the rotation log,
+    // the last one from the disk.
+    let out = String::from_utf8_lossy(&o.stdout);
+    let mut all: Vec<(String, u64)> = Vec::new();
+    for l in out.lines().filter(|l| l.contains("\"type\":\"rotate\"")) {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        all.push((
+            v["closed"].as_str().unwrap().to_string(),
+            v["bytes"].as_u64().unwrap(),
+        ));
+        if let Some(n) = v["opened"].as_str() {
+            if all.iter().all(|(a, _)| a != n) && !out.contains(&format!("\"closed\":\"{n}\"")) {
+                let len = std::fs::metadata(n).map_or(0, |m| m.len());
+                all.push((n.to_string(), len));
+            }
+        }
+    }
+    assert!(all.len() >= 4, "{out}");
+    // The newest files whose sum fits the budget all stay, the older ones go.
+    let mut want = Vec::new();
+    let mut sum = 0;
+    for (n, b) in all.iter().rev() {
+        if sum + b > 2_500_000 {
+            break;
+        }
+        sum += b;
+        want.push(n.clone());
+    }
+    want.sort();
+    let got: Vec<String> = files(&d, "e.pcap")
+        .iter()
+        .map(|p| p.to_str().unwrap().to_string())
+        .collect();
+    assert!(want.len() >= 2, "{all:?}");
+    assert_eq!(got, want, "{all:?}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
 fn rotation_flags_that_cannot_apply_are_refused() {
     let s = sample();
     let s = s.to_str().unwrap();
@@ -612,5 +736,371 @@ fn every_capture_output_rotates() {
             .sum();
         assert_eq!(total, 2000, "{args:?}");
     }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Runs `args` with standard input read from the precious file (`KEEP` stands for its path):
+/// a usage error, the file byte for byte.
+fn stdin_refused_and_kept(tag: &str, args: &[&str], rotated: Option<&str>) {
+    let d = dir(tag);
+    let (keep, bytes) = precious(&d);
+    // With a rotation name: standard input is that later file, the output is its first one.
+    let input = match rotated {
+        Some(n) => {
+            let p = d.join(n);
+            std::fs::write(&p, &bytes).unwrap();
+            p
+        }
+        None => keep.clone(),
+    };
+    let k = keep.to_str().unwrap();
+    let args: Vec<String> = args.iter().map(|a| a.replace("KEEP", k)).collect();
+    let o = Command::new(bin())
+        .args(&args)
+        .stdin(std::fs::File::open(&input).unwrap())
+        .output()
+        .expect("run linerate");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.contains("standard input"), "{args:?}: {err}");
+    assert_eq!(
+        std::fs::read(&input).unwrap(),
+        bytes,
+        "{args:?} changed stdin's file"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn an_output_that_is_the_file_on_standard_input_is_refused() {
+    stdin_refused_and_kept("stdin-count", &["count", "-i", "-", "-w", "KEEP"], None);
+    stdin_refused_and_kept("stdin-fwd", &["fwd", "-i", "-", "-o", "KEEP"], None);
+    stdin_refused_and_kept("stdin-gen", &["gen", "--pcap", "-", "-o", "KEEP"], None);
+    stdin_refused_and_kept("stdin-flows", &["flows", "-i", "-", "-w", "KEEP"], None);
+    stdin_refused_and_kept(
+        "stdin-balance",
+        &["balance", "-i", "-", "-n", "1", "-r", "0:KEEP"],
+        None,
+    );
+    // A rotation name (tcpdump's FILE1) is an output too.
+    stdin_refused_and_kept(
+        "stdin-rot",
+        &["count", "-i", "-", "-w", "KEEP", "-C", "0.0001"],
+        Some("keep.pcap1"),
+    );
+}
+
+#[test]
+fn a_hist_out_that_cannot_be_written_is_refused_before_the_capture() {
+    let s = sample();
+    let s = s.to_str().unwrap();
+    let bad = "/nonexistent-dir-linerate/h.csv";
+    refused_and_kept(
+        "hist-count",
+        &[
+            "count",
+            "-i",
+            s,
+            "-w",
+            "KEEP",
+            "--latency",
+            "--hist-out",
+            bad,
+        ],
+    );
+    refused_and_kept(
+        "hist-gen",
+        &[
+            "gen",
+            "-o",
+            "KEEP",
+            "-c",
+            "5",
+            "--rx",
+            "mem:hist-x",
+            "--hist-out",
+            bad,
+        ],
+    );
+    // A --hist-out that can be written is not left behind by the check when the run fails.
+    let d = dir("hist-new");
+    let h = d.join("h.csv");
+    let o = run(&[
+        "count",
+        "-i",
+        "/nonexistent.pcap",
+        "--latency",
+        "--hist-out",
+        h.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!h.exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_z_command_that_never_ends_does_not_hold_the_run() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::Stdio;
+    let d = dir("z-hang");
+    let input = big_input(&d, "3000");
+    let script = d.join("hang.sh");
+    std::fs::write(&script, "#!/bin/sh\nexec sleep 30\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut c = Command::new(bin())
+        .args(["count", "-i", input.to_str().unwrap(), "-q", "-C", "1"])
+        .args(["-w", d.join("h.pcap").to_str().unwrap()])
+        .args(["-z", script.to_str().unwrap()])
+        .stdout(Stdio::null())
+        // A file, not a pipe: the commands left running hold what they inherited.
+        .stderr(std::fs::File::create(d.join("err")).unwrap())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            break Some(s);
+        }
+        if start.elapsed() > std::time::Duration::from_secs(15) {
+            let _ = c.kill();
+            let _ = c.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let err = std::fs::read_to_string(d.join("err")).unwrap();
+    // The commands left running (our children's children now): ended by their pids.
+    let mut left = 0;
+    for l in err.lines().filter(|l| l.contains("not waited for")) {
+        if let Some(pid) = l.split("pid ").nth(1).and_then(|r| r.split(' ').next()) {
+            let _ = Command::new("kill").arg(pid).status();
+            left += 1;
+        }
+    }
+    let status = status.expect("the run ended by itself");
+    assert!(status.success(), "{err}");
+    assert!(left >= 1, "each command left running is logged: {err}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn fwd_c_forwards_exactly_n_packets() {
+    let d = dir("fwd-c");
+    let input = big_input(&d, "3000");
+    for n in ["1", "10", "1000"] {
+        let out = d.join(format!("f{n}.pcap"));
+        let o = run(&[
+            "fwd",
+            "-i",
+            input.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "-c",
+            n,
+            "-q",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let recs = records(&std::fs::read(&out).unwrap()).expect("whole file");
+        assert_eq!(recs.len(), n.parse::<usize>().unwrap(), "fwd -c {n}");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_failed_rotation_counts_each_written_packet_once() {
+    let d = dir("rot-fail");
+    let out = d.join("r.pcap");
+    // The second file cannot be created: a directory holds its name.
+    std::fs::create_dir(d.join("r.pcap1")).unwrap();
+    let o = run(&[
+        "count",
+        "-i",
+        sample().to_str().unwrap(),
+        "-w",
+        out.to_str().unwrap(),
+        "-C",
+        "0.05",
+        "-q",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let held = records(&std::fs::read(&out).unwrap()).expect("whole").len();
+    let written: usize = err
+        .split(" written")
+        .next()
+        .and_then(|s| s.rsplit(", ").next())
+        .map(|n| n.replace('\'', ""))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no written figure: {err}"));
+    assert_eq!(written, held, "{err}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn g_w_file_limit_is_the_reason_the_run_ended() {
+    use std::process::Stdio;
+    let d = dir("gw-ended");
+    let mut g = Command::new(bin())
+        .args(["gen", "-o", "-", "--rate", "20pps", "-t", "6s", "-q", "-U"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run gen");
+    let c = Command::new(bin())
+        .args(["count", "-i", "-", "--json", "-G", "1", "-W", "2", "-w"])
+        .arg(d.join("g-%s.pcap"))
+        .stdin(g.stdout.take().unwrap())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run count");
+    let o = c.wait_with_output().unwrap();
+    let _ = g.kill();
+    let _ = g.wait();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("\"ended\":\"file limit (-W)\""), "{out}");
+    assert_eq!(files(&d, "g-").len(), 2, "{:?} {out}", files(&d, "g-"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn c_sizes_parse_as_tcpdump_and_refuse_what_is_not_a_size() {
+    let d = dir("c-parse");
+    let input = big_input(&d, "1500");
+    let i = input.to_str().unwrap();
+    // Spaces around a bare number: still millions of bytes (one file of the ~1.2 MB input,
+    // plus one), never 1 byte (a file per packet).
+    for (k, c) in [" 1", "1 "].iter().enumerate() {
+        let w = d.join(format!("s{k}.pcap"));
+        let o = run(&["count", "-i", i, "-q", "-w", w.to_str().unwrap(), "-C", c]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(files(&d, &format!("s{k}.pcap")).len(), 2, "-C '{c}'");
+    }
+    for bad in ["1e-6", "1E3", "0.0000001", "0", "0.0000004MB", "5XB"] {
+        let w = d.join("bad.pcap");
+        let o = run(&["count", "-i", i, "-q", "-w", w.to_str().unwrap(), "-C", bad]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "-C {bad}: {err}");
+        assert!(!w.exists(), "-C {bad}");
+        if bad == "5XB" {
+            assert!(err.contains("kB") && err.contains("MiB"), "{err}");
+        }
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn c_with_g_and_w_makes_no_ring_as_tcpdump() {
+    let d = dir("c-g-w");
+    let input = big_input(&d, "3000");
+    let o = run(&[
+        "count",
+        "-i",
+        input.to_str().unwrap(),
+        "-q",
+        "-w",
+        d.join("x-%Y.pcap").to_str().unwrap(),
+        // One period for the whole run (a year).
+        "-G",
+        "31536000",
+        "-C",
+        "0.5",
+        "-W",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // One period: every -C file kept (no ring of 3 overwriting), numbers padded for -W 3.
+    let got = files(&d, "x-");
+    assert!(got.len() >= 4, "{got:?}");
+    let total: usize = got
+        .iter()
+        .map(|f| records(&std::fs::read(f).unwrap()).unwrap().len())
+        .sum();
+    assert_eq!(total, 3000, "{got:?}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// The whole records of a classic pcap file and whether a cut record follows them (a file
+/// whose header is whole); None when the header itself is not.
+fn whole_prefix(bytes: &[u8]) -> Option<(usize, bool)> {
+    if bytes.len() < 24 {
+        return None;
+    }
+    let (mut n, mut at) = (0, 24);
+    while at < bytes.len() {
+        let Some(h) = bytes.get(at..at + 16) else {
+            return Some((n, true));
+        };
+        let cap = u32::from_ne_bytes(h[8..12].try_into().unwrap()) as usize;
+        if cap > 262_144 {
+            return None; // not a record header: the file is not a prefix of whole records
+        }
+        if at + 16 + cap > bytes.len() {
+            return Some((n, true));
+        }
+        at += 16 + cap;
+        n += 1;
+    }
+    Some((n, false))
+}
+
+#[test]
+fn kill_9_during_a_large_write_leaves_whole_records_but_possibly_the_last() {
+    use std::process::Stdio;
+    let d = dir("kill9");
+    let input = big_input(&d, "20000");
+    let i = input.to_str().unwrap();
+    let list = [i; 8].join(",");
+    for k in 0..4 {
+        let f = d.join(format!("k{k}.pcap"));
+        let mut c = Command::new(bin())
+            .args(["count", "-i", &list, "-q", "-w", f.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(40 + 30 * k));
+        let _ = c.kill();
+        let _ = c.wait();
+        let bytes = std::fs::read(&f).unwrap();
+        // What holds after SIGKILL: the header and every record whole, but possibly the last
+        // one, cut where the kill stopped a write of many pages.
+        let (whole, _cut) = whole_prefix(&bytes).expect("a header, then whole records");
+        // tcpdump -r prints every whole record (then says "truncated dump file" if cut).
+        let o = Command::new("tcpdump")
+            .args(["-n", "-r"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), whole);
+        // editcap copies them into a clean file.
+        let clean = d.join(format!("c{k}.pcap"));
+        let o = Command::new("editcap")
+            .args(["-F", "pcap"])
+            .arg(&f)
+            .arg(&clean)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let r = records(&std::fs::read(&clean).unwrap()).map(|r| r.len());
+        if whole > 0 {
+            assert_eq!(r, Some(whole), "editcap of {}", f.display());
+        }
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn rotation_of_a_list_of_outputs_is_refused_by_its_name() {
+    let d = dir("list-c");
+    let a = d.join("a.pcap");
+    let b = d.join("b.pcap");
+    let list = format!("{},{}", a.display(), b.display());
+    let o = run(&["gen", "-o", &list, "--threads", "2", "-c", "5", "-C", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("not a list of files"), "{err}");
+    assert!(!a.exists() && !b.exists());
     std::fs::remove_dir_all(&d).unwrap();
 }

@@ -88,7 +88,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "GiB" | "Gi" => 1024.0 * 1024.0 * 1024.0,
         _ => {
             return Err(format!(
-                "'{s}': unknown size unit '{rest}' (use B, KiB, MiB, GiB)"
+                "'{s}': unknown size unit '{rest}' (use B, kB, MB, GB, KiB, MiB, GiB)"
             ))
         }
     };

@@ -511,6 +511,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     // What reached the output whole (a pipe's reader may have left early).
     let written = writer.as_ref().and_then(|w| w.packets_written());
+    let limit = writer.as_ref().is_some_and(|w| w.file_limit_reached());
     drop(writer);
     let t = &report.tick;
     if let Some(m) = &metrics {
@@ -523,6 +524,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Ended::Error if closed => "output closed",
         Ended::Error if report.output_error.is_some() => "output error",
         Ended::Error => "input error",
+        // -G with -W wrote its last file: tcpdump's file limit, not an interrupt.
+        _ if limit => "file limit (-W)",
         e => e.text(),
     };
     // Why a finished input ended, when it says more (a cluster's master stopped).

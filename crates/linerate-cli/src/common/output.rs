@@ -40,12 +40,13 @@ pub struct OutputFlags {
     #[arg(short = 'G', value_name = "SECONDS", value_parser = flags::count(1, 31_536_000))]
     pub rotate_seconds: Option<u64>,
     /// With -C: a ring of N files FILE0..FILE{N-1}, the oldest overwritten. With -G alone:
-    /// stop after N files (tcpdump's -W).
+    /// stop after N files (tcpdump's -W). With both -C and -G: only pads the file numbers
+    /// (no ring, no limit), as tcpdump.
     #[arg(short = 'W', value_name = "N", value_parser = flags::count(1, 1_000_000))]
     pub file_count: Option<u64>,
     /// Run CMD FILE on each capture file once it is closed (tcpdump's -z), with -C or -G;
-    /// CMD is a program run directly (no shell), not waited for while capturing; the run
-    /// waits for the last ones before it exits.
+    /// CMD is a program run directly (no shell), not waited for while capturing; at the end
+    /// the run waits at most 2 s for those still running, then leaves them running (logged).
     #[arg(short = 'z', value_name = "CMD")]
     pub post_command: Option<String>,
     /// With -C or -G: delete the oldest capture files this run wrote to keep their total
@@ -81,7 +82,9 @@ pub fn file_of_uri(uri: &str) -> Option<String> {
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct RingBuffer {
     /// dumpcap's ring buffer (repeatable): filesize:KB (rotate after KB kilobytes of 1000
-    /// bytes, as -C), duration:SECONDS (as -G, clock-aligned), files:N (as -W).
+    /// bytes), duration:SECONDS (clock-aligned, as -G), files:N (keep the last N files, the
+    /// oldest deleted, the capture goes on); files named as dumpcap's:
+    /// PREFIX_NNNNN_YYYYmmddHHMMSS.EXT. Not mixed with -C/-G/-W.
     #[arg(short = 'b', long = "ring-buffer", value_name = "KEY:VALUE")]
     pub ring_buffer: Vec<String>,
 }
@@ -90,22 +93,63 @@ pub struct RingBuffer {
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct RingBufferLong {
     /// dumpcap's ring buffer (repeatable): filesize:KB (rotate after KB kilobytes of 1000
-    /// bytes, as -C), duration:SECONDS (as -G, clock-aligned), files:N (as -W).
+    /// bytes), duration:SECONDS (clock-aligned, as -G), files:N (keep the last N files, the
+    /// oldest deleted, the capture goes on); files named as dumpcap's:
+    /// PREFIX_NNNNN_YYYYmmddHHMMSS.EXT. Not mixed with -C/-G/-W.
     #[arg(long = "ring-buffer", value_name = "KEY:VALUE")]
     pub ring_buffer: Vec<String>,
 }
 
-/// tcpdump's -C: a bare number is millions of bytes; a unit is taken as written.
+/// tcpdump's -C: a bare number is millions of bytes (`1` = 1000000, `0.5`); a unit is taken
+/// as written (`500kB`, `100MB`, `1GiB`). Spaces around it are ignored (tcpdump's strtol skips
+/// leading ones); an exponent (`1e-6`), or a size that is not a whole number of bytes, is
+/// refused rather than rounded.
 fn file_size(s: &str) -> Result<u64, String> {
-    let bytes = match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => v * 1e6,
-        Ok(_) => return Err(format!("'{s}': a size above 0 (1 = 1000000 bytes)")),
-        Err(_) => linerate::units::parse_size(s)? as f64,
+    let t = s.trim();
+    let units = "a size in millions of bytes (1 = 1000000, 0.5) or with a unit: B, kB, MB, GB, KiB, MiB, GiB";
+    let plain = !t.is_empty()
+        && t.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && t.bytes().filter(|&b| b == b'.').count() <= 1
+        && t.bytes().any(|b| b.is_ascii_digit());
+    let bytes = if plain {
+        // Millions of bytes, with up to 6 decimals (a whole number of bytes).
+        let (int, frac) = t.split_once('.').unwrap_or((t, ""));
+        if frac.len() > 6 && frac[6..].bytes().any(|b| b != b'0') {
+            return Err(format!("'{s}': not a whole number of bytes ({units})"));
+        }
+        let int: u64 = if int.is_empty() {
+            0
+        } else {
+            int.parse()
+                .map_err(|_| format!("'{s}': too large ({units})"))?
+        };
+        let mut f = frac.chars().take(6).collect::<String>();
+        while f.len() < 6 {
+            f.push('0');
+        }
+        let frac: u64 = f.parse().unwrap_or(0);
+        int.checked_mul(1_000_000)
+            .and_then(|b| b.checked_add(frac))
+            .ok_or_else(|| format!("'{s}': too large ({units})"))?
+    } else {
+        let rest = t.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.');
+        let mut after_e = rest.strip_prefix(['e', 'E']).unwrap_or("").chars();
+        if rest.len() < t.len()
+            && after_e
+                .next()
+                .is_some_and(|c| c.is_ascii_digit() || c == '-' || c == '+')
+        {
+            return Err(format!("'{s}': no exponent; write {units}"));
+        }
+        linerate::units::parse_size(t).map_err(|_| format!("'{s}': {units}"))?
     };
-    if !(1.0..=1e18).contains(&bytes) {
-        return Err(format!("'{s}': between 1 byte and 1 EB"));
+    if bytes == 0 {
+        return Err(format!("'{s}': a size of at least 1 byte ({units})"));
     }
-    Ok(bytes as u64)
+    if bytes > 1_000_000_000_000_000_000 {
+        return Err(format!("'{s}': at most 1 EB"));
+    }
+    Ok(bytes)
 }
 
 /// Whether `cmd` names a program that can be run (a path, or a name found in PATH).
@@ -166,6 +210,16 @@ impl OutputFlags {
                 n
             });
         }
+        let dumpcap = !ring.is_empty();
+        if dumpcap
+            && (self.file_size.is_some()
+                || self.rotate_seconds.is_some()
+                || self.file_count.is_some())
+        {
+            return Err(usage(
+                "-b (dumpcap's ring buffer, its own file names) is not mixed with tcpdump's -C, -G or -W: give one or the other",
+            ));
+        }
         let rotating = size.is_some() || seconds.is_some();
         for (given, flag) in [
             (files.is_some(), "-W"),
@@ -183,7 +237,7 @@ impl OutputFlags {
                 None => {
                     let f = if rotating { "-C/-G/-b" } else { "-U" };
                     return Err(usage(format!(
-                        "{f}: this run writes no capture file (give -w or -o FILE)"
+                        "{f}: only one capture file rotates or is packet-buffered (-w or -o FILE); not a list of files (a,b), a port (mem:, afpacket:) or no output"
                     )));
                 }
                 Some("-") if rotating => {
@@ -208,7 +262,7 @@ impl OutputFlags {
                 )));
             }
         }
-        if let (Some(_), Some(p)) = (seconds, path) {
+        if let (Some(_), Some(p), false) = (seconds, path, dumpcap) {
             if rotate::file_name(p, Some(0), 0, 0).is_none_or(|n| n.is_empty()) {
                 return Err(usage(format!("-G: '{p}' gives no file name (strftime)")));
             }
@@ -228,6 +282,7 @@ impl OutputFlags {
                 budget: self.disk_budget,
                 on_rotate,
                 stop,
+                dumpcap,
             },
         })
     }
@@ -254,7 +309,10 @@ fn log_rotation(r: &Rotated, json: bool) {
         let del = if r.deleted.is_empty() {
             String::new()
         } else {
-            format!("; deleted {} (--disk-budget)", r.deleted.join(", "))
+            format!(
+                "; deleted {} (--disk-budget, -b files:)",
+                r.deleted.join(", ")
+            )
         };
         eprintln!(
             "linerate: rotated ({}): closed {} ({} packets, {} bytes), {next}{del}",

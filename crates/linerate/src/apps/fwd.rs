@@ -434,6 +434,17 @@ pub fn run_with(
             if idle[i] {
                 continue;
             }
+            // Under -c, an input gives no more than the packets still to forward (those sent
+            // and those waiting in a pending batch count), so the run stops at exactly N as
+            // tcpdump's and tcpreplay's do, not at the end of a batch.
+            if opts.count.is_some() {
+                let queued: usize = pending.iter().map(|b| b.len()).sum();
+                let room = limits.room(st.total().sent + queued as u64, crate::mem::BATCH);
+                if room == 0 {
+                    continue;
+                }
+                rx.set_limit(room);
+            }
             let n = match list[i].rx(&mut rx) {
                 Ok(n) => n,
                 Err(e) => {
@@ -507,6 +518,9 @@ pub fn run_with(
             }
         } else {
             idle_passes = 0;
+        }
+        if opts.count.is_some() && limits.count_reached(st.total().sent) {
+            break Ended::Count;
         }
         if drain.due(now) {
             for p in list.iter_mut() {
@@ -1020,7 +1034,8 @@ mod tests {
             |_| {},
         );
         assert_eq!(r.ended, Ended::Count);
-        assert_eq!(r.stats.ports[0].filtered, 150);
+        // Read no further than the 150th kept frame (the 299th): 149 filtered out before it.
+        assert_eq!(r.stats.ports[0].filtered, 149);
         let got = drain(&mut sink);
         assert_eq!(got.len(), 150);
         assert!(got.iter().all(|f| f[45] % 2 == 0));

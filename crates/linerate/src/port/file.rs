@@ -16,7 +16,9 @@
 //! and the file only ever receives whole calls. A write error on a regular file cuts it back to
 //! its last whole record. [`seal_all`] is for a forced stop: it waits (a bounded time) for
 //! writes in progress to end and then keeps every output from receiving more, so a process that
-//! exits right after leaves whole records only.
+//! exits right after leaves whole records only. SIGKILL cannot be handled: it can stop one
+//! `write` of many pages between two of them, so a killed process's file may end on a cut
+//! record (every one before it whole).
 
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::{self, IoSlice, Write};
@@ -56,9 +58,14 @@ pub struct Inputs {
 }
 
 impl Inputs {
-    /// Adds the file `path` leads to, if it exists (`-`, standard input, is not a file).
+    /// Adds the file `path` leads to, if it exists; `-` adds the file standard input reads, when
+    /// it is redirected from one (`< in.pcap`: fstat(0)'s device and inode), so that no output
+    /// or rotation name can truncate what is being read.
     pub fn add_path(&mut self, path: &str) {
         if path == "-" {
+            if let Some(id) = stdin_id() {
+                self.add(id, "- (standard input)");
+            }
             return;
         }
         if let Some(id) = FileId::of(Path::new(path)) {
@@ -85,6 +92,14 @@ impl Inputs {
     pub fn is_empty(&self) -> bool {
         self.files.is_empty()
     }
+}
+
+/// The identity of the file standard input reads, if it is a file (not a pipe or a terminal).
+fn stdin_id() -> Option<FileId> {
+    use std::os::fd::AsFd;
+    let fd = io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let m = File::from(fd).metadata().ok()?;
+    m.file_type().is_file().then(|| FileId::from_meta(&m))
 }
 
 /// Why an output file was not opened.

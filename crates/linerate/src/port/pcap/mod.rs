@@ -299,6 +299,9 @@ impl PcapPort {
                 uri: path.into(),
                 why: "-G: the strftime pattern gives no file name".into(),
             })?;
+            if let Some((path, input)) = rotate::input_among_names(path, inputs) {
+                return Err(PortError::File(file::FileError::IsInput { path, input }));
+            }
             (Some(r), name)
         } else {
             (None, path.to_string())
@@ -361,6 +364,11 @@ impl PcapPort {
             Mode::Read { .. } => None,
         };
         now.map(|n| n + prior)
+    }
+
+    /// Whether `-G` with `-W` wrote its last file (the run was stopped by the file limit).
+    pub fn file_limit_reached(&self) -> bool {
+        self.rotator().is_some_and(|r| r.done)
     }
 
     fn rotator(&self) -> Option<&Rotator> {

@@ -58,6 +58,10 @@ pub struct Rotate {
     pub on_rotate: Option<OnRotate>,
     /// Set when `-G` with `-W` wrote its last file: the run should stop.
     pub stop: Option<Arc<AtomicBool>>,
+    /// dumpcap's `-b`: files named PREFIX_NNNNN_YYYYmmddHHMMSS.EXT (a new name each time,
+    /// never a strftime pattern), and `files` is a ring of the last N files (the oldest
+    /// deleted, the capture goes on), whatever the other conditions.
+    pub dumpcap: bool,
 }
 
 impl fmt::Debug for Rotate {
@@ -68,6 +72,7 @@ impl fmt::Debug for Rotate {
             .field("files", &self.files)
             .field("post_command", &self.post_command)
             .field("budget", &self.budget)
+            .field("dumpcap", &self.dumpcap)
             .finish()
     }
 }
@@ -115,6 +120,65 @@ pub fn file_name(base: &str, secs: Option<i64>, count: u64, width: usize) -> Opt
     }
 }
 
+/// dumpcap's parts of a file name: `PREFIX` (the name without its extension) and `.EXT`
+/// (empty when there is none).
+pub(super) fn dumpcap_parts(name: &str) -> (&str, &str) {
+    let file_start = name.rfind('/').map_or(0, |i| i + 1);
+    match name[file_start..].rfind('.') {
+        Some(i) if i > 0 => name.split_at(file_start + i),
+        _ => (name, ""),
+    }
+}
+
+/// dumpcap's name of its `seq`-th ring buffer file (from 1) opened at `secs`:
+/// PREFIX_NNNNN_YYYYmmddHHMMSS.EXT, in local time.
+pub fn dumpcap_name(base: &str, seq: u64, secs: i64) -> Option<String> {
+    let (prefix, ext) = dumpcap_parts(base);
+    let t = crate::sys::localtime::strftime_local("%Y%m%d%H%M%S", secs)?;
+    Some(format!("{prefix}_{seq:05}_{t}{ext}"))
+}
+
+/// An existing file a rotation of `base` could name (tcpdump's FILE1, FILE2, ..., a `-G`
+/// strftime name, dumpcap's PREFIX_NNNNN_...) that is one of `inputs` (standard input's file
+/// included): its name and the input's. Checked before the first file is opened, so that a
+/// later rotation never truncates what the run reads.
+pub(super) fn input_among_names(base: &str, inputs: &Inputs) -> Option<(String, String)> {
+    if inputs.is_empty() {
+        return None;
+    }
+    let p = std::path::Path::new(base);
+    let fname = p.file_name()?.to_str()?;
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let timed = fname.contains('%');
+    let prefix = fname.split('%').next().unwrap_or("");
+    let (stem, _) = dumpcap_parts(fname);
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let rotation = match name.strip_prefix(fname) {
+            Some(rest) => rest.bytes().all(|b| b.is_ascii_digit()),
+            None => false,
+        } || (timed && name.starts_with(prefix))
+            || name.strip_prefix(stem).is_some_and(|r| {
+                r.len() > 6 && r.starts_with('_') && r[1..6].bytes().all(|b| b.is_ascii_digit())
+            });
+        if !rotation {
+            continue;
+        }
+        let path = e.path();
+        if let Some(input) = file::FileId::of(&path).and_then(|id| inputs.find(id)) {
+            return Some((path.display().to_string(), input.to_string()));
+        }
+    }
+    None
+}
+
+/// How long the end of a run waits for `-z` commands still running.
+pub const POST_WAIT: Duration = Duration::from_secs(2);
+
 /// Runs `cmd file` (no shell), not waited for.
 pub(crate) fn post_command(cmd: &str, file: &str) -> std::io::Result<Child> {
     std::process::Command::new(cmd)
@@ -137,6 +201,14 @@ mod tests {
         assert_eq!(file_name("a.pcap", None, 2, 0).unwrap(), "a.pcap2");
         assert_eq!(file_name("a.pcap", None, 0, 1).unwrap(), "a.pcap0");
         assert_eq!(file_name("a.pcap", None, 7, 2).unwrap(), "a.pcap07");
+        let d = dumpcap_name("/t/r.pcap", 3, 1_700_000_000).unwrap();
+        assert!(
+            d.starts_with("/t/r_00003_2023111") && d.ends_with(".pcap"),
+            "{d}"
+        );
+        assert_eq!(d.len(), "/t/r_00003_20231114221320.pcap".len());
+        assert_eq!(dumpcap_parts("a.b/cap"), ("a.b/cap", ""));
+        assert_eq!(dumpcap_parts("cap.pcapng"), ("cap", ".pcapng"));
         assert!(file_name("x-%Y.pcap", Some(1_700_000_000), 0, 0)
             .unwrap()
             .starts_with("x-2023"));
@@ -213,6 +285,9 @@ pub(super) struct Rotator {
     files: u64,
     /// The current `-G` period (seconds since the epoch / SECONDS).
     period: u64,
+    /// The time that names the current period's files (tcpdump names a `-C` file within a
+    /// `-G` period by the period's time, as its first file, so names never drift).
+    name_time: u64,
     /// Files closed, oldest first, with their sizes (for the budget).
     closed: VecDeque<(String, u64)>,
     children: Vec<Child>,
@@ -251,6 +326,7 @@ impl Rotator {
             count: 0,
             files: 1,
             period,
+            name_time: now_s,
             closed: VecDeque::new(),
             children: Vec::new(),
             done: false,
@@ -259,18 +335,25 @@ impl Rotator {
             prior_by_if: Vec::new(),
             prior_written: 0,
         };
-        let name = r.name(now_s)?;
+        let name = r.name(now_s, 1)?;
         Some((r, name))
     }
 
     fn width(&self) -> usize {
+        if self.opts.dumpcap {
+            return 0;
+        }
         match (self.opts.size, self.opts.files) {
             (Some(_), Some(n)) => ring_width(n),
             _ => 0,
         }
     }
 
-    fn name(&self, now_s: u64) -> Option<String> {
+    /// The name of file number `seq` (from 1) opened at `now_s`.
+    fn name(&self, now_s: u64, seq: u64) -> Option<String> {
+        if self.opts.dumpcap {
+            return dumpcap_name(&self.base, seq, now_s as i64);
+        }
         let secs = self.opts.seconds.map(|_| now_s as i64);
         file_name(&self.base, secs, self.count, self.width())
     }
@@ -335,24 +418,19 @@ impl Rotator {
             Writer::Pcap(w) => w.get_ref().position(),
             Writer::Ng(w) => w.get_ref().position(),
         };
-        self.prior_packets += packets;
-        self.prior_bytes += bytes;
-        self.prior_written += records;
-        if self.prior_by_if.len() < by_if.len() {
-            self.prior_by_if.resize(by_if.len(), 0);
-        }
-        for (a, b) in self.prior_by_if.iter_mut().zip(&by_if) {
-            *a += b;
-        }
         let closed = path.clone();
         // -G with -W: the last file is written; the run stops.
         let limit = self.opts.files.map(u64::from);
-        if why == "time" && self.opts.size.is_none() && limit.is_some_and(|n| self.files >= n) {
+        if why == "time"
+            && self.opts.size.is_none()
+            && !self.opts.dumpcap
+            && limit.is_some_and(|n| self.files >= n)
+        {
             self.done = true;
             if let Some(s) = &self.opts.stop {
                 s.store(true, Ordering::Relaxed);
             }
-            let deleted = self.after_close(&closed, size);
+            let deleted = self.after_close(&closed, size, false);
             self.tell(Rotated {
                 closed,
                 bytes: size,
@@ -370,7 +448,10 @@ impl Rotator {
             self.count = 0;
         } else {
             self.count += 1;
-            if let Some(n) = self.opts.files.filter(|_| self.opts.size.is_some()) {
+            // tcpdump: with both -C and -G, -W makes no ring (it only pads the numbers).
+            if let Some(n) = self.opts.files.filter(|_| {
+                self.opts.size.is_some() && self.opts.seconds.is_none() && !self.opts.dumpcap
+            }) {
                 if self.count >= u64::from(n) {
                     self.count = 0;
                 }
@@ -379,10 +460,11 @@ impl Rotator {
         // A file of the next period is named by the period's start.
         let at = match self.opts.seconds {
             Some(g) if why == "time" => self.period * g.max(1),
-            _ => now_s,
+            Some(_) => self.name_time,
+            None => now_s,
         };
         let next = self
-            .name(at)
+            .name(at, self.files + 1)
             .ok_or_else(|| io::Error::other(format!("-G: no file name from '{}'", self.base)))?;
         let f = file::create(&next, &self.inputs).map_err(|e| io::Error::other(e.to_string()))?;
         let sink = RecordFile::new(f, WRITE_BUF);
@@ -404,13 +486,25 @@ impl Rotator {
             Writer::Pcap(x) => x.flush()?,
             Writer::Ng(x) => x.flush()?,
         }
-        // The old writer is dropped here: its file is complete.
+        // The old writer is dropped here: its file is complete, its figures move to the
+        // prior ones (only now: a writer kept in place, when the next file cannot be opened or
+        // the -W limit ended the run, still counts them itself).
+        self.prior_packets += packets;
+        self.prior_bytes += bytes;
+        self.prior_written += records;
+        if self.prior_by_if.len() < by_if.len() {
+            self.prior_by_if.resize(by_if.len(), 0);
+        }
+        for (a, b) in self.prior_by_if.iter_mut().zip(&by_if) {
+            *a += b;
+        }
         *writer = w;
         *path = next.clone();
+        self.name_time = at;
         self.files += 1;
         // A name used again (a -W ring) is a file overwritten: no longer in the budget's list.
         self.closed.retain(|(n, _)| *n != next);
-        let deleted = self.after_close(&closed, size);
+        let deleted = self.after_close(&closed, size, true);
         self.tell(Rotated {
             closed,
             bytes: size,
@@ -423,7 +517,8 @@ impl Rotator {
     }
 
     /// A file closed: `-z` runs on it, the budget deletes the oldest files over it.
-    fn after_close(&mut self, closed: &str, size: u64) -> Vec<String> {
+    /// `next`: whether a file is opened after it (not at the end of the run).
+    fn after_close(&mut self, closed: &str, size: u64, next: bool) -> Vec<String> {
         self.reap();
         if let Some(cmd) = &self.opts.post_command {
             match post_command(cmd, closed) {
@@ -433,9 +528,21 @@ impl Rotator {
         }
         self.closed.push_back((closed.to_string(), size));
         let mut deleted = Vec::new();
+        // dumpcap's files:N: the last N files stay (the one opened next among them).
+        if let Some(n) = self.opts.files.filter(|_| self.opts.dumpcap) {
+            while self.closed.len() + usize::from(next) > n as usize {
+                let Some((name, _)) = self.closed.pop_front() else {
+                    break;
+                };
+                if std::fs::remove_file(&name).is_ok() {
+                    deleted.push(name);
+                }
+            }
+        }
         if let Some(budget) = self.opts.budget {
-            // The file being written counts as its -C size (or nothing yet).
-            let reserve = self.opts.size.unwrap_or(0);
+            // The file about to be written counts as its -C size (or nothing yet); at the end
+            // of the run no file is written any more: only the files on disk count.
+            let reserve = if next { self.opts.size.unwrap_or(0) } else { 0 };
             let mut total: u64 = self.closed.iter().map(|(_, s)| s).sum::<u64>() + reserve;
             // The file just closed stays, whatever its size.
             while total > budget && self.closed.len() > 1 {
@@ -463,14 +570,35 @@ impl Rotator {
             .retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_)) | Err(_)));
     }
 
-    /// The last file closed at the end of the run: `-z` runs on it too, and every `-z`
-    /// command is waited for (the run's files are all processed when it exits).
+    /// The last file closed at the end of the run: `-z` runs on it too. The `-z` commands
+    /// still running get a short bounded wait ([`POST_WAIT`]); those still running after it
+    /// are left running, each named in the log (tcpdump never waits for them), so a stuck
+    /// command never holds the run's exit.
     pub(super) fn close_last(&mut self, path: &str, size: u64) {
         if !self.done {
-            let _ = self.after_close(path, size);
+            let deleted = self.after_close(path, size, false);
+            if !deleted.is_empty() {
+                eprintln!(
+                    "linerate: at the end: deleted {} (--disk-budget, -b files:)",
+                    deleted.join(", ")
+                );
+            }
         }
-        for mut c in self.children.drain(..) {
-            let _ = c.wait();
+        let end = std::time::Instant::now() + POST_WAIT;
+        loop {
+            self.reap();
+            if self.children.is_empty() || std::time::Instant::now() >= end {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let cmd = self.opts.post_command.as_deref().unwrap_or("");
+        for c in self.children.drain(..) {
+            eprintln!(
+                "linerate: -z {cmd}: pid {} still running after {} ms; not waited for",
+                c.id(),
+                POST_WAIT.as_millis()
+            );
         }
     }
 }
