@@ -422,13 +422,16 @@ pub fn tunnel_inner(data: &[u8], outer: &Parsed) -> Option<Parsed> {
     if !tunnel || outer.ip_version == 0 {
         return None;
     }
-    inner(data, outer).filter(|i| i.ip_version != 0 && inner_ip_whole(i.stop))
+    inner(data, outer).filter(ip_header_whole)
 }
 
-/// Whether a parse that stopped at `stop` read its IP header (and IPv6 extension headers) whole:
-/// a stop in the transport header, at a later fragment or at "no next header" still names a flow.
-fn inner_ip_whole(stop: Option<WireError>) -> bool {
-    match stop {
+/// Whether `p` read an IP header (and its IPv6 extension headers) whole: a stop in the transport
+/// header, at a later fragment or at "no next header" still names a flow.
+pub fn ip_header_whole(p: &Parsed) -> bool {
+    if p.ip_version != 4 && p.ip_version != 6 {
+        return false;
+    }
+    match p.stop {
         None | Some(WireError::NonFirstFragment | WireError::NoNextHeader) => true,
         Some(WireError::Truncated(l) | WireError::BadHeaderLength(l) | WireError::BadLength(l)) => {
             !matches!(

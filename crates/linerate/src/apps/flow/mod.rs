@@ -215,7 +215,7 @@ impl Worker {
     #[inline(always)]
     fn extra(&self, data: &[u8]) -> extra::Extra {
         if self.extras {
-            extra::extract_extra(data, self.link)
+            extra::extract_extra(data, self.link, self.tunnels)
         } else {
             extra::Extra::default()
         }
