@@ -249,7 +249,7 @@ impl Worker {
         let mut items = [Item::default(); BATCH];
         let mut k = 0;
         for (i, desc) in batch.descs().iter().enumerate() {
-            if !self.pass(batch.data(i), desc.wire_len) {
+            if !self.pass(batch.data(i), desc.filter_len()) {
                 continue;
             }
             match classify(batch.data(i), self.link, self.tunnels, &mut self.frags) {
