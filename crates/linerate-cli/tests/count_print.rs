@@ -308,6 +308,41 @@ fn crafted_frames_equal_tcpdump() {
     }
 }
 
+/// What tcpdump prints for an 802.3 frame too short for its LLC header (` [|llc]`, the length
+/// the wire has after the header), and for a raw IP link with -e (`ip: ` then the line without
+/// `IP `).
+#[test]
+fn short_llc_and_raw_ip_with_e_equal_tcpdump() {
+    if !have_tcpdump() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("linerate-print-llc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // 802.3, length field 41, two bytes of LLC captured and on the wire.
+    let mut llc = B.to_vec();
+    llc.extend_from_slice(&A);
+    llc.extend_from_slice(&[0, 41, 0xaa, 0xaa]);
+    let path = dir.join("llc.pcap");
+    pcap(&path, &[llc]);
+    assert_eq!(same(&path, &["-v"], &[], "UTC"), 1);
+    assert_eq!(same(&path, &["-e"], &["-e"], "UTC"), 1);
+    // A raw IPv4 link (LINKTYPE_RAW 101).
+    let raw = ip4([10, 0, 0, 1], [10, 0, 0, 2], 17, &udp(1111, 2222, &[0; 5]));
+    let mut b = Vec::new();
+    for w in [0xa1b2c3d4u32, 0x0004_0002, 0, 0, 65535, 101] {
+        b.extend_from_slice(&w.to_le_bytes());
+    }
+    for w in [1_700_000_000u32, 0, raw.len() as u32, raw.len() as u32] {
+        b.extend_from_slice(&w.to_le_bytes());
+    }
+    b.extend_from_slice(&raw);
+    let path = dir.join("raw.pcap");
+    std::fs::write(&path, b).unwrap();
+    assert_eq!(same(&path, &["-v"], &[], "UTC"), 1);
+    assert_eq!(same(&path, &["-e"], &["-e"], "UTC"), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `-w -` holds standard output: the lines go to standard error with the statistics.
 #[test]
 fn lines_go_to_stderr_when_stdout_holds_the_pcap() {
@@ -323,7 +358,7 @@ fn lines_go_to_stderr_when_stdout_holds_the_pcap() {
 }
 
 /// Whole files of the tcpdump test corpus that print the same, with and without -e: Ethernet,
-/// QinQ, BSD loopback (NULL) links; every TCP flag, a cut TCP header, HTTP, ICMP, ICMPv6.
+/// QinQ, BSD loopback (NULL), Linux cooked links (no link address: `Out ethertype`); every TCP flag, a cut TCP header, HTTP, ICMP, ICMPv6.
 #[test]
 fn corpus_files_equal_tcpdump() {
     if !have_tcpdump() {
@@ -340,6 +375,7 @@ fn corpus_files_equal_tcpdump() {
         "tcp_header_heapoverflow.pcap",
         "ipv4_tcp_http_xml.pcap",
         "icmpv6-ra-pref64.pcap",
+        "tcp-handshake-nano.pcap",
     ] {
         let p = linerate_test_support::corpus_dir().join(name);
         if !p.is_file() {

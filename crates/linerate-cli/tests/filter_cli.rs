@@ -228,3 +228,62 @@ fn afpacket_user_filter_snaplen_and_protochain() {
     }
     let _ = std::fs::remove_dir_all(out.parent().unwrap());
 }
+
+/// Records whose length on the wire (`orig_len`) is below their captured length, as fuzzed or
+/// broken captures hold them: libpcap gives the filter `orig_len` as it is, and so does linerate
+/// (`len`, `less`, `greater`), in count and flows alike; every other use keeps the wire length at
+/// least the captured one.
+#[test]
+fn wire_length_below_the_captured_length_is_filtered_as_tcpdump_does() {
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap");
+    let d = std::fs::read(sample).unwrap();
+    let mut out = d[..24].to_vec();
+    let (mut off, mut n) = (24, 0u64);
+    while off + 16 <= d.len() {
+        let cap = u32::from_le_bytes(d[off + 8..off + 12].try_into().unwrap());
+        // Every third record says it was 0, a tenth or half of its captured length long.
+        let orig = match n % 3 {
+            0 => 0,
+            1 => cap / 10,
+            _ => cap / 2,
+        };
+        out.extend_from_slice(&d[off..off + 12]);
+        out.extend_from_slice(&orig.to_le_bytes());
+        out.extend_from_slice(&d[off + 16..off + 16 + cap as usize]);
+        off += 16 + cap as usize;
+        n += 1;
+    }
+    let f = tmp("short-orig.pcap");
+    std::fs::write(&f, out).unwrap();
+    for expr in ["less 60", "len < 30", "len == 0", "greater 200"] {
+        let o = Command::new(bin())
+            .args(["count", "-i", f.to_str().unwrap(), "-f", expr, "--json"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j = json_lines(&o.stdout);
+        let s = j.iter().find(|j| j["type"] == "summary").expect("summary");
+        let pkts = s["pkts"].as_u64().unwrap();
+        let o = Command::new(bin())
+            .args(["flows", "--json", "-w", "/dev/null", "-f", expr, "-i"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j = json_lines(&o.stderr);
+        let s = j
+            .iter()
+            .find(|j| j["type"] == "summary")
+            .expect("flows summary");
+        let flows_pass = n - s["filtered"].as_u64().unwrap();
+        assert_eq!(
+            pkts, flows_pass,
+            "'{expr}': count {pkts}, flows {flows_pass}"
+        );
+        match tcpdump_count(&f, expr) {
+            Some(t) => assert_eq!(pkts, t, "'{expr}': linerate {pkts}, tcpdump {t}"),
+            None => linerate_test_support::skip("tcpdump is not installed"),
+        }
+    }
+    let _ = std::fs::remove_file(&f);
+}

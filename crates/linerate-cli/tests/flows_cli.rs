@@ -283,6 +283,29 @@ fn usage_errors_exit_2() {
     }
 }
 
+/// A filter libpcap cannot parse is a usage error found before any output is touched: the `-w`
+/// file a user already had keeps its bytes (tcpdump refuses `-f 'udp and and'` the same way).
+#[test]
+fn bad_filter_leaves_an_existing_output() {
+    let s = sample();
+    let s = s.to_str().unwrap();
+    let d = std::env::temp_dir().join(format!("linerate-flows-badf-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let keep = d.join("keep.csv");
+    std::fs::write(&keep, b"precious\n").unwrap();
+    for f in ["udp and and", "no_such_keyword"] {
+        let o = flows(&["-i", s, "-w", keep.to_str().unwrap(), "-f", f]);
+        assert_eq!(o.status.code(), Some(2), "{f}");
+        assert_eq!(
+            std::fs::read(&keep).unwrap(),
+            b"precious\n",
+            "-f '{f}' changed -w"
+        );
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
 /// `-g CORE` pins the packet thread: the records are the same as unpinned (a core that does
 /// not exist, or -g with --threads, is a usage error: `usage_errors_exit_2`).
 #[test]

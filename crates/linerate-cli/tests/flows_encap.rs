@@ -6,8 +6,12 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// `name` in a directory of its own (each test removes its directory while others run).
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("linerate-flows-encap-{}", std::process::id()));
+    let d = std::env::temp_dir().join(format!(
+        "linerate-flows-encap-{}-{name}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&d).unwrap();
     d.join(name)
 }
@@ -273,5 +277,62 @@ fn tunnels_outer_and_inner_equal_tsharks() {
         })
         .collect();
     assert_eq!(inner, theirs, "linerate --tunnels inner vs tshark");
+    let _ = std::fs::remove_dir_all(pcap.parent().unwrap());
+}
+
+/// A tunnel whose inner IP header is cut short or malformed keeps its outer key with
+/// `--tunnels inner` (docs/flows.md; argus keys such packets by the outer header too): no packet
+/// is lost to `not_flow`.
+#[test]
+fn tunnels_inner_with_a_bad_inner_header_keeps_the_outer_key() {
+    let (a, b) = ([192, 0, 2, 1], [192, 0, 2, 2]);
+    let whole = ipv4([10, 6, 0, 1], [10, 6, 0, 2], 17, &udp(1000, 53));
+    // GRE with the record cut 10 bytes into the inner IPv4 header.
+    let mut gre = vec![0, 0, 0x08, 0x00];
+    gre.extend_from_slice(&whole);
+    let mut f1 = eth(0x0800, &ipv4(a, b, 47, &gre));
+    f1.truncate(14 + 20 + 4 + 10);
+    // IPIP whose inner header length (IHL 3) is smaller than an IPv4 header.
+    let mut bad = whole.clone();
+    bad[0] = 0x43;
+    let f2 = eth(0x0800, &ipv4(a, b, 4, &bad));
+    // VXLAN whose inner Ethernet frame holds 10 bytes of IPv4 header.
+    let mut vx = vec![0xc0, 0x01, 0x12, 0xb5, 0, 40, 0, 0];
+    vx.extend_from_slice(&[0x08, 0, 0, 0, 0, 0, 0x2a, 0]);
+    let mut inner = vec![2, 0, 0, 0, 0, 4, 2, 0, 0, 0, 0, 3, 0x08, 0x00];
+    inner.extend_from_slice(&whole[..10]);
+    vx.extend_from_slice(&inner);
+    let f3 = eth(0x0800, &ipv4(a, b, 17, &vx));
+    let pcap = tmp("tunnels-bad-inner.pcap");
+    write_pcap(&pcap, &[f1, f2, f3]);
+    let want: BTreeSet<String> = [
+        "gre,192.0.2.1,,192.0.2.2,",
+        "4,192.0.2.1,,192.0.2.2,",
+        "udp,192.0.2.1,49153,192.0.2.2,4789",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(flow_rows(&pcap, &["--tunnels", "inner"]), want);
+    let o = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args([
+            "flows",
+            "--json",
+            "--tunnels",
+            "inner",
+            "-w",
+            "/dev/null",
+            "-i",
+        ])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    let summary: serde_json::Value = err
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .find(|v: &serde_json::Value| v["type"] == "summary")
+        .expect("summary");
+    assert_eq!(summary["flow_packets"], 3, "{err}");
     let _ = std::fs::remove_dir_all(pcap.parent().unwrap());
 }

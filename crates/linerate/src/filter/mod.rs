@@ -103,10 +103,11 @@ impl Filter {
         self.prog.run(data, wire) != 0
     }
 
-    /// Whether a packet of a batch passes the filter (its wire length is the descriptor's).
+    /// Whether a packet of a batch passes the filter (its wire length is the descriptor's
+    /// [`Desc::filter_len`](crate::mem::Desc::filter_len)).
     #[inline]
     pub fn matches_pkt(&self, p: crate::mem::Pkt<'_>) -> bool {
-        self.matches_wire(p.data, p.desc.wire_len)
+        self.matches_wire(p.data, p.desc.filter_len())
     }
 
     /// The program, for the kernel.
@@ -165,8 +166,12 @@ mod tests {
         assert!(!less.matches_wire(&f, 1500));
         assert!(greater.matches_wire(&f, 1500));
         assert!(len.matches_wire(&f, 1500));
-        // A wire length below the captured one is not believed.
-        assert!(!less.matches_wire(&[0u8; 70], 10));
+        // A wire length below the captured one (a malformed pcap record's orig_len) is what
+        // `len` loads, as libpcap passes it; loads of bytes still stop at the captured ones.
+        assert!(less.matches_wire(&[0u8; 70], 10));
+        let byte = Filter::compile("ether[65] == 0", LinkType::ETHERNET).unwrap();
+        assert!(byte.matches_wire(&[0u8; 70], 10));
+        assert!(!byte.matches_wire(&[0u8; 60], 100));
     }
 
     /// Our interpreter agrees with libpcap's own (`pcap_offline_filter`, which sees a record

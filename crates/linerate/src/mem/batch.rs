@@ -30,12 +30,40 @@ pub struct Desc {
 impl Desc {
     /// The frame is shared by several consumers (fan-out) and must not be written.
     pub const F_SHARED: u16 = 1;
+    /// The record's length on the wire (a pcap record's `orig_len`) is smaller than its captured
+    /// length: `wire_len` was raised to `len`, and `hash` holds the record's own wire length for
+    /// the filter until a balancer hashes the packet ([`Desc::filter_len`]).
+    pub const F_ORIG_SHORT: u16 = 1 << 1;
     /// The packet was received by the interface it was captured on (AF_PACKET; pcapng's
     /// `epb_flags` inbound).
     pub const F_INBOUND: u16 = 1 << 8;
     /// The packet was sent by the host on the interface it was captured on (AF_PACKET's
     /// PACKET_OUTGOING; pcapng's `epb_flags` outbound). Neither bit: direction unknown.
     pub const F_OUTBOUND: u16 = 1 << 9;
+
+    /// `self` with the record's own length on the wire `orig` kept for the filter when it is
+    /// smaller than the captured length (a malformed pcap record: `wire_len` stays at least
+    /// `len` everywhere else).
+    #[inline(always)]
+    pub fn with_orig_len(mut self, orig: u32) -> Desc {
+        if orig < self.len {
+            self.flags |= Self::F_ORIG_SHORT;
+            self.hash = orig;
+        }
+        self
+    }
+
+    /// The length BPF's `len`, `less` and `greater` test: the length on the wire as the record
+    /// gave it, as libpcap passes `orig_len` to its filter even when it is below the captured
+    /// length.
+    #[inline(always)]
+    pub fn filter_len(&self) -> u32 {
+        if self.flags & Self::F_ORIG_SHORT != 0 {
+            self.hash
+        } else {
+            self.wire_len
+        }
+    }
 
     /// The packet's direction as tcpdump words it (`In`/`Out` with -e on `any`, `-Q in|out`):
     /// "in", "out", or None when the port cannot tell (files, `mem:`, `xdp:`). For printers
@@ -324,6 +352,7 @@ impl Batch {
     pub fn set_hash(&mut self, i: usize, hash: u32) {
         if i < self.len {
             self.descs[i].hash = hash;
+            self.descs[i].flags &= !Desc::F_ORIG_SHORT;
         }
     }
 

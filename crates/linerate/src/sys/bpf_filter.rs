@@ -24,14 +24,17 @@ impl ValidBpf {
     }
 
     /// The program's verdict on a packet: `data` its captured bytes, `wire` its length on the
-    /// wire (taken as at least `data.len()`). 0: rejected.
+    /// wire, what BPF's `len` loads, passed as given even below `data.len()` (a malformed pcap
+    /// record whose `orig_len` is smaller than its captured length), as libpcap passes it. 0:
+    /// rejected.
     #[inline]
     pub(crate) fn run(&self, data: &[u8], wire: u32) -> u32 {
         let buflen = u32::try_from(data.len()).unwrap_or(u32::MAX);
         // SAFETY: the program passed bpf_validate, so bpf_filter reads only its instructions
         // (jumps stay inside, it ends in a return) and in-range scratch memory; it reads packet
         // bytes only below `buflen` (each load is checked against it), and `data` holds at least
-        // `buflen` bytes. It writes nothing we own.
-        unsafe { bpf_filter(self.0.as_ptr(), data.as_ptr(), wire.max(buflen), buflen) }
+        // `buflen` bytes; `wire` is only the value of BPF_LEN loads, never a bound. It writes
+        // nothing we own.
+        unsafe { bpf_filter(self.0.as_ptr(), data.as_ptr(), wire, buflen) }
     }
 }

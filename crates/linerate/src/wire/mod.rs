@@ -33,7 +33,9 @@ pub use ipv4::Ipv4Packet;
 pub use ipv6::{Ipv6Packet, Ipv6Walk};
 pub use l4::{IcmpPacket, TcpSegment, UdpDatagram};
 pub use link::LinkType;
-pub use parse::{inner, parse, parse_deep, tunnel_inner, Fragment, Parsed, StepError, Tunnels};
+pub use parse::{
+    inner, ip_header_whole, parse, parse_deep, tunnel_inner, Fragment, Parsed, StepError, Tunnels,
+};
 
 /// Ethertypes this module knows.
 pub mod ethertype {

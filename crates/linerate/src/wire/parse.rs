@@ -414,7 +414,9 @@ impl std::str::FromStr for Tunnels {
 }
 
 /// The IP packet inside `outer` (parsed from `data`) when `outer` is a GRE, IPIP, 6in4 or VXLAN
-/// (UDP 4789) tunnel and the inner IP header was reached; offsets from the start of `data`.
+/// (UDP 4789) tunnel and the inner IP header was read whole; offsets from the start of `data`.
+/// An inner header cut short or malformed gives `None`: such a tunnel keeps its outer key, as
+/// argus keys it.
 pub fn tunnel_inner(data: &[u8], outer: &Parsed) -> Option<Parsed> {
     let tunnel = match outer.proto {
         proto::GRE | proto::IPIP | proto::IPV6_IN_IP => true,
@@ -424,7 +426,25 @@ pub fn tunnel_inner(data: &[u8], outer: &Parsed) -> Option<Parsed> {
     if !tunnel || outer.ip_version == 0 {
         return None;
     }
-    inner(data, outer).filter(|i| i.ip_version != 0)
+    inner(data, outer).filter(ip_header_whole)
+}
+
+/// Whether `p` read an IP header (and its IPv6 extension headers) whole: a stop in the transport
+/// header, at a later fragment or at "no next header" still names a flow.
+pub fn ip_header_whole(p: &Parsed) -> bool {
+    if p.ip_version != 4 && p.ip_version != 6 {
+        return false;
+    }
+    match p.stop {
+        None | Some(WireError::NonFirstFragment | WireError::NoNextHeader) => true,
+        Some(WireError::Truncated(l) | WireError::BadHeaderLength(l) | WireError::BadLength(l)) => {
+            !matches!(
+                l,
+                Layer::Link | Layer::Vlan | Layer::Ipv4 | Layer::Ipv6 | Layer::Ipv6Ext
+            )
+        }
+        Some(_) => false,
+    }
 }
 
 /// Encapsulation bits of [`parse_deep`]: what it stepped over to reach the IP header.

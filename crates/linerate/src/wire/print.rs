@@ -177,10 +177,17 @@ impl Printer {
         self.time(out, ts_ns);
         match self.link {
             LinkType::ETHERNET => self.ethernet(out, data, wire_len),
-            LinkType::RAW => match data.first().map(|b| b >> 4) {
-                Some(6) => self.ipv6(out, data, true),
-                _ => self.ipv4(out, data, true),
-            },
+            LinkType::RAW => {
+                // tcpdump -e on a raw IP link: `ip: ` and the line without its `IP `/`IP6 `.
+                let prefix = !self.ether;
+                if self.ether {
+                    out.push_str("ip: ");
+                }
+                match data.first().map(|b| b >> 4) {
+                    Some(6) => self.ipv6(out, data, prefix),
+                    _ => self.ipv4(out, data, prefix),
+                }
+            }
             LinkType::IPV4 => self.ipv4(out, data, true),
             LinkType::IPV6 => self.ipv6(out, data, true),
             LinkType::LINUX_SLL => self.sll(out, data, wire_len),
@@ -239,9 +246,13 @@ impl Printer {
                 4 => "Out",
                 _ => "?",
             };
-            let _ = write!(out, "{kind:>3} ");
+            let _ = write!(out, "{kind:>3}");
             let n = usize::from(halen).min(8);
-            mac(out, d.get(6..6 + n).unwrap_or_default());
+            // No link address (halen 0): tcpdump prints `Out ethertype`, one space.
+            if n > 0 {
+                out.push(' ');
+                mac(out, d.get(6..6 + n).unwrap_or_default());
+            }
             let _ = write!(
                 out,
                 " ethertype {} (0x{t:04x}), length {wire_len}: ",
@@ -292,13 +303,16 @@ impl Printer {
         };
         let mut t = eth.ethertype();
         let mut p = eth.payload();
+        // An 802.3 frame's length as tcpdump prints it: the length field, or what follows the
+        // header on the wire when that is less.
+        let llc_len = |t: u16, hdr: usize| u32::from(t).min(wire_len.saturating_sub(hdr as u32));
         if self.ether {
             mac(out, &eth.src());
             out.push_str(" > ");
             mac(out, &eth.dst());
             out.push_str(", ");
             if t <= 1500 {
-                let _ = write!(out, "802.3, length {t}: ");
+                let _ = write!(out, "802.3, length {}: ", llc_len(t, 14));
             } else {
                 let _ = write!(
                     out,
@@ -331,10 +345,16 @@ impl Printer {
             0x86dd => self.ipv6(out, p, prefix),
             0x0806 => arp(out, p, prefix),
             t if t <= 1500 => {
-                if prefix {
-                    let _ = write!(out, "802.3, length {t}");
+                let hdr = d.len() - p.len();
+                if p.len() < 3 {
+                    // Less than an 802.2 header (DSAP, SSAP, control): tcpdump's mark, then
+                    // the bytes there are in hex.
+                    out.push_str(" [|llc]");
+                    hex_ascii(out, p);
+                } else if prefix {
+                    let _ = write!(out, "802.3, length {}", llc_len(t, hdr));
                 } else {
-                    let _ = write!(out, "LLC, length {}", p.len());
+                    let _ = write!(out, "LLC, length {}", llc_len(t, hdr));
                 }
             }
             t => {

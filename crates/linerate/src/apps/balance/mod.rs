@@ -201,7 +201,7 @@ impl Distributor {
         let mut keep = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
         if let Some(f) = filter {
             for i in 0..n {
-                if !f.matches_wire(batch.data(i), batch.descs()[i].wire_len) {
+                if !f.matches_wire(batch.data(i), batch.descs()[i].filter_len()) {
                     keep &= !(1 << i);
                 }
             }
@@ -252,6 +252,7 @@ impl Distributor {
                 }
                 for (d, &h) in batch.descs_mut().iter_mut().zip(&hs[..n]) {
                     d.hash = h;
+                    d.flags &= !crate::mem::Desc::F_ORIG_SHORT;
                 }
                 let mut apps = self.apps.iter();
                 if let Some(&(first, nq)) = apps.next() {

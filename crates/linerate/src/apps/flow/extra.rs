@@ -1,7 +1,7 @@
 //! What `flows --fields` may ask beyond the flow key: the Ethernet addresses and the IP TTL (hop
 //! limit) of a packet. Read only when such a field is asked for, apart from the key's parsing.
 
-use crate::wire::LinkType;
+use crate::wire::{self, LinkType, Tunnels};
 
 /// A packet's Ethernet addresses and outer IP TTL, where it has them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -10,7 +10,7 @@ pub struct Extra {
     pub smac: [u8; 6],
     /// Ethernet destination address.
     pub dmac: [u8; 6],
-    /// The outer IPv4 TTL or IPv6 hop limit.
+    /// The IPv4 TTL or IPv6 hop limit of the header that keys the flow.
     pub ttl: u8,
     /// The link is Ethernet (the addresses are real).
     pub has_mac: bool,
@@ -18,50 +18,29 @@ pub struct Extra {
     pub has_ttl: bool,
 }
 
-/// Reads the Ethernet addresses (Ethernet links) and the TTL of the first IP header (past
-/// 802.1Q/802.1ad tags; Linux cooked, BSD loopback and raw IP links too). Never panics.
-pub fn extract_extra(d: &[u8], link: LinkType) -> Extra {
+/// Reads the Ethernet addresses (Ethernet links) and the TTL of the IP header that keys the flow:
+/// [`wire::parse_deep`] steps over 802.1Q/802.1ad tags, MPLS, PPPoE, LLC/SNAP and PPP/HDLC links
+/// as the key's parser does, and with `--tunnels inner` the TTL is the inner packet's (the outer
+/// one's when the tunnel keeps its outer key). Never panics.
+pub fn extract_extra(d: &[u8], link: LinkType, tunnels: Tunnels) -> Extra {
     let mut x = Extra::default();
-    let be16 = |o: usize| d.get(o..o + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
-    let ip_at = match link {
-        LinkType::ETHERNET => {
-            if let (Some(dst), Some(src)) = (d.get(0..6), d.get(6..12)) {
-                x.dmac.copy_from_slice(dst);
-                x.smac.copy_from_slice(src);
-                x.has_mac = true;
-            }
-            let mut off = 12;
-            let mut t = be16(off);
-            while matches!(t, Some(0x8100 | 0x88a8 | 0x9100)) {
-                off += 4;
-                t = be16(off);
-            }
-            match t {
-                Some(0x0800 | 0x86dd) => Some(off + 2),
-                _ => None,
-            }
+    if link == LinkType::ETHERNET {
+        if let (Some(dst), Some(src)) = (d.get(0..6), d.get(6..12)) {
+            x.dmac.copy_from_slice(dst);
+            x.smac.copy_from_slice(src);
+            x.has_mac = true;
         }
-        LinkType::RAW | LinkType::IPV4 | LinkType::IPV6 => Some(0),
-        LinkType::LINUX_SLL => Some(16),
-        LinkType::LINUX_SLL2 => Some(20),
-        LinkType::NULL => Some(4),
-        _ => None,
-    };
-    if let Some(o) = ip_at {
-        match d.get(o).map(|b| b >> 4) {
-            Some(4) => {
-                if let Some(&t) = d.get(o + 8) {
-                    x.ttl = t;
-                    x.has_ttl = true;
-                }
+    }
+    if let Ok((outer, base, _)) = wire::parse_deep(d, link) {
+        let p = match tunnels {
+            Tunnels::Inner => {
+                wire::tunnel_inner(d.get(base..).unwrap_or_default(), &outer).unwrap_or(outer)
             }
-            Some(6) => {
-                if let Some(&t) = d.get(o + 7) {
-                    x.ttl = t;
-                    x.has_ttl = true;
-                }
-            }
-            _ => {}
+            Tunnels::Outer => outer,
+        };
+        if wire::ip_header_whole(&p) {
+            x.ttl = p.ttl;
+            x.has_ttl = true;
         }
     }
     x
@@ -71,22 +50,76 @@ pub fn extract_extra(d: &[u8], link: LinkType) -> Extra {
 mod tests {
     use super::*;
 
+    /// An IPv4 header (TTL `ttl`) carrying 8 bytes of UDP.
+    fn ipv4(ttl: u8) -> Vec<u8> {
+        let mut h = vec![
+            0x45, 0, 0, 28, 0, 0, 0, 0, ttl, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        h.extend_from_slice(&[0, 53, 0, 53, 0, 8, 0, 0]);
+        h
+    }
+
     #[test]
     fn macs_and_ttl_past_tags() {
         let mut f = vec![
             1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0x81, 0, 0, 5, 0x08, 0,
         ];
-        f.extend_from_slice(&[0x45, 0, 0, 20, 0, 0, 0, 0, 63, 17]);
-        let x = extract_extra(&f, LinkType::ETHERNET);
+        f.extend_from_slice(&ipv4(63));
+        let x = extract_extra(&f, LinkType::ETHERNET, Tunnels::Outer);
         assert_eq!(x.dmac, [1, 2, 3, 4, 5, 6]);
         assert_eq!(x.smac, [7, 8, 9, 10, 11, 12]);
         assert!(x.has_mac && x.has_ttl);
         assert_eq!(x.ttl, 63);
         for n in 0..f.len() {
-            let _ = extract_extra(&f[..n], LinkType::ETHERNET);
+            let _ = extract_extra(&f[..n], LinkType::ETHERNET, Tunnels::Outer);
         }
-        assert!(!extract_extra(&f[..20], LinkType::ETHERNET).has_ttl);
-        let v6 = [0x60u8, 0, 0, 0, 0, 0, 17, 9];
-        assert_eq!(extract_extra(&v6, LinkType::RAW).ttl, 9);
+        assert!(!extract_extra(&f[..30], LinkType::ETHERNET, Tunnels::Outer).has_ttl);
+        let mut v6 = vec![0x60u8, 0, 0, 0, 0, 0, 59, 9];
+        v6.resize(40, 0);
+        assert_eq!(extract_extra(&v6, LinkType::RAW, Tunnels::Outer).ttl, 9);
+    }
+
+    /// The TTL is found where the flow key is (tshark's ip.ttl): past PPPoE, MPLS and LLC/SNAP,
+    /// and inside a tunnel with `--tunnels inner`.
+    #[test]
+    fn ttl_past_pppoe_mpls_llc_and_in_tunnels() {
+        let mac = [1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+        let eth = |rest: &[u8]| {
+            let mut f = mac.to_vec();
+            f.extend_from_slice(rest);
+            f
+        };
+        let mut pppoe = vec![0x88, 0x64, 0x11, 0, 0, 1, 0, 30, 0, 0x21];
+        pppoe.extend_from_slice(&ipv4(64));
+        let mut mpls = vec![0x88, 0x47, 0, 0x01, 0x01, 0xff];
+        mpls.extend_from_slice(&ipv4(61));
+        let mut llc = vec![0, 36, 0xaa, 0xaa, 3, 0, 0, 0, 8, 0];
+        llc.extend_from_slice(&ipv4(62));
+        for (f, ttl) in [(eth(&pppoe), 64), (eth(&mpls), 61), (eth(&llc), 62)] {
+            let x = extract_extra(&f, LinkType::ETHERNET, Tunnels::Outer);
+            assert!(x.has_mac && x.has_ttl, "{f:?}");
+            assert_eq!(x.ttl, ttl, "{f:?}");
+        }
+        // IPIP: the outer TTL 40 by default, the inner 64 with --tunnels inner; an inner header
+        // cut short keeps the outer key and so the outer TTL.
+        let mut ipip = vec![
+            0x08, 0, 0x45, 0, 0, 48, 0, 0, 0, 0, 40, 4, 0, 0, 192, 0, 2, 1,
+        ];
+        ipip.extend_from_slice(&[192, 0, 2, 2]);
+        ipip.extend_from_slice(&ipv4(64));
+        let f = eth(&ipip);
+        assert_eq!(
+            extract_extra(&f, LinkType::ETHERNET, Tunnels::Outer).ttl,
+            40
+        );
+        assert_eq!(
+            extract_extra(&f, LinkType::ETHERNET, Tunnels::Inner).ttl,
+            64
+        );
+        let cut = &f[..f.len() - 20];
+        assert_eq!(
+            extract_extra(cut, LinkType::ETHERNET, Tunnels::Inner).ttl,
+            40
+        );
     }
 }

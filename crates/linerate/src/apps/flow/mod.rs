@@ -215,7 +215,7 @@ impl Worker {
     #[inline(always)]
     fn extra(&self, data: &[u8]) -> extra::Extra {
         if self.extras {
-            extra::extract_extra(data, self.link)
+            extra::extract_extra(data, self.link, self.tunnels)
         } else {
             extra::Extra::default()
         }
@@ -249,7 +249,7 @@ impl Worker {
         let mut items = [Item::default(); BATCH];
         let mut k = 0;
         for (i, desc) in batch.descs().iter().enumerate() {
-            if !self.pass(batch.data(i), desc.wire_len) {
+            if !self.pass(batch.data(i), desc.filter_len()) {
                 continue;
             }
             match classify(batch.data(i), self.link, self.tunnels, &mut self.frags) {

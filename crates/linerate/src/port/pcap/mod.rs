@@ -565,16 +565,20 @@ impl PcapPort {
                 },
             };
             let len = data.len() as u32;
+            let orig = wire_len;
             let wire_len = wire_len.max(len);
-            batch.push(Desc {
-                // Inside the mapping (a slice of it); `Batch::data` checks the bounds again.
-                addr: (data.as_ptr() as usize).wrapping_sub(base) as u64,
-                ts,
-                len,
-                wire_len,
-                flags: Desc::F_SHARED,
-                ..Default::default()
-            });
+            batch.push(
+                Desc {
+                    // Inside the mapping (a slice of it); `Batch::data` checks the bounds again.
+                    addr: (data.as_ptr() as usize).wrapping_sub(base) as u64,
+                    ts,
+                    len,
+                    wire_len,
+                    flags: Desc::F_SHARED,
+                    ..Default::default()
+                }
+                .with_orig_len(orig),
+            );
             n += 1;
             bytes += u64::from(wire_len);
         }
@@ -686,12 +690,15 @@ impl Port for PcapPort {
                 if let Some((rec, data)) = reader.next_buffered(small) {
                     copy_packet(f.buf(), data);
                     let wire_len = rec.wire_len.max(rec.len);
-                    f.push(Desc {
-                        ts: rec.ts,
-                        len: rec.len,
-                        wire_len,
-                        ..Default::default()
-                    });
+                    f.push(
+                        Desc {
+                            ts: rec.ts,
+                            len: rec.len,
+                            wire_len,
+                            ..Default::default()
+                        }
+                        .with_orig_len(rec.wire_len),
+                    );
                     n += 1;
                     bytes += u64::from(wire_len);
                     continue;
@@ -749,13 +756,16 @@ impl Port for PcapPort {
                     if let (Some(dst), Some(src)) = (f.buf().get_mut(..len), rec.data.get(..len)) {
                         dst.copy_from_slice(src);
                     }
-                    f.push(Desc {
-                        ts: rec.ts,
-                        len: len as u32,
-                        wire_len,
-                        port: rec.iface as u16,
-                        ..Default::default()
-                    });
+                    f.push(
+                        Desc {
+                            ts: rec.ts,
+                            len: len as u32,
+                            wire_len,
+                            port: rec.iface as u16,
+                            ..Default::default()
+                        }
+                        .with_orig_len(rec.wire_len),
+                    );
                     n += 1;
                     bytes += u64::from(wire_len);
                     if let Some(s) = per_if.get_mut(iface) {
