@@ -1024,3 +1024,32 @@ fn q_is_quiet_on_every_tool_that_prints_as_it_runs() {
         assert!(help.contains("-q, --quiet"), "{tool}: {help}");
     }
 }
+
+/// `afpacket:any` captures Linux cooked (LINUX_SLL2) packets and names no interface to send on:
+/// fwd (input or output), balance (input or output) and gen (output) refuse it at start with
+/// exit 2 and the reason, before any output is touched, instead of forwarding the cooked header
+/// as Ethernet or failing at the first packet.
+#[test]
+fn any_is_refused_where_it_cannot_apply() {
+    let dir = std::env::temp_dir().join(format!("lr-any-refused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("x.pcap");
+    let out = out.to_str().unwrap();
+    let s = sample();
+    let s = s.to_str().unwrap();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["fwd", "-i", "any", "-o", out, "-t", "1", "-q"],
+        vec!["fwd", "-i", "afpacket:any", "-o", out, "-t", "1", "-q"],
+        vec!["fwd", "-i", s, "-o", "afpacket:any", "-t", "1", "-q"],
+        vec!["balance", "-i", "any", "-c", "4177", "-n", "1", "-t", "1"],
+        vec!["gen", "-o", "afpacket:any", "-c", "1"],
+    ];
+    for args in cases {
+        let o = run(&args);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {t}");
+        assert!(t.contains("afpacket:any"), "{args:?}: {t}");
+        assert!(!Path::new(out).exists(), "{args:?} touched its output: {t}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

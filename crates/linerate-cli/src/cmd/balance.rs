@@ -268,6 +268,15 @@ fn egress_interface_stats(
 
 /// Runs `linerate balance`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    // `any` captures cooked (LINUX_SLL2) packets, and the cluster's queues carry Ethernet.
+    crate::common::capture::refuse_any(
+        "-i",
+        &a.input,
+        "captures Linux cooked packets (LINUX_SLL2) and cluster queues carry Ethernet frames; name the interface",
+    )?;
+    if let Some(o) = &a.out {
+        crate::common::capture::refuse_any("-o", o, "names no interface to send on")?;
+    }
     let service = a.service.check()?;
     let stop = stop_flag()?;
     let input: Option<Box<dyn Port>> = match a.input.strip_prefix("source") {

@@ -34,6 +34,28 @@ fn all_afpacket(uri: &Uri) -> bool {
     }
 }
 
+/// Whether `uri` names `afpacket:any` (or bare `any`) anywhere, alone or in a list.
+pub fn names_any(uri: &str) -> bool {
+    fn any(u: &Uri) -> bool {
+        match u {
+            Uri::AfPacket(i) => i == linerate::port::afpacket::ANY,
+            Uri::Bare(b) => b == linerate::port::afpacket::ANY && !std::path::Path::new(b).exists(),
+            Uri::List(l) => l.iter().any(any),
+            _ => false,
+        }
+    }
+    Uri::parse(uri).is_ok_and(|u| any(&u))
+}
+
+/// Refuses `afpacket:any` as `flag uri` where it cannot apply (exit 2, before any output is
+/// touched): `why` says what the tool would need that `any` does not give.
+pub fn refuse_any(flag: &str, uri: &str, why: &str) -> anyhow::Result<()> {
+    if names_any(uri) {
+        return Err(usage(format!("{flag} {uri}: afpacket:any {why}")));
+    }
+    Ok(())
+}
+
 impl CaptureFlags {
     /// The options for input `uri` (of flag `flag`) with `default` as the direction when -Q is
     /// not given: out/inout on an input that cannot tell directions is a usage error.
