@@ -1053,3 +1053,56 @@ fn any_is_refused_where_it_cannot_apply() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A classic pcap file of link type 276 (LINUX_SLL2) holding one cooked UDP packet.
+fn sll2_pcap(path: &Path) {
+    let mut f = Vec::new();
+    f.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    f.extend_from_slice(&2u16.to_le_bytes());
+    f.extend_from_slice(&4u16.to_le_bytes());
+    f.extend_from_slice(&[0; 8]);
+    f.extend_from_slice(&65535u32.to_le_bytes());
+    f.extend_from_slice(&276u32.to_le_bytes());
+    // SLL2 header (20 bytes): protocol IPv4, ifindex 2, ARPHRD_ETHER, outgoing, 6-byte address.
+    let mut pkt = vec![
+        0x08, 0x00, 0, 0, 0, 0, 0, 2, 0, 1, 4, 6, 2, 0, 0, 0, 0, 1, 0, 0,
+    ];
+    // IPv4 + UDP 9999 -> 9999, no payload.
+    pkt.extend_from_slice(&[
+        0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, 0x27, 0x0f, 0x27, 0x0f,
+        0, 8, 0, 0,
+    ]);
+    f.extend_from_slice(&[0; 8]);
+    f.extend_from_slice(&(pkt.len() as u32).to_le_bytes());
+    f.extend_from_slice(&(pkt.len() as u32).to_le_bytes());
+    f.extend_from_slice(&pkt);
+    std::fs::write(path, f).unwrap();
+}
+
+/// Inputs of different link types (Ethernet and LINUX_SLL2): a classic pcap output (one link
+/// type) is refused before it is created, and a filter that could only run compiled for one of
+/// them (files filter in user space) is refused with the reason, instead of junk records and
+/// matches filtered out.
+#[test]
+fn mixed_link_types_are_refused_where_one_link_type_would_be_assumed() {
+    let d = Dir::new("mixed-link");
+    let sll = d.path("cooked.pcap");
+    sll2_pcap(Path::new(&sll));
+    let eth = sample();
+    let inputs = format!("{},{sll}", eth.display());
+    let out = d.path("mixed.pcap");
+    let o = run(&["count", "-i", &inputs, "-w", &out, "-q"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("one link type"), "{t}");
+    assert!(!Path::new(&out).exists(), "{t}");
+    // pcapng describes each interface with its link type: taken.
+    let ng = d.path("mixed.pcapng");
+    let o = run(&["count", "-i", &inputs, "-w", &ng, "-q"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // A filter compiled for the first input's link type only: refused.
+    let o = run(&["count", "-i", &inputs, "-f", "udp port 9999", "-q"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("different link types"), "{t}");
+}

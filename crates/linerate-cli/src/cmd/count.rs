@@ -271,9 +271,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let mut user_filter = None;
     if let Some(expr) = &a.filter {
         let f = Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?;
-        let in_kernel = input
-            .attach_filter(&f)
-            .with_context(|| format!("-f on {}", a.input))?;
+        let in_kernel = input.attach_filter(&f).map_err(|e| match e {
+            // Inputs the filter cannot apply to as given (link types mixed): the user's to fix.
+            e @ linerate::port::PortError::BadUri { .. } => usage(format!("-f: {e}")),
+            e => anyhow::Error::new(e).context(format!("-f on {}", a.input)),
+        })?;
         if !in_kernel {
             user_filter = Some(f);
         }
@@ -286,6 +288,22 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             // (a copy of a file is byte for byte the file), or 262144 (libpcap's largest), and
             // every record is written whole, even one longer than that header says.
             let snaplen = a.snaplen.map_or(input.snaplen().unwrap_or(0), |s| s as u32);
+            // A classic pcap file has one link type: inputs of several would be written as
+            // junk under it (pcapng describes each interface with its own).
+            let classic = a
+                .format
+                .unwrap_or_else(|| linerate::port::pcap::WriteFormat::for_path(path))
+                == linerate::port::pcap::WriteFormat::Pcap;
+            if let Some(other) = input.interfaces().iter().find(|i| i.link != link) {
+                if classic {
+                    return Err(usage(format!(
+                        "-w {path}: a pcap file holds one link type and the inputs have \
+                         several ({} is {}, {} is {}): write pcapng (--format pcapng or \
+                         a .pcapng name)",
+                        a.input, link.0, other.name, other.link.0
+                    )));
+                }
+            }
             let mut w = PcapPort::create_as(path, a.format, link, snaplen, &inputs)
                 .map_err(|e| usage(format!("-w: {e}")))?;
             if a.snaplen.is_none() {

@@ -254,6 +254,40 @@ impl Port for Aggregate {
         self.ports[0].link_type()
     }
 
+    /// Members of one link type: the caller's filter runs on them all (in the kernel where
+    /// every member takes it, else in user space). Members of different link types (`any`
+    /// with an Ethernet interface): the expression is compiled for each member's link type and
+    /// must run in each member's kernel, since a filter the caller runs is of one link type.
+    fn attach_filter(&mut self, filter: &crate::filter::Filter) -> Result<bool, PortError> {
+        let link = self.ports[0].link_type();
+        if self.ports.iter().all(|p| p.link_type() == link) {
+            let mut all = true;
+            for p in &mut self.ports {
+                all &= p.attach_filter(filter)?;
+            }
+            return Ok(all);
+        }
+        for p in &mut self.ports {
+            let f = crate::filter::Filter::compile(filter.expr(), p.link_type()).map_err(|e| {
+                PortError::BadUri {
+                    uri: p.name().to_string(),
+                    why: e.to_string(),
+                }
+            })?;
+            if !p.attach_filter(&f)? {
+                return Err(PortError::BadUri {
+                    uri: self.name.clone(),
+                    why: format!(
+                        "a filter on inputs of different link types runs in each input's \
+                         kernel, and {} cannot take one (give inputs of one link type)",
+                        p.name()
+                    ),
+                });
+            }
+        }
+        Ok(true)
+    }
+
     fn interfaces(&self) -> Vec<Interface> {
         let lists: Vec<Vec<Interface>> = self.ports.iter().map(|p| p.interfaces()).collect();
         let mut v = Vec::new();
