@@ -356,3 +356,40 @@ fn balance_drops_privileges_and_still_cleans_up() {
     assert!(!pidfile.exists(), "the pidfile is removed at exit");
     let _ = std::fs::remove_dir_all(dir("b"));
 }
+
+/// `--hist-out` is created before -Z drops privileges (as tcpdump opens -w), in a directory
+/// only root may write in: the run ends with the histogram written, not "Permission denied"
+/// at its end after the capture.
+#[test]
+fn hist_out_is_opened_before_the_privilege_drop() {
+    if !netns::require_priv() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir("hist-z");
+    let root_only = d.join("root700");
+    std::fs::create_dir_all(&root_only).unwrap();
+    std::fs::set_permissions(&root_only, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let hist = root_only.join("h.csv");
+    let sample =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap");
+    let o = Command::new(BIN)
+        .args([
+            "count",
+            "-i",
+            sample.to_str().unwrap(),
+            "-q",
+            "-Z",
+            "nobody",
+        ])
+        .args(["--latency", "--hist-out", hist.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+    assert!(
+        o.status.success(),
+        "{:?}: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

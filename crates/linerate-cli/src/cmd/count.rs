@@ -263,9 +263,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             None => (Box::new(crate::common::Nothing(a.input.clone())), true),
         };
     let inputs = inputs_of([a.input.as_str()]);
-    if let Some(p) = &a.hist_out {
-        crate::common::check_output("--hist-out", p, &inputs)?;
-    }
+    // Created now, before outputs start and -Z drops privileges (tcpdump opens -w so).
+    let mut hist_files = match &a.hist_out {
+        Some(p) => Some(crate::shared::open_hist(p, &inputs)?),
+        None => None,
+    };
     let link = input.link_type();
     let rx_time = input.rx_time();
     let mut user_filter = None;
@@ -509,12 +511,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             );
             let _ = write!(out, "{}", t.table(|_| None));
         }
-        if let Some(p) = &a.hist_out {
-            let svg = crate::shared::write_hist(
+        if let (Some(p), Some(files)) = (&a.hist_out, hist_files.take()) {
+            let svg = crate::shared::write_hist_into(
+                files,
                 p,
                 t,
                 &format!("linerate count -i {}", a.input),
-                &inputs,
             )?;
             if !a.json {
                 let _ = writeln!(out, "Histogram: {p} and {svg}");
