@@ -21,7 +21,8 @@ pub struct CaptureFlags {
 }
 
 fn direction(s: &str) -> Result<Capture, String> {
-    Capture::parse(s).ok_or_else(|| "in, out or inout".to_string())
+    // Any case, as tcpdump -Q (IN, Out).
+    Capture::parse(&s.to_ascii_lowercase()).ok_or_else(|| "in, out or inout".to_string())
 }
 
 /// Whether every port `uri` names is an AF_PACKET interface (`afpacket:IF`, or `any`).
@@ -91,6 +92,14 @@ impl CaptureFlags {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn directions_are_taken_in_any_case_as_tcpdump() {
+        assert_eq!(direction("IN"), Ok(Capture::In));
+        assert_eq!(direction("Out"), Ok(Capture::Out));
+        assert_eq!(direction("InOut"), Ok(Capture::InOut));
+        assert!(direction("sideways").is_err());
+    }
 
     #[test]
     fn out_is_refused_where_no_packet_is_sent() {
