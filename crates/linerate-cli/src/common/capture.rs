@@ -10,8 +10,9 @@ pub struct CaptureFlags {
     /// Which packets of an afpacket: input to take, as tcpdump -Q: in (what the interface
     /// receives), out (what the host sends on it) or inout. Default: inout in count and flows
     /// (as tcpdump), in for fwd and balance (they never take the host's own traffic). Only
-    /// afpacket: tells them apart; other inputs (files, mem:, xdp:, cluster:) only ever hold
-    /// what arrived: `in` is taken there and changes nothing, out and inout are refused.
+    /// afpacket: tells them apart; other inputs (mem:, xdp:, cluster:) only ever hold
+    /// what arrived: `in` is taken there and changes nothing, out and inout are refused. On
+    /// a capture file any -Q is refused, as libpcap.
     #[arg(short = 'Q', long = "direction", value_name = "in|out|inout", value_parser = direction)]
     pub direction: Option<Capture>,
     /// Don't put the interface in promiscuous mode (tcpdump -p). By default an afpacket:
@@ -57,6 +58,16 @@ pub fn refuse_any(flag: &str, uri: &str, why: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether `uri` names a capture file (a savefile), alone or in a list.
+fn names_file(uri: &Uri) -> bool {
+    match uri {
+        Uri::File { .. } => true,
+        Uri::Bare(b) => b != linerate::port::afpacket::ANY || std::path::Path::new(b).exists(),
+        Uri::List(l) => l.iter().any(names_file),
+        _ => false,
+    }
+}
+
 impl CaptureFlags {
     /// The options for input `uri` (of flag `flag`) with `default` as the direction when -Q is
     /// not given: out/inout on an input that cannot tell directions is a usage error.
@@ -68,6 +79,16 @@ impl CaptureFlags {
         opts: PortOptions,
     ) -> anyhow::Result<PortOptions> {
         let kernel = Uri::parse(uri).is_ok_and(|u| all_afpacket(&u));
+        if let Some(d) = self.direction {
+            if Uri::parse(uri).is_ok_and(|u| names_file(&u)) {
+                // libpcap's pcap_setdirection on a savefile, in its words.
+                return Err(usage(format!(
+                    "-Q {}: Setting direction is not supported on savefiles ({flag} {uri} \
+                     reads a capture file)",
+                    d.as_str()
+                )));
+            }
+        }
         let direction = match self.direction {
             Some(d @ (Capture::Out | Capture::InOut)) if !kernel => {
                 return Err(usage(format!(
@@ -142,8 +163,15 @@ mod tests {
             no_promisc: true,
         };
         let o = inn
-            .apply("-i", "pcap:f.pcap", Capture::InOut, PortOptions::default())
+            .apply("-i", "mem:x", Capture::InOut, PortOptions::default())
             .unwrap();
         assert!(!o.promisc);
+        // Any direction on a savefile, as libpcap.
+        for uri in ["pcap:f.pcap", "f.pcapng", "afpacket:a,f.pcap"] {
+            let e = inn
+                .apply("-i", uri, Capture::InOut, PortOptions::default())
+                .unwrap_err();
+            assert!(e.to_string().contains("not supported on savefiles"), "{e}");
+        }
     }
 }
