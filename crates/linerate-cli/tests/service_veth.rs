@@ -393,3 +393,37 @@ fn hist_out_is_opened_before_the_privilege_drop() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// An interface deleted under a capture ends it, as tcpdump ("The interface disappeared",
+/// exit 1), instead of a capture that never ends: bounded by -t 20, it must end within 5 s.
+#[test]
+fn a_capture_ends_when_its_interface_disappears() {
+    if !netns::require_priv() {
+        return;
+    }
+    let pair = NetnsPair::new().expect("netns pair");
+    let (mut c, _lines) = count_in(&pair, &["-t", "20"]);
+    std::thread::sleep(Duration::from_millis(200));
+    let del = Command::new("ip")
+        .args(["-n", pair.ns(Side::B), "link", "del", "vB"])
+        .status()
+        .unwrap();
+    assert!(del.success());
+    let t0 = Instant::now();
+    let child = &mut c.0;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the capture did not end when its interface went away"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    use std::io::Read;
+    child.stderr.take().map(|mut e| e.read_to_string(&mut err));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("The interface disappeared"), "{err}");
+}

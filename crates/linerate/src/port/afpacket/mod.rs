@@ -382,8 +382,26 @@ impl Port for AfPacket {
             let (k, b) = self.rx.fill(batch, &mut self.stats.rx_drops);
             n += k;
             bytes += b;
-            if n > 0 || attempt == 1 || !sys::poll_in(&self.fd, self.rx_wait_ms) {
+            if n > 0 || attempt == 1 {
                 break;
+            }
+            match sys::poll_in(&self.fd, self.rx_wait_ms) {
+                Ok(true) => {}
+                Ok(false) => break,
+                // The interface went down or away: gone ends the capture, as libpcap does
+                // ("The interface disappeared"); down only waits for it to come back up.
+                Err(e) => {
+                    if e == libc::ENETDOWN
+                        && self.ifindex > 0
+                        && crate::port::ifindex(&self.iface).ok() != Some(self.ifindex as u32)
+                    {
+                        return Err(PortError::Gone {
+                            port: self.name.clone(),
+                            why: "The interface disappeared".into(),
+                        });
+                    }
+                    break;
+                }
             }
         }
         if let Some(f) = &self.tag_filter {
@@ -481,7 +499,7 @@ impl Port for AfPacket {
             if std::time::Instant::now() >= end {
                 break;
             }
-            sys::poll_in(&self.fd, RX_POLL_MS);
+            let _ = sys::poll_in(&self.fd, RX_POLL_MS);
         }
         if self.vlan {
             let mut prog = Vec::with_capacity(filter.program().len() + 3);
