@@ -4,7 +4,10 @@
 //! With `PortOptions::immediate` the receive ring is TPACKET_V2 instead: fixed frames, each
 //! handed to user space as soon as its packet is in (libpcap's immediate mode), for tools that
 //! forward, where a block timeout would be added latency; the transmit ring of such a port is
-//! then set up at open rather than on the first `tx`. Everything below holds for both.
+//! then set up at open rather than on the first `tx`. Above MTU 1792 (V2 frames of more than
+//! 2 KiB: too few of them in the ring to absorb a burst, 4096 at MTU 9000 where V3 holds far
+//! more small packets) it stays TPACKET_V3 with 128 KiB blocks retired after 1 ms.
+//! Everything below holds for both.
 //!
 //! Receive maps the ring once and hands out descriptors that point into it: the port's pool is
 //! the ring itself (an external pool, no free list). **A received batch's bytes are valid until
