@@ -383,6 +383,8 @@ pub fn attach_filter(
             );
             Ok(false)
         }
+        // Inputs the filter cannot apply to as given (link types mixed): the user's to fix.
+        Err(e @ PortError::BadUri { .. }) => Err(usage(format!("-f: {e}"))),
         Err(e) => Err(anyhow::Error::new(e).context(format!("-f on {name}"))),
     }
 }

@@ -79,6 +79,52 @@ pub fn write_hist(path: &str, t: &Tracker, title: &str, inputs: &Inputs) -> anyh
     Ok(svg)
 }
 
+/// `--hist-out` files opened (created) at start, before privileges are dropped and outputs
+/// start, as tcpdump opens -w: a run never ends on a file it cannot write.
+pub struct HistFiles {
+    csv: std::fs::File,
+    svg: std::fs::File,
+    svg_path: String,
+}
+
+/// Creates `--hist-out PATH` and its `.svg` now (refusing an input, as [`write_hist`] does).
+pub fn open_hist(path: &str, inputs: &Inputs) -> anyhow::Result<HistFiles> {
+    let create = |p: &str| {
+        linerate::port::file::create(p, inputs)
+            .map_err(|e| crate::common::usage(format!("--hist-out: {e}")))
+    };
+    let svg_path = std::path::Path::new(path)
+        .with_extension("svg")
+        .display()
+        .to_string();
+    Ok(HistFiles {
+        csv: create(path)?,
+        svg: create(&svg_path)?,
+        svg_path,
+    })
+}
+
+/// Writes the histogram of `t` into files opened by [`open_hist`]; returns the SVG's path.
+pub fn write_hist_into(
+    files: HistFiles,
+    path: &str,
+    t: &Tracker,
+    title: &str,
+) -> anyhow::Result<String> {
+    use std::io::Write;
+    let h = t.merged();
+    let HistFiles {
+        mut csv,
+        mut svg,
+        svg_path,
+    } = files;
+    csv.write_all(hist_csv(&h).as_bytes())
+        .map_err(|e| anyhow::anyhow!("--hist-out {path}: {e}"))?;
+    svg.write_all(hist_svg(&h, title).as_bytes())
+        .map_err(|e| anyhow::anyhow!("--hist-out {svg_path}: {e}"))?;
+    Ok(svg_path)
+}
+
 /// Latency table rows as JSON.
 pub fn latency_json(t: &Tracker, sent: impl Fn(u16) -> Option<u64>) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = t

@@ -429,8 +429,8 @@ fn fwd_bounce_takes_only_what_arrives_unless_asked() {
     }
 }
 
-/// `-Q out` (and `inout`) where no sent packet can be seen is a usage error naming why; `-Q in`
-/// is taken there and changes nothing.
+/// `-Q out` (and `inout`) where no sent packet can be seen is a usage error naming why; on a
+/// capture file any -Q is refused, as libpcap ("not supported on savefiles").
 #[test]
 fn q_out_is_refused_on_inputs_that_only_hold_what_arrived() {
     let bin = env!("CARGO_BIN_EXE_linerate");
@@ -465,12 +465,14 @@ fn q_out_is_refused_on_inputs_that_only_hold_what_arrived() {
         .args(["count", "-i", f.to_str().unwrap(), "-Q", "in", "-q"])
         .output()
         .unwrap();
+    // A savefile takes no direction at all, as libpcap refuses pcap_setdirection on one.
     assert_eq!(
         o.status.code(),
-        Some(0),
+        Some(2),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not supported on savefiles"));
     let _ = std::fs::remove_file(&f);
     let _ = std::fs::remove_dir(f.parent().unwrap());
 }
@@ -536,4 +538,41 @@ fn flows_meters_both_directions_by_default() {
         });
         assert_eq!((s, d), want, "-Q {q:?}: {text}");
     }
+}
+
+/// `-i afpacket:vA,any -f EXPR`: the filter is compiled for each input's link type (Ethernet
+/// on vA, LINUX_SLL2 on any), so the 20 matching frames that arrive on vA are counted twice,
+/// once per input (40), instead of the cooked copies being judged as Ethernet and lost.
+#[test]
+fn a_filter_on_mixed_link_types_matches_on_every_input() {
+    if !netns::require_priv() {
+        return;
+    }
+    let pair = NetnsPair::new().expect("netns pair");
+    pair.no_ipv6().unwrap();
+    let (mut c, lines) = linerate_in(
+        &pair,
+        Side::A,
+        &[
+            "count",
+            "-i",
+            "afpacket:vA,any",
+            "-f",
+            "udp port 10001",
+            "-c",
+            "40",
+            "-t",
+            "10",
+            "--json",
+            "-q",
+        ],
+    );
+    let frames: Vec<Vec<u8>> = (0..20)
+        .map(|s| netns::udp_frame(pair.mac_a, pair.mac_b, 1, s))
+        .collect();
+    pair.run_in(Side::B, || netns::send_raw("vB", &frames));
+    assert!(wait(&mut c, "count").success());
+    let s = summary(lines);
+    assert_eq!(s["pkts"], 40, "{s}");
+    assert_eq!(s["ended"], "count reached", "{s}");
 }

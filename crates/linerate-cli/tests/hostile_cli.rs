@@ -1024,3 +1024,93 @@ fn q_is_quiet_on_every_tool_that_prints_as_it_runs() {
         assert!(help.contains("-q, --quiet"), "{tool}: {help}");
     }
 }
+
+/// `afpacket:any` captures Linux cooked (LINUX_SLL2) packets and names no interface to send on:
+/// fwd (input or output), balance (input or output) and gen (output) refuse it at start with
+/// exit 2 and the reason, before any output is touched, instead of forwarding the cooked header
+/// as Ethernet or failing at the first packet.
+#[test]
+fn any_is_refused_where_it_cannot_apply() {
+    let dir = std::env::temp_dir().join(format!("lr-any-refused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("x.pcap");
+    let out = out.to_str().unwrap();
+    let s = sample();
+    let s = s.to_str().unwrap();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["fwd", "-i", "any", "-o", out, "-t", "1", "-q"],
+        vec!["fwd", "-i", "afpacket:any", "-o", out, "-t", "1", "-q"],
+        vec!["fwd", "-i", s, "-o", "afpacket:any", "-t", "1", "-q"],
+        vec!["balance", "-i", "any", "-c", "4177", "-n", "1", "-t", "1"],
+        vec!["gen", "-o", "afpacket:any", "-c", "1"],
+    ];
+    for args in cases {
+        let o = run(&args);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {t}");
+        assert!(t.contains("afpacket:any"), "{args:?}: {t}");
+        assert!(!Path::new(out).exists(), "{args:?} touched its output: {t}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A classic pcap file of link type 276 (LINUX_SLL2) holding one cooked UDP packet.
+fn sll2_pcap(path: &Path) {
+    let mut f = Vec::new();
+    f.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    f.extend_from_slice(&2u16.to_le_bytes());
+    f.extend_from_slice(&4u16.to_le_bytes());
+    f.extend_from_slice(&[0; 8]);
+    f.extend_from_slice(&65535u32.to_le_bytes());
+    f.extend_from_slice(&276u32.to_le_bytes());
+    // SLL2 header (20 bytes): protocol IPv4, ifindex 2, ARPHRD_ETHER, outgoing, 6-byte address.
+    let mut pkt = vec![
+        0x08, 0x00, 0, 0, 0, 0, 0, 2, 0, 1, 4, 6, 2, 0, 0, 0, 0, 1, 0, 0,
+    ];
+    // IPv4 + UDP 9999 -> 9999, no payload.
+    pkt.extend_from_slice(&[
+        0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, 0x27, 0x0f, 0x27, 0x0f,
+        0, 8, 0, 0,
+    ]);
+    f.extend_from_slice(&[0; 8]);
+    f.extend_from_slice(&(pkt.len() as u32).to_le_bytes());
+    f.extend_from_slice(&(pkt.len() as u32).to_le_bytes());
+    f.extend_from_slice(&pkt);
+    std::fs::write(path, f).unwrap();
+}
+
+/// Inputs of different link types (Ethernet and LINUX_SLL2): a classic pcap output (one link
+/// type) is refused before it is created, and a filter is compiled for each input's link type
+/// (the cooked packet matches), instead of junk records and matches filtered out.
+#[test]
+fn mixed_link_types_are_refused_where_one_link_type_would_be_assumed() {
+    let d = Dir::new("mixed-link");
+    let sll = d.path("cooked.pcap");
+    sll2_pcap(Path::new(&sll));
+    let eth = sample();
+    let inputs = format!("{},{sll}", eth.display());
+    let out = d.path("mixed.pcap");
+    let o = run(&["count", "-i", &inputs, "-w", &out, "-q"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("one link type"), "{t}");
+    assert!(!Path::new(&out).exists(), "{t}");
+    // pcapng describes each interface with its link type: taken.
+    let ng = d.path("mixed.pcapng");
+    let o = run(&["count", "-i", &inputs, "-w", &ng, "-q"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // The filter is compiled for each input's link type: the cooked packet matches too.
+    let pkts = |uri: &str| {
+        let o = run(&["count", "-i", uri, "-f", "udp port 9999", "--json", "-q"]);
+        assert!(o.status.success(), "{}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        let s: serde_json::Value = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|j| j["type"] == "summary")
+            .unwrap_or_else(|| panic!("summary: {out}"));
+        s["pkts"].as_u64().unwrap()
+    };
+    let eth_only = pkts(eth.to_str().unwrap());
+    assert_eq!(pkts(&inputs), eth_only + 1);
+}

@@ -356,3 +356,74 @@ fn balance_drops_privileges_and_still_cleans_up() {
     assert!(!pidfile.exists(), "the pidfile is removed at exit");
     let _ = std::fs::remove_dir_all(dir("b"));
 }
+
+/// `--hist-out` is created before -Z drops privileges (as tcpdump opens -w), in a directory
+/// only root may write in: the run ends with the histogram written, not "Permission denied"
+/// at its end after the capture.
+#[test]
+fn hist_out_is_opened_before_the_privilege_drop() {
+    if !netns::require_priv() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir("hist-z");
+    let root_only = d.join("root700");
+    std::fs::create_dir_all(&root_only).unwrap();
+    std::fs::set_permissions(&root_only, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let hist = root_only.join("h.csv");
+    let sample =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap");
+    let o = Command::new(BIN)
+        .args([
+            "count",
+            "-i",
+            sample.to_str().unwrap(),
+            "-q",
+            "-Z",
+            "nobody",
+        ])
+        .args(["--latency", "--hist-out", hist.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+    assert!(
+        o.status.success(),
+        "{:?}: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// An interface deleted under a capture ends it, as tcpdump ("The interface disappeared",
+/// exit 1), instead of a capture that never ends: bounded by -t 20, it must end within 5 s.
+#[test]
+fn a_capture_ends_when_its_interface_disappears() {
+    if !netns::require_priv() {
+        return;
+    }
+    let pair = NetnsPair::new().expect("netns pair");
+    let (mut c, _lines) = count_in(&pair, &["-t", "20"]);
+    std::thread::sleep(Duration::from_millis(200));
+    let del = Command::new("ip")
+        .args(["-n", pair.ns(Side::B), "link", "del", "vB"])
+        .status()
+        .unwrap();
+    assert!(del.success());
+    let t0 = Instant::now();
+    let child = &mut c.0;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the capture did not end when its interface went away"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    use std::io::Read;
+    child.stderr.take().map(|mut e| e.read_to_string(&mut err));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("The interface disappeared"), "{err}");
+}

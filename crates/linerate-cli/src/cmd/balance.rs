@@ -289,6 +289,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
              (gre and gtp always hash the packet inside their tunnel)",
         ));
     }
+    // `any` captures cooked (LINUX_SLL2) packets, and the cluster's queues carry Ethernet.
+    crate::common::capture::refuse_any(
+        "-i",
+        &a.input,
+        "captures Linux cooked packets (LINUX_SLL2) and cluster queues carry Ethernet frames; name the interface",
+    )?;
+    if let Some(o) = &a.out {
+        crate::common::capture::refuse_any("-o", o, "names no interface to send on")?;
+    }
     let service = a.service.check()?;
     let stop = stop_flag()?;
     // The capture files' flushing and rotation (-o, -r), checked before anything is opened.

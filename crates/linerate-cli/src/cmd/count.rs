@@ -314,9 +314,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             None => (Box::new(crate::common::Nothing(a.input.clone())), true),
         };
     let inputs = inputs_of([a.input.as_str()]);
-    if let Some(p) = &a.hist_out {
-        crate::common::check_output("--hist-out", p, &inputs)?;
-    }
+    // Created now, before outputs start and -Z drops privileges (tcpdump opens -w so).
+    let mut hist_files = match &a.hist_out {
+        Some(p) => Some(crate::shared::open_hist(p, &inputs)?),
+        None => None,
+    };
     let link = input.link_type();
     let rx_time = input.rx_time();
     let mut user_filter = None;
@@ -340,6 +342,22 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             // (a copy of a file is byte for byte the file), or 262144 (libpcap's largest), and
             // every record is written whole, even one longer than that header says.
             let snaplen = a.snaplen.map_or(input.snaplen().unwrap_or(0), |s| s as u32);
+            // A classic pcap file has one link type: inputs of several would be written as
+            // junk under it (pcapng describes each interface with its own).
+            let classic = a
+                .format
+                .unwrap_or_else(|| linerate::port::pcap::WriteFormat::for_path(path))
+                == linerate::port::pcap::WriteFormat::Pcap;
+            if let Some(other) = input.interfaces().iter().find(|i| i.link != link) {
+                if classic {
+                    return Err(usage(format!(
+                        "-w {path}: a pcap file holds one link type and the inputs have \
+                         several ({} is {}, {} is {}): write pcapng (--format pcapng or \
+                         a .pcapng name)",
+                        a.input, link.0, other.name, other.link.0
+                    )));
+                }
+            }
             let mut w =
                 PcapPort::create_with_options(path, a.format, link, snaplen, &inputs, &wopts)
                     .map_err(|e| usage(format!("-w: {e}")))?;
@@ -613,12 +631,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             );
             let _ = write!(out, "{}", t.table(|_| None));
         }
-        if let Some(p) = &a.hist_out {
-            let svg = crate::shared::write_hist(
+        if let (Some(p), Some(files)) = (&a.hist_out, hist_files.take()) {
+            let svg = crate::shared::write_hist_into(
+                files,
                 p,
                 t,
                 &format!("linerate count -i {}", a.input),
-                &inputs,
             )?;
             if !a.json {
                 let _ = writeln!(out, "Histogram: {p} and {svg}");

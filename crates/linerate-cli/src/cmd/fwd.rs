@@ -358,6 +358,18 @@ pub fn run_with(
         a.period = std::time::Duration::ZERO;
         a.no_console = true;
     }
+    // `any` captures cooked (LINUX_SLL2) packets of every interface: forwarding them would
+    // send the cooked header as Ethernet, and `any` names no interface to send on.
+    crate::common::capture::refuse_any(
+        "-i",
+        &a.input,
+        "captures Linux cooked packets (LINUX_SLL2) that cannot be forwarded as Ethernet frames; name the interface",
+    )?;
+    crate::common::capture::refuse_any(
+        "-o",
+        &a.output,
+        "names no interface to send on; name the interface",
+    )?;
     let mut inputs = crate::common::inputs_of([a.input.as_str()]);
     if let Some(s) = &a.script {
         inputs.add_path(s);

@@ -661,6 +661,11 @@ fn read_commands(steer: Arc<Mutex<Steer>>, json: bool) {
 
 /// Runs `linerate gen`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    crate::common::capture::refuse_any(
+        "-o",
+        &a.output,
+        "names no interface to send on; name the interface",
+    )?;
     let stop = stop_flag()?;
     let interval = flag(
         "--interval",

@@ -10,8 +10,9 @@ pub struct CaptureFlags {
     /// Which packets of an afpacket: input to take, as tcpdump -Q: in (what the interface
     /// receives), out (what the host sends on it) or inout. Default: inout in count and flows
     /// (as tcpdump), in for fwd and balance (they never take the host's own traffic). Only
-    /// afpacket: tells them apart; other inputs (files, mem:, xdp:, cluster:) only ever hold
-    /// what arrived: `in` is taken there and changes nothing, out and inout are refused.
+    /// afpacket: tells them apart; other inputs (mem:, xdp:, cluster:) only ever hold
+    /// what arrived: `in` is taken there and changes nothing, out and inout are refused. On
+    /// a capture file any -Q is refused, as libpcap.
     #[arg(short = 'Q', long = "direction", value_name = "in|out|inout", value_parser = direction)]
     pub direction: Option<Capture>,
     /// Don't put the interface in promiscuous mode (tcpdump -p). By default an afpacket:
@@ -21,7 +22,8 @@ pub struct CaptureFlags {
 }
 
 fn direction(s: &str) -> Result<Capture, String> {
-    Capture::parse(s).ok_or_else(|| "in, out or inout".to_string())
+    // Any case, as tcpdump -Q (IN, Out).
+    Capture::parse(&s.to_ascii_lowercase()).ok_or_else(|| "in, out or inout".to_string())
 }
 
 /// Whether every port `uri` names is an AF_PACKET interface (`afpacket:IF`, or `any`).
@@ -30,6 +32,38 @@ fn all_afpacket(uri: &Uri) -> bool {
         Uri::AfPacket(_) => true,
         Uri::Bare(b) => b == linerate::port::afpacket::ANY && !std::path::Path::new(b).exists(),
         Uri::List(l) => l.iter().all(all_afpacket),
+        _ => false,
+    }
+}
+
+/// Whether `uri` names `afpacket:any` (or bare `any`) anywhere, alone or in a list.
+pub fn names_any(uri: &str) -> bool {
+    fn any(u: &Uri) -> bool {
+        match u {
+            Uri::AfPacket(i) => i == linerate::port::afpacket::ANY,
+            Uri::Bare(b) => b == linerate::port::afpacket::ANY && !std::path::Path::new(b).exists(),
+            Uri::List(l) => l.iter().any(any),
+            _ => false,
+        }
+    }
+    Uri::parse(uri).is_ok_and(|u| any(&u))
+}
+
+/// Refuses `afpacket:any` as `flag uri` where it cannot apply (exit 2, before any output is
+/// touched): `why` says what the tool would need that `any` does not give.
+pub fn refuse_any(flag: &str, uri: &str, why: &str) -> anyhow::Result<()> {
+    if names_any(uri) {
+        return Err(usage(format!("{flag} {uri}: afpacket:any {why}")));
+    }
+    Ok(())
+}
+
+/// Whether `uri` names a capture file (a savefile), alone or in a list.
+fn names_file(uri: &Uri) -> bool {
+    match uri {
+        Uri::File { .. } => true,
+        Uri::Bare(b) => b != linerate::port::afpacket::ANY || std::path::Path::new(b).exists(),
+        Uri::List(l) => l.iter().any(names_file),
         _ => false,
     }
 }
@@ -45,6 +79,16 @@ impl CaptureFlags {
         opts: PortOptions,
     ) -> anyhow::Result<PortOptions> {
         let kernel = Uri::parse(uri).is_ok_and(|u| all_afpacket(&u));
+        if let Some(d) = self.direction {
+            if Uri::parse(uri).is_ok_and(|u| names_file(&u)) {
+                // libpcap's pcap_setdirection on a savefile, in its words.
+                return Err(usage(format!(
+                    "-Q {}: Setting direction is not supported on savefiles ({flag} {uri} \
+                     reads a capture file)",
+                    d.as_str()
+                )));
+            }
+        }
         let direction = match self.direction {
             Some(d @ (Capture::Out | Capture::InOut)) if !kernel => {
                 return Err(usage(format!(
@@ -69,6 +113,14 @@ impl CaptureFlags {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn directions_are_taken_in_any_case_as_tcpdump() {
+        assert_eq!(direction("IN"), Ok(Capture::In));
+        assert_eq!(direction("Out"), Ok(Capture::Out));
+        assert_eq!(direction("InOut"), Ok(Capture::InOut));
+        assert!(direction("sideways").is_err());
+    }
 
     #[test]
     fn out_is_refused_where_no_packet_is_sent() {
@@ -111,8 +163,15 @@ mod tests {
             no_promisc: true,
         };
         let o = inn
-            .apply("-i", "pcap:f.pcap", Capture::InOut, PortOptions::default())
+            .apply("-i", "mem:x", Capture::InOut, PortOptions::default())
             .unwrap();
         assert!(!o.promisc);
+        // Any direction on a savefile, as libpcap.
+        for uri in ["pcap:f.pcap", "f.pcapng", "afpacket:a,f.pcap"] {
+            let e = inn
+                .apply("-i", uri, Capture::InOut, PortOptions::default())
+                .unwrap_err();
+            assert!(e.to_string().contains("not supported on savefiles"), "{e}");
+        }
     }
 }

@@ -66,8 +66,8 @@ impl Desc {
     }
 
     /// The packet's direction as tcpdump words it (`In`/`Out` with -e on `any`, `-Q in|out`):
-    /// "in", "out", or None when the port cannot tell (files, `mem:`, `xdp:`). For printers
-    /// and JSON that describe packets.
+    /// "in", "out", or None when the port cannot tell (pcap files, `mem:`, `xdp:`; a pcapng
+    /// file tells with `epb_flags`). For printers and JSON that describe packets.
     #[inline]
     pub fn direction(&self) -> Option<&'static str> {
         if self.flags & Self::F_OUTBOUND != 0 {

@@ -32,6 +32,11 @@ pub struct Aggregate {
     any_pool: bool,
     /// Every member writes into lent frames of one pool they share: it is ours ([`Port::pool`]).
     pooled: bool,
+    /// Per member, a filter the aggregate runs itself: members of different link types whose
+    /// own kernel cannot run it (each compiled for its member's link type).
+    user: Vec<Option<crate::filter::Filter>>,
+    /// Packets those filters rejected.
+    filtered: u64,
 }
 
 impl Aggregate {
@@ -71,6 +76,8 @@ impl Aggregate {
         });
         let pooled = fill && shared;
         Aggregate {
+            user: Vec::new(),
+            filtered: 0,
             lends: pooled || any_pool,
             any_pool,
             pooled,
@@ -125,25 +132,47 @@ impl Aggregate {
                 // The member receives into the caller's lent frames (and takes the lent
                 // frames it needs for later): no batch of its own.
                 let before = batch.len();
-                let got = self.ports[i].rx(batch)?;
+                let mut got = self.ports[i].rx(batch)?;
                 if got > 0 {
                     self.next = (i + 1) % n;
+                    got -= self.filter(i, batch, before);
                     self.renumber(i, batch, before);
-                    return Ok(got);
+                    if got > 0 {
+                        return Ok(got);
+                    }
                 }
                 continue;
             }
             self.batches[i].set_limit(room);
-            let got = self.ports[i].rx(&mut self.batches[i])?;
+            let mut got = self.ports[i].rx(&mut self.batches[i])?;
             if got > 0 {
                 self.next = (i + 1) % n;
                 batch.clear();
                 std::mem::swap(batch, &mut self.batches[i]);
+                got -= self.filter(i, batch, 0);
                 self.renumber(i, batch, 0);
-                return Ok(got);
+                if got > 0 {
+                    return Ok(got);
+                }
             }
         }
         Ok(0)
+    }
+
+    /// Runs member `i`'s own filter (if the aggregate runs one for it) on the packets of `batch`
+    /// from `from` on; returns how many it took out (counted as filtered).
+    fn filter(&mut self, i: usize, batch: &mut Batch, from: usize) -> usize {
+        let Some(Some(f)) = self.user.get(i) else {
+            return 0;
+        };
+        let mut k = 0;
+        let gone = batch.retain(|p| {
+            let keep = k < from || f.matches(p.data);
+            k += 1;
+            keep
+        });
+        self.filtered += gone as u64;
+        gone
     }
 
     /// Gives the packets of member `i` from `from` on in `batch` our interface ids.
@@ -239,6 +268,7 @@ impl Port for Aggregate {
         for p in &mut self.ports {
             s.add(&p.stats());
         }
+        s.rx_drops.add(super::DropReason::Filter, self.filtered);
         s
     }
 
@@ -252,6 +282,34 @@ impl Port for Aggregate {
 
     fn link_type(&self) -> LinkType {
         self.ports[0].link_type()
+    }
+
+    /// Members of one link type: the caller's filter runs on them all (in the kernel where
+    /// every member takes it, else in user space). Members of different link types (`any`
+    /// with an Ethernet interface): the expression is compiled for each member's link type and
+    /// runs in that member's kernel, or here on its packets where its kernel cannot.
+    fn attach_filter(&mut self, filter: &crate::filter::Filter) -> Result<bool, PortError> {
+        let link = self.ports[0].link_type();
+        if self.ports.iter().all(|p| p.link_type() == link) {
+            let mut all = true;
+            for p in &mut self.ports {
+                all &= p.attach_filter(filter)?;
+            }
+            return Ok(all);
+        }
+        let mut user = Vec::with_capacity(self.ports.len());
+        for p in &mut self.ports {
+            let f = crate::filter::Filter::compile(filter.expr(), p.link_type()).map_err(|e| {
+                PortError::BadUri {
+                    uri: p.name().to_string(),
+                    why: e.to_string(),
+                }
+            })?;
+            // A member whose kernel cannot run it: the aggregate runs it on its packets.
+            user.push((!p.attach_filter(&f)?).then_some(f));
+        }
+        self.user = user;
+        Ok(true)
     }
 
     fn interfaces(&self) -> Vec<Interface> {

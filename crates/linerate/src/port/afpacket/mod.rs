@@ -4,7 +4,10 @@
 //! With `PortOptions::immediate` the receive ring is TPACKET_V2 instead: fixed frames, each
 //! handed to user space as soon as its packet is in (libpcap's immediate mode), for tools that
 //! forward, where a block timeout would be added latency; the transmit ring of such a port is
-//! then set up at open rather than on the first `tx`. Everything below holds for both.
+//! then set up at open rather than on the first `tx`. Above MTU 1792 (V2 frames of more than
+//! 2 KiB: too few of them in the ring to absorb a burst, 4096 at MTU 9000 where V3 holds far
+//! more small packets) it stays TPACKET_V3 with 128 KiB blocks retired after 1 ms.
+//! Everything below holds for both.
 //!
 //! Receive maps the ring once and hands out descriptors that point into it: the port's pool is
 //! the ring itself (an external pool, no free list). **A received batch's bytes are valid until
@@ -55,6 +58,15 @@ pub const ANY: &str = "any";
 pub const RX_POLL_MS: i32 = 1;
 /// Frame size declared for the receive ring (TPACKET_V3 packs packets of any size in blocks).
 const RX_FRAME: u32 = 2048;
+/// Largest TPACKET_V2 frame an immediate ring uses: with the default ring (64 MiB) it holds
+/// 32768 frames, as many bursts as the V3 ring absorbs. A larger MTU would leave too few
+/// frames (4096 at MTU 9000, 512 at 65000: losses where V3 had none), so above it the ring
+/// stays TPACKET_V3 with small blocks that retire after [`IMMEDIATE_V3_TOV_MS`].
+const V2_MAX_FRAME: u32 = 2048;
+/// Block size of the TPACKET_V3 ring an immediate port uses at a large MTU (at least a frame).
+const IMMEDIATE_V3_BLOCK: u32 = 128 << 10;
+/// Block timeout (ms) of that ring: the shortest the kernel takes.
+const IMMEDIATE_V3_TOV_MS: u32 = 1;
 
 /// Classic BPF put in front of a filter attached in the kernel: a frame whose VLAN tag the
 /// kernel has taken out (`SKF_AD_VLAN_TAG_PRESENT`) is accepted whole, for the port to filter
@@ -143,10 +155,22 @@ impl AfPacket {
             crate::port::ifindex(iface)? as i32
         };
         let fd = sys::packet_socket(iface, any)?;
+        let mtu = if any { 65_535 } else { sys::mtu(iface)? };
+        let too_large = || PortError::BadUri {
+            uri: name.clone(),
+            why: "receive ring too large".into(),
+        };
+        // TPACKET_V2: frames that hold a packet of the MTU with its link header, a tag and
+        // the ring's headers, contiguous in the blocks.
+        let frame = (mtu as usize + 256)
+            .next_power_of_two()
+            .clamp(2048, bs as usize) as u32;
+        // Immediate at a large MTU: V3 with small blocks (same ring memory) and a 1 ms timeout.
+        let v2 = opts.immediate && frame <= V2_MAX_FRAME;
         // Immediate: TPACKET_V2 frames, each handed over as soon as its packet is in (as
-        // libpcap does in immediate mode); else TPACKET_V3 blocks, retired when full or after
-        // the block timeout.
-        let v = if opts.immediate {
+        // libpcap does in immediate mode); else (or at a large MTU) TPACKET_V3 blocks, retired
+        // when full or after the block timeout.
+        let v = if v2 {
             libc::tpacket_versions::TPACKET_V2 as i32
         } else {
             libc::tpacket_versions::TPACKET_V3 as i32
@@ -174,17 +198,18 @@ impl AfPacket {
             "PACKET_RESERVE",
             &rx::VLAN_HEADROOM,
         )?;
-        let mtu = if any { 65_535 } else { sys::mtu(iface)? };
-        let too_large = || PortError::BadUri {
-            uri: name.clone(),
-            why: "receive ring too large".into(),
+        let ring = bs as u64 * opts.ring_blocks as u64;
+        let (bs, blocks, tov) = if opts.immediate && !v2 {
+            let small = IMMEDIATE_V3_BLOCK.max(frame);
+            if ring >= 2 * small as u64 {
+                (small, (ring / small as u64) as u32, IMMEDIATE_V3_TOV_MS)
+            } else {
+                (bs, opts.ring_blocks, IMMEDIATE_V3_TOV_MS)
+            }
+        } else {
+            (bs, opts.ring_blocks, opts.block_timeout_ms)
         };
-        // TPACKET_V2: frames that hold a packet of the MTU with its link header, a tag and
-        // the ring's headers, contiguous in the blocks.
-        let frame = (mtu as usize + 256)
-            .next_power_of_two()
-            .clamp(2048, bs as usize) as u32;
-        if opts.immediate {
+        if v2 {
             let req = libc::tpacket_req {
                 tp_block_size: bs,
                 tp_block_nr: opts.ring_blocks,
@@ -197,25 +222,23 @@ impl AfPacket {
         } else {
             let req = libc::tpacket_req3 {
                 tp_block_size: bs,
-                tp_block_nr: opts.ring_blocks,
+                tp_block_nr: blocks,
                 tp_frame_size: RX_FRAME,
-                tp_frame_nr: (bs / RX_FRAME)
-                    .checked_mul(opts.ring_blocks)
-                    .ok_or_else(too_large)?,
-                tp_retire_blk_tov: opts.block_timeout_ms,
+                tp_frame_nr: (bs / RX_FRAME).checked_mul(blocks).ok_or_else(too_large)?,
+                tp_retire_blk_tov: tov,
                 tp_sizeof_priv: 0,
                 tp_feature_req_word: 0,
             };
             sys::packet_opt(&fd, iface, libc::PACKET_RX_RING, "PACKET_RX_RING", &req)?;
         }
-        let len = bs as usize * opts.ring_blocks as usize;
+        let len = bs as usize * blocks as usize;
         let ptr = sys::map_ring(&fd, iface, len)?;
         // SAFETY: `ptr` is the start of a fresh mapping of exactly `len` bytes, owned from here
         // by the region (the mapping keeps the socket's ring alive even after the fd closes).
         let region = unsafe { Region::from_raw_mapping(ptr, len) };
         let pool = Arc::new(Pool::external(region));
         let vlan = matches!(hw, libc::ARPHRD_ETHER | libc::ARPHRD_LOOPBACK);
-        let mut rx = if opts.immediate {
+        let mut rx = if v2 {
             RxBlocks::with_version(
                 pool,
                 frame as usize,
@@ -225,13 +248,7 @@ impl AfPacket {
                 true,
             )
         } else {
-            RxBlocks::new(
-                pool,
-                bs as usize,
-                opts.ring_blocks as usize,
-                opts.snaplen,
-                vlan,
-            )
+            RxBlocks::new(pool, bs as usize, blocks as usize, opts.snaplen, vlan)
         };
         let lo_ifindex = if hw == libc::ARPHRD_LOOPBACK {
             ifindex
@@ -279,7 +296,7 @@ impl AfPacket {
             ifindex,
             mtu,
             tx_frames: opts.frames,
-            block_timeout_ms: opts.block_timeout_ms,
+            block_timeout_ms: tov,
             rx_wait_ms: opts.rx_wait_ms.clamp(0, 1000) as i32,
             link,
             rx,
@@ -368,8 +385,26 @@ impl Port for AfPacket {
             let (k, b) = self.rx.fill(batch, &mut self.stats.rx_drops);
             n += k;
             bytes += b;
-            if n > 0 || attempt == 1 || !sys::poll_in(&self.fd, self.rx_wait_ms) {
+            if n > 0 || attempt == 1 {
                 break;
+            }
+            match sys::poll_in(&self.fd, self.rx_wait_ms) {
+                Ok(true) => {}
+                Ok(false) => break,
+                // The interface went down or away: gone ends the capture, as libpcap does
+                // ("The interface disappeared"); down only waits for it to come back up.
+                Err(e) => {
+                    if e == libc::ENETDOWN
+                        && self.ifindex > 0
+                        && crate::port::ifindex(&self.iface).ok() != Some(self.ifindex as u32)
+                    {
+                        return Err(PortError::Gone {
+                            port: self.name.clone(),
+                            why: "The interface disappeared".into(),
+                        });
+                    }
+                    break;
+                }
             }
         }
         if let Some(f) = &self.tag_filter {
@@ -467,7 +502,7 @@ impl Port for AfPacket {
             if std::time::Instant::now() >= end {
                 break;
             }
-            sys::poll_in(&self.fd, RX_POLL_MS);
+            let _ = sys::poll_in(&self.fd, RX_POLL_MS);
         }
         self.tag_filter = None;
         let r = if self.vlan {

@@ -115,8 +115,10 @@ pub(super) fn hw_type(iface: &str) -> Result<u16, PortError> {
         .map_err(|e| err_of(iface, "SIOCGIFHWADDR", e))
 }
 
-/// Waits up to `ms` for the socket to be readable. Returns whether it is.
-pub(super) fn poll_in(fd: &OwnedFd, ms: i32) -> bool {
+/// Waits up to `ms` for the socket to be readable. Returns whether it is, or the socket's
+/// pending error (SO_ERROR, read and so cleared) when poll reports one (POLLERR: ENETDOWN
+/// when the interface went down or went away).
+pub(super) fn poll_in(fd: &OwnedFd, ms: i32) -> Result<bool, i32> {
     let mut p = libc::pollfd {
         fd: fd.as_raw_fd(),
         events: libc::POLLIN | libc::POLLERR,
@@ -124,7 +126,24 @@ pub(super) fn poll_in(fd: &OwnedFd, ms: i32) -> bool {
     };
     // SAFETY: one valid pollfd.
     let r = unsafe { libc::poll(&mut p, 1, ms) };
-    r > 0
+    if r > 0 && p.revents & libc::POLLERR != 0 {
+        let mut err: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `err` and `len` are valid for writes of the sizes given.
+        let got = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut err as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        if got == 0 && err != 0 {
+            return Err(err);
+        }
+    }
+    Ok(r > 0)
 }
 
 /// Attaches a classic BPF program (laid out as `struct sock_filter`) to the socket.

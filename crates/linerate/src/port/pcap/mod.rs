@@ -132,6 +132,7 @@ struct Held {
     iface: u16,
     wire_len: u32,
     data: Vec<u8>,
+    dir: u16,
 }
 
 /// A capture file, read or written.
@@ -663,6 +664,7 @@ impl Port for PcapPort {
                 len: h.data.len() as u32,
                 wire_len: h.wire_len,
                 port: h.iface,
+                flags: h.dir,
                 ..Default::default()
             });
             n += 1;
@@ -748,6 +750,7 @@ impl Port for PcapPort {
                                     iface: rec.iface as u16,
                                     wire_len,
                                     data,
+                                    dir: rec.dir,
                                 });
                                 break;
                             }
@@ -762,6 +765,7 @@ impl Port for PcapPort {
                             len: len as u32,
                             wire_len,
                             port: rec.iface as u16,
+                            flags: rec.dir,
                             ..Default::default()
                         }
                         .with_orig_len(rec.wire_len),

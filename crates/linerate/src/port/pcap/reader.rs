@@ -76,6 +76,9 @@ pub struct Record<'a> {
     pub iface: u32,
     /// Byte offset of the packet's record in the file.
     pub offset: u64,
+    /// The packet's direction as descriptor flags (`Desc::F_INBOUND`/`F_OUTBOUND`), from a
+    /// pcapng `epb_flags` option; 0 when the file does not say.
+    pub dir: u16,
 }
 
 /// A classic pcap record taken whole from the reader's buffer ([`PcapReader::next_buffered`]).
@@ -170,6 +173,7 @@ enum Event {
         link: LinkType,
         iface: u32,
         offset: u64,
+        dir: u16,
     },
     /// A block that carries no packet.
     Other,
@@ -458,6 +462,7 @@ impl<R: Read> PcapReader<R> {
                     link,
                     iface,
                     offset,
+                    dir,
                 }) => {
                     let data = self.bytes().get(start..start + len).unwrap_or(&[]);
                     return Ok(Some(Record {
@@ -467,6 +472,7 @@ impl<R: Read> PcapReader<R> {
                         link,
                         iface,
                         offset,
+                        dir,
                     }));
                 }
                 Ok(Event::Other) => continue,
@@ -689,6 +695,7 @@ impl<R: Read> PcapReader<R> {
             link: self.link_type(),
             iface: 0,
             offset,
+            dir: 0,
         })
     }
 
@@ -903,6 +910,17 @@ impl<R: Read> PcapReader<R> {
                     ));
                 }
                 let iface = self.iface(id, offset)?;
+                // epb_flags (option 2): bits 0-1 are the direction (1 inbound, 2 outbound).
+                let dir = if btype == NG_EPB {
+                    let opts = body.get(20 + (caplen as usize).next_multiple_of(4)..);
+                    match opts.and_then(|o| epb_flags(o, be)).map(|f| f & 3) {
+                        Some(1) => crate::mem::Desc::F_INBOUND,
+                        Some(2) => crate::mem::Desc::F_OUTBOUND,
+                        _ => 0,
+                    }
+                } else {
+                    0
+                };
                 Event::Packet {
                     start: body_start + 20,
                     len: caplen as usize,
@@ -911,6 +929,7 @@ impl<R: Read> PcapReader<R> {
                     link: iface.link,
                     iface: self.section_base() + id,
                     offset,
+                    dir,
                 }
             }
             _ => {
@@ -932,6 +951,7 @@ impl<R: Read> PcapReader<R> {
                     link: iface.link,
                     iface: self.section_base(),
                     offset,
+                    dir: 0,
                 }
             }
         };
@@ -963,6 +983,24 @@ impl<R: Read> PcapReader<R> {
             )),
         }
     }
+}
+
+/// The value of the `epb_flags` option in an EPB's options `o` (lenient: a malformed list
+/// ends the search).
+fn epb_flags(o: &[u8], be: bool) -> Option<u32> {
+    let mut i = 0;
+    while i + 4 <= o.len() {
+        let code = rd16(o, i, be);
+        let len = rd16(o, i + 2, be) as usize;
+        if code == 0 {
+            return None;
+        }
+        if code == 2 && len == 4 && i + 8 <= o.len() {
+            return Some(rd32(o, i + 4, be));
+        }
+        i += 4 + len.next_multiple_of(4);
+    }
+    None
 }
 
 /// Longest `if_name` kept (longer ones are cut).

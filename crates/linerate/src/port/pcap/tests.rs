@@ -1018,3 +1018,51 @@ fn read_in_place_only_files_nobody_else_can_shorten() {
     assert!(!p.read_in_place(), "pcapng is read by copying");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A pcapng packet's direction (`epb_flags` bits 0-1: 1 inbound, 2 outbound) is carried in its
+/// descriptor's flags, so a pcapng written from it marks it again; none: direction unknown.
+#[test]
+fn pcapng_epb_flags_direction_is_carried() {
+    for be in [false, true] {
+        let with_flags = |flags: Option<u32>| {
+            let data = pkt(0, 61);
+            let mut body = Vec::new();
+            body.extend(u32b(0, be));
+            body.extend(u32b(0, be));
+            body.extend(u32b(1, be));
+            body.extend(u32b(data.len() as u32, be));
+            body.extend(u32b(data.len() as u32, be));
+            body.extend(&data);
+            body.extend(vec![0u8; data.len().div_ceil(4) * 4 - data.len()]);
+            if let Some(f) = flags {
+                // A comment first (code 1, 5 bytes, padded), then epb_flags, then the end.
+                body.extend(u16b(1, be));
+                body.extend(u16b(5, be));
+                body.extend(b"hello\0\0\0");
+                body.extend(u16b(2, be));
+                body.extend(u16b(4, be));
+                body.extend(u32b(f, be));
+                body.extend([0u8; 4]);
+            }
+            block(be, 6, &body)
+        };
+        let mut f = shb(be);
+        f.extend(idb(be, 1, 0, None));
+        f.extend(with_flags(Some(1)));
+        f.extend(with_flags(Some(2)));
+        f.extend(with_flags(None));
+        f.extend(with_flags(Some(0)));
+        let mut p = port(f).unwrap();
+        let mut b = Batch::new();
+        let mut dirs = Vec::new();
+        for _ in 0..100 {
+            if p.is_finished() {
+                break;
+            }
+            p.rx(&mut b).unwrap();
+            dirs.extend(b.iter().map(|x| x.desc.direction()));
+            b.clear();
+        }
+        assert_eq!(dirs, vec![Some("in"), Some("out"), None, None], "be {be}");
+    }
+}
