@@ -1113,4 +1113,32 @@ fn mixed_link_types_are_refused_where_one_link_type_would_be_assumed() {
     };
     let eth_only = pkts(eth.to_str().unwrap());
     assert_eq!(pkts(&inputs), eth_only + 1);
+    // Each input's filter tests the length on the wire, as libpcap's: records cut to 64 bytes
+    // pass `greater 100` by their wire length with an input of another link type beside them.
+    let cut = d.path("cut.pcap");
+    let o = run(&[
+        "count",
+        "-i",
+        eth.to_str().unwrap(),
+        "-s",
+        "64",
+        "-w",
+        &cut,
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let greater = |uri: &str| {
+        let o = run(&["count", "-i", uri, "-f", "greater 100", "--json", "-q"]);
+        assert!(o.status.success(), "{}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        let s: serde_json::Value = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|j| j["type"] == "summary")
+            .unwrap_or_else(|| panic!("summary: {out}"));
+        s["pkts"].as_u64().unwrap()
+    };
+    let (cut_only, sll_only) = (greater(&cut), greater(&sll));
+    assert!(cut_only > 0, "sample.pcap has frames over 100 bytes");
+    assert_eq!(greater(&format!("{cut},{sll}")), cut_only + sll_only);
 }

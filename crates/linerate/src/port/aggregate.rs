@@ -160,14 +160,15 @@ impl Aggregate {
     }
 
     /// Runs member `i`'s own filter (if the aggregate runs one for it) on the packets of `batch`
-    /// from `from` on; returns how many it took out (counted as filtered).
+    /// from `from` on, testing `len` on the wire length as libpcap does; returns how many it
+    /// took out (counted as filtered).
     fn filter(&mut self, i: usize, batch: &mut Batch, from: usize) -> usize {
         let Some(Some(f)) = self.user.get(i) else {
             return 0;
         };
         let mut k = 0;
         let gone = batch.retain(|p| {
-            let keep = k < from || f.matches(p.data);
+            let keep = k < from || f.matches_pkt(p);
             k += 1;
             keep
         });
