@@ -930,8 +930,9 @@ pub unsafe extern "C" fn pcap_loop(p: Pcap, cnt: c_int, cb: Handler, user: *mut 
 
 /// `pcap_dispatch`: waits (unless nonblocking) up to the timeout for a packet, then hands over
 /// what is there, at most `cnt` (≤ 0: a batch). At the end of the source it returns 0 once,
-/// then -1 with the reason (a live capture never ends in libpcap, and a program polling the
-/// selectable descriptor would otherwise call it for ever).
+/// then -2 (PCAP_ERROR_BREAK, as after `pcap_breakloop`) with the reason in `pcap_geterr`: a
+/// live capture never ends in libpcap, and a program polling the selectable descriptor would
+/// otherwise call it for ever.
 ///
 /// # Safety
 /// libpcap's contract.
@@ -974,8 +975,10 @@ pub unsafe extern "C" fn pcap_dispatch(p: Pcap, cnt: c_int, cb: Handler, user: *
                 if e.h.end_seen == 1 {
                     return 0;
                 }
+                // As if pcap_breakloop was called: dumpcap stops quietly (a -1 would be
+                // "Error while capturing packets ... please report this bug").
                 let note = e.h.end_note();
-                return e.fail(note, code::ERROR);
+                return e.fail(note, code::BREAK);
             }
             Next::Error => return code::ERROR,
         }
