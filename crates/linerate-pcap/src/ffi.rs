@@ -1025,7 +1025,14 @@ pub unsafe extern "C" fn pcap_next_ex(
             1
         }
         Next::Nothing => 0,
-        Next::Break | Next::End => code::BREAK,
+        Next::Break => code::BREAK,
+        Next::End => {
+            if let Some(e) = ours(p) {
+                let note = e.h.end_note();
+                e.fail(note, code::BREAK);
+            }
+            code::BREAK
+        }
         Next::Error => code::ERROR,
     }
 }
