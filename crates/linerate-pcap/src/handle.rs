@@ -200,8 +200,9 @@ impl Handle {
                 0
             }
             Err(e) => {
+                // linerate's port errors name the port.
                 let text = e.to_string();
-                self.err = format!("{}: {text}", self.device);
+                self.err = text.clone();
                 if text.contains("Operation not permitted") || text.contains("ermission") {
                     code::PERM_DENIED
                 } else if text.contains("No such") || text.contains("no such") {
