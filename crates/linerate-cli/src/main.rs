@@ -46,6 +46,9 @@ enum Cmd {
     /// netperf UDP_STREAM's table by message size through the kernel's UDP stack, and with
     /// --watch, per size, the hop where the lost messages vanished.
     Sweep(cmd::sweep::Args),
+    /// Wireshark extcap: tshark/Wireshark list and capture linerate's queues (cluster:ID@Q,
+    /// xdp:IFACE@Q, afpacket:IFACE); `extcap install` puts it in Wireshark's extcap folder.
+    Extcap(cmd::extcap::Args),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         Cmd::Rfc2544(a) => cmd::rfc2544::run(a),
         Cmd::Watch(a) => cmd::watch::run(a),
         Cmd::Sweep(a) => cmd::sweep::run(a),
+        Cmd::Extcap(a) => cmd::extcap::run(a),
     };
     let code = match r {
         Ok(code) => code,

@@ -70,6 +70,58 @@ fn cluster_ids() -> Vec<u32> {
     ids
 }
 
+/// One place to capture from, as Wireshark's extcap lists it: the port URI and its name for
+/// people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    /// The port (`cluster:ID@Q`, `xdp:IF@Q`, `afpacket:IF`).
+    pub uri: String,
+    /// `linerate cluster 10 queue 0 (application 0)`, `linerate xdp eth0 queue 1`, ...
+    pub display: String,
+}
+
+/// Every place to capture from, one queue at a time: the queues of running clusters first
+/// (what linerate adds to a machine), then each interface's AF_XDP queues and the interface
+/// itself, then `afpacket:any`. The same discovery as `count -D`.
+pub fn sources() -> Vec<Source> {
+    let mut v = Vec::new();
+    for id in cluster_ids() {
+        let Ok(seg) = linerate::cluster::Segment::open(id) else {
+            continue;
+        };
+        for q in 0..seg.queues() {
+            v.push(Source {
+                uri: format!("cluster:{id}@{q}"),
+                display: format!(
+                    "linerate cluster {id} queue {q} (application {}, master pid {})",
+                    seg.app_of(q),
+                    seg.master_pid()
+                ),
+            });
+        }
+    }
+    for (_, name) in interfaces() {
+        let queues =
+            linerate::port::xdp::queue_count_of(&name, linerate::port::xdp::Queues::All)
+                .unwrap_or(0);
+        for q in 0..queues {
+            v.push(Source {
+                uri: format!("xdp:{name}@{q}"),
+                display: format!("linerate xdp {name} queue {q}"),
+            });
+        }
+        v.push(Source {
+            uri: format!("afpacket:{name}"),
+            display: format!("linerate afpacket {name}"),
+        });
+    }
+    v.push(Source {
+        uri: "afpacket:any".into(),
+        display: "linerate afpacket any (every interface, Linux cooked v2)".into(),
+    });
+    v
+}
+
 /// Prints the list; exit code 0.
 pub fn list() -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
