@@ -101,9 +101,8 @@ pub fn sources() -> Vec<Source> {
         }
     }
     for (_, name) in interfaces() {
-        let queues =
-            linerate::port::xdp::queue_count_of(&name, linerate::port::xdp::Queues::All)
-                .unwrap_or(0);
+        let queues = linerate::port::xdp::queue_count_of(&name, linerate::port::xdp::Queues::All)
+            .unwrap_or(0);
         for q in 0..queues {
             v.push(Source {
                 uri: format!("xdp:{name}@{q}"),
