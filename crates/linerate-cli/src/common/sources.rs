@@ -70,6 +70,43 @@ fn cluster_ids() -> Vec<u32> {
     ids
 }
 
+/// Prints the list; exit code 0.
+pub fn list() -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    let mut n = 0;
+    for (_, name) in interfaces() {
+        n += 1;
+        let xdp = match linerate::port::xdp::queue_count_of(&name, linerate::port::xdp::Queues::All)
+        {
+            Ok(0) | Err(_) => String::new(),
+            Ok(1) => format!(" xdp:{name}@0"),
+            Ok(q) => format!(" xdp:{name}@0-{}", q - 1),
+        };
+        writeln!(out, "{n}.afpacket:{name} [{}]{xdp}", words(&name))?;
+    }
+    n += 1;
+    writeln!(
+        out,
+        "{n}.afpacket:any (every interface, as Linux cooked v2 frames)"
+    )?;
+    for id in cluster_ids() {
+        // Only clusters whose master runs (a segment left by a dead master is not listed).
+        let Ok(seg) = linerate::cluster::Segment::open(id) else {
+            continue;
+        };
+        for q in 0..seg.queues() {
+            n += 1;
+            writeln!(
+                out,
+                "{n}.cluster:{id}@{q} (application {}, master pid {})",
+                seg.app_of(q),
+                seg.master_pid()
+            )?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// One place to capture from, as Wireshark's extcap lists it: the port URI and its name for
 /// people.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,41 +156,4 @@ pub fn sources() -> Vec<Source> {
         display: "linerate afpacket any (every interface, Linux cooked v2)".into(),
     });
     v
-}
-
-/// Prints the list; exit code 0.
-pub fn list() -> anyhow::Result<ExitCode> {
-    let mut out = std::io::stdout().lock();
-    let mut n = 0;
-    for (_, name) in interfaces() {
-        n += 1;
-        let xdp = match linerate::port::xdp::queue_count_of(&name, linerate::port::xdp::Queues::All)
-        {
-            Ok(0) | Err(_) => String::new(),
-            Ok(1) => format!(" xdp:{name}@0"),
-            Ok(q) => format!(" xdp:{name}@0-{}", q - 1),
-        };
-        writeln!(out, "{n}.afpacket:{name} [{}]{xdp}", words(&name))?;
-    }
-    n += 1;
-    writeln!(
-        out,
-        "{n}.afpacket:any (every interface, as Linux cooked v2 frames)"
-    )?;
-    for id in cluster_ids() {
-        // Only clusters whose master runs (a segment left by a dead master is not listed).
-        let Ok(seg) = linerate::cluster::Segment::open(id) else {
-            continue;
-        };
-        for q in 0..seg.queues() {
-            n += 1;
-            writeln!(
-                out,
-                "{n}.cluster:{id}@{q} (application {}, master pid {})",
-                seg.app_of(q),
-                seg.master_pid()
-            )?;
-        }
-    }
-    Ok(ExitCode::SUCCESS)
 }
