@@ -220,11 +220,13 @@ fn sample() -> Option<PathBuf> {
     Some(f)
 }
 
-/// tshark (Debian's Wireshark) with the personal configuration in `xdg`.
+/// tshark (Debian's Wireshark) with the personal configuration in `xdg` (and a home beside
+/// it: Wireshark 4.1 and later read `~/.local/lib/wireshark/extcap`).
 fn tshark(xdg: &Path, args: &[&str]) -> Output {
     Command::new("tshark")
         .args(args)
         .env("XDG_CONFIG_HOME", xdg)
+        .env("HOME", xdg.with_file_name("home"))
         .stdin(Stdio::null())
         .output()
         .expect("run tshark")
@@ -317,15 +319,25 @@ fn install_then_tshark_lists_the_queue_and_captures_every_packet_with_the_filter
     let Some(file) = sample() else { return };
     let mut g = Guard::new("tshark");
     let xdg = g.dir.join("config");
-    let folder = xdg.join("wireshark/extcap");
+    let home = g.dir.join("home");
     let o = Command::new(BIN)
         .args(["extcap", "install"])
         .env("XDG_CONFIG_HOME", &xdg)
+        .env("HOME", &home)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o.stderr));
+    // Wireshark 4.0 (Debian 12) reads $XDG_CONFIG_HOME/wireshark/extcap; 4.1 and later
+    // ~/.local/lib/wireshark/extcap: install says which it wrote.
+    let folder = [
+        xdg.join("wireshark/extcap"),
+        home.join(".local/lib/wireshark/extcap"),
+    ]
+    .into_iter()
+    .find(|f| f.join("linerate").is_file())
+    .unwrap_or_else(|| panic!("no wrapper installed: {}", text(&o.stdout)));
+    assert!(text(&o.stdout).contains(&folder.display().to_string()));
     let wrapper = folder.join("linerate");
-    assert!(wrapper.is_file(), "{}", text(&o.stdout));
     let expected = pcap_packets(&std::fs::read(&file).unwrap());
     assert_eq!(expected.len(), 601);
     for (k, filter) in [(2, None), (3, Some("udp port 7001"))] {
@@ -401,6 +413,7 @@ fn install_then_tshark_lists_the_queue_and_captures_every_packet_with_the_filter
     let o = Command::new(BIN)
         .args(["extcap", "uninstall"])
         .env("XDG_CONFIG_HOME", &xdg)
+        .env("HOME", &home)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o.stderr));
