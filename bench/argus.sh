@@ -14,8 +14,9 @@
 # vB's rx_packets delta; kept = packets in argus' flow records (`racount`, management records
 # left out) or in `flows`' summary, each tool filtering `udp` (and IPv6 off in both namespaces). A step is lossless when kept = offered. The generator runs on
 # core 0, the tool under test on core 1 (argus-cluster: the master on 1, the argus processes on
-# every core: there are two). Prints one Markdown table with every step and the best lossless
-# rate per row, for BENCHMARKS.md.
+# every core: there are two). Prints one Markdown table with every step, then per row the rate up
+# to which every step was lossless and the highest lossless step (a loaded machine makes single
+# steps lose: run it more than once), for BENCHMARKS.md.
 #
 # Environment: LR (a linerate binary; default: build target/release/linerate), QUEUES (N,
 # default 2), FLOWS, LIB (default target/release/liblinerate_pcap.so: the
@@ -106,7 +107,7 @@ argus_pkts() { # files... -> packets in flow records
   echo "$sum"
 }
 
-declare -A BEST
+declare -A BEST UPTO LOST
 lines=()
 step() { # row, rate, offered, kept, note
   local loss lossless
@@ -115,6 +116,9 @@ step() { # row, rate, offered, kept, note
   if [ "$loss" -le 0 ]; then
     lossless=yes
     BEST[$1]=$2
+    [ -n "${LOST[$1]:-}" ] || UPTO[$1]=$2
+  else
+    LOST[$1]=1
   fi
   lines+=("| $1 | $2 | $3 | $4 | $loss | $lossless | $5 |")
   echo "$1 $2: offered $3, kept $4 ($5)" >&2
@@ -126,6 +130,7 @@ for row in $ROWS; do
     continue
   fi
   BEST[$row]=none
+  UPTO[$row]=none
   for rate in "${RATES[@]}"; do
     pps=$(pps_of "$rate")
     rm -f "$OUT"/*.argus
@@ -178,8 +183,8 @@ echo "| row | rate | offered (vB rx) | kept | lost | lossless | note |"
 echo "|---|---|---|---|---|---|---|"
 printf '%s\n' "${lines[@]}"
 echo
-echo "| row | highest lossless rate |"
-echo "|---|---|"
+echo "| row | lossless up to (every step up to it) | highest lossless step |"
+echo "|---|---|---|"
 for row in $ROWS; do
-  [ -n "${BEST[$row]:-}" ] && echo "| $row | ${BEST[$row]} pps |"
+  [ -n "${BEST[$row]:-}" ] && echo "| $row | ${UPTO[$row]:-none} pps | ${BEST[$row]} pps |"
 done
