@@ -591,3 +591,70 @@ fn the_reader_closing_the_fifo_ends_an_idle_capture() {
     let s = finish(&mut g.procs[i], Duration::from_secs(10));
     assert!(s.success(), "exit {s}");
 }
+
+/// An interface as Wireshark sees it through the extcap: tshark, inside the receiving namespace
+/// of a veth pair, captures `afpacket:IF` and gets every frame sent to it, byte for byte.
+#[test]
+fn tshark_captures_an_afpacket_interface_through_the_extcap() {
+    use linerate_test_support::netns::{self, NetnsPair, Side};
+    if !netns::require_priv()
+        || !linerate_test_support::require_tool("tshark", "Debian package tshark, scripts/setup.sh")
+    {
+        return;
+    }
+    let pair = NetnsPair::new().expect("netns pair");
+    pair.no_ipv6().unwrap();
+    let mut g = Guard::new("afpacket");
+    let xdg = g.dir.join("config");
+    let home = g.dir.join("home");
+    let o = Command::new(BIN)
+        .args(["extcap", "install"])
+        .env("XDG_CONFIG_HOME", &xdg)
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = g.dir.join("if.pcapng");
+    let port = format!("afpacket:{}", pair.if_b);
+    let c = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            pair.ns(Side::B),
+            "tshark",
+            "-i",
+            &port,
+            "-f",
+            "udp",
+        ])
+        .arg("-w")
+        .arg(&out)
+        .args(["-a", "duration:8"])
+        .env("XDG_CONFIG_HOME", &xdg)
+        .env("HOME", &home)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tshark");
+    g.procs.push(c);
+    let i = g.procs.len() - 1;
+    // dumpcap writes the file's header once the extcap's has come through the FIFO.
+    wait_for("the capture to start", Duration::from_secs(6), || {
+        std::fs::metadata(&out).is_ok_and(|m| m.len() > 0)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let frames: Vec<Vec<u8>> = (0..50)
+        .map(|s| netns::udp_frame(pair.mac_b, pair.mac_a, 1, s))
+        .collect();
+    pair.run_in(Side::A, || netns::send_raw(&pair.if_a, &frames));
+    let s = finish(&mut g.procs[i], Duration::from_secs(20));
+    assert!(s.success(), "tshark exited with {s}");
+    let (names, pkts, _) = pcapng(&std::fs::read(&out).unwrap());
+    assert_eq!(names, vec![port]);
+    assert!(
+        pkts == frames,
+        "{} packets, not the 50 frames sent",
+        pkts.len()
+    );
+}
