@@ -49,6 +49,9 @@ enum Cmd {
     /// Run a libpcap program (tcpdump, tshark, argus) with liblinerate_pcap.so preloaded, so
     /// that it captures from linerate's ports: `linerate exec -- tcpdump -i cluster:10@0`.
     Exec(cmd::exec::Args),
+    /// Wireshark extcap: tshark/Wireshark list and capture linerate's queues (cluster:ID@Q,
+    /// xdp:IFACE@Q, afpacket:IFACE); `extcap install` puts it in Wireshark's extcap folder.
+    Extcap(cmd::extcap::Args),
 }
 
 fn main() -> ExitCode {
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
         Cmd::Watch(a) => cmd::watch::run(a),
         Cmd::Sweep(a) => cmd::sweep::run(a),
         Cmd::Exec(a) => cmd::exec::run(a),
+        Cmd::Extcap(a) => cmd::extcap::run(a),
     };
     let code = match r {
         Ok(code) => code,

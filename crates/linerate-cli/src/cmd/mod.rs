@@ -4,6 +4,7 @@ pub mod balance;
 pub mod count;
 pub mod demo;
 pub mod exec;
+pub mod extcap;
 pub mod flows;
 pub mod fwd;
 pub mod gen;

@@ -36,3 +36,46 @@ pub fn list() -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// One place to capture from, as Wireshark's extcap lists it: the port URI and its name for
+/// people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    /// The port (`cluster:ID@Q`, `xdp:IF@Q`, `afpacket:IF`).
+    pub uri: String,
+    /// `linerate cluster 10 queue 0 (application 0)`, `linerate xdp eth0 queue 1`, ...
+    pub display: String,
+}
+
+/// Every place to capture from, one queue at a time: the queues of running clusters first
+/// (what linerate adds to a machine), then each interface's AF_XDP queues and the interface
+/// itself, then `afpacket:any`. The same discovery as `count -D`.
+pub fn sources() -> Vec<Source> {
+    let mut v: Vec<Source> = sources::cluster_queues()
+        .into_iter()
+        .map(|c| Source {
+            uri: c.uri(),
+            display: format!(
+                "linerate cluster {} queue {} (application {}, master pid {})",
+                c.id, c.queue, c.app, c.master_pid
+            ),
+        })
+        .collect();
+    for i in sources::interfaces() {
+        for q in 0..i.xdp_queues {
+            v.push(Source {
+                uri: format!("xdp:{}@{q}", i.name),
+                display: format!("linerate xdp {} queue {q}", i.name),
+            });
+        }
+        v.push(Source {
+            uri: format!("afpacket:{}", i.name),
+            display: format!("linerate afpacket {}", i.name),
+        });
+    }
+    v.push(Source {
+        uri: "afpacket:any".into(),
+        display: "linerate afpacket any (every interface, Linux cooked v2)".into(),
+    });
+    v
+}
