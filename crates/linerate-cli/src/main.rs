@@ -46,6 +46,9 @@ enum Cmd {
     /// netperf UDP_STREAM's table by message size through the kernel's UDP stack, and with
     /// --watch, per size, the hop where the lost messages vanished.
     Sweep(cmd::sweep::Args),
+    /// Run a libpcap program (tcpdump, tshark, argus) with liblinerate_pcap.so preloaded, so
+    /// that it captures from linerate's ports: `linerate exec -- tcpdump -i cluster:10@0`.
+    Exec(cmd::exec::Args),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         Cmd::Rfc2544(a) => cmd::rfc2544::run(a),
         Cmd::Watch(a) => cmd::watch::run(a),
         Cmd::Sweep(a) => cmd::sweep::run(a),
+        Cmd::Exec(a) => cmd::exec::run(a),
     };
     let code = match r {
         Ok(code) => code,

@@ -3,6 +3,7 @@
 pub mod balance;
 pub mod count;
 pub mod demo;
+pub mod exec;
 pub mod flows;
 pub mod fwd;
 pub mod gen;

@@ -11,6 +11,7 @@ pub mod file;
 pub(crate) mod linkstats;
 pub mod mem;
 pub mod pcap;
+pub mod sources;
 pub(crate) mod sys;
 pub mod udp;
 mod uri;

@@ -1,0 +1,227 @@
+//! `linerate exec -- PROGRAM ARGS...`: runs a libpcap program with liblinerate_pcap.so
+//! preloaded, so that it opens linerate's ports (`tcpdump -i cluster:10@0`, `tshark -i
+//! xdp:eth0@2`, `argus -i cluster:10@1`) as capture devices. Refuses, before running anything,
+//! a program the library cannot change: a statically linked one, or one not linked with
+//! libpcap.
+
+use crate::common::usage;
+use anyhow::Context;
+use clap::Parser;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The library's file name.
+pub const LIB: &str = "liblinerate_pcap.so";
+
+#[derive(Parser, Debug)]
+#[command(after_help = "\
+The library is the first of: --lib, $LINERATE_PCAP_LIB, liblinerate_pcap.so next to the \
+linerate binary, ../lib/liblinerate_pcap.so from it, /usr/local/lib, /usr/lib. \
+Device names linerate opens: cluster:ID@Q (or cluster:ID: the first free queue), \
+xdp:IFACE[@Q], afpacket:IFACE; every other name goes to the system's libpcap. \
+Same as LD_PRELOAD=/path/to/liblinerate_pcap.so PROGRAM ARGS... \
+(see docs/pcap-apps.md).")]
+pub struct Args {
+    /// The library to preload (default: found as below).
+    #[arg(long, value_name = "PATH")]
+    lib: Option<PathBuf>,
+    /// The program and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM ARGS"
+    )]
+    command: Vec<String>,
+}
+
+/// How a program is linked, from its ELF program headers.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Linking {
+    /// It has an interpreter (the dynamic loader): LD_PRELOAD applies.
+    Dynamic,
+    /// No interpreter: the loader never runs, LD_PRELOAD changes nothing.
+    Static,
+    /// Not an ELF file (a script: its interpreter is what runs).
+    NotElf,
+}
+
+/// Reads the ELF header and program headers of `b` (the file's bytes).
+pub fn linking(b: &[u8]) -> Linking {
+    if b.len() < 52 || &b[..4] != b"\x7fELF" {
+        return Linking::NotElf;
+    }
+    let le = b[5] != 2;
+    let u16_at = |o: usize| -> Option<u64> {
+        let s: [u8; 2] = b.get(o..o + 2)?.try_into().ok()?;
+        Some(if le {
+            u16::from_le_bytes(s)
+        } else {
+            u16::from_be_bytes(s)
+        } as u64)
+    };
+    let u32_at = |o: usize| -> Option<u64> {
+        let s: [u8; 4] = b.get(o..o + 4)?.try_into().ok()?;
+        Some(if le {
+            u32::from_le_bytes(s)
+        } else {
+            u32::from_be_bytes(s)
+        } as u64)
+    };
+    let u64_at = |o: usize| -> Option<u64> {
+        let s: [u8; 8] = b.get(o..o + 8)?.try_into().ok()?;
+        Some(if le {
+            u64::from_le_bytes(s)
+        } else {
+            u64::from_be_bytes(s)
+        })
+    };
+    let wide = b[4] == 2;
+    let (phoff, phentsize, phnum) = if wide {
+        (u64_at(32), u16_at(54), u16_at(56))
+    } else {
+        (u32_at(28), u16_at(42), u16_at(44))
+    };
+    let (Some(phoff), Some(size), Some(num)) = (phoff, phentsize, phnum) else {
+        return Linking::NotElf;
+    };
+    for i in 0..num {
+        let Some(at) = phoff.checked_add(i * size) else {
+            break;
+        };
+        // PT_INTERP = 3.
+        if u32_at(at as usize) == Some(3) {
+            return Linking::Dynamic;
+        }
+    }
+    Linking::Static
+}
+
+/// Finds `program` as the shell does: a path as given, else along $PATH.
+fn which(program: &str) -> Option<PathBuf> {
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        return p.is_file().then_some(p);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+/// The library: --lib, $LINERATE_PCAP_LIB, beside the binary, ../lib, /usr/local/lib, /usr/lib.
+fn find_lib(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = given {
+        anyhow::ensure!(p.is_file(), "--lib {}: no such file", p.display());
+        return Ok(p.to_path_buf());
+    }
+    let mut tried = Vec::new();
+    if let Some(p) = std::env::var_os("LINERATE_PCAP_LIB") {
+        tried.push(PathBuf::from(p));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(dir) = exe.parent() {
+            tried.push(dir.join(LIB));
+            tried.push(dir.join("../lib").join(LIB));
+        }
+    }
+    tried.push(PathBuf::from("/usr/local/lib").join(LIB));
+    tried.push(PathBuf::from("/usr/lib").join(LIB));
+    if let Some(p) = tried.iter().find(|p| p.is_file()) {
+        return Ok(p.clone());
+    }
+    Err(anyhow::anyhow!(
+        "{LIB} not found (looked at {}): build it with `cargo build --release -p \
+         linerate-pcap`, or name it with --lib PATH",
+        tried
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// Whether the loader would load a libpcap into `program` (ldd's list names libpcap.so);
+/// None when ldd cannot tell.
+fn links_libpcap(program: &Path) -> Option<bool> {
+    let out = std::process::Command::new("ldd")
+        .arg(program)
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.trim_start().starts_with("libpcap.so")),
+    )
+}
+
+/// Runs `linerate exec`: replaces this process with the program (its exit code is the
+/// program's); returns only on an error.
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let program = &a.command[0];
+    let path = which(program).ok_or_else(|| usage(format!("{program}: no such program")))?;
+    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    match linking(&bytes) {
+        Linking::Static => {
+            return Err(usage(format!(
+                "nothing would change: {program} is statically linked ({} has no dynamic \
+                 loader, so LD_PRELOAD is never read)",
+                path.display()
+            )))
+        }
+        Linking::Dynamic => {
+            if links_libpcap(&path) == Some(false) {
+                return Err(usage(format!(
+                    "nothing would change: {program} is not linked with libpcap (ldd {} \
+                     lists no libpcap.so)",
+                    path.display()
+                )));
+            }
+        }
+        // A script: what it runs inherits LD_PRELOAD.
+        Linking::NotElf => {}
+    }
+    let lib = find_lib(a.lib.as_deref()).map_err(|e| usage(e.to_string()))?;
+    let lib = std::fs::canonicalize(&lib).unwrap_or(lib);
+    let mut preload = lib.into_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let err = std::process::Command::new(&path)
+        .arg0(program)
+        .args(&a.command[1..])
+        .env("LD_PRELOAD", preload)
+        .exec();
+    Err(anyhow::anyhow!("running {}: {err}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elf_linking_is_read_from_the_program_headers() {
+        assert_eq!(linking(b"#!/bin/sh\necho\n"), Linking::NotElf);
+        assert_eq!(linking(b""), Linking::NotElf);
+        let sh = std::fs::read("/bin/sh").unwrap();
+        assert_eq!(linking(&sh), Linking::Dynamic);
+        // The same header with PT_INTERP renamed: a static program.
+        let mut st = sh.clone();
+        let phoff = u64::from_le_bytes(st[32..40].try_into().unwrap()) as usize;
+        let size = u16::from_le_bytes(st[54..56].try_into().unwrap()) as usize;
+        let num = u16::from_le_bytes(st[56..58].try_into().unwrap()) as usize;
+        for i in 0..num {
+            let at = phoff + i * size;
+            if st[at..at + 4] == 3u32.to_le_bytes() {
+                st[at..at + 4].copy_from_slice(&1u32.to_le_bytes());
+            }
+        }
+        assert_eq!(linking(&st), Linking::Static);
+        // Truncated program headers: no panic.
+        assert_eq!(linking(&sh[..64]), Linking::Static);
+    }
+}

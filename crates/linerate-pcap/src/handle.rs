@@ -1,0 +1,449 @@
+//! One capture on a linerate port, as a libpcap program drives it: the settings made between
+//! `pcap_create` and `pcap_activate`, then the open port, its batch of packets handed out one
+//! by one (zero copy: each packet stays in its frame until the next batch is received), the
+//! filter, the counters `pcap_stats` reports. No unsafe here: the C side ([`crate::ffi`])
+//! turns these into libpcap's structures.
+
+use linerate::filter::Insn;
+use linerate::mem::{Batch, Desc, Pool, PoolConfig};
+use linerate::port::{DropReason, Port, PortOptions, PortStats};
+use std::sync::Arc;
+
+/// libpcap's default and largest snapshot length.
+pub const MAX_SNAPLEN: u32 = 262_144;
+
+/// libpcap's error codes (pcap/pcap.h).
+pub mod code {
+    /// Generic error.
+    pub const ERROR: i32 = -1;
+    /// The loop was broken by `pcap_breakloop` (and `pcap_next_ex`'s "no more packets").
+    pub const BREAK: i32 = -2;
+    /// The handle was not activated.
+    pub const NOT_ACTIVATED: i32 = -3;
+    /// The handle was already activated.
+    pub const ACTIVATED: i32 = -4;
+    /// No such device.
+    pub const NO_SUCH_DEVICE: i32 = -5;
+    /// No permission.
+    pub const PERM_DENIED: i32 = -8;
+    /// The operation is not supported by this device.
+    pub const NOT_SUPPORTED: i32 = -13;
+}
+
+/// Timestamp precisions (PCAP_TSTAMP_PRECISION_*).
+pub const PRECISION_MICRO: i32 = 0;
+/// Nanoseconds.
+pub const PRECISION_NANO: i32 = 1;
+
+/// `pcap_direction_t`: both ways.
+pub const DIRECTION_INOUT: i32 = 0;
+/// Received packets only.
+pub const DIRECTION_IN: i32 = 1;
+/// Sent packets only.
+pub const DIRECTION_OUT: i32 = 2;
+
+/// Runs a classic BPF program on a packet's captured bytes with its length on the wire: libpcap's
+/// own `bpf_filter`, provided by the C side.
+pub type RunFilter = fn(&[Insn], &[u8], u32) -> bool;
+
+/// What `pcap_set_*` set before `pcap_activate`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Bytes kept per packet.
+    pub snaplen: u32,
+    /// Promiscuous mode (afpacket/xdp interfaces).
+    pub promisc: bool,
+    /// Read timeout (ms) of `pcap_dispatch`/`pcap_next_ex`; 0: wait for packets.
+    pub timeout_ms: u32,
+    /// Hand packets over as they come.
+    pub immediate: bool,
+    /// Buffer size asked for (bytes), for afpacket's ring.
+    pub buffer_size: u32,
+    /// PCAP_TSTAMP_PRECISION_MICRO or _NANO.
+    pub precision: i32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            snaplen: MAX_SNAPLEN,
+            promisc: false,
+            timeout_ms: 0,
+            immediate: false,
+            buffer_size: 0,
+            precision: PRECISION_MICRO,
+        }
+    }
+}
+
+/// A packet handed to the program: where its captured bytes are (inside the batch's frame),
+/// how many were captured, its length on the wire and its time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Packet {
+    /// First byte (valid until the next batch is received or the handle is closed).
+    pub data: *const u8,
+    /// Captured bytes (≤ snaplen).
+    pub caplen: u32,
+    /// Bytes on the wire.
+    pub len: u32,
+    /// Seconds since the epoch.
+    pub sec: i64,
+    /// Microseconds or nanoseconds within the second (the handle's precision).
+    pub frac: i64,
+}
+
+/// What the next read gave.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    /// A packet that passed the filter.
+    Packet(Packet),
+    /// Nothing now (nonblocking, or the timeout passed).
+    Nothing,
+    /// `pcap_breakloop` was called.
+    Break,
+    /// The source ended (the cluster's master stopped): as the end of a savefile.
+    End,
+    /// A read error (geterr holds it).
+    Error,
+}
+
+/// The capture of one handle.
+pub struct Handle {
+    /// The device name as the program gave it.
+    pub device: String,
+    /// Settings (fixed at activation).
+    pub settings: Settings,
+    /// Whether `pcap_activate` succeeded.
+    pub activated: bool,
+    /// Nonblocking mode (`pcap_setnonblock`).
+    pub nonblock: bool,
+    /// Which packets pass (`pcap_setdirection`): [`DIRECTION_INOUT`], `_IN` or `_OUT`.
+    pub direction: i32,
+    /// The last error, as `pcap_geterr` returns it (NUL-terminated by the C side).
+    pub err: String,
+    port: Option<Box<dyn Port>>,
+    batch: Batch,
+    /// Next packet of `batch` to hand out.
+    pos: usize,
+    filter: Option<Vec<Insn>>,
+    run_filter: Option<RunFilter>,
+    /// Link type of the port (a LINKTYPE_ value).
+    pub linktype: u32,
+    /// Packets the filter rejected.
+    pub filtered: u64,
+    /// Set once the source ended.
+    pub ended: bool,
+    /// A transmit batch, made at the first inject.
+    tx: Option<Batch>,
+    /// A `pcap_dispatch` after the end returns an error (a select-driven program would
+    /// otherwise call it for ever).
+    pub end_seen: u32,
+}
+
+impl Handle {
+    /// A handle for `device`, not activated.
+    pub fn new(device: &str) -> Handle {
+        Handle {
+            device: device.to_string(),
+            settings: Settings::default(),
+            activated: false,
+            nonblock: false,
+            direction: DIRECTION_INOUT,
+            err: String::new(),
+            port: None,
+            batch: Batch::new(),
+            pos: 0,
+            filter: None,
+            run_filter: None,
+            linktype: 1,
+            filtered: 0,
+            ended: false,
+            tx: None,
+            end_seen: 0,
+        }
+    }
+
+    /// The port options a capture with these settings opens its port with.
+    pub fn port_options(&self) -> PortOptions {
+        let s = &self.settings;
+        let mut o = PortOptions {
+            snaplen: s.snaplen.clamp(1, MAX_SNAPLEN),
+            promisc: s.promisc,
+            immediate: s.immediate,
+            // A short wait in the kernel ports' poll: the loop here decides how long to wait.
+            rx_wait_ms: 1,
+            direction: linerate::port::Capture::InOut,
+            ..PortOptions::default()
+        };
+        if s.buffer_size >= (2 << 20) {
+            // pcap_set_buffer_size: afpacket's ring holds about that many bytes.
+            o.ring_blocks = (s.buffer_size / o.ring_block_size).clamp(2, 4096);
+        }
+        o
+    }
+
+    /// Opens the port (`pcap_activate`): returns 0 or a libpcap error code, with `err` set.
+    pub fn activate(&mut self) -> i32 {
+        if self.activated {
+            self.err = format!("{}: the capture is already active", self.device);
+            return code::ACTIVATED;
+        }
+        let opts = self.port_options();
+        match linerate::open_rx(&self.device, &opts) {
+            Ok(p) => {
+                self.linktype = p.link_type().0;
+                self.port = Some(p);
+                self.activated = true;
+                0
+            }
+            Err(e) => {
+                let text = e.to_string();
+                self.err = format!("{}: {text}", self.device);
+                if text.contains("Operation not permitted") || text.contains("ermission") {
+                    code::PERM_DENIED
+                } else if text.contains("No such") || text.contains("no such") {
+                    code::NO_SUCH_DEVICE
+                } else {
+                    code::ERROR
+                }
+            }
+        }
+    }
+
+    /// Installs a BPF program (its instructions, checked by the caller) run on every packet.
+    pub fn set_filter(&mut self, insns: Vec<Insn>, run: RunFilter) {
+        // The kernel ports could take it (SO_ATTACH_FILTER), but one path for every port keeps
+        // the counters the same: the filter runs here on each frame.
+        self.filter = Some(insns);
+        self.run_filter = Some(run);
+    }
+
+    /// Snap length in effect.
+    pub fn snaplen(&self) -> u32 {
+        self.settings.snaplen.clamp(1, MAX_SNAPLEN)
+    }
+
+    /// The next packet that passes the filter, waiting as the mode says: `wait` false is one
+    /// look (nonblocking); otherwise up to the timeout (`forever`: until a packet, the end or a
+    /// break). `brk` says whether `pcap_breakloop` was called.
+    pub fn next(&mut self, wait: bool, forever: bool, brk: &mut dyn FnMut() -> bool) -> Next {
+        let deadline = (!forever && self.settings.timeout_ms > 0).then(|| {
+            std::time::Instant::now()
+                + std::time::Duration::from_millis(self.settings.timeout_ms as u64)
+        });
+        let mut idle = 0u32;
+        loop {
+            while self.pos < self.batch.len() {
+                let i = self.pos;
+                self.pos += 1;
+                let d = self.batch.descs()[i];
+                // A packet whose direction the port knows (afpacket) and that is not wanted.
+                let unwanted = match self.direction {
+                    DIRECTION_IN => d.flags & Desc::F_OUTBOUND != 0,
+                    DIRECTION_OUT => d.flags & Desc::F_INBOUND != 0,
+                    _ => false,
+                };
+                if unwanted {
+                    continue;
+                }
+                let data = self.batch.data(i);
+                let caplen = (data.len() as u32).min(self.snaplen());
+                let data = &data[..caplen as usize];
+                if let (Some(f), Some(run)) = (&self.filter, self.run_filter) {
+                    if !run(f, data, d.filter_len()) {
+                        self.filtered += 1;
+                        continue;
+                    }
+                }
+                let sec = (d.ts / 1_000_000_000) as i64;
+                let ns = (d.ts % 1_000_000_000) as i64;
+                let frac = if self.settings.precision == PRECISION_NANO {
+                    ns
+                } else {
+                    ns / 1000
+                };
+                return Next::Packet(Packet {
+                    data: data.as_ptr(),
+                    caplen,
+                    len: d.wire_len.max(caplen),
+                    sec,
+                    frac,
+                });
+            }
+            if brk() {
+                return Next::Break;
+            }
+            if self.ended {
+                return Next::End;
+            }
+            let Some(port) = self.port.as_mut() else {
+                self.err = format!("{}: the capture is not active", self.device);
+                return Next::Error;
+            };
+            // The frames of the batch handed out go back now (the cluster releases them at
+            // its next rx).
+            self.batch.clear();
+            self.pos = 0;
+            match port.rx(&mut self.batch) {
+                Ok(n) if n > 0 => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    self.err = e.to_string();
+                    return Next::Error;
+                }
+            }
+            if port.is_finished() {
+                self.ended = true;
+                return Next::End;
+            }
+            if !wait {
+                return Next::Nothing;
+            }
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return Next::Nothing;
+            }
+            // Nothing waiting: spin a little, then yield, then sleep 50 µs (ports with a
+            // descriptor already waited in poll).
+            idle = idle.saturating_add(1);
+            if port.poll_fd().is_some() || idle > 2048 + 64 {
+                if port.poll_fd().is_none() {
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                }
+            } else if idle > 64 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// `pcap_setdirection`: 0 or a libpcap error code with `err` set. Only `afpacket:` ports
+    /// see what the host sends; the others receive only.
+    pub fn set_direction(&mut self, dir: i32) -> i32 {
+        let afpacket = self.device.starts_with("afpacket:");
+        match dir {
+            DIRECTION_INOUT | DIRECTION_IN => {}
+            DIRECTION_OUT if afpacket => {}
+            DIRECTION_OUT => {
+                self.err = format!(
+                    "{}: only afpacket: ports see the packets the host sends; this port receives only",
+                    self.device
+                );
+                return code::ERROR;
+            }
+            _ => {
+                self.err = format!("{}: no such direction {dir}", self.device);
+                return code::ERROR;
+            }
+        }
+        self.direction = dir;
+        0
+    }
+
+    /// Whether nothing more will come.
+    pub fn is_finished(&self) -> bool {
+        self.ended
+    }
+
+    /// Why the source ended, in words.
+    pub fn end_note(&self) -> String {
+        self.port
+            .as_ref()
+            .and_then(|p| p.end_note())
+            .unwrap_or_else(|| format!("{}: end of input", self.device))
+    }
+
+    /// `pcap_stats`: (ps_recv, ps_drop, ps_ifdrop). ps_recv counts every packet the port
+    /// received plus every one it dropped (as Linux's counts do), ps_drop every packet the
+    /// queue or the kernel dropped (ring full, no free frame, consumer gone, unread at the
+    /// master's end, too big), ps_ifdrop what the interface dropped (0 where unknown).
+    pub fn stats(&mut self) -> Option<(u64, u64, u64)> {
+        let s: PortStats = self.port.as_mut()?.stats();
+        let drops = s.rx_drops.without(DropReason::Filter).total();
+        Some((s.rx_packets + drops, drops, 0))
+    }
+
+    /// A selectable descriptor of the port, if it has one (afpacket and xdp sockets).
+    pub fn poll_fd(&self) -> Option<i32> {
+        self.port.as_ref().and_then(|p| p.poll_fd())
+    }
+
+    /// Sends one frame (`pcap_inject`): its length, or None with `err` set.
+    pub fn inject(&mut self, frame: &[u8]) -> Option<usize> {
+        let Some(port) = self.port.as_mut() else {
+            self.err = format!("{}: the capture is not active", self.device);
+            return None;
+        };
+        if self.tx.is_none() {
+            let pool = match port.pool() {
+                Some(p) => p.clone(),
+                None => match Pool::new(&PoolConfig {
+                    frames: 64,
+                    ..PoolConfig::default()
+                }) {
+                    Ok(p) => Arc::new(p),
+                    Err(e) => {
+                        self.err = format!("{}: no frames to send from: {e}", self.device);
+                        return None;
+                    }
+                },
+            };
+            self.tx = Some(Batch::with_pool(&pool));
+        }
+        let tx = self.tx.as_mut()?;
+        if !tx.push_copy(frame, 0) {
+            self.err = format!(
+                "{}: cannot send a frame of {} bytes (no free frame, or longer than a frame)",
+                self.device,
+                frame.len()
+            );
+            return None;
+        }
+        let r = port.tx(tx);
+        let sent = match r {
+            Ok(n) => n,
+            Err(e) => {
+                tx.clear();
+                self.err = format!("{}: {e}", self.device);
+                return None;
+            }
+        };
+        tx.clear();
+        if sent == 0 {
+            self.err = format!("{}: the port took no packet (ring full?)", self.device);
+            return None;
+        }
+        let _ = port.flush();
+        Some(frame.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_map_to_port_options() {
+        let mut h = Handle::new("afpacket:lo");
+        h.settings.snaplen = 0;
+        assert_eq!(h.port_options().snaplen, 1);
+        h.settings.snaplen = 1 << 30;
+        assert_eq!(h.port_options().snaplen, MAX_SNAPLEN);
+        h.settings.promisc = true;
+        h.settings.buffer_size = 64 << 20;
+        let o = h.port_options();
+        assert!(o.promisc);
+        assert_eq!(o.ring_blocks, 64);
+    }
+
+    #[test]
+    fn an_unknown_cluster_is_an_error_not_a_panic() {
+        let mut h = Handle::new("cluster:4000000000@0");
+        assert_ne!(h.activate(), 0);
+        assert!(!h.activated);
+        assert!(!h.err.is_empty());
+        assert_eq!(h.next(false, false, &mut || false), Next::Error);
+        assert!(h.stats().is_none());
+        assert!(h.inject(&[0; 60]).is_none());
+    }
+}

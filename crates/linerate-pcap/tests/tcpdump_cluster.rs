@@ -1,0 +1,255 @@
+//! The real tcpdump on a cluster queue through liblinerate_pcap.so (LD_PRELOAD): a `linerate
+//! balance` master fed from a pcap file, tcpdump on one queue, `linerate count` on the other.
+//! Every test is bounded in time and kills only the processes it started (by their PID,
+//! through their `Child` handles).
+#![deny(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// target/debug (or release): where the test binary's deps/ folder is.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// The `linerate` binary and the library, or a skip when they are not built.
+fn tools() -> Option<(PathBuf, PathBuf)> {
+    if !linerate_test_support::require_tool("tcpdump", "apt-get install tcpdump") {
+        return None;
+    }
+    let t = target_dir();
+    let bin = t.join("linerate");
+    let lib = [
+        t.join("liblinerate_pcap.so"),
+        t.join("deps/liblinerate_pcap.so"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file());
+    match (bin.is_file(), lib) {
+        (true, Some(lib)) => Some((bin, lib)),
+        _ => {
+            linerate_test_support::skip(&format!(
+                "build the linerate binary and the library first (cargo build -p linerate-cli \
+                 -p linerate-pcap): looked in {}",
+                t.display()
+            ));
+            None
+        }
+    }
+}
+
+/// A unique cluster id per test and run.
+fn cluster_id(k: u32) -> u32 {
+    300_000 + (std::process::id() % 10_000) * 10 + k
+}
+
+fn seg(id: u32) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"))
+}
+
+/// Children killed (SIGKILL, by PID) and reaped when the test ends, however it ends.
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A scratch folder removed at the end; tcpdump (which drops root for user `tcpdump`) may
+/// write in it.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("linerate-pcap-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn wait_child(c: &mut Child, limit: Duration) {
+    let t0 = Instant::now();
+    while c.try_wait().unwrap().is_none() {
+        if t0.elapsed() > limit {
+            let _ = c.kill();
+            panic!("a process did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn output(mut c: Child, limit: Duration) -> Output {
+    wait_child(&mut c, limit);
+    c.wait_with_output().unwrap()
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The records of a classic pcap file: (seconds, microseconds, original length, bytes).
+fn records(path: &Path) -> Vec<(u32, u32, u32, Vec<u8>)> {
+    let b = std::fs::read(path).unwrap();
+    assert!(b.len() >= 24, "{}: no pcap header", path.display());
+    assert_eq!(
+        &b[..4],
+        &0xa1b2_c3d4u32.to_le_bytes(),
+        "{}: a microsecond pcap file",
+        path.display()
+    );
+    let u = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let mut out = Vec::new();
+    let mut o = 24;
+    while o + 16 <= b.len() {
+        let caplen = u(o + 8) as usize;
+        assert!(o + 16 + caplen <= b.len(), "{}: cut record", path.display());
+        out.push((
+            u(o),
+            u(o + 4),
+            u(o + 12),
+            b[o + 16..o + 16 + caplen].to_vec(),
+        ));
+        o += 16 + caplen;
+    }
+    assert_eq!(o, b.len(), "{}: trailing bytes", path.display());
+    out
+}
+
+fn sample() -> PathBuf {
+    linerate_test_support::repo_root().join("examples/sample.pcap")
+}
+
+/// Starts a master that serves `apps` (`-n`) from the sample file once every consumer is in.
+fn master(bin: &Path, id: u32, apps: &str) -> Child {
+    let c = Command::new(bin)
+        .args(["balance", "-i"])
+        .arg(sample())
+        .args(["-c", &id.to_string(), "-n", apps, "-m", "round-robin"])
+        .args(["--wait-consumers", "-t", "30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start linerate balance");
+    wait_for("the cluster's segment", Duration::from_secs(10), || {
+        seg(id).exists()
+    });
+    c
+}
+
+/// tcpdump -w on queue 0 and `linerate count -w` on queue 1 together hold every packet of the
+/// file once, with its time and length; tcpdump ends by itself when the master does, with its
+/// usual summary, and its file reads back with `tcpdump -r`.
+#[test]
+fn tcpdump_writes_a_queue_to_a_file() {
+    let Some((bin, lib)) = tools() else { return };
+    let dir = Scratch::new("w");
+    let id = cluster_id(0);
+    let mut procs = Procs(vec![master(&bin, id, "2")]);
+    let q0 = dir.0.join("q0.pcap");
+    let q1 = dir.0.join("q1.pcap");
+    let td = Command::new("tcpdump")
+        .env("LD_PRELOAD", &lib)
+        .args(["-i", &format!("cluster:{id}@0"), "-w"])
+        .arg(&q0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tcpdump");
+    let count = Command::new(&bin)
+        .args(["count", "-q", "-i", &format!("cluster:{id}@1"), "-w"])
+        .arg(&q1)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start linerate count");
+    let td = output(td, Duration::from_secs(30));
+    let count = output(count, Duration::from_secs(30));
+    wait_child(&mut procs.0[0], Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&td.stderr);
+    assert!(td.status.success(), "tcpdump: {err}");
+    assert!(
+        count.status.success(),
+        "count: {}",
+        String::from_utf8_lossy(&count.stderr)
+    );
+    assert!(
+        err.contains(&format!("listening on cluster:{id}@0, link-type EN10MB")),
+        "{err}"
+    );
+    let mut got = records(&q0);
+    let n0 = got.len();
+    assert!(
+        err.contains(&format!("{n0} packets captured")),
+        "tcpdump's summary names what it wrote ({n0}): {err}"
+    );
+    assert!(err.contains("0 packets dropped by kernel"), "{err}");
+    got.extend(records(&q1));
+    let mut want = records(&sample());
+    got.sort();
+    want.sort();
+    assert_eq!(got.len(), want.len(), "every packet once");
+    assert!(got == want, "the two queues hold the file's packets");
+    assert!(n0 > 0 && n0 < want.len(), "round-robin split: {n0}");
+    let back = Command::new("tcpdump").arg("-r").arg(&q0).output().unwrap();
+    assert!(
+        back.status.success(),
+        "{}",
+        String::from_utf8_lossy(&back.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&back.stdout).lines().count(), n0);
+}
+
+/// A filter compiled by tcpdump (libpcap's compiler) runs on the queue: the lines tcpdump
+/// prints live are the lines it prints reading the file with the same filter.
+#[test]
+fn tcpdump_filters_and_prints_a_queue_as_it_reads_the_file() {
+    let Some((bin, lib)) = tools() else { return };
+    let dir = Scratch::new("print");
+    let id = cluster_id(1);
+    let mut procs = Procs(vec![master(&bin, id, "1")]);
+    let filter = "udp and (dst port 4000 or len > 100)";
+    // Into a file: a pipe nobody reads while tcpdump runs would fill and stop it.
+    let printed = dir.0.join("out.txt");
+    let td = Command::new("tcpdump")
+        .env("LD_PRELOAD", &lib)
+        .args(["-n", "-tt", "-v", "-i", &format!("cluster:{id}@0"), filter])
+        .stdout(std::fs::File::create(&printed).unwrap())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tcpdump");
+    let td = output(td, Duration::from_secs(30));
+    wait_child(&mut procs.0[0], Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&td.stderr);
+    assert!(td.status.success(), "tcpdump: {err}");
+    let want = Command::new("tcpdump")
+        .args(["-n", "-tt", "-v", "-r"])
+        .arg(sample())
+        .arg(filter)
+        .output()
+        .unwrap();
+    let live = std::fs::read_to_string(&printed).unwrap();
+    let file = String::from_utf8_lossy(&want.stdout);
+    assert!(!file.is_empty());
+    assert_eq!(live, file);
+    let n = file.lines().filter(|l| !l.starts_with(' ')).count();
+    assert!(err.contains(&format!("{n} packets captured")), "{err}");
+}
