@@ -1254,3 +1254,58 @@ pub unsafe extern "C" fn pcap_findalldevs(all: *mut *mut PcapIf, errbuf: *mut c_
     }
     0
 }
+
+// ---------------------------------------------------------------------------------------------
+// Interface flags.
+
+/// `ioctl`, for one request only: SIOCGIFFLAGS on a linerate device name answers "up and
+/// running" (argus asks before every read, and closes a device it finds down); every other
+/// call goes to the C library's `ioctl` untouched.
+///
+/// glibc declares `ioctl(int, unsigned long, ...)`; a caller passes the third argument in the
+/// register of a third integer argument (x86-64 and AArch64 Linux), which is how it is taken
+/// here and passed on.
+///
+/// # Safety
+/// The C library's contract for `ioctl`.
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[no_mangle]
+pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: *mut c_void) -> c_int {
+    if req == libc::SIOCGIFFLAGS as libc::c_ulong && !arg.is_null() {
+        let ifr = arg.cast::<libc::ifreq>();
+        // SAFETY: SIOCGIFFLAGS's argument is a struct ifreq; its name is IFNAMSIZ bytes,
+        // NUL-terminated or not.
+        let name: [c_char; libc::IFNAMSIZ] = unsafe { (*ifr).ifr_name };
+        let bytes: Vec<u8> = name
+            .iter()
+            .map(|&c| c as u8)
+            .take_while(|&c| c != 0)
+            .collect();
+        if names::owns_bytes(&bytes) {
+            let flags = libc::IFF_UP | libc::IFF_RUNNING;
+            // SAFETY: the caller's ifreq, whose flags this request fills.
+            unsafe { (*ifr).ifr_ifru.ifru_flags = flags as libc::c_short };
+            return 0;
+        }
+    }
+    static F: OnceLock<usize> = OnceLock::new();
+    let p = *F.get_or_init(|| {
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name only looks a symbol up.
+        unsafe { libc::dlsym(libc::RTLD_NEXT, c"ioctl".as_ptr()) as usize }
+    });
+    let real = (p != 0).then(|| {
+        // SAFETY: the C library's ioctl, whose signature this is.
+        unsafe {
+            std::mem::transmute::<usize, unsafe extern "C" fn(c_int, libc::c_ulong, ...) -> c_int>(
+                p,
+            )
+        }
+    });
+    let Some(f) = real else {
+        // SAFETY: errno is thread-local.
+        unsafe { *libc::__errno_location() = libc::ENOSYS };
+        return -1;
+    };
+    // SAFETY: the caller's arguments, passed on as they came.
+    unsafe { f(fd, req, arg) }
+}
