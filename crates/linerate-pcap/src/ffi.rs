@@ -1268,7 +1268,10 @@ pub unsafe extern "C" fn pcap_findalldevs(all: *mut *mut PcapIf, errbuf: *mut c_
 ///
 /// # Safety
 /// The C library's contract for `ioctl`.
-#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: *mut c_void) -> c_int {
     if req == libc::SIOCGIFFLAGS as libc::c_ulong && !arg.is_null() {

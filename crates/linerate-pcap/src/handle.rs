@@ -125,6 +125,8 @@ pub struct Handle {
     batch: Batch,
     /// Next packet of `batch` to hand out.
     pos: usize,
+    /// The time (ns) given to the batch's packets that carry none (0: not read yet).
+    batch_now: u64,
     filter: Option<Vec<Insn>>,
     run_filter: Option<RunFilter>,
     /// Link type of the port (a LINKTYPE_ value).
@@ -153,6 +155,7 @@ impl Handle {
             port: None,
             batch: Batch::new(),
             pos: 0,
+            batch_now: 0,
             filter: None,
             run_filter: None,
             linktype: 1,
@@ -255,8 +258,19 @@ impl Handle {
                         continue;
                     }
                 }
-                let sec = (d.ts / 1_000_000_000) as i64;
-                let ns = (d.ts % 1_000_000_000) as i64;
+                // A packet without a time (a master's built-in source stamps none): the time
+                // this batch was read, as a live capture always has one (one clock read per
+                // batch at most).
+                let ts = if d.ts != 0 {
+                    d.ts
+                } else {
+                    if self.batch_now == 0 {
+                        self.batch_now = linerate::time::wall_ns();
+                    }
+                    self.batch_now
+                };
+                let sec = (ts / 1_000_000_000) as i64;
+                let ns = (ts % 1_000_000_000) as i64;
                 let frac = if self.settings.precision == PRECISION_NANO {
                     ns
                 } else {
@@ -284,6 +298,7 @@ impl Handle {
             // its next rx).
             self.batch.clear();
             self.pos = 0;
+            self.batch_now = 0;
             match port.rx(&mut self.batch) {
                 Ok(n) if n > 0 => continue,
                 Ok(_) => {}

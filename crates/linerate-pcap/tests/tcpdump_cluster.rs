@@ -253,3 +253,77 @@ fn tcpdump_filters_and_prints_a_queue_as_it_reads_the_file() {
     let n = file.lines().filter(|l| !l.starts_with(' ')).count();
     assert!(err.contains(&format!("{n} packets captured")), "{err}");
 }
+
+/// `linerate exec` preloads the library (found next to the binary): tcpdump through it reads
+/// a queue of a master's built-in source, whose packets carry no time of their own, and prints
+/// each with the time it was read; a program the library cannot change is refused (exit 2)
+/// before it runs.
+#[test]
+fn exec_runs_tcpdump_on_a_queue_and_refuses_what_it_cannot_change() {
+    let Some((bin, _lib)) = tools() else { return };
+    let id = cluster_id(2);
+    let mut procs = Procs(vec![]);
+    let c = Command::new(&bin)
+        .args([
+            "balance",
+            "-i",
+            "source:50",
+            "-c",
+            &id.to_string(),
+            "-n",
+            "1",
+        ])
+        .args(["--wait-consumers", "-t", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start linerate balance");
+    procs.0.push(c);
+    wait_for("the cluster's segment", Duration::from_secs(10), || {
+        seg(id).exists()
+    });
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let td = Command::new(&bin)
+        .args(["exec", "--", "tcpdump", "-n", "-tt", "-i"])
+        .arg(format!("cluster:{id}@0"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start linerate exec");
+    let td = output(td, Duration::from_secs(30));
+    wait_child(&mut procs.0[0], Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&td.stderr);
+    assert!(td.status.success(), "{err}");
+    let out = String::from_utf8_lossy(&td.stdout);
+    assert_eq!(out.lines().count(), 50, "{out}\n{err}");
+    for l in out.lines() {
+        let secs: u64 = l.split('.').next().unwrap().parse().unwrap();
+        assert!(secs >= before && secs < before + 60, "a read time: {l}");
+    }
+    // Not linked with libpcap, or statically linked: nothing would change.
+    let ls = Command::new(&bin)
+        .args(["exec", "--", "ls"])
+        .output()
+        .unwrap();
+    assert_eq!(ls.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&ls.stderr);
+    assert!(
+        e.contains("nothing would change: ls is not linked with libpcap"),
+        "{e}"
+    );
+    if Path::new("/usr/sbin/ldconfig").is_file() {
+        let st = Command::new(&bin)
+            .args(["exec", "--", "/usr/sbin/ldconfig", "-p"])
+            .output()
+            .unwrap();
+        assert_eq!(st.status.code(), Some(2));
+        let e = String::from_utf8_lossy(&st.stderr);
+        assert!(
+            e.contains("nothing would change: /usr/sbin/ldconfig is statically linked"),
+            "{e}"
+        );
+    }
+}
