@@ -1,4 +1,4 @@
-//! Unmodified libpcap programs (Debian's tcpdump, tshark, ngrep, and a small C
+//! Unmodified libpcap programs (Debian's tcpdump, tshark, argus, ngrep, and a small C
 //! program built here against libpcap) reading queues of a running cluster through
 //! liblinerate_pcap.so (LD_PRELOAD), checked against what the same programs find in the file
 //! the cluster was fed from. Every process is bounded in time and killed by its PID (its
@@ -324,8 +324,13 @@ fn read_pcap(path: &Path) -> (u32, Vec<Rec>) {
     (link, recs)
 }
 
-/// Writes Ethernet records stamped 1 ms apart from 2023-11-14 22:13:20.
+/// Writes Ethernet records stamped 1 ms apart from now: traffic replayed into a cluster is
+/// live traffic, and argus on a live device sets aside packets from long ago.
 fn write_pcap(path: &Path, recs: &[Rec]) {
+    let t0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as u32;
     let mut b = Vec::new();
     for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 262_144, 1] {
         if v == 0x0004_0002 {
@@ -337,7 +342,7 @@ fn write_pcap(path: &Path, recs: &[Rec]) {
     }
     for (k, (orig, data)) in recs.iter().enumerate() {
         let us = k as u64 * 1000;
-        b.extend_from_slice(&(1_700_000_000 + (us / 1_000_000) as u32).to_le_bytes());
+        b.extend_from_slice(&(t0 + (us / 1_000_000) as u32).to_le_bytes());
         b.extend_from_slice(&((us % 1_000_000) as u32).to_le_bytes());
         b.extend_from_slice(&(data.len() as u32).to_le_bytes());
         b.extend_from_slice(&orig.to_le_bytes());
@@ -357,7 +362,7 @@ fn multiset(recs: &[Rec]) -> BTreeMap<Rec, usize> {
 
 /// Realistic traffic, all Ethernet: examples/sample.pcap (UDP, TCP, ICMP, ARP, IPv6 at rotating
 /// addresses) followed by tcpdump's captures of DNS over UDP and TCP, 802.1ad QinQ, MPLS over
-/// UDP, IPv6 with a routing header and ICMPv6. Restamped 1 ms apart.
+/// UDP, IPv6 with a routing header and ICMPv6. Restamped 1 ms apart from now.
 fn traffic(dir: &Scratch) -> (PathBuf, Vec<Rec>) {
     let root = linerate_test_support::repo_root();
     let (link, mut recs) = read_pcap(&root.join("examples/sample.pcap"));
@@ -703,7 +708,7 @@ fn tcpdump_d_lists_the_queues_of_a_running_cluster() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// tshark, ngrep
+// tshark, argus, ngrep
 
 /// tshark (through dumpcap) captures every packet of its queue.
 #[test]
@@ -738,6 +743,87 @@ fn tshark_captures_every_packet_of_its_queue() {
         multiset(&read_pcap(&out).1),
         multiset(&recs),
         "tshark's file holds the input: {err}"
+    );
+}
+
+/// ra's view of an argus file, fields that do not depend on timing, flows merged per key by
+/// racluster (a status interval may split a flow differently live and from a file).
+fn ra_flows(argus_file: &Path) -> Vec<String> {
+    let o = Command::new("racluster")
+        .arg("-r")
+        .arg(argus_file)
+        .args([
+            "-n", "-c", ",", "-m", "saddr", "daddr", "proto", "sport", "dport",
+        ])
+        .args(["-s", "proto", "saddr", "sport", "daddr", "dport", "spkts"])
+        .args(["dpkts", "sbytes", "dbytes"])
+        .output()
+        .unwrap();
+    ok(&o, "racluster");
+    let mut rows: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(str::trim).collect::<Vec<_>>().join(","))
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// argus on a 1-queue cluster finds the flows argus finds in the file.
+#[test]
+fn argus_on_a_queue_finds_the_flows_of_the_file() {
+    if !have("argus", "argus-server") || !have("racluster", "argus-client") {
+        return;
+    }
+    let dir = Scratch::new("argus");
+    let (input, _) = traffic(&dir);
+    let want_file = dir.path("file.argus");
+    let o = Command::new("argus")
+        .arg("-r")
+        .arg(&input)
+        .arg("-w")
+        .arg(&want_file)
+        .output()
+        .unwrap();
+    ok(&o, "argus -r");
+    let want = ra_flows(&want_file);
+    assert!(want.len() > 50, "{want:?}");
+    let id = cluster_id(9);
+    let mut p = Procs(vec![]);
+    let m = p.add(master(id, &format!("pcap:{}", input.display()), "1", &[]));
+    let got_file = dir.path("queue.argus");
+    let a = p.add(preloaded(
+        &dir,
+        "argus",
+        "argus",
+        &[
+            "-i",
+            &format!("cluster:{id}@0"),
+            // Whole packets, as argus -r reads them: with its live default of 96 B it makes
+            // no flow of a 102 B ICMPv6 echo behind a routing header (ipv6-routing-header.pcap).
+            "-s",
+            "65535",
+            "-w",
+            got_file.to_str().unwrap(),
+        ],
+    ));
+    ok(&p.finish(m, Duration::from_secs(60)), "the master");
+    let t = p.finish(a, Duration::from_secs(30));
+    let (_, err) = text(&dir, "argus");
+    assert!(t.status.success(), "argus: {}\n{err}", t.status);
+    let got = ra_flows(&got_file);
+    let only = |a: &[String], b: &[String]| {
+        a.iter()
+            .filter(|r| !b.contains(r))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        got == want,
+        "argus on the queue and on the file differ; only from the queue: {:?}; only from the \
+         file: {:?}\n{err}",
+        only(&got, &want),
+        only(&want, &got)
     );
 }
 
