@@ -1025,7 +1025,14 @@ pub unsafe extern "C" fn pcap_next_ex(
             1
         }
         Next::Nothing => 0,
-        Next::Break | Next::End => code::BREAK,
+        Next::Break => code::BREAK,
+        Next::End => {
+            if let Some(e) = ours(p) {
+                let note = e.h.end_note();
+                e.fail(note, code::BREAK);
+            }
+            code::BREAK
+        }
         Next::Error => code::ERROR,
     }
 }
@@ -1311,4 +1318,36 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: *mut c_void) 
     };
     // SAFETY: the caller's arguments, passed on as they came.
     unsafe { f(fd, req, arg) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_types_become_dlts() {
+        assert_eq!(dlt_of(1), DLT_EN10MB);
+        assert_eq!(dlt_of(LINKTYPE_RAW), DLT_RAW);
+        assert_eq!(dlt_of(276), 276);
+        assert_eq!(dlt_of(113), 113);
+    }
+
+    #[test]
+    fn errbuf_text_is_cut_to_the_buffer_and_terminated() {
+        let mut buf = [1 as c_char; ERRBUF_SIZE + 8];
+        put_errbuf(buf.as_mut_ptr(), &"x".repeat(1000));
+        assert_eq!(buf[ERRBUF_SIZE - 1], 0);
+        assert_eq!(buf[ERRBUF_SIZE], 1, "nothing written past PCAP_ERRBUF_SIZE");
+        put_errbuf(buf.as_mut_ptr(), "short");
+        assert_eq!(cstr(buf.as_ptr()), b"short");
+        put_errbuf(std::ptr::null_mut(), "no buffer: nothing happens");
+        assert_eq!(cstr(std::ptr::null()), b"");
+    }
+
+    #[test]
+    fn unknown_handles_are_never_ours() {
+        let mut x = 0u64;
+        assert!(ours((&mut x as *mut u64).cast()).is_none());
+        assert!(ours(std::ptr::null_mut()).is_none());
+    }
 }

@@ -390,7 +390,10 @@ impl Handle {
             return None;
         };
         if self.tx.is_none() {
-            let pool = match port.pool() {
+            // A cluster consumer copies into a lane of its own (the segment's frames are the
+            // master's); a kernel port sends from its own frames when it has some.
+            let own = port.pool().filter(|_| !self.device.starts_with("cluster:"));
+            let pool = match own {
                 Some(p) => p.clone(),
                 None => match Pool::new(&PoolConfig {
                     frames: 64,
@@ -419,7 +422,7 @@ impl Handle {
             Ok(n) => n,
             Err(e) => {
                 tx.clear();
-                self.err = format!("{}: {e}", self.device);
+                self.err = e.to_string(); // names the port
                 return None;
             }
         };

@@ -327,3 +327,38 @@ fn exec_runs_tcpdump_on_a_queue_and_refuses_what_it_cannot_change() {
         );
     }
 }
+
+/// `tcpdump -D` through the library lists the system's devices, then the running cluster's
+/// queues and linerate's interface ports (pcap_findalldevs).
+#[test]
+fn tcpdump_d_lists_the_running_clusters_queues_after_the_systems_devices() {
+    let Some((bin, lib)) = tools() else { return };
+    let id = cluster_id(3);
+    let mut procs = Procs(vec![master(&bin, id, "2")]);
+    let d = Command::new("tcpdump")
+        .env("LD_PRELOAD", &lib)
+        .arg("-D")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&d.stdout);
+    assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
+    let pos = |name: &str| {
+        out.lines().position(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|w| w.ends_with(name))
+        })
+    };
+    let lo = pos(".lo").expect("the system's lo");
+    for q in 0..2 {
+        let at = pos(&format!(".cluster:{id}@{q}")).unwrap_or_else(|| panic!("queue {q}: {out}"));
+        assert!(at > lo, "{out}");
+    }
+    assert!(pos(".afpacket:lo").is_some(), "{out}");
+    assert!(
+        out.contains(&format!("linerate cluster {id} queue 1")),
+        "{out}"
+    );
+    // The master waits for consumers that never come: it is killed by the guard.
+    let _ = procs.0[0].kill();
+}
