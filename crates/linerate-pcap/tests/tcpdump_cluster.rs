@@ -359,6 +359,16 @@ fn tcpdump_d_lists_the_running_clusters_queues_after_the_systems_devices() {
         out.contains(&format!("linerate cluster {id} queue 1")),
         "{out}"
     );
-    // The master waits for consumers that never come: it is killed by the guard.
-    let _ = procs.0[0].kill();
+    // Consumers on both queues let the master serve the file and end (removing its segment).
+    for q in 0..2 {
+        let c = Command::new(&bin)
+            .args(["count", "-q", "-i", &format!("cluster:{id}@{q}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start linerate count");
+        procs.0.push(c);
+    }
+    wait_child(&mut procs.0[0], Duration::from_secs(30));
+    assert!(!seg(id).exists(), "the master removed its segment");
 }
