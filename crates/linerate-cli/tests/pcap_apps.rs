@@ -23,9 +23,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_linerate");
 // ---------------------------------------------------------------------------------------------
 // Harness: processes, clusters, the library
 
-/// A unique cluster id per test and run (apart from cluster_procs' 100'000..200'000).
+/// A unique cluster id per test and run (600'000..800'020: apart from the other tests' ranges).
 fn cluster_id(k: u32) -> u32 {
-    300_000 + (std::process::id() % 10_000) * 20 + k
+    600_000 + (std::process::id() % 10_000) * 20 + k
 }
 
 fn seg(id: u32) -> PathBuf {
@@ -84,11 +84,27 @@ impl Drop for Scratch {
     }
 }
 
-/// Children killed (SIGKILL, by PID) and reaped when the test ends, however it ends.
+/// Children stopped and reaped when the test ends, however it ends: SIGINT (a master then
+/// removes its segment), SIGKILL for those still running 2 s later; by PID, through the handles.
 struct Procs(Vec<Child>);
 
 impl Drop for Procs {
     fn drop(&mut self) {
+        let running: Vec<usize> = (0..self.0.len())
+            .filter(|&k| matches!(self.0[k].try_wait(), Ok(None)))
+            .collect();
+        for &k in &running {
+            // The PID of a child this test started and has not reaped.
+            let _ = linerate::os::signal(self.0[k].id(), libc::SIGINT);
+        }
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(2)
+            && running
+                .iter()
+                .any(|&k| matches!(self.0[k].try_wait(), Ok(None)))
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         for c in &mut self.0 {
             let _ = c.kill();
             let _ = c.wait();
@@ -704,7 +720,10 @@ fn tcpdump_d_lists_the_queues_of_a_running_cluster() {
         );
     }
     assert!(list.contains("lo"), "system devices still listed:\n{list}");
-    let _ = p.0[m].kill();
+    // Ended as a user ends it (its segment removed), then it waits for no one.
+    linerate::os::signal(p.pid(m), libc::SIGINT).unwrap();
+    ok(&p.finish(m, Duration::from_secs(20)), "the master");
+    assert!(!seg(id).exists());
 }
 
 // ---------------------------------------------------------------------------------------------
