@@ -7,7 +7,7 @@ if [ "$(id -u)" != 0 ]; then
   exec sudo bash "$0" "$@"
 fi
 pkgs=(libpcap-dev pkg-config iproute2 ethtool tcpdump tshark clang llvm libbpf-dev nfdump argus-server argus-client
-  librdkafka-dev prometheus)
+  librdkafka-dev prometheus softflowd ngrep)
 # The Kafka broker of the tests (scripts/kafka.sh) runs on Java 17 or later and is fetched with
 # Maven: installed only when no such java or mvn is on the PATH already.
 java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1)
