@@ -88,9 +88,12 @@ struct Entry {
 }
 
 impl Entry {
-    /// Copies the handle's error text to the buffer `pcap_geterr` returns.
+    /// Copies the handle's error text to the buffer `pcap_geterr` returns, cut as libpcap's
+    /// is to PCAP_ERRBUF_SIZE with its NUL: programs copy it into buffers of that size
+    /// (a 5000-byte device name makes a 5000-byte message).
     fn sync_err(&mut self) {
         let mut b: Vec<u8> = self.h.err.bytes().filter(|&c| c != 0).collect();
+        b.truncate(ERRBUF_SIZE - 1);
         b.push(0);
         self.errbuf = b;
     }
@@ -1342,6 +1345,37 @@ mod tests {
         assert_eq!(cstr(buf.as_ptr()), b"short");
         put_errbuf(std::ptr::null_mut(), "no buffer: nothing happens");
         assert_eq!(cstr(std::ptr::null()), b"");
+    }
+
+    #[test]
+    fn geterr_text_fits_in_an_errbuf() {
+        let mut e = Entry {
+            h: Handle::new(&format!("cluster:{}@0", "9".repeat(5000))),
+            outer: std::ptr::null_mut(),
+            inner: std::ptr::null_mut(),
+            errbuf: vec![0],
+            hdr: PktHdr {
+                ts: libc::timeval {
+                    tv_sec: 0,
+                    tv_usec: 0,
+                },
+                caplen: 0,
+                len: 0,
+            },
+            timerfd: -1,
+            rfmon: false,
+        };
+        assert_ne!(e.h.activate(), 0);
+        assert!(
+            e.h.err.len() > ERRBUF_SIZE,
+            "a long name makes a long message"
+        );
+        e.sync_err();
+        assert_eq!(e.errbuf.len(), ERRBUF_SIZE);
+        assert_eq!(e.errbuf.last(), Some(&0));
+        let text = cstr(e.errbuf.as_ptr().cast());
+        assert_eq!(text.len(), ERRBUF_SIZE - 1);
+        assert!(text.ends_with(b"999"), "{}", String::from_utf8_lossy(text));
     }
 
     #[test]
