@@ -98,15 +98,20 @@ pub fn linking(b: &[u8]) -> Linking {
     Linking::Static
 }
 
-/// Finds `program` as the shell does: a path as given, else along $PATH.
+/// Finds `program` as the shell does: a path as given, else the first executable file of
+/// that name along $PATH (a file without execute permission earlier in $PATH is passed over,
+/// as execvp does).
 fn which(program: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
     if program.contains('/') {
         let p = PathBuf::from(program);
         return p.is_file().then_some(p);
     }
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|d| d.join(program))
-        .find(|p| p.is_file())
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// The library: --lib, $LINERATE_PCAP_LIB, beside the binary, ../lib, /usr/local/lib, /usr/lib.

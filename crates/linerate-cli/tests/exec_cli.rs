@@ -1,0 +1,84 @@
+//! `linerate exec` as a user drives it: the program found along $PATH as the shell finds it,
+//! and a library the loader would ignore refused before anything runs.
+#![deny(unsafe_code)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_linerate");
+
+/// A scratch folder removed at the end.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("linerate-exec-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The C library this test runs with: a shared object the loader can preload anywhere.
+fn libc_path() -> PathBuf {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("/libc.so") || p.contains("/libc-"))
+        .map(PathBuf::from)
+        .expect("the test's own libc in /proc/self/maps")
+}
+
+/// A file of the program's name without execute permission earlier in $PATH is passed over,
+/// as execvp does; the program after it runs with its arguments (spaces kept) and its exit code
+/// comes back, and an LD_PRELOAD already set is kept after the library.
+#[test]
+fn exec_finds_the_program_as_the_shell_does() {
+    let d = Scratch::new("path");
+    let first = d.0.join("a");
+    let second = d.0.join("b");
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    std::fs::write(first.join("lrprog"), "not a program\n").unwrap();
+    let script = second.join("lrprog");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho \"$LD_PRELOAD\"\necho \"$#|$1|$2\"\nexit 7\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let lib = libc_path();
+    let path = std::env::join_paths([
+        first.clone(),
+        second.clone(),
+        "/usr/bin".into(),
+        "/bin".into(),
+    ])
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["exec", "--lib"])
+        .arg(&lib)
+        .args(["--", "lrprog", "a b", "c  d"])
+        .env("PATH", &path)
+        .env("LD_PRELOAD", "libother.so")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = text.lines();
+    let preload = lines.next().unwrap();
+    assert!(preload.ends_with(":libother.so"), "{preload}");
+    assert_eq!(lines.next(), Some("2|a b|c  d"));
+}
