@@ -82,3 +82,27 @@ fn exec_finds_the_program_as_the_shell_does() {
     assert!(preload.ends_with(":libother.so"), "{preload}");
     assert_eq!(lines.next(), Some("2|a b|c  d"));
 }
+
+/// `--lib` naming a file that is not a shared library is a usage error before the program
+/// runs (the loader would only warn and the program would open no linerate port).
+#[test]
+fn exec_refuses_a_library_the_loader_would_ignore() {
+    let d = Scratch::new("lib");
+    let marker = d.0.join("ran");
+    let script = d.0.join("prog");
+    std::fs::write(&script, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bogus = d.0.join("liblinerate_pcap.so");
+    std::fs::write(&bogus, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["exec", "--lib"])
+        .arg(&bogus)
+        .arg("--")
+        .arg(&script)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is not a shared library"), "{err}");
+    assert!(!marker.exists(), "the program did not run");
+}

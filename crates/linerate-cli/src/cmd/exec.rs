@@ -114,10 +114,42 @@ fn which(program: &str) -> Option<PathBuf> {
         })
 }
 
+/// Whether `b` (a file's first bytes) is an ELF shared object (ET_DYN), the only kind the
+/// dynamic loader preloads: any other file it names "cannot be preloaded ... ignored" and the
+/// program runs without the library.
+pub fn is_shared_object(b: &[u8]) -> bool {
+    if b.len() < 18 || &b[..4] != b"\x7fELF" {
+        return false;
+    }
+    let t = if b[5] == 2 {
+        u16::from_be_bytes([b[16], b[17]])
+    } else {
+        u16::from_le_bytes([b[16], b[17]])
+    };
+    t == 3
+}
+
+/// Refuses a library the loader would ignore.
+fn check_lib(p: &Path) -> anyhow::Result<()> {
+    use std::io::Read;
+    let mut head = [0u8; 64];
+    let n = std::fs::File::open(p)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+    anyhow::ensure!(
+        is_shared_object(&head[..n]),
+        "{} is not a shared library (the loader would ignore it and the program would run \
+         without linerate's ports): name {LIB}",
+        p.display()
+    );
+    Ok(())
+}
+
 /// The library: --lib, $LINERATE_PCAP_LIB, beside the binary, ../lib, /usr/local/lib, /usr/lib.
 fn find_lib(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(p) = given {
         anyhow::ensure!(p.is_file(), "--lib {}: no such file", p.display());
+        check_lib(p)?;
         return Ok(p.to_path_buf());
     }
     let mut tried = Vec::new();
@@ -133,6 +165,7 @@ fn find_lib(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     tried.push(PathBuf::from("/usr/local/lib").join(LIB));
     tried.push(PathBuf::from("/usr/lib").join(LIB));
     if let Some(p) = tried.iter().find(|p| p.is_file()) {
+        check_lib(p)?;
         return Ok(p.clone());
     }
     Err(anyhow::anyhow!(
@@ -228,5 +261,18 @@ mod tests {
         assert_eq!(linking(&st), Linking::Static);
         // Truncated program headers: no panic.
         assert_eq!(linking(&sh[..64]), Linking::Static);
+    }
+
+    #[test]
+    fn only_shared_objects_are_preloadable() {
+        let mut so = b"\x7fELF\x02\x01\x01".to_vec();
+        so.resize(64, 0);
+        so[16] = 3; // ET_DYN
+        assert!(is_shared_object(&so));
+        so[16] = 2; // ET_EXEC
+        assert!(!is_shared_object(&so));
+        assert!(!is_shared_object(b"root:x:0:0:root:/root:/bin/bash\n"));
+        assert!(!is_shared_object(b"\x7fELF"));
+        assert!(!is_shared_object(b""));
     }
 }
