@@ -658,3 +658,30 @@ fn tshark_captures_an_afpacket_interface_through_the_extcap() {
         pkts.len()
     );
 }
+
+/// A relative XDG_CONFIG_HOME or HOME (invalid, says the XDG spec) is refused (exit 2) before
+/// anything is written: it would name a folder under wherever install runs, which Wireshark
+/// never reads.
+#[test]
+fn install_refuses_a_relative_config_home() {
+    let g = Guard::new("relxdg");
+    for (var, val) in [("XDG_CONFIG_HOME", "rel"), ("HOME", "relhome")] {
+        let mut c = Command::new(BIN);
+        c.args(["extcap", "install"]).current_dir(&g.dir);
+        if var == "HOME" {
+            c.env_remove("XDG_CONFIG_HOME");
+        }
+        let o = c.env(var, val).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{var}: {}", text(&o.stdout));
+        assert!(
+            text(&o.stderr).contains(&format!("{var}={val} is not an absolute path")),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&g.dir).unwrap().count(),
+        0,
+        "nothing written"
+    );
+}

@@ -254,7 +254,16 @@ fn watch_reader(path: &str) {
 
 /// The folder Wireshark reads personal extcaps from, for the version installed here.
 fn default_dir() -> anyhow::Result<(PathBuf, String)> {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
+    // $HOME, when set, must be absolute (a relative one names a folder under wherever this runs).
+    let home = || -> anyhow::Result<Option<PathBuf>> {
+        match std::env::var_os("HOME").map(PathBuf::from) {
+            Some(h) if !h.is_absolute() => Err(usage(format!(
+                "HOME={} is not an absolute path: name the folder with --dir",
+                h.display()
+            ))),
+            h => Ok(h),
+        }
+    };
     let version = wireshark_version();
     let newer = version.as_ref().is_some_and(|v| *v >= (4, 1));
     let said = match version {
@@ -262,12 +271,21 @@ fn default_dir() -> anyhow::Result<(PathBuf, String)> {
         None => "no dumpcap found: Wireshark 4.0's folder".into(),
     };
     if newer {
-        let h = home.context("HOME is not set: name the folder with --dir")?;
+        let h = home()?.context("HOME is not set: name the folder with --dir")?;
         return Ok((h.join(".local/lib/wireshark/extcap"), said));
     }
     let config = match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        // The XDG spec: a relative path is invalid (it would name a folder under wherever
+        // this runs, not the one Wireshark reads).
+        Some(c) if !Path::new(&c).is_absolute() => {
+            return Err(usage(format!(
+                "XDG_CONFIG_HOME={} is not an absolute path (the XDG spec says to ignore it): \
+                 set it to an absolute path, unset it, or name the folder with --dir",
+                Path::new(&c).display()
+            )))
+        }
         Some(c) => PathBuf::from(c),
-        None => home
+        None => home()?
             .context("HOME and XDG_CONFIG_HOME are not set: name the folder with --dir")?
             .join(".config"),
     };
