@@ -323,6 +323,39 @@ fn ours(path: &Path) -> anyhow::Result<Option<bool>> {
     }
 }
 
+/// Wireshark runs every file of the folder, so only this user (or root) may be able to change
+/// it: refuses a folder when it, a folder above it, or a symbolic link on the way there is
+/// owned by another user, or when one of those folders is writable by others without the
+/// sticky bit (/tmp's 1777 is fine: others cannot rename what is ours in it).
+fn check_trusted(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = linerate::os::euid();
+    let real = dir
+        .canonicalize()
+        .with_context(|| format!("resolve {}", dir.display()))?;
+    let given = dir.ancestors().filter(|a| !a.as_os_str().is_empty());
+    for p in given.chain(real.ancestors()) {
+        let m = std::fs::symlink_metadata(p).with_context(|| p.display().to_string())?;
+        if m.uid() != me && m.uid() != 0 {
+            return Err(anyhow::anyhow!(
+                "{}: owned by user {}, who could change what Wireshark runs: refusing to \
+                 install there (name a folder of yours with --dir)",
+                p.display(),
+                m.uid()
+            ));
+        }
+        if !m.file_type().is_symlink() && m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+            return Err(anyhow::anyhow!(
+                "{}: writable by others (mode {:o}), who could change what Wireshark runs: \
+                 refusing to install there (chmod go-w it, or name another folder with --dir)",
+                p.display(),
+                m.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A shell word that is `s` whatever it holds.
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -345,6 +378,7 @@ fn install(dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         ));
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    check_trusted(&dir)?;
     let text = format!(
         "#!/bin/sh\n{MARK}\n# Written by `linerate extcap install`; `linerate extcap uninstall` removes it.\nexec {} extcap \"$@\"\n",
         shell_quote(&exe.to_string_lossy())
