@@ -879,6 +879,13 @@ fn header(pk: &Packet) -> PktHdr {
     }
 }
 
+/// PCAP_ERROR_NOT_ACTIVATED when `p` is ours and not activated (libpcap's reads on a handle
+/// from pcap_create before pcap_activate), with the reason in `pcap_geterr`.
+fn unactivated(p: Pcap) -> Option<c_int> {
+    let e = ours(p)?;
+    (!e.h.activated).then(|| not_active(e))
+}
+
 /// One read on our handle at `p` (slot `slot` of the registry): the &mut to the entry lives
 /// only for this call, never across a callback.
 fn read_one(p: Pcap, slot: usize, wait: bool, forever: bool) -> Next {
@@ -908,6 +915,9 @@ pub unsafe extern "C" fn pcap_loop(p: Pcap, cnt: c_int, cb: Handler, user: *mut 
         // SAFETY: not ours.
         return unsafe { f(p, cnt, cb, user) };
     };
+    if let Some(rc) = unactivated(p) {
+        return rc;
+    }
     let mut n: c_int = 0;
     loop {
         match read_one(p, slot, true, true) {
@@ -948,6 +958,9 @@ pub unsafe extern "C" fn pcap_dispatch(p: Pcap, cnt: c_int, cb: Handler, user: *
         // SAFETY: not ours.
         return unsafe { f(p, cnt, cb, user) };
     };
+    if let Some(rc) = unactivated(p) {
+        return rc;
+    }
     let limit = if cnt <= 0 {
         linerate::mem::BATCH as c_int
     } else {
@@ -1009,6 +1022,9 @@ pub unsafe extern "C" fn pcap_next_ex(
         // SAFETY: not ours.
         return unsafe { f(p, hdr, data) };
     };
+    if let Some(rc) = unactivated(p) {
+        return rc;
+    }
     let wait = ours(p).is_some_and(|e| !e.h.nonblock);
     match read_one(p, slot, wait, false) {
         Next::Packet(pk) => {
@@ -1125,6 +1141,9 @@ pub unsafe extern "C" fn pcap_inject(p: Pcap, buf: *const c_void, size: usize) -
         // SAFETY: not ours.
         return unsafe { f(p, buf, size) };
     };
+    if !e.h.activated {
+        return not_active(e);
+    }
     if buf.is_null() || size == 0 {
         return e.fail(format!("{}: nothing to send", e.h.device), code::ERROR);
     }
@@ -1376,6 +1395,60 @@ mod tests {
         let text = cstr(e.errbuf.as_ptr().cast());
         assert_eq!(text.len(), ERRBUF_SIZE - 1);
         assert!(text.ends_with(b"999"), "{}", String::from_utf8_lossy(text));
+    }
+
+    #[test]
+    fn reads_and_sends_before_activation_say_not_activated() {
+        // A handle registered as pcap_create registers one; its key is any unique address.
+        let key = Box::into_raw(Box::new(0u64));
+        let outer: Pcap = key.cast();
+        let e = Box::new(Entry {
+            h: Handle::new("cluster:1@0"),
+            outer,
+            inner: std::ptr::null_mut(),
+            errbuf: vec![0],
+            hdr: PktHdr {
+                ts: libc::timeval {
+                    tv_sec: 0,
+                    tv_usec: 0,
+                },
+                caplen: 0,
+                len: 0,
+            },
+            timerfd: -1,
+            rfmon: false,
+        });
+        let raw = Box::into_raw(e);
+        REG.insert(outer as usize, raw).unwrap();
+        let mut hdr: *const PktHdr = std::ptr::null();
+        let mut data: *const u8 = std::ptr::null();
+        let frame = [0u8; 60];
+        let mut st = Stat {
+            ps_recv: 0,
+            ps_drop: 0,
+            ps_ifdrop: 0,
+        };
+        // SAFETY: `outer` is a registered handle of ours; out-pointers to locals.
+        unsafe {
+            assert_eq!(pcap_dispatch(outer, 1, None, std::ptr::null_mut()), -3);
+            assert_eq!(pcap_loop(outer, 1, None, std::ptr::null_mut()), -3);
+            assert_eq!(pcap_next_ex(outer, &mut hdr, &mut data), -3);
+            assert!(pcap_next(outer, std::ptr::null_mut()).is_null());
+            assert_eq!(pcap_inject(outer, frame.as_ptr().cast(), 60), -3);
+            assert_eq!(pcap_stats(outer, &mut st), -3);
+            let text = cstr(pcap_geterr(outer));
+            assert!(
+                String::from_utf8_lossy(text).contains("not active"),
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+        }
+        let back = REG.remove(outer as usize).unwrap();
+        // SAFETY: both from Box::into_raw above, no longer registered.
+        unsafe {
+            drop(Box::from_raw(back));
+            drop(Box::from_raw(key));
+        }
     }
 
     #[test]
