@@ -106,3 +106,60 @@ fn exec_refuses_a_library_the_loader_would_ignore() {
     assert!(err.contains("is not a shared library"), "{err}");
     assert!(!marker.exists(), "the program did not run");
 }
+
+/// A set-user-ID program run by another user: the loader ignores LD_PRELOAD in secure mode, so
+/// exec refuses it (exit 2) rather than run it without linerate's ports.
+#[test]
+fn exec_refuses_a_set_user_id_program_the_loader_would_run_without_the_library() {
+    use std::os::unix::process::CommandExt;
+    if !linerate_test_support::require_tool("tcpdump", "apt-get install tcpdump") {
+        return;
+    }
+    if std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) != 0)
+        .unwrap_or(true)
+    {
+        linerate_test_support::skip("needs root to run a program as another user");
+        return;
+    }
+    let d = Scratch::new("suid");
+    std::fs::set_permissions(&d.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tcpdump = ["/usr/bin/tcpdump", "/usr/sbin/tcpdump"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .unwrap();
+    let copy = d.0.join("tcpdump-suid");
+    std::fs::copy(tcpdump, &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let lib = libc_path();
+    let out = Command::new(BIN)
+        .args(["exec", "--lib"])
+        .arg(&lib)
+        .arg("--")
+        .arg(&copy)
+        .arg("--version")
+        .uid(65534)
+        .gid(65534)
+        .output();
+    let Ok(out) = out else {
+        linerate_test_support::skip("the linerate binary cannot be run as user nobody here");
+        return;
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is set-user-ID (to user 0)"), "{err}");
+    // Its owner runs it with the library.
+    let out = Command::new(BIN)
+        .args(["exec", "--lib"])
+        .arg(&lib)
+        .arg("--")
+        .arg(&copy)
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -179,6 +179,32 @@ fn find_lib(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     ))
 }
 
+/// Why the loader would run `program` in secure mode (AT_SECURE: LD_PRELOAD of a path is
+/// ignored), when it would: set-user-ID to another user, or set-group-ID to another group,
+/// than this process's.
+fn secure_exec(program: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(program).ok()?;
+    // This process's real ids, from /proc/self/status ("Uid:\treal\teffective...").
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let id = |key: &str| -> Option<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    if m.mode() & 0o4000 != 0 && id("Uid:") != Some(m.uid()) {
+        return Some(format!("set-user-ID (to user {})", m.uid()));
+    }
+    if m.mode() & 0o2000 != 0 && m.mode() & 0o010 != 0 && id("Gid:") != Some(m.gid()) {
+        return Some(format!("set-group-ID (to group {})", m.gid()));
+    }
+    None
+}
+
 /// Whether the loader would load a libpcap into `program` (ldd's list names libpcap.so);
 /// None when ldd cannot tell.
 fn links_libpcap(program: &Path) -> Option<bool> {
@@ -211,6 +237,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             )))
         }
         Linking::Dynamic => {
+            if let Some(why) = secure_exec(&path) {
+                return Err(usage(format!(
+                    "nothing would change: {program} is {why}: the loader runs it in secure \
+                     mode and ignores LD_PRELOAD (run it as that user, or a copy without the bit)"
+                )));
+            }
             if links_libpcap(&path) == Some(false) {
                 return Err(usage(format!(
                     "nothing would change: {program} is not linked with libpcap (ldd {} \
