@@ -929,6 +929,11 @@ pub unsafe extern "C" fn pcap_loop(p: Pcap, cnt: c_int, cb: Handler, user: *mut 
                     unsafe { cb(user, &h, pk.data) };
                 }
                 n = n.saturating_add(1);
+                // A pcap_breakloop from the handler (or a signal) stops the loop after this
+                // packet, as libpcap's does, not at the end of the batch.
+                if REG.take_break(slot) {
+                    return code::BREAK;
+                }
                 if cnt > 0 && n >= cnt {
                     return 0;
                 }
@@ -977,6 +982,9 @@ pub unsafe extern "C" fn pcap_dispatch(p: Pcap, cnt: c_int, cb: Handler, user: *
                     unsafe { cb(user, &h, pk.data) };
                 }
                 n += 1;
+                if REG.take_break(slot) {
+                    return code::BREAK;
+                }
             }
             Next::Nothing => break,
             Next::Break => return code::BREAK,
@@ -1368,22 +1376,7 @@ mod tests {
 
     #[test]
     fn geterr_text_fits_in_an_errbuf() {
-        let mut e = Entry {
-            h: Handle::new(&format!("cluster:{}@0", "9".repeat(5000))),
-            outer: std::ptr::null_mut(),
-            inner: std::ptr::null_mut(),
-            errbuf: vec![0],
-            hdr: PktHdr {
-                ts: libc::timeval {
-                    tv_sec: 0,
-                    tv_usec: 0,
-                },
-                caplen: 0,
-                len: 0,
-            },
-            timerfd: -1,
-            rfmon: false,
-        };
+        let mut e = entry(&format!("cluster:{}@0", "9".repeat(5000)));
         assert_ne!(e.h.activate(), 0);
         assert!(
             e.h.err.len() > ERRBUF_SIZE,
@@ -1397,14 +1390,11 @@ mod tests {
         assert!(text.ends_with(b"999"), "{}", String::from_utf8_lossy(text));
     }
 
-    #[test]
-    fn reads_and_sends_before_activation_say_not_activated() {
-        // A handle registered as pcap_create registers one; its key is any unique address.
-        let key = Box::into_raw(Box::new(0u64));
-        let outer: Pcap = key.cast();
-        let e = Box::new(Entry {
-            h: Handle::new("cluster:1@0"),
-            outer,
+    /// An entry for `device`, not activated, outside the registry.
+    fn entry(device: &str) -> Entry {
+        Entry {
+            h: Handle::new(device),
+            outer: std::ptr::null_mut(),
             inner: std::ptr::null_mut(),
             errbuf: vec![0],
             hdr: PktHdr {
@@ -1417,9 +1407,72 @@ mod tests {
             },
             timerfd: -1,
             rfmon: false,
-        });
-        let raw = Box::into_raw(e);
-        REG.insert(outer as usize, raw).unwrap();
+        }
+    }
+
+    /// A handle registered as pcap_create registers one (the system's libpcap is not loaded in
+    /// these tests: its key is a unique address of ours); `unregister` frees it.
+    fn register(mut e: Entry) -> Pcap {
+        let outer: Pcap = Box::into_raw(Box::new(0u64)).cast();
+        e.outer = outer;
+        REG.insert(outer as usize, Box::into_raw(Box::new(e)))
+            .unwrap();
+        outer
+    }
+
+    fn unregister(outer: Pcap) {
+        let back = REG.remove(outer as usize).unwrap();
+        // SAFETY: both from Box::into_raw in `register`, no longer registered.
+        unsafe {
+            drop(Box::from_raw(back));
+            drop(Box::from_raw(outer.cast::<u64>()));
+        }
+    }
+
+    /// The handle of `breaks_after_five`'s handler.
+    static BRK_HANDLE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    unsafe extern "C" fn break_at_five(user: *mut u8, _h: *const PktHdr, _d: *const u8) {
+        // SAFETY: `user` is the test's u32 counter.
+        let n = unsafe { &mut *user.cast::<u32>() };
+        *n += 1;
+        if *n == 5 {
+            let p = BRK_HANDLE.load(std::sync::atomic::Ordering::Relaxed) as Pcap;
+            // SAFETY: our registered handle.
+            unsafe { pcap_breakloop(p) };
+        }
+    }
+
+    #[test]
+    fn breakloop_from_the_handler_stops_after_that_packet() {
+        let file =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap");
+        let mut e = entry(&format!("pcap:{}", file.display()));
+        assert_eq!(e.h.activate(), 0, "{}", e.h.err);
+        let p = register(e);
+        BRK_HANDLE.store(p as usize, std::sync::atomic::Ordering::Relaxed);
+        let mut n = 0u32;
+        // SAFETY: our registered handle; the handler's user pointer is `n`.
+        unsafe {
+            let rc = pcap_loop(p, -1, Some(break_at_five), (&mut n as *mut u32).cast());
+            assert_eq!((rc, n), (-2, 5), "pcap_loop: -2 right after the 5th packet");
+            n = 0;
+            let rc = pcap_dispatch(p, -1, Some(break_at_five), (&mut n as *mut u32).cast());
+            assert_eq!(
+                (rc, n),
+                (-2, 5),
+                "pcap_dispatch: -2 right after the 5th packet"
+            );
+            n = 10;
+            let rc = pcap_dispatch(p, 3, Some(break_at_five), (&mut n as *mut u32).cast());
+            assert_eq!((rc, n), (3, 13), "no break left pending");
+        }
+        unregister(p);
+    }
+
+    #[test]
+    fn reads_and_sends_before_activation_say_not_activated() {
+        let outer = register(entry("cluster:1@0"));
         let mut hdr: *const PktHdr = std::ptr::null();
         let mut data: *const u8 = std::ptr::null();
         let frame = [0u8; 60];
@@ -1443,12 +1496,7 @@ mod tests {
                 String::from_utf8_lossy(text)
             );
         }
-        let back = REG.remove(outer as usize).unwrap();
-        // SAFETY: both from Box::into_raw above, no longer registered.
-        unsafe {
-            drop(Box::from_raw(back));
-            drop(Box::from_raw(key));
-        }
+        unregister(outer);
     }
 
     #[test]
