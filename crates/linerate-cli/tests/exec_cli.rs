@@ -163,3 +163,45 @@ fn exec_refuses_a_set_user_id_program_the_loader_would_run_without_the_library()
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A launcher that is not linked with libpcap itself (timeout, env, sh -c) passes LD_PRELOAD on:
+/// exec runs it when one of its arguments names a libpcap program, and still refuses one that
+/// names none.
+#[test]
+fn exec_runs_a_launcher_of_a_libpcap_program() {
+    if !linerate_test_support::require_tool("tcpdump", "apt-get install tcpdump") {
+        return;
+    }
+    let lib = libc_path();
+    for launcher in [
+        vec!["timeout", "20", "tcpdump", "--version"],
+        vec!["sh", "-c", "tcpdump --version"],
+    ] {
+        let out = Command::new(BIN)
+            .args(["exec", "--lib"])
+            .arg(&lib)
+            .arg("--")
+            .args(&launcher)
+            .output()
+            .unwrap();
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{launcher:?}: {all}");
+        assert!(all.contains("tcpdump version"), "{launcher:?}: {all}");
+    }
+    let out = Command::new(BIN)
+        .args(["exec", "--lib"])
+        .arg(&lib)
+        .args(["--", "env", "ls"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("nothing would change: env is not linked with libpcap"),
+        "{err}"
+    );
+}

@@ -222,6 +222,30 @@ fn links_libpcap(program: &Path) -> Option<bool> {
     )
 }
 
+/// Whether `arg` (or its first word: `sh -c 'tcpdump -i ...'`) is a program the loader would
+/// load libpcap into, or a script (whose interpreter may run one).
+fn names_pcap_program(arg: &str) -> bool {
+    let Some(word) = arg.split_whitespace().next() else {
+        return false;
+    };
+    let Some(p) = which(word) else {
+        return false;
+    };
+    let mut head = Vec::new();
+    use std::io::Read;
+    if std::fs::File::open(&p)
+        .and_then(|f| f.take(1 << 16).read_to_end(&mut head))
+        .is_err()
+    {
+        return false;
+    }
+    match linking(&head) {
+        Linking::Dynamic => links_libpcap(&p) != Some(false),
+        Linking::NotElf => head.starts_with(b"#!"),
+        Linking::Static => false,
+    }
+}
+
 /// Runs `linerate exec`: replaces this process with the program (its exit code is the
 /// program's); returns only on an error.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
@@ -243,10 +267,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                      mode and ignores LD_PRELOAD (run it as that user, or a copy without the bit)"
                 )));
             }
-            if links_libpcap(&path) == Some(false) {
+            // A launcher (timeout, env, nice, sh -c '...', strace) passes LD_PRELOAD on to the
+            // program it runs: one of its arguments names that program.
+            if links_libpcap(&path) == Some(false)
+                && !a.command[1..].iter().any(|w| names_pcap_program(w))
+            {
                 return Err(usage(format!(
                     "nothing would change: {program} is not linked with libpcap (ldd {} \
-                     lists no libpcap.so)",
+                     lists no libpcap.so), and none of its arguments names a program that is",
                     path.display()
                 )));
             }
