@@ -946,9 +946,12 @@ pub unsafe extern "C" fn pcap_loop(p: Pcap, cnt: c_int, cb: Handler, user: *mut 
     }
 }
 
+/// How long `pcap_dispatch` answers 0 after the end of the source before its -2.
+const END_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// `pcap_dispatch`: waits (unless nonblocking) up to the timeout for a packet, then hands over
-/// what is there, at most `cnt` (≤ 0: a batch). At the end of the source it returns 0 once,
-/// then -2 (PCAP_ERROR_BREAK, as after `pcap_breakloop`) with the reason in `pcap_geterr`: a
+/// what is there, at most `cnt` (≤ 0: a batch). At the end of the source it returns 0 for
+/// [`END_GRACE`], then -2 (PCAP_ERROR_BREAK, as after `pcap_breakloop`) with the reason in `pcap_geterr`: a
 /// live capture never ends in libpcap, and a program polling the selectable descriptor would
 /// otherwise call it for ever.
 ///
@@ -995,8 +998,15 @@ pub unsafe extern "C" fn pcap_dispatch(p: Pcap, cnt: c_int, cb: Handler, user: *
                 let Some(e) = ours(p) else {
                     return code::ERROR;
                 };
-                e.h.end_seen += 1;
-                if e.h.end_seen == 1 {
+                // 0 for a while first: dumpcap on several interfaces (a thread each) stops
+                // every capture at the first -2 and drops what its writer thread has not
+                // written yet ("flushed"); the wait lets the writer catch up.
+                let since = *e.h.end_seen.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() < END_GRACE {
+                    drain_timer(e);
+                    if wait {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
                     return 0;
                 }
                 // As if pcap_breakloop was called: dumpcap stops quietly (a -1 would be
