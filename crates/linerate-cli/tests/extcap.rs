@@ -658,3 +658,70 @@ fn tshark_captures_an_afpacket_interface_through_the_extcap() {
         pkts.len()
     );
 }
+
+/// A relative XDG_CONFIG_HOME or HOME (invalid, says the XDG spec) is refused (exit 2) before
+/// anything is written: it would name a folder under wherever install runs, which Wireshark
+/// never reads.
+#[test]
+fn install_refuses_a_relative_config_home() {
+    let g = Guard::new("relxdg");
+    for (var, val) in [("XDG_CONFIG_HOME", "rel"), ("HOME", "relhome")] {
+        let mut c = Command::new(BIN);
+        c.args(["extcap", "install"]).current_dir(&g.dir);
+        if var == "HOME" {
+            c.env_remove("XDG_CONFIG_HOME");
+        }
+        let o = c.env(var, val).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{var}: {}", text(&o.stdout));
+        assert!(
+            text(&o.stderr).contains(&format!("{var}={val} is not an absolute path")),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&g.dir).unwrap().count(),
+        0,
+        "nothing written"
+    );
+}
+
+/// Install trusts no folder someone else can change: one writable by others (no sticky bit),
+/// or reached through a symbolic link another user planted, is refused and nothing is written.
+#[test]
+fn install_refuses_a_folder_others_can_change() {
+    use std::os::unix::fs::PermissionsExt;
+    let g = Guard::new("trust");
+    let open = g.dir.join("open");
+    std::fs::create_dir_all(open.join("extcap")).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let target = open.join("extcap");
+    let o = linerate(&["extcap", "install", "--dir", target.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stderr).contains("writable by others"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+    // The same folder closed to others: installed.
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = linerate(&["extcap", "install", "--dir", target.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    std::fs::remove_file(target.join("linerate")).unwrap();
+    // A link planted by another user (uid 65534, nobody) towards that good folder.
+    let link = g.dir.join("planted");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    if let Err(e) = std::os::unix::fs::lchown(&link, Some(65534), Some(65534)) {
+        linerate_test_support::skip(&format!("cannot give a link to another user: {e}"));
+        return;
+    }
+    let o = linerate(&["extcap", "install", "--dir", link.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stderr).contains("owned by user 65534"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+}

@@ -88,9 +88,12 @@ struct Entry {
 }
 
 impl Entry {
-    /// Copies the handle's error text to the buffer `pcap_geterr` returns.
+    /// Copies the handle's error text to the buffer `pcap_geterr` returns, cut as libpcap's
+    /// is to PCAP_ERRBUF_SIZE with its NUL: programs copy it into buffers of that size
+    /// (a 5000-byte device name makes a 5000-byte message).
     fn sync_err(&mut self) {
         let mut b: Vec<u8> = self.h.err.bytes().filter(|&c| c != 0).collect();
+        b.truncate(ERRBUF_SIZE - 1);
         b.push(0);
         self.errbuf = b;
     }
@@ -876,6 +879,13 @@ fn header(pk: &Packet) -> PktHdr {
     }
 }
 
+/// PCAP_ERROR_NOT_ACTIVATED when `p` is ours and not activated (libpcap's reads on a handle
+/// from pcap_create before pcap_activate), with the reason in `pcap_geterr`.
+fn unactivated(p: Pcap) -> Option<c_int> {
+    let e = ours(p)?;
+    (!e.h.activated).then(|| not_active(e))
+}
+
 /// One read on our handle at `p` (slot `slot` of the registry): the &mut to the entry lives
 /// only for this call, never across a callback.
 fn read_one(p: Pcap, slot: usize, wait: bool, forever: bool) -> Next {
@@ -905,6 +915,9 @@ pub unsafe extern "C" fn pcap_loop(p: Pcap, cnt: c_int, cb: Handler, user: *mut 
         // SAFETY: not ours.
         return unsafe { f(p, cnt, cb, user) };
     };
+    if let Some(rc) = unactivated(p) {
+        return rc;
+    }
     let mut n: c_int = 0;
     loop {
         match read_one(p, slot, true, true) {
@@ -916,6 +929,11 @@ pub unsafe extern "C" fn pcap_loop(p: Pcap, cnt: c_int, cb: Handler, user: *mut 
                     unsafe { cb(user, &h, pk.data) };
                 }
                 n = n.saturating_add(1);
+                // A pcap_breakloop from the handler (or a signal) stops the loop after this
+                // packet, as libpcap's does, not at the end of the batch.
+                if REG.take_break(slot) {
+                    return code::BREAK;
+                }
                 if cnt > 0 && n >= cnt {
                     return 0;
                 }
@@ -928,9 +946,12 @@ pub unsafe extern "C" fn pcap_loop(p: Pcap, cnt: c_int, cb: Handler, user: *mut 
     }
 }
 
+/// How long `pcap_dispatch` answers 0 after the end of the source before its -2.
+const END_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// `pcap_dispatch`: waits (unless nonblocking) up to the timeout for a packet, then hands over
-/// what is there, at most `cnt` (≤ 0: a batch). At the end of the source it returns 0 once,
-/// then -2 (PCAP_ERROR_BREAK, as after `pcap_breakloop`) with the reason in `pcap_geterr`: a
+/// what is there, at most `cnt` (≤ 0: a batch). At the end of the source it returns 0 for
+/// [`END_GRACE`], then -2 (PCAP_ERROR_BREAK, as after `pcap_breakloop`) with the reason in `pcap_geterr`: a
 /// live capture never ends in libpcap, and a program polling the selectable descriptor would
 /// otherwise call it for ever.
 ///
@@ -945,6 +966,9 @@ pub unsafe extern "C" fn pcap_dispatch(p: Pcap, cnt: c_int, cb: Handler, user: *
         // SAFETY: not ours.
         return unsafe { f(p, cnt, cb, user) };
     };
+    if let Some(rc) = unactivated(p) {
+        return rc;
+    }
     let limit = if cnt <= 0 {
         linerate::mem::BATCH as c_int
     } else {
@@ -961,6 +985,9 @@ pub unsafe extern "C" fn pcap_dispatch(p: Pcap, cnt: c_int, cb: Handler, user: *
                     unsafe { cb(user, &h, pk.data) };
                 }
                 n += 1;
+                if REG.take_break(slot) {
+                    return code::BREAK;
+                }
             }
             Next::Nothing => break,
             Next::Break => return code::BREAK,
@@ -971,8 +998,15 @@ pub unsafe extern "C" fn pcap_dispatch(p: Pcap, cnt: c_int, cb: Handler, user: *
                 let Some(e) = ours(p) else {
                     return code::ERROR;
                 };
-                e.h.end_seen += 1;
-                if e.h.end_seen == 1 {
+                // 0 for a while first: dumpcap on several interfaces (a thread each) stops
+                // every capture at the first -2 and drops what its writer thread has not
+                // written yet ("flushed"); the wait lets the writer catch up.
+                let since = *e.h.end_seen.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() < END_GRACE {
+                    drain_timer(e);
+                    if wait {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
                     return 0;
                 }
                 // As if pcap_breakloop was called: dumpcap stops quietly (a -1 would be
@@ -1006,6 +1040,9 @@ pub unsafe extern "C" fn pcap_next_ex(
         // SAFETY: not ours.
         return unsafe { f(p, hdr, data) };
     };
+    if let Some(rc) = unactivated(p) {
+        return rc;
+    }
     let wait = ours(p).is_some_and(|e| !e.h.nonblock);
     match read_one(p, slot, wait, false) {
         Next::Packet(pk) => {
@@ -1122,6 +1159,9 @@ pub unsafe extern "C" fn pcap_inject(p: Pcap, buf: *const c_void, size: usize) -
         // SAFETY: not ours.
         return unsafe { f(p, buf, size) };
     };
+    if !e.h.activated {
+        return not_active(e);
+    }
     if buf.is_null() || size == 0 {
         return e.fail(format!("{}: nothing to send", e.h.device), code::ERROR);
     }
@@ -1342,6 +1382,131 @@ mod tests {
         assert_eq!(cstr(buf.as_ptr()), b"short");
         put_errbuf(std::ptr::null_mut(), "no buffer: nothing happens");
         assert_eq!(cstr(std::ptr::null()), b"");
+    }
+
+    #[test]
+    fn geterr_text_fits_in_an_errbuf() {
+        let mut e = entry(&format!("cluster:{}@0", "9".repeat(5000)));
+        assert_ne!(e.h.activate(), 0);
+        assert!(
+            e.h.err.len() > ERRBUF_SIZE,
+            "a long name makes a long message"
+        );
+        e.sync_err();
+        assert_eq!(e.errbuf.len(), ERRBUF_SIZE);
+        assert_eq!(e.errbuf.last(), Some(&0));
+        let text = cstr(e.errbuf.as_ptr().cast());
+        assert_eq!(text.len(), ERRBUF_SIZE - 1);
+        assert!(text.ends_with(b"999"), "{}", String::from_utf8_lossy(text));
+    }
+
+    /// An entry for `device`, not activated, outside the registry.
+    fn entry(device: &str) -> Entry {
+        Entry {
+            h: Handle::new(device),
+            outer: std::ptr::null_mut(),
+            inner: std::ptr::null_mut(),
+            errbuf: vec![0],
+            hdr: PktHdr {
+                ts: libc::timeval {
+                    tv_sec: 0,
+                    tv_usec: 0,
+                },
+                caplen: 0,
+                len: 0,
+            },
+            timerfd: -1,
+            rfmon: false,
+        }
+    }
+
+    /// A handle registered as pcap_create registers one (the system's libpcap is not loaded in
+    /// these tests: its key is a unique address of ours); `unregister` frees it.
+    fn register(mut e: Entry) -> Pcap {
+        let outer: Pcap = Box::into_raw(Box::new(0u64)).cast();
+        e.outer = outer;
+        REG.insert(outer as usize, Box::into_raw(Box::new(e)))
+            .unwrap();
+        outer
+    }
+
+    fn unregister(outer: Pcap) {
+        let back = REG.remove(outer as usize).unwrap();
+        // SAFETY: both from Box::into_raw in `register`, no longer registered.
+        unsafe {
+            drop(Box::from_raw(back));
+            drop(Box::from_raw(outer.cast::<u64>()));
+        }
+    }
+
+    /// The handle of `breaks_after_five`'s handler.
+    static BRK_HANDLE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    unsafe extern "C" fn break_at_five(user: *mut u8, _h: *const PktHdr, _d: *const u8) {
+        // SAFETY: `user` is the test's u32 counter.
+        let n = unsafe { &mut *user.cast::<u32>() };
+        *n += 1;
+        if *n == 5 {
+            let p = BRK_HANDLE.load(std::sync::atomic::Ordering::Relaxed) as Pcap;
+            // SAFETY: our registered handle.
+            unsafe { pcap_breakloop(p) };
+        }
+    }
+
+    #[test]
+    fn breakloop_from_the_handler_stops_after_that_packet() {
+        let file =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap");
+        let mut e = entry(&format!("pcap:{}", file.display()));
+        assert_eq!(e.h.activate(), 0, "{}", e.h.err);
+        let p = register(e);
+        BRK_HANDLE.store(p as usize, std::sync::atomic::Ordering::Relaxed);
+        let mut n = 0u32;
+        // SAFETY: our registered handle; the handler's user pointer is `n`.
+        unsafe {
+            let rc = pcap_loop(p, -1, Some(break_at_five), (&mut n as *mut u32).cast());
+            assert_eq!((rc, n), (-2, 5), "pcap_loop: -2 right after the 5th packet");
+            n = 0;
+            let rc = pcap_dispatch(p, -1, Some(break_at_five), (&mut n as *mut u32).cast());
+            assert_eq!(
+                (rc, n),
+                (-2, 5),
+                "pcap_dispatch: -2 right after the 5th packet"
+            );
+            n = 10;
+            let rc = pcap_dispatch(p, 3, Some(break_at_five), (&mut n as *mut u32).cast());
+            assert_eq!((rc, n), (3, 13), "no break left pending");
+        }
+        unregister(p);
+    }
+
+    #[test]
+    fn reads_and_sends_before_activation_say_not_activated() {
+        let outer = register(entry("cluster:1@0"));
+        let mut hdr: *const PktHdr = std::ptr::null();
+        let mut data: *const u8 = std::ptr::null();
+        let frame = [0u8; 60];
+        let mut st = Stat {
+            ps_recv: 0,
+            ps_drop: 0,
+            ps_ifdrop: 0,
+        };
+        // SAFETY: `outer` is a registered handle of ours; out-pointers to locals.
+        unsafe {
+            assert_eq!(pcap_dispatch(outer, 1, None, std::ptr::null_mut()), -3);
+            assert_eq!(pcap_loop(outer, 1, None, std::ptr::null_mut()), -3);
+            assert_eq!(pcap_next_ex(outer, &mut hdr, &mut data), -3);
+            assert!(pcap_next(outer, std::ptr::null_mut()).is_null());
+            assert_eq!(pcap_inject(outer, frame.as_ptr().cast(), 60), -3);
+            assert_eq!(pcap_stats(outer, &mut st), -3);
+            let text = cstr(pcap_geterr(outer));
+            assert!(
+                String::from_utf8_lossy(text).contains("not active"),
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+        }
+        unregister(outer);
     }
 
     #[test]

@@ -372,3 +372,50 @@ fn tcpdump_d_lists_the_running_clusters_queues_after_the_systems_devices() {
     wait_child(&mut procs.0[0], Duration::from_secs(30));
     assert!(!seg(id).exists(), "the master removed its segment");
 }
+
+/// dumpcap on two queues of one cluster (a capture thread each, a writer thread): the end of
+/// the master ends both captures without dropping what the writer had not written yet
+/// (dumpcap's "flushed"), and every packet of the file was received on one queue or the other.
+#[test]
+fn dumpcap_on_two_queues_flushes_nothing_at_the_end() {
+    let Some((bin, lib)) = tools() else { return };
+    if !linerate_test_support::require_tool("dumpcap", "apt-get install tshark") {
+        return;
+    }
+    let dir = Scratch::new("dumpcap2");
+    let id = cluster_id(4);
+    let mut procs = Procs(vec![master(&bin, id, "2")]);
+    let out = dir.0.join("two.pcapng");
+    let dc = Command::new("dumpcap")
+        .env("LD_PRELOAD", &lib)
+        .args([
+            "-i",
+            &format!("cluster:{id}@0"),
+            "-i",
+            &format!("cluster:{id}@1"),
+        ])
+        .arg("-w")
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start dumpcap");
+    let dc = output(dc, Duration::from_secs(30));
+    wait_child(&mut procs.0[0], Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&dc.stderr);
+    assert!(dc.status.success(), "dumpcap: {err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("Packets received/dropped on interface"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    let mut received = 0u64;
+    for l in &lines {
+        assert!(l.contains("flushed:0/"), "nothing flushed: {err}");
+        // "...': RECEIVED/DROPPED (pcap:...".
+        let counts = l.split("': ").nth(1).unwrap().split(' ').next().unwrap();
+        let (r, d) = counts.split_once('/').unwrap();
+        received += r.parse::<u64>().unwrap() + d.parse::<u64>().unwrap();
+    }
+    assert_eq!(received, records(&sample()).len() as u64, "{err}");
+}

@@ -98,21 +98,58 @@ pub fn linking(b: &[u8]) -> Linking {
     Linking::Static
 }
 
-/// Finds `program` as the shell does: a path as given, else along $PATH.
+/// Finds `program` as the shell does: a path as given, else the first executable file of
+/// that name along $PATH (a file without execute permission earlier in $PATH is passed over,
+/// as execvp does).
 fn which(program: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
     if program.contains('/') {
         let p = PathBuf::from(program);
         return p.is_file().then_some(p);
     }
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|d| d.join(program))
-        .find(|p| p.is_file())
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// Whether `b` (a file's first bytes) is an ELF shared object (ET_DYN), the only kind the
+/// dynamic loader preloads: any other file it names "cannot be preloaded ... ignored" and the
+/// program runs without the library.
+pub fn is_shared_object(b: &[u8]) -> bool {
+    if b.len() < 18 || &b[..4] != b"\x7fELF" {
+        return false;
+    }
+    let t = if b[5] == 2 {
+        u16::from_be_bytes([b[16], b[17]])
+    } else {
+        u16::from_le_bytes([b[16], b[17]])
+    };
+    t == 3
+}
+
+/// Refuses a library the loader would ignore.
+fn check_lib(p: &Path) -> anyhow::Result<()> {
+    use std::io::Read;
+    let mut head = [0u8; 64];
+    let n = std::fs::File::open(p)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+    anyhow::ensure!(
+        is_shared_object(&head[..n]),
+        "{} is not a shared library (the loader would ignore it and the program would run \
+         without linerate's ports): name {LIB}",
+        p.display()
+    );
+    Ok(())
 }
 
 /// The library: --lib, $LINERATE_PCAP_LIB, beside the binary, ../lib, /usr/local/lib, /usr/lib.
 fn find_lib(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(p) = given {
         anyhow::ensure!(p.is_file(), "--lib {}: no such file", p.display());
+        check_lib(p)?;
         return Ok(p.to_path_buf());
     }
     let mut tried = Vec::new();
@@ -128,6 +165,7 @@ fn find_lib(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     tried.push(PathBuf::from("/usr/local/lib").join(LIB));
     tried.push(PathBuf::from("/usr/lib").join(LIB));
     if let Some(p) = tried.iter().find(|p| p.is_file()) {
+        check_lib(p)?;
         return Ok(p.clone());
     }
     Err(anyhow::anyhow!(
@@ -139,6 +177,32 @@ fn find_lib(given: Option<&Path>) -> anyhow::Result<PathBuf> {
             .collect::<Vec<_>>()
             .join(", ")
     ))
+}
+
+/// Why the loader would run `program` in secure mode (AT_SECURE: LD_PRELOAD of a path is
+/// ignored), when it would: set-user-ID to another user, or set-group-ID to another group,
+/// than this process's.
+fn secure_exec(program: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(program).ok()?;
+    // This process's real ids, from /proc/self/status ("Uid:\treal\teffective...").
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let id = |key: &str| -> Option<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    if m.mode() & 0o4000 != 0 && id("Uid:") != Some(m.uid()) {
+        return Some(format!("set-user-ID (to user {})", m.uid()));
+    }
+    if m.mode() & 0o2000 != 0 && m.mode() & 0o010 != 0 && id("Gid:") != Some(m.gid()) {
+        return Some(format!("set-group-ID (to group {})", m.gid()));
+    }
+    None
 }
 
 /// Whether the loader would load a libpcap into `program` (ldd's list names libpcap.so);
@@ -158,6 +222,30 @@ fn links_libpcap(program: &Path) -> Option<bool> {
     )
 }
 
+/// Whether `arg` (or its first word: `sh -c 'tcpdump -i ...'`) is a program the loader would
+/// load libpcap into, or a script (whose interpreter may run one).
+fn names_pcap_program(arg: &str) -> bool {
+    let Some(word) = arg.split_whitespace().next() else {
+        return false;
+    };
+    let Some(p) = which(word) else {
+        return false;
+    };
+    let mut head = Vec::new();
+    use std::io::Read;
+    if std::fs::File::open(&p)
+        .and_then(|f| f.take(1 << 16).read_to_end(&mut head))
+        .is_err()
+    {
+        return false;
+    }
+    match linking(&head) {
+        Linking::Dynamic => links_libpcap(&p) != Some(false),
+        Linking::NotElf => head.starts_with(b"#!"),
+        Linking::Static => false,
+    }
+}
+
 /// Runs `linerate exec`: replaces this process with the program (its exit code is the
 /// program's); returns only on an error.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
@@ -173,10 +261,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             )))
         }
         Linking::Dynamic => {
-            if links_libpcap(&path) == Some(false) {
+            if let Some(why) = secure_exec(&path) {
+                return Err(usage(format!(
+                    "nothing would change: {program} is {why}: the loader runs it in secure \
+                     mode and ignores LD_PRELOAD (run it as that user, or a copy without the bit)"
+                )));
+            }
+            // A launcher (timeout, env, nice, sh -c '...', strace) passes LD_PRELOAD on to the
+            // program it runs: one of its arguments names that program.
+            if links_libpcap(&path) == Some(false)
+                && !a.command[1..].iter().any(|w| names_pcap_program(w))
+            {
                 return Err(usage(format!(
                     "nothing would change: {program} is not linked with libpcap (ldd {} \
-                     lists no libpcap.so)",
+                     lists no libpcap.so), and none of its arguments names a program that is",
                     path.display()
                 )));
             }
@@ -223,5 +321,18 @@ mod tests {
         assert_eq!(linking(&st), Linking::Static);
         // Truncated program headers: no panic.
         assert_eq!(linking(&sh[..64]), Linking::Static);
+    }
+
+    #[test]
+    fn only_shared_objects_are_preloadable() {
+        let mut so = b"\x7fELF\x02\x01\x01".to_vec();
+        so.resize(64, 0);
+        so[16] = 3; // ET_DYN
+        assert!(is_shared_object(&so));
+        so[16] = 2; // ET_EXEC
+        assert!(!is_shared_object(&so));
+        assert!(!is_shared_object(b"root:x:0:0:root:/root:/bin/bash\n"));
+        assert!(!is_shared_object(b"\x7fELF"));
+        assert!(!is_shared_object(b""));
     }
 }

@@ -254,7 +254,16 @@ fn watch_reader(path: &str) {
 
 /// The folder Wireshark reads personal extcaps from, for the version installed here.
 fn default_dir() -> anyhow::Result<(PathBuf, String)> {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
+    // $HOME, when set, must be absolute (a relative one names a folder under wherever this runs).
+    let home = || -> anyhow::Result<Option<PathBuf>> {
+        match std::env::var_os("HOME").map(PathBuf::from) {
+            Some(h) if !h.is_absolute() => Err(usage(format!(
+                "HOME={} is not an absolute path: name the folder with --dir",
+                h.display()
+            ))),
+            h => Ok(h),
+        }
+    };
     let version = wireshark_version();
     let newer = version.as_ref().is_some_and(|v| *v >= (4, 1));
     let said = match version {
@@ -262,12 +271,21 @@ fn default_dir() -> anyhow::Result<(PathBuf, String)> {
         None => "no dumpcap found: Wireshark 4.0's folder".into(),
     };
     if newer {
-        let h = home.context("HOME is not set: name the folder with --dir")?;
+        let h = home()?.context("HOME is not set: name the folder with --dir")?;
         return Ok((h.join(".local/lib/wireshark/extcap"), said));
     }
     let config = match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        // The XDG spec: a relative path is invalid (it would name a folder under wherever
+        // this runs, not the one Wireshark reads).
+        Some(c) if !Path::new(&c).is_absolute() => {
+            return Err(usage(format!(
+                "XDG_CONFIG_HOME={} is not an absolute path (the XDG spec says to ignore it): \
+                 set it to an absolute path, unset it, or name the folder with --dir",
+                Path::new(&c).display()
+            )))
+        }
         Some(c) => PathBuf::from(c),
-        None => home
+        None => home()?
             .context("HOME and XDG_CONFIG_HOME are not set: name the folder with --dir")?
             .join(".config"),
     };
@@ -305,6 +323,39 @@ fn ours(path: &Path) -> anyhow::Result<Option<bool>> {
     }
 }
 
+/// Wireshark runs every file of the folder, so only this user (or root) may be able to change
+/// it: refuses a folder when it, a folder above it, or a symbolic link on the way there is
+/// owned by another user, or when one of those folders is writable by others without the
+/// sticky bit (/tmp's 1777 is fine: others cannot rename what is ours in it).
+fn check_trusted(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = linerate::os::euid();
+    let real = dir
+        .canonicalize()
+        .with_context(|| format!("resolve {}", dir.display()))?;
+    let given = dir.ancestors().filter(|a| !a.as_os_str().is_empty());
+    for p in given.chain(real.ancestors()) {
+        let m = std::fs::symlink_metadata(p).with_context(|| p.display().to_string())?;
+        if m.uid() != me && m.uid() != 0 {
+            return Err(anyhow::anyhow!(
+                "{}: owned by user {}, who could change what Wireshark runs: refusing to \
+                 install there (name a folder of yours with --dir)",
+                p.display(),
+                m.uid()
+            ));
+        }
+        if !m.file_type().is_symlink() && m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+            return Err(anyhow::anyhow!(
+                "{}: writable by others (mode {:o}), who could change what Wireshark runs: \
+                 refusing to install there (chmod go-w it, or name another folder with --dir)",
+                p.display(),
+                m.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A shell word that is `s` whatever it holds.
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -327,6 +378,7 @@ fn install(dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         ));
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    check_trusted(&dir)?;
     let text = format!(
         "#!/bin/sh\n{MARK}\n# Written by `linerate extcap install`; `linerate extcap uninstall` removes it.\nexec {} extcap \"$@\"\n",
         shell_quote(&exe.to_string_lossy())
