@@ -22,6 +22,9 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p line
 echo "== fuzz targets (build, then ${LINERATE_FUZZ_SECONDS:-20} s each)"
 bash scripts/fuzz.sh "${LINERATE_FUZZ_SECONDS:-20}"
 
+echo "== release build (the binary and liblinerate_pcap.so beside it, as users get them: the tests of libpcap programs preload it)"
+cargo build --workspace --release
+
 echo "== unit and integration tests"
 log=$(mktemp)
 # A test that cannot run here (no root, no tcpdump, ...) returns early and so counts as passed
