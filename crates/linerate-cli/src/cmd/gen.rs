@@ -1,6 +1,7 @@
 //! `linerate gen`: MoonGen / pktgen-dpdk. Templates with varied fields, rate control on the
 //! TSC, latency probes, Lua userscripts, pcap replay.
 
+use super::gen_streams;
 use crate::common::{flags, metrics, stop_flag, usage};
 use crate::console::commands::Steer;
 use crate::console::{Console, LatencyLine, Meter, Page, PortRow, RateLine, ReadOnly};
@@ -70,7 +71,8 @@ pub struct Args {
     /// Generator threads, each with its own port (opened again, or the next of a,b).
     #[arg(long, default_value_t = 1, value_parser = flags::int(1usize, 64))]
     pub threads: usize,
-    /// Streams per thread (the rate is shared; each has its own id for latency).
+    /// Streams per thread (the rate is shared; each has its own id for latency). --stream
+    /// gives streams of their own instead.
     #[arg(long, default_value_t = 1, value_parser = flags::int(1usize, 255))]
     pub streams: usize,
     /// Destination MAC.
@@ -95,11 +97,14 @@ pub struct Args {
     /// Vary the source address over N values (N flows).
     #[arg(long, value_name = "N")]
     pub flows: Option<String>,
-    /// Transport protocol: udp or tcp.
+    /// Protocol: udp, tcp, icmp (echo request; ICMPv6 echo with IPv6 addresses: the
+    /// identifier is --sport, the sequence number --dport) or arp (request for --dst-ip from
+    /// --src-ip, to ff:ff:ff:ff:ff:ff unless --dst-mac).
     #[arg(long, value_name = "PROTO")]
     pub proto: Option<String>,
-    /// Add an 802.1Q tag with this VLAN id.
-    #[arg(long, value_name = "ID")]
+    /// Add an 802.1Q tag with this VLAN id (1..4094), or two, OUTER,INNER: QinQ, an 802.1ad
+    /// (0x88a8) tag outside the 802.1Q one.
+    #[arg(long, value_name = "ID[,ID]")]
     pub vlan: Option<String>,
     /// TTL / hop limit.
     #[arg(long, default_value_t = 64)]
@@ -181,8 +186,10 @@ pub struct Args {
     #[command(flatten)]
     pub metrics: metrics::MetricsArgs,
     /// Read commands line by line while it runs (`-`: standard input): start, stop, rate
-    /// 50%|2Mpps, size 128, dst-mac MAC, count N, quit. Each one's effect shows in the next
-    /// statistics line.
+    /// 50%|2Mpps, size 128, src-ip|dst-ip ADDR, sport|dport N, proto udp|tcp|icmp|arp, ttl N,
+    /// vlan ID|off, src-mac|dst-mac MAC, count N, quit; `stream N FIELD VALUE` for one
+    /// stream; pktgen-dpdk's `set 0 FIELD VALUE`, `start 0`, `stop 0`. Each one's effect shows
+    /// in the next statistics line; a refused one is said and changes nothing.
     #[arg(long, value_name = "-")]
     pub commands: Option<String>,
     /// Print statistics lines even on a terminal (no live page).
@@ -192,6 +199,8 @@ pub struct Args {
     pub out: crate::common::output::OutputFlags,
     #[command(flatten)]
     pub ring: crate::common::output::RingBuffer,
+    #[command(flatten)]
+    pub gs: super::gen_streams::StreamArgs,
 }
 
 /// Help of the gauges gen adds to the common families.
@@ -338,12 +347,6 @@ pub fn streams_from(
     cfg: &ScriptConfig,
     thread: usize,
 ) -> anyhow::Result<(Vec<StreamSpec>, Option<u64>, Option<Duration>)> {
-    let size: SizeSpec = flag(
-        "--size",
-        pick(&a.size, cfg, "size")
-            .unwrap_or("64")
-            .parse::<SizeSpec>(),
-    )?;
     let pattern: Pattern = flag(
         "--pattern",
         pick(&a.pattern, cfg, "pattern").unwrap_or("cbr").parse(),
@@ -358,18 +361,27 @@ pub fn streams_from(
     if let Some(m) = pick(&a.src_mac, cfg, "src_mac") {
         t.src_mac = flag("--src-mac", parse_mac(m))?;
     }
-    t.l4 = match pick(&a.proto, cfg, "proto").unwrap_or("udp") {
-        "udp" => L4::Udp,
-        "tcp" => L4::Tcp,
-        other => return Err(usage(format!("--proto {other}: use udp or tcp"))),
-    };
+    t.l4 = flag(
+        "--proto",
+        gen_streams::parse_proto(pick(&a.proto, cfg, "proto").unwrap_or("udp")),
+    )?;
+    if t.l4 == L4::Arp && pick(&a.dst_mac, cfg, "dst_mac").is_none() {
+        // An ARP request is broadcast.
+        t.dst_mac = [0xff; 6];
+    }
+    if t.l4 == L4::Arp && (a.sport.is_some() || a.dport.is_some()) {
+        return Err(usage("--sport/--dport: ARP has no ports"));
+    }
     if let Some(v) = pick(&a.vlan, cfg, "vlan") {
-        let id: u16 = v
-            .parse()
-            .ok()
-            .filter(|&v| v < 4096)
-            .ok_or_else(|| usage(format!("--vlan {v}: a VLAN id is 0..4095")))?;
-        t.vlan = Some(id);
+        let (inner, outer) = flag(&format!("--vlan {v}"), gen_streams::parse_vlans(v))?;
+        t.vlan = Some(inner);
+        t.svlan = outer;
+    }
+    if let Some(m) = &a.gs.mpls {
+        t.mpls = flag("--mpls", gen_streams::parse_mpls(m))?;
+    }
+    if let Some(e) = &a.gs.encap {
+        t.encap = Some(flag("--encap", gen_streams::parse_encap(e))?);
     }
     let mut src = pick(&a.src_ip, cfg, "src_ip")
         .map(|s| flag("--src-ip", parse_addr(s)))
@@ -384,6 +396,21 @@ pub fn streams_from(
         t.src_ip = "2001:db8::1".parse::<IpAddr>()?;
         t.dst_ip = "2001:db8::2".parse::<IpAddr>()?;
     }
+    // Without --size, the template's smallest frame: 64 B, or its headers when longer
+    // (IPv6/TCP: 78 B).
+    let size: SizeSpec = match pick(&a.size, cfg, "size") {
+        Some(z) => flag("--size", z.parse::<SizeSpec>())?,
+        None => {
+            let mut t2 = t.clone();
+            if let Some(s) = &src {
+                t2.src_ip = s.base;
+            }
+            if let Some(d) = &dst {
+                t2.dst_ip = d.base;
+            }
+            SizeSpec::Fixed(gen_streams::min_size(&t2).unwrap_or(64))
+        }
+    };
     if let Some(f) = pick(&a.flows, cfg, "flows") {
         let n = flag(
             &named(&a.flows, cfg, "flows", "--flows"),
@@ -421,20 +448,27 @@ pub fn streams_from(
         .map(|s| flag("--dport", parse_seq(s, port_value)))
         .transpose()?;
     let nthreads = a.threads.max(1);
-    let nstreams = a.streams.max(1);
+    let nstreams = streams_per_thread(a);
+    if !a.gs.stream.is_empty() && a.streams > 1 {
+        return Err(usage(
+            "--streams N copies one stream; --stream gives each its own: use one of them",
+        ));
+    }
+    let mut total = None;
     let pps = match pick(&a.rate, cfg, "rate") {
         None => None,
         Some(r) => {
             let bits_per_frame = (size.mean() + 20.0) * 8.0;
-            let total = match flag(&named(&a.rate, cfg, "rate", "--rate"), flags::check_rate(r))? {
+            let t = match flag(&named(&a.rate, cfg, "rate", "--rate"), flags::check_rate(r))? {
                 Rate::Pps(p) => p,
                 Rate::Bps(b) => b / bits_per_frame,
                 Rate::Percent(p) => link_bps(a, &a.output)? * p / 100.0 / bits_per_frame,
             };
-            if total <= 0.0 {
+            if t <= 0.0 {
                 return Err(usage(format!("--rate {r}: must be above zero")));
             }
-            Some(total / (nthreads * nstreams) as f64)
+            total = Some(t);
+            Some(t / (nthreads * nstreams) as f64)
         }
     };
     let count = pick(&a.count, cfg, "count")
@@ -454,6 +488,29 @@ pub fn streams_from(
             )
         })
         .transpose()?;
+    if !a.gs.stream.is_empty() {
+        let base = StreamSpec {
+            id: 0,
+            template: t.clone(),
+            src_ip: src.clone(),
+            dst_ip: dst.clone(),
+            sport: sport.clone(),
+            dport: dport.clone(),
+            size: size.clone(),
+            pps: None,
+            pattern,
+            probe: !a.no_probe,
+        };
+        let v = gen_streams::streams(
+            &a.gs,
+            &base,
+            total,
+            link_bps(a, &a.output)?,
+            nthreads,
+            thread * nstreams,
+        )?;
+        return Ok((v, count, duration));
+    }
     let mut v = Vec::new();
     for s in 0..nstreams {
         let id = thread * nstreams + s;
@@ -472,6 +529,15 @@ pub fn streams_from(
         });
     }
     Ok((v, count, duration))
+}
+
+/// Streams each thread sends: one per --stream, else --streams.
+fn streams_per_thread(a: &Args) -> usize {
+    if a.gs.stream.is_empty() {
+        a.streams.max(1)
+    } else {
+        a.gs.stream.len()
+    }
 }
 
 /// Whether -o writes the capture to standard output (then statistics go to standard error).
@@ -1028,7 +1094,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     // The terminal back before the summary, which stays on it.
     drop(console);
     let (total, reports, tracker) = (&run.total, &run.threads, &run.probes);
-    let nstreams = a.streams.max(1);
+    let nstreams = streams_per_thread(&a);
     let sent = |id: u16| -> Option<u64> {
         run.sent(usize::from(id) / nstreams, usize::from(id) % nstreams)
     };
@@ -1297,7 +1363,8 @@ fn live_iface(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
         Some("--pattern: live frames pace by runs of packets, not per packet".to_string())
     } else {
         let (streams, _, _) = streams_from(a, cfg, 0)?;
-        linerate::apps::gen::live::unsupported(&streams[0])
+        gen_streams::live_refusal(&a.gs, &streams)
+            .or_else(|| linerate::apps::gen::live::unsupported(&streams[0]))
     };
     match (want, why) {
         (Some(true), Some(why)) => Err(usage(format!(
