@@ -916,6 +916,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .as_ref()
         .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).ctl.clone());
     let t_start = clock.now_ns();
+    // Each stream's id and the rate asked of it (all threads'), for the summary.
+    let stream_rates: Vec<(u16, Option<f64>)> = specs
+        .iter()
+        .flat_map(|(s, _, _)| s.iter().map(|s| (s.id, s.pps)))
+        .collect();
     let threads: Vec<GenThread> = outs
         .drain(..)
         .zip(specs.drain(..))
@@ -1107,6 +1112,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let rated = total.rate_pps.is_some();
     let why = total.shortfall(pps);
+    // Per stream: id, packets handed to the port, packets per second over the run, rate asked.
+    let per_stream: Vec<(u16, u64, f64, Option<f64>)> = reports
+        .iter()
+        .flat_map(|r| r.per_stream.iter().copied())
+        .zip(&stream_rates)
+        .map(|(n, &(id, asked))| {
+            let pps = if elapsed > 0.0 {
+                n as f64 / elapsed
+            } else {
+                0.0
+            };
+            (id, n, pps, asked)
+        })
+        .collect();
     if let Some(m) = &metrics {
         let tx: Vec<(&str, PortCount)> = names
             .iter()
@@ -1144,6 +1163,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         if let Some(e) = &total.error {
             j["error"] = e.clone().into();
         }
+        j["streams"] = per_stream
+            .iter()
+            .map(|&(id, n, p, asked)| {
+                serde_json::json!({"id": id, "pkts": n, "pps": p, "rate_pps": asked})
+            })
+            .collect::<Vec<_>>()
+            .into();
         if total.steered {
             // Commands changed the rate: the intervals compare asked and achieved.
             j["steered"] = true.into();
@@ -1198,6 +1224,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         if rated {
             let _ = write!(out, "{}", total.precision.table());
+        }
+        if per_stream.len() > 1 {
+            for &(id, n, p, asked) in &per_stream {
+                let _ = writeln!(
+                    out,
+                    "Stream {id}: {} pkts handed to the port [{} pps]{}",
+                    group(n),
+                    group_f(p, 0),
+                    asked
+                        .filter(|_| !total.steered)
+                        .map(|r| format!(" of {} pps asked", group_f(r, 0)))
+                        .unwrap_or_default()
+                );
+            }
         }
         if let Some(t) = &tracker {
             let _ = writeln!(out, "Received on {}:", a.rx.as_deref().unwrap_or(""));

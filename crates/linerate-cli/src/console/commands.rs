@@ -539,4 +539,93 @@ mod tests {
         assert!(s.exec("jump").unwrap_err().starts_with("unknown command"));
         assert_eq!(s.ctl.get(), before);
     }
+
+    #[test]
+    fn field_commands_pktgen_spelling_and_per_stream_change_the_streams() {
+        let base = vec![
+            StreamSpec {
+                id: 0,
+                pps: Some(500.0),
+                ..Default::default()
+            },
+            StreamSpec {
+                id: 1,
+                pps: Some(500.0),
+                ..Default::default()
+            },
+        ];
+        let mut s = Steer::new(base, 1, 10e9, Arc::new(AtomicBool::new(false)));
+        let now = |s: &Steer| s.now(&s.ctl.get());
+        s.exec("dst-ip 10.0.0.2").unwrap();
+        s.exec("vlan 42").unwrap();
+        s.exec("set 0 src ip 10.1.1.1/24").unwrap();
+        s.exec("set all sport 7").unwrap();
+        s.exec("set 0 dport 99").unwrap();
+        s.exec("set 0 ttl 5").unwrap();
+        s.exec("set 0 proto tcp").unwrap();
+        s.exec("set 0 dst mac 02:00:00:00:00:09").unwrap();
+        s.exec("set 0 src mac 02:00:00:00:00:08").unwrap();
+        for v in now(&s) {
+            let t = &v.template;
+            assert_eq!(t.dst_ip, "10.0.0.2".parse::<IpAddr>().unwrap());
+            assert_eq!(t.src_ip, "10.1.1.1".parse::<IpAddr>().unwrap());
+            assert_eq!((t.vlan, t.sport, t.dport, t.ttl), (Some(42), 7, 99, 5));
+            assert_eq!(t.l4, L4::Tcp);
+            assert_eq!(t.dst_mac, [2, 0, 0, 0, 0, 9]);
+            assert_eq!(t.src_mac, [2, 0, 0, 0, 0, 8]);
+        }
+        // pktgen's rate is a percentage of the line.
+        s.exec("set 0 rate 10").unwrap();
+        let want = 1e9 / (84.0 * 8.0);
+        assert!((s.asked_pps().unwrap() - want).abs() < 1.0);
+        // One stream: its own rate and fields, the other's unchanged.
+        s.exec("stream 1 rate 2Mpps").unwrap();
+        s.exec("stream 1 dst-ip 10.0.0.7").unwrap();
+        s.exec("stream 1 vlan off").unwrap();
+        s.exec("stream 1 size 128").unwrap();
+        let v = now(&s);
+        assert_eq!(v[1].pps, Some(2e6));
+        assert_eq!(v[1].template.dst_ip, "10.0.0.7".parse::<IpAddr>().unwrap());
+        assert_eq!(v[1].template.vlan, None);
+        assert_eq!(v[1].size, SizeSpec::Fixed(128));
+        assert_eq!(v[0].template.dst_ip, "10.0.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!(v[0].template.vlan, Some(42));
+        assert!((s.asked_pps().unwrap() - (2e6 + want / 2.0)).abs() < 1.0);
+        // A command for every stream takes back what one stream had.
+        s.exec("dst-ip 10.0.0.3").unwrap();
+        assert!(now(&s)
+            .iter()
+            .all(|v| v.template.dst_ip == "10.0.0.3".parse::<IpAddr>().unwrap()));
+        s.exec("stop 0").unwrap();
+        assert!(!s.sending());
+        s.exec("str").unwrap();
+        assert!(s.sending());
+        let before = s.ctl.get();
+        for bad in [
+            "vlan 4095",
+            "vlan 0",
+            "dst-ip 2001:db8::1",
+            "sport 70000",
+            "proto sctp",
+            "ttl 300",
+            "stream 9 rate 1kpps",
+            "stream 1 count 5",
+            "stream 1",
+            "set 1 rate 10",
+            "set 0 burst 32",
+            "set 0",
+            "set 0 dst ip",
+            "start 3",
+            "dst-ip 10.0.0.1 10.0.0.2",
+        ] {
+            let e = s.exec(bad);
+            assert!(e.is_err(), "{bad} accepted");
+        }
+        assert_eq!(s.ctl.get(), before);
+        assert!(s.exec("vlan 4095").unwrap_err().contains("reserved"));
+        assert!(s
+            .exec("set 0 burst 32")
+            .unwrap_err()
+            .contains("set 0 src|dst ip|mac"));
+    }
 }
