@@ -808,3 +808,111 @@ pub fn fix_checksums(out: &mut [u8], lay: &Layout) {
     };
     put_l4_csum(out, lay, c);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn specs() -> Vec<TemplateSpec> {
+        let v4 = TemplateSpec::default();
+        let v6 = TemplateSpec {
+            src_ip: "2001:db8::1".parse().unwrap(),
+            dst_ip: "2001:db8::2".parse().unwrap(),
+            ..Default::default()
+        };
+        let tun = [
+            None,
+            Some(Encap::Gre {
+                src: Ipv4Addr::new(10, 0, 0, 1),
+                dst: Ipv4Addr::new(10, 0, 0, 2),
+            }),
+            Some(Encap::Vxlan {
+                vni: 42,
+                src: Ipv4Addr::new(10, 0, 0, 1),
+                dst: Ipv4Addr::new(10, 0, 0, 2),
+            }),
+        ];
+        let mut v = vec![TemplateSpec {
+            l4: L4::Arp,
+            vlan: Some(7),
+            ..v4.clone()
+        }];
+        for base in [v4, v6] {
+            for l4 in [L4::Udp, L4::Tcp, L4::Icmp] {
+                for encap in tun {
+                    v.push(TemplateSpec {
+                        l4,
+                        encap,
+                        vlan: Some(20),
+                        svlan: Some(10),
+                        mpls: vec![100, 200],
+                        ..base.clone()
+                    });
+                }
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn incremental_checksums_equal_recomputed_ones_for_every_kind() {
+        for spec in specs() {
+            let t = Template::new(&spec).unwrap();
+            let lay = *t.layout();
+            let mut a = vec![0u8; MAX_FRAME];
+            for (i, len) in [t.min_len(), 100, 333, 1000, MAX_FRAME]
+                .into_iter()
+                .enumerate()
+            {
+                let mut v = t.base();
+                v.len = len;
+                v.src_ip ^= 0x0101_0101 * i as u32;
+                v.dst_ip = v.dst_ip.wrapping_add(77 * i as u32);
+                if lay.proto != L4::Arp {
+                    v.sport = 1000 + i as u16;
+                    v.dport = 65535 - i as u16;
+                }
+                v.src_mac[5] = i as u8;
+                let n = t.write(&mut a, &v);
+                assert_eq!(n, len.max(t.min_len()));
+                if t.has_sig_room(n) {
+                    put_sig(&mut a[..n], &lay, 3, 99);
+                    put_time(&mut a[..n], &lay, 0x1234_5678_9abc_def0);
+                }
+                let mut b = a[..n].to_vec();
+                fix_checksums(&mut b, &lay);
+                assert_eq!(&a[..n], &b[..], "{spec:?} at {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn vlan_ids_outside_1_to_4094_and_bad_mixes_are_refused() {
+        for v in [0, 4095] {
+            let s = TemplateSpec {
+                vlan: Some(v),
+                ..Default::default()
+            };
+            assert_eq!(Template::new(&s).unwrap_err(), TemplateError::BadVlan(v));
+        }
+        let bad = [
+            TemplateSpec {
+                svlan: Some(10),
+                ..Default::default()
+            },
+            TemplateSpec {
+                mpls: vec![1 << 20],
+                ..Default::default()
+            },
+            TemplateSpec {
+                l4: L4::Arp,
+                src_ip: "2001:db8::1".parse().unwrap(),
+                dst_ip: "2001:db8::2".parse().unwrap(),
+                ..Default::default()
+            },
+        ];
+        for s in bad {
+            assert!(Template::new(&s).is_err(), "{s:?}");
+        }
+    }
+}
