@@ -900,6 +900,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "Generating on {} ({} thread(s), {rate})",
             a.output, a.threads
         );
+        // The template's smallest frame when --size was not given and it is above 64 B.
+        if pick(&a.size, &cfg, "size").is_none() {
+            if let Some(z) = specs[0]
+                .0
+                .first()
+                .map(|s| s.size.bounds().0)
+                .filter(|&z| z > 64)
+            {
+                let _ = writeln!(
+                    out,
+                    "Frames of {z} B: the smallest for these headers (--size not given)"
+                );
+            }
+        }
     }
     let _ = out.flush();
     if let (Some(st), Some(_)) = (&steer, &a.commands) {
