@@ -334,3 +334,33 @@ fn streams_of_their_own_rate_size_and_fields() {
         assert!(!o.stderr.is_empty());
     }
 }
+
+#[test]
+fn probes_are_read_under_mpls_labels_and_inside_tunnels() {
+    for args in [
+        &["--encap", "vxlan:1"][..],
+        &["--encap", "gre", "--dst-ip", "2001:db8::4"][..],
+        &["--mpls", "5,6"][..],
+        &["--mpls", "5", "--encap", "vxlan:3", "--proto", "icmp"][..],
+    ] {
+        let mut a = vec![
+            "gen", "-o", "mem:p", "--rx", "mem:p", "-c", "500", "--size", "200", "--json",
+        ];
+        a.extend_from_slice(args);
+        let o = run(&a);
+        ok(&o);
+        let out = String::from_utf8_lossy(&o.stdout);
+        let s: serde_json::Value = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|j| j["type"] == "summary")
+            .expect("a summary");
+        assert_eq!(s["rx_other"], 0, "{args:?}: {s}");
+        let l = &s["latency"][0];
+        assert_eq!(
+            l["rx"].as_u64().unwrap() + l["lost"].as_u64().unwrap(),
+            s["handed_to_port"].as_u64().unwrap(),
+            "{args:?}: {s}"
+        );
+    }
+}

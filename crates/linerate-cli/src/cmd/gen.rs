@@ -1410,7 +1410,11 @@ fn live_iface(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
     } else if a.commands.is_some() && want.is_none() {
         // Live frames follow start, stop and rate only: auto takes the engine that follows
         // every command (--engine live --commands - is the rate-only one).
-        Some("--commands: size, dst-mac and count change only on the xsk engine".to_string())
+        Some(
+            "--commands: size, addresses, ports, proto, ttl, vlan, MACs and count change only \
+             on the xsk engine"
+                .to_string(),
+        )
     } else if a.streams > 1 {
         Some("--streams: live frames send one stream".to_string())
     } else if pick(&a.pattern, cfg, "pattern").is_some_and(|p| p != "cbr") {

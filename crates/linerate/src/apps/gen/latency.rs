@@ -218,7 +218,8 @@ impl Tracker {
         let sig = parsed
             .payload
             .and_then(|o| data.get(o as usize..))
-            .and_then(read_sig);
+            .and_then(read_sig)
+            .or_else(|| deep_sig(data, link));
         let Some(sig) = sig else {
             self.other += 1;
             return;
@@ -478,6 +479,29 @@ pub fn hist_svg(h: &Histogram<u64>, title: &str) -> String {
         T + ph / 2.0
     );
     s
+}
+
+/// The probe signature of a packet whose transport payload is not at the first layer: below
+/// MPLS labels, or inside a GRE or VXLAN tunnel (gen's `--mpls`, `--encap`). Only packets
+/// without a probe at the first layer get here.
+#[cold]
+fn deep_sig(data: &[u8], link: LinkType) -> Option<super::template::Sig> {
+    let (q, base, _) = wire::parse_deep(data, link).ok()?;
+    let d = data.get(base..)?;
+    if base > 0 {
+        if let Some(s) = q
+            .payload
+            .and_then(|o| d.get(o as usize..))
+            .and_then(read_sig)
+        {
+            return Some(s);
+        }
+    }
+    let inner = wire::tunnel_inner(d, &q)?;
+    inner
+        .payload
+        .and_then(|o| d.get(o as usize..))
+        .and_then(read_sig)
 }
 
 #[cfg(all(test, not(loom)))]
