@@ -170,6 +170,8 @@ pub fn stream(base: &StreamSpec, s: &str) -> Result<Own, String> {
     let mut o = base.clone();
     let mut rate = None;
     let mut size_given = false;
+    let mut mac_given = false;
+    let mut ports_given = false;
     for (k, v) in pairs(s)? {
         let e = |m: String| format!("{k}={v}: {m}");
         match k.as_str() {
@@ -181,8 +183,14 @@ pub fn stream(base: &StreamSpec, s: &str) -> Result<Own, String> {
             "pattern" => o.pattern = v.parse::<Pattern>().map_err(e)?,
             "src-ip" => o.src_ip = Some(parse_addr(&v).map_err(e)?),
             "dst-ip" => o.dst_ip = Some(parse_addr(&v).map_err(e)?),
-            "sport" => o.sport = Some(parse_seq(&v, port_value).map_err(e)?),
-            "dport" => o.dport = Some(parse_seq(&v, port_value).map_err(e)?),
+            "sport" => {
+                o.sport = Some(parse_seq(&v, port_value).map_err(e)?);
+                ports_given = true;
+            }
+            "dport" => {
+                o.dport = Some(parse_seq(&v, port_value).map_err(e)?);
+                ports_given = true;
+            }
             "proto" => o.template.l4 = parse_proto(&v).map_err(e)?,
             "ttl" => o.template.ttl = v.parse().map_err(|_| e("a TTL is 0..255".into()))?,
             "vlan" => {
@@ -191,13 +199,27 @@ pub fn stream(base: &StreamSpec, s: &str) -> Result<Own, String> {
                 o.template.svlan = s;
             }
             "src-mac" => o.template.src_mac = parse_mac(&v).map_err(e)?,
-            "dst-mac" => o.template.dst_mac = parse_mac(&v).map_err(e)?,
+            "dst-mac" => {
+                o.template.dst_mac = parse_mac(&v).map_err(e)?;
+                mac_given = true;
+            }
             _ => {
                 return Err(format!(
                     "unknown key '{k}': rate, size, pattern, src-ip, dst-ip, sport, dport, \
                      proto, ttl, vlan, src-mac, dst-mac"
                 ))
             }
+        }
+    }
+    if o.template.l4 == L4::Arp && base.template.l4 != L4::Arp {
+        if ports_given {
+            return Err("ARP has no ports (sport, dport)".into());
+        }
+        o.sport = None;
+        o.dport = None;
+        if !mac_given {
+            // An ARP request is broadcast.
+            o.template.dst_mac = [0xff; 6];
         }
     }
     // The addresses' family picks the template's (IPv6 defaults when one side is IPv6).
