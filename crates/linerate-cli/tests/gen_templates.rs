@@ -364,3 +364,61 @@ fn probes_are_read_under_mpls_labels_and_inside_tunnels() {
         );
     }
 }
+
+#[test]
+fn a_scripts_config_streams_are_streams_of_their_own() {
+    let lua = tmp("qos.lua");
+    std::fs::write(
+        &lua,
+        "config = { streams = { \"rate=3kpps,size=64,dport=9\",\n\
+         { rate = \"1kpps\", size = 1518, dport = 5001 } } }\n\
+         function modify(pkts, n) end\n",
+    )
+    .unwrap();
+    let f = tmp("qos.pcap");
+    let p = f.to_str().unwrap();
+    ok(&run(&[
+        "gen",
+        "-o",
+        p,
+        "--script",
+        lua.to_str().unwrap(),
+        "-c",
+        "400",
+        "-q",
+    ]));
+    assert_eq!(matching(p, BAD), 0);
+    assert_eq!(matching(p, "udp.dstport==9 && frame.len==60"), 300);
+    assert_eq!(matching(p, "udp.dstport==5001 && frame.len==1514"), 100);
+    // --stream given on the command line wins over the script's.
+    ok(&run(&[
+        "gen",
+        "-o",
+        p,
+        "--script",
+        lua.to_str().unwrap(),
+        "-c",
+        "10",
+        "-q",
+        "--stream",
+        "dport=7",
+    ]));
+    assert_eq!(matching(p, "udp.dstport==7"), 10);
+    std::fs::write(
+        &lua,
+        "config = { streams = { true } }\nfunction modify(pkts, n) end\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "gen",
+        "-o",
+        "mem:q",
+        "--script",
+        lua.to_str().unwrap(),
+        "-c",
+        "1",
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("config.streams"));
+    let _ = std::fs::remove_file(&f);
+}

@@ -448,8 +448,17 @@ pub fn streams_from(
         .map(|s| flag("--dport", parse_seq(s, port_value)))
         .transpose()?;
     let nthreads = a.threads.max(1);
-    let nstreams = streams_per_thread(a);
-    if !a.gs.stream.is_empty() && a.streams > 1 {
+    let nstreams = streams_per_thread(a, cfg);
+    // --stream, else the script's config.streams.
+    let gs = gen_streams::StreamArgs {
+        stream: if a.gs.stream.is_empty() {
+            cfg.streams.clone()
+        } else {
+            a.gs.stream.clone()
+        },
+        ..a.gs.clone()
+    };
+    if !gs.stream.is_empty() && a.streams > 1 {
         return Err(usage(
             "--streams N copies one stream; --stream gives each its own: use one of them",
         ));
@@ -488,7 +497,7 @@ pub fn streams_from(
             )
         })
         .transpose()?;
-    if !a.gs.stream.is_empty() {
+    if !gs.stream.is_empty() {
         let base = StreamSpec {
             id: 0,
             template: t.clone(),
@@ -502,7 +511,7 @@ pub fn streams_from(
             probe: !a.no_probe,
         };
         let v = gen_streams::streams(
-            &a.gs,
+            &gs,
             &base,
             total,
             link_bps(a, &a.output)?,
@@ -532,11 +541,13 @@ pub fn streams_from(
 }
 
 /// Streams each thread sends: one per --stream, else --streams.
-fn streams_per_thread(a: &Args) -> usize {
-    if a.gs.stream.is_empty() {
-        a.streams.max(1)
-    } else {
+fn streams_per_thread(a: &Args, cfg: &ScriptConfig) -> usize {
+    if !a.gs.stream.is_empty() {
         a.gs.stream.len()
+    } else if !cfg.streams.is_empty() {
+        cfg.streams.len()
+    } else {
+        a.streams.max(1)
     }
 }
 
@@ -1113,7 +1124,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     // The terminal back before the summary, which stays on it.
     drop(console);
     let (total, reports, tracker) = (&run.total, &run.threads, &run.probes);
-    let nstreams = streams_per_thread(&a);
+    let nstreams = streams_per_thread(&a, &cfg);
     let sent = |id: u16| -> Option<u64> {
         run.sent(usize::from(id) / nstreams, usize::from(id) % nstreams)
     };
