@@ -20,6 +20,12 @@ pub const HELP: &str = "start | stop | rate RATE (e.g. 50%, 2Mpps, 1Gbps) | size
                         udp|tcp|icmp|arp | ttl N | vlan ID|off | src-mac|dst-mac MAC | count N \
                         (0: no limit) | stream N FIELD VALUE | set 0 FIELD VALUE (pktgen) | quit";
 
+/// Every command (`q` is `quit`).
+const KNOWN: [&str; 15] = [
+    "start", "stop", "rate", "size", "dst-mac", "count", "quit", "src-ip", "dst-ip", "sport",
+    "dport", "proto", "ttl", "vlan", "src-mac",
+];
+
 /// What steers a running gen: its control, and what a command needs to check its value.
 pub struct Steer {
     /// Shared with the workers.
@@ -187,6 +193,9 @@ impl Steer {
         let Some(&cmd) = words.first() else {
             return Err(format!("'{line}': no field (stream N FIELD VALUE)"));
         };
+        if !KNOWN.contains(&cmd) && cmd != "q" {
+            return Err(format!("unknown command '{cmd}': {HELP}"));
+        }
         if words.len() > 2 {
             return Err(format!(
                 "{cmd} takes one value (got '{}')",
@@ -199,10 +208,6 @@ impl Steer {
                 .ok_or_else(|| format!("{cmd} needs {what}"))
         };
         if let Some((cmds, why)) = &self.only {
-            const KNOWN: [&str; 15] = [
-                "start", "stop", "rate", "size", "dst-mac", "count", "quit", "src-ip", "dst-ip",
-                "sport", "dport", "proto", "ttl", "vlan", "src-mac",
-            ];
             let name = if cmd == "q" { "quit" } else { cmd };
             if (!cmds.contains(&name) || stream.is_some()) && KNOWN.contains(&name) {
                 return Err(format!("{cmd}: {why}"));
@@ -623,6 +628,14 @@ mod tests {
         }
         assert_eq!(s.ctl.get(), before);
         assert!(s.exec("vlan 4095").unwrap_err().contains("reserved"));
+        assert!(s
+            .exec("jump 1 2")
+            .unwrap_err()
+            .starts_with("unknown command 'jump'"));
+        assert!(s
+            .exec("stream 1 jump 2")
+            .unwrap_err()
+            .starts_with("unknown command 'jump'"));
         assert!(s
             .exec("set 0 burst 32")
             .unwrap_err()
