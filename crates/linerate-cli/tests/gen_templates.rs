@@ -422,3 +422,26 @@ fn a_scripts_config_streams_are_streams_of_their_own() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("config.streams"));
     let _ = std::fs::remove_file(&f);
 }
+
+#[test]
+fn the_live_frames_engine_refuses_the_kinds_it_cannot_send_before_opening_anything() {
+    for (args, why) in [
+        (&["--proto", "icmp"][..], "live frames are UDP or TCP"),
+        (&["--vlan", "10,20"][..], "one tag"),
+        (&["--encap", "vxlan:1"][..], "one tag"),
+        (
+            &["--stream", "dport=1", "--stream", "dport=2"][..],
+            "one stream",
+        ),
+    ] {
+        let mut a = vec!["gen", "-o", "xdp:lo", "--engine", "live", "-c", "1"];
+        a.extend_from_slice(args);
+        let o = run(&a);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            e.contains(why) && e.contains("--engine xsk"),
+            "{args:?}: {e}"
+        );
+    }
+}
