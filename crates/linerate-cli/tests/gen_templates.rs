@@ -212,6 +212,38 @@ fn the_default_size_is_the_templates_smallest_frame() {
         "frame.len==74 && tcp",
     );
     check("vx.pcap", &["--encap", "vxlan:1"], "frame.len==92");
+    // The start line says which (JSON: `size`), and the text start line why.
+    let o = run(&[
+        "gen",
+        "-o",
+        "mem:s",
+        "-c",
+        "1",
+        "--dst-ip",
+        "2001:db8::2",
+        "--json",
+    ]);
+    ok(&o);
+    let start: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(start["size"], "66", "{start}");
+    let o = run(&[
+        "gen",
+        "-o",
+        "mem:s",
+        "-c",
+        "1",
+        "--dst-ip",
+        "2001:db8::2",
+        "--proto",
+        "tcp",
+    ]);
+    ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("Frames of 78 B: the smallest for these headers (--size not given)"),
+        "{out}"
+    );
     // A size given is still checked against the headers.
     let o = run(&[
         "gen",

@@ -892,6 +892,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    // Each stream's id and the rate asked of it (all threads'), for the summary.
+    let stream_rates: Vec<(u16, Option<f64>)> = specs
+        .iter()
+        .flat_map(|(s, _, _)| s.iter().map(|s| (s.id, s.pps)))
+        .collect();
     if let Some(m) = &metrics {
         let tx: Vec<(&str, PortCount)> = names.iter().map(|n| (*n, PortCount::default())).collect();
         let rx = a.rx.as_deref().map(|p| (p, PortCount::default()));
@@ -900,6 +905,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if a.json {
         let j = serde_json::json!({"type": "start", "port": a.output, "threads": a.threads,
             "pps_per_stream": specs[0].0[0].pps, "rate_pps": asked, "script": a.script,
+            "size": size_text(&specs[0].0[0].size), "streams": stream_rates.len(),
             "on_stall": on_stall_name(&stall)});
         let _ = writeln!(out, "{j}");
     } else if !a.quiet {
@@ -941,11 +947,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .as_ref()
         .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).ctl.clone());
     let t_start = clock.now_ns();
-    // Each stream's id and the rate asked of it (all threads'), for the summary.
-    let stream_rates: Vec<(u16, Option<f64>)> = specs
-        .iter()
-        .flat_map(|(s, _, _)| s.iter().map(|s| (s.id, s.pps)))
-        .collect();
     let threads: Vec<GenThread> = outs
         .drain(..)
         .zip(specs.drain(..))
