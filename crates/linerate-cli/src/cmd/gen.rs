@@ -905,7 +905,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if a.json {
         let j = serde_json::json!({"type": "start", "port": a.output, "threads": a.threads,
             "pps_per_stream": specs[0].0[0].pps, "rate_pps": asked, "script": a.script,
-            "size": size_text(&specs[0].0[0].size), "streams": stream_rates.len(),
+            "size": size_text(&specs[0].0[0].size), "stream_count": stream_rates.len(),
             "on_stall": on_stall_name(&stall)});
         let _ = writeln!(out, "{j}");
     } else if !a.quiet {
