@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// The commands, for help texts and error messages.
 pub const HELP: &str = "start | stop | rate RATE (e.g. 50%, 2Mpps, 1Gbps) | size BYTES (e.g. \
                         128, 64-1518, imix) | src-ip|dst-ip ADDR | sport|dport PORT | proto \
-                        udp|tcp|icmp|arp | ttl N | vlan ID|off | src-mac|dst-mac MAC | count N \
+                        udp|tcp|icmp|arp | ttl N | vlan ID|OUTER,INNER|off | src-mac|dst-mac MAC | count N \
                         (0: no limit) | stream N FIELD VALUE | set 0 FIELD VALUE (pktgen) | quit";
 
 /// Every command (`q` is `quit`).
@@ -372,22 +372,21 @@ impl Steer {
                 self.change(line, |s| set(s, &|f| f.ttl = Some(t)))?;
             }
             "vlan" => {
-                let v = need("a VLAN id (1..4094) or off")?;
-                let id = match v {
-                    "off" | "none" => None,
-                    _ => Some(
-                        v.parse::<u16>()
-                            .ok()
-                            .filter(|v| (1..=4094).contains(v))
-                            .ok_or_else(|| {
-                                format!(
-                                    "vlan {v}: a VLAN id is 1..4094 (0 means no VLAN, 4095 is \
-                                     reserved; `vlan off` takes the tag off)"
-                                )
-                            })?,
-                    ),
+                let v = need("a VLAN id (1..4094), OUTER,INNER (QinQ) or off")?;
+                let (inner, outer) = match v {
+                    "off" | "none" => (None, None),
+                    _ => {
+                        let (i, o) = crate::cmd::gen_streams::parse_vlans(v)
+                            .map_err(|e| format!("vlan {v}: {e} (`vlan off` takes the tag off)"))?;
+                        (Some(i), o)
+                    }
                 };
-                self.change(line, |s| set(s, &|f| f.vlan = Some(id)))?;
+                self.change(line, |s| {
+                    set(s, &|f| {
+                        f.vlan = Some(inner);
+                        f.svlan = Some(outer);
+                    })
+                })?;
             }
             "count" => {
                 let v = need("a packet count")?;
@@ -446,14 +445,15 @@ fn pktgen_field(w: &[&str]) -> Result<Vec<String>, String> {
         }
         ["rate", v] if v.parse::<f64>().is_ok() => return Ok(vec!["rate".into(), format!("{v}%")]),
         ["vlanid", v] => vec!["vlan", v],
+        ["qinqids", o, i] => return Ok(vec!["vlan".into(), format!("{o},{i}")]),
         [f @ ("rate" | "size" | "count" | "sport" | "dport" | "proto" | "ttl" | "vlan"), v] => {
             vec![f, v]
         }
         [] => return Err("set needs a field and a value: set 0 rate 10".into()),
         _ => {
             return Err(format!(
-                "set {}: gen knows set 0 rate|size|count|sport|dport|proto|ttl|vlan VALUE and \
-                 set 0 src|dst ip|mac VALUE",
+                "set {}: gen knows set 0 rate|size|count|sport|dport|proto|ttl|vlan|vlanid VALUE, \
+                 set 0 qinqids OUTER INNER and set 0 src|dst ip|mac VALUE",
                 w.join(" ")
             ))
         }
@@ -466,7 +466,7 @@ fn clear_set(g: &mut Fields, set: &Fields) {
     macro_rules! clear {
         ($($f:ident),*) => {$(if set.$f.is_some() { g.$f = None; })*};
     }
-    clear!(pps, size, src_mac, dst_mac, src_ip, dst_ip, sport, dport, proto, ttl, vlan);
+    clear!(pps, size, src_mac, dst_mac, src_ip, dst_ip, sport, dport, proto, ttl, vlan, svlan);
 }
 
 #[cfg(test)]
@@ -586,6 +586,28 @@ mod tests {
         // One stream: its own rate and fields, the other's unchanged.
         s.exec("stream 1 rate 2Mpps").unwrap();
         s.exec("stream 1 dst-ip 10.0.0.7").unwrap();
+        s.exec("stream 1 vlan off").unwrap();
+        // QinQ on TCP needs 66 B: refused at 64 B, taken at 128 B.
+        assert!(s.exec("stream 0 vlan 10,20").unwrap_err().contains("66"));
+        s.exec("stream 0 size 128").unwrap();
+        s.exec("stream 0 vlan 10,20").unwrap();
+        let v = now(&s);
+        assert_eq!(
+            (v[0].template.svlan, v[0].template.vlan),
+            (Some(10), Some(20))
+        );
+        s.exec("stream 1 size 128").unwrap();
+        s.exec("set 0 qinqids 11 21").unwrap();
+        let v = now(&s);
+        assert_eq!(
+            (v[0].template.svlan, v[0].template.vlan),
+            (Some(11), Some(21))
+        );
+        assert_eq!(
+            (v[1].template.svlan, v[1].template.vlan),
+            (Some(11), Some(21))
+        );
+        s.exec("vlan 42").unwrap();
         s.exec("stream 1 vlan off").unwrap();
         s.exec("stream 1 size 128").unwrap();
         let v = now(&s);

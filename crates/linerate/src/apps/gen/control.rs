@@ -83,8 +83,10 @@ pub struct Fields {
     pub proto: Option<L4>,
     /// TTL or hop limit.
     pub ttl: Option<u8>,
-    /// The 802.1Q tag: `Some(None)` takes it off.
+    /// The 802.1Q tag: `Some(None)` takes it off (and a QinQ service tag with it).
     pub vlan: Option<Option<u16>>,
+    /// With `vlan`: the 802.1ad service tag outside it (QinQ), or none.
+    pub svlan: Option<Option<u16>>,
 }
 
 impl Fields {

@@ -722,9 +722,7 @@ pub fn apply_fields(s: &mut StreamSpec, f: &control::Fields) {
     }
     if let Some(v) = f.vlan {
         s.template.vlan = v;
-        if v.is_none() {
-            s.template.svlan = None;
-        }
+        s.template.svlan = f.svlan.flatten().filter(|_| v.is_some());
     }
 }
 
