@@ -17,8 +17,9 @@ use std::sync::Arc;
 /// The commands, for help texts and error messages.
 pub const HELP: &str = "start | stop | rate RATE (e.g. 50%, 2Mpps, 1Gbps) | size BYTES (e.g. \
                         128, 64-1518, imix) | src-ip|dst-ip ADDR | sport|dport PORT | proto \
-                        udp|tcp|icmp|arp | ttl N | vlan ID|OUTER,INNER|off | src-mac|dst-mac MAC | count N \
-                        (0: no limit) | stream N FIELD VALUE | set 0 FIELD VALUE (pktgen) | quit";
+                        udp|tcp|icmp|arp | ttl N | vlan ID|OUTER,INNER|off | src-mac|dst-mac \
+                        MAC | count N (0: no limit) | stream N FIELD VALUE | set 0 FIELD VALUE \
+                        (pktgen) | quit";
 
 /// Every command (`q` is `quit`).
 const KNOWN: [&str; 15] = [

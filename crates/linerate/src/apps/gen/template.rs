@@ -138,7 +138,10 @@ pub enum TemplateError {
     #[error("source and destination addresses must both be IPv4 or both IPv6")]
     MixedFamilies,
     /// A VLAN id outside 1..=4094 (0 means no VLAN, 4095 is reserved: IEEE 802.1Q).
-    #[error("VLAN id {0} is outside 1..4094 (802.1Q: 0 means priority-tagged without a VLAN, 4095 is reserved)")]
+    #[error(
+        "VLAN id {0} is outside 1..4094 (802.1Q: 0 means priority-tagged without a VLAN, \
+         4095 is reserved)"
+    )]
     BadVlan(u16),
     /// Headers that do not go together.
     #[error("{0}")]
