@@ -432,6 +432,35 @@ fn filters_on_raw_ip_and_cooked_captures_match_tcpdump() {
     assert!(hits > 1000, "{hits}");
 }
 
+/// `--loop 0` goes on until a signal: SIGINT ends it, exit 0, the summary says so.
+#[test]
+fn loop_0_plays_until_a_signal() {
+    let child = Command::new(bin())
+        .args([
+            "gen",
+            "--pcap",
+            s(&sample()),
+            "-o",
+            "mem:gr-forever",
+            "--loop",
+            "0",
+        ])
+        .args(["--speed", "100", "--json", "-q"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let k = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(k.success());
+    let o = child.wait_with_output().unwrap();
+    let j = summary(&ok(&o));
+    assert_eq!(j["ended"], "interrupted", "{j}");
+    assert!(j["handed_to_port"].as_u64().unwrap() > 0, "{j}");
+}
+
 #[test]
 fn flags_a_replay_cannot_apply_are_refused_before_anything_is_opened() {
     let out = tmp("never.pcap");
@@ -453,6 +482,7 @@ fn flags_a_replay_cannot_apply_are_refused_before_anything_is_opened() {
         (vec!["--pps", "2Gbps"], "--pps"),
         (vec!["--ttl", "0"], "--ttl"),
         (vec!["--streams", "2"], "--streams"),
+        (vec!["--link-speed", "1Gbps"], "--link-speed"),
     ];
     for (extra, want) in cases {
         let mut args = base.to_vec();

@@ -1632,15 +1632,15 @@ fn replay_figures(
             group_f(t.late_ns as f64 / 1e6, 3)
         ),
     };
-    let state = format!(
-        "replaying, loop {} of {}, {pace}",
-        if opts.loops == 0 {
-            t.loops + 1
-        } else {
-            (t.loops + 1).min(opts.loops)
-        },
-        super::gen_replay::loops_text(opts.loops)
-    );
+    let state = if opts.loops == 0 {
+        format!("replaying, loop {} (forever), {pace}", t.loops + 1)
+    } else {
+        format!(
+            "replaying, loop {} of {}, {pace}",
+            (t.loops + 1).min(opts.loops),
+            opts.loops
+        )
+    };
     (state, vec![(output.to_string(), Dir::Tx, c)])
 }
 

@@ -108,6 +108,11 @@ pub fn refuse_unfit(a: &Args) -> anyhow::Result<()> {
         a.engine != "auto",
         "a replay hands the capture's frames to the output port",
     )?;
+    set(
+        "--link-speed",
+        a.link_speed.is_some() && !a.rate.as_deref().is_some_and(|r| r.trim().ends_with('%')),
+        "it is the line --rate N% is a share of",
+    )?;
     if a.rate.is_some()
         && (a.replay.speed.is_some()
             || a.replay.topspeed
