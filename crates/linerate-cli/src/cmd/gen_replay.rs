@@ -16,9 +16,11 @@ pub struct ReplayArgs {
     /// as an Ethernet frame: raw-IP (LINKTYPE_RAW 101, DLT_RAW 12/14, 228/229), loopback and
     /// Linux cooked (SLL 113, SLL2 276) packets get an Ethernet header, MACs from --dst-mac
     /// and --src-mac (default 02:00:00:00:00:02 and a cooked header's own address, else
-    /// 02:00:00:00:00:01). On a replay --rate is its own rate (as tcpreplay -p/-M),
-    /// --dst-mac/--src-mac, --src-ip/--dst-ip, --vlan and --ttl rewrite every packet (as
-    /// tcprewrite); gen's other packet flags are refused
+    /// 02:00:00:00:00:01). On a replay --rate is its own rate (as tcpreplay -p/-M), and
+    /// tcprewrite's edits are gen's flags: --dst-mac/--src-mac, --src-ip/--dst-ip as address
+    /// maps (NEW, OLD:NEW or OLD/len:NEW/len, comma-separated; IPv6 in brackets), --vlan ID
+    /// (1..4094: tags, or retags the outer tag), --ttl, with --portmap and --vlan-strip;
+    /// checksums are fixed after any edit. gen's other packet flags are refused
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<String>,
     /// Replay at this multiple of the recorded speed (tcpreplay -x / --multiplier)
