@@ -393,6 +393,8 @@ pub fn run_observed(
                                         ts: d.ts,
                                         len: len as u32,
                                         wire_len,
+                                        // Its interface, for a pcapng output.
+                                        port: d.port,
                                         flags: d.flags & (Desc::F_INBOUND | Desc::F_OUTBOUND),
                                         ..Desc::default()
                                     });
