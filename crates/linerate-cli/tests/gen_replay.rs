@@ -506,3 +506,61 @@ fn flags_a_replay_cannot_apply_are_refused_before_anything_is_opened() {
     assert_eq!(o.status.code(), Some(2));
     assert!(!out.exists());
 }
+
+/// A raw-IP capture replayed at 20 kpps onto a veth (root, its own namespaces) with
+/// `--dst-mac`: `count` on the peer receives every IP packet in an Ethernet frame to that MAC,
+/// field for field as tshark reads the capture.
+#[test]
+fn a_raw_ip_replay_crosses_a_veth_as_ethernet() {
+    use linerate_test_support::netns::{self, NetnsPair, Side};
+    if !netns::require_priv() {
+        return;
+    }
+    let src = ip_capture("veth-raw.pcap", 101);
+    let (_, recs) = read_pcap(&src);
+    let n = recs.len().to_string();
+    let got = tmp("veth-got.pcap");
+    let pair = NetnsPair::new().expect("netns pair");
+    let count = Command::new("ip")
+        .args(["netns", "exec", pair.ns(Side::B), bin()])
+        .args(["count", "-i", "afpacket:vB", "-c", &n, "-t", "30", "-q"])
+        .args(["-f", "ether dst 0a:0b:0c:0d:0e:0f", "-w", s(&got)])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn count");
+    // count's socket is open once the file exists (written at start).
+    let t0 = std::time::Instant::now();
+    while !got.exists() && t0.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let j = summary(&ok(&Command::new("ip")
+        .args(["netns", "exec", pair.ns(Side::A), bin()])
+        .args([
+            "gen",
+            "--pcap",
+            s(&src),
+            "-o",
+            "afpacket:vA",
+            "--rate",
+            "20kpps",
+        ])
+        .args(["--dst-mac", "0a:0b:0c:0d:0e:0f", "--json", "-q"])
+        .output()
+        .unwrap()));
+    assert_eq!(j["pkts"].as_u64(), Some(recs.len() as u64), "{j}");
+    let o = count.wait_with_output().unwrap();
+    assert!(o.status.success());
+    let fields = [
+        "ip.src", "ip.dst", "ip.len", "ipv6.src", "ipv6.dst", "udp.port", "tcp.port",
+    ];
+    assert_eq!(
+        tshark_fields(&got, "ip or ipv6", &fields),
+        tshark_fields(&src, "ip or ipv6", &fields)
+    );
+    assert_eq!(
+        tcpdump_count(&got, "ether dst 0a:0b:0c:0d:0e:0f"),
+        recs.len()
+    );
+}
