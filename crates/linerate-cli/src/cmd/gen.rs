@@ -106,9 +106,9 @@ pub struct Args {
     /// (0x88a8) tag outside the 802.1Q one.
     #[arg(long, value_name = "ID[,ID]")]
     pub vlan: Option<String>,
-    /// TTL / hop limit.
-    #[arg(long, default_value_t = 64)]
-    pub ttl: u8,
+    /// TTL / hop limit (default 64; on a replay, set in every packet).
+    #[arg(long)]
+    pub ttl: Option<u8>,
     /// Lua userscript: modify(pkts, n) is called once per batch; its config table gives
     /// defaults to these flags. A script is a program (MoonGen's kind): it has Lua's io and os
     /// libraries and runs with this tool's privileges.
@@ -153,18 +153,8 @@ pub struct Args {
     /// With --rx: how long to wait for late packets after the last one is sent.
     #[arg(long, value_name = "DURATION", default_value = "200ms")]
     pub rx_wait: String,
-    /// Replay this capture instead of building packets.
-    #[arg(long, value_name = "FILE")]
-    pub pcap: Option<String>,
-    /// Replay at this multiple of the recorded speed.
-    #[arg(long, value_name = "X", conflicts_with = "topspeed", value_parser = flags::real(0.0, 1e6, true))]
-    pub speed: Option<f64>,
-    /// Replay as fast as possible.
-    #[arg(long)]
-    pub topspeed: bool,
-    /// Replay the capture N times.
-    #[arg(long = "loop", value_name = "N", default_value_t = 1, value_parser = flags::count(1, 1_000_000_000))]
-    pub loops: u64,
+    #[command(flatten)]
+    pub replay: super::gen_replay::ReplayArgs,
     /// Seed of random fields, sizes and Poisson gaps.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -352,7 +342,7 @@ pub fn streams_from(
         pick(&a.pattern, cfg, "pattern").unwrap_or("cbr").parse(),
     )?;
     let mut t = TemplateSpec {
-        ttl: a.ttl,
+        ttl: a.ttl.unwrap_or(64),
         ..Default::default()
     };
     if let Some(m) = pick(&a.dst_mac, cfg, "dst_mac") {
@@ -563,6 +553,7 @@ fn open(uri: &str, opts: &PortOptions, what: &str) -> anyhow::Result<Box<dyn Por
 /// The files a run reads (capture, script, --rx), which no output may overwrite.
 fn inputs(a: &Args) -> Inputs {
     let mut v: Vec<&str> = a
+        .replay
         .pcap
         .iter()
         .chain(a.rx.iter())
@@ -777,13 +768,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 "--commands {c}: only - (standard input) is supported"
             )));
         }
-        if a.pcap.is_some() {
+        if a.replay.pcap.is_some() {
             return Err(usage(
                 "--commands steers generated streams, not --pcap replay",
             ));
         }
     }
-    if let Some(p) = &a.pcap {
+    if let Some(p) = &a.replay.pcap {
         return run_replay(&a, p, &popts, &stop);
     }
     // A script that does not return (its top level or modify) is stopped by a signal or by
@@ -1766,19 +1757,27 @@ fn replay_figures(
         bytes: bytes + 4 * taken,
         drops: t.port.tx_drops,
     };
-    let pace = match opts.speed {
-        None => "as fast as possible".to_string(),
-        Some(x) => format!(
+    let pace = match (opts.rate, opts.speed) {
+        (Some(replay::ReplayRate::Pps(p)), _) => format!("at {} pps", group_f(p, 0)),
+        (Some(replay::ReplayRate::Bps { bps, .. }), _) => {
+            format!("at {} Mbit/s", group_f(bps / 1e6, 3))
+        }
+        (None, None) => "as fast as possible".to_string(),
+        (None, Some(x)) => format!(
             "at {}x the capture's pace, the last packet {} ms after its time",
             group_f(x, 2),
             group_f(t.late_ns as f64 / 1e6, 3)
         ),
     };
-    let state = format!(
-        "replaying, loop {} of {}, {pace}",
-        (t.loops + 1).min(opts.loops.max(1)),
-        opts.loops.max(1)
-    );
+    let state = if opts.loops == 0 {
+        format!("replaying, loop {} (forever), {pace}", t.loops + 1)
+    } else {
+        format!(
+            "replaying, loop {} of {}, {pace}",
+            (t.loops + 1).min(opts.loops),
+            opts.loops
+        )
+    };
     (state, vec![(output.to_string(), Dir::Tx, c)])
 }
 
@@ -1786,7 +1785,12 @@ fn replay_figures(
 /// capture's pace the asked rate is the capture's own, and the state line says how late the
 /// last packet left instead.
 fn replay_rate(mut p: Page, opts: &ReplayOptions) -> Page {
-    if opts.speed.is_none() {
+    if let Some(replay::ReplayRate::Pps(pps)) = opts.rate {
+        p.rate = Some(RateLine {
+            asked: Some(pps),
+            achieved: p.ports.first().map_or(0.0, |r| r.pps),
+        });
+    } else if opts.speed.is_none() && opts.rate.is_none() {
         p.rate = Some(RateLine {
             asked: None,
             achieved: p.ports.first().map_or(0.0, |r| r.pps),
@@ -1806,20 +1810,34 @@ fn run_replay(
     if a.threads != 1 {
         return Err(usage("--pcap replays on one thread"));
     }
-    // A replay ends with its capture (times --loop): always finite.
-    let limited = true;
-    // Check the capture opens before creating anything.
-    let ifaces = open(path, popts, "--pcap")?.interfaces();
+    // Flags a replay cannot apply, and the edits and rate it can, refused or checked before
+    // anything is opened.
+    super::gen_replay::refuse_unfit(a)?;
+    let rw = super::gen_replay::rewrite(a)?;
+    let rate = super::gen_replay::rate(a, || link_bps(a, &a.output))?;
+    // A replay ends with its capture (times --loop), unless it loops forever.
+    let limited = a.replay.loops != 0 || a.count.is_some() || a.duration.is_some();
+    // Check the capture opens, and its link types go on Ethernet, before creating anything.
+    let mut ifaces = open(path, popts, "--pcap")?.interfaces();
+    let rewrite = super::gen_replay::for_capture(path, rw, &ifaces)?;
+    if rewrite.is_some() {
+        // What leaves is Ethernet, whatever the capture held.
+        for i in &mut ifaces {
+            i.link = LinkType::ETHERNET;
+        }
+    }
     let mut outp = open_out(&a.output, popts, limited)?;
     outp.describe(&ifaces)
         .with_context(|| format!("-o {}", a.output))?;
     let opts = ReplayOptions {
-        speed: if a.topspeed {
+        speed: if a.replay.topspeed {
             None
         } else {
-            Some(a.speed.unwrap_or(1.0))
+            Some(a.replay.speed.unwrap_or(1.0))
         },
-        loops: a.loops.max(1),
+        loops: a.replay.loops,
+        rate,
+        rewrite,
         count: a
             .count
             .as_deref()
@@ -1844,7 +1862,8 @@ fn run_replay(
             format!("linerate gen --pcap {path} -o {}", a.output),
             stop.clone(),
             Some(
-                "no commands: a replay plays the capture as --speed, --loop, -c, -t set it".into(),
+                "no commands: a replay plays the capture as --rate, --speed, --loop, -c, -t set it"
+                    .into(),
             ),
         )?)
     } else {
@@ -1895,7 +1914,11 @@ fn run_replay(
             "handed_to_port": r.pkts, "bytes": r.taken_bytes(),
             "loops": r.loops, "elapsed_ms": elapsed * 1e3, "pps": pps,
             "port_drops": r.port.tx_drops.total(), "unsent": r.unsent, "ended": r.ended.text()});
-        if opts.speed.is_some() {
+        j["refused"] = r.refused.total().into();
+        for (why, n) in r.refused.reasons() {
+            j["refused_by_reason"][why] = n.into();
+        }
+        if opts.speed.is_some() || opts.rate.is_some() {
             j["precision"] = precision_json(&r.precision);
         }
         let _ = writeln!(out, "{j}");
@@ -1907,7 +1930,7 @@ fn run_replay(
             group(r.taken()),
             group(r.taken_bytes()),
             r.loops,
-            opts.loops,
+            super::gen_replay::loops_text(opts.loops),
             group_f(elapsed * 1e3, 2),
             group_f(pps, 0),
             group(r.port.tx_drops.total()),
@@ -1921,7 +1944,21 @@ fn run_replay(
                 group(r.unsent)
             );
         }
-        if opts.speed.is_some() {
+        if r.refused.total() > 0 {
+            let why: Vec<String> = r
+                .refused
+                .reasons()
+                .iter()
+                .map(|(w, n)| format!("{w} {}", group(*n)))
+                .collect();
+            let _ = writeln!(
+                out,
+                "Not replayed: {} pkts that cannot go on Ethernet ({})",
+                group(r.refused.total()),
+                why.join(", ")
+            );
+        }
+        if opts.speed.is_some() || opts.rate.is_some() {
             let _ = write!(out, "{}", r.precision.table());
         }
     }
