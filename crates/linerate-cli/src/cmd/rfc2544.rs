@@ -8,7 +8,7 @@ use linerate::apps::gen::rfc2544::{self, Rfc2544Options, SIZES};
 use linerate::apps::gen::template::TemplateSpec;
 use linerate::apps::gen::vary::parse_mac;
 use linerate::apps::gen::{fmt_pps, RATE_TOLERANCE};
-use linerate::port::PortOptions;
+use linerate::port::{PortOptions, Uri};
 use linerate::time::TscClock;
 use std::io::Write;
 use std::process::ExitCode;
@@ -35,16 +35,41 @@ pub struct Args {
     /// Wait for late frames after each trial.
     #[arg(long, value_name = "DURATION", default_value = "100ms")]
     settle: String,
-    /// Resolution of the throughput search, % of line rate.
+    /// Resolution of the throughput search, % of the result: the search (in packets per
+    /// second) ends when the highest passing and the lowest failing rate are this close.
     #[arg(long, value_name = "PCT", default_value_t = 1.0, value_parser = flags::real(0.01, 50.0, false))]
     resolution: f64,
-    /// Line rate (frames + 20 B preamble and gap per frame).
-    #[arg(long, value_name = "RATE", default_value = "10Gbps")]
-    link_speed: String,
+    /// Line rate (frames + 20 B preamble and gap per frame), e.g. 10Gbps; default: the
+    /// output interface's speed (as ethtool reports it), refused when it has none.
+    #[arg(long, value_name = "RATE")]
+    link_speed: Option<String>,
+    /// Loss allowed for the partial drop rate (PDR), % of the frames sent: a second search,
+    /// reported beside the no-drop rate (NDR). 0: the NDR only.
+    #[arg(long, value_name = "PCT", default_value_t = 0.0, value_parser = flags::real(0.0, 100.0, false))]
+    loss_tolerance: f64,
+    /// Throughput searches per size: the median and the spread are reported, with a warning
+    /// when they disagree.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = flags::int(1u32, 1000))]
+    repeat: u32,
+    /// Source IP address of the test frames (for a router: an address routed through it).
+    #[arg(long, value_name = "ADDR")]
+    src_ip: Option<std::net::IpAddr>,
+    /// Destination IP address of the test frames.
+    #[arg(long, value_name = "ADDR")]
+    dst_ip: Option<std::net::IpAddr>,
+    /// UDP source port of the test frames.
+    #[arg(long, value_name = "PORT")]
+    sport: Option<u16>,
+    /// UDP destination port of the test frames.
+    #[arg(long, value_name = "PORT")]
+    dport: Option<u16>,
+    /// Source MAC of the test frames.
+    #[arg(long, value_name = "MAC")]
+    src_mac: Option<String>,
     /// Longest burst of the back-to-back test (0 to skip it).
     #[arg(long, value_name = "FRAMES", default_value = "65536")]
     b2b_max: String,
-    /// Rates of the frame-loss test, % of line rate, comma-separated.
+    /// Rates of the frame-loss test, % of line rate (`80` or `80%`), comma-separated.
     #[arg(
         long,
         value_name = "LIST",
@@ -66,6 +91,29 @@ pub struct Args {
     /// Pin the generator to this core.
     #[arg(short = 'g', long, value_name = "CORE", value_parser = flags::int(0, flags::MAX_CORE))]
     core: Option<usize>,
+}
+
+/// The line rate of the output port: its interface's speed (`/sys/class/net/IF/speed`, what
+/// ethtool reports), or a usage error asking for `--link-speed` (a `mem:` port, a link down, a
+/// driver with no speed): a test in percent of a line that is not there means nothing.
+fn iface_speed(out: &str) -> anyhow::Result<f64> {
+    let iface = Uri::parse(out)
+        .ok()
+        .and_then(|u| u.iface().map(str::to_string));
+    let Some(iface) = iface else {
+        return Err(usage(format!(
+            "--link-speed: -o {out} has no link speed to read: give the line rate the \
+             percentages and the search refer to (e.g. --link-speed 10Gbps)"
+        )));
+    };
+    let speed = std::fs::read_to_string(format!("/sys/class/net/{iface}/speed"));
+    match speed.ok().and_then(|s| s.trim().parse::<i64>().ok()) {
+        Some(mbps) if mbps > 0 => Ok(mbps as f64 * 1e6),
+        _ => Err(usage(format!(
+            "--link-speed: interface {iface} reports no speed (link down, or a driver without \
+             one): give the line rate (e.g. --link-speed 10Gbps)"
+        ))),
+    }
 }
 
 fn list<T: std::str::FromStr>(flag: &str, s: &str) -> anyhow::Result<Vec<T>> {
@@ -90,22 +138,56 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "--sizes: {s} is outside 64..1518 (RFC 2544 sizes: {SIZES:?})"
         )));
     }
-    let line_bps = f("--link-speed", flags::check_line_speed(&a.link_speed))?;
     let loss_steps: Vec<f64> = a
         .loss_steps
         .split(',')
-        .map(|v| f("--loss-steps", flags::check_real(v, 0.0, 100.0, true)))
+        .map(|v| {
+            let v = v.trim();
+            f(
+                "--loss-steps",
+                flags::check_real(v.strip_suffix('%').unwrap_or(v), 0.0, 100.0, true),
+            )
+        })
         .collect::<anyhow::Result<_>>()?;
     let mut template = TemplateSpec::default();
     if let Some(m) = &a.dst_mac {
         template.dst_mac = parse_mac(m).map_err(|e| usage(format!("--dst-mac: {e}")))?;
     }
-    let opts = Rfc2544Options {
+    if let Some(m) = &a.src_mac {
+        template.src_mac = parse_mac(m).map_err(|e| usage(format!("--src-mac: {e}")))?;
+    }
+    // One family: the other address defaults to the documentation range of the same one.
+    match (a.src_ip, a.dst_ip) {
+        (Some(s), Some(d)) if s.is_ipv4() != d.is_ipv4() => {
+            return Err(usage(format!(
+                "--src-ip {s} and --dst-ip {d}: the test frames' addresses must be of one family"
+            )))
+        }
+        (s, d) => {
+            let v6 = s.is_some_and(|x| x.is_ipv6()) || d.is_some_and(|x| x.is_ipv6());
+            if v6 {
+                template.src_ip = "2001:db8::1".parse()?;
+                template.dst_ip = "2001:db8::2".parse()?;
+            }
+            if let Some(s) = s {
+                template.src_ip = s;
+            }
+            if let Some(d) = d {
+                template.dst_ip = d;
+            }
+        }
+    }
+    if let Some(p) = a.sport {
+        template.sport = p;
+    }
+    if let Some(p) = a.dport {
+        template.dport = p;
+    }
+    let mut opts = Rfc2544Options {
         sizes,
         trial: f("--trial", flags::check_duration(&a.trial, flags::TRIAL))?,
         settle: f("--settle", flags::check_duration(&a.settle, flags::WAIT))?,
         resolution_pct: a.resolution,
-        line_bps,
         loss_steps,
         b2b_max: f(
             "--b2b-max",
@@ -118,7 +200,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             ),
         )?,
         template,
+        loss_tolerance_pct: a.loss_tolerance,
+        repeat: a.repeat,
+        ..Default::default()
     };
+    // Last of the flags: the others' mistakes are named first.
+    let (line_bps, line_from) = match &a.link_speed {
+        Some(s) => (
+            f("--link-speed", flags::check_line_speed(s))?,
+            "--link-speed",
+        ),
+        None => (iface_speed(&a.output)?, "interface"),
+    };
+    opts.line_bps = line_bps;
     let inputs = crate::common::inputs_of([a.input.as_str()]);
     if let Some(p) = &a.csv {
         crate::common::check_output("--csv", p, &inputs)?;
@@ -136,11 +230,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let results = rfc2544::run(tx.as_mut(), rx.as_mut(), &opts, &clock, &stop, |t| {
         if a.json {
             let j = serde_json::json!({"type": "trial", "test": t.kind, "size": t.size,
-                "rate_pct": t.rate_pct, "offered_pps": t.offered_pps,
+                "repeat": t.repeat, "rate_pct": t.rate_pct, "offered_pps": t.offered_pps,
                 "achieved_pps": t.achieved_pps, "sent": t.sent, "received": t.received,
                 "loss_pct": t.loss_pct(), "lat_p50_ns": t.latency.p50,
+                "jitter_ns": t.jitter_ns, "ipdv_max_ns": t.ipdv_max_ns,
                 "generator_limited": t.generator_limited(), "passed": t.passed(),
-                "verdict": t.verdict()});
+                "interrupted": t.interrupted, "verdict": t.verdict()});
             let _ = writeln!(out, "{j}");
         } else if !a.quiet {
             let (rate, achieved) = if t.kind == "ceiling" {
@@ -156,23 +251,35 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 (
                     format!("{:>7.3} %", t.rate_pct),
                     format!(
-                        "achieved {} of {} offered ({:.2} %)",
+                        "achieved {} of {} offered",
                         fmt_pps(t.achieved_pps),
                         fmt_pps(t.offered_pps),
-                        100.0 * t.achieved_pps / t.offered_pps.max(1e-9)
                     ),
                 )
             };
+            let jitter = if t.kind == "ceiling" || t.received < 2 {
+                String::new()
+            } else {
+                format!(", jitter {:.0} ns", t.jitter_ns)
+            };
             let _ = writeln!(
                 out,
-                "{:>12} {:>5} B at {rate}: {achieved}; sent {} received {} ({:.3} % lost){}",
+                "{:>12} {:>5} B at {rate}: {achieved}; sent {} received {} ({:.3} % lost{jitter}){}",
                 t.kind,
                 t.size,
                 t.sent,
                 t.received,
                 t.loss_pct(),
                 match t.kind {
-                    "ceiling" => String::new(),
+                    "ceiling" if !t.interrupted => String::new(),
+                    "pdr" => format!(
+                        ": {}",
+                        if t.passed_within(opts.loss_tolerance_pct) {
+                            "within the tolerance"
+                        } else {
+                            t.verdict()
+                        }
+                    ),
                     _ => format!(": {}", t.verdict()),
                 }
             );
@@ -180,6 +287,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let _ = out.flush();
     })
     .context("rfc2544")?;
+    let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
     if let Some(p) = &a.csv {
         crate::common::write_file("--csv", p, rfc2544::csv(&results).as_bytes(), &inputs)?;
     }
@@ -187,14 +295,46 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let rows: Vec<serde_json::Value> = results
             .iter()
             .map(|r| {
+                let pct = |p: f64| 100.0 * p / r.line_pps;
+                let (ndr, pdr, jit) = (r.ndr(), r.pdr(), r.jitter());
+                let trials: Vec<serde_json::Value> = r
+                    .runs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, run)| {
+                        serde_json::json!({
+                            "repeat": i,
+                            "ndr_pps": run.ndr.as_ref().map(|t| t.offered_pps),
+                            "pdr_pps": run.pdr.as_ref().map(|t| t.offered_pps),
+                            "pdr_loss_pct": run.pdr.as_ref().map(|t| t.loss_pct()),
+                            "jitter_ns": run.latency.as_ref().map(|t| t.jitter_ns),
+                            "ipdv_max_ns": run.latency.as_ref().map(|t| t.ipdv_max_ns),
+                            "latency_p50_ns": run.latency.as_ref().map(|t| t.latency.p50),
+                        })
+                    })
+                    .collect();
                 // Throughput is the offered rate of the highest trial that passed (its
-                // achieved rate is within the tolerance of it, given apart).
+                // achieved rate is within the tolerance of it, given apart), of the
+                // repetition with the median NDR.
                 serde_json::json!({
                     "size": r.size,
                     "line_pps": r.line_pps,
                     "throughput_pct": r.throughput.as_ref().map(|t| t.rate_pct),
                     "throughput_pps": r.throughput.as_ref().map(|t| t.offered_pps),
                     "throughput_achieved_pps": r.throughput.as_ref().map(|t| t.achieved_pps),
+                    "ndr_pps": ndr.map(|s| s.median),
+                    "ndr_pct": ndr.map(|s| pct(s.median)),
+                    "ndr_min_pps": ndr.map(|s| s.min),
+                    "ndr_max_pps": ndr.map(|s| s.max),
+                    "ndr_spread_pct": ndr.map(|s| s.spread_pct()),
+                    "pdr_pps": pdr.map(|s| s.median),
+                    "pdr_pct": pdr.map(|s| pct(s.median)),
+                    "pdr_min_pps": pdr.map(|s| s.min),
+                    "pdr_max_pps": pdr.map(|s| s.max),
+                    "pdr_spread_pct": pdr.map(|s| s.spread_pct()),
+                    "jitter_ns": jit.map(|s| s.median),
+                    "trials": trials,
+                    "trials_disagree": r.disagree(opts.resolution_pct),
                     "generator_ceiling_pps": r.ceiling_pps,
                     "generator_ceiling_pct": r.ceiling_pct(),
                     "generator_limited": r.ceiling_pct() < 100.0 * (1.0 - RATE_TOLERANCE),
@@ -209,10 +349,28 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let _ = writeln!(
             out,
             "{}",
-            serde_json::json!({"type": "summary", "results": rows})
+            serde_json::json!({"type": "summary",
+                "ended": if interrupted { "interrupted" } else { "complete" },
+                "link_speed_bps": opts.line_bps, "link_speed_from": line_from,
+                "resolution_pct": opts.resolution_pct,
+                "loss_tolerance_pct": opts.loss_tolerance_pct, "repeat": opts.repeat,
+                "results": rows})
         );
     } else {
-        let _ = write!(out, "{}", rfc2544::table(&results));
+        let _ = write!(out, "{}", rfc2544::table(&results, &opts));
+        if interrupted {
+            let _ = writeln!(
+                out,
+                "rfc2544: interrupted: the results above are incomplete ({} of {} sizes begun; the trial under way was not judged)",
+                results.len(),
+                opts.sizes.len()
+            );
+        }
+    }
+    let _ = out.flush();
+    if interrupted {
+        eprintln!("linerate rfc2544: interrupted before the end: the results are incomplete");
+        return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
 }
