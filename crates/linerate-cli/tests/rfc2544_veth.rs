@@ -26,7 +26,12 @@ fn looped() -> NetnsPair {
 
 fn rfc2544(pair: &NetnsPair, args: &[&str]) -> std::process::Output {
     Command::new("ip")
-        .args(["netns", "exec", pair.ns(Side::A), env!("CARGO_BIN_EXE_linerate")])
+        .args([
+            "netns",
+            "exec",
+            pair.ns(Side::A),
+            env!("CARGO_BIN_EXE_linerate"),
+        ])
         .args(["rfc2544", "-o", "afpacket:vA", "-i", "afpacket:vB"])
         .args(args)
         .output()
@@ -85,8 +90,12 @@ fn rfc2544_on_a_veth_reports_ndr_pdr_jitter_and_three_trials() {
     assert_eq!(res.len(), 2);
     for r in res {
         let line = r["line_pps"].as_f64().unwrap();
-        let ndr = r["ndr_pps"].as_f64().unwrap_or_else(|| panic!("no NDR: {r}"));
-        let pdr = r["pdr_pps"].as_f64().unwrap_or_else(|| panic!("no PDR: {r}"));
+        let ndr = r["ndr_pps"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no NDR: {r}"));
+        let pdr = r["pdr_pps"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no PDR: {r}"));
         assert!(ndr > 0.0 && ndr <= line, "{r}");
         assert!(pdr > 0.0 && pdr <= line, "{r}");
         let pct = r["ndr_pct"].as_f64().unwrap();

@@ -14,6 +14,32 @@ pub enum Rate {
     Percent(f64),
 }
 
+impl Rate {
+    /// Packets per second this rate asks of frames of `frame_bytes` (with CRC; each takes 20 B
+    /// more on the wire: preamble and gap). A percentage is of `line_bps`, and refused when the
+    /// line is unknown (None): a percent of a line that is not there means nothing.
+    pub fn pps(self, frame_bytes: f64, line_bps: Option<f64>) -> Result<f64, String> {
+        let bits = (frame_bytes + 20.0) * 8.0;
+        let pps = match self {
+            Rate::Pps(p) => p,
+            Rate::Bps(b) => b / bits,
+            Rate::Percent(x) => match line_bps {
+                Some(l) => l * x / 100.0 / bits,
+                None => {
+                    return Err(format!(
+                        "{x}% of what? The line rate is unknown: give the rate in pps or bps"
+                    ))
+                }
+            },
+        };
+        if pps > 0.0 && pps.is_finite() {
+            Ok(pps)
+        } else {
+            Err("the rate must be above zero".into())
+        }
+    }
+}
+
 fn split_num(s: &str) -> Option<(f64, &str)> {
     let s = s.trim();
     let end = s
@@ -159,6 +185,19 @@ mod tests {
         assert_eq!(parse_rate("80%").unwrap(), Rate::Percent(80.0));
         assert!(parse_rate("120%").is_err());
         assert!(parse_rate("-1pps").is_err());
+    }
+
+    #[test]
+    fn rates_in_packets_per_second() {
+        // 64 B frames take 84 B on the wire: 10 GbE is 14.88 Mpps.
+        let line = Some(10e9);
+        assert_eq!(parse_rate("50kpps").unwrap().pps(64.0, None), Ok(50_000.0));
+        let p = parse_rate("10Gbps").unwrap().pps(64.0, None).unwrap();
+        assert!((p - 14_880_952.38).abs() < 1.0, "{p}");
+        let p = parse_rate("50%").unwrap().pps(64.0, line).unwrap();
+        assert!((p - 7_440_476.19).abs() < 1.0, "{p}");
+        assert!(parse_rate("50%").unwrap().pps(64.0, None).is_err());
+        assert!(Rate::Pps(0.0).pps(64.0, None).is_err());
     }
 
     #[test]
