@@ -820,10 +820,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let rx = a.rx.as_deref().map(|p| (p, PortCount::default()));
         publish(m, &tx, rx, asked, 0.0);
     }
+    // The engine auto took for a rate, and why (the live engine's runs would be bursts).
+    let engine_why = paced_on_xsk(&a, &cfg)?;
     if a.json {
-        let j = serde_json::json!({"type": "start", "port": a.output, "threads": a.threads,
+        let mut j = serde_json::json!({"type": "start", "port": a.output, "threads": a.threads,
             "pps_per_stream": specs[0].0[0].pps, "rate_pps": asked, "script": a.script,
             "on_stall": on_stall_name(&stall)});
+        if let Some(w) = &engine_why {
+            j["engine"] = "xsk".into();
+            j["engine_why"] = w.as_str().into();
+        }
         let _ = writeln!(out, "{j}");
     } else if !a.quiet {
         let rate = asked
@@ -834,6 +840,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "Generating on {} ({} thread(s), {rate})",
             a.output, a.threads
         );
+        if let Some(w) = &engine_why {
+            let _ = writeln!(out, "Engine xsk (AF_XDP): {w}");
+        }
     }
     let _ = out.flush();
     if let (Some(st), Some(_)) = (&steer, &a.commands) {
@@ -1295,6 +1304,8 @@ fn live_iface(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
         Some("--streams: live frames send one stream".to_string())
     } else if pick(&a.pattern, cfg, "pattern").is_some_and(|p| p != "cbr") {
         Some("--pattern: live frames pace by runs of packets, not per packet".to_string())
+    } else if let (None, Some(why)) = (want, paced_on_xsk(a, cfg)?) {
+        Some(why)
     } else {
         let (streams, _, _) = streams_from(a, cfg, 0)?;
         linerate::apps::gen::live::unsupported(&streams[0])
@@ -1340,6 +1351,36 @@ fn live_status(changed: bool, short: bool) -> Option<String> {
 const LIVE_FIXED: &str = "not on the XDP live-frames engine: the kernel sends copies of the one \
                           template built at the start (use --engine xsk to change them while it \
                           runs)";
+
+/// Why `--engine auto` sends a `--rate` on the xsk engine, if it does: below
+/// [`live::PACED_MIN_PPS`] a thread, the live engine would send it in runs of ~25 ms' worth of
+/// packets back to back (the kernel's cost of a run), bursts a receiver's ring drops; the xsk
+/// engine paces per packet.
+fn paced_on_xsk(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
+    use linerate::apps::gen::live;
+    if a.engine != "auto" || !matches!(Uri::parse(&a.output), Ok(Uri::Xdp { .. })) {
+        return Ok(None);
+    }
+    let Some(rate) = pick(&a.rate, cfg, "rate") else {
+        return Ok(None);
+    };
+    let (streams, _, _) = streams_from(a, cfg, 0)?;
+    let Some(pps) = streams.first().and_then(|s| s.pps) else {
+        return Ok(None);
+    };
+    if pps >= live::PACED_MIN_PPS {
+        return Ok(None);
+    }
+    let run = pps * live::TYPICAL_RUN_GAP_NS as f64 / 1e9;
+    Ok(Some(format!(
+        "--rate {rate}: below {} pps a thread the XDP live-frames engine sends in runs of ~{} \
+         frames every ~{} ms (bursts a receiver's ring drops), the xsk engine paces each \
+         packet (--engine live to take the runs)",
+        group_f(live::PACED_MIN_PPS, 0),
+        group_f(run, 0),
+        live::TYPICAL_RUN_GAP_NS / 1_000_000
+    )))
+}
 
 /// `linerate gen -o xdp:IFACE` on the live-frames engine.
 fn run_live(
@@ -1410,7 +1451,18 @@ fn run_live(
         let _ = writeln!(out, "{j}");
     } else if !a.quiet {
         let rate = pps
-            .map(|p| format!("{} pps; {}", group_f(p, 0), on_stall_words(&on_stall)))
+            .map(|p| {
+                format!(
+                    "{} pps in runs of ~{} frames back to back, one a thread every ~{} ms; {}",
+                    group_f(p, 0),
+                    group_f(
+                        p / a.threads as f64 * live::TYPICAL_RUN_GAP_NS as f64 / 1e9,
+                        0
+                    ),
+                    live::TYPICAL_RUN_GAP_NS / 1_000_000,
+                    on_stall_words(&on_stall)
+                )
+            })
             .unwrap_or_else(|| "as fast as possible".into());
         let _ = writeln!(
             out,
@@ -1545,7 +1597,8 @@ fn run_live(
             "type": "summary", "engine": "live", "pkts": r.taken(), "program_sent": r.pkts,
             "bytes": r.bytes,
             "elapsed_ms": elapsed * 1e3, "pps": r.pps(), "mbps": mbps, "runs": r.runs,
-            "run_gap_ns": r.run_gap_ns(a.threads), "device_tx_dropped": r.tx_dropped,
+            "run_gap_ns": r.run_gap_ns(a.threads), "run_frames_mean": r.mean_run(),
+            "run_frames_max": r.max_run, "device_tx_dropped": r.tx_dropped,
             "device_tx_packets": r.tx_packets, "rate_pps": r.rate_pps,
             "limited": why.map(|w| w.name()),
         });
@@ -1562,7 +1615,7 @@ fn run_live(
     } else {
         let _ = writeln!(
             out,
-            "Sent {} pkts, {} bytes in {} ms: {} pps, {} Mbit/s; device drops: {} ({} runs, one every {} ms a thread)",
+            "Sent {} pkts, {} bytes in {} ms: {} pps, {} Mbit/s; device drops: {} ({} runs of {} frames on average, {} at most, one every {} ms a thread)",
             group(r.taken()),
             group(r.bytes),
             group_f(elapsed * 1e3, 2),
@@ -1570,6 +1623,8 @@ fn run_live(
             group_f(mbps, 2),
             r.tx_dropped.map_or("unknown".into(), group),
             group(r.runs),
+            group_f(r.mean_run(), 0),
+            group(r.max_run),
             group_f(r.run_gap_ns(a.threads) as f64 / 1e6, 1),
         );
         if r.steered {
