@@ -241,11 +241,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             let (rate, achieved) = if t.kind == "ceiling" {
                 (
                     "unpaced".to_string(),
-                    format!(
-                        "achieved {} ({:.2} % of line rate)",
-                        fmt_pps(t.achieved_pps),
-                        100.0 * t.achieved_pps / t.offered_pps.max(1e-9)
-                    ),
+                    if t.achieved_pps > t.offered_pps * (1.0 + RATE_TOLERANCE) {
+                        format!(
+                            "achieved {}, above the line rate ({}): the port is not that line",
+                            fmt_pps(t.achieved_pps),
+                            fmt_pps(t.offered_pps)
+                        )
+                    } else {
+                        format!(
+                            "achieved {} ({:.2} % of line rate)",
+                            fmt_pps(t.achieved_pps),
+                            100.0 * t.achieved_pps / t.offered_pps.max(1e-9)
+                        )
+                    },
                 )
             } else {
                 (
@@ -337,6 +345,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                     "trials_disagree": r.disagree(opts.resolution_pct),
                     "generator_ceiling_pps": r.ceiling_pps,
                     "generator_ceiling_pct": r.ceiling_pct(),
+                    "generator_above_line": r.above_line(),
                     "generator_limited": r.ceiling_pct() < 100.0 * (1.0 - RATE_TOLERANCE),
                     "latency_p50_ns": r.latency.as_ref().map(|t| t.latency.p50),
                     "latency_p99_ns": r.latency.as_ref().map(|t| t.latency.p99),

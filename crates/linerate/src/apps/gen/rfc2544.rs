@@ -239,13 +239,20 @@ pub struct SizeResult {
 }
 
 impl SizeResult {
-    /// The ceiling in % of line rate.
+    /// The ceiling in % of line rate, at most 100 (a port that takes more than the line is
+    /// not that line: [`SizeResult::above_line`]).
     pub fn ceiling_pct(&self) -> f64 {
         if self.line_pps > 0.0 {
-            100.0 * self.ceiling_pps / self.line_pps
+            (100.0 * self.ceiling_pps / self.line_pps).min(100.0)
         } else {
             0.0
         }
+    }
+
+    /// The generator sent faster than the line rate: the port is not a line of that speed (a
+    /// `mem:` wire, a wrong `--link-speed`).
+    pub fn above_line(&self) -> bool {
+        self.ceiling_pps > self.line_pps * (1.0 + RATE_TOLERANCE)
     }
 
     fn spread(&self, f: impl Fn(&SearchRun) -> Option<f64>) -> Option<Spread> {
@@ -731,6 +738,8 @@ pub fn table(results: &[SizeResult], opts: &Rfc2544Options) -> String {
             r.ceiling_pct(),
             if r.ceiling_pct() < 100.0 * (1.0 - RATE_TOLERANCE) {
                 "  generator-limited: rates above it were not tested"
+            } else if r.above_line() {
+                "  faster than the line rate: the port is not a line of that speed (--link-speed?)"
             } else {
                 ""
             }
