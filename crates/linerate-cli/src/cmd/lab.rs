@@ -99,13 +99,10 @@ const VETH_BPS: f64 = 10e9;
 /// `-r`: gen's rate syntax, a bare number in packets per second (as before), in packets per
 /// second of the lab's 64-byte frames.
 fn lab_rate(s: &str) -> Result<f64, String> {
-    let r = match linerate::units::parse_count(s) {
-        Ok(n) if n > 0 => linerate::units::Rate::Pps(n as f64),
-        _ => flags::check_rate(s)?,
-    };
+    let r = linerate::units::parse_rate_or_pps(s)?;
     let pps = r.pps(64.0, Some(VETH_BPS))?;
-    if pps > flags::MAX_PPS {
-        return Err(format!("'{s}' is out of range: at most 10Gpps"));
+    if pps > flags::MAX_PPS || matches!(r, linerate::units::Rate::Percent(p) if p > 100.0) {
+        return Err(format!("'{s}' is out of range: at most 10Gpps or 100%"));
     }
     Ok(pps)
 }

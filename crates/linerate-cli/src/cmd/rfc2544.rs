@@ -227,6 +227,37 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     pin(a.core)?;
     let clock = TscClock::new();
     let mut out = std::io::stdout();
+    if a.json {
+        let j = serde_json::json!({"type": "start", "output": a.output, "input": a.input,
+            "link_speed_bps": opts.line_bps, "link_speed_from": line_from,
+            "sizes": opts.sizes, "resolution_pct": opts.resolution_pct,
+            "loss_tolerance_pct": opts.loss_tolerance_pct, "repeat": opts.repeat});
+        let _ = writeln!(out, "{j}");
+    } else if !a.quiet {
+        let from = if line_from == "interface" {
+            format!("the speed of {}", a.output)
+        } else {
+            "--link-speed".to_string()
+        };
+        let _ = writeln!(
+            out,
+            "RFC 2544 from {} to {}: line rate {} Mbit/s ({from}); search to {} % of the result{}{}",
+            a.output,
+            a.input,
+            linerate::stats::group_f(opts.line_bps / 1e6, 0),
+            opts.resolution_pct,
+            if opts.loss_tolerance_pct > 0.0 {
+                format!("; PDR at {} % loss", opts.loss_tolerance_pct)
+            } else {
+                String::new()
+            },
+            if opts.repeat > 1 {
+                format!("; {} repetitions", opts.repeat)
+            } else {
+                String::new()
+            }
+        );
+    }
     let results = rfc2544::run(tx.as_mut(), rx.as_mut(), &opts, &clock, &stop, |t| {
         if a.json {
             let j = serde_json::json!({"type": "trial", "test": t.kind, "size": t.size,
