@@ -799,6 +799,23 @@ fn rfc2544_without_a_line_rate_is_refused_not_assumed() {
     ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("one family"));
+    // IPv6 test frames do not fit 64 B: refused before any trial, not at the first one.
+    let o = run(&[
+        "rfc2544",
+        "-o",
+        "mem:rfc-nl",
+        "-i",
+        "mem:rfc-nl",
+        "--link-speed",
+        "1Gbps",
+        "--sizes",
+        "64,128",
+        "--dst-ip",
+        "2001:db8::2",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--sizes 64"));
+    assert!(o.stdout.is_empty());
 }
 
 #[test]

@@ -204,6 +204,25 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         repeat: a.repeat,
         ..Default::default()
     };
+    // Every size must hold the test frames' headers and probe (IPv6 needs more than 64 B):
+    // refused before any port is opened, not at the first trial.
+    for &size in &opts.sizes {
+        let g = linerate::apps::gen::GenOptions {
+            streams: vec![linerate::apps::gen::StreamSpec {
+                template: opts.template.clone(),
+                size: linerate::apps::gen::vary::SizeSpec::Fixed(size),
+                probe: true,
+                ..Default::default()
+            }],
+            count: Some(1),
+            ..Default::default()
+        };
+        if let Err(e) = linerate::apps::gen::validate(&g) {
+            return Err(usage(format!(
+                "--sizes {size}: {e} (the test frames' headers and probe must fit)"
+            )));
+        }
+    }
     // Last of the flags: the others' mistakes are named first.
     let (line_bps, line_from) = match &a.link_speed {
         Some(s) => (
