@@ -852,6 +852,7 @@ fn rfc2544_interrupted_says_so_and_fails() {
     assert_eq!(o.status.code(), Some(1), "{out}");
     let s = summary(&out);
     assert_eq!(s["ended"], "interrupted", "{s}");
+    assert_eq!(s["results"][0]["interrupted"], true, "{s}");
     assert!(String::from_utf8_lossy(&o.stderr).contains("interrupted"));
     // The trial under way is no pass.
     let last = out

@@ -376,6 +376,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 // repetition with the median NDR.
                 serde_json::json!({
                     "size": r.size,
+                    "interrupted": r.interrupted,
                     "line_pps": r.line_pps,
                     "throughput_pct": r.throughput.as_ref().map(|t| t.rate_pct),
                     "throughput_pps": r.throughput.as_ref().map(|t| t.offered_pps),

@@ -236,6 +236,9 @@ pub struct SizeResult {
     /// The back-to-back bursts left below line rate (the generator's ceiling): the bursts
     /// were not at line rate.
     pub back_to_back_limited: bool,
+    /// The run was interrupted while this size was measured: its figures are incomplete (an
+    /// NDR found so far is only a lower bound).
+    pub interrupted: bool,
 }
 
 impl SizeResult {
@@ -483,6 +486,7 @@ pub fn run(
             loss,
             back_to_back,
             back_to_back_limited: b2b_limited,
+            interrupted: stopped(),
         });
     }
     Ok(results)
@@ -675,10 +679,17 @@ pub fn table(results: &[SizeResult], opts: &Rfc2544Options) -> String {
             }
         });
         let Some(ndr) = r.ndr() else {
-            s += &format!(
-                "{:>6}   no rate passed (without loss and at the offered rate) {:>22}\n",
-                r.size, b2b
-            );
+            if r.interrupted {
+                s += &format!(
+                    "{:>6}   interrupted before a rate passed {:>43}\n",
+                    r.size, b2b
+                );
+            } else {
+                s += &format!(
+                    "{:>6}   no rate passed (without loss and at the offered rate) {:>22}\n",
+                    r.size, b2b
+                );
+            }
             continue;
         };
         s += &format!(
@@ -694,8 +705,18 @@ pub fn table(results: &[SizeResult], opts: &Rfc2544Options) -> String {
         let l = r.latency.as_ref().map(|t| t.latency).unwrap_or_default();
         let j = r.jitter().map_or(0.0, |j| j.median);
         s += &format!(
-            " {:>9} {:>7.0} {:>7} {:>7} {:>12.0}   {:>12}\n",
-            l.min, l.avg, l.p99, l.max, j, b2b
+            " {:>9} {:>7.0} {:>7} {:>7} {:>12.0}   {:>12}{}\n",
+            l.min,
+            l.avg,
+            l.p99,
+            l.max,
+            j,
+            b2b,
+            if r.interrupted {
+                "  interrupted: a lower bound"
+            } else {
+                ""
+            }
         );
         if r.runs.len() > 1 {
             let mut line = format!("        {} trials: NDR", r.runs.len());
