@@ -819,6 +819,36 @@ fn rfc2544_without_a_line_rate_is_refused_not_assumed() {
 }
 
 #[test]
+fn rfc2544_refuses_a_size_twice_and_a_tolerance_of_everything() {
+    let base = [
+        "rfc2544",
+        "-o",
+        "mem:rfc-dup",
+        "-i",
+        "mem:rfc-dup",
+        "--link-speed",
+        "1Gbps",
+        "--trial",
+        "10ms",
+    ];
+    // A size twice would run its search twice and print two rows of it.
+    let o = run(&[&base[..], &["--sizes", "64,128,64"]].concat());
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("64 is named twice"), "{err}");
+    assert!(err.contains("--repeat"), "{err}");
+    assert!(o.stdout.is_empty());
+    // At 100 % loss tolerated every rate passes, one where nothing came back too.
+    for tol in ["100", "100.0"] {
+        let o = run(&[&base[..], &["--loss-tolerance", tol]].concat());
+        assert_eq!(o.status.code(), Some(2), "{tol}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("--loss-tolerance"), "{err}");
+        assert!(o.stdout.is_empty());
+    }
+}
+
+#[test]
 fn rfc2544_interrupted_says_so_and_fails() {
     let child = Command::new(bin())
         .args([

@@ -44,8 +44,9 @@ pub struct Args {
     #[arg(long, value_name = "RATE")]
     link_speed: Option<String>,
     /// Loss allowed for the partial drop rate (PDR), % of the frames sent: a second search,
-    /// reported beside the no-drop rate (NDR). 0: the NDR only.
-    #[arg(long, value_name = "PCT", default_value_t = 0.0, value_parser = flags::real(0.0, 100.0, false))]
+    /// reported beside the no-drop rate (NDR). 0: the NDR only; below 100 (at 100 % every
+    /// rate would pass, losing everything).
+    #[arg(long, value_name = "PCT", default_value_t = 0.0, value_parser = loss_tolerance)]
     loss_tolerance: f64,
     /// Throughput searches per size: the median and the spread are reported, with a warning
     /// when they disagree.
@@ -93,6 +94,18 @@ pub struct Args {
     core: Option<usize>,
 }
 
+/// `--loss-tolerance`: 0 up to, not including, 100 (a trial that lost every frame is no
+/// partial drop rate).
+fn loss_tolerance(s: &str) -> Result<f64, String> {
+    match flags::check_real(s, 0.0, 100.0, false)? {
+        x if x < 100.0 => Ok(x),
+        _ => Err(format!(
+            "'{s}' is out of range: a number from 0 up to, not including, 100 (at 100 % every \
+             rate passes, even one where nothing came back)"
+        )),
+    }
+}
+
 /// The line rate of the output port: its interface's speed (`/sys/class/net/IF/speed`, what
 /// ethtool reports), or a usage error asking for `--link-speed` (a `mem:` port, a link down, a
 /// driver with no speed): a test in percent of a line that is not there means nothing.
@@ -136,6 +149,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if let Some(s) = sizes.iter().find(|&&s| !(64..=1518).contains(&s)) {
         return Err(usage(format!(
             "--sizes: {s} is outside 64..1518 (RFC 2544 sizes: {SIZES:?})"
+        )));
+    }
+    // A size named twice is a slip (a second run of the same search would take as long again
+    // and print the size twice): refused, as the rest of a bad list is.
+    if let Some((i, s)) = sizes
+        .iter()
+        .enumerate()
+        .find(|(i, s)| sizes[..*i].contains(s))
+    {
+        return Err(usage(format!(
+            "--sizes: {s} is named twice (at {} and {}): give each size once, or --repeat N \
+             to measure a size N times",
+            sizes.iter().position(|x| x == s).unwrap_or(0) + 1,
+            i + 1
         )));
     }
     let loss_steps: Vec<f64> = a
