@@ -573,8 +573,9 @@ fn one_trial(
 
 /// The results as CSV, one line per trial (each repetition's NDR trial as `throughput`, its
 /// PDR trial as `pdr`, its latency trial, the loss steps), a `ceiling` line per size (the
-/// generator's ceiling on the port) and a back-to-back line per size. `verdict` is `pass`,
-/// `loss`, `generator-limited` or both, or `interrupted`.
+/// generator's ceiling on the port), a back-to-back line per size, and an `interrupted` line
+/// for a size the run was interrupted in. `verdict` is `pass`, `loss`, `generator-limited` or
+/// both, or `interrupted`.
 pub fn csv(results: &[SizeResult]) -> String {
     let mut s = String::from(
         "test,size,rate_pct,offered_pps,achieved_pps,sent,received,loss_pct,lat_min_ns,lat_avg_ns,lat_p50_ns,lat_p99_ns,lat_max_ns,verdict,jitter_ns,ipdv_max_ns,repeat\n",
@@ -624,6 +625,16 @@ pub fn csv(results: &[SizeResult]) -> String {
             r.line_pps,
             r.ceiling_pps
         );
+    }
+    // A size the run was interrupted in says so: its rows above are not its result (an NDR
+    // found so far is only a lower bound), and a reader of the file alone must see it.
+    for r in results.iter().filter(|r| r.interrupted) {
+        let mut f = vec![String::new(); 17];
+        f[0] = "interrupted".into();
+        f[1] = r.size.to_string();
+        f[13] = "interrupted".into();
+        s += &f.join(",");
+        s.push('\n');
     }
     for r in results {
         if let Some(b) = r.back_to_back {
@@ -838,6 +849,35 @@ mod tests {
         assert!((s.spread_pct() - 100.0).abs() < 1e-9);
         assert_eq!(Spread::of(vec![1.0, 3.0]).unwrap().median, 2.0);
         assert!(Spread::of(vec![]).is_none());
+    }
+
+    fn size_result(size: u32, interrupted: bool) -> SizeResult {
+        SizeResult {
+            size,
+            line_pps: line_pps(1e9, size),
+            ceiling_pps: 0.0,
+            runs: Vec::new(),
+            throughput: None,
+            latency: None,
+            loss: Vec::new(),
+            back_to_back: None,
+            back_to_back_limited: false,
+            interrupted,
+        }
+    }
+
+    #[test]
+    fn csv_says_which_size_was_interrupted() {
+        let c = csv(&[size_result(64, false), size_result(128, true)]);
+        let header = c.lines().next().unwrap().split(',').count();
+        for l in c.lines() {
+            assert_eq!(l.split(',').count(), header, "{l}");
+        }
+        let rows: Vec<&str> = c.lines().filter(|l| l.starts_with("interrupted,")).collect();
+        assert_eq!(rows.len(), 1, "{c}");
+        let f: Vec<&str> = rows[0].split(',').collect();
+        assert_eq!((f[1], f[13]), ("128", "interrupted"), "{c}");
+        assert!(!csv(&[size_result(64, false)]).contains("interrupted"));
     }
 
     #[test]
