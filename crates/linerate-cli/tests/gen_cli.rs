@@ -849,6 +849,44 @@ fn rfc2544_refuses_a_size_twice_and_a_tolerance_of_everything() {
 }
 
 #[test]
+fn rfc2544_loss_steps_are_the_percentages_asked() {
+    // At 100 Mbit/s and 1518 B, 10 % of the line read back is 9.999999999999998 %.
+    let steps = ["10", "20", "40", "80"];
+    let out = ok(&run(&[
+        "rfc2544",
+        "-o",
+        "mem:rfc-steps",
+        "-i",
+        "mem:rfc-steps",
+        "--link-speed",
+        "100Mbps",
+        "--sizes",
+        "1518",
+        "--trial",
+        "10ms",
+        "--settle",
+        "5ms",
+        "--resolution",
+        "50",
+        "--b2b-max",
+        "0",
+        "--loss-steps",
+        &steps.join(","),
+        "--json",
+    ]));
+    let s = summary(&out);
+    let got: Vec<f64> = s["results"][0]["loss_pct"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[0].as_f64().unwrap())
+        .collect();
+    let want: Vec<f64> = steps.iter().map(|p| p.parse().unwrap()).collect();
+    // Exactly: 10, not 9.999999999999998.
+    assert_eq!(got, want, "{s}");
+}
+
+#[test]
 fn rfc2544_interrupted_says_so_and_fails() {
     let child = Command::new(bin())
         .args([

@@ -559,7 +559,12 @@ fn one_trial(
         kind,
         size,
         repeat: 0,
-        rate_pct: if line > 0.0 { 100.0 * pps / line } else { 0.0 },
+        // Rounded to 1e-9 %: `line * 10 / 100` read back is 10 %, not 9.999999999999998.
+        rate_pct: if line > 0.0 {
+            (100.0 * pps / line * 1e9).round() / 1e9
+        } else {
+            0.0
+        },
         offered_pps: pps,
         achieved_pps: rep.pps(),
         sent: rep.pkts,
