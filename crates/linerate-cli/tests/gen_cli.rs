@@ -887,6 +887,50 @@ fn rfc2544_loss_steps_are_the_percentages_asked() {
 }
 
 #[test]
+fn rfc2544_where_nothing_comes_back_says_so_and_fails() {
+    // -i is not the other end of -o's wire: every frame is lost.
+    let args = [
+        "rfc2544",
+        "-o",
+        "mem:rfc-void-out",
+        "-i",
+        "mem:rfc-void-in",
+        "--link-speed",
+        "100Mbps",
+        "--sizes",
+        "1518",
+        "--trial",
+        "10ms",
+        "--settle",
+        "5ms",
+        "--resolution",
+        "50",
+        "--b2b-max",
+        "0",
+        "--loss-steps",
+        "10",
+    ];
+    let o = run(&args);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(out.contains("no rate passed"), "{out}");
+    assert!(
+        out.contains("no test frame came back on -i mem:rfc-void-in"),
+        "{out}"
+    );
+    assert!(err.contains("no test frame came back"), "{err}");
+    let o = run(&[&args[..], &["--json"]].concat());
+    assert_eq!(o.status.code(), Some(1));
+    let s = summary(&String::from_utf8_lossy(&o.stdout));
+    assert_eq!(s["nothing_received"], true, "{s}");
+    assert_eq!(s["frames_received"], 0, "{s}");
+    assert!(s["frames_sent"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(s["ended"], "complete", "{s}");
+    assert!(s["results"][0]["ndr_pps"].is_null(), "{s}");
+}
+
+#[test]
 fn rfc2544_interrupted_says_so_and_fails() {
     let child = Command::new(bin())
         .args([

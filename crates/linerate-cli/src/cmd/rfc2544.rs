@@ -304,7 +304,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         );
     }
+    // Frames sent and received over every trial: none back at all is a broken path (or a
+    // device that forwards nothing), not a throughput of zero.
+    let (mut all_sent, mut all_received) = (0u64, 0u64);
     let results = rfc2544::run(tx.as_mut(), rx.as_mut(), &opts, &clock, &stop, |t| {
+        all_sent += t.sent;
+        all_received += t.received;
         if a.json {
             let j = serde_json::json!({"type": "trial", "test": t.kind, "size": t.size,
                 "repeat": t.repeat, "rate_pct": t.rate_pct, "offered_pps": t.offered_pps,
@@ -373,6 +378,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     })
     .context("rfc2544")?;
     let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
+    let nothing_back = all_sent > 0 && all_received == 0;
+    let nothing_why = format!(
+        "no test frame came back on -i {} in any trial ({all_sent} sent on -o {}): the path \
+         between them is broken (wiring, addresses, a link down) or the device forwards nothing",
+        a.input, a.output
+    );
     if let Some(p) = &a.csv {
         crate::common::write_file("--csv", p, rfc2544::csv(&results).as_bytes(), &inputs)?;
     }
@@ -441,6 +452,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 "link_speed_bps": opts.line_bps, "link_speed_from": line_from,
                 "resolution_pct": opts.resolution_pct,
                 "loss_tolerance_pct": opts.loss_tolerance_pct, "repeat": opts.repeat,
+                "frames_sent": all_sent, "frames_received": all_received,
+                "nothing_received": nothing_back,
                 "results": rows})
         );
     } else {
@@ -457,6 +470,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let _ = out.flush();
     if interrupted {
         eprintln!("linerate rfc2544: interrupted before the end: the results are incomplete");
+        return Ok(ExitCode::from(1));
+    }
+    if nothing_back {
+        if !a.json {
+            let _ = writeln!(out, "rfc2544: {nothing_why}");
+        }
+        eprintln!("linerate rfc2544: {nothing_why}");
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
