@@ -314,8 +314,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             let j = serde_json::json!({"type": "trial", "test": t.kind, "size": t.size,
                 "repeat": t.repeat, "rate_pct": t.rate_pct, "offered_pps": t.offered_pps,
                 "achieved_pps": t.achieved_pps, "sent": t.sent, "received": t.received,
-                "loss_pct": t.loss_pct(), "lat_p50_ns": t.latency.p50,
-                "jitter_ns": t.jitter_ns, "ipdv_max_ns": t.ipdv_max_ns,
+                "loss_pct": t.loss_pct(), "lat_p50_ns": t.measured_latency().map(|l| l.p50),
+                "jitter_ns": t.measured_jitter(),
+                "ipdv_max_ns": t.measured_jitter().map(|_| t.ipdv_max_ns),
                 "generator_limited": t.generator_limited(), "passed": t.passed(),
                 "interrupted": t.interrupted, "verdict": t.verdict()});
             let _ = writeln!(out, "{j}");
@@ -403,9 +404,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                             "ndr_pps": run.ndr.as_ref().map(|t| t.offered_pps),
                             "pdr_pps": run.pdr.as_ref().map(|t| t.offered_pps),
                             "pdr_loss_pct": run.pdr.as_ref().map(|t| t.loss_pct()),
-                            "jitter_ns": run.latency.as_ref().map(|t| t.jitter_ns),
-                            "ipdv_max_ns": run.latency.as_ref().map(|t| t.ipdv_max_ns),
-                            "latency_p50_ns": run.latency.as_ref().map(|t| t.latency.p50),
+                            "jitter_ns": run.latency.as_ref().and_then(|t| t.measured_jitter()),
+                            "ipdv_max_ns": run.latency.as_ref().and_then(|t| t.measured_jitter().map(|_| t.ipdv_max_ns)),
+                            "latency_p50_ns": run.latency.as_ref().and_then(|t| t.measured_latency()).map(|l| l.p50),
+                            "latency_loss_pct": run.latency.as_ref().map(|t| t.loss_pct()),
                         })
                     })
                     .collect();
@@ -436,8 +438,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                     "generator_ceiling_pct": r.ceiling_pct(),
                     "generator_above_line": r.above_line(),
                     "generator_limited": r.ceiling_pct() < 100.0 * (1.0 - RATE_TOLERANCE),
-                    "latency_p50_ns": r.latency.as_ref().map(|t| t.latency.p50),
-                    "latency_p99_ns": r.latency.as_ref().map(|t| t.latency.p99),
+                    "latency_p50_ns": r.latency.as_ref().and_then(|t| t.measured_latency()).map(|l| l.p50),
+                    "latency_p99_ns": r.latency.as_ref().and_then(|t| t.measured_latency()).map(|l| l.p99),
+                    "latency_loss_pct": r.latency_loss_pct(),
                     "loss_pct": r.loss.iter().map(|t| (t.rate_pct, t.loss_pct())).collect::<Vec<_>>(),
                     "back_to_back": r.back_to_back,
                     "back_to_back_generator_limited": r.back_to_back_limited,

@@ -141,6 +141,17 @@ impl Trial {
             && (self.received >= self.sent || self.loss_pct() <= tolerance_pct)
     }
 
+    /// The latency of the frames that came back; None when none did (a latency of 0 would be
+    /// a figure that did not happen).
+    pub fn measured_latency(&self) -> Option<LatSummary> {
+        (self.received > 0).then_some(self.latency)
+    }
+
+    /// The jitter (mean absolute IPDV) of the frames that came back; None with fewer than two.
+    pub fn measured_jitter(&self) -> Option<f64> {
+        (self.received >= 2).then_some(self.jitter_ns)
+    }
+
     /// `pass`, `loss`, `generator-limited` (or both), `interrupted`, for reports.
     pub fn verdict(&self) -> &'static str {
         if self.interrupted {
@@ -276,9 +287,19 @@ impl SizeResult {
         self.spread(|r| r.pdr.as_ref().map(|t| t.offered_pps))
     }
 
-    /// Jitter (mean absolute IPDV) of the latency trials at the NDR, ns.
+    /// Jitter (mean absolute IPDV) of the latency trials at the NDR, ns (of those where at
+    /// least two frames came back).
     pub fn jitter(&self) -> Option<Spread> {
-        self.spread(|r| r.latency.as_ref().map(|t| t.jitter_ns))
+        self.spread(|r| r.latency.as_ref().and_then(Trial::measured_jitter))
+    }
+
+    /// The median repetition's latency trial at the NDR lost frames (it passed at that rate
+    /// in the search: the path changed, a link went down, the device is unsteady), as % lost.
+    pub fn latency_loss_pct(&self) -> Option<f64> {
+        self.latency
+            .as_ref()
+            .filter(|t| !t.interrupted && t.received < t.sent)
+            .map(Trial::loss_pct)
     }
 
     /// The repetitions' NDRs or PDRs spread over more than [`SPREAD_WARN_PCT`] % of their
@@ -686,6 +707,7 @@ pub fn table(results: &[SizeResult], opts: &Rfc2544Options) -> String {
     }
     s += "   lat min     avg     p99     max   jitter (ns)   back-to-back\n";
     let mut warn = Vec::new();
+    let mut lat_warn = Vec::new();
     for r in results {
         let b2b = r.back_to_back.map_or("-".to_string(), |b| {
             if r.back_to_back_limited {
@@ -718,14 +740,27 @@ pub fn table(results: &[SizeResult], opts: &Rfc2544Options) -> String {
             let p = r.pdr().map_or(0.0, |p| p.median);
             s += &format!(" {:>16.0} {:>8.2}", p, pct_of(r.line_pps, p));
         }
-        let l = r.latency.as_ref().map(|t| t.latency).unwrap_or_default();
-        let j = r.jitter().map_or(0.0, |j| j.median);
+        let (lmin, lavg, lp99, lmax) = match r.latency.as_ref().and_then(Trial::measured_latency) {
+            Some(l) => (
+                l.min.to_string(),
+                format!("{:.0}", l.avg),
+                l.p99.to_string(),
+                l.max.to_string(),
+            ),
+            None => ("-".into(), "-".into(), "-".into(), "-".into()),
+        };
+        let j = r
+            .jitter()
+            .map_or("-".to_string(), |j| format!("{:.0}", j.median));
+        if let Some(lost) = r.latency_loss_pct() {
+            lat_warn.push((r.size, lost));
+        }
         s += &format!(
-            " {:>9} {:>7.0} {:>7} {:>7} {:>12.0}   {:>12}{}\n",
-            l.min,
-            l.avg,
-            l.p99,
-            l.max,
+            " {:>9} {:>7} {:>7} {:>7} {:>12}   {:>12}{}\n",
+            lmin,
+            lavg,
+            lp99,
+            lmax,
             j,
             b2b,
             if r.interrupted {
@@ -758,6 +793,11 @@ pub fn table(results: &[SizeResult], opts: &Rfc2544Options) -> String {
                 warn.push(r.size);
             }
         }
+    }
+    for (size, lost) in lat_warn {
+        s += &format!(
+            "warning: {size} B: the latency trial at the NDR lost {lost:.3} % of its frames (the path changed: a link down, an unsteady device): its latency and jitter are of the frames that came back\n"
+        );
     }
     for size in warn {
         s += &format!(
@@ -871,6 +911,53 @@ mod tests {
         }
     }
 
+    fn trial(kind: &'static str, pps: f64, sent: u64, received: u64) -> Trial {
+        Trial {
+            kind,
+            size: 1518,
+            repeat: 0,
+            rate_pct: 10.0,
+            offered_pps: pps,
+            achieved_pps: pps,
+            sent,
+            received,
+            latency: LatSummary::default(),
+            jitter_ns: 0.0,
+            ipdv_max_ns: 0,
+            interrupted: false,
+        }
+    }
+
+    #[test]
+    fn a_latency_trial_where_nothing_came_back_has_no_latency() {
+        // The NDR passed, then the link went down: the latency trial at it got nothing back.
+        let ndr = trial("throughput", 8_000.0, 8_000, 8_000);
+        let lat = trial("latency", 8_000.0, 8_000, 0);
+        assert!(lat.measured_latency().is_none() && lat.measured_jitter().is_none());
+        let mut r = size_result(1518, false);
+        r.runs = vec![SearchRun {
+            ndr: Some(ndr.clone()),
+            pdr: Some(ndr.clone()),
+            latency: Some(lat.clone()),
+        }];
+        r.throughput = Some(ndr);
+        r.latency = Some(lat);
+        assert!(r.jitter().is_none());
+        assert_eq!(r.latency_loss_pct(), Some(100.0));
+        let t = table(&[r], &Rfc2544Options::default());
+        let row = t
+            .lines()
+            .find(|l| l.trim_start().starts_with("1518"))
+            .unwrap();
+        // No 0 ns latency nor 0 ns jitter: nothing was measured.
+        let f: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(&f[3..8], ["-", "-", "-", "-", "-"], "{t}");
+        assert!(
+            t.contains("warning: 1518 B: the latency trial at the NDR lost 100.000 %"),
+            "{t}"
+        );
+    }
+
     #[test]
     fn csv_says_which_size_was_interrupted() {
         let c = csv(&[size_result(64, false), size_result(128, true)]);
@@ -878,7 +965,10 @@ mod tests {
         for l in c.lines() {
             assert_eq!(l.split(',').count(), header, "{l}");
         }
-        let rows: Vec<&str> = c.lines().filter(|l| l.starts_with("interrupted,")).collect();
+        let rows: Vec<&str> = c
+            .lines()
+            .filter(|l| l.starts_with("interrupted,"))
+            .collect();
         assert_eq!(rows.len(), 1, "{c}");
         let f: Vec<&str> = rows[0].split(',').collect();
         assert_eq!((f[1], f[13]), ("128", "interrupted"), "{c}");
