@@ -126,3 +126,58 @@ fn rfc2544_on_a_link_down_asks_for_the_link_speed() {
     assert!(err.contains("--link-speed") && err.contains("vA"), "{err}");
     assert!(o.stdout.is_empty());
 }
+
+#[test]
+fn rfc2544_stops_when_the_link_goes_down_and_says_so() {
+    if !netns::require_priv() {
+        return;
+    }
+    let pair = looped();
+    let child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            pair.ns(Side::A),
+            env!("CARGO_BIN_EXE_linerate"),
+        ])
+        .args(["rfc2544", "-o", "afpacket:vA", "-i", "afpacket:vB"])
+        .args([
+            "--sizes",
+            "64,128,256,512,1024,1280,1518",
+            "--trial",
+            "100ms",
+            "--settle",
+            "20ms",
+            "--b2b-max",
+            "0",
+            "--loss-steps",
+            "50",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run rfc2544");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    pair.ip_in(Side::A, &["link", "set", "vB", "down"])
+        .expect("vB down");
+    let o = child.wait_with_output().expect("rfc2544 ends");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    let s: serde_json::Value = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|j| j["type"] == "summary")
+        .unwrap_or_else(|| panic!("no summary: {out}{err}"));
+    assert_eq!(s["ended"], "link-down", "{s}");
+    assert!(
+        s["link_down"].as_str().unwrap().contains("went down"),
+        "{s}"
+    );
+    // Stopped there: not every size was measured, the last one begun says it is incomplete.
+    let results = s["results"].as_array().unwrap();
+    assert!(results.len() < 7, "{s}");
+    assert_eq!(results.last().unwrap()["interrupted"], true, "{s}");
+    assert!(err.contains("went down"), "{err}");
+}

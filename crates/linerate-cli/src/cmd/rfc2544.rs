@@ -129,6 +129,15 @@ fn iface_speed(out: &str) -> anyhow::Result<f64> {
     }
 }
 
+/// The interface is down (`operstate` down, lowerlayerdown, notpresent) or gone; false for
+/// one up or of unknown state (a driver without one).
+fn link_down(iface: &str) -> bool {
+    match std::fs::read_to_string(format!("/sys/class/net/{iface}/operstate")) {
+        Ok(s) => matches!(s.trim(), "down" | "lowerlayerdown" | "notpresent"),
+        Err(_) => true,
+    }
+}
+
 fn list<T: std::str::FromStr>(flag: &str, s: &str) -> anyhow::Result<Vec<T>> {
     s.split(',')
         .map(|v| {
@@ -307,6 +316,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     // Frames sent and received over every trial: none back at all is a broken path (or a
     // device that forwards nothing), not a throughput of zero.
     let (mut all_sent, mut all_received) = (0u64, 0u64);
+    // The interfaces of -o and -i: a link that goes down mid-run ends it (the trials after
+    // would measure a cable, not the device), said so.
+    let ifaces: Vec<String> = [&a.output, &a.input]
+        .iter()
+        .filter_map(|p| Uri::parse(p).ok()?.iface().map(str::to_string))
+        .collect();
+    let mut went_down: Option<String> = None;
     let results = rfc2544::run(tx.as_mut(), rx.as_mut(), &opts, &clock, &stop, |t| {
         all_sent += t.sent;
         all_received += t.received;
@@ -376,6 +392,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             );
         }
         let _ = out.flush();
+        if went_down.is_none() {
+            if let Some(i) = ifaces.iter().find(|i| link_down(i)) {
+                went_down = Some(format!(
+                    "the link of {i} went down during the {} trial of {} B",
+                    t.kind, t.size
+                ));
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
     })
     .context("rfc2544")?;
     let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
@@ -451,7 +476,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             out,
             "{}",
             serde_json::json!({"type": "summary",
-                "ended": if interrupted { "interrupted" } else { "complete" },
+                "ended": if went_down.is_some() { "link-down" } else if interrupted { "interrupted" } else { "complete" },
+                "link_down": went_down,
                 "link_speed_bps": opts.line_bps, "link_speed_from": line_from,
                 "resolution_pct": opts.resolution_pct,
                 "loss_tolerance_pct": opts.loss_tolerance_pct, "repeat": opts.repeat,
@@ -461,7 +487,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         );
     } else {
         let _ = write!(out, "{}", rfc2544::table(&results, &opts));
-        if interrupted {
+        if let Some(why) = &went_down {
+            let _ = writeln!(
+                out,
+                "rfc2544: {why}: the run was stopped there and the results above are incomplete (that trial's loss is the link's)"
+            );
+        } else if interrupted {
             let _ = writeln!(
                 out,
                 "rfc2544: interrupted: the results above are incomplete ({} of {} sizes begun; the trial under way was not judged)",
@@ -471,6 +502,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let _ = out.flush();
+    if let Some(why) = &went_down {
+        eprintln!("linerate rfc2544: {why}: the results are incomplete");
+        return Ok(ExitCode::from(1));
+    }
     if interrupted {
         eprintln!("linerate rfc2544: interrupted before the end: the results are incomplete");
         return Ok(ExitCode::from(1));
