@@ -1171,3 +1171,41 @@ fn stall_flags_are_range_checked() {
         assert!(e.contains(want), "{args:?}: {e}");
     }
 }
+
+#[test]
+fn gen_balance_and_lab_read_a_rate_alike() {
+    // Taken by all three: a unit in capitals, a space before it, bits per second spelled out.
+    let pcap = tmp("rate-syntax.pcap");
+    let pcap = format!("pcap:{}", pcap.display());
+    for r in ["50KPPS", "100 kpps", "1.5Mpps", "100Mbit/s"] {
+        let g = run(&["gen", "-o", &pcap, "-c", "2", "-q", "--rate", r]);
+        assert!(g.status.success(), "gen {r}: {g:?}");
+        let b = run(&["balance", "-i", "source:1", "--source-rate", r, "--help"]);
+        assert!(b.status.success(), "balance {r}: {b:?}");
+        let l = run(&["lab", "-r", r, "--help"]);
+        assert!(l.status.success(), "lab {r}: {l:?}");
+    }
+    // Bytes or bits: refused by all three with the same reason, not read 8 times off.
+    for args in [
+        &["gen", "-o", &pcap, "-c", "2", "--rate", "5GBPS"][..],
+        &[
+            "balance",
+            "-i",
+            "source:1",
+            "--source-rate",
+            "5GBPS",
+            "--help",
+        ],
+        &["lab", "-r", "5GBPS", "--help"],
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("small b"), "{args:?}: {err}");
+    }
+    // A bare number: gen names the units it lacks (lab -r takes it as pps, as it always has).
+    let o = run(&["gen", "-o", &pcap, "-c", "2", "--rate", "50000"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("50000pps"), "{err}");
+}

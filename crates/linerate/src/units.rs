@@ -151,7 +151,28 @@ pub fn parse_rate(s: &str) -> Result<Rate, String> {
         }
         return Ok(Rate::Percent(v));
     }
-    for (unit, bits) in [("pps", false), ("bps", true), ("bit", true), ("b/s", true)] {
+    if rest.is_empty() {
+        return Err(format!(
+            "'{s}' has no unit: write {s}pps (packets), {s}bps (bits on the wire) or {s}% (of the line)"
+        ));
+    }
+    // Packets per second in any case (`50KPPS`); bits per second with a lower-case `b`
+    // only: `GBps` would be bytes to some, and a rate off by 8 is worse than a refusal.
+    let lower = rest.to_ascii_lowercase();
+    if let Some(prefix) = lower.strip_suffix("pps").map(|p| &rest[..p.len()]) {
+        let m = si(prefix).ok_or_else(|| format!("'{s}': unknown prefix '{prefix}'"))?;
+        return Ok(Rate::Pps(v * m));
+    }
+    if ["bps", "bit", "b/s", "bit/s"]
+        .iter()
+        .any(|u| lower.ends_with(u))
+        && !rest.contains('b')
+    {
+        return Err(format!(
+            "'{s}': a capital B reads as bytes: write bits per second with a small b (e.g. 5Gbps)"
+        ));
+    }
+    for (unit, bits) in [("bit/s", true), ("bps", true), ("bit", true), ("b/s", true)] {
         if let Some(prefix) = rest.strip_suffix(unit) {
             let m = si(prefix).ok_or_else(|| format!("'{s}': unknown prefix '{prefix}'"))?;
             return Ok(if bits {
@@ -227,5 +248,23 @@ mod tests {
         assert!(parse_size("1.5").is_err());
         assert_eq!(parse_size("1.5KiB").unwrap(), 1536);
         assert!(parse_rate("nan").is_err() && parse_rate("infpps").is_err());
+    }
+
+    #[test]
+    fn rates_as_users_write_them() {
+        assert_eq!(parse_rate("50KPPS").unwrap(), Rate::Pps(50_000.0));
+        assert_eq!(parse_rate("1.5MPPS").unwrap(), Rate::Pps(1_500_000.0));
+        assert_eq!(parse_rate("100 kpps").unwrap(), Rate::Pps(100_000.0));
+        assert_eq!(parse_rate("5Gbit").unwrap(), Rate::Bps(5e9));
+        assert_eq!(parse_rate("100Mbit/s").unwrap(), Rate::Bps(1e8));
+        // Bytes or bits? Refused, not read 8 times off.
+        let e = parse_rate("5GBPS").unwrap_err();
+        assert!(e.contains("small b"), "{e}");
+        assert!(parse_rate("5GBps").is_err());
+        // A bare number says which units it lacks (not "unknown rate unit ''").
+        let e = parse_rate("50000").unwrap_err();
+        assert!(e.contains("50000pps") && e.contains("50000%"), "{e}");
+        assert!(parse_rate("0").unwrap_err().contains("no unit"));
+        assert!(parse_rate("1e9").is_err() && parse_rate("-1").is_err());
     }
 }
