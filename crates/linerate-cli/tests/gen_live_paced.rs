@@ -123,3 +123,32 @@ fn a_live_run_states_its_run_size() {
     // What arrived is counted, never more than was sent.
     assert!(count["pkts"].as_u64().unwrap() <= N, "{count}");
 }
+
+#[test]
+fn auto_xsk_with_more_threads_than_queues_is_refused_with_both_ways_out() {
+    if !netns::require_priv() {
+        return;
+    }
+    let pair = NetnsPair::new().expect("netns pair");
+    // A veth has one queue: two xsk threads cannot both bind it.
+    let o = in_ns(&pair, Side::A)
+        .args([
+            "gen",
+            "-o",
+            "xdp:vA",
+            "--rate",
+            "100kpps",
+            "--threads",
+            "2",
+            "-t",
+            "200ms",
+        ])
+        .output()
+        .expect("run gen");
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--threads 1"), "{err}");
+    assert!(err.contains("--engine live"), "{err}");
+    assert!(!err.contains("another AF_XDP socket"), "{err}");
+    assert!(o.stdout.is_empty(), "{o:?}");
+}

@@ -1371,6 +1371,27 @@ fn paced_on_xsk(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> 
     if pps >= live::PACED_MIN_PPS {
         return Ok(None);
     }
+    // The xsk engine binds a socket a thread, one queue each: more threads than the
+    // interface has queues fail to bind (EBUSY, as if another program held the queue).
+    if let Some(iface) = Uri::parse(&a.output).ok().as_ref().and_then(Uri::xdp_whole) {
+        let queues = std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("tx-"))
+                    .count()
+            })
+            .unwrap_or(0);
+        if queues > 0 && a.threads > queues {
+            return Err(usage(format!(
+                "--engine auto: --rate {rate} is below {} pps a thread, where the xsk engine \
+                 paces each packet, but it needs a queue a thread and {iface} has {queues} for \
+                 {} threads: use --threads {queues} (xsk, paced), or --engine live (the XDP \
+                 live-frames engine, in runs of packets back to back)",
+                group_f(live::PACED_MIN_PPS, 0),
+                a.threads
+            )));
+        }
+    }
     let run = pps * live::TYPICAL_RUN_GAP_NS as f64 / 1e9;
     Ok(Some(format!(
         "--rate {rate}: below {} pps a thread the XDP live-frames engine sends in runs of ~{} \
