@@ -1209,3 +1209,36 @@ fn gen_balance_and_lab_read_a_rate_alike() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("50000pps"), "{err}");
 }
+
+#[test]
+fn gen_a_percentage_needs_a_line() {
+    // A mem: port has no link speed: 80 % of an assumed 10 Gbit/s was sent as 11.9 Mpps.
+    let o = run(&["gen", "-o", "mem:pct", "--rate", "80%", "-c", "10"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--link-speed") && err.contains("no link speed"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+    // With the line named it is a rate: 80 % of 1 Gbit/s at 64 B is 1'190'476 pps.
+    let out = ok(&run(&[
+        "gen",
+        "-o",
+        "mem:pct",
+        "--rate",
+        "80%",
+        "--link-speed",
+        "1Gbps",
+        "-c",
+        "10",
+        "--json",
+    ]));
+    let start: serde_json::Value = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|j| j["type"] == "start")
+        .expect("start line");
+    let pps = start["rate_pps"].as_f64().unwrap();
+    assert!((pps - 1_190_476.19).abs() < 1.0, "{start}");
+}

@@ -163,7 +163,8 @@ pub struct Args {
     /// Seed of random fields, sizes and Poisson gaps.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Line rate for --rate N% (default: the interface's speed, else 10Gbps).
+    /// Line rate for --rate N% (default: the interface's speed; a port without one, mem:,
+    /// pcap:, a link down, needs it).
     #[arg(long, value_name = "RATE")]
     pub link_speed: Option<String>,
     /// Pin thread i to core CORE+i.
@@ -317,19 +318,25 @@ fn named(flag: &Option<String>, cfg: &ScriptConfig, key: &str, name: &str) -> St
 
 /// Line rate of a port, bits per second.
 fn link_bps(a: &Args, out: &str) -> anyhow::Result<f64> {
+    Ok(known_link_bps(a, out)?.unwrap_or(10e9))
+}
+
+/// The line rate of `out` when one is known: `--link-speed`, else the interface's speed
+/// (None: a `mem:` or `pcap:` port, a link down, a driver without a speed).
+fn known_link_bps(a: &Args, out: &str) -> anyhow::Result<Option<f64>> {
     if let Some(s) = &a.link_speed {
-        return flag("--link-speed", flags::check_line_speed(s));
+        return flag("--link-speed", flags::check_line_speed(s)).map(Some);
     }
     if let Some(iface) = Uri::parse(out).ok().as_ref().and_then(Uri::iface) {
         if let Ok(s) = std::fs::read_to_string(format!("/sys/class/net/{iface}/speed")) {
             if let Ok(mbps) = s.trim().parse::<i64>() {
                 if mbps > 0 {
-                    return Ok(mbps as f64 * 1e6);
+                    return Ok(Some(mbps as f64 * 1e6));
                 }
             }
         }
     }
-    Ok(10e9)
+    Ok(None)
 }
 
 /// Builds the stream list of one thread from the flags (and the script's defaults).
@@ -429,7 +436,18 @@ pub fn streams_from(
             let total = match flag(&named(&a.rate, cfg, "rate", "--rate"), flags::check_rate(r))? {
                 Rate::Pps(p) => p,
                 Rate::Bps(b) => b / bits_per_frame,
-                Rate::Percent(p) => link_bps(a, &a.output)? * p / 100.0 / bits_per_frame,
+                // A percentage of a line that is there: not of an assumed 10 Gbit/s.
+                Rate::Percent(p) => match known_link_bps(a, &a.output)? {
+                    Some(l) => l * p / 100.0 / bits_per_frame,
+                    None => {
+                        return Err(usage(format!(
+                            "--rate {r}: -o {} has no link speed to take {p}% of (a mem: or \
+                             pcap: port, a link down, a driver without one): give --link-speed \
+                             (e.g. 10Gbps) or the rate in pps or bps",
+                            a.output
+                        )))
+                    }
+                },
             };
             if total <= 0.0 {
                 return Err(usage(format!("--rate {r}: must be above zero")));
