@@ -819,7 +819,7 @@ fn rfc2544_without_a_line_rate_is_refused_not_assumed() {
 }
 
 #[test]
-fn rfc2544_refuses_a_size_twice_and_a_tolerance_of_everything() {
+fn rfc2544_refuses_a_size_twice_a_line_too_slow_and_a_tolerance_of_everything() {
     let base = [
         "rfc2544",
         "-o",
@@ -838,6 +838,24 @@ fn rfc2544_refuses_a_size_twice_and_a_tolerance_of_everything() {
     assert!(err.contains("64 is named twice"), "{err}");
     assert!(err.contains("--repeat"), "{err}");
     assert!(o.stdout.is_empty());
+    // A line too slow for a trial to carry frames measures nothing (1bps: line pps 0).
+    for (speed, trial) in [("1bps", "1s"), ("1Mbps", "10ms")] {
+        let o = run(&[
+            "rfc2544",
+            "-o",
+            "mem:rfc-dup",
+            "-i",
+            "mem:rfc-dup",
+            "--link-speed",
+            speed,
+            "--trial",
+            trial,
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{speed}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("longer --trial"), "{err}");
+        assert!(o.stdout.is_empty());
+    }
     // At 100 % loss tolerated every rate passes, one where nothing came back too.
     for tol in ["100", "100.0"] {
         let o = run(&[&base[..], &["--loss-tolerance", tol]].concat());

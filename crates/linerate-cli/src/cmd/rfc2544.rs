@@ -94,6 +94,9 @@ pub struct Args {
     core: Option<usize>,
 }
 
+/// Fewest frames a trial at line rate must carry for the largest size.
+const MIN_TRIAL_FRAMES: f64 = 10.0;
+
 /// `--loss-tolerance`: 0 up to, not including, 100 (a trial that lost every frame is no
 /// partial drop rate).
 fn loss_tolerance(s: &str) -> Result<f64, String> {
@@ -268,6 +271,25 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         None => (iface_speed(&a.output)?, "interface"),
     };
     opts.line_bps = line_bps;
+    // A line so slow that a trial at its full rate carries a handful of frames of the largest
+    // size (`--link-speed 1bps`: none) measures nothing: refused, naming both flags.
+    if let Some(&big) = opts.sizes.iter().max() {
+        let frames = rfc2544::line_pps(line_bps, big) * opts.trial.as_secs_f64();
+        if frames < MIN_TRIAL_FRAMES {
+            return Err(usage(format!(
+                "{}: at {} bit/s a {:?} trial carries {frames:.2} frames of {big} B at \
+                 line rate, fewer than {MIN_TRIAL_FRAMES}: check the line rate, or give a longer \
+                 --trial",
+                if line_from == "interface" {
+                    format!("-o {} (its speed)", a.output)
+                } else {
+                    "--link-speed".to_string()
+                },
+                linerate::stats::group_f(line_bps, 0),
+                opts.trial
+            )));
+        }
+    }
     let inputs = crate::common::inputs_of([a.input.as_str()]);
     if let Some(p) = &a.csv {
         crate::common::check_output("--csv", p, &inputs)?;
