@@ -658,13 +658,22 @@ pub fn csv(results: &[SizeResult]) -> String {
             row(t, "loss");
         }
     }
+    // The ceiling's verdict says what its capped percentage cannot: below the line
+    // (`generator-limited`), or above it (`above-line`: the port is not that line).
     for r in results {
         s += &format!(
-            "ceiling,{},{:.3},{:.0},{:.0},,,,,,,,,,,,\n",
+            "ceiling,{},{:.3},{:.0},{:.0},,,,,,,,,{},,,\n",
             r.size,
             r.ceiling_pct(),
             r.line_pps,
-            r.ceiling_pps
+            r.ceiling_pps,
+            if r.above_line() {
+                "above-line"
+            } else if r.ceiling_pct() < 100.0 * (1.0 - RATE_TOLERANCE) {
+                "generator-limited"
+            } else {
+                "line"
+            }
         );
     }
     // A size the run was interrupted in says so: its rows above are not its result (an NDR
@@ -1008,6 +1017,27 @@ mod tests {
         let f: Vec<&str> = rows[0].split(',').collect();
         assert_eq!((f[1], f[13]), ("128", "interrupted"), "{c}");
         assert!(!csv(&[size_result(64, false)]).contains("interrupted"));
+    }
+
+    #[test]
+    fn csv_ceiling_says_above_or_below_the_line() {
+        let verdict = |ceiling: f64| {
+            let mut r = size_result(1518, false);
+            r.ceiling_pps = ceiling;
+            let c = csv(&[r]);
+            let row = c
+                .lines()
+                .find(|l| l.starts_with("ceiling,"))
+                .unwrap()
+                .to_string();
+            assert_eq!(row.split(',').count(), 17, "{row}");
+            row.split(',').nth(13).unwrap().to_string()
+        };
+        // 1518 B at 1 Gbit/s: 81'274 pps. 175'227 pps is no such line (a mem: wire), though
+        // its percentage is capped at 100.
+        assert_eq!(verdict(175_227.0), "above-line");
+        assert_eq!(verdict(40_000.0), "generator-limited");
+        assert_eq!(verdict(81_274.0), "line");
     }
 
     #[test]
