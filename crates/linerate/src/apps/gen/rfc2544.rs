@@ -288,7 +288,14 @@ impl SizeResult {
     /// Jitter (mean absolute IPDV) of the latency trials at the NDR, ns (of those where at
     /// least two frames came back).
     pub fn jitter(&self) -> Option<Spread> {
-        self.spread(|r| r.latency.as_ref().and_then(Trial::measured_jitter))
+        // Only the repetitions that measured one: a repetition where no rate passed has no
+        // latency trial, and its jitter is no 0 ns.
+        Spread::of(
+            self.runs
+                .iter()
+                .filter_map(|r| r.latency.as_ref().and_then(Trial::measured_jitter))
+                .collect(),
+        )
     }
 
     /// The median repetition's latency trial at the NDR lost frames (it passed at that rate
@@ -1000,6 +1007,29 @@ mod tests {
         let mut int = t.clone();
         int.interrupted = true;
         assert!(!hiccup(&int, 96_153.0));
+    }
+
+    #[test]
+    fn jitter_is_of_the_repetitions_that_measured_one() {
+        // Two repetitions: one found no rate (no latency trial), one a jitter of 5'000 ns.
+        let ndr = trial("throughput", 8_000.0, 8_000, 8_000);
+        let mut lat = trial("latency", 8_000.0, 8_000, 8_000);
+        lat.jitter_ns = 5_000.0;
+        let mut r = size_result(64, false);
+        r.runs = vec![
+            SearchRun {
+                ndr: None,
+                pdr: None,
+                latency: None,
+            },
+            SearchRun {
+                ndr: Some(ndr.clone()),
+                pdr: Some(ndr),
+                latency: Some(lat),
+            },
+        ];
+        let j = r.jitter().unwrap();
+        assert_eq!((j.median, j.n), (5_000.0, 1), "{j:?}");
     }
 
     #[test]
