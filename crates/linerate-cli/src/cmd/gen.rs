@@ -158,7 +158,8 @@ pub struct Args {
     /// Seed of random fields, sizes and Poisson gaps.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Line rate for --rate N% (default: the interface's speed, else 10Gbps).
+    /// Line rate for --rate N% (default: the interface's speed; a port without one, mem:,
+    /// pcap:, a link down, needs it).
     #[arg(long, value_name = "RATE")]
     pub link_speed: Option<String>,
     /// Pin thread i to core CORE+i.
@@ -316,19 +317,25 @@ fn named(flag: &Option<String>, cfg: &ScriptConfig, key: &str, name: &str) -> St
 
 /// Line rate of a port, bits per second.
 fn link_bps(a: &Args, out: &str) -> anyhow::Result<f64> {
+    Ok(known_link_bps(a, out)?.unwrap_or(10e9))
+}
+
+/// The line rate of `out` when one is known: `--link-speed`, else the interface's speed
+/// (None: a `mem:` or `pcap:` port, a link down, a driver without a speed).
+fn known_link_bps(a: &Args, out: &str) -> anyhow::Result<Option<f64>> {
     if let Some(s) = &a.link_speed {
-        return flag("--link-speed", flags::check_line_speed(s));
+        return flag("--link-speed", flags::check_line_speed(s)).map(Some);
     }
     if let Some(iface) = Uri::parse(out).ok().as_ref().and_then(Uri::iface) {
         if let Ok(s) = std::fs::read_to_string(format!("/sys/class/net/{iface}/speed")) {
             if let Ok(mbps) = s.trim().parse::<i64>() {
                 if mbps > 0 {
-                    return Ok(mbps as f64 * 1e6);
+                    return Ok(Some(mbps as f64 * 1e6));
                 }
             }
         }
     }
-    Ok(10e9)
+    Ok(None)
 }
 
 /// Builds the stream list of one thread from the flags (and the script's defaults).
@@ -461,7 +468,18 @@ pub fn streams_from(
             let t = match flag(&named(&a.rate, cfg, "rate", "--rate"), flags::check_rate(r))? {
                 Rate::Pps(p) => p,
                 Rate::Bps(b) => b / bits_per_frame,
-                Rate::Percent(p) => link_bps(a, &a.output)? * p / 100.0 / bits_per_frame,
+                // A percentage of a line that is there: not of an assumed 10 Gbit/s.
+                Rate::Percent(p) => match known_link_bps(a, &a.output)? {
+                    Some(l) => l * p / 100.0 / bits_per_frame,
+                    None => {
+                        return Err(usage(format!(
+                            "--rate {r}: -o {} has no link speed to take {p}% of (a mem: or \
+                             pcap: port, a link down, a driver without one): give --link-speed \
+                             (e.g. 10Gbps) or the rate in pps or bps",
+                            a.output
+                        )))
+                    }
+                },
             };
             if t <= 0.0 {
                 return Err(usage(format!("--rate {r}: must be above zero")));
@@ -893,11 +911,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let rx = a.rx.as_deref().map(|p| (p, PortCount::default()));
         publish(m, &tx, rx, asked, 0.0);
     }
+    // The engine auto took for a rate, and why (the live engine's runs would be bursts).
+    let engine_why = paced_on_xsk(&a, &cfg)?;
     if a.json {
-        let j = serde_json::json!({"type": "start", "port": a.output, "threads": a.threads,
+        let mut j = serde_json::json!({"type": "start", "port": a.output, "threads": a.threads,
             "pps_per_stream": specs[0].0[0].pps, "rate_pps": asked, "script": a.script,
             "size": size_text(&specs[0].0[0].size), "stream_count": stream_rates.len(),
             "on_stall": on_stall_name(&stall)});
+        if let Some(w) = &engine_why {
+            j["engine"] = "xsk".into();
+            j["engine_why"] = w.as_str().into();
+        }
         let _ = writeln!(out, "{j}");
     } else if !a.quiet {
         let rate = asked
@@ -921,6 +945,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                     "Frames of {z} B: the smallest for these headers (--size not given)"
                 );
             }
+        }
+        if let Some(w) = &engine_why {
+            let _ = writeln!(out, "Engine xsk (AF_XDP): {w}");
         }
     }
     let _ = out.flush();
@@ -1422,6 +1449,8 @@ fn live_iface(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
         Some("--streams: live frames send one stream".to_string())
     } else if pick(&a.pattern, cfg, "pattern").is_some_and(|p| p != "cbr") {
         Some("--pattern: live frames pace by runs of packets, not per packet".to_string())
+    } else if let (None, Some(why)) = (want, paced_on_xsk(a, cfg)?) {
+        Some(why)
     } else {
         let (streams, _, _) = streams_from(a, cfg, 0)?;
         gen_streams::live_refusal(&a.gs, &streams)
@@ -1468,6 +1497,57 @@ fn live_status(changed: bool, short: bool) -> Option<String> {
 const LIVE_FIXED: &str = "not on the XDP live-frames engine: the kernel sends copies of the one \
                           template built at the start (use --engine xsk to change them while it \
                           runs)";
+
+/// Why `--engine auto` sends a `--rate` on the xsk engine, if it does: below
+/// [`live::PACED_MIN_PPS`] a thread, the live engine would send it in runs of ~25 ms' worth of
+/// packets back to back (the kernel's cost of a run), bursts a receiver's ring drops; the xsk
+/// engine paces per packet.
+fn paced_on_xsk(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
+    use linerate::apps::gen::live;
+    if a.engine != "auto" || !matches!(Uri::parse(&a.output), Ok(Uri::Xdp { .. })) {
+        return Ok(None);
+    }
+    let Some(rate) = pick(&a.rate, cfg, "rate") else {
+        return Ok(None);
+    };
+    let (streams, _, _) = streams_from(a, cfg, 0)?;
+    let Some(pps) = streams.first().and_then(|s| s.pps) else {
+        return Ok(None);
+    };
+    if pps >= live::PACED_MIN_PPS {
+        return Ok(None);
+    }
+    // The xsk engine binds a socket a thread, one queue each: more threads than the
+    // interface has queues fail to bind (EBUSY, as if another program held the queue).
+    if let Some(iface) = Uri::parse(&a.output).ok().as_ref().and_then(Uri::xdp_whole) {
+        let queues = std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("tx-"))
+                    .count()
+            })
+            .unwrap_or(0);
+        if queues > 0 && a.threads > queues {
+            return Err(usage(format!(
+                "--engine auto: --rate {rate} is below {} pps a thread, where the xsk engine \
+                 paces each packet, but it needs a queue a thread and {iface} has {queues} for \
+                 {} threads: use --threads {queues} (xsk, paced), or --engine live (the XDP \
+                 live-frames engine, in runs of packets back to back)",
+                group_f(live::PACED_MIN_PPS, 0),
+                a.threads
+            )));
+        }
+    }
+    let run = pps * live::TYPICAL_RUN_GAP_NS as f64 / 1e9;
+    Ok(Some(format!(
+        "--rate {rate}: below {} pps a thread the XDP live-frames engine sends in runs of ~{} \
+         frames every ~{} ms (bursts a receiver's ring drops), the xsk engine paces each \
+         packet (--engine live to take the runs)",
+        group_f(live::PACED_MIN_PPS, 0),
+        group_f(run, 0),
+        live::TYPICAL_RUN_GAP_NS / 1_000_000
+    )))
+}
 
 /// `linerate gen -o xdp:IFACE` on the live-frames engine.
 fn run_live(
@@ -1538,7 +1618,18 @@ fn run_live(
         let _ = writeln!(out, "{j}");
     } else if !a.quiet {
         let rate = pps
-            .map(|p| format!("{} pps; {}", group_f(p, 0), on_stall_words(&on_stall)))
+            .map(|p| {
+                format!(
+                    "{} pps in runs of ~{} frames back to back, one a thread every ~{} ms; {}",
+                    group_f(p, 0),
+                    group_f(
+                        p / a.threads as f64 * live::TYPICAL_RUN_GAP_NS as f64 / 1e9,
+                        0
+                    ),
+                    live::TYPICAL_RUN_GAP_NS / 1_000_000,
+                    on_stall_words(&on_stall)
+                )
+            })
             .unwrap_or_else(|| "as fast as possible".into());
         let _ = writeln!(
             out,
@@ -1673,7 +1764,8 @@ fn run_live(
             "type": "summary", "engine": "live", "pkts": r.taken(), "program_sent": r.pkts,
             "bytes": r.bytes,
             "elapsed_ms": elapsed * 1e3, "pps": r.pps(), "mbps": mbps, "runs": r.runs,
-            "run_gap_ns": r.run_gap_ns(a.threads), "device_tx_dropped": r.tx_dropped,
+            "run_gap_ns": r.run_gap_ns(a.threads), "run_frames_mean": r.mean_run(),
+            "run_frames_max": r.max_run, "device_tx_dropped": r.tx_dropped,
             "device_tx_packets": r.tx_packets, "rate_pps": r.rate_pps,
             "limited": why.map(|w| w.name()),
         });
@@ -1690,7 +1782,7 @@ fn run_live(
     } else {
         let _ = writeln!(
             out,
-            "Sent {} pkts, {} bytes in {} ms: {} pps, {} Mbit/s; device drops: {} ({} runs, one every {} ms a thread)",
+            "Sent {} pkts, {} bytes in {} ms: {} pps, {} Mbit/s; device drops: {} ({} runs of {} frames on average, {} at most, one every {} ms a thread)",
             group(r.taken()),
             group(r.bytes),
             group_f(elapsed * 1e3, 2),
@@ -1698,6 +1790,8 @@ fn run_live(
             group_f(mbps, 2),
             r.tx_dropped.map_or("unknown".into(), group),
             group(r.runs),
+            group_f(r.mean_run(), 0),
+            group(r.max_run),
             group_f(r.run_gap_ns(a.threads) as f64 / 1e6, 1),
         );
         if r.steered {
