@@ -311,7 +311,7 @@ fn live_engine_page_steers_the_rate_and_refuses_the_size() {
     .expect("XDP program on the peer");
     let mut t = Tty::start_in(
         &format!("ip netns exec {}", p.ns(Side::A)),
-        "gen -o xdp:vA --rate 100kpps -t 25",
+        "gen -o xdp:vA --engine live --rate 100kpps -t 25",
     );
     t.wait_for("XDP live frames", 0);
     t.wait_for("Rate: ", 0);

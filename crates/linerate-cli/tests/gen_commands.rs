@@ -211,6 +211,112 @@ fn gen_steered_by_commands_changes_rate_size_mac_and_count_within_one_interval()
     let _ = std::fs::remove_dir_all(out.parent().unwrap());
 }
 
+/// (destination IPv4 address, VLAN id) of every record of a classic pcap file, in order.
+fn dst_and_vlan(path: &std::path::Path) -> Vec<([u8; 4], Option<u16>)> {
+    let d = std::fs::read(path).unwrap();
+    let mut off = 24;
+    let mut v = Vec::new();
+    while off + 16 <= d.len() {
+        let cap = u32::from_le_bytes(d[off + 8..off + 12].try_into().unwrap()) as usize;
+        let f = &d[off + 16..off + 16 + cap];
+        let (vlan, l3) = if f[12..14] == [0x81, 0x00] {
+            (Some(u16::from_be_bytes([f[14], f[15]]) & 0x0fff), 18)
+        } else {
+            (None, 14)
+        };
+        v.push((f[l3 + 16..l3 + 20].try_into().unwrap(), vlan));
+        off += 16 + cap;
+    }
+    v
+}
+
+#[test]
+fn dst_ip_and_vlan_commands_change_the_packets_after_them_and_an_unknown_one_changes_nothing() {
+    let out = tmp("fields.pcap");
+    let child = Command::new(env!("CARGO_BIN_EXE_linerate"))
+        .args(["gen", "-o", out.to_str().unwrap(), "--rate", "1000pps"])
+        .args(["-t", "60", "--json", "--commands", "-", "--interval", "0.2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn gen");
+    let mut child = Kill(child);
+    let mut stdin = child.0.stdin.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let so = child.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(so).lines().map_while(Result::ok) {
+            if let Ok(j) = serde_json::from_str::<serde_json::Value>(&l) {
+                let _ = tx.send(j);
+            }
+        }
+    });
+    let lines = Lines(rx);
+    lines.next_of("stats");
+    let j = lines.steer(&mut stdin, "dst-ip 10.0.0.2");
+    assert!(j["interval_pkts"].as_u64().unwrap() > 0, "{j}");
+    // pktgen-dpdk's spelling of a VLAN id.
+    let j = lines.steer(&mut stdin, "set 0 vlanid 42");
+    assert!(j["interval_pkts"].as_u64().unwrap() > 0, "{j}");
+    // Unknown: said, and the run goes on sending.
+    writeln!(stdin, "jump 3").unwrap();
+    let j = lines.next_of("command");
+    assert_eq!(j["ok"], false, "{j}");
+    assert!(
+        j["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown command 'jump'"),
+        "{j}"
+    );
+    let a = lines.next_of("stats")["pkts"].as_u64().unwrap();
+    let b = lines.next_of("stats")["pkts"].as_u64().unwrap();
+    assert!(
+        b > a,
+        "still sending after an unknown command: {a} then {b}"
+    );
+    writeln!(stdin, "quit").unwrap();
+    let sum = lines.next_of("summary");
+    assert!(child.0.wait().unwrap().success());
+    // In order: the old address untagged, then the new one untagged, then the new one in
+    // VLAN 42, and never back.
+    let recs = dst_and_vlan(&out);
+    assert_eq!(recs.len() as u64, sum["pkts"].as_u64().unwrap());
+    let old = ([198, 18, 0, 2], None);
+    let new = ([10, 0, 0, 2], None);
+    let tagged = ([10, 0, 0, 2], Some(42));
+    let p1 = recs
+        .iter()
+        .position(|r| *r != old)
+        .expect("a changed packet");
+    let p2 = recs
+        .iter()
+        .position(|r| *r == tagged)
+        .expect("a tagged packet");
+    assert!(p1 > 0 && p2 > p1, "{p1} {p2}");
+    assert!(recs[p1..p2].iter().all(|r| *r == new));
+    assert!(recs[p2..].iter().all(|r| *r == tagged));
+    // Their checksums hold (tshark).
+    let o = Command::new("tshark")
+        .args(["-r", out.to_str().unwrap(), "-n"])
+        .args([
+            "-o",
+            "ip.check_checksum:TRUE",
+            "-o",
+            "udp.check_checksum:TRUE",
+        ])
+        .args([
+            "-Y",
+            "ip.checksum.status==2 || udp.checksum.status==2 || vlan.id!=42 && vlan",
+        ])
+        .output()
+        .expect("tshark is installed by scripts/setup.sh");
+    assert!(o.status.success());
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 0);
+    let _ = std::fs::remove_file(&out);
+}
+
 #[test]
 fn commands_flag_is_checked() {
     let o = Command::new(env!("CARGO_BIN_EXE_linerate"))

@@ -298,7 +298,7 @@ fn absurd_flag_values_are_usage_errors_naming_the_flag_and_range() {
         (vec!["gen", "-o", "mem:h", "-c", "10", "--threads", "0"], "--threads"),
         (vec!["gen", "-o", "mem:h", "-c", "10", "--rate", "0pps"], "--rate"),
         (vec!["gen", "-o", "mem:h", "-c", "10", "--flows", "0"], "--flows"),
-        (vec!["gen", "--pcap", s, "-o", "mem:h", "--loop", "0"], "--loop"),
+        (vec!["gen", "--pcap", s, "-o", "mem:h", "--loop", "1.5"], "--loop"),
         (vec!["gen", "--pcap", s, "-o", "mem:h", "--speed", "nan"], "--speed"),
         (vec!["gen", "--pcap", s, "-o", "mem:h", "--speed", "0"], "--speed"),
         (vec!["gen", "-o", "mem:h", "--script", &script], "config.duration"),

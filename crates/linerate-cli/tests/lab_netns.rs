@@ -82,6 +82,49 @@ fn l2fwd_lab_paced_delivers_everything_and_cleans_up() {
 }
 
 #[test]
+fn lab_takes_gens_rate_syntax_and_measures_over_the_sending() {
+    if !netns::require_priv() {
+        return;
+    }
+    // `-r 50kpps` as gen takes it; the rate is over the sending period, not the start-up of
+    // the namespaces and rings (which made `-r 50000` report 45'874 pps).
+    let t0 = std::time::Instant::now();
+    let (j, pid) = run_json(&["lab", "l2fwd", "-c", "25000", "-r", "50kpps", "-t", "20"]);
+    let wall = t0.elapsed().as_secs_f64();
+    assert_eq!(j["rate_pps"].as_f64(), Some(50_000.0), "{j}");
+    assert_eq!(j["generator"]["sent"], 25_000, "{j}");
+    let pps = j["generator"]["sent_pps"].as_f64().unwrap();
+    let secs = j["seconds"].as_f64().unwrap();
+    // 25'000 packets at 50 kpps take 0.5 s of sending (more only if the generator fell
+    // behind on a loaded machine), well inside the lab's whole run (namespaces, rings).
+    assert!(secs >= 0.4999 && secs < wall, "{wall} s in all: {j}");
+    assert!(
+        (pps * secs - 25_000.0).abs() < 2.0,
+        "the rate is over that period: {j}"
+    );
+    assert!(pps <= 50_000.0 * 1.005, "never above the asked rate: {j}");
+    check_books(&j);
+    assert!(lab_namespaces(pid).is_empty());
+    // A bit rate of its 64 B frames; a percentage of the veth's 10 Gbit/s.
+    for (r, pps) in [("1Mbps", 1e6 / 672.0), ("0.01%", 1488.095238)] {
+        let o = Command::new(bin())
+            .args(["lab", "l2fwd", "-c", "1", "-r", r, "-t", "5", "--json"])
+            .output()
+            .unwrap();
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert!(
+            (j["rate_pps"].as_f64().unwrap() - pps).abs() < 0.01,
+            "{r}: {j}"
+        );
+    }
+    let o = Command::new(bin())
+        .args(["lab", "l2fwd", "-r", "fast"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
 fn bounce_lab_at_full_speed_keeps_its_books() {
     if !netns::require_priv() {
         return;

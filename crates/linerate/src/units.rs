@@ -14,6 +14,32 @@ pub enum Rate {
     Percent(f64),
 }
 
+impl Rate {
+    /// Packets per second this rate asks of frames of `frame_bytes` (with CRC; each takes 20 B
+    /// more on the wire: preamble and gap). A percentage is of `line_bps`, and refused when the
+    /// line is unknown (None): a percent of a line that is not there means nothing.
+    pub fn pps(self, frame_bytes: f64, line_bps: Option<f64>) -> Result<f64, String> {
+        let bits = (frame_bytes + 20.0) * 8.0;
+        let pps = match self {
+            Rate::Pps(p) => p,
+            Rate::Bps(b) => b / bits,
+            Rate::Percent(x) => match line_bps {
+                Some(l) => l * x / 100.0 / bits,
+                None => {
+                    return Err(format!(
+                        "{x}% of what? The line rate is unknown: give the rate in pps or bps"
+                    ))
+                }
+            },
+        };
+        if pps > 0.0 && pps.is_finite() {
+            Ok(pps)
+        } else {
+            Err("the rate must be above zero".into())
+        }
+    }
+}
+
 fn split_num(s: &str) -> Option<(f64, &str)> {
     let s = s.trim();
     let end = s
@@ -125,7 +151,28 @@ pub fn parse_rate(s: &str) -> Result<Rate, String> {
         }
         return Ok(Rate::Percent(v));
     }
-    for (unit, bits) in [("pps", false), ("bps", true), ("bit", true), ("b/s", true)] {
+    if rest.is_empty() {
+        return Err(format!(
+            "'{s}' has no unit: write {s}pps (packets), {s}bps (bits on the wire) or {s}% (of the line)"
+        ));
+    }
+    // Packets per second in any case (`50KPPS`); bits per second with a lower-case `b`
+    // only: `GBps` would be bytes to some, and a rate off by 8 is worse than a refusal.
+    let lower = rest.to_ascii_lowercase();
+    if let Some(prefix) = lower.strip_suffix("pps").map(|p| &rest[..p.len()]) {
+        let m = si(prefix).ok_or_else(|| format!("'{s}': unknown prefix '{prefix}'"))?;
+        return Ok(Rate::Pps(v * m));
+    }
+    if ["bps", "bit", "b/s", "bit/s"]
+        .iter()
+        .any(|u| lower.ends_with(u))
+        && !rest.contains('b')
+    {
+        return Err(format!(
+            "'{s}': a capital B reads as bytes: write bits per second with a small b (e.g. 5Gbps)"
+        ));
+    }
+    for (unit, bits) in [("bit/s", true), ("bps", true), ("bit", true), ("b/s", true)] {
         if let Some(prefix) = rest.strip_suffix(unit) {
             let m = si(prefix).ok_or_else(|| format!("'{s}': unknown prefix '{prefix}'"))?;
             return Ok(if bits {
@@ -138,6 +185,15 @@ pub fn parse_rate(s: &str) -> Result<Rate, String> {
     Err(format!(
         "'{s}': unknown rate unit '{rest}' (use pps, bps or %)"
     ))
+}
+
+/// A rate as [`parse_rate`], or a bare number of packets per second (`50000`, `50k`), as
+/// `lab -r` and tcpreplay's `-p` take it.
+pub fn parse_rate_or_pps(s: &str) -> Result<Rate, String> {
+    match parse_count(s) {
+        Ok(n) => Ok(Rate::Pps(n as f64)),
+        Err(_) => parse_rate(s),
+    }
 }
 
 #[cfg(test)]
@@ -162,6 +218,23 @@ mod tests {
     }
 
     #[test]
+    fn rates_in_packets_per_second() {
+        // 64 B frames take 84 B on the wire: 10 GbE is 14.88 Mpps.
+        let line = Some(10e9);
+        assert_eq!(parse_rate("50kpps").unwrap().pps(64.0, None), Ok(50_000.0));
+        let p = parse_rate("10Gbps").unwrap().pps(64.0, None).unwrap();
+        assert!((p - 14_880_952.38).abs() < 1.0, "{p}");
+        let p = parse_rate("50%").unwrap().pps(64.0, line).unwrap();
+        assert!((p - 7_440_476.19).abs() < 1.0, "{p}");
+        assert!(parse_rate("50%").unwrap().pps(64.0, None).is_err());
+        assert!(Rate::Pps(0.0).pps(64.0, None).is_err());
+        assert_eq!(parse_rate_or_pps("50000"), Ok(Rate::Pps(50_000.0)));
+        assert_eq!(parse_rate_or_pps("50kpps"), Ok(Rate::Pps(50_000.0)));
+        assert_eq!(parse_rate_or_pps("80%"), Ok(Rate::Percent(80.0)));
+        assert!(parse_rate_or_pps("fast").is_err());
+    }
+
+    #[test]
     fn absurd_values_are_errors_not_panics_or_roundings() {
         assert!(parse_duration("18446744073709551616").is_err());
         assert!(parse_duration("99999999999999999999999h").is_err());
@@ -175,5 +248,23 @@ mod tests {
         assert!(parse_size("1.5").is_err());
         assert_eq!(parse_size("1.5KiB").unwrap(), 1536);
         assert!(parse_rate("nan").is_err() && parse_rate("infpps").is_err());
+    }
+
+    #[test]
+    fn rates_as_users_write_them() {
+        assert_eq!(parse_rate("50KPPS").unwrap(), Rate::Pps(50_000.0));
+        assert_eq!(parse_rate("1.5MPPS").unwrap(), Rate::Pps(1_500_000.0));
+        assert_eq!(parse_rate("100 kpps").unwrap(), Rate::Pps(100_000.0));
+        assert_eq!(parse_rate("5Gbit").unwrap(), Rate::Bps(5e9));
+        assert_eq!(parse_rate("100Mbit/s").unwrap(), Rate::Bps(1e8));
+        // Bytes or bits? Refused, not read 8 times off.
+        let e = parse_rate("5GBPS").unwrap_err();
+        assert!(e.contains("small b"), "{e}");
+        assert!(parse_rate("5GBps").is_err());
+        // A bare number says which units it lacks (not "unknown rate unit ''").
+        let e = parse_rate("50000").unwrap_err();
+        assert!(e.contains("50000pps") && e.contains("50000%"), "{e}");
+        assert!(parse_rate("0").unwrap_err().contains("no unit"));
+        assert!(parse_rate("1e9").is_err() && parse_rate("-1").is_err());
     }
 }

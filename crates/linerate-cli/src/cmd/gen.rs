@@ -1,6 +1,7 @@
 //! `linerate gen`: MoonGen / pktgen-dpdk. Templates with varied fields, rate control on the
 //! TSC, latency probes, Lua userscripts, pcap replay.
 
+use super::gen_streams;
 use crate::common::{flags, metrics, stop_flag, usage};
 use crate::console::commands::Steer;
 use crate::console::{Console, LatencyLine, Meter, Page, PortRow, RateLine, ReadOnly};
@@ -70,7 +71,8 @@ pub struct Args {
     /// Generator threads, each with its own port (opened again, or the next of a,b).
     #[arg(long, default_value_t = 1, value_parser = flags::int(1usize, 64))]
     pub threads: usize,
-    /// Streams per thread (the rate is shared; each has its own id for latency).
+    /// Streams per thread (the rate is shared; each has its own id for latency). --stream
+    /// gives streams of their own instead.
     #[arg(long, default_value_t = 1, value_parser = flags::int(1usize, 255))]
     pub streams: usize,
     /// Destination MAC.
@@ -95,15 +97,18 @@ pub struct Args {
     /// Vary the source address over N values (N flows).
     #[arg(long, value_name = "N")]
     pub flows: Option<String>,
-    /// Transport protocol: udp or tcp.
+    /// Protocol: udp, tcp, icmp (echo request; ICMPv6 echo with IPv6 addresses: the
+    /// identifier is --sport, the sequence number --dport) or arp (request for --dst-ip from
+    /// --src-ip, to ff:ff:ff:ff:ff:ff unless --dst-mac).
     #[arg(long, value_name = "PROTO")]
     pub proto: Option<String>,
-    /// Add an 802.1Q tag with this VLAN id.
-    #[arg(long, value_name = "ID")]
+    /// Add an 802.1Q tag with this VLAN id (1..4094), or two, OUTER,INNER: QinQ, an 802.1ad
+    /// (0x88a8) tag outside the 802.1Q one.
+    #[arg(long, value_name = "ID[,ID]")]
     pub vlan: Option<String>,
-    /// TTL / hop limit.
-    #[arg(long, default_value_t = 64)]
-    pub ttl: u8,
+    /// TTL / hop limit (default 64; on a replay, set in every packet).
+    #[arg(long)]
+    pub ttl: Option<u8>,
     /// Lua userscript: modify(pkts, n) is called once per batch; its config table gives
     /// defaults to these flags. A script is a program (MoonGen's kind): it has Lua's io and os
     /// libraries and runs with this tool's privileges.
@@ -148,22 +153,13 @@ pub struct Args {
     /// With --rx: how long to wait for late packets after the last one is sent.
     #[arg(long, value_name = "DURATION", default_value = "200ms")]
     pub rx_wait: String,
-    /// Replay this capture instead of building packets.
-    #[arg(long, value_name = "FILE")]
-    pub pcap: Option<String>,
-    /// Replay at this multiple of the recorded speed.
-    #[arg(long, value_name = "X", conflicts_with = "topspeed", value_parser = flags::real(0.0, 1e6, true))]
-    pub speed: Option<f64>,
-    /// Replay as fast as possible.
-    #[arg(long)]
-    pub topspeed: bool,
-    /// Replay the capture N times.
-    #[arg(long = "loop", value_name = "N", default_value_t = 1, value_parser = flags::count(1, 1_000_000_000))]
-    pub loops: u64,
+    #[command(flatten)]
+    pub replay: super::gen_replay::ReplayArgs,
     /// Seed of random fields, sizes and Poisson gaps.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Line rate for --rate N% (default: the interface's speed, else 10Gbps).
+    /// Line rate for --rate N% (default: the interface's speed; a port without one, mem:,
+    /// pcap:, a link down, needs it).
     #[arg(long, value_name = "RATE")]
     pub link_speed: Option<String>,
     /// Pin thread i to core CORE+i.
@@ -181,8 +177,10 @@ pub struct Args {
     #[command(flatten)]
     pub metrics: metrics::MetricsArgs,
     /// Read commands line by line while it runs (`-`: standard input): start, stop, rate
-    /// 50%|2Mpps, size 128, dst-mac MAC, count N, quit. Each one's effect shows in the next
-    /// statistics line.
+    /// 50%|2Mpps, size 128, src-ip|dst-ip ADDR, sport|dport N, proto udp|tcp|icmp|arp, ttl N,
+    /// vlan ID|OUTER,INNER|off, src-mac|dst-mac MAC, count N, quit; `stream N FIELD VALUE`
+    /// for one stream; pktgen-dpdk's `set 0 FIELD VALUE`, `start 0`, `stop 0`. Each one's
+    /// effect shows in the next statistics line; a refused one is said and changes nothing.
     #[arg(long, value_name = "-")]
     pub commands: Option<String>,
     /// Print statistics lines even on a terminal (no live page).
@@ -192,6 +190,8 @@ pub struct Args {
     pub out: crate::common::output::OutputFlags,
     #[command(flatten)]
     pub ring: crate::common::output::RingBuffer,
+    #[command(flatten)]
+    pub gs: super::gen_streams::StreamArgs,
 }
 
 /// Help of the gauges gen adds to the common families.
@@ -317,19 +317,25 @@ fn named(flag: &Option<String>, cfg: &ScriptConfig, key: &str, name: &str) -> St
 
 /// Line rate of a port, bits per second.
 fn link_bps(a: &Args, out: &str) -> anyhow::Result<f64> {
+    Ok(known_link_bps(a, out)?.unwrap_or(10e9))
+}
+
+/// The line rate of `out` when one is known: `--link-speed`, else the interface's speed
+/// (None: a `mem:` or `pcap:` port, a link down, a driver without a speed).
+fn known_link_bps(a: &Args, out: &str) -> anyhow::Result<Option<f64>> {
     if let Some(s) = &a.link_speed {
-        return flag("--link-speed", flags::check_line_speed(s));
+        return flag("--link-speed", flags::check_line_speed(s)).map(Some);
     }
     if let Some(iface) = Uri::parse(out).ok().as_ref().and_then(Uri::iface) {
         if let Ok(s) = std::fs::read_to_string(format!("/sys/class/net/{iface}/speed")) {
             if let Ok(mbps) = s.trim().parse::<i64>() {
                 if mbps > 0 {
-                    return Ok(mbps as f64 * 1e6);
+                    return Ok(Some(mbps as f64 * 1e6));
                 }
             }
         }
     }
-    Ok(10e9)
+    Ok(None)
 }
 
 /// Builds the stream list of one thread from the flags (and the script's defaults).
@@ -338,18 +344,12 @@ pub fn streams_from(
     cfg: &ScriptConfig,
     thread: usize,
 ) -> anyhow::Result<(Vec<StreamSpec>, Option<u64>, Option<Duration>)> {
-    let size: SizeSpec = flag(
-        "--size",
-        pick(&a.size, cfg, "size")
-            .unwrap_or("64")
-            .parse::<SizeSpec>(),
-    )?;
     let pattern: Pattern = flag(
         "--pattern",
         pick(&a.pattern, cfg, "pattern").unwrap_or("cbr").parse(),
     )?;
     let mut t = TemplateSpec {
-        ttl: a.ttl,
+        ttl: a.ttl.unwrap_or(64),
         ..Default::default()
     };
     if let Some(m) = pick(&a.dst_mac, cfg, "dst_mac") {
@@ -358,18 +358,27 @@ pub fn streams_from(
     if let Some(m) = pick(&a.src_mac, cfg, "src_mac") {
         t.src_mac = flag("--src-mac", parse_mac(m))?;
     }
-    t.l4 = match pick(&a.proto, cfg, "proto").unwrap_or("udp") {
-        "udp" => L4::Udp,
-        "tcp" => L4::Tcp,
-        other => return Err(usage(format!("--proto {other}: use udp or tcp"))),
-    };
+    t.l4 = flag(
+        "--proto",
+        gen_streams::parse_proto(pick(&a.proto, cfg, "proto").unwrap_or("udp")),
+    )?;
+    if t.l4 == L4::Arp && pick(&a.dst_mac, cfg, "dst_mac").is_none() {
+        // An ARP request is broadcast.
+        t.dst_mac = [0xff; 6];
+    }
+    if t.l4 == L4::Arp && (a.sport.is_some() || a.dport.is_some()) {
+        return Err(usage("--sport/--dport: ARP has no ports"));
+    }
     if let Some(v) = pick(&a.vlan, cfg, "vlan") {
-        let id: u16 = v
-            .parse()
-            .ok()
-            .filter(|&v| v < 4096)
-            .ok_or_else(|| usage(format!("--vlan {v}: a VLAN id is 0..4095")))?;
-        t.vlan = Some(id);
+        let (inner, outer) = flag(&format!("--vlan {v}"), gen_streams::parse_vlans(v))?;
+        t.vlan = Some(inner);
+        t.svlan = outer;
+    }
+    if let Some(m) = &a.gs.mpls {
+        t.mpls = flag("--mpls", gen_streams::parse_mpls(m))?;
+    }
+    if let Some(e) = &a.gs.encap {
+        t.encap = Some(flag("--encap", gen_streams::parse_encap(e))?);
     }
     let mut src = pick(&a.src_ip, cfg, "src_ip")
         .map(|s| flag("--src-ip", parse_addr(s)))
@@ -384,6 +393,21 @@ pub fn streams_from(
         t.src_ip = "2001:db8::1".parse::<IpAddr>()?;
         t.dst_ip = "2001:db8::2".parse::<IpAddr>()?;
     }
+    // Without --size, the template's smallest frame: 64 B, or its headers when longer
+    // (IPv6/TCP: 78 B).
+    let size: SizeSpec = match pick(&a.size, cfg, "size") {
+        Some(z) => flag("--size", z.parse::<SizeSpec>())?,
+        None => {
+            let mut t2 = t.clone();
+            if let Some(s) = &src {
+                t2.src_ip = s.base;
+            }
+            if let Some(d) = &dst {
+                t2.dst_ip = d.base;
+            }
+            SizeSpec::Fixed(gen_streams::min_size(&t2).unwrap_or(64))
+        }
+    };
     if let Some(f) = pick(&a.flows, cfg, "flows") {
         let n = flag(
             &named(&a.flows, cfg, "flows", "--flows"),
@@ -421,20 +445,47 @@ pub fn streams_from(
         .map(|s| flag("--dport", parse_seq(s, port_value)))
         .transpose()?;
     let nthreads = a.threads.max(1);
-    let nstreams = a.streams.max(1);
+    let nstreams = streams_per_thread(a, cfg);
+    // --stream, else the script's config.streams.
+    let gs = gen_streams::StreamArgs {
+        stream: if a.gs.stream.is_empty() {
+            cfg.streams.clone()
+        } else {
+            a.gs.stream.clone()
+        },
+        ..a.gs.clone()
+    };
+    if !gs.stream.is_empty() && a.streams > 1 {
+        return Err(usage(
+            "--streams N copies one stream; --stream gives each its own: use one of them",
+        ));
+    }
+    let mut total = None;
     let pps = match pick(&a.rate, cfg, "rate") {
         None => None,
         Some(r) => {
             let bits_per_frame = (size.mean() + 20.0) * 8.0;
-            let total = match flag(&named(&a.rate, cfg, "rate", "--rate"), flags::check_rate(r))? {
+            let t = match flag(&named(&a.rate, cfg, "rate", "--rate"), flags::check_rate(r))? {
                 Rate::Pps(p) => p,
                 Rate::Bps(b) => b / bits_per_frame,
-                Rate::Percent(p) => link_bps(a, &a.output)? * p / 100.0 / bits_per_frame,
+                // A percentage of a line that is there: not of an assumed 10 Gbit/s.
+                Rate::Percent(p) => match known_link_bps(a, &a.output)? {
+                    Some(l) => l * p / 100.0 / bits_per_frame,
+                    None => {
+                        return Err(usage(format!(
+                            "--rate {r}: -o {} has no link speed to take {p}% of (a mem: or \
+                             pcap: port, a link down, a driver without one): give --link-speed \
+                             (e.g. 10Gbps) or the rate in pps or bps",
+                            a.output
+                        )))
+                    }
+                },
             };
-            if total <= 0.0 {
+            if t <= 0.0 {
                 return Err(usage(format!("--rate {r}: must be above zero")));
             }
-            Some(total / (nthreads * nstreams) as f64)
+            total = Some(t);
+            Some(t / (nthreads * nstreams) as f64)
         }
     };
     let count = pick(&a.count, cfg, "count")
@@ -454,6 +505,29 @@ pub fn streams_from(
             )
         })
         .transpose()?;
+    if !gs.stream.is_empty() {
+        let base = StreamSpec {
+            id: 0,
+            template: t.clone(),
+            src_ip: src.clone(),
+            dst_ip: dst.clone(),
+            sport: sport.clone(),
+            dport: dport.clone(),
+            size: size.clone(),
+            pps: None,
+            pattern,
+            probe: !a.no_probe,
+        };
+        let v = gen_streams::streams(
+            &gs,
+            &base,
+            total,
+            link_bps(a, &a.output)?,
+            nthreads,
+            thread * nstreams,
+        )?;
+        return Ok((v, count, duration));
+    }
     let mut v = Vec::new();
     for s in 0..nstreams {
         let id = thread * nstreams + s;
@@ -474,6 +548,17 @@ pub fn streams_from(
     Ok((v, count, duration))
 }
 
+/// Streams each thread sends: one per --stream, else --streams.
+fn streams_per_thread(a: &Args, cfg: &ScriptConfig) -> usize {
+    if !a.gs.stream.is_empty() {
+        a.gs.stream.len()
+    } else if !cfg.streams.is_empty() {
+        cfg.streams.len()
+    } else {
+        a.streams.max(1)
+    }
+}
+
 /// Whether -o writes the capture to standard output (then statistics go to standard error).
 fn to_stdout(output: &str) -> bool {
     matches!(output, "-" | "pcap:-" | "pcapng:-")
@@ -486,6 +571,7 @@ fn open(uri: &str, opts: &PortOptions, what: &str) -> anyhow::Result<Box<dyn Por
 /// The files a run reads (capture, script, --rx), which no output may overwrite.
 fn inputs(a: &Args) -> Inputs {
     let mut v: Vec<&str> = a
+        .replay
         .pcap
         .iter()
         .chain(a.rx.iter())
@@ -700,13 +786,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 "--commands {c}: only - (standard input) is supported"
             )));
         }
-        if a.pcap.is_some() {
+        if a.replay.pcap.is_some() {
             return Err(usage(
                 "--commands steers generated streams, not --pcap replay",
             ));
         }
     }
-    if let Some(p) = &a.pcap {
+    if let Some(p) = &a.replay.pcap {
         return run_replay(&a, p, &popts, &stop);
     }
     // A script that does not return (its top level or modify) is stopped by a signal or by
@@ -815,15 +901,27 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    // Each stream's id and the rate asked of it (all threads'), for the summary.
+    let stream_rates: Vec<(u16, Option<f64>)> = specs
+        .iter()
+        .flat_map(|(s, _, _)| s.iter().map(|s| (s.id, s.pps)))
+        .collect();
     if let Some(m) = &metrics {
         let tx: Vec<(&str, PortCount)> = names.iter().map(|n| (*n, PortCount::default())).collect();
         let rx = a.rx.as_deref().map(|p| (p, PortCount::default()));
         publish(m, &tx, rx, asked, 0.0);
     }
+    // The engine auto took for a rate, and why (the live engine's runs would be bursts).
+    let engine_why = paced_on_xsk(&a, &cfg)?;
     if a.json {
-        let j = serde_json::json!({"type": "start", "port": a.output, "threads": a.threads,
+        let mut j = serde_json::json!({"type": "start", "port": a.output, "threads": a.threads,
             "pps_per_stream": specs[0].0[0].pps, "rate_pps": asked, "script": a.script,
+            "size": size_text(&specs[0].0[0].size), "stream_count": stream_rates.len(),
             "on_stall": on_stall_name(&stall)});
+        if let Some(w) = &engine_why {
+            j["engine"] = "xsk".into();
+            j["engine_why"] = w.as_str().into();
+        }
         let _ = writeln!(out, "{j}");
     } else if !a.quiet {
         let rate = asked
@@ -834,6 +932,23 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "Generating on {} ({} thread(s), {rate})",
             a.output, a.threads
         );
+        // The template's smallest frame when --size was not given and it is above 64 B.
+        if pick(&a.size, &cfg, "size").is_none() {
+            if let Some(z) = specs[0]
+                .0
+                .first()
+                .map(|s| s.size.bounds().0)
+                .filter(|&z| z > 64)
+            {
+                let _ = writeln!(
+                    out,
+                    "Frames of {z} B: the smallest for these headers (--size not given)"
+                );
+            }
+        }
+        if let Some(w) = &engine_why {
+            let _ = writeln!(out, "Engine xsk (AF_XDP): {w}");
+        }
     }
     let _ = out.flush();
     if let (Some(st), Some(_)) = (&steer, &a.commands) {
@@ -1028,7 +1143,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     // The terminal back before the summary, which stays on it.
     drop(console);
     let (total, reports, tracker) = (&run.total, &run.threads, &run.probes);
-    let nstreams = a.streams.max(1);
+    let nstreams = streams_per_thread(&a, &cfg);
     let sent = |id: u16| -> Option<u64> {
         run.sent(usize::from(id) / nstreams, usize::from(id) % nstreams)
     };
@@ -1041,6 +1156,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let rated = total.rate_pps.is_some();
     let why = total.shortfall(pps);
+    // Per stream: id, packets handed to the port, packets per second over the run, rate asked.
+    let per_stream: Vec<(u16, u64, f64, Option<f64>)> = reports
+        .iter()
+        .flat_map(|r| r.per_stream.iter().copied())
+        .zip(&stream_rates)
+        .map(|(n, &(id, asked))| {
+            let pps = if elapsed > 0.0 {
+                n as f64 / elapsed
+            } else {
+                0.0
+            };
+            (id, n, pps, asked)
+        })
+        .collect();
     if let Some(m) = &metrics {
         let tx: Vec<(&str, PortCount)> = names
             .iter()
@@ -1078,6 +1207,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         if let Some(e) = &total.error {
             j["error"] = e.clone().into();
         }
+        j["streams"] = per_stream
+            .iter()
+            .map(|&(id, n, p, asked)| {
+                serde_json::json!({"id": id, "pkts": n, "pps": p, "rate_pps": asked})
+            })
+            .collect::<Vec<_>>()
+            .into();
         if total.steered {
             // Commands changed the rate: the intervals compare asked and achieved.
             j["steered"] = true.into();
@@ -1132,6 +1268,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         if rated {
             let _ = write!(out, "{}", total.precision.table());
+        }
+        if per_stream.len() > 1 {
+            for &(id, n, p, asked) in &per_stream {
+                let _ = writeln!(
+                    out,
+                    "Stream {id}: {} pkts handed to the port [{} pps]{}",
+                    group(n),
+                    group_f(p, 0),
+                    asked
+                        .filter(|_| !total.steered)
+                        .map(|r| format!(" of {} pps asked", group_f(r, 0)))
+                        .unwrap_or_default()
+                );
+            }
         }
         if let Some(t) = &tracker {
             let _ = writeln!(out, "Received on {}:", a.rx.as_deref().unwrap_or(""));
@@ -1290,14 +1440,21 @@ fn live_iface(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
     } else if a.commands.is_some() && want.is_none() {
         // Live frames follow start, stop and rate only: auto takes the engine that follows
         // every command (--engine live --commands - is the rate-only one).
-        Some("--commands: size, dst-mac and count change only on the xsk engine".to_string())
+        Some(
+            "--commands: size, addresses, ports, proto, ttl, vlan, MACs and count change only \
+             on the xsk engine"
+                .to_string(),
+        )
     } else if a.streams > 1 {
         Some("--streams: live frames send one stream".to_string())
     } else if pick(&a.pattern, cfg, "pattern").is_some_and(|p| p != "cbr") {
         Some("--pattern: live frames pace by runs of packets, not per packet".to_string())
+    } else if let (None, Some(why)) = (want, paced_on_xsk(a, cfg)?) {
+        Some(why)
     } else {
         let (streams, _, _) = streams_from(a, cfg, 0)?;
-        linerate::apps::gen::live::unsupported(&streams[0])
+        gen_streams::live_refusal(&a.gs, &streams)
+            .or_else(|| linerate::apps::gen::live::unsupported(&streams[0]))
     };
     match (want, why) {
         (Some(true), Some(why)) => Err(usage(format!(
@@ -1340,6 +1497,57 @@ fn live_status(changed: bool, short: bool) -> Option<String> {
 const LIVE_FIXED: &str = "not on the XDP live-frames engine: the kernel sends copies of the one \
                           template built at the start (use --engine xsk to change them while it \
                           runs)";
+
+/// Why `--engine auto` sends a `--rate` on the xsk engine, if it does: below
+/// [`live::PACED_MIN_PPS`] a thread, the live engine would send it in runs of ~25 ms' worth of
+/// packets back to back (the kernel's cost of a run), bursts a receiver's ring drops; the xsk
+/// engine paces per packet.
+fn paced_on_xsk(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<Option<String>> {
+    use linerate::apps::gen::live;
+    if a.engine != "auto" || !matches!(Uri::parse(&a.output), Ok(Uri::Xdp { .. })) {
+        return Ok(None);
+    }
+    let Some(rate) = pick(&a.rate, cfg, "rate") else {
+        return Ok(None);
+    };
+    let (streams, _, _) = streams_from(a, cfg, 0)?;
+    let Some(pps) = streams.first().and_then(|s| s.pps) else {
+        return Ok(None);
+    };
+    if pps >= live::PACED_MIN_PPS {
+        return Ok(None);
+    }
+    // The xsk engine binds a socket a thread, one queue each: more threads than the
+    // interface has queues fail to bind (EBUSY, as if another program held the queue).
+    if let Some(iface) = Uri::parse(&a.output).ok().as_ref().and_then(Uri::xdp_whole) {
+        let queues = std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("tx-"))
+                    .count()
+            })
+            .unwrap_or(0);
+        if queues > 0 && a.threads > queues {
+            return Err(usage(format!(
+                "--engine auto: --rate {rate} is below {} pps a thread, where the xsk engine \
+                 paces each packet, but it needs a queue a thread and {iface} has {queues} for \
+                 {} threads: use --threads {queues} (xsk, paced), or --engine live (the XDP \
+                 live-frames engine, in runs of packets back to back)",
+                group_f(live::PACED_MIN_PPS, 0),
+                a.threads
+            )));
+        }
+    }
+    let run = pps * live::TYPICAL_RUN_GAP_NS as f64 / 1e9;
+    Ok(Some(format!(
+        "--rate {rate}: below {} pps a thread the XDP live-frames engine sends in runs of ~{} \
+         frames every ~{} ms (bursts a receiver's ring drops), the xsk engine paces each \
+         packet (--engine live to take the runs)",
+        group_f(live::PACED_MIN_PPS, 0),
+        group_f(run, 0),
+        live::TYPICAL_RUN_GAP_NS / 1_000_000
+    )))
+}
 
 /// `linerate gen -o xdp:IFACE` on the live-frames engine.
 fn run_live(
@@ -1410,7 +1618,18 @@ fn run_live(
         let _ = writeln!(out, "{j}");
     } else if !a.quiet {
         let rate = pps
-            .map(|p| format!("{} pps; {}", group_f(p, 0), on_stall_words(&on_stall)))
+            .map(|p| {
+                format!(
+                    "{} pps in runs of ~{} frames back to back, one a thread every ~{} ms; {}",
+                    group_f(p, 0),
+                    group_f(
+                        p / a.threads as f64 * live::TYPICAL_RUN_GAP_NS as f64 / 1e9,
+                        0
+                    ),
+                    live::TYPICAL_RUN_GAP_NS / 1_000_000,
+                    on_stall_words(&on_stall)
+                )
+            })
             .unwrap_or_else(|| "as fast as possible".into());
         let _ = writeln!(
             out,
@@ -1545,7 +1764,8 @@ fn run_live(
             "type": "summary", "engine": "live", "pkts": r.taken(), "program_sent": r.pkts,
             "bytes": r.bytes,
             "elapsed_ms": elapsed * 1e3, "pps": r.pps(), "mbps": mbps, "runs": r.runs,
-            "run_gap_ns": r.run_gap_ns(a.threads), "device_tx_dropped": r.tx_dropped,
+            "run_gap_ns": r.run_gap_ns(a.threads), "run_frames_mean": r.mean_run(),
+            "run_frames_max": r.max_run, "device_tx_dropped": r.tx_dropped,
             "device_tx_packets": r.tx_packets, "rate_pps": r.rate_pps,
             "limited": why.map(|w| w.name()),
         });
@@ -1562,7 +1782,7 @@ fn run_live(
     } else {
         let _ = writeln!(
             out,
-            "Sent {} pkts, {} bytes in {} ms: {} pps, {} Mbit/s; device drops: {} ({} runs, one every {} ms a thread)",
+            "Sent {} pkts, {} bytes in {} ms: {} pps, {} Mbit/s; device drops: {} ({} runs of {} frames on average, {} at most, one every {} ms a thread)",
             group(r.taken()),
             group(r.bytes),
             group_f(elapsed * 1e3, 2),
@@ -1570,6 +1790,8 @@ fn run_live(
             group_f(mbps, 2),
             r.tx_dropped.map_or("unknown".into(), group),
             group(r.runs),
+            group_f(r.mean_run(), 0),
+            group(r.max_run),
             group_f(r.run_gap_ns(a.threads) as f64 / 1e6, 1),
         );
         if r.steered {
@@ -1629,19 +1851,27 @@ fn replay_figures(
         bytes: bytes + 4 * taken,
         drops: t.port.tx_drops,
     };
-    let pace = match opts.speed {
-        None => "as fast as possible".to_string(),
-        Some(x) => format!(
+    let pace = match (opts.rate, opts.speed) {
+        (Some(replay::ReplayRate::Pps(p)), _) => format!("at {} pps", group_f(p, 0)),
+        (Some(replay::ReplayRate::Bps { bps, .. }), _) => {
+            format!("at {} Mbit/s", group_f(bps / 1e6, 3))
+        }
+        (None, None) => "as fast as possible".to_string(),
+        (None, Some(x)) => format!(
             "at {}x the capture's pace, the last packet {} ms after its time",
             group_f(x, 2),
             group_f(t.late_ns as f64 / 1e6, 3)
         ),
     };
-    let state = format!(
-        "replaying, loop {} of {}, {pace}",
-        (t.loops + 1).min(opts.loops.max(1)),
-        opts.loops.max(1)
-    );
+    let state = if opts.loops == 0 {
+        format!("replaying, loop {} (forever), {pace}", t.loops + 1)
+    } else {
+        format!(
+            "replaying, loop {} of {}, {pace}",
+            (t.loops + 1).min(opts.loops),
+            opts.loops
+        )
+    };
     (state, vec![(output.to_string(), Dir::Tx, c)])
 }
 
@@ -1649,7 +1879,12 @@ fn replay_figures(
 /// capture's pace the asked rate is the capture's own, and the state line says how late the
 /// last packet left instead.
 fn replay_rate(mut p: Page, opts: &ReplayOptions) -> Page {
-    if opts.speed.is_none() {
+    if let Some(replay::ReplayRate::Pps(pps)) = opts.rate {
+        p.rate = Some(RateLine {
+            asked: Some(pps),
+            achieved: p.ports.first().map_or(0.0, |r| r.pps),
+        });
+    } else if opts.speed.is_none() && opts.rate.is_none() {
         p.rate = Some(RateLine {
             asked: None,
             achieved: p.ports.first().map_or(0.0, |r| r.pps),
@@ -1669,20 +1904,34 @@ fn run_replay(
     if a.threads != 1 {
         return Err(usage("--pcap replays on one thread"));
     }
-    // A replay ends with its capture (times --loop): always finite.
-    let limited = true;
-    // Check the capture opens before creating anything.
-    let ifaces = open(path, popts, "--pcap")?.interfaces();
+    // Flags a replay cannot apply, and the edits and rate it can, refused or checked before
+    // anything is opened.
+    super::gen_replay::refuse_unfit(a)?;
+    let rw = super::gen_replay::rewrite(a)?;
+    let rate = super::gen_replay::rate(a, || link_bps(a, &a.output))?;
+    // A replay ends with its capture (times --loop), unless it loops forever.
+    let limited = a.replay.loops != 0 || a.count.is_some() || a.duration.is_some();
+    // Check the capture opens, and its link types go on Ethernet, before creating anything.
+    let mut ifaces = open(path, popts, "--pcap")?.interfaces();
+    let rewrite = super::gen_replay::for_capture(path, rw, &ifaces)?;
+    if rewrite.is_some() {
+        // What leaves is Ethernet, whatever the capture held.
+        for i in &mut ifaces {
+            i.link = LinkType::ETHERNET;
+        }
+    }
     let mut outp = open_out(&a.output, popts, limited)?;
     outp.describe(&ifaces)
         .with_context(|| format!("-o {}", a.output))?;
     let opts = ReplayOptions {
-        speed: if a.topspeed {
+        speed: if a.replay.topspeed {
             None
         } else {
-            Some(a.speed.unwrap_or(1.0))
+            Some(a.replay.speed.unwrap_or(1.0))
         },
-        loops: a.loops.max(1),
+        loops: a.replay.loops,
+        rate,
+        rewrite,
         count: a
             .count
             .as_deref()
@@ -1707,7 +1956,8 @@ fn run_replay(
             format!("linerate gen --pcap {path} -o {}", a.output),
             stop.clone(),
             Some(
-                "no commands: a replay plays the capture as --speed, --loop, -c, -t set it".into(),
+                "no commands: a replay plays the capture as --rate, --speed, --loop, -c, -t set it"
+                    .into(),
             ),
         )?)
     } else {
@@ -1758,7 +2008,11 @@ fn run_replay(
             "handed_to_port": r.pkts, "bytes": r.taken_bytes(),
             "loops": r.loops, "elapsed_ms": elapsed * 1e3, "pps": pps,
             "port_drops": r.port.tx_drops.total(), "unsent": r.unsent, "ended": r.ended.text()});
-        if opts.speed.is_some() {
+        j["refused"] = r.refused.total().into();
+        for (why, n) in r.refused.reasons() {
+            j["refused_by_reason"][why] = n.into();
+        }
+        if opts.speed.is_some() || opts.rate.is_some() {
             j["precision"] = precision_json(&r.precision);
         }
         let _ = writeln!(out, "{j}");
@@ -1770,7 +2024,7 @@ fn run_replay(
             group(r.taken()),
             group(r.taken_bytes()),
             r.loops,
-            opts.loops,
+            super::gen_replay::loops_text(opts.loops),
             group_f(elapsed * 1e3, 2),
             group_f(pps, 0),
             group(r.port.tx_drops.total()),
@@ -1784,7 +2038,21 @@ fn run_replay(
                 group(r.unsent)
             );
         }
-        if opts.speed.is_some() {
+        if r.refused.total() > 0 {
+            let why: Vec<String> = r
+                .refused
+                .reasons()
+                .iter()
+                .map(|(w, n)| format!("{w} {}", group(*n)))
+                .collect();
+            let _ = writeln!(
+                out,
+                "Not replayed: {} pkts that cannot go on Ethernet ({})",
+                group(r.refused.total()),
+                why.join(", ")
+            );
+        }
+        if opts.speed.is_some() || opts.rate.is_some() {
             let _ = write!(out, "{}", r.precision.table());
         }
     }

@@ -69,9 +69,10 @@ pub struct Args {
     /// Stop the generator after this many packets.
     #[arg(short = 'c', long, value_name = "COUNT", value_parser = flags::count(1, flags::MAX_PACKETS))]
     count: Option<u64>,
-    /// Generator rate in packets per second (default: as fast as it can).
-    #[arg(short = 'r', long, value_name = "PPS", value_parser = flags::count(1, flags::MAX_PPS as u64))]
-    rate: Option<u64>,
+    /// Generator rate, as gen takes it: 50000 or 50kpps, 1Mpps, 5Gbps (of its 64 B frames,
+    /// 84 B on the wire), 80% (of the veth's 10 Gbit/s) (default: as fast as it can).
+    #[arg(short = 'r', long, value_name = "RATE", value_parser = lab_rate)]
+    rate: Option<f64>,
     /// The forwarder's ports.
     #[arg(long, value_enum, default_value = "xdp")]
     fwd_port: PortKind,
@@ -90,6 +91,20 @@ pub struct Args {
     /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
+}
+
+/// The speed a veth reports (`/sys/class/net/vethX/speed`: 10000): what `-r 80%` is of.
+const VETH_BPS: f64 = 10e9;
+
+/// `-r`: gen's rate syntax, a bare number in packets per second (as before), in packets per
+/// second of the lab's 64-byte frames.
+fn lab_rate(s: &str) -> Result<f64, String> {
+    let r = linerate::units::parse_rate_or_pps(s)?;
+    let pps = r.pps(64.0, Some(VETH_BPS))?;
+    if pps > flags::MAX_PPS || matches!(r, linerate::units::Rate::Percent(p) if p > 100.0) {
+        return Err(format!("'{s}' is out of range: at most 10Gpps or 100%"));
+    }
+    Ok(pps)
 }
 
 /// The cluster master child process, for the signal thread (0: none).
@@ -293,7 +308,8 @@ fn print(a: &Args, gns: &str, fns: &str, o: &FwdLabReport) {
             "lab": format!("{:?}", a.kind).to_lowercase(),
             "seconds": o.secs,
             "frame_bytes": 64,
-            "generator": {"sent": o.sent, "received": o.received},
+            "rate_pps": a.rate,
+            "generator": {"sent": o.sent, "received": o.received, "sent_pps": o.pps(o.sent)},
             "forwarder": {"received": fwd_rx, "forwarded": forwarded, "dropped": fwd_drop,
                           "ports": o.fwd.ports[..o.fwd.nports].iter().map(|p| serde_json::json!({
                               "sent": p.sent, "received": p.received, "dropped": p.dropped}))
@@ -321,13 +337,13 @@ fn print(a: &Args, gns: &str, fns: &str, o: &FwdLabReport) {
         lab::PortKind::from(a.gen_port).uri("g0"),
         a.rate.map_or(" at full speed".to_string(), |r| format!(
             " at {} pps",
-            group(r)
+            group_f(r, 0)
         ))
     );
     print!("{}", fwd::l2fwd_block(&o.fwd));
     let pps = |n: u64| group_f(o.pps(n), 0);
     println!(
-        "Lab report ({:.2} s{})",
+        "Lab report ({:.2} s of sending{})",
         o.secs,
         if interrupted { ", interrupted" } else { "" }
     );

@@ -8,6 +8,8 @@ pub mod extcap;
 pub mod flows;
 pub mod fwd;
 pub mod gen;
+pub mod gen_streams;
+pub mod gen_replay;
 pub mod lab;
 pub mod rfc2544;
 pub mod sweep;

@@ -51,14 +51,17 @@ impl std::fmt::Debug for Filter {
 }
 
 impl Filter {
-    /// Compiles `expr` for packets of link type `lt`.
+    /// Compiles `expr` for packets of link type `lt` (a capture file's LINKTYPE_ value), as
+    /// tcpdump compiles it for the file it reads: libpcap's compiler takes the platform's
+    /// DLT_ value, so LINKTYPE_RAW (101) and the DLT_RAW values files carry (12, and 14 as
+    /// OpenBSD writes it) are compiled as this platform's DLT_RAW.
     pub fn compile(expr: &str, lt: LinkType) -> Result<Filter, FilterError> {
         let err = |why: String| FilterError::Compile {
             expr: expr.to_string(),
             why,
         };
         let cap =
-            pcap::Capture::dead(pcap::Linktype(lt.0 as i32)).map_err(|e| err(e.to_string()))?;
+            pcap::Capture::dead(pcap::Linktype(dlt_of(lt))).map_err(|e| err(e.to_string()))?;
         let prog = cap.compile(expr, true).map_err(|e| err(e.to_string()))?;
         let mut insns = Vec::new();
         for i in prog.get_instructions() {
@@ -116,6 +119,17 @@ impl Filter {
     }
 }
 
+/// The DLT_ value libpcap's compiler takes for a LINKTYPE_ value (libpcap's
+/// `linktype_to_dlt` for the link types linerate reads; every other value is the same in both).
+fn dlt_of(lt: LinkType) -> i32 {
+    /// DLT_RAW on every platform but OpenBSD (where it is 14, and 12 is DLT_LOOP).
+    const DLT_RAW: i32 = 12;
+    match lt.0 {
+        101 | 12 | 14 => DLT_RAW,
+        n => i32::try_from(n).unwrap_or(i32::MAX),
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -144,6 +158,30 @@ mod tests {
         let g = Filter::compile("host 10.0.0.2 and not tcp", LinkType::ETHERNET).unwrap();
         assert!(g.matches(&udp_frame(1)));
         assert!(!g.matches(&[0u8; 5]));
+    }
+
+    /// Raw IP (LINKTYPE_RAW 101, DLT_RAW 12/14, LINKTYPE_IPV4/IPV6) and Linux cooked v1/v2
+    /// captures: the filter is compiled for their headers, as tcpdump -r compiles it.
+    #[test]
+    fn compiles_for_raw_ip_and_cooked_link_types() {
+        let eth = udp_frame(53);
+        let ip = &eth[14..];
+        for lt in [101, 12, 14, 228] {
+            let f = Filter::compile("udp dst port 53 and host 10.0.0.2", LinkType(lt)).unwrap();
+            assert!(f.matches(ip), "{lt}");
+            assert!(!f.matches(&eth), "{lt}");
+        }
+        let mut sll = vec![0u8; 16];
+        sll[14..16].copy_from_slice(&[0x08, 0x00]);
+        sll.extend_from_slice(ip);
+        let f = Filter::compile("udp port 53", LinkType::LINUX_SLL).unwrap();
+        assert!(f.matches(&sll));
+        let mut sll2 = vec![0u8; 20];
+        sll2[0..2].copy_from_slice(&[0x08, 0x00]);
+        sll2.extend_from_slice(ip);
+        let f = Filter::compile("udp port 53", LinkType::LINUX_SLL2).unwrap();
+        assert!(f.matches(&sll2));
+        assert!(!f.matches(&sll));
     }
 
     #[test]

@@ -39,7 +39,47 @@ pub struct StreamLat {
     pub max_seq: u64,
     /// One-way latency, ns.
     pub hist: Histogram<u64>,
+    /// Delay variation of consecutive probes (RFC 3393's IPDV: the difference between the
+    /// one-way delays of probes `n` and `n + 1`, both received).
+    pub ipdv: Ipdv,
     seen: Box<[u64]>,
+}
+
+/// IPDV (RFC 3393) of one stream: for each pair of consecutive sequence numbers both
+/// received, `delay(n + 1) - delay(n)`; summarised as the mean and the largest absolute value.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Ipdv {
+    /// Pairs measured.
+    pub pairs: u64,
+    /// Sum of the absolute differences, ns.
+    pub abs_sum: u64,
+    /// Largest absolute difference, ns.
+    pub max: u64,
+    prev: Option<(u64, i64)>,
+}
+
+impl Ipdv {
+    /// Mean absolute IPDV, ns (0 without a pair): the jitter figure of RFC 2544 testers.
+    pub fn mean(&self) -> f64 {
+        if self.pairs == 0 {
+            0.0
+        } else {
+            self.abs_sum as f64 / self.pairs as f64
+        }
+    }
+
+    #[inline]
+    fn record(&mut self, seq: u64, lat: i64) {
+        if let Some((s, l)) = self.prev {
+            if s.wrapping_add(1) == seq {
+                let d = lat.abs_diff(l);
+                self.pairs += 1;
+                self.abs_sum = self.abs_sum.saturating_add(d);
+                self.max = self.max.max(d);
+            }
+        }
+        self.prev = Some((seq, lat));
+    }
 }
 
 impl StreamLat {
@@ -54,6 +94,7 @@ impl StreamLat {
             max_seq: seq,
             // 1 ns .. 100 s at 3 significant digits.
             hist: new_hist(),
+            ipdv: Ipdv::default(),
             seen: vec![0u64; (WINDOW / 64) as usize].into_boxed_slice(),
         }
     }
@@ -109,6 +150,7 @@ impl StreamLat {
         *w |= m;
         self.rx += 1;
         self.lat(lat);
+        self.ipdv.record(s, lat);
     }
 
     #[inline]
@@ -218,7 +260,8 @@ impl Tracker {
         let sig = parsed
             .payload
             .and_then(|o| data.get(o as usize..))
-            .and_then(read_sig);
+            .and_then(read_sig)
+            .or_else(|| deep_sig(data, link));
         let Some(sig) = sig else {
             self.other += 1;
             return;
@@ -480,6 +523,29 @@ pub fn hist_svg(h: &Histogram<u64>, title: &str) -> String {
     s
 }
 
+/// The probe signature of a packet whose transport payload is not at the first layer: below
+/// MPLS labels, or inside a GRE or VXLAN tunnel (gen's `--mpls`, `--encap`). Only packets
+/// without a probe at the first layer get here.
+#[cold]
+fn deep_sig(data: &[u8], link: LinkType) -> Option<super::template::Sig> {
+    let (q, base, _) = wire::parse_deep(data, link).ok()?;
+    let d = data.get(base..)?;
+    if base > 0 {
+        if let Some(s) = q
+            .payload
+            .and_then(|o| d.get(o as usize..))
+            .and_then(read_sig)
+        {
+            return Some(s);
+        }
+    }
+    let inner = wire::tunnel_inner(d, &q)?;
+    inner
+        .payload
+        .and_then(|o| d.get(o as usize..))
+        .and_then(read_sig)
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -502,6 +568,23 @@ mod tests {
         let clock = FakeClock::new(1_000_000_000, 10);
         let rep = gen::run(tx, &opts, &clock, &AtomicBool::new(false), None, |_| {}).unwrap();
         assert_eq!(rep.pkts, count);
+    }
+
+    #[test]
+    fn ipdv_is_the_delay_difference_of_consecutive_probes() {
+        let mut st = StreamLat::new(1, 0);
+        // Delays 100, 130, 90; then 2 lost; then 95, 95 (RFC 3393: pairs n, n+1 only).
+        for (seq, lat) in [(0, 100), (1, 130), (2, 90), (5, 95), (6, 95)] {
+            st.record(seq, lat);
+        }
+        // Pairs: |130-100| = 30, |90-130| = 40, |95-95| = 0 (2..5 is not a pair).
+        assert_eq!(st.ipdv.pairs, 3);
+        assert_eq!(st.ipdv.abs_sum, 70);
+        assert_eq!(st.ipdv.max, 40);
+        assert!((st.ipdv.mean() - 70.0 / 3.0).abs() < 1e-9);
+        // A duplicate is no pair.
+        st.record(6, 500);
+        assert_eq!(st.ipdv.pairs, 3);
     }
 
     #[test]

@@ -659,7 +659,12 @@ fn plan(specs: &[StreamSpec], seed: u64, start: u64, on_stall: OnStall) -> Resul
     })
 }
 
-/// `specs` as the settings of a [`Control`] change them.
+/// `specs` as the settings of a [`Control`] change them: those of every stream, then those of
+/// each stream by its id.
+pub fn apply_settings(specs: &mut [StreamSpec], st: &Settings) {
+    apply(specs, st)
+}
+
 fn apply(specs: &mut [StreamSpec], st: &Settings) {
     for s in specs {
         if let Some(p) = st.pps {
@@ -671,6 +676,53 @@ fn apply(specs: &mut [StreamSpec], st: &Settings) {
         if let Some(m) = st.dst_mac {
             s.template.dst_mac = m;
         }
+        apply_fields(s, &st.fields);
+        let id = s.id;
+        for (_, f) in st.streams.iter().filter(|(i, _)| *i == id) {
+            apply_fields(s, f);
+        }
+    }
+}
+
+/// One stream's spec with the fields `f` set.
+pub fn apply_fields(s: &mut StreamSpec, f: &control::Fields) {
+    if let Some(p) = f.pps {
+        s.pps = Some(p);
+    }
+    if let Some(z) = &f.size {
+        s.size = z.clone();
+    }
+    if let Some(m) = f.dst_mac {
+        s.template.dst_mac = m;
+    }
+    if let Some(m) = f.src_mac {
+        s.template.src_mac = m;
+    }
+    if let Some(a) = f.src_ip {
+        s.template.src_ip = a;
+        s.src_ip = None;
+    }
+    if let Some(a) = f.dst_ip {
+        s.template.dst_ip = a;
+        s.dst_ip = None;
+    }
+    if let Some(p) = f.sport {
+        s.template.sport = p;
+        s.sport = None;
+    }
+    if let Some(p) = f.dport {
+        s.template.dport = p;
+        s.dport = None;
+    }
+    if let Some(p) = f.proto {
+        s.template.l4 = p;
+    }
+    if let Some(t) = f.ttl {
+        s.template.ttl = t;
+    }
+    if let Some(v) = f.vlan {
+        s.template.vlan = v;
+        s.template.svlan = f.svlan.flatten().filter(|_| v.is_some());
     }
 }
 

@@ -4,13 +4,26 @@
 //! A replay always stops on time: a long gap between two recorded timestamps (or a slow
 //! `speed`) is waited for in slices that look at the stop flag and the time limit, and a capture
 //! with no packet ends the replay after one loop, whatever `loops` asks.
+//!
+//! At a rate of its own (`rate`: tcpreplay's -p and -M) the packets leave at that rate
+//! whatever their recorded spacing, and each is stamped with its scheduled time.
+//!
+//! With a [`Rewrite`] every packet is copied into a frame of the replay's own and edited on
+//! the way (tcprewrite's edits), and packets of other link types are put in Ethernet frames
+//! (see [`rewrite`]); one that cannot be is counted, by reason, in
+//! [`ReplayReport::refused`].
+
+pub mod rewrite;
 
 use super::sched::{self, OnStall, Pacer, Precision};
 use crate::apps::worker::{Limits, Ticker};
-use crate::mem::{Batch, BATCH};
+use crate::mem::{Batch, Desc, Pool, PoolConfig, BATCH, DEFAULT_BIG_FRAMES};
 use crate::port::{Port, PortError, PortStats};
 use crate::time::Clock;
+use crate::wire::LinkType;
+pub use rewrite::{RefusedCounts, Rewrite};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How to replay.
@@ -18,8 +31,13 @@ use std::time::Duration;
 pub struct ReplayOptions {
     /// Multiply the recorded rate by this (2.0 = twice as fast); None: as fast as possible.
     pub speed: Option<f64>,
-    /// Times to play the capture (≥ 1).
+    /// Times to play the capture; 0: forever (tcpreplay's `--loop 0`), until the count, the
+    /// time limit or a stop.
     pub loops: u64,
+    /// A rate of its own instead of the capture's spacing (`speed` is then not used).
+    pub rate: Option<ReplayRate>,
+    /// Edits, and the conversion of every link type onto Ethernet; None: packets as recorded.
+    pub rewrite: Option<Rewrite>,
     /// Stop after this many packets in all.
     pub count: Option<u64>,
     /// Stop after this long.
@@ -37,10 +55,41 @@ impl Default for ReplayOptions {
         ReplayOptions {
             speed: Some(1.0),
             loops: 1,
+            rate: None,
+            rewrite: None,
             count: None,
             duration: None,
             sleep_above: Duration::from_millis(2),
             on_stall: OnStall::default(),
+        }
+    }
+}
+
+/// A replay's own rate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ReplayRate {
+    /// Packets per second (tcpreplay -p).
+    Pps(f64),
+    /// Bits per second, of each packet's bytes on the wire plus `per_frame` bytes (tcpreplay's
+    /// -M counts the packet's bytes alone: 0; gen's `--rate 5Gbps` the CRC, preamble and
+    /// gap: 24).
+    Bps {
+        /// Bits per second.
+        bps: f64,
+        /// Bytes counted per frame beyond its own.
+        per_frame: u32,
+    },
+}
+
+impl ReplayRate {
+    /// Nanoseconds from a packet of `wire` bytes on the wire to the next one.
+    #[inline]
+    fn gap_ns(self, wire: u32) -> f64 {
+        match self {
+            ReplayRate::Pps(p) => 1e9 / p.max(1e-9),
+            ReplayRate::Bps { bps, per_frame } => {
+                f64::from(wire.saturating_add(per_frame)) * 8.0 * 1e9 / bps.max(1e-9)
+            }
         }
     }
 }
@@ -67,6 +116,9 @@ pub struct ReplayReport {
     /// Packets read but not sent: the port took nothing for a long while, or the replay
     /// stopped while it was full.
     pub unsent: u64,
+    /// Packets read but not sent because they could not be put on Ethernet (or rewritten),
+    /// by reason.
+    pub refused: RefusedCounts,
 }
 
 impl ReplayReport {
@@ -95,6 +147,8 @@ pub enum ReplayEnd {
     Stopped,
     /// The capture has no packet: further loops would send nothing.
     Empty,
+    /// No packet of the capture could be put on Ethernet (see [`ReplayReport::refused`]).
+    NothingSendable,
 }
 
 impl ReplayEnd {
@@ -106,6 +160,7 @@ impl ReplayEnd {
             ReplayEnd::Duration => "time limit",
             ReplayEnd::Stopped => "interrupted",
             ReplayEnd::Empty => "the capture has no packet",
+            ReplayEnd::NothingSendable => "no packet of the capture could be sent",
         }
     }
 }
@@ -186,8 +241,30 @@ pub fn run_observed(
             None
         }
     };
-    'outer: for _ in 0..opts.loops.max(1) {
+    // Rewriting: packets are copied into frames of the replay's own.
+    let own = match &opts.rewrite {
+        Some(_) => Some(Arc::new(Pool::new(&PoolConfig {
+            big_frames: DEFAULT_BIG_FRAMES,
+            ..Default::default()
+        })?)),
+        None => None,
+    };
+    // At a rate of its own: the first recorded time, and the next packet's scheduled time
+    // after it (ns, a fraction kept; apart, as an f64 holds today's ns since the epoch only to
+    // 256 ns).
+    let mut vnext: Option<(u64, f64)> = None;
+    let mut played = 0u64;
+    'outer: while opts.loops == 0 || played < opts.loops {
+        played += 1;
         let mut input = open()?;
+        let links: Vec<LinkType> = input.interfaces().iter().map(|i| i.link).collect();
+        let link_of = |d: &Desc| -> LinkType {
+            links
+                .get(usize::from(d.port))
+                .or(links.first())
+                .copied()
+                .unwrap_or(LinkType::ETHERNET)
+        };
         let mut last_ts = 0u64;
         let pkts_before = rep.pkts;
         loop {
@@ -210,15 +287,27 @@ pub fn run_observed(
                 std::hint::spin_loop();
                 continue;
             }
-            send.bind(batch.pool().ok_or(PortError::Unsupported {
-                port: input.name().to_string(),
-                op: "replay from a port without a pool",
-            })?);
+            match &own {
+                Some(p) => send.bind(p),
+                None => send.bind(batch.pool().ok_or(PortError::Unsupported {
+                    port: input.name().to_string(),
+                    op: "replay from a port without a pool",
+                })?),
+            }
+            if let Some(r) = opts.rate {
+                // Each packet's time is its place in the schedule of the asked rate.
+                for i in 0..n {
+                    let d = batch.descs()[i];
+                    let (v0, v) = *vnext.get_or_insert((d.ts, 0.0));
+                    batch.set_ts(i, v0.saturating_add(v as u64));
+                    vnext = Some((v0, v + r.gap_ns(d.wire_len)));
+                }
+            }
             let mut k = 0;
             while k < n {
                 let mut m = n - k;
                 let mut now = clock.now_ns();
-                if let Some(speed) = opts.speed {
+                if let Some(speed) = opts.speed.or(opts.rate.map(|_| 1.0)) {
                     let ts = batch.descs()[k].ts;
                     let (c0, ts0) = *base.get_or_insert((now, ts));
                     // Saturating: a gap of centuries waits (in slices) until a stop, never wraps.
@@ -274,16 +363,54 @@ pub fn run_observed(
                         m += 1;
                     }
                 }
-                for d in &batch.descs()[k..k + m] {
-                    rep.bytes += u64::from(d.len);
-                    last_ts = last_ts.max(d.ts);
+                let mut sent = m;
+                match &opts.rewrite {
+                    None => {
+                        for d in &batch.descs()[k..k + m] {
+                            rep.bytes += u64::from(d.len);
+                            last_ts = last_ts.max(d.ts);
+                        }
+                        send.extend(&batch.descs()[k..k + m]);
+                    }
+                    Some(rw) => {
+                        sent = 0;
+                        for i in k..k + m {
+                            let d = batch.descs()[i];
+                            last_ts = last_ts.max(d.ts);
+                            let data = batch.data(i);
+                            let fresh = if data.len() + 18 <= send.frame_room().0 as usize {
+                                send.alloc()
+                            } else {
+                                send.alloc_big()
+                            };
+                            let Some(mut f) = fresh else {
+                                rep.refused.add(rewrite::Refused::TooLong);
+                                continue;
+                            };
+                            match rw.apply(link_of(&d), data, d.wire_len, f.buf()) {
+                                Ok((len, wire_len)) => {
+                                    f.push(Desc {
+                                        ts: d.ts,
+                                        len: len as u32,
+                                        wire_len,
+                                        // Its interface, for a pcapng output.
+                                        port: d.port,
+                                        flags: d.flags & (Desc::F_INBOUND | Desc::F_OUTBOUND),
+                                        ..Desc::default()
+                                    });
+                                    rep.bytes += len as u64;
+                                    sent += 1;
+                                }
+                                Err(why) => rep.refused.add(why),
+                            }
+                        }
+                    }
                 }
-                send.extend(&batch.descs()[k..k + m]);
                 if rep.first_ns == 0 {
                     rep.first_ns = now;
                 }
                 rep.last_ns = now;
-                rep.pkts += m as u64;
+                rep.pkts += sent as u64;
                 // A port that takes nothing for long (or a stop meanwhile) leaves the rest
                 // unsent, counted as such.
                 let mut tries = 0u32;
@@ -308,16 +435,26 @@ pub fn run_observed(
                     on_tick(&tick(&rep, &mut *out, now, late_ns));
                 }
             }
-            batch.forget();
+            if opts.rewrite.is_some() {
+                // Copied: the input's frames go back to it.
+                batch.clear();
+            } else {
+                batch.forget();
+            }
         }
         rep.loops += 1;
         if rep.pkts == pkts_before {
             // Nothing in this loop: nothing in the next ones either.
-            rep.ended = ReplayEnd::Empty;
+            rep.ended = if rep.refused.total() > 0 {
+                ReplayEnd::NothingSendable
+            } else {
+                ReplayEnd::Empty
+            };
             break;
         }
-        // The next loop starts one mean gap after this one's last packet.
-        if let Some((_, ts0)) = base {
+        // The next loop starts one mean gap after this one's last packet (at a rate of its
+        // own, the schedule simply goes on).
+        if let (Some((_, ts0)), None) = (base, opts.rate) {
             let span = last_ts.saturating_sub(ts0);
             let n = rep.pkts / rep.loops;
             let gap = if n > 1 { span / (n - 1) } else { 0 };

@@ -24,6 +24,9 @@ pub use crate::apps::lua::ScriptError;
 pub struct ScriptConfig {
     /// Every string field of `config`, by name.
     pub fields: Vec<(String, String)>,
+    /// `config.streams`: one entry per stream, as gen's `--stream` takes it (`"rate=1Mpps,
+    /// size=64"`, or a table `{ rate = "1Mpps", size = 64 }` written so).
+    pub streams: Vec<String>,
 }
 
 impl ScriptConfig {
@@ -34,6 +37,37 @@ impl ScriptConfig {
             .find(|(n, _)| n == k)
             .map(|(_, v)| v.as_str())
     }
+}
+
+/// One entry of `config.streams` as `--stream` text: a string as it is, a table as its
+/// `key=value` pairs (sorted by key, so that the text does not depend on Lua's order).
+fn stream_entry(v: &Value) -> Result<String, mlua::Error> {
+    let scalar = |v: &Value| -> Result<Option<String>, mlua::Error> {
+        Ok(match v {
+            Value::String(s) => Some(s.to_str()?.to_string()),
+            Value::Integer(i) => Some(i.to_string()),
+            Value::Number(x) => Some(x.to_string()),
+            _ => None,
+        })
+    };
+    if let Some(s) = scalar(v)? {
+        return Ok(s);
+    }
+    let Value::Table(t) = v else {
+        return Err(mlua::Error::runtime(
+            "config.streams: each entry is a string (\"rate=1Mpps,size=64\") or a table",
+        ));
+    };
+    let mut kv = Vec::new();
+    for pair in t.clone().pairs::<String, Value>() {
+        let (k, v) = pair?;
+        let v = scalar(&v)?.ok_or_else(|| {
+            mlua::Error::runtime(format!("config.streams: {k} is not a string or number"))
+        })?;
+        kv.push(format!("{k}={v}"));
+    }
+    kv.sort();
+    Ok(kv.join(","))
 }
 
 /// A loaded script: a [`Hook`] for the generator.
@@ -77,6 +111,16 @@ impl LuaHook {
         if let Value::Table(t) = lua.globals().get::<Value>("config").map_err(le)? {
             for pair in t.pairs::<String, Value>() {
                 let (k, v) = pair.map_err(le)?;
+                if k == "streams" {
+                    if let Value::Table(list) = &v {
+                        for e in list.clone().sequence_values::<Value>() {
+                            config
+                                .streams
+                                .push(stream_entry(&e.map_err(le)?).map_err(le)?);
+                        }
+                        continue;
+                    }
+                }
                 let v = match v {
                     Value::String(s) => s.to_str().map_err(le)?.to_string(),
                     Value::Integer(i) => i.to_string(),

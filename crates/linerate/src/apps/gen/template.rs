@@ -1,7 +1,8 @@
-//! Packet templates: Ethernet (+ one 802.1Q tag) / IPv4 or IPv6 / UDP or TCP, built once with
-//! their checksums; each packet is a copy whose varied fields (addresses, ports, length, the
-//! probe signature) are written and whose checksums are updated incrementally (RFC 1624), not
-//! recomputed.
+//! Packet templates, built once with their checksums: Ethernet (an 802.1Q tag, or two for
+//! QinQ: 802.1ad outside), MPLS labels, a GRE or VXLAN tunnel (outer IPv4), then IPv4 or IPv6 with
+//! UDP, TCP or an ICMP/ICMPv6 echo request; or an ARP request. Each packet is a copy whose varied
+//! fields (addresses, ports, length, the probe signature) are written and whose checksums are
+//! updated incrementally (RFC 1624), not recomputed.
 
 use crate::wire::checksum::{self, update16, update32};
 use crate::wire::emit::{
@@ -9,7 +10,7 @@ use crate::wire::emit::{
     TcpRepr, UdpRepr, VlanTag,
 };
 use crate::wire::{ethertype, proto, WireError};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// Transport protocol of a template.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,8 +19,66 @@ pub enum L4 {
     Udp,
     /// TCP (a bare segment with the flags given).
     Tcp,
+    /// ICMP echo request (ICMPv6 echo request over IPv6): the identifier is the source port,
+    /// the sequence number the destination port.
+    Icmp,
+    /// ARP request (IPv4 only; no transport, no ports): who has the destination address, tell
+    /// the source address.
+    Arp,
 }
 
+impl L4 {
+    /// Its name in flags and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            L4::Udp => "udp",
+            L4::Tcp => "tcp",
+            L4::Icmp => "icmp",
+            L4::Arp => "arp",
+        }
+    }
+}
+
+impl std::str::FromStr for L4 {
+    type Err = String;
+    fn from_str(s: &str) -> Result<L4, String> {
+        match s {
+            "udp" => Ok(L4::Udp),
+            "tcp" => Ok(L4::Tcp),
+            "icmp" | "icmp6" | "icmpv6" => Ok(L4::Icmp),
+            "arp" => Ok(L4::Arp),
+            _ => Err(format!("unknown protocol '{s}': use udp, tcp, icmp or arp")),
+        }
+    }
+}
+
+/// A tunnel around the template's IP packet (outer addresses IPv4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encap {
+    /// GRE (RFC 2784, protocol 47) carrying the IP packet.
+    Gre {
+        /// Outer source.
+        src: Ipv4Addr,
+        /// Outer destination.
+        dst: Ipv4Addr,
+    },
+    /// VXLAN (RFC 7348, UDP port 4789) carrying the whole inner Ethernet frame (same MACs).
+    Vxlan {
+        /// VXLAN network identifier (24 bits).
+        vni: u32,
+        /// Outer source.
+        src: Ipv4Addr,
+        /// Outer destination.
+        dst: Ipv4Addr,
+    },
+}
+
+/// VXLAN's UDP port (IANA).
+pub const VXLAN_PORT: u16 = 4789;
+/// Source port of the outer UDP header of VXLAN (from the dynamic range).
+pub const VXLAN_SPORT: u16 = 49152;
+/// MPLS unicast ethertype.
+pub const MPLS_UNICAST: u16 = 0x8847;
 /// What a template's packets look like.
 #[derive(Clone, Debug)]
 pub struct TemplateSpec {
@@ -27,8 +86,15 @@ pub struct TemplateSpec {
     pub src_mac: [u8; 6],
     /// Destination MAC.
     pub dst_mac: [u8; 6],
-    /// An 802.1Q tag with this VLAN id (0..4095).
+    /// An 802.1Q tag with this VLAN id (1..=4094).
     pub vlan: Option<u16>,
+    /// An 802.1ad (QinQ) service tag with this VLAN id outside the 802.1Q tag (1..=4094;
+    /// needs `vlan`).
+    pub svlan: Option<u16>,
+    /// MPLS labels after the Ethernet header, outermost first (at most 8, each below 2^20).
+    pub mpls: Vec<u32>,
+    /// A tunnel around the IP packet.
+    pub encap: Option<Encap>,
     /// Source address (its family picks IPv4 or IPv6; both addresses must be of one family).
     pub src_ip: IpAddr,
     /// Destination address.
@@ -51,6 +117,9 @@ impl Default for TemplateSpec {
             src_mac: [0x02, 0, 0, 0, 0, 0x01],
             dst_mac: [0x02, 0, 0, 0, 0, 0x02],
             vlan: None,
+            svlan: None,
+            mpls: Vec::new(),
+            encap: None,
             src_ip: IpAddr::from([198, 18, 0, 1]),
             dst_ip: IpAddr::from([198, 18, 0, 2]),
             l4: L4::Udp,
@@ -68,9 +137,15 @@ pub enum TemplateError {
     /// Source and destination are of different families.
     #[error("source and destination addresses must both be IPv4 or both IPv6")]
     MixedFamilies,
-    /// A VLAN id above 4095.
-    #[error("VLAN id {0} is above 4095")]
+    /// A VLAN id outside 1..=4094 (0 means no VLAN, 4095 is reserved: IEEE 802.1Q).
+    #[error(
+        "VLAN id {0} is outside 1..4094 (802.1Q: 0 means priority-tagged without a VLAN, \
+         4095 is reserved)"
+    )]
     BadVlan(u16),
+    /// Headers that do not go together.
+    #[error("{0}")]
+    Unsupported(String),
     /// A frame size too small for the headers or too big for a frame.
     #[error("frame size {size} B is outside {min}..={max} B for these headers")]
     BadSize {
@@ -99,24 +174,58 @@ pub struct Layout {
     pub v6: bool,
     /// Transport protocol.
     pub proto: L4,
+    /// Offset of the outer IPv4 header of a tunnel.
+    pub outer_ip: Option<usize>,
+    /// Offset of the outer UDP header of a VXLAN tunnel.
+    pub outer_udp: Option<usize>,
 }
 
 impl Layout {
-    /// Offset of the transport checksum.
+    /// Offset of the transport checksum (ARP has none: [`Layout::has_l4_csum`]).
     pub fn l4_csum(&self) -> usize {
-        self.l4 + if self.proto == L4::Udp { 6 } else { 16 }
+        self.l4
+            + match self.proto {
+                L4::Udp => 6,
+                L4::Tcp => 16,
+                L4::Icmp | L4::Arp => 2,
+            }
     }
-    /// Offset of the low 32 bits of the source address.
+    /// Whether the packets have a transport checksum (all but ARP).
+    pub fn has_l4_csum(&self) -> bool {
+        self.proto != L4::Arp
+    }
+    /// Whether the transport checksum covers a pseudo-header with the addresses and length
+    /// (UDP, TCP, ICMPv6; not ICMP over IPv4).
+    pub fn pseudo(&self) -> bool {
+        match self.proto {
+            L4::Udp | L4::Tcp => true,
+            L4::Icmp => self.v6,
+            L4::Arp => false,
+        }
+    }
+    /// Offset of the source port (the echo identifier of ICMP).
+    pub fn sport(&self) -> usize {
+        self.l4 + if self.proto == L4::Icmp { 4 } else { 0 }
+    }
+    /// Offset of the destination port (the echo sequence number of ICMP).
+    pub fn dport(&self) -> usize {
+        self.l4 + if self.proto == L4::Icmp { 6 } else { 2 }
+    }
+    /// Offset of the low 32 bits of the source address (ARP: the sender's address).
     pub fn src_ip(&self) -> usize {
-        if self.v6 {
+        if self.proto == L4::Arp {
+            self.l3 + 14
+        } else if self.v6 {
             self.l3 + 20
         } else {
             self.l3 + 12
         }
     }
-    /// Offset of the low 32 bits of the destination address.
+    /// Offset of the low 32 bits of the destination address (ARP: the target's address).
     pub fn dst_ip(&self) -> usize {
-        if self.v6 {
+        if self.proto == L4::Arp {
+            self.l3 + 24
+        } else if self.v6 {
             self.l3 + 36
         } else {
             self.l3 + 16
@@ -157,6 +266,7 @@ pub struct Template {
     base: Vals,
     ip_csum: u16,
     l4_csum: u16,
+    outer_csum: u16,
     /// Its largest frame (without CRC): the length it is built at.
     max: usize,
 }
@@ -191,30 +301,153 @@ impl Template {
             (IpAddr::V6(_), IpAddr::V6(_)) => true,
             _ => return Err(TemplateError::MixedFamilies),
         };
-        if let Some(v) = spec.vlan {
-            if v > 4095 {
+        let un = |s: &str| Err(TemplateError::Unsupported(s.to_string()));
+        for v in [spec.vlan, spec.svlan].into_iter().flatten() {
+            if !(1..=4094).contains(&v) {
                 return Err(TemplateError::BadVlan(v));
             }
         }
+        if spec.svlan.is_some() && spec.vlan.is_none() {
+            return un("an 802.1ad service tag needs an inner 802.1Q tag (--vlan OUTER,INNER)");
+        }
+        if spec.mpls.len() > 8 {
+            return un("at most 8 MPLS labels");
+        }
+        if let Some(l) = spec.mpls.iter().find(|&&l| l >= 1 << 20) {
+            return Err(TemplateError::Unsupported(format!(
+                "MPLS label {l} is above 1048575 (20 bits)"
+            )));
+        }
+        if spec.l4 == L4::Arp {
+            if v6 {
+                return un("ARP is IPv4's: IPv6 finds neighbours with ICMPv6 (use IPv4 addresses)");
+            }
+            if spec.encap.is_some() || !spec.mpls.is_empty() {
+                return un("ARP is not carried in a tunnel or under MPLS labels");
+            }
+        }
+        if let Some(Encap::Vxlan { vni, .. }) = spec.encap {
+            if vni >= 1 << 24 {
+                return Err(TemplateError::Unsupported(format!(
+                    "VXLAN VNI {vni} is above 16777215 (24 bits)"
+                )));
+            }
+        }
         let mut b = vec![0u8; max];
-        let tag = spec.vlan.map(VlanTag::dot1q);
-        let eth = EthernetRepr::new(
-            spec.dst_mac,
-            spec.src_mac,
-            if v6 { ethertype::IPV6 } else { ethertype::IPV4 },
-        )
-        .with_vlans(tag.as_slice());
-        let l3 = eth.emit(&mut b)?;
+        let tags: Vec<VlanTag> = spec
+            .svlan
+            .map(|v| VlanTag {
+                tpid: ethertype::QINQ,
+                tci: v,
+            })
+            .into_iter()
+            .chain(spec.vlan.map(VlanTag::dot1q))
+            .collect();
+        let inner_type = match (spec.l4, v6) {
+            (L4::Arp, _) => ethertype::ARP,
+            (_, true) => ethertype::IPV6,
+            (_, false) => ethertype::IPV4,
+        };
+        let outer_type = if !spec.mpls.is_empty() {
+            MPLS_UNICAST
+        } else if spec.encap.is_some() {
+            ethertype::IPV4
+        } else {
+            inner_type
+        };
+        let eth = EthernetRepr::new(spec.dst_mac, spec.src_mac, outer_type).with_vlans(&tags);
+        let mut o = eth.emit(&mut b)?;
+        for (i, l) in spec.mpls.iter().enumerate() {
+            // Label (20 bits), traffic class 0, bottom of stack on the last, TTL 64.
+            let bos = u32::from(i + 1 == spec.mpls.len());
+            let w = l << 12 | bos << 8 | 64;
+            b[o..o + 4].copy_from_slice(&w.to_be_bytes());
+            o += 4;
+        }
+        let (mut outer_ip, mut outer_udp) = (None, None);
+        if let Some(e) = spec.encap {
+            let (src, dst, p) = match e {
+                Encap::Gre { src, dst } => (src, dst, proto::GRE),
+                Encap::Vxlan { src, dst, .. } => (src, dst, proto::UDP),
+            };
+            let inner_len = max - o - Ipv4Repr::HEADER_LEN;
+            let ip = Ipv4Repr::new(src.octets(), dst.octets(), p, inner_len as u16);
+            outer_ip = Some(o);
+            o += ip.emit(&mut b[o..])?;
+            match e {
+                Encap::Gre { .. } => {
+                    // No checksum, key or sequence: flags and version 0, then the protocol.
+                    b[o + 2..o + 4].copy_from_slice(&inner_type.to_be_bytes());
+                    o += 4;
+                }
+                Encap::Vxlan { vni, .. } => {
+                    outer_udp = Some(o);
+                    b[o..o + 2].copy_from_slice(&VXLAN_SPORT.to_be_bytes());
+                    b[o + 2..o + 4].copy_from_slice(&VXLAN_PORT.to_be_bytes());
+                    b[o + 4..o + 6].copy_from_slice(&((max - o) as u16).to_be_bytes());
+                    // UDP checksum 0 over IPv4: none (RFC 7348 recommends it).
+                    o += 8;
+                    b[o] = 0x08;
+                    b[o + 4..o + 8].copy_from_slice(&(vni << 8).to_be_bytes());
+                    o += 8;
+                    o += EthernetRepr::new(spec.dst_mac, spec.src_mac, inner_type)
+                        .emit(&mut b[o..])?;
+                }
+            }
+        }
+        let l3 = o;
+        if spec.l4 == L4::Arp {
+            let (IpAddr::V4(s), IpAddr::V4(d)) = (spec.src_ip, spec.dst_ip) else {
+                return Err(TemplateError::MixedFamilies);
+            };
+            let a = &mut b[l3..l3 + 28];
+            a[0..2].copy_from_slice(&1u16.to_be_bytes());
+            a[2..4].copy_from_slice(&ethertype::IPV4.to_be_bytes());
+            a[4] = 6;
+            a[5] = 4;
+            a[6..8].copy_from_slice(&1u16.to_be_bytes());
+            a[8..14].copy_from_slice(&spec.src_mac);
+            a[14..18].copy_from_slice(&s.octets());
+            a[24..28].copy_from_slice(&d.octets());
+            let layout = Layout {
+                l3,
+                l4: l3 + 28,
+                payload: l3 + 28,
+                v6: false,
+                proto: L4::Arp,
+                outer_ip: None,
+                outer_udp: None,
+            };
+            let base = Vals {
+                len: max,
+                src_ip: u32::from(s),
+                dst_ip: u32::from(d),
+                sport: spec.sport,
+                dport: spec.dport,
+                src_mac: spec.src_mac,
+                dst_mac: spec.dst_mac,
+            };
+            return Ok(Template {
+                bytes: b,
+                layout,
+                base,
+                ip_csum: 0,
+                l4_csum: 0,
+                outer_csum: 0,
+                max,
+            });
+        }
         let l4 = l3
             + if v6 {
                 Ipv6Repr::HEADER_LEN
             } else {
                 Ipv4Repr::HEADER_LEN
             };
-        let proto = if spec.l4 == L4::Udp {
-            proto::UDP
-        } else {
-            proto::TCP
+        let proto = match (spec.l4, v6) {
+            (L4::Udp, _) => proto::UDP,
+            (L4::Tcp, _) => proto::TCP,
+            (_, true) => proto::ICMPV6,
+            (_, false) => proto::ICMP,
         };
         let l4_len = (max - l4) as u16;
         match (spec.src_ip, spec.dst_ip) {
@@ -239,6 +472,13 @@ impl Template {
                 L4::Tcp => {
                     TcpRepr::new(spec.sport, spec.dport, spec.tcp_flags).emit(&mut b[l4..])?
                 }
+                _ => {
+                    // Echo request: type 8 (ICMPv6: 128), code 0, identifier, sequence.
+                    b[l4] = if v6 { 128 } else { 8 };
+                    b[l4 + 4..l4 + 6].copy_from_slice(&spec.sport.to_be_bytes());
+                    b[l4 + 6..l4 + 8].copy_from_slice(&spec.dport.to_be_bytes());
+                    8
+                }
             };
         let layout = Layout {
             l3,
@@ -246,13 +486,24 @@ impl Template {
             payload,
             v6,
             proto: spec.l4,
+            outer_ip,
+            outer_udp,
         };
         match (spec.src_ip, spec.dst_ip) {
+            (_, _) if spec.l4 == L4::Icmp && !v6 => {
+                let c = checksum::checksum(&b[l4..]);
+                b[l4 + 2..l4 + 4].copy_from_slice(&c.to_be_bytes());
+            }
             (IpAddr::V4(s), IpAddr::V4(d)) => {
                 fill_transport_checksum_v4(s.octets(), d.octets(), proto, &mut b[l4..])?
             }
             (IpAddr::V6(s), IpAddr::V6(d)) => {
-                fill_transport_checksum_v6(&s.octets(), &d.octets(), proto, &mut b[l4..])?
+                if spec.l4 == L4::Icmp {
+                    let c = checksum::transport_v6(&s.octets(), &d.octets(), proto, &b[l4..]);
+                    b[l4 + 2..l4 + 4].copy_from_slice(&c.to_be_bytes());
+                } else {
+                    fill_transport_checksum_v6(&s.octets(), &d.octets(), proto, &mut b[l4..])?
+                }
             }
             _ => return Err(TemplateError::MixedFamilies),
         }
@@ -264,6 +515,7 @@ impl Template {
         } else {
             u16::from_be_bytes([b[l3 + 10], b[l3 + 11]])
         };
+        let outer_csum = outer_ip.map_or(0, |o| u16::from_be_bytes([b[o + 10], b[o + 11]]));
         let base = Vals {
             len: max,
             src_ip: rd32(layout.src_ip()),
@@ -279,6 +531,7 @@ impl Template {
             base,
             ip_csum,
             l4_csum: c,
+            outer_csum,
             max,
         })
     }
@@ -342,48 +595,76 @@ impl Template {
             out[6..12].copy_from_slice(&v.src_mac);
         }
         if len != self.max {
-            let old_l4 = (self.max - lay.l4) as u16;
-            let new_l4 = (len.max(lay.payload) - lay.l4) as u16;
-            if lay.v6 {
-                out[lay.l3 + 4..lay.l3 + 6].copy_from_slice(&new_l4.to_be_bytes());
-            } else {
-                let old = (self.max - lay.l3) as u16;
-                let new = (len - lay.l3) as u16;
-                out[lay.l3 + 2..lay.l3 + 4].copy_from_slice(&new.to_be_bytes());
-                ip = update16(ip, old, new);
+            if let Some(o) = lay.outer_ip {
+                let old = (self.max - o) as u16;
+                let new = (len - o) as u16;
+                out[o + 2..o + 4].copy_from_slice(&new.to_be_bytes());
+                let c = update16(self.outer_csum, old, new);
+                out[o + 10..o + 12].copy_from_slice(&c.to_be_bytes());
             }
-            // The pseudo-header length, and UDP's own length field.
-            l4 = update16(l4, old_l4, new_l4);
-            if lay.proto == L4::Udp {
-                out[lay.l4 + 4..lay.l4 + 6].copy_from_slice(&new_l4.to_be_bytes());
-                l4 = update16(l4, old_l4, new_l4);
+            if let Some(o) = lay.outer_udp {
+                out[o + 4..o + 6].copy_from_slice(&((len - o) as u16).to_be_bytes());
+            }
+            if lay.proto != L4::Arp {
+                let old_l4 = (self.max - lay.l4) as u16;
+                let new_l4 = (len.max(lay.payload) - lay.l4) as u16;
+                if lay.v6 {
+                    out[lay.l3 + 4..lay.l3 + 6].copy_from_slice(&new_l4.to_be_bytes());
+                } else {
+                    let old = (self.max - lay.l3) as u16;
+                    let new = (len - lay.l3) as u16;
+                    out[lay.l3 + 2..lay.l3 + 4].copy_from_slice(&new.to_be_bytes());
+                    ip = update16(ip, old, new);
+                }
+                // The pseudo-header length, and UDP's own length field.
+                if lay.pseudo() {
+                    l4 = update16(l4, old_l4, new_l4);
+                }
+                if lay.proto == L4::Udp {
+                    out[lay.l4 + 4..lay.l4 + 6].copy_from_slice(&new_l4.to_be_bytes());
+                    l4 = update16(l4, old_l4, new_l4);
+                }
             }
         }
+        let (l3sum, pseudo) = (!lay.v6 && lay.proto != L4::Arp, lay.pseudo());
         if v.src_ip != b.src_ip {
             let o = lay.src_ip();
             out[o..o + 4].copy_from_slice(&v.src_ip.to_be_bytes());
-            if !lay.v6 {
+            if l3sum {
                 ip = update32(ip, b.src_ip, v.src_ip);
             }
-            l4 = update32(l4, b.src_ip, v.src_ip);
+            if pseudo {
+                l4 = update32(l4, b.src_ip, v.src_ip);
+            }
         }
         if v.dst_ip != b.dst_ip {
             let o = lay.dst_ip();
             out[o..o + 4].copy_from_slice(&v.dst_ip.to_be_bytes());
-            if !lay.v6 {
+            if l3sum {
                 ip = update32(ip, b.dst_ip, v.dst_ip);
             }
-            l4 = update32(l4, b.dst_ip, v.dst_ip);
+            if pseudo {
+                l4 = update32(l4, b.dst_ip, v.dst_ip);
+            }
+        }
+        if lay.proto == L4::Arp {
+            if v.src_mac != b.src_mac {
+                // The sender's hardware address follows the Ethernet source.
+                out[lay.l3 + 8..lay.l3 + 14].copy_from_slice(&v.src_mac);
+            }
+            return len;
         }
         if v.sport != b.sport {
-            out[lay.l4..lay.l4 + 2].copy_from_slice(&v.sport.to_be_bytes());
+            let o = lay.sport();
+            out[o..o + 2].copy_from_slice(&v.sport.to_be_bytes());
             l4 = update16(l4, b.sport, v.sport);
         }
         if v.dport != b.dport {
-            out[lay.l4 + 2..lay.l4 + 4].copy_from_slice(&v.dport.to_be_bytes());
+            let o = lay.dport();
+            out[o..o + 2].copy_from_slice(&v.dport.to_be_bytes());
             l4 = update16(l4, b.dport, v.dport);
         }
-        if !lay.v6 {
+        if l3sum {
             out[lay.l3 + 10..lay.l3 + 12].copy_from_slice(&ip.to_be_bytes());
         }
         put_l4_csum(out, lay, l4);
@@ -392,12 +673,15 @@ impl Template {
 
     /// Whether packets of length `len` have room for the probe signature.
     pub fn has_sig_room(&self, len: usize) -> bool {
-        len >= self.layout.payload + SIG_LEN
+        self.layout.has_l4_csum() && len >= self.layout.payload + SIG_LEN
     }
 }
 
 #[inline(always)]
 fn put_l4_csum(out: &mut [u8], lay: &Layout, mut c: u16) {
+    if !lay.has_l4_csum() {
+        return;
+    }
     if c == 0 && lay.proto == L4::Udp {
         c = 0xffff;
     }
@@ -419,6 +703,9 @@ fn get16(out: &[u8], o: usize) -> u16 {
 /// template with a zero payload, updating the transport checksum. No-op when it does not fit.
 #[inline(always)]
 pub fn put_sig(out: &mut [u8], lay: &Layout, stream: u16, seq: u32) {
+    if !lay.has_l4_csum() {
+        return;
+    }
     let p = lay.payload;
     let Some(s) = out.get_mut(p..p + SIG_LEN) else {
         return;
@@ -437,6 +724,9 @@ pub fn put_sig(out: &mut [u8], lay: &Layout, stream: u16, seq: u32) {
 /// updating the transport checksum. No-op when it does not fit.
 #[inline(always)]
 pub fn put_time(out: &mut [u8], lay: &Layout, ts: u64) {
+    if !lay.has_l4_csum() {
+        return;
+    }
     let p = lay.payload + 8;
     let Some(s) = out.get_mut(p..p + 8) else {
         return;
@@ -481,7 +771,20 @@ pub fn fix_checksums(out: &mut [u8], lay: &Layout) {
     if len < lay.payload {
         return;
     }
-    let proto = if lay.proto == L4::Udp { 17 } else { 6 };
+    if let Some(o) = lay.outer_ip {
+        out[o + 10..o + 12].fill(0);
+        let c = checksum::checksum(&out[o..o + Ipv4Repr::HEADER_LEN]);
+        out[o + 10..o + 12].copy_from_slice(&c.to_be_bytes());
+    }
+    if lay.proto == L4::Arp {
+        return;
+    }
+    let proto = match (lay.proto, lay.v6) {
+        (L4::Udp, _) => proto::UDP,
+        (L4::Tcp, _) => proto::TCP,
+        (_, true) => proto::ICMPV6,
+        (_, false) => proto::ICMP,
+    };
     let cs = lay.l4_csum();
     out[cs..cs + 2].fill(0);
     let c = if lay.v6 {
@@ -500,7 +803,119 @@ pub fn fix_checksums(out: &mut [u8], lay: &Layout) {
         s.copy_from_slice(&out[lay.l3 + 12..lay.l3 + 16]);
         d.copy_from_slice(&out[lay.l3 + 16..lay.l3 + 20]);
         let end = (lay.l3 + usize::from(get16(out, lay.l3 + 2))).min(len);
-        checksum::transport_v4(s, d, proto, &out[lay.l4..end.max(lay.l4)])
+        if lay.proto == L4::Icmp {
+            checksum::checksum(&out[lay.l4..end.max(lay.l4)])
+        } else {
+            checksum::transport_v4(s, d, proto, &out[lay.l4..end.max(lay.l4)])
+        }
     };
     put_l4_csum(out, lay, c);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn specs() -> Vec<TemplateSpec> {
+        let v4 = TemplateSpec::default();
+        let v6 = TemplateSpec {
+            src_ip: "2001:db8::1".parse().unwrap(),
+            dst_ip: "2001:db8::2".parse().unwrap(),
+            ..Default::default()
+        };
+        let tun = [
+            None,
+            Some(Encap::Gre {
+                src: Ipv4Addr::new(10, 0, 0, 1),
+                dst: Ipv4Addr::new(10, 0, 0, 2),
+            }),
+            Some(Encap::Vxlan {
+                vni: 42,
+                src: Ipv4Addr::new(10, 0, 0, 1),
+                dst: Ipv4Addr::new(10, 0, 0, 2),
+            }),
+        ];
+        let mut v = vec![TemplateSpec {
+            l4: L4::Arp,
+            vlan: Some(7),
+            ..v4.clone()
+        }];
+        for base in [v4, v6] {
+            for l4 in [L4::Udp, L4::Tcp, L4::Icmp] {
+                for encap in tun {
+                    v.push(TemplateSpec {
+                        l4,
+                        encap,
+                        vlan: Some(20),
+                        svlan: Some(10),
+                        mpls: vec![100, 200],
+                        ..base.clone()
+                    });
+                }
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn incremental_checksums_equal_recomputed_ones_for_every_kind() {
+        for spec in specs() {
+            let t = Template::new(&spec).unwrap();
+            let lay = *t.layout();
+            let mut a = vec![0u8; MAX_FRAME];
+            for (i, len) in [t.min_len(), 100, 333, 1000, MAX_FRAME]
+                .into_iter()
+                .enumerate()
+            {
+                let mut v = t.base();
+                v.len = len;
+                v.src_ip ^= 0x0101_0101 * i as u32;
+                v.dst_ip = v.dst_ip.wrapping_add(77 * i as u32);
+                if lay.proto != L4::Arp {
+                    v.sport = 1000 + i as u16;
+                    v.dport = 65535 - i as u16;
+                }
+                v.src_mac[5] = i as u8;
+                let n = t.write(&mut a, &v);
+                assert_eq!(n, len.max(t.min_len()));
+                if t.has_sig_room(n) {
+                    put_sig(&mut a[..n], &lay, 3, 99);
+                    put_time(&mut a[..n], &lay, 0x1234_5678_9abc_def0);
+                }
+                let mut b = a[..n].to_vec();
+                fix_checksums(&mut b, &lay);
+                assert_eq!(&a[..n], &b[..], "{spec:?} at {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn vlan_ids_outside_1_to_4094_and_bad_mixes_are_refused() {
+        for v in [0, 4095] {
+            let s = TemplateSpec {
+                vlan: Some(v),
+                ..Default::default()
+            };
+            assert_eq!(Template::new(&s).unwrap_err(), TemplateError::BadVlan(v));
+        }
+        let bad = [
+            TemplateSpec {
+                svlan: Some(10),
+                ..Default::default()
+            },
+            TemplateSpec {
+                mpls: vec![1 << 20],
+                ..Default::default()
+            },
+            TemplateSpec {
+                l4: L4::Arp,
+                src_ip: "2001:db8::1".parse().unwrap(),
+                dst_ip: "2001:db8::2".parse().unwrap(),
+                ..Default::default()
+            },
+        ];
+        for s in bad {
+            assert!(Template::new(&s).is_err(), "{s:?}");
+        }
+    }
 }

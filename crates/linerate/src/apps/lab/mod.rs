@@ -243,16 +243,16 @@ pub fn pin_quiet(core: Option<usize>) {
 /// Sends 64-byte UDP frames (60 + CRC) from `src` to `dst` with gen's worker on `port` until
 /// `count`, `duration` or `stop`, at `rate` packets per second (None: as fast as it can);
 /// each carries gen's probe signature (stream, sequence, send time from the wall clock).
-/// Returns the packets handed to the port.
+/// Returns the packets handed to the port and the sending period they took.
 pub fn generate(
     port: &mut dyn Port,
     dst: [u8; 6],
     src: [u8; 6],
     count: Option<u64>,
     duration: Duration,
-    rate: Option<u64>,
+    rate: Option<f64>,
     stop: &AtomicBool,
-) -> Result<u64, GenError> {
+) -> Result<Sent, GenError> {
     let opts = GenOptions {
         streams: vec![StreamSpec {
             template: TemplateSpec {
@@ -262,7 +262,7 @@ pub fn generate(
                 dst_ip: std::net::IpAddr::from([198, 19, 0, 1]),
                 ..Default::default()
             },
-            pps: rate.map(|r| r as f64),
+            pps: rate,
             probe: true,
             ..Default::default()
         }],
@@ -274,7 +274,23 @@ pub fn generate(
     if let Some(e) = rep.error {
         return Err(GenError::Hook(format!("generator: {e}")));
     }
-    Ok(rep.pkts)
+    Ok(Sent {
+        pkts: rep.pkts,
+        secs: rep.elapsed(),
+        pps: rep.pps(),
+    })
+}
+
+/// What the lab's generator sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Sent {
+    /// Packets handed to the port.
+    pub pkts: u64,
+    /// The sending period, seconds: from the first packet's departure (its scheduled one with
+    /// a rate) until the port took the last, without the start-up (namespace, port, rings).
+    pub secs: f64,
+    /// Packets per second over that period, as `gen` counts it.
+    pub pps: f64,
 }
 
 /// Receives on `port` until `stop`, then until 300 ms of quiet; gen's probe receiver reads the
@@ -314,7 +330,8 @@ mod tests {
             &stop,
         )
         .unwrap();
-        assert_eq!(sent, 50);
+        assert_eq!(sent.pkts, 50);
+        assert!(sent.secs > 0.0 && sent.pps > 0.0, "{sent:?}");
         let done = AtomicBool::new(true);
         let (got, t) = receive(rx.as_mut(), &done).unwrap();
         assert_eq!(got, 50);

@@ -3,7 +3,7 @@
 //! child process in the forwarder's namespace), joined into a plain report that the CLI only
 //! prints.
 
-use super::{generate, pin_quiet, receive, LabError, Topology, FWD_MAC, GEN_MAC};
+use super::{generate, pin_quiet, receive, LabError, Sent, Topology, FWD_MAC, GEN_MAC};
 use crate::apps::fwd::{self, FwdOptions, FwdStats, MacRewrite, Ports};
 use crate::apps::gen::latency::Tracker;
 use crate::apps::worker::Ended;
@@ -59,7 +59,7 @@ pub struct LabOptions {
     /// How long the generator sends (`-t`).
     pub duration: Duration,
     /// The generator's rate, packets per second (None: as fast as it can).
-    pub rate: Option<u64>,
+    pub rate: Option<f64>,
 }
 
 impl LabOptions {
@@ -110,7 +110,8 @@ pub struct FwdLabReport {
     pub duplicates: u64,
     /// Packets received after a later one.
     pub reordered: u64,
-    /// From the start of the forwarder and receiver to the generator's end.
+    /// The generator's sending period (from its first packet to the port taking its last,
+    /// the start-up left out): the rates are over it.
     pub secs: f64,
     /// A stop request (a signal) ended the run before its count or time.
     pub interrupted: bool,
@@ -177,7 +178,7 @@ pub struct ClusterLabReport {
     pub received: u64,
     /// Its consumer queues.
     pub queues: Vec<QueueCount>,
-    /// How long the generator ran.
+    /// The generator's sending period (its start-up left out): the rates are over it.
     pub secs: f64,
     /// A stop request (a signal) ended the run before its count or time.
     pub interrupted: bool,
@@ -235,16 +236,16 @@ fn open(
 }
 
 /// The lab's generator: a thread in namespace `gns` (pinned to `core`) sending on g0 until
-/// the count, the duration or `stop`; returns how many it sent.
+/// the count, the duration or `stop`; returns how many it sent and over what period.
 fn generate_in(
     o: &LabOptions,
     gns: &str,
     core: Option<usize>,
     xdp: &XdpConfig,
     stop: &AtomicBool,
-) -> Result<u64, LabError> {
+) -> Result<Sent, LabError> {
     std::thread::scope(|s| {
-        s.spawn(|| -> Result<u64, LabError> {
+        s.spawn(|| -> Result<Sent, LabError> {
             crate::sys::netns::enter(gns)?;
             pin_quiet(core);
             let popts = PortOptions::default();
@@ -424,9 +425,9 @@ pub fn run_fwd(
         let gen_res = if setup_err.is_none() {
             generate_in(o, gns, gen_core, xdp, stop)
         } else {
-            Ok(0)
+            Ok(Sent::default())
         };
-        let secs = t_start.elapsed().as_secs_f64();
+        let wall = t_start.elapsed().as_secs_f64();
         // Let what is in flight arrive, then stop the receiver and the forwarder.
         rx_stop.store(true, Ordering::Relaxed);
         let rx = rx_h.join().unwrap_or(Err(LabError::Panicked("receiver")));
@@ -435,7 +436,12 @@ pub fn run_fwd(
         if let Some(e) = setup_err {
             return Err(e);
         }
-        let sent = gen_res?;
+        let Sent {
+            pkts: sent, secs, ..
+        } = gen_res?;
+        // The rates are over the sending period (the start-up of the generator's port is no
+        // part of it); the wall time if the generator sent too little to have one.
+        let secs = if secs > 0.0 { secs } else { wall };
         let (received, lat, receive_time) = rx?.ok_or(LabError::Panicked("receiver"))?;
         let (fwd, fwd_ended) = fwd_r?.ok_or(LabError::Panicked("forwarder"))?;
         let st = lat.stream(0);
@@ -591,7 +597,7 @@ fn drive_cluster(
     let xdp = o.xdp();
     let t_start = Instant::now();
     let sent = generate_in(o, gns, None, &xdp, stop);
-    let secs = t_start.elapsed().as_secs_f64();
+    let wall = t_start.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(300));
     // Our own child (ip netns exec runs the master in its place): it stops cleanly on SIGINT.
     let _ = crate::sys::process::signal(proc.id(), libc::SIGINT);
@@ -602,7 +608,8 @@ fn drive_cluster(
     if proc.try_wait()?.is_none() {
         let _ = proc.kill();
     }
-    Ok((sent?, secs))
+    let sent = sent?;
+    Ok((sent.pkts, if sent.secs > 0.0 { sent.secs } else { wall }))
 }
 
 /// The packets received and the queues of the master's first summary line in `text` (JSON
