@@ -101,15 +101,36 @@ impl LuaScript {
         let (lua, name) = (&self.lua, self.name.as_str());
         let lua_err = |e| LuaError::of(&e, name, lua);
         let n = self.pkts.load(batch, &[]).map_err(LuaError::Lua)?;
-        let r: Value = self
+        let r = self
             .func
-            .call((self.pkts.table().clone(), n))
-            .map_err(lua_err)?;
-        let Value::Table(r) = r else {
-            return Err(LuaError::Lua(format!(
-                "{}: balance() must return a table (queue, table of queues or false per packet)",
-                self.name
-            )));
+            .call::<Value>((self.pkts.table().clone(), n, self.pkts.queues().clone()));
+        self.pkts.done();
+        let r = match r.map_err(lua_err)? {
+            Value::Table(r) => r,
+            // The fast form: the script filled q.
+            Value::Nil => {
+                let all = if self.queues >= 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << self.queues) - 1
+                };
+                for (i, o) in out[..n].iter_mut().enumerate() {
+                    *o = match self.pkts.queue(i) {
+                        Some(q) if keep & (1 << i) != 0 && !self.pkts.dropped(i) => {
+                            (1u64 << q) & all
+                        }
+                        _ => 0,
+                    };
+                }
+                return Ok(());
+            }
+            _ => {
+                return Err(LuaError::Lua(format!(
+                    "{}: balance() must return a table (queue, table of queues or false per \
+                     packet), or nothing when it fills q",
+                    self.name
+                )))
+            }
         };
         let all = if self.queues >= 64 {
             u64::MAX

@@ -20,7 +20,7 @@
 
 pub mod packet;
 
-use mlua::{HookTriggers, Lua, LuaOptions, StdLib, VmState};
+use mlua::{HookTriggers, Lua, StdLib, VmState};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -230,15 +230,20 @@ pub enum StateError {
     /// LuaJIT's compiler could not be turned off (see [`Interrupt`]).
     #[error("cannot turn LuaJIT's compiler off: {0}")]
     Jit(String),
+    /// The packet views could not be loaded.
+    #[error("cannot load the packet views: {0}")]
+    Packets(String),
 }
 
 /// A new Lua state: the standard libraries but `debug` and `ffi`, and the memory bound of
 /// `opts`. Every script of every tool gets its state here.
 pub fn new_state(opts: &ScriptOptions) -> Result<Lua, StateError> {
-    let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())
-        .map_err(|e| StateError::Limit(e.to_string()))?;
+    // LuaJIT's FFI is loaded for the packet views alone: `packet::install` keeps it and takes
+    // it out of the scripts' reach before they run.
+    let lua = crate::sys::lua_state::with_ffi(StdLib::ALL_SAFE);
     lua.set_memory_limit(opts.mem)
         .map_err(|e| StateError::Limit(e.to_string()))?;
+    packet::install(&lua).map_err(|e| StateError::Packets(e.to_string()))?;
     if let Some(i) = &opts.interrupt {
         // LuaJIT's compiled code never calls hooks: a loop compiled into a trace would run on
         // whatever the hook says. The interpreter calls them.
@@ -330,19 +335,34 @@ fn placed(e: &mlua::Error, name: &str) -> String {
             if inner.starts_with(&format!("{name}:")) {
                 return inner;
             }
-            let at = traceback.lines().map(str::trim).find_map(|l| {
-                let rest = l.strip_prefix(name)?.strip_prefix(':')?;
-                let line: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                (!line.is_empty()).then_some(line)
-            });
-            match at {
+            match script_line(traceback, name) {
                 Some(line) => format!("{name}:{line}: {inner}"),
                 None => inner,
             }
         }
-        mlua::Error::RuntimeError(m) | mlua::Error::SyntaxError { message: m, .. } => first(m),
+        // Errors the packet views raise carry no position: the traceback's innermost frame
+        // of the script gives it.
+        mlua::Error::RuntimeError(m) => {
+            let f = first(m);
+            match script_line(m, name) {
+                Some(line) if !f.starts_with(&format!("{name}:")) => {
+                    format!("{name}:{line}: {f}")
+                }
+                _ => f,
+            }
+        }
+        mlua::Error::SyntaxError { message: m, .. } => first(m),
         other => first(&other.to_string()),
     }
+}
+
+/// The line of the script's innermost frame in a traceback (`\tNAME:LINE: in ...`).
+fn script_line(traceback: &str, name: &str) -> Option<String> {
+    traceback.lines().skip(1).map(str::trim).find_map(|l| {
+        let rest = l.strip_prefix(name)?.strip_prefix(':')?;
+        let line: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        (!line.is_empty()).then_some(line)
+    })
 }
 
 #[cfg(all(test, not(loom)))]
