@@ -217,6 +217,37 @@ mod tests {
     }
 
     #[test]
+    fn the_fast_form_writes_q_and_what_it_leaves_is_dropped() {
+        let src = r#"
+            function balance(pkts, n, q)
+              for i = 1, n do
+                local b = pkts[i]:getByte(0)
+                if b % 4 == 0 then q[i] = 1
+                elseif b % 4 == 1 then q[i] = false   -- drop
+                elseif b % 4 == 2 then q[i] = 99      -- out of range: drop
+                end                                    -- 3: not set: drop
+                if b == 4 then pkts[i]:drop() end
+              end
+            end"#;
+        let mut s = LuaScript::from_source("q.lua", src, &[2, 1]).unwrap();
+        let mut out = [7u64; BATCH];
+        s.decide(&batch(6), u64::MAX & !(1 << 5), &mut out).unwrap();
+        assert_eq!(&out[..6], &[0b10, 0, 0, 0, 0, 0]);
+        // Past the batch: an error naming the script and line.
+        let mut s = LuaScript::from_source(
+            "q2.lua",
+            "function balance(pkts, n, q)\n  q[n + 1] = 0\nend",
+            &[1],
+        )
+        .unwrap();
+        let e = s.decide(&batch(2), 3, &mut out).unwrap_err().to_string();
+        assert!(
+            e.contains("q2.lua:2: q[3]: not a packet of this batch of 2"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn errors_name_the_script_and_line() {
         let e = LuaScript::from_source("bad.lua", "function balance(\n", &[1]).unwrap_err();
         assert!(e.to_string().contains("bad.lua"), "{e}");

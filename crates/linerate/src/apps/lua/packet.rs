@@ -222,7 +222,8 @@ impl Packets {
     }
 
     /// Ends the batch: the slots no longer point at its frames (a script that kept `pkts`
-    /// finds them empty until the next batch).
+    /// finds them empty until the next batch). What the script decided ([`Packets::dropped`],
+    /// [`Packets::queue`]) stays readable until the next batch.
     pub fn done(&self) {
         let n = (self.shared.n.get() as usize).min(BATCH);
         for s in &self.shared.pkts[..n] {
@@ -231,7 +232,6 @@ impl Packets {
             s.ok.set(0);
             s.parsed.set(0);
         }
-        self.shared.n.set(0);
     }
 
     /// After a writing script: calls `fix(i, bytes)` (which recomputes checksums) on every
