@@ -13,10 +13,12 @@
 //! stop flag (a signal) and the time limit, and once either has been due for [`GRACE`] (a
 //! script that returns in that time ends as the tool asks, without an error), the script fails
 //! with "stopped by ...: the script did not return" at its current line ([`is_stop_error`]:
-//! the tools report it naming the script, exit code 1, after their summary). LuaJIT calls hooks
-//! only from its interpreter, so such a state runs with the compiler off (`jit.off()`; calls
-//! into linerate's Rust functions, which most of a packet script is, are not compiled
-//! anyway). A script that turns it back on (`jit.on()`) may no longer be stoppable that way.
+//! the tools report it naming the script, exit code 1, after their summary). LuaJIT's compiler
+//! is on: the packet views ([`packet`]) run compiled. LuaJIT calls hooks only from its
+//! interpreter, so in a state with an [`Interrupt`] every function parsed after the views (the
+//! script's, and what it loads) is kept in the interpreter (`jit.off(proto)` from a `jit.attach`
+//! "bc" handler); a script that turns the compiler on for its own code (`jit.on(f)`, its own
+//! `jit.attach`) may no longer be stoppable that way.
 
 pub mod packet;
 
@@ -227,8 +229,8 @@ pub enum StateError {
     /// The memory bound could not be set.
     #[error("cannot bound the script's memory: {0}")]
     Limit(String),
-    /// LuaJIT's compiler could not be turned off (see [`Interrupt`]).
-    #[error("cannot turn LuaJIT's compiler off: {0}")]
+    /// LuaJIT's compiler could not be kept off the script's code (see [`Interrupt`]).
+    #[error("cannot keep LuaJIT's compiler off the script: {0}")]
     Jit(String),
     /// The packet views could not be loaded.
     #[error("cannot load the packet views: {0}")]
@@ -246,8 +248,11 @@ pub fn new_state(opts: &ScriptOptions) -> Result<Lua, StateError> {
     packet::install(&lua).map_err(|e| StateError::Packets(e.to_string()))?;
     if let Some(i) = &opts.interrupt {
         // LuaJIT's compiled code never calls hooks: a loop compiled into a trace would run on
-        // whatever the hook says. The interpreter calls them.
-        lua.load("jit.off()")
+        // whatever the hook says. The compiler stays on for the packet views (loaded above);
+        // every function parsed from now on (the script's) stays in the interpreter, which
+        // calls them.
+        lua.load("local off = jit.off\njit.attach(function(pt) off(pt) end, 'bc')")
+            .set_name("=linerate")
             .exec()
             .map_err(|e| StateError::Jit(e.to_string()))?;
         let i = i.clone();

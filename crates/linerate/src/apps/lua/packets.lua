@@ -54,11 +54,11 @@ local function bad_index(i)
 end
 
 -- The slot of view `v` (its index is v[1]); checked: a script may have changed v[1].
+local SLOT = {} -- SLOT[i + 1] = P + i, made once (no cdata made per access)
 local function slot(v)
   local i = v[1]
-  if not (i >= 0 and i < 64) then bad_index(i) end
-  local s = P + i
-  if s.ok == 0 then bad_index(i) end
+  local s = type(i) == "number" and SLOT[i + 1]
+  if not s or s.ok == 0 then bad_index(i) end
   return s
 end
 
@@ -574,6 +574,7 @@ return function(addr, tool)
   if C then error("the packets of this state are already made", 0) end
   C = cast("struct lr_ctx *", addr)
   P = C.p
+  for i = 0, 63 do SLOT[i + 1] = P + i end
   TOOL = tool
   local pkts = {}
   for i = 0, 63 do pkts[i + 1] = setmetatable({ i }, PMT) end
