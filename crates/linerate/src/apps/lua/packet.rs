@@ -588,3 +588,111 @@ mod views {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod layers {
+    use super::*;
+    use crate::apps::lua::{new_state, ScriptOptions};
+    use crate::mem::{Desc, Pool, PoolConfig};
+    use std::sync::Arc;
+
+    /// Runs `f(pkts, n)` (read-only) over `frames`; its result as text.
+    fn eval(src: &str, frames: &[Vec<u8>]) -> String {
+        let pool = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
+        let mut b = Batch::with_pool(&pool);
+        for f in frames {
+            let mut fr = b.alloc().unwrap();
+            fr.buf()[..f.len()].copy_from_slice(f);
+            fr.push(Desc {
+                len: f.len() as u32,
+                wire_len: f.len() as u32,
+                ..Default::default()
+            });
+        }
+        let lua = new_state(&ScriptOptions::default()).unwrap();
+        let access = Access {
+            tool: "fwd",
+            write: false,
+            drop: true,
+        };
+        let pk = Packets::new(&lua, access, LinkType::ETHERNET).unwrap();
+        lua.load(src).exec().unwrap();
+        let f: mlua::Function = lua.globals().get("f").unwrap();
+        let n = pk.load(&b, &[]).unwrap();
+        let r: String = f.call((pk.table().clone(), n)).unwrap();
+        pk.done();
+        r
+    }
+
+    fn eth(tags: &[(u16, u16)], et: u16) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+        for &(tpid, id) in tags {
+            f.extend_from_slice(&tpid.to_be_bytes());
+            f.extend_from_slice(&id.to_be_bytes());
+        }
+        f.extend_from_slice(&et.to_be_bytes());
+        f
+    }
+
+    fn v6(ext: &[u8], first: u8, frag_off: Option<u16>) -> Vec<u8> {
+        let mut f = eth(&[], 0x86dd);
+        let mut body = ext.to_vec();
+        if let Some(off) = frag_off {
+            body.extend_from_slice(&[17, 0]);
+            body.extend_from_slice(&off.to_be_bytes());
+            body.extend_from_slice(&[0, 0, 0, 9]);
+        }
+        body.extend_from_slice(&[0x10, 0x00, 0x00, 0x35, 0, 8, 0, 0]);
+        f.extend_from_slice(&[0x60, 0, 0, 0]);
+        f.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        f.extend_from_slice(&[first, 64]);
+        f.extend_from_slice(&[0; 15]);
+        f.push(1);
+        f.extend_from_slice(&[0; 15]);
+        f.push(2);
+        f.extend_from_slice(&body);
+        f
+    }
+
+    #[test]
+    fn tags_extension_headers_and_fragments_follow_the_parsers_rules() {
+        // QinQ: the outer tag's id, the ethertype after both tags.
+        let mut qinq = eth(&[(0x88a8, 0x2005), (0x8100, 7)], 0x0800);
+        qinq.extend_from_slice(&[
+            0x45, 0, 0, 28, 0, 1, 0x20, 0, 64, 1, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        qinq.extend_from_slice(&[8, 0, 0, 0, 0, 1, 0, 1]);
+        // IPv4, a later fragment (offset 8): no transport layer.
+        let mut frag4 = eth(&[], 0x0800);
+        frag4.extend_from_slice(&[
+            0x45, 0, 0, 28, 0, 1, 0, 1, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        frag4.extend_from_slice(&[0x10, 0, 0, 0x35, 0, 8, 0, 0]);
+        // IPv6: Hop-by-Hop then UDP; first fragment then UDP; a later fragment.
+        let hbh = v6(&[17, 0, 1, 4, 0, 0, 0, 0], 0, None);
+        let first = v6(&[], 44, Some(1));
+        let later = v6(&[], 44, Some(8));
+        let src = r#"
+            function f(pkts, n)
+              local r = {}
+              local q = pkts[1]
+              r[#r + 1] = table.concat({ q.vlan.id, q.vlan.pcp, string.format("%04x", q.vlan.tpid),
+                string.format("%04x", q.eth.type), q.ip4.src, q.ip4.saddr, tostring(q.udp),
+                q.icmp.type, q.ip.version }, " ")
+              local g = pkts[2]
+              r[#r + 1] = table.concat({ tostring(g.vlan), g.ip4.proto, tostring(g.udp),
+                tostring(g.ip4 ~= nil) }, " ")
+              for i = 3, 5 do
+                local p = pkts[i]
+                r[#r + 1] = table.concat({ p.ip6.next, p.ip6.proto, p.ip6.dst,
+                  tostring(p.udp and p.udp.dport) }, " ")
+              end
+              return table.concat(r, " | ")
+            end"#;
+        assert_eq!(
+            eval(src, &[qinq, frag4, hbh, first, later]),
+            "5 1 88a8 0800 10.0.0.1 167772161 nil 8 4 | nil 17 nil true | \
+             0 17 ::2 53 | 44 17 ::2 53 | 44 17 ::2 nil"
+        );
+    }
+}
