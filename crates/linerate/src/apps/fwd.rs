@@ -300,7 +300,7 @@ impl BatchFilter for LuaFilter {
     fn filter(&mut self, batch: &Batch, keep: &mut [bool]) -> Result<(), String> {
         let n = self.pkts.load(batch, &[])?;
         let s = &self.script;
-        let r = self.pkts.call::<()>(&s.func, n);
+        let r = s.func.call::<()>((self.pkts.table().clone(), n));
         for (i, k) in keep.iter_mut().enumerate().take(n) {
             if self.pkts.dropped(i) {
                 *k = false;

@@ -101,7 +101,9 @@ impl LuaScript {
         let (lua, name) = (&self.lua, self.name.as_str());
         let lua_err = |e| LuaError::of(&e, name, lua);
         let n = self.pkts.load(batch, &[]).map_err(LuaError::Lua)?;
-        let r = self.pkts.call::<Value>(&self.func, n);
+        let r = self
+            .func
+            .call::<Value>((self.pkts.table().clone(), n, self.pkts.queues().clone()));
         self.pkts.done();
         let r = match r.map_err(lua_err)? {
             Value::Table(r) => r,

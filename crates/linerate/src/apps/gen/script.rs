@@ -114,7 +114,7 @@ impl Hook for LuaHook {
     ) -> Result<(), String> {
         let n = self.pkts.load_mut(batch, streams)?;
         self.calls += 1;
-        let r = self.pkts.call::<()>(&self.modify, n);
+        let r = self.modify.call::<()>((self.pkts.table().clone(), n));
         // `checksums = false`: the script (or the NIC) takes care of them (MoonGen's
         // offloadUdpChecksums); read once per batch.
         let fix = !matches!(

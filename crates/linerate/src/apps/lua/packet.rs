@@ -110,7 +110,6 @@ pub struct Packets {
     shared: Rc<Shared>,
     table: Table,
     queues: Table,
-    run: Function,
     access: Access,
 }
 
@@ -141,12 +140,11 @@ impl Packets {
         let _ = lua.set_app_data(shared.clone());
         let make: Function = lua.named_registry_value(MAKER)?;
         let at = LightUserData(Rc::as_ptr(&shared).cast_mut().cast());
-        let (table, queues, run): (Table, Table, Function) = make.call((at, access.tool))?;
+        let (table, queues): (Table, Table) = make.call((at, access.tool))?;
         Ok(Packets {
             shared,
             table,
             queues,
-            run,
             access,
         })
     }
@@ -154,12 +152,6 @@ impl Packets {
     /// The table the script gets (`pkts`).
     pub fn table(&self) -> &Table {
         &self.table
-    }
-
-    /// Calls the script's `func(pkts, n, q)` on the loaded batch (after [`Packets::load`] or
-    /// [`Packets::load_mut`]).
-    pub fn call<R: mlua::FromLuaMulti>(&self, func: &Function, n: usize) -> mlua::Result<R> {
-        self.run.call((func, n))
     }
 
     /// The queue array of balance's fast form (`q`: `q[i] = queue of pkts[i]`).
@@ -358,8 +350,8 @@ mod tests {
             pk.load(&b, &[]).unwrap()
         };
         let f: mlua::Function = lua.globals().get("f").unwrap();
-        let r = pk
-            .call::<Value>(&f, n)
+        let r = f
+            .call::<Value>((pk.table().clone(), n))
             .map(|v| v.to_string().unwrap_or_default());
         let dropped = (0..n).map(|i| pk.dropped(i)).collect();
         pk.store(&mut b, |_, d| fix_checksums(d, LinkType::ETHERNET));
@@ -512,7 +504,7 @@ mod tests {
         for _ in 0..2 {
             let n = pk.load(&b, &[]).unwrap();
             assert!(!pk.dropped(0) && !pk.dropped(1));
-            pk.call::<()>(&f, n).unwrap();
+            f.call::<()>((pk.table().clone(), n)).unwrap();
             assert!(pk.dropped(0) && !pk.dropped(1));
             pk.done();
         }
@@ -580,7 +572,7 @@ mod views {
             lua.load(&src).set_name("@t.lua").exec().unwrap();
             let f: mlua::Function = lua.globals().get("f").unwrap();
             let n = pk.load_mut(&mut b, &[]).unwrap();
-            let r = pk.call::<Value>(&f, n);
+            let r = f.call::<Value>((pk.table().clone(), n));
             pk.store(&mut b, |_, _| {});
             if body.starts_with("return ffi") {
                 // Scripts do not get the FFI: `ffi` is nil, require("ffi") fails.
@@ -627,7 +619,7 @@ mod layers {
         lua.load(src).exec().unwrap();
         let f: mlua::Function = lua.globals().get("f").unwrap();
         let n = pk.load(&b, &[]).unwrap();
-        let r: String = pk.call(&f, n).unwrap();
+        let r: String = f.call((pk.table().clone(), n)).unwrap();
         pk.done();
         r
     }
@@ -702,59 +694,5 @@ mod layers {
             "5 1 88a8 0800 10.0.0.1 167772161 nil 8 4 | nil 17 nil true | \
              0 17 ::2 53 | 44 17 ::2 53 | 44 17 ::2 nil"
         );
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-mod cached {
-    use super::*;
-    use crate::apps::lua::{new_state, ScriptOptions};
-    use crate::mem::{Desc, Pool, PoolConfig};
-    use std::sync::Arc;
-
-    /// A layer found is kept for the batch; a raw write that changes the protocol, or the next
-    /// batch, finds the layers again.
-    #[test]
-    fn layers_kept_in_a_batch_follow_raw_writes_and_the_next_batch() {
-        let pool = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
-        let mut b = Batch::with_pool(&pool);
-        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0];
-        f.extend_from_slice(&[
-            0x45, 0, 0, 48, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-        ]);
-        f.extend_from_slice(&[0, 7, 0, 53, 0, 28, 0, 0]);
-        f.extend_from_slice(&[
-            0, 0, 0, 0, 0x50, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        ]);
-        let mut fr = b.alloc().unwrap();
-        fr.buf()[..f.len()].copy_from_slice(&f);
-        fr.push(Desc {
-            len: f.len() as u32,
-            wire_len: f.len() as u32,
-            ..Default::default()
-        });
-        let lua = new_state(&ScriptOptions::default()).unwrap();
-        let gen = Access {
-            tool: "gen",
-            write: true,
-            drop: false,
-        };
-        let pk = Packets::new(&lua, gen, LinkType::ETHERNET).unwrap();
-        lua.load(
-            "calls = 0\nfunction f(pkts, n)\n  calls = calls + 1\n  local p = pkts[1]\n  \
-             local a = tostring(p.udp and p.udp.dport) .. ' ' .. tostring(p.tcp)\n  \
-             if calls == 1 then p:setByte(23, 6) end\n  \
-             return a .. ' ' .. tostring(p.udp) .. ' ' .. tostring(p.tcp and p.tcp.flags)\nend",
-        )
-        .exec()
-        .unwrap();
-        let func: mlua::Function = lua.globals().get("f").unwrap();
-        let mut got = Vec::new();
-        for _ in 0..2 {
-            let n = pk.load_mut(&mut b, &[]).unwrap();
-            got.push(pk.call::<String>(&func, n).unwrap());
-            pk.store(&mut b, |_, _| {});
-        }
-        assert_eq!(got, ["53 nil nil 2", "nil pkts[1].tcp nil 2"]);
     }
 }

@@ -41,8 +41,6 @@ local text_addr, parse_addr, parse_mac = ... -- Rust: address text <-> bytes (th
 local C -- struct lr_ctx *, set by make()
 local P -- C.p
 local TOOL = "?"
-local PKTS -- the packets' tables (pkts[i] of every call)
-local forget -- forget(p): the layers kept in p (defined with the packets' metatable)
 
 local function fail(msg)
   error(msg, 0) -- linerate places it at the script's line (from the traceback)
@@ -359,8 +357,6 @@ do
     writable(s, what)
     wr(b, o, 2, x)
     s.g = 0
-    local p = PKTS[v[1] + 1]
-    if rawget(p, 2) then forget(p) end
   end)
 end
 def(VL, "tpid", num(VL, "tpid", 0, 2, 0, 0xffff))
@@ -500,7 +496,6 @@ for name, size in pairs({ setByte = 1, setU16 = 2, setU32 = 4 }) do
     writable(s, name)
     wr(b, off, size, x)
     s.g = 0 -- raw bytes may move headers: parse again at the next field
-    if rawget(p, 2) then forget(p) end
   end
 end
 PM.bytes = function(p, off, len)
@@ -529,44 +524,19 @@ PM.payloadOffset = function(p)
 end
 PM.raw = function(p) return p end
 
--- A layer found is kept in the packet's table (`p.udp` then reads a plain field) until the
--- batch ends or raw bytes change: CACHED lists the packets that keep some.
-local CACHED, NCACHED = {}, 0
-local function cache(p, k, view)
-  if rawget(p, 2) == nil then
-    rawset(p, 2, true)
-    NCACHED = NCACHED + 1
-    CACHED[NCACHED] = p
-  end
-  rawset(p, k, view)
-  return view
-end
-local LKEYS = { "eth", "vlan", "ip4", "ip6", "udp", "tcp", "icmp", "ip" }
-forget = function(p)
-  rawset(p, 2, nil)
-  for j = 1, 8 do rawset(p, LKEYS[j], nil) end
-end
-local function forget_all()
-  for j = 1, NCACHED do
-    forget(CACHED[j])
-    CACHED[j] = nil
-  end
-  NCACHED = 0
-end
-
 local PMT = {
   __index = function(p, k)
     local l = LAYER[k]
     if l then
       local s = slot(p)
-      if base(s, l) then return cache(p, k, VIEW[l][p[1] + 1]) end
+      if base(s, l) then return VIEW[l][p[1] + 1] end
       return nil
     end
     if k == "ip" then
       local s = slot(p)
       if s.g == 0 then parse(s) end
-      if s.ver == 4 then return cache(p, k, VIEW[IP4][p[1] + 1]) end
-      if s.ver == 6 then return cache(p, k, VIEW[IP6][p[1] + 1]) end
+      if s.ver == 4 then return VIEW[IP4][p[1] + 1] end
+      if s.ver == 6 then return VIEW[IP6][p[1] + 1] end
       return nil
     end
     local m = PM[k]
@@ -598,9 +568,8 @@ local QMT = {
   __metatable = false,
 }
 
--- Called once per state by Rust with the address of its `struct lr_ctx`: returns pkts[1..64],
--- the queue array, and the function Rust calls once per batch: run(f, n) calls the script's
--- f(pkts, n, q) after the layers kept from the last batch are forgotten.
+-- Called once per state by Rust with the address of its `struct lr_ctx`: returns pkts[1..64]
+-- and the queue array.
 return function(addr, tool)
   if C then error("the packets of this state are already made", 0) end
   C = cast("struct lr_ctx *", addr)
@@ -609,11 +578,5 @@ return function(addr, tool)
   TOOL = tool
   local pkts = {}
   for i = 0, 63 do pkts[i + 1] = setmetatable({ i }, PMT) end
-  PKTS = pkts
-  local q = setmetatable({}, QMT)
-  local function run(f, n)
-    if NCACHED > 0 then forget_all() end
-    return f(pkts, n, q)
-  end
-  return pkts, q, run
+  return pkts, setmetatable({}, QMT)
 end
