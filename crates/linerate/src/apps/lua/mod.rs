@@ -9,14 +9,30 @@
 //! script and stop on (exit code 1), after counting what was sent or received until then.
 //!
 //! A script that does not return (a loop without end) does not keep a tool from stopping: with
-//! an [`Interrupt`] in its options, a hook looks every [`CHECK_EVERY`] Lua instructions at the
-//! stop flag (a signal) and the time limit, and once either has been due for [`GRACE`] (a
-//! script that returns in that time ends as the tool asks, without an error), the script fails
-//! with "stopped by ...: the script did not return" at its current line ([`is_stop_error`]:
-//! the tools report it naming the script, exit code 1, after their summary). LuaJIT calls hooks
-//! only from its interpreter, so such a state runs with the compiler off (`jit.off()`; calls
-//! into linerate's Rust functions, which most of a packet script is, are not compiled
-//! anyway). A script that turns it back on (`jit.on()`) may no longer be stoppable that way.
+//! an [`Interrupt`] in its options, a stop signal or the time limit ends it within a second,
+//! compiled by LuaJIT or not. Once either has been due for [`GRACE`] (a script that returns in
+//! that time ends as the tool asks, without an error), the script fails with "stopped by ...:
+//! the script did not return" at its current line ([`is_stop_error`]: the tools report it
+//! naming the script and line, after their summary and with their outputs sealed, exit code 1).
+//!
+//! How: the interpreter calls a count hook every [`CHECK_EVERY`] Lua instructions, which looks
+//! at the [`Interrupt`] and raises the error. LuaJIT never calls hooks from compiled code (a
+//! loop compiled into a trace runs on whatever the hook says), so the compiler was off in these
+//! states until LuaJIT's profiler was put to work (`sys::luajit`): while it runs, LuaJIT records
+//! traces with a check at each new source line, and its timer (every [`TICK_MS`] ms of process
+//! CPU time) makes those checks leave compiled code for its callback, which asks the
+//! [`Interrupt`]; when the stop is due it flushes the state's traces and turns the compiler off,
+//! and the count hook stops the script at its line. Measured (examples/lua_stop_cost.rs,
+//! BENCHMARKS.md): a compiled loop with the profiler costs the same as without (within the
+//! noise of the machine), the interpreter 2.5 to 3.5 times more; so the compiler is on by
+//! default, and a script may still turn it off (`jit.off()`). The other way considered, a
+//! watchdog thread that ends the run from outside while the script still runs (outputs shared
+//! behind a lock, the summary from counters), is heavier and touches every tool: not needed.
+//!
+//! LuaJIT has one profiler per process: the first state with an [`Interrupt`] holds it until
+//! it closes. A state made while another holds it (gen `-T N`, one state per thread) runs
+//! interpreted, and its `jit.on()` is an error saying why: a script a signal could not stop is
+//! worse than a slower one.
 
 pub mod packet;
 
@@ -34,6 +50,19 @@ pub const MAX_MEM: usize = 64 << 30;
 
 /// Lua instructions between two looks at an [`Interrupt`].
 pub const CHECK_EVERY: u32 = 10_000;
+
+/// Milliseconds of process CPU time between two looks of LuaJIT's profiler at an
+/// [`Interrupt`] (what stops compiled code).
+pub const TICK_MS: u32 = 20;
+
+/// What a state that cannot hold LuaJIT's profiler runs first: the compiler off, and
+/// `jit.on()` an error saying why (a script the signal could not stop is worse than a slow one).
+const INTERPRETED: &str = r#"
+jit.off()
+jit.on = function()
+  error("jit.on(): this script runs interpreted: LuaJIT stops compiled code in one script per process only (this is another, e.g. gen -T N)", 2)
+end
+"#;
 
 /// How long a stop (or the time limit) has been due before a script still running is stopped:
 /// longer than any call that returns (a batch), short enough to stop within a second.
@@ -240,11 +269,15 @@ pub fn new_state(opts: &ScriptOptions) -> Result<Lua, StateError> {
     lua.set_memory_limit(opts.mem)
         .map_err(|e| StateError::Limit(e.to_string()))?;
     if let Some(i) = &opts.interrupt {
-        // LuaJIT's compiled code never calls hooks: a loop compiled into a trace would run on
-        // whatever the hook says. The interpreter calls them.
-        lua.load("jit.off()")
-            .exec()
-            .map_err(|e| StateError::Jit(e.to_string()))?;
+        // LuaJIT calls hooks only from its interpreter: its profiler is what brings compiled
+        // code back to it once the script must stop (sys::luajit). One state per process can
+        // hold it; any other runs interpreted.
+        let tick = i.clone();
+        if !crate::sys::luajit::watch(&lua, TICK_MS, Arc::new(move || tick.due().is_some())) {
+            lua.load(INTERPRETED)
+                .exec()
+                .map_err(|e| StateError::Jit(e.to_string()))?;
+        }
         let i = i.clone();
         lua.set_hook(
             HookTriggers::new().every_nth_instruction(CHECK_EVERY),
@@ -389,8 +422,12 @@ mod tests {
         assert!(!m.contains('\n'));
     }
 
+    /// LuaJIT's profiler is one per process: tests that take it take turns.
+    static PROFILER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn a_script_that_does_not_return_is_stopped() {
+        let _turn = PROFILER.lock().unwrap_or_else(|e| e.into_inner());
         let stop = Arc::new(AtomicBool::new(false));
         let i = Interrupt::new(stop.clone());
         let lua = new_state(&ScriptOptions {
@@ -446,6 +483,85 @@ mod tests {
                 .unwrap();
             assert_eq!(n, 200_000);
         }
+    }
+
+    #[test]
+    fn compiled_loops_are_stopped_too() {
+        let _turn = PROFILER.lock().unwrap_or_else(|e| e.into_inner());
+        let stop = Arc::new(AtomicBool::new(false));
+        let i = Interrupt::new(stop.clone());
+        let lua = new_state(&ScriptOptions {
+            interrupt: Some(i.clone()),
+            ..Default::default()
+        })
+        .unwrap();
+        // The compiler is on: a hot loop gets a trace.
+        let on: bool = lua.load("return jit.status()").eval().unwrap();
+        assert!(on);
+        for (name, src, line) in [
+            ("empty.lua", "jit.on()\nwhile true do end", "empty.lua:2:"),
+            (
+                "sum.lua",
+                "local x = 0\nwhile true do\n  x = x + 1\nend",
+                "sum.lua:",
+            ),
+            (
+                "calls.lua",
+                "local function f(a) return a * 2 % 7 end\nlocal y = 0\nwhile true do y = f(y) + 1 end",
+                "calls.lua:",
+            ),
+        ] {
+            for by_signal in [true, false] {
+                stop.store(false, Ordering::Relaxed);
+                i.stop_seen.store(0, Ordering::Relaxed);
+                let _ = lua.load("jit.on()").exec();
+                let th = if by_signal {
+                    i.set_limit(None);
+                    let s = stop.clone();
+                    Some(std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_millis(100));
+                        s.store(true, Ordering::Relaxed);
+                    }))
+                } else {
+                    i.set_limit(Some(Duration::from_millis(100)));
+                    None
+                };
+                let t = std::time::Instant::now();
+                let e = lua
+                    .load(src)
+                    .set_name(format!("@{name}"))
+                    .exec()
+                    .unwrap_err();
+                let took = t.elapsed();
+                if let Some(th) = th {
+                    th.join().unwrap();
+                }
+                assert!(is_stop_error(&e), "{name}: {e:?}");
+                let m = error_line(&e, name, &lua);
+                assert!(m.starts_with(line), "{m}");
+                assert!(took < Duration::from_secs(2), "{name}: {took:?}");
+            }
+        }
+        // A state made while another holds the profiler runs interpreted, and says so.
+        let other = new_state(&ScriptOptions {
+            interrupt: Some(Interrupt::new(Arc::new(AtomicBool::new(false)))),
+            ..Default::default()
+        })
+        .unwrap();
+        let on: bool = other.load("return jit.status()").eval().unwrap();
+        assert!(!on);
+        let e = other.load("jit.on()").exec().unwrap_err().to_string();
+        assert!(e.contains("runs interpreted"), "{e}");
+        drop(other);
+        // Once the holder is gone, the next state gets the profiler.
+        drop(lua);
+        let next = new_state(&ScriptOptions {
+            interrupt: Some(Interrupt::new(Arc::new(AtomicBool::new(false)))),
+            ..Default::default()
+        })
+        .unwrap();
+        let on: bool = next.load("return jit.status()").eval().unwrap();
+        assert!(on);
     }
 
     #[test]
