@@ -298,3 +298,34 @@ fn fwd_script_looping_in_compiled_code_stops_on_one_signal_or_the_time_limit() {
         }
     }
 }
+
+#[test]
+fn gen_threads_each_with_a_looping_script_stop_on_one_signal() {
+    // One thread's state runs compiled (it holds LuaJIT's profiler), the other's interpreted:
+    // one SIGINT stops both.
+    let d = Dir::new("threads");
+    let script = d.path("threads.lua");
+    std::fs::write(&script, looping_script("modify(pkts, n)", JIT[1].1, "")).unwrap();
+    let outs = format!("mem:lua-stop-a-{0},mem:lua-stop-b-{0}", std::process::id());
+    let (code, took, all) = run(
+        &[
+            "gen",
+            "--script",
+            &script,
+            "-o",
+            &outs,
+            "--threads",
+            "2",
+            "--rate",
+            "1000pps",
+        ],
+        Some(Duration::from_millis(800)),
+    );
+    assert_eq!(code, Some(1), "{all}");
+    assert!(took < STOP_WITHIN, "{all}");
+    assert!(
+        all.contains(&format!("{script}:7: stopped by a stop signal")),
+        "{all}"
+    );
+    assert!(number_after(&all, "Sent ").is_some_and(|n| n > 0), "{all}");
+}

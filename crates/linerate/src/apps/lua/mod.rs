@@ -30,7 +30,7 @@
 //! behind a lock, the summary from counters), is heavier and touches every tool: not needed.
 //!
 //! LuaJIT has one profiler per process: the first state with an [`Interrupt`] holds it until
-//! it closes. A state made while another holds it (gen `-T N`, one state per thread) runs
+//! it closes. A state made while another holds it (gen `--threads N`, one state per thread) runs
 //! interpreted, and its `jit.on()` is an error saying why: a script a signal could not stop is
 //! worse than a slower one.
 
@@ -60,7 +60,7 @@ pub const TICK_MS: u32 = 20;
 const INTERPRETED: &str = r#"
 jit.off()
 jit.on = function()
-  error("jit.on(): this script runs interpreted: LuaJIT stops compiled code in one script per process only (this is another, e.g. gen -T N)", 2)
+  error("jit.on(): this script runs interpreted: LuaJIT can stop compiled code in one script state per process, and another holds it (gen --threads N loads the script once per thread)", 2)
 end
 "#;
 
