@@ -32,7 +32,8 @@
 //! LuaJIT has one profiler per process: the first state with an [`Interrupt`] holds it until
 //! it closes. A state made while another holds it (gen `--threads N`, one state per thread) runs
 //! interpreted, and its `jit.on()` is an error saying why: a script a signal could not stop is
-//! worse than a slower one.
+//! worse than a slower one. `require("jit.profile")` is refused in every such state (a script
+//! could stop the profiler with it).
 
 pub mod packet;
 
@@ -61,6 +62,15 @@ const INTERPRETED: &str = r#"
 jit.off()
 jit.on = function()
   error("jit.on(): this script runs interpreted: LuaJIT can stop compiled code in one script state per process, and another holds it (gen --threads N loads the script once per thread)", 2)
+end
+"#;
+
+/// What every state with an [`Interrupt`] runs first: LuaJIT's profiler module, which could
+/// stop the profiler that stops compiled code, is refused.
+const NO_PROFILE: &str = r#"
+package.loaded["jit.profile"] = nil
+package.preload["jit.profile"] = function()
+  error("jit.profile: linerate keeps LuaJIT's profiler to stop scripts (a signal, -t)", 2)
 end
 "#;
 
@@ -256,8 +266,9 @@ pub enum StateError {
     /// The memory bound could not be set.
     #[error("cannot bound the script's memory: {0}")]
     Limit(String),
-    /// LuaJIT's compiler could not be turned off (see [`Interrupt`]).
-    #[error("cannot turn LuaJIT's compiler off: {0}")]
+    /// LuaJIT could not be set up for an [`Interrupt`] (its profiler module refused, or the
+    /// compiler turned off in a state that cannot hold the profiler).
+    #[error("cannot set LuaJIT up to stop the script: {0}")]
     Jit(String),
 }
 
@@ -272,6 +283,9 @@ pub fn new_state(opts: &ScriptOptions) -> Result<Lua, StateError> {
         // LuaJIT calls hooks only from its interpreter: its profiler is what brings compiled
         // code back to it once the script must stop (sys::luajit). One state per process can
         // hold it; any other runs interpreted.
+        lua.load(NO_PROFILE)
+            .exec()
+            .map_err(|e| StateError::Jit(e.to_string()))?;
         let tick = i.clone();
         if !crate::sys::luajit::watch(&lua, TICK_MS, Arc::new(move || tick.due().is_some())) {
             lua.load(INTERPRETED)
@@ -542,6 +556,13 @@ mod tests {
                 assert!(took < Duration::from_secs(2), "{name}: {took:?}");
             }
         }
+        // The profiler stays linerate's.
+        let e = lua
+            .load("require('jit.profile')")
+            .exec()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("jit.profile: linerate keeps"), "{e}");
         // A state made while another holds the profiler runs interpreted, and says so.
         let other = new_state(&ScriptOptions {
             interrupt: Some(Interrupt::new(Arc::new(AtomicBool::new(false)))),
