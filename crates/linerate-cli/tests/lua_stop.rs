@@ -212,6 +212,30 @@ fn gen_script_looping_in_compiled_code_stops_on_one_signal_or_the_time_limit() {
 }
 
 #[test]
+fn gen_pcapng_output_of_a_stopped_script_is_whole() {
+    let d = Dir::new("gen-ng");
+    let script = d.path("ng.lua");
+    std::fs::write(&script, looping_script("modify(pkts, n)", JIT[0].1, "")).unwrap();
+    let ng = d.path("out.pcapng");
+    let (code, took, all) = run(
+        &[
+            "gen", "--script", &script, "-o", &ng, "--rate", "1000pps", "-c", "1000000",
+        ],
+        Some(Duration::from_millis(800)),
+    );
+    assert_eq!(code, Some(1), "{all}");
+    assert!(took < STOP_WITHIN, "{all}");
+    assert!(
+        all.contains(&format!("{script}:7: stopped by a stop signal")),
+        "{all}"
+    );
+    // capinfos reads the pcapng to its end (a cut block is an error), and counts the summary's.
+    let n = capinfos_count(&ng);
+    assert!(n > 0, "{all}");
+    assert_eq!(number_after(&all, "Sent "), Some(n), "{all}");
+}
+
+#[test]
 fn balance_script_looping_in_compiled_code_stops_on_one_signal_or_the_time_limit() {
     let d = Dir::new("balance");
     for (jit, line) in JIT {
