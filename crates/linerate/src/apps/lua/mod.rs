@@ -22,12 +22,16 @@
 //! traces with a check at each new source line, and its timer (every [`TICK_MS`] ms of process
 //! CPU time) makes those checks leave compiled code for its callback, which asks the
 //! [`Interrupt`]; when the stop is due it flushes the state's traces and turns the compiler off,
-//! and the count hook stops the script at its line. Measured (examples/lua_stop_cost.rs,
-//! BENCHMARKS.md): a compiled loop with the profiler costs the same as without (within the
-//! noise of the machine), the interpreter 2.5 to 3.5 times more; so the compiler is on by
-//! default, and a script may still turn it off (`jit.off()`). The other way considered, a
-//! watchdog thread that ends the run from outside while the script still runs (outputs shared
-//! behind a lock, the summary from counters), is heavier and touches every tool: not needed.
+//! and the count hook stops the script at its line. The timer is a SIGPROF (`SA_RESTART`) to
+//! any thread of the process while such a state lives: blocking calls restart, those with a
+//! timeout return EINTR, which linerate's ports and sockets take as "nothing yet".
+//!
+//! Measured (crates/linerate/examples/lua_stop_cost.rs, BENCHMARKS.md): a compiled loop with
+//! the profiler costs the same as without (within the noise of the machine), the interpreter
+//! 2.5 to 3.5 times more; so the compiler is on by default, and a script may still turn it off
+//! (`jit.off()`). The other way considered, a watchdog thread that ends the run from outside
+//! while the script still runs (outputs shared behind a lock, the summary from counters), is
+//! heavier and touches every tool: not needed.
 //!
 //! LuaJIT has one profiler per process: the first state with an [`Interrupt`] holds it until
 //! it closes. A state made while another holds it (gen `--threads N`, one state per thread) runs
