@@ -253,6 +253,48 @@ fn script_errors_name_file_and_line() {
     assert!(e.contains("bad.lua:2:"), "{e}");
 }
 
+/// A script's writes reach the frames; linerate recomputes the checksums after `modify()` unless
+/// the script sets `checksums = false` (MoonGen's offloadUdpChecksums): tcpdump -vv checks them.
+#[test]
+fn script_writes_the_frames_and_checksums_are_fixed_unless_the_script_says_not() {
+    let f = tmp("ck.lua");
+    for (off, bad) in [(false, false), (true, true)] {
+        let pcap = tmp(&format!("ck-{off}.pcap"));
+        std::fs::write(
+            &f,
+            format!(
+                "{}function modify(pkts, n)\n  for i = 1, n do\n    local p = pkts[i]\n    \
+                 p.udp.dport = 4000 + i\n    p.ip4.saddr = 0x0a000000 + i\n  end\nend\n",
+                if off { "checksums = false\n" } else { "" }
+            ),
+        )
+        .unwrap();
+        let o = run(&[
+            "gen",
+            "-o",
+            &format!("pcap:{}", pcap.display()),
+            "--script",
+            f.to_str().unwrap(),
+            "-c",
+            "20",
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let td = Command::new("tcpdump")
+            .args(["-nr", pcap.to_str().unwrap(), "-vv"])
+            .output()
+            .unwrap();
+        let t = String::from_utf8_lossy(&td.stdout);
+        assert!(t.contains("10.0.0.1.") && t.contains(".4001:"), "{t}");
+        assert_eq!(t.matches("bad udp cksum").count() > 0, bad, "{t}");
+        assert_eq!(t.matches("bad cksum").count() > 0, bad, "{t}");
+    }
+}
+
 #[test]
 fn latency_through_rx_and_count() {
     let csv = tmp("lat.csv");

@@ -53,7 +53,8 @@ pub struct Args {
     #[arg(short = 'n', long = "queues", value_name = "N[,M...]", default_value = "1", value_parser = parse_apps)]
     apps: Apps,
     /// Distribution mode: round-robin, fanout, ip, mac, proto, 5tuple, toeplitz, vlan, gre, gtp,
-    /// or lua:FILE (a function balance(pkts, n) returning queues per packet; a script is a
+    /// or lua:FILE (a function balance(pkts, n, q) setting q[i], the queue of packet i, or
+    /// returning a table of queues per packet; a script is a
     /// program: it has Lua's io and os libraries and runs with this tool's privileges).
     #[arg(short = 'm', long = "mode", value_name = "MODE", default_value = "ip")]
     mode: ModeArg,

@@ -300,15 +300,14 @@ impl BatchFilter for LuaFilter {
     fn filter(&mut self, batch: &Batch, keep: &mut [bool]) -> Result<(), String> {
         let n = self.pkts.load(batch, &[])?;
         let s = &self.script;
-        s.func
-            .call::<()>((self.pkts.table().clone(), n))
-            .map_err(|e| lua::error_line(&e, &s.name, &s.lua))?;
+        let r = s.func.call::<()>((self.pkts.table().clone(), n));
         for (i, k) in keep.iter_mut().enumerate().take(n) {
             if self.pkts.dropped(i) {
                 *k = false;
             }
         }
-        Ok(())
+        self.pkts.done();
+        r.map_err(|e| lua::error_line(&e, &s.name, &s.lua))
     }
 }
 

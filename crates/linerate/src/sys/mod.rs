@@ -8,7 +8,9 @@
 //! epoll), network namespaces (setns), interfaces (index; IPv4 address, hardware address,
 //! flags and MTU through `SIOCGIF*`), a plain packet socket for sending a few frames through
 //! the qdisc layer, socket creation (every descriptor is an `OwnedFd`), socket options, a
-//! datagram socket's error queue, the route netlink socket and the ethtool ioctl.
+//! datagram socket's error queue, the route netlink socket, the ethtool ioctl, the Lua state whose
+//! FFI library the packet views of scripts use, and LuaJIT's profiler (how a stop reaches a
+//! script's compiled code).
 
 pub(crate) mod affinity;
 pub(crate) mod bpf_filter;
@@ -17,6 +19,8 @@ pub(crate) mod ethtool;
 pub(crate) mod fs;
 pub(crate) mod iface;
 pub(crate) mod localtime;
+pub(crate) mod lua_state;
+pub(crate) mod luajit;
 pub(crate) mod netlink;
 pub(crate) mod netns;
 pub(crate) mod packet;

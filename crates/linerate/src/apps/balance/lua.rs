@@ -101,15 +101,36 @@ impl LuaScript {
         let (lua, name) = (&self.lua, self.name.as_str());
         let lua_err = |e| LuaError::of(&e, name, lua);
         let n = self.pkts.load(batch, &[]).map_err(LuaError::Lua)?;
-        let r: Value = self
+        let r = self
             .func
-            .call((self.pkts.table().clone(), n))
-            .map_err(lua_err)?;
-        let Value::Table(r) = r else {
-            return Err(LuaError::Lua(format!(
-                "{}: balance() must return a table (queue, table of queues or false per packet)",
-                self.name
-            )));
+            .call::<Value>((self.pkts.table().clone(), n, self.pkts.queues().clone()));
+        self.pkts.done();
+        let r = match r.map_err(lua_err)? {
+            Value::Table(r) => r,
+            // The fast form: the script filled q.
+            Value::Nil => {
+                let all = if self.queues >= 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << self.queues) - 1
+                };
+                for (i, o) in out[..n].iter_mut().enumerate() {
+                    *o = match self.pkts.queue(i) {
+                        Some(q) if keep & (1 << i) != 0 && !self.pkts.dropped(i) => {
+                            (1u64 << q) & all
+                        }
+                        _ => 0,
+                    };
+                }
+                return Ok(());
+            }
+            _ => {
+                return Err(LuaError::Lua(format!(
+                    "{}: balance() must return a table (queue, table of queues or false per \
+                     packet), or nothing when it fills q",
+                    self.name
+                )))
+            }
         };
         let all = if self.queues >= 64 {
             u64::MAX
@@ -193,6 +214,37 @@ mod tests {
         let b = batch(2);
         s.decide(&b, 0b01, &mut out).unwrap();
         assert_eq!(&out[..2], &[0, 0]);
+    }
+
+    #[test]
+    fn the_fast_form_writes_q_and_what_it_leaves_is_dropped() {
+        let src = r#"
+            function balance(pkts, n, q)
+              for i = 1, n do
+                local b = pkts[i]:getByte(0)
+                if b % 4 == 0 then q[i] = 1
+                elseif b % 4 == 1 then q[i] = false   -- drop
+                elseif b % 4 == 2 then q[i] = 99      -- out of range: drop
+                end                                    -- 3: not set: drop
+                if b == 4 then pkts[i]:drop() end
+              end
+            end"#;
+        let mut s = LuaScript::from_source("q.lua", src, &[2, 1]).unwrap();
+        let mut out = [7u64; BATCH];
+        s.decide(&batch(6), !(1 << 5), &mut out).unwrap();
+        assert_eq!(&out[..6], &[0b10, 0, 0, 0, 0, 0]);
+        // Past the batch: an error naming the script and line.
+        let mut s = LuaScript::from_source(
+            "q2.lua",
+            "function balance(pkts, n, q)\n  q[n + 1] = 0\nend",
+            &[1],
+        )
+        .unwrap();
+        let e = s.decide(&batch(2), 3, &mut out).unwrap_err().to_string();
+        assert!(
+            e.contains("q2.lua:2: q[3]: not a packet of this batch of 2"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -9,18 +9,39 @@
 //! script and stop on (exit code 1), after counting what was sent or received until then.
 //!
 //! A script that does not return (a loop without end) does not keep a tool from stopping: with
-//! an [`Interrupt`] in its options, a hook looks every [`CHECK_EVERY`] Lua instructions at the
-//! stop flag (a signal) and the time limit, and once either has been due for [`GRACE`] (a
-//! script that returns in that time ends as the tool asks, without an error), the script fails
-//! with "stopped by ...: the script did not return" at its current line ([`is_stop_error`]:
-//! the tools report it naming the script, exit code 1, after their summary). LuaJIT calls hooks
-//! only from its interpreter, so such a state runs with the compiler off (`jit.off()`; calls
-//! into linerate's Rust functions, which most of a packet script is, are not compiled
-//! anyway). A script that turns it back on (`jit.on()`) may no longer be stoppable that way.
+//! an [`Interrupt`] in its options, a stop signal or the time limit ends it within a second,
+//! compiled by LuaJIT or not. Once either has been due for [`GRACE`] (a script that returns in
+//! that time ends as the tool asks, without an error), the script fails with "stopped by ...:
+//! the script did not return" at its current line ([`is_stop_error`]: the tools report it
+//! naming the script and line, after their summary and with their outputs sealed, exit code 1).
+//!
+//! How: the interpreter calls a count hook every [`CHECK_EVERY`] Lua instructions, which looks
+//! at the [`Interrupt`] and raises the error. LuaJIT never calls hooks from compiled code (a
+//! loop compiled into a trace runs on whatever the hook says), so the compiler was off in these
+//! states until LuaJIT's profiler was put to work (`sys::luajit`): while it runs, LuaJIT records
+//! traces with a check at each new source line, and its timer (every [`TICK_MS`] ms of process
+//! CPU time) makes those checks leave compiled code for its callback, which asks the
+//! [`Interrupt`]; when the stop is due it flushes the state's traces and turns the compiler off,
+//! and the count hook stops the script at its line. The timer is a SIGPROF (`SA_RESTART`) to
+//! any thread of the process while such a state lives: blocking calls restart, those with a
+//! timeout return EINTR, which linerate's ports and sockets take as "nothing yet".
+//!
+//! Measured (crates/linerate/examples/lua_stop_cost.rs, BENCHMARKS.md): a compiled loop with
+//! the profiler costs the same as without (within the noise of the machine), the interpreter
+//! 2.5 to 3.5 times more; so the compiler is on by default, and a script may still turn it off
+//! (`jit.off()`). The packet views ([`packet`]) run compiled with the script. The other way considered, a watchdog thread that ends the run from outside
+//! while the script still runs (outputs shared behind a lock, the summary from counters), is
+//! heavier and touches every tool: not needed.
+//!
+//! LuaJIT has one profiler per process: the first state with an [`Interrupt`] holds it until
+//! it closes. A state made while another holds it (gen `--threads N`, one state per thread) runs
+//! interpreted, and its `jit.on()` is an error saying why: a script a signal could not stop is
+//! worse than a slower one. `require("jit.profile")` is refused in every such state (a script
+//! could stop the profiler with it).
 
 pub mod packet;
 
-use mlua::{HookTriggers, Lua, LuaOptions, StdLib, VmState};
+use mlua::{HookTriggers, Lua, StdLib, VmState};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +55,28 @@ pub const MAX_MEM: usize = 64 << 30;
 
 /// Lua instructions between two looks at an [`Interrupt`].
 pub const CHECK_EVERY: u32 = 10_000;
+
+/// Milliseconds of process CPU time between two looks of LuaJIT's profiler at an
+/// [`Interrupt`] (what stops compiled code).
+pub const TICK_MS: u32 = 20;
+
+/// What a state that cannot hold LuaJIT's profiler runs first: the compiler off, and
+/// `jit.on()` an error saying why (a script the signal could not stop is worse than a slow one).
+const INTERPRETED: &str = r#"
+jit.off()
+jit.on = function()
+  error("jit.on(): this script runs interpreted: LuaJIT can stop compiled code in one script state per process, and another holds it (gen --threads N loads the script once per thread)", 2)
+end
+"#;
+
+/// What every state with an [`Interrupt`] runs first: LuaJIT's profiler module, which could
+/// stop the profiler that stops compiled code, is refused.
+const NO_PROFILE: &str = r#"
+package.loaded["jit.profile"] = nil
+package.preload["jit.profile"] = function()
+  error("jit.profile: linerate keeps LuaJIT's profiler to stop scripts (a signal, -t)", 2)
+end
+"#;
 
 /// How long a stop (or the time limit) has been due before a script still running is stopped:
 /// longer than any call that returns (a batch), short enough to stop within a second.
@@ -227,24 +270,37 @@ pub enum StateError {
     /// The memory bound could not be set.
     #[error("cannot bound the script's memory: {0}")]
     Limit(String),
-    /// LuaJIT's compiler could not be turned off (see [`Interrupt`]).
-    #[error("cannot turn LuaJIT's compiler off: {0}")]
+    /// LuaJIT could not be set up for an [`Interrupt`] (its profiler module refused, or the
+    /// compiler turned off in a state that cannot hold the profiler).
+    #[error("cannot set LuaJIT up to stop the script: {0}")]
     Jit(String),
+    /// The packet views could not be loaded.
+    #[error("cannot load the packet views: {0}")]
+    Packets(String),
 }
 
 /// A new Lua state: the standard libraries but `debug` and `ffi`, and the memory bound of
 /// `opts`. Every script of every tool gets its state here.
 pub fn new_state(opts: &ScriptOptions) -> Result<Lua, StateError> {
-    let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())
-        .map_err(|e| StateError::Limit(e.to_string()))?;
+    // LuaJIT's FFI is loaded for the packet views alone: `packet::install` keeps it and takes
+    // it out of the scripts' reach before they run.
+    let lua = crate::sys::lua_state::with_ffi(StdLib::ALL_SAFE);
     lua.set_memory_limit(opts.mem)
         .map_err(|e| StateError::Limit(e.to_string()))?;
+    packet::install(&lua).map_err(|e| StateError::Packets(e.to_string()))?;
     if let Some(i) = &opts.interrupt {
-        // LuaJIT's compiled code never calls hooks: a loop compiled into a trace would run on
-        // whatever the hook says. The interpreter calls them.
-        lua.load("jit.off()")
+        // LuaJIT calls hooks only from its interpreter: its profiler is what brings compiled
+        // code back to it once the script must stop (sys::luajit). One state per process can
+        // hold it; any other runs interpreted.
+        lua.load(NO_PROFILE)
             .exec()
             .map_err(|e| StateError::Jit(e.to_string()))?;
+        let tick = i.clone();
+        if !crate::sys::luajit::watch(&lua, TICK_MS, Arc::new(move || tick.due().is_some())) {
+            lua.load(INTERPRETED)
+                .exec()
+                .map_err(|e| StateError::Jit(e.to_string()))?;
+        }
         let i = i.clone();
         lua.set_hook(
             HookTriggers::new().every_nth_instruction(CHECK_EVERY),
@@ -330,19 +386,34 @@ fn placed(e: &mlua::Error, name: &str) -> String {
             if inner.starts_with(&format!("{name}:")) {
                 return inner;
             }
-            let at = traceback.lines().map(str::trim).find_map(|l| {
-                let rest = l.strip_prefix(name)?.strip_prefix(':')?;
-                let line: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                (!line.is_empty()).then_some(line)
-            });
-            match at {
+            match script_line(traceback, name) {
                 Some(line) => format!("{name}:{line}: {inner}"),
                 None => inner,
             }
         }
-        mlua::Error::RuntimeError(m) | mlua::Error::SyntaxError { message: m, .. } => first(m),
+        // Errors the packet views raise carry no position: the traceback's innermost frame
+        // of the script gives it.
+        mlua::Error::RuntimeError(m) => {
+            let f = first(m);
+            match script_line(m, name) {
+                Some(line) if !f.starts_with(&format!("{name}:")) => {
+                    format!("{name}:{line}: {f}")
+                }
+                _ => f,
+            }
+        }
+        mlua::Error::SyntaxError { message: m, .. } => first(m),
         other => first(&other.to_string()),
     }
+}
+
+/// The line of the script's innermost frame in a traceback (`\tNAME:LINE: in ...`).
+fn script_line(traceback: &str, name: &str) -> Option<String> {
+    traceback.lines().skip(1).map(str::trim).find_map(|l| {
+        let rest = l.strip_prefix(name)?.strip_prefix(':')?;
+        let line: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        (!line.is_empty()).then_some(line)
+    })
 }
 
 #[cfg(all(test, not(loom)))]
@@ -387,65 +458,6 @@ mod tests {
         let m = error_line(&e, "bad.lua", &lua);
         assert!(m.starts_with("bad.lua:1:"), "{m}");
         assert!(!m.contains('\n'));
-    }
-
-    #[test]
-    fn a_script_that_does_not_return_is_stopped() {
-        let stop = Arc::new(AtomicBool::new(false));
-        let i = Interrupt::new(stop.clone());
-        let lua = new_state(&ScriptOptions {
-            interrupt: Some(i.clone()),
-            ..Default::default()
-        })
-        .unwrap();
-        // By the time limit.
-        i.set_limit(Some(Duration::from_millis(50)));
-        let t = std::time::Instant::now();
-        let e = lua
-            .load("local n = 0\nwhile true do n = n + 1 end")
-            .set_name("@loop.lua")
-            .exec()
-            .unwrap_err();
-        assert!(t.elapsed() < Duration::from_secs(2));
-        let m = error_line(&e, "loop.lua", &lua);
-        assert!(is_stop_error(&e), "{e:?}");
-        assert!(
-            m.starts_with("loop.lua:2:") && m.contains("time limit"),
-            "{m}"
-        );
-        // By the stop flag, set from another thread.
-        i.set_limit(None);
-        let s = stop.clone();
-        let th = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            s.store(true, Ordering::Relaxed);
-        });
-        let e = lua
-            .load("while true do end")
-            .set_name("@spin.lua")
-            .exec()
-            .unwrap_err();
-        th.join().unwrap();
-        assert!(is_stop_error(&e), "{e:?}");
-        let m = error_line(&e, "spin.lua", &lua);
-        assert!(
-            m.starts_with("spin.lua:1:") && m.contains("stop signal"),
-            "{m}"
-        );
-        // A call that returns within the grace after the stop is not cut short.
-        let stop = Arc::new(AtomicBool::new(true));
-        let lua = new_state(&ScriptOptions {
-            interrupt: Some(Interrupt::new(stop)),
-            ..Default::default()
-        })
-        .unwrap();
-        for _ in 0..3 {
-            let n: i64 = lua
-                .load("local n = 0 for i = 1, 200000 do n = n + 1 end return n")
-                .eval()
-                .unwrap();
-            assert_eq!(n, 200_000);
-        }
     }
 
     #[test]

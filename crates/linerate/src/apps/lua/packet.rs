@@ -1,26 +1,35 @@
 //! The packet objects of every script: `pkts[1..n]` in gen's `modify(pkts, n)`, balance's
-//! `balance(pkts, n)` and fwd's `filter(pkts, n)`: one API, documented in docs/lua.md.
+//! `balance(pkts, n, q)` and fwd's `filter(pkts, n)`: one API, documented in docs/lua.md.
+//!
+//! The packets are views of the frames themselves, through LuaJIT's FFI (MoonGen's way): no
+//! copy, no allocation and no call into Rust per packet or per field. Each [`Packets`] owns a C
+//! array of slots (`struct lr_pkt`: the frame's address and length, its stream, the flags a
+//! script sets), allocated once; its address is handed to the Lua side once, when the packets
+//! are made, and once per batch Rust fills the slots of the batch's frames, calls the script,
+//! reads the flags back and clears the slots. The Lua side is `packets.lua` (embedded), loaded
+//! into every script's state by [`install`]: it parses headers (VLAN and QinQ tags, IPv6
+//! extension headers, fragments: the rules of [`crate::wire::parse()`]) once per packet and
+//! batch when a layer is first asked for, and checks every access against the frame's length.
 //!
 //! Fields by name, as MoonGen's scripts read them: `pkt.eth.src`, `pkt.vlan.id`,
 //! `pkt.ip4.dst`, `pkt.ip6.hlim`, `pkt.ip.src` (either family), `pkt.udp.dport`,
-//! `pkt.tcp.flags`. A layer the packet does not have is `nil` (`if pkt.udp then ... end`), so a
-//! script can tell an IPv6 packet from an IPv4 one, a VLAN-tagged one from an untagged one.
-//! Assigning a field (`pkt.udp.dport = 53`) writes the packet where the tool sends what the
-//! script changed (gen); elsewhere it is an error naming the tool. The MoonGen-style chain
-//! `pkt:udp():setSrcPort(1000)` (a layer called is the layer, with setters and getters) and
-//! raw accessors (`getU16(off)`, `setU32(off, v)`, 0-based, big-endian) work everywhere the
-//! same.
-//!
-//! The script works on a copy of the batch's packets (one memcpy per packet into buffers that
-//! are reused, no allocation once they have grown to the largest packet); headers are parsed
-//! with [`crate::wire::parse()`] when a field is first read, at most once per packet and batch.
+//! `pkt.tcp.flags`. A layer the packet does not have is `nil`. Assigning a field writes the
+//! frame (gen); elsewhere it is an error naming the tool. The MoonGen-style chain
+//! `pkt:udp():setSrcPort(1000)` and raw accessors (`getU16(off)`, `setU32(off, v)`,
+//! 0-based, big-endian) work everywhere the same.
 
 use crate::mem::{Batch, BATCH};
-use crate::wire::{self, LinkType, Parsed};
-use mlua::{AnyUserData, Lua, MetaMethod, Table, UserData, UserDataFields, UserDataMethods, Value};
-use std::cell::RefCell;
+use crate::wire::{self, LinkType};
+use mlua::{Function, LightUserData, Lua, Table, Value};
+use std::cell::Cell;
 use std::net::IpAddr;
 use std::rc::Rc;
+
+/// The Lua side of the packets (LuaJIT FFI views), run once in every script's state.
+const PRELUDE: &str = include_str!("packets.lua");
+
+/// Where [`install`] keeps the function that makes a state's packets.
+const MAKER: &str = "linerate.packets.make";
 
 /// What a tool lets its scripts do with the packets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,624 +42,111 @@ pub struct Access {
     pub drop: bool,
 }
 
-struct Pkt {
-    buf: Vec<u8>,
-    stream: u16,
-    dirty: bool,
-    dropped: bool,
-    parsed: Option<Parsed>,
+/// One packet as the Lua side sees it: `struct lr_pkt` of packets.lua (32 bytes). Cells: the
+/// script writes them through the pointer while Rust holds only shared references.
+#[repr(C)]
+struct Slot {
+    addr: Cell<u64>,
+    len: Cell<u32>,
+    stream: Cell<u16>,
+    dropped: Cell<u8>,
+    dirty: Cell<u8>,
+    ok: Cell<u8>,
+    parsed: Cell<u8>,
+    /// Offsets the Lua side's parser keeps (layer starts, protocol, ...).
+    _parse: [Cell<u8>; 14],
 }
 
-struct Staging {
-    pkts: Vec<Pkt>,
-    n: usize,
-    access: Access,
-    link: LinkType,
+/// `struct lr_ctx` of packets.lua: the batch's slots and balance's queues.
+#[repr(C)]
+struct Shared {
+    n: Cell<u32>,
+    write: Cell<u8>,
+    drop: Cell<u8>,
+    eth: Cell<u8>,
+    _pad: Cell<u8>,
+    pkts: [Slot; BATCH],
+    queues: [Cell<i16>; BATCH],
 }
 
-fn lua_err(msg: impl Into<String>) -> mlua::Error {
-    mlua::Error::RuntimeError(msg.into())
-}
+const _: () = assert!(std::mem::size_of::<Slot>() == 32 && BATCH == 64);
+const _: () = assert!(std::mem::size_of::<Shared>() == 8 + 32 * 64 + 128);
 
-impl Staging {
-    fn pkt(&mut self, i: usize) -> mlua::Result<&mut Pkt> {
-        if i >= self.n {
-            return Err(lua_err(format!(
-                "pkts[{}] is not part of this batch of {}",
-                i + 1,
-                self.n
-            )));
-        }
-        Ok(&mut self.pkts[i])
-    }
-
-    fn writable(&self, what: &str) -> mlua::Result<()> {
-        if self.access.write {
-            Ok(())
-        } else {
-            Err(lua_err(format!(
-                "{what}: packets are read-only in {} scripts",
-                self.access.tool
-            )))
-        }
-    }
-}
-
-impl Pkt {
-    fn parsed(&mut self, link: LinkType) -> Parsed {
-        *self
-            .parsed
-            .get_or_insert_with(|| wire::parse(&self.buf, link))
-    }
-}
-
-/// The headers a field belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Layer {
-    Eth,
-    Vlan,
-    Ip,
-    Ip4,
-    Ip6,
-    Udp,
-    Tcp,
-}
-
-const LAYERS: [(&str, Layer); 7] = [
-    ("eth", Layer::Eth),
-    ("vlan", Layer::Vlan),
-    ("ip", Layer::Ip),
-    ("ip4", Layer::Ip4),
-    ("ip6", Layer::Ip6),
-    ("udp", Layer::Udp),
-    ("tcp", Layer::Tcp),
-];
-
-impl Layer {
-    fn name(self) -> &'static str {
-        LAYERS
-            .iter()
-            .find(|(_, l)| *l == self)
-            .map_or("?", |(n, _)| n)
-    }
-
-    fn fields(self) -> &'static str {
-        match self {
-            Layer::Eth => "src, dst, type",
-            Layer::Vlan => "id, pcp, tpid",
-            Layer::Ip | Layer::Ip4 | Layer::Ip6 => {
-                "src, dst, ttl (hlim), proto, next, tos (tc), len, id, flow, version"
-            }
-            Layer::Udp => "sport, dport, len, checksum",
-            Layer::Tcp => "sport, dport, seq, ack, flags, win, checksum",
-        }
-    }
-
-    /// Whether a packet parsed as `p` (on `link`) has this layer.
-    fn present(self, p: &Parsed, link: LinkType) -> bool {
-        let l4 = |proto| p.proto == proto && p.l4.is_some() && p.has_l4();
-        match self {
-            Layer::Eth => link == LinkType::ETHERNET && p.l2 == Some(0),
-            Layer::Vlan => link == LinkType::ETHERNET && p.vlan_count > 0,
-            Layer::Ip => p.l3.is_some() && matches!(p.ip_version, 4 | 6),
-            Layer::Ip4 => p.l3.is_some() && p.ip_version == 4,
-            Layer::Ip6 => p.l3.is_some() && p.ip_version == 6,
-            Layer::Udp => l4(17),
-            Layer::Tcp => l4(6),
-        }
-    }
-}
-
-/// Where a field is in the packet.
-#[derive(Clone, Copy, Debug)]
-enum Loc {
-    /// `n` bytes big-endian at `off`, bits `mask << shift` of them.
-    Bits {
-        off: usize,
-        n: usize,
-        shift: u32,
-        mask: u64,
-    },
-    /// A MAC address at `off`.
-    Mac(usize),
-    /// An IP address at `off` (16 bytes when `v6`, else 4).
-    Addr { off: usize, v6: bool },
-    /// A value that is read, not written (it is derived from several places).
-    Derived(u64),
-}
-
-fn num(off: usize, n: usize) -> Loc {
-    Loc::Bits {
-        off,
-        n,
-        shift: 0,
-        mask: if n >= 8 { u64::MAX } else { (1 << (8 * n)) - 1 },
-    }
-}
-
-/// Where `key` of `layer` is in a packet parsed as `p`; `None`: no such field.
-fn locate(layer: Layer, key: &str, p: &Parsed) -> Option<Loc> {
-    let l3 = p.l3.unwrap_or(0) as usize;
-    let l4 = p.l4.unwrap_or(0) as usize;
-    let v6 = p.ip_version == 6;
-    Some(match (layer, key) {
-        (Layer::Eth, "dst") => Loc::Mac(0),
-        (Layer::Eth, "src") => Loc::Mac(6),
-        // The ethertype of the network layer: after the VLAN tags.
-        (Layer::Eth, "type") => num(12 + 4 * usize::from(p.vlan_count), 2),
-        (Layer::Vlan, "tpid") => num(12, 2),
-        (Layer::Vlan, "id") => Loc::Bits {
-            off: 14,
-            n: 2,
-            shift: 0,
-            mask: 0xfff,
-        },
-        (Layer::Vlan, "pcp") => Loc::Bits {
-            off: 14,
-            n: 2,
-            shift: 13,
-            mask: 7,
-        },
-        (Layer::Ip | Layer::Ip4 | Layer::Ip6, k) => match (k, v6) {
-            ("src", false) => Loc::Addr { off: l3 + 12, v6 },
-            ("dst", false) => Loc::Addr { off: l3 + 16, v6 },
-            ("src", true) => Loc::Addr { off: l3 + 8, v6 },
-            ("dst", true) => Loc::Addr { off: l3 + 24, v6 },
-            ("ttl" | "hlim", false) => num(l3 + 8, 1),
-            ("ttl" | "hlim", true) => num(l3 + 7, 1),
-            // The upper-layer protocol; for IPv6 after the extension headers (read only:
-            // `next` is the header's own Next Header field).
-            ("proto", false) | ("next", false) => num(l3 + 9, 1),
-            ("proto", true) => Loc::Derived(u64::from(p.proto)),
-            ("next", true) => num(l3 + 6, 1),
-            ("tos" | "tc", false) => num(l3 + 1, 1),
-            ("tos" | "tc", true) => Loc::Bits {
-                off: l3,
-                n: 4,
-                shift: 20,
-                mask: 0xff,
-            },
-            ("len", false) => num(l3 + 2, 2),
-            ("len", true) => num(l3 + 4, 2),
-            ("id", false) => num(l3 + 4, 2),
-            ("flow", true) => Loc::Bits {
-                off: l3,
-                n: 4,
-                shift: 0,
-                mask: 0xf_ffff,
-            },
-            ("version", _) => Loc::Derived(u64::from(p.ip_version)),
-            _ => return None,
-        },
-        (Layer::Udp | Layer::Tcp, "sport") => num(l4, 2),
-        (Layer::Udp | Layer::Tcp, "dport") => num(l4 + 2, 2),
-        (Layer::Udp, "len") => num(l4 + 4, 2),
-        (Layer::Udp, "checksum") => num(l4 + 6, 2),
-        (Layer::Tcp, "seq") => num(l4 + 4, 4),
-        (Layer::Tcp, "ack") => num(l4 + 8, 4),
-        (Layer::Tcp, "flags") => Loc::Bits {
-            off: l4 + 12,
-            n: 2,
-            shift: 0,
-            mask: 0x1ff,
-        },
-        (Layer::Tcp, "win") => num(l4 + 14, 2),
-        (Layer::Tcp, "checksum") => num(l4 + 16, 2),
-        _ => return None,
-    })
-}
-
-fn past_end(off: usize, n: usize, len: usize) -> mlua::Error {
-    lua_err(format!(
-        "offset {off}+{n} is past the end of a {len} B packet"
-    ))
-}
-
-fn get_n(b: &[u8], off: usize, n: usize) -> mlua::Result<u64> {
-    let s = off
-        .checked_add(n)
-        .and_then(|e| b.get(off..e))
-        .ok_or_else(|| past_end(off, n, b.len()))?;
-    Ok(s.iter().fold(0u64, |a, &x| (a << 8) | u64::from(x)))
-}
-
-fn put_n(b: &mut [u8], off: usize, n: usize, v: u64) -> mlua::Result<()> {
-    let len = b.len();
-    let s = off
-        .checked_add(n)
-        .and_then(|e| b.get_mut(off..e))
-        .ok_or_else(|| past_end(off, n, len))?;
-    for (k, x) in s.iter_mut().enumerate() {
-        *x = (v >> (8 * (n - 1 - k))) as u8;
-    }
-    Ok(())
-}
-
-fn mac_text(m: &[u8]) -> String {
-    format!(
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        m[0], m[1], m[2], m[3], m[4], m[5]
-    )
-}
-
-fn mac_of(v: &Value) -> mlua::Result<[u8; 6]> {
-    match v {
-        Value::String(s) => crate::apps::gen::vary::parse_mac(&s.to_str()?).map_err(lua_err),
-        Value::Integer(i) if (0..1 << 48).contains(i) => {
-            let b = (*i as u64).to_be_bytes();
-            let mut m = [0u8; 6];
-            m.copy_from_slice(&b[2..]);
-            Ok(m)
-        }
-        _ => Err(lua_err(
-            "a MAC address is a string (aa:bb:cc:dd:ee:ff) or an integer below 2^48",
-        )),
-    }
-}
-
-/// A number a script gave: an integer, or a float without a fraction.
-fn int_of(v: &Value) -> Option<u64> {
-    match v {
-        Value::Integer(i) if *i >= 0 => Some(*i as u64),
-        Value::Number(x) if *x >= 0.0 && x.fract() == 0.0 && *x < 1.8e19 => Some(*x as u64),
-        _ => None,
-    }
-}
-
-fn read(b: &[u8], loc: Loc, lua: &Lua) -> mlua::Result<Value> {
-    Ok(match loc {
-        Loc::Bits {
-            off,
-            n,
-            shift,
-            mask,
-        } => Value::Integer(((get_n(b, off, n)? >> shift) & mask) as i64),
-        Loc::Mac(off) => {
-            let m = b
-                .get(off..off + 6)
-                .ok_or_else(|| past_end(off, 6, b.len()))?;
-            Value::String(lua.create_string(mac_text(m))?)
-        }
-        Loc::Addr { off, v6 } => {
-            let n = if v6 { 16 } else { 4 };
-            let s = b
-                .get(off..off + n)
-                .ok_or_else(|| past_end(off, n, b.len()))?;
-            let a = if v6 {
-                let mut a = [0u8; 16];
-                a.copy_from_slice(s);
-                IpAddr::from(a)
-            } else {
-                IpAddr::from([s[0], s[1], s[2], s[3]])
-            };
-            Value::String(lua.create_string(a.to_string())?)
-        }
-        Loc::Derived(v) => Value::Integer(v as i64),
-    })
-}
-
-/// Writes `v` at `loc`; `what` names the field in errors.
-fn write(b: &mut [u8], loc: Loc, v: &Value, what: impl Fn() -> String) -> mlua::Result<()> {
-    match loc {
-        Loc::Bits {
-            off,
-            n,
-            shift,
-            mask,
-        } => {
-            let x = int_of(v)
-                .filter(|x| *x <= mask)
-                .ok_or_else(|| lua_err(format!("{}: a number from 0 to {mask}", what())))?;
-            let old = get_n(b, off, n)?;
-            put_n(b, off, n, (old & !(mask << shift)) | (x << shift))
-        }
-        Loc::Mac(off) => {
-            let m = mac_of(v).map_err(|e| lua_err(format!("{}: {e}", what())))?;
-            let len = b.len();
-            b.get_mut(off..off + 6)
-                .ok_or_else(|| past_end(off, 6, len))?
-                .copy_from_slice(&m);
-            Ok(())
-        }
-        Loc::Addr { off, v6 } => {
-            let fam = if v6 { "IPv6" } else { "IPv4" };
-            match v {
-                Value::String(s) => {
-                    let s = s.to_str()?;
-                    let bytes: Vec<u8> = match (s.parse::<IpAddr>(), v6) {
-                        (Ok(IpAddr::V4(a)), false) => a.octets().to_vec(),
-                        (Ok(IpAddr::V6(a)), true) => a.octets().to_vec(),
-                        _ => {
-                            return Err(lua_err(format!(
-                                "{}: '{}' is not an {fam} address",
-                                what(),
-                                &*s
-                            )))
-                        }
-                    };
-                    let len = b.len();
-                    b.get_mut(off..off + bytes.len())
-                        .ok_or_else(|| past_end(off, bytes.len(), len))?
-                        .copy_from_slice(&bytes);
-                    Ok(())
-                }
-                // An integer: the IPv4 address, or the low 32 bits of the IPv6 one.
-                v => match int_of(v).filter(|x| *x <= u64::from(u32::MAX)) {
-                    Some(x) => put_n(b, if v6 { off + 12 } else { off }, 4, x),
-                    None => Err(lua_err(format!(
-                        "{}: an address is a string or an integer from 0 to 2^32-1",
-                        what()
-                    ))),
-                },
-            }
-        }
-        Loc::Derived(_) => Err(lua_err(format!("{} is read-only", what()))),
-    }
-}
-
-/// One layer of one packet (`pkt.udp`): fields by name; called (`pkt:udp()`) it selects the
-/// layer for the MoonGen-style setters and returns the packet.
-struct LayerRef {
-    i: usize,
-    st: Rc<RefCell<Staging>>,
-    layer: Layer,
-}
-
-impl LayerRef {
-    /// Where `key` is in this packet; errors name the field (formatted only then).
-    fn located(&self, key: &str) -> mlua::Result<Loc> {
-        let mut st = self.st.try_borrow_mut().map_err(|_| busy())?;
-        let link = st.link;
-        let p = st.pkt(self.i)?.parsed(link);
-        let what = || format!("pkt.{}.{key}", self.layer.name());
-        if !self.layer.present(&p, link) {
-            return Err(lua_err(format!(
-                "{}: pkts[{}] has no {} header",
-                what(),
-                self.i + 1,
-                self.layer.name()
-            )));
-        }
-        locate(self.layer, key, &p).ok_or_else(|| {
-            lua_err(format!(
-                "{}: no such field (pkt.{} has {})",
-                what(),
-                self.layer.name(),
-                self.layer.fields()
-            ))
+/// Loads the packet views into `lua` (before any script runs): keeps the FFI library for them
+/// and takes it out of the script's reach.
+pub fn install(lua: &Lua) -> mlua::Result<()> {
+    let text = lua.create_function(|_, b: mlua::String| {
+        let b = b.as_bytes();
+        Ok(match <[u8; 16]>::try_from(&b[..]) {
+            Ok(a) => IpAddr::from(a).to_string(),
+            Err(_) => String::new(),
         })
-    }
-
-    fn what(&self, key: &str) -> String {
-        format!("pkt.{}.{key}", self.layer.name())
-    }
-}
-
-fn busy() -> mlua::Error {
-    lua_err("the packets are in use (a script called into itself)")
-}
-
-impl LayerRef {
-    fn get(&self, lua: &Lua, key: &str) -> mlua::Result<Value> {
-        let loc = self.located(key)?;
-        let mut st = self.st.try_borrow_mut().map_err(|_| busy())?;
-        read(&st.pkt(self.i)?.buf, loc, lua)
-    }
-
-    /// Writes `key`; `what` names it in errors (`pkt.udp.dport`, `setDstPort`).
-    fn set(&self, key: &str, v: &Value, what: impl Fn() -> String) -> mlua::Result<()> {
-        let loc = self.located(key)?;
-        let mut st = self.st.try_borrow_mut().map_err(|_| busy())?;
-        if !st.access.write {
-            st.writable(&what())?;
-        }
-        let p = st.pkt(self.i)?;
-        write(&mut p.buf, loc, v, what)?;
-        p.dirty = true;
-        Ok(())
-    }
-}
-
-/// The MoonGen-style accessors of a layer (`pkt:udp():setSrcPort(1000)`): method, field.
-const ACCESSORS: [(&str, &str); 9] = [
-    ("setSrc", "src"),
-    ("setDst", "dst"),
-    ("setSrcPort", "sport"),
-    ("setDstPort", "dport"),
-    ("setTTL", "ttl"),
-    ("setSeq", "seq"),
-    ("setFlags", "flags"),
-    ("setType", "type"),
-    ("setId", "id"),
-];
-const GETTERS: [(&str, &str); 4] = [
-    ("getSrc", "src"),
-    ("getDst", "dst"),
-    ("getSrcPort", "sport"),
-    ("getDstPort", "dport"),
-];
-
-impl UserData for LayerRef {
-    fn add_fields<F: UserDataFields<Self>>(f: &mut F) {
-        // `pkt:udp()` is `pkt.udp(pkt)`: the layer itself, for its MoonGen-style setters. A
-        // Lua function: no call into Rust.
-        f.add_meta_field_with(MetaMethod::Call, |lua| {
-            lua.load("return function(layer) return layer end")
-                .eval::<mlua::Function>()
-        });
-    }
-
-    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
-        m.add_meta_method(MetaMethod::Index, |lua, this, key: mlua::String| {
-            this.get(lua, &key.to_str()?)
-        });
-        m.add_meta_method(
-            MetaMethod::NewIndex,
-            |_, this, (key, v): (mlua::String, Value)| {
-                let key = key.to_str()?;
-                this.set(&key, &v, || this.what(&key))
-            },
-        );
-        for (name, key) in ACCESSORS {
-            m.add_method(name, move |_, this, v: Value| {
-                this.set(key, &v, || name.to_string())
-            });
-        }
-        for (name, key) in GETTERS {
-            m.add_method(name, move |lua, this, ()| this.get(lua, key));
-        }
-        m.add_meta_method(MetaMethod::ToString, |_, this, ()| {
-            Ok(format!("pkts[{}].{}", this.i + 1, this.layer.name()))
-        });
-    }
-}
-
-/// One packet object (`pkts[i]`), made once per script state and reused for every batch.
-struct PktRef {
-    i: usize,
-    st: Rc<RefCell<Staging>>,
-    /// `pkt.eth`, `pkt.vlan`, ... made once with the packet (in [`LAYERS`]' order).
-    layers: Vec<AnyUserData>,
-}
-
-impl PktRef {
-    /// Runs `f` on this packet; `write` marks it changed (and checks the tool allows it).
-    fn with<R>(
-        &self,
-        write: Option<&str>,
-        f: impl FnOnce(&mut Pkt, LinkType) -> mlua::Result<R>,
-    ) -> mlua::Result<R> {
-        let mut st = self.st.try_borrow_mut().map_err(|_| busy())?;
-        if let Some(what) = write {
-            st.writable(what)?;
-        }
-        let link = st.link;
-        let p = st.pkt(self.i)?;
-        if write.is_some() {
-            p.dirty = true;
-        }
-        f(p, link)
-    }
-}
-
-impl UserData for PktRef {
-    fn add_fields<F: UserDataFields<Self>>(f: &mut F) {
-        for (k, (name, layer)) in LAYERS.into_iter().enumerate() {
-            f.add_field_method_get(name, move |_, this| {
-                let present =
-                    this.with(None, |p, link| Ok(layer.present(&p.parsed(link), link)))?;
-                Ok(present.then(|| this.layers[k].clone()))
-            });
-        }
-    }
-
-    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
-        m.add_function("raw", |_, ud: AnyUserData| Ok(ud));
-        m.add_method("len", |_, this, ()| this.with(None, |p, _| Ok(p.buf.len())));
-        m.add_method("stream", |_, this, ()| this.with(None, |p, _| Ok(p.stream)));
-        for (name, n) in [("getByte", 1usize), ("getU16", 2), ("getU32", 4)] {
-            m.add_method(name, move |_, this, off: usize| {
-                this.with(None, |p, _| get_n(&p.buf, off, n))
-            });
-        }
-        for (name, n) in [("setByte", 1usize), ("setU16", 2), ("setU32", 4)] {
-            m.add_method(name, move |_, this, (off, v): (usize, u64)| {
-                if n < 8 && v >> (8 * n) != 0 {
-                    return Err(lua_err(format!(
-                        "{name}({off}, {v}): the value does not fit in {n} byte(s)"
-                    )));
-                }
-                this.with(Some(name), |p, _| {
-                    put_n(&mut p.buf, off, n, v)?;
-                    // Raw bytes may move headers: parse again on the next field read.
-                    p.parsed = None;
-                    Ok(())
-                })
-            });
-        }
-        m.add_method("bytes", |lua, this, (off, len): (usize, usize)| {
-            this.with(None, |p, _| {
-                let s = off
-                    .checked_add(len)
-                    .and_then(|e| p.buf.get(off..e))
-                    .ok_or_else(|| past_end(off, len, p.buf.len()))?;
-                lua.create_string(s)
-            })
-        });
-        m.add_method("data", |lua, this, ()| {
-            this.with(None, |p, _| lua.create_string(&p.buf))
-        });
-        m.add_method("drop", |_, this, ()| {
-            let mut st = this.st.try_borrow_mut().map_err(|_| busy())?;
-            if !st.access.drop {
-                return Err(lua_err(format!(
-                    "drop(): {} scripts do not drop packets",
-                    st.access.tool
-                )));
-            }
-            st.pkt(this.i)?.dropped = true;
-            Ok(())
-        });
-        m.add_method("dropped", |_, this, ()| {
-            this.with(None, |p, _| Ok(p.dropped))
-        });
-        m.add_method("payloadOffset", |_, this, ()| {
-            this.with(None, |p, link| {
-                p.parsed(link)
-                    .payload
-                    .map(|o| o as usize)
-                    .ok_or_else(|| lua_err("payloadOffset: the packet has no UDP or TCP header"))
-            })
-        });
-        m.add_meta_method(MetaMethod::ToString, |_, this, ()| {
-            Ok(format!("pkts[{}]", this.i + 1))
-        });
-    }
+    })?;
+    let parse = lua.create_function(|lua, (s, v6): (mlua::String, bool)| {
+        let s = s.to_str()?;
+        let b = match (s.parse::<IpAddr>(), v6) {
+            (Ok(IpAddr::V4(a)), false) => a.octets().to_vec(),
+            (Ok(IpAddr::V6(a)), true) => a.octets().to_vec(),
+            _ => return Ok(Value::Nil),
+        };
+        Ok(Value::String(lua.create_string(b)?))
+    })?;
+    let mac = lua.create_function(|lua, s: mlua::String| {
+        let s = s.to_str()?;
+        Ok(match crate::apps::gen::vary::parse_mac(&s) {
+            Ok(m) => (Value::String(lua.create_string(m)?), Value::Nil),
+            Err(e) => (Value::Nil, Value::String(lua.create_string(e)?)),
+        })
+    })?;
+    let make: Function = lua
+        .load(PRELUDE)
+        .set_name("=linerate packets")
+        .call((text, parse, mac))?;
+    lua.set_named_registry_value(MAKER, make)
 }
 
 /// The packets of one batch, as a script sees them: made once per script state.
 pub struct Packets {
-    st: Rc<RefCell<Staging>>,
+    shared: Rc<Shared>,
     table: Table,
+    queues: Table,
+    access: Access,
 }
 
 impl Packets {
-    /// Makes `pkts[1..BATCH]` in `lua` for packets of link type `link`.
+    /// Makes `pkts[1..BATCH]` in `lua` (a state [`install`] set up) for packets of link type
+    /// `link` (Ethernet, or raw IP for any other).
     pub fn new(lua: &Lua, access: Access, link: LinkType) -> mlua::Result<Packets> {
-        let st = Rc::new(RefCell::new(Staging {
-            pkts: (0..BATCH)
-                .map(|_| Pkt {
-                    buf: Vec::new(),
-                    stream: 0,
-                    dirty: false,
-                    dropped: false,
-                    parsed: None,
-                })
-                .collect(),
-            n: 0,
+        let shared = Rc::new(Shared {
+            n: Cell::new(0),
+            write: Cell::new(u8::from(access.write)),
+            drop: Cell::new(u8::from(access.drop)),
+            eth: Cell::new(u8::from(link == LinkType::ETHERNET)),
+            _pad: Cell::new(0),
+            pkts: std::array::from_fn(|_| Slot {
+                addr: Cell::new(0),
+                len: Cell::new(0),
+                stream: Cell::new(0),
+                dropped: Cell::new(0),
+                dirty: Cell::new(0),
+                ok: Cell::new(0),
+                parsed: Cell::new(0),
+                _parse: Default::default(),
+            }),
+            queues: std::array::from_fn(|_| Cell::new(-1)),
+        });
+        // The state keeps the slots alive as long as it lives: a script's code that runs late
+        // (a __gc at close) still finds them (empty).
+        let _ = lua.set_app_data(shared.clone());
+        let make: Function = lua.named_registry_value(MAKER)?;
+        let at = LightUserData(Rc::as_ptr(&shared).cast_mut().cast());
+        let (table, queues): (Table, Table) = make.call((at, access.tool))?;
+        Ok(Packets {
+            shared,
+            table,
+            queues,
             access,
-            link,
-        }));
-        let table = lua.create_table()?;
-        for i in 0..BATCH {
-            let layers = LAYERS
-                .iter()
-                .map(|&(_, layer)| {
-                    lua.create_userdata(LayerRef {
-                        i,
-                        st: st.clone(),
-                        layer,
-                    })
-                })
-                .collect::<mlua::Result<Vec<_>>>()?;
-            let ud = lua.create_userdata(PktRef {
-                i,
-                st: st.clone(),
-                layers,
-            })?;
-            table.raw_set(i + 1, ud)?;
-        }
-        Ok(Packets { st, table })
+        })
     }
 
     /// The table the script gets (`pkts`).
@@ -658,56 +154,96 @@ impl Packets {
         &self.table
     }
 
-    /// Copies the packets of `batch` (at most [`BATCH`]) for the script; `streams[i]` is what
-    /// `pkts[i]:stream()` returns (0 when absent). Returns how many.
-    pub fn load(&self, batch: &Batch, streams: &[u8]) -> Result<usize, String> {
-        let mut st = self
-            .st
-            .try_borrow_mut()
-            .map_err(|_| "the script's packets are in use".to_string())?;
-        let n = batch.len().min(BATCH);
-        st.n = n;
-        for (i, p) in st.pkts[..n].iter_mut().enumerate() {
-            p.buf.clear();
-            p.buf.extend_from_slice(batch.data(i));
-            p.stream = streams.get(i).map_or(0, |&s| u16::from(s));
-            p.dirty = false;
-            p.dropped = false;
-            p.parsed = None;
+    /// The queue array of balance's fast form (`q`: `q[i] = queue of pkts[i]`).
+    pub fn queues(&self) -> &Table {
+        &self.queues
+    }
+
+    fn fill(&self, n: usize, addr: impl Fn(usize) -> (u64, usize), streams: &[u8]) {
+        for (i, s) in self.shared.pkts[..n].iter().enumerate() {
+            let (a, len) = addr(i);
+            s.addr.set(a);
+            s.len.set(u32::try_from(len).unwrap_or(0));
+            s.stream.set(streams.get(i).map_or(0, |&v| u16::from(v)));
+            s.dropped.set(0);
+            s.dirty.set(0);
+            s.parsed.set(0);
+            s.ok.set(1);
+            self.shared.queues[i].set(-1);
         }
-        // Slots from n on keep stale contents: `Staging::pkt` refuses every index past n.
+        self.shared.n.set(n as u32);
+    }
+
+    /// Shows the packets of `batch` (at most [`BATCH`]) to the script, read-only (the tool's
+    /// [`Access`] must not allow writes); `streams[i]` is what `pkts[i]:stream()` returns (0
+    /// when absent). Returns how many. [`Packets::done`] ends the batch.
+    pub fn load(&self, batch: &Batch, streams: &[u8]) -> Result<usize, String> {
+        if self.access.write {
+            return Err("the packets of a writing tool need load_mut".into());
+        }
+        let n = batch.len().min(BATCH);
+        self.fill(
+            n,
+            |i| {
+                let d = batch.data(i);
+                (d.as_ptr() as u64, d.len())
+            },
+            streams,
+        );
         Ok(n)
     }
 
-    /// Whether the script dropped packet `i` (0-based) of the last batch.
-    pub fn dropped(&self, i: usize) -> bool {
-        self.st
-            .try_borrow()
-            .is_ok_and(|st| i < st.n && st.pkts[i].dropped)
+    /// As [`Packets::load`], with the frames writable by the script.
+    pub fn load_mut(&self, batch: &mut Batch, streams: &[u8]) -> Result<usize, String> {
+        let n = batch.len().min(BATCH);
+        let mut at = [(0u64, 0usize); BATCH];
+        for (i, a) in at[..n].iter_mut().enumerate() {
+            let d = batch.data_mut(i);
+            *a = (d.as_mut_ptr() as u64, d.len());
+        }
+        self.fill(n, |i| at[i], streams);
+        Ok(n)
     }
 
-    /// Copies back into `batch` every packet the script changed, after `fix(i, bytes)` (which
-    /// recomputes checksums).
-    pub fn store(
-        &self,
-        batch: &mut Batch,
-        mut fix: impl FnMut(usize, &mut [u8]),
-    ) -> Result<(), String> {
-        let mut st = self
-            .st
-            .try_borrow_mut()
-            .map_err(|_| "the script's packets are in use".to_string())?;
-        let n = st.n.min(batch.len());
-        for (i, p) in st.pkts[..n].iter_mut().enumerate() {
-            if !p.dirty {
-                continue;
-            }
-            fix(i, &mut p.buf);
-            let dst = batch.data_mut(i);
-            let m = dst.len().min(p.buf.len());
-            dst[..m].copy_from_slice(&p.buf[..m]);
+    /// Whether the script dropped packet `i` (0-based) of the batch.
+    pub fn dropped(&self, i: usize) -> bool {
+        i < self.shared.n.get() as usize && self.shared.pkts[i].dropped.get() != 0
+    }
+
+    /// Whether the script changed packet `i` (0-based) of the batch.
+    pub fn changed(&self, i: usize) -> bool {
+        i < self.shared.n.get() as usize && self.shared.pkts[i].dirty.get() != 0
+    }
+
+    /// The queue the script's fast form gave packet `i` (`q[i + 1]`; None: none, or dropped).
+    pub fn queue(&self, i: usize) -> Option<u8> {
+        let q = self.shared.queues.get(i)?.get();
+        (i < self.shared.n.get() as usize && (0..64).contains(&q)).then_some(q as u8)
+    }
+
+    /// Ends the batch: the slots no longer point at its frames (a script that kept `pkts`
+    /// finds them empty until the next batch). What the script decided ([`Packets::dropped`],
+    /// [`Packets::queue`]) stays readable until the next batch.
+    pub fn done(&self) {
+        let n = (self.shared.n.get() as usize).min(BATCH);
+        for s in &self.shared.pkts[..n] {
+            s.addr.set(0);
+            s.len.set(0);
+            s.ok.set(0);
+            s.parsed.set(0);
         }
-        Ok(())
+    }
+
+    /// After a writing script: calls `fix(i, bytes)` (which recomputes checksums) on every
+    /// packet the script changed, then ends the batch ([`Packets::done`]).
+    pub fn store(&self, batch: &mut Batch, mut fix: impl FnMut(usize, &mut [u8])) {
+        let n = (self.shared.n.get() as usize).min(batch.len());
+        self.done();
+        for i in 0..n {
+            if self.shared.pkts[i].dirty.get() != 0 {
+                fix(i, batch.data_mut(i));
+            }
+        }
     }
 }
 
@@ -803,19 +339,23 @@ mod tests {
         src: &str,
         access: Access,
         frames: &[Vec<u8>],
-    ) -> (mlua::Result<String>, Batch, Packets) {
+    ) -> (mlua::Result<String>, Batch, Vec<bool>) {
         let lua = new_state(&ScriptOptions::default()).unwrap();
         let pk = Packets::new(&lua, access, LinkType::ETHERNET).unwrap();
         lua.load(src).exec().unwrap();
         let mut b = batch(frames);
-        let n = pk.load(&b, &[]).unwrap();
+        let n = if access.write {
+            pk.load_mut(&mut b, &[]).unwrap()
+        } else {
+            pk.load(&b, &[]).unwrap()
+        };
         let f: mlua::Function = lua.globals().get("f").unwrap();
         let r = f
             .call::<Value>((pk.table().clone(), n))
             .map(|v| v.to_string().unwrap_or_default());
-        pk.store(&mut b, |_, d| fix_checksums(d, LinkType::ETHERNET))
-            .unwrap();
-        (r, b, pk)
+        let dropped = (0..n).map(|i| pk.dropped(i)).collect();
+        pk.store(&mut b, |_, d| fix_checksums(d, LinkType::ETHERNET));
+        (r, b, dropped)
     }
 
     const GEN: Access = Access {
@@ -944,7 +484,7 @@ mod tests {
     #[test]
     fn drops_are_per_packet_and_forgotten_at_the_next_batch() {
         let src = "function f(pkts, n)\n  for i = 1, n do if pkts[i].udp.dport == 53 then pkts[i]:drop() end end\nend";
-        let (r, b, pk) = run(
+        let (r, _, dropped) = run(
             src,
             BAL,
             &[
@@ -954,11 +494,205 @@ mod tests {
             ],
         );
         r.unwrap();
+        assert_eq!(dropped, [true, false, true]);
+        // The next batch starts with nothing dropped.
+        let lua = new_state(&ScriptOptions::default()).unwrap();
+        let pk = Packets::new(&lua, BAL, LinkType::ETHERNET).unwrap();
+        lua.load(src).exec().unwrap();
+        let b = batch(&[frame(None, false, 1, 53), frame(None, false, 1, 54)]);
+        let f: mlua::Function = lua.globals().get("f").unwrap();
+        for _ in 0..2 {
+            let n = pk.load(&b, &[]).unwrap();
+            assert!(!pk.dropped(0) && !pk.dropped(1));
+            f.call::<()>((pk.table().clone(), n)).unwrap();
+            assert!(pk.dropped(0) && !pk.dropped(1));
+            pk.done();
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod views {
+    use super::*;
+    use crate::apps::lua::{error_line, new_state, ScriptOptions};
+    use crate::mem::{Desc, Pool, PoolConfig};
+    use std::sync::Arc;
+
+    #[test]
+    fn errors_name_the_script_and_line_and_nothing_outside_the_frame_is_reached() {
+        let pool = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
+        let mut b = Batch::with_pool(&pool);
+        let mut fr = b.alloc().unwrap();
+        fr.buf()[..4].copy_from_slice(&[1, 2, 3, 4]);
+        fr.push(Desc {
+            len: 4,
+            wire_len: 4,
+            ..Default::default()
+        });
+        let cases = [
+            (
+                "pkts[1]:setU32(1, 7)",
+                "t.lua:3: setU32: offset 1+4 is past the end of a 4 B packet",
+            ),
+            (
+                "pkts[1]:getByte(-1)",
+                "t.lua:3: getByte: offset -1+1 is past the end",
+            ),
+            (
+                "pkts[1]:bytes(2, 3)",
+                "t.lua:3: bytes: offset 2+3 is past the end",
+            ),
+            (
+                "pkts[1].udp.dport = 1",
+                "t.lua:3: attempt to index field 'udp' (a nil value)",
+            ),
+            (
+                "pkts[2]:len()",
+                "t.lua:3: pkts[2] is not part of this batch of 1",
+            ),
+            (
+                "pkts[1][1] = -5 ; pkts[1]:len()",
+                "t.lua:3: not a packet of this batch",
+            ),
+            ("return ffi or require", "t.lua:3:"),
+        ];
+        for (body, want) in cases {
+            let lua = new_state(&ScriptOptions::default()).unwrap();
+            let pk = Packets::new(
+                &lua,
+                Access {
+                    tool: "gen",
+                    write: true,
+                    drop: false,
+                },
+                LinkType::ETHERNET,
+            )
+            .unwrap();
+            let src = format!("function f(pkts, n)\n  local x = 1\n  {body}\nend");
+            lua.load(&src).set_name("@t.lua").exec().unwrap();
+            let f: mlua::Function = lua.globals().get("f").unwrap();
+            let n = pk.load_mut(&mut b, &[]).unwrap();
+            let r = f.call::<Value>((pk.table().clone(), n));
+            pk.store(&mut b, |_, _| {});
+            if body.starts_with("return ffi") {
+                // Scripts do not get the FFI: `ffi` is nil, require("ffi") fails.
+                assert!(matches!(r.unwrap(), Value::Function(_)));
+                let e = lua.load("return require('ffi')").exec().unwrap_err();
+                assert!(e.to_string().contains("module 'ffi' not found"), "{e}");
+                continue;
+            }
+            let e = r.unwrap_err();
+            let m = error_line(&e, "t.lua", &lua);
+            assert!(m.starts_with(want), "{body}: {m}");
+            assert_eq!(b.data(0), &[1, 2, 3, 4]);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod layers {
+    use super::*;
+    use crate::apps::lua::{new_state, ScriptOptions};
+    use crate::mem::{Desc, Pool, PoolConfig};
+    use std::sync::Arc;
+
+    /// Runs `f(pkts, n)` (read-only) over `frames`; its result as text.
+    fn eval(src: &str, frames: &[Vec<u8>]) -> String {
+        let pool = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
+        let mut b = Batch::with_pool(&pool);
+        for f in frames {
+            let mut fr = b.alloc().unwrap();
+            fr.buf()[..f.len()].copy_from_slice(f);
+            fr.push(Desc {
+                len: f.len() as u32,
+                wire_len: f.len() as u32,
+                ..Default::default()
+            });
+        }
+        let lua = new_state(&ScriptOptions::default()).unwrap();
+        let access = Access {
+            tool: "fwd",
+            write: false,
+            drop: true,
+        };
+        let pk = Packets::new(&lua, access, LinkType::ETHERNET).unwrap();
+        lua.load(src).exec().unwrap();
+        let f: mlua::Function = lua.globals().get("f").unwrap();
+        let n = pk.load(&b, &[]).unwrap();
+        let r: String = f.call((pk.table().clone(), n)).unwrap();
+        pk.done();
+        r
+    }
+
+    fn eth(tags: &[(u16, u16)], et: u16) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+        for &(tpid, id) in tags {
+            f.extend_from_slice(&tpid.to_be_bytes());
+            f.extend_from_slice(&id.to_be_bytes());
+        }
+        f.extend_from_slice(&et.to_be_bytes());
+        f
+    }
+
+    fn v6(ext: &[u8], first: u8, frag_off: Option<u16>) -> Vec<u8> {
+        let mut f = eth(&[], 0x86dd);
+        let mut body = ext.to_vec();
+        if let Some(off) = frag_off {
+            body.extend_from_slice(&[17, 0]);
+            body.extend_from_slice(&off.to_be_bytes());
+            body.extend_from_slice(&[0, 0, 0, 9]);
+        }
+        body.extend_from_slice(&[0x10, 0x00, 0x00, 0x35, 0, 8, 0, 0]);
+        f.extend_from_slice(&[0x60, 0, 0, 0]);
+        f.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        f.extend_from_slice(&[first, 64]);
+        f.extend_from_slice(&[0; 15]);
+        f.push(1);
+        f.extend_from_slice(&[0; 15]);
+        f.push(2);
+        f.extend_from_slice(&body);
+        f
+    }
+
+    #[test]
+    fn tags_extension_headers_and_fragments_follow_the_parsers_rules() {
+        // QinQ: the outer tag's id, the ethertype after both tags.
+        let mut qinq = eth(&[(0x88a8, 0x2005), (0x8100, 7)], 0x0800);
+        qinq.extend_from_slice(&[
+            0x45, 0, 0, 28, 0, 1, 0x20, 0, 64, 1, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        qinq.extend_from_slice(&[8, 0, 0, 0, 0, 1, 0, 1]);
+        // IPv4, a later fragment (offset 8): no transport layer.
+        let mut frag4 = eth(&[], 0x0800);
+        frag4.extend_from_slice(&[
+            0x45, 0, 0, 28, 0, 1, 0, 1, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        frag4.extend_from_slice(&[0x10, 0, 0, 0x35, 0, 8, 0, 0]);
+        // IPv6: Hop-by-Hop then UDP; first fragment then UDP; a later fragment.
+        let hbh = v6(&[17, 0, 1, 4, 0, 0, 0, 0], 0, None);
+        let first = v6(&[], 44, Some(1));
+        let later = v6(&[], 44, Some(8));
+        let src = r#"
+            function f(pkts, n)
+              local r = {}
+              local q = pkts[1]
+              r[#r + 1] = table.concat({ q.vlan.id, q.vlan.pcp, string.format("%04x", q.vlan.tpid),
+                string.format("%04x", q.eth.type), q.ip4.src, q.ip4.saddr, tostring(q.udp),
+                q.icmp.type, q.ip.version }, " ")
+              local g = pkts[2]
+              r[#r + 1] = table.concat({ tostring(g.vlan), g.ip4.proto, tostring(g.udp),
+                tostring(g.ip4 ~= nil) }, " ")
+              for i = 3, 5 do
+                local p = pkts[i]
+                r[#r + 1] = table.concat({ p.ip6.next, p.ip6.proto, p.ip6.dst,
+                  tostring(p.udp and p.udp.dport) }, " ")
+              end
+              return table.concat(r, " | ")
+            end"#;
         assert_eq!(
-            (0..3).map(|i| pk.dropped(i)).collect::<Vec<_>>(),
-            [true, false, true]
+            eval(src, &[qinq, frag4, hbh, first, later]),
+            "5 1 88a8 0800 10.0.0.1 167772161 nil 8 4 | nil 17 nil true | \
+             0 17 ::2 53 | 44 17 ::2 53 | 44 17 ::2 nil"
         );
-        pk.load(&b, &[]).unwrap();
-        assert!(!pk.dropped(0));
     }
 }

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# bench/lua.sh: what a Lua script costs each tool (docs/lua.md), against the same tool without
+# one, in the same run: four rows, each a scripted command and its unscripted twin.
+#
+#   gen     into pcap:/dev/null, 256 sources x 1000 ports: --flows 256 --sport 1024-2023 vs a
+#           modify() setting p.ip4.src and p.udp.sport (goal >= 0.8x)
+#   gen     8 math.random calls per packet into 4 fields (MoonGen's heavy case) vs the same
+#           fields random by flags (goal >= 0.4x)
+#   balance --threads -i source -n 2: -m lua:F (q[i] = ttl % 2, the fast form) vs -m ip
+#           (goal >= 0.8x); the table form is shown too
+#   fwd     -i pcap:F (PKTS packets) -o pcap:/dev/null: --script dropping DNS vs no script
+#           (goal >= 0.8x)
+#
+#   bash bench/lua.sh [BIN] [ROUNDS] [SECONDS]     (target/release/linerate, 5 rounds, 2 s)
+#   OLD=/tmp/lr-main-rel bash bench/lua.sh        A/B: each scripted row also with OLD
+#
+# Interleaved: each round runs every command once, starting one command further on; prints every
+# run, then the medians and ratios. gen and balance run SECONDS each (their JSON summary gives
+# the rate); fwd reads a PKTS-packet file (default 2M, made once with bench/mkpcap.py) and is
+# timed from start to exit. The machine's other load shows in the header: use the medians. By
+# hand only; build first (cargo build --release -p linerate-cli).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+BIN=$(realpath -e "${1:-target/release/linerate}") || exit 2
+ROUNDS=${2:-5} SECS=${3:-2} PKTS=${PKTS:-2000000}
+OLD=${OLD:-}
+[ -z "$OLD" ] || OLD=$(realpath -e "$OLD") || exit 2
+W=$(mktemp -d /tmp/linerate-lua.XXXXXX)
+trap 'rm -rf -- "$W"' EXIT
+PCAP=bench/out/lua-$PKTS.pcap
+mkdir -p bench/out
+[ -s "$PCAP" ] || python3 bench/mkpcap.py "$PCAP" "$PKTS" 1000 || exit 1
+
+cat >"$W/set.lua" <<'EOF'
+-- 256 sources x 1000 ports, as --flows 256 --sport 1024-2023
+local k = 0
+function modify(pkts, n)
+  for i = 1, n do
+    local p = pkts[i]
+    p.ip4.src = 0xc6120001 + k % 256
+    p.udp.sport = 1024 + k % 1000
+    k = k + 1
+  end
+end
+EOF
+cat >"$W/rand.lua" <<'EOF'
+-- 8 random numbers per packet into 4 fields
+local random = math.random
+function modify(pkts, n)
+  for i = 1, n do
+    local p = pkts[i]
+    p.ip4.src = 0x0a000000 + random(0, 255) * 65536 + random(0, 65535)
+    p.ip4.dst = 0xc6120000 + random(0, 255) * 256 + random(0, 255)
+    p.udp.sport = 1024 + random(0, 255) * 64 + random(0, 63)
+    p.udp.dport = 1024 + random(0, 255) * 64 + random(0, 63)
+  end
+end
+EOF
+cat >"$W/bal.lua" <<'EOF'
+function balance(pkts, n, q)
+  for i = 1, n do q[i] = pkts[i].ip4.ttl % 2 end
+end
+EOF
+cat >"$W/baltab.lua" <<'EOF'
+function balance(pkts, n)
+  local r = {}
+  for i = 1, n do r[i] = pkts[i].ip4.ttl % 2 end
+  return r
+end
+EOF
+cat >"$W/dns.lua" <<'EOF'
+function filter(pkts, n)
+  for i = 1, n do
+    local p = pkts[i]
+    if p.udp and p.udp.dport == 53 then p:drop() end
+  end
+end
+EOF
+
+GEN=(gen -o pcap:/dev/null -t "${SECS}s" --json -q)
+RANDF=(--src-ip random:10.0.0.0-10.255.255.255 --dst-ip random:198.18.0.0-198.18.255.255
+       --sport random:1024-17407 --dport random:1024-17407)
+BAL=(balance --threads -i source -n 2 -t "$SECS" --json --quiet)
+gen_pps() { "$@" 2>/dev/null | jq -r 'select(.type=="summary") | .pps' | tail -1; }
+bal_pps() { "$@" 2>/dev/null | jq -r 'select(.type=="summary") | .rx / .elapsed_ms * 1000' | tail -1; }
+fwd_pps() {
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$@" >/dev/null 2>&1 || { echo nan; return; }
+  t1=$(date +%s.%N)
+  python3 -c "print(round($PKTS / ($t1 - $t0)))"
+}
+
+# name|kind|command (BIN or OLD first)
+ROWS=(
+  "gen flags 256x1000|gen|$BIN ${GEN[*]} --flows 256 --sport 1024-2023"
+  "gen script 256x1000|gen|$BIN ${GEN[*]} --script $W/set.lua"
+  "gen flags random|gen|$BIN ${GEN[*]} ${RANDF[*]}"
+  "gen script 8 random|gen|$BIN ${GEN[*]} --script $W/rand.lua"
+  "balance -m ip|bal|$BIN ${BAL[*]} -m ip"
+  "balance -m lua q[i]|bal|$BIN ${BAL[*]} -m lua:$W/bal.lua"
+  "balance -m lua table|bal|$BIN ${BAL[*]} -m lua:$W/baltab.lua"
+  "fwd no script|fwd|$BIN fwd -i pcap:$PCAP -o pcap:/dev/null -q"
+  "fwd --script dns|fwd|$BIN fwd -i pcap:$PCAP -o pcap:/dev/null -q --script $W/dns.lua"
+)
+if [ -n "$OLD" ]; then
+  ROWS+=(
+    "OLD gen script 256x1000|gen|$OLD ${GEN[*]} --script $W/set.lua"
+    "OLD gen script 8 random|gen|$OLD ${GEN[*]} --script $W/rand.lua"
+    "OLD balance -m lua table|bal|$OLD ${BAL[*]} -m lua:$W/baltab.lua"
+    "OLD fwd --script dns|fwd|$OLD fwd -i pcap:$PCAP -o pcap:/dev/null -q --script $W/dns.lua"
+  )
+fi
+
+echo "# bench/lua.sh, $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), $ROUNDS rounds, ${SECS}s runs, $PKTS-packet file"
+echo "# BIN $BIN${OLD:+, OLD $OLD}"
+declare -A V
+NR=${#ROWS[@]}
+for r in $(seq "$ROUNDS"); do
+  for k in $(seq 0 $((NR - 1))); do
+    row=${ROWS[$(( (k + r - 1) % NR ))]}
+    name=${row%%|*} rest=${row#*|}
+    kind=${rest%%|*} cmd=${rest#*|}
+    # shellcheck disable=SC2086
+    case $kind in
+      gen) pps=$(gen_pps $cmd) ;;
+      bal) pps=$(bal_pps $cmd) ;;
+      fwd) pps=$(fwd_pps $cmd) ;;
+    esac
+    echo "round $r: $name: ${pps:-nan} pps"
+    V[$name]="${V[$name]:-} ${pps:-nan}"
+  done
+done
+med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR==0 ? "nan" : a[int((NR+1)/2)])}'; }
+declare -A M
+echo
+echo "| command | runs (Mpps) | median (Mpps) |"
+echo "|---|---|---|"
+for row in "${ROWS[@]}"; do
+  name=${row%%|*} cmd=${row##*|}
+  # shellcheck disable=SC2086
+  M[$name]=$(med ${V[$name]})
+  runs=$(for v in ${V[$name]}; do python3 -c "import math; v=float('$v'); print('nan' if math.isnan(v) else f'{v/1e6:.2f}')"; done | tr '\n' ' ')
+  echo "| \`${cmd//$W\//}\` ($name) | $runs | $(python3 -c "print(f'{float(\"${M[$name]}\")/1e6:.2f}')") |"
+done
+ratio() { python3 -c "print(f'{float(\"$1\") / float(\"$2\"):.3f}')" 2>/dev/null || echo nan; }
+echo
+echo "ratios: gen script/flags $(ratio "${M[gen script 256x1000]}" "${M[gen flags 256x1000]}") (goal 0.8)," \
+  "gen 8 random/flags $(ratio "${M[gen script 8 random]}" "${M[gen flags random]}") (goal 0.4)," \
+  "balance lua/ip $(ratio "${M[balance -m lua q[i]]}" "${M[balance -m ip]}") (goal 0.8)," \
+  "fwd script/none $(ratio "${M[fwd --script dns]}" "${M[fwd no script]}") (goal 0.8)"
+if [ -n "$OLD" ]; then
+  echo "new/old: gen script $(ratio "${M[gen script 256x1000]}" "${M[OLD gen script 256x1000]}")," \
+    "gen 8 random $(ratio "${M[gen script 8 random]}" "${M[OLD gen script 8 random]}")," \
+    "balance table $(ratio "${M[balance -m lua table]}" "${M[OLD balance -m lua table]}")," \
+    "fwd script $(ratio "${M[fwd --script dns]}" "${M[OLD fwd --script dns]}")"
+fi
+echo "(MoonGen's published figure for a scripted packet generator: 14.88 Mpps per core, 10 GbE line rate of 64 B frames)"
+goal "gen --script, modify() of 2 fields (256x1000 flows)" "${M[gen script 256x1000]}" "linerate gen --flows 256 --sport 1024-2023" "${M[gen flags 256x1000]}" 0.8 pps
+goal "gen --script, 8 math.random into 4 fields" "${M[gen script 8 random]}" "linerate gen, the 4 fields random by flags" "${M[gen flags random]}" 0.4 pps
+goal "balance --threads -m lua: (ttl % 2), master" "${M[balance -m lua q[i]]}" "linerate balance --threads -m ip" "${M[balance -m ip]}" 0.8 pps
+goal "fwd pcap -> pcap --script (drop DNS)" "${M[fwd --script dns]}" "linerate fwd pcap -> pcap, no script" "${M[fwd no script]}" 0.8 pps

@@ -1,0 +1,582 @@
+-- linerate's packet views (docs/lua.md), loaded into every script's state before the script.
+--
+-- The packets a script gets are views of the frames themselves: Rust fills, once per batch, a
+-- C array of `struct lr_pkt` (address and length of each frame, its stream, flags) that the
+-- library owns, and these functions read and write the frames through LuaJIT's FFI, so that
+-- `p.udp.dport = 53` compiles to a few loads and stores. Every access is checked against the
+-- frame's length; a missing layer is nil (a field of a layer the packet no longer has is an
+-- error). The FFI library itself stays here, in upvalues: scripts do not get it.
+
+local ffi = require("ffi")
+local bit = require("bit")
+local band, bor, bnot, rshift, lshift = bit.band, bit.bor, bit.bnot, bit.rshift, bit.lshift
+local cast, copy, fstring = ffi.cast, ffi.copy, ffi.string
+local type, error, tostring, format, min = type, error, tostring, string.format, math.min
+local setmetatable, rawget = setmetatable, rawget
+
+-- Scripts do not reach the FFI (raw pointers), nor load C code.
+package.loaded.ffi = nil
+package.preload.ffi = nil
+_G.ffi = nil
+package.loadlib = nil
+package.cpath = ""
+if package.loaders then
+  package.loaders[4] = nil
+  package.loaders[3] = nil
+end
+
+ffi.cdef([[
+struct lr_pkt {
+  uint64_t a; uint32_t n; uint16_t st;
+  uint8_t drop, dirty, ok, g, ver, proto, nvl, l4ok;
+  uint16_t l3, l4, l3e, pay;
+};
+struct lr_ctx { uint32_t n; uint8_t w, dr, eth, ck; struct lr_pkt p[64]; int16_t q[64]; };
+]])
+assert(ffi.sizeof("struct lr_pkt") == 32 and ffi.sizeof("struct lr_ctx") == 8 + 32 * 64 + 128)
+local u8p = ffi.typeof("uint8_t *")
+
+local text_addr, parse_addr, parse_mac = ... -- Rust: address text <-> bytes (the slow forms)
+
+local C -- struct lr_ctx *, set by make()
+local P -- C.p
+local TOOL = "?"
+
+local function fail(msg)
+  error(msg, 0) -- linerate places it at the script's line (from the traceback)
+end
+
+local function bad_index(i)
+  if type(i) == "number" and i >= 0 and i < 64 then
+    fail(format("pkts[%d] is not part of this batch of %d", i + 1, C.n))
+  end
+  fail("not a packet of this batch")
+end
+
+-- The slot of view `v` (its index is v[1]); checked: a script may have changed v[1].
+local SLOT = {} -- SLOT[i + 1] = P + i, made once (no cdata made per access)
+local function slot(v)
+  local i = v[1]
+  local s = type(i) == "number" and SLOT[i + 1]
+  if not s or s.ok == 0 then bad_index(i) end
+  return s
+end
+
+local VLAN = { [0x8100] = true, [0x88a8] = true, [0x9100] = true }
+local EXT = { [0] = true, [43] = true, [44] = true, [60] = true, [51] = true, [135] = true,
+  [139] = true, [140] = true }
+
+local function be16(b, o) return bor(lshift(b[o], 8), b[o + 1]) end
+
+local function transport(s, b, at, stop, pr)
+  s.proto = pr
+  s.l4 = at
+  local room = stop - at
+  local hl
+  if pr == 6 then
+    if room < 20 then return end
+    hl = rshift(b[at + 12], 4) * 4
+    if hl < 20 or room < hl then return end
+  elseif pr == 17 or pr == 1 or pr == 58 then
+    hl = 8
+  elseif pr == 132 then
+    hl = 12
+  else
+    return
+  end
+  if room < hl then return end
+  s.l4ok = 1
+  s.pay = at + hl
+end
+
+-- linerate's parser (wire::parse) in Lua: VLAN/QinQ tags, IPv4 (AH stepped over), IPv6
+-- extension headers, later fragments without transport header.
+local function parse(s)
+  s.g, s.ver, s.proto, s.nvl, s.l4ok, s.l3, s.l4, s.l3e, s.pay = 1, 0, 0, 0, 0, 0, 0, 0, 0
+  local b, n = cast(u8p, s.a), s.n
+  local off, want = 0, nil
+  if C.eth ~= 0 then
+    if n < 14 then return end
+    local et, k = be16(b, 12), 0
+    off = 14
+    while VLAN[et] do
+      if k == 4 or off + 4 > n then return end
+      et = be16(b, off + 2)
+      off = off + 4
+      k = k + 1
+    end
+    s.nvl = k
+    if et == 0x0800 then want = 4 elseif et == 0x86dd then want = 6 else return end
+  end
+  if off >= n then return end
+  local v = rshift(b[off], 4)
+  if want and v ~= want then return end
+  if v == 4 then
+    local hl = band(b[off], 15) * 4
+    if hl < 20 or off + hl > n then return end
+    local total = be16(b, off + 2)
+    if total < hl then return end
+    local stop = min(off + total, n)
+    s.ver, s.l3, s.l3e = 4, off, stop
+    local pr = b[off + 9]
+    s.proto = pr
+    if band(be16(b, off + 6), 0x1fff) ~= 0 then return end -- a later fragment
+    local at = off + hl
+    for _ = 1, 4 do
+      if pr ~= 51 then break end
+      if at + 2 > n then return end
+      pr, at = b[at], at + (b[at + 1] + 2) * 4
+      if at > stop then return end
+    end
+    transport(s, b, at, stop, pr)
+  elseif v == 6 then
+    if off + 40 > n then return end
+    local pl = be16(b, off + 4)
+    local stop = pl == 0 and n or min(off + 40 + pl, n)
+    s.ver, s.l3, s.l3e = 6, off, stop
+    local nh, at, steps = b[off + 6], off + 40, 0
+    while true do
+      s.proto = nh
+      if nh == 59 then return end
+      if not EXT[nh] then break end
+      if steps == 8 or at + 2 > stop then return end
+      steps = steps + 1
+      local nx, ln = b[at], b[at + 1]
+      local hlen = (nh == 44 and 8) or (nh == 51 and (ln + 2) * 4) or (ln + 1) * 8
+      if at + hlen > stop then return end
+      if nh == 44 and band(be16(b, at + 2), 0xfff8) ~= 0 then
+        s.proto = nx -- a later fragment: its protocol, no transport header
+        return
+      end
+      nh, at = nx, at + hlen
+    end
+    transport(s, b, at, stop, nh)
+  end
+end
+
+-- Raw bytes, big-endian; `o` already checked.
+local function rd(b, o, size)
+  if size == 1 then return b[o] end
+  if size == 2 then return bor(lshift(b[o], 8), b[o + 1]) end
+  return b[o] * 16777216 + bor(lshift(b[o + 1], 16), lshift(b[o + 2], 8), b[o + 3])
+end
+local function wr(b, o, size, x)
+  if size == 1 then b[o] = x return end
+  if size == 2 then b[o], b[o + 1] = rshift(x, 8), x return end
+  b[o], b[o + 1], b[o + 2], b[o + 3] = rshift(x, 24), rshift(x, 16), rshift(x, 8), x
+end
+
+local function writable(s, what)
+  if C.w == 0 then fail(what .. ": packets are read-only in " .. TOOL .. " scripts") end
+  s.dirty = 1
+end
+
+-- Layers: where each starts in slot `s` (nil when the packet does not have it).
+local ETH, VL, IP4, IP6, UDP, TCP, ICMP = 1, 2, 3, 4, 5, 6, 7
+local LNAME = { "eth", "vlan", "ip4", "ip6", "udp", "tcp", "icmp" }
+local FIELDS = {
+  "src, dst, type, smac, dmac",
+  "id, pcp, tpid",
+  "src, dst, saddr, daddr, ttl (hlim), proto (next), tos (tc), len, id, version",
+  "src, dst, ttl (hlim), next, proto, tos (tc), flow, len, version",
+  "sport, dport, len, checksum",
+  "sport, dport, seq, ack, flags, win, checksum",
+  "type, code, checksum",
+}
+
+local function base(s, l)
+  if s.g == 0 then parse(s) end
+  if l == ETH then
+    if C.eth ~= 0 and s.n >= 14 then return 0 end
+  elseif l == VL then
+    if s.nvl > 0 then return 12 end
+  elseif l == IP4 then
+    if s.ver == 4 then return s.l3 end
+  elseif l == IP6 then
+    if s.ver == 6 then return s.l3 end
+  elseif s.l4ok ~= 0 then
+    local pr = s.proto
+    if (l == UDP and pr == 17) or (l == TCP and pr == 6) or (l == ICMP and (pr == 1 or pr == 58)) then
+      return s.l4
+    end
+  end
+  return nil
+end
+
+local function at(v, l, key)
+  local s = slot(v)
+  local o = base(s, l)
+  if not o then
+    fail(format("pkt.%s.%s: pkts[%d] has no %s header", LNAME[l], key, v[1] + 1, LNAME[l]))
+  end
+  return s, cast(u8p, s.a), o
+end
+
+local function check_int(x, max, what)
+  if type(x) ~= "number" or not (x >= 0 and x <= max) or x % 1 ~= 0 then
+    fail(format("%s: a number from 0 to %d", what, max))
+  end
+  return x
+end
+
+-- Field makers: get(v) and set(v, x) for a layer `l`.
+local function num(l, key, off, size, shift, mask)
+  local what = "pkt." .. LNAME[l] .. "." .. key
+  local full = shift == 0 and (mask == 0xff and size == 1 or mask == 0xffff and size == 2
+    or mask == 0xffffffff and size == 4)
+  local get, set
+  if full then
+    get = function(v)
+      local _, b, o = at(v, l, key)
+      return rd(b, o + off, size)
+    end
+    set = function(v, x)
+      local s, b, o = at(v, l, key)
+      check_int(x, mask, what)
+      writable(s, what)
+      wr(b, o + off, size, x)
+    end
+  else
+    get = function(v)
+      local _, b, o = at(v, l, key)
+      return band(rshift(rd(b, o + off, size), shift), mask)
+    end
+    set = function(v, x)
+      local s, b, o = at(v, l, key)
+      check_int(x, mask, what)
+      writable(s, what)
+      local old = rd(b, o + off, size)
+      wr(b, o + off, size, bor(band(old, bnot(lshift(mask, shift))), lshift(x, shift)))
+    end
+  end
+  return get, set
+end
+
+local function readonly(l, key, f)
+  local what = "pkt." .. LNAME[l] .. "." .. key
+  return function(v)
+    local s = at(v, l, key)
+    return f(s)
+  end, function() fail(what .. " is read-only") end
+end
+
+local function mac(l, key, off)
+  local what = "pkt." .. LNAME[l] .. "." .. key
+  return function(v)
+    local _, b, o = at(v, l, key)
+    o = o + off
+    return format("%02x:%02x:%02x:%02x:%02x:%02x", b[o], b[o + 1], b[o + 2], b[o + 3], b[o + 4], b[o + 5])
+  end, function(v, x)
+    local s, b, o = at(v, l, key)
+    o = o + off
+    if type(x) == "string" then
+      local m, e = parse_mac(x)
+      if not m then fail(what .. ": " .. e) end
+      writable(s, what)
+      copy(b + o, m, 6)
+    elseif type(x) == "number" and x >= 0 and x < 2 ^ 48 and x % 1 == 0 then
+      writable(s, what)
+      local hi = (x - x % 2 ^ 32) / 2 ^ 32
+      wr(b, o, 2, hi)
+      wr(b, o + 2, 4, x % 2 ^ 32)
+    else
+      fail(what .. ": a MAC address is a string (aa:bb:cc:dd:ee:ff) or an integer below 2^48")
+    end
+  end
+end
+
+-- A MAC as an integer (the fast form).
+local function macnum(l, key, off)
+  local what = "pkt." .. LNAME[l] .. "." .. key
+  return function(v)
+    local _, b, o = at(v, l, key)
+    return rd(b, o + off, 2) * 2 ^ 32 + rd(b, o + off + 2, 4)
+  end, function(v, x)
+    local s, b, o = at(v, l, key)
+    if type(x) ~= "number" or not (x >= 0 and x < 2 ^ 48) or x % 1 ~= 0 then
+      fail(what .. ": an integer below 2^48")
+    end
+    writable(s, what)
+    wr(b, o + off, 2, (x - x % 2 ^ 32) / 2 ^ 32)
+    wr(b, o + off + 2, 4, x % 2 ^ 32)
+  end
+end
+
+local function addr(l, key, off, v6)
+  local what = "pkt." .. LNAME[l] .. "." .. key
+  local n = v6 and 16 or 4
+  return function(v)
+    local _, b, o = at(v, l, key)
+    o = o + off
+    if not v6 then return format("%d.%d.%d.%d", b[o], b[o + 1], b[o + 2], b[o + 3]) end
+    return text_addr(fstring(b + o, 16))
+  end, function(v, x)
+    local s, b, o = at(v, l, key)
+    o = o + off
+    if type(x) == "number" then
+      if not (x >= 0 and x <= 0xffffffff) or x % 1 ~= 0 then
+        fail(what .. ": an address is a string or an integer from 0 to 2^32-1")
+      end
+      writable(s, what)
+      wr(b, v6 and o + 12 or o, 4, x)
+    elseif type(x) == "string" then
+      local a = parse_addr(x, v6)
+      if not a then
+        fail(format("%s: '%s' is not an %s address", what, x, v6 and "IPv6" or "IPv4"))
+      end
+      writable(s, what)
+      copy(b + o, a, n)
+    else
+      fail(what .. ": an address is a string or an integer from 0 to 2^32-1")
+    end
+  end
+end
+
+-- GET[l][key], SET[l][key]
+local GET, SET = {}, {}
+for l = 1, 7 do GET[l], SET[l] = {}, {} end
+local function def(l, key, g, s) GET[l][key], SET[l][key] = g, s end
+
+def(ETH, "dst", mac(ETH, "dst", 0))
+def(ETH, "src", mac(ETH, "src", 6))
+def(ETH, "dmac", macnum(ETH, "dmac", 0))
+def(ETH, "smac", macnum(ETH, "smac", 6))
+do
+  -- the ethertype after the VLAN tags
+  local what = "pkt.eth.type"
+  def(ETH, "type", function(v)
+    local s, b = at(v, ETH, "type")
+    local o = 12 + 4 * s.nvl
+    if o + 2 > s.n then fail(format("%s: offset %d+2 is past the end of a %d B packet", what, o, s.n)) end
+    return rd(b, o, 2)
+  end, function(v, x)
+    local s, b = at(v, ETH, "type")
+    local o = 12 + 4 * s.nvl
+    check_int(x, 0xffff, what)
+    if o + 2 > s.n then fail(format("%s: offset %d+2 is past the end of a %d B packet", what, o, s.n)) end
+    writable(s, what)
+    wr(b, o, 2, x)
+    s.g = 0
+  end)
+end
+def(VL, "tpid", num(VL, "tpid", 0, 2, 0, 0xffff))
+def(VL, "id", num(VL, "id", 2, 2, 0, 0xfff))
+def(VL, "pcp", num(VL, "pcp", 2, 2, 13, 7))
+
+def(IP4, "src", addr(IP4, "src", 12, false))
+def(IP4, "dst", addr(IP4, "dst", 16, false))
+def(IP4, "saddr", num(IP4, "saddr", 12, 4, 0, 0xffffffff))
+def(IP4, "daddr", num(IP4, "daddr", 16, 4, 0, 0xffffffff))
+def(IP4, "ttl", num(IP4, "ttl", 8, 1, 0, 0xff))
+GET[IP4].hlim, SET[IP4].hlim = GET[IP4].ttl, SET[IP4].ttl
+def(IP4, "proto", num(IP4, "proto", 9, 1, 0, 0xff))
+GET[IP4].next, SET[IP4].next = GET[IP4].proto, SET[IP4].proto
+def(IP4, "tos", num(IP4, "tos", 1, 1, 0, 0xff))
+GET[IP4].tc, SET[IP4].tc = GET[IP4].tos, SET[IP4].tos
+def(IP4, "len", num(IP4, "len", 2, 2, 0, 0xffff))
+def(IP4, "id", num(IP4, "id", 4, 2, 0, 0xffff))
+def(IP4, "version", readonly(IP4, "version", function() return 4 end))
+
+def(IP6, "src", addr(IP6, "src", 8, true))
+def(IP6, "dst", addr(IP6, "dst", 24, true))
+def(IP6, "hlim", num(IP6, "hlim", 7, 1, 0, 0xff))
+GET[IP6].ttl, SET[IP6].ttl = GET[IP6].hlim, SET[IP6].hlim
+def(IP6, "next", num(IP6, "next", 6, 1, 0, 0xff))
+def(IP6, "proto", readonly(IP6, "proto", function(s) return s.proto end))
+def(IP6, "tc", num(IP6, "tc", 0, 4, 20, 0xff))
+GET[IP6].tos, SET[IP6].tos = GET[IP6].tc, SET[IP6].tc
+def(IP6, "flow", num(IP6, "flow", 0, 4, 0, 0xfffff))
+def(IP6, "len", num(IP6, "len", 4, 2, 0, 0xffff))
+def(IP6, "version", readonly(IP6, "version", function() return 6 end))
+
+for _, l in ipairs({ UDP, TCP }) do
+  def(l, "sport", num(l, "sport", 0, 2, 0, 0xffff))
+  def(l, "dport", num(l, "dport", 2, 2, 0, 0xffff))
+end
+def(UDP, "len", num(UDP, "len", 4, 2, 0, 0xffff))
+def(UDP, "checksum", num(UDP, "checksum", 6, 2, 0, 0xffff))
+def(TCP, "seq", num(TCP, "seq", 4, 4, 0, 0xffffffff))
+def(TCP, "ack", num(TCP, "ack", 8, 4, 0, 0xffffffff))
+def(TCP, "flags", num(TCP, "flags", 12, 2, 0, 0x1ff))
+def(TCP, "win", num(TCP, "win", 14, 2, 0, 0xffff))
+def(TCP, "checksum", num(TCP, "checksum", 16, 2, 0, 0xffff))
+def(ICMP, "type", num(ICMP, "type", 0, 1, 0, 0xff))
+def(ICMP, "code", num(ICMP, "code", 1, 1, 0, 0xff))
+def(ICMP, "checksum", num(ICMP, "checksum", 2, 2, 0, 0xffff))
+
+-- MoonGen's layer methods: pkt:udp():setSrcPort(1000) is pkt.udp.sport = 1000.
+local METH = {}
+for l = 1, 7 do
+  local m, g, s = {}, GET[l], SET[l]
+  local function both(name, key)
+    if g[key] then
+      local gf, sf = g[key], s[key]
+      m["get" .. name] = function(v) return gf(v) end
+      m["set" .. name] = function(v, x) sf(v, x) end
+    end
+  end
+  both("Src", "src")
+  both("Dst", "dst")
+  both("SrcPort", "sport")
+  both("DstPort", "dport")
+  both("TTL", "ttl")
+  both("Seq", "seq")
+  both("Flags", "flags")
+  both("Type", "type")
+  both("Id", "id")
+  METH[l] = m
+end
+-- The integer forms of addresses (fast): getSrcNum/setSrcNum on ip4 (and eth: the MAC).
+METH[IP4].getSrcNum = GET[IP4].saddr
+METH[IP4].getDstNum = GET[IP4].daddr
+METH[IP4].setSrcNum = SET[IP4].saddr
+METH[IP4].setDstNum = SET[IP4].daddr
+METH[ETH].getSrcNum = GET[ETH].smac
+METH[ETH].getDstNum = GET[ETH].dmac
+
+local LMT = {}
+for l = 1, 7 do
+  local g, s, m = GET[l], SET[l], METH[l]
+  local name = LNAME[l]
+  LMT[l] = {
+    __index = function(v, k)
+      local f = g[k]
+      if f then return f(v) end
+      local mm = m[k]
+      if mm then return mm end
+      fail(format("pkt.%s.%s: no such field (pkt.%s has %s)", name, tostring(k), name, FIELDS[l]))
+    end,
+    __newindex = function(v, k, x)
+      local f = s[k]
+      if f then return f(v, x) end
+      fail(format("pkt.%s.%s: no such field (pkt.%s has %s)", name, tostring(k), name, FIELDS[l]))
+    end,
+    __call = function(v) return v end,
+    __tostring = function(v) return format("pkts[%s].%s", tostring(v[1] + 1), name) end,
+    __metatable = false,
+  }
+end
+
+-- The views of each slot: VIEW[l][i + 1] for layer l of slot i.
+local VIEW = {}
+for l = 1, 7 do
+  local t = {}
+  for i = 0, 63 do t[i + 1] = setmetatable({ i }, LMT[l]) end
+  VIEW[l] = t
+end
+
+local LAYER = { eth = ETH, vlan = VL, ip4 = IP4, ip6 = IP6, udp = UDP, tcp = TCP, icmp = ICMP }
+
+local function raw_at(s, off, size, what)
+  if not (off >= 0 and off + size <= s.n) then
+    if type(off) ~= "number" then fail(what .. ": the offset is a number") end
+    fail(format("%s: offset %s+%d is past the end of a %d B packet", what, tostring(off), size, s.n))
+  end
+  return cast(u8p, s.a)
+end
+
+local PM = {} -- methods of a packet
+PM.len = function(p) return slot(p).n end
+PM.stream = function(p) return slot(p).st end
+for name, size in pairs({ getByte = 1, getU16 = 2, getU32 = 4 }) do
+  PM[name] = function(p, off)
+    local s = slot(p)
+    local b = raw_at(s, off, size, name)
+    return rd(b, off, size)
+  end
+end
+for name, size in pairs({ setByte = 1, setU16 = 2, setU32 = 4 }) do
+  local max = 2 ^ (8 * size) - 1
+  PM[name] = function(p, off, x)
+    local s = slot(p)
+    if type(x) ~= "number" or not (x >= 0 and x <= max) or x % 1 ~= 0 then
+      fail(format("%s(%s, %s): the value does not fit in %d byte(s)", name, tostring(off), tostring(x), size))
+    end
+    local b = raw_at(s, off, size, name)
+    writable(s, name)
+    wr(b, off, size, x)
+    s.g = 0 -- raw bytes may move headers: parse again at the next field
+  end
+end
+PM.bytes = function(p, off, len)
+  local s = slot(p)
+  if type(len) ~= "number" or len < 0 then fail("bytes: the length is a number from 0") end
+  local b = raw_at(s, off, len, "bytes")
+  return fstring(b + off, len)
+end
+PM.data = function(p)
+  local s = slot(p)
+  return fstring(cast(u8p, s.a), s.n)
+end
+PM.drop = function(p)
+  local s = slot(p)
+  if C.dr == 0 then fail("drop(): " .. TOOL .. " scripts do not drop packets") end
+  s.drop = 1
+end
+PM.dropped = function(p) return slot(p).drop ~= 0 end
+PM.payloadOffset = function(p)
+  local s = slot(p)
+  if s.g == 0 then parse(s) end
+  if s.l4ok == 0 or not (s.proto == 6 or s.proto == 17) then
+    fail("payloadOffset: the packet has no UDP or TCP header")
+  end
+  return s.pay
+end
+PM.raw = function(p) return p end
+
+local PMT = {
+  __index = function(p, k)
+    local l = LAYER[k]
+    if l then
+      local s = slot(p)
+      if base(s, l) then return VIEW[l][p[1] + 1] end
+      return nil
+    end
+    if k == "ip" then
+      local s = slot(p)
+      if s.g == 0 then parse(s) end
+      if s.ver == 4 then return VIEW[IP4][p[1] + 1] end
+      if s.ver == 6 then return VIEW[IP6][p[1] + 1] end
+      return nil
+    end
+    local m = PM[k]
+    if m then return m end
+    fail(format("pkt.%s: no such field or method", tostring(k)))
+  end,
+  __newindex = function(_, k)
+    fail(format("pkt.%s: a packet's layers and methods are not assigned", tostring(k)))
+  end,
+  __tostring = function(p) return format("pkts[%s]", tostring(p[1] + 1)) end,
+  __metatable = false,
+}
+
+-- The queues of balance's fast form: q[i] = queue of pkts[i] (-1 or out of range: dropped).
+local QMT = {
+  __index = function(_, i)
+    if type(i) == "number" and i >= 1 and i <= C.n then return C.q[i - 1] end
+    fail(format("q[%s]: not a packet of this batch of %d", tostring(i), C.n))
+  end,
+  __newindex = function(_, i, x)
+    if not (type(i) == "number" and i >= 1 and i <= C.n and i % 1 == 0) then
+      fail(format("q[%s]: not a packet of this batch of %d", tostring(i), C.n))
+    end
+    if x == false or x == nil then x = -1 end
+    if type(x) ~= "number" or x % 1 ~= 0 then fail(format("q[%d]: a queue number or false", i)) end
+    if not (x >= 0 and x < 64) then x = -1 end
+    C.q[i - 1] = x
+  end,
+  __metatable = false,
+}
+
+-- Called once per state by Rust with the address of its `struct lr_ctx`: returns pkts[1..64]
+-- and the queue array.
+return function(addr, tool)
+  if C then error("the packets of this state are already made", 0) end
+  C = cast("struct lr_ctx *", addr)
+  P = C.p
+  for i = 0, 63 do SLOT[i + 1] = P + i end
+  TOOL = tool
+  local pkts = {}
+  for i = 0, 63 do pkts[i + 1] = setmetatable({ i }, PMT) end
+  return pkts, setmetatable({}, QMT)
+end
