@@ -78,6 +78,39 @@ package.preload["jit.profile"] = function()
 end
 "#;
 
+/// What every state runs after the packet views, before any script: LuaJIT bytecode (binary
+/// chunks) is refused wherever Lua would load it, and `jit.util` is out of reach. LuaJIT does
+/// not check bytecode: a crafted chunk (`load(string.dump(f))` edited) reads and writes any
+/// memory, and `jit.util.tracek` hands out the constants of compiled traces, among them the FFI
+/// functions the views use; either would give a script what keeping `ffi` from it guards.
+const TEXT_ONLY: &str = r#"
+local load, loadfile, error, format = load, loadfile, error, string.format
+_G.load = function(chunk, name, _, env) return load(chunk, name, "t", env) end
+_G.loadstring = function(s, name) return load(s, name, "t") end
+_G.loadfile = function(file, _, env) return loadfile(file, "t", env) end
+_G.dofile = function(file)
+  local f, e = loadfile(file, "t")
+  if not f then error(e, 2) end
+  return f()
+end
+local searchpath, package = package.searchpath, package
+if package.loaders then
+  package.loaders[2] = function(name)
+    local path, e = searchpath(name, package.path)
+    if not path then return e end
+    local f, le = loadfile(path, "t")
+    if not f then
+      error(format("error loading module '%s' from file '%s':\n\t%s", name, path, le), 0)
+    end
+    return f
+  end
+end
+package.loaded["jit.util"] = nil
+package.preload["jit.util"] = function()
+  error("jit.util: it reads the compiled code's memory, which linerate keeps from scripts", 2)
+end
+"#;
+
 /// How long a stop (or the time limit) has been due before a script still running is stopped:
 /// longer than any call that returns (a batch), short enough to stop within a second.
 pub const GRACE: Duration = Duration::from_millis(300);
@@ -243,8 +276,10 @@ pub fn load(
     let lua = new_state(opts).map_err(|e| ScriptError::Lua(format!("{name}: {e}")))?;
     let le = |e: mlua::Error| ScriptError::of(&e, name, &lua);
     setup(&lua).map_err(le)?;
+    // Text only: a script file of LuaJIT bytecode is refused (see TEXT_ONLY).
     lua.load(src)
         .set_name(format!("@{name}"))
+        .set_mode(mlua::ChunkMode::Text)
         .exec()
         .map_err(le)?;
     let fname = func.split('(').next().unwrap_or(func);
@@ -288,6 +323,10 @@ pub fn new_state(opts: &ScriptOptions) -> Result<Lua, StateError> {
     lua.set_memory_limit(opts.mem)
         .map_err(|e| StateError::Limit(e.to_string()))?;
     packet::install(&lua).map_err(|e| StateError::Packets(e.to_string()))?;
+    lua.load(TEXT_ONLY)
+        .set_name("=linerate text-only")
+        .exec()
+        .map_err(|e| StateError::Packets(e.to_string()))?;
     if let Some(i) = &opts.interrupt {
         // LuaJIT calls hooks only from its interpreter: its profiler is what brings compiled
         // code back to it once the script must stop (sys::luajit). One state per process can
@@ -458,6 +497,66 @@ mod tests {
         let m = error_line(&e, "bad.lua", &lua);
         assert!(m.starts_with("bad.lua:1:"), "{m}");
         assert!(!m.contains('\n'));
+    }
+
+    #[test]
+    fn bytecode_and_jit_util_are_refused() {
+        let lua = new_state(&ScriptOptions::default()).unwrap();
+        // Every way Lua loads a chunk refuses LuaJIT bytecode; text still loads.
+        let dir = std::env::temp_dir().join(format!("lr-bytecode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = dir.join("bc.lua");
+        let dumped: mlua::String = lua
+            .load("return string.dump(function() return 42 end)")
+            .eval()
+            .unwrap();
+        std::fs::write(&bin, dumped.as_bytes()).unwrap();
+        lua.globals().set("BIN", bin.to_str().unwrap()).unwrap();
+        lua.globals().set("DIR", dir.to_str().unwrap()).unwrap();
+        let r: String = lua
+            .load(
+                r#"
+                local b = string.dump(function() return 42 end)
+                local r = {}
+                local f, e = load(b)
+                r[#r + 1] = tostring(f) .. ":" .. tostring(e)
+                f, e = load(b, "x", "b")
+                r[#r + 1] = tostring(f) .. ":" .. tostring(e)
+                f, e = loadstring(b)
+                r[#r + 1] = tostring(f) .. ":" .. tostring(e)
+                f, e = loadfile(BIN, "bt")
+                r[#r + 1] = tostring(f) .. ":" .. tostring(e)
+                r[#r + 1] = tostring(select(2, pcall(dofile, BIN)))
+                package.path = DIR .. "/?.lua"
+                r[#r + 1] = tostring(select(2, pcall(require, "bc")))
+                r[#r + 1] = tostring(select(2, pcall(require, "jit.util")))
+                r[#r + 1] = tostring(load("return 7")())
+                return table.concat(r, "|")"#,
+            )
+            .eval()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let parts: Vec<&str> = r.split('|').collect();
+        assert_eq!(parts.len(), 8, "{r}");
+        for p in &parts[..6] {
+            assert!(
+                p.contains("attempt to load chunk with wrong mode"),
+                "{p} in {r}"
+            );
+        }
+        assert!(parts[6].contains("jit.util: it reads"), "{r}");
+        assert_eq!(parts[7], "7");
+        // The script file itself: bytecode is refused.
+        let e = load(
+            "bc.lua",
+            dumped.as_bytes().as_ref(),
+            &ScriptOptions::default(),
+            "modify(pkts, n)",
+            |_| Ok(()),
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("binary"), "{e}");
     }
 
     #[test]
