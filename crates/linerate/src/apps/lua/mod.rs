@@ -41,7 +41,7 @@
 
 pub mod packet;
 
-use mlua::{HookTriggers, Lua, StdLib, VmState};
+use mlua::{Lua, StdLib};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,6 +109,22 @@ package.loaded["jit.util"] = nil
 package.preload["jit.util"] = function()
   error("jit.util: it reads the compiled code's memory, which linerate keeps from scripts", 2)
 end
+"#;
+
+/// What every state with an [`Interrupt`] runs: `pcall`, `xpcall` and `coroutine.resume` hand
+/// on an error caught once the script must stop (the stop error itself, or any other then), so
+/// a script that catches errors in a loop is still stopped. Called with the question "must the
+/// script stop now?".
+const NO_CATCH: &str = r#"
+local due = ...
+local pcall, xpcall, resume, error = pcall, xpcall, coroutine.resume, error
+local function pass(ok, ...)
+  if not ok and due() then error((...), 0) end
+  return ok, ...
+end
+_G.pcall = function(f, ...) return pass(pcall(f, ...)) end
+_G.xpcall = function(f, h, ...) return pass(xpcall(f, h, ...)) end
+coroutine.resume = function(co, ...) return pass(resume(co, ...)) end
 "#;
 
 /// How long a stop (or the time limit) has been due before a script still running is stopped:
@@ -195,6 +211,11 @@ pub struct Stopped(pub &'static str);
 pub fn is_stop_error(e: &mlua::Error) -> bool {
     match e {
         mlua::Error::ExternalError(x) => x.is::<Stopped>(),
+        // The hook raises its message as a string (sys::luajit::stop_hook_on).
+        mlua::Error::RuntimeError(m) => {
+            let first = m.lines().next().unwrap_or("");
+            first.starts_with("stopped by ") && first.ends_with(": the script did not return")
+        }
         mlua::Error::CallbackError { cause, .. } => is_stop_error(cause),
         mlua::Error::WithContext { cause, .. } => is_stop_error(cause),
         _ => false,
@@ -340,13 +361,21 @@ pub fn new_state(opts: &ScriptOptions) -> Result<Lua, StateError> {
                 .exec()
                 .map_err(|e| StateError::Jit(e.to_string()))?;
         }
+        let ask = i.clone();
+        let due = lua
+            .create_function(move |_, ()| Ok(ask.due().is_some()))
+            .map_err(|e| StateError::Jit(e.to_string()))?;
+        lua.load(NO_CATCH)
+            .set_name("=linerate stop")
+            .call::<()>(due)
+            .map_err(|e| StateError::Jit(e.to_string()))?;
+        // The hook is LuaJIT's own (sys::luajit), the state's for all its coroutines: mlua's
+        // removes itself in a coroutine, and a coroutine's endless loop was never stopped.
         let i = i.clone();
-        lua.set_hook(
-            HookTriggers::new().every_nth_instruction(CHECK_EVERY),
-            move |_, _| match i.due() {
-                Some(why) => Err(mlua::Error::external(Stopped(why))),
-                None => Ok(VmState::Continue),
-            },
+        crate::sys::luajit::stop_hook_on(
+            &lua,
+            CHECK_EVERY,
+            Box::new(move || i.due().map(|why| Stopped(why).to_string())),
         );
     }
     Ok(lua)
@@ -557,6 +586,35 @@ mod tests {
         .err()
         .unwrap();
         assert!(e.to_string().contains("binary"), "{e}");
+    }
+
+    #[test]
+    fn a_script_catching_the_stop_error_is_still_stopped() {
+        for body in [
+            "while true do pcall(function() while true do end end) end",
+            "while true do xpcall(function() while true do end end, function(e) return e end) end",
+            "while true do coroutine.resume(coroutine.create(function() while true do end end)) end",
+        ] {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let src = body.to_string();
+            std::thread::spawn(move || {
+                let i = Interrupt::new(Arc::new(AtomicBool::new(false)));
+                i.set_limit(Some(Duration::ZERO));
+                let lua = new_state(&ScriptOptions {
+                    interrupt: Some(i),
+                    ..Default::default()
+                })
+                .unwrap();
+                let r = lua.load(src.as_str()).set_name("@catch.lua").exec();
+                let _ = tx.send(r.map_err(|e| (is_stop_error(&e), error_line(&e, "catch.lua", &lua))));
+            });
+            let r = rx
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("{body}: not stopped within 20 s"));
+            let (stop, m) = r.unwrap_err();
+            assert!(stop, "{body}: {m}");
+            assert!(m.contains("stopped by the time limit"), "{body}: {m}");
+        }
     }
 
     #[test]
