@@ -554,6 +554,26 @@ mod views {
                 "pkts[1][1] = -5 ; pkts[1]:len()",
                 "t.lua:3: not a packet of this batch",
             ),
+            (
+                "pkts[1]:getU16('1')",
+                "t.lua:3: getU16: the offset is a whole number (from 0), not 1",
+            ),
+            (
+                "pkts[1]:getByte(1.5)",
+                "t.lua:3: getByte: the offset is a whole number (from 0), not 1.5",
+            ),
+            (
+                "pkts[1]:setByte(0/0, 1)",
+                "t.lua:3: setByte: the offset is a whole number (from 0), not nan",
+            ),
+            (
+                "pkts[1]:bytes(0, 1/0)",
+                "t.lua:3: bytes: the length is a whole number from 0, not inf",
+            ),
+            (
+                "pkts[1]:bytes(3, 0.5)",
+                "t.lua:3: bytes: the length is a whole number from 0, not 0.5",
+            ),
             ("return ffi or require", "t.lua:3:"),
         ];
         for (body, want) in cases {

@@ -468,8 +468,10 @@ end
 local LAYER = { eth = ETH, vlan = VL, ip4 = IP4, ip6 = IP6, udp = UDP, tcp = TCP, icmp = ICMP }
 
 local function raw_at(s, off, size, what)
+  if type(off) ~= "number" or off % 1 ~= 0 then
+    fail(what .. ": the offset is a whole number (from 0), not " .. tostring(off))
+  end
   if not (off >= 0 and off + size <= s.n) then
-    if type(off) ~= "number" then fail(what .. ": the offset is a number") end
     fail(format("%s: offset %s+%d is past the end of a %d B packet", what, tostring(off), size, s.n))
   end
   return cast(u8p, s.a)
@@ -500,7 +502,9 @@ for name, size in pairs({ setByte = 1, setU16 = 2, setU32 = 4 }) do
 end
 PM.bytes = function(p, off, len)
   local s = slot(p)
-  if type(len) ~= "number" or len < 0 then fail("bytes: the length is a number from 0") end
+  if type(len) ~= "number" or not (len >= 0) or len % 1 ~= 0 then
+    fail("bytes: the length is a whole number from 0, not " .. tostring(len))
+  end
   local b = raw_at(s, off, len, "bytes")
   return fstring(b + off, len)
 end
