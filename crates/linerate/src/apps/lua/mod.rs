@@ -83,6 +83,7 @@ end
 /// not check bytecode: a crafted chunk (`load(string.dump(f))` edited) reads and writes any
 /// memory, and `jit.util.tracek` hands out the constants of compiled traces, among them the FFI
 /// functions the views use; either would give a script what keeping `ffi` from it guards.
+/// `os.exit` is an error too: it would end the process with its outputs cut.
 const TEXT_ONLY: &str = r#"
 local load, loadfile, error, format = load, loadfile, error, string.format
 _G.load = function(chunk, name, _, env) return load(chunk, name, "t", env) end
@@ -104,6 +105,11 @@ if package.loaders then
     end
     return f
   end
+end
+os.exit = function(code)
+  error("os.exit(" .. tostring(code) .. "): a script does not end the process, whose outputs "
+    .. "would be cut (unflushed capture files, no summary); raise an error, or stop the run with "
+    .. "-c, -t or a signal", 2)
 end
 package.loaded["jit.util"] = nil
 package.preload["jit.util"] = function()
@@ -574,6 +580,15 @@ mod tests {
             );
         }
         assert!(parts[6].contains("jit.util: it reads"), "{r}");
+        let e = lua
+            .load("os.exit(3)")
+            .set_name("@x.lua")
+            .exec()
+            .unwrap_err();
+        assert!(
+            error_line(&e, "x.lua", &lua).starts_with("x.lua:1: os.exit(3): a script does not end"),
+            "{e}"
+        );
         assert_eq!(parts[7], "7");
         // The script file itself: bytecode is refused.
         let e = load(
