@@ -163,7 +163,9 @@ end
 local function wr(b, o, size, x)
   if size == 1 then b[o] = x return end
   if size == 2 then b[o], b[o + 1] = rshift(x, 8), x return end
-  b[o], b[o + 1], b[o + 2], b[o + 3] = rshift(x, 24), rshift(x, 16), rshift(x, 8), x
+  -- band: a number of 2^31 or more stored as is into a byte converts through int32 and is lost
+  -- (0xfeedf00d ended in 00); bit operations take it modulo 2^32.
+  b[o], b[o + 1], b[o + 2], b[o + 3] = rshift(x, 24), rshift(x, 16), rshift(x, 8), band(x, 255)
 end
 
 local function writable(s, what)
