@@ -112,3 +112,58 @@ pub(crate) fn watch(lua: &Lua, interval_ms: u32, due: Due) -> bool {
     lua.set_app_data(Release);
     true
 }
+
+/// What a state's stop hook asks: why the script must stop now, if it must.
+pub(crate) type StopWhy = Box<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// Where a state's [`StopWhy`] is found (a light userdata in its registry).
+const STOP_KEY: &std::ffi::CStr = c"linerate.stop";
+
+/// Owns the [`StopWhy`] of a state (kept in its app data, dropped after `lua_close`).
+struct StopBox(#[allow(dead_code)] Box<StopWhy>);
+
+unsafe extern "C-unwind" fn stop_hook(l: *mut mlua::lua_State, _ar: *mut mlua::ffi::lua_Debug) {
+    // SAFETY: `l` is a thread of the state the hook was set on, handed by LuaJIT to its hook;
+    // the registry value is the light userdata `stop_hook_on` stored, a `StopWhy` that lives
+    // in the state's app data until after lua_close; the stack is left as it was (one push,
+    // one pop) unless the error is raised, which LuaJIT allows from a count hook. No Rust value
+    // needing a drop is alive when lua_error unwinds (the message is copied into Lua first).
+    unsafe {
+        mlua::ffi::lua_getfield(l, mlua::ffi::LUA_REGISTRYINDEX, STOP_KEY.as_ptr());
+        let p = mlua::ffi::lua_touserdata(l, -1) as *const StopWhy;
+        mlua::ffi::lua_settop(l, -2);
+        if p.is_null() {
+            return;
+        }
+        let why = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (*p)())).unwrap_or(None);
+        if let Some(m) = why {
+            mlua::ffi::lua_pushlstring(l, m.as_ptr().cast(), m.len());
+            drop(m);
+            mlua::ffi::lua_error(l);
+        }
+    }
+}
+
+/// Sets the hook that stops the scripts of `lua` every `count` instructions of any of its
+/// threads (coroutines included: LuaJIT's hook is the state's, not a thread's) once `why` says
+/// so, raising its message as the script's error (a string: [`is_stop_message`] tells it).
+pub(crate) fn stop_hook_on(lua: &Lua, count: u32, why: StopWhy) {
+    let b = Box::new(why);
+    let p: *const StopWhy = &*b;
+    lua.set_app_data(StopBox(b));
+    // SAFETY: exec_raw hands the state's main thread, valid for the call; the light userdata
+    // points at the boxed StopWhy, whose box the state's app data owns (the pointer stays
+    // valid until the state is dropped, after lua_close, when no hook runs any more).
+    let _ = unsafe {
+        lua.exec_raw::<()>((), |l| {
+            mlua::ffi::lua_pushlightuserdata(l, p.cast_mut().cast());
+            mlua::ffi::lua_setfield(l, mlua::ffi::LUA_REGISTRYINDEX, STOP_KEY.as_ptr());
+            mlua::ffi::lua_sethook(
+                l,
+                Some(stop_hook),
+                mlua::ffi::LUA_MASKCOUNT,
+                count.min(i32::MAX as u32) as i32,
+            );
+        })
+    };
+}

@@ -41,7 +41,7 @@
 
 pub mod packet;
 
-use mlua::{HookTriggers, Lua, StdLib, VmState};
+use mlua::{Lua, StdLib};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,6 +76,61 @@ package.loaded["jit.profile"] = nil
 package.preload["jit.profile"] = function()
   error("jit.profile: linerate keeps LuaJIT's profiler to stop scripts (a signal, -t)", 2)
 end
+"#;
+
+/// What every state runs after the packet views, before any script: LuaJIT bytecode (binary
+/// chunks) is refused wherever Lua would load it, and `jit.util` is out of reach. LuaJIT does
+/// not check bytecode: a crafted chunk (`load(string.dump(f))` edited) reads and writes any
+/// memory, and `jit.util.tracek` hands out the constants of compiled traces, among them the FFI
+/// functions the views use; either would give a script what keeping `ffi` from it guards.
+/// `os.exit` is an error too: it would end the process with its outputs cut.
+const TEXT_ONLY: &str = r#"
+local load, loadfile, error, format = load, loadfile, error, string.format
+_G.load = function(chunk, name, _, env) return load(chunk, name, "t", env) end
+_G.loadstring = function(s, name) return load(s, name, "t") end
+_G.loadfile = function(file, _, env) return loadfile(file, "t", env) end
+_G.dofile = function(file)
+  local f, e = loadfile(file, "t")
+  if not f then error(e, 2) end
+  return f()
+end
+local searchpath, package = package.searchpath, package
+if package.loaders then
+  package.loaders[2] = function(name)
+    local path, e = searchpath(name, package.path)
+    if not path then return e end
+    local f, le = loadfile(path, "t")
+    if not f then
+      error(format("error loading module '%s' from file '%s':\n\t%s", name, path, le), 0)
+    end
+    return f
+  end
+end
+os.exit = function(code)
+  error("os.exit(" .. tostring(code) .. "): a script does not end the process, whose outputs "
+    .. "would be cut (unflushed capture files, no summary); raise an error, or stop the run with "
+    .. "-c, -t or a signal", 2)
+end
+package.loaded["jit.util"] = nil
+package.preload["jit.util"] = function()
+  error("jit.util: it reads the compiled code's memory, which linerate keeps from scripts", 2)
+end
+"#;
+
+/// What every state with an [`Interrupt`] runs: `pcall`, `xpcall` and `coroutine.resume` hand
+/// on an error caught once the script must stop (the stop error itself, or any other then), so
+/// a script that catches errors in a loop is still stopped. Called with the question "must the
+/// script stop now?".
+const NO_CATCH: &str = r#"
+local due = ...
+local pcall, xpcall, resume, error = pcall, xpcall, coroutine.resume, error
+local function pass(ok, ...)
+  if not ok and due() then error((...), 0) end
+  return ok, ...
+end
+_G.pcall = function(f, ...) return pass(pcall(f, ...)) end
+_G.xpcall = function(f, h, ...) return pass(xpcall(f, h, ...)) end
+coroutine.resume = function(co, ...) return pass(resume(co, ...)) end
 "#;
 
 /// How long a stop (or the time limit) has been due before a script still running is stopped:
@@ -162,6 +217,11 @@ pub struct Stopped(pub &'static str);
 pub fn is_stop_error(e: &mlua::Error) -> bool {
     match e {
         mlua::Error::ExternalError(x) => x.is::<Stopped>(),
+        // The hook raises its message as a string (sys::luajit::stop_hook_on).
+        mlua::Error::RuntimeError(m) => {
+            let first = m.lines().next().unwrap_or("");
+            first.starts_with("stopped by ") && first.ends_with(": the script did not return")
+        }
         mlua::Error::CallbackError { cause, .. } => is_stop_error(cause),
         mlua::Error::WithContext { cause, .. } => is_stop_error(cause),
         _ => false,
@@ -243,8 +303,10 @@ pub fn load(
     let lua = new_state(opts).map_err(|e| ScriptError::Lua(format!("{name}: {e}")))?;
     let le = |e: mlua::Error| ScriptError::of(&e, name, &lua);
     setup(&lua).map_err(le)?;
+    // Text only: a script file of LuaJIT bytecode is refused (see TEXT_ONLY).
     lua.load(src)
         .set_name(format!("@{name}"))
+        .set_mode(mlua::ChunkMode::Text)
         .exec()
         .map_err(le)?;
     let fname = func.split('(').next().unwrap_or(func);
@@ -288,6 +350,10 @@ pub fn new_state(opts: &ScriptOptions) -> Result<Lua, StateError> {
     lua.set_memory_limit(opts.mem)
         .map_err(|e| StateError::Limit(e.to_string()))?;
     packet::install(&lua).map_err(|e| StateError::Packets(e.to_string()))?;
+    lua.load(TEXT_ONLY)
+        .set_name("=linerate text-only")
+        .exec()
+        .map_err(|e| StateError::Packets(e.to_string()))?;
     if let Some(i) = &opts.interrupt {
         // LuaJIT calls hooks only from its interpreter: its profiler is what brings compiled
         // code back to it once the script must stop (sys::luajit). One state per process can
@@ -301,13 +367,21 @@ pub fn new_state(opts: &ScriptOptions) -> Result<Lua, StateError> {
                 .exec()
                 .map_err(|e| StateError::Jit(e.to_string()))?;
         }
+        let ask = i.clone();
+        let due = lua
+            .create_function(move |_, ()| Ok(ask.due().is_some()))
+            .map_err(|e| StateError::Jit(e.to_string()))?;
+        lua.load(NO_CATCH)
+            .set_name("=linerate stop")
+            .call::<()>(due)
+            .map_err(|e| StateError::Jit(e.to_string()))?;
+        // The hook is LuaJIT's own (sys::luajit), the state's for all its coroutines: mlua's
+        // removes itself in a coroutine, and a coroutine's endless loop was never stopped.
         let i = i.clone();
-        lua.set_hook(
-            HookTriggers::new().every_nth_instruction(CHECK_EVERY),
-            move |_, _| match i.due() {
-                Some(why) => Err(mlua::Error::external(Stopped(why))),
-                None => Ok(VmState::Continue),
-            },
+        crate::sys::luajit::stop_hook_on(
+            &lua,
+            CHECK_EVERY,
+            Box::new(move || i.due().map(|why| Stopped(why).to_string())),
         );
     }
     Ok(lua)
@@ -458,6 +532,104 @@ mod tests {
         let m = error_line(&e, "bad.lua", &lua);
         assert!(m.starts_with("bad.lua:1:"), "{m}");
         assert!(!m.contains('\n'));
+    }
+
+    #[test]
+    fn bytecode_and_jit_util_are_refused() {
+        let lua = new_state(&ScriptOptions::default()).unwrap();
+        // Every way Lua loads a chunk refuses LuaJIT bytecode; text still loads.
+        let dir = std::env::temp_dir().join(format!("lr-bytecode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = dir.join("bc.lua");
+        let dumped: mlua::String = lua
+            .load("return string.dump(function() return 42 end)")
+            .eval()
+            .unwrap();
+        std::fs::write(&bin, dumped.as_bytes()).unwrap();
+        lua.globals().set("BIN", bin.to_str().unwrap()).unwrap();
+        lua.globals().set("DIR", dir.to_str().unwrap()).unwrap();
+        let r: String = lua
+            .load(
+                r#"
+                local b = string.dump(function() return 42 end)
+                local r = {}
+                local f, e = load(b)
+                r[#r + 1] = tostring(f) .. ":" .. tostring(e)
+                f, e = load(b, "x", "b")
+                r[#r + 1] = tostring(f) .. ":" .. tostring(e)
+                f, e = loadstring(b)
+                r[#r + 1] = tostring(f) .. ":" .. tostring(e)
+                f, e = loadfile(BIN, "bt")
+                r[#r + 1] = tostring(f) .. ":" .. tostring(e)
+                r[#r + 1] = tostring(select(2, pcall(dofile, BIN)))
+                package.path = DIR .. "/?.lua"
+                r[#r + 1] = tostring(select(2, pcall(require, "bc")))
+                r[#r + 1] = tostring(select(2, pcall(require, "jit.util")))
+                r[#r + 1] = tostring(load("return 7")())
+                return table.concat(r, "|")"#,
+            )
+            .eval()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let parts: Vec<&str> = r.split('|').collect();
+        assert_eq!(parts.len(), 8, "{r}");
+        for p in &parts[..6] {
+            assert!(
+                p.contains("attempt to load chunk with wrong mode"),
+                "{p} in {r}"
+            );
+        }
+        assert!(parts[6].contains("jit.util: it reads"), "{r}");
+        let e = lua
+            .load("os.exit(3)")
+            .set_name("@x.lua")
+            .exec()
+            .unwrap_err();
+        assert!(
+            error_line(&e, "x.lua", &lua).starts_with("x.lua:1: os.exit(3): a script does not end"),
+            "{e}"
+        );
+        assert_eq!(parts[7], "7");
+        // The script file itself: bytecode is refused.
+        let e = load(
+            "bc.lua",
+            dumped.as_bytes().as_ref(),
+            &ScriptOptions::default(),
+            "modify(pkts, n)",
+            |_| Ok(()),
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("binary"), "{e}");
+    }
+
+    #[test]
+    fn a_script_catching_the_stop_error_is_still_stopped() {
+        for body in [
+            "while true do pcall(function() while true do end end) end",
+            "while true do xpcall(function() while true do end end, function(e) return e end) end",
+            "while true do coroutine.resume(coroutine.create(function() while true do end end)) end",
+        ] {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let src = body.to_string();
+            std::thread::spawn(move || {
+                let i = Interrupt::new(Arc::new(AtomicBool::new(false)));
+                i.set_limit(Some(Duration::ZERO));
+                let lua = new_state(&ScriptOptions {
+                    interrupt: Some(i),
+                    ..Default::default()
+                })
+                .unwrap();
+                let r = lua.load(src.as_str()).set_name("@catch.lua").exec();
+                let _ = tx.send(r.map_err(|e| (is_stop_error(&e), error_line(&e, "catch.lua", &lua))));
+            });
+            let r = rx
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("{body}: not stopped within 20 s"));
+            let (stop, m) = r.unwrap_err();
+            assert!(stop, "{body}: {m}");
+            assert!(m.contains("stopped by the time limit"), "{body}: {m}");
+        }
     }
 
     #[test]

@@ -482,6 +482,22 @@ mod tests {
     }
 
     #[test]
+    fn values_of_2_31_and_more_are_written_whole() {
+        let src = r#"
+            function f(pkts, n)
+              pkts[1]:setU32(42, 0xfeedf00d)
+              pkts[1].ip4.saddr = 0xc0000281
+              pkts[1].eth.smac = 0x02000000ffee
+            end"#;
+        let (r, b, _) = run(src, GEN, &[frame(None, false, 1000, 53)]);
+        r.unwrap();
+        let d = b.data(0);
+        assert_eq!(&d[42..46], &[0xfe, 0xed, 0xf0, 0x0d]);
+        assert_eq!(&d[26..30], &[192, 0, 2, 0x81]);
+        assert_eq!(&d[6..12], &[2, 0, 0, 0, 0xff, 0xee]);
+    }
+
+    #[test]
     fn drops_are_per_packet_and_forgotten_at_the_next_batch() {
         let src = "function f(pkts, n)\n  for i = 1, n do if pkts[i].udp.dport == 53 then pkts[i]:drop() end end\nend";
         let (r, _, dropped) = run(
@@ -553,6 +569,26 @@ mod views {
             (
                 "pkts[1][1] = -5 ; pkts[1]:len()",
                 "t.lua:3: not a packet of this batch",
+            ),
+            (
+                "pkts[1]:getU16('1')",
+                "t.lua:3: getU16: the offset is a whole number (from 0), not 1",
+            ),
+            (
+                "pkts[1]:getByte(1.5)",
+                "t.lua:3: getByte: the offset is a whole number (from 0), not 1.5",
+            ),
+            (
+                "pkts[1]:setByte(0/0, 1)",
+                "t.lua:3: setByte: the offset is a whole number (from 0), not nan",
+            ),
+            (
+                "pkts[1]:bytes(0, 1/0)",
+                "t.lua:3: bytes: the length is a whole number from 0, not inf",
+            ),
+            (
+                "pkts[1]:bytes(3, 0.5)",
+                "t.lua:3: bytes: the length is a whole number from 0, not 0.5",
             ),
             ("return ffi or require", "t.lua:3:"),
         ];

@@ -163,7 +163,9 @@ end
 local function wr(b, o, size, x)
   if size == 1 then b[o] = x return end
   if size == 2 then b[o], b[o + 1] = rshift(x, 8), x return end
-  b[o], b[o + 1], b[o + 2], b[o + 3] = rshift(x, 24), rshift(x, 16), rshift(x, 8), x
+  -- band: a number of 2^31 or more stored as is into a byte converts through int32 and is lost
+  -- (0xfeedf00d ended in 00); bit operations take it modulo 2^32.
+  b[o], b[o + 1], b[o + 2], b[o + 3] = rshift(x, 24), rshift(x, 16), rshift(x, 8), band(x, 255)
 end
 
 local function writable(s, what)
@@ -468,8 +470,10 @@ end
 local LAYER = { eth = ETH, vlan = VL, ip4 = IP4, ip6 = IP6, udp = UDP, tcp = TCP, icmp = ICMP }
 
 local function raw_at(s, off, size, what)
+  if type(off) ~= "number" or off % 1 ~= 0 then
+    fail(what .. ": the offset is a whole number (from 0), not " .. tostring(off))
+  end
   if not (off >= 0 and off + size <= s.n) then
-    if type(off) ~= "number" then fail(what .. ": the offset is a number") end
     fail(format("%s: offset %s+%d is past the end of a %d B packet", what, tostring(off), size, s.n))
   end
   return cast(u8p, s.a)
@@ -500,7 +504,9 @@ for name, size in pairs({ setByte = 1, setU16 = 2, setU32 = 4 }) do
 end
 PM.bytes = function(p, off, len)
   local s = slot(p)
-  if type(len) ~= "number" or len < 0 then fail("bytes: the length is a number from 0") end
+  if type(len) ~= "number" or not (len >= 0) or len % 1 ~= 0 then
+    fail("bytes: the length is a whole number from 0, not " .. tostring(len))
+  end
   local b = raw_at(s, off, len, "bytes")
   return fstring(b + off, len)
 end
