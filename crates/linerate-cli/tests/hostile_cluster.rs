@@ -798,3 +798,68 @@ fn slow_consumer_threads_report_their_own_time_and_print_while_draining() {
         .unwrap();
     assert!(pps <= 1100.0, "{last}");
 }
+
+/// `count -w FIFO` whose reader opens late: count attached to its queue before it blocked in
+/// the FIFO's open, and what the queue lost meanwhile (here all of it, taken back `unread`
+/// when the master ended) is in count's summary, as tcpdump's counters start at
+/// pcap_activate and not when its -w file opens. Before, the starting reading was taken after
+/// the open and the summary said "0 pkts, 0 dropped".
+#[test]
+fn drops_while_a_fifo_output_waits_for_its_reader_are_counted() {
+    let mut g = Guard::default();
+    let id = cluster_id(11);
+    g.paths.push(seg(id));
+    let dir = private_dir(&mut g, "fifo");
+    let fifo = dir.join("out.pcap");
+    let st = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(st.success(), "mkfifo {}", fifo.display());
+    g.kids.push(spawn(&[
+        "balance",
+        "-i",
+        "source:3000",
+        "-c",
+        &id.to_string(),
+        "-n",
+        "1",
+        "--wait-consumers",
+        "--json",
+    ]));
+    wait_for("the segment", Duration::from_secs(10), || seg(id).exists());
+    let c = spawn(&[
+        "count",
+        "-q",
+        "--json",
+        "-i",
+        &format!("cluster:{id}@0"),
+        "-w",
+        fifo.to_str().unwrap(),
+    ]);
+    // The master sends to the attached queue, nobody reads it, and the master ends, taking
+    // back what is left; only then does the FIFO get its reader.
+    let m = finish(g.kids.pop().unwrap(), Duration::from_secs(30));
+    assert!(m.status.success(), "{}", text(&m));
+    let ms = summary(&m);
+    let q = &ms["queues"][0];
+    let unread = q["drops"]["unread"].as_u64().unwrap();
+    assert!(
+        unread > 0,
+        "the queue lost nothing while count waited: {ms}"
+    );
+    g.kids.push(
+        Command::new("cat")
+            .arg(&fifo)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start cat"),
+    );
+    let c = finish(c, Duration::from_secs(20));
+    assert!(c.status.success(), "{}", text(&c));
+    let s = summary(&c);
+    assert_eq!(s["drops_by_reason"]["unread"], unread, "{s}\n{ms}");
+    assert_eq!(s["pkts"], q["delivered"], "{s}\n{ms}");
+    assert_eq!(
+        s["pkts"].as_u64().unwrap() + s["drops"].as_u64().unwrap(),
+        3000,
+        "every packet delivered or counted dropped: {s}\n{ms}"
+    );
+}
