@@ -39,8 +39,14 @@ pub fn open_port(
     linerate::open(uri, &opts, dir).map_err(|e| crate::common::port_error(flag, uri, e))
 }
 
-/// Input port, output port, and whether they share one UMEM.
-pub type PortPair = (Box<dyn Port>, Box<dyn Port>, bool);
+/// Input port, output port, whether they share one UMEM, and the input's counters per
+/// interface read when it opened, before the output ([`linerate::Pair::input_start`]).
+pub type PortPair = (
+    Box<dyn Port>,
+    Box<dyn Port>,
+    bool,
+    Vec<linerate::port::PortStats>,
+);
 
 /// Opens the input and output ports with [`linerate::open_pair`]: two `xdp:` ports share one
 /// UMEM when the kernel allows (then a received frame is sent without a copy); the returned
@@ -56,7 +62,7 @@ pub fn open_pair(
         ..opts.clone()
     };
     let p = linerate::open_pair(input, output, &opts).map_err(pair_error)?;
-    Ok((p.input, p.output, p.shared_umem))
+    Ok((p.input, p.output, p.shared_umem, p.input_start))
 }
 
 /// A forwarding pair's port that did not open, named by its flag (-i, -o).

@@ -4,7 +4,8 @@
 
 use crate::port::xdp::XdpPort;
 use crate::port::{
-    afpacket, mem, pcap, xdp, Aggregate, Direction, LinkType, Port, PortError, PortOptions, Uri,
+    afpacket, mem, pcap, xdp, Aggregate, Direction, LinkType, Port, PortError, PortOptions,
+    PortStats, Uri,
 };
 use std::fmt;
 
@@ -185,6 +186,12 @@ pub struct Pair {
     pub output: Box<dyn Port>,
     /// Both are `xdp:` ports on one UMEM: a received frame is sent without a copy.
     pub shared_umem: bool,
+    /// The input's counters per interface ([`Port::interface_stats`]) read as soon as it
+    /// opened, before the output:
+    /// an output may wait in its open (a FIFO until its reader comes) while the input drops
+    /// what it cannot hold, and a run counts those drops from here (as tcpdump's counters
+    /// start at pcap_activate, before it opens its -w file).
+    pub input_start: Vec<PortStats>,
 }
 
 /// A forwarder's two ports as their paths apart (a thread per input queue), as
@@ -207,16 +214,22 @@ pub struct PairParts {
 pub fn open_pair(input: &str, output: &str, opts: &PortOptions) -> Result<Pair, PairError> {
     if let Some((p0, p1, shared_umem)) = open_xdp_pair(input, Some(output), opts, opts.rx_wait_ms)?
     {
+        let mut input = xdp::join(input, p0, opts.rx_wait_ms);
+        let input_start = input.interface_stats();
         return Ok(Pair {
-            input: xdp::join(input, p0, opts.rx_wait_ms),
+            input,
             output: xdp::join(output, p1, opts.rx_wait_ms),
             shared_umem,
+            input_start,
         });
     }
+    let mut input = open(input, opts, Direction::Rx).map_err(pair_error(Side::Input, input))?;
+    let input_start = input.interface_stats();
     Ok(Pair {
-        input: open(input, opts, Direction::Rx).map_err(pair_error(Side::Input, input))?,
+        input,
         output: open(output, opts, Direction::Tx).map_err(pair_error(Side::Output, output))?,
         shared_umem: false,
+        input_start,
     })
 }
 

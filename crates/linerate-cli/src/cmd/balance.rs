@@ -318,7 +318,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         a.json,
         Some(stop.clone()),
     )?;
-    let input: Option<Box<dyn Port>> = match a.input.strip_prefix("source") {
+    let mut input: Option<Box<dyn Port>> = match a.input.strip_prefix("source") {
         Some(rest) if rest.is_empty() || rest.starts_with(':') => {
             let count = match rest.strip_prefix(':') {
                 Some(c) => Some(
@@ -344,6 +344,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             )?,
         )?),
     };
+    // The input's counters when it opened, before -o and -r (a FIFO waits in its open for its
+    // reader while the input drops what it cannot hold): the egress files' interface
+    // statistics count from here, as the summary's input drops do.
+    let if_open = input.as_mut().map(|p| p.interface_stats());
     let link = input
         .as_ref()
         .map_or(linerate::port::LinkType::ETHERNET, |p| p.link_type());
@@ -541,7 +545,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             None
         },
     };
-    let if_start = input.interface_stats();
+    let if_start = if_open.unwrap_or_else(|| input.interface_stats());
     let wall_start = linerate::time::wall_ns();
     linerate::port::file::start_writing();
     let mut report = balance::run_with(

@@ -313,6 +313,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             Some(p) => (p, false),
             None => (Box::new(crate::common::Nothing(a.input.clone())), true),
         };
+    // The run's counters start now that the input is open (as tcpdump's start at
+    // pcap_activate): -w may wait below (a FIFO blocks until its reader opens it) while the
+    // input drops what it cannot hold, and those drops are this run's.
+    let opened = input.interface_stats();
     let inputs = inputs_of([a.input.as_str()]);
     // Created now, before outputs start and -Z drops privileges (tcpdump opens -w so).
     let mut hist_files = match &a.hist_out {
@@ -413,6 +417,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         duration: a.duration.map(|d| d.saturating_sub(t_open.elapsed())),
         filter: user_filter,
         interval: a.interval,
+        start: Some(opened),
     };
     let w = writer.as_mut().map(|w| w as &mut dyn Port);
     let mut tracker = a.latency.then(|| (Tracker::new(), TscClock::new()));
@@ -785,6 +790,7 @@ fn run_threads(
         duration: a.duration,
         filter: None,
         interval: a.interval,
+        start: None,
     };
     let mut live = page(&a, false, stop)?;
     let report = count::run_threads(shares, &copts, user_filter, stop, |t, per| {
@@ -929,6 +935,7 @@ mod tests {
             duration: None,
             filter: None,
             interval: std::time::Duration::from_millis(10),
+            start: None,
         };
         let stop = AtomicBool::new(false);
         let report = count::run_threads(shares, &copts, Some(("tcp", link)), &stop, |_, _| {});

@@ -13,7 +13,7 @@ use linerate::port::pcap::WriteFormat;
 use linerate::port::xdp::kfwd::{KernelFwd, KernelFwdConfig};
 use linerate::port::xdp::{self, AttachMode, XdpConfig, XdpMode};
 use linerate::port::xdp::{redirect_target, RedirectTarget};
-use linerate::port::{DropReason, InterfaceStats, Port, PortError, PortOptions, Uri};
+use linerate::port::{DropReason, InterfaceStats, Port, PortError, PortOptions, PortStats, Uri};
 use linerate::stats::prom::{Dir, PortCount};
 use std::io::Write;
 use std::process::ExitCode;
@@ -431,11 +431,15 @@ pub fn run_with(
             let _ = writeln!(out, "Threads: {w}");
         }
     }
-    let (mut p0, mut p1, shared) = if bounce {
-        (shared::open_port("-i", &a.input, &opts, &xdp)?, None, false)
+    // The input's counters when it opened: the run counts from there, even when the output's
+    // open waited (a FIFO for its reader) while the input dropped what it could not hold.
+    let (mut p0, mut p1, shared, if_start) = if bounce {
+        let mut p0 = shared::open_port("-i", &a.input, &opts, &xdp)?;
+        let if_start = p0.interface_stats();
+        (p0, None, false, if_start)
     } else {
-        let (p0, p1, shared) = shared::open_pair(&a.input, &a.output, &opts, &xdp)?;
-        (p0, Some(p1), shared)
+        let (p0, p1, shared, if_start) = shared::open_pair(&a.input, &a.output, &opts, &xdp)?;
+        (p0, Some(p1), shared, if_start)
     };
     // A pcapng output describes where its packets come from: the input's interfaces.
     if let Some(p) = p1.as_mut() {
@@ -517,9 +521,9 @@ pub fn run_with(
         interval: ticker.interval(),
         duration: a.duration,
         count: a.count,
+        input_start: Some(PortStats::sum(&if_start)),
         ..Default::default()
     };
-    let if_start = p0.interface_stats();
     let wall_start = linerate::time::wall_ns();
     let ports = match p1.as_mut() {
         Some(p1) => Ports::Two(p0.as_mut(), p1.as_mut()),

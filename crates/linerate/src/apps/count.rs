@@ -27,6 +27,12 @@ pub struct CountOptions {
     pub filter: Option<Filter>,
     /// Interval between statistics snapshots.
     pub interval: Duration,
+    /// The input's per-interface counters ([`Port::interface_stats`]) read when it opened: the
+    /// run's starting point. An output opened after the input may wait (a FIFO `-w` blocks
+    /// until its reader opens it) while the input drops what it cannot hold; those drops are
+    /// the run's, as tcpdump's counters start at `pcap_activate`, before it opens `-w`. None:
+    /// read when the loop starts. [`run_threads`] reads each thread's own.
+    pub start: Option<Vec<PortStats>>,
 }
 
 /// Statistics handed to the printer: since the start, at the previous tick and now.
@@ -104,7 +110,10 @@ pub fn run_observed(
     };
     // The first and last snapshots come from the per-interface readings, so that what each
     // interface did adds up to the summary exactly (kernel counters move between two reads).
-    let if_start = port.interface_stats();
+    let if_start = match &opts.start {
+        Some(s) => s.clone(),
+        None => port.interface_stats(),
+    };
     let start = snap_of(
         PortStats::sum(&if_start).rx_drops,
         t0,

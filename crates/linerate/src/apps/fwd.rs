@@ -94,6 +94,10 @@ pub struct FwdOptions {
     pub duration: Option<Duration>,
     /// Stop after this many packets were sent (all outputs).
     pub count: Option<u64>,
+    /// The first port's counters read when it opened ([`crate::Pair::input_start`]): the
+    /// run's starting point for that port, so that what it dropped while the output's open
+    /// waited (a FIFO for its reader) is the run's. None: read when the loop starts.
+    pub input_start: Option<PortStats>,
 }
 
 impl Default for FwdOptions {
@@ -106,6 +110,7 @@ impl Default for FwdOptions {
             drain: Duration::from_micros(100),
             duration: None,
             count: None,
+            input_start: None,
         }
     }
 }
@@ -347,12 +352,16 @@ pub fn run_with(
         ..Default::default()
     };
     // Port drops as the ports count them, at the start (subtracted so a report starts at 0).
-    let lost = |p: &mut dyn Port| {
-        let s = p.stats();
-        crate::stats::lost(&s.rx_drops) + crate::stats::lost(&s.tx_drops)
-    };
-    let base: Vec<u64> = list.iter_mut().map(|p| lost(&mut **p)).collect();
-    let base_stats: Vec<PortStats> = list.iter_mut().map(|p| p.stats()).collect();
+    let lost = |s: &PortStats| crate::stats::lost(&s.rx_drops) + crate::stats::lost(&s.tx_drops);
+    let base_stats: Vec<PortStats> = list
+        .iter_mut()
+        .enumerate()
+        .map(|(i, p)| match opts.input_start {
+            Some(s) if i == 0 => s,
+            _ => p.stats(),
+        })
+        .collect();
+    let base: Vec<u64> = base_stats.iter().map(lost).collect();
     let mut own_drops = [0u64; 2];
     // What each output's tx took, sent or dropped by the port itself (counted in its tx_drops):
     // `sent` is this less those drops, worked out at each snapshot.
