@@ -929,10 +929,12 @@ pub unsafe extern "C" fn pcap_loop(p: Pcap, cnt: c_int, cb: Handler, user: *mut 
 }
 
 /// `pcap_dispatch`: waits (unless nonblocking) up to the timeout for a packet, then hands over
-/// what is there, at most `cnt` (≤ 0: a batch). At the end of the source it returns 0 once,
-/// then -2 (PCAP_ERROR_BREAK, as after `pcap_breakloop`) with the reason in `pcap_geterr`: a
-/// live capture never ends in libpcap, and a program polling the selectable descriptor would
-/// otherwise call it for ever.
+/// what is there, at most `cnt` (≤ 0: a batch). At the end of the source it returns -2 once
+/// (PCAP_ERROR_BREAK, as after `pcap_breakloop`), then -1 on every later call, both with the
+/// reason in `pcap_geterr`. A live capture never ends in libpcap, so no return means "end":
+/// the -2 stops a program that leaves its loop on any negative return (dumpcap, argus) as
+/// `pcap_breakloop` does, quietly; the -1 stops one that leaves only on an error (softflowd),
+/// which would otherwise call it for ever. 0 is not given: it means "timeout, nothing yet".
 ///
 /// # Safety
 /// libpcap's contract.
@@ -971,14 +973,17 @@ pub unsafe extern "C" fn pcap_dispatch(p: Pcap, cnt: c_int, cb: Handler, user: *
                 let Some(e) = ours(p) else {
                     return code::ERROR;
                 };
-                e.h.end_seen += 1;
-                if e.h.end_seen == 1 {
-                    return 0;
-                }
-                // As if pcap_breakloop was called: dumpcap stops quietly (a -1 would be
-                // "Error while capturing packets ... please report this bug").
+                e.h.end_seen = e.h.end_seen.saturating_add(1);
                 let note = e.h.end_note();
-                return e.fail(note, code::BREAK);
+                // First as if pcap_breakloop was called: dumpcap stops quietly (a -1 would be
+                // "Error while capturing packets ... please report this bug"). A program
+                // still calling after that leaves only on an error: -1.
+                let rc = if e.h.end_seen == 1 {
+                    code::BREAK
+                } else {
+                    code::ERROR
+                };
+                return e.fail(note, rc);
             }
             Next::Error => return code::ERROR,
         }
