@@ -945,6 +945,113 @@ fn softflowd_on_a_queue_exports_the_flows_of_the_file() {
     );
 }
 
+/// tshark on two queues of one cluster (`-i cluster:ID@0 -i cluster:ID@1`: dumpcap reads them
+/// in one process, a thread each, into one pcapng file) captures every packet of both, and
+/// counts no drop. The source is paced (2 kpps): dumpcap's writer keeps up with each thread.
+#[test]
+fn tshark_on_two_queues_captures_every_packet_of_both() {
+    if !have("tshark", "tshark") || !have("editcap", "wireshark-common (with tshark)") {
+        return;
+    }
+    let dir = Scratch::new("tshark2");
+    let id = cluster_id(14);
+    let mut p = Procs(vec![]);
+    let m = p.add(master(id, "source:4000", "2", &["--source-rate", "2kpps"]));
+    let out = dir.path("both.pcapng");
+    let ts = p.add(preloaded(
+        &dir,
+        "tshark",
+        "tshark",
+        &[
+            "-i",
+            &format!("cluster:{id}@0"),
+            "-i",
+            &format!("cluster:{id}@1"),
+            "-w",
+            out.to_str().unwrap(),
+        ],
+    ));
+    let ms = summary(&p.finish(m, Duration::from_secs(60)));
+    let t = p.finish(ts, Duration::from_secs(30));
+    let (_, err) = text(&dir, "tshark");
+    assert!(t.status.success(), "tshark: {}\n{err}", t.status);
+    assert!(!err.contains("dropped"), "{err}\n{ms}");
+    assert!(err.contains("4000 packets captured"), "{err}\n{ms}");
+    assert_eq!((delivered(&ms, 0), delivered(&ms, 1)), (2000, 2000), "{ms}");
+    assert_eq!(queue_drops(&ms, 0) + queue_drops(&ms, 1), 0, "{ms}");
+    // Both interfaces are Ethernet: editcap writes the packets as one classic pcap file.
+    let flat = dir.path("both.pcap");
+    let o = Command::new("editcap")
+        .args(["-F", "pcap"])
+        .arg(&out)
+        .arg(&flat)
+        .output()
+        .unwrap();
+    ok(&o, "editcap");
+    assert_eq!(read_pcap(&flat).1.len(), 4000, "tshark's file: {err}");
+}
+
+/// dumpcap on two queues of one cluster, the input unpaced (a burst of 2080 packets): dumpcap
+/// reads each queue in a thread and writes from one buffer, by default at most 1000 packets
+/// (tshark, which cannot change it, drops the rest of a burst as "packets dropped"); with
+/// dumpcap's `-N` and `-C` the buffer holds the burst, and the file holds the input.
+#[test]
+fn dumpcap_on_two_queues_with_a_buffer_for_the_burst_captures_every_packet() {
+    if !have("dumpcap", "wireshark-common") || !have("editcap", "wireshark-common") {
+        return;
+    }
+    let dir = Scratch::new("dumpcap2");
+    let (input, recs) = traffic(&dir);
+    let id = cluster_id(15);
+    let mut p = Procs(vec![]);
+    let m = p.add(master(id, &format!("pcap:{}", input.display()), "2", &[]));
+    let out = dir.path("both.pcapng");
+    let dc = p.add(preloaded(
+        &dir,
+        "dumpcap",
+        "dumpcap",
+        &[
+            "-i",
+            &format!("cluster:{id}@0"),
+            "-i",
+            &format!("cluster:{id}@1"),
+            "-N",
+            "100000",
+            "-C",
+            "100000000",
+            "-w",
+            out.to_str().unwrap(),
+        ],
+    ));
+    let ms = summary(&p.finish(m, Duration::from_secs(60)));
+    let t = p.finish(dc, Duration::from_secs(30));
+    let (_, err) = text(&dir, "dumpcap");
+    assert!(t.status.success(), "dumpcap: {}\n{err}", t.status);
+    for q in 0..2 {
+        assert!(
+            err.contains(&format!(
+                "'cluster:{id}@{q}': 1040/0 (pcap:0/dumpcap:0/flushed:0/ps_ifdrop:0)"
+            )),
+            "{err}\n{ms}"
+        );
+    }
+    assert_eq!(queue_drops(&ms, 0) + queue_drops(&ms, 1), 0, "{ms}");
+    // Both interfaces are Ethernet: editcap writes the packets as one classic pcap file.
+    let flat = dir.path("both.pcap");
+    let o = Command::new("editcap")
+        .args(["-F", "pcap"])
+        .arg(&out)
+        .arg(&flat)
+        .output()
+        .unwrap();
+    ok(&o, "editcap");
+    assert_eq!(
+        multiset(&read_pcap(&flat).1),
+        multiset(&recs),
+        "dumpcap's file holds both queues, the input: {err}"
+    );
+}
+
 /// ngrep on a queue sees the packets ngrep sees in the file (its -O dump of every match).
 #[test]
 fn ngrep_on_a_queue_sees_the_packets_of_the_file() {

@@ -145,6 +145,9 @@ pub struct Handle {
     /// A `pcap_dispatch` after the end returns an error (a select-driven program would
     /// otherwise call it for ever).
     pub end_seen: u32,
+    /// When `pcap_dispatch` first found the source ended (the end is reported after
+    /// `END_QUIET` of quiet).
+    pub end_at: Option<std::time::Instant>,
 }
 
 impl Handle {
@@ -168,6 +171,7 @@ impl Handle {
             ended: false,
             tx: None,
             end_seen: 0,
+            end_at: None,
         }
     }
 
