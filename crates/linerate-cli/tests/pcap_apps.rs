@@ -343,10 +343,16 @@ fn read_pcap(path: &Path) -> (u32, Vec<Rec>) {
 /// Writes Ethernet records stamped 1 ms apart from now: traffic replayed into a cluster is
 /// live traffic, and argus on a live device sets aside packets from long ago.
 fn write_pcap(path: &Path, recs: &[Rec]) {
+    write_pcap_aged(path, recs, 0);
+}
+
+/// As `write_pcap`, stamped from `age` seconds ago.
+fn write_pcap_aged(path: &Path, recs: &[Rec], age: u32) {
     let t0 = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_secs() as u32;
+        .as_secs() as u32
+        - age;
     let mut b = Vec::new();
     for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 262_144, 1] {
         if v == 0x0004_0002 {
@@ -843,6 +849,206 @@ fn argus_on_a_queue_finds_the_flows_of_the_file() {
          file: {:?}\n{err}",
         only(&got, &want),
         only(&want, &got)
+    );
+}
+
+/// A NetFlow v5 flow: (protocol, source address, source port, destination address, port).
+type V5Key = (u8, [u8; 4], u16, [u8; 4], u16);
+
+/// NetFlow v5 datagrams received on a loopback socket until it is quiet for `quiet`: packets and
+/// octets summed per flow (an exporter may split a flow into several records: when is timing).
+fn netflow_v5_collector(sock: std::net::UdpSocket, quiet: Duration) -> BTreeMap<V5Key, (u64, u64)> {
+    sock.set_read_timeout(Some(quiet)).unwrap();
+    let mut flows = BTreeMap::new();
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = sock.recv(&mut buf) {
+        let b = &buf[..n];
+        assert!(n >= 24 && b[0..2] == [0, 5], "a NetFlow v5 datagram");
+        let count = u16::from_be_bytes([b[2], b[3]]) as usize;
+        assert_eq!(n, 24 + 48 * count, "whole records");
+        for r in b[24..].chunks(48) {
+            let u32at = |x: usize| u32::from_be_bytes(r[x..x + 4].try_into().unwrap()) as u64;
+            let u16at = |x: usize| u16::from_be_bytes([r[x], r[x + 1]]);
+            let key = (
+                r[38],
+                r[0..4].try_into().unwrap(),
+                u16at(32),
+                r[4..8].try_into().unwrap(),
+                u16at(34),
+            );
+            let e: &mut (u64, u64) = flows.entry(key).or_default();
+            e.0 += u32at(16);
+            e.1 += u32at(20);
+        }
+    }
+    flows
+}
+
+/// softflowd on a queue exports the flows softflowd finds in the file (NetFlow v5 to a
+/// loopback collector: each flow's packets and octets), and exits when the queue ends.
+/// softflowd names an interface `[idx:]interface`, so the queue is given as `0:cluster:ID@0`.
+/// A live softflowd exports a flow once it is idle by the wall clock and drops the flows not
+/// yet expired when its capture fails (as when an interface goes away): the traffic is
+/// stamped a day ago, so each flow is idle, and exported, as soon as softflowd has seen it.
+#[test]
+fn softflowd_on_a_queue_exports_the_flows_of_the_file() {
+    if !have("softflowd", "softflowd") {
+        return;
+    }
+    let dir = Scratch::new("softflowd");
+    let (_, recs) = traffic(&dir);
+    let input = dir.path("aged.pcap");
+    write_pcap_aged(&input, &recs, 86_400);
+    let run = |args: &[&str], tag: &str, feed: Option<u32>| {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = format!("127.0.0.1:{}", sock.local_addr().unwrap().port());
+        let ctl = dir.path(&format!("{tag}.ctl"));
+        let pid = dir.path(&format!("{tag}.pid"));
+        let mut full = vec![
+            "-d",
+            "-v",
+            "5",
+            "-n",
+            &to,
+            "-c",
+            ctl.to_str().unwrap(),
+            "-p",
+            pid.to_str().unwrap(),
+        ];
+        full.extend_from_slice(args);
+        let collector =
+            std::thread::spawn(move || netflow_v5_collector(sock, Duration::from_secs(3)));
+        let mut p = Procs(vec![]);
+        let m = feed.map(|id| p.add(master(id, &format!("pcap:{}", input.display()), "1", &[])));
+        let s = p.add(preloaded(&dir, tag, "softflowd", &full));
+        if let Some(m) = m {
+            ok(&p.finish(m, Duration::from_secs(60)), "the master");
+        }
+        let t = p.finish(s, Duration::from_secs(30));
+        let (o, e) = text(&dir, tag);
+        (t.status, format!("{o}{e}"), collector.join().unwrap())
+    };
+    let (status, log, want) = run(&["-r", input.to_str().unwrap()], "file", None);
+    assert!(status.success(), "softflowd -r: {status}\n{log}");
+    assert!(want.len() > 20, "{want:?}");
+    let id = cluster_id(10);
+    let (_, log, got) = run(&["-i", &format!("0:cluster:{id}@0")], "queue", Some(id));
+    // A live capture never ends in libpcap: softflowd leaves its loop only on -1, so it
+    // stops on the queue's end as on an error (exit 1), naming it.
+    assert!(
+        log.contains(&format!("Exiting on pcap_dispatch: cluster {id} ended")),
+        "{log}"
+    );
+    assert_eq!(
+        got, want,
+        "each flow's packets and octets, from the queue and from the file"
+    );
+}
+
+/// tshark on two queues of one cluster (`-i cluster:ID@0 -i cluster:ID@1`: dumpcap reads them
+/// in one process, a thread each, into one pcapng file) captures every packet of both, and
+/// counts no drop. The source is paced (2 kpps): dumpcap's writer keeps up with each thread.
+#[test]
+fn tshark_on_two_queues_captures_every_packet_of_both() {
+    if !have("tshark", "tshark") || !have("editcap", "wireshark-common (with tshark)") {
+        return;
+    }
+    let dir = Scratch::new("tshark2");
+    let id = cluster_id(14);
+    let mut p = Procs(vec![]);
+    let m = p.add(master(id, "source:4000", "2", &["--source-rate", "2kpps"]));
+    let out = dir.path("both.pcapng");
+    let ts = p.add(preloaded(
+        &dir,
+        "tshark",
+        "tshark",
+        &[
+            "-i",
+            &format!("cluster:{id}@0"),
+            "-i",
+            &format!("cluster:{id}@1"),
+            "-w",
+            out.to_str().unwrap(),
+        ],
+    ));
+    let ms = summary(&p.finish(m, Duration::from_secs(60)));
+    let t = p.finish(ts, Duration::from_secs(30));
+    let (_, err) = text(&dir, "tshark");
+    assert!(t.status.success(), "tshark: {}\n{err}", t.status);
+    assert!(!err.contains("dropped"), "{err}\n{ms}");
+    assert!(err.contains("4000 packets captured"), "{err}\n{ms}");
+    assert_eq!((delivered(&ms, 0), delivered(&ms, 1)), (2000, 2000), "{ms}");
+    assert_eq!(queue_drops(&ms, 0) + queue_drops(&ms, 1), 0, "{ms}");
+    // Both interfaces are Ethernet: editcap writes the packets as one classic pcap file.
+    let flat = dir.path("both.pcap");
+    let o = Command::new("editcap")
+        .args(["-F", "pcap"])
+        .arg(&out)
+        .arg(&flat)
+        .output()
+        .unwrap();
+    ok(&o, "editcap");
+    assert_eq!(read_pcap(&flat).1.len(), 4000, "tshark's file: {err}");
+}
+
+/// dumpcap on two queues of one cluster, the input unpaced (a burst of 2080 packets): dumpcap
+/// reads each queue in a thread and writes from one buffer, by default at most 1000 packets
+/// (tshark, which cannot change it, drops the rest of a burst as "packets dropped"); with
+/// dumpcap's `-N` and `-C` the buffer holds the burst, and the file holds the input.
+#[test]
+fn dumpcap_on_two_queues_with_a_buffer_for_the_burst_captures_every_packet() {
+    if !have("dumpcap", "wireshark-common") || !have("editcap", "wireshark-common") {
+        return;
+    }
+    let dir = Scratch::new("dumpcap2");
+    let (input, recs) = traffic(&dir);
+    let id = cluster_id(15);
+    let mut p = Procs(vec![]);
+    let m = p.add(master(id, &format!("pcap:{}", input.display()), "2", &[]));
+    let out = dir.path("both.pcapng");
+    let dc = p.add(preloaded(
+        &dir,
+        "dumpcap",
+        "dumpcap",
+        &[
+            "-i",
+            &format!("cluster:{id}@0"),
+            "-i",
+            &format!("cluster:{id}@1"),
+            "-N",
+            "100000",
+            "-C",
+            "100000000",
+            "-w",
+            out.to_str().unwrap(),
+        ],
+    ));
+    let ms = summary(&p.finish(m, Duration::from_secs(60)));
+    let t = p.finish(dc, Duration::from_secs(30));
+    let (_, err) = text(&dir, "dumpcap");
+    assert!(t.status.success(), "dumpcap: {}\n{err}", t.status);
+    for q in 0..2 {
+        assert!(
+            err.contains(&format!(
+                "'cluster:{id}@{q}': 1040/0 (pcap:0/dumpcap:0/flushed:0/ps_ifdrop:0)"
+            )),
+            "{err}\n{ms}"
+        );
+    }
+    assert_eq!(queue_drops(&ms, 0) + queue_drops(&ms, 1), 0, "{ms}");
+    // Both interfaces are Ethernet: editcap writes the packets as one classic pcap file.
+    let flat = dir.path("both.pcap");
+    let o = Command::new("editcap")
+        .args(["-F", "pcap"])
+        .arg(&out)
+        .arg(&flat)
+        .output()
+        .unwrap();
+    ok(&o, "editcap");
+    assert_eq!(
+        multiset(&read_pcap(&flat).1),
+        multiset(&recs),
+        "dumpcap's file holds both queues, the input: {err}"
     );
 }
 

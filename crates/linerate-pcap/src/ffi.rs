@@ -946,14 +946,20 @@ pub unsafe extern "C" fn pcap_loop(p: Pcap, cnt: c_int, cb: Handler, user: *mut 
     }
 }
 
-/// How long `pcap_dispatch` answers 0 after the end of the source before its -2.
-const END_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
+/// How long `pcap_dispatch` keeps answering "nothing yet" (0) after the source ended, before it
+/// reports the end: dumpcap with two or more interfaces reads each in a thread and writes
+/// from a queue in another, and on the first negative return it stops and counts what is
+/// still queued as dropped; the quiet lets its writer catch up first.
+const END_QUIET: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// `pcap_dispatch`: waits (unless nonblocking) up to the timeout for a packet, then hands over
-/// what is there, at most `cnt` (≤ 0: a batch). At the end of the source it returns 0 for
-/// [`END_GRACE`], then -2 (PCAP_ERROR_BREAK, as after `pcap_breakloop`) with the reason in `pcap_geterr`: a
-/// live capture never ends in libpcap, and a program polling the selectable descriptor would
-/// otherwise call it for ever.
+/// what is there, at most `cnt` (≤ 0: a batch). When the source ended it returns 0 ("nothing
+/// yet", sleeping 1 ms when blocking) for `END_QUIET`, then -2 once (PCAP_ERROR_BREAK, as after
+/// `pcap_breakloop`), then -1 on every later call, both with the reason in `pcap_geterr`. A
+/// live capture never ends in libpcap, so no return means "end": the -2 stops a program that
+/// leaves its loop on any negative return (dumpcap, argus) as `pcap_breakloop` does, quietly;
+/// the -1 stops one that leaves only on an error (softflowd), which would otherwise call it
+/// for ever.
 ///
 /// # Safety
 /// libpcap's contract.
@@ -998,21 +1004,25 @@ pub unsafe extern "C" fn pcap_dispatch(p: Pcap, cnt: c_int, cb: Handler, user: *
                 let Some(e) = ours(p) else {
                     return code::ERROR;
                 };
-                // 0 for a while first: dumpcap on several interfaces (a thread each) stops
-                // every capture at the first -2 and drops what its writer thread has not
-                // written yet ("flushed"); the wait lets the writer catch up.
-                let since = *e.h.end_seen.get_or_insert_with(std::time::Instant::now);
-                if since.elapsed() < END_GRACE {
+                let first = *e.h.end_at.get_or_insert_with(std::time::Instant::now);
+                if first.elapsed() < END_QUIET {
                     drain_timer(e);
                     if wait {
-                        std::thread::sleep(std::time::Duration::from_millis(5));
+                        std::thread::sleep(std::time::Duration::from_millis(1));
                     }
                     return 0;
                 }
-                // As if pcap_breakloop was called: dumpcap stops quietly (a -1 would be
-                // "Error while capturing packets ... please report this bug").
+                e.h.end_seen = e.h.end_seen.saturating_add(1);
                 let note = e.h.end_note();
-                return e.fail(note, code::BREAK);
+                // First as if pcap_breakloop was called: dumpcap stops quietly (a -1 would be
+                // "Error while capturing packets ... please report this bug"). A program
+                // still calling after that leaves only on an error: -1.
+                let rc = if e.h.end_seen == 1 {
+                    code::BREAK
+                } else {
+                    code::ERROR
+                };
+                return e.fail(note, rc);
             }
             Next::Error => return code::ERROR,
         }

@@ -142,9 +142,12 @@ pub struct Handle {
     pub ended: bool,
     /// A transmit batch, made at the first inject.
     tx: Option<Batch>,
-    /// When `pcap_dispatch` first saw the end: a while later it returns -2 (a select-driven
-    /// program would otherwise call it for ever).
-    pub end_seen: Option<std::time::Instant>,
+    /// A `pcap_dispatch` after the end returns an error (a select-driven program would
+    /// otherwise call it for ever).
+    pub end_seen: u32,
+    /// When `pcap_dispatch` first found the source ended (the end is reported after
+    /// `END_QUIET` of quiet).
+    pub end_at: Option<std::time::Instant>,
 }
 
 impl Handle {
@@ -167,7 +170,8 @@ impl Handle {
             filtered: 0,
             ended: false,
             tx: None,
-            end_seen: None,
+            end_seen: 0,
+            end_at: None,
         }
     }
 
