@@ -564,3 +564,36 @@ fn a_raw_ip_replay_crosses_a_veth_as_ethernet() {
         recs.len()
     );
 }
+
+/// `fwd` of a raw-IP or cooked capture to a file keeps the input's link type and bytes: l2fwd's
+/// MAC updating does not write MACs over the IP header, and `--mac` is refused (exit 2, no
+/// output written) since those frames have no MAC addresses.
+#[test]
+fn fwd_keeps_a_raw_ip_or_cooked_capture_as_it_is() {
+    for link in [101u32, 113, 276] {
+        let src = ip_capture(&format!("fwd-{link}.pcap"), link);
+        let (_, want) = read_pcap(&src);
+        let dst = tmp(&format!("fwd-{link}-out.pcap"));
+        let out = ok(&run(&["fwd", "-i", s(&src), "-o", s(&dst)]));
+        assert!(out.contains("MAC addresses not updated"), "{out}");
+        let (got_link, got) = read_pcap(&dst);
+        assert_eq!(got_link, link, "the output keeps the input's link type");
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.1, w.1, "link type {link}: bytes unchanged");
+        }
+        let refused = tmp(&format!("fwd-{link}-mac.pcap"));
+        let o = run(&[
+            "fwd",
+            "-i",
+            s(&src),
+            "-o",
+            s(&refused),
+            "--mac",
+            "02:00:00:00:00:01,02:00:00:00:00:02",
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{o:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("no MAC addresses"));
+        assert!(std::fs::metadata(&refused).map_or(true, |m| m.len() == 0));
+    }
+}
