@@ -178,8 +178,9 @@ pub struct Args {
     /// Read commands line by line while it runs (`-`: standard input): start, stop, rate
     /// 50%|2Mpps, size 128, src-ip|dst-ip ADDR, sport|dport N, proto udp|tcp|icmp|arp, ttl N,
     /// vlan ID|OUTER,INNER|off, src-mac|dst-mac MAC, count N, quit; `stream N FIELD VALUE`
-    /// for one stream; pktgen-dpdk's `set 0 FIELD VALUE`, `start 0`, `stop 0`. Each one's
-    /// effect shows in the next statistics line; a refused one is said and changes nothing.
+    /// for one stream; pktgen-dpdk's `set 0 FIELD VALUE`, `enable|disable 0 vlan`, `start 0`,
+    /// `stop 0`. Each one's effect shows in the next statistics line; a refused one is said and
+    /// changes nothing.
     #[arg(long, value_name = "-")]
     pub commands: Option<String>,
     /// Print statistics lines even on a terminal (no live page).
