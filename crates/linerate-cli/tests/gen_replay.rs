@@ -597,3 +597,37 @@ fn fwd_keeps_a_raw_ip_or_cooked_capture_as_it_is() {
         assert!(std::fs::metadata(&refused).map_or(true, |m| m.len() == 0));
     }
 }
+
+/// A looped replay at the capture's spacing (as recorded, sped up, or at top speed; with or
+/// without edits) writes times that go on from one loop to the next, one mean gap after the
+/// last packet, as its departures do: never back to the capture's first time.
+#[test]
+fn a_looped_replay_writes_times_that_never_go_back() {
+    let sample = sample();
+    let (_, src) = read_pcap(&sample);
+    let n = src.len();
+    let span = src[n - 1].0 - src[0].0;
+    let gap = span / (n as u64 - 1);
+    for (i, extra) in [
+        &["--topspeed"][..],
+        &["--topspeed", "--ttl", "9"][..],
+        &["--speed", "50"][..],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let dst = tmp(&format!("loops-{i}.pcap"));
+        let mut a = vec!["gen", "--pcap", s(&sample), "-o", s(&dst), "--loop", "3"];
+        a.extend_from_slice(extra);
+        ok(&run(&a));
+        let (_, got) = read_pcap(&dst);
+        assert_eq!(got.len(), 3 * n, "{extra:?}");
+        for w in got.windows(2) {
+            assert!(w[1].0 >= w[0].0, "{extra:?}: time goes back");
+        }
+        for (k, r) in got.iter().enumerate() {
+            let shift = (k / n) as u64 * (span + gap);
+            assert_eq!(r.0, src[k % n].0 + shift, "{extra:?}: record {k}");
+        }
+    }
+}
