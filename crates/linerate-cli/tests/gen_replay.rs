@@ -631,3 +631,45 @@ fn a_looped_replay_writes_times_that_never_go_back() {
         }
     }
 }
+
+/// Jumbo frames replayed onto a veth of MTU 1500 (root, its own namespaces): each one the port
+/// could not send is counted as a port drop with its reason, in the text and in --json.
+#[test]
+fn jumbo_frames_replayed_onto_a_smaller_mtu_are_drops_with_their_reason() {
+    use linerate_test_support::netns::{self, NetnsPair, Side};
+    if !netns::require_priv() {
+        return;
+    }
+    let jumbo = tmp("jumbo.pcap");
+    ok(&run(&["gen", "-o", s(&jumbo), "-c", "5", "--size", "9018"]));
+    let pair = NetnsPair::new().expect("netns pair");
+    let gen = |json: bool| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", pair.ns(Side::A), bin()]).args([
+            "gen",
+            "--pcap",
+            s(&jumbo),
+            "-o",
+            "afpacket:vA",
+            "--topspeed",
+        ]);
+        if json {
+            c.arg("--json");
+        }
+        ok(&c.output().unwrap())
+    };
+    let j = summary(&gen(true));
+    let drops = j["port_drops"].as_u64().unwrap();
+    assert_eq!(j["pkts"].as_u64().unwrap() + drops, 5, "{j}");
+    assert!(drops > 0, "{j}");
+    let by: u64 = j["port_drops_by_reason"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(by, drops, "{j}");
+    let text = gen(false);
+    let line = text.lines().find(|l| l.starts_with("Replayed")).unwrap();
+    assert!(line.contains("port drops: 5 ("), "{line}");
+}

@@ -1916,6 +1916,13 @@ fn run_replay(
             "loops": r.loops, "elapsed_ms": elapsed * 1e3, "pps": pps,
             "port_drops": r.port.tx_drops.total(), "unsent": r.unsent, "ended": r.ended.text()});
         j["refused"] = r.refused.total().into();
+        j["port_drops_by_reason"] = serde_json::json!({});
+        for why in linerate::port::DropReason::ALL {
+            let n = r.port.tx_drops.get(why);
+            if n > 0 {
+                j["port_drops_by_reason"][why.name()] = n.into();
+            }
+        }
         for (why, n) in r.refused.reasons() {
             j["refused_by_reason"][why] = n.into();
         }
@@ -1934,7 +1941,15 @@ fn run_replay(
             super::gen_replay::loops_text(opts.loops),
             group_f(elapsed * 1e3, 2),
             group_f(pps, 0),
-            group(r.port.tx_drops.total()),
+            if r.port.tx_drops.total() == 0 {
+                "0".to_string()
+            } else {
+                format!(
+                    "{} ({})",
+                    group(r.port.tx_drops.total()),
+                    breakdown(&r.port.tx_drops)
+                )
+            },
             r.ended.text()
         );
         if r.unsent > 0 {
