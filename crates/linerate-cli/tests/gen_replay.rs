@@ -564,3 +564,112 @@ fn a_raw_ip_replay_crosses_a_veth_as_ethernet() {
         recs.len()
     );
 }
+
+/// `fwd` of a raw-IP or cooked capture to a file keeps the input's link type and bytes: l2fwd's
+/// MAC updating does not write MACs over the IP header, and `--mac` is refused (exit 2, no
+/// output written) since those frames have no MAC addresses.
+#[test]
+fn fwd_keeps_a_raw_ip_or_cooked_capture_as_it_is() {
+    for link in [101u32, 113, 276] {
+        let src = ip_capture(&format!("fwd-{link}.pcap"), link);
+        let (_, want) = read_pcap(&src);
+        let dst = tmp(&format!("fwd-{link}-out.pcap"));
+        let out = ok(&run(&["fwd", "-i", s(&src), "-o", s(&dst)]));
+        assert!(out.contains("MAC addresses not updated"), "{out}");
+        let (got_link, got) = read_pcap(&dst);
+        assert_eq!(got_link, link, "the output keeps the input's link type");
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.1, w.1, "link type {link}: bytes unchanged");
+        }
+        let refused = tmp(&format!("fwd-{link}-mac.pcap"));
+        let o = run(&[
+            "fwd",
+            "-i",
+            s(&src),
+            "-o",
+            s(&refused),
+            "--mac",
+            "02:00:00:00:00:01,02:00:00:00:00:02",
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{o:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("no MAC addresses"));
+        assert!(std::fs::metadata(&refused).map_or(true, |m| m.len() == 0));
+    }
+}
+
+/// A looped replay at the capture's spacing (as recorded, sped up, or at top speed; with or
+/// without edits) writes times that go on from one loop to the next, one mean gap after the
+/// last packet, as its departures do: never back to the capture's first time.
+#[test]
+fn a_looped_replay_writes_times_that_never_go_back() {
+    let sample = sample();
+    let (_, src) = read_pcap(&sample);
+    let n = src.len();
+    let span = src[n - 1].0 - src[0].0;
+    let gap = span / (n as u64 - 1);
+    for (i, extra) in [
+        &["--topspeed"][..],
+        &["--topspeed", "--ttl", "9"][..],
+        &["--speed", "50"][..],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let dst = tmp(&format!("loops-{i}.pcap"));
+        let mut a = vec!["gen", "--pcap", s(&sample), "-o", s(&dst), "--loop", "3"];
+        a.extend_from_slice(extra);
+        ok(&run(&a));
+        let (_, got) = read_pcap(&dst);
+        assert_eq!(got.len(), 3 * n, "{extra:?}");
+        for w in got.windows(2) {
+            assert!(w[1].0 >= w[0].0, "{extra:?}: time goes back");
+        }
+        for (k, r) in got.iter().enumerate() {
+            let shift = (k / n) as u64 * (span + gap);
+            assert_eq!(r.0, src[k % n].0 + shift, "{extra:?}: record {k}");
+        }
+    }
+}
+
+/// Jumbo frames replayed onto a veth of MTU 1500 (root, its own namespaces): each one the port
+/// could not send is counted as a port drop with its reason, in the text and in --json.
+#[test]
+fn jumbo_frames_replayed_onto_a_smaller_mtu_are_drops_with_their_reason() {
+    use linerate_test_support::netns::{self, NetnsPair, Side};
+    if !netns::require_priv() {
+        return;
+    }
+    let jumbo = tmp("jumbo.pcap");
+    ok(&run(&["gen", "-o", s(&jumbo), "-c", "5", "--size", "9018"]));
+    let pair = NetnsPair::new().expect("netns pair");
+    let gen = |json: bool| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", pair.ns(Side::A), bin()]).args([
+            "gen",
+            "--pcap",
+            s(&jumbo),
+            "-o",
+            "afpacket:vA",
+            "--topspeed",
+        ]);
+        if json {
+            c.arg("--json");
+        }
+        ok(&c.output().unwrap())
+    };
+    let j = summary(&gen(true));
+    let drops = j["port_drops"].as_u64().unwrap();
+    assert_eq!(j["pkts"].as_u64().unwrap() + drops, 5, "{j}");
+    assert!(drops > 0, "{j}");
+    let by: u64 = j["port_drops_by_reason"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(by, drops, "{j}");
+    let text = gen(false);
+    let line = text.lines().find(|l| l.starts_with("Replayed")).unwrap();
+    assert!(line.contains("port drops: 5 ("), "{line}");
+}

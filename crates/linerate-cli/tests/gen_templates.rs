@@ -477,3 +477,42 @@ fn the_live_frames_engine_refuses_the_kinds_it_cannot_send_before_opening_anythi
         );
     }
 }
+
+/// A `--stream` key given twice, or a `--rate` beside streams that all have their own rate
+/// (so it would be ignored), is refused (exit 2) rather than one value silently dropped.
+#[test]
+fn a_streams_key_twice_or_a_rate_no_stream_takes_is_refused() {
+    for (args, why) in [
+        (&["--stream", "rate=1kpps,rate=2kpps"][..], "given twice"),
+        (&["--stream", "size=64,dport=9,size=128"][..], "given twice"),
+        (
+            &[
+                "--rate",
+                "1Mpps",
+                "--stream",
+                "rate=600kpps",
+                "--stream",
+                "rate=600kpps",
+            ][..],
+            "differ",
+        ),
+        (
+            &["--rate", "1Mpps", "--stream", "rate=200kpps"][..],
+            "differ",
+        ),
+    ] {
+        let mut a = vec!["gen", "-o", "mem:twice", "-c", "1"];
+        a.extend_from_slice(args);
+        let o = run(&a);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(why),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // A --rate equal to the streams' sum says the same thing twice: taken.
+    let mut a = vec!["gen", "-o", "mem:twice", "-c", "4", "--rate", "2kpps"];
+    a.extend_from_slice(&["--stream", "rate=1kpps", "--stream", "rate=1kpps"]);
+    ok(&run(&a));
+}

@@ -225,9 +225,14 @@ pub fn open_pair(input: &str, output: &str, opts: &PortOptions) -> Result<Pair, 
     }
     let mut input = open(input, opts, Direction::Rx).map_err(pair_error(Side::Input, input))?;
     let input_start = input.interface_stats();
+    // A file output is labelled with the input's link type: its frames are the input's.
+    let out_opts = PortOptions {
+        link_type: opts.link_type.or(Some(input.link_type())),
+        ..opts.clone()
+    };
     Ok(Pair {
         input,
-        output: open(output, opts, Direction::Tx).map_err(pair_error(Side::Output, output))?,
+        output: open(output, &out_opts, Direction::Tx).map_err(pair_error(Side::Output, output))?,
         shared_umem: false,
         input_start,
     })
@@ -359,7 +364,7 @@ fn open_one(uri: &Uri, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
                 Direction::Tx => pcap::PcapPort::create_with_options(
                     path,
                     format.or(opts.write_format),
-                    LinkType::ETHERNET,
+                    opts.link_type.unwrap_or(LinkType::ETHERNET),
                     0,
                     &opts.inputs,
                     &opts.write,

@@ -13,7 +13,9 @@ use linerate::port::pcap::WriteFormat;
 use linerate::port::xdp::kfwd::{KernelFwd, KernelFwdConfig};
 use linerate::port::xdp::{self, AttachMode, XdpConfig, XdpMode};
 use linerate::port::xdp::{redirect_target, RedirectTarget};
-use linerate::port::{DropReason, InterfaceStats, Port, PortError, PortOptions, PortStats, Uri};
+use linerate::port::{
+    DropReason, InterfaceStats, LinkType, Port, PortError, PortOptions, PortStats, Uri,
+};
 use linerate::stats::prom::{Dir, PortCount};
 use std::io::Write;
 use std::process::ExitCode;
@@ -404,7 +406,7 @@ pub fn run_with(
         }),
         ..Default::default()
     };
-    let mac = mac_rewrite(&a)?;
+    let mut mac = mac_rewrite(&a)?;
     let mut script = match &a.script {
         Some(path) => {
             // A script that does not return is stopped by a signal or -t.
@@ -441,6 +443,38 @@ pub fn run_with(
         let (p0, p1, shared, if_start) = shared::open_pair(&a.input, &a.output, &opts, &xdp)?;
         (p0, Some(p1), shared, if_start)
     };
+    // Frames that are not Ethernet (raw IP, Linux cooked, loopback) have no MAC addresses to
+    // rewrite, and go out only where their link type is kept (a file output takes the input's).
+    let link = p0.link_type();
+    let mut mac_note = None;
+    if link != LinkType::ETHERNET {
+        if a.mac.is_some() {
+            return Err(usage(format!(
+                "--mac: -i {} holds link type {} frames, not Ethernet: they have no MAC \
+                 addresses to rewrite (drop --mac)",
+                a.input, link.0
+            )));
+        }
+        if let Some(p) = p1.as_ref() {
+            if p.link_type() != link {
+                return Err(usage(format!(
+                    "-o {}: sends link type {} frames, -i {} holds link type {}: forward \
+                     them to a capture file, which keeps their link type",
+                    a.output,
+                    p.link_type().0,
+                    a.input,
+                    link.0
+                )));
+            }
+        }
+        if mac != MacRewrite::Off {
+            mac_note = Some(format!(
+                ", MAC addresses not updated (link type {} frames have none)",
+                link.0
+            ));
+        }
+        mac = MacRewrite::Off;
+    }
     // A pcapng output describes where its packets come from: the input's interfaces.
     if let Some(p) = p1.as_mut() {
         p.describe(&p0.interfaces())
@@ -488,7 +522,7 @@ pub fn run_with(
             } else {
                 ""
             },
-            mac_text(&mac),
+            mac_note.unwrap_or_else(|| mac_text(&mac)),
             match (&a.filter, &user_filter) {
                 (None, _) => String::new(),
                 (Some(f), None) => format!(", filter '{f}' in the kernel"),

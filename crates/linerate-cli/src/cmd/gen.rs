@@ -179,8 +179,9 @@ pub struct Args {
     /// Read commands line by line while it runs (`-`: standard input): start, stop, rate
     /// 50%|2Mpps, size 128, src-ip|dst-ip ADDR, sport|dport N, proto udp|tcp|icmp|arp, ttl N,
     /// vlan ID|OUTER,INNER|off, src-mac|dst-mac MAC, count N, quit; `stream N FIELD VALUE`
-    /// for one stream; pktgen-dpdk's `set 0 FIELD VALUE`, `start 0`, `stop 0`. Each one's
-    /// effect shows in the next statistics line; a refused one is said and changes nothing.
+    /// for one stream; pktgen-dpdk's `set 0 FIELD VALUE`, `enable|disable 0 vlan`, `start 0`,
+    /// `stop 0`. Each one's effect shows in the next statistics line; a refused one is said and
+    /// changes nothing.
     #[arg(long, value_name = "-")]
     pub commands: Option<String>,
     /// Print statistics lines even on a terminal (no live page).
@@ -2009,6 +2010,13 @@ fn run_replay(
             "loops": r.loops, "elapsed_ms": elapsed * 1e3, "pps": pps,
             "port_drops": r.port.tx_drops.total(), "unsent": r.unsent, "ended": r.ended.text()});
         j["refused"] = r.refused.total().into();
+        j["port_drops_by_reason"] = serde_json::json!({});
+        for why in linerate::port::DropReason::ALL {
+            let n = r.port.tx_drops.get(why);
+            if n > 0 {
+                j["port_drops_by_reason"][why.name()] = n.into();
+            }
+        }
         for (why, n) in r.refused.reasons() {
             j["refused_by_reason"][why] = n.into();
         }
@@ -2027,7 +2035,15 @@ fn run_replay(
             super::gen_replay::loops_text(opts.loops),
             group_f(elapsed * 1e3, 2),
             group_f(pps, 0),
-            group(r.port.tx_drops.total()),
+            if r.port.tx_drops.total() == 0 {
+                "0".to_string()
+            } else {
+                format!(
+                    "{} ({})",
+                    group(r.port.tx_drops.total()),
+                    breakdown(&r.port.tx_drops)
+                )
+            },
             r.ended.text()
         );
         if r.unsent > 0 {

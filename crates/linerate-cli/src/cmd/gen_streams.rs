@@ -172,7 +172,13 @@ pub fn stream(base: &StreamSpec, s: &str) -> Result<Own, String> {
     let mut size_given = false;
     let mut mac_given = false;
     let mut ports_given = false;
+    let mut seen: Vec<String> = Vec::new();
     for (k, v) in pairs(s)? {
+        // A key given twice would leave one of its values silently unused.
+        if seen.contains(&k) {
+            return Err(format!("{k} given twice: one value per key"));
+        }
+        seen.push(k.clone());
         let e = |m: String| format!("{k}={v}: {m}");
         match k.as_str() {
             "rate" => rate = Some(flags::check_rate(&v).map_err(e)?),
@@ -284,6 +290,13 @@ pub fn streams(
         }
     }
     let share = match (total, free) {
+        // Every stream has its own rate: a --rate beside them would be ignored.
+        (Some(t), 0) if (rated - t).abs() > t * 1e-6 => {
+            return Err(usage(format!(
+                "--rate ({t:.0} pps) and the streams' own rates ({rated:.0} pps in all) differ: \
+                 give --rate only to streams without a rate of their own, or drop it"
+            )));
+        }
         (_, 0) => None,
         (Some(t), n) => {
             let left = t - rated;

@@ -19,7 +19,7 @@ pub const HELP: &str = "start | stop | rate RATE (e.g. 50%, 2Mpps, 1Gbps) | size
                         128, 64-1518, imix) | src-ip|dst-ip ADDR | sport|dport PORT | proto \
                         udp|tcp|icmp|arp | ttl N | vlan ID|OUTER,INNER|off | src-mac|dst-mac \
                         MAC | count N (0: no limit) | stream N FIELD VALUE | set 0 FIELD VALUE \
-                        (pktgen) | quit";
+                        | enable|disable 0 vlan (pktgen) | quit";
 
 /// Every command (`q` is `quit`).
 const KNOWN: [&str; 15] = [
@@ -46,6 +46,9 @@ pub struct Steer {
     stop: Arc<AtomicBool>,
     /// The commands an engine follows, and why it does not follow the others (None: all).
     only: Option<(&'static [&'static str], String)>,
+    /// The VLAN ids pktgen-dpdk's `enable 0 vlan` puts back: the last given (`vlan 42`,
+    /// `--vlan 10,20`), else pktgen's default id 1.
+    last_vlan: String,
 }
 
 impl Steer {
@@ -80,7 +83,13 @@ impl Steer {
                 });
             }
         }
+        let last_vlan = match base.first().map(|s| (s.template.vlan, s.template.svlan)) {
+            Some((Some(i), Some(o))) => format!("{o},{i}"),
+            Some((Some(i), None)) => i.to_string(),
+            _ => "1".to_string(),
+        };
         Steer {
+            last_vlan,
             ctl,
             all,
             base,
@@ -166,6 +175,20 @@ impl Steer {
                 check_portlist(words[1])?;
                 self.exec_words(line, &words[..1])
             }
+            // pktgen-dpdk: enable|disable PORTLIST vlan puts the tag on (its last ids) or off.
+            "enable" | "disable" if words.get(2) == Some(&"vlan") && words.len() == 3 => {
+                check_portlist(words[1])?;
+                let ids = if words[0] == "enable" {
+                    self.last_vlan.clone()
+                } else {
+                    "off".to_string()
+                };
+                self.exec_words(line, &["vlan", &ids])
+            }
+            "enable" | "disable" => Err(format!(
+                "'{line}': gen knows pktgen-dpdk's enable|disable 0 vlan (other features have \
+                 no switch here)"
+            )),
             "str" => self.exec_words(line, &["start"]),
             "stp" => self.exec_words(line, &["stop"]),
             _ => self.exec_words(line, &words),
@@ -388,6 +411,9 @@ impl Steer {
                         f.svlan = Some(outer);
                     })
                 })?;
+                if inner.is_some() {
+                    self.last_vlan = v.to_string();
+                }
             }
             "count" => {
                 let v = need("a packet count")?;
@@ -528,6 +554,38 @@ mod tests {
         s.exec("  # a comment").unwrap();
         s.exec("quit").unwrap();
         assert!(s.stop.load(Ordering::SeqCst));
+    }
+
+    /// pktgen-dpdk's `disable 0 vlan` takes the tag off and `enable 0 vlan` puts back the last
+    /// ids given (pktgen's default 1 before any); a port that does not exist or another
+    /// feature changes nothing.
+    #[test]
+    fn pktgens_enable_and_disable_vlan_switch_the_tag_with_its_last_ids() {
+        let mut s = steer();
+        s.exec("enable 0 vlan").unwrap();
+        assert_eq!(s.ctl.get().fields.vlan, Some(Some(1)));
+        s.exec("vlan 42").unwrap();
+        s.exec("disable all vlan").unwrap();
+        assert_eq!(s.ctl.get().fields.vlan, Some(None));
+        s.exec("enable 0 vlan").unwrap();
+        assert_eq!(s.ctl.get().fields.vlan, Some(Some(42)));
+        s.exec("set 0 qinqids 10 20").unwrap();
+        s.exec("disable 0 vlan").unwrap();
+        s.exec("enable 0 vlan").unwrap();
+        assert_eq!(s.ctl.get().fields.vlan, Some(Some(20)));
+        assert_eq!(s.ctl.get().fields.svlan, Some(Some(10)));
+        let before = s.ctl.get();
+        for bad in [
+            "enable 1 vlan",
+            "disable 0-1 vlan",
+            "enable 0 range",
+            "enable 0",
+            "vlan 4095",
+            "enable 0 vlan 5",
+        ] {
+            assert!(s.exec(bad).is_err(), "{bad} accepted");
+        }
+        assert_eq!(s.ctl.get(), before);
     }
 
     #[test]

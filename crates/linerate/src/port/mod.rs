@@ -287,6 +287,10 @@ pub struct PortOptions {
     pub write: pcap::WriteOptions,
     /// AF_XDP settings of `xdp:` ports (socket mode, attach mode, ring sizes).
     pub xdp: xdp::XdpConfig,
+    /// Link type a capture file opened for transmit is labelled with (None: Ethernet). A
+    /// forwarding pair's file output takes its input's, so raw-IP or cooked frames are not
+    /// written under an Ethernet header type.
+    pub link_type: Option<LinkType>,
 }
 
 impl Default for PortOptions {
@@ -306,6 +310,7 @@ impl Default for PortOptions {
             write_format: None,
             write: pcap::WriteOptions::default(),
             xdp: xdp::XdpConfig::default(),
+            link_type: None,
         }
     }
 }

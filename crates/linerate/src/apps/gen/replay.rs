@@ -253,6 +253,9 @@ pub fn run_observed(
     // after it (ns, a fraction kept; apart, as an f64 holds today's ns since the epoch only to
     // 256 ns).
     let mut vnext: Option<(u64, f64)> = None;
+    // At the capture's spacing, what is added to the recorded times of this loop's packets so
+    // that a written capture's times go on from the previous loop's (never back).
+    let mut ts_shift = 0u64;
     let mut played = 0u64;
     'outer: while opts.loops == 0 || played < opts.loops {
         played += 1;
@@ -266,6 +269,7 @@ pub fn run_observed(
                 .unwrap_or(LinkType::ETHERNET)
         };
         let mut last_ts = 0u64;
+        let mut first_ts: Option<u64> = None;
         let pkts_before = rep.pkts;
         loop {
             if let Some(e) = halt(clock.now_ns()) {
@@ -369,14 +373,22 @@ pub fn run_observed(
                         for d in &batch.descs()[k..k + m] {
                             rep.bytes += u64::from(d.len);
                             last_ts = last_ts.max(d.ts);
+                            first_ts.get_or_insert(d.ts);
                         }
+                        let from = send.len();
                         send.extend(&batch.descs()[k..k + m]);
+                        if ts_shift > 0 {
+                            for d in &mut send.descs_mut()[from..] {
+                                d.ts = d.ts.saturating_add(ts_shift);
+                            }
+                        }
                     }
                     Some(rw) => {
                         sent = 0;
                         for i in k..k + m {
                             let d = batch.descs()[i];
                             last_ts = last_ts.max(d.ts);
+                            first_ts.get_or_insert(d.ts);
                             let data = batch.data(i);
                             let fresh = if data.len() + 18 <= send.frame_room().0 as usize {
                                 send.alloc()
@@ -390,7 +402,7 @@ pub fn run_observed(
                             match rw.apply(link_of(&d), data, d.wire_len, f.buf()) {
                                 Ok((len, wire_len)) => {
                                     f.push(Desc {
-                                        ts: d.ts,
+                                        ts: d.ts.saturating_add(ts_shift),
                                         len: len as u32,
                                         wire_len,
                                         // Its interface, for a pcapng output.
@@ -451,6 +463,14 @@ pub fn run_observed(
                 ReplayEnd::Empty
             };
             break;
+        }
+        // Its recorded times go on one mean gap after this loop's last packet (at a rate of
+        // its own the times written are the schedule's, which goes on already).
+        if let (Some(t0), None) = (first_ts, opts.rate) {
+            let span = last_ts.saturating_sub(t0);
+            let n = rep.pkts - pkts_before;
+            let gap = if n > 1 { span / (n - 1) } else { 0 };
+            ts_shift = ts_shift.saturating_add(span.saturating_add(gap));
         }
         // The next loop starts one mean gap after this one's last packet (at a rate of its
         // own, the schedule simply goes on).
