@@ -432,6 +432,27 @@ mod tests {
     }
 
     #[test]
+    fn values_from_2_to_the_31_keep_their_low_byte_interpreted_and_compiled() {
+        // 0xfeedf00d and 0xc6120001 do not fit an int32: every byte must still land, also in
+        // a loop the compiler has traced (200 rounds over the same packet).
+        let src = r#"
+            function f(pkts, n)
+              for k = 1, 200 do
+                local p = pkts[1]
+                p:setU32(42, 0xfeedf00d)
+                p.ip4.src = 0xc6120000 + k
+                p.ip4.daddr = 0xffffffff
+              end
+            end"#;
+        let (r, b, _) = run(src, GEN, &[frame(None, false, 1000, 53)]);
+        r.unwrap();
+        let d = b.data(0);
+        assert_eq!(&d[42..46], &[0xfe, 0xed, 0xf0, 0x0d]);
+        assert_eq!(&d[26..30], &[0xc6, 0x12, 0, 200]);
+        assert_eq!(&d[30..34], &[0xff; 4]);
+    }
+
+    #[test]
     fn read_only_tools_refuse_writes_and_bad_input_is_an_error_naming_it() {
         let cases = [
             (

@@ -163,8 +163,8 @@ end
 local function wr(b, o, size, x)
   if size == 1 then b[o] = x return end
   if size == 2 then b[o], b[o + 1] = rshift(x, 8), x return end
-  -- band: a number of 2^31 or more stored as is into a byte converts through int32 and is lost
-  -- (0xfeedf00d ended in 00); bit operations take it modulo 2^32.
+  -- band: a number from 2^31 stored straight into a uint8_t is not its low byte (the FFI's
+  -- double -> integer conversion saturates it); the bit operations take it modulo 2^32.
   b[o], b[o + 1], b[o + 2], b[o + 3] = rshift(x, 24), rshift(x, 16), rshift(x, 8), band(x, 255)
 end
 
