@@ -210,11 +210,6 @@ impl Packets {
         i < self.shared.n.get() as usize && self.shared.pkts[i].dropped.get() != 0
     }
 
-    /// Whether the script changed packet `i` (0-based) of the batch.
-    pub fn changed(&self, i: usize) -> bool {
-        i < self.shared.n.get() as usize && self.shared.pkts[i].dirty.get() != 0
-    }
-
     /// The queue the script's fast form gave packet `i` (`q[i + 1]`; None: none, or dropped).
     pub fn queue(&self, i: usize) -> Option<u8> {
         let q = self.shared.queues.get(i)?.get();
