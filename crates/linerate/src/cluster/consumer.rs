@@ -6,7 +6,7 @@ use super::layout::*;
 use super::liveness::{claim, now_ms, same_process, unclaim};
 use super::segment::Segment;
 use super::stats::queue_drops;
-use super::tx::TxLane;
+use super::lane::TxLane;
 use crate::mem::{Batch, Desc, Pool};
 use crate::port::{DropReason, Port, PortError, PortStats};
 use crate::ring::shared::{Borrower, RegionQueue};

@@ -50,6 +50,7 @@
 //!   error, the bad batch counted as `malformed`.
 
 mod consumer;
+mod lane;
 mod layout;
 mod liveness;
 mod master;

@@ -3,20 +3,14 @@
 
 use super::consumer::ClusterPort;
 use super::err;
+use super::lane::TxLane;
 use super::layout::MAX_WIRE_LEN;
 use super::liveness::claim;
 use super::master::Master;
 use crate::mem::{Batch, Desc, BATCH};
 use crate::port::{DropReason, Port, PortError};
-use crate::ring::shared::{Lender, RegionQueue};
+use crate::ring::shared::Lender;
 use std::sync::atomic::Ordering;
-
-/// This port's transmit lane: the producer's side of its ring.
-pub(super) struct TxLane {
-    pub(super) lane: usize,
-    pub(super) ring: Lender<Desc, RegionQueue<Desc>>,
-    pub(super) owner: u64,
-}
 
 impl Master {
     /// Whether a transmit lane has packets waiting.

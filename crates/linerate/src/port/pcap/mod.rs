@@ -495,7 +495,7 @@ impl PcapPort {
         use std::os::unix::fs::MetadataExt;
         let owner = meta.uid();
         if !meta.file_type().is_file()
-            || (owner != crate::os::euid() && owner != 0)
+            || (owner != crate::sys::process::euid() && owner != 0)
             || meta.mode() & 0o022 != 0
             || crate::sys::fs::is_remote_or_user_fs(f).unwrap_or(true)
         {
