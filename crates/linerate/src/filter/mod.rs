@@ -5,6 +5,7 @@
 //! captured), or is handed to the kernel by ports that can attach it
 //! ([`Filter::program`], classic BPF as `SO_ATTACH_FILTER` takes).
 
+pub use crate::sys::bpf_filter::Insn;
 use crate::wire::LinkType;
 
 /// Errors of filters.
@@ -18,20 +19,6 @@ pub enum FilterError {
         /// libpcap's message.
         why: String,
     },
-}
-
-/// One classic BPF instruction, laid out as the kernel's `struct sock_filter`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Insn {
-    /// Operation code.
-    pub code: u16,
-    /// Jump offset if true.
-    pub jt: u8,
-    /// Jump offset if false.
-    pub jf: u8,
-    /// Operand.
-    pub k: u32,
 }
 
 /// A compiled filter expression.

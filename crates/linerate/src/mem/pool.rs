@@ -179,7 +179,7 @@ impl Pool {
             bq
         });
         Pool {
-            region: Region::view_of(owner),
+            region: Region::view_of(owner.region(), owner.clone()),
             frame_size,
             frames: small.len() as u32,
             headroom,

@@ -18,8 +18,9 @@ enum Backing {
     Raw,
     /// A file mapped read-only ([`Region::map_read_only`]).
     ReadOnly(#[allow(dead_code)] memmap2::Mmap),
-    /// Another pool's memory, kept mapped by that pool ([`Region::view_of`]).
-    View(#[allow(dead_code)] std::sync::Arc<super::Pool>),
+    /// Another pool's memory, kept mapped by that pool ([`Region::view_of`]; held as any
+    /// owner, so this file needs not know pools, which are built on regions).
+    View(#[allow(dead_code)] std::sync::Arc<dyn std::any::Any + Send + Sync>),
 }
 
 // SAFETY: a Region is plain memory; who may write which bytes is decided by frame ownership
@@ -191,8 +192,12 @@ impl Region {
     /// over some of another pool's frames (a `mem:` wire that allocates from a cluster
     /// segment's frames, [`crate::cluster::Master::input_wire`]). Who may write which frame is
     /// decided, as always, by who holds its descriptor.
-    pub(crate) fn view_of(owner: std::sync::Arc<super::Pool>) -> Region {
-        let (ptr, len) = (owner.region().ptr, owner.region().len);
+    /// `region` is `owner`'s own region (the owner keeps it mapped).
+    pub(crate) fn view_of(
+        region: &Region,
+        owner: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Region {
+        let (ptr, len) = (region.ptr, region.len);
         Region {
             ptr,
             len,

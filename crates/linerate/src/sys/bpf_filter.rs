@@ -1,7 +1,19 @@
 //! libpcap's classic BPF interpreter (`bpf_filter`, with `bpf_validate`), for filters run in user
 //! space: the one tcpdump runs, handed the wire length that `len`, `less` and `greater` test.
 
-use crate::filter::Insn;
+/// One classic BPF instruction, laid out as the kernel's `struct sock_filter`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Insn {
+    /// Operation code.
+    pub code: u16,
+    /// Jump offset if true.
+    pub jt: u8,
+    /// Jump offset if false.
+    pub jf: u8,
+    /// Operand.
+    pub k: u32,
+}
 
 #[link(name = "pcap")]
 extern "C" {

@@ -17,6 +17,7 @@ pub mod ipfix;
 pub mod kafka;
 pub mod key;
 pub mod record;
+mod run;
 pub mod table;
 pub mod threads;
 
@@ -25,6 +26,7 @@ use crate::mem::{Batch, BATCH};
 use crate::port::{LinkType, Port, PortError, PortStats};
 use frag::FragCache;
 pub use key::Tunnels;
+pub use run::run;
 use key::{extract_fragment_in, extract_in, NotFlow, PktInfo, E_FRAG};
 use record::FlowRecord;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -318,17 +320,15 @@ pub(crate) struct Item {
     extra: extra::Extra,
 }
 
-/// Runs the monitor on `port` until the end of the input, an error, or `stop`; every record
-/// goes to `sink`, and every open flow is reported (reason forced) at the end.
-pub fn run(
+/// Runs the monitor in the calling thread ([`run`] with one thread): on `port` until the end of
+/// the input, an error, or `stop`; every record goes to `sink`, and every open flow is reported
+/// (reason forced) at the end.
+pub(crate) fn run_in_this_thread(
     port: &mut dyn Port,
     opts: &FlowOptions,
     stop: &AtomicBool,
     sink: &mut dyn RecordSink,
 ) -> FlowReport {
-    if opts.threads > 1 {
-        return threads::run_one_port(port, opts, stop, sink);
-    }
     let t0 = Instant::now();
     let mut w = Worker::new(
         opts.table,

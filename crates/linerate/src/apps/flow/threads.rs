@@ -248,7 +248,7 @@ pub fn run_input(
                 threads: 1,
                 ..opts.clone()
             };
-            return super::run(p.as_mut(), &o, stop, sink);
+            return super::run_in_this_thread(p.as_mut(), &o, stop, sink);
         }
         Kind::Split(readers) => return run_split(readers, link, opts, stop, sink),
         Kind::Parts(parts) => {
