@@ -2,11 +2,11 @@
 //! and may transmit into the cluster through a lane.
 
 use super::err;
+use super::lane::TxLane;
 use super::layout::*;
 use super::liveness::{claim, now_ms, same_process, unclaim};
 use super::segment::Segment;
 use super::stats::queue_drops;
-use super::lane::TxLane;
 use crate::mem::{Batch, Desc, Pool};
 use crate::port::{DropReason, Port, PortError, PortStats};
 use crate::ring::shared::{Borrower, RegionQueue};

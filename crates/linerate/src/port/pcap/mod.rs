@@ -27,12 +27,15 @@
 //! first interface's and packets of interfaces with another link type are dropped and counted
 //! as `malformed` (use [`PcapReader`] directly to get every packet with its own link type).
 
+mod format;
 mod ngwriter;
 mod reader;
 pub mod rotate;
 mod split;
 mod writer;
 
+use format::Writer;
+pub use format::{WriteFormat, WRITE_BUF};
 pub use ngwriter::{os_name, PcapNgWriter, USER_APPL};
 pub use reader::{
     FileFormat, PcapReader, Record, BUF_SIZE, INITIAL_BUF, MAX_BLOCK, MAX_CAPLEN, MAX_IFACES,
@@ -52,57 +55,7 @@ use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// Size of the write buffer.
-pub const WRITE_BUF: usize = 1 << 20;
-
 type Source = Box<dyn Read + Send>;
-type Sink = RecordFile;
-
-/// The format of a capture file to write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum WriteFormat {
-    /// Classic pcap (microsecond timestamps, one link type): what every tool reads.
-    #[default]
-    Pcap,
-    /// pcapng: interfaces, nanosecond timestamps, and interface statistics at the end.
-    PcapNg,
-}
-
-impl WriteFormat {
-    /// The format a file name asks for: pcapng for `*.pcapng` (any case), else pcap.
-    pub fn for_path(path: &str) -> WriteFormat {
-        let lower = path.to_ascii_lowercase();
-        if lower.ends_with(".pcapng") {
-            WriteFormat::PcapNg
-        } else {
-            WriteFormat::Pcap
-        }
-    }
-
-    /// Its name (`pcap`, `pcapng`).
-    pub fn name(self) -> &'static str {
-        match self {
-            WriteFormat::Pcap => "pcap",
-            WriteFormat::PcapNg => "pcapng",
-        }
-    }
-}
-
-impl std::str::FromStr for WriteFormat {
-    type Err = String;
-    fn from_str(s: &str) -> Result<WriteFormat, String> {
-        match s {
-            "pcap" => Ok(WriteFormat::Pcap),
-            "pcapng" => Ok(WriteFormat::PcapNg),
-            _ => Err(format!("'{s}': write pcap or pcapng")),
-        }
-    }
-}
-
-enum Writer {
-    Pcap(PcapWriter<Sink>),
-    Ng(PcapNgWriter<Sink>),
-}
 
 enum Mode {
     Read {
