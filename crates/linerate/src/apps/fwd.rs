@@ -339,14 +339,7 @@ pub fn run_with(
         Ports::One(a) => vec![a],
     };
     let np = list.len();
-    // (input, output) pairs.
-    let dirs: Vec<(usize, usize)> = if np == 1 {
-        vec![(0, 0)]
-    } else if opts.bidir {
-        vec![(0, 1), (1, 0)]
-    } else {
-        vec![(0, 1)]
-    };
+    let dirs = directions(np, opts.bidir);
     let mut st = FwdStats {
         nports: np,
         ..Default::default()
@@ -370,17 +363,19 @@ pub fn run_with(
     let mut pending: Vec<Batch> = (0..np).map(|_| Batch::new()).collect();
     let mut idle = vec![false; np];
     let is_input: Vec<bool> = (0..np).map(|p| dirs.iter().any(|&(i, _)| i == p)).collect();
-    let mut next_idle_poll = 0u64;
     let mut keep = [true; crate::mem::BATCH];
     let mut script_error = None;
-    let fds: Vec<Option<i32>> = list.iter().map(|p| p.poll_fd()).collect();
+    let mut polls = IdlePolls {
+        fds: list.iter().map(|p| p.poll_fd()).collect(),
+        pfds: Vec::with_capacity(np),
+        ready: Vec::with_capacity(np),
+        next_idle_poll: 0,
+    };
     let t0 = mono_ns();
     let mut ticker = Ticker::new(t0, opts.interval);
     let mut drain = Ticker::new(t0, opts.drain);
     let limits = Limits::new(opts.count, opts.duration, t0);
     let mut error = None;
-    let mut pfds: Vec<i32> = Vec::with_capacity(np);
-    let mut ready: Vec<bool> = Vec::with_capacity(np);
     let mut idle_passes = 0u32;
 
     let ended = 'outer: loop {
@@ -390,37 +385,10 @@ pub fn run_with(
         // Ask idle inputs whether they have something now (one poll for all of them): at once
         // with a 1 ms sleep when every input is idle, else without waiting and at most every
         // IDLE_POLL_NS, so that a busy input is not slowed by a system call per burst.
-        pfds.clear();
         let now = mono_ns();
         let all_idle =
             (0..np).all(|i| idle[i] || !is_input[i]) && pending.iter().all(|b| b.is_empty());
-        if idle.iter().any(|&i| i) && (all_idle || now >= next_idle_poll) {
-            next_idle_poll = now + IDLE_POLL_NS;
-            for (i, fd) in fds.iter().enumerate() {
-                if idle[i] {
-                    if let Some(fd) = fd {
-                        pfds.push(*fd);
-                    } else {
-                        idle[i] = false;
-                    }
-                }
-            }
-            if !pfds.is_empty() {
-                let wait_ms = if all_idle { 1 } else { 0 };
-                ready.clear();
-                ready.resize(pfds.len(), false);
-                poll_many(&pfds, wait_ms, &mut ready);
-                let mut k = 0;
-                for (i, fd) in fds.iter().enumerate() {
-                    if idle[i] && fd.is_some() {
-                        if ready[k] {
-                            idle[i] = false;
-                        }
-                        k += 1;
-                    }
-                }
-            }
-        }
+        polls.wake_idle(&mut idle, all_idle, now);
         let mut got = 0usize;
         for &(i, o) in &dirs {
             // Retry what the output could not take last time before taking more.
@@ -466,34 +434,12 @@ pub fn run_with(
             }
             got += n;
             st.ports[i].received += n as u64;
-            if let Some(f) = &opts.filter {
-                st.ports[i].filtered += rx.retain(|p| f.matches_pkt(p)) as u64;
+            let filtered = &mut st.ports[i].filtered;
+            if let Err(e) = filter_batch(&mut rx, opts, hook.as_deref_mut(), &mut keep, filtered) {
+                script_error = Some(e);
+                break 'outer Ended::Error;
             }
-            if let Some(h) = hook.as_deref_mut() {
-                let n = rx.len();
-                keep[..n].fill(true);
-                if let Err(e) = h.filter(&rx, &mut keep[..n]) {
-                    // The failed batch is not forwarded: counted as filtered, never lost.
-                    st.ports[i].filtered += n as u64;
-                    rx.clear();
-                    script_error = Some(e);
-                    break 'outer Ended::Error;
-                }
-                let mut k = 0;
-                st.ports[i].filtered += rx.retain(|_| {
-                    k += 1;
-                    keep[k - 1]
-                }) as u64;
-            }
-            if let Some((src, dst)) = opts.mac.for_port(o) {
-                for k in 0..rx.len() {
-                    let d = rx.data_mut(k);
-                    if d.len() >= 12 {
-                        d[..6].copy_from_slice(&dst);
-                        d[6..12].copy_from_slice(&src);
-                    }
-                }
-            }
+            rewrite_macs(&mut rx, opts, o);
             match list[o].tx(&mut rx) {
                 Ok(n) => {
                     st.ports[o].sent += n as u64;
@@ -518,7 +464,7 @@ pub fn run_with(
                 }
             }
         }
-        if got == 0 && pfds.is_empty() {
+        if got == 0 && polls.pfds.is_empty() {
             // Only unpollable ports (mem), all empty: back off a little after a while.
             idle_passes += 1;
             if idle_passes > 64 {
@@ -531,21 +477,10 @@ pub fn run_with(
             break Ended::Count;
         }
         if drain.due(now) {
-            for p in list.iter_mut() {
-                // Flushed, and their clock work done (a capture file's -G).
-                if let Err(e) = p.flush().and_then(|()| p.tick(now)) {
-                    error = Some(e);
-                    break 'outer Ended::Error;
-                }
-            }
-            if limits.count_reached(st.total().sent) {
-                break Ended::Count;
-            }
-            if (0..np).all(|i| !is_input[i] || list[i].is_finished()) {
-                break Ended::EndOfInput;
-            }
-            if limits.time_up(now) {
-                break Ended::Duration;
+            let sent = st.total().sent;
+            if let Some(end) = drain_and_check(&mut list, &is_input, &limits, sent, now, &mut error)
+            {
+                break end;
             }
         }
         if ticker.due(now) {
@@ -559,7 +494,171 @@ pub fn run_with(
             on_tick(&st);
         }
     };
-    // Last drain: bounded.
+    last_drain(
+        &mut list,
+        &mut pending,
+        &mut st,
+        (&mut own_drops, &mut taken),
+        &mut error,
+    );
+    snapshot(
+        &mut st,
+        &mut list,
+        (&base, &base_stats),
+        (&own_drops, &taken),
+        mono_ns(),
+    );
+    FwdReport {
+        stats: st,
+        ended,
+        error,
+        script_error,
+    }
+}
+
+/// The (input, output) pairs of `np` ports: one port forwards to itself; two forward one
+/// way, or both ways when `bidir`.
+fn directions(np: usize, bidir: bool) -> Vec<(usize, usize)> {
+    if np == 1 {
+        vec![(0, 0)]
+    } else if bidir {
+        vec![(0, 1), (1, 0)]
+    } else {
+        vec![(0, 1)]
+    }
+}
+
+/// Waking idle inputs: their poll descriptors, and when they were last asked.
+struct IdlePolls {
+    fds: Vec<Option<i32>>,
+    pfds: Vec<i32>,
+    ready: Vec<bool>,
+    next_idle_poll: u64,
+}
+
+impl IdlePolls {
+    /// Asks idle inputs whether they have something now (one poll for all of them): at once
+    /// with a 1 ms sleep when every input is idle (`all_idle`), else without waiting and at
+    /// most every IDLE_POLL_NS, so that a busy input is not slowed by a system call per
+    /// burst. An input that has something, or that cannot be polled, is no longer idle.
+    fn wake_idle(&mut self, idle: &mut [bool], all_idle: bool, now: u64) {
+        let IdlePolls {
+            fds,
+            pfds,
+            ready,
+            next_idle_poll,
+        } = self;
+        pfds.clear();
+        if idle.iter().any(|&i| i) && (all_idle || now >= *next_idle_poll) {
+            *next_idle_poll = now + IDLE_POLL_NS;
+            for (i, fd) in fds.iter().enumerate() {
+                if idle[i] {
+                    if let Some(fd) = fd {
+                        pfds.push(*fd);
+                    } else {
+                        idle[i] = false;
+                    }
+                }
+            }
+            if !pfds.is_empty() {
+                let wait_ms = if all_idle { 1 } else { 0 };
+                ready.clear();
+                ready.resize(pfds.len(), false);
+                poll_many(pfds, wait_ms, ready);
+                let mut k = 0;
+                for (i, fd) in fds.iter().enumerate() {
+                    if idle[i] && fd.is_some() {
+                        if ready[k] {
+                            idle[i] = false;
+                        }
+                        k += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every drain interval: flushes every port and does its clock work (a capture file's -G);
+/// then whether the run ends (an error, the count sent, every input finished, time up).
+fn drain_and_check(
+    list: &mut [&mut dyn Port],
+    is_input: &[bool],
+    limits: &Limits,
+    sent: u64,
+    now: u64,
+    error: &mut Option<PortError>,
+) -> Option<Ended> {
+    for p in list.iter_mut() {
+        if let Err(e) = p.flush().and_then(|()| p.tick(now)) {
+            *error = Some(e);
+            return Some(Ended::Error);
+        }
+    }
+    if limits.count_reached(sent) {
+        return Some(Ended::Count);
+    }
+    if (0..list.len()).all(|i| !is_input[i] || list[i].is_finished()) {
+        return Some(Ended::EndOfInput);
+    }
+    if limits.time_up(now) {
+        return Some(Ended::Duration);
+    }
+    None
+}
+
+/// Applies the input's filters to a received batch: `opts.filter`, then the per-batch hook
+/// (a script); what they reject is counted in `filtered`. A hook that fails: the batch is not
+/// forwarded (counted as filtered, never lost) and its error is returned.
+fn filter_batch(
+    rx: &mut Batch,
+    opts: &FwdOptions,
+    hook: Option<&mut (dyn BatchFilter + '_)>,
+    keep: &mut [bool; crate::mem::BATCH],
+    filtered: &mut u64,
+) -> Result<(), String> {
+    if let Some(f) = &opts.filter {
+        *filtered += rx.retain(|p| f.matches_pkt(p)) as u64;
+    }
+    if let Some(h) = hook {
+        let n = rx.len();
+        keep[..n].fill(true);
+        if let Err(e) = h.filter(rx, &mut keep[..n]) {
+            *filtered += n as u64;
+            rx.clear();
+            return Err(e);
+        }
+        let mut k = 0;
+        *filtered += rx.retain(|_| {
+            k += 1;
+            keep[k - 1]
+        }) as u64;
+    }
+    Ok(())
+}
+
+/// Puts output `o`'s addresses (`--mac`) into every frame of `rx`.
+fn rewrite_macs(rx: &mut Batch, opts: &FwdOptions, o: usize) {
+    if let Some((src, dst)) = opts.mac.for_port(o) {
+        for k in 0..rx.len() {
+            let d = rx.data_mut(k);
+            if d.len() >= 12 {
+                d[..6].copy_from_slice(&dst);
+                d[6..12].copy_from_slice(&src);
+            }
+        }
+    }
+}
+
+/// The last drain, bounded: what waits for each output is sent (a few tries) or counted as
+/// the forwarder's own drop, then every port is flushed.
+fn last_drain(
+    list: &mut [&mut dyn Port],
+    pending: &mut [Batch],
+    st: &mut FwdStats,
+    (own_drops, taken): (&mut [u64; 2], &mut [u64; 2]),
+    error: &mut Option<PortError>,
+) {
     for (o, b) in pending.iter_mut().enumerate() {
         for _ in 0..50 {
             if b.is_empty() {
@@ -588,19 +687,6 @@ pub fn run_with(
             }
         }
         std::thread::sleep(Duration::from_micros(200));
-    }
-    snapshot(
-        &mut st,
-        &mut list,
-        (&base, &base_stats),
-        (&own_drops, &taken),
-        mono_ns(),
-    );
-    FwdReport {
-        stats: st,
-        ended,
-        error,
-        script_error,
     }
 }
 
