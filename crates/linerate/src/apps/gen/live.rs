@@ -365,62 +365,10 @@ pub fn run(
     let ifindex = sys::ifindex(iface)?;
     let ncpu = sys::possible_cpus().map_err(|e| os(iface, "reading the CPU count", e))?;
     let (frame, state) = build(&o.stream, o.seed)?;
-    let map = obj::create_map(
-        iface,
-        sys::BPF_MAP_TYPE_PERCPU_ARRAY,
-        4,
-        STATE_LEN as u32,
-        1,
-        "lr_gen",
-    )?;
-    let mut all = Vec::with_capacity(STATE_LEN * ncpu);
-    for c in 0..ncpu {
-        let mut s = state.clone();
-        let mut r = u32::from_ne_bytes([s[8], s[9], s[10], s[11]]);
-        r = r.wrapping_add((c as u32).wrapping_mul(0x9e37_79b9)) | 1;
-        s[8..12].copy_from_slice(&r.to_ne_bytes());
-        all.extend_from_slice(&s);
-    }
-    sys::map_update(&map, 0, &all).map_err(|e| os(iface, "bpf(BPF_MAP_UPDATE_ELEM)", e))?;
+    let map = state_map(iface, &state, ncpu)?;
     let prog = obj::parse(OBJECT, "bpf/xdp_gen.o")?.load(iface, PROG_NAME, &[("gen_map", &map)])?;
     let before = sys::link_stats(ifindex).ok();
-    // A veth silently discards XDP frames when its peer has no XDP program: send one frame
-    // first and check that the device sent or dropped it (the program counts it).
-    let mut first = 0;
-    if sys::iface_driver(iface).is_ok_and(|d| d == "veth") && o.count != Some(0) {
-        // Up to 64 frames, so that a few packets of the stack's own (neighbour discovery on a
-        // fresh link) cannot pass for them; the peer counts them when its NAPI runs, which may
-        // be a thread on another core: give it up to 200 ms.
-        let probe = o.count.unwrap_or(64).min(64);
-        sys::xdp_run_live(&prog, &frame, ifindex, probe as u32, probe as u32)
-            .map_err(|e| os(iface, "bpf(BPF_PROG_RUN)", e))?;
-        first = probe;
-        if let Some(b) = before {
-            let counted = || {
-                sys::link_stats(ifindex).ok().map(|a| {
-                    (a.tx_packets + a.tx_dropped).saturating_sub(b.tx_packets + b.tx_dropped)
-                })
-            };
-            let mut n = counted();
-            for _ in 0..20 {
-                if n.is_none_or(|n| n >= probe) {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(10));
-                n = counted();
-            }
-            if n.is_some_and(|n| n < probe) {
-                return Err(GenError::Spec {
-                    stream: o.stream.id,
-                    why: format!(
-                        "{iface} did not send its first {probe} XDP frames: its veth peer needs \
-                         an XDP program (e.g. ip link set dev PEER xdpdrv obj bpf/xdp_drop.o \
-                         sec xdp)"
-                    ),
-                });
-            }
-        }
-    }
+    let first = probe_veth(o, &prog, &frame, ifindex, before)?;
     install_wake();
     let cores = allowed_cores();
     let core_of = |i: usize| match o.core {
@@ -539,6 +487,88 @@ pub fn run(
         rep.tx_dropped = Some(a.tx_dropped.wrapping_sub(b.tx_dropped));
         rep.tx_packets = Some(a.tx_packets.wrapping_sub(b.tx_packets));
     }
+    add_workers(rep, results, o.pps.is_some())
+}
+
+/// The per-CPU state map of the generator program: `state` for every CPU, each with its own
+/// random seed.
+fn state_map(iface: &str, state: &[u8], ncpu: usize) -> Result<OwnedFd, GenError> {
+    let map = obj::create_map(
+        iface,
+        sys::BPF_MAP_TYPE_PERCPU_ARRAY,
+        4,
+        STATE_LEN as u32,
+        1,
+        "lr_gen",
+    )?;
+    let mut all = Vec::with_capacity(STATE_LEN * ncpu);
+    for c in 0..ncpu {
+        let mut s = state.to_vec();
+        let mut r = u32::from_ne_bytes([s[8], s[9], s[10], s[11]]);
+        r = r.wrapping_add((c as u32).wrapping_mul(0x9e37_79b9)) | 1;
+        s[8..12].copy_from_slice(&r.to_ne_bytes());
+        all.extend_from_slice(&s);
+    }
+    sys::map_update(&map, 0, &all).map_err(|e| os(iface, "bpf(BPF_MAP_UPDATE_ELEM)", e))?;
+    Ok(map)
+}
+
+/// A veth silently discards XDP frames when its peer has no XDP program: sends a few frames
+/// first and checks that the device sent or dropped them (the program counts them). Returns
+/// how many were sent (part of the count).
+fn probe_veth(
+    o: &LiveOptions,
+    prog: &OwnedFd,
+    frame: &[u8],
+    ifindex: u32,
+    before: Option<sys::LinkStats>,
+) -> Result<u64, GenError> {
+    let iface = o.iface.as_str();
+    let mut first = 0;
+    if sys::iface_driver(iface).is_ok_and(|d| d == "veth") && o.count != Some(0) {
+        // Up to 64 frames, so that a few packets of the stack's own (neighbour discovery on a
+        // fresh link) cannot pass for them; the peer counts them when its NAPI runs, which may
+        // be a thread on another core: give it up to 200 ms.
+        let probe = o.count.unwrap_or(64).min(64);
+        sys::xdp_run_live(prog, frame, ifindex, probe as u32, probe as u32)
+            .map_err(|e| os(iface, "bpf(BPF_PROG_RUN)", e))?;
+        first = probe;
+        if let Some(b) = before {
+            let counted = || {
+                sys::link_stats(ifindex).ok().map(|a| {
+                    (a.tx_packets + a.tx_dropped).saturating_sub(b.tx_packets + b.tx_dropped)
+                })
+            };
+            let mut n = counted();
+            for _ in 0..20 {
+                if n.is_none_or(|n| n >= probe) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                n = counted();
+            }
+            if n.is_some_and(|n| n < probe) {
+                return Err(GenError::Spec {
+                    stream: o.stream.id,
+                    why: format!(
+                        "{iface} did not send its first {probe} XDP frames: its veth peer needs \
+                         an XDP program (e.g. ip link set dev PEER xdpdrv obj bpf/xdp_drop.o \
+                         sec xdp)"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(first)
+}
+
+/// Adds what each worker thread did to `rep` (`paced`: a rate was asked); the first error of
+/// a worker is the run's.
+fn add_workers(
+    mut rep: LiveReport,
+    results: Vec<Result<Worker, GenError>>,
+    paced: bool,
+) -> Result<LiveReport, GenError> {
     let mut err = None;
     for r in results {
         match r {
@@ -548,7 +578,7 @@ pub fn run(
                 rep.slips += w.slips;
                 rep.slipped_ns += w.slipped_ns;
                 rep.steered |= w.steered;
-                if o.pps.is_some() {
+                if paced {
                     let span = w.last_start.saturating_sub(w.first);
                     let p = if span > 0 && w.upto_last > 0 {
                         (w.upto_last - 1) as f64 * 1e9 / span as f64

@@ -868,15 +868,7 @@ pub fn run(
     mut hook: Option<&mut dyn Hook>,
     mut on_tick: impl FnMut(&GenTick),
 ) -> Result<GenReport, GenError> {
-    if opts.streams.is_empty() {
-        return Err(GenError::NoStream);
-    }
-    if opts.streams.len() > 255 {
-        return Err(GenError::Spec {
-            stream: 0,
-            why: "at most 255 streams per worker".into(),
-        });
-    }
+    check_streams(&opts.streams)?;
     let pool = build_pool(port, longest(&opts.streams).0)?;
     check_port(port, Some(&pool), &opts.streams)?;
     let t0 = clock.now_ns();
@@ -915,13 +907,7 @@ pub fn run(
     let mut built = 0u64;
     let deadline = limits.deadline;
     // Past the deadline a run that catches up may still send what it owes, for a while.
-    let grace = match (opts.on_stall, opts.duration) {
-        (OnStall::CatchUp(c), Some(d)) if p.rated => c
-            .window_ns
-            .min(100_000_000)
-            .min((d.as_nanos() / 10).min(u128::from(u64::MAX)) as u64),
-        _ => 0,
-    };
+    let grace = grace_ns(opts, p.rated);
     let hard_deadline = deadline.map(|d| d.saturating_add(grace));
     let mut ticker = Ticker::new(t0, opts.interval);
     let mut rr = 0usize;
@@ -948,45 +934,19 @@ pub fn run(
             break Ok(());
         }
         if let Some(c) = ctl.filter(|c| c.version() != seen) {
-            // A command: drop what was built and not sent (given back to the counts), then
-            // start over from now with the new settings.
-            seen = c.version();
-            let st = c.get();
-            let unsent = (cur.b.len() - cur.k + nxt.b.len()) as u64;
-            built = built.saturating_sub(unsent);
-            if budget != u64::MAX {
-                budget += unsent;
-            }
-            cur.reset();
-            nxt.reset();
-            let mut next = opts.streams.clone();
-            apply(&mut next, &st);
-            let now = clock.now_ns();
-            match check_port(port, Some(&pool), &next)
-                .and_then(|()| plan(&next, opts.seed, now + 20_000, opts.on_stall))
-            {
-                Ok(np) => {
-                    p = np;
-                    rep.rate_pps = p.rate_pps();
-                    rep.steered = true;
-                }
-                // Refused by the controller before; should it happen, the old settings stay.
-                Err(e) => {
-                    rep.error.get_or_insert_with(|| e.to_string());
-                }
-            }
-            // A `start` or a new `count` gives a fresh count.
-            let fresh = c.starts() != starts;
-            starts = c.starts();
-            match st.count {
-                None => budget = u64::MAX,
-                Some(n) if fresh || st.count != count_set => {
-                    budget = control::share(n, opts.worker.0, opts.worker.1);
-                }
-                Some(_) => {}
-            }
-            count_set = st.count;
-            sending = st.sending;
+            let groups = (&mut cur, &mut nxt);
+            let steer = (&mut seen, &mut starts, &mut count_set, &mut sending);
+            let counts = (&mut built, &mut budget);
+            take_command(
+                c,
+                opts,
+                (&mut *port, &pool, clock),
+                groups,
+                steer,
+                counts,
+                &mut p,
+                &mut rep,
+            );
         }
         let drained = cur.k >= cur.b.len() && nxt.b.is_empty();
         if !sending || (budget == 0 && drained) {
@@ -1016,31 +976,11 @@ pub fn run(
         }
         // The next group: finish building it, let the hook see it, make it current.
         if cur.k >= cur.b.len() {
-            cur.reset();
-            std::mem::swap(&mut cur, &mut nxt);
-            fill_counted(
-                &mut cur,
-                &mut p,
-                &mut rng,
-                &mut rr,
-                BATCH,
-                &limits,
-                (&mut built, &mut budget),
-            );
-            if cur.b.is_empty() {
-                if limits.count_reached(built) {
-                    break Ok(());
-                }
-                if budget == 0 {
-                    // The count of a `count` command is sent: wait for a command.
-                    continue;
-                }
-                // The pool is empty: the port still holds frames. Let it drain.
-                if let Err(e) = port.flush() {
-                    break Err(e.into());
-                }
-                std::hint::spin_loop();
-                continue;
+            let (groups, fill) = ((&mut cur, &mut nxt), (&mut p, &mut rng, &mut rr));
+            match next_group(groups, fill, &limits, (&mut built, &mut budget), port) {
+                Step::Go => {}
+                Step::Again => continue,
+                Step::End(r) => break r,
             }
         }
         if !cur.hooked {
@@ -1063,103 +1003,32 @@ pub fn run(
                 break Ok(());
             }
             let target = p.pacer.earliest(t);
-            while now < target {
-                let slack = target - now;
-                if slack > FILL_SLACK
-                    && !nxt.b.is_full()
-                    && !limits.count_reached(built)
-                    && budget > 0
-                {
-                    fill_counted(
-                        &mut nxt,
-                        &mut p,
-                        &mut rng,
-                        &mut rr,
-                        FILL_CHUNK,
-                        &limits,
-                        (&mut built, &mut budget),
-                    );
-                } else if slack > sleep_above {
-                    std::thread::sleep(Duration::from_nanos(slack - sleep_above / 2));
-                    if stop.load(Ordering::Relaxed) {
-                        break 'run Ok(());
-                    }
-                }
-                // Busy-read the clock: no PAUSE, which a hypervisor may take for a spinning
-                // lock waiter (pause-loop exiting) and deschedule.
-                now = clock.now_ns();
+            let fill = (&mut nxt, &mut p, &mut rng, &mut rr);
+            let counts = (&mut built, &mut budget);
+            match wait_filling(
+                clock,
+                (target, now),
+                fill,
+                &limits,
+                counts,
+                sleep_above,
+                stop,
+            ) {
+                Some(t) => now = t,
+                None => break 'run Ok(()),
             }
-            let d = p.pacer.excess(t, now);
-            if d > 0 {
-                // Later than may be caught up: move the rest of the schedule later by the
-                // excess (counted, and this gap is a deviation).
-                cur.t[k..n].iter_mut().for_each(|t| *t += d);
-                nxt.t[..nxt.b.len()].iter_mut().for_each(|t| *t += d);
-                p.streams
-                    .iter_mut()
-                    .filter_map(|s| s.sched.as_mut())
-                    .for_each(|s| s.shift(d));
-                p.pacer.shift(d);
-                rep.precision.slip(d);
-            }
-            // Every packet due now that the catch-up bounds let go (the first always), none
-            // scheduled past the end of a duration (sent late, in its grace).
-            let last_due = now.min(deadline.unwrap_or(u64::MAX));
-            m = 0;
-            for &s in &cur.t[k..n] {
-                if m > 0 && (s > last_due || p.pacer.earliest(s) > now) {
-                    break;
-                }
-                p.pacer.depart(s, now);
-                m += 1;
-            }
-            rep.behind_ns = now.saturating_sub(cur.t[k + m - 1]);
-            if rep.first_ns == 0 {
-                rep.first_ns = cur.t[k].min(now);
-            }
+            let groups = (&mut cur, &mut nxt);
+            m = depart_due((t, now, deadline), groups, (k, n), &mut p, &mut rep);
         }
-        out.extend(&cur.b.descs()[k..k + m]);
-        for j in 0..m {
-            out.descs_mut()[j].ts = now;
-            let s = usize::from(cur.which[k + j]);
-            if p.streams[s].probe {
-                template::put_time(out.data_mut(j), &p.layouts[s], now);
-            }
-            rep.per_stream[s] += 1;
-            rep.bytes += u64::from(out.descs()[j].len);
-            if p.rated {
-                rep.precision.record(cur.t[k + j], now);
-            }
-        }
+        stamp(&mut out, &cur, (k, m), now, &p, &mut rep);
         cur.k += m;
         if rep.first_ns == 0 {
             rep.first_ns = now;
         }
         rep.last_ns = now;
         rep.pkts += m as u64;
-        let mut tries = 0;
-        while !out.is_empty() {
-            match port.tx(&mut out) {
-                Ok(_) if out.is_empty() => break,
-                Ok(_) => {
-                    // The port is full: its frames come back when the kernel (often its
-                    // softirq thread, on this very core) has sent them. Give it the CPU.
-                    if tries == 0 {
-                        rep.port_full += 1;
-                    }
-                    tries += 1;
-                    if tries > 100_000 {
-                        // Stuck: give these up, counted as drops of a full ring.
-                        abandoned += out.len() as u64;
-                        out.clear();
-                    }
-                    std::thread::yield_now();
-                }
-                Err(e) => {
-                    out.clear();
-                    break 'run Err(e.into());
-                }
-            }
+        if let Err(e) = transmit(port, &mut out, &mut rep, &mut abandoned) {
+            break 'run Err(e);
         }
         // The port's clock work (a capture file's --flush-interval, -G).
         if let Err(e) = port.tick(now) {
@@ -1182,7 +1051,277 @@ pub fn run(
     rep.end_ns = clock.now_ns();
     cur.reset();
     nxt.reset();
-    rep.port = port.stats().since(&base);
+    finish(port, rep, result, &base, abandoned)
+}
+
+/// What the send loop does next.
+enum Step {
+    /// Go on with this pass.
+    Go,
+    /// Start the next pass.
+    Again,
+    /// End the run.
+    End(Result<(), GenError>),
+}
+
+/// The next group: `nxt`, built to the end, becomes current (`cur`'s frames given back).
+/// Nothing built: the count is reached (the run ends), or a `count` command's count is sent
+/// (wait for a command), or the pool is empty as the port still holds frames (let it drain).
+fn next_group(
+    (cur, nxt): (&mut Group, &mut Group),
+    (p, rng, rr): (&mut Plan, &mut Rng, &mut usize),
+    limits: &Limits,
+    (built, budget): (&mut u64, &mut u64),
+    port: &mut dyn Port,
+) -> Step {
+    cur.reset();
+    std::mem::swap(cur, nxt);
+    fill_counted(cur, p, rng, rr, BATCH, limits, (&mut *built, &mut *budget));
+    if cur.b.is_empty() {
+        if limits.count_reached(*built) {
+            return Step::End(Ok(()));
+        }
+        if *budget == 0 {
+            return Step::Again;
+        }
+        if let Err(e) = port.flush() {
+            return Step::End(Err(e.into()));
+        }
+        std::hint::spin_loop();
+        return Step::Again;
+    }
+    Step::Go
+}
+
+/// A worker sends 1 to 255 streams.
+fn check_streams(streams: &[StreamSpec]) -> Result<(), GenError> {
+    if streams.is_empty() {
+        return Err(GenError::NoStream);
+    }
+    if streams.len() > 255 {
+        return Err(GenError::Spec {
+            stream: 0,
+            why: "at most 255 streams per worker".into(),
+        });
+    }
+    Ok(())
+}
+
+/// How long past the deadline of a duration a rated run that catches up may still send
+/// what it owes: a tenth of the duration, at most 100 ms, at most the catch-up window.
+fn grace_ns(opts: &GenOptions, rated: bool) -> u64 {
+    match (opts.on_stall, opts.duration) {
+        (OnStall::CatchUp(c), Some(d)) if rated => c
+            .window_ns
+            .min(100_000_000)
+            .min((d.as_nanos() / 10).min(u128::from(u64::MAX)) as u64),
+        _ => 0,
+    }
+}
+
+/// A command: drops what was built and not sent (given back to the counts), then starts over
+/// from now with the new settings.
+#[allow(clippy::too_many_arguments)]
+fn take_command(
+    c: &Control,
+    opts: &GenOptions,
+    (port, pool, clock): (&mut dyn Port, &Arc<Pool>, &dyn Clock),
+    (cur, nxt): (&mut Group, &mut Group),
+    (seen, starts, count_set, sending): (&mut u64, &mut u64, &mut Option<u64>, &mut bool),
+    (built, budget): (&mut u64, &mut u64),
+    p: &mut Plan,
+    rep: &mut GenReport,
+) {
+    *seen = c.version();
+    let st = c.get();
+    let unsent = (cur.b.len() - cur.k + nxt.b.len()) as u64;
+    *built = built.saturating_sub(unsent);
+    if *budget != u64::MAX {
+        *budget += unsent;
+    }
+    cur.reset();
+    nxt.reset();
+    let mut next = opts.streams.clone();
+    apply(&mut next, &st);
+    let now = clock.now_ns();
+    match check_port(port, Some(pool), &next)
+        .and_then(|()| plan(&next, opts.seed, now + 20_000, opts.on_stall))
+    {
+        Ok(np) => {
+            *p = np;
+            rep.rate_pps = p.rate_pps();
+            rep.steered = true;
+        }
+        // Refused by the controller before; should it happen, the old settings stay.
+        Err(e) => {
+            rep.error.get_or_insert_with(|| e.to_string());
+        }
+    }
+    // A `start` or a new `count` gives a fresh count.
+    let fresh = c.starts() != *starts;
+    *starts = c.starts();
+    match st.count {
+        None => *budget = u64::MAX,
+        Some(n) if fresh || st.count != *count_set => {
+            *budget = control::share(n, opts.worker.0, opts.worker.1);
+        }
+        Some(_) => {}
+    }
+    *count_set = st.count;
+    *sending = st.sending;
+}
+
+/// Waits until `target` (from `now`), building the next group a few packets at a time
+/// while there is slack, sleeping when there is more than `sleep_above`; returns the clock
+/// at the end, None when `stop` came during a sleep.
+#[allow(clippy::too_many_arguments)]
+fn wait_filling(
+    clock: &dyn Clock,
+    (target, mut now): (u64, u64),
+    (nxt, p, rng, rr): (&mut Group, &mut Plan, &mut Rng, &mut usize),
+    limits: &Limits,
+    (built, budget): (&mut u64, &mut u64),
+    sleep_above: u64,
+    stop: &AtomicBool,
+) -> Option<u64> {
+    while now < target {
+        let slack = target - now;
+        if slack > FILL_SLACK && !nxt.b.is_full() && !limits.count_reached(*built) && *budget > 0 {
+            fill_counted(
+                nxt,
+                p,
+                rng,
+                rr,
+                FILL_CHUNK,
+                limits,
+                (&mut *built, &mut *budget),
+            );
+        } else if slack > sleep_above {
+            std::thread::sleep(Duration::from_nanos(slack - sleep_above / 2));
+            if stop.load(Ordering::Relaxed) {
+                return None;
+            }
+        }
+        // Busy-read the clock: no PAUSE, which a hypervisor may take for a spinning
+        // lock waiter (pause-loop exiting) and deschedule.
+        now = clock.now_ns();
+    }
+    Some(now)
+}
+
+/// At time `now`, for the packet `k` of `cur` scheduled at `t`: when later than may be caught
+/// up, moves the rest of the schedule later by the excess; then departs every packet due now
+/// that the catch-up bounds let go (the first always), none scheduled past the end of a
+/// duration (`deadline`). Returns how many (`m`) leave.
+fn depart_due(
+    (t, now, deadline): (u64, u64, Option<u64>),
+    (cur, nxt): (&mut Group, &mut Group),
+    (k, n): (usize, usize),
+    p: &mut Plan,
+    rep: &mut GenReport,
+) -> usize {
+    let d = p.pacer.excess(t, now);
+    if d > 0 {
+        // Later than may be caught up: move the rest of the schedule later by the
+        // excess (counted, and this gap is a deviation).
+        cur.t[k..n].iter_mut().for_each(|t| *t += d);
+        nxt.t[..nxt.b.len()].iter_mut().for_each(|t| *t += d);
+        p.streams
+            .iter_mut()
+            .filter_map(|s| s.sched.as_mut())
+            .for_each(|s| s.shift(d));
+        p.pacer.shift(d);
+        rep.precision.slip(d);
+    }
+    // Every packet due now that the catch-up bounds let go (the first always), none
+    // scheduled past the end of a duration (sent late, in its grace).
+    let last_due = now.min(deadline.unwrap_or(u64::MAX));
+    let mut m = 0;
+    for &s in &cur.t[k..n] {
+        if m > 0 && (s > last_due || p.pacer.earliest(s) > now) {
+            break;
+        }
+        p.pacer.depart(s, now);
+        m += 1;
+    }
+    rep.behind_ns = now.saturating_sub(cur.t[k + m - 1]);
+    if rep.first_ns == 0 {
+        rep.first_ns = cur.t[k].min(now);
+    }
+    m
+}
+
+/// Puts the `m` packets of `cur` from `k` into `out`, each stamped with its departure time
+/// `now` (and a probe's payload with it), and counts them per stream.
+fn stamp(
+    out: &mut Batch,
+    cur: &Group,
+    (k, m): (usize, usize),
+    now: u64,
+    p: &Plan,
+    rep: &mut GenReport,
+) {
+    out.extend(&cur.b.descs()[k..k + m]);
+    for j in 0..m {
+        out.descs_mut()[j].ts = now;
+        let s = usize::from(cur.which[k + j]);
+        if p.streams[s].probe {
+            template::put_time(out.data_mut(j), &p.layouts[s], now);
+        }
+        rep.per_stream[s] += 1;
+        rep.bytes += u64::from(out.descs()[j].len);
+        if p.rated {
+            rep.precision.record(cur.t[k + j], now);
+        }
+    }
+}
+
+/// Sends `out` whole to `port`. A full port gets the CPU (its frames come back when the
+/// kernel has sent them); a port stuck for long gets the rest given up, counted in
+/// `abandoned` (drops of a full ring).
+fn transmit(
+    port: &mut dyn Port,
+    out: &mut Batch,
+    rep: &mut GenReport,
+    abandoned: &mut u64,
+) -> Result<(), GenError> {
+    let mut tries = 0;
+    while !out.is_empty() {
+        match port.tx(out) {
+            Ok(_) if out.is_empty() => break,
+            Ok(_) => {
+                // The port is full: its frames come back when the kernel (often its
+                // softirq thread, on this very core) has sent them. Give it the CPU.
+                if tries == 0 {
+                    rep.port_full += 1;
+                }
+                tries += 1;
+                if tries > 100_000 {
+                    // Stuck: give these up, counted as drops of a full ring.
+                    *abandoned += out.len() as u64;
+                    out.clear();
+                }
+                std::thread::yield_now();
+            }
+            Err(e) => {
+                out.clear();
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The run's report once its loop ended with `result`: the port's counters since `base`
+/// (with the packets `abandoned`), the error that ended it; the port is flushed.
+fn finish(
+    port: &mut dyn Port,
+    mut rep: GenReport,
+    result: Result<(), GenError>,
+    base: &PortStats,
+    abandoned: u64,
+) -> Result<GenReport, GenError> {
+    rep.port = port.stats().since(base);
     rep.port.tx_drops.add(DropReason::RingFull, abandoned);
     match result {
         // The script's error ends the run; what was sent until then is in the report.
@@ -1194,7 +1333,7 @@ pub fn run(
         Ok(()) => {}
     }
     port.flush()?;
-    rep.port = port.stats().since(&base);
+    rep.port = port.stats().since(base);
     rep.port.tx_drops.add(DropReason::RingFull, abandoned);
     Ok(rep)
 }

@@ -243,10 +243,7 @@ pub fn run_observed(
     };
     // Rewriting: packets are copied into frames of the replay's own.
     let own = match &opts.rewrite {
-        Some(_) => Some(Arc::new(Pool::new(&PoolConfig {
-            big_frames: DEFAULT_BIG_FRAMES,
-            ..Default::default()
-        })?)),
+        Some(_) => Some(rewrite_pool()?),
         None => None,
     };
     // At a rate of its own: the first recorded time, and the next packet's scheduled time
@@ -261,13 +258,6 @@ pub fn run_observed(
         played += 1;
         let mut input = open()?;
         let links: Vec<LinkType> = input.interfaces().iter().map(|i| i.link).collect();
-        let link_of = |d: &Desc| -> LinkType {
-            links
-                .get(usize::from(d.port))
-                .or(links.first())
-                .copied()
-                .unwrap_or(LinkType::ETHERNET)
-        };
         let mut last_ts = 0u64;
         let mut first_ts: Option<u64> = None;
         let pkts_before = rep.pkts;
@@ -299,13 +289,7 @@ pub fn run_observed(
                 })?),
             }
             if let Some(r) = opts.rate {
-                // Each packet's time is its place in the schedule of the asked rate.
-                for i in 0..n {
-                    let d = batch.descs()[i];
-                    let (v0, v) = *vnext.get_or_insert((d.ts, 0.0));
-                    batch.set_ts(i, v0.saturating_add(v as u64));
-                    vnext = Some((v0, v + r.gap_ns(d.wire_len)));
-                }
+                at_rate(&mut batch, n, r, &mut vnext);
             }
             let mut k = 0;
             while k < n {
@@ -321,13 +305,7 @@ pub fn run_observed(
                         )
                     };
                     let pacer = pacer.get_or_insert_with(|| {
-                        let d = &batch.descs()[k..n];
-                        let span = d.last().map_or(0, |l| l.ts.saturating_sub(d[0].ts));
-                        let gap =
-                            (span as f64 / (d.len().max(2) - 1) as f64 / speed.max(1e-9)).max(1.0);
-                        let behind = sched::behind_above(gap);
-                        rep.precision = Precision::with_behind_above(behind);
-                        Pacer::new(opts.on_stall, gap, behind)
+                        first_pacer(&batch.descs()[k..n], speed, opts.on_stall, &mut rep)
                     });
                     // Later than the catch-up window allows: the rest of the schedule moves.
                     let ex = pacer.excess(at(ts, offset), now);
@@ -367,80 +345,20 @@ pub fn run_observed(
                         m += 1;
                     }
                 }
-                let mut sent = m;
-                match &opts.rewrite {
-                    None => {
-                        for d in &batch.descs()[k..k + m] {
-                            rep.bytes += u64::from(d.len);
-                            last_ts = last_ts.max(d.ts);
-                            first_ts.get_or_insert(d.ts);
-                        }
-                        let from = send.len();
-                        send.extend(&batch.descs()[k..k + m]);
-                        if ts_shift > 0 {
-                            for d in &mut send.descs_mut()[from..] {
-                                d.ts = d.ts.saturating_add(ts_shift);
-                            }
-                        }
-                    }
+                let times = (&mut last_ts, &mut first_ts);
+                let sent = match &opts.rewrite {
+                    None => stage_copy(&batch, k..k + m, &mut send, ts_shift, &mut rep, times),
                     Some(rw) => {
-                        sent = 0;
-                        for i in k..k + m {
-                            let d = batch.descs()[i];
-                            last_ts = last_ts.max(d.ts);
-                            first_ts.get_or_insert(d.ts);
-                            let data = batch.data(i);
-                            let fresh = if data.len() + 18 <= send.frame_room().0 as usize {
-                                send.alloc()
-                            } else {
-                                send.alloc_big()
-                            };
-                            let Some(mut f) = fresh else {
-                                rep.refused.add(rewrite::Refused::TooLong);
-                                continue;
-                            };
-                            match rw.apply(link_of(&d), data, d.wire_len, f.buf()) {
-                                Ok((len, wire_len)) => {
-                                    f.push(Desc {
-                                        ts: d.ts.saturating_add(ts_shift),
-                                        len: len as u32,
-                                        wire_len,
-                                        // Its interface, for a pcapng output.
-                                        port: d.port,
-                                        flags: d.flags & (Desc::F_INBOUND | Desc::F_OUTBOUND),
-                                        ..Desc::default()
-                                    });
-                                    rep.bytes += len as u64;
-                                    sent += 1;
-                                }
-                                Err(why) => rep.refused.add(why),
-                            }
-                        }
+                        let staged = (&batch, k..k + m, &mut send);
+                        stage_rewritten(rw, staged, &links, ts_shift, &mut rep, times)
                     }
-                }
+                };
                 if rep.first_ns == 0 {
                     rep.first_ns = now;
                 }
                 rep.last_ns = now;
                 rep.pkts += sent as u64;
-                // A port that takes nothing for long (or a stop meanwhile) leaves the rest
-                // unsent, counted as such.
-                let mut tries = 0u32;
-                while !send.is_empty() {
-                    out.tx(&mut send)?;
-                    tries += 1;
-                    if tries.is_multiple_of(1024)
-                        && (tries >= 1 << 20 || halt(clock.now_ns()).is_some())
-                    {
-                        break;
-                    }
-                }
-                if !send.is_empty() {
-                    rep.unsent += send.len() as u64;
-                    rep.pkts -= send.len() as u64;
-                    rep.bytes -= send.descs().iter().map(|d| u64::from(d.len)).sum::<u64>();
-                    send.clear();
-                }
+                transmit(out, &mut send, &mut rep, &|| halt(clock.now_ns()).is_some())?;
                 k += m;
                 out.tick(now)?;
                 if ticker.due(now) {
@@ -464,30 +382,175 @@ pub fn run_observed(
             };
             break;
         }
-        // Its recorded times go on one mean gap after this loop's last packet (at a rate of
-        // its own the times written are the schedule's, which goes on already).
-        if let (Some(t0), None) = (first_ts, opts.rate) {
-            let span = last_ts.saturating_sub(t0);
-            let n = rep.pkts - pkts_before;
-            let gap = if n > 1 { span / (n - 1) } else { 0 };
-            ts_shift = ts_shift.saturating_add(span.saturating_add(gap));
-        }
-        // The next loop starts one mean gap after this one's last packet (at a rate of its
-        // own, the schedule simply goes on).
-        if let (Some((_, ts0)), None) = (base, opts.rate) {
-            let span = last_ts.saturating_sub(ts0);
-            let n = rep.pkts / rep.loops;
-            let gap = if n > 1 { span / (n - 1) } else { 0 };
-            offset = offset.saturating_add(
-                (span.saturating_add(gap) as f64 / opts.speed.unwrap_or(1.0).max(1e-9)) as u64,
-            );
-            base = base.map(|(c, _)| (c, ts0));
+        if opts.rate.is_none() {
+            let this = (first_ts, last_ts, rep.pkts - pkts_before);
+            next_loop(this, &rep, opts, (&mut ts_shift, &mut offset), &mut base);
         }
     }
     batch.clear();
     out.flush()?;
     rep.port = out.stats();
     Ok(rep)
+}
+
+/// The pool rewritten packets are copied into (big frames for long ones).
+fn rewrite_pool() -> Result<Arc<Pool>, PortError> {
+    Ok(Arc::new(Pool::new(&PoolConfig {
+        big_frames: DEFAULT_BIG_FRAMES,
+        ..Default::default()
+    })?))
+}
+
+/// The catch-up bounds, set up at the first batch `d` from its mean recorded gap (at `speed`).
+fn first_pacer(d: &[Desc], speed: f64, on_stall: OnStall, rep: &mut ReplayReport) -> Pacer {
+    let span = d.last().map_or(0, |l| l.ts.saturating_sub(d[0].ts));
+    let gap = (span as f64 / (d.len().max(2) - 1) as f64 / speed.max(1e-9)).max(1.0);
+    let behind = sched::behind_above(gap);
+    rep.precision = Precision::with_behind_above(behind);
+    Pacer::new(on_stall, gap, behind)
+}
+
+/// At a rate of its own: each of the `n` packets' time becomes its place in the schedule of rate `r`
+/// (`vnext`: the first recorded time and the next scheduled time after it).
+fn at_rate(batch: &mut Batch, n: usize, r: ReplayRate, vnext: &mut Option<(u64, f64)>) {
+    for i in 0..n {
+        let d = batch.descs()[i];
+        let (v0, v) = *vnext.get_or_insert((d.ts, 0.0));
+        batch.set_ts(i, v0.saturating_add(v as u64));
+        *vnext = Some((v0, v + r.gap_ns(d.wire_len)));
+    }
+}
+
+/// At the capture's spacing, after a loop that sent `this` (its first and last recorded
+/// times, its packets): the next loop's recorded times go on one mean gap after this loop's
+/// last packet (`ts_shift`), and it starts one mean gap after it (`offset` from `base`).
+fn next_loop(
+    (first_ts, last_ts, sent): (Option<u64>, u64, u64),
+    rep: &ReplayReport,
+    opts: &ReplayOptions,
+    (ts_shift, offset): (&mut u64, &mut u64),
+    base: &mut Option<(u64, u64)>,
+) {
+    if let Some(t0) = first_ts {
+        let span = last_ts.saturating_sub(t0);
+        let n = sent;
+        let gap = if n > 1 { span / (n - 1) } else { 0 };
+        *ts_shift = ts_shift.saturating_add(span.saturating_add(gap));
+    }
+    if let Some((_, ts0)) = *base {
+        let span = last_ts.saturating_sub(ts0);
+        let n = rep.pkts / rep.loops;
+        let gap = if n > 1 { span / (n - 1) } else { 0 };
+        *offset = offset.saturating_add(
+            (span.saturating_add(gap) as f64 / opts.speed.unwrap_or(1.0).max(1e-9)) as u64,
+        );
+        *base = base.map(|(c, _)| (c, ts0));
+    }
+}
+
+/// The link type of `d`'s interface (the first one's, else Ethernet).
+fn link_of(links: &[LinkType], d: &Desc) -> LinkType {
+    links
+        .get(usize::from(d.port))
+        .or(links.first())
+        .copied()
+        .unwrap_or(LinkType::ETHERNET)
+}
+
+/// Puts the packets `range` of `batch` into `send` as they are (their recorded times moved on
+/// by `ts_shift`), counting their bytes and the times they span; returns how many.
+fn stage_copy(
+    batch: &Batch,
+    range: std::ops::Range<usize>,
+    send: &mut Batch,
+    ts_shift: u64,
+    rep: &mut ReplayReport,
+    (last_ts, first_ts): (&mut u64, &mut Option<u64>),
+) -> usize {
+    for d in &batch.descs()[range.clone()] {
+        rep.bytes += u64::from(d.len);
+        *last_ts = (*last_ts).max(d.ts);
+        first_ts.get_or_insert(d.ts);
+    }
+    let from = send.len();
+    send.extend(&batch.descs()[range.clone()]);
+    if ts_shift > 0 {
+        for d in &mut send.descs_mut()[from..] {
+            d.ts = d.ts.saturating_add(ts_shift);
+        }
+    }
+    range.len()
+}
+
+/// Copies the packets `range` of `batch` into fresh frames of `send`, rewritten by `rw`
+/// (their recorded times moved on by `ts_shift`); what cannot be rewritten is counted as
+/// refused. Returns how many were staged.
+fn stage_rewritten(
+    rw: &Rewrite,
+    (batch, range, send): (&Batch, std::ops::Range<usize>, &mut Batch),
+    links: &[LinkType],
+    ts_shift: u64,
+    rep: &mut ReplayReport,
+    (last_ts, first_ts): (&mut u64, &mut Option<u64>),
+) -> usize {
+    let mut sent = 0;
+    for i in range {
+        let d = batch.descs()[i];
+        *last_ts = (*last_ts).max(d.ts);
+        first_ts.get_or_insert(d.ts);
+        let data = batch.data(i);
+        let fresh = if data.len() + 18 <= send.frame_room().0 as usize {
+            send.alloc()
+        } else {
+            send.alloc_big()
+        };
+        let Some(mut f) = fresh else {
+            rep.refused.add(rewrite::Refused::TooLong);
+            continue;
+        };
+        match rw.apply(link_of(links, &d), data, d.wire_len, f.buf()) {
+            Ok((len, wire_len)) => {
+                f.push(Desc {
+                    ts: d.ts.saturating_add(ts_shift),
+                    len: len as u32,
+                    wire_len,
+                    // Its interface, for a pcapng output.
+                    port: d.port,
+                    flags: d.flags & (Desc::F_INBOUND | Desc::F_OUTBOUND),
+                    ..Desc::default()
+                });
+                rep.bytes += len as u64;
+                sent += 1;
+            }
+            Err(why) => rep.refused.add(why),
+        }
+    }
+    sent
+}
+
+/// Sends what is staged in `send` to `out`. A port that takes nothing for long (or a stop
+/// meanwhile, `halted`) leaves the rest unsent, counted as such.
+fn transmit(
+    out: &mut dyn Port,
+    send: &mut Batch,
+    rep: &mut ReplayReport,
+    halted: &dyn Fn() -> bool,
+) -> Result<(), PortError> {
+    let mut tries = 0u32;
+    while !send.is_empty() {
+        out.tx(send)?;
+        tries += 1;
+        if tries.is_multiple_of(1024) && (tries >= 1 << 20 || halted()) {
+            break;
+        }
+    }
+    if !send.is_empty() {
+        rep.unsent += send.len() as u64;
+        rep.pkts -= send.len() as u64;
+        rep.bytes -= send.descs().iter().map(|d| u64::from(d.len)).sum::<u64>();
+        send.clear();
+    }
+    Ok(())
 }
 
 #[cfg(all(test, not(loom)))]
