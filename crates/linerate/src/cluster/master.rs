@@ -628,43 +628,10 @@ impl Master {
         let n = total.min(masks.len()).min(BATCH);
         let descs = batch.descs();
 
-        // Per-batch: which queues can take packets, and how many.
-        let mut avail = 0u64;
-        let mut gone = 0u64;
-        for (qi, q) in self.q.iter_mut().enumerate() {
-            q.nstaged = 0;
-            q.nf_batch = 0;
-            let free = q.ring.room();
-            let s = if q.gone {
-                gone |= 1 << qi;
-                0
-            } else {
-                free.min(BATCH as u64) as u32
-            };
-            self.space[qi] = s;
-            if s > 0 {
-                avail |= 1 << qi;
-            }
-        }
+        let (mut avail, gone) = self.queue_space();
 
-        // Per-batch: destination sets, and the receive counters.
         let mut wants = [0u64; BATCH];
-        let mut any = 0u64;
-        let mut filtered = 0u64;
-        let mut bytes = 0u64;
-        for (i, d) in descs.iter().enumerate() {
-            bytes += d.wire_len as u64;
-            let w = if i < n { masks[i] & all } else { 0 };
-            if i < BATCH {
-                wants[i] = w;
-            }
-            any |= w;
-            filtered += (w == 0) as u64;
-        }
-        self.rx_packets += total as u64;
-        self.rx_bytes += bytes;
-        self.filtered += filtered;
-        self.routed += total as u64 - filtered;
+        let any = self.destinations(descs, &masks[..n], all, &mut wants);
 
         let seg = &*self.seg;
         let (cap, big_cap) = (self.cap, self.big_cap);
@@ -769,18 +736,95 @@ impl Master {
         }
 
         if lent {
-            // Frames no queue took (filtered, dropped, a long packet copied into a big frame)
-            // go back to the free list; the batch no longer names any of them.
-            for (i, d) in descs.iter().enumerate() {
-                if kept >> i & 1 == 0 {
-                    if let Some(f) = seg.frame_of(d.addr) {
-                        self.free.push(f);
-                    }
+            self.give_back_unkept(descs, kept);
+        }
+
+        self.count_queue_drops(&wants[..n], any, gone);
+        self.publish_staged(gone);
+        if lent {
+            batch.forget();
+        }
+        // Counters go to the segment every 8 batches (and at every maintain, stats, close).
+        self.batches = self.batches.wrapping_add(1);
+        if self.batches.is_multiple_of(8) {
+            self.publish();
+        }
+    }
+
+    /// Per batch: which queues can take packets (`avail`, bit q) and which have no consumer
+    /// (`gone`); each queue's room for this batch goes to `space`, its batch counters to 0.
+    #[inline]
+    fn queue_space(&mut self) -> (u64, u64) {
+        let mut avail = 0u64;
+        let mut gone = 0u64;
+        for (qi, q) in self.q.iter_mut().enumerate() {
+            q.nstaged = 0;
+            q.nf_batch = 0;
+            let free = q.ring.room();
+            let s = if q.gone {
+                gone |= 1 << qi;
+                0
+            } else {
+                free.min(BATCH as u64) as u32
+            };
+            self.space[qi] = s;
+            if s > 0 {
+                avail |= 1 << qi;
+            }
+        }
+        (avail, gone)
+    }
+
+    /// Per batch: each packet's destination set (`masks` & `all`, 0 past the masks: filtered)
+    /// into `wants`, and the receive counters. Returns the union of the destinations.
+    #[inline]
+    fn destinations(
+        &mut self,
+        descs: &[Desc],
+        masks: &[u64],
+        all: u64,
+        wants: &mut [u64; BATCH],
+    ) -> u64 {
+        let (total, n) = (descs.len(), masks.len());
+        let mut any = 0u64;
+        let mut filtered = 0u64;
+        let mut bytes = 0u64;
+        for (i, d) in descs.iter().enumerate() {
+            bytes += d.wire_len as u64;
+            let w = if i < n { masks[i] & all } else { 0 };
+            if i < BATCH {
+                wants[i] = w;
+            }
+            any |= w;
+            filtered += (w == 0) as u64;
+        }
+        self.rx_packets += total as u64;
+        self.rx_bytes += bytes;
+        self.filtered += filtered;
+        self.routed += total as u64 - filtered;
+        any
+    }
+
+    /// A lent batch: frames no queue took (filtered, dropped, a long packet copied into a big
+    /// frame; bit i of `kept` clear) go back to the free list; the batch no longer names any
+    /// of them.
+    #[inline]
+    fn give_back_unkept(&mut self, descs: &[Desc], kept: u64) {
+        let seg = &*self.seg;
+        for (i, d) in descs.iter().enumerate() {
+            if kept >> i & 1 == 0 {
+                if let Some(f) = seg.frame_of(d.addr) {
+                    self.free.push(f);
                 }
             }
         }
+    }
 
-        // Per queue: drops are what asked for it and was not taken; one cursor store.
+    /// Per queue: drops are what asked for it (`wants`) and was not taken, counted as
+    /// `consumer_gone` on a queue without a consumer (`gone`), else `ring_full`.
+    #[inline]
+    fn count_queue_drops(&mut self, wants: &[u64], any: u64, gone: u64) {
+        let n = wants.len();
         let mut m = any;
         let mut copies = 0u64;
         while m != 0 {
@@ -797,6 +841,12 @@ impl Master {
             }
         }
         self.copies += copies;
+    }
+
+    /// Per queue: the batch's staged descriptors go into the ring in one copy (one cursor
+    /// store), and the slot lines of the next batch are fetched early.
+    #[inline]
+    fn publish_staged(&mut self, gone: u64) {
         for (qi, q) in self.q.iter_mut().enumerate() {
             if q.nstaged > 0 {
                 // One copy of the batch's descriptors into the ring (at most two runs): each
@@ -817,14 +867,6 @@ impl Master {
                     c = (c | 1) + 1; // two 32-byte slots per 64-byte line
                 }
             }
-        }
-        if lent {
-            batch.forget();
-        }
-        // Counters go to the segment every 8 batches (and at every maintain, stats, close).
-        self.batches = self.batches.wrapping_add(1);
-        if self.batches.is_multiple_of(8) {
-            self.publish();
         }
     }
 
