@@ -265,7 +265,7 @@ impl Crate {
                     let public = is_public(&t, i);
                     let end = (i..t.len()).find(|&k| t[k].s == ";").unwrap_or(t.len());
                     let m = self.mods.get_mut(&cur).unwrap();
-                    parse_tree(&t[i + 1..end], &mut vec![], public, m);
+                    parse_tree(&t[i + 1..end], &[], public, m);
                     i = end + 1;
                     continue;
                 }
@@ -485,7 +485,7 @@ fn is_public(t: &[Tok], i: usize) -> bool {
 }
 
 /// Parses a use tree (tokens after `use`, before `;`) into `m`'s bindings.
-fn parse_tree(t: &[Tok], prefix: &mut Vec<String>, public: bool, m: &mut Module) {
+fn parse_tree(t: &[Tok], prefix: &[String], public: bool, m: &mut Module) {
     // Split at top-level commas.
     let mut parts = vec![];
     let (mut depth, mut start) = (0, 0);
@@ -506,14 +506,14 @@ fn parse_tree(t: &[Tok], prefix: &mut Vec<String>, public: bool, m: &mut Module)
         if p.is_empty() {
             continue;
         }
-        let mut path = prefix.clone();
+        let mut path = prefix.to_vec();
         let mut k = 0;
         while k < p.len() {
             let s = p[k].s.as_str();
             if s == "{" {
                 // The original tokens between this brace and its match.
                 let inner = inner_group(t, p[k]);
-                parse_tree(inner, &mut path, public, m);
+                parse_tree(inner, &path, public, m);
                 break;
             }
             if s == "*" {
