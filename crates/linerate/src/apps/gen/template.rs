@@ -278,6 +278,105 @@ pub const MAX_FRAME: usize = 1514;
 /// carrying a 9000-byte IP packet with an 802.1Q tag (9022 B with the CRC).
 pub const MAX_JUMBO_FRAME: usize = 9018;
 
+/// Checks what a template cannot be built from (a size outside the frame sizes, mixed
+/// address families, a bad VLAN, MPLS label or VNI, ARP where it cannot go); whether it is
+/// IPv6.
+fn check_spec(spec: &TemplateSpec, max: usize) -> Result<bool, TemplateError> {
+    if !(MAX_FRAME..=MAX_JUMBO_FRAME).contains(&max) {
+        return Err(TemplateError::BadSize {
+            size: max as u32 + 4,
+            min: MAX_FRAME as u32 + 4,
+            max: MAX_JUMBO_FRAME as u32 + 4,
+        });
+    }
+    let v6 = match (spec.src_ip, spec.dst_ip) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => false,
+        (IpAddr::V6(_), IpAddr::V6(_)) => true,
+        _ => return Err(TemplateError::MixedFamilies),
+    };
+    let un = |s: &str| Err(TemplateError::Unsupported(s.to_string()));
+    for v in [spec.vlan, spec.svlan].into_iter().flatten() {
+        if !(1..=4094).contains(&v) {
+            return Err(TemplateError::BadVlan(v));
+        }
+    }
+    if spec.svlan.is_some() && spec.vlan.is_none() {
+        return un("an 802.1ad service tag needs an inner 802.1Q tag (--vlan OUTER,INNER)");
+    }
+    if spec.mpls.len() > 8 {
+        return un("at most 8 MPLS labels");
+    }
+    if let Some(l) = spec.mpls.iter().find(|&&l| l >= 1 << 20) {
+        return Err(TemplateError::Unsupported(format!(
+            "MPLS label {l} is above 1048575 (20 bits)"
+        )));
+    }
+    if spec.l4 == L4::Arp {
+        if v6 {
+            return un("ARP is IPv4's: IPv6 finds neighbours with ICMPv6 (use IPv4 addresses)");
+        }
+        if spec.encap.is_some() || !spec.mpls.is_empty() {
+            return un("ARP is not carried in a tunnel or under MPLS labels");
+        }
+    }
+    if let Some(Encap::Vxlan { vni, .. }) = spec.encap {
+        if vni >= 1 << 24 {
+            return Err(TemplateError::Unsupported(format!(
+                "VXLAN VNI {vni} is above 16777215 (24 bits)"
+            )));
+        }
+    }
+    Ok(v6)
+}
+
+/// The rest of an ARP request's template, its link-layer headers in `b` up to `l3`.
+fn arp(
+    spec: &TemplateSpec,
+    mut b: Vec<u8>,
+    l3: usize,
+    max: usize,
+) -> Result<Template, TemplateError> {
+    let (IpAddr::V4(s), IpAddr::V4(d)) = (spec.src_ip, spec.dst_ip) else {
+        return Err(TemplateError::MixedFamilies);
+    };
+    let a = &mut b[l3..l3 + 28];
+    a[0..2].copy_from_slice(&1u16.to_be_bytes());
+    a[2..4].copy_from_slice(&ethertype::IPV4.to_be_bytes());
+    a[4] = 6;
+    a[5] = 4;
+    a[6..8].copy_from_slice(&1u16.to_be_bytes());
+    a[8..14].copy_from_slice(&spec.src_mac);
+    a[14..18].copy_from_slice(&s.octets());
+    a[24..28].copy_from_slice(&d.octets());
+    let layout = Layout {
+        l3,
+        l4: l3 + 28,
+        payload: l3 + 28,
+        v6: false,
+        proto: L4::Arp,
+        outer_ip: None,
+        outer_udp: None,
+    };
+    let base = Vals {
+        len: max,
+        src_ip: u32::from(s),
+        dst_ip: u32::from(d),
+        sport: spec.sport,
+        dport: spec.dport,
+        src_mac: spec.src_mac,
+        dst_mac: spec.dst_mac,
+    };
+    Ok(Template {
+        bytes: b,
+        layout,
+        base,
+        ip_csum: 0,
+        l4_csum: 0,
+        outer_csum: 0,
+        max,
+    })
+}
+
 impl Template {
     /// Builds the template for frames up to [`MAX_FRAME`] (1518 B with the CRC); packets are
     /// cut to their length.
@@ -289,50 +388,7 @@ impl Template {
     /// [`MAX_FRAME`], at most [`MAX_JUMBO_FRAME`]: jumbo frames). A template built at
     /// [`MAX_FRAME`] writes the same bytes as [`Template::new`]'s.
     pub fn with_max(spec: &TemplateSpec, max: usize) -> Result<Template, TemplateError> {
-        if !(MAX_FRAME..=MAX_JUMBO_FRAME).contains(&max) {
-            return Err(TemplateError::BadSize {
-                size: max as u32 + 4,
-                min: MAX_FRAME as u32 + 4,
-                max: MAX_JUMBO_FRAME as u32 + 4,
-            });
-        }
-        let v6 = match (spec.src_ip, spec.dst_ip) {
-            (IpAddr::V4(_), IpAddr::V4(_)) => false,
-            (IpAddr::V6(_), IpAddr::V6(_)) => true,
-            _ => return Err(TemplateError::MixedFamilies),
-        };
-        let un = |s: &str| Err(TemplateError::Unsupported(s.to_string()));
-        for v in [spec.vlan, spec.svlan].into_iter().flatten() {
-            if !(1..=4094).contains(&v) {
-                return Err(TemplateError::BadVlan(v));
-            }
-        }
-        if spec.svlan.is_some() && spec.vlan.is_none() {
-            return un("an 802.1ad service tag needs an inner 802.1Q tag (--vlan OUTER,INNER)");
-        }
-        if spec.mpls.len() > 8 {
-            return un("at most 8 MPLS labels");
-        }
-        if let Some(l) = spec.mpls.iter().find(|&&l| l >= 1 << 20) {
-            return Err(TemplateError::Unsupported(format!(
-                "MPLS label {l} is above 1048575 (20 bits)"
-            )));
-        }
-        if spec.l4 == L4::Arp {
-            if v6 {
-                return un("ARP is IPv4's: IPv6 finds neighbours with ICMPv6 (use IPv4 addresses)");
-            }
-            if spec.encap.is_some() || !spec.mpls.is_empty() {
-                return un("ARP is not carried in a tunnel or under MPLS labels");
-            }
-        }
-        if let Some(Encap::Vxlan { vni, .. }) = spec.encap {
-            if vni >= 1 << 24 {
-                return Err(TemplateError::Unsupported(format!(
-                    "VXLAN VNI {vni} is above 16777215 (24 bits)"
-                )));
-            }
-        }
+        let v6 = check_spec(spec, max)?;
         let mut b = vec![0u8; max];
         let tags: Vec<VlanTag> = spec
             .svlan
@@ -397,45 +453,7 @@ impl Template {
         }
         let l3 = o;
         if spec.l4 == L4::Arp {
-            let (IpAddr::V4(s), IpAddr::V4(d)) = (spec.src_ip, spec.dst_ip) else {
-                return Err(TemplateError::MixedFamilies);
-            };
-            let a = &mut b[l3..l3 + 28];
-            a[0..2].copy_from_slice(&1u16.to_be_bytes());
-            a[2..4].copy_from_slice(&ethertype::IPV4.to_be_bytes());
-            a[4] = 6;
-            a[5] = 4;
-            a[6..8].copy_from_slice(&1u16.to_be_bytes());
-            a[8..14].copy_from_slice(&spec.src_mac);
-            a[14..18].copy_from_slice(&s.octets());
-            a[24..28].copy_from_slice(&d.octets());
-            let layout = Layout {
-                l3,
-                l4: l3 + 28,
-                payload: l3 + 28,
-                v6: false,
-                proto: L4::Arp,
-                outer_ip: None,
-                outer_udp: None,
-            };
-            let base = Vals {
-                len: max,
-                src_ip: u32::from(s),
-                dst_ip: u32::from(d),
-                sport: spec.sport,
-                dport: spec.dport,
-                src_mac: spec.src_mac,
-                dst_mac: spec.dst_mac,
-            };
-            return Ok(Template {
-                bytes: b,
-                layout,
-                base,
-                ip_csum: 0,
-                l4_csum: 0,
-                outer_csum: 0,
-                max,
-            });
+            return arp(spec, b, l3, max);
         }
         let l4 = l3
             + if v6 {
