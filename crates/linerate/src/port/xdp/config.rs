@@ -42,7 +42,7 @@ impl std::str::FromStr for AttachMode {
     }
 }
 
-/// AF_XDP settings beyond [`PortOptions`].
+/// AF_XDP settings beyond [`PortOptions`](crate::port::PortOptions).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct XdpConfig {
     /// Copy or zero-copy.
