@@ -1019,12 +1019,15 @@ fn load_config(a: &Args, stop: &Arc<AtomicBool>) -> anyhow::Result<(ScriptOption
     Ok((sopts, cfg))
 }
 
+/// The output ports and their names.
+type Outputs<'a> = (Vec<Box<dyn Port>>, Vec<&'a str>);
+
 /// The output ports, one per thread (-o a,b: one each; one interface: shared).
 fn open_outputs<'a>(
     a: &'a Args,
     popts: &PortOptions,
     limited: bool,
-) -> anyhow::Result<(Vec<Box<dyn Port>>, Vec<&'a str>)> {
+) -> anyhow::Result<Outputs<'a>> {
     let parts: Vec<&str> = a.output.split(',').collect();
     let mut outs: Vec<Box<dyn Port>> = Vec::new();
     let mut names: Vec<&str> = Vec::new();
