@@ -36,11 +36,9 @@ fn tokens(src: &str) -> Vec<(Tok, usize)> {
                     }
                     *i += 1;
                 }
-                '"' => {
-                    if (1..=hashes).all(|k| c.get(*i + k) == Some(&'#')) {
-                        *i += 1 + hashes;
-                        return;
-                    }
+                '"' if (1..=hashes).all(|k| c.get(*i + k) == Some(&'#')) => {
+                    *i += 1 + hashes;
+                    return;
                 }
                 _ => {}
             }
