@@ -14,7 +14,9 @@ use linerate::apps::gen::sched::{CatchUp, Gaps, OnStall, Pattern, Precision, PRE
 use linerate::apps::gen::script::{LuaHook, ScriptConfig, ScriptError};
 use linerate::apps::gen::template::{TemplateSpec, L4};
 use linerate::apps::gen::threads::{GenThread, Probes, ThreadsError};
-use linerate::apps::gen::vary::{parse_addr, parse_mac, parse_seq, port_value, Seq, SizeSpec};
+use linerate::apps::gen::vary::{
+    parse_addr, parse_mac, parse_seq, port_value, AddrSeq, Seq, SizeSpec,
+};
 use linerate::apps::gen::{self, rate_words, GenOptions, GenReport, GenTick, StreamSpec};
 use linerate::apps::lua::{Interrupt, ScriptOptions};
 use linerate::apps::worker::Ticker;
@@ -339,16 +341,9 @@ fn known_link_bps(a: &Args, out: &str) -> anyhow::Result<Option<f64>> {
     Ok(None)
 }
 
-/// Builds the stream list of one thread from the flags (and the script's defaults).
-pub fn streams_from(
-    a: &Args,
-    cfg: &ScriptConfig,
-    thread: usize,
-) -> anyhow::Result<(Vec<StreamSpec>, Option<u64>, Option<Duration>)> {
-    let pattern: Pattern = flag(
-        "--pattern",
-        pick(&a.pattern, cfg, "pattern").unwrap_or("cbr").parse(),
-    )?;
+/// The template's headers from the flags and the script: MACs, protocol, VLANs, MPLS,
+/// encapsulation.
+fn template_of(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<TemplateSpec> {
     let mut t = TemplateSpec {
         ttl: a.ttl.unwrap_or(64),
         ..Default::default()
@@ -381,7 +376,16 @@ pub fn streams_from(
     if let Some(e) = &a.gs.encap {
         t.encap = Some(flag("--encap", gen_streams::parse_encap(e))?);
     }
-    let mut src = pick(&a.src_ip, cfg, "src_ip")
+    Ok(t)
+}
+
+/// --src-ip and --dst-ip; the template takes IPv6 defaults when one side is IPv6.
+fn addresses(
+    a: &Args,
+    cfg: &ScriptConfig,
+    t: &mut TemplateSpec,
+) -> anyhow::Result<(Option<AddrSeq>, Option<AddrSeq>)> {
+    let src = pick(&a.src_ip, cfg, "src_ip")
         .map(|s| flag("--src-ip", parse_addr(s)))
         .transpose()?;
     let dst = pick(&a.dst_ip, cfg, "dst_ip")
@@ -394,6 +398,94 @@ pub fn streams_from(
         t.src_ip = "2001:db8::1".parse::<IpAddr>()?;
         t.dst_ip = "2001:db8::2".parse::<IpAddr>()?;
     }
+    Ok((src, dst))
+}
+
+/// --flows N (`f`): the source address counts up over N addresses from --src-ip (one
+/// address).
+fn flows_source(
+    a: &Args,
+    cfg: &ScriptConfig,
+    f: &str,
+    t: &TemplateSpec,
+    src: Option<AddrSeq>,
+) -> anyhow::Result<AddrSeq> {
+    let n = flag(
+        &named(&a.flows, cfg, "flows", "--flows"),
+        flags::check_count(
+            f,
+            flags::Counts {
+                min: 1,
+                max: u64::from(u32::MAX),
+            },
+        ),
+    )?;
+    let base = match src {
+        Some(s) if !matches!(s.seq, Seq::Fixed(_)) => {
+            return Err(usage(
+                "--flows varies the source address: give --src-ip as one address",
+            ))
+        }
+        Some(s) => s,
+        None => parse_addr(&t.src_ip.to_string()).map_err(usage)?,
+    };
+    let lo = base.seq.first();
+    Ok(AddrSeq {
+        base: base.base,
+        seq: Seq::Inc {
+            lo,
+            span: n.min(u64::from(u32::MAX) - lo + 1),
+            cur: 0,
+        },
+    })
+}
+
+/// --rate in all and per stream (`streams`: of every thread), in packets per second of
+/// `size`'s frames.
+fn stream_rate(
+    a: &Args,
+    cfg: &ScriptConfig,
+    size: &SizeSpec,
+    streams: usize,
+) -> anyhow::Result<(Option<f64>, Option<f64>)> {
+    let Some(r) = pick(&a.rate, cfg, "rate") else {
+        return Ok((None, None));
+    };
+    let bits_per_frame = (size.mean() + 20.0) * 8.0;
+    let t = match flag(&named(&a.rate, cfg, "rate", "--rate"), flags::check_rate(r))? {
+        Rate::Pps(p) => p,
+        Rate::Bps(b) => b / bits_per_frame,
+        // A percentage of a line that is there: not of an assumed 10 Gbit/s.
+        Rate::Percent(p) => match known_link_bps(a, &a.output)? {
+            Some(l) => l * p / 100.0 / bits_per_frame,
+            None => {
+                return Err(usage(format!(
+                    "--rate {r}: -o {} has no link speed to take {p}% of (a mem: or \
+                     pcap: port, a link down, a driver without one): give --link-speed \
+                     (e.g. 10Gbps) or the rate in pps or bps",
+                    a.output
+                )))
+            }
+        },
+    };
+    if t <= 0.0 {
+        return Err(usage(format!("--rate {r}: must be above zero")));
+    }
+    Ok((Some(t), Some(t / streams as f64)))
+}
+
+/// Builds the stream list of one thread from the flags (and the script's defaults).
+pub fn streams_from(
+    a: &Args,
+    cfg: &ScriptConfig,
+    thread: usize,
+) -> anyhow::Result<(Vec<StreamSpec>, Option<u64>, Option<Duration>)> {
+    let pattern: Pattern = flag(
+        "--pattern",
+        pick(&a.pattern, cfg, "pattern").unwrap_or("cbr").parse(),
+    )?;
+    let mut t = template_of(a, cfg)?;
+    let (mut src, dst) = addresses(a, cfg, &mut t)?;
     // Without --size, the template's smallest frame: 64 B, or its headers when longer
     // (IPv6/TCP: 78 B).
     let size: SizeSpec = match pick(&a.size, cfg, "size") {
@@ -410,34 +502,7 @@ pub fn streams_from(
         }
     };
     if let Some(f) = pick(&a.flows, cfg, "flows") {
-        let n = flag(
-            &named(&a.flows, cfg, "flows", "--flows"),
-            flags::check_count(
-                f,
-                flags::Counts {
-                    min: 1,
-                    max: u64::from(u32::MAX),
-                },
-            ),
-        )?;
-        let base = match &src {
-            Some(s) if !matches!(s.seq, Seq::Fixed(_)) => {
-                return Err(usage(
-                    "--flows varies the source address: give --src-ip as one address",
-                ))
-            }
-            Some(s) => s.clone(),
-            None => parse_addr(&t.src_ip.to_string()).map_err(usage)?,
-        };
-        let lo = base.seq.first();
-        src = Some(linerate::apps::gen::vary::AddrSeq {
-            base: base.base,
-            seq: Seq::Inc {
-                lo,
-                span: n.min(u64::from(u32::MAX) - lo + 1),
-                cur: 0,
-            },
-        });
+        src = Some(flows_source(a, cfg, f, &t, src)?);
     }
     let sport = pick(&a.sport, cfg, "sport")
         .map(|s| flag("--sport", parse_seq(s, port_value)))
@@ -461,34 +526,7 @@ pub fn streams_from(
             "--streams N copies one stream; --stream gives each its own: use one of them",
         ));
     }
-    let mut total = None;
-    let pps = match pick(&a.rate, cfg, "rate") {
-        None => None,
-        Some(r) => {
-            let bits_per_frame = (size.mean() + 20.0) * 8.0;
-            let t = match flag(&named(&a.rate, cfg, "rate", "--rate"), flags::check_rate(r))? {
-                Rate::Pps(p) => p,
-                Rate::Bps(b) => b / bits_per_frame,
-                // A percentage of a line that is there: not of an assumed 10 Gbit/s.
-                Rate::Percent(p) => match known_link_bps(a, &a.output)? {
-                    Some(l) => l * p / 100.0 / bits_per_frame,
-                    None => {
-                        return Err(usage(format!(
-                            "--rate {r}: -o {} has no link speed to take {p}% of (a mem: or \
-                             pcap: port, a link down, a driver without one): give --link-speed \
-                             (e.g. 10Gbps) or the rate in pps or bps",
-                            a.output
-                        )))
-                    }
-                },
-            };
-            if t <= 0.0 {
-                return Err(usage(format!("--rate {r}: must be above zero")));
-            }
-            total = Some(t);
-            Some(t / (nthreads * nstreams) as f64)
-        }
-    };
+    let (total, pps) = stream_rate(a, cfg, &size, nthreads * nstreams)?;
     let count = pick(&a.count, cfg, "count")
         .map(|c| {
             flag(
@@ -2369,6 +2407,13 @@ fn run_replay(
     let r = r?;
     outp.finish(&[])
         .with_context(|| format!("replaying {path} on {}", a.output))?;
+    replay_summary(a, &r, &opts);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The replay's summary: what left, the loops, what the port dropped and what could not
+/// go on Ethernet, and the schedule's precision.
+fn replay_summary(a: &Args, r: &replay::ReplayReport, opts: &ReplayOptions) {
     let elapsed = r.last_ns.saturating_sub(r.first_ns) as f64 / 1e9;
     // What left: a packet the output dropped was not replayed.
     let pps = if elapsed > 0.0 {
@@ -2449,7 +2494,6 @@ fn run_replay(
             let _ = write!(out, "{}", r.precision.table());
         }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]
