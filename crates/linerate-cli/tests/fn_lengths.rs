@@ -251,6 +251,26 @@ fn no_function_over_its_limit() {
     );
 }
 
+/// `LINERATE_FN_LIST=N` (scripts/fn-lengths.sh N): every function of both crates over N
+/// lines, longest first, whatever the limits.
+#[test]
+fn list_functions_over_a_length_asked() {
+    let Some(n) = std::env::var("LINERATE_FN_LIST")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    else {
+        return;
+    };
+    let mut all: Vec<(String, usize, usize)> = ["linerate-cli", "linerate"]
+        .iter()
+        .flat_map(|k| long_functions(k, n))
+        .collect();
+    all.sort_by(|a, b| b.2.cmp(&a.2));
+    for (name, line, len) in all {
+        println!("{len:5} lines  {name} (line {line})");
+    }
+}
+
 #[test]
 fn the_measure_counts_from_fn_to_closing_brace() {
     let src = "fn a() {\n    let s = \"}\";\n    let c = '}';\n    // }\n}\n\
