@@ -813,12 +813,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let clock = TscClock::new();
     let metrics = metrics::start(&a.metrics, "gen", a.quiet)?;
     let rx_live = RxLive::default();
-    // Statistics go to standard error when standard output carries the capture (-o -).
-    let mut out: Box<dyn Write> = if to_stdout(&a.output) {
-        Box::new(std::io::stderr())
-    } else {
-        Box::new(std::io::stdout())
-    };
+    let mut out = stats_output(&a.output);
     let asked = asked_rate(&specs);
     let (with_console, steer) = steering(&a, &specs, &stop)?;
     // Each stream's id and the rate asked of it (all threads'), for the summary.
@@ -929,6 +924,15 @@ fn script_hook<'a>(
             i.set_limit(o.duration);
         }
         Ok(hook)
+    }
+}
+
+/// Where statistics go: standard error when standard output carries the capture (-o -).
+fn stats_output(output: &str) -> Box<dyn Write> {
+    if to_stdout(output) {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
     }
 }
 
