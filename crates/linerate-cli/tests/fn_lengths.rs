@@ -265,7 +265,7 @@ fn list_functions_over_a_length_asked() {
         .iter()
         .flat_map(|k| long_functions(k, n))
         .collect();
-    all.sort_by(|a, b| b.2.cmp(&a.2));
+    all.sort_by_key(|f| std::cmp::Reverse(f.2));
     for (name, line, len) in all {
         println!("{len:5} lines  {name} (line {line})");
     }
