@@ -276,8 +276,127 @@ fn egress_interface_stats(
     }
 }
 
-/// Runs `linerate balance`.
+/// Runs `linerate balance`: checks the flags, opens the input, the cluster and its outputs,
+/// distributes, and drains and reports.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    check_flags(&a)?;
+    let service = a.service.check()?;
+    let stop = stop_flag()?;
+    let wopts = write_options(&a, &stop)?;
+    let mut input = open_input_first(&a)?;
+    // The input's counters when it opened, before -o and -r (a FIFO waits in its open for its
+    // reader while the input drops what it cannot hold): the egress files' interface
+    // statistics count from here, as the summary's input drops do.
+    let if_open = input.as_mut().map(|p| p.interface_stats());
+    let link = input
+        .as_ref()
+        .map_or(linerate::port::LinkType::ETHERNET, |p| p.link_type());
+    let mut inputs = crate::common::inputs_of([a.input.as_str()]);
+    if let Some(f) = &a.mode.script {
+        inputs.add_path(f);
+    }
+    let filter = match &a.filter {
+        Some(expr) => Some(Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?),
+        None => None,
+    };
+    let (master_core, thread_cores) = match &a.cores {
+        Some(s) => parse_cores(s)?,
+        None => (None, Vec::new()),
+    };
+    let mut dist = distributor(&a, link, &stop)?;
+    let cfg = cluster_config(&a);
+    let mut tx_out = match &a.out {
+        Some(uri) => Some(open_out(uri, link, "-o", a.format, &mut inputs, &wopts)?),
+        None => None,
+    };
+    let mut master = if a.threads {
+        Master::anon(&cfg).context("creating the cluster")?
+    } else {
+        Master::create(a.cluster, &cfg).context("creating the cluster")?
+    };
+    master.set_consumer_timeout(a.consumer_timeout);
+    let mut input = match input {
+        Some(p) => p,
+        None => open_xdp_input(&a, &mut master)?,
+    };
+    let metrics = metrics::start(&a.metrics, "balance", a.quiet)?;
+    if let Some(m) = &metrics {
+        let s = master.stats();
+        publish(m, (&a.input, a.out.as_deref()), a.cluster, &s, &[]);
+    }
+    let mut egress = open_egress(
+        &a,
+        &master,
+        &cfg,
+        (input.as_ref(), link),
+        &mut inputs,
+        &wopts,
+    )?;
+    let egress_queues: Vec<usize> = egress.iter().map(|e| e.queue()).collect();
+    let threads = if a.threads {
+        Some(spawn_consumers(
+            &a,
+            &master,
+            &cfg,
+            thread_cores,
+            &egress_queues,
+        )?)
+    } else {
+        None
+    };
+    give_segment_to_user(&a, &service)?;
+    let _running = service.start()?;
+    pin(master_core)?;
+    announce(&a, &cfg);
+    if a.wait_consumers && !a.threads {
+        wait_for_consumers(&a, &mut master, &stop);
+    }
+    let opts = BalanceOptions {
+        count: a.packets,
+        duration: a.duration,
+        filter,
+        interval: a.interval,
+    };
+    let mut printer = Printer::new(&a, cfg.queues(), threads.is_some(), &metrics, &stop)?;
+    printer.egress_queues = egress_queues.clone();
+    let if_start = if_open.unwrap_or_else(|| input.interface_stats());
+    let wall_start = linerate::time::wall_ns();
+    linerate::port::file::start_writing();
+    let mut report = balance::run_with(
+        input.as_mut(),
+        &mut master,
+        &mut dist,
+        &opts,
+        &mut egress,
+        tx_out.as_mut().map(|p| p.as_mut() as &mut dyn Port),
+        &stop,
+        |t| {
+            let now_threads = threads.as_ref().map(|th| th.figures()).unwrap_or_default();
+            printer.tick(t, now_threads);
+        },
+    );
+    // The terminal back: the consumers' drain and the summary print lines.
+    printer.live = None;
+    let ends = (if_start, input.interface_stats(), wall_start);
+    close_outputs(&a, egress, tx_out, &mut report, ends);
+    // Consumers drain their queues (interval lines go on meanwhile); what they did not read is
+    // counted as unread.
+    let fin = balance::finish(
+        &mut master,
+        threads,
+        &report.tick,
+        a.interval,
+        &stop,
+        |t, figures| printer.tick(t, figures.to_vec()),
+    );
+    // What the input itself dropped (a record too long for any frame, another link type)
+    // never reached the master: said apart.
+    let input_drops = input.stats().rx_drops;
+    finish(a, &egress_queues, report, fin, &metrics, input_drops)
+}
+
+/// The flags that cannot apply, refused before anything opens.
+fn check_flags(a: &Args) -> anyhow::Result<()> {
     if a.tunnels == linerate::apps::balance::Tunnels::Inner
         && (a.mode.script.is_some()
             || !matches!(
@@ -299,9 +418,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if let Some(o) = &a.out {
         crate::common::capture::refuse_any("-o", o, "names no interface to send on")?;
     }
-    let service = a.service.check()?;
-    let stop = stop_flag()?;
-    // The capture files' flushing and rotation (-o, -r), checked before anything is opened.
+    Ok(())
+}
+
+/// The capture files' flushing and rotation (-o, -r), checked before anything is opened.
+fn write_options(
+    a: &Args,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<linerate::port::pcap::WriteOptions> {
     let first_file = a
         .out
         .iter()
@@ -312,13 +436,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 .filter_map(|s| s.split_once(':').map(|(_, u)| u)),
         )
         .find_map(crate::common::output::file_of_uri);
-    let wopts = a.write.options(
+    a.write.options(
         &a.ring.ring_buffer,
         first_file.as_deref(),
         a.json,
         Some(stop.clone()),
-    )?;
-    let mut input: Option<Box<dyn Port>> = match a.input.strip_prefix("source") {
+    )
+}
+
+/// Opens -i before the cluster: the built-in source, a file or an interface. None for an
+/// xdp: input, which opens once the cluster exists (its UMEM is the segment's frames).
+fn open_input_first(a: &Args) -> anyhow::Result<Option<Box<dyn Port>>> {
+    Ok(match a.input.strip_prefix("source") {
         Some(rest) if rest.is_empty() || rest.starts_with(':') => {
             let count = match rest.strip_prefix(':') {
                 Some(c) => Some(
@@ -331,7 +460,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 SourcePort::new(4096, count)?.with_rate(a.source_rate),
             ))
         }
-        // An xdp: input opens once the cluster exists: its UMEM is the segment's frames.
         _ if is_xdp(&a.input) => None,
         _ => Some(crate::common::open_input(
             "-i",
@@ -343,27 +471,32 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 PortOptions::default(),
             )?,
         )?),
-    };
-    // The input's counters when it opened, before -o and -r (a FIFO waits in its open for its
-    // reader while the input drops what it cannot hold): the egress files' interface
-    // statistics count from here, as the summary's input drops do.
-    let if_open = input.as_mut().map(|p| p.interface_stats());
-    let link = input
-        .as_ref()
-        .map_or(linerate::port::LinkType::ETHERNET, |p| p.link_type());
-    let mut inputs = crate::common::inputs_of([a.input.as_str()]);
-    if let Some(f) = &a.mode.script {
-        inputs.add_path(f);
+    })
+}
+
+/// Opens an xdp: input on the cluster's frames.
+fn open_xdp_input(a: &Args, master: &mut Master) -> anyhow::Result<Box<dyn Port>> {
+    let opts = a.capture.apply(
+        "-i",
+        &a.input,
+        linerate::port::Capture::In,
+        PortOptions::default(),
+    )?;
+    let (p, copied) = linerate::open_cluster_input(&a.input, &opts, master)
+        .map_err(|e| crate::common::port_error("-i", &a.input, e))?;
+    if let Some(why) = copied {
+        eprintln!("note: -i {why}");
     }
-    let filter = match &a.filter {
-        Some(expr) => Some(Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?),
-        None => None,
-    };
-    let (master_core, thread_cores) = match &a.cores {
-        Some(s) => parse_cores(s)?,
-        None => (None, Vec::new()),
-    };
-    // A script that does not return is stopped by a signal or -t (see apps::lua::Interrupt).
+    Ok(p)
+}
+
+/// What decides each packet's queues: -m's mode, or a Lua script (which a signal or -t
+/// stops when it does not return: see apps::lua::Interrupt).
+fn distributor(
+    a: &Args,
+    link: linerate::port::LinkType,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<Distributor> {
     let interrupt = linerate::apps::lua::Interrupt::new(stop.clone());
     interrupt.set_limit(a.duration);
     let mut dist = match &a.mode.script {
@@ -385,12 +518,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         None => Distributor::new(a.mode.mode, &a.apps.0, link),
     };
     dist.set_tunnels(a.tunnels);
+    Ok(dist)
+}
+
+/// The cluster's shape: applications, slots, frames (an xdp: input's fill rings, 2048
+/// frames per queue, are segment frames), and -o's transmit lanes.
+fn cluster_config(a: &Args) -> ClusterConfig {
     let mut cfg = ClusterConfig {
         apps: a.apps.0.clone(),
         slots: a.slots,
         frames: a.buffers as u32,
         tx_lanes: if a.out.is_some() { 8 } else { 0 },
-        // An xdp: input's fill rings (2048 frames per queue) are segment frames.
         kernel_frames: a
             .input
             .strip_prefix("xdp:")
@@ -401,38 +539,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     cfg.fit_packets(a.max_pkt_len as u32);
-    let mut tx_out = match &a.out {
-        Some(uri) => Some(open_out(uri, link, "-o", a.format, &mut inputs, &wopts)?),
-        None => None,
-    };
-    let mut master = if a.threads {
-        Master::anon(&cfg).context("creating the cluster")?
-    } else {
-        Master::create(a.cluster, &cfg).context("creating the cluster")?
-    };
-    master.set_consumer_timeout(a.consumer_timeout);
-    let mut input = match input {
-        Some(p) => p,
-        None => {
-            let opts = a.capture.apply(
-                "-i",
-                &a.input,
-                linerate::port::Capture::In,
-                PortOptions::default(),
-            )?;
-            let (p, copied) = linerate::open_cluster_input(&a.input, &opts, &mut master)
-                .map_err(|e| crate::common::port_error("-i", &a.input, e))?;
-            if let Some(why) = copied {
-                eprintln!("note: -i {why}");
-            }
-            p
-        }
-    };
-    let metrics = metrics::start(&a.metrics, "balance", a.quiet)?;
-    if let Some(m) = &metrics {
-        let s = master.stats();
-        publish(m, (&a.input, a.out.as_deref()), a.cluster, &s, &[]);
-    }
+    cfg
+}
+
+/// The -r QUEUE:PORT outputs, each reading its queue of the cluster (files of the link
+/// type -i had when it opened, and its interfaces).
+fn open_egress(
+    a: &Args,
+    master: &Master,
+    cfg: &ClusterConfig,
+    (input, link): (&dyn Port, linerate::port::LinkType),
+    inputs: &mut Inputs,
+    wopts: &linerate::port::pcap::WriteOptions,
+) -> anyhow::Result<Vec<Egress>> {
     let mut egress = Vec::new();
     for spec in &a.egress {
         let bad = || usage(format!("-r {spec}: write QUEUE:PORT, e.g. -r 0:out.pcap"));
@@ -444,34 +563,44 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 cfg.queues() - 1
             )));
         }
-        let mut out = open_out(uri, link, "-r", a.format, &mut inputs, &wopts)?;
+        let mut out = open_out(uri, link, "-r", a.format, inputs, wopts)?;
         // A pcapng file keeps the input interface of each packet.
         out.describe(&input.interfaces())
             .with_context(|| format!("-r {spec}"))?;
-        egress.push(Egress::new(&master, q, out)?);
+        egress.push(Egress::new(master, q, out)?);
     }
-    let egress_queues: Vec<usize> = egress.iter().map(|e| e.queue()).collect();
-    let threads = if a.threads {
-        let cores = Arc::new(thread_cores);
-        let on_start: Arc<dyn Fn(usize) + Send + Sync> = Arc::new(move |q| {
-            if let Some(&c) = cores.get(q) {
-                let _ = pin(Some(c));
-            }
-        });
-        let queues: Vec<usize> = (0..cfg.queues())
-            .filter(|q| !egress_queues.contains(q))
-            .collect();
-        Some(Threads::spawn_some(
-            &master,
-            &queues,
-            a.work_ns,
-            Some(on_start),
-        )?)
-    } else {
-        None
-    };
-    // Every port and output is open: the pidfile, then -Z. The segment file goes to the user
-    // first, so that the master can still remove it at exit (/dev/shm is sticky).
+    Ok(egress)
+}
+
+/// --threads: a consumer thread per queue that no -r output reads, each pinned to its core
+/// of --cores.
+fn spawn_consumers(
+    a: &Args,
+    master: &Master,
+    cfg: &ClusterConfig,
+    thread_cores: Vec<usize>,
+    egress_queues: &[usize],
+) -> anyhow::Result<Threads> {
+    let cores = Arc::new(thread_cores);
+    let on_start: Arc<dyn Fn(usize) + Send + Sync> = Arc::new(move |q| {
+        if let Some(&c) = cores.get(q) {
+            let _ = pin(Some(c));
+        }
+    });
+    let queues: Vec<usize> = (0..cfg.queues())
+        .filter(|q| !egress_queues.contains(q))
+        .collect();
+    Ok(Threads::spawn_some(
+        master,
+        &queues,
+        a.work_ns,
+        Some(on_start),
+    )?)
+}
+
+/// Every port and output is open: the pidfile, then -Z. The segment file goes to the user
+/// first, so that the master can still remove it at exit (/dev/shm is sticky).
+fn give_segment_to_user(a: &Args, service: &crate::common::service::Checked) -> anyhow::Result<()> {
     if let Some((uid, gid)) = service.user() {
         let seg = linerate::cluster::segment_path(a.cluster);
         if !a.threads && seg.exists() {
@@ -479,90 +608,66 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("-Z: giving {} to the user", seg.display()))?;
         }
     }
-    let _running = service.start()?;
-    pin(master_core)?;
+    Ok(())
+}
+
+/// The start line: the cluster and how consumers join it (or the consumer threads).
+fn announce(a: &Args, cfg: &ClusterConfig) {
+    if a.quiet || a.json {
+        return;
+    }
     let mut out = std::io::stdout();
-    if !a.quiet && !a.json {
-        if a.threads {
-            let _ = writeln!(
-                out,
-                "Balancing {} to {} consumer threads (-n {}, mode {})",
-                a.input,
-                cfg.queues(),
-                apps_str(&a.apps.0),
-                a.mode.mode.name()
-            );
-        } else {
-            let _ = writeln!(
-                out,
-                "Cluster {} on {} : {} queues (-n {}, mode {}); consumers: linerate count -i cluster:{}@QUEUE",
-                a.cluster,
-                a.input,
-                cfg.queues(),
-                apps_str(&a.apps.0),
-                a.mode.mode.name(),
-                a.cluster
-            );
-        }
+    if a.threads {
+        let _ = writeln!(
+            out,
+            "Balancing {} to {} consumer threads (-n {}, mode {})",
+            a.input,
+            cfg.queues(),
+            apps_str(&a.apps.0),
+            a.mode.mode.name()
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "Cluster {} on {} : {} queues (-n {}, mode {}); consumers: linerate count -i cluster:{}@QUEUE",
+            a.cluster,
+            a.input,
+            cfg.queues(),
+            apps_str(&a.apps.0),
+            a.mode.mode.name(),
+            a.cluster
+        );
     }
-    if a.wait_consumers && !a.threads {
-        let t0 = std::time::Instant::now();
-        while master
-            .stats()
-            .queues
-            .iter()
-            .any(|q| q.consumer_pid.is_none())
+}
+
+/// --wait-consumers: waits until every queue has its consumer (or a signal, or -t).
+fn wait_for_consumers(a: &Args, master: &mut Master, stop: &std::sync::atomic::AtomicBool) {
+    let t0 = std::time::Instant::now();
+    while master
+        .stats()
+        .queues
+        .iter()
+        .any(|q| q.consumer_pid.is_none())
+    {
+        if stop.load(std::sync::atomic::Ordering::Relaxed)
+            || a.duration.is_some_and(|d| t0.elapsed() >= d)
         {
-            if stop.load(std::sync::atomic::Ordering::Relaxed)
-                || a.duration.is_some_and(|d| t0.elapsed() >= d)
-            {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
+            break;
         }
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    let opts = BalanceOptions {
-        count: a.packets,
-        duration: a.duration,
-        filter,
-        interval: a.interval,
-    };
-    let mut printer = Printer {
-        last_threads: vec![(0, 0); cfg.queues()],
-        id: a.cluster,
-        quiet: a.quiet,
-        json: a.json,
-        threaded: threads.is_some(),
-        egress_queues: egress_queues.clone(),
-        metrics: &metrics,
-        input: &a.input,
-        out_port: a.out.as_deref(),
-        out,
-        live: if crate::console::wanted(a.json || a.quiet || a.no_console) {
-            let title = format!("linerate balance -i {} -c {}", a.input, a.cluster);
-            Some(ReadOnly::start(title, stop.clone())?)
-        } else {
-            None
-        },
-    };
-    let if_start = if_open.unwrap_or_else(|| input.interface_stats());
-    let wall_start = linerate::time::wall_ns();
-    linerate::port::file::start_writing();
-    let mut report = balance::run_with(
-        input.as_mut(),
-        &mut master,
-        &mut dist,
-        &opts,
-        &mut egress,
-        tx_out.as_mut().map(|p| p.as_mut() as &mut dyn Port),
-        &stop,
-        |t| {
-            let now_threads = threads.as_ref().map(|th| th.figures()).unwrap_or_default();
-            printer.tick(t, now_threads);
-        },
-    );
-    // The terminal back: the consumers' drain and the summary print lines.
-    printer.live = None;
+}
+
+/// Says what -r and -o sent, and closes them: egress files end with what each input
+/// interface did (pcapng). `ends`: the input's counters at the start and now, and the
+/// start's wall time. A failure to close is the run's error.
+fn close_outputs(
+    a: &Args,
+    mut egress: Vec<Egress>,
+    mut tx_out: Option<Box<dyn Port>>,
+    report: &mut BalanceReport,
+    ends: (Vec<PortStats>, Vec<PortStats>, u64),
+) {
     let mut out = std::io::stdout();
     for e in &mut egress {
         let q = e.queue();
@@ -588,10 +693,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             group(st.tx_dropped)
         );
     }
-    // Egress files end with what each input interface did (pcapng).
+    let (if_start, if_now, wall_start) = ends;
     let ifstats = egress_interface_stats(
         &if_start,
-        &input.interface_stats(),
+        &if_now,
         report.tick.now.stats.filtered,
         wall_start,
     );
@@ -605,22 +710,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             report.error.get_or_insert(err);
         }
     }
-    drop(egress);
-    drop(tx_out);
-    // Consumers drain their queues (interval lines go on meanwhile); what they did not read is
-    // counted as unread.
-    let fin = balance::finish(
-        &mut master,
-        threads,
-        &report.tick,
-        a.interval,
-        &stop,
-        |t, figures| printer.tick(t, figures.to_vec()),
-    );
-    // What the input itself dropped (a record too long for any frame, another link type)
-    // never reached the master: said apart.
-    let input_drops = input.stats().rx_drops;
-    finish(a, &egress_queues, report, fin, &metrics, input_drops)
 }
 
 /// Prints interval statistics (and serves them as metrics).
@@ -696,7 +785,35 @@ fn counted((input, out): (&str, Option<&str>), id: u32, s: &ClusterStats) -> Vec
     v
 }
 
-impl Printer<'_> {
+impl<'a> Printer<'a> {
+    /// The printer of a run: on the live page on a terminal, else lines (none with -q).
+    fn new(
+        a: &'a Args,
+        queues: usize,
+        threaded: bool,
+        metrics: &'a Option<metrics::Metrics>,
+        stop: &Arc<std::sync::atomic::AtomicBool>,
+    ) -> anyhow::Result<Self> {
+        Ok(Printer {
+            last_threads: vec![(0, 0); queues],
+            id: a.cluster,
+            quiet: a.quiet,
+            json: a.json,
+            threaded,
+            egress_queues: Vec::new(),
+            metrics,
+            input: &a.input,
+            out_port: a.out.as_deref(),
+            out: std::io::stdout(),
+            live: if crate::console::wanted(a.json || a.quiet || a.no_console) {
+                let title = format!("linerate balance -i {} -c {}", a.input, a.cluster);
+                Some(ReadOnly::start(title, stop.clone())?)
+            } else {
+                None
+            },
+        })
+    }
+
     fn tick(&mut self, t: &BalanceTick, now_threads: Vec<(u64, u64)>) {
         if let Some(m) = self.metrics {
             let ports = (self.input, self.out_port);

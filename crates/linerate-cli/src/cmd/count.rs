@@ -7,6 +7,7 @@ use clap::Parser;
 use linerate::apps::count::{self, CountOptions, Ended};
 use linerate::apps::gen::latency::Tracker;
 use linerate::filter::Filter;
+use linerate::port::pcap::rotate::WriteOptions;
 use linerate::port::pcap::{PcapPort, WriteFormat};
 use linerate::port::{InterfaceStats, Port, PortError, PortOptions};
 use linerate::stats::prom::{Dir, PortCount};
@@ -275,7 +276,8 @@ fn thread_rows(
     (vec![counted(input, &total.start, &total.now)], threads)
 }
 
-/// Runs `linerate count`.
+/// Runs `linerate count`: checks the flags, opens the input and the outputs, counts, and
+/// reports. Each step is a function below, in the order the run takes them.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if a.list_interfaces {
         return crate::common::sources::list();
@@ -289,90 +291,26 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         a.json,
         Some(stop.clone()),
     )?;
-    // A capture-only loop: wait long in poll, the kernel wakes it when packets are ready.
-    // Both directions by default on afpacket, as tcpdump captures.
-    let opts = a.capture.apply(
-        "-i",
-        &a.input,
-        linerate::port::Capture::InOut,
-        PortOptions {
-            snaplen: a.snaplen.map_or(65_535, |s| s as u32),
-            rx_wait_ms: 100,
-            ..Default::default()
-        },
-    )?;
+    let opts = capture_options(&a)?;
     let plan = plan(&a)?;
     if plan.threads > 1 {
         return run_threads(a, plan, &opts, &stop, service);
     }
-    // Standard input or a FIFO may give nothing for long, not even a header: -t and a signal
-    // still end the run, with its summary.
-    let t_open = std::time::Instant::now();
-    let (mut input, never_opened): (Box<dyn Port>, bool) =
-        match crate::common::open_input_until("-i", &a.input, &opts, &stop, a.duration)? {
-            Some(p) => (p, false),
-            None => (Box::new(crate::common::Nothing(a.input.clone())), true),
-        };
-    // The run's counters start now that the input is open (as tcpdump's start at
-    // pcap_activate): -w may wait below (a FIFO blocks until its reader opens it) while the
-    // input drops what it cannot hold, and those drops are this run's.
-    let opened = input.interface_stats();
+    let mut src = open_source(&a, &opts, &stop)?;
     let inputs = inputs_of([a.input.as_str()]);
     // Created now, before outputs start and -Z drops privileges (tcpdump opens -w so).
-    let mut hist_files = match &a.hist_out {
+    let hist_files = match &a.hist_out {
         Some(p) => Some(crate::shared::open_hist(p, &inputs)?),
         None => None,
     };
-    let link = input.link_type();
-    let rx_time = input.rx_time();
-    let mut user_filter = None;
-    if let Some(expr) = &a.filter {
-        let f = Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?;
-        let in_kernel =
-            !a.user_filter && crate::common::attach_filter(input.as_mut(), &f, &a.input)?;
-        if !in_kernel {
-            user_filter = Some(f);
-        }
-    }
+    let link = src.port.link_type();
+    let rx_time = src.port.rx_time();
+    let user_filter = input_filter(&a, src.port.as_mut(), link)?;
     metrics::refuse_textfile_as(
         &a.metrics,
         &[("-w", a.write.as_deref()), ("-i", Some(a.input.as_str()))],
     )?;
-    let to_stdout = a.write.as_deref() == Some("-");
-    let mut writer: Option<PcapPort> = match a.write.as_deref() {
-        None => None,
-        Some(path) => {
-            // -s cuts records (as tcpdump -s does). Else the header says what the input's said
-            // (a copy of a file is byte for byte the file), or 262144 (libpcap's largest), and
-            // every record is written whole, even one longer than that header says.
-            let snaplen = a.snaplen.map_or(input.snaplen().unwrap_or(0), |s| s as u32);
-            // A classic pcap file has one link type: inputs of several would be written as
-            // junk under it (pcapng describes each interface with its own).
-            let classic = a
-                .format
-                .unwrap_or_else(|| linerate::port::pcap::WriteFormat::for_path(path))
-                == linerate::port::pcap::WriteFormat::Pcap;
-            if let Some(other) = input.interfaces().iter().find(|i| i.link != link) {
-                if classic {
-                    return Err(usage(format!(
-                        "-w {path}: a pcap file holds one link type and the inputs have \
-                         several ({} is {}, {} is {}): write pcapng (--format pcapng or \
-                         a .pcapng name)",
-                        a.input, link.0, other.name, other.link.0
-                    )));
-                }
-            }
-            let mut w =
-                PcapPort::create_with_options(path, a.format, link, snaplen, &inputs, &wopts)
-                    .map_err(|e| usage(format!("-w: {e}")))?;
-            if a.snaplen.is_none() {
-                w.keep_whole();
-            }
-            w.describe(&input.interfaces())
-                .with_context(|| format!("-w {path}"))?;
-            Some(w)
-        }
-    };
+    let mut writer = open_writer(&a, src.port.as_ref(), &inputs, &wopts)?;
     pin(a.core)?;
     let metrics = metrics::start(&a.metrics, "count", a.quiet)?;
     // Every port and output is open: the pidfile, then -Z.
@@ -382,22 +320,210 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         e.port(&a.input, Dir::Rx, &PortCount::default());
         m.publish(&e);
     }
-
-    // Statistics go to standard output, or to standard error when it carries the pcap stream
-    // or the -v lines.
+    let to_stdout = a.write.as_deref() == Some("-");
     let lines = a.verbose || a.link_header;
-    let mut out: Box<dyn Write> = if to_stdout || lines {
+    let mut out = stats_output(to_stdout || lines);
+    announce(&mut out, &a, link, &opts, &plan, user_filter.is_none());
+    let copts = CountOptions {
+        count: a.count,
+        duration: a.duration.map(|d| d.saturating_sub(src.t_open.elapsed())),
+        filter: user_filter,
+        interval: a.interval,
+        start: Some(std::mem::take(&mut src.opened)),
+    };
+    let mut tracker = a.latency.then(|| (Tracker::new(), TscClock::new()));
+    let wall_start = linerate::time::wall_ns();
+    let mut live = page(&a, to_stdout || lines, &stop)?;
+    // Every flag is valid and the input open: the output is written from now on.
+    linerate::port::file::start_writing();
+    let mut printer = lines.then(|| spawn_printer(&a, link, to_stdout, &stop));
+    let mut report = count::run_observed(
+        src.port.as_mut(),
+        writer.as_mut().map(|w| w as &mut dyn Port),
+        &copts,
+        &stop,
+        |t| show_tick(&a, metrics.as_ref(), live.as_mut(), &mut out, t),
+        |b| {
+            if let Some((t, c)) = tracker.as_mut() {
+                t.observe_as(b, link, rx_time, || c.now_ns());
+            }
+            hand_to_printer(printer.as_ref(), b);
+        },
+    );
+    // Every line is out before the summary.
+    if let Some((full, _, thread)) = printer.take() {
+        drop(full);
+        let _ = thread.join();
+    }
+    drop(live);
+    let (written, limit) = close_writer(&a, writer, &mut report, wall_start);
+    let t = report.tick;
+    if let Some(m) = &metrics {
+        publish(m, &a.input, &t.start, &t.now);
+    }
+    let end = end_of(&a, &report, &src, written, limit);
+    if a.json {
+        let latency = tracker.as_ref().map(|(t, _)| (t, rx_time));
+        summary_json(&mut out, &report, &end, latency)?;
+    } else {
+        summary_text(&mut out, &a, &report, &end);
+    }
+    if let Some((t, _)) = &tracker {
+        report_latency(&mut out, &a, t, rx_time, hist_files)?;
+    }
+    let _ = out.flush();
+    exit_code(report, &end)
+}
+
+/// What `-i` gave when it opened: the port, and the run's starting counters.
+struct Source {
+    port: Box<dyn Port>,
+    /// Nothing came before -t or a signal ended the wait, not even a header.
+    never_opened: bool,
+    /// The input's counters when it opened (the run's start).
+    opened: Vec<linerate::port::PortStats>,
+    /// When the wait for the input began (-t counts from there).
+    t_open: std::time::Instant,
+}
+
+/// The -v / -e printer thread: full buffers go to it, empty ones come back.
+type PrintThread = (
+    std::sync::mpsc::SyncSender<Vec<u8>>,
+    std::sync::mpsc::Receiver<Vec<u8>>,
+    std::thread::JoinHandle<()>,
+);
+
+/// How the run ended, in the summary's words.
+struct End {
+    ended: &'static str,
+    /// Why a finished input ended, when it says more (a cluster's master stopped).
+    note: Option<String>,
+    /// Packets that reached -w whole (a pipe's reader may have left early).
+    written: Option<u64>,
+    /// Counted but not in the output: the reader of -w - left, or the output failed.
+    not_written: Option<u64>,
+    /// The output was a pipe whose reader left (`| head`).
+    closed: bool,
+}
+
+/// The capture options of -i: a capture-only loop waits long in poll, the kernel wakes it
+/// when packets are ready. Both directions by default on afpacket, as tcpdump captures.
+fn capture_options(a: &Args) -> anyhow::Result<PortOptions> {
+    a.capture.apply(
+        "-i",
+        &a.input,
+        linerate::port::Capture::InOut,
+        PortOptions {
+            snaplen: a.snaplen.map_or(65_535, |s| s as u32),
+            rx_wait_ms: 100,
+            ..Default::default()
+        },
+    )
+}
+
+/// Opens -i. Standard input or a FIFO may give nothing for long, not even a header: -t and
+/// a signal still end the run, with its summary.
+fn open_source(a: &Args, opts: &PortOptions, stop: &Arc<AtomicBool>) -> anyhow::Result<Source> {
+    let t_open = std::time::Instant::now();
+    let (mut port, never_opened): (Box<dyn Port>, bool) =
+        match crate::common::open_input_until("-i", &a.input, opts, stop, a.duration)? {
+            Some(p) => (p, false),
+            None => (Box::new(crate::common::Nothing(a.input.clone())), true),
+        };
+    // The run's counters start now that the input is open (as tcpdump's start at
+    // pcap_activate): -w may wait (a FIFO blocks until its reader opens it) while the
+    // input drops what it cannot hold, and those drops are this run's.
+    let opened = port.interface_stats();
+    Ok(Source {
+        port,
+        never_opened,
+        opened,
+        t_open,
+    })
+}
+
+/// Compiles -f and attaches it to the input in the kernel when it can: the filter the loop
+/// runs in user space, if any.
+fn input_filter(
+    a: &Args,
+    input: &mut dyn Port,
+    link: linerate::wire::LinkType,
+) -> anyhow::Result<Option<Filter>> {
+    let Some(expr) = &a.filter else {
+        return Ok(None);
+    };
+    let f = Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?;
+    let in_kernel = !a.user_filter && crate::common::attach_filter(input, &f, &a.input)?;
+    Ok((!in_kernel).then_some(f))
+}
+
+/// Creates -w, when given.
+fn open_writer(
+    a: &Args,
+    input: &dyn Port,
+    inputs: &linerate::port::file::Inputs,
+    wopts: &WriteOptions,
+) -> anyhow::Result<Option<PcapPort>> {
+    let Some(path) = a.write.as_deref() else {
+        return Ok(None);
+    };
+    let link = input.link_type();
+    // -s cuts records (as tcpdump -s does). Else the header says what the input's said
+    // (a copy of a file is byte for byte the file), or 262144 (libpcap's largest), and
+    // every record is written whole, even one longer than that header says.
+    let snaplen = a.snaplen.map_or(input.snaplen().unwrap_or(0), |s| s as u32);
+    // A classic pcap file has one link type: inputs of several would be written as
+    // junk under it (pcapng describes each interface with its own).
+    let classic = a
+        .format
+        .unwrap_or_else(|| linerate::port::pcap::WriteFormat::for_path(path))
+        == linerate::port::pcap::WriteFormat::Pcap;
+    if let Some(other) = input.interfaces().iter().find(|i| i.link != link) {
+        if classic {
+            return Err(usage(format!(
+                "-w {path}: a pcap file holds one link type and the inputs have \
+                 several ({} is {}, {} is {}): write pcapng (--format pcapng or \
+                 a .pcapng name)",
+                a.input, link.0, other.name, other.link.0
+            )));
+        }
+    }
+    let mut w = PcapPort::create_with_options(path, a.format, link, snaplen, inputs, wopts)
+        .map_err(|e| usage(format!("-w: {e}")))?;
+    if a.snaplen.is_none() {
+        w.keep_whole();
+    }
+    w.describe(&input.interfaces())
+        .with_context(|| format!("-w {path}"))?;
+    Ok(Some(w))
+}
+
+/// Where the statistics go: standard output, or standard error when standard output
+/// carries the pcap stream or the -v lines.
+fn stats_output(stdout_taken: bool) -> Box<dyn Write> {
+    if stdout_taken {
         Box::new(std::io::stderr())
     } else {
         Box::new(std::io::stdout())
-    };
+    }
+}
+
+/// The start line (or JSON record) and the threads plan.
+fn announce(
+    out: &mut dyn Write,
+    a: &Args,
+    link: linerate::wire::LinkType,
+    opts: &PortOptions,
+    plan: &Plan,
+    no_user_filter: bool,
+) {
     if a.json {
         let start = serde_json::json!({
             "type": "start",
             "port": a.input,
             "link_type": link.0,
             "filter": a.filter,
-            "filter_in_kernel": a.filter.is_some() && user_filter.is_none(),
+            "filter_in_kernel": a.filter.is_some() && no_user_filter,
             "direction": opts.direction.as_str(),
             "threads": 1,
             "plan": plan.words.as_deref().unwrap_or("1 thread"),
@@ -412,112 +538,106 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let _ = out.flush();
-    let copts = CountOptions {
-        count: a.count,
-        duration: a.duration.map(|d| d.saturating_sub(t_open.elapsed())),
-        filter: user_filter,
-        interval: a.interval,
-        start: Some(opened),
+}
+
+/// The -v / -e lines are formatted and written on their own thread: the capture loop copies
+/// each counted batch (time, length, bytes) into a buffer it gets back empty, and goes on.
+/// A printer that falls behind makes the loop wait, as tcpdump's own printing does (a live
+/// port then counts its kernel drops).
+fn spawn_printer(
+    a: &Args,
+    link: linerate::wire::LinkType,
+    to_stdout: bool,
+    stop: &Arc<AtomicBool>,
+) -> PrintThread {
+    let time = if a.epoch_time {
+        TimeFormat::Epoch
+    } else {
+        TimeFormat::Local
     };
-    let w = writer.as_mut().map(|w| w as &mut dyn Port);
-    let mut tracker = a.latency.then(|| (Tracker::new(), TscClock::new()));
-    let wall_start = linerate::time::wall_ns();
-    let mut live = page(&a, to_stdout || lines, &stop)?;
-    // Every flag is valid and the input open: the output is written from now on.
-    linerate::port::file::start_writing();
-    // The lines are formatted and written on their own thread: the capture loop copies each
-    // counted batch (time, length, bytes) into a buffer it gets back empty, and goes on. A
-    // printer that falls behind makes the loop wait, as tcpdump's own printing does (a live
-    // port then counts its kernel drops).
-    let mut printer = lines.then(|| {
-        let time = if a.epoch_time {
-            TimeFormat::Epoch
-        } else {
-            TimeFormat::Local
-        };
-        let mut p = Printer::new(link, a.link_header, time);
-        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(PRINT_AHEAD);
-        let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-        for _ in 0..PRINT_AHEAD {
-            let _ = empty_tx.send(Vec::with_capacity(64 * 1024));
-        }
-        let stop = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut out: Box<dyn Write> = if to_stdout {
-                Box::new(std::io::stderr())
-            } else {
-                Box::new(std::io::stdout())
-            };
-            let mut text = String::with_capacity(64 * 128);
-            let mut closed = false;
-            for mut v in full_rx {
-                if !closed {
-                    text.clear();
-                    each_packet(&v, |ts, wire_len, data| {
-                        p.line(&mut text, data, wire_len, ts)
-                    });
-                    // A reader that left (| head) ends the run, as it ends tcpdump.
-                    if out.write_all(text.as_bytes()).is_err() || out.flush().is_err() {
-                        closed = true;
-                        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                    }
-                }
-                v.clear();
-                let _ = empty_tx.send(v);
-            }
-        });
-        (full_tx, empty_rx, thread)
-    });
-    let report = count::run_observed(
-        input.as_mut(),
-        w,
-        &copts,
-        &stop,
-        |t| {
-            if let Some(m) = &metrics {
-                publish(m, &a.input, &t.start, &t.now);
-            }
-            if let Some(p) = live.as_mut() {
-                let rows = [counted(&a.input, &t.start, &t.now)];
-                p.tick("capturing", t.now.t_ns, &rows);
-                return;
-            }
-            if a.quiet {
-                return;
-            }
-            let s = if a.json {
-                stats::json_line("stats", &t.start, &t.prev, &t.now) + "\n"
-            } else {
-                stats::pfcount_block(&t.start, &t.prev, &t.now)
-            };
-            let _ = out.write_all(s.as_bytes());
-            let _ = out.flush();
-        },
-        |b| {
-            if let Some((t, c)) = tracker.as_mut() {
-                t.observe_as(b, link, rx_time, || c.now_ns());
-            }
-            if let Some((full, empty, _)) = printer.as_ref() {
-                if let Ok(mut v) = empty.recv() {
-                    for (i, d) in b.descs().iter().enumerate() {
-                        let data = b.data(i);
-                        v.extend_from_slice(&d.ts.to_le_bytes());
-                        v.extend_from_slice(&d.wire_len.to_le_bytes());
-                        v.extend_from_slice(&(data.len() as u32).to_le_bytes());
-                        v.extend_from_slice(data);
-                    }
-                    let _ = full.send(v);
-                }
-            }
-        },
-    );
-    // Every line is out before the summary.
-    if let Some((full, _, thread)) = printer.take() {
-        drop(full);
-        let _ = thread.join();
+    let mut p = Printer::new(link, a.link_header, time);
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(PRINT_AHEAD);
+    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    for _ in 0..PRINT_AHEAD {
+        let _ = empty_tx.send(Vec::with_capacity(64 * 1024));
     }
-    drop(live);
-    let mut report = report;
+    let stop = stop.clone();
+    let thread = std::thread::spawn(move || {
+        let mut out = stats_output(to_stdout);
+        let mut text = String::with_capacity(64 * 128);
+        let mut closed = false;
+        for mut v in full_rx {
+            if !closed {
+                text.clear();
+                each_packet(&v, |ts, wire_len, data| {
+                    p.line(&mut text, data, wire_len, ts)
+                });
+                // A reader that left (| head) ends the run, as it ends tcpdump.
+                if out.write_all(text.as_bytes()).is_err() || out.flush().is_err() {
+                    closed = true;
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            v.clear();
+            let _ = empty_tx.send(v);
+        }
+    });
+    (full_tx, empty_rx, thread)
+}
+
+/// Copies a counted batch into an empty buffer of the printer thread and hands it over.
+fn hand_to_printer(printer: Option<&PrintThread>, b: &linerate::mem::Batch) {
+    let Some((full, empty, _)) = printer else {
+        return;
+    };
+    if let Ok(mut v) = empty.recv() {
+        for (i, d) in b.descs().iter().enumerate() {
+            let data = b.data(i);
+            v.extend_from_slice(&d.ts.to_le_bytes());
+            v.extend_from_slice(&d.wire_len.to_le_bytes());
+            v.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            v.extend_from_slice(data);
+        }
+        let _ = full.send(v);
+    }
+}
+
+/// Every interval: the metrics, and the live page or a statistics block (or JSON line).
+fn show_tick(
+    a: &Args,
+    metrics: Option<&metrics::Metrics>,
+    live: Option<&mut ReadOnly>,
+    out: &mut dyn Write,
+    t: &count::Tick,
+) {
+    if let Some(m) = metrics {
+        publish(m, &a.input, &t.start, &t.now);
+    }
+    if let Some(p) = live {
+        let rows = [counted(&a.input, &t.start, &t.now)];
+        p.tick("capturing", t.now.t_ns, &rows);
+        return;
+    }
+    if a.quiet {
+        return;
+    }
+    let s = if a.json {
+        stats::json_line("stats", &t.start, &t.prev, &t.now) + "\n"
+    } else {
+        stats::pfcount_block(&t.start, &t.prev, &t.now)
+    };
+    let _ = out.write_all(s.as_bytes());
+    let _ = out.flush();
+}
+
+/// Closes -w (a pcapng file ends with each interface's figures): the packets written whole
+/// and whether -W's file limit was reached. A failure to close is the run's output error.
+fn close_writer(
+    a: &Args,
+    mut writer: Option<PcapPort>,
+    report: &mut count::Report,
+    wall_start: u64,
+) -> (Option<u64>, bool) {
     if let Some(w) = writer.as_mut().filter(|_| report.output_error.is_none()) {
         // Each interface's figures, which add up to the summary, close a pcapng file.
         let (first, last) = &report.interfaces;
@@ -535,11 +655,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     // What reached the output whole (a pipe's reader may have left early).
     let written = writer.as_ref().and_then(|w| w.packets_written());
     let limit = writer.as_ref().is_some_and(|w| w.file_limit_reached());
-    drop(writer);
-    let t = &report.tick;
-    if let Some(m) = &metrics {
-        publish(m, &a.input, &t.start, &t.now);
-    }
+    (written, limit)
+}
+
+/// Why the run ended, in the summary's words.
+fn end_of(
+    a: &Args,
+    report: &count::Report,
+    src: &Source,
+    written: Option<u64>,
+    limit: bool,
+) -> End {
     let closed = report.output_error.as_ref().is_some_and(|e| {
         matches!(e, PortError::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
     });
@@ -551,115 +677,143 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         _ if limit => "file limit (-W)",
         e => e.text(),
     };
-    // Why a finished input ended, when it says more (a cluster's master stopped).
-    let end_note = match report.ended {
-        Ended::EndOfInput => input.end_note(),
-        _ if never_opened => Some(format!("nothing came from {}, not even a header", a.input)),
+    let note = match report.ended {
+        Ended::EndOfInput => src.port.end_note(),
+        _ if src.never_opened => Some(format!("nothing came from {}, not even a header", a.input)),
         _ => None,
     };
-    // Counted but not in the output: the reader of -w - left, or the output failed.
-    let not_written = written.map(|w| t.now.pkts.saturating_sub(w));
-    let why_not = if closed {
-        "output_closed"
-    } else {
-        "output_error"
-    };
-    if a.json {
-        let mut j: serde_json::Value =
-            serde_json::from_str(&stats::json_line("summary", &t.start, &t.start, &t.now))?;
-        j["ended"] = ended.into();
-        if let Some(n) = &end_note {
-            j["input_ended"] = n.clone().into();
-        }
-        if let Some(e) = &report.error {
-            j["error"] = e.to_string().into();
-        }
-        if let (Some(w), Some(n)) = (written, not_written) {
-            j["written"] = w.into();
-            j["not_written"] = serde_json::json!({ why_not: n });
-        }
-        if let Some(e) = &report.output_error {
-            j["output_error"] = e.to_string().into();
-        }
-        if let Some((t, _)) = &tracker {
-            j["latency"] = crate::shared::latency_json(t, |_| None);
-            j["latency_receive_time"] = rx_time.describe().into();
-            j["no_probe"] = t.other.into();
-        }
-        let _ = writeln!(out, "{j}");
-    } else {
-        let _ = out.write_all(stats::pfcount_block(&t.start, &t.start, &t.now).as_bytes());
-        let r = stats::Rates::between(&t.start, &t.now);
-        let _ = writeln!(
-            out,
-            "Summary: {} pkts, {} bytes, {} dropped ({}), {} filtered; ended: {}{}",
-            group(r.pkts),
-            group(r.bytes),
-            group(r.drops),
-            if r.drops == 0 {
-                "none".to_string()
-            } else {
-                stats::breakdown(&stats::losses(&t.start, &t.now))
-            },
-            group(
-                t.now
-                    .drops
-                    .since(&t.start.drops)
-                    .get(linerate::port::DropReason::Filter)
-            ),
-            ended,
-            end_note.map(|n| format!(" ({n})")).unwrap_or_default()
-        );
-        if let (Some(w), Some(n), Some(path)) = (written, not_written, &a.write) {
-            if n > 0 || report.output_error.is_some() {
-                let _ = writeln!(
-                    out,
-                    "Written to {path}: {} pkts; not written: {} ({})",
-                    group(w),
-                    group(n),
-                    if closed {
-                        "the pipe's reader left"
-                    } else {
-                        "output error"
-                    }
-                );
-            }
-        }
+    End {
+        ended,
+        note,
+        written,
+        not_written: written.map(|w| report.tick.now.pkts.saturating_sub(w)),
+        closed,
     }
-    if let Some((t, _)) = &tracker {
-        if !a.json {
+}
+
+/// The summary as a JSON record.
+fn summary_json(
+    out: &mut dyn Write,
+    report: &count::Report,
+    end: &End,
+    latency: Option<(&Tracker, linerate::port::RxTime)>,
+) -> anyhow::Result<()> {
+    let t = &report.tick;
+    let mut j: serde_json::Value =
+        serde_json::from_str(&stats::json_line("summary", &t.start, &t.start, &t.now))?;
+    j["ended"] = end.ended.into();
+    if let Some(n) = &end.note {
+        j["input_ended"] = n.clone().into();
+    }
+    if let Some(e) = &report.error {
+        j["error"] = e.to_string().into();
+    }
+    if let (Some(w), Some(n)) = (end.written, end.not_written) {
+        let why_not = if end.closed {
+            "output_closed"
+        } else {
+            "output_error"
+        };
+        j["written"] = w.into();
+        j["not_written"] = serde_json::json!({ why_not: n });
+    }
+    if let Some(e) = &report.output_error {
+        j["output_error"] = e.to_string().into();
+    }
+    if let Some((t, rx_time)) = latency {
+        j["latency"] = crate::shared::latency_json(t, |_| None);
+        j["latency_receive_time"] = rx_time.describe().into();
+        j["no_probe"] = t.other.into();
+    }
+    let _ = writeln!(out, "{j}");
+    Ok(())
+}
+
+/// The summary as a statistics block and a Summary line (and what -w missed).
+fn summary_text(out: &mut dyn Write, a: &Args, report: &count::Report, end: &End) {
+    let t = &report.tick;
+    let _ = out.write_all(stats::pfcount_block(&t.start, &t.start, &t.now).as_bytes());
+    let r = stats::Rates::between(&t.start, &t.now);
+    let _ = writeln!(
+        out,
+        "Summary: {} pkts, {} bytes, {} dropped ({}), {} filtered; ended: {}{}",
+        group(r.pkts),
+        group(r.bytes),
+        group(r.drops),
+        if r.drops == 0 {
+            "none".to_string()
+        } else {
+            stats::breakdown(&stats::losses(&t.start, &t.now))
+        },
+        group(
+            t.now
+                .drops
+                .since(&t.start.drops)
+                .get(linerate::port::DropReason::Filter)
+        ),
+        end.ended,
+        end.note
+            .as_ref()
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default()
+    );
+    if let (Some(w), Some(n), Some(path)) = (end.written, end.not_written, &a.write) {
+        if n > 0 || report.output_error.is_some() {
             let _ = writeln!(
                 out,
-                "Latency probes ({} packets without one; receive time: {}):",
-                group(t.other),
-                rx_time.describe()
+                "Written to {path}: {} pkts; not written: {} ({})",
+                group(w),
+                group(n),
+                if end.closed {
+                    "the pipe's reader left"
+                } else {
+                    "output error"
+                }
             );
-            let _ = write!(out, "{}", t.table(|_| None));
-        }
-        if let (Some(p), Some(files)) = (&a.hist_out, hist_files.take()) {
-            let svg = crate::shared::write_hist_into(
-                files,
-                p,
-                t,
-                &format!("linerate count -i {}", a.input),
-            )?;
-            if !a.json {
-                let _ = writeln!(out, "Histogram: {p} and {svg}");
-            }
         }
     }
-    let _ = out.flush();
+}
+
+/// --latency's table (in the text output) and --hist-out's files.
+fn report_latency(
+    out: &mut dyn Write,
+    a: &Args,
+    t: &Tracker,
+    rx_time: linerate::port::RxTime,
+    hist_files: Option<crate::shared::HistFiles>,
+) -> anyhow::Result<()> {
+    if !a.json {
+        let _ = writeln!(
+            out,
+            "Latency probes ({} packets without one; receive time: {}):",
+            group(t.other),
+            rx_time.describe()
+        );
+        let _ = write!(out, "{}", t.table(|_| None));
+    }
+    if let (Some(p), Some(files)) = (&a.hist_out, hist_files) {
+        let svg =
+            crate::shared::write_hist_into(files, p, t, &format!("linerate count -i {}", a.input))?;
+        if !a.json {
+            let _ = writeln!(out, "Histogram: {p} and {svg}");
+        }
+    }
+    Ok(())
+}
+
+/// The exit: an input error, an output error (a closed pipe is how `| head` ends a run:
+/// said in the summary), or success.
+fn exit_code(report: count::Report, end: &End) -> anyhow::Result<ExitCode> {
+    let pkts = report.tick.now.pkts;
     match (report.error, report.output_error) {
         (Some(e), _) => {
-            Err(anyhow::Error::new(e)
-                .context(format!("stopped after {} packets", group(t.now.pkts))))
+            Err(anyhow::Error::new(e).context(format!("stopped after {} packets", group(pkts))))
         }
-        // A closed output pipe (`| head`) is how such a run ends: said in the summary.
-        (None, Some(_)) if closed => Ok(ExitCode::SUCCESS),
+        (None, Some(_)) if end.closed => Ok(ExitCode::SUCCESS),
         (None, Some(e)) => Err(anyhow::Error::new(e).context(format!(
             "-w: stopped after {} packets, {} written",
-            group(t.now.pkts),
-            group(written.unwrap_or(0))
+            group(pkts),
+            group(end.written.unwrap_or(0))
         ))),
         (None, None) => Ok(ExitCode::SUCCESS),
     }
@@ -711,6 +865,83 @@ fn run_threads(
     stop: &Arc<AtomicBool>,
     service: crate::common::service::Checked,
 ) -> anyhow::Result<ExitCode> {
+    let (shares, link, in_kernel) = open_shares(&a, &plan, opts)?;
+    let user_filter = a
+        .filter
+        .as_deref()
+        .filter(|_| !in_kernel)
+        .map(|e| (e, link));
+    let names: Vec<String> = shares.iter().map(|s| s.name.clone()).collect();
+    pin(a.core)?;
+    let metrics = metrics::start(&a.metrics, "count", a.quiet)?;
+    // Every port and output is open: the pidfile, then -Z.
+    let _running = service.start()?;
+    if let Some(m) = &metrics {
+        let mut e = m.exposition();
+        e.port(&a.input, Dir::Rx, &PortCount::default());
+        m.publish(&e);
+    }
+    let mut out = std::io::stdout();
+    let words = plan.words.unwrap_or_default();
+    if a.json {
+        let start = serde_json::json!({
+            "type": "start",
+            "port": a.input,
+            "link_type": link.0,
+            "filter": a.filter,
+            "filter_in_kernel": in_kernel,
+            "threads": names.len(),
+            "thread_ports": names,
+            "plan": words,
+        });
+        let _ = writeln!(out, "{start}");
+    } else if !a.quiet {
+        let _ = writeln!(out, "Capturing from {} (link type {})", a.input, link.0);
+        let _ = writeln!(out, "Threads: {words}");
+    }
+    let _ = out.flush();
+    let copts = CountOptions {
+        count: a.count,
+        duration: a.duration,
+        filter: None,
+        interval: a.interval,
+        start: None,
+    };
+    let mut live = page(&a, false, stop)?;
+    let report = count::run_threads(shares, &copts, user_filter, stop, |t, per| {
+        show_thread_tick(
+            &a,
+            &names,
+            metrics.as_ref(),
+            live.as_mut(),
+            &mut out,
+            t,
+            per,
+        )
+    });
+    drop(live);
+    let t = &report.total.tick;
+    if let Some(m) = &metrics {
+        publish(m, &a.input, &t.start, &t.now);
+    }
+    summary_threads(&mut out, &a, &names, &report)?;
+    match report.total.error {
+        Some(e) => {
+            Err(anyhow::Error::new(e)
+                .context(format!("stopped after {} packets", group(t.now.pkts))))
+        }
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Opens the input's parts and deals them to the plan's threads (thread t reads parts t,
+/// t+n, ...), with -f attached in the kernel when every part takes it: the threads' shares,
+/// the link type, and whether the filter runs in the kernel.
+fn open_shares(
+    a: &Args,
+    plan: &Plan,
+    opts: &PortOptions,
+) -> anyhow::Result<(Vec<count::Share>, linerate::wire::LinkType, bool)> {
     use linerate::port::Direction;
     // Parts do not wait in rx: each thread waits on its own descriptors between batches.
     let part_opts = PortOptions {
@@ -733,12 +964,7 @@ fn run_threads(
             in_kernel &= crate::common::attach_filter(p.as_mut(), &f, &name)?;
         }
     }
-    let a_filter = a.filter.clone();
-    let user_filter = a_filter
-        .as_deref()
-        .filter(|_| !in_kernel)
-        .map(|e| (e, link));
-    let shares: Vec<count::Share> = groups
+    let shares = groups
         .into_iter()
         .map(|mut g| {
             if g.len() == 1 {
@@ -756,72 +982,52 @@ fn run_threads(
             }
         })
         .collect();
-    let names: Vec<String> = shares.iter().map(|s| s.name.clone()).collect();
-    pin(a.core)?;
-    let metrics = metrics::start(&a.metrics, "count", a.quiet)?;
-    // Every port and output is open: the pidfile, then -Z.
-    let _running = service.start()?;
-    if let Some(m) = &metrics {
-        let mut e = m.exposition();
-        e.port(&a.input, Dir::Rx, &PortCount::default());
-        m.publish(&e);
-    }
-    let mut out = std::io::stdout();
-    let words = plan.words.unwrap_or_default();
-    if a.json {
-        let start = serde_json::json!({
-            "type": "start",
-            "port": a.input,
-            "link_type": link.0,
-            "filter": a.filter,
-            "filter_in_kernel": in_kernel,
-            "threads": n,
-            "thread_ports": names,
-            "plan": words,
-        });
-        let _ = writeln!(out, "{start}");
-    } else if !a.quiet {
-        let _ = writeln!(out, "Capturing from {} (link type {})", a.input, link.0);
-        let _ = writeln!(out, "Threads: {words}");
-    }
-    let _ = out.flush();
-    let copts = CountOptions {
-        count: a.count,
-        duration: a.duration,
-        filter: None,
-        interval: a.interval,
-        start: None,
-    };
-    let mut live = page(&a, false, stop)?;
-    let report = count::run_threads(shares, &copts, user_filter, stop, |t, per| {
-        if let Some(m) = &metrics {
-            publish(m, &a.input, &t.start, &t.now);
-        }
-        if let Some(p) = live.as_mut() {
-            let (rows, threads) = thread_rows(&a.input, &names, t, per);
-            p.tick_threads("capturing", t.now.t_ns, &rows, &threads);
-            return;
-        }
-        if a.quiet {
-            return;
-        }
-        let s = if a.json {
-            let mut j: serde_json::Value =
-                serde_json::from_str(&stats::json_line("stats", &t.start, &t.prev, &t.now))
-                    .unwrap_or_default();
-            j["threads"] = per_thread_json(&names, per);
-            j.to_string() + "\n"
-        } else {
-            stats::pfcount_block(&t.start, &t.prev, &t.now) + &per_thread_text(&names, per)
-        };
-        let _ = out.write_all(s.as_bytes());
-        let _ = out.flush();
-    });
-    drop(live);
-    let t = &report.total.tick;
-    if let Some(m) = &metrics {
+    Ok((shares, link, in_kernel))
+}
+
+/// Every interval of a threaded run: the metrics, and the live page or a statistics block
+/// with a line per thread (or a JSON line).
+fn show_thread_tick(
+    a: &Args,
+    names: &[String],
+    metrics: Option<&metrics::Metrics>,
+    live: Option<&mut ReadOnly>,
+    out: &mut dyn Write,
+    t: &count::Tick,
+    per: &[count::Tick],
+) {
+    if let Some(m) = metrics {
         publish(m, &a.input, &t.start, &t.now);
     }
+    if let Some(p) = live {
+        let (rows, threads) = thread_rows(&a.input, names, t, per);
+        p.tick_threads("capturing", t.now.t_ns, &rows, &threads);
+        return;
+    }
+    if a.quiet {
+        return;
+    }
+    let s = if a.json {
+        let mut j: serde_json::Value =
+            serde_json::from_str(&stats::json_line("stats", &t.start, &t.prev, &t.now))
+                .unwrap_or_default();
+        j["threads"] = per_thread_json(names, per);
+        j.to_string() + "\n"
+    } else {
+        stats::pfcount_block(&t.start, &t.prev, &t.now) + &per_thread_text(names, per)
+    };
+    let _ = out.write_all(s.as_bytes());
+    let _ = out.flush();
+}
+
+/// The summary of a threaded run, with each thread's figures.
+fn summary_threads(
+    out: &mut dyn Write,
+    a: &Args,
+    names: &[String],
+    report: &count::ThreadsReport,
+) -> anyhow::Result<()> {
+    let t = &report.total.tick;
     let ended = match report.total.ended {
         Ended::Error => "input error",
         e => e.text(),
@@ -831,14 +1037,14 @@ fn run_threads(
         let mut j: serde_json::Value =
             serde_json::from_str(&stats::json_line("summary", &t.start, &t.start, &t.now))?;
         j["ended"] = ended.into();
-        j["threads"] = per_thread_json(&names, &per);
+        j["threads"] = per_thread_json(names, &per);
         if let Some(e) = &report.total.error {
             j["error"] = e.to_string().into();
         }
         let _ = writeln!(out, "{j}");
     } else {
         let _ = out.write_all(stats::pfcount_block(&t.start, &t.start, &t.now).as_bytes());
-        let _ = out.write_all(per_thread_text(&names, &per).as_bytes());
+        let _ = out.write_all(per_thread_text(names, &per).as_bytes());
         let r = stats::Rates::between(&t.start, &t.now);
         let _ = writeln!(
             out,
@@ -858,17 +1064,11 @@ fn run_threads(
                     .get(linerate::port::DropReason::Filter)
             ),
             ended,
-            n
+            names.len()
         );
     }
     let _ = out.flush();
-    match report.total.error {
-        Some(e) => {
-            Err(anyhow::Error::new(e)
-                .context(format!("stopped after {} packets", group(t.now.pkts))))
-        }
-        None => Ok(ExitCode::SUCCESS),
-    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -206,147 +206,28 @@ fn secs_ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
 
-/// Runs `linerate flows`.
+/// What the Kafka export ended with: its counters, its options, its last error.
+type KafkaEnd = (KafkaStats, KafkaOptions, Option<String>);
+
+/// Runs `linerate flows`: checks the flags, connects the exporters, opens the input and
+/// the record output, meters the flows, and reports.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let service = a.service.check()?;
     let stop = stop_flag()?;
-    if a.ipfix_uniflow && a.ipfix.is_none() {
-        return Err(usage(
-            "--ipfix-uniflow shapes the records sent to an IPFIX collector: give --ipfix \
-             HOST[:PORT] too",
-        ));
-    }
-    let min = ipfix::min_message(a.ipfix_uniflow);
-    if a.ipfix_mtu < min as u64 || a.ipfix_mtu > ipfix::MAX_MESSAGE as u64 {
-        return Err(usage(format!(
-            "--ipfix-mtu {}: between {min} and {} bytes (the templates and one record need {min}{})",
-            a.ipfix_mtu,
-            ipfix::MAX_MESSAGE,
-            if a.ipfix_uniflow { " with --ipfix-uniflow" } else { "" }
-        )));
-    }
-    if a.core.is_some() && a.threads > 1 {
-        return Err(usage(format!(
-            "-g pins the one packet thread: it does not go with --threads {} (pin the process \
-             with taskset -c instead)",
-            a.threads
-        )));
-    }
-    if let Some(c) = a.core.filter(|&c| !crate::common::core_exists(c)) {
-        return Err(usage(format!(
-            "-g {c}: no such core (this machine has cores 0..{})",
-            std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
-        )));
-    }
+    check_flags(&a)?;
     let fields = Field::parse_list(&a.fields).map_err(|e| usage(format!("--fields: {e}")))?;
-    let format = match a.format.as_deref() {
-        None => a.write.as_deref().map_or(Format::Text, Format::from_path),
-        Some("text") | Some("txt") => Format::Text,
-        Some("csv") => Format::Csv,
-        Some("jsonl") | Some("json") => Format::Jsonl,
-        Some(f) => return Err(usage(format!("--format: '{f}' (use text, csv or jsonl)"))),
-    };
+    let format = record_format(&a)?;
     metrics::refuse_textfile_as(
         &a.metrics,
         &[("-w", a.write.as_deref()), ("-i", Some(a.input.as_str()))],
     )?;
-    let kafka = match &a.kafka {
-        None => None,
-        Some(target) => {
-            let probe = a.probe_id.clone().unwrap_or_else(host_name);
-            let mut o = KafkaOptions::parse(target, &probe).map_err(|e| {
-                let flag = if e.to_string().starts_with("probe id") {
-                    "--probe-id"
-                } else {
-                    "--kafka"
-                };
-                usage(format!("{flag}: {e}"))
-            })?;
-            for kv in &a.kafka_opt {
-                o.set(kv).map_err(|e| usage(format!("--kafka-opt {e}")))?;
-            }
-            // Records due leave within --ipfix-flush whatever the output.
-            for (k, v) in &o.settings {
-                let ms = v.parse::<f64>().unwrap_or(0.0);
-                if (k == "linger.ms" || k == "queue.buffering.max.ms")
-                    && ms > a.ipfix_flush.as_secs_f64() * 1000.0
-                {
-                    return Err(usage(format!(
-                        "--kafka-opt {k}={v}: records would wait longer than --ipfix-flush {} s \
-                         (lower it, or raise --ipfix-flush)",
-                        a.ipfix_flush.as_secs_f64()
-                    )));
-                }
-            }
-            o.timeout = a.kafka_timeout;
-            o.queue = a.kafka_queue as usize;
-            Some(KafkaExporter::connect(o).map_err(|e| {
-                let msg = format!("--kafka {target}: {e}");
-                if matches!(e, linerate::apps::flow::kafka::KafkaError::Config(_)) {
-                    usage(msg)
-                } else {
-                    anyhow::anyhow!(msg)
-                }
-            })?)
-        }
-    };
+    let kafka = connect_kafka(&a)?;
     // The collector's socket is opened and connected (an unreachable network fails here) before
     // any output is started: a failure leaves the -w file, the metrics textfile and endpoint
     // untouched, as the Kafka connection above does.
-    let ipfix = match &a.ipfix {
-        None => None,
-        Some(dest) => {
-            let with_port = ipfix_dest(dest);
-            let addr = with_port
-                .to_socket_addrs()
-                .map_err(|e| usage(format!("--ipfix {dest}: {e}")))?
-                .next()
-                .ok_or_else(|| usage(format!("--ipfix {dest}: no address")))?;
-            if addr.port() == 0 {
-                return Err(usage(format!(
-                    "--ipfix {dest}: port 0 is no port: a port between 1 and 65535 (4739 by \
-                     default)"
-                )));
-            }
-            let opts = IpfixOptions {
-                domain: a.ipfix_domain,
-                max_message: a.ipfix_mtu as usize,
-                uniflow: a.ipfix_uniflow,
-                extras: fields.iter().any(|f| f.needs_extra()),
-                ..Default::default()
-            };
-            let mut x = UdpExporter::new(addr, opts).map_err(|e| match e {
-                IpfixError::MessageSize { .. } => {
-                    usage(format!("--ipfix-mtu {}: {e}", a.ipfix_mtu))
-                }
-                e => anyhow::Error::new(e).context(format!("--ipfix {dest}")),
-            })?;
-            x.set_flush(a.ipfix_flush);
-            Some((x, addr))
-        }
-    };
-    // The endpoint renders at each scrape, on its own thread, from the input loop's counters
-    // and the exporter's; the summary's figures replace them at the end.
+    let ipfix = open_ipfix(&a, &fields)?;
     let live = Arc::new(FlowLive::default());
-    let kafka_text = kafka.as_ref().map(|k| {
-        let stats = k.stats_handle();
-        let (topic, probe) = (k.options().topic.clone(), k.options().probe.clone());
-        move || stats().prometheus(&topic, &probe)
-    });
-    let metrics = {
-        let (l, input, kt) = (live.clone(), a.input.clone(), kafka_text);
-        metrics::start_live(&a.metrics, "flows", true, move |e| {
-            let c = PortCount {
-                packets: l.packets.load(Ordering::Relaxed),
-                bytes: l.bytes.load(Ordering::Relaxed),
-                drops: Drops::default(),
-            };
-            e.port(&input, Dir::Rx, &c);
-            if let Some(k) = &kt {
-                e.append(&k());
-            }
-        })?
-    };
+    let metrics = start_metrics(&a, &live, kafka.as_ref())?;
     // flows prints its own lines (JSON ones with --json): the endpoint started quiet.
     metrics::announce_linger(!a.quiet && !a.json);
     // Both directions by default on afpacket (a probe meters what the host sends too).
@@ -362,21 +243,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     // Each thread reads its own share of the input (queues, fanout sockets, groups of records).
     let input = FlowInput::open(&a.input, &popts, a.threads)
         .map_err(|e| crate::common::port_error("-i", &a.input, e))?;
-    // Every record reaches the output whole (a stop by any signal leaves no cut line); the
-    // input is never an output.
-    let inputs = crate::common::inputs_of([a.input.as_str()]);
-    let out: Option<Box<dyn Write + Send>> = match a.write.as_deref() {
-        // Deferred: an existing file keeps its bytes until every flag is checked.
-        Some("-") => Some(Box::new(RecordFile::stdout_deferred(OUT_BUF))),
-        Some(p) => Some(Box::new(RecordFile::deferred(
-            file::open_deferred(p, &inputs).map_err(|e| usage(format!("-w: {e}")))?,
-            OUT_BUF,
-        ))),
-        None if a.ipfix.is_none() && a.kafka.is_none() => {
-            Some(Box::new(RecordFile::stdout(OUT_BUF)))
-        }
-        None => None,
-    };
+    let out = open_records_output(&a)?;
     if let Some(expr) = &a.filter {
         Filter::compile(expr, input.link_type()).map_err(|e| usage(format!("-f: {e}")))?;
     }
@@ -413,47 +280,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         unflushed: None,
     };
     if !a.quiet {
-        let link = input.link_type().0;
-        let maddr = metrics
-            .as_ref()
-            .and_then(|m| m.addr())
-            .map(|a| a.to_string());
-        if a.json {
-            let mut j = serde_json::json!({"type": "start", "input": a.input, "link_type": link,
-                    "threads": a.threads, "plan": input.plan(), "max_flows": a.max_flows,
-                    "filter": a.filter});
-            if let Some(k) = &sinks.kafka {
-                j["kafka"] = k.options().target().into();
-                j["probe"] = k.options().probe.clone().into();
-            }
-            if let Some(m) = &maddr {
-                j["metrics"] = m.clone().into();
-            }
-            eprintln!("{j}");
-        } else {
-            eprintln!(
-                "Flows from {} (link type {link}), {}{}",
-                a.input,
-                input.plan(),
-                a.filter
-                    .as_deref()
-                    .map(|f| format!(", filter '{f}'"))
-                    .unwrap_or_default()
-            );
-            if let Some(n) = sinks.kafka.as_ref().and_then(|k| k.note()) {
-                eprintln!("note: {n}");
-            }
-            if let Some(k) = &sinks.kafka {
-                eprintln!(
-                    "Records into Kafka {} as probe {}",
-                    k.options().target(),
-                    k.options().probe
-                );
-            }
-            if let Some(m) = &maddr {
-                eprintln!("Metrics on http://{m}/metrics");
-            }
-        }
+        announce(&a, &input, &sinks, metrics.as_ref());
     }
     // Pinned only now: the threads started above (Kafka's, the metrics endpoint) keep every core.
     crate::common::pin(a.core)?;
@@ -473,41 +300,264 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     // short: re-arm the flag, so that a new signal ends the wait (within ~20 ms; what is
     // unacknowledged then is counted failed) and a later one ends the process.
     crate::common::rearm_stop(&stop);
-    let kstats = sinks.kafka.as_mut().map(|k| {
-        let pending = k.stats().pending();
-        if !a.quiet && pending > 0 {
-            if a.json {
-                eprintln!(
-                    "{}",
-                    serde_json::json!({"type": "kafka_wait", "pending": pending,
-                        "timeout": a.kafka_timeout.as_secs_f64()})
-                );
-            } else {
-                eprintln!(
-                    "Waiting up to {} s for Kafka to acknowledge {} records (Ctrl-C to stop waiting)",
-                    a.kafka_timeout.as_secs_f64(),
-                    group(pending)
-                );
-            }
-        }
-        let s = k.finish(&stop);
-        (s, k.options().clone(), k.last_error())
-    });
+    let kstats = sinks.kafka.as_mut().map(|k| finish_kafka(&a, k, &stop));
+    let k = kstats.as_ref().map(|(s, o, _)| (s, o));
     if let Some(m) = &metrics {
-        let k = kstats.as_ref().map(|(s, o, _)| (s, o));
         publish(m, &a.input, &report, k, export.as_ref());
     }
     if !a.quiet {
-        let mut err = std::io::stderr();
-        let k = kstats.as_ref().map(|(s, o, _)| (s, o));
         let s = if a.json {
             json_summary(&report, export, k)
         } else {
             text_summary(&report, a.filter.is_some(), export, k)
         };
-        let _ = err.write_all(s.as_bytes());
+        let _ = std::io::stderr().write_all(s.as_bytes());
     }
-    if let Some(e) = sinks.write_error {
+    exit_status(&a, report, sinks.write_error, kstats, export)
+}
+
+/// The flags that go only with others, or within limits: refused before anything opens.
+fn check_flags(a: &Args) -> anyhow::Result<()> {
+    if a.ipfix_uniflow && a.ipfix.is_none() {
+        return Err(usage(
+            "--ipfix-uniflow shapes the records sent to an IPFIX collector: give --ipfix \
+             HOST[:PORT] too",
+        ));
+    }
+    let min = ipfix::min_message(a.ipfix_uniflow);
+    if a.ipfix_mtu < min as u64 || a.ipfix_mtu > ipfix::MAX_MESSAGE as u64 {
+        return Err(usage(format!(
+            "--ipfix-mtu {}: between {min} and {} bytes (the templates and one record need {min}{})",
+            a.ipfix_mtu,
+            ipfix::MAX_MESSAGE,
+            if a.ipfix_uniflow { " with --ipfix-uniflow" } else { "" }
+        )));
+    }
+    if a.core.is_some() && a.threads > 1 {
+        return Err(usage(format!(
+            "-g pins the one packet thread: it does not go with --threads {} (pin the process \
+             with taskset -c instead)",
+            a.threads
+        )));
+    }
+    if let Some(c) = a.core.filter(|&c| !crate::common::core_exists(c)) {
+        return Err(usage(format!(
+            "-g {c}: no such core (this machine has cores 0..{})",
+            std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
+        )));
+    }
+    Ok(())
+}
+
+/// The records' format: --format, else by -w's name, else text.
+fn record_format(a: &Args) -> anyhow::Result<Format> {
+    Ok(match a.format.as_deref() {
+        None => a.write.as_deref().map_or(Format::Text, Format::from_path),
+        Some("text") | Some("txt") => Format::Text,
+        Some("csv") => Format::Csv,
+        Some("jsonl") | Some("json") => Format::Jsonl,
+        Some(f) => return Err(usage(format!("--format: '{f}' (use text, csv or jsonl)"))),
+    })
+}
+
+/// The Kafka producer of --kafka, its options checked (records due leave within
+/// --ipfix-flush whatever the output).
+fn connect_kafka(a: &Args) -> anyhow::Result<Option<KafkaExporter>> {
+    let Some(target) = &a.kafka else {
+        return Ok(None);
+    };
+    let probe = a.probe_id.clone().unwrap_or_else(host_name);
+    let mut o = KafkaOptions::parse(target, &probe).map_err(|e| {
+        let flag = if e.to_string().starts_with("probe id") {
+            "--probe-id"
+        } else {
+            "--kafka"
+        };
+        usage(format!("{flag}: {e}"))
+    })?;
+    for kv in &a.kafka_opt {
+        o.set(kv).map_err(|e| usage(format!("--kafka-opt {e}")))?;
+    }
+    for (k, v) in &o.settings {
+        let ms = v.parse::<f64>().unwrap_or(0.0);
+        if (k == "linger.ms" || k == "queue.buffering.max.ms")
+            && ms > a.ipfix_flush.as_secs_f64() * 1000.0
+        {
+            return Err(usage(format!(
+                "--kafka-opt {k}={v}: records would wait longer than --ipfix-flush {} s \
+                 (lower it, or raise --ipfix-flush)",
+                a.ipfix_flush.as_secs_f64()
+            )));
+        }
+    }
+    o.timeout = a.kafka_timeout;
+    o.queue = a.kafka_queue as usize;
+    let k = KafkaExporter::connect(o).map_err(|e| {
+        let msg = format!("--kafka {target}: {e}");
+        if matches!(e, linerate::apps::flow::kafka::KafkaError::Config(_)) {
+            usage(msg)
+        } else {
+            anyhow::anyhow!(msg)
+        }
+    })?;
+    Ok(Some(k))
+}
+
+/// The IPFIX exporter of --ipfix, its socket connected to the collector.
+fn open_ipfix(
+    a: &Args,
+    fields: &[Field],
+) -> anyhow::Result<Option<(UdpExporter, std::net::SocketAddr)>> {
+    let Some(dest) = &a.ipfix else {
+        return Ok(None);
+    };
+    let with_port = ipfix_dest(dest);
+    let addr = with_port
+        .to_socket_addrs()
+        .map_err(|e| usage(format!("--ipfix {dest}: {e}")))?
+        .next()
+        .ok_or_else(|| usage(format!("--ipfix {dest}: no address")))?;
+    if addr.port() == 0 {
+        return Err(usage(format!(
+            "--ipfix {dest}: port 0 is no port: a port between 1 and 65535 (4739 by \
+             default)"
+        )));
+    }
+    let opts = IpfixOptions {
+        domain: a.ipfix_domain,
+        max_message: a.ipfix_mtu as usize,
+        uniflow: a.ipfix_uniflow,
+        extras: fields.iter().any(|f| f.needs_extra()),
+        ..Default::default()
+    };
+    let mut x = UdpExporter::new(addr, opts).map_err(|e| match e {
+        IpfixError::MessageSize { .. } => usage(format!("--ipfix-mtu {}: {e}", a.ipfix_mtu)),
+        e => anyhow::Error::new(e).context(format!("--ipfix {dest}")),
+    })?;
+    x.set_flush(a.ipfix_flush);
+    Ok(Some((x, addr)))
+}
+
+/// The metrics endpoint renders at each scrape, on its own thread, from the input loop's
+/// counters and the exporter's; the summary's figures replace them at the end.
+fn start_metrics(
+    a: &Args,
+    live: &Arc<FlowLive>,
+    kafka: Option<&KafkaExporter>,
+) -> anyhow::Result<Option<metrics::Metrics>> {
+    let kafka_text = kafka.map(|k| {
+        let stats = k.stats_handle();
+        let (topic, probe) = (k.options().topic.clone(), k.options().probe.clone());
+        move || stats().prometheus(&topic, &probe)
+    });
+    let (l, input, kt) = (live.clone(), a.input.clone(), kafka_text);
+    metrics::start_live(&a.metrics, "flows", true, move |e| {
+        let c = PortCount {
+            packets: l.packets.load(Ordering::Relaxed),
+            bytes: l.bytes.load(Ordering::Relaxed),
+            drops: Drops::default(),
+        };
+        e.port(&input, Dir::Rx, &c);
+        if let Some(k) = &kt {
+            e.append(&k());
+        }
+    })
+}
+
+/// Where the records go: -w (a file, or - for standard output), else standard output
+/// unless an exporter takes them. Every record reaches the output whole (a stop by any
+/// signal leaves no cut line); the input is never an output.
+fn open_records_output(a: &Args) -> anyhow::Result<Option<Box<dyn Write + Send>>> {
+    let inputs = crate::common::inputs_of([a.input.as_str()]);
+    Ok(match a.write.as_deref() {
+        // Deferred: an existing file keeps its bytes until every flag is checked.
+        Some("-") => Some(Box::new(RecordFile::stdout_deferred(OUT_BUF))),
+        Some(p) => Some(Box::new(RecordFile::deferred(
+            file::open_deferred(p, &inputs).map_err(|e| usage(format!("-w: {e}")))?,
+            OUT_BUF,
+        ))),
+        None if a.ipfix.is_none() && a.kafka.is_none() => {
+            Some(Box::new(RecordFile::stdout(OUT_BUF)))
+        }
+        None => None,
+    })
+}
+
+/// The start lines (or JSON record) on standard error: the input, Kafka, the metrics.
+fn announce(a: &Args, input: &FlowInput, sinks: &Sinks, metrics: Option<&metrics::Metrics>) {
+    let link = input.link_type().0;
+    let maddr = metrics.and_then(|m| m.addr()).map(|a| a.to_string());
+    if a.json {
+        let mut j = serde_json::json!({"type": "start", "input": a.input, "link_type": link,
+                "threads": a.threads, "plan": input.plan(), "max_flows": a.max_flows,
+                "filter": a.filter});
+        if let Some(k) = &sinks.kafka {
+            j["kafka"] = k.options().target().into();
+            j["probe"] = k.options().probe.clone().into();
+        }
+        if let Some(m) = &maddr {
+            j["metrics"] = m.clone().into();
+        }
+        eprintln!("{j}");
+        return;
+    }
+    eprintln!(
+        "Flows from {} (link type {link}), {}{}",
+        a.input,
+        input.plan(),
+        a.filter
+            .as_deref()
+            .map(|f| format!(", filter '{f}'"))
+            .unwrap_or_default()
+    );
+    if let Some(n) = sinks.kafka.as_ref().and_then(|k| k.note()) {
+        eprintln!("note: {n}");
+    }
+    if let Some(k) = &sinks.kafka {
+        eprintln!(
+            "Records into Kafka {} as probe {}",
+            k.options().target(),
+            k.options().probe
+        );
+    }
+    if let Some(m) = &maddr {
+        eprintln!("Metrics on http://{m}/metrics");
+    }
+}
+
+/// Waits (up to --kafka-timeout, or a signal) for the broker to acknowledge the records
+/// still pending, saying so first.
+fn finish_kafka(a: &Args, k: &mut KafkaExporter, stop: &std::sync::atomic::AtomicBool) -> KafkaEnd {
+    let pending = k.stats().pending();
+    if !a.quiet && pending > 0 {
+        if a.json {
+            eprintln!(
+                "{}",
+                serde_json::json!({"type": "kafka_wait", "pending": pending,
+                    "timeout": a.kafka_timeout.as_secs_f64()})
+            );
+        } else {
+            eprintln!(
+                "Waiting up to {} s for Kafka to acknowledge {} records (Ctrl-C to stop waiting)",
+                a.kafka_timeout.as_secs_f64(),
+                group(pending)
+            );
+        }
+    }
+    let s = k.finish(stop);
+    (s, k.options().clone(), k.last_error())
+}
+
+/// The exit: an error writing records (a closed pipe is how `| head` ends a run), records
+/// Kafka did not take, an input error, or IPFIX messages that failed.
+fn exit_status(
+    a: &Args,
+    report: FlowReport,
+    write_error: Option<std::io::Error>,
+    kstats: Option<KafkaEnd>,
+    export: Option<(ExportStats, std::net::SocketAddr)>,
+) -> anyhow::Result<ExitCode> {
+    if let Some(e) = write_error {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             return Err(anyhow::Error::new(e).context("writing records"));
         }

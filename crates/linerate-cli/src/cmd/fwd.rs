@@ -372,54 +372,10 @@ pub fn run_with(
         &a.output,
         "names no interface to send on; name the interface",
     )?;
-    let mut inputs = crate::common::inputs_of([a.input.as_str()]);
-    if let Some(s) = &a.script {
-        inputs.add_path(s);
-    }
-    // -o's flushing and rotation (a capture file), checked before anything is opened.
-    let write = a.out.options(
-        &a.ring.ring_buffer,
-        crate::common::output::file_of_uri(&a.output).as_deref(),
-        a.json,
-        Some(stop.clone()),
-    )?;
-    let opts = a.capture.apply(
-        "-i",
-        &a.input,
-        linerate::port::Capture::In,
-        PortOptions {
-            inputs,
-            write_format: a.format,
-            write,
-            // afpacket: each packet is forwarded as soon as it is in, not when its receive
-            // block retires (DPDK's l2fwd and netmap's bridge forward at once).
-            immediate: true,
-            ..Default::default()
-        },
-    )?;
-    let xdp = XdpConfig {
-        mode: a.xdp_mode,
-        attach: a.xdp_attach,
-        busy_poll: (a.busy_poll > 0).then(|| xdp::BusyPoll {
-            usecs: a.busy_poll,
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let opts = port_options(&a, stop)?;
+    let xdp = xdp_config(&a);
     let mut mac = mac_rewrite(&a)?;
-    let mut script = match &a.script {
-        Some(path) => {
-            // A script that does not return is stopped by a signal or -t.
-            let interrupt = lua::Interrupt::new(stop.clone());
-            interrupt.set_limit(a.duration);
-            let opts = ScriptOptions {
-                mem: a.lua_mem,
-                interrupt: Some(interrupt),
-            };
-            Some(load_script(path, &opts)?)
-        }
-        None => None,
-    };
+    let mut script = fwd_script(&a, stop)?;
     let bounce = a.input == a.output;
     if let Some((i, o)) = kernel_engine(&a)? {
         return run_kernel(&a, mac, i, o, stop, out);
@@ -433,104 +389,23 @@ pub fn run_with(
             let _ = writeln!(out, "Threads: {w}");
         }
     }
-    // The input's counters when it opened: the run counts from there, even when the output's
-    // open waited (a FIFO for its reader) while the input dropped what it could not hold.
-    let (mut p0, mut p1, shared, if_start) = if bounce {
-        let mut p0 = shared::open_port("-i", &a.input, &opts, &xdp)?;
-        let if_start = p0.interface_stats();
-        (p0, None, false, if_start)
-    } else {
-        let (p0, p1, shared, if_start) = shared::open_pair(&a.input, &a.output, &opts, &xdp)?;
-        (p0, Some(p1), shared, if_start)
-    };
-    // Frames that are not Ethernet (raw IP, Linux cooked, loopback) have no MAC addresses to
-    // rewrite, and go out only where their link type is kept (a file output takes the input's).
-    let link = p0.link_type();
-    let mut mac_note = None;
-    if link != LinkType::ETHERNET {
-        if a.mac.is_some() {
-            return Err(usage(format!(
-                "--mac: -i {} holds link type {} frames, not Ethernet: they have no MAC \
-                 addresses to rewrite (drop --mac)",
-                a.input, link.0
-            )));
-        }
-        if let Some(p) = p1.as_ref() {
-            if p.link_type() != link {
-                return Err(usage(format!(
-                    "-o {}: sends link type {} frames, -i {} holds link type {}: forward \
-                     them to a capture file, which keeps their link type",
-                    a.output,
-                    p.link_type().0,
-                    a.input,
-                    link.0
-                )));
-            }
-        }
-        if mac != MacRewrite::Off {
-            mac_note = Some(format!(
-                ", MAC addresses not updated (link type {} frames have none)",
-                link.0
-            ));
-        }
-        mac = MacRewrite::Off;
-    }
+    let (mut p0, mut p1, shared, if_start) = open_ports(&a, &opts, &xdp)?;
+    let mac_note = check_link_type(&a, p0.as_ref(), p1.as_deref(), &mut mac)?;
     // A pcapng output describes where its packets come from: the input's interfaces.
     if let Some(p) = p1.as_mut() {
         p.describe(&p0.interfaces())
             .with_context(|| format!("-o {}", a.output))?;
     }
-    let mut user_filter = None;
-    if let Some(expr) = &a.filter {
-        let f = Filter::compile(expr, p0.link_type()).map_err(|e| usage(format!("-f: {e}")))?;
-        let mut all_kernel = crate::common::attach_filter(p0.as_mut(), &f, &a.input)?;
-        if a.bidir {
-            if let Some(p) = p1.as_mut() {
-                all_kernel &= crate::common::attach_filter(p.as_mut(), &f, &a.output)?;
-            }
-        }
-        if !all_kernel {
-            user_filter = Some(f);
-        }
-    }
+    let user_filter = port_filters(&a, p0.as_mut(), p1.as_mut())?;
     pin(a.core)?;
-    if a.json {
-        let start = serde_json::json!({
-            "type": "start",
-            "engine": "xsk",
-            "input": a.input,
-            "output": a.output,
-            "bounce": bounce,
-            "bidir": a.bidir,
-            "shared_umem": shared,
-            "filter": a.filter,
-            "filter_in_kernel": a.filter.is_some() && user_filter.is_none(),
-            "script": a.script,
-            "threads": 1,
-            "plan": plan.1.as_deref().unwrap_or("1 thread"),
-        });
-        let _ = writeln!(out, "{start}");
-    } else {
-        let _ = writeln!(
-            out,
-            "Forwarding {} -> {}{}{}{}{}",
-            a.input,
-            if bounce { "itself (bounce)" } else { &a.output },
-            if a.bidir && !bounce { " and back" } else { "" },
-            if shared {
-                ", one shared UMEM (no copy)"
-            } else {
-                ""
-            },
-            mac_note.unwrap_or_else(|| mac_text(&mac)),
-            match (&a.filter, &user_filter) {
-                (None, _) => String::new(),
-                (Some(f), None) => format!(", filter '{f}' in the kernel"),
-                (Some(f), Some(_)) => format!(", filter '{f}' in user space"),
-            }
-        );
-    }
-    let _ = out.flush();
+    let shape = Shape {
+        bounce,
+        shared,
+        mac_note,
+        user_filter: user_filter.is_some(),
+        plan: plan.1.as_deref(),
+    };
+    announce(out, &a, &shape, &mac);
     let m = metrics::start(&a.metrics, "fwd", false)?;
     let mut ticker = Ticker {
         json: a.json,
@@ -541,12 +416,9 @@ pub fn run_with(
         live: live(&a, stop)?,
     };
     if let Some(m) = &m {
+        // Every port at 0 before the first packet.
         let nports = if bounce { 1 } else { 2 };
-        let zero = fwd::FwdStats {
-            nports,
-            ..Default::default()
-        };
-        publish(m, &ticker.names, &zero);
+        publish_zero(m, &ticker.names, nports);
     }
     let fo = FwdOptions {
         bidir: a.bidir,
@@ -572,21 +444,8 @@ pub fn run_with(
     // The terminal back before the summary.
     ticker.live = None;
     if let Some(p) = p1.as_mut() {
-        // What each input interface did closes a pcapng output (a no-op for other ports).
-        // A capture file's interfaces span their packets' times, not the run's.
-        let (t0, t1) = if Uri::parse(&a.input).is_ok_and(|u| u.is_file()) {
-            (0, 0)
-        } else {
-            (wall_start, linerate::time::wall_ns())
-        };
-        let st = InterfaceStats::of_run(
-            &if_start,
-            &p0.interface_stats(),
-            &p.tx_by_interface(),
-            t0,
-            t1,
-        );
-        if let Err(e) = p.finish(&st) {
+        let run = (&if_start[..], wall_start);
+        if let Err(e) = close_output(&a, p0.as_mut(), p.as_mut(), run) {
             report.error.get_or_insert(e);
         }
     }
@@ -606,6 +465,235 @@ pub fn run_with(
         None => Ok(ExitCode::SUCCESS),
         Some(e) => Err(anyhow::Error::new(e).context("forwarding stopped")),
     }
+}
+
+/// -i and -o (one port when they are the same: bounce), whether they share one UMEM, and
+/// the input's counters when it opened: the run counts from there, even when the output's
+/// open waited (a FIFO for its reader) while the input dropped what it could not hold.
+fn open_ports(a: &Args, opts: &PortOptions, xdp: &XdpConfig) -> anyhow::Result<OpenPorts> {
+    if a.input == a.output {
+        let mut p0 = shared::open_port("-i", &a.input, opts, xdp)?;
+        let if_start = p0.interface_stats();
+        return Ok((p0, None, false, if_start));
+    }
+    let (p0, p1, shared, if_start) = shared::open_pair(&a.input, &a.output, opts, xdp)?;
+    Ok((p0, Some(p1), shared, if_start))
+}
+
+/// -i, -o, whether they share one UMEM, and the input's counters when it opened.
+type OpenPorts = (Box<dyn Port>, Option<Box<dyn Port>>, bool, Vec<PortStats>);
+
+/// The metrics of `nports` ports at 0.
+fn publish_zero(m: &metrics::Metrics, names: &[&str], nports: usize) {
+    let zero = fwd::FwdStats {
+        nports,
+        ..Default::default()
+    };
+    publish(m, names, &zero);
+}
+
+/// The ports' options: -o's flushing and rotation (a capture file), checked before
+/// anything is opened, and -i's capture settings.
+fn port_options(a: &Args, stop: &Arc<AtomicBool>) -> anyhow::Result<PortOptions> {
+    let mut inputs = crate::common::inputs_of([a.input.as_str()]);
+    if let Some(s) = &a.script {
+        inputs.add_path(s);
+    }
+    let write = a.out.options(
+        &a.ring.ring_buffer,
+        crate::common::output::file_of_uri(&a.output).as_deref(),
+        a.json,
+        Some(stop.clone()),
+    )?;
+    a.capture.apply(
+        "-i",
+        &a.input,
+        linerate::port::Capture::In,
+        PortOptions {
+            inputs,
+            write_format: a.format,
+            write,
+            // afpacket: each packet is forwarded as soon as it is in, not when its receive
+            // block retires (DPDK's l2fwd and netmap's bridge forward at once).
+            immediate: true,
+            ..Default::default()
+        },
+    )
+}
+
+/// The xdp: ports' mode, attachment and busy polling.
+fn xdp_config(a: &Args) -> XdpConfig {
+    XdpConfig {
+        mode: a.xdp_mode,
+        attach: a.xdp_attach,
+        busy_poll: (a.busy_poll > 0).then(|| xdp::BusyPoll {
+            usecs: a.busy_poll,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// --script, loaded; a script that does not return is stopped by a signal or -t.
+fn fwd_script(a: &Args, stop: &Arc<AtomicBool>) -> anyhow::Result<Option<fwd::LuaFilter>> {
+    let Some(path) = &a.script else {
+        return Ok(None);
+    };
+    let interrupt = lua::Interrupt::new(stop.clone());
+    interrupt.set_limit(a.duration);
+    let opts = ScriptOptions {
+        mem: a.lua_mem,
+        interrupt: Some(interrupt),
+    };
+    Ok(Some(load_script(path, &opts)?))
+}
+
+/// Frames that are not Ethernet (raw IP, Linux cooked, loopback) have no MAC addresses to
+/// rewrite, and go out only where their link type is kept (a file output takes the
+/// input's): refused, or the MAC rewrite turned off with a note for the start line.
+fn check_link_type(
+    a: &Args,
+    p0: &dyn Port,
+    p1: Option<&dyn Port>,
+    mac: &mut MacRewrite,
+) -> anyhow::Result<Option<String>> {
+    let link = p0.link_type();
+    if link == LinkType::ETHERNET {
+        return Ok(None);
+    }
+    if a.mac.is_some() {
+        return Err(usage(format!(
+            "--mac: -i {} holds link type {} frames, not Ethernet: they have no MAC \
+             addresses to rewrite (drop --mac)",
+            a.input, link.0
+        )));
+    }
+    if let Some(p) = p1 {
+        if p.link_type() != link {
+            return Err(usage(format!(
+                "-o {}: sends link type {} frames, -i {} holds link type {}: forward \
+                 them to a capture file, which keeps their link type",
+                a.output,
+                p.link_type().0,
+                a.input,
+                link.0
+            )));
+        }
+    }
+    let note = (*mac != MacRewrite::Off).then(|| {
+        format!(
+            ", MAC addresses not updated (link type {} frames have none)",
+            link.0
+        )
+    });
+    *mac = MacRewrite::Off;
+    Ok(note)
+}
+
+/// -f attached to the ports in the kernel where they take it: the filter left to run in
+/// user space, if any.
+fn port_filters(
+    a: &Args,
+    p0: &mut dyn Port,
+    p1: Option<&mut Box<dyn Port>>,
+) -> anyhow::Result<Option<Filter>> {
+    let Some(expr) = &a.filter else {
+        return Ok(None);
+    };
+    let f = Filter::compile(expr, p0.link_type()).map_err(|e| usage(format!("-f: {e}")))?;
+    let mut all_kernel = crate::common::attach_filter(p0, &f, &a.input)?;
+    if a.bidir {
+        if let Some(p) = p1 {
+            all_kernel &= crate::common::attach_filter(p.as_mut(), &f, &a.output)?;
+        }
+    }
+    Ok((!all_kernel).then_some(f))
+}
+
+/// What the start line says about the forwarding.
+struct Shape<'a> {
+    /// -i is -o: packets go back out where they came in.
+    bounce: bool,
+    /// -i and -o share one UMEM (no copy).
+    shared: bool,
+    /// Why MAC addresses are not rewritten, when the frames have none.
+    mac_note: Option<String>,
+    /// -f runs in user space (not in the kernel).
+    user_filter: bool,
+    plan: Option<&'a str>,
+}
+
+/// The start line (or JSON record).
+fn announce(out: &mut dyn Write, a: &Args, s: &Shape, mac: &MacRewrite) {
+    if a.json {
+        let start = serde_json::json!({
+            "type": "start",
+            "engine": "xsk",
+            "input": a.input,
+            "output": a.output,
+            "bounce": s.bounce,
+            "bidir": a.bidir,
+            "shared_umem": s.shared,
+            "filter": a.filter,
+            "filter_in_kernel": a.filter.is_some() && !s.user_filter,
+            "script": a.script,
+            "threads": 1,
+            "plan": s.plan.unwrap_or("1 thread"),
+        });
+        let _ = writeln!(out, "{start}");
+    } else {
+        let _ = writeln!(
+            out,
+            "Forwarding {} -> {}{}{}{}{}",
+            a.input,
+            if s.bounce {
+                "itself (bounce)"
+            } else {
+                &a.output
+            },
+            if a.bidir && !s.bounce {
+                " and back"
+            } else {
+                ""
+            },
+            if s.shared {
+                ", one shared UMEM (no copy)"
+            } else {
+                ""
+            },
+            s.mac_note.clone().unwrap_or_else(|| mac_text(mac)),
+            match (&a.filter, s.user_filter) {
+                (None, _) => String::new(),
+                (Some(f), false) => format!(", filter '{f}' in the kernel"),
+                (Some(f), true) => format!(", filter '{f}' in user space"),
+            }
+        );
+    }
+    let _ = out.flush();
+}
+
+/// Closes -o: what each input interface did closes a pcapng output (a no-op for other
+/// ports). A capture file's interfaces span their packets' times, not the run's. `run`:
+/// the input's counters when it opened, and the run's start.
+fn close_output(
+    a: &Args,
+    p0: &mut dyn Port,
+    p: &mut dyn Port,
+    (if_start, wall_start): (&[PortStats], u64),
+) -> Result<(), PortError> {
+    let (t0, t1) = if Uri::parse(&a.input).is_ok_and(|u| u.is_file()) {
+        (0, 0)
+    } else {
+        (wall_start, linerate::time::wall_ns())
+    };
+    let st = InterfaceStats::of_run(
+        if_start,
+        &p0.interface_stats(),
+        &p.tx_by_interface(),
+        t0,
+        t1,
+    );
+    p.finish(&st)
 }
 
 fn print(json: bool, out: &mut dyn Write, s: &fwd::FwdStats, kind: &str) {
@@ -888,49 +976,13 @@ fn run_threads(
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let bounce = a.input == a.output;
-    // Threads run only when both ports are xdp: (see thread_plan). Every queue of both
-    // interfaces on one UMEM (a received frame leaves without a copy) where the kernel allows;
-    // queues never wait in rx (each thread polls its own).
-    let opts = PortOptions {
-        xdp: *xcfg,
-        ..opts.clone()
-    };
-    let pair = linerate::open_pair_parts(&a.input, &a.output, &opts).map_err(shared::pair_error)?;
-    let (p0, p1, shared) = (pair.input, pair.output, pair.shared_umem);
-    let Some(link) = p0.first().map(|p| p.link_type()) else {
-        anyhow::bail!("-i {}: no queue to read", a.input);
-    };
-    let mut ins = shares_of(&a.input, p0, n);
-    let mut outs: Vec<Option<(String, Box<dyn Port>)>> = if bounce {
-        (0..n).map(|_| None).collect()
-    } else {
-        shares_of(&a.output, p1, n).into_iter().map(Some).collect()
-    };
-    let mut in_kernel = a.filter.is_some();
-    if let Some(expr) = &a.filter {
-        let f = Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?;
-        for (name, p) in ins.iter_mut() {
-            in_kernel &= crate::common::attach_filter(p.as_mut(), &f, name)?;
-        }
-        if a.bidir {
-            for (name, p) in outs.iter_mut().flatten() {
-                in_kernel &= crate::common::attach_filter(p.as_mut(), &f, name)?;
-            }
-        }
-    }
-    let names: Vec<(String, Option<String>)> = ins
-        .iter()
-        .zip(&outs)
-        .map(|((i, _), o)| (i.clone(), o.as_ref().map(|(n, _)| n.clone())))
-        .collect();
-    let shares: Vec<fwd::ThreadPorts> = ins
-        .into_iter()
-        .zip(outs)
-        .map(|((_, input), o)| fwd::ThreadPorts {
-            input,
-            output: o.map(|(_, p)| p),
-        })
-        .collect();
+    let ThreadShares {
+        shares,
+        names,
+        link,
+        shared,
+        in_kernel,
+    } = thread_ports(a, n, opts, xcfg)?;
     let words = words.unwrap_or_default();
     if a.json {
         let start = serde_json::json!({
@@ -1005,6 +1057,99 @@ fn run_threads(
     if let Some(m) = &m {
         publish(m, &ticker.names, &r.stats);
     }
+    threads_summary(out, json, &names, &report, n);
+    let _ = out.flush();
+    drop(report.threads);
+    match &r.error {
+        None => Ok(ExitCode::SUCCESS),
+        Some(e) => Err(anyhow::anyhow!("forwarding stopped: {e}")),
+    }
+}
+
+/// The threads' ports: each thread's share of -i's queues and of -o's (none when they are
+/// one interface: bounce), with -f attached in the kernel where they take it. Also their
+/// names, the link type, whether the ports share one UMEM, and whether -f is all in the
+/// kernel.
+fn thread_ports(
+    a: &Args,
+    n: usize,
+    opts: &PortOptions,
+    xcfg: &XdpConfig,
+) -> anyhow::Result<ThreadShares> {
+    let bounce = a.input == a.output;
+    // Threads run only when both ports are xdp: (see thread_plan). Every queue of both
+    // interfaces on one UMEM (a received frame leaves without a copy) where the kernel allows;
+    // queues never wait in rx (each thread polls its own).
+    let opts = PortOptions {
+        xdp: *xcfg,
+        ..opts.clone()
+    };
+    let pair = linerate::open_pair_parts(&a.input, &a.output, &opts).map_err(shared::pair_error)?;
+    let (p0, p1, shared) = (pair.input, pair.output, pair.shared_umem);
+    let Some(link) = p0.first().map(|p| p.link_type()) else {
+        anyhow::bail!("-i {}: no queue to read", a.input);
+    };
+    let mut ins = shares_of(&a.input, p0, n);
+    let mut outs: Vec<Option<(String, Box<dyn Port>)>> = if bounce {
+        (0..n).map(|_| None).collect()
+    } else {
+        shares_of(&a.output, p1, n).into_iter().map(Some).collect()
+    };
+    let mut in_kernel = a.filter.is_some();
+    if let Some(expr) = &a.filter {
+        let f = Filter::compile(expr, link).map_err(|e| usage(format!("-f: {e}")))?;
+        for (name, p) in ins.iter_mut() {
+            in_kernel &= crate::common::attach_filter(p.as_mut(), &f, name)?;
+        }
+        if a.bidir {
+            for (name, p) in outs.iter_mut().flatten() {
+                in_kernel &= crate::common::attach_filter(p.as_mut(), &f, name)?;
+            }
+        }
+    }
+    let names: Vec<(String, Option<String>)> = ins
+        .iter()
+        .zip(&outs)
+        .map(|((i, _), o)| (i.clone(), o.as_ref().map(|(n, _)| n.clone())))
+        .collect();
+    let shares: Vec<fwd::ThreadPorts> = ins
+        .into_iter()
+        .zip(outs)
+        .map(|((_, input), o)| fwd::ThreadPorts {
+            input,
+            output: o.map(|(_, p)| p),
+        })
+        .collect();
+    Ok(ThreadShares {
+        shares,
+        names,
+        link,
+        shared,
+        in_kernel,
+    })
+}
+
+/// The threads' ports, as [`thread_ports`] opens them.
+struct ThreadShares {
+    shares: Vec<fwd::ThreadPorts>,
+    /// Each thread's input and output names.
+    names: Vec<(String, Option<String>)>,
+    link: LinkType,
+    /// -i and -o share one UMEM.
+    shared: bool,
+    /// -f runs in the kernel on every port.
+    in_kernel: bool,
+}
+
+/// The summary of a threaded run, with each thread's figures.
+fn threads_summary(
+    out: &mut dyn Write,
+    json: bool,
+    names: &[(String, Option<String>)],
+    report: &fwd::ThreadsReport,
+    n: usize,
+) {
+    let r = &report.total;
     let per: Vec<fwd::FwdStats> = report.threads.iter().map(|t| t.stats).collect();
     if json {
         let ports: Vec<serde_json::Value> = r.stats.ports[..r.stats.nports]
@@ -1019,18 +1164,12 @@ fn run_threads(
             out,
             "{}",
             serde_json::json!({"type": "summary", "ports": ports,
-                "threads": threads_json(&names, &per), "ended": ended(r)})
+                "threads": threads_json(names, &per), "ended": ended(r)})
         );
     } else {
         let _ = out.write_all(fwd::l2fwd_block(&r.stats).as_bytes());
-        let _ = out.write_all(threads_text(&names, &per).as_bytes());
+        let _ = out.write_all(threads_text(names, &per).as_bytes());
         let _ = writeln!(out, "Forwarding ended: {}; {n} threads", ended(r));
-    }
-    let _ = out.flush();
-    drop(report.threads);
-    match &r.error {
-        None => Ok(ExitCode::SUCCESS),
-        Some(e) => Err(anyhow::anyhow!("forwarding stopped: {e}")),
     }
 }
 

@@ -14,7 +14,9 @@ use linerate::apps::gen::sched::{CatchUp, Gaps, OnStall, Pattern, Precision, PRE
 use linerate::apps::gen::script::{LuaHook, ScriptConfig, ScriptError};
 use linerate::apps::gen::template::{TemplateSpec, L4};
 use linerate::apps::gen::threads::{GenThread, Probes, ThreadsError};
-use linerate::apps::gen::vary::{parse_addr, parse_mac, parse_seq, port_value, Seq, SizeSpec};
+use linerate::apps::gen::vary::{
+    parse_addr, parse_mac, parse_seq, port_value, AddrSeq, Seq, SizeSpec,
+};
 use linerate::apps::gen::{self, rate_words, GenOptions, GenReport, GenTick, StreamSpec};
 use linerate::apps::lua::{Interrupt, ScriptOptions};
 use linerate::apps::worker::Ticker;
@@ -339,16 +341,9 @@ fn known_link_bps(a: &Args, out: &str) -> anyhow::Result<Option<f64>> {
     Ok(None)
 }
 
-/// Builds the stream list of one thread from the flags (and the script's defaults).
-pub fn streams_from(
-    a: &Args,
-    cfg: &ScriptConfig,
-    thread: usize,
-) -> anyhow::Result<(Vec<StreamSpec>, Option<u64>, Option<Duration>)> {
-    let pattern: Pattern = flag(
-        "--pattern",
-        pick(&a.pattern, cfg, "pattern").unwrap_or("cbr").parse(),
-    )?;
+/// The template's headers from the flags and the script: MACs, protocol, VLANs, MPLS,
+/// encapsulation.
+fn template_of(a: &Args, cfg: &ScriptConfig) -> anyhow::Result<TemplateSpec> {
     let mut t = TemplateSpec {
         ttl: a.ttl.unwrap_or(64),
         ..Default::default()
@@ -381,7 +376,16 @@ pub fn streams_from(
     if let Some(e) = &a.gs.encap {
         t.encap = Some(flag("--encap", gen_streams::parse_encap(e))?);
     }
-    let mut src = pick(&a.src_ip, cfg, "src_ip")
+    Ok(t)
+}
+
+/// --src-ip and --dst-ip; the template takes IPv6 defaults when one side is IPv6.
+fn addresses(
+    a: &Args,
+    cfg: &ScriptConfig,
+    t: &mut TemplateSpec,
+) -> anyhow::Result<(Option<AddrSeq>, Option<AddrSeq>)> {
+    let src = pick(&a.src_ip, cfg, "src_ip")
         .map(|s| flag("--src-ip", parse_addr(s)))
         .transpose()?;
     let dst = pick(&a.dst_ip, cfg, "dst_ip")
@@ -394,6 +398,94 @@ pub fn streams_from(
         t.src_ip = "2001:db8::1".parse::<IpAddr>()?;
         t.dst_ip = "2001:db8::2".parse::<IpAddr>()?;
     }
+    Ok((src, dst))
+}
+
+/// --flows N (`f`): the source address counts up over N addresses from --src-ip (one
+/// address).
+fn flows_source(
+    a: &Args,
+    cfg: &ScriptConfig,
+    f: &str,
+    t: &TemplateSpec,
+    src: Option<AddrSeq>,
+) -> anyhow::Result<AddrSeq> {
+    let n = flag(
+        &named(&a.flows, cfg, "flows", "--flows"),
+        flags::check_count(
+            f,
+            flags::Counts {
+                min: 1,
+                max: u64::from(u32::MAX),
+            },
+        ),
+    )?;
+    let base = match src {
+        Some(s) if !matches!(s.seq, Seq::Fixed(_)) => {
+            return Err(usage(
+                "--flows varies the source address: give --src-ip as one address",
+            ))
+        }
+        Some(s) => s,
+        None => parse_addr(&t.src_ip.to_string()).map_err(usage)?,
+    };
+    let lo = base.seq.first();
+    Ok(AddrSeq {
+        base: base.base,
+        seq: Seq::Inc {
+            lo,
+            span: n.min(u64::from(u32::MAX) - lo + 1),
+            cur: 0,
+        },
+    })
+}
+
+/// --rate in all and per stream (`streams`: of every thread), in packets per second of
+/// `size`'s frames.
+fn stream_rate(
+    a: &Args,
+    cfg: &ScriptConfig,
+    size: &SizeSpec,
+    streams: usize,
+) -> anyhow::Result<(Option<f64>, Option<f64>)> {
+    let Some(r) = pick(&a.rate, cfg, "rate") else {
+        return Ok((None, None));
+    };
+    let bits_per_frame = (size.mean() + 20.0) * 8.0;
+    let t = match flag(&named(&a.rate, cfg, "rate", "--rate"), flags::check_rate(r))? {
+        Rate::Pps(p) => p,
+        Rate::Bps(b) => b / bits_per_frame,
+        // A percentage of a line that is there: not of an assumed 10 Gbit/s.
+        Rate::Percent(p) => match known_link_bps(a, &a.output)? {
+            Some(l) => l * p / 100.0 / bits_per_frame,
+            None => {
+                return Err(usage(format!(
+                    "--rate {r}: -o {} has no link speed to take {p}% of (a mem: or \
+                     pcap: port, a link down, a driver without one): give --link-speed \
+                     (e.g. 10Gbps) or the rate in pps or bps",
+                    a.output
+                )))
+            }
+        },
+    };
+    if t <= 0.0 {
+        return Err(usage(format!("--rate {r}: must be above zero")));
+    }
+    Ok((Some(t), Some(t / streams as f64)))
+}
+
+/// Builds the stream list of one thread from the flags (and the script's defaults).
+pub fn streams_from(
+    a: &Args,
+    cfg: &ScriptConfig,
+    thread: usize,
+) -> anyhow::Result<(Vec<StreamSpec>, Option<u64>, Option<Duration>)> {
+    let pattern: Pattern = flag(
+        "--pattern",
+        pick(&a.pattern, cfg, "pattern").unwrap_or("cbr").parse(),
+    )?;
+    let mut t = template_of(a, cfg)?;
+    let (mut src, dst) = addresses(a, cfg, &mut t)?;
     // Without --size, the template's smallest frame: 64 B, or its headers when longer
     // (IPv6/TCP: 78 B).
     let size: SizeSpec = match pick(&a.size, cfg, "size") {
@@ -410,34 +502,7 @@ pub fn streams_from(
         }
     };
     if let Some(f) = pick(&a.flows, cfg, "flows") {
-        let n = flag(
-            &named(&a.flows, cfg, "flows", "--flows"),
-            flags::check_count(
-                f,
-                flags::Counts {
-                    min: 1,
-                    max: u64::from(u32::MAX),
-                },
-            ),
-        )?;
-        let base = match &src {
-            Some(s) if !matches!(s.seq, Seq::Fixed(_)) => {
-                return Err(usage(
-                    "--flows varies the source address: give --src-ip as one address",
-                ))
-            }
-            Some(s) => s.clone(),
-            None => parse_addr(&t.src_ip.to_string()).map_err(usage)?,
-        };
-        let lo = base.seq.first();
-        src = Some(linerate::apps::gen::vary::AddrSeq {
-            base: base.base,
-            seq: Seq::Inc {
-                lo,
-                span: n.min(u64::from(u32::MAX) - lo + 1),
-                cur: 0,
-            },
-        });
+        src = Some(flows_source(a, cfg, f, &t, src)?);
     }
     let sport = pick(&a.sport, cfg, "sport")
         .map(|s| flag("--sport", parse_seq(s, port_value)))
@@ -461,34 +526,7 @@ pub fn streams_from(
             "--streams N copies one stream; --stream gives each its own: use one of them",
         ));
     }
-    let mut total = None;
-    let pps = match pick(&a.rate, cfg, "rate") {
-        None => None,
-        Some(r) => {
-            let bits_per_frame = (size.mean() + 20.0) * 8.0;
-            let t = match flag(&named(&a.rate, cfg, "rate", "--rate"), flags::check_rate(r))? {
-                Rate::Pps(p) => p,
-                Rate::Bps(b) => b / bits_per_frame,
-                // A percentage of a line that is there: not of an assumed 10 Gbit/s.
-                Rate::Percent(p) => match known_link_bps(a, &a.output)? {
-                    Some(l) => l * p / 100.0 / bits_per_frame,
-                    None => {
-                        return Err(usage(format!(
-                            "--rate {r}: -o {} has no link speed to take {p}% of (a mem: or \
-                             pcap: port, a link down, a driver without one): give --link-speed \
-                             (e.g. 10Gbps) or the rate in pps or bps",
-                            a.output
-                        )))
-                    }
-                },
-            };
-            if t <= 0.0 {
-                return Err(usage(format!("--rate {r}: must be above zero")));
-            }
-            total = Some(t);
-            Some(t / (nthreads * nstreams) as f64)
-        }
-    };
+    let (total, pps) = stream_rate(a, cfg, &size, nthreads * nstreams)?;
     let count = pick(&a.count, cfg, "count")
         .map(|c| {
             flag(
@@ -746,7 +784,8 @@ fn read_commands(steer: Arc<Mutex<Steer>>, json: bool) {
     });
 }
 
-/// Runs `linerate gen`.
+/// Runs `linerate gen`: checks the flags, then replays a capture (--pcap), sends on the
+/// live engine, or opens a port per thread, generates, and reports.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     crate::common::capture::refuse_any(
         "-o",
@@ -754,18 +793,217 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         "names no interface to send on; name the interface",
     )?;
     let stop = stop_flag()?;
+    let c = common_settings(&a, &stop)?;
+    if let Some(p) = &a.replay.pcap {
+        return run_replay(&a, p, &c.popts, &stop);
+    }
+    let (sopts, cfg) = load_config(&a, &stop)?;
+    let limited =
+        pick(&a.count, &cfg, "count").is_some() || pick(&a.duration, &cfg, "duration").is_some();
+    if let Some(iface) = live_iface(&a, &cfg)? {
+        return run_live(&a, &cfg, &iface, c.stall, &stop);
+    }
+    let (outs, names) = open_outputs(&a, &c.popts, limited)?;
+    let mut rx_port = match &a.rx {
+        Some(uri) => Some(open(uri, &c.popts, "--rx")?),
+        None => None,
+    };
+    let specs = thread_specs(&a, &cfg, &outs)?;
+    let cores = thread_cores(&a)?;
+    let clock = TscClock::new();
+    let metrics = metrics::start(&a.metrics, "gen", a.quiet)?;
+    let rx_live = RxLive::default();
+    let mut out = stats_output(&a.output);
+    let asked = asked_rate(&specs);
+    let (with_console, steer) = steering(&a, &specs, &stop)?;
+    // Each stream's id and the rate asked of it (all threads'), for the summary.
+    let stream_rates: Vec<(u16, Option<f64>)> = specs
+        .iter()
+        .flat_map(|(s, _, _)| s.iter().map(|s| (s.id, s.pps)))
+        .collect();
+    if let Some(m) = &metrics {
+        publish_start(m, &a, &names, asked);
+    }
+    // The engine auto took for a rate, and why (the live engine's runs would be bursts).
+    let engine_why = paced_on_xsk(&a, &cfg)?;
+    let start = Start {
+        cfg: &cfg,
+        specs: &specs,
+        asked,
+        stall: c.stall,
+        engine_why: engine_why.as_deref(),
+        streams: stream_rates.len(),
+    };
+    announce(&mut out, &a, &start);
+    if let (Some(st), Some(_)) = (&steer, &a.commands) {
+        read_commands(st.clone(), a.json);
+    }
+    let console = if with_console {
+        rx_live.want_latency.store(true, Ordering::Relaxed);
+        Some(Console::start(true)?)
+    } else {
+        None
+    };
+    let ctl = steer
+        .as_ref()
+        .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).ctl.clone());
+    let t_start = clock.now_ns();
+    let threads = gen_threads(&a, outs, specs, &cores, &c, ctl.clone());
+    let hook = script_hook(&a, &sopts);
+    let probes = rx_port.as_mut().map(|p| Probes {
+        port: p.as_mut(),
+        opts: ReceiveOptions {
+            quiet: c.rx_wait,
+            tick: Duration::from_millis(100),
+        },
+        on_tick: receiving(&clock, &rx_live),
+    });
+    let mut showing = Showing {
+        a: &a,
+        clock: &clock,
+        metrics: metrics.as_ref(),
+        steer: steer.as_ref(),
+        version: ctl.as_ref().map_or(0, |c| c.version()),
+        ctl,
+        console,
+        meter: Meter::default(),
+        names: &names,
+        rx_live: &rx_live,
+        out,
+        t_start,
+        asked,
+        // Each thread's counters over the span between two of its own readings (not the
+        // printing thread's), so that an interval's rate is what happened in it.
+        prev: vec![
+            GenTick {
+                t_ns: t_start,
+                ..Default::default()
+            };
+            threads.len()
+        ],
+        ticker: Ticker::new(t_start, c.interval),
+    };
+    linerate::port::file::start_writing();
+    let run = gen::threads::run_threads(threads, hook, probes, &clock, &stop, |progress| {
+        showing.progress(&progress.ticks())
+    });
+    let run = run.map_err(threads_error)?;
+    // The terminal back before the summary, which stays on it.
+    let Showing { console, out, .. } = showing;
+    drop(console);
+    let ended = Ended {
+        cfg: &cfg,
+        stream_rates: &stream_rates,
+        stall: c.stall,
+        names: &names,
+        rx_live: &rx_live,
+        inputs: &c.popts.inputs,
+    };
+    summary(out, &a, &run, &ended, metrics.as_ref())
+}
+
+/// The metrics before the first packet: every port at 0.
+fn publish_start(m: &metrics::Metrics, a: &Args, names: &[&str], asked: Option<f64>) {
+    let tx: Vec<(&str, PortCount)> = names.iter().map(|n| (*n, PortCount::default())).collect();
+    let rx = a.rx.as_deref().map(|p| (p, PortCount::default()));
+    publish(m, &tx, rx, asked, 0.0);
+}
+
+/// Each thread loads its own script (a Lua state stays on its thread), stopped by the
+/// thread's duration.
+fn script_hook<'a>(
+    a: &'a Args,
+    sopts: &'a ScriptOptions,
+) -> impl Fn(usize, &GenOptions) -> anyhow::Result<Option<LuaHook>> + Sync + 'a {
+    move |_: usize, o: &GenOptions| {
+        let hook = match &a.script {
+            Some(p) => Some(load_script(p, sopts)?),
+            None => None,
+        };
+        if let Some(i) = &sopts.interrupt {
+            i.set_limit(o.duration);
+        }
+        Ok(hook)
+    }
+}
+
+/// Where statistics go: standard error when standard output carries the capture (-o -).
+fn stats_output(output: &str) -> Box<dyn Write> {
+    if to_stdout(output) {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    }
+}
+
+/// Thread i on core -g + i: every one of them must exist.
+fn thread_cores(a: &Args) -> anyhow::Result<Vec<usize>> {
+    match a.core {
+        None => Ok(Vec::new()),
+        Some(c) => (0..a.threads)
+            .map(|i| crate::common::check_core(c.saturating_add(i)))
+            .collect(),
+    }
+}
+
+/// The rate asked in all (None: as fast as possible).
+fn asked_rate(specs: &[ThreadSpec]) -> Option<f64> {
+    let asked: Option<f64> = specs
+        .iter()
+        .map(|(s, _, _)| s.iter().filter_map(|s| s.pps).sum::<f64>())
+        .sum::<f64>()
+        .into();
+    asked.filter(|_| specs[0].0[0].pps.is_some())
+}
+
+/// The live page on a terminal (whether it is shown), steered from its keys and command
+/// line like --commands -.
+fn steering(
+    a: &Args,
+    specs: &[ThreadSpec],
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<(bool, Option<Arc<Mutex<Steer>>>)> {
+    let with_console =
+        crate::console::wanted(a.json || a.quiet || a.no_console || a.commands.is_some());
+    let steer = if a.commands.is_some() || with_console {
+        let st = Steer::new(
+            specs[0].0.clone(),
+            a.threads,
+            link_bps(a, &a.output)?,
+            stop.clone(),
+        );
+        Some(Arc::new(Mutex::new(st)))
+    } else {
+        None
+    };
+    Ok((with_console, steer))
+}
+
+/// Settings every way of generating shares, checked before anything is opened.
+struct Common {
+    interval: Duration,
+    stall: OnStall,
+    rx_wait: Duration,
+    popts: PortOptions,
+}
+
+/// One thread's streams, packet count and duration.
+type ThreadSpec = (Vec<StreamSpec>, Option<u64>, Option<Duration>);
+
+/// The intervals, the stall policy, --rx-wait, -o's flushing and rotation, and the flags
+/// that go only with others.
+fn common_settings(a: &Args, stop: &Arc<AtomicBool>) -> anyhow::Result<Common> {
     let interval = flag(
         "--interval",
         flags::check_duration(&a.interval, flags::INTERVAL),
     )?;
-    let stall = on_stall(&a)?;
+    let stall = on_stall(a)?;
     let rx_wait = flag("--rx-wait", flags::check_duration(&a.rx_wait, flags::WAIT))?;
     if a.hist_out.is_some() && a.rx.is_none() {
         return Err(usage(
             "--hist-out needs --rx PORT (or use count --latency --hist-out)",
         ));
     }
-    // -o's flushing and rotation, checked before anything is opened.
     let write = a.out.options(
         &a.ring.ring_buffer,
         crate::common::output::file_of_uri(&a.output).as_deref(),
@@ -773,7 +1011,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some(stop.clone()),
     )?;
     let popts = PortOptions {
-        inputs: inputs(&a),
+        inputs: inputs(a),
         write_format: a.format,
         write,
         ..Default::default()
@@ -793,11 +1031,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             ));
         }
     }
-    if let Some(p) = &a.replay.pcap {
-        return run_replay(&a, p, &popts, &stop);
-    }
-    // A script that does not return (its top level or modify) is stopped by a signal or by
-    // the time limit: -t while it loads, the run's duration once it runs.
+    Ok(Common {
+        interval,
+        stall,
+        rx_wait,
+        popts,
+    })
+}
+
+/// --script's configuration (none without one). A script that does not return (its top
+/// level or modify) is stopped by a signal or by the time limit: -t while it loads, the
+/// run's duration once it runs.
+fn load_config(a: &Args, stop: &Arc<AtomicBool>) -> anyhow::Result<(ScriptOptions, ScriptConfig)> {
     let interrupt = Interrupt::new(stop.clone());
     interrupt.set_limit(
         a.duration
@@ -813,12 +1058,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some(path) => load_script(path, &sopts)?.config,
         None => ScriptConfig::default(),
     };
-    let limited =
-        pick(&a.count, &cfg, "count").is_some() || pick(&a.duration, &cfg, "duration").is_some();
-    if let Some(iface) = live_iface(&a, &cfg)? {
-        return run_live(&a, &cfg, &iface, stall, &stop);
-    }
-    // Output ports: one per thread.
+    Ok((sopts, cfg))
+}
+
+/// The output ports and their names.
+type Outputs<'a> = (Vec<Box<dyn Port>>, Vec<&'a str>);
+
+/// The output ports, one per thread (-o a,b: one each; one interface: shared).
+fn open_outputs<'a>(
+    a: &'a Args,
+    popts: &PortOptions,
+    limited: bool,
+) -> anyhow::Result<Outputs<'a>> {
     let parts: Vec<&str> = a.output.split(',').collect();
     let mut outs: Vec<Box<dyn Port>> = Vec::new();
     let mut names: Vec<&str> = Vec::new();
@@ -835,20 +1086,26 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
             a.output.as_str()
         };
-        let mut o = open_out(uri, &popts, limited)?;
+        let mut o = open_out(uri, popts, limited)?;
         // A pcapng file names where its packets come from.
         o.describe(&[Interface::new("linerate gen", LinkType::ETHERNET)])
             .with_context(|| format!("-o {uri}"))?;
         outs.push(o);
         names.push(uri);
     }
-    let mut rx_port = match &a.rx {
-        Some(uri) => Some(open(uri, &popts, "--rx")?),
-        None => None,
-    };
+    Ok((outs, names))
+}
+
+/// Each thread's streams, validated, and refused now when its port cannot carry their
+/// frames whole (its MTU, its packet buffers).
+fn thread_specs(
+    a: &Args,
+    cfg: &ScriptConfig,
+    outs: &[Box<dyn Port>],
+) -> anyhow::Result<Vec<ThreadSpec>> {
     let mut specs = Vec::new();
     for (i, o) in outs.iter().enumerate() {
-        let (streams, count, duration) = streams_from(&a, &cfg, i)?;
+        let (streams, count, duration) = streams_from(a, cfg, i)?;
         gen::validate(&GenOptions {
             streams: streams.clone(),
             ..Default::default()
@@ -860,73 +1117,43 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             } => usage(format!("--size: {e}")),
             e => usage(e.to_string()),
         })?;
-        // Frames the port cannot carry whole (its MTU, its packet buffers) are refused now.
         let pool = o.pool().filter(|p| p.allocates()).map(|p| p.as_ref());
         gen::check_port(o.as_ref(), pool, &streams).map_err(|e| usage(format!("--size: {e}")))?;
         specs.push((streams, count, duration));
     }
-    // Thread i on core -g + i: every one of them must exist.
-    let cores: Vec<usize> = match a.core {
-        None => Vec::new(),
-        Some(c) => (0..a.threads)
-            .map(|i| crate::common::check_core(c.saturating_add(i)))
-            .collect::<anyhow::Result<_>>()?,
-    };
-    let clock = TscClock::new();
-    let metrics = metrics::start(&a.metrics, "gen", a.quiet)?;
-    let rx_live = RxLive::default();
-    // Statistics go to standard error when standard output carries the capture (-o -).
-    let mut out: Box<dyn Write> = if to_stdout(&a.output) {
-        Box::new(std::io::stderr())
-    } else {
-        Box::new(std::io::stdout())
-    };
-    // The rate asked in all.
-    let asked: Option<f64> = specs
-        .iter()
-        .map(|(s, _, _)| s.iter().filter_map(|s| s.pps).sum::<f64>())
-        .sum::<f64>()
-        .into();
-    let asked = asked.filter(|_| specs[0].0[0].pps.is_some());
-    // The live page on a terminal, steered from its keys and command line like --commands -.
-    let with_console =
-        crate::console::wanted(a.json || a.quiet || a.no_console || a.commands.is_some());
-    let steer: Option<Arc<Mutex<Steer>>> = if a.commands.is_some() || with_console {
-        let st = Steer::new(
-            specs[0].0.clone(),
-            a.threads,
-            link_bps(&a, &a.output)?,
-            stop.clone(),
-        );
-        Some(Arc::new(Mutex::new(st)))
-    } else {
-        None
-    };
-    // Each stream's id and the rate asked of it (all threads'), for the summary.
-    let stream_rates: Vec<(u16, Option<f64>)> = specs
-        .iter()
-        .flat_map(|(s, _, _)| s.iter().map(|s| (s.id, s.pps)))
-        .collect();
-    if let Some(m) = &metrics {
-        let tx: Vec<(&str, PortCount)> = names.iter().map(|n| (*n, PortCount::default())).collect();
-        let rx = a.rx.as_deref().map(|p| (p, PortCount::default()));
-        publish(m, &tx, rx, asked, 0.0);
-    }
-    // The engine auto took for a rate, and why (the live engine's runs would be bursts).
-    let engine_why = paced_on_xsk(&a, &cfg)?;
+    Ok(specs)
+}
+
+/// What the start line says.
+struct Start<'a> {
+    cfg: &'a ScriptConfig,
+    specs: &'a [ThreadSpec],
+    /// The rate asked in all.
+    asked: Option<f64>,
+    stall: OnStall,
+    /// Why auto took the xsk engine for a rate.
+    engine_why: Option<&'a str>,
+    /// Streams of all threads.
+    streams: usize,
+}
+
+/// The start line (or JSON record): the port, the threads, the rate, the frames' size.
+fn announce(out: &mut dyn Write, a: &Args, s: &Start) {
+    let first = &s.specs[0].0[0];
     if a.json {
         let mut j = serde_json::json!({"type": "start", "port": a.output, "threads": a.threads,
-            "pps_per_stream": specs[0].0[0].pps, "rate_pps": asked, "script": a.script,
-            "size": size_text(&specs[0].0[0].size), "stream_count": stream_rates.len(),
-            "on_stall": on_stall_name(&stall)});
-        if let Some(w) = &engine_why {
+            "pps_per_stream": first.pps, "rate_pps": s.asked, "script": a.script,
+            "size": size_text(&first.size), "stream_count": s.streams,
+            "on_stall": on_stall_name(&s.stall)});
+        if let Some(w) = s.engine_why {
             j["engine"] = "xsk".into();
-            j["engine_why"] = w.as_str().into();
+            j["engine_why"] = w.into();
         }
         let _ = writeln!(out, "{j}");
     } else if !a.quiet {
-        let rate = asked
-            .map(|p| format!("{} pps; {}", group_f(p, 0), on_stall_words(&stall)))
+        let rate = s
+            .asked
+            .map(|p| format!("{} pps; {}", group_f(p, 0), on_stall_words(&s.stall)))
             .unwrap_or_else(|| "as fast as possible".into());
         let _ = writeln!(
             out,
@@ -934,8 +1161,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             a.output, a.threads
         );
         // The template's smallest frame when --size was not given and it is above 64 B.
-        if pick(&a.size, &cfg, "size").is_none() {
-            if let Some(z) = specs[0]
+        if pick(&a.size, s.cfg, "size").is_none() {
+            if let Some(z) = s.specs[0]
                 .0
                 .first()
                 .map(|s| s.size.bounds().0)
@@ -947,28 +1174,25 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 );
             }
         }
-        if let Some(w) = &engine_why {
+        if let Some(w) = s.engine_why {
             let _ = writeln!(out, "Engine xsk (AF_XDP): {w}");
         }
     }
     let _ = out.flush();
-    if let (Some(st), Some(_)) = (&steer, &a.commands) {
-        read_commands(st.clone(), a.json);
-    }
-    let mut console = if with_console {
-        rx_live.want_latency.store(true, Ordering::Relaxed);
-        Some(Console::start(true)?)
-    } else {
-        None
-    };
-    let mut meter = Meter::default();
-    let ctl = steer
-        .as_ref()
-        .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).ctl.clone());
-    let t_start = clock.now_ns();
-    let threads: Vec<GenThread> = outs
-        .drain(..)
-        .zip(specs.drain(..))
+}
+
+/// One generator per output port, each with its streams, seed, core and the commands'
+/// control.
+fn gen_threads(
+    a: &Args,
+    outs: Vec<Box<dyn Port>>,
+    specs: Vec<ThreadSpec>,
+    cores: &[usize],
+    c: &Common,
+    ctl: Option<Arc<linerate::apps::gen::control::Control>>,
+) -> Vec<GenThread> {
+    outs.into_iter()
+        .zip(specs)
         .enumerate()
         .map(|(i, (port, (streams, count, duration)))| GenThread {
             port,
@@ -977,161 +1201,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 count,
                 duration,
                 seed: a.seed.wrapping_add(i as u64),
-                interval: Duration::from_millis(100).min(interval),
-                on_stall: stall,
+                interval: Duration::from_millis(100).min(c.interval),
+                on_stall: c.stall,
                 control: ctl.clone(),
                 ..Default::default()
             },
             core: cores.get(i).copied(),
         })
-        .collect();
-    // Each thread loads its own script (a Lua state stays on its thread).
-    let hook = |_: usize, o: &GenOptions| -> anyhow::Result<Option<LuaHook>> {
-        let hook = match &a.script {
-            Some(p) => Some(load_script(p, &sopts)?),
-            None => None,
-        };
-        if let Some(i) = &sopts.interrupt {
-            i.set_limit(o.duration);
-        }
-        Ok(hook)
-    };
-    let probes = rx_port.as_mut().map(|p| Probes {
-        port: p.as_mut(),
-        opts: ReceiveOptions {
-            quiet: rx_wait,
-            tick: Duration::from_millis(100),
-        },
-        on_tick: receiving(&clock, &rx_live),
-    });
-    // Statistics while the threads run: each thread's counters over the span between
-    // two of its own readings (not the printing thread's), so that an interval's rate is
-    // what happened in it.
-    let mut prev: Vec<GenTick> = (0..threads.len())
-        .map(|_| GenTick {
-            t_ns: t_start,
-            ..Default::default()
-        })
-        .collect();
-    let mut ticker = Ticker::new(t_start, interval);
-    let mut version = ctl.as_ref().map_or(0, |c| c.version());
-    linerate::port::file::start_writing();
-    let run = gen::threads::run_threads(threads, hook, probes, &clock, &stop, |progress| {
-        if let (Some(c), Some(st)) = (console.as_mut(), &steer) {
-            for cmd in c.commands() {
-                let r = st.lock().unwrap_or_else(|e| e.into_inner()).exec(&cmd);
-                c.outcome(&cmd, &r);
-            }
-        }
-        let now = clock.now_ns();
-        if (a.quiet && metrics.is_none()) || !ticker.due(now) {
-            return;
-        }
-        let cur = progress.ticks();
-        let iv = Interval::of(&prev, &cur);
-        // The rate asked now (commands change it).
-        let waiting = cur.iter().all(|t| t.waiting);
-        let steered = steer.as_ref().map(|s| {
-            let s = s.lock().unwrap_or_else(|e| e.into_inner());
-            let sending = s.sending() && !waiting;
-            let asked = if sending { s.asked_pps() } else { Some(0.0) };
-            (asked, sending, size_text(s.size()))
-        });
-        let asked = match &steered {
-            Some((r, _, _)) => *r,
-            None => asked,
-        };
-        // An interval in which a command changed the settings mixes two rates: not judged.
-        let changed = ctl.as_ref().is_some_and(|c| c.version() != version);
-        version = ctl.as_ref().map_or(0, |c| c.version());
-        let words = if changed {
-            Some("settings changed".to_string())
-        } else {
-            asked.filter(|&r| r > 0.0).and_then(|r| iv.status(r))
-        };
-        if let Some(m) = &metrics {
-            let tx: Vec<(&str, PortCount)> = names
-                .iter()
-                .zip(&cur)
-                .map(|(n, c)| {
-                    let pc = PortCount {
-                        packets: c.taken(),
-                        bytes: c.taken_bytes(),
-                        drops: c.drops,
-                    };
-                    (*n, pc)
-                })
-                .collect();
-            let rx = a.rx.as_deref().map(|p| (p, rx_live.count()));
-            publish(m, &tx, rx, asked, iv.pps);
-        }
-        if a.quiet {
-            for (p, c) in prev.iter_mut().zip(&cur) {
-                if c.t_ns > p.t_ns {
-                    *p = *c;
-                }
-            }
-            return;
-        }
-        if let Some(c) = console.as_mut() {
-            let rx = a.rx.as_deref().map(|p| (p, rx_live.count(), now));
-            let (state, rate) = match &steered {
-                Some((_, false, _)) => ("stopped".to_string(), asked),
-                Some((_, true, size)) => (format!("sending, size {size}"), asked),
-                None => ("sending".to_string(), asked),
-            };
-            let page = Page {
-                title: format!(
-                    "linerate gen -o {}{}",
-                    a.output,
-                    a.rx.as_deref()
-                        .map(|r| format!(" --rx {r}"))
-                        .unwrap_or_default()
-                ),
-                elapsed_s: (now - t_start) as f64 / 1e9,
-                state,
-                rate: Some(RateLine {
-                    asked: rate,
-                    achieved: iv.pps,
-                }),
-                status: words,
-                latency: rx_live.latency(),
-                ..Default::default()
-            };
-            c.show(gen_page(page, &names, &cur, rx, &mut meter));
-        } else if a.json {
-            let mut j = serde_json::json!({"type": "stats", "elapsed_ms": (now - t_start) as f64 / 1e6,
-                "pkts": iv.pkts, "bytes": iv.bytes, "pps": iv.pps, "mbps": iv.mbps,
-                "rate_pps": asked, "behind_ms": iv.behind_ns as f64 / 1e6,
-                "status": words});
-            if let Some((_, sending, size)) = &steered {
-                j["sending"] = (*sending).into();
-                j["size"] = size.clone().into();
-                j["interval_pkts"] = iv.interval_pkts.into();
-                j["interval_bytes"] = iv.interval_bytes.into();
-            }
-            let _ = writeln!(out, "{j}");
-        } else {
-            let _ = writeln!(
-                out,
-                "TX: {} pkts [{} pps][{} Mbit/s]{}",
-                group(iv.pkts),
-                group_f(iv.pps, 0),
-                group_f(iv.mbps, 2),
-                match (words, asked) {
-                    (Some(w), Some(r)) => format!(" of {} pps asked: {w}", group_f(r, 0)),
-                    _ => String::new(),
-                }
-            );
-        }
-        let _ = out.flush();
-        for (p, c) in prev.iter_mut().zip(&cur) {
-            if c.t_ns > p.t_ns {
-                *p = *c;
-            }
-        }
-    });
-    let run = run.map_err(|e| match e {
+        .collect()
+}
+
+/// A failed run of the threads, named by the thread and port, or --rx.
+fn threads_error(e: ThreadsError<anyhow::Error>) -> anyhow::Error {
+    match e {
         ThreadsError::Hook(e) => e,
         ThreadsError::Gen {
             thread,
@@ -1140,39 +1222,260 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         } => anyhow::Error::new(source).context(format!("thread {thread} on {port}")),
         ThreadsError::Probes(e) => anyhow::Error::new(e).context("--rx"),
         e => anyhow::Error::new(e),
-    })?;
-    // The terminal back before the summary, which stays on it.
-    drop(console);
+    }
+}
+
+/// What gen shows while its threads run: the live page (steered by its commands) or the
+/// interval lines, and the metrics.
+struct Showing<'a> {
+    a: &'a Args,
+    clock: &'a TscClock,
+    metrics: Option<&'a metrics::Metrics>,
+    steer: Option<&'a Arc<Mutex<Steer>>>,
+    ctl: Option<Arc<linerate::apps::gen::control::Control>>,
+    /// The settings' version at the previous interval.
+    version: u64,
+    console: Option<Console>,
+    meter: Meter,
+    names: &'a [&'a str],
+    rx_live: &'a RxLive,
+    out: Box<dyn Write>,
+    t_start: u64,
+    /// The rate asked in all, when no command steers it.
+    asked: Option<f64>,
+    /// Each thread's counters at its previous reading.
+    prev: Vec<GenTick>,
+    ticker: Ticker,
+}
+
+/// One interval as shown.
+struct Reading {
+    now: u64,
+    cur: Vec<GenTick>,
+    iv: Interval,
+    /// The rate asked now (commands change it).
+    asked: Option<f64>,
+    /// The interval's verdict on the rate.
+    words: Option<String>,
+    /// With commands: the rate asked, whether it is sending, the frames' size.
+    steered: Option<(Option<f64>, bool, String)>,
+}
+
+impl Showing<'_> {
+    /// Called by the threads' run every poll: the console's commands, then, every
+    /// interval, the figures.
+    fn progress(&mut self, cur: &[GenTick]) {
+        if let (Some(c), Some(st)) = (self.console.as_mut(), self.steer) {
+            for cmd in c.commands() {
+                let r = st.lock().unwrap_or_else(|e| e.into_inner()).exec(&cmd);
+                c.outcome(&cmd, &r);
+            }
+        }
+        let now = self.clock.now_ns();
+        if (self.a.quiet && self.metrics.is_none()) || !self.ticker.due(now) {
+            return;
+        }
+        let r = self.reading(now, cur.to_vec());
+        if let Some(m) = self.metrics {
+            self.publish_tick(m, &r);
+        }
+        if !self.a.quiet {
+            if self.console.is_some() {
+                self.show_page(&r);
+            } else if self.a.json {
+                self.stats_json(&r);
+            } else {
+                self.stats_line(&r);
+            }
+            let _ = self.out.flush();
+        }
+        for (p, c) in self.prev.iter_mut().zip(&r.cur) {
+            if c.t_ns > p.t_ns {
+                *p = *c;
+            }
+        }
+    }
+
+    /// The interval since each thread's previous reading, the rate asked in it, and its
+    /// verdict.
+    fn reading(&mut self, now: u64, cur: Vec<GenTick>) -> Reading {
+        let iv = Interval::of(&self.prev, &cur);
+        let waiting = cur.iter().all(|t| t.waiting);
+        let steered = self.steer.map(|s| {
+            let s = s.lock().unwrap_or_else(|e| e.into_inner());
+            let sending = s.sending() && !waiting;
+            let asked = if sending { s.asked_pps() } else { Some(0.0) };
+            (asked, sending, size_text(s.size()))
+        });
+        let asked = match &steered {
+            Some((r, _, _)) => *r,
+            None => self.asked,
+        };
+        // An interval in which a command changed the settings mixes two rates: not judged.
+        let changed = self
+            .ctl
+            .as_ref()
+            .is_some_and(|c| c.version() != self.version);
+        self.version = self.ctl.as_ref().map_or(0, |c| c.version());
+        let words = if changed {
+            Some("settings changed".to_string())
+        } else {
+            asked.filter(|&r| r > 0.0).and_then(|r| iv.status(r))
+        };
+        Reading {
+            now,
+            cur,
+            iv,
+            asked,
+            words,
+            steered,
+        }
+    }
+
+    fn publish_tick(&self, m: &metrics::Metrics, r: &Reading) {
+        let tx: Vec<(&str, PortCount)> = self
+            .names
+            .iter()
+            .zip(&r.cur)
+            .map(|(n, c)| {
+                let pc = PortCount {
+                    packets: c.taken(),
+                    bytes: c.taken_bytes(),
+                    drops: c.drops,
+                };
+                (*n, pc)
+            })
+            .collect();
+        let rx = self.a.rx.as_deref().map(|p| (p, self.rx_live.count()));
+        publish(m, &tx, rx, r.asked, r.iv.pps);
+    }
+
+    fn show_page(&mut self, r: &Reading) {
+        let a = self.a;
+        let rx = a.rx.as_deref().map(|p| (p, self.rx_live.count(), r.now));
+        let (state, rate) = match &r.steered {
+            Some((_, false, _)) => ("stopped".to_string(), r.asked),
+            Some((_, true, size)) => (format!("sending, size {size}"), r.asked),
+            None => ("sending".to_string(), r.asked),
+        };
+        let page = Page {
+            title: format!(
+                "linerate gen -o {}{}",
+                a.output,
+                a.rx.as_deref()
+                    .map(|r| format!(" --rx {r}"))
+                    .unwrap_or_default()
+            ),
+            elapsed_s: (r.now - self.t_start) as f64 / 1e9,
+            state,
+            rate: Some(RateLine {
+                asked: rate,
+                achieved: r.iv.pps,
+            }),
+            status: r.words.clone(),
+            latency: self.rx_live.latency(),
+            ..Default::default()
+        };
+        let page = gen_page(page, self.names, &r.cur, rx, &mut self.meter);
+        if let Some(c) = self.console.as_mut() {
+            c.show(page);
+        }
+    }
+
+    fn stats_json(&mut self, r: &Reading) {
+        let iv = &r.iv;
+        let mut j = serde_json::json!({"type": "stats", "elapsed_ms": (r.now - self.t_start) as f64 / 1e6,
+            "pkts": iv.pkts, "bytes": iv.bytes, "pps": iv.pps, "mbps": iv.mbps,
+            "rate_pps": r.asked, "behind_ms": iv.behind_ns as f64 / 1e6,
+            "status": r.words});
+        if let Some((_, sending, size)) = &r.steered {
+            j["sending"] = (*sending).into();
+            j["size"] = size.clone().into();
+            j["interval_pkts"] = iv.interval_pkts.into();
+            j["interval_bytes"] = iv.interval_bytes.into();
+        }
+        let _ = writeln!(self.out, "{j}");
+    }
+
+    fn stats_line(&mut self, r: &Reading) {
+        let iv = &r.iv;
+        let _ = writeln!(
+            self.out,
+            "TX: {} pkts [{} pps][{} Mbit/s]{}",
+            group(iv.pkts),
+            group_f(iv.pps, 0),
+            group_f(iv.mbps, 2),
+            match (&r.words, r.asked) {
+                (Some(w), Some(rate)) => format!(" of {} pps asked: {w}", group_f(rate, 0)),
+                _ => String::new(),
+            }
+        );
+    }
+}
+
+/// What the summary needs besides the run.
+struct Ended<'a> {
+    cfg: &'a ScriptConfig,
+    /// Each stream's id and the rate asked of it.
+    stream_rates: &'a [(u16, Option<f64>)],
+    stall: OnStall,
+    names: &'a [&'a str],
+    rx_live: &'a RxLive,
+    inputs: &'a Inputs,
+}
+
+/// The run's figures, as the summary gives them.
+struct Figures {
+    elapsed: f64,
+    pps: f64,
+    mbps: f64,
+    why: Option<gen::Shortfall>,
+    /// Per stream: id, packets handed to the port, packets per second over the run, rate
+    /// asked.
+    per_stream: Vec<(u16, u64, f64, Option<f64>)>,
+}
+
+/// The final metrics, --hist-out's files, the summary, and the exit (a script's error).
+fn summary(
+    mut out: Box<dyn Write>,
+    a: &Args,
+    run: &gen::threads::ThreadsReport,
+    e: &Ended,
+    metrics: Option<&metrics::Metrics>,
+) -> anyhow::Result<ExitCode> {
     let (total, reports, tracker) = (&run.total, &run.threads, &run.probes);
-    let nstreams = streams_per_thread(&a, &cfg);
+    let nstreams = streams_per_thread(a, e.cfg);
     let sent = |id: u16| -> Option<u64> {
         run.sent(usize::from(id) / nstreams, usize::from(id) % nstreams)
     };
     let elapsed = total.elapsed();
     let pps = run.pps();
-    let mbps = if total.pkts > 0 {
-        pps * (total.bytes + 4 * total.pkts) as f64 * 8.0 / total.pkts as f64 / 1e6
-    } else {
-        0.0
+    let f = Figures {
+        elapsed,
+        pps,
+        mbps: if total.pkts > 0 {
+            pps * (total.bytes + 4 * total.pkts) as f64 * 8.0 / total.pkts as f64 / 1e6
+        } else {
+            0.0
+        },
+        why: total.shortfall(pps),
+        per_stream: reports
+            .iter()
+            .flat_map(|r| r.per_stream.iter().copied())
+            .zip(e.stream_rates)
+            .map(|(n, &(id, asked))| {
+                let pps = if elapsed > 0.0 {
+                    n as f64 / elapsed
+                } else {
+                    0.0
+                };
+                (id, n, pps, asked)
+            })
+            .collect(),
     };
-    let rated = total.rate_pps.is_some();
-    let why = total.shortfall(pps);
-    // Per stream: id, packets handed to the port, packets per second over the run, rate asked.
-    let per_stream: Vec<(u16, u64, f64, Option<f64>)> = reports
-        .iter()
-        .flat_map(|r| r.per_stream.iter().copied())
-        .zip(&stream_rates)
-        .map(|(n, &(id, asked))| {
-            let pps = if elapsed > 0.0 {
-                n as f64 / elapsed
-            } else {
-                0.0
-            };
-            (id, n, pps, asked)
-        })
-        .collect();
-    if let Some(m) = &metrics {
-        let tx: Vec<(&str, PortCount)> = names
+    if let Some(m) = metrics {
+        let tx: Vec<(&str, PortCount)> = e
+            .names
             .iter()
             .zip(reports)
             .map(|(n, r)| {
@@ -1184,7 +1487,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 (*n, pc)
             })
             .collect();
-        let rx = a.rx.as_deref().map(|p| (p, rx_live.count()));
+        let rx = a.rx.as_deref().map(|p| (p, e.rx_live.count()));
         publish(m, &tx, rx, total.rate_pps, pps);
     }
     let hist_svg = match (&a.hist_out, &tracker) {
@@ -1192,118 +1495,143 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             p,
             t,
             &format!("linerate gen -o {}", a.output),
-            &popts.inputs,
+            e.inputs,
         )?),
         _ => None,
     };
     if a.json {
-        let mut j = serde_json::json!({
-            "type": "summary", "pkts": total.taken(), "bytes": total.taken_bytes(),
-            "handed_to_port": total.pkts,
-            "elapsed_ms": elapsed * 1e3, "pps": pps, "mbps": mbps,
-            "per_stream": reports.iter().flat_map(|r| r.per_stream.clone()).collect::<Vec<u64>>(),
-            "port_drops": total.port.tx_drops.total(), "rate_pps": total.rate_pps,
-            "limited": why.map(|w| w.name()),
-        });
-        if let Some(e) = &total.error {
-            j["error"] = e.clone().into();
-        }
-        j["streams"] = per_stream
-            .iter()
-            .map(|&(id, n, p, asked)| {
-                serde_json::json!({"id": id, "pkts": n, "pps": p, "rate_pps": asked})
-            })
-            .collect::<Vec<_>>()
-            .into();
-        if total.steered {
-            // Commands changed the rate: the intervals compare asked and achieved.
-            j["steered"] = true.into();
-        }
-        if let Some(r) = total.rate_pps.filter(|_| !total.steered) {
-            j["achieved_pct"] = (100.0 * pps / r).into();
-            j["on_stall"] = on_stall_name(&stall).into();
-            j["behind_ns"] = total.behind_ns.into();
-            j["port_full"] = total.port_full.into();
-            j["precision"] = precision_json(&total.precision);
-        }
-        if let Some(t) = &tracker {
-            j["latency"] = crate::shared::latency_json(t, sent);
-            j["rx_other"] = t.other.into();
-        }
-        if let Some(s) = &hist_svg {
-            j["hist_svg"] = s.clone().into();
-        }
-        let _ = writeln!(out, "{j}");
+        summary_json(&mut out, run, &f, e.stall, hist_svg.as_deref(), &sent);
     } else {
-        let _ = writeln!(
-            out,
-            "Sent {} pkts, {} bytes in {} ms: {} pps, {} Mbit/s; port drops: {}",
-            group(total.taken()),
-            group(total.taken_bytes()),
-            group_f(elapsed * 1e3, 2),
-            group_f(pps, 0),
-            group_f(mbps, 2),
-            if total.port.tx_drops.total() == 0 {
-                "none".to_string()
-            } else {
-                // What was sent is what the port took; the dropped ones are not in it.
-                format!(
-                    "{} (of {} handed to the port)",
-                    breakdown(&total.port.tx_drops),
-                    group(total.pkts)
-                )
-            }
-        );
-        if total.steered {
-            // The asked rate changed during the run: the intervals compared asked and achieved.
-            let _ = writeln!(
-                out,
-                "Rate: steered by commands; {} pps over the whole run",
-                group_f(pps, 0)
-            );
-        } else if let Some(r) = total.rate_pps {
-            let _ = writeln!(out, "Rate: {}", rate_words(pps, r, why));
-            if let Some(w) = why {
-                let _ = writeln!(out, "  {}", shortfall_detail(w, total));
-            }
-        }
-        if rated {
-            let _ = write!(out, "{}", total.precision.table());
-        }
-        if per_stream.len() > 1 {
-            for &(id, n, p, asked) in &per_stream {
-                let _ = writeln!(
-                    out,
-                    "Stream {id}: {} pkts handed to the port [{} pps]{}",
-                    group(n),
-                    group_f(p, 0),
-                    asked
-                        .filter(|_| !total.steered)
-                        .map(|r| format!(" of {} pps asked", group_f(r, 0)))
-                        .unwrap_or_default()
-                );
-            }
-        }
-        if let Some(t) = &tracker {
-            let _ = writeln!(out, "Received on {}:", a.rx.as_deref().unwrap_or(""));
-            let _ = write!(out, "{}", t.table(sent));
-            if t.other > 0 {
-                let _ = writeln!(out, "({} packets without a probe)", group(t.other));
-            }
-        }
-        if let Some(s) = &hist_svg {
-            let _ = writeln!(
-                out,
-                "Histogram: {} and {s}",
-                a.hist_out.as_deref().unwrap_or("")
-            );
-        }
+        summary_text(&mut out, a, run, &f, hist_svg.as_deref(), &sent);
     }
     let _ = out.flush();
     if let Some(e) = &total.error {
         anyhow::bail!("--script: {e} (after {} packets sent)", group(total.pkts));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn summary_json(
+    out: &mut dyn Write,
+    run: &gen::threads::ThreadsReport,
+    f: &Figures,
+    stall: OnStall,
+    hist_svg: Option<&str>,
+    sent: &dyn Fn(u16) -> Option<u64>,
+) {
+    let (total, reports) = (&run.total, &run.threads);
+    let mut j = serde_json::json!({
+        "type": "summary", "pkts": total.taken(), "bytes": total.taken_bytes(),
+        "handed_to_port": total.pkts,
+        "elapsed_ms": f.elapsed * 1e3, "pps": f.pps, "mbps": f.mbps,
+        "per_stream": reports.iter().flat_map(|r| r.per_stream.clone()).collect::<Vec<u64>>(),
+        "port_drops": total.port.tx_drops.total(), "rate_pps": total.rate_pps,
+        "limited": f.why.map(|w| w.name()),
+    });
+    if let Some(e) = &total.error {
+        j["error"] = e.clone().into();
+    }
+    j["streams"] = f
+        .per_stream
+        .iter()
+        .map(|&(id, n, p, asked)| {
+            serde_json::json!({"id": id, "pkts": n, "pps": p, "rate_pps": asked})
+        })
+        .collect::<Vec<_>>()
+        .into();
+    if total.steered {
+        // Commands changed the rate: the intervals compare asked and achieved.
+        j["steered"] = true.into();
+    }
+    if let Some(r) = total.rate_pps.filter(|_| !total.steered) {
+        j["achieved_pct"] = (100.0 * f.pps / r).into();
+        j["on_stall"] = on_stall_name(&stall).into();
+        j["behind_ns"] = total.behind_ns.into();
+        j["port_full"] = total.port_full.into();
+        j["precision"] = precision_json(&total.precision);
+    }
+    if let Some(t) = &run.probes {
+        j["latency"] = crate::shared::latency_json(t, sent);
+        j["rx_other"] = t.other.into();
+    }
+    if let Some(s) = hist_svg {
+        j["hist_svg"] = s.into();
+    }
+    let _ = writeln!(out, "{j}");
+}
+
+fn summary_text(
+    out: &mut dyn Write,
+    a: &Args,
+    run: &gen::threads::ThreadsReport,
+    f: &Figures,
+    hist_svg: Option<&str>,
+    sent: &dyn Fn(u16) -> Option<u64>,
+) {
+    let total = &run.total;
+    let _ = writeln!(
+        out,
+        "Sent {} pkts, {} bytes in {} ms: {} pps, {} Mbit/s; port drops: {}",
+        group(total.taken()),
+        group(total.taken_bytes()),
+        group_f(f.elapsed * 1e3, 2),
+        group_f(f.pps, 0),
+        group_f(f.mbps, 2),
+        if total.port.tx_drops.total() == 0 {
+            "none".to_string()
+        } else {
+            // What was sent is what the port took; the dropped ones are not in it.
+            format!(
+                "{} (of {} handed to the port)",
+                breakdown(&total.port.tx_drops),
+                group(total.pkts)
+            )
+        }
+    );
+    if total.steered {
+        // The asked rate changed during the run: the intervals compared asked and achieved.
+        let _ = writeln!(
+            out,
+            "Rate: steered by commands; {} pps over the whole run",
+            group_f(f.pps, 0)
+        );
+    } else if let Some(r) = total.rate_pps {
+        let _ = writeln!(out, "Rate: {}", rate_words(f.pps, r, f.why));
+        if let Some(w) = f.why {
+            let _ = writeln!(out, "  {}", shortfall_detail(w, total));
+        }
+    }
+    if total.rate_pps.is_some() {
+        let _ = write!(out, "{}", total.precision.table());
+    }
+    if f.per_stream.len() > 1 {
+        for &(id, n, p, asked) in &f.per_stream {
+            let _ = writeln!(
+                out,
+                "Stream {id}: {} pkts handed to the port [{} pps]{}",
+                group(n),
+                group_f(p, 0),
+                asked
+                    .filter(|_| !total.steered)
+                    .map(|r| format!(" of {} pps asked", group_f(r, 0)))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    if let Some(t) = &run.probes {
+        let _ = writeln!(out, "Received on {}:", a.rx.as_deref().unwrap_or(""));
+        let _ = write!(out, "{}", t.table(sent));
+        if t.other > 0 {
+            let _ = writeln!(out, "({} packets without a probe)", group(t.other));
+        }
+    }
+    if let Some(s) = hist_svg {
+        let _ = writeln!(
+            out,
+            "Histogram: {} and {s}",
+            a.hist_out.as_deref().unwrap_or("")
+        );
+    }
 }
 
 /// gen's live page: `page` with a row per output port (its thread's counters) and one for the
@@ -1558,6 +1886,95 @@ fn run_live(
     on_stall: OnStall,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<ExitCode> {
+    use linerate::apps::gen::live;
+    let setup = live_setup(a, cfg, iface, on_stall, stop)?;
+    let interval = flag(
+        "--interval",
+        flags::check_duration(&a.interval, flags::INTERVAL),
+    )?;
+    let mut out = std::io::stdout();
+    announce_live(&mut out, a, setup.opts.pps, on_stall);
+    if let (Some(st), Some(_)) = (&setup.steer, &a.commands) {
+        read_commands(st.clone(), a.json);
+    }
+    let metrics = metrics::start(&a.metrics, "gen", a.quiet)?;
+    let page = match (&setup.steer, setup.with_console) {
+        (Some(st), true) => Some(ReadOnly::steered(
+            format!("linerate gen -o {} (XDP live frames)", a.output),
+            stop.clone(),
+            st.clone(),
+            Some(
+                "live frames: s, p and r work; size, dst-mac and count only with --engine xsk"
+                    .into(),
+            ),
+        )?),
+        _ => None,
+    };
+    let clock = TscClock::new();
+    let t0 = clock.now_ns();
+    let ctl = setup.opts.control.clone();
+    let mut shown = LiveShowing {
+        a,
+        steer: setup.steer.as_ref(),
+        version: ctl.as_ref().map_or(0, |c| c.version()),
+        ctl,
+        metrics: metrics.as_ref(),
+        page,
+        t0,
+        prev: (0, t0),
+        pps: setup.opts.pps,
+        frame_len: setup.frame_len,
+    };
+    if let Some(pg) = shown.page.as_mut() {
+        pg.seed(t0, &[(a.output.clone(), Dir::Tx, PortCount::default())]);
+    }
+    let r =
+        live::run(&setup.opts, &clock, stop, interval, |t| shown.tick(t)).map_err(|e| match e {
+            linerate::apps::gen::GenError::Port(PortError::NoInterface(_)) => {
+                usage(format!("-o {}: {e}", a.output))
+            }
+            e => anyhow::Error::new(e).context(format!("live frames on {iface}")),
+        });
+    // The terminal back before the summary (or the error).
+    drop(shown.page.take());
+    let r = r?;
+    if let Some(m) = &metrics {
+        // The device's own transmit drops over the run.
+        let c = live_count(
+            &live::LiveTick {
+                t_ns: r.last_ns,
+                pkts: r.pkts,
+                tx_dropped: r.tx_dropped,
+            },
+            setup.frame_len,
+        );
+        publish(m, &[(a.output.as_str(), c)], None, r.rate_pps, r.pps());
+    }
+    live_summary(&mut out, a, &r, on_stall);
+    let _ = out.flush();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The live engine's run as the flags and the script ask it.
+struct LiveSetup {
+    opts: linerate::apps::gen::live::LiveOptions,
+    /// Steering (the page's keys, --commands -).
+    steer: Option<Arc<Mutex<Steer>>>,
+    with_console: bool,
+    /// Bytes of a frame without its CRC (one size: live frames refuse others).
+    frame_len: u64,
+}
+
+/// The live engine's options: one stream (the kernel sends copies of one template), the
+/// rate of all threads, steering of start, stop and the rate (size, dst-mac and count stay
+/// as started).
+fn live_setup(
+    a: &Args,
+    cfg: &ScriptConfig,
+    iface: &str,
+    on_stall: OnStall,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<LiveSetup> {
     use linerate::apps::gen::live::{self, LiveOptions};
     let (mut streams, _, duration) = streams_from(a, cfg, 0)?;
     let count = pick(&a.count, cfg, "count")
@@ -1572,8 +1989,6 @@ fn run_live(
     let pps = stream.pps.map(|p| p * a.threads as f64);
     // One size (live frames refuse others): bytes are packets times the frame without CRC.
     let frame_len = u64::from(stream.size.bounds().0.saturating_sub(4));
-    // Steering (the page's keys, --commands -): start, stop and the rate; the kernel sends
-    // copies of one template, so size, dst-mac and count stay as started.
     let with_console =
         crate::console::wanted(a.json || a.quiet || a.no_console || a.commands.is_some());
     let steer = if with_console || a.commands.is_some() {
@@ -1604,14 +2019,20 @@ fn run_live(
         batch: a.batch,
         seed: a.seed,
         on_stall,
-        control: ctl.clone(),
+        control: ctl,
     };
     live::validate(&opts).map_err(|e| usage(e.to_string()))?;
-    let interval = flag(
-        "--interval",
-        flags::check_duration(&a.interval, flags::INTERVAL),
-    )?;
-    let mut out = std::io::stdout();
+    Ok(LiveSetup {
+        opts,
+        steer,
+        with_console,
+        frame_len,
+    })
+}
+
+/// The live engine's start line (or JSON record): its runs of frames and their gaps.
+fn announce_live(out: &mut dyn Write, a: &Args, pps: Option<f64>, on_stall: OnStall) {
+    use linerate::apps::gen::live;
     if a.json {
         let j = serde_json::json!({"type": "start", "port": a.output, "engine": "live",
             "threads": a.threads, "pps": pps, "rate_pps": pps, "batch": a.batch,
@@ -1639,68 +2060,78 @@ fn run_live(
         );
     }
     let _ = out.flush();
-    if let (Some(st), Some(_)) = (&steer, &a.commands) {
-        read_commands(st.clone(), a.json);
+}
+
+/// What the device took: the program's frames less its transmit drops since the start
+/// (named by reason as the kernel's).
+fn live_count(t: &linerate::apps::gen::live::LiveTick, frame_len: u64) -> PortCount {
+    let mut drops = Drops::default();
+    if let Some(d) = t.tx_dropped {
+        drops.add(linerate::port::DropReason::Kernel, d);
     }
-    let metrics = metrics::start(&a.metrics, "gen", a.quiet)?;
-    let mut page = match (&steer, with_console) {
-        (Some(st), true) => Some(ReadOnly::steered(
-            format!("linerate gen -o {} (XDP live frames)", a.output),
-            stop.clone(),
-            st.clone(),
-            Some(
-                "live frames: s, p and r work; size, dst-mac and count only with --engine xsk"
-                    .into(),
-            ),
-        )?),
-        _ => None,
-    };
-    let clock = TscClock::new();
-    let t0 = clock.now_ns();
-    let (mut prev_p, mut prev_t) = (0u64, t0);
-    if let Some(pg) = page.as_mut() {
-        pg.seed(t0, &[(a.output.clone(), Dir::Tx, PortCount::default())]);
+    let taken = t.pkts.saturating_sub(t.tx_dropped.unwrap_or(0));
+    PortCount {
+        packets: taken,
+        bytes: taken * frame_len,
+        drops,
     }
-    let mut version = ctl.as_ref().map_or(0, |c| c.version());
-    // What the device took: the program's frames less its transmit drops since the start
-    // (named by reason as the kernel's).
-    let live_count = |t: &live::LiveTick| {
-        let mut drops = Drops::default();
-        if let Some(d) = t.tx_dropped {
-            drops.add(linerate::port::DropReason::Kernel, d);
-        }
-        let taken = t.pkts.saturating_sub(t.tx_dropped.unwrap_or(0));
-        PortCount {
-            packets: taken,
-            bytes: taken * frame_len,
-            drops,
-        }
-    };
-    let r = live::run(&opts, &clock, stop, interval, |t| {
-        let (p, now) = (live_count(t).packets, t.t_ns);
+}
+
+/// What the live engine shows while it runs: the page (steered by its keys) or the
+/// interval lines, and the metrics.
+struct LiveShowing<'a> {
+    a: &'a Args,
+    steer: Option<&'a Arc<Mutex<Steer>>>,
+    ctl: Option<Arc<linerate::apps::gen::control::Control>>,
+    /// The settings' version at the previous interval.
+    version: u64,
+    metrics: Option<&'a metrics::Metrics>,
+    page: Option<ReadOnly>,
+    t0: u64,
+    /// Packets and time at the previous interval.
+    prev: (u64, u64),
+    /// The rate asked of all threads at the start.
+    pps: Option<f64>,
+    frame_len: u64,
+}
+
+impl LiveShowing<'_> {
+    fn tick(&mut self, t: &linerate::apps::gen::live::LiveTick) {
+        let a = self.a;
+        let (p, now) = (live_count(t, self.frame_len).packets, t.t_ns);
+        let (prev_p, prev_t) = self.prev;
         let dt = (now - prev_t) as f64 / 1e9;
         let rate = (p - prev_p) as f64 / dt.max(1e-9);
         // The rate asked now (commands change it; 0 while stopped).
-        let steered = steer.as_ref().map(|s| {
+        let steered = self.steer.map(|s| {
             let s = s.lock().unwrap_or_else(|e| e.into_inner());
             (s.asked_pps(), s.sending())
         });
-        let asked = steered.map_or(pps, |(r, _)| r);
-        let changed = ctl.as_ref().is_some_and(|c| c.version() != version);
-        version = ctl.as_ref().map_or(0, |c| c.version());
-        if let Some(m) = &metrics {
-            publish(m, &[(a.output.as_str(), live_count(t))], None, asked, rate);
+        let asked = steered.map_or(self.pps, |(r, _)| r);
+        let changed = self
+            .ctl
+            .as_ref()
+            .is_some_and(|c| c.version() != self.version);
+        self.version = self.ctl.as_ref().map_or(0, |c| c.version());
+        if let Some(m) = self.metrics {
+            let c = live_count(t, self.frame_len);
+            publish(m, &[(a.output.as_str(), c)], None, asked, rate);
         }
+        self.prev = (p, now);
         if a.quiet {
-            (prev_p, prev_t) = (p, now);
             return;
         }
         // Runs leave in bursts, so an interval holds a whole number of runs: below the rate
         // by more than the tolerance, say so (the summary judges the run).
         let short = asked.filter(|&r| r > 0.0 && rate < r * (1.0 - gen::RATE_TOLERANCE));
-        if let Some(pg) = page.as_mut() {
+        if let Some(pg) = self.page.as_mut() {
             let sending = steered.is_none_or(|(_, s)| s);
-            let v = live_view(&a.output, live_count(t), frame_len, sending);
+            let v = live_view(
+                &a.output,
+                live_count(t, self.frame_len),
+                self.frame_len,
+                sending,
+            );
             let rl = RateLine {
                 asked,
                 achieved: rate,
@@ -1709,7 +2140,7 @@ fn run_live(
             pg_page.status = live_status(changed, short.is_some());
             pg.show(pg_page);
         } else if a.json {
-            let mut j = serde_json::json!({"type": "stats", "elapsed_ms": (now - t0) as f64 / 1e6,
+            let mut j = serde_json::json!({"type": "stats", "elapsed_ms": (now - self.t0) as f64 / 1e6,
                 "pkts": p, "pps": rate, "rate_pps": asked,
                 "device_tx_dropped": t.tx_dropped});
             if let Some((_, sending)) = steered {
@@ -1729,17 +2160,16 @@ fn run_live(
                 ))
             );
         }
-        (prev_p, prev_t) = (p, now);
-    })
-    .map_err(|e| match e {
-        linerate::apps::gen::GenError::Port(PortError::NoInterface(_)) => {
-            usage(format!("-o {}: {e}", a.output))
-        }
-        e => anyhow::Error::new(e).context(format!("live frames on {iface}")),
-    });
-    // The terminal back before the summary (or the error).
-    drop(page);
-    let r = r?;
+    }
+}
+
+/// The live engine's summary: what the device took, the runs, and the rate's verdict.
+fn live_summary(
+    out: &mut dyn Write,
+    a: &Args,
+    r: &linerate::apps::gen::live::LiveReport,
+    on_stall: OnStall,
+) {
     let elapsed = r.last_ns.saturating_sub(r.first_ns) as f64 / 1e9;
     let mbps = if r.pkts > 0 {
         r.pps() * (r.bytes + 4 * r.pkts) as f64 * 8.0 / r.pkts as f64 / 1e6
@@ -1751,15 +2181,6 @@ fn run_live(
     } else {
         None
     };
-    if let Some(m) = &metrics {
-        // The device's own transmit drops over the run.
-        let c = live_count(&live::LiveTick {
-            t_ns: r.last_ns,
-            pkts: r.pkts,
-            tx_dropped: r.tx_dropped,
-        });
-        publish(m, &[(a.output.as_str(), c)], None, r.rate_pps, r.pps());
-    }
     if a.json {
         let mut j = serde_json::json!({
             "type": "summary", "engine": "live", "pkts": r.taken(), "program_sent": r.pkts,
@@ -1780,56 +2201,54 @@ fn run_live(
             j["slipped_ns"] = r.slipped_ns.into();
         }
         let _ = writeln!(out, "{j}");
-    } else {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "Sent {} pkts, {} bytes in {} ms: {} pps, {} Mbit/s; device drops: {} ({} runs of {} frames on average, {} at most, one every {} ms a thread)",
+        group(r.taken()),
+        group(r.bytes),
+        group_f(elapsed * 1e3, 2),
+        group_f(r.pps(), 0),
+        group_f(mbps, 2),
+        r.tx_dropped.map_or("unknown".into(), group),
+        group(r.runs),
+        group_f(r.mean_run(), 0),
+        group(r.max_run),
+        group_f(r.run_gap_ns(a.threads) as f64 / 1e6, 1),
+    );
+    if r.steered {
         let _ = writeln!(
             out,
-            "Sent {} pkts, {} bytes in {} ms: {} pps, {} Mbit/s; device drops: {} ({} runs of {} frames on average, {} at most, one every {} ms a thread)",
-            group(r.taken()),
-            group(r.bytes),
-            group_f(elapsed * 1e3, 2),
-            group_f(r.pps(), 0),
-            group_f(mbps, 2),
-            r.tx_dropped.map_or("unknown".into(), group),
-            group(r.runs),
-            group_f(r.mean_run(), 0),
-            group(r.max_run),
-            group_f(r.run_gap_ns(a.threads) as f64 / 1e6, 1),
+            "Rate: steered by commands; {} pps over the whole run",
+            group_f(r.pps(), 0)
         );
-        if r.steered {
+    } else if let Some(asked) = r.rate_pps {
+        let _ = writeln!(out, "Rate: {}", rate_words(r.pps(), asked, why));
+        if r.slips > 0 {
             let _ = writeln!(
                 out,
-                "Rate: steered by commands; {} pps over the whole run",
-                group_f(r.pps(), 0)
+                "  schedule moved later {} times ({} ms in all): stalls longer than the \
+                 catch-up window",
+                group(r.slips),
+                group_f(r.slipped_ns as f64 / 1e6, 3)
             );
-        } else if let Some(asked) = r.rate_pps {
-            let _ = writeln!(out, "Rate: {}", rate_words(r.pps(), asked, why));
-            if r.slips > 0 {
-                let _ = writeln!(
-                    out,
-                    "  schedule moved later {} times ({} ms in all): stalls longer than the \
-                     catch-up window",
-                    group(r.slips),
-                    group_f(r.slipped_ns as f64 / 1e6, 3)
-                );
-            }
-            if why == Some(gen::Shortfall::Port) {
-                let _ = writeln!(
-                    out,
-                    "  the device dropped {} of the {} frames the program sent",
-                    group(r.pkts - r.taken()),
-                    group(r.pkts)
-                );
-            } else if why.is_some() {
-                let _ = writeln!(
-                    out,
-                    "  the kernel runs could not send this rate on this interface and CPU; \
-                     lower --rate or add --threads"
-                );
-            }
+        }
+        if why == Some(gen::Shortfall::Port) {
+            let _ = writeln!(
+                out,
+                "  the device dropped {} of the {} frames the program sent",
+                group(r.pkts - r.taken()),
+                group(r.pkts)
+            );
+        } else if why.is_some() {
+            let _ = writeln!(
+                out,
+                "  the kernel runs could not send this rate on this interface and CPU; \
+                 lower --rate or add --threads"
+            );
         }
     }
-    let _ = out.flush();
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The replay page's state line and its row (the output port's counters) at `t`.
@@ -1992,6 +2411,13 @@ fn run_replay(
     let r = r?;
     outp.finish(&[])
         .with_context(|| format!("replaying {path} on {}", a.output))?;
+    replay_summary(a, &r, &opts);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The replay's summary: what left, the loops, what the port dropped and what could not
+/// go on Ethernet, and the schedule's precision.
+fn replay_summary(a: &Args, r: &replay::ReplayReport, opts: &ReplayOptions) {
     let elapsed = r.last_ns.saturating_sub(r.first_ns) as f64 / 1e9;
     // What left: a packet the output dropped was not replayed.
     let pps = if elapsed > 0.0 {
@@ -2072,7 +2498,6 @@ fn run_replay(
             let _ = write!(out, "{}", r.precision.table());
         }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -116,8 +116,79 @@ fn sweep_error(e: SweepError) -> anyhow::Error {
     }
 }
 
-/// Runs `linerate sweep`.
+/// Runs `linerate sweep`: checks the flags, opens the receiver and the sender, measures each
+/// size, and sums up.
 pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
+    let sizes = sizes_of(&mut a)?;
+    if a.bind.is_some() && !a.serve {
+        return Err(usage(
+            "--bind: only with --serve (the address a server listens on); a client names its \
+             server with --to HOST",
+        ));
+    }
+    let stop = stop_flag()?;
+    if a.serve {
+        return serve(&a, &stop);
+    }
+    let to = a.to.take().unwrap_or_default();
+    if let Some(Rate::Percent(_)) = a.rate {
+        return Err(usage(
+            "--rate: a share of the line rate means nothing through the UDP stack; give \
+             messages per second (100kpps) or megabits per second (50Mbps)",
+        ));
+    }
+    let mut watcher = open_watch(&a)?;
+    // The receiver: in a namespace of this machine, or a server elsewhere.
+    let mut far = open_sink(&a, &to, &sizes)?;
+    let run_id = (std::process::id() << 8) ^ (linerate::time::wall_ns() as u32);
+    let mut tx = open_sender(&a, &far.sink, &to, run_id)?;
+    if let Sender::Raw { port, .. } = &tx {
+        raw_sizes_fit(&sizes, port.as_ref(), &to, far.mtu)?;
+    }
+    let mut out = std::io::stdout().lock();
+    announce(&mut out, &a, &to, &far, &tx, watcher.as_ref(), &sizes);
+    let mut rows: Vec<(SizeRow, Option<Value>, Vec<String>)> = Vec::new();
+    let mut failure = None;
+    for (seq, &size) in sizes.iter().enumerate() {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let step = Step {
+            seq,
+            size,
+            run_id,
+            stop: &stop,
+        };
+        let m = match measure_size(&a, &step, &mut far.sink, &mut tx, watcher.as_mut()) {
+            Ok(m) => m,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
+        let notes = notes(&m.row, m.watch_text, a.raw.is_some());
+        print_row(&mut out, &a, &m.row, m.watch_json.as_ref(), &notes);
+        rows.push((m.row, m.watch_json, notes));
+        if m.watch_failed.is_some() {
+            failure = m.watch_failed;
+            break;
+        }
+    }
+    summary(
+        &mut out,
+        &a,
+        &rows,
+        sizes.len(),
+        stop.load(Ordering::Relaxed),
+    );
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// --sizes (or the default list of the mode), checked against the mode's limits.
+fn sizes_of(a: &mut Args) -> anyhow::Result<Vec<usize>> {
     let default = if a.raw.is_some() {
         DEFAULT_FRAMES
     } else {
@@ -147,136 +218,162 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
             )));
         }
     }
-    if a.bind.is_some() && !a.serve {
-        return Err(usage(
-            "--bind: only with --serve (the address a server listens on); a client names its \
-             server with --to HOST",
-        ));
-    }
-    let stop = stop_flag()?;
-    if a.serve {
-        return serve(&a, &stop);
-    }
-    let to = a.to.take().unwrap_or_default();
-    let rate_pps = |size: usize| -> Option<f64> {
-        match a.rate {
-            None => None,
-            Some(Rate::Pps(p)) => Some(p),
-            Some(Rate::Bps(b)) => Some(b / (size as f64 * 8.0)),
-            Some(Rate::Percent(_)) => None,
-        }
-    };
-    if let Some(Rate::Percent(_)) = a.rate {
-        return Err(usage(
-            "--rate: a share of the line rate means nothing through the UDP stack; give \
-             messages per second (100kpps) or megabits per second (50Mbps)",
-        ));
-    }
-    let mut watcher = match &a.watch {
-        Some(p) => {
-            let hops = watch::parse_path(p).map_err(|e| usage(format!("--watch: {e}")))?;
-            let w = Watch::new(hops, false).map_err(|e| {
-                if e.is_usage() {
-                    usage(format!("--watch: {e}"))
-                } else {
-                    anyhow::Error::new(e).context("--watch")
-                }
-            })?;
-            Some(w)
-        }
+    Ok(sizes)
+}
+
+/// The messages per second --rate asks for at `size` (None: as fast as it goes).
+fn rate_pps(rate: &Option<Rate>, size: usize) -> Option<f64> {
+    match rate {
         None => None,
+        Some(Rate::Pps(p)) => Some(*p),
+        Some(Rate::Bps(b)) => Some(b / (size as f64 * 8.0)),
+        Some(Rate::Percent(_)) => None,
+    }
+}
+
+/// The counters of --watch's path, when given.
+fn open_watch(a: &Args) -> anyhow::Result<Option<Watch>> {
+    let Some(p) = &a.watch else {
+        return Ok(None);
     };
-    // The receiver: in a namespace of this machine, or a server elsewhere.
-    let rcvbuf = a.rcvbuf.map(|b| b as usize);
-    // The MTU of --to NETNS:IFACE.
-    let mut target_mtu = None;
-    let (mut sink, where_) = match to.split_once(':') {
-        Some((ns, iface)) => {
-            if ns.is_empty() || iface.is_empty() {
-                return Err(usage(format!(
-                    "--to '{to}': write NETNS:IFACE (a namespace of `ip netns list` and an \
-                     interface in it) or HOST"
-                )));
-            }
-            target_mtu = Some(sweep::check_target(ns, iface).map_err(sweep_error)?.mtu);
-            if a.raw.is_some() {
-                let uri = format!("afpacket:{iface}");
-                let sink = LocalSink::open_port(Some(ns), &uri).map_err(sweep_error)?;
-                (
-                    Sink::Local(sink),
-                    format!("{to}, counted by {uri} in namespace {ns}"),
-                )
-            } else {
-                let ip = sweep::target_address(Some(ns), iface).map_err(sweep_error)?;
-                let sink = LocalSink::bind(Some(ns), SocketAddrV4::new(ip, a.port), rcvbuf)
-                    .map_err(sweep_error)?;
-                (
-                    Sink::Local(sink),
-                    format!("{to}, receiver in namespace {ns}"),
-                )
-            }
+    let hops = watch::parse_path(p).map_err(|e| usage(format!("--watch: {e}")))?;
+    let w = Watch::new(hops, false).map_err(|e| {
+        if e.is_usage() {
+            usage(format!("--watch: {e}"))
+        } else {
+            anyhow::Error::new(e).context("--watch")
         }
-        None if a.raw.is_some() => {
-            return Err(usage(format!(
-                "--to '{to}': with --raw, the far end is NETNS:IFACE (its frames are counted by \
-                 an afpacket: port there)"
-            )))
-        }
+    })?;
+    Ok(Some(w))
+}
+
+/// The far end of the run.
+struct Far {
+    /// What counts what arrives.
+    sink: Sink,
+    /// Where it is, in words.
+    words: String,
+    /// The MTU of --to NETNS:IFACE.
+    mtu: Option<u32>,
+}
+
+/// The receiver of --to.
+fn open_sink(a: &Args, to: &str, sizes: &[usize]) -> anyhow::Result<Far> {
+    match to.split_once(':') {
+        Some((ns, iface)) => open_local_sink(a, to, ns, iface),
+        None if a.raw.is_some() => Err(usage(format!(
+            "--to '{to}': with --raw, the far end is NETNS:IFACE (its frames are counted by \
+             an afpacket: port there)"
+        ))),
         None => {
-            if a.port == 0 {
-                return Err(usage(
-                    "--port 0: with --to HOST, give the port its `linerate sweep --serve` listens on",
-                ));
-            }
-            let ip = (to.as_str(), a.port)
-                .to_socket_addrs()
-                .map_err(|e| usage(format!("--to '{to}': {e}")))?
-                .find_map(|s| match s {
-                    std::net::SocketAddr::V4(v) => Some(*v.ip()),
-                    _ => None,
-                })
-                .ok_or_else(|| usage(format!("--to '{to}': no IPv4 address")))?;
-            let r =
-                RemoteSink::connect(SocketAddrV4::new(ip, a.port), rcvbuf).map_err(sweep_error)?;
-            if let Some(l) = r.limits() {
-                let secs = a.time.as_secs_f64().ceil() as u64;
-                let server = r.server();
-                if secs > l.max_secs {
-                    return Err(usage(format!(
-                        "--time {}: the server {server} allows at most {} s per size",
-                        flags::show_duration(a.time),
-                        l.max_secs
-                    )));
-                }
-                if sizes.len() as u64 > l.max_sizes {
-                    return Err(usage(format!(
-                        "--sizes: {} sizes; the server {server} allows at most {} per run",
-                        sizes.len(),
-                        l.max_sizes
-                    )));
-                }
-            }
-            (
-                Sink::Remote(r),
-                format!("{to}, linerate sweep --serve there"),
-            )
+            let (sink, words) = connect_server(a, to, sizes)?;
+            Ok(Far {
+                sink,
+                words,
+                mtu: None,
+            })
         }
-    };
-    let run_id = (std::process::id() << 8) ^ (linerate::time::wall_ns() as u32);
-    let mut tx = match &a.raw {
+    }
+}
+
+/// A receiver in namespace `ns` of this machine: a UDP socket on `iface`'s address, or with
+/// --raw an afpacket: port counting the frames.
+fn open_local_sink(a: &Args, to: &str, ns: &str, iface: &str) -> anyhow::Result<Far> {
+    if ns.is_empty() || iface.is_empty() {
+        return Err(usage(format!(
+            "--to '{to}': write NETNS:IFACE (a namespace of `ip netns list` and an \
+             interface in it) or HOST"
+        )));
+    }
+    let mtu = Some(sweep::check_target(ns, iface).map_err(sweep_error)?.mtu);
+    if a.raw.is_some() {
+        let uri = format!("afpacket:{iface}");
+        let sink = LocalSink::open_port(Some(ns), &uri).map_err(sweep_error)?;
+        return Ok(Far {
+            sink: Sink::Local(sink),
+            words: format!("{to}, counted by {uri} in namespace {ns}"),
+            mtu,
+        });
+    }
+    let rcvbuf = a.rcvbuf.map(|b| b as usize);
+    let ip = sweep::target_address(Some(ns), iface).map_err(sweep_error)?;
+    let sink =
+        LocalSink::bind(Some(ns), SocketAddrV4::new(ip, a.port), rcvbuf).map_err(sweep_error)?;
+    Ok(Far {
+        sink: Sink::Local(sink),
+        words: format!("{to}, receiver in namespace {ns}"),
+        mtu,
+    })
+}
+
+/// A `linerate sweep --serve` on host `to`, whose limits the run must keep.
+fn connect_server(a: &Args, to: &str, sizes: &[usize]) -> anyhow::Result<(Sink, String)> {
+    if a.port == 0 {
+        return Err(usage(
+            "--port 0: with --to HOST, give the port its `linerate sweep --serve` listens on",
+        ));
+    }
+    let ip = (to, a.port)
+        .to_socket_addrs()
+        .map_err(|e| usage(format!("--to '{to}': {e}")))?
+        .find_map(|s| match s {
+            std::net::SocketAddr::V4(v) => Some(*v.ip()),
+            _ => None,
+        })
+        .ok_or_else(|| usage(format!("--to '{to}': no IPv4 address")))?;
+    let rcvbuf = a.rcvbuf.map(|b| b as usize);
+    let r = RemoteSink::connect(SocketAddrV4::new(ip, a.port), rcvbuf).map_err(sweep_error)?;
+    if let Some(l) = r.limits() {
+        let secs = a.time.as_secs_f64().ceil() as u64;
+        let server = r.server();
+        if secs > l.max_secs {
+            return Err(usage(format!(
+                "--time {}: the server {server} allows at most {} s per size",
+                flags::show_duration(a.time),
+                l.max_secs
+            )));
+        }
+        if sizes.len() as u64 > l.max_sizes {
+            return Err(usage(format!(
+                "--sizes: {} sizes; the server {server} allows at most {} per run",
+                sizes.len(),
+                l.max_sizes
+            )));
+        }
+    }
+    Ok((
+        Sink::Remote(r),
+        format!("{to}, linerate sweep --serve there"),
+    ))
+}
+
+/// The sender: a UDP socket toward the sink, or the --raw port.
+fn open_sender(a: &Args, sink: &Sink, to: &str, run_id: u32) -> anyhow::Result<Sender> {
+    match &a.raw {
         None => {
             let dst = sink.data_addr();
-            Sender::Udp(
+            Ok(Sender::Udp(
                 UdpSender::connect(dst, a.sndbuf.map(|b| b as usize))
                     .with_context(|| format!("opening a UDP socket toward {dst}"))?,
-            )
+            ))
         }
-        Some(uri) => raw_sender(uri, &to, a.port, run_id)?,
-    };
-    if let Sender::Raw { port, .. } = &tx {
-        raw_sizes_fit(&sizes, port.as_ref(), &to, target_mtu)?;
+        Some(uri) => raw_sender(uri, to, a.port, run_id),
     }
-    let dst = match &tx {
+}
+
+/// The start record, or the lines naming the test, its buffers and its watched path, and
+/// the table's header.
+fn announce(
+    out: &mut dyn Write,
+    a: &Args,
+    to: &str,
+    far: &Far,
+    tx: &Sender,
+    watcher: Option<&Watch>,
+    sizes: &[usize],
+) {
+    let (sink, where_) = (&far.sink, &far.words);
+    let dst = match tx {
         Sender::Udp(_) => sink.data_addr(),
         Sender::Raw { template, .. } => SocketAddrV4::new(
             match template.dst_ip {
@@ -286,13 +383,11 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
             a.port,
         ),
     };
-    let sndbuf = match &tx {
+    let sndbuf = match tx {
         Sender::Udp(u) => u.sndbuf().unwrap_or(0),
         Sender::Raw { .. } => 0,
     };
     let rcv = sink.rcvbuf();
-    let mut out = std::io::stdout().lock();
-    let asked = |b: Option<u64>| b.map_or_else(String::new, |b| format!(" (asked {} B)", group(b)));
     if a.json {
         let start = json!({
             "type": "start",
@@ -308,139 +403,168 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
             "rcvbuf": rcv,
             "rcvbuf_asked": a.rcvbuf,
             "batch": a.batch,
-            "watch": watcher.as_ref().map(|w| w.path().hops.iter().map(|h| h.label.clone()).collect::<Vec<_>>()),
+            "watch": watcher.map(|w| w.path().hops.iter().map(|h| h.label.clone()).collect::<Vec<_>>()),
         });
         let _ = writeln!(out, "{start}");
+        let _ = out.flush();
+        return;
+    }
+    let asked = |b: Option<u64>| b.map_or_else(String::new, |b| format!(" (asked {} B)", group(b)));
+    match &a.raw {
+        None => {
+            let _ = writeln!(
+                out,
+                "UDP_STREAM to {dst} ({where_}), {} per size, {} messages per sendmmsg",
+                flags::show_duration(a.time),
+                a.batch
+            );
+            let _ = writeln!(
+                out,
+                "Socket sizes: send {} B{}, receive {} B{}",
+                group(sndbuf as u64),
+                asked(a.sndbuf),
+                group(rcv as u64),
+                asked(a.rcvbuf)
+            );
+        }
+        Some(uri) => {
+            let _ = writeln!(
+                out,
+                "Ethernet/IPv4/UDP frames on {uri} from {} to {dst} ({where_}), {} per size; \
+                 sizes without the CRC",
+                tx.src().unwrap_or_default(),
+                flags::show_duration(a.time),
+            );
+        }
+    }
+    if let Some(w) = watcher {
+        let labels: Vec<&str> = w.path().hops.iter().map(|h| h.label.as_str()).collect();
+        let _ = writeln!(out, "Watching {}", labels.join(" -> "));
+        for n in &w.path().notes {
+            let _ = writeln!(out, "note: {n}");
+        }
+    }
+    let _ = write!(out, "{}", header(a.rate.is_some(), a.raw.is_some()));
+    let _ = out.flush();
+}
+
+/// Which size of the run is measured.
+struct Step<'a> {
+    /// Its place in --sizes (from 0).
+    seq: usize,
+    size: usize,
+    run_id: u32,
+    stop: &'a std::sync::atomic::AtomicBool,
+}
+
+/// One size measured.
+struct Measured {
+    row: SizeRow,
+    /// Where the watched path lost packets (JSON, and lines for the table).
+    watch_json: Option<Value>,
+    watch_text: Vec<String>,
+    /// The watched path could not be read after the size was sent (its row still counts).
+    watch_failed: Option<anyhow::Error>,
+}
+
+/// One size: tagged messages or frames sent for --time, and what the receiver and the
+/// watched path counted. Err: nothing measured.
+fn measure_size(
+    a: &Args,
+    step: &Step,
+    sink: &mut Sink,
+    tx: &mut Sender,
+    mut watcher: Option<&mut Watch>,
+) -> anyhow::Result<Measured> {
+    let (seq, size) = (step.seq, step.size);
+    let t: [u8; TAG_LEN] = match &*tx {
+        Sender::Udp(_) => sweep::tag(step.run_id, seq as u32 + 1),
+        Sender::Raw { template, .. } => {
+            sweep::raw_tag(template.sport.wrapping_add(seq as u16), template.dport)
+        }
+    };
+    let before = watcher
+        .as_mut()
+        .map(|w| w.sample())
+        .transpose()
+        .map_err(|e| anyhow::Error::new(e).context("--watch"))?;
+    sink.begin(size, t, a.time.as_secs_f64())?;
+    let asked_pps = rate_pps(&a.rate, size);
+    let txr = match tx {
+        Sender::Udp(u) => {
+            u.set_head(&t);
+            let plan = SendPlan {
+                size,
+                duration: a.time,
+                rate_pps: asked_pps,
+                batch: a.batch,
+            };
+            sweep::send_size(u, &plan, step.stop)
+        }
+        Sender::Raw { port, template } => {
+            let mut template = template.clone();
+            template.sport = template.sport.wrapping_add(seq as u16);
+            let plan = sweep::RawPlan {
+                template,
+                frame_len: size,
+                duration: a.time,
+                rate_pps: asked_pps,
+            };
+            sweep::send_size_raw(port.as_mut(), &plan, step.stop)?
+        }
+    };
+    let rxr = sink.finish(txr.sent)?;
+    let row = SizeRow {
+        size,
+        asked_pps,
+        tx: txr,
+        rx: rxr,
+    };
+    let (watch_json, watch_text, watch_failed) = match (watcher, before) {
+        (Some(w), Some(b)) => match w.sample() {
+            Ok(after) => {
+                let (j, t) = where_lost(&watch::diff(&b, &after).since_start(&b, &after));
+                (j, t, None)
+            }
+            Err(e) => (None, vec![], Some(anyhow::Error::new(e).context("--watch"))),
+        },
+        _ => (None, vec![], None),
+    };
+    Ok(Measured {
+        row,
+        watch_json,
+        watch_text,
+        watch_failed,
+    })
+}
+
+/// A size's row (a JSON record, or a table line and its notes).
+fn print_row(
+    out: &mut dyn Write,
+    a: &Args,
+    row: &SizeRow,
+    wjson: Option<&Value>,
+    notes: &[String],
+) {
+    if a.json {
+        let _ = writeln!(out, "{}", row_json(row, wjson));
     } else {
-        match &a.raw {
-            None => {
-                let _ = writeln!(
-                    out,
-                    "UDP_STREAM to {dst} ({where_}), {} per size, {} messages per sendmmsg",
-                    flags::show_duration(a.time),
-                    a.batch
-                );
-                let _ = writeln!(
-                    out,
-                    "Socket sizes: send {} B{}, receive {} B{}",
-                    group(sndbuf as u64),
-                    asked(a.sndbuf),
-                    group(rcv as u64),
-                    asked(a.rcvbuf)
-                );
-            }
-            Some(uri) => {
-                let _ = writeln!(
-                    out,
-                    "Ethernet/IPv4/UDP frames on {uri} from {} to {dst} ({where_}), {} per size; \
-                     sizes without the CRC",
-                    tx.src().unwrap_or_default(),
-                    flags::show_duration(a.time),
-                );
-            }
+        let _ = write!(out, "{}", row_text(row, a.rate.is_some()));
+        for n in notes {
+            let _ = writeln!(out, "{:>8}  {n}", format!("{}:", row.size));
         }
-        if let Some(w) = &watcher {
-            let labels: Vec<&str> = w.path().hops.iter().map(|h| h.label.as_str()).collect();
-            let _ = writeln!(out, "Watching {}", labels.join(" -> "));
-            for n in &w.path().notes {
-                let _ = writeln!(out, "note: {n}");
-            }
-        }
-        let _ = write!(out, "{}", header(a.rate.is_some(), a.raw.is_some()));
     }
     let _ = out.flush();
-    let mut rows: Vec<(SizeRow, Option<Value>, Vec<String>)> = Vec::new();
-    let mut failure = None;
-    for (seq, &size) in sizes.iter().enumerate() {
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
-        let t: [u8; TAG_LEN] = match &tx {
-            Sender::Udp(_) => sweep::tag(run_id, seq as u32 + 1),
-            Sender::Raw { template, .. } => {
-                sweep::raw_tag(template.sport.wrapping_add(seq as u16), template.dport)
-            }
-        };
-        let before = match watcher.as_mut().map(|w| w.sample()).transpose() {
-            Ok(s) => s,
-            Err(e) => {
-                failure = Some(anyhow::Error::new(e).context("--watch"));
-                break;
-            }
-        };
-        if let Err(e) = sink.begin(size, t, a.time.as_secs_f64()) {
-            failure = Some(anyhow::Error::new(e));
-            break;
-        }
-        let asked_pps = rate_pps(size);
-        let txr = match &mut tx {
-            Sender::Udp(u) => {
-                u.set_head(&t);
-                let plan = SendPlan {
-                    size,
-                    duration: a.time,
-                    rate_pps: asked_pps,
-                    batch: a.batch,
-                };
-                sweep::send_size(u, &plan, &stop)
-            }
-            Sender::Raw { port, template } => {
-                let mut template = template.clone();
-                template.sport = template.sport.wrapping_add(seq as u16);
-                let plan = sweep::RawPlan {
-                    template,
-                    frame_len: size,
-                    duration: a.time,
-                    rate_pps: asked_pps,
-                };
-                match sweep::send_size_raw(port.as_mut(), &plan, &stop) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        failure = Some(anyhow::Error::new(e));
-                        break;
-                    }
-                }
-            }
-        };
-        let rxr = match sink.finish(txr.sent) {
-            Ok(r) => r,
-            Err(e) => {
-                failure = Some(anyhow::Error::new(e));
-                break;
-            }
-        };
-        let row = SizeRow {
-            size,
-            asked_pps,
-            tx: txr,
-            rx: rxr,
-        };
-        let (wjson, wtext) = match (watcher.as_mut(), before) {
-            (Some(w), Some(b)) => match w.sample() {
-                Ok(after) => where_lost(&watch::diff(&b, &after).since_start(&b, &after)),
-                Err(e) => {
-                    failure = Some(anyhow::Error::new(e).context("--watch"));
-                    (None, vec![])
-                }
-            },
-            _ => (None, vec![]),
-        };
-        let notes = notes(&row, wtext, a.raw.is_some());
-        if a.json {
-            let _ = writeln!(out, "{}", row_json(&row, wjson.as_ref()));
-        } else {
-            let _ = write!(out, "{}", row_text(&row, a.rate.is_some()));
-            for n in &notes {
-                let _ = writeln!(out, "{:>8}  {n}", format!("{size}:"));
-            }
-        }
-        let _ = out.flush();
-        rows.push((row, wjson, notes));
-        if failure.is_some() {
-            break;
-        }
-    }
-    let stopped = stop.load(Ordering::Relaxed);
+}
+
+/// The summary record (JSON), or the line saying a signal stopped the run early.
+fn summary(
+    out: &mut dyn Write,
+    a: &Args,
+    rows: &[(SizeRow, Option<Value>, Vec<String>)],
+    sizes_asked: usize,
+    stopped: bool,
+) {
     let done = rows.len();
     if a.json {
         let s = json!({
@@ -448,14 +572,13 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
             "sizes": rows.iter().map(|(r, w, _)| row_json(r, w.as_ref())).collect::<Vec<_>>(),
             "stopped": stopped,
             "sizes_done": done,
-            "sizes_asked": sizes.len(),
+            "sizes_asked": sizes_asked,
         });
         let _ = writeln!(out, "{s}");
     } else if stopped {
         let _ = writeln!(
             out,
-            "Stopped by a signal: {done} of {} sizes measured{}",
-            sizes.len(),
+            "Stopped by a signal: {done} of {sizes_asked} sizes measured{}",
             if rows.last().is_some_and(|(r, _, _)| r.tx.stopped) {
                 " (the last one cut short: its row covers the time it ran)"
             } else {
@@ -464,10 +587,6 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let _ = out.flush();
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(ExitCode::SUCCESS),
-    }
 }
 
 fn header(rate: bool, raw: bool) -> String {

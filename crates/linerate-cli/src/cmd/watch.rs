@@ -47,12 +47,9 @@ fn watch_error(e: WatchError) -> anyhow::Error {
     }
 }
 
-/// Runs `linerate watch`.
-pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    let stop = stop_flag()?;
-    let hops = watch::parse_path(&a.path).map_err(watch_error)?;
-    let mut w = Watch::new(hops, !a.no_polls).map_err(watch_error)?;
-    let metrics = match &a.metrics {
+/// The Prometheus endpoint of --metrics.
+fn start_metrics(a: &Args) -> anyhow::Result<Option<MetricsServer>> {
+    Ok(match &a.metrics {
         Some(addr) => {
             let m =
                 MetricsServer::start(addr).map_err(|e| usage(format!("--metrics {addr}: {e}")))?;
@@ -62,9 +59,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             Some(m)
         }
         None => None,
-    };
-    let mut out = std::io::stdout().lock();
-    let path = w.path().clone();
+    })
+}
+
+/// The start line (or JSON record): the path's hops, its notes, the metrics address.
+fn announce(out: &mut dyn Write, a: &Args, path: &watch::Path, metrics: Option<&MetricsServer>) {
     if a.json {
         let start = serde_json::json!({
             "type": "start",
@@ -77,7 +76,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             })).collect::<Vec<_>>(),
             "notes": path.notes,
             "polls_off": path.napi_off,
-            "metrics": metrics.as_ref().map(|m| m.addr().to_string()),
+            "metrics": metrics.map(|m| m.addr().to_string()),
         });
         let _ = writeln!(out, "{start}");
     } else {
@@ -100,33 +99,56 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         if let Some(why) = &path.napi_off {
             let _ = writeln!(out, "note: packets per poll are not counted: {why}");
         }
-        if let Some(m) = &metrics {
+        if let Some(m) = metrics {
             let _ = writeln!(out, "Metrics on http://{}/metrics", m.addr());
         }
     }
     let _ = out.flush();
+}
+
+/// Sleeps until the next interval (or the end of -t), in short steps so that a signal or
+/// the end of -t is seen at once. False: a signal stopped the run.
+fn wait_until_tick(
+    a: &Args,
+    stop: &std::sync::atomic::AtomicBool,
+    started: Instant,
+    next: Instant,
+) -> bool {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = Instant::now();
+        let end = a.duration.map(|d| started + d);
+        let wake = match end {
+            Some(e) if e < next => e,
+            _ => next,
+        };
+        if now >= wake {
+            return true;
+        }
+        std::thread::sleep((wake - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// Runs `linerate watch`.
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let stop = stop_flag()?;
+    let hops = watch::parse_path(&a.path).map_err(watch_error)?;
+    let mut w = Watch::new(hops, !a.no_polls).map_err(watch_error)?;
+    let metrics = start_metrics(&a)?;
+    let mut out = std::io::stdout().lock();
+    let path = w.path().clone();
+    announce(&mut out, &a, &path, metrics.as_ref());
     let first = w.sample().map_err(watch_error)?;
     let started = Instant::now();
     let mut prev = first.clone();
     let mut last = first.clone();
     let mut failure = None;
     let mut next = started + a.interval;
-    'run: loop {
-        // Sleep in short steps so that a signal or the end of -t is seen at once.
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                break 'run;
-            }
-            let now = Instant::now();
-            let end = a.duration.map(|d| started + d);
-            let wake = match end {
-                Some(e) if e < next => e,
-                _ => next,
-            };
-            if now >= wake {
-                break;
-            }
-            std::thread::sleep((wake - now).min(Duration::from_millis(50)));
+    loop {
+        if !wait_until_tick(&a, &stop, started, next) {
+            break;
         }
         let ending = a.duration.is_some_and(|d| started.elapsed() >= d);
         match w.sample() {

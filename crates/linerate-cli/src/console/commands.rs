@@ -197,6 +197,66 @@ impl Steer {
 
     /// Runs one command as words (`rate 2Mpps`, `stream 1 dst-ip 10.0.0.2`).
     fn exec_words(&mut self, line: &str, words: &[&str]) -> Result<(), String> {
+        let (stream, cmd, arg) = self.parse_words(line, words)?;
+        let need = |what: &str| -> Result<&str, String> {
+            arg.filter(|a| !a.is_empty())
+                .ok_or_else(|| format!("{cmd} needs {what}"))
+        };
+        let none = || -> Result<(), String> {
+            match arg {
+                Some(a) => Err(format!("{cmd} takes no value (got '{a}')")),
+                None => Ok(()),
+            }
+        };
+        match cmd {
+            "start" => {
+                none()?;
+                self.ctl.start();
+            }
+            "stop" => {
+                none()?;
+                self.ctl.update(|s| s.sending = false);
+            }
+            "quit" | "q" => {
+                none()?;
+                self.stop.store(true, Ordering::SeqCst);
+            }
+            "rate" => self.set_rate(line, stream, need("a rate")?)?,
+            "size" => self.set_size(line, stream, need("a size")?)?,
+            "dst-mac" if stream.is_none() => {
+                let m = parse_mac(need("a MAC address")?)?;
+                self.ctl.update(|s| {
+                    s.dst_mac = Some(m);
+                    for (_, g) in &mut s.streams {
+                        g.dst_mac = None;
+                    }
+                });
+            }
+            "count" => {
+                let v = need("a packet count")?;
+                let n = if v == "0" {
+                    None
+                } else {
+                    Some(crate::common::flags::check_count(
+                        v,
+                        crate::common::flags::PACKETS,
+                    )?)
+                };
+                self.ctl.update(|s| s.count = n);
+            }
+            _ => self.set_field(line, stream, cmd, arg)?,
+        }
+        Ok(())
+    }
+
+    /// A command's words checked: the stream it names (`stream N ...`), the command, its
+    /// one value. Refused: an unknown command, more than one value, a command the engine
+    /// does not take, a command for every stream given to one.
+    fn parse_words<'w>(
+        &self,
+        line: &str,
+        words: &[&'w str],
+    ) -> Result<(Option<u16>, &'w str, Option<&'w str>), String> {
         let (stream, words) = match words {
             ["stream", n, rest @ ..] => {
                 let id: u16 = n
@@ -227,22 +287,12 @@ impl Steer {
             ));
         }
         let arg = words.get(1).copied();
-        let need = |what: &str| -> Result<&str, String> {
-            arg.filter(|a| !a.is_empty())
-                .ok_or_else(|| format!("{cmd} needs {what}"))
-        };
         if let Some((cmds, why)) = &self.only {
             let name = if cmd == "q" { "quit" } else { cmd };
             if (!cmds.contains(&name) || stream.is_some()) && KNOWN.contains(&name) {
                 return Err(format!("{cmd}: {why}"));
             }
         }
-        let none = || -> Result<(), String> {
-            match arg {
-                Some(a) => Err(format!("{cmd} takes no value (got '{a}')")),
-                None => Ok(()),
-            }
-        };
         if let Some(id) = stream {
             if matches!(cmd, "start" | "stop" | "quit" | "q" | "count") {
                 return Err(format!(
@@ -250,8 +300,85 @@ impl Steer {
                 ));
             }
         }
-        // One field of every stream, or of stream `stream`: a command for every stream takes
-        // back what an earlier one set for one stream.
+        Ok((stream, cmd, arg))
+    }
+
+    /// `rate R`: every stream's rate, or stream `stream`'s.
+    fn set_rate(&mut self, line: &str, stream: Option<u16>, v: &str) -> Result<(), String> {
+        let r = crate::common::flags::check_rate(v)?;
+        match stream {
+            None => {
+                let pps = self.per_stream(r, &self.size)?;
+                self.rate = Some(r);
+                self.ctl.update(|s| {
+                    s.pps = Some(pps);
+                    for (_, g) in &mut s.streams {
+                        g.pps = None;
+                    }
+                });
+            }
+            Some(id) => {
+                let cur = self.now(&self.ctl.get());
+                let z = cur
+                    .iter()
+                    .find(|s| s.id == id)
+                    .map(|s| s.size.clone())
+                    .unwrap_or(SizeSpec::Fixed(64));
+                let pps = self.per_stream(r, &z)? * self.streams as f64;
+                self.change(line, |s| s.stream(id).pps = Some(pps))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `size Z`: every stream's frame size (a rate in bits or percent of the line keeps its
+    /// meaning: packets follow), or stream `stream`'s.
+    fn set_size(&mut self, line: &str, stream: Option<u16>, v: &str) -> Result<(), String> {
+        let z: SizeSpec = v.parse()?;
+        if let Some(id) = stream {
+            self.change(line, |s| s.stream(id).size = Some(z))?;
+            return Ok(());
+        }
+        let mut t = self.base.clone();
+        for s in &mut t {
+            s.size = z.clone();
+        }
+        gen::validate(&GenOptions {
+            streams: t,
+            ..Default::default()
+        })
+        .map_err(|e| format!("size {v}: {e}"))?;
+        // A rate in bits or percent of the line keeps its meaning: packets follow.
+        let pps = match self.rate {
+            Some(r) => Some(self.per_stream(r, &z)?),
+            None => None,
+        };
+        self.size = z.clone();
+        self.ctl.update(|s| {
+            s.size = Some(z);
+            for (_, g) in &mut s.streams {
+                g.size = None;
+            }
+            if pps.is_some() {
+                s.pps = pps;
+            }
+        });
+        Ok(())
+    }
+
+    /// One header field of every stream, or of stream `stream`: a command for every stream
+    /// takes back what an earlier one set for one stream.
+    fn set_field(
+        &mut self,
+        line: &str,
+        stream: Option<u16>,
+        cmd: &str,
+        arg: Option<&str>,
+    ) -> Result<(), String> {
+        let need = |what: &str| -> Result<&str, String> {
+            arg.filter(|a| !a.is_empty())
+                .ok_or_else(|| format!("{cmd} needs {what}"))
+        };
         let set = |s: &mut Settings, f: &dyn Fn(&mut Fields)| match stream {
             Some(id) => f(s.stream(id)),
             None => {
@@ -264,84 +391,6 @@ impl Steer {
             }
         };
         match cmd {
-            "start" => {
-                none()?;
-                self.ctl.start();
-            }
-            "stop" => {
-                none()?;
-                self.ctl.update(|s| s.sending = false);
-            }
-            "quit" | "q" => {
-                none()?;
-                self.stop.store(true, Ordering::SeqCst);
-            }
-            "rate" => {
-                let r = crate::common::flags::check_rate(need("a rate")?)?;
-                match stream {
-                    None => {
-                        let pps = self.per_stream(r, &self.size)?;
-                        self.rate = Some(r);
-                        self.ctl.update(|s| {
-                            s.pps = Some(pps);
-                            for (_, g) in &mut s.streams {
-                                g.pps = None;
-                            }
-                        });
-                    }
-                    Some(id) => {
-                        let cur = self.now(&self.ctl.get());
-                        let z = cur
-                            .iter()
-                            .find(|s| s.id == id)
-                            .map(|s| s.size.clone())
-                            .unwrap_or(SizeSpec::Fixed(64));
-                        let pps = self.per_stream(r, &z)? * self.streams as f64;
-                        self.change(line, |s| s.stream(id).pps = Some(pps))?;
-                    }
-                }
-            }
-            "size" => {
-                let v = need("a size")?;
-                let z: SizeSpec = v.parse()?;
-                if let Some(id) = stream {
-                    self.change(line, |s| s.stream(id).size = Some(z))?;
-                    return Ok(());
-                }
-                let mut t = self.base.clone();
-                for s in &mut t {
-                    s.size = z.clone();
-                }
-                gen::validate(&GenOptions {
-                    streams: t,
-                    ..Default::default()
-                })
-                .map_err(|e| format!("size {v}: {e}"))?;
-                // A rate in bits or percent of the line keeps its meaning: packets follow.
-                let pps = match self.rate {
-                    Some(r) => Some(self.per_stream(r, &z)?),
-                    None => None,
-                };
-                self.size = z.clone();
-                self.ctl.update(|s| {
-                    s.size = Some(z);
-                    for (_, g) in &mut s.streams {
-                        g.size = None;
-                    }
-                    if pps.is_some() {
-                        s.pps = pps;
-                    }
-                });
-            }
-            "dst-mac" if stream.is_none() => {
-                let m = parse_mac(need("a MAC address")?)?;
-                self.ctl.update(|s| {
-                    s.dst_mac = Some(m);
-                    for (_, g) in &mut s.streams {
-                        g.dst_mac = None;
-                    }
-                });
-            }
             "dst-mac" => {
                 let m = parse_mac(need("a MAC address")?)?;
                 self.change(line, |s| set(s, &|f| f.dst_mac = Some(m)))?;
@@ -414,18 +463,6 @@ impl Steer {
                 if inner.is_some() {
                     self.last_vlan = v.to_string();
                 }
-            }
-            "count" => {
-                let v = need("a packet count")?;
-                let n = if v == "0" {
-                    None
-                } else {
-                    Some(crate::common::flags::check_count(
-                        v,
-                        crate::common::flags::PACKETS,
-                    )?)
-                };
-                self.ctl.update(|s| s.count = n);
             }
             _ => return Err(format!("unknown command '{cmd}': {HELP}")),
         }
