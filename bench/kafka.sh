@@ -38,7 +38,7 @@
 # with these, 90 to 100%. pcap_savefile_wait keeps it up after the file so its plugin can purge
 # (every second, kafka_refresh_time) until the topic stops growing; then SIGINT ends it. A
 # print plugin's output file is rewritten at every purge unless print_output_file_append is
-# set: counting from it undercounts too. Needs python3, Java 17 and Maven (scripts/setup.sh) and
+# set: counting from it undercounts too. Needs python3, Java 17 and Maven (scripts/setup.sh --tests) and
 # pmacct (apt-get install pmacct; skipped with a note if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -17,7 +17,7 @@
 # in its own folder made by mktemp -d (configuration, data, server.log, pid), on two free
 # loopback ports (clients and controller). Topics are created on first use with
 # ${KAFKA_PARTITIONS:-4} partitions. KAFKA_CPUS (a taskset list, e.g. 0) pins the broker to those
-# cores from its start. Needs Java 17 and Maven (scripts/setup.sh installs them).
+# cores from its start. Needs Java 17 and Maven (scripts/setup.sh --tests installs them).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 version=3.9.1
@@ -27,8 +27,8 @@ die() { echo "kafka.sh: $*" >&2; exit 1; }
 
 fetch() {
   [ -f "$libs/.complete" ] && return 0
-  command -v java >/dev/null || die "java not found (bash scripts/setup.sh installs openjdk-17-jre-headless)"
-  command -v mvn >/dev/null || die "mvn not found (bash scripts/setup.sh installs maven)"
+  command -v java >/dev/null || die "java not found (bash scripts/setup.sh --tests installs openjdk-17-jre-headless)"
+  command -v mvn >/dev/null || die "mvn not found (bash scripts/setup.sh --tests installs maven)"
   mkdir -p "$cache"
   # One fetch at a time (tests of several binaries may start brokers at once); the jars go to a
   # fresh folder that is renamed into place when complete.

@@ -13,7 +13,9 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(
     name = "linerate",
-    version,
+    // `linerate 0.1.0 (2ba9a4c 2026-11-27)`: the commit (`-dirty`, or `unknown commit` outside
+    // a git checkout) and the build date, from build.rs.
+    version = env!("LINERATE_VERSION"),
     about = "Line-rate packet capture, distribution, generation and measurement on stock Linux",
     propagate_version = true
 )]
@@ -52,6 +54,12 @@ enum Cmd {
     /// Wireshark extcap: tshark/Wireshark list and capture linerate's queues (cluster:ID@Q,
     /// xdp:IFACE@Q, afpacket:IFACE); `extcap install` puts it in Wireshark's extcap folder.
     Extcap(cmd::extcap::Args),
+    /// Print the shell completion script for bash, zsh or fish (`source <(linerate completions
+    /// bash)`); scripts/install.sh installs them.
+    Completions(cmd::completions::Args),
+    /// Print the manual page of linerate or of one subcommand as roff (`linerate man count |
+    /// man -l -`); `--dir D` writes every page (linerate.1, linerate-count.1, ...).
+    Man(cmd::man::Args),
 }
 
 fn main() -> ExitCode {
@@ -78,6 +86,8 @@ fn main() -> ExitCode {
         Cmd::Sweep(a) => cmd::sweep::run(a),
         Cmd::Exec(a) => cmd::exec::run(a),
         Cmd::Extcap(a) => cmd::extcap::run(a),
+        Cmd::Completions(a) => cmd::completions::run(a),
+        Cmd::Man(a) => cmd::man::run(a),
     };
     let code = match r {
         Ok(code) => code,

@@ -4,7 +4,7 @@
 //! run with the same TZ (UTC, and one other zone for the local time); nothing else is normalised.
 //!
 //! Without tcpdump the test prints why and passes, unless LINERATE_REQUIRE_PRIV=1 (CI installs
-//! tcpdump with scripts/setup.sh).
+//! tcpdump with scripts/setup.sh --tests).
 #![deny(unsafe_code)]
 
 use std::path::{Path, PathBuf};

@@ -313,7 +313,10 @@ fn the_conversation_reads_as_wireshark_reads_it() {
 
 #[test]
 fn install_then_tshark_lists_the_queue_and_captures_every_packet_with_the_filter_and_the_isb() {
-    if !linerate_test_support::require_tool("tshark", "Debian package tshark, scripts/setup.sh") {
+    if !linerate_test_support::require_tool(
+        "tshark",
+        "Debian package tshark, scripts/setup.sh --tests",
+    ) {
         return;
     }
     let Some(file) = sample() else { return };
@@ -598,7 +601,10 @@ fn the_reader_closing_the_fifo_ends_an_idle_capture() {
 fn tshark_captures_an_afpacket_interface_through_the_extcap() {
     use linerate_test_support::netns::{self, NetnsPair, Side};
     if !netns::require_priv()
-        || !linerate_test_support::require_tool("tshark", "Debian package tshark, scripts/setup.sh")
+        || !linerate_test_support::require_tool(
+            "tshark",
+            "Debian package tshark, scripts/setup.sh --tests",
+        )
     {
         return;
     }

@@ -5,7 +5,7 @@
 //! splits, only on what it counts. Where the record counts differ it is printed.
 //!
 //! Without argus the test prints why and passes, unless LINERATE_REQUIRE_PRIV=1 (CI installs
-//! argus-server and argus-client with scripts/setup.sh).
+//! argus-server and argus-client with scripts/setup.sh --tests).
 #![deny(unsafe_code)]
 
 use std::collections::BTreeMap;

@@ -127,7 +127,7 @@ fn broker_or_skip() -> Option<Broker> {
         Ok(b) => Some(b),
         Err(e) => {
             linerate_test_support::skip(&format!(
-                "the Kafka broker cannot start (bash scripts/setup.sh installs Java 17 and Maven): {e}"
+                "the Kafka broker cannot start (bash scripts/setup.sh --tests installs Java 17 and Maven): {e}"
             ));
             None
         }

@@ -56,7 +56,7 @@ fn tshark_bad(path: &str) -> usize {
             "ip.checksum.status==2 || udp.checksum.status==2 || tcp.checksum.status==2",
         ])
         .output()
-        .expect("tshark is installed by scripts/setup.sh");
+        .expect("tshark is installed by scripts/setup.sh --tests");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).lines().count()
 }

@@ -311,7 +311,7 @@ fn dst_ip_and_vlan_commands_change_the_packets_after_them_and_an_unknown_one_cha
             "ip.checksum.status==2 || udp.checksum.status==2 || vlan.id!=42 && vlan",
         ])
         .output()
-        .expect("tshark is installed by scripts/setup.sh");
+        .expect("tshark is installed by scripts/setup.sh --tests");
     assert!(o.status.success());
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 0);
     let _ = std::fs::remove_file(&out);

@@ -135,7 +135,7 @@ fn tcpdump_count(file: &Path, expr: &str) -> usize {
     let o = Command::new("tcpdump")
         .args(["-n", "-r", s(file), expr])
         .output()
-        .expect("tcpdump is installed by scripts/setup.sh");
+        .expect("tcpdump is installed by scripts/setup.sh --tests");
     assert!(
         o.status.success(),
         "tcpdump {expr}: {}",
@@ -150,7 +150,9 @@ fn tshark_fields(path: &Path, filter: &str, fields: &[&str]) -> Vec<String> {
     for f in fields {
         c.args(["-e", f]);
     }
-    let o = c.output().expect("tshark is installed by scripts/setup.sh");
+    let o = c
+        .output()
+        .expect("tshark is installed by scripts/setup.sh --tests");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout)
         .lines()

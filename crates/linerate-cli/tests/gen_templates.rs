@@ -33,7 +33,7 @@ fn matching(path: &str, f: &str) -> usize {
         .args(["-o", "tcp.check_checksum:TRUE"])
         .args(["-Y", f])
         .output()
-        .expect("tshark is installed by scripts/setup.sh");
+        .expect("tshark is installed by scripts/setup.sh --tests");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).lines().count()
 }

@@ -542,7 +542,7 @@ impl Nfcapd {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("nfcapd (Debian's nfdump, installed by scripts/setup.sh)");
+            .expect("nfcapd (Debian's nfdump, installed by scripts/setup.sh --tests)");
         let n = Nfcapd {
             run: Running(child),
             dir,

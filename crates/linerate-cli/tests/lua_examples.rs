@@ -24,7 +24,7 @@ fn tshark(pcap: &str, fields: &[&str]) -> Vec<Vec<String>> {
     let o = Command::new("tshark")
         .args(&args)
         .output()
-        .expect("tshark (scripts/setup.sh installs it)");
+        .expect("tshark (scripts/setup.sh --tests installs it)");
     assert!(
         o.status.success(),
         "tshark {pcap}: {}",

@@ -110,7 +110,7 @@ fn capinfos_count(path: &str) -> u64 {
     let o = Command::new("capinfos")
         .args(["-c", "-M", path])
         .output()
-        .expect("capinfos (scripts/setup.sh installs tshark)");
+        .expect("capinfos (scripts/setup.sh --tests installs tshark)");
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "capinfos {path}: {text}");
     text.lines()

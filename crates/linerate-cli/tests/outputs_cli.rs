@@ -179,7 +179,7 @@ fn tcpdump_count(path: &Path) -> Option<usize> {
         .args(["-n", "-r"])
         .arg(path)
         .output()
-        .expect("tcpdump (scripts/setup.sh installs it)");
+        .expect("tcpdump (scripts/setup.sh --tests installs it)");
     o.status
         .success()
         .then(|| String::from_utf8_lossy(&o.stdout).lines().count())
@@ -471,7 +471,7 @@ fn pcapng_files_rotate_whole_and_z_runs_on_each() {
             .args(["-c", "-M"])
             .arg(f)
             .output()
-            .expect("capinfos (scripts/setup.sh installs it)");
+            .expect("capinfos (scripts/setup.sh --tests installs it)");
         assert!(
             c.status.success(),
             "{}: {}",

@@ -9,7 +9,7 @@
 //! puts it there), as `linerate exec` finds it. Most programs are started with LD_PRELOAD, some
 //! through `linerate exec -- PROGRAM ARGS`.
 //! A program that is not installed is a skip (a failure under LINERATE_REQUIRE_PRIV=1;
-//! scripts/setup.sh installs them all).
+//! scripts/setup.sh --tests installs them all).
 #![deny(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -47,7 +47,7 @@ fn preload() -> PathBuf {
 fn have(program: &str, package: &str) -> bool {
     if !linerate_test_support::require_tool(
         program,
-        &format!("apt-get install {package}; scripts/setup.sh installs it"),
+        &format!("apt-get install {package}; scripts/setup.sh --tests installs it"),
     ) {
         return false;
     }

@@ -184,7 +184,7 @@ fn tshark_finds_no_bad_checksum() {
             .args(["-o", "tcp.check_checksum:TRUE"])
             .args(["-Y", filter])
             .output()
-            .expect("tshark is installed by scripts/setup.sh");
+            .expect("tshark is installed by scripts/setup.sh --tests");
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8_lossy(&o.stdout).lines().count()
     };

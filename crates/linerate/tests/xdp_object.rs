@@ -15,7 +15,7 @@ fn committed_object_matches_a_fresh_build_of_the_source() {
     let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
     if Command::new(&clang).arg("--version").output().is_err() {
         linerate_test_support::skip(&format!(
-            "{clang} not found; cannot rebuild the BPF objects (bash scripts/setup.sh installs clang)"
+            "{clang} not found; cannot rebuild the BPF objects (bash scripts/setup.sh --tests installs clang)"
         ));
         return;
     }

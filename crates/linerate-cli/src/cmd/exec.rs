@@ -17,7 +17,8 @@ pub const LIB: &str = "liblinerate_pcap.so";
 #[derive(Parser, Debug)]
 #[command(after_help = "\
 The library is the first of: --lib, $LINERATE_PCAP_LIB, liblinerate_pcap.so next to the \
-linerate binary, ../lib/liblinerate_pcap.so from it, /usr/local/lib, /usr/lib. \
+linerate binary, ../lib/linerate/ and ../lib/ from it (scripts/install.sh puts it in \
+PREFIX/lib/linerate/), /usr/local/lib/linerate, /usr/local/lib, /usr/lib/linerate, /usr/lib. \
 Device names linerate opens: cluster:ID@Q (or cluster:ID: the first free queue), \
 xdp:IFACE[@Q], afpacket:IFACE; every other name goes to the system's libpcap. \
 Same as LD_PRELOAD=/path/to/liblinerate_pcap.so PROGRAM ARGS... \
@@ -145,7 +146,9 @@ fn check_lib(p: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The library: --lib, $LINERATE_PCAP_LIB, beside the binary, ../lib, /usr/local/lib, /usr/lib.
+/// The library: --lib, $LINERATE_PCAP_LIB, beside the binary (target/release), ../lib/linerate
+/// and ../lib from it (PREFIX/bin and PREFIX/lib of scripts/install.sh), then /usr/local/lib and
+/// /usr/lib, each with its linerate/ directory first.
 fn find_lib(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(p) = given {
         anyhow::ensure!(p.is_file(), "--lib {}: no such file", p.display());
@@ -159,18 +162,22 @@ fn find_lib(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Ok(exe) = std::env::current_exe() {
         if let Some(dir) = exe.parent() {
             tried.push(dir.join(LIB));
+            tried.push(dir.join("../lib/linerate").join(LIB));
             tried.push(dir.join("../lib").join(LIB));
         }
     }
-    tried.push(PathBuf::from("/usr/local/lib").join(LIB));
-    tried.push(PathBuf::from("/usr/lib").join(LIB));
+    for d in ["/usr/local/lib", "/usr/lib"] {
+        tried.push(Path::new(d).join("linerate").join(LIB));
+        tried.push(Path::new(d).join(LIB));
+    }
     if let Some(p) = tried.iter().find(|p| p.is_file()) {
         check_lib(p)?;
         return Ok(p.clone());
     }
     Err(anyhow::anyhow!(
         "{LIB} not found (looked at {}): build it with `cargo build --release -p \
-         linerate-pcap`, or name it with --lib PATH",
+         linerate-pcap` (scripts/install.sh installs it with the binary), or name it with --lib \
+         PATH",
         tried
             .iter()
             .map(|p| p.display().to_string())

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod balance;
+pub mod completions;
 pub mod count;
 pub mod demo;
 pub mod exec;
@@ -11,6 +12,7 @@ pub mod gen;
 pub mod gen_replay;
 pub mod gen_streams;
 pub mod lab;
+pub mod man;
 pub mod rfc2544;
 pub mod sweep;
 pub mod watch;
