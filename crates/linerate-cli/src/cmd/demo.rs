@@ -443,17 +443,21 @@ fn cpu_now() -> Cpu {
     }
 }
 
-/// Cores' worth of CPU that other programs took between `a` and `b`.
-fn others_cores(a: Cpu, b: Cpu, cores: usize) -> f64 {
+/// Cores' worth of CPU that other programs took between `a` and `b` (of the CPUs /proc/stat
+/// counts: the machine's, which may be more than this process may use).
+fn others_cores(a: Cpu, b: Cpu) -> f64 {
     let total = b.total.saturating_sub(a.total);
     if total == 0 {
         return 0.0;
     }
-    let others = b
-        .busy
-        .saturating_sub(a.busy)
-        .saturating_sub(b.own - a.own.min(b.own));
-    others as f64 / total as f64 * cores as f64
+    let cpus = std::fs::read_to_string("/proc/stat")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count()
+        .max(1);
+    let others = (b.busy.saturating_sub(a.busy)).saturating_sub(b.own.saturating_sub(a.own));
+    others as f64 / total as f64 * cpus as f64
 }
 
 /// A test's runs and what limited it.
@@ -526,13 +530,7 @@ fn verdict(o: &Outcome, asked: f64, cores: usize) -> String {
 }
 
 /// Runs test `spec`: at the asked rate, unpaced, then the search for the lossless rate.
-fn run_test(
-    spec: Spec,
-    a: &Args,
-    asked: f64,
-    cores: usize,
-    stop: &AtomicBool,
-) -> anyhow::Result<Outcome> {
+fn run_test(spec: Spec, a: &Args, asked: f64, stop: &AtomicBool) -> anyhow::Result<Outcome> {
     let c0 = cpu_now();
     let line = run_once(&spec, a.flows, Some(asked), a.duration, stop)?;
     let unpaced = run_once(&spec, a.flows, None, a.duration, stop)?;
@@ -544,7 +542,7 @@ fn run_test(
         let guess = line.capacity().max(unpaced.capacity());
         search(&spec, a, guess, ceiling, stop)?
     };
-    let others = others_cores(c0, cpu_now(), cores);
+    let others = others_cores(c0, cpu_now());
     Ok(Outcome {
         spec,
         line,
@@ -700,7 +698,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             let _ = writeln!(out, "Test {}. {} ... running", spec.0, spec.1);
             let _ = out.flush();
         }
-        let o = run_test(spec, &a, asked, cores, &stop)?;
+        let o = run_test(spec, &a, asked, &stop)?;
         if a.verbose {
             let _ = out.write_all(verbose_text(&o).as_bytes());
         } else if spec.5 && !a.quiet {
