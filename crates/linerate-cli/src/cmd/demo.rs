@@ -652,6 +652,23 @@ fn table(o: &Outcome, asked: f64, cores: usize) -> String {
     s
 }
 
+/// What a run was asked and achieved, over how long.
+fn run_title(r: &Run) -> String {
+    match r.asked {
+        Some(p) => format!(
+            "  run paced at {} pps: achieved {} pps over {:.3} s\n",
+            group_f(p, 0),
+            group_f(r.achieved(), 0),
+            r.m.secs
+        ),
+        None => format!(
+            "  run unpaced: achieved {} pps over {:.3} s\n",
+            group_f(r.achieved(), 0),
+            r.m.secs
+        ),
+    }
+}
+
 /// Every run's per-thread blocks and accounting (`-v`).
 fn verbose_text(o: &Outcome) -> String {
     let mut s = String::new();
@@ -660,19 +677,7 @@ fn verbose_text(o: &Outcome) -> String {
         .chain(o.best.iter())
         .chain(o.search.iter());
     for r in runs {
-        s.push_str(&match r.asked {
-            Some(p) => format!(
-                "  run paced at {} pps: achieved {} pps over {:.3} s\n",
-                group_f(p, 0),
-                group_f(r.achieved(), 0),
-                r.m.secs
-            ),
-            None => format!(
-                "  run unpaced: achieved {} pps over {:.3} s\n",
-                group_f(r.achieved(), 0),
-                r.m.secs
-            ),
-        });
+        s.push_str(&run_title(r));
         s.push_str(&r.m.text);
         s.push_str(&format!("  {}\n", accounting_line(&r.m.stats)));
     }
@@ -702,6 +707,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         if a.verbose {
             let _ = out.write_all(verbose_text(&o).as_bytes());
         } else if spec.5 && !a.quiet {
+            let _ = out.write_all(run_title(&o.line).as_bytes());
             let _ = out.write_all(o.line.m.text.as_bytes());
         }
         outcomes.push(o);
