@@ -26,7 +26,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run PF_RING ZC's cluster tests (libzero examples) on this machine, no NIC or root needed.
+    /// Run PF_RING ZC's cluster tests (libzero examples) on this machine and say whether it keeps
+    /// up with their 14.88 Mpps, and what limits it; no NIC or root needed.
     Demo(cmd::demo::Args),
     /// Receive and count packets, with pfcount's statistics; optionally filter and record them.
     Count(cmd::count::Args),

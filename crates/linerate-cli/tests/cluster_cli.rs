@@ -258,9 +258,15 @@ fn usage_errors_exit_2() {
     }
 }
 
+/// The demo's short form: every run bounded (0.2 s at line rate, 0.2 s unpaced, at most 2
+/// search runs of 0.1 s per test).
+const DEMO_SHORT: [&str; 6] = ["-t", "200ms", "--steps", "2", "--step-time", "100ms"];
+
 #[test]
-fn demo_prints_pf_ring_zcs_four_cluster_tests_side_by_side() {
-    let out = run(&["demo", "-t", "300ms"], Duration::from_secs(60));
+fn demo_prints_pf_ring_zcs_four_cluster_tests_side_by_side_with_a_verdict_each() {
+    let mut args = vec!["demo"];
+    args.extend(DEMO_SHORT);
+    let out = run(&args, Duration::from_secs(90));
     assert!(
         out.status.success(),
         "{}",
@@ -270,14 +276,134 @@ fn demo_prints_pf_ring_zcs_four_cluster_tests_side_by_side() {
     for t in ["=== Test 1.", "=== Test 2.", "=== Test 3.", "=== Test 10."] {
         assert!(s.contains(t), "{t} missing:\n{s}");
     }
-    assert!(
-        s.contains("PF_RING (10 GbE)") && s.contains("linerate, this machine"),
-        "{s}"
-    );
+    // The columns: PF_RING's, ours paced at line rate, at the highest lossless rate, unpaced.
+    let heads: Vec<&str> = s
+        .lines()
+        .filter(|l| l.contains("PF_RING (10 GbE)"))
+        .collect();
+    assert_eq!(heads.len(), 4, "{s}");
+    for h in heads {
+        let cols: Vec<&str> = h
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(
+            cols,
+            [
+                "PF_RING (10 GbE)",
+                "paced at line rate",
+                "highest lossless",
+                "unpaced maximum"
+            ],
+            "{s}"
+        );
+    }
+    // Each rate asked beside the one achieved: 14.88 Mpps asked (10 GbE line rate in 64 B
+    // frames), then the captured figures measured, one cell per column.
+    let asked: Vec<&str> = s
+        .lines()
+        .filter(|l| l.trim_start().starts_with("asked pps"))
+        .collect();
+    assert_eq!(asked.len(), 4, "{s}");
+    for l in &asked {
+        assert!(l.contains("line rate") && l.contains("14'880'952"), "{l}");
+        assert!(l.contains("as fast as taken"), "{l}");
+    }
+    let captured: Vec<&str> = s
+        .lines()
+        .filter(|l| l.trim_start().starts_with("captured pps"))
+        .collect();
+    assert_eq!(captured.len(), 4, "{s}");
+    for l in &captured {
+        assert_eq!(l.split_whitespace().count(), 2 + 4, "{l}");
+    }
     assert!(s.contains("14'881'605.27"), "{s}");
+    // The PF_RING column fits its rows: every row has its own five cells (label aside).
+    for l in s.lines().filter(|l| l.trim_start().starts_with("app ")) {
+        assert!(l.ends_with(|c: char| c.is_ascii_digit() || c == '-'), "{l}");
+    }
+    assert!(!s.contains("(not given;"), "{s}");
+    // One verdict per test, each naming what limits it when it does not keep up.
+    let verdicts: Vec<&str> = s
+        .lines()
+        .filter(|l| l.trim_start().starts_with("Verdict: "))
+        .collect();
+    assert_eq!(verdicts.len(), 4, "{s}");
+    for v in &verdicts {
+        assert!(
+            v.contains("keeps up with 14.88 Mpps")
+                || (v.contains("does not keep up with 14.88 Mpps") && v.contains("Limit: ")),
+            "{v}"
+        );
+    }
     assert_eq!(s.matches("[ok]").count(), 4, "{s}");
     assert!(
         s.contains("consumer process 2 (linerate count -i cluster:"),
+        "{s}"
+    );
+}
+
+#[test]
+fn demo_quiet_prints_only_the_tables_and_verdicts() {
+    let mut args = vec!["demo", "-q", "--only", "1"];
+    args.extend(DEMO_SHORT);
+    let out = run(&args, Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.starts_with("=== Test 1."), "{s}");
+    assert!(
+        !s.contains("running") && !s.contains("linerate demo:"),
+        "{s}"
+    );
+    assert!(!s.contains("=== Test 2."), "{s}");
+    assert_eq!(
+        s.lines()
+            .filter(|l| l.trim_start().starts_with("Verdict: "))
+            .count(),
+        1,
+        "{s}"
+    );
+    assert!(
+        s.trim_end()
+            .lines()
+            .last()
+            .unwrap()
+            .trim_start()
+            .starts_with("Verdict: "),
+        "{s}"
+    );
+}
+
+#[test]
+fn demo_paced_at_another_rate_shows_it_beside_what_was_achieved() {
+    let out = run(
+        &[
+            "demo", "-q", "--only", "2", "-t", "200ms", "--rate", "1kpps", "--steps", "0",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("paced at 1'000 pps"), "{s}");
+    let asked = s
+        .lines()
+        .find(|l| l.trim_start().starts_with("asked pps"))
+        .unwrap();
+    assert!(asked.contains(" 1'000 "), "{asked}");
+    assert_eq!(
+        s.lines()
+            .filter(|l| l.trim_start().starts_with("Verdict: "))
+            .count(),
+        1,
         "{s}"
     );
 }

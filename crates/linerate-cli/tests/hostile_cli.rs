@@ -323,6 +323,9 @@ fn absurd_flag_values_are_usage_errors_naming_the_flag_and_range() {
         (vec!["lab", "--queues", "0"], "--queues"),
         (vec!["demo", "-t", big], "--duration"),
         (vec!["demo", "--flows", "0"], "--flows"),
+        (vec!["demo", "--steps", "21"], "--steps"),
+        (vec!["demo", "--step-time", big], "--step-time"),
+        (vec!["demo", "--rate", "0"], "--rate"),
         // Negative values reach the flag's own check (clap took "-5" for an unknown flag).
         (vec!["count", "-i", s, "-c", "-1"], "--count"),
         (vec!["count", "-i", s, "-g", "-1"], "--core"),
