@@ -69,7 +69,7 @@ pub struct Args {
     #[arg(short = 't', long, value_name = "DURATION")]
     pub duration: Option<String>,
     /// Generator threads, each with its own port (opened again, or the next of a,b).
-    #[arg(long, default_value_t = 1, value_parser = flags::int(1usize, 64))]
+    #[arg(short = 'T', long, value_name = "N", default_value_t = 1, value_parser = flags::int(1usize, 64))]
     pub threads: usize,
     /// Streams per thread (the rate is shared; each has its own id for latency). --stream
     /// gives streams of their own instead.
@@ -598,7 +598,8 @@ fn open_out(uri: &str, opts: &PortOptions, limited: bool) -> anyhow::Result<Box<
         Uri::Bare(p) => match p.split_once(':') {
             Some((s, _)) if !s.contains(['/', '.']) => {
                 return Err(usage(format!(
-                    "-o {uri}: unknown port '{s}:' (use mem:NAME, afpacket:IFACE, pcap:FILE, pcapng:FILE or a path)"
+                    "-o {uri}: {}",
+                    linerate::bare_name_hint(uri, false)
                 )))
             }
             _ => Some(p.as_str()),

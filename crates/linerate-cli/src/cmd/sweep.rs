@@ -48,8 +48,13 @@ pub struct Args {
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_sizes)]
     sizes: Option<Vec<usize>>,
     /// How long each size is sent (or with a unit: 500ms).
-    #[arg(short = 't', long = "time", value_name = "SECONDS", default_value = "1", value_parser = flags::duration(PER_SIZE))]
+    #[arg(long = "time", value_name = "SECONDS", default_value = "1", value_parser = flags::duration(PER_SIZE))]
     time: Duration,
+    /// `-t` is a run's whole duration in linerate; sweep's time per size is `--time`.
+    #[allow(dead_code)]
+    #[arg(short = 't', hide = true, value_name = "VALUE", num_args = 0..=1, default_missing_value = "",
+          value_parser = flags::retired("sweep -t: the time each size is sent is --time SECONDS (-t is a run's whole duration in linerate's tools)"))]
+    old_t: Option<String>,
     /// UDP port of the receiver, and TCP port of `--serve`'s control (0 with --serve or
     /// NETNS:IFACE: one the kernel picks).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_PORT, value_parser = flags::int(0u16, 65535))]
@@ -80,6 +85,10 @@ pub struct Args {
     /// Print a JSON line per size and a summary instead of the table.
     #[arg(long)]
     json: bool,
+    /// Print only the table (with --json: only the summary line), not the lines about the
+    /// sockets and the watched path before it.
+    #[arg(short = 'q', long)]
+    quiet: bool,
     /// Be the receiver for `linerate sweep --to HOST` on other hosts: count their messages on
     /// UDP --port and answer on TCP --port, until Ctrl-C.
     #[arg(long, conflicts_with_all = ["to", "watch", "rate", "sndbuf", "raw"])]
@@ -293,7 +302,8 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
     let rcv = sink.rcvbuf();
     let mut out = std::io::stdout().lock();
     let asked = |b: Option<u64>| b.map_or_else(String::new, |b| format!(" (asked {} B)", group(b)));
-    if a.json {
+    if a.json && a.quiet {
+    } else if a.json {
         let start = json!({
             "type": "start",
             "test": if a.raw.is_some() { "RAW" } else { "UDP_STREAM" },
@@ -313,6 +323,7 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
         let _ = writeln!(out, "{start}");
     } else {
         match &a.raw {
+            _ if a.quiet => {}
             None => {
                 let _ = writeln!(
                     out,
@@ -339,7 +350,7 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
                 );
             }
         }
-        if let Some(w) = &watcher {
+        if let Some(w) = watcher.as_ref().filter(|_| !a.quiet) {
             let labels: Vec<&str> = w.path().hops.iter().map(|h| h.label.as_str()).collect();
             let _ = writeln!(out, "Watching {}", labels.join(" -> "));
             for n in &w.path().notes {
@@ -427,7 +438,9 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
         };
         let notes = notes(&row, wtext, a.raw.is_some());
         if a.json {
-            let _ = writeln!(out, "{}", row_json(&row, wjson.as_ref()));
+            if !a.quiet {
+                let _ = writeln!(out, "{}", row_json(&row, wjson.as_ref()));
+            }
         } else {
             let _ = write!(out, "{}", row_text(&row, a.rate.is_some()));
             for n in &notes {
