@@ -279,3 +279,34 @@ fn flows_t_ends_a_live_run_with_its_summary() {
     let last: serde_json::Value = serde_json::from_str(err.lines().last().unwrap()).unwrap();
     assert_eq!(last["ended"], "time limit", "{last}");
 }
+
+#[test]
+fn flows_c_stops_after_count_packets_as_count_does() {
+    let s = sample();
+    for (filter, want) in [(None, 100u64), (Some("udp"), 100)] {
+        let mut args = vec!["flows", "-i", &s, "-c", "100", "-w", "/dev/null", "--json"];
+        if let Some(f) = filter {
+            args.extend(["-f", f]);
+        }
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let err = stderr(&o);
+        let last: serde_json::Value = serde_json::from_str(err.lines().last().unwrap()).unwrap();
+        assert_eq!(last["ended"], "count reached", "{last}");
+        // Packets that passed the filter: what count -c counts.
+        let passed = last["packets"].as_u64().unwrap() - last["filtered"].as_u64().unwrap();
+        assert_eq!(passed, want, "{filter:?}: {last}");
+        let mut count = vec!["count", "-i", &s, "-c", "100", "--json", "-q"];
+        if let Some(f) = filter {
+            count.extend(["-f", f]);
+        }
+        let c = run(&count);
+        let out = String::from_utf8_lossy(&c.stdout);
+        let sum: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(sum["pkts"].as_u64(), Some(passed), "count: {sum}");
+    }
+    refused(
+        &["flows", "-i", &s, "-c", "10", "-T", "2"],
+        &["-c", "--threads", "-t"],
+    );
+}

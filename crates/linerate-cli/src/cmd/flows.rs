@@ -24,7 +24,8 @@ use std::time::Duration;
 /// Flags of `linerate flows`.
 #[derive(Parser, Debug)]
 pub struct Args {
-    /// Input port: pcap:FILE (or a path), afpacket:IFACE, mem:NAME.
+    /// Input port: pcap:FILE (or a path), afpacket:IFACE, xdp:IFACE[@QUEUES], cluster:ID@Q (a
+    /// queue of `linerate balance`), mem:NAME, or a,b.
     #[arg(short = 'i', long = "in", value_name = "PORT")]
     input: String,
     /// BPF filter in libpcap syntax, run before flow accounting (in user space, on every
@@ -112,6 +113,10 @@ pub struct Args {
     /// addresses; s/d min/max TTL: the TTL (hop limit) range of each side's packets.
     #[arg(long, value_name = "LIST", default_value = "default")]
     fields: String,
+    /// Stop after COUNT packets (after filtering, as count -c); units allowed: 10k, 1M. One
+    /// thread: with --threads N, bound the run with -t.
+    #[arg(short = 'c', long, value_name = "COUNT", value_parser = flags::count(1, flags::MAX_PACKETS))]
+    count: Option<u64>,
     /// Stop after this long (a live port otherwise runs until a signal): the flows still open
     /// are reported as at the end of a file, and the summary says `ended: time limit`.
     #[arg(short = 't', long, value_name = "SECONDS", value_parser = flags::duration(flags::RUN))]
@@ -252,6 +257,13 @@ fn secs_ns(d: Duration) -> u64 {
 /// Runs `linerate flows`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let service = a.service.check()?;
+    if a.count.is_some() && a.threads > 1 {
+        return Err(usage(format!(
+            "-c with --threads {}: the count is exact on one thread only (each thread reads \
+             its own share); bound a threaded run with -t, or drop --threads",
+            a.threads
+        )));
+    }
     let stop = stop_flag()?;
     if a.ipfix_uniflow && a.ipfix.is_none() {
         return Err(usage(
@@ -438,6 +450,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         tunnels: a.tunnels,
         filter: a.filter.clone(),
         extras: fields.iter().any(|f| f.needs_extra()),
+        count: a.count,
     };
     // A file waits for the broker without losing packets; live packets never wait (a full
     // queue counts queue_full).
