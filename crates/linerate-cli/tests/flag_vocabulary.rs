@@ -310,3 +310,22 @@ fn flows_c_stops_after_count_packets_as_count_does() {
         &["-c", "--threads", "-t"],
     );
 }
+
+#[test]
+fn gen_o_with_a_bare_interface_is_offered_afpacket_and_xdp_not_a_new_file() {
+    let dir = std::env::temp_dir().join(format!("lr-voc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = Command::new(bin())
+        .current_dir(&dir)
+        .args(["gen", "-o", "lo", "-c", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("did you mean afpacket:lo"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!dir.join("lo").exists(), "a file named lo was written");
+    let _ = std::fs::remove_dir_all(&dir);
+}

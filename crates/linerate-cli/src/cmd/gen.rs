@@ -602,6 +602,16 @@ fn open_out(uri: &str, opts: &PortOptions, limited: bool) -> anyhow::Result<Box<
                     linerate::bare_name_hint(uri, false)
                 )))
             }
+            // A bare interface name (tcpdump's habit) is not taken for a new file named so.
+            _ if !std::path::Path::new(p).exists()
+                && linerate::port::iface_mac(p).is_ok()
+                && opts.write_format.is_none() =>
+            {
+                return Err(usage(format!(
+                    "-o {uri}: {}",
+                    linerate::bare_name_hint(p, true)
+                )))
+            }
             _ => Some(p.as_str()),
         },
         _ => None,
