@@ -25,8 +25,11 @@ use std::time::Duration;
 const DEFAULT_SIZES: &str = "18,64,128,256,512,1024,1472";
 /// The port of the receiver (UDP) and of `--serve`'s control (TCP) unless `--port`.
 const DEFAULT_PORT: u16 = 12866;
-/// The frame sizes (without CRC) swept over a linerate port: RFC 2544's 64 to 1518 bytes.
-const DEFAULT_FRAMES: &str = "60,124,252,508,1020,1514";
+/// The frame sizes (with the CRC, as gen's and rfc2544's) swept over a linerate port: RFC
+/// 2544's 64 to 1518 bytes.
+const DEFAULT_FRAMES: &str = "64,128,256,512,1024,1518";
+/// The CRC a frame size of --raw includes (the port sends the frame without it, the NIC adds it).
+const CRC: usize = 4;
 /// Most sizes in one sweep.
 const MAX_SIZES: usize = 64;
 
@@ -42,9 +45,10 @@ pub struct Args {
     )]
     to: Option<String>,
     /// Message sizes in bytes (UDP payload), in order, comma separated: each 12 to 65507
-    /// [default: 18,64,128,256,512,1024,1472]. With --raw, frame sizes without the CRC, each 60
-    /// to 9018 (jumbo frames as far as both interfaces' MTUs and the port allow: MTU + 14)
-    /// [default: 60,124,252,508,1020,1514].
+    /// [default: 18,64,128,256,512,1024,1472]. With --raw, frame sizes with the CRC, as gen
+    /// --size and rfc2544 --sizes take them, each 64 to 9022 (jumbo frames as far as both
+    /// interfaces' MTUs and the port allow: MTU + 18); 60 to 63, which only a size without the
+    /// CRC can be, are taken so (60 is 64) [default: 64,128,256,512,1024,1518].
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_sizes)]
     sizes: Option<Vec<usize>>,
     /// How long each size is sent (or with a unit: 500ms).
@@ -132,10 +136,19 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
     } else {
         DEFAULT_SIZES
     };
-    let sizes: Vec<usize> = match a.sizes.take() {
+    let mut sizes: Vec<usize> = match a.sizes.take() {
         Some(v) => v,
         None => default.split(',').filter_map(|x| x.parse().ok()).collect(),
     };
+    if a.raw.is_some() {
+        // Below 64 a frame size can only be without the CRC (the smallest frame is 60 + 4).
+        for s in sizes
+            .iter_mut()
+            .filter(|s| (sweep::MIN_FRAME..sweep::MIN_FRAME + CRC).contains(s))
+        {
+            *s += CRC;
+        }
+    }
     if sizes.len() > MAX_SIZES {
         return Err(usage(format!(
             "--sizes: {} sizes; at most {MAX_SIZES}",
@@ -146,13 +159,13 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
         raw_iface(uri)?;
         if let Some(bad) = sizes
             .iter()
-            .find(|s| !(sweep::MIN_FRAME..=sweep::MAX_FRAME).contains(s))
+            .find(|s| !(sweep::MIN_FRAME + CRC..=sweep::MAX_FRAME + CRC).contains(s))
         {
             return Err(usage(format!(
-                "--sizes: {bad} with --raw: frame sizes are between {} and {} bytes (without \
-                 the CRC; above 1514, jumbo frames, as the ports' MTUs allow)",
-                sweep::MIN_FRAME,
-                sweep::MAX_FRAME
+                "--sizes: {bad} with --raw: frame sizes are between {} and {} bytes (with the \
+                 CRC, as gen's and rfc2544's; above 1518, jumbo frames, as the ports' MTUs allow)",
+                sweep::MIN_FRAME + CRC,
+                sweep::MAX_FRAME + CRC
             )));
         }
     }
@@ -344,7 +357,7 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
                 let _ = writeln!(
                     out,
                     "Ethernet/IPv4/UDP frames on {uri} from {} to {dst} ({where_}), {} per size; \
-                     sizes without the CRC",
+                     sizes with the CRC",
                     tx.src().unwrap_or_default(),
                     flags::show_duration(a.time),
                 );
@@ -379,7 +392,9 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
                 break;
             }
         };
-        if let Err(e) = sink.begin(size, t, a.time.as_secs_f64()) {
+        // What the port sends and the far end receives: a --raw frame without its CRC.
+        let sent_len = if a.raw.is_some() { size - CRC } else { size };
+        if let Err(e) = sink.begin(sent_len, t, a.time.as_secs_f64()) {
             failure = Some(anyhow::Error::new(e));
             break;
         }
@@ -400,7 +415,7 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
                 template.sport = template.sport.wrapping_add(seq as u16);
                 let plan = sweep::RawPlan {
                     template,
-                    frame_len: size,
+                    frame_len: sent_len,
                     duration: a.time,
                     rate_pps: asked_pps,
                 };
@@ -413,13 +428,15 @@ pub fn run(mut a: Args) -> anyhow::Result<ExitCode> {
                 }
             }
         };
-        let rxr = match sink.finish(txr.sent) {
+        let mut rxr = match sink.finish(txr.sent) {
             Ok(r) => r,
             Err(e) => {
                 failure = Some(anyhow::Error::new(e));
                 break;
             }
         };
+        // The far end counts frames without their CRC; the row's bytes are of `size`, with it.
+        rxr.bytes += (size - sent_len) as u64 * rxr.received;
         let row = SizeRow {
             size,
             asked_pps,
@@ -749,7 +766,8 @@ fn raw_sizes_fit(
     to: &str,
     target_mtu: Option<u32>,
 ) -> anyhow::Result<()> {
-    let Some(&big) = sizes.iter().max() else {
+    // Sizes with the CRC; the limits are of frames without it.
+    let Some(big) = sizes.iter().max().map(|b| b - CRC) else {
         return Ok(());
     };
     if let Some(max) = port.max_tx_frame(false).filter(|m| big > *m) {
@@ -770,9 +788,12 @@ fn raw_sizes_fit(
             )
         };
         return Err(usage(format!(
-            "--sizes: {big} with --raw: {} sends frames of at most {max} bytes without the CRC \
-             ({why}); or give sizes up to {max}",
-            port.name()
+            "--sizes: {} with --raw: {} sends frames of at most {} bytes with the CRC ({why}); \
+             or give sizes up to {}",
+            big + CRC,
+            port.name(),
+            max + CRC,
+            max + CRC
         )));
     }
     if let Some(mtu) = target_mtu {
@@ -780,9 +801,12 @@ fn raw_sizes_fit(
         if big > max {
             let (ns, iface) = to.split_once(':').unwrap_or(("", to));
             return Err(usage(format!(
-                "--sizes: {big} with --raw: {to} takes frames of at most {max} bytes without the \
-                 CRC (its MTU {mtu} plus the 14-byte Ethernet header); give sizes up to {max}, or \
-                 raise its MTU (`ip -n {ns} link set {iface} mtu 9000`)"
+                "--sizes: {} with --raw: {to} takes frames of at most {} bytes with the CRC (its \
+                 MTU {mtu} plus the 14-byte Ethernet header and the CRC); give sizes up to {}, or \
+                 raise its MTU (`ip -n {ns} link set {iface} mtu 9000`)",
+                big + CRC,
+                max + CRC,
+                max + CRC
             )));
         }
     }
