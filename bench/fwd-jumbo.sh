@@ -5,7 +5,7 @@ ip netns add ${P}a; ip netns add ${P}b
 ip link add ${P}a0 netns ${P}a type veth peer name ${P}b0 netns ${P}b
 ip link add ${P}a1 netns ${P}a type veth peer name ${P}b1 netns ${P}b
 for n in a b; do for i in 0 1; do ip -n ${P}$n link set ${P}$n$i mtu 9000 up; done; done
-ip netns exec ${P}b timeout 20 $L fwd -i afpacket:${P}b0 -o afpacket:${P}b1 -t 5 --json -T 0 --no-mac-updating > /tmp/$P.fwd &
+ip netns exec ${P}b timeout 20 $L fwd -i afpacket:${P}b0 -o afpacket:${P}b1 -t 5 --json --period 0 --no-mac-updating > /tmp/$P.fwd &
 sleep 1
 ip netns exec ${P}a timeout 10 $L gen -o afpacket:${P}a0 -c 300000 --rate 150kpps --no-probe >/dev/null
 wait

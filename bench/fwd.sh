@@ -178,9 +178,9 @@ if [ -n "${AB:-}" ]; then
   read -r AB_OLD AB_NEW <<<"$AB"
   E=${AB_ENGINE:-kernel}
   if [ "$E" = afpacket ]; then
-    FWD_ARGS=(fwd -i "afpacket:$IB0" -o "afpacket:$IB1" -T 0)
+    FWD_ARGS=(fwd -i "afpacket:$IB0" -o "afpacket:$IB1" --period 0)
   else
-    FWD_ARGS=(fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine "$E" -T 0)
+    FWD_ARGS=(fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine "$E" --period 0)
   fi
   AO=() AN=() AX=()
   for r in $(seq 1 "$RUNS"); do
@@ -212,11 +212,11 @@ if [ -n "${BUSY:-}" ]; then
   declare -A BM
   for r in $(seq 1 "$RUNS"); do
     run_fwd "xsk, no busy polling, round $r" 1 "$MACB0" \
-      "$LR" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine xsk -T 0
+      "$LR" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine xsk --period 0
     BM[off]="${BM[off]:-} $BEST_OUT"
     for u in ${BUSY_USECS:-20 50}; do
       run_fwd "xsk --busy-poll $u, round $r" 1 "$MACB0" \
-        "$LR" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine xsk -T 0 --busy-poll "$u"
+        "$LR" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine xsk --period 0 --busy-poll "$u"
       BM[$u]="${BM[$u]:-} $BEST_OUT"
     done
   done
@@ -234,7 +234,7 @@ declare -a KO XO
 KR="" XR="" KB=0 XB=0 # runs as text; "out sent in" of the best run
 for r in $(seq 1 "$RUNS"); do
   run_fwd "linerate fwd --engine kernel, round $r" 1 "$MACB0" \
-    "$LR" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine kernel -T 0
+    "$LR" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine kernel --period 0
   unset 'ROWS[-1]'
   KO+=("$BEST_OUT") KR="$KR${KR:+ / }$(printf "%'d" "$BEST_OUT")"
   [ "$BEST_OUT" -gt "${KB%% *}" ] && KB="$BEST_OUT $BEST_SENT $BEST_IN"
@@ -255,9 +255,9 @@ declare -A FM # name -> median pps out of the interleaved rounds
 pair_row "linerate fwd --engine kernel" "$KR" "$KB" "${KO[@]}"
 [ -n "$XBENCH" ] && pair_row "xdp-bench redirect (native)" "$XR" "$XB" "${XO[@]}"
 run_fwd "linerate fwd --engine xsk (xdp, copy, shared UMEM)" "$RUNS" "$MACB0" \
-  "$LR" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine xsk -T 0
+  "$LR" fwd -i "xdp:$IB0" -o "xdp:$IB1" --engine xsk --period 0
 run_fwd "linerate fwd afpacket" "$RUNS" "$MACB0" \
-  "$LR" fwd -i "afpacket:$IB0" -o "afpacket:$IB1" -T 0
+  "$LR" fwd -i "afpacket:$IB0" -o "afpacket:$IB1" --period 0
 fi
 
 # ip_forward

@@ -184,9 +184,10 @@ pub fn pin(core: Option<usize>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints a flag error on one line (`linerate: error: ... (see --help)`) and exits 2; help and
-/// version go to standard output with exit code 0.
-pub fn clap_error(e: clap::Error) -> ExitCode {
+/// Prints a flag error on one line (`linerate: error: ... (see linerate SUBCOMMAND --help)`, the
+/// help of the subcommand `sub` that was run, where its flags are) and exits 2; help and version
+/// go to standard output with exit code 0.
+pub fn clap_error(e: clap::Error, sub: Option<&str>) -> ExitCode {
     use clap::error::ErrorKind;
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
         || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
@@ -207,7 +208,11 @@ pub fn clap_error(e: clap::Error) -> ExitCode {
         .collect();
     let msg = msg.join(" ");
     let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
-    eprintln!("linerate: error: {msg} (see linerate --help)");
+    let help = match sub {
+        Some(s) => format!("linerate {s} --help"),
+        None => "linerate --help".into(),
+    };
+    eprintln!("linerate: error: {msg} (see {help})");
     ExitCode::from(2)
 }
 
@@ -399,7 +404,7 @@ mod tests {
             iface: "vA".into(),
             op: "attaching the XDP program",
             source: std::io::Error::other("XDP program 'x' (id 7) is already attached"),
-            hint: " (another tool's program)",
+            hint: " (another tool's program)".into(),
         };
         let e = anyhow::Error::new(port).context("opening xdp:vA");
         assert_eq!(

@@ -6,6 +6,8 @@ mod cmd;
 mod common;
 mod console;
 mod shared;
+#[cfg(test)]
+mod vocabulary_tests;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
@@ -72,7 +74,16 @@ fn main() -> ExitCode {
         .and_then(|m| Cli::from_arg_matches(&m))
     {
         Ok(c) => c,
-        Err(e) => return common::clap_error(e),
+        Err(e) => {
+            // The subcommand the user ran, if its name is one, so that the error points at
+            // its own help (`linerate count --help`), where its flags are.
+            let sub = std::env::args().nth(1).filter(|s| {
+                Cli::command()
+                    .get_subcommands()
+                    .any(|c| c.get_name() == s.as_str())
+            });
+            return common::clap_error(e, sub.as_deref());
+        }
     };
     let r = match cli.cmd {
         Cmd::Count(a) => cmd::count::run(a),

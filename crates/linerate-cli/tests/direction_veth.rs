@@ -406,7 +406,7 @@ fn fwd_bounce_takes_only_what_arrives_unless_asked() {
         "afpacket:vB",
         "--no-mac-updating",
         "--json",
-        "-T",
+        "--period",
         "0",
         "-f",
         "udp dst port 9",

@@ -55,7 +55,7 @@ fn fwd_on_afpacket_forwards_at_once() {
             "afpacket:vB1",
             "--no-mac-updating",
         ])
-        .args(["--json", "-T", "0", "-t", "30"])
+        .args(["--json", "--period", "0", "-t", "30"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -49,7 +49,7 @@ fn forward(
         ])
         .args(["fwd", "-i", "xdp:vB0", "-o", "xdp:vB1", "--no-mac-updating"])
         .args(args)
-        .args(["--json", "-t", "30", "-T", "0"])
+        .args(["--json", "-t", "30", "--period", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -165,8 +165,8 @@ fn fwd_never_picks_a_kernel_engine_whose_egress_discards() {
     let (code, out, err) = run_b(
         &l,
         &[
-            "fwd", "-i", "xdp:vB0", "-o", "xdp:vB1", "--engine", "kernel", "--json", "-T", "1",
-            "-t", "3.5",
+            "fwd", "-i", "xdp:vB0", "-o", "xdp:vB1", "--engine", "kernel", "--json", "--period",
+            "1", "-t", "3.5",
         ],
     );
     assert_eq!(code, Some(0), "{err}");

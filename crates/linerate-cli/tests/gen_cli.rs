@@ -1242,7 +1242,7 @@ fn gen_balance_and_lab_read_a_rate_alike() {
         assert!(g.status.success(), "gen {r}: {g:?}");
         let b = run(&["balance", "-i", "source:1", "--source-rate", r, "--help"]);
         assert!(b.status.success(), "balance {r}: {b:?}");
-        let l = run(&["lab", "-r", r, "--help"]);
+        let l = run(&["lab", "--rate", r, "--help"]);
         assert!(l.status.success(), "lab {r}: {l:?}");
     }
     // Bytes or bits: refused by all three with the same reason, not read 8 times off.
@@ -1256,18 +1256,23 @@ fn gen_balance_and_lab_read_a_rate_alike() {
             "5GBPS",
             "--help",
         ],
-        &["lab", "-r", "5GBPS", "--help"],
+        &["lab", "--rate", "5GBPS", "--help"],
     ] {
         let o = run(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("small b"), "{args:?}: {err}");
     }
-    // A bare number: gen names the units it lacks (lab -r takes it as pps, as it always has).
-    let o = run(&["gen", "-o", &pcap, "-c", "2", "--rate", "50000"]);
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("50000pps"), "{err}");
+    // A bare number: gen and lab name the units it lacks (packets or bits?).
+    for args in [
+        &["gen", "-o", &pcap, "-c", "2", "--rate", "50000"][..],
+        &["lab", "--rate", "50000", "--help"],
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("50000pps"), "{args:?}: {err}");
+    }
 }
 
 #[test]

@@ -281,7 +281,7 @@ fn absurd_flag_values_are_usage_errors_naming_the_flag_and_range() {
         (vec!["balance", "-i", "source:10", "--threads", "--interval", big], "--interval"),
         (vec!["balance", "-i", "source:10", "--threads", "--consumer-timeout", big], "--consumer-timeout"),
         (vec!["balance", "-i", "source:10", "--threads", "--slots", "0"], "--slots"),
-        (vec!["balance", "-i", "source:10", "--threads", "-b", "5"], "--buffers"),
+        (vec!["balance", "-i", "source:10", "--threads", "--buffers", "5"], "--buffers"),
         (vec!["balance", "-i", "source:10", "--threads", "--packets", "1.5"], "--packets"),
         (vec!["balance", "-i", "source:1.5", "--threads"], "-i source:1.5"),
         (vec!["balance", "-i", "source:10", "--threads", "--source-rate", "0pps"], "--source-rate"),
@@ -303,7 +303,7 @@ fn absurd_flag_values_are_usage_errors_naming_the_flag_and_range() {
         (vec!["gen", "--pcap", s, "-o", "mem:h", "--speed", "0"], "--speed"),
         (vec!["gen", "-o", "mem:h", "--script", &script], "config.duration"),
         (vec!["fwd", "-i", "mem:h1", "-o", "mem:h2", "-t", big], "--duration"),
-        (vec!["fwd", "-i", "mem:h1", "-o", "mem:h2", "-T", big], "--period"),
+        (vec!["fwd", "-i", "mem:h1", "-o", "mem:h2", "--period", big], "--period"),
         (vec!["fwd", "-i", "mem:h1", "-o", "mem:h2", "-c", "1.5"], "--count"),
         (vec!["fwd", "-i", "mem:h1", "-o", "mem:h2", "--threads", "0"], "--threads"),
         (vec!["count", "-i", s, "--threads", "0"], "--threads"),
@@ -332,7 +332,7 @@ fn absurd_flag_values_are_usage_errors_naming_the_flag_and_range() {
         (vec!["gen", "-o", "mem:h", "-c", "10", "--rate", "-5"], "--rate"),
         (vec!["gen", "-o", "mem:h", "-c", "-3"], "--count"),
         (vec!["gen", "-o", "mem:h", "-c", "10", "--streams", "-1"], "--streams"),
-        (vec!["fwd", "-i", "mem:h1", "-o", "mem:h2", "-T", "-1"], "--period"),
+        (vec!["fwd", "-i", "mem:h1", "-o", "mem:h2", "--period", "-1"], "--period"),
         (vec!["flows", "-i", s, "--idle-timeout", "-4"], "--idle-timeout"),
         (vec!["balance", "-i", "source:10", "--threads", "--slots", "-1"], "--slots"),
         (vec!["rfc2544", "-o", "mem:h3", "-i", "mem:h3", "--trial", "-1"], "--trial"),
@@ -1002,7 +1002,7 @@ fn q_is_quiet_on_every_tool_that_prints_as_it_runs() {
         "mem:q-a",
         "-o",
         "mem:q-b",
-        "-T",
+        "--period",
         "0.3",
         "-t",
         "1.2",
@@ -1012,7 +1012,15 @@ fn q_is_quiet_on_every_tool_that_prints_as_it_runs() {
     let mut quiet = fwd.to_vec();
     quiet.push("-q");
     assert_eq!(blocks(&quiet, "Port statistics"), 1);
-    let watch = ["watch", "lo", "-i", "200ms", "-t", "1", "--no-polls"];
+    let watch = [
+        "watch",
+        "lo",
+        "--interval",
+        "200ms",
+        "-t",
+        "1",
+        "--no-polls",
+    ];
     assert!(blocks(&watch, "hop         rx pkt/s") >= 2);
     let mut quiet = watch.to_vec();
     quiet.push("-q");
@@ -1020,7 +1028,7 @@ fn q_is_quiet_on_every_tool_that_prints_as_it_runs() {
     assert_eq!(blocks(&quiet, "Summary over"), 1);
     // And -q is --quiet wherever it exists (balance's ring size is --slots).
     for tool in [
-        "count", "gen", "fwd", "balance", "flows", "watch", "rfc2544",
+        "count", "gen", "fwd", "balance", "flows", "watch", "rfc2544", "lab", "sweep",
     ] {
         let o = run(&[tool, "--help"]);
         let help = String::from_utf8_lossy(&o.stdout).into_owned();

@@ -68,7 +68,9 @@ fn l2fwd_lab_paced_delivers_everything_and_cleans_up() {
     if !netns::require_priv() {
         return;
     }
-    let (j, pid) = run_json(&["lab", "l2fwd", "-c", "4000", "-r", "20000", "-t", "20"]);
+    let (j, pid) = run_json(&[
+        "lab", "l2fwd", "-c", "4000", "--rate", "20000pps", "-t", "20",
+    ]);
     assert_eq!(j["generator"]["sent"], 4000, "{j}");
     assert_eq!(j["generator"]["received"], 4000, "{j}");
     assert_eq!(j["forwarder"]["forwarded"], 4000, "{j}");
@@ -89,7 +91,9 @@ fn lab_takes_gens_rate_syntax_and_measures_over_the_sending() {
     // `-r 50kpps` as gen takes it; the rate is over the sending period, not the start-up of
     // the namespaces and rings (which made `-r 50000` report 45'874 pps).
     let t0 = std::time::Instant::now();
-    let (j, pid) = run_json(&["lab", "l2fwd", "-c", "25000", "-r", "50kpps", "-t", "20"]);
+    let (j, pid) = run_json(&[
+        "lab", "l2fwd", "-c", "25000", "--rate", "50kpps", "-t", "20",
+    ]);
     let wall = t0.elapsed().as_secs_f64();
     assert_eq!(j["rate_pps"].as_f64(), Some(50_000.0), "{j}");
     assert_eq!(j["generator"]["sent"], 25_000, "{j}");
@@ -108,7 +112,7 @@ fn lab_takes_gens_rate_syntax_and_measures_over_the_sending() {
     // A bit rate of its 64 B frames; a percentage of the veth's 10 Gbit/s.
     for (r, pps) in [("1Mbps", 1e6 / 672.0), ("0.01%", 1488.095238)] {
         let o = Command::new(bin())
-            .args(["lab", "l2fwd", "-c", "1", "-r", r, "-t", "5", "--json"])
+            .args(["lab", "l2fwd", "-c", "1", "--rate", r, "-t", "5", "--json"])
             .output()
             .unwrap();
         let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -118,7 +122,7 @@ fn lab_takes_gens_rate_syntax_and_measures_over_the_sending() {
         );
     }
     let o = Command::new(bin())
-        .args(["lab", "l2fwd", "-r", "fast"])
+        .args(["lab", "l2fwd", "--rate", "fast"])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
@@ -145,7 +149,7 @@ fn signal_stops_the_lab(sig: i32) -> Option<String> {
         return None;
     }
     let child = Command::new(bin())
-        .args(["lab", "l2fwd", "-t", "60", "-r", "10000"])
+        .args(["lab", "l2fwd", "-t", "60", "--rate", "10000pps"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -191,7 +195,9 @@ fn cluster_lab_delivers_round_robin_to_its_consumer_threads() {
     if !netns::require_priv() {
         return;
     }
-    let (j, pid) = run_json(&["lab", "cluster", "-c", "3000", "-r", "20000", "-t", "20"]);
+    let (j, pid) = run_json(&[
+        "lab", "cluster", "-c", "3000", "--rate", "20000pps", "-t", "20",
+    ]);
     assert_eq!(j["generator"]["sent"], 3000, "{j}");
     assert_eq!(j["cluster"]["received"], 3000, "{j}");
     assert_eq!(j["cluster"]["delivered"], 3000, "{j}");

@@ -300,7 +300,7 @@ fn fwd_script_looping_in_compiled_code_stops_on_one_signal_or_the_time_limit() {
         for (how, sig) in STOPS {
             let pcap = d.path(&format!("fwd-{jit}-{}.pcap", sig.is_some()));
             let mut args = vec![
-                "fwd", "-i", &input, "-o", &pcap, "--script", &script, "-T", "0",
+                "fwd", "-i", &input, "-o", &pcap, "--script", &script, "--period", "0",
             ];
             if sig.is_none() {
                 args.extend(["-t", "1"]);

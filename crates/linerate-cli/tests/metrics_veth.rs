@@ -410,7 +410,7 @@ fn every_receive_tool_serves_the_same_families_equal_to_its_summary() {
         Some(&ns),
         &[
             &[
-                "fwd", "-i", port, "-o", port, "-t", "4", "-T", "1", "--json",
+                "fwd", "-i", port, "-o", port, "-t", "4", "--period", "1", "--json",
             ][..],
             &m,
         ]

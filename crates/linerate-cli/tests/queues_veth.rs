@@ -527,7 +527,7 @@ fn fwd_xsk_runs_one_thread_per_queue_pair_and_misses_nothing() {
             env!("CARGO_BIN_EXE_linerate"),
         ])
         .args(["fwd", "-i", "xdp:vB0", "-o", "xdp:vB1", "--no-mac-updating"])
-        .args(["--engine", "xsk", "--json", "-t", "30", "-T", "0"])
+        .args(["--engine", "xsk", "--json", "-t", "30", "--period", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -228,7 +228,7 @@ fn loss_inside_the_middle_box_is_found_and_marked() {
     ethtool_k(&l, Node::B, "vB1", &["tso", "off"]);
     let [a, b, c] = &l.ns;
     let path = format!("{a}:vA,{b}:vB0,{b}:vB1,{c}:vC");
-    let (mut w, start, rest) = start_watch(&path, &["-i", "500ms", "-t", "30"]);
+    let (mut w, start, rest) = start_watch(&path, &["--interval", "500ms", "-t", "30"]);
     assert!(start["polls_off"].is_null(), "{start}");
     let hops: Vec<&str> = start["path"]
         .as_array()
@@ -395,7 +395,8 @@ fn text_tables_mark_the_hop_and_name_the_counter() {
     );
     let [a, b, c] = &l.ns;
     let path = format!("{a}:vA,{b}:vB0,{b}:vB1,{c}:vC");
-    let w = Reaped::spawn(Command::new(bin()).args(["watch", &path, "-i", "300ms", "-t", "3"]));
+    let w =
+        Reaped::spawn(Command::new(bin()).args(["watch", &path, "--interval", "300ms", "-t", "3"]));
     std::thread::sleep(Duration::from_millis(500));
     let gen = Reaped::spawn(
         Command::new("ip")
@@ -466,7 +467,12 @@ fn a_missing_namespace_or_interface_is_a_usage_error() {
             "{bad}"
         );
     }
-    for (flag, v) in [("-i", "0"), ("-i", "1e30"), ("-t", "0"), ("-t", "nan")] {
+    for (flag, v) in [
+        ("--interval", "0"),
+        ("--interval", "1e30"),
+        ("-t", "0"),
+        ("-t", "nan"),
+    ] {
         let out = Command::new(bin())
             .args(["watch", "lo", flag, v])
             .output()
@@ -493,7 +499,7 @@ fn a_missing_namespace_or_interface_is_a_usage_error() {
 
 #[test]
 fn one_sigint_stops_with_the_summary() {
-    let (mut w, _, rest) = start_watch("lo", &["-i", "100ms"]);
+    let (mut w, _, rest) = start_watch("lo", &["--interval", "100ms"]);
     std::thread::sleep(Duration::from_millis(600));
     let t0 = Instant::now();
     sigint(w.child());
@@ -514,7 +520,7 @@ fn metrics_are_served_while_watching() {
     let mut w = Reaped::spawn(Command::new(bin()).args([
         "watch",
         "lo",
-        "-i",
+        "--interval",
         "100ms",
         "-t",
         "20",
@@ -571,7 +577,7 @@ fn without_root_the_poll_columns_say_why_and_the_rest_works() {
         Command::new(bin())
     };
     let out = cmd
-        .args(["watch", "lo", "-i", "200ms", "-t", "1", "--json"])
+        .args(["watch", "lo", "--interval", "200ms", "-t", "1", "--json"])
         .output()
         .unwrap();
     assert_eq!(
@@ -591,7 +597,15 @@ fn without_root_the_poll_columns_say_why_and_the_rest_works() {
     assert!(s["hops"][0]["rx_packets"].is_u64(), "{s}");
     // And as text: the columns say n/a and the note says why.
     let out = Command::new(bin())
-        .args(["watch", "lo", "-i", "200ms", "-t", "1", "--no-polls"])
+        .args([
+            "watch",
+            "lo",
+            "--interval",
+            "200ms",
+            "-t",
+            "1",
+            "--no-polls",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0));

@@ -24,6 +24,6 @@ mod sync;
 mod sys;
 
 pub use open::{
-    open, open_cluster_input, open_pair, open_pair_parts, open_parts, open_rx, open_tx,
-    open_uri_parts, Pair, PairError, PairParts, Side,
+    bare_name_hint, open, open_cluster_input, open_pair, open_pair_parts, open_parts, open_rx,
+    open_tx, open_uri_parts, Pair, PairError, PairParts, Side,
 };

@@ -401,9 +401,7 @@ fn open_one(uri: &Uri, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
             } else {
                 Err(PortError::BadUri {
                     uri: rest.clone(),
-                    why: "not a file; name a port as mem:NAME, pcap:FILE, pcapng:FILE or \
-                          afpacket:IFACE"
-                        .into(),
+                    why: bare_name_hint(rest, crate::sys::iface::ifindex(rest).is_some()),
                 })
             }
         }
@@ -414,8 +412,93 @@ fn open_one(uri: &Uri, opts: &PortOptions, dir: Direction) -> Result<Box<dyn Por
     }
 }
 
+/// The port schemes, as a user writes them.
+pub const PORT_FORMS: &str =
+    "mem:NAME, pcap:FILE, pcapng:FILE, afpacket:IFACE, xdp:IFACE[@QUEUES] or cluster:ID@Q";
+
+/// Why a bare name that is no file is refused, naming the fix: an interface (`is_iface`) is
+/// `afpacket:IF` or `xdp:IF` (tcpdump takes `-i eth0`; linerate asks which socket), a scheme
+/// one or two letters off (`afpakcet:eth0`) is the scheme it is closest to.
+pub fn bare_name_hint(name: &str, is_iface: bool) -> String {
+    if is_iface {
+        return format!(
+            "not a file but an interface: did you mean afpacket:{name} (AF_PACKET, as tcpdump \
+             -i {name}) or xdp:{name} (AF_XDP, every queue)?"
+        );
+    }
+    if let Some((scheme, rest)) = name.split_once(':') {
+        const SCHEMES: [&str; 6] = ["mem", "pcap", "pcapng", "afpacket", "xdp", "cluster"];
+        let near = SCHEMES
+            .iter()
+            .map(|s| (edit_distance(&scheme.to_ascii_lowercase(), s), *s))
+            .filter(|&(d, s)| d <= 2.min(s.len() / 2))
+            .min();
+        if let Some((_, s)) = near {
+            return format!("unknown scheme '{scheme}:': did you mean {s}:{rest}?");
+        }
+        return format!("unknown scheme '{scheme}:' and not a file; name a port as {PORT_FORMS}");
+    }
+    format!("not a file; name a port as {PORT_FORMS}")
+}
+
+/// Edit distance between two short names: insertions, deletions, substitutions and swaps of
+/// two neighbours (`xpd` is one from `xdp`), each 1.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, v) in d[0].iter_mut().enumerate() {
+        *v = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
+    #[test]
+    fn a_bare_interface_name_is_offered_as_afpacket_and_xdp() {
+        let why = super::bare_name_hint("eth0", true);
+        assert!(why.contains("did you mean afpacket:eth0"), "{why}");
+        assert!(why.contains("xdp:eth0"), "{why}");
+    }
+
+    #[test]
+    fn a_scheme_typo_is_offered_the_nearest_scheme() {
+        let why = super::bare_name_hint("afpakcet:eth0", false);
+        assert!(why.contains("did you mean afpacket:eth0?"), "{why}");
+        let why = super::bare_name_hint("XDP:eth0", false);
+        assert!(why.contains("did you mean xdp:eth0?"), "{why}");
+        let why = super::bare_name_hint("xpd:eth0", false);
+        assert!(why.contains("did you mean xdp:eth0?"), "{why}");
+        let why = super::bare_name_hint("clustr:10@0", false);
+        assert!(why.contains("did you mean cluster:10@0?"), "{why}");
+        // Far from every scheme: the list of forms, with xdp: and cluster:.
+        let why = super::bare_name_hint("http:x", false);
+        assert!(
+            why.contains("xdp:IFACE") && why.contains("cluster:ID@Q"),
+            "{why}"
+        );
+        let why = super::bare_name_hint("nosuchthing", false);
+        assert!(
+            why.contains("xdp:IFACE") && why.contains("cluster:ID@Q"),
+            "{why}"
+        );
+    }
+
     use super::*;
     use crate::mem::{Batch, Desc};
 

@@ -45,12 +45,16 @@ pub struct Args {
     /// Wait until every queue has a consumer before reading the input.
     #[arg(long)]
     wait_consumers: bool,
-    /// Cluster id: consumers attach with -i cluster:ID@QUEUE.
+    /// Cluster id: consumers attach with -i cluster:ID@QUEUE. `-c` is zbalance_ipc's spelling,
+    /// kept here (a packet count, -c in the other tools, is --count in balance).
     #[arg(short = 'c', long = "cluster", value_name = "ID", default_value = "10")]
     cluster: u32,
     /// Queues per application: 2,1 = application 0 balanced over queues 0-1, application 1 a
-    /// full copy on queue 2.
-    #[arg(short = 'n', long = "queues", value_name = "N[,M...]", default_value = "1", value_parser = parse_apps)]
+    /// full copy on queue 2 (default: 1, or N of --threads N).
+    #[arg(short = 'n', long = "queues", value_name = "N[,M...]", value_parser = parse_apps)]
+    queues: Option<Apps>,
+    /// The queues: -n, or what --threads N implies.
+    #[arg(skip)]
     apps: Apps,
     /// Distribution mode: round-robin, fanout, ip, mac, proto, 5tuple, toeplitz, vlan, gre, gtp,
     /// or lua:FILE (a function balance(pkts, n, q) setting q[i], the queue of packet i, or
@@ -62,8 +66,14 @@ pub struct Args {
     /// error naming the script.
     #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = linerate::apps::lua::parse_mem)]
     lua_mem: usize,
-    /// Consumer threads in this process instead of consumer processes.
-    #[arg(long)]
+    /// Consumer threads in this process instead of consumer processes, one per queue:
+    /// `--threads` alone, as many as -n's queues; `--threads N`, N threads (one application over
+    /// N queues when -n is not given; with -n, N must be its number of queues).
+    #[arg(short = 'T', long = "threads", value_name = "N", num_args = 0..=1, default_missing_value = "0",
+          value_parser = flags::int(0u32, 64))]
+    threads_flag: Option<u32>,
+    /// Whether consumers are threads (--threads given).
+    #[arg(skip)]
     threads: bool,
     /// Slots per queue (a power of two, 64 to 1M; zbalance_ipc's -q).
     #[arg(
@@ -73,9 +83,9 @@ pub struct Args {
         value_parser = flags::pow2(64, 1 << 20)
     )]
     slots: u32,
-    /// Frames in the cluster (default, 0: enough for every queue full).
+    /// Frames in the cluster (zbalance_ipc's -b; default, 0: enough for every queue full). -b
+    /// is dumpcap's ring buffer here as in the other tools.
     #[arg(
-        short = 'b',
         long = "buffers",
         value_name = "BUFFERS",
         default_value = "0",
@@ -86,13 +96,19 @@ pub struct Args {
     #[arg(short = 'f', long, value_name = "BPF")]
     filter: Option<String>,
     /// Cores: the master's, then the consumer threads' (e.g. 0 or 0:1,1).
-    #[arg(short = 'g', long = "cores", value_name = "CORE[:C0,C1..]")]
+    #[arg(
+        short = 'g',
+        long = "cores",
+        visible_alias = "core",
+        value_name = "CORE[:C0,C1..]"
+    )]
     cores: Option<String>,
     /// Stop after this long.
     #[arg(short = 't', long, value_name = "SECONDS", value_parser = flags::duration(flags::RUN))]
     duration: Option<std::time::Duration>,
-    /// Stop after this many packets received.
-    #[arg(long = "packets", value_name = "COUNT", value_parser = flags::count(1, flags::MAX_PACKETS))]
+    /// Stop after this many packets received (--count is the same flag, as the other tools
+    /// spell it).
+    #[arg(long = "packets", visible_alias = "count", value_name = "COUNT", value_parser = flags::count(1, flags::MAX_PACKETS))]
     packets: Option<u64>,
     /// Print statistics as JSON lines.
     #[arg(long)]
@@ -135,7 +151,7 @@ pub struct Args {
     #[command(flatten)]
     write: crate::common::output::OutputFlags,
     #[command(flatten)]
-    ring: crate::common::output::RingBufferLong,
+    ring: crate::common::output::RingBuffer,
     /// Which packets of an afpacket: input to distribute (default: in, what arrives, as
     /// zbalance_ipc, so that an egress on the same interface is never read back).
     #[command(flatten)]
@@ -169,7 +185,7 @@ impl std::str::FromStr for ModeArg {
 }
 
 /// Queues per application (`-n 2,1`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Apps(pub Vec<u32>);
 
 fn parse_apps(s: &str) -> Result<Apps, String> {
@@ -276,9 +292,29 @@ fn egress_interface_stats(
     }
 }
 
+/// Resolves -n and --threads [N] into the queues and whether consumers are threads.
+fn resolve_queues(mut a: Args) -> anyhow::Result<Args> {
+    a.threads = a.threads_flag.is_some();
+    a.apps = match (a.queues.take(), a.threads_flag) {
+        (Some(q), Some(n)) if n != 0 && q.0.iter().sum::<u32>() != n => {
+            return Err(usage(format!(
+                "--threads {n}: one consumer thread per queue, but -n {} makes {} queues: give \
+                 --threads alone (one per queue of -n), or the same number",
+                q.0.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+                q.0.iter().sum::<u32>()
+            )))
+        }
+        (Some(q), _) => q,
+        (None, Some(n)) if n > 0 => Apps(vec![n]),
+        (None, _) => Apps(vec![1]),
+    };
+    Ok(a)
+}
+
 /// Runs `linerate balance`: checks the flags, opens the input, the cluster and its outputs,
 /// distributes, and drains and reports.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let a = resolve_queues(a)?;
     check_flags(&a)?;
     let service = a.service.check()?;
     let stop = stop_flag()?;

@@ -23,7 +23,8 @@ use std::sync::Arc;
 #[derive(Parser, Debug)]
 pub struct Args {
     /// Input port: afpacket:IFACE (afpacket:any, or any: every interface, as Linux cooked
-    /// v2), pcap:FILE (or a path, - for stdin), mem:NAME, or a,b to aggregate several.
+    /// v2), xdp:IFACE[@QUEUES] (AF_XDP), cluster:ID@Q (a queue of `linerate balance`),
+    /// pcap:FILE (or a path, - for stdin), mem:NAME, or a,b to aggregate several.
     #[arg(
         short = 'i',
         long = "in",
@@ -736,7 +737,7 @@ fn summary_text(out: &mut dyn Write, a: &Args, report: &count::Report, end: &End
     let r = stats::Rates::between(&t.start, &t.now);
     let _ = writeln!(
         out,
-        "Summary: {} pkts, {} bytes, {} dropped ({}), {} filtered; ended: {}{}",
+        "Summary: {} pkts, {} bytes, {} dropped ({}), {} rejected by filter; ended: {}{}",
         group(r.pkts),
         group(r.bytes),
         group(r.drops),
@@ -1048,7 +1049,7 @@ fn summary_threads(
         let r = stats::Rates::between(&t.start, &t.now);
         let _ = writeln!(
             out,
-            "Summary: {} pkts, {} bytes, {} dropped ({}), {} filtered; ended: {}; {} threads",
+            "Summary: {} pkts, {} bytes, {} dropped ({}), {} rejected by filter; ended: {}; {} threads",
             group(r.pkts),
             group(r.bytes),
             group(r.drops),

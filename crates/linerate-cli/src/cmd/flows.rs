@@ -24,7 +24,8 @@ use std::time::Duration;
 /// Flags of `linerate flows`.
 #[derive(Parser, Debug)]
 pub struct Args {
-    /// Input port: pcap:FILE (or a path), afpacket:IFACE, mem:NAME.
+    /// Input port: pcap:FILE (or a path), afpacket:IFACE, xdp:IFACE[@QUEUES], cluster:ID@Q (a
+    /// queue of `linerate balance`), mem:NAME, or a,b.
     #[arg(short = 'i', long = "in", value_name = "PORT")]
     input: String,
     /// BPF filter in libpcap syntax, run before flow accounting (in user space, on every
@@ -32,7 +33,7 @@ pub struct Args {
     #[arg(short = 'f', long, value_name = "EXPR")]
     filter: Option<String>,
     /// Worker threads, each with its own table and a symmetric-hash share of the flows.
-    #[arg(long, value_name = "N", default_value = "1", value_parser = flags::int(1usize, 64))]
+    #[arg(short = 'T', long, value_name = "N", default_value = "1", value_parser = flags::int(1usize, 64))]
     threads: usize,
     /// Pin the packet thread (read, parse, flow table) to this core; the export threads
     /// (Kafka's producer and librdkafka's, the metrics endpoint) are left to the scheduler.
@@ -112,7 +113,16 @@ pub struct Args {
     /// addresses; s/d min/max TTL: the TTL (hop limit) range of each side's packets.
     #[arg(long, value_name = "LIST", default_value = "default")]
     fields: String,
-    /// Print the final summary as one JSON line (on standard error).
+    /// Stop after COUNT packets (after filtering, as count -c); units allowed: 10k, 1M. One
+    /// thread: with --threads N, bound the run with -t.
+    #[arg(short = 'c', long, value_name = "COUNT", value_parser = flags::count(1, flags::MAX_PACKETS))]
+    count: Option<u64>,
+    /// Stop after this long (a live port otherwise runs until a signal): the flows still open
+    /// are reported as at the end of a file, and the summary says `ended: time limit`.
+    #[arg(short = 't', long, value_name = "SECONDS", value_parser = flags::duration(flags::RUN))]
+    duration: Option<Duration>,
+    /// Print the start line and the final summary as JSON lines (on standard error: standard
+    /// output is the records' unless -w, --ipfix or --kafka takes them).
     #[arg(long)]
     json: bool,
     /// Print no summary.
@@ -202,6 +212,44 @@ impl RecordSink for Sinks {
 /// Bytes of records buffered before they are written.
 const OUT_BUF: usize = 64 << 10;
 
+/// `-t`: sets the stop flag once the duration has passed, unless the run ended before.
+struct Deadline {
+    /// Set by the timer when the duration passed (it then set the stop flag).
+    passed: Arc<std::sync::atomic::AtomicBool>,
+    /// Set when the run is over: the timer leaves the stop flag alone from then on (a later
+    /// wait, Kafka's acknowledgements, re-arms it for signals only).
+    done: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Deadline {
+    fn start(stop: &Arc<std::sync::atomic::AtomicBool>, d: Duration) -> Deadline {
+        let t = Deadline {
+            passed: Default::default(),
+            done: Default::default(),
+        };
+        let (stop, passed, done) = (stop.clone(), t.passed.clone(), t.done.clone());
+        let end = std::time::Instant::now() + d;
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {
+                let now = std::time::Instant::now();
+                if now >= end {
+                    passed.store(true, Ordering::SeqCst);
+                    stop.store(true, Ordering::SeqCst);
+                    return;
+                }
+                std::thread::sleep((end - now).min(Duration::from_millis(20)));
+            }
+        });
+        t
+    }
+
+    /// Whether the duration passed (and stopped the run); the timer stops either way.
+    fn passed(&self) -> bool {
+        self.done.store(true, Ordering::SeqCst);
+        self.passed.load(Ordering::SeqCst)
+    }
+}
+
 fn secs_ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
@@ -213,6 +261,13 @@ type KafkaEnd = (KafkaStats, KafkaOptions, Option<String>);
 /// the record output, meters the flows, and reports.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let service = a.service.check()?;
+    if a.count.is_some() && a.threads > 1 {
+        return Err(usage(format!(
+            "-c with --threads {}: the count is exact on one thread only (each thread reads \
+             its own share); bound a threaded run with -t, or drop --threads",
+            a.threads
+        )));
+    }
     let stop = stop_flag()?;
     check_flags(&a)?;
     let fields = Field::parse_list(&a.fields).map_err(|e| usage(format!("--fields: {e}")))?;
@@ -262,6 +317,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         tunnels: a.tunnels,
         filter: a.filter.clone(),
         extras: fields.iter().any(|f| f.needs_extra()),
+        count: a.count,
     };
     // A file waits for the broker without losing packets; live packets never wait (a full
     // queue counts queue_full).
@@ -285,7 +341,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     // Pinned only now: the threads started above (Kafka's, the metrics endpoint) keep every core.
     crate::common::pin(a.core)?;
     linerate::port::file::start_writing();
-    let report = flow::threads::run_input(input, &opts, &stop, &mut sinks);
+    let timer = a.duration.map(|d| Deadline::start(&stop, d));
+    let mut report = flow::threads::run_input(input, &opts, &stop, &mut sinks);
+    if timer.is_some_and(|t| t.passed()) && report.ended == Ended::Stopped {
+        report.ended = Ended::Duration;
+    }
     if let Some(w) = &mut sinks.writer {
         if let Err(e) = w.flush() {
             sinks.write_error.get_or_insert(e);

@@ -63,9 +63,15 @@ pub struct Args {
     /// interfaces' receive processing runs).
     #[arg(short = 'g', long, value_name = "CORE", value_parser = flags::int(0, flags::MAX_CORE))]
     pub core: Option<usize>,
-    /// Seconds between statistics blocks (0: only the final one), as l2fwd's -T.
-    #[arg(short = 'T', long = "period", value_name = "SECONDS", default_value = "10", value_parser = flags::duration(flags::INTERVAL_OR_OFF))]
+    /// Seconds between statistics blocks (0: only the final one), as l2fwd's -T PERIOD
+    /// (--interval, as the other tools spell it, is the same flag).
+    #[arg(long = "period", visible_alias = "interval", value_name = "SECONDS", default_value = "10", value_parser = flags::duration(flags::INTERVAL_OR_OFF))]
     pub period: std::time::Duration,
+    /// `-T` is the thread count in linerate (count -T); l2fwd's -T PERIOD is `--period`.
+    #[allow(dead_code)]
+    #[arg(short = 'T', hide = true, value_name = "VALUE", num_args = 0..=1, default_missing_value = "",
+          value_parser = flags::retired("fwd -T: the statistics period (l2fwd's -T) is --period SECONDS (or --interval); forwarding threads are --threads N (-T is the thread count in linerate's tools)"))]
+    pub old_t: Option<String>,
     /// Stop after this long.
     #[arg(short = 't', long, value_name = "SECONDS", value_parser = flags::duration(flags::RUN))]
     pub duration: Option<std::time::Duration>,
@@ -112,7 +118,7 @@ pub struct Args {
     /// Print statistics lines even on a terminal (no live page).
     #[arg(long)]
     pub no_console: bool,
-    /// Print only the final statistics (as -T 0, and no live page).
+    /// Print only the final statistics (as --period 0, and no live page).
     #[arg(short = 'q', long)]
     pub quiet: bool,
     #[command(flatten)]

@@ -71,7 +71,7 @@ pub struct Args {
     #[arg(short = 't', long, value_name = "DURATION")]
     pub duration: Option<String>,
     /// Generator threads, each with its own port (opened again, or the next of a,b).
-    #[arg(long, default_value_t = 1, value_parser = flags::int(1usize, 64))]
+    #[arg(short = 'T', long, value_name = "N", default_value_t = 1, value_parser = flags::int(1usize, 64))]
     pub threads: usize,
     /// Streams per thread (the rate is shared; each has its own id for latency). --stream
     /// gives streams of their own instead.
@@ -636,7 +636,18 @@ fn open_out(uri: &str, opts: &PortOptions, limited: bool) -> anyhow::Result<Box<
         Uri::Bare(p) => match p.split_once(':') {
             Some((s, _)) if !s.contains(['/', '.']) => {
                 return Err(usage(format!(
-                    "-o {uri}: unknown port '{s}:' (use mem:NAME, afpacket:IFACE, pcap:FILE, pcapng:FILE or a path)"
+                    "-o {uri}: {}",
+                    linerate::bare_name_hint(uri, false)
+                )))
+            }
+            // A bare interface name (tcpdump's habit) is not taken for a new file named so.
+            _ if !std::path::Path::new(p).exists()
+                && linerate::port::iface_mac(p).is_ok()
+                && opts.write_format.is_none() =>
+            {
+                return Err(usage(format!(
+                    "-o {uri}: {}",
+                    linerate::bare_name_hint(p, true)
                 )))
             }
             _ => Some(p.as_str()),

@@ -69,10 +69,15 @@ pub struct Args {
     /// Stop the generator after this many packets.
     #[arg(short = 'c', long, value_name = "COUNT", value_parser = flags::count(1, flags::MAX_PACKETS))]
     count: Option<u64>,
-    /// Generator rate, as gen takes it: 50000 or 50kpps, 1Mpps, 5Gbps (of its 64 B frames,
+    /// Generator rate, as gen --rate takes it: 50kpps, 1Mpps, 5Gbps (of its 64 B frames,
     /// 84 B on the wire), 80% (of the veth's 10 Gbit/s) (default: as fast as it can).
-    #[arg(short = 'r', long, value_name = "RATE", value_parser = lab_rate)]
+    #[arg(long, value_name = "RATE", value_parser = lab_rate)]
     rate: Option<f64>,
+    /// `-r` is balance's egress (zbalance_ipc's -r) in linerate; the rate is `--rate`.
+    #[allow(dead_code)]
+    #[arg(short = 'r', hide = true, value_name = "VALUE", num_args = 0..=1, default_missing_value = "",
+          value_parser = flags::retired("lab -r: the generator's rate is --rate RATE, as in gen and sweep (-r is balance's egress queue, zbalance_ipc's -r)"))]
+    old_r: Option<String>,
     /// The forwarder's ports.
     #[arg(long, value_enum, default_value = "xdp")]
     fwd_port: PortKind,
@@ -91,15 +96,18 @@ pub struct Args {
     /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
+    /// Print only the lab report: not the forwarder's per-port statistics block before it.
+    #[arg(short = 'q', long)]
+    quiet: bool,
 }
 
 /// The speed a veth reports (`/sys/class/net/vethX/speed`: 10000): what `-r 80%` is of.
 const VETH_BPS: f64 = 10e9;
 
-/// `-r`: gen's rate syntax, a bare number in packets per second (as before), in packets per
-/// second of the lab's 64-byte frames.
+/// `--rate`: gen's rate syntax (a unit always: 50kpps, 5Gbps, 80%), in packets per second of
+/// the lab's 64-byte frames.
 fn lab_rate(s: &str) -> Result<f64, String> {
-    let r = linerate::units::parse_rate_or_pps(s)?;
+    let r = flags::check_rate(s)?;
     let pps = r.pps(64.0, Some(VETH_BPS))?;
     if pps > flags::MAX_PPS || matches!(r, linerate::units::Rate::Percent(p) if p > 100.0) {
         return Err(format!("'{s}' is out of range: at most 10Gpps or 100%"));
@@ -292,6 +300,13 @@ fn print(a: &Args, gns: &str, fns: &str, o: &FwdLabReport) {
     let fwd_rx = o.fwd_received();
     let forwarded = o.forwarded();
     let fwd_drop = o.fwd_dropped();
+    // l2fwd's `dropped` holds both ends of the forwarder: what its receive rings dropped before
+    // it read them (part of the loss on the way to it) and what it could not send (in it).
+    let ports = &o.fwd.ports[..o.fwd.nports];
+    let no_filter =
+        |d: &linerate::port::Drops| d.without(linerate::port::DropReason::Filter).total();
+    let drop_rx: u64 = ports.iter().map(|p| no_filter(&p.rx_drops)).sum();
+    let drop_tx: u64 = ports.iter().map(|p| no_filter(&p.tx_drops)).sum();
     let lost = o.lost();
     let loss = if o.sent == 0 {
         0.0
@@ -311,6 +326,7 @@ fn print(a: &Args, gns: &str, fns: &str, o: &FwdLabReport) {
             "rate_pps": a.rate,
             "generator": {"sent": o.sent, "received": o.received, "sent_pps": o.pps(o.sent)},
             "forwarder": {"received": fwd_rx, "forwarded": forwarded, "dropped": fwd_drop,
+                          "dropped_on_receive": drop_rx, "dropped_on_send": drop_tx,
                           "ports": o.fwd.ports[..o.fwd.nports].iter().map(|p| serde_json::json!({
                               "sent": p.sent, "received": p.received, "dropped": p.dropped}))
                               .collect::<Vec<_>>()},
@@ -340,7 +356,9 @@ fn print(a: &Args, gns: &str, fns: &str, o: &FwdLabReport) {
             group_f(r, 0)
         ))
     );
-    print!("{}", fwd::l2fwd_block(&o.fwd));
+    if !a.quiet {
+        print!("{}", fwd::l2fwd_block(&o.fwd));
+    }
     let pps = |n: u64| group_f(o.pps(n), 0);
     println!(
         "Lab report ({:.2} s of sending{})",
@@ -358,7 +376,13 @@ fn print(a: &Args, gns: &str, fns: &str, o: &FwdLabReport) {
         group(forwarded),
         pps(forwarded)
     );
-    println!("  forwarder dropped:     {:>15} packets", group(fwd_drop));
+    println!(
+        "  forwarder dropped:     {:>15} packets ({} by its receive rings before it read them, \
+         {} not sent)",
+        group(fwd_drop),
+        group(drop_rx),
+        group(drop_tx)
+    );
     println!(
         "  generator received:    {:>15} packets ({} pps)",
         group(o.received),

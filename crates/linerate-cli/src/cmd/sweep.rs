@@ -25,8 +25,11 @@ use std::time::Duration;
 const DEFAULT_SIZES: &str = "18,64,128,256,512,1024,1472";
 /// The port of the receiver (UDP) and of `--serve`'s control (TCP) unless `--port`.
 const DEFAULT_PORT: u16 = 12866;
-/// The frame sizes (without CRC) swept over a linerate port: RFC 2544's 64 to 1518 bytes.
-const DEFAULT_FRAMES: &str = "60,124,252,508,1020,1514";
+/// The frame sizes (with the CRC, as gen's and rfc2544's) swept over a linerate port: RFC
+/// 2544's 64 to 1518 bytes.
+const DEFAULT_FRAMES: &str = "64,128,256,512,1024,1518";
+/// The CRC a frame size of --raw includes (the port sends the frame without it, the NIC adds it).
+const CRC: usize = 4;
 /// Most sizes in one sweep.
 const MAX_SIZES: usize = 64;
 
@@ -42,14 +45,20 @@ pub struct Args {
     )]
     to: Option<String>,
     /// Message sizes in bytes (UDP payload), in order, comma separated: each 12 to 65507
-    /// [default: 18,64,128,256,512,1024,1472]. With --raw, frame sizes without the CRC, each 60
-    /// to 9018 (jumbo frames as far as both interfaces' MTUs and the port allow: MTU + 14)
-    /// [default: 60,124,252,508,1020,1514].
+    /// [default: 18,64,128,256,512,1024,1472]. With --raw, frame sizes with the CRC, as gen
+    /// --size and rfc2544 --sizes take them, each 64 to 9022 (jumbo frames as far as both
+    /// interfaces' MTUs and the port allow: MTU + 18); 60 to 63, which only a size without the
+    /// CRC can be, are taken so (60 is 64) [default: 64,128,256,512,1024,1518].
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_sizes)]
     sizes: Option<Vec<usize>>,
     /// How long each size is sent (or with a unit: 500ms).
-    #[arg(short = 't', long = "time", value_name = "SECONDS", default_value = "1", value_parser = flags::duration(PER_SIZE))]
+    #[arg(long = "time", value_name = "SECONDS", default_value = "1", value_parser = flags::duration(PER_SIZE))]
     time: Duration,
+    /// `-t` is a run's whole duration in linerate; sweep's time per size is `--time`.
+    #[allow(dead_code)]
+    #[arg(short = 't', hide = true, value_name = "VALUE", num_args = 0..=1, default_missing_value = "",
+          value_parser = flags::retired("sweep -t: the time each size is sent is --time SECONDS (-t is a run's whole duration in linerate's tools)"))]
+    old_t: Option<String>,
     /// UDP port of the receiver, and TCP port of `--serve`'s control (0 with --serve or
     /// NETNS:IFACE: one the kernel picks).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_PORT, value_parser = flags::int(0u16, 65535))]
@@ -80,6 +89,10 @@ pub struct Args {
     /// Print a JSON line per size and a summary instead of the table.
     #[arg(long)]
     json: bool,
+    /// Print only the table (with --json: only the summary line), not the lines about the
+    /// sockets and the watched path before it.
+    #[arg(short = 'q', long)]
+    quiet: bool,
     /// Be the receiver for `linerate sweep --to HOST` on other hosts: count their messages on
     /// UDP --port and answer on TCP --port, until Ctrl-C.
     #[arg(long, conflicts_with_all = ["to", "watch", "rate", "sndbuf", "raw"])]
@@ -194,10 +207,19 @@ fn sizes_of(a: &mut Args) -> anyhow::Result<Vec<usize>> {
     } else {
         DEFAULT_SIZES
     };
-    let sizes: Vec<usize> = match a.sizes.take() {
+    let mut sizes: Vec<usize> = match a.sizes.take() {
         Some(v) => v,
         None => default.split(',').filter_map(|x| x.parse().ok()).collect(),
     };
+    if a.raw.is_some() {
+        // Below 64 a frame size can only be without the CRC (the smallest frame is 60 + 4).
+        for s in sizes
+            .iter_mut()
+            .filter(|s| (sweep::MIN_FRAME..sweep::MIN_FRAME + CRC).contains(s))
+        {
+            *s += CRC;
+        }
+    }
     if sizes.len() > MAX_SIZES {
         return Err(usage(format!(
             "--sizes: {} sizes; at most {MAX_SIZES}",
@@ -208,13 +230,13 @@ fn sizes_of(a: &mut Args) -> anyhow::Result<Vec<usize>> {
         raw_iface(uri)?;
         if let Some(bad) = sizes
             .iter()
-            .find(|s| !(sweep::MIN_FRAME..=sweep::MAX_FRAME).contains(s))
+            .find(|s| !(sweep::MIN_FRAME + CRC..=sweep::MAX_FRAME + CRC).contains(s))
         {
             return Err(usage(format!(
-                "--sizes: {bad} with --raw: frame sizes are between {} and {} bytes (without \
-                 the CRC; above 1514, jumbo frames, as the ports' MTUs allow)",
-                sweep::MIN_FRAME,
-                sweep::MAX_FRAME
+                "--sizes: {bad} with --raw: frame sizes are between {} and {} bytes (with the \
+                 CRC, as gen's and rfc2544's; above 1518, jumbo frames, as the ports' MTUs allow)",
+                sweep::MIN_FRAME + CRC,
+                sweep::MAX_FRAME + CRC
             )));
         }
     }
@@ -405,12 +427,15 @@ fn announce(
             "batch": a.batch,
             "watch": watcher.map(|w| w.path().hops.iter().map(|h| h.label.clone()).collect::<Vec<_>>()),
         });
-        let _ = writeln!(out, "{start}");
+        if !a.quiet {
+            let _ = writeln!(out, "{start}");
+        }
         let _ = out.flush();
         return;
     }
     let asked = |b: Option<u64>| b.map_or_else(String::new, |b| format!(" (asked {} B)", group(b)));
     match &a.raw {
+        _ if a.quiet => {}
         None => {
             let _ = writeln!(
                 out,
@@ -431,13 +456,13 @@ fn announce(
             let _ = writeln!(
                 out,
                 "Ethernet/IPv4/UDP frames on {uri} from {} to {dst} ({where_}), {} per size; \
-                 sizes without the CRC",
+                 sizes with the CRC",
                 tx.src().unwrap_or_default(),
                 flags::show_duration(a.time),
             );
         }
     }
-    if let Some(w) = watcher {
+    if let Some(w) = watcher.filter(|_| !a.quiet) {
         let labels: Vec<&str> = w.path().hops.iter().map(|h| h.label.as_str()).collect();
         let _ = writeln!(out, "Watching {}", labels.join(" -> "));
         for n in &w.path().notes {
@@ -488,7 +513,9 @@ fn measure_size(
         .map(|w| w.sample())
         .transpose()
         .map_err(|e| anyhow::Error::new(e).context("--watch"))?;
-    sink.begin(size, t, a.time.as_secs_f64())?;
+    // What the port sends and the far end receives: a --raw frame without its CRC.
+    let sent_len = if a.raw.is_some() { size - CRC } else { size };
+    sink.begin(sent_len, t, a.time.as_secs_f64())?;
     let asked_pps = rate_pps(&a.rate, size);
     let txr = match tx {
         Sender::Udp(u) => {
@@ -506,14 +533,16 @@ fn measure_size(
             template.sport = template.sport.wrapping_add(seq as u16);
             let plan = sweep::RawPlan {
                 template,
-                frame_len: size,
+                frame_len: sent_len,
                 duration: a.time,
                 rate_pps: asked_pps,
             };
             sweep::send_size_raw(port.as_mut(), &plan, step.stop)?
         }
     };
-    let rxr = sink.finish(txr.sent)?;
+    let mut rxr = sink.finish(txr.sent)?;
+    // The far end counts frames without their CRC; the row's bytes are of `size`, with it.
+    rxr.bytes += (size - sent_len) as u64 * rxr.received;
     let row = SizeRow {
         size,
         asked_pps,
@@ -547,7 +576,9 @@ fn print_row(
     notes: &[String],
 ) {
     if a.json {
-        let _ = writeln!(out, "{}", row_json(row, wjson));
+        if !a.quiet {
+            let _ = writeln!(out, "{}", row_json(row, wjson));
+        }
     } else {
         let _ = write!(out, "{}", row_text(row, a.rate.is_some()));
         for n in notes {
@@ -855,7 +886,8 @@ fn raw_sizes_fit(
     to: &str,
     target_mtu: Option<u32>,
 ) -> anyhow::Result<()> {
-    let Some(&big) = sizes.iter().max() else {
+    // Sizes with the CRC; the limits are of frames without it.
+    let Some(big) = sizes.iter().max().map(|b| b - CRC) else {
         return Ok(());
     };
     if let Some(max) = port.max_tx_frame(false).filter(|m| big > *m) {
@@ -876,9 +908,12 @@ fn raw_sizes_fit(
             )
         };
         return Err(usage(format!(
-            "--sizes: {big} with --raw: {} sends frames of at most {max} bytes without the CRC \
-             ({why}); or give sizes up to {max}",
-            port.name()
+            "--sizes: {} with --raw: {} sends frames of at most {} bytes with the CRC ({why}); \
+             or give sizes up to {}",
+            big + CRC,
+            port.name(),
+            max + CRC,
+            max + CRC
         )));
     }
     if let Some(mtu) = target_mtu {
@@ -886,9 +921,12 @@ fn raw_sizes_fit(
         if big > max {
             let (ns, iface) = to.split_once(':').unwrap_or(("", to));
             return Err(usage(format!(
-                "--sizes: {big} with --raw: {to} takes frames of at most {max} bytes without the \
-                 CRC (its MTU {mtu} plus the 14-byte Ethernet header); give sizes up to {max}, or \
-                 raise its MTU (`ip -n {ns} link set {iface} mtu 9000`)"
+                "--sizes: {} with --raw: {to} takes frames of at most {} bytes with the CRC (its \
+                 MTU {mtu} plus the 14-byte Ethernet header and the CRC); give sizes up to {}, or \
+                 raise its MTU (`ip -n {ns} link set {iface} mtu 9000`)",
+                big + CRC,
+                max + CRC,
+                max + CRC
             )));
         }
     }

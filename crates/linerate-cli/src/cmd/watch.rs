@@ -18,8 +18,13 @@ pub struct Args {
     #[arg(value_name = "PATH")]
     path: String,
     /// Seconds between reports (or with a unit: 500ms).
-    #[arg(short = 'i', long, value_name = "SECONDS", default_value = "1", value_parser = flags::duration(flags::INTERVAL))]
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = flags::duration(flags::INTERVAL))]
     interval: Duration,
+    /// `-i` is the input port in linerate; watch's interval is `--interval`.
+    #[allow(dead_code)]
+    #[arg(short = 'i', hide = true, value_name = "VALUE", num_args = 0..=1, default_missing_value = "",
+          value_parser = flags::retired("watch -i: the interval is --interval SECONDS (-i is the input port in linerate's tools; watch reads the interfaces of PATH)"))]
+    old_i: Option<String>,
     /// Stop after this long and print the summary (default: until Ctrl-C).
     #[arg(short = 't', long, value_name = "SECONDS", value_parser = flags::duration(flags::RUN))]
     duration: Option<Duration>,

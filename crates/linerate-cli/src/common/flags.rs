@@ -46,7 +46,7 @@ pub const INTERVAL: Durations = Durations {
     max: secs(86_400),
     off: false,
 };
-/// An interval that 0 turns off (`fwd -T`, `flows --status-interval`).
+/// An interval that 0 turns off (`fwd --period`, `flows --status-interval`).
 pub const INTERVAL_OR_OFF: Durations = Durations {
     min: ms(10),
     max: LONGEST,
@@ -194,6 +194,15 @@ pub fn size(
             Err(e) => Err(format!("{e}; {range}")),
         }
     }
+}
+
+/// A letter a tool gave another meaning before linerate's flags were made one vocabulary (the
+/// table in docs/DESIGN.md): any use of it is refused (exit 2) with `msg`, which names the flag
+/// to write, rather than silently taken in its new meaning.
+pub fn retired(
+    msg: &'static str,
+) -> impl Fn(&str) -> Result<String, String> + Clone + Send + Sync + 'static {
+    move |_| Err(msg.to_string())
 }
 
 /// A clap value parser of plain integers (queues, threads, cores, ids) in `min..=max`.

@@ -85,19 +85,21 @@ pub struct RingBuffer {
     /// bytes), duration:SECONDS (clock-aligned, as -G), files:N (keep the last N files, the
     /// oldest deleted, the capture goes on); files named as dumpcap's:
     /// PREFIX_NNNNN_YYYYmmddHHMMSS.EXT. Not mixed with -C/-G/-W.
-    #[arg(short = 'b', long = "ring-buffer", value_name = "KEY:VALUE")]
+    #[arg(short = 'b', long = "ring-buffer", value_name = "KEY:VALUE", value_parser = ring_setting)]
     pub ring_buffer: Vec<String>,
 }
 
-/// dumpcap's ring buffer flag where `-b` is taken (`balance -b` is zbalance_ipc's buffers).
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct RingBufferLong {
-    /// dumpcap's ring buffer (repeatable): filesize:KB (rotate after KB kilobytes of 1000
-    /// bytes), duration:SECONDS (clock-aligned, as -G), files:N (keep the last N files, the
-    /// oldest deleted, the capture goes on); files named as dumpcap's:
-    /// PREFIX_NNNNN_YYYYmmddHHMMSS.EXT. Not mixed with -C/-G/-W.
-    #[arg(long = "ring-buffer", value_name = "KEY:VALUE")]
-    pub ring_buffer: Vec<String>,
+/// A `-b` value: KEY:VALUE (checked in full later). A bare number is refused here with the
+/// flag it meant in balance before -b was dumpcap's there too (zbalance_ipc's -b, `--buffers`).
+fn ring_setting(s: &str) -> Result<String, String> {
+    if !s.is_empty() && s.trim().chars().all(|c| c.is_ascii_digit()) {
+        return Err(
+            "write filesize:KB, duration:SECONDS or files:N (dumpcap's ring buffer); the frames \
+             in balance's cluster (zbalance_ipc's -b) are --buffers N"
+                .into(),
+        );
+    }
+    Ok(s.to_string())
 }
 
 /// tcpdump's -C: a bare number is millions of bytes (`1` = 1000000, `0.5`); a unit is taken

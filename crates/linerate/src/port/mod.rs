@@ -38,7 +38,7 @@ pub fn iface_mac(name: &str) -> Result<[u8; 6], PortError> {
             _ => PortError::Os {
                 iface: name.to_string(),
                 op: "SIOCGIFHWADDR",
-                hint: "",
+                hint: "".into(),
                 source: e,
             },
         })
@@ -186,7 +186,7 @@ pub enum PortError {
         /// The OS error.
         source: std::io::Error,
         /// What to do about it.
-        hint: &'static str,
+        hint: std::borrow::Cow<'static, str>,
     },
     /// A capture file could not be read or written.
     #[error("{path}: {source}")]

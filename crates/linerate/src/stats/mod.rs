@@ -82,7 +82,7 @@ pub fn pfcount_block(start: &Snapshot, prev: &Snapshot, now: &Snapshot) -> Strin
         group(abs.drops)
     ));
     if filtered > 0 {
-        s.push_str(&format!("[{} pkts filtered]", group(filtered)));
+        s.push_str(&format!("[{} pkts rejected by filter]", group(filtered)));
     }
     s.push('\n');
     s.push_str(&format!(
@@ -181,7 +181,7 @@ mod tests {
         };
         let s = pfcount_block(&a, &a, &b);
         assert!(
-            s.contains("Absolute Stats: [14'881'605 pkts rcvd][10 pkts dropped][5 pkts filtered]"),
+            s.contains("Absolute Stats: [14'881'605 pkts rcvd][10 pkts dropped][5 pkts rejected by filter]"),
             "{s}"
         );
         assert!(s.contains("Total Pkts=14'881'615/Dropped=0.0 %"), "{s}");

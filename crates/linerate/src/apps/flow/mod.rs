@@ -57,6 +57,10 @@ pub struct FlowOptions {
     pub filter: Option<String>,
     /// Read each packet's Ethernet addresses and TTL for the records (`--fields smac,...`).
     pub extras: bool,
+    /// Stop once this many packets passed the filter (`-c`, as count's), exactly: the port is
+    /// asked for no more than are left. One thread only (`threads` 1); the threaded paths do
+    /// not read it.
+    pub count: Option<u64>,
 }
 
 /// Counters the reading threads publish while they run: packets and bytes received so far.
@@ -88,6 +92,7 @@ impl Default for FlowOptions {
             tunnels: Tunnels::Outer,
             filter: None,
             extras: false,
+            count: None,
         }
     }
 }
@@ -344,6 +349,14 @@ pub(crate) fn run_in_this_thread(
     let ended = loop {
         if stop.load(Ordering::Relaxed) {
             break Ended::Stopped;
+        }
+        if let Some(c) = opts.count {
+            // What passed the filter so far; no more is read than would reach `c`.
+            let left = c.saturating_sub(packets - w.filtered);
+            if left == 0 {
+                break Ended::Count;
+            }
+            batch.set_limit(left.min(64) as usize);
         }
         let n = match port.rx(&mut batch) {
             Ok(n) => n,

@@ -310,7 +310,8 @@ fn os(iface: &str, op: &'static str, e: std::io::Error) -> GenError {
                 " (the device cannot send XDP frames; a veth needs an XDP program on its peer)"
             }
             _ => "",
-        },
+        }
+        .into(),
         source: e,
     })
 }

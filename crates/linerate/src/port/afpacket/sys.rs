@@ -32,7 +32,7 @@ pub(super) fn err_of(iface: &str, op: &'static str, source: io::Error) -> PortEr
         _ => PortError::Os {
             iface: iface.to_string(),
             op,
-            hint: hint(op, &source),
+            hint: hint(op, &source).into(),
             source,
         },
     }
@@ -156,7 +156,7 @@ pub(super) fn attach_bpf(
         iface: iface.to_string(),
         op: "SO_ATTACH_FILTER",
         source: io::Error::from_raw_os_error(libc::EINVAL),
-        hint: " (filter program too long)",
+        hint: " (filter program too long)".into(),
     })?;
     let fprog = libc::sock_fprog {
         len,

@@ -103,7 +103,8 @@ impl NapiDefer {
                 source,
                 hint: "busy polling sets the device's napi_defer_hard_irqs and \
                        gro_flush_timeout in /sys/class/net: run as root, with /sys of the \
-                       interface's network namespace (ip netns exec mounts it)",
+                       interface's network namespace (ip netns exec mounts it)"
+                    .into(),
             };
             let old = std::fs::read_to_string(&path).map_err(|e| err("read napi settings", e))?;
             let old = old.trim().to_string();

@@ -345,6 +345,18 @@ impl Attachment {
     }
 }
 
+/// The command that detaches the XDP program attached to `iface` in `mode` (the attach mode
+/// rtnetlink reports: 1 native, 2 generic, 3 offloaded): `xdp off` leaves a generic program
+/// attached, so each mode is named by its own keyword.
+pub fn detach_command(iface: &str, mode: u8) -> String {
+    let kind = match mode {
+        2 => "xdpgeneric",
+        3 => "xdpoffload",
+        _ => "xdpdrv",
+    };
+    format!("ip link set dev {iface} {kind} off")
+}
+
 /// Finds a program already attached to `ifindex`: one of ours (by name: the socket redirect or
 /// the kernel forwarder) is detached and its id
 /// returned; another tool's is an error naming it.
@@ -363,8 +375,11 @@ fn remove_stale(nl: &Netlink, iface: &str, ifindex: u32) -> Result<Option<u32>, 
                 "XDP program '{name}' (id {}) is already attached",
                 cur.prog_id
             )),
-            hint: " (another tool's program: remove it with `ip link set dev IFACE xdp off` \
-                   if it is not needed)",
+            hint: format!(
+                " (another tool's program: remove it with `{}` if it is not needed)",
+                detach_command(iface, cur.mode)
+            )
+            .into(),
         });
     }
     let flags = match cur.mode {
@@ -378,7 +393,8 @@ fn remove_stale(nl: &Netlink, iface: &str, ifindex: u32) -> Result<Option<u32>, 
             iface: iface.to_string(),
             op: "attaching the XDP program",
             source: e,
-            hint: " (a running linerate holds this interface through a bpf_link: stop it first)",
+            hint: " (a running linerate holds this interface through a bpf_link: stop it first)"
+                .into(),
         }),
         Err(e) => Err(sys::err_of(
             iface,
@@ -400,6 +416,16 @@ impl Drop for Attachment {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_detach_command_names_the_interface_and_the_mode_keyword() {
+        assert_eq!(detach_command("vA", 2), "ip link set dev vA xdpgeneric off");
+        assert_eq!(detach_command("eth0", 1), "ip link set dev eth0 xdpdrv off");
+        assert_eq!(
+            detach_command("eth0", 3),
+            "ip link set dev eth0 xdpoffload off"
+        );
+    }
 
     #[test]
     fn committed_object_parses_to_a_map_load_and_a_license() {

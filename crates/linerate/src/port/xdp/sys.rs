@@ -112,7 +112,15 @@ pub struct XdpStatistics {
     pub tx_ring_empty_descs: u64,
 }
 
-fn hint(op: &'static str, e: &io::Error) -> &'static str {
+fn hint(iface: &str, op: &'static str, e: &io::Error) -> std::borrow::Cow<'static, str> {
+    if e.raw_os_error() == Some(libc::EBUSY) && !op.starts_with("bind") {
+        return format!(
+            " (another XDP program is attached: `ip link show dev {iface}` names it and its \
+             mode; remove it with `ip link set dev {iface} xdpgeneric off` when it is generic \
+             (xdpgeneric), `ip link set dev {iface} xdpdrv off` when it is native (xdp))"
+        )
+        .into();
+    }
     match e.raw_os_error() {
         Some(libc::EPERM) | Some(libc::EACCES) => {
             " (needs root, or CAP_NET_RAW + CAP_BPF + CAP_NET_ADMIN)"
@@ -121,7 +129,6 @@ fn hint(op: &'static str, e: &io::Error) -> &'static str {
         Some(libc::EBUSY) if op.starts_with("bind") => {
             " (another AF_XDP socket is bound to this queue)"
         }
-        Some(libc::EBUSY) => " (another XDP program is attached: `ip link set dev IFACE xdp off`)",
         Some(libc::EOPNOTSUPP) if op.starts_with("bind") => {
             " (the driver cannot do this mode: use --xdp-mode copy)"
         }
@@ -133,6 +140,7 @@ fn hint(op: &'static str, e: &io::Error) -> &'static str {
         }
         _ => "",
     }
+    .into()
 }
 
 /// Turns an OS error of `op` on `iface` into a port error.
@@ -142,7 +150,7 @@ pub(super) fn err_of(iface: &str, op: &'static str, source: io::Error) -> PortEr
         _ => PortError::Os {
             iface: iface.to_string(),
             op,
-            hint: hint(op, &source),
+            hint: hint(iface, op, &source),
             source,
         },
     }
@@ -890,6 +898,17 @@ pub(super) fn xdp_set_netlink(
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_busy_interface_is_named_with_both_detach_commands() {
+        let h = hint("vA", "attach", &io::Error::from_raw_os_error(libc::EBUSY));
+        assert!(h.contains("ip link set dev vA xdpgeneric off"), "{h}");
+        assert!(h.contains("ip link set dev vA xdpdrv off"), "{h}");
+        assert!(!h.contains("IFACE"), "{h}");
+        // A busy queue (bind) is another socket, not a program.
+        let h = hint("vA", "bind", &io::Error::from_raw_os_error(libc::EBUSY));
+        assert!(h.contains("AF_XDP socket"), "{h}");
+    }
 
     #[test]
     fn abi_sizes_match_the_kernel_headers() {
