@@ -278,6 +278,7 @@ fn egress_interface_stats(
 
 /// Runs `linerate balance`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    a.capture.check_xdp(&[&a.input])?;
     if a.tunnels == linerate::apps::balance::Tunnels::Inner
         && (a.mode.script.is_some()
             || !matches!(

@@ -291,6 +291,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     )?;
     // A capture-only loop: wait long in poll, the kernel wakes it when packets are ready.
     // Both directions by default on afpacket, as tcpdump captures.
+    a.capture.check_xdp(&[&a.input])?;
     let opts = a.capture.apply(
         "-i",
         &a.input,

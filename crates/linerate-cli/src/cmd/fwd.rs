@@ -75,9 +75,6 @@ pub struct Args {
     /// AF_XDP socket mode for xdp: ports.
     #[arg(long, value_name = "copy|zerocopy|auto", default_value = "auto")]
     pub xdp_mode: XdpMode,
-    /// How the XDP program is attached for xdp: ports.
-    #[arg(long, value_name = "native|generic|auto", default_value = "auto")]
-    pub xdp_attach: AttachMode,
     /// xsk engine: AF_XDP busy polling, each receive or send call polling the device's NAPI for
     /// up to USECS µs (1-1000; SO_PREFER_BUSY_POLL, SO_BUSY_POLL, SO_BUSY_POLL_BUDGET 64, and
     /// the device's napi_defer_hard_irqs 2 / gro_flush_timeout 200 µs while it runs, as the
@@ -397,9 +394,11 @@ pub fn run_with(
             ..Default::default()
         },
     )?;
+    a.capture.check_xdp(&[&a.input, &a.output])?;
     let xdp = XdpConfig {
         mode: a.xdp_mode,
-        attach: a.xdp_attach,
+        attach: opts.xdp.attach,
+        frame_size: opts.xdp.frame_size,
         busy_poll: (a.busy_poll > 0).then(|| xdp::BusyPoll {
             usecs: a.busy_poll,
             ..Default::default()
@@ -657,7 +656,7 @@ fn run_kernel(
         ifaces: [i.clone(), o.clone()],
         bidir: a.bidir,
         mac: [mac.for_port(0), mac.for_port(if bounce { 0 } else { 1 })],
-        attach: a.xdp_attach,
+        attach: a.capture.xdp_attach.unwrap_or_default(),
     };
     let mut k = KernelFwd::open(&cfg).map_err(|e| port_err("-i", &a.input, e))?;
     let on = if a.bidir && !bounce {
