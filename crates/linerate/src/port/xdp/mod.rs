@@ -115,6 +115,10 @@ pub struct XdpConfig {
     /// frame less 256 B of kernel headroom (1 792 or 3 840 B), so a 9 000 B frame comes in 6
     /// or 3 pieces; 4096 halves the frames a UMEM of the same memory holds.
     pub frame_size: u32,
+    /// Bind with `XDP_USE_SG` where the kernel and driver take it (default); false: never
+    /// (the port carries frames up to a UMEM frame less 256 B and counts longer ones
+    /// too_big, as on a kernel before 6.6).
+    pub multi_buffer: bool,
 }
 
 impl Default for XdpConfig {
@@ -126,6 +130,7 @@ impl Default for XdpConfig {
             ring_size: 2048,
             busy_poll: None,
             frame_size: umem::FRAME,
+            multi_buffer: true,
         }
     }
 }
@@ -578,6 +583,8 @@ impl XdpPort {
             .flat_map(|&m| {
                 if share.is_some() {
                     vec![(m, share.is_some_and(|s| s.2))]
+                } else if !cfg.multi_buffer {
+                    vec![(m, false)]
                 } else {
                     vec![(m, true), (m, false)]
                 }
@@ -619,9 +626,11 @@ impl XdpPort {
                             "linerate: xdp:{iface}@{queue}: no multi-buffer AF_XDP here ({}): \
                              the longest frame this port carries is {} B (MTU {}); longer \
                              ones are counted too_big",
-                            sg_refused
-                                .as_deref()
-                                .unwrap_or("the socket it shares a UMEM with has none"),
+                            sg_refused.as_deref().unwrap_or(if cfg.multi_buffer {
+                                "the socket it shares a UMEM with has none"
+                            } else {
+                                "not asked for"
+                            }),
                             frame - RX_HEADROOM,
                             mtu.unwrap_or(0)
                         );
@@ -1014,8 +1023,7 @@ impl XdpPort {
                 // The first piece of a frame longer than a UMEM frame.
                 let mut last = i + 1;
                 // SAFETY: last < n, which `ready` returned.
-                while last < n && unsafe { self.rx.read(last) }.options & sys::XDP_PKT_CONTD != 0
-                {
+                while last < n && unsafe { self.rx.read(last) }.options & sys::XDP_PKT_CONTD != 0 {
                     last += 1;
                 }
                 if last >= n {
