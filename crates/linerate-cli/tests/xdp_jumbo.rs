@@ -102,11 +102,18 @@ fn stop(mut k: Kid, what: &str) -> Output {
     c.wait_with_output().unwrap()
 }
 
-/// Runs `prog args` in namespace `ns`, returned once its standard error or output has a line
+/// Runs `prog args` in namespace `ns` (None: ours), returned once its standard error or output has a line
 /// containing `ready` (tcpdump's "listening", count's start line).
-fn start(ns: &str, prog: &str, args: &[&str], ready: &str, on_stderr: bool) -> Kid {
-    let mut c = Command::new("ip")
-        .args(["netns", "exec", ns, prog])
+fn start(ns: Option<&str>, prog: &str, args: &[&str], ready: &str, on_stderr: bool) -> Kid {
+    let mut cmd = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, prog]);
+            c
+        }
+        None => Command::new(prog),
+    };
+    let mut c = cmd
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -188,7 +195,7 @@ fn count_on_xdp_holds_the_jumbo_frames_tcpdump_captured() {
 
     let td = t.0.join("tcpdump.pcap");
     let k = start(
-        pair.ns(Side::B),
+        Some(pair.ns(Side::B)),
         "tcpdump",
         &[
             "-i", "vB", "-Q", "in", "-s", "0", "-U", "-B", "65536", "-n", "-w",
@@ -231,7 +238,7 @@ fn count_on_xdp_holds_the_jumbo_frames_tcpdump_captured() {
                 "-w",
                 w.to_str().unwrap(),
             ];
-            let k = start(pair.ns(Side::B), BIN, &args, "\"start\"", false);
+            let k = start(Some(pair.ns(Side::B)), BIN, &args, "\"start\"", false);
             let link = pair.ip_in(Side::B, &["link", "show", "dev", "vB"]).unwrap();
             assert!(link.contains(shown), "{what}: {link}");
             pair.run_in(Side::A, || netns::send_raw("vA", &sent));
@@ -373,7 +380,7 @@ fn gen_on_xdp_sends_jumbo_frames_whole() {
     let t = tmp("gen");
     let td = t.0.join("tcpdump.pcap");
     let k = start(
-        pair.ns(Side::B),
+        Some(pair.ns(Side::B)),
         "tcpdump",
         &[
             "-i", "vB", "-Q", "in", "-s", "0", "-U", "-B", "65536", "-n", "-w",
@@ -431,4 +438,72 @@ fn xdp_frame_size_is_refused_where_it_cannot_apply() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}");
     }
+}
+
+/// The cluster with an xdp: input (its UMEM is the segment's frames) carries jumbo frames
+/// whole: `balance -i xdp:vB` gathers their pieces into the segment's big frames, and a
+/// consumer's `count -i cluster:ID@0 -w` holds every frame sent, byte for byte, in order.
+#[test]
+fn cluster_with_an_xdp_input_carries_jumbo_frames() {
+    if !netns::require_priv() {
+        return;
+    }
+    let pair = NetnsPair::new().expect("netns pair");
+    pair.no_ipv6().unwrap();
+    for (side, i) in [(Side::A, "vA"), (Side::B, "vB")] {
+        pair.ip_in(side, &["link", "set", i, "mtu", "9000"])
+            .unwrap();
+    }
+    let t = tmp("cluster");
+    let sent = frames(pair.mac_b, pair.mac_a);
+    let id = (430_000 + std::process::id() % 10_000).to_string();
+    let seg = PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"));
+    let master = Kid(Some(
+        Command::new("ip")
+            .args(["netns", "exec", pair.ns(Side::B), BIN, "balance"])
+            .args(["-i", "xdp:vB", "-c", &id, "-n", "1", "--wait-consumers"])
+            .args(["--json", "-q", "-t", "30"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn balance"),
+    ));
+    let t0 = Instant::now();
+    while !seg.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no cluster segment");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The consumer needs no namespace: the segment is in /dev/shm.
+    let w = t.0.join("q0.pcap");
+    let consumer = start(
+        None,
+        BIN,
+        &[
+            "count",
+            "-i",
+            &format!("cluster:{id}@0"),
+            "--json",
+            "-q",
+            "-w",
+        ]
+        .into_iter()
+        .chain([w.to_str().unwrap()])
+        .collect::<Vec<_>>(),
+        "\"start\"",
+        false,
+    );
+    // The master puts its sockets in the XDP program's map once a consumer lends frames.
+    std::thread::sleep(Duration::from_millis(500));
+    pair.run_in(Side::A, || netns::send_raw("vA", &sent));
+    settle(&w);
+    let mo = stop(master, "balance");
+    let co = stop(consumer, "count -i cluster:");
+    let got = ours(records(&w));
+    assert_eq!(
+        diff(&got, &sent),
+        None,
+        "count -i cluster:{id}@0 holds every frame, byte for byte: {} {}",
+        String::from_utf8_lossy(&mo.stdout),
+        String::from_utf8_lossy(&co.stderr)
+    );
 }

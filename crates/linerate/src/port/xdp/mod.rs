@@ -1031,6 +1031,11 @@ impl XdpPort {
                     // read it next time.
                     break;
                 }
+                if self.fill_max > 0 && batch.lent_big_frames() == 0 && batch.frame_room().1 > 0 {
+                    // A lender of big frames (a cluster) lends a few per batch: the frame
+                    // waits in the ring for the next batch's.
+                    break;
+                }
                 if let Some(len) = self.gather(batch, i, last, now) {
                     bytes += u64::from(len);
                     taken += 1;
