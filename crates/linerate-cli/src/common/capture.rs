@@ -171,6 +171,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn xdp_flags_apply_to_xdp_ports_only() {
+        let f = CaptureFlags {
+            xdp_attach: Some(AttachMode::Generic),
+            xdp_frame_size: Some(4096),
+            ..Default::default()
+        };
+        let o = f
+            .apply("-i", "xdp:eth0", Capture::In, PortOptions::default())
+            .unwrap();
+        assert_eq!(
+            (o.xdp.attach, o.xdp.frame_size),
+            (AttachMode::Generic, 4096)
+        );
+        assert!(f.check_xdp(&["xdp:eth0@1"]).is_ok());
+        assert!(f.check_xdp(&["afpacket:eth0", "mem:a,xdp:eth1"]).is_ok());
+        let e = f.check_xdp(&["afpacket:eth0", "f.pcap"]).unwrap_err();
+        assert!(e.to_string().contains("--xdp-attach"), "{e}");
+        assert!(CaptureFlags::default().check_xdp(&["mem:x"]).is_ok());
+        assert_eq!(frame_size("4096"), Ok(4096));
+        assert!(frame_size("8192").is_err());
+    }
+
+    #[test]
     fn directions_are_taken_in_any_case_as_tcpdump() {
         assert_eq!(direction("IN"), Ok(Capture::In));
         assert_eq!(direction("Out"), Ok(Capture::Out));
@@ -218,6 +241,7 @@ mod tests {
         let inn = CaptureFlags {
             direction: Some(Capture::In),
             no_promisc: true,
+            ..Default::default()
         };
         let o = inn
             .apply("-i", "mem:x", Capture::InOut, PortOptions::default())
