@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# bench/xdp-mb.sh OLD NEW [ROUNDS]: AF_XDP multi-buffer, on a veth pair of MTU 9000 between two
-# network namespaces, interleaved round by round (OLD, NEW, OLD, NEW, ...), medians:
-#  - rx64:   `count -i xdp:vB -t 3` of OLD and of NEW while NEW's `gen -o xdp:vA --size 64`
+# bench/xdp-mb.sh OLD NEW [ROUNDS]: AF_XDP multi-buffer, on a veth pair between two network
+# namespaces, interleaved round by round (OLD, NEW, OLD, NEW, ...), medians. The 64 B rows at
+# MTU 1500 (at MTU 9000 OLD attaches generic XDP, and veth drops the live frames sent to a
+# peer without native XDP), the jumbo rows at MTU 9000:
+#  - rx64:   `count -i xdp:vB -t 4` of OLD and of NEW while NEW's `gen -o xdp:vA --size 64`
 #            (XDP live frames) sends in A: packets per second counted;
 #  - tx64:   `gen -o xdp:vA --engine xsk --size 64 -t 3` of OLD and of NEW: packets per second
 #            sent (the xsk engine's send path);
@@ -28,7 +30,7 @@ rx() { # BIN PORT [FLAGS...] -> pps mbps of the count while the sender runs
   shift 2
   ip netns exec $NB taskset -c 1 "$bin" count -i "$port" "$@" -t 4 --json -q >/tmp/lrmb-rx.$$ 2>&1 &
   local pid=$!
-  sleep 0.7
+  sleep 1.5
   ip netns exec $NA taskset -c 0 "$NEW" gen -o "$SENDER" --size "$SIZE" -t 3 >/dev/null 2>&1
   wait $pid
   local s
@@ -42,13 +44,16 @@ tx() { # BIN -> pps sent
 }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 declare -A R
+mtu() { for n in A B; do ip -n lrmb$n$$ link set v$n mtu "$1"; done; }
 for r in $(seq "$ROUNDS"); do
+  mtu 1500
   SENDER=xdp:vA SIZE=64
   for v in OLD NEW; do
     bin=${!v}
     R[rx64-$v]+="$(rx "$bin" xdp:vB | cut -d' ' -f1) "
     R[tx64-$v]+="$(tx "$bin") "
   done
+  mtu 9000
   SENDER=afpacket:vA SIZE=9018
   for p in "xdp:vB --xdp-frame-size 2048" "xdp:vB --xdp-frame-size 4096" "afpacket:vB"; do
     # shellcheck disable=SC2086
