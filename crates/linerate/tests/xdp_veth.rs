@@ -620,6 +620,8 @@ fn jumbo_frames_arrive_whole_or_are_counted_too_big() {
                 p.run_in(Side::B, || {
                     let mut port = XdpPort::open("vB@0", &PortOptions::default(), &cfg).unwrap();
                     assert_eq!(port.attach_mode(), attach, "{what}");
+                    assert_eq!(port.is_multi_buffer(), mb, "{what}");
+                    assert_eq!(port.max_single_rx_frame(), frame_size - 256, "{what}");
                     ready_tx.send(()).unwrap();
                     let want = if mb { 30 } else { 20 };
                     let got = recv(&mut port, want, Duration::from_secs(3));

@@ -6,7 +6,11 @@
 //! (`XDP_SHARED_UMEM`), so that packets of every queue are frames of one pool. A queue that
 //! cannot be bound fails the open with the queue and the reason: never a silent gap.
 //!
-//! - `umem`: the UMEM is a [`Pool`] of 2 KiB frames; received batches are bound to it.
+//! - `umem`: the UMEM is a [`Pool`] of 2 KiB (or 4 KiB) frames; received batches are bound to
+//!   it. Its big frames (outside the registered UMEM) hold the frames longer than a UMEM
+//!   frame: sockets are bound with `XDP_USE_SG` where the kernel takes it (multi-buffer, Linux
+//!   6.6), a frame's `XDP_PKT_CONTD` pieces are gathered into one big frame, and a long frame
+//!   is sent as a chain of descriptors (docs/xdp.md, "Jumbo frames").
 //! - `ring`: the fill, completion, rx and tx rings (mapped, cached producer/consumer cursors).
 //! - [`prog`]: the XDP program of `bpf/` (redirect to the queue's socket in an XSKMAP, pass
 //!   everything else), loaded with raw `bpf(2)` calls and attached through a bpf_link.
@@ -830,6 +834,18 @@ impl XdpPort {
     /// Whether the socket runs in zero-copy mode.
     pub fn is_zerocopy(&self) -> bool {
         self.zerocopy
+    }
+
+    /// Whether the socket was bound with multi-buffer (`XDP_USE_SG`): frames longer than a
+    /// UMEM frame arrive and leave whole.
+    pub fn is_multi_buffer(&self) -> bool {
+        self.sg
+    }
+
+    /// The longest frame a single UMEM frame receives (its size less the kernel's 256 B of
+    /// headroom): without multi-buffer, longer frames are counted too_big.
+    pub fn max_single_rx_frame(&self) -> u32 {
+        self.pool.frame_size() - RX_HEADROOM
     }
 
     /// How the program is attached (Native or Generic).
