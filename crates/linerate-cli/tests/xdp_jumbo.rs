@@ -256,6 +256,23 @@ fn count_on_xdp_holds_the_jumbo_frames_tcpdump_captured() {
             );
         }
     }
+
+    // A filter sees the whole length: `greater 9000` (libpcap's `len >= 9000`) keeps the 50
+    // jumbo frames, `less 100` the 50 short ones.
+    for (f, want) in [("greater 9000", 9014usize), ("less 100", 60)] {
+        let w = t.0.join(format!("xdp-filter-{want}.pcap"));
+        let args = [
+            "count", "-i", "xdp:vB", "-f", f, "--json", "-q", "-t", "30", "-w",
+        ];
+        let args: Vec<&str> = args.into_iter().chain([w.to_str().unwrap()]).collect();
+        let k = start(Some(pair.ns(Side::B)), BIN, &args, "\"start\"", false);
+        pair.run_in(Side::A, || netns::send_raw("vA", &sent));
+        settle(&w);
+        stop(k, "count -f");
+        let got = ours(records(&w));
+        let keep: Vec<Vec<u8>> = wire.iter().filter(|x| x.len() == want).cloned().collect();
+        assert_eq!(diff(&got, &keep), None, "count -i xdp:vB -f '{f}'");
+    }
 }
 
 /// Frames C receives on afpacket:vC while A sends `sent` and B forwards with `args`; the
