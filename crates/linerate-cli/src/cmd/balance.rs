@@ -433,6 +433,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 
 /// The flags that cannot apply, refused before anything opens.
 fn check_flags(a: &Args) -> anyhow::Result<()> {
+    a.capture.check_xdp(&[&a.input])?;
     if a.tunnels == linerate::apps::balance::Tunnels::Inner
         && (a.mode.script.is_some()
             || !matches!(

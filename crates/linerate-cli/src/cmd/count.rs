@@ -292,6 +292,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         a.json,
         Some(stop.clone()),
     )?;
+    a.capture.check_xdp(&[&a.input])?;
     let opts = capture_options(&a)?;
     let plan = plan(&a)?;
     if plan.threads > 1 {

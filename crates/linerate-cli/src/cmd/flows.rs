@@ -286,6 +286,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     // flows prints its own lines (JSON ones with --json): the endpoint started quiet.
     metrics::announce_linger(!a.quiet && !a.json);
     // Both directions by default on afpacket (a probe meters what the host sends too).
+    a.capture.check_xdp(&[&a.input])?;
     let popts = a.capture.apply(
         "-i",
         &a.input,

@@ -81,9 +81,6 @@ pub struct Args {
     /// AF_XDP socket mode for xdp: ports.
     #[arg(long, value_name = "copy|zerocopy|auto", default_value = "auto")]
     pub xdp_mode: XdpMode,
-    /// How the XDP program is attached for xdp: ports.
-    #[arg(long, value_name = "native|generic|auto", default_value = "auto")]
-    pub xdp_attach: AttachMode,
     /// xsk engine: AF_XDP busy polling, each receive or send call polling the device's NAPI for
     /// up to USECS µs (1-1000; SO_PREFER_BUSY_POLL, SO_BUSY_POLL, SO_BUSY_POLL_BUDGET 64, and
     /// the device's napi_defer_hard_irqs 2 / gro_flush_timeout 200 µs while it runs, as the
@@ -379,7 +376,8 @@ pub fn run_with(
         "names no interface to send on; name the interface",
     )?;
     let opts = port_options(&a, stop)?;
-    let xdp = xdp_config(&a);
+    a.capture.check_xdp(&[&a.input, &a.output])?;
+    let xdp = xdp_config(&a, &opts);
     let mut mac = mac_rewrite(&a)?;
     let mut script = fwd_script(&a, stop)?;
     let bounce = a.input == a.output;
@@ -528,10 +526,11 @@ fn port_options(a: &Args, stop: &Arc<AtomicBool>) -> anyhow::Result<PortOptions>
 }
 
 /// The xdp: ports' mode, attachment and busy polling.
-fn xdp_config(a: &Args) -> XdpConfig {
+fn xdp_config(a: &Args, opts: &PortOptions) -> XdpConfig {
     XdpConfig {
         mode: a.xdp_mode,
-        attach: a.xdp_attach,
+        attach: opts.xdp.attach,
+        frame_size: opts.xdp.frame_size,
         busy_poll: (a.busy_poll > 0).then(|| xdp::BusyPoll {
             usecs: a.busy_poll,
             ..Default::default()
@@ -751,7 +750,7 @@ fn run_kernel(
         ifaces: [i.clone(), o.clone()],
         bidir: a.bidir,
         mac: [mac.for_port(0), mac.for_port(if bounce { 0 } else { 1 })],
-        attach: a.xdp_attach,
+        attach: a.capture.xdp_attach.unwrap_or_default(),
     };
     let mut k = KernelFwd::open(&cfg).map_err(|e| port_err("-i", &a.input, e))?;
     let on = if a.bidir && !bounce {

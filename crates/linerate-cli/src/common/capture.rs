@@ -2,6 +2,7 @@
 //! (which packets of an `afpacket:` port), `-p/--no-promisc`.
 
 use super::usage;
+use linerate::port::xdp::AttachMode;
 use linerate::port::{Capture, PortOptions, Uri};
 
 /// `-Q` and `-p`, flattened into the commands that receive from afpacket.
@@ -19,6 +20,36 @@ pub struct CaptureFlags {
     /// interface is promiscuous while the port is open, as with tcpdump.
     #[arg(short = 'p', long = "no-promisc")]
     pub no_promisc: bool,
+    /// How the XDP program is attached for xdp: ports: native (the driver's hook), generic
+    /// (after the stack builds an skb; any interface) or auto (native if the driver takes it).
+    #[arg(long, value_name = "native|generic|auto")]
+    pub xdp_attach: Option<AttachMode>,
+    /// Bytes of a UMEM frame of xdp: ports, 2048 (default) or 4096. A frame longer than a
+    /// UMEM frame less 256 B (1 792 or 3 840 B) comes in pieces (AF_XDP multi-buffer) that the
+    /// port gathers: 4096 takes half the pieces per jumbo frame, and holds half the frames in
+    /// the same memory.
+    #[arg(long, value_name = "2048|4096", value_parser = frame_size)]
+    pub xdp_frame_size: Option<u32>,
+}
+
+fn frame_size(s: &str) -> Result<u32, String> {
+    match s {
+        "2048" => Ok(2048),
+        "4096" => Ok(4096),
+        _ => Err("2048 or 4096 (the kernel's UMEM frames are 2 or 4 KiB here)".to_string()),
+    }
+}
+
+/// Whether `uri` names an `xdp:` port, alone or in a list.
+fn names_xdp(uri: &str) -> bool {
+    fn any(u: &Uri) -> bool {
+        match u {
+            Uri::Xdp { .. } => true,
+            Uri::List(l) => l.iter().any(any),
+            _ => false,
+        }
+    }
+    Uri::parse(uri).is_ok_and(|u| any(&u))
 }
 
 fn direction(s: &str) -> Result<Capture, String> {
@@ -69,6 +100,23 @@ fn names_file(uri: &Uri) -> bool {
 }
 
 impl CaptureFlags {
+    /// Refuses --xdp-attach and --xdp-frame-size when none of `uris` is an `xdp:` port (exit
+    /// 2: a flag that cannot apply).
+    pub fn check_xdp(&self, uris: &[&str]) -> anyhow::Result<()> {
+        if uris.iter().any(|u| names_xdp(u)) {
+            return Ok(());
+        }
+        let given = match (self.xdp_attach, self.xdp_frame_size) {
+            (Some(_), _) => "--xdp-attach",
+            (None, Some(_)) => "--xdp-frame-size",
+            (None, None) => return Ok(()),
+        };
+        Err(usage(format!(
+            "{given}: applies to xdp: ports, and {} names none",
+            uris.join(" and ")
+        )))
+    }
+
     /// The options for input `uri` (of flag `flag`) with `default` as the direction when -Q is
     /// not given: out/inout on an input that cannot tell directions is a usage error.
     pub fn apply(
@@ -102,9 +150,17 @@ impl CaptureFlags {
             None if kernel => default,
             None => Capture::In,
         };
+        let mut xdp = opts.xdp;
+        if let Some(m) = self.xdp_attach {
+            xdp.attach = m;
+        }
+        if let Some(f) = self.xdp_frame_size {
+            xdp.frame_size = f;
+        }
         Ok(PortOptions {
             direction,
             promisc: !self.no_promisc,
+            xdp,
             ..opts
         })
     }
@@ -113,6 +169,29 @@ impl CaptureFlags {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xdp_flags_apply_to_xdp_ports_only() {
+        let f = CaptureFlags {
+            xdp_attach: Some(AttachMode::Generic),
+            xdp_frame_size: Some(4096),
+            ..Default::default()
+        };
+        let o = f
+            .apply("-i", "xdp:eth0", Capture::In, PortOptions::default())
+            .unwrap();
+        assert_eq!(
+            (o.xdp.attach, o.xdp.frame_size),
+            (AttachMode::Generic, 4096)
+        );
+        assert!(f.check_xdp(&["xdp:eth0@1"]).is_ok());
+        assert!(f.check_xdp(&["afpacket:eth0", "mem:a,xdp:eth1"]).is_ok());
+        let e = f.check_xdp(&["afpacket:eth0", "f.pcap"]).unwrap_err();
+        assert!(e.to_string().contains("--xdp-attach"), "{e}");
+        assert!(CaptureFlags::default().check_xdp(&["mem:x"]).is_ok());
+        assert_eq!(frame_size("4096"), Ok(4096));
+        assert!(frame_size("8192").is_err());
+    }
 
     #[test]
     fn directions_are_taken_in_any_case_as_tcpdump() {
@@ -127,6 +206,7 @@ mod tests {
         let f = CaptureFlags {
             direction: Some(Capture::Out),
             no_promisc: false,
+            ..Default::default()
         };
         for uri in [
             "mem:x",
@@ -161,6 +241,7 @@ mod tests {
         let inn = CaptureFlags {
             direction: Some(Capture::In),
             no_promisc: true,
+            ..Default::default()
         };
         let o = inn
             .apply("-i", "mem:x", Capture::InOut, PortOptions::default())

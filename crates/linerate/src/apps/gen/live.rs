@@ -212,6 +212,10 @@ pub fn unsupported(s: &StreamSpec) -> Option<String> {
     {
         return Some("live frames vary fields over ranges, not lists".into());
     }
+    if s.size.bounds().1 > 1518 {
+        // BPF_PROG_RUN's live frames are one page each: no jumbo frame.
+        return Some("live frames are at most 1518 B (the xsk engine sends jumbo frames)".into());
+    }
     None
 }
 

@@ -547,7 +547,7 @@ pub fn check_port(
         }
         if let Some(p) = pool {
             let room = p.max_packet() as usize;
-            if len > room {
+            if len > room && !sends_longer_than_pool(port, p, len) {
                 return Err(GenError::Spec {
                     stream: s.id,
                     why: format!(
@@ -564,12 +564,20 @@ pub fn check_port(
     Ok(())
 }
 
+/// Whether `port` sends frames of `len` bytes that do not fit a frame of its own `pool`
+/// (an `xdp:` port with multi-buffer: in several UMEM frames): then the generator builds in
+/// a private pool of frames that hold them, and the port copies them on transmit.
+fn sends_longer_than_pool(port: &dyn Port, pool: &Pool, len: usize) -> bool {
+    port.pool().is_some_and(|q| std::ptr::eq(q.as_ref(), pool))
+        && port.max_tx_frame(false).is_some_and(|m| m >= len)
+}
+
 /// The frames to build in, for frames up to `longest` bytes: the port's pool when it has one
 /// (packets cross with no copy), else a private one (the port copies on transmit) whose frames
 /// hold `longest` bytes (2 KiB frames up to a standard frame, larger ones for jumbo frames).
 pub fn build_pool(port: &dyn Port, longest: usize) -> Result<Arc<Pool>, GenError> {
     match port.pool() {
-        Some(p) if p.allocates() => Ok(p.clone()),
+        Some(p) if p.allocates() && longest <= p.max_packet() as usize => Ok(p.clone()),
         _ => {
             let cfg = PoolConfig::default();
             let frame_size = (longest + cfg.headroom as usize)

@@ -55,6 +55,14 @@ pub struct XdpConfig {
     pub ring_size: u32,
     /// AF_XDP busy polling (None: the kernel's NAPI moves packets by itself).
     pub busy_poll: Option<BusyPoll>,
+    /// Bytes of a UMEM frame, 2048 or 4096 (`--xdp-frame-size`): a received piece holds the
+    /// frame less 256 B of kernel headroom (1 792 or 3 840 B), so a 9 000 B frame comes in 6
+    /// or 3 pieces; 4096 halves the frames a UMEM of the same memory holds.
+    pub frame_size: u32,
+    /// Bind with `XDP_USE_SG` where the kernel and driver take it (default); false: never
+    /// (the port carries frames up to a UMEM frame less 256 B and counts longer ones
+    /// too_big, as on a kernel before 6.6).
+    pub multi_buffer: bool,
 }
 
 impl Default for XdpConfig {
@@ -65,6 +73,8 @@ impl Default for XdpConfig {
             api: AttachApi::Link,
             ring_size: 2048,
             busy_poll: None,
+            frame_size: super::umem::FRAME,
+            multi_buffer: true,
         }
     }
 }

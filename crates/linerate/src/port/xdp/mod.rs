@@ -6,7 +6,11 @@
 //! (`XDP_SHARED_UMEM`), so that packets of every queue are frames of one pool. A queue that
 //! cannot be bound fails the open with the queue and the reason: never a silent gap.
 //!
-//! - `umem`: the UMEM is a [`Pool`] of 2 KiB frames; received batches are bound to it.
+//! - `umem`: the UMEM is a [`Pool`] of 2 KiB (or 4 KiB) frames; received batches are bound to
+//!   it. Its big frames (outside the registered UMEM) hold the frames longer than a UMEM
+//!   frame: sockets are bound with `XDP_USE_SG` where the kernel takes it (multi-buffer, Linux
+//!   6.6), a frame's `XDP_PKT_CONTD` pieces are gathered into one big frame, and a long frame
+//!   is sent as a chain of descriptors (docs/xdp.md, "Jumbo frames").
 //! - `ring`: the fill, completion, rx and tx rings (mapped, cached producer/consumer cursors).
 //! - [`prog`]: the XDP program of `bpf/` (redirect to the queue's socket in an XSKMAP, pass
 //!   everything else), loaded with raw `bpf(2)` calls and attached through a bpf_link.
@@ -49,6 +53,12 @@ use sys::{XdpDesc, XdpStatistics};
 
 /// Longest `poll()` wait (ms) of an `rx` that finds nothing ready.
 pub const RX_POLL_MS: i32 = 1;
+/// Most descriptors one transmitted frame may take (the kernel's copy mode builds an skb of
+/// the first piece and at most `MAX_SKB_FRAGS` (17) more; kept below that).
+const TX_MAX_PIECES: usize = 16;
+/// The kernel's headroom in front of a received packet in its UMEM frame
+/// (`XDP_PACKET_HEADROOM`).
+const RX_HEADROOM: u32 = 256;
 /// How long `open` retries a bind that finds the queue busy (a socket being released).
 const BIND_BUSY_WAIT_MS: u32 = 1000;
 /// The receive-metadata block of `bpf/xdp_redirect_meta.c` (`struct lr_meta`): u64 receive
@@ -167,6 +177,9 @@ pub struct XdpPort {
     fill_max: u32,
     /// Whether the socket is in the program's map (packets of its queue come to it).
     in_map: bool,
+    /// Multi-buffer (`XDP_USE_SG`): a frame longer than a UMEM frame comes and goes as a chain
+    /// of descriptors (`XDP_PKT_CONTD` on all but the last).
+    sg: bool,
     // Declared last: dropped after the rings are unmapped.
     fd: OwnedFd,
 }
@@ -294,7 +307,10 @@ fn open_queues_on(
     };
     let mut out: Vec<XdpPort> = Vec::with_capacity(queues.len());
     for q in queues {
-        let share = out.first().or(with).map(|p| (&p.pool, p.fd.as_raw_fd()));
+        let share = out
+            .first()
+            .or(with)
+            .map(|p| (&p.pool, p.fd.as_raw_fd(), p.sg));
         let p = XdpPort::open_one(iface, q, &big, cfg, share, area).map_err(|e| match e {
             PortError::Os {
                 iface: i,
@@ -360,14 +376,19 @@ impl XdpPort {
         cfg: &XdpConfig,
         with: &XdpPort,
     ) -> Result<XdpPort, PortError> {
-        Self::single(rest, opts, cfg, Some((&with.pool, with.fd.as_raw_fd())))
+        Self::single(
+            rest,
+            opts,
+            cfg,
+            Some((&with.pool, with.fd.as_raw_fd(), with.sg)),
+        )
     }
 
     fn single(
         rest: &str,
         opts: &PortOptions,
         cfg: &XdpConfig,
-        share: Option<(&Arc<Pool>, i32)>,
+        share: Option<(&Arc<Pool>, i32, bool)>,
     ) -> Result<XdpPort, PortError> {
         let (iface, sel) = parse_name(rest)?;
         let ifindex = sys::ifindex(iface)?;
@@ -389,7 +410,7 @@ impl XdpPort {
         queue: u32,
         opts: &PortOptions,
         cfg: &XdpConfig,
-        share: Option<(&Arc<Pool>, i32)>,
+        share: Option<(&Arc<Pool>, i32, bool)>,
         area: Option<&UmemArea>,
     ) -> Result<XdpPort, PortError> {
         let name = format!("xdp:{iface}@{queue}");
@@ -400,8 +421,15 @@ impl XdpPort {
                 why: format!("ring size {rs} must be a power of two from 64 to 65536"),
             });
         }
+        if !matches!(cfg.frame_size, 2048 | 4096) {
+            return Err(PortError::BadUri {
+                uri: name,
+                why: format!("UMEM frame size {}: 2048 or 4096", cfg.frame_size),
+            });
+        }
         let ifindex = sys::ifindex(iface)?;
         let frames = opts.frames.max(umem_frames(1, rs));
+        let mut sg_refused = None;
         let tries: &[u16] = match cfg.mode {
             _ if share.is_some() => &[sys::XDP_SHARED_UMEM],
             XdpMode::Auto => &[sys::XDP_ZEROCOPY, sys::XDP_COPY],
@@ -409,12 +437,36 @@ impl XdpPort {
             XdpMode::ZeroCopy => &[sys::XDP_ZEROCOPY],
         };
         let mut last = None;
-        for &mode in tries {
+        // Multi-buffer first (a shared UMEM's socket inherits it from the UMEM's owner); a
+        // kernel before 6.6 or a driver without multi-buffer AF_XDP refuses the bind: then
+        // without it, frames longer than a UMEM frame counted too_big.
+        let each: Vec<(u16, bool)> = tries
+            .iter()
+            .flat_map(|&m| {
+                if share.is_some() {
+                    vec![(m, share.is_some_and(|s| s.2))]
+                } else if !cfg.multi_buffer {
+                    vec![(m, false)]
+                } else {
+                    vec![(m, true), (m, false)]
+                }
+            })
+            .collect();
+        for (mode, sg) in each {
             // The kernel releases a closed socket's hold on its queue asynchronously: right
             // after a previous run ended (or crashed) bind can say EBUSY for a moment.
             let mut waited = 0;
             let r = loop {
-                match Self::setup(iface, ifindex, queue, frames, rs, mode, share, area) {
+                match Self::setup(
+                    iface,
+                    ifindex,
+                    queue,
+                    (frames, cfg.frame_size),
+                    rs,
+                    (mode, sg),
+                    share,
+                    area,
+                ) {
                     Err(PortError::Os { op, source, .. })
                         if op.starts_with("bind")
                             && source.raw_os_error() == Some(libc::EBUSY)
@@ -428,6 +480,23 @@ impl XdpPort {
             };
             match r {
                 Ok(parts) => {
+                    let frame = parts.pool.frame_size();
+                    let mtu = crate::port::udp::link_of(iface).ok().map(|l| l.mtu);
+                    if !sg && mtu.is_some_and(|m| m + 14 > frame - RX_HEADROOM) {
+                        // Said once at open: the frames this port cannot carry are counted.
+                        eprintln!(
+                            "linerate: xdp:{iface}@{queue}: no multi-buffer AF_XDP here ({}): \
+                             the longest frame this port carries is {} B (MTU {}); longer \
+                             ones are counted too_big",
+                            sg_refused.as_deref().unwrap_or(if cfg.multi_buffer {
+                                "the socket it shares a UMEM with has none"
+                            } else {
+                                "not asked for"
+                            }),
+                            frame - RX_HEADROOM,
+                            mtu.unwrap_or(0)
+                        );
+                    }
                     let busy = match cfg.busy_poll {
                         Some(b) => {
                             if !(1..=1000).contains(&b.usecs) || !(1..=1024).contains(&b.budget) {
@@ -465,15 +534,16 @@ impl XdpPort {
                         stats: PortStats::default(),
                         kernel: XdpStatistics::default(),
                         rx_wait_ms: opts.rx_wait_ms.clamp(0, 1000) as i32,
-                        mtu: crate::port::udp::link_of(iface).ok().map(|l| l.mtu),
+                        mtu,
                         busy,
                         idle_polls: 0,
                         meta,
                         tai_offset: sys::tai_offset_ns(),
                         base: area.map_or(0, |a| a.off),
-                        chunk_mask: !(u64::from(area.map_or(umem::FRAME, |a| a.chunk)) - 1),
+                        chunk_mask: !(u64::from(area.map_or(frame, |a| a.chunk)) - 1),
                         fill_max: area.map_or(0, |a| a.fill_max.clamp(1, rs)),
                         in_map: false,
+                        sg,
                         fd: parts.fd,
                     };
                     // Frames in the fill ring first, then the socket in the program's map: a
@@ -489,7 +559,12 @@ impl XdpPort {
                     // program passes the queue's packets to the kernel as if nobody read it.
                     return Ok(p);
                 }
-                Err(e) => last = Some(e),
+                Err(e) => {
+                    if sg && share.is_none() {
+                        sg_refused = Some(e.to_string());
+                    }
+                    last = Some(e)
+                }
             }
         }
         Err(last.unwrap_or_else(|| PortError::NoInterface(iface.to_string())))
@@ -500,21 +575,21 @@ impl XdpPort {
         iface: &str,
         ifindex: u32,
         queue: u32,
-        frames: u32,
+        (frames, frame_size): (u32, u32),
         rs: u32,
-        mode: u16,
-        share: Option<(&Arc<Pool>, i32)>,
+        (mode, sg): (u16, bool),
+        share: Option<(&Arc<Pool>, i32, bool)>,
         area: Option<&UmemArea>,
     ) -> Result<Parts, PortError> {
         let fd = sys::xdp_socket(iface)?;
         let pool = match (share, area) {
-            (Some((p, _)), _) => p.clone(),
+            (Some((p, _, _)), _) => p.clone(),
             (None, Some(a)) => {
                 umem::register_area(&fd, iface, a)?;
                 a.pool.clone()
             }
             (None, None) => {
-                let pool = umem::pool(frames)?;
+                let pool = umem::pool(frames, frame_size)?;
                 umem::register(&fd, iface, &pool)?;
                 pool
             }
@@ -568,11 +643,22 @@ impl XdpPort {
         // SAFETY: as above.
         let tx = unsafe { Ring::new(tx_map, &off.tx, rs, true) };
         // A shared-UMEM bind takes no mode flags: it inherits them from the UMEM's owner.
+        let sg_flag = if sg { sys::XDP_USE_SG } else { 0 };
         let (flags, shared_umem_fd, op) = match share {
-            Some((_, fd)) => (sys::XDP_SHARED_UMEM, fd as u32, "bind(XDP_SHARED_UMEM)"),
+            Some((_, fd, _)) => (sys::XDP_SHARED_UMEM, fd as u32, "bind(XDP_SHARED_UMEM)"),
+            None if mode == sys::XDP_ZEROCOPY && sg => (
+                mode | sys::XDP_USE_NEED_WAKEUP | sg_flag,
+                0,
+                "bind(XDP_ZEROCOPY, XDP_USE_SG)",
+            ),
             None if mode == sys::XDP_ZEROCOPY => {
                 (mode | sys::XDP_USE_NEED_WAKEUP, 0, "bind(XDP_ZEROCOPY)")
             }
+            None if sg => (
+                mode | sys::XDP_USE_NEED_WAKEUP | sg_flag,
+                0,
+                "bind(XDP_COPY, XDP_USE_SG)",
+            ),
             None => (mode | sys::XDP_USE_NEED_WAKEUP, 0, "bind(XDP_COPY)"),
         };
         let sa = sys::SockaddrXdp {
@@ -606,6 +692,18 @@ impl XdpPort {
     /// Whether the socket runs in zero-copy mode.
     pub fn is_zerocopy(&self) -> bool {
         self.zerocopy
+    }
+
+    /// Whether the socket was bound with multi-buffer (`XDP_USE_SG`): frames longer than a
+    /// UMEM frame arrive and leave whole.
+    pub fn is_multi_buffer(&self) -> bool {
+        self.sg
+    }
+
+    /// The longest frame a single UMEM frame receives (its size less the kernel's 256 B of
+    /// headroom): without multi-buffer, longer frames are counted too_big.
+    pub fn max_single_rx_frame(&self) -> u32 {
+        self.pool.frame_size() - RX_HEADROOM
     }
 
     /// How the program is attached (Native or Generic).
@@ -708,6 +806,47 @@ impl XdpPort {
         Ok(true)
     }
 
+    /// Writes packet `i` of `batch` into fresh UMEM frames of `piece` bytes each, as tx
+    /// descriptors from `at` on (room checked by the caller), `XDP_PKT_CONTD` on all but the
+    /// last; false (nothing written, frames given back) when the pool has too few free frames.
+    #[cold]
+    fn tx_pieces(&mut self, batch: &Batch, i: usize, at: u32, piece: usize) -> bool {
+        let src = batch.data(i);
+        let k = src.len().div_ceil(piece);
+        let mut addrs = [0u64; TX_MAX_PIECES];
+        for j in 0..k {
+            match self.frames.alloc_addr() {
+                Some(a) => addrs[j] = a,
+                None => {
+                    for &a in &addrs[..j] {
+                        self.frames.free_addr(a);
+                    }
+                    return false;
+                }
+            }
+        }
+        for (j, part) in src.chunks(piece).enumerate() {
+            let a = addrs[j];
+            // SAFETY: `a` was just allocated from the UMEM's pool and is held by no one.
+            let dst = unsafe { self.frames.frame_mut_at(a) };
+            let n = part.len().min(dst.len());
+            dst[..n].copy_from_slice(&part[..n]);
+            let options = if j + 1 < k { sys::XDP_PKT_CONTD } else { 0 };
+            // SAFETY: at + j < at + k <= room, which the caller had from `free`.
+            unsafe {
+                self.tx.write(
+                    at + j as u32,
+                    XdpDesc {
+                        addr: a,
+                        len: n as u32,
+                        options,
+                    },
+                )
+            };
+        }
+        true
+    }
+
     /// Frees frames the kernel has finished sending.
     #[inline]
     fn reclaim(&mut self) {
@@ -740,19 +879,48 @@ impl XdpPort {
     }
 
     fn fill_batch(&mut self, batch: &mut Batch) -> usize {
-        let n = self.rx.ready(batch.room() as u32);
-        if n == 0 {
+        let room = batch.room() as u32;
+        // Multi-buffer: a frame's pieces are published together, and a chain must be read
+        // whole, so look at every ready descriptor (a batch's room counts frames).
+        let n = self.rx.ready(if self.sg { self.rx.size() } else { room });
+        if n == 0 || room == 0 {
             return 0;
         }
         let now = crate::time::wall_ns();
         let mut bytes = 0u64;
         let mut taken = 0u32;
-        for i in 0..n {
+        let mut i = 0;
+        while i < n && taken < room {
             // SAFETY: i < n, which `ready` returned.
             let d = unsafe { self.rx.read(i) };
+            if d.options & sys::XDP_PKT_CONTD != 0 {
+                // The first piece of a frame longer than a UMEM frame.
+                let mut last = i + 1;
+                // SAFETY: last < n, which `ready` returned.
+                while last < n && unsafe { self.rx.read(last) }.options & sys::XDP_PKT_CONTD != 0 {
+                    last += 1;
+                }
+                if last >= n {
+                    // Not all published (the kernel publishes a frame's pieces together):
+                    // read it next time.
+                    break;
+                }
+                if self.fill_max > 0 && batch.lent_big_frames() == 0 && batch.frame_room().1 > 0 {
+                    // A lender of big frames (a cluster) lends a few per batch: the frame
+                    // waits in the ring for the next batch's.
+                    break;
+                }
+                if let Some(len) = self.gather(batch, i, last, now) {
+                    bytes += u64::from(len);
+                    taken += 1;
+                }
+                i = last + 1;
+                continue;
+            }
+            i += 1;
             let mut ts = now;
             if self.meta.stamps {
-                match self.read_meta(d.addr, d.len) {
+                match self.read_meta(d.addr, d.len, d.len) {
                     Some((t, flags)) if flags & META_VLAN_LOST == 0 => {
                         ts = (t as i64 - self.tai_offset) as u64;
                     }
@@ -784,16 +952,90 @@ impl XdpPort {
                 flags: 0,
             });
         }
-        self.rx.release(n);
+        self.rx.release(i);
         self.stats.rx_packets += taken as u64;
         self.stats.rx_bytes += bytes;
         taken as usize
     }
 
+    /// Gathers the pieces of one frame, rx descriptors `first..=last` (ready), into a big
+    /// frame of the pool appended to `batch`, and gives the pieces' frames back; the frame's
+    /// length, or None when it was dropped (counted: no free big frame, or a VLAN tag lost).
+    #[cold]
+    fn gather(&mut self, batch: &mut Batch, first: u32, last: u32, now: u64) -> Option<u32> {
+        let mut total = 0u32;
+        for j in first..=last {
+            // SAFETY: j <= last < what `ready` returned.
+            total = total.saturating_add(unsafe { self.rx.read(j) }.len);
+        }
+        // SAFETY: as above.
+        let head = unsafe { self.rx.read(first) };
+        let mut ts = now;
+        let mut keep = true;
+        if self.meta.stamps {
+            match self.read_meta(head.addr, head.len.max(1), total) {
+                Some((t, flags)) if flags & META_VLAN_LOST == 0 => {
+                    ts = (t as i64 - self.tai_offset) as u64;
+                }
+                Some(_) => {
+                    self.stats.rx_drops.add(DropReason::Malformed, 1);
+                    keep = false;
+                }
+                None => {}
+            }
+        }
+        let big = if keep {
+            let b = batch.alloc_big_addr();
+            if b.is_none() {
+                // Every big frame holds a packet not yet released.
+                self.stats.rx_drops.add(DropReason::NoFrame, 1);
+            }
+            b
+        } else {
+            None
+        };
+        let mut at = 0usize;
+        for j in first..=last {
+            // SAFETY: j <= last < what `ready` returned.
+            let d = unsafe { self.rx.read(j) };
+            if let Some(b) = big {
+                if let Some(src) = self.pool.region().bytes(d.addr + self.base, d.len) {
+                    // SAFETY: `b` was just taken from the pool's (or the loan's) big frames
+                    // and is held by no one else; the pieces lie in UMEM frames, apart.
+                    let dst = unsafe { batch.frame_mut_at(b) };
+                    if let Some(dst) = dst.get_mut(at..at + src.len()) {
+                        dst.copy_from_slice(src);
+                        at += src.len();
+                    }
+                }
+            }
+            if self.fill_max > 0 {
+                batch.lend_frame(d.addr + self.base);
+            } else {
+                self.frames.free_addr(d.addr);
+            }
+        }
+        let b = big?;
+        let len = at as u32;
+        batch.push(Desc {
+            addr: b,
+            ts,
+            len,
+            wire_len: len,
+            hash: 0,
+            port: 0,
+            flags: 0,
+        });
+        Some(len)
+    }
+
     /// The receive-metadata block in front of the packet at `addr` (`bpf/xdp_redirect_meta.c`):
     /// (receive time in ns of CLOCK_TAI, flags), when there is one for this packet.
+    /// `len` is the packet's (first piece's) length, `total` the whole frame's: the program
+    /// checks with the length of the frame's first buffer, which lies between the two for a
+    /// frame in several pieces.
     #[inline(always)]
-    fn read_meta(&self, addr: u64, len: u32) -> Option<(u64, u32)> {
+    fn read_meta(&self, addr: u64, len: u32, total: u32) -> Option<(u64, u32)> {
         // `addr` is a UMEM offset: the block must lie in the packet's chunk.
         let start = addr.checked_sub(META_LEN as u64)?;
         if start < addr & self.chunk_mask {
@@ -801,7 +1043,8 @@ impl XdpPort {
         }
         let m = self.pool.region().bytes(start + self.base, META_LEN)?;
         let w = |o: usize| u32::from_ne_bytes([m[o], m[o + 1], m[o + 2], m[o + 3]]);
-        if w(12) != META_MAGIC ^ len {
+        let check = w(12) ^ META_MAGIC;
+        if check != len && (total == len || check == 0 || check > total) {
             return None;
         }
         let ts = u64::from(w(0)) | u64::from(w(4)) << 32;
@@ -883,10 +1126,20 @@ impl Port for XdpPort {
             return Ok(0);
         }
         let ours = batch.pool().is_some_and(|p| Arc::ptr_eq(p, &self.pool));
-        let room = self.tx.free(batch.len() as u32);
-        let max = self.pool.max_packet() as usize;
+        let room = self.tx.free(if self.sg {
+            self.tx.size()
+        } else {
+            batch.len() as u32
+        });
+        let piece = self.pool.max_packet() as usize;
+        let max = if self.sg {
+            piece * TX_MAX_PIECES
+        } else {
+            piece
+        };
         let mut taken = 0usize;
         let mut queued = 0u32;
+        let mut sent = 0u64;
         let mut bytes = 0u64;
         while taken < batch.len() && queued < room {
             let d = batch.descs()[taken];
@@ -902,6 +1155,22 @@ impl Port for XdpPort {
                     // Mark as handled: the zero-copy path below must not post it.
                     batch.descs_mut()[taken].len = 0;
                 }
+                taken += 1;
+                continue;
+            }
+            if d.len as usize > piece || (ours && self.pool.is_big(d.addr)) {
+                // Longer than a UMEM frame (multi-buffer), or in a big frame outside the UMEM:
+                // copied into UMEM frames, XDP_PKT_CONTD on all but the last.
+                let k = (d.len as usize).div_ceil(piece) as u32;
+                if queued + k > room || !self.tx_pieces(batch, taken, queued, piece) {
+                    break;
+                }
+                if ours && d.flags & Desc::F_SHARED == 0 {
+                    batch.free_addr(d.addr);
+                }
+                queued += k;
+                sent += 1;
+                bytes += d.len as u64;
                 taken += 1;
                 continue;
             }
@@ -931,12 +1200,13 @@ impl Port for XdpPort {
                 )
             };
             queued += 1;
+            sent += 1;
             bytes += d.len as u64;
             taken += 1;
         }
         if queued > 0 {
             self.tx.submit(queued);
-            self.stats.tx_packets += queued as u64;
+            self.stats.tx_packets += sent;
             self.stats.tx_bytes += bytes;
         }
         if ours {
@@ -972,10 +1242,10 @@ impl Port for XdpPort {
         self.fill_max > 0
     }
 
-    /// A frame of the UMEM (2 KiB less the headroom), and the interface's MTU with the
-    /// Ethernet header (and a tag's 4 bytes when `tagged`).
+    /// A frame of the UMEM (2 KiB less the headroom; several with multi-buffer), and the
+    /// interface's MTU with the Ethernet header (and a tag's 4 bytes when `tagged`).
     fn max_tx_frame(&self, tagged: bool) -> Option<usize> {
-        let room = self.pool.max_packet() as usize;
+        let room = self.pool.max_packet() as usize * if self.sg { TX_MAX_PIECES } else { 1 };
         let link = self
             .mtu
             .map_or(usize::MAX, |m| m as usize + 14 + if tagged { 4 } else { 0 });

@@ -99,6 +99,10 @@ const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
 /// BPF_PROG_LOAD flag: the program may only be attached to its interface (`prog_ifindex`),
 /// which lets it call that device's XDP metadata kernel functions (kernel 6.3+).
 const BPF_F_XDP_DEV_BOUND_ONLY: u32 = 1 << 6;
+/// The program handles frames in several buffers (multi-buffer XDP, Linux 5.18; libbpf's
+/// `xdp.frags` section): it reads only the first buffer's bytes between `data` and
+/// `data_end`, so jumbo frames reach it whole instead of being refused.
+const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
 
 /// An object's program: instructions, the map each `ld_imm64` refers to, and the license.
 #[derive(Debug, PartialEq, Eq)]
@@ -253,7 +257,7 @@ impl Object {
         kfuncs: Kfuncs,
     ) -> Result<OwnedFd, PortError> {
         self.load_resolved(iface, name, maps, kfuncs, false)
-            .map(|(fd, _)| fd)
+            .map(|(fd, _, _)| fd)
     }
 
     /// [`Object::load_with`], also returning the names of the kernel functions resolved.
@@ -266,15 +270,31 @@ impl Object {
         maps: &[(&str, &OwnedFd)],
         kfuncs: Kfuncs,
         quiet: bool,
-    ) -> Result<(OwnedFd, Vec<String>), PortError> {
-        self.load_typed(
+    ) -> Result<(OwnedFd, Vec<String>, bool), PortError> {
+        // Frags-aware first (every XDP program of bpf/ reads only the headers of the first
+        // buffer); a kernel before 5.18 refuses the flag: then without it.
+        match self.load_typed(
             iface,
             name,
             maps,
             kfuncs,
-            quiet,
+            true,
             (sys::BPF_PROG_TYPE_XDP, sys::BPF_XDP),
-        )
+            BPF_F_XDP_HAS_FRAGS,
+        ) {
+            Ok((fd, r)) => Ok((fd, r, true)),
+            Err(_) => self
+                .load_typed(
+                    iface,
+                    name,
+                    maps,
+                    kfuncs,
+                    quiet,
+                    (sys::BPF_PROG_TYPE_XDP, sys::BPF_XDP),
+                    0,
+                )
+                .map(|(fd, r)| (fd, r, false)),
+        }
     }
 
     /// Loads the program as a raw tracepoint program (`BPF_PROG_TYPE_RAW_TRACEPOINT`) called
@@ -292,11 +312,13 @@ impl Object {
             Kfuncs::Stub,
             quiet,
             (sys::BPF_PROG_TYPE_RAW_TRACEPOINT, 0),
+            0,
         )
         .map(|(fd, _)| fd)
     }
 
-    /// Loads the program as program type and expected attach type `ty`.
+    /// Loads the program as program type and expected attach type `ty`, with `flags`.
+    #[allow(clippy::too_many_arguments)]
     fn load_typed(
         &self,
         iface: &str,
@@ -305,6 +327,7 @@ impl Object {
         kfuncs: Kfuncs,
         quiet: bool,
         ty: (u32, u32),
+        flags: u32,
     ) -> Result<(OwnedFd, Vec<String>), PortError> {
         let mut insns = self.insns.clone();
         let mut resolved = Vec::new();
@@ -356,11 +379,12 @@ impl Object {
             log_buf: log.as_mut_ptr() as u64,
             prog_name: pname,
             expected_attach_type: ty.1,
+            prog_flags: flags,
             ..Default::default()
         };
         if let Kfuncs::DeviceBound(ifindex) = kfuncs {
             a.prog_ifindex = ifindex;
-            a.prog_flags = BPF_F_XDP_DEV_BOUND_ONLY;
+            a.prog_flags |= BPF_F_XDP_DEV_BOUND_ONLY;
         }
         match sys::bpf_fd(sys::BPF_PROG_LOAD, &mut a) {
             Ok(fd) => Ok((fd, resolved)),

@@ -72,6 +72,8 @@ pub(super) struct Loaded {
     pub(super) map: OwnedFd,
     pub(super) prog: OwnedFd,
     pub(super) meta: RxMeta,
+    /// Loaded frags-aware (`BPF_F_XDP_HAS_FRAGS`): frames in several buffers reach it.
+    pub(super) frags: bool,
 }
 
 /// Creates the XSKMAP.
@@ -90,11 +92,18 @@ fn create_xskmap(iface: &str) -> Result<OwnedFd, PortError> {
 pub(super) fn load(iface: &str) -> Result<Loaded, PortError> {
     let map = create_xskmap(iface)?;
     let object = obj::parse(OBJECT, "bpf/xdp_redirect.o")?;
-    let prog = object.load(iface, PROG_NAME, &[(MAP_NAME, &map)])?;
+    let (prog, _, frags) = object.load_resolved(
+        iface,
+        PROG_NAME,
+        &[(MAP_NAME, &map)],
+        obj::Kfuncs::Stub,
+        false,
+    )?;
     Ok(Loaded {
         map,
         prog,
         meta: RxMeta::default(),
+        frags,
     })
 }
 
@@ -109,7 +118,7 @@ fn load_meta(iface: &str, ifindex: u32, bound: bool) -> Result<Loaded, PortError
     } else {
         obj::Kfuncs::Stub
     };
-    let (prog, resolved) =
+    let (prog, resolved, frags) =
         object.load_resolved(iface, META_PROG_NAME, &[(MAP_NAME, &map)], k, true)?;
     Ok(Loaded {
         map,
@@ -118,6 +127,7 @@ fn load_meta(iface: &str, ifindex: u32, bound: bool) -> Result<Loaded, PortError
             stamps: true,
             vlan: resolved.iter().any(|f| f == KFUNC_VLAN),
         },
+        frags,
     })
 }
 
@@ -332,6 +342,11 @@ impl Attachment {
     /// The mode the program was attached in (Native or Generic).
     pub fn mode(&self) -> AttachMode {
         self.hook.mode
+    }
+
+    /// Whether the program was loaded frags-aware (frames in several buffers reach it).
+    pub fn frags(&self) -> bool {
+        self.loaded.frags
     }
 
     /// What the program puts in front of redirected packets.

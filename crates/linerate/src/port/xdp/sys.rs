@@ -32,6 +32,11 @@ pub(super) const XDP_SHARED_UMEM: u16 = 1;
 pub(super) const XDP_COPY: u16 = 2;
 pub(super) const XDP_ZEROCOPY: u16 = 4;
 pub(super) const XDP_USE_NEED_WAKEUP: u16 = 8;
+/// Multi-buffer: a frame longer than a UMEM frame comes (and goes) as several descriptors
+/// (Linux 6.6).
+pub(super) const XDP_USE_SG: u16 = 1 << 4;
+/// In a descriptor's options: more pieces of this frame follow.
+pub(super) const XDP_PKT_CONTD: u32 = 1;
 pub(super) const XDP_RING_NEED_WAKEUP: u32 = 1;
 
 pub(super) const XDP_PGOFF_RX_RING: i64 = 0;
@@ -90,7 +95,7 @@ pub struct XdpDesc {
     pub addr: u64,
     /// Length in bytes.
     pub len: u32,
-    /// Options (0).
+    /// Options (`XDP_PKT_CONTD`: more pieces of the frame follow).
     pub options: u32,
 }
 

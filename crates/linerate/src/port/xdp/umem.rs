@@ -5,7 +5,7 @@
 //! batch is cleared; the port refills the kernel's fill ring from the same free list.
 
 use super::sys::{self, UmemReg};
-use crate::mem::{Pool, PoolConfig, Region, DEFAULT_FRAME_SIZE, DEFAULT_HEADROOM};
+use crate::mem::{Pool, PoolConfig, DEFAULT_BIG_FRAMES, DEFAULT_FRAME_SIZE, DEFAULT_HEADROOM};
 use crate::port::PortError;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -13,17 +13,18 @@ use std::sync::Arc;
 /// Bytes of a frame of the port's own UMEM.
 pub(super) const FRAME: u32 = DEFAULT_FRAME_SIZE;
 
-/// A pool of `frames` frames (rounded up to a multiple of 64) for a UMEM.
-pub(super) fn pool(frames: u32) -> Result<Arc<Pool>, PortError> {
+/// A pool of `frames` frames of `frame_size` bytes (rounded up to a multiple of 64) for a
+/// UMEM, with big frames after them (outside the UMEM) into which the pieces of a
+/// multi-buffer frame are gathered, and from which a frame longer than a UMEM frame is sent
+/// in pieces.
+pub(super) fn pool(frames: u32, frame_size: u32) -> Result<Arc<Pool>, PortError> {
     let cfg = PoolConfig {
         frames,
-        frame_size: DEFAULT_FRAME_SIZE,
+        frame_size,
         headroom: DEFAULT_HEADROOM,
-        big_frames: 0,
+        big_frames: DEFAULT_BIG_FRAMES,
     };
-    let bytes = cfg.frames.div_ceil(64) as usize * 64 * cfg.frame_size as usize;
-    let region = Region::anon(bytes)?;
-    Ok(Arc::new(Pool::from_region(region, &cfg)?))
+    Ok(Arc::new(Pool::new(&cfg)?))
 }
 
 /// Registers `pool`'s memory as the UMEM of socket `fd` (aligned chunks of one frame each, no
