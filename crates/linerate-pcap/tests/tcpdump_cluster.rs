@@ -430,7 +430,15 @@ fn tcpdump_asleep_on_a_queue_ends_when_its_master_is_killed() {
     let dir = Scratch::new("dead");
     let id = cluster_id(7);
     let m = Command::new(&bin)
-        .args(["balance", "-i", "mem:idle", "-c", &id.to_string(), "-n", "1"])
+        .args([
+            "balance",
+            "-i",
+            "mem:idle",
+            "-c",
+            &id.to_string(),
+            "-n",
+            "1",
+        ])
         .args(["-t", "60", "-q"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -466,6 +474,9 @@ fn tcpdump_asleep_on_a_queue_ends_when_its_master_is_killed() {
         "ended after the master died"
     );
     assert!(!status.success(), "tcpdump reports the error: {err}");
-    assert!(err.contains("died"), "the error names the dead master: {err}");
+    assert!(
+        err.contains("died"),
+        "the error names the dead master: {err}"
+    );
     let _ = std::fs::remove_file(seg(id));
 }

@@ -1334,7 +1334,14 @@ fn a_sleeping_consumer_is_woken_by_the_batch_it_waits_for_and_by_the_close() {
         c.wait(1, Duration::from_secs(60));
         let closed_after = t1.elapsed();
         assert_eq!(c.rx(&mut b).unwrap(), 0);
-        (woken_after, complete, before_close, got, closed_after, c.is_finished())
+        (
+            woken_after,
+            complete,
+            before_close,
+            got,
+            closed_after,
+            c.is_finished(),
+        )
     });
     // Give the reader time to fall asleep (it would not sleep at all if it came late: the
     // test then checks only that it read the packets).
@@ -1348,8 +1355,7 @@ fn a_sleeping_consumer_is_woken_by_the_batch_it_waits_for_and_by_the_close() {
     std::thread::sleep(Duration::from_millis(200));
     closing.store(true, std::sync::atomic::Ordering::SeqCst);
     master.close();
-    let (woken_after, complete, before_close, got, closed_after, finished) =
-        reader.join().unwrap();
+    let (woken_after, complete, before_close, got, closed_after, finished) = reader.join().unwrap();
     assert!(complete, "not woken by one packet of the four it waits for");
     assert!(before_close, "woken by the batch, not by the close");
     assert!(

@@ -71,6 +71,9 @@ mod tests {
             wait(&w, 1, Duration::from_secs(10));
         }
         t.join().unwrap();
-        assert!(t0.elapsed() < Duration::from_secs(5), "woken, not timed out");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "woken, not timed out"
+        );
     }
 }
