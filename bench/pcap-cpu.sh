@@ -13,6 +13,8 @@
 #
 #   sudo bash bench/pcap-cpu.sh [RATES] [SECONDS] [RUNS]   # default "200k 500k", 5 s, 5 rounds
 #   LR=/path/linerate LIB=/path/liblinerate_pcap.so bash bench/pcap-cpu.sh ...   # no build
+#   OLD_LR=/old/linerate OLD_LIB=/old/liblinerate_pcap.so ... bash bench/pcap-cpu.sh ...
+#     A/B: (o), (b) with the old build's master and library, joins each round (interleaved)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RATES=${1:-200k 500k}
@@ -74,9 +76,11 @@ gen() {
 # tcpdump_ns master_ns arrived_at_vB"
 one() {
   local mode=$1 rate=$2 count=$3 t m=0 t0 t1 m0=0 m1=0 got drop s0 s1 n0 n1=0 r0 r1
+  local lr=$LR lib=$LIB
+  [ "$mode" = o ] && { lr=$OLD_LR; lib=$OLD_LIB; }
   rm -f "$TMP/err" "$TMP/master.out"
-  if [ "$mode" = b ]; then
-    ip netns exec "$B" taskset -c 1 "$LR" balance -i afpacket:vB -c "$ID" -n 1 --wait-consumers \
+  if [ "$mode" != a ]; then
+    ip netns exec "$B" taskset -c 1 "$lr" balance -i afpacket:vB -c "$ID" -n 1 --wait-consumers \
       -q >"$TMP/master.out" 2>&1 &
     m=$!
     PIDS+=("$m")
@@ -84,7 +88,7 @@ one() {
       [ -e "/dev/shm/linerate-cluster-$ID" ] && break
       sleep 0.01
     done
-    ip netns exec "$B" taskset -c 1 env LD_PRELOAD="$LIB" tcpdump -i "cluster:$ID@0" \
+    ip netns exec "$B" taskset -c 1 env LD_PRELOAD="$lib" tcpdump -i "cluster:$ID@0" \
       -w /dev/null 2>"$TMP/err" &
   else
     ip netns exec "$B" taskset -c 1 tcpdump -i vB -w /dev/null 2>"$TMP/err" &
@@ -139,9 +143,11 @@ for rate in $RATES; do
   echo
   echo "| run | mode | arrived at vB | captured | lost | kernel drop | tcpdump ticks | master ticks | tcpdump ns/pkt | +master ns/pkt | tcpdump ns/pkt (schedstat) | +master ns/pkt (schedstat) |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
-  for f in a bt bm as bts bms al bl; do : >"$TMP/$f"; done
+  for f in a bt bm as bts bms al bl ot om ots oms ol; do : >"$TMP/$f"; done
   for r in $(seq "$RUNS"); do
-    if [ $((r % 2)) = 1 ]; then order="a b"; else order="b a"; fi
+    if [ -n "${OLD_LR:-}" ]; then
+      case $((r % 3)) in 1) order="a b o" ;; 2) order="o a b" ;; *) order="b o a" ;; esac
+    elif [ $((r % 2)) = 1 ]; then order="a b"; else order="b a"; fi
     for mode in $order; do
       one "$mode" "$rate" "$COUNT"
       read -r g l d tt mt ts ms rx <"$TMP/res"
@@ -151,6 +157,10 @@ for rate in $RATES; do
       if [ "$mode" = a ]; then
         echo "$t" >>"$TMP/a"; echo "$st" >>"$TMP/as"; echo "$l" >>"$TMP/al"
         echo "| $r | (a) tcpdump -i vB | $rx | $g | $l | $d | $tt | - | $t | - | $st | - |"
+      elif [ "$mode" = o ]; then
+        echo "$t" >>"$TMP/ot"; echo "$tm" >>"$TMP/om"; echo "$st" >>"$TMP/ots"
+        echo "$sm" >>"$TMP/oms"; echo "$l" >>"$TMP/ol"
+        echo "| $r | (o) old build: balance + tcpdump -i cluster | $rx | $g | $l | $d | $tt | $mt | $t | $tm | $st | $sm |"
       else
         echo "$t" >>"$TMP/bt"; echo "$tm" >>"$TMP/bm"; echo "$st" >>"$TMP/bts"
         echo "$sm" >>"$TMP/bms"; echo "$l" >>"$TMP/bl"
@@ -165,6 +175,9 @@ for rate in $RATES; do
   echo "median ns/pkt (utime+stime): (a) $MA; (b) tcpdump $MBT ($(x "$MA" "$MBT")x of (a)), tcpdump + master $MBM ($(x "$MA" "$MBM")x)."
   echo "median ns/pkt (schedstat): (a) $SA; (b) tcpdump $SBT ($(x "$SA" "$SBT")x), tcpdump + master $SBM ($(x "$SA" "$SBM")x)."
   echo "median lost: (a) $(median <"$TMP/al"), (b) $(median <"$TMP/bl") of $COUNT sent."
+  if [ -n "${OLD_LR:-}" ]; then
+    echo "old build (o): median ns/pkt (utime+stime) tcpdump $(median <"$TMP/ot"), tcpdump + master $(median <"$TMP/om"); (schedstat) $(median <"$TMP/ots"), $(median <"$TMP/oms"); median lost $(median <"$TMP/ol")."
+  fi
 done
 echo
 echo "load after $(cut -d' ' -f1-3 /proc/loadavg)"

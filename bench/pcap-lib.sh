@@ -6,6 +6,7 @@
 # queue is never empty and the consumer runs flat out), interleaved, RUNS rounds, medians.
 #
 #   sudo bash bench/pcap-lib.sh [SECONDS] [RUNS]     # default 5 s, 5 rounds
+#   LR=/path/linerate LIB=/path/liblinerate_pcap.so bash bench/pcap-lib.sh ...   # no build
 #
 # A consumer's rate is what it captured over its wall time (start to exit, its start-up
 # included, a few ms); what it could not keep up with counts as ring_full on the queue
@@ -14,9 +15,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-5}
 RUNS=${2:-5}
-cargo build --release -q -p linerate-cli -p linerate-pcap || exit 1
-B=$PWD/target/release/linerate
-LIB=$PWD/target/release/liblinerate_pcap.so
+if [ -z "${LR:-}" ] || [ -z "${LIB:-}" ]; then
+  cargo build --release -q -p linerate-cli -p linerate-pcap || exit 1
+  LR=$PWD/target/release/linerate
+  LIB=$PWD/target/release/liblinerate_pcap.so
+fi
+B=$LR
 command -v tcpdump >/dev/null || { echo "bench/pcap-lib.sh: tcpdump is not installed" >&2; exit 2; }
 ID=$((420000 + $$ % 10000))
 TMP=$(mktemp -d /tmp/linerate-pcap-bench.XXXXXX)

@@ -322,7 +322,7 @@ fn a_segment_that_is_not_ours_is_refused_by_consumers_and_masters() {
     );
 }
 
-/// Offsets in a version 3 segment (pinned by a unit test beside the layout in
+/// Offsets in a version 4 segment (pinned by a unit test beside the layout in
 /// `cluster/layout.rs`): the header's state word and the queues' place, and inside a queue's area
 /// the head and tail cursors, the consumer's words and the slots.
 mod layout {

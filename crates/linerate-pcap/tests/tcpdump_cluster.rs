@@ -419,3 +419,64 @@ fn dumpcap_on_two_queues_flushes_nothing_at_the_end() {
     }
     assert_eq!(received, records(&sample()).len() as u64, "{err}");
 }
+
+/// tcpdump asleep on an empty queue (the library waits on the queue's futex word for the
+/// master to wake it) still ends when the master is killed (SIGKILL: no close, no wake): its
+/// wait is capped, and after a wait that was not a wake it looks the master up. It ends with
+/// libpcap's error, naming the dead master, within seconds.
+#[test]
+fn tcpdump_asleep_on_a_queue_ends_when_its_master_is_killed() {
+    let Some((bin, lib)) = tools() else { return };
+    let dir = Scratch::new("dead");
+    let id = cluster_id(7);
+    let m = Command::new(&bin)
+        .args([
+            "balance",
+            "-i",
+            "mem:idle",
+            "-c",
+            &id.to_string(),
+            "-n",
+            "1",
+        ])
+        .args(["-t", "60", "-q"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start linerate balance");
+    let mut procs = Procs(vec![m]);
+    wait_for("the cluster's segment", Duration::from_secs(10), || {
+        seg(id).exists()
+    });
+    let err_path = dir.0.join("err");
+    let td = Command::new("tcpdump")
+        .env("LD_PRELOAD", &lib)
+        .args(["-i", &format!("cluster:{id}@0"), "-w"])
+        .arg(dir.0.join("q0.pcap"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .expect("start tcpdump");
+    procs.0.push(td);
+    wait_for("tcpdump listening", Duration::from_secs(10), || {
+        std::fs::read_to_string(&err_path).is_ok_and(|s| s.contains("listening on"))
+    });
+    // tcpdump is in its loop, asleep on the empty queue.
+    std::thread::sleep(Duration::from_millis(500));
+    procs.0[0].kill().unwrap();
+    let _ = procs.0[0].wait();
+    let t0 = Instant::now();
+    wait_child(&mut procs.0[1], Duration::from_secs(10));
+    let status = procs.0[1].wait().unwrap();
+    let err = std::fs::read_to_string(&err_path).unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "ended after the master died"
+    );
+    assert!(!status.success(), "tcpdump reports the error: {err}");
+    assert!(
+        err.contains("died"),
+        "the error names the dead master: {err}"
+    );
+    let _ = std::fs::remove_file(seg(id));
+}

@@ -40,7 +40,13 @@ pub struct ClusterPort {
     /// last ones seen (counters only grow, whatever is written into the segment).
     pub(super) drops_base: [u64; 5],
     pub(super) drops_seen: [u64; 5],
+    /// The longest sleep of [`ClusterPort::wait`] ([`WAIT_CAP`] unless set).
+    pub(super) wait_cap: std::time::Duration,
 }
+
+/// The longest sleep of [`ClusterPort::wait`]: how soon a consumer of a master that died
+/// (no wake, no close) notices it.
+pub const WAIT_CAP: std::time::Duration = std::time::Duration::from_millis(20);
 
 impl ClusterPort {
     /// Opens `ID@Q` (a queue) or `ID` (any free queue, and transmit).
@@ -83,6 +89,7 @@ impl ClusterPort {
             finished: false,
             drops_base: [0; 5],
             drops_seen: [0; 5],
+            wait_cap: WAIT_CAP,
         }
     }
 
@@ -235,6 +242,47 @@ impl ClusterPort {
                 crate::stats::group(self.stats.rx_packets)
             ),
         ))
+    }
+
+    /// Sets the longest sleep of [`ClusterPort::wait`] (default [`WAIT_CAP`]): how soon a
+    /// master's death without a word is noticed.
+    pub fn set_wait_cap(&mut self, cap: std::time::Duration) {
+        self.wait_cap = cap;
+    }
+
+    /// Sleeps until the queue holds `want` packets (1 at least, a quarter of the queue at
+    /// most), the master closes the cluster, or `timeout` passes (at most [`WAIT_CAP`]: a
+    /// master that died without a word is looked up after each wait that was not a wake), on
+    /// the queue's futex word, which the master clears and wakes after publishing enough (see
+    /// `Master::wake_readers` for why no wake-up is lost). Gives back what was handed out
+    /// first. Returns at once when there is already enough to read, the queue is not attached,
+    /// or the master is gone; then call `rx`.
+    pub fn wait(&mut self, want: usize, timeout: std::time::Duration) {
+        let Some(q) = self.rx_q else { return };
+        if self.finished || self.master_gone || self.ring.is_none() {
+            return;
+        }
+        self.release();
+        let cap = self.wait_cap;
+        let Some(ring) = self.ring.as_mut() else {
+            return; // taken back: rx says so
+        };
+        let want = want.clamp(1, (self.seg.slots / 4).max(1)) as u32;
+        let seg = &*self.seg;
+        let word = &seg.ctl(q).sleeping;
+        word.store(want, Ordering::Relaxed);
+        // Pairs with the master's fence between its head store and its load of this word.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let enough = ring.available().map_or(true, |n| n >= want as usize);
+        if enough || seg.header().state.load(Ordering::Acquire) != STATE_RUNNING {
+            word.store(0, Ordering::Relaxed);
+            return;
+        }
+        crate::sys::futex::wait(word, want, timeout.min(cap));
+        // Still set: not the master's wake (the time ran out, a signal): is it alive?
+        if word.swap(0, Ordering::Relaxed) != 0 {
+            let _ = self.check_master(true);
+        }
     }
 
     /// The segment holds something its master never wrote.
@@ -432,6 +480,11 @@ impl Port for ClusterPort {
 
     fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
         self.tx_lane(batch)
+    }
+
+    fn rx_wait(&mut self, want: usize, timeout: std::time::Duration) -> bool {
+        self.wait(want, timeout);
+        true
     }
 
     fn stats(&mut self) -> PortStats {

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// `LRCLUST1`.
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"LRCLUST1");
-pub(super) const VERSION: u32 = 3;
+/// 4: a queue's control block has the sleeping reader's futex word ([`QueueCtl::sleeping`]);
+/// a version 3 master would never wake a reader that sleeps on it.
+pub(super) const VERSION: u32 = 4;
 pub(super) const HEADER_SIZE: usize = 4096;
 /// Most queues a cluster has (a destination set is a 64-bit mask).
 pub const MAX_QUEUES: usize = 64;
@@ -126,7 +128,13 @@ pub(super) struct QueueCtl {
     pub(super) taken_at: AtomicU64,
     /// Dropped: longer than a frame holds (was padding: a segment without it reads 0).
     pub(super) too_big: AtomicU64,
-    pub(super) _line2: [u64; 6],
+    /// The consumer sleeps on this futex word (0: awake): how many packets the queue must
+    /// hold before the master wakes it ([`crate::cluster::ClusterPort::wait`]). Written by the
+    /// consumer before it sleeps, cleared by the master when it wakes it; on the master's
+    /// counter line, so that the master's one load per batch is a hit while nobody sleeps.
+    pub(super) sleeping: AtomicU32,
+    pub(super) _pad: u32,
+    pub(super) _line2: [u64; 5],
 }
 
 /// A queue's (or a lane's) head and tail cursors, the first 256 bytes of its area.
@@ -285,11 +293,12 @@ impl Layout {
 mod tests {
     use super::*;
 
-    /// The offsets `tests/hostile_cluster.rs` writes garbage at (a version 3 segment: version 2
-    /// plus big frames after the master counters).
+    /// The offsets `tests/hostile_cluster.rs` writes garbage at (a version 4 segment: version 2
+    /// plus big frames after the master counters (3), plus the queue's futex word (4), in what
+    /// was padding).
     #[test]
-    fn layout_of_a_version_3_segment() {
-        assert_eq!(VERSION, 3);
+    fn layout_of_a_version_4_segment() {
+        assert_eq!(VERSION, 4);
         assert_eq!(std::mem::offset_of!(Header, state), 48);
         assert_eq!(std::mem::offset_of!(Header, queue_off), 56);
         assert_eq!(std::mem::offset_of!(Header, queue_stride), 64);
@@ -299,6 +308,7 @@ mod tests {
         assert_eq!(CTL_OFF, 256);
         assert_eq!(std::mem::offset_of!(QueueCtl, handed), 24);
         assert_eq!(std::mem::offset_of!(QueueCtl, enqueued), 64);
+        assert_eq!(std::mem::offset_of!(QueueCtl, sleeping), 144);
         assert_eq!(std::mem::size_of::<QueueCtl>(), 192);
         assert_eq!(SLOTS_OFF, 512);
     }

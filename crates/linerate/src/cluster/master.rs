@@ -847,6 +847,7 @@ impl Master {
     /// store), and the slot lines of the next batch are fetched early.
     #[inline]
     fn publish_staged(&mut self, gone: u64) {
+        let mut published = 0u64;
         for (qi, q) in self.q.iter_mut().enumerate() {
             if q.nstaged > 0 {
                 // One copy of the batch's descriptors into the ring (at most two runs): each
@@ -854,6 +855,7 @@ impl Master {
                 // the consumer may be reading its neighbours.
                 q.ring.publish(&q.stage[..q.nstaged]);
                 q.enqueued += q.nstaged as u64;
+                published |= 1 << qi;
             }
             if gone >> qi & 1 == 0 {
                 // Ask now for the slot lines the next batch writes (in exclusive state): their
@@ -866,6 +868,52 @@ impl Master {
                     prefetch_write(q.ring.slot_ptr(c) as *const u8);
                     c = (c | 1) + 1; // two 32-byte slots per 64-byte line
                 }
+            }
+        }
+        if published != 0 {
+            self.wake_readers(published);
+        }
+    }
+
+    /// Wakes the consumers of the queues in `published` (their heads were just stored) that
+    /// sleep in [`ClusterPort::wait`] and whose queue now holds what they wait for: one fence
+    /// and one load per queue while nobody sleeps, a FUTEX_WAKE only for a sleeper.
+    ///
+    /// No lost wake-up: the consumer stores its futex word, fences (SeqCst), then loads head;
+    /// we stored head (Release, in `publish`), fence (SeqCst), then load the word. The two
+    /// fences are ordered one way or the other: if the consumer's comes first, our load sees
+    /// its word (or the 0 it wrote after waking) and we wake it when the queue holds enough;
+    /// if ours comes first, its load of head sees what we published and it does not sleep
+    /// when that is enough. A wake between its check and its FUTEX_WAIT is not lost either:
+    /// we clear the word before FUTEX_WAKE, and the kernel's FUTEX_WAIT returns at once when
+    /// the word no longer holds the value it slept on. Our count (`outstanding`: published
+    /// and not taken back) is at least what the consumer has left to read, so we never wake it
+    /// later than it asked.
+    #[inline]
+    fn wake_readers(&self, published: u64) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let mut m = published;
+        while m != 0 {
+            let qi = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let word = &self.seg.ctl(qi).sleeping;
+            let want = word.load(Ordering::Relaxed);
+            if want != 0
+                && self.q[qi].ring.outstanding() >= want as u64
+                && word.swap(0, Ordering::Relaxed) != 0
+            {
+                crate::sys::futex::wake(word, 1);
+            }
+        }
+    }
+
+    /// Wakes every sleeping consumer whatever its queue holds (the cluster closes).
+    fn wake_all(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        for qi in 0..self.q.len() {
+            let word = &self.seg.ctl(qi).sleeping;
+            if word.swap(0, Ordering::Relaxed) != 0 {
+                crate::sys::futex::wake(word, 1);
             }
         }
     }
@@ -1031,6 +1079,9 @@ impl Master {
             .header()
             .state
             .store(STATE_CLOSED, Ordering::Release);
+        // Sleeping consumers see the close now rather than at their wait's end (the fence in
+        // `wake_all` orders the state store before the loads of their words, as for head).
+        self.wake_all();
     }
 
     /// After [`Master::close`]: takes back every queue that still holds packets, so that the

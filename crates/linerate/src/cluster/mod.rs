@@ -59,7 +59,7 @@ mod segment;
 mod stats;
 mod tx;
 
-pub use consumer::ClusterPort;
+pub use consumer::{ClusterPort, WAIT_CAP};
 pub use layout::{ClusterConfig, DEFAULT_SLOTS, MAX_BIG_FRAME, MAX_QUEUES};
 pub use liveness::alive;
 pub use master::Master;

@@ -363,6 +363,14 @@ pub trait Port: Send {
     fn poll_fd(&self) -> Option<i32> {
         None
     }
+    /// For a port without a descriptor whose producer wakes its reader (a cluster queue):
+    /// after an `rx` that found nothing, sleeps until the queue holds `want` packets (at most
+    /// what the port allows: a quarter of a cluster queue), the producer ends, or `timeout`
+    /// (capped: a dead producer is noticed within the cap) passes; then call `rx`. Returns
+    /// false, without waiting, when the port has no such wait (the caller waits its own way).
+    fn rx_wait(&mut self, _want: usize, _timeout: std::time::Duration) -> bool {
+        false
+    }
     /// What received packets' timestamps are.
     fn rx_time(&self) -> RxTime {
         RxTime::Read

@@ -665,6 +665,9 @@ pub fn run_with(
         && input
             .max_rx_packet()
             .is_some_and(|most| most.min(ceiling) <= master.max_packet());
+    let input_fd = input.poll_fd();
+    // The input's descriptor was readable at the last idle poll (and `rx` still found nothing).
+    let mut was_ready = false;
     let ended = loop {
         if stop.load(Ordering::Relaxed) {
             break Ended::Stopped;
@@ -689,6 +692,7 @@ pub fn run_with(
         };
         if n > 0 {
             idle = 0;
+            was_ready = false;
             dist.masks(&mut batch, opts.filter.as_ref(), &mut masks);
             let len = batch.len();
             master.distribute(&mut batch, &masks[..len]);
@@ -714,7 +718,16 @@ pub fn run_with(
             // An input wire's writer may be waiting for the frames consumers released.
             master.idle();
             if idle > 64 {
-                std::thread::sleep(Duration::from_micros(20));
+                // An input with a descriptor (afpacket:, xdp:) and no egress to pump: wait in
+                // poll for its next packets, at most 1 ms (the stop flag, the maintenance
+                // tick), rather than waking every 20 µs. A descriptor readable while `rx`
+                // finds nothing (no frame to lend it) gets the short sleep.
+                match input_fd {
+                    Some(fd) if tx_out.is_none() && !was_ready => {
+                        was_ready = crate::sys::poll::poll_readable(fd, 1).unwrap_or(true);
+                    }
+                    _ => std::thread::sleep(Duration::from_micros(20)),
+                }
             } else {
                 std::hint::spin_loop();
             }
