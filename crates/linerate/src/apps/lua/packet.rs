@@ -766,7 +766,7 @@ mod fast {
         let pk = Packets::new(&lua, GEN_ACCESS, LinkType::ETHERNET).unwrap();
         lua.load(
             "function keep(pkts) V, W = pkts[1].udp, pkts[1].ip4 end\n\
-             function read() return V.dport end\n\
+             function read() collectgarbage() collectgarbage() return V.dport end\n\
              function raw(pkts) pkts[1]:setU16(12, 0x86dd) return V.dport end",
         )
         .set_name("@k.lua")
@@ -801,7 +801,7 @@ mod fast {
         );
         // views are not pointers the script can move or index
         for body in ["return V[0]", "return V + 1", "return W[-3]"] {
-            lua.load(&format!("function bad() {body} end"))
+            lua.load(format!("function bad() {body} end"))
                 .exec()
                 .unwrap();
             let f: mlua::Function = g.get("bad").unwrap();

@@ -815,6 +815,10 @@ local QMT = {
 -- Called once per state by Rust with the address of its `struct lr_ctx`: returns pkts[1..64]
 -- and the queue array.
 return function(addr, tool)
+  -- The FFI library's table holds the metatypes' map: it must live as long as the views, and
+  -- scripts do not reach it (package.loaded.ffi is gone). This function's upvalue keeps it:
+  -- Rust keeps this function in the registry for the state's life.
+  if not ffi then error("no FFI", 0) end
   if C then error("the packets of this state are already made", 0) end
   C = cast("struct lr_ctx *", addr)
   P = C.p
