@@ -799,14 +799,36 @@ mod fast {
             e.contains("pkt.udp.dport: pkts[1] has no udp header"),
             "{e}"
         );
-        // views are not pointers the script can move or index
-        for body in ["return V[0]", "return V + 1", "return W[-3]"] {
+        // Views are not pointers the script can move or index, nor can a method be handed an
+        // address or another layer's view.
+        for (body, want) in [
+            ("return V[0]", "size of C type is unknown"),
+            ("return V + 1", "attempt to perform arithmetic"),
+            ("return W[-3]", "size of C type is unknown"),
+            (
+                "V.setSrcPort(4096, 1)",
+                "pkt.udp:setSrcPort: call it on the layer",
+            ),
+            (
+                "return V.getDstPort(0x7fff0000)",
+                "pkt.udp:getDstPort: call it on the layer",
+            ),
+            (
+                "return W.getSrcNum(V)",
+                "pkt.ip4:getSrcNum: call it on the layer",
+            ),
+            (
+                "W.setDstNum(V, 1)",
+                "pkt.ip4:setDstNum: call it on the layer",
+            ),
+        ] {
             lua.load(format!("function bad() {body} end"))
                 .exec()
                 .unwrap();
             let f: mlua::Function = g.get("bad").unwrap();
             pk.load_mut(&mut b2, &[]).unwrap();
-            assert!(f.call::<Value>(()).is_err(), "{body}");
+            let e = f.call::<Value>(()).unwrap_err().to_string();
+            assert!(e.contains(want), "{body}: {e}");
             pk.store(&mut b2, |_, _| {});
         }
     }

@@ -11,7 +11,7 @@ local ffi = require("ffi")
 local bit = require("bit")
 local band, bor, bnot, rshift, lshift = bit.band, bit.bor, bit.bnot, bit.rshift, bit.lshift
 local bswap, tobit = bit.bswap, bit.tobit
-local cast, copy, fstring = ffi.cast, ffi.copy, ffi.string
+local cast, copy, fstring, istype = ffi.cast, ffi.copy, ffi.string, ffi.istype
 local type, error, tostring, format, min = type, error, tostring, string.format, math.min
 local setmetatable, rawget = setmetatable, rawget
 
@@ -596,12 +596,24 @@ for l in pairs(FK) do
       end
       st.version = FS[l].version
     end
+    -- Methods are plain functions a script can call with anything: each checks that it got
+    -- a view of its own layer (a number or another layer's view would be an address).
+    local ct = "struct lr_" .. CTN[l] .. (ro == 1 and "_ro" or "")
+    local pt = ffi.typeof(ct .. " *")
     local m = {}
+    local function method(mname, f)
+      local what = "pkt." .. name .. ":" .. mname
+      m[mname] = function(h, x)
+        if not istype(pt, h) then
+          fail(format("%s: call it on the layer (pkt:%s():%s(...))", what, name, mname))
+        end
+        return f(h, x)
+      end
+    end
     local function both(mname, key)
-      local gf, sf = g[key], st[key]
-      if gf then
-        m["get" .. mname] = function(h) return gf(h) end
-        m["set" .. mname] = function(h, x) sf(h, x) end
+      if g[key] then
+        method("get" .. mname, g[key])
+        method("set" .. mname, st[key])
       end
     end
     both("Src", "src")
@@ -614,9 +626,11 @@ for l in pairs(FK) do
     both("Type", "type")
     both("Id", "id")
     if l == IP4 then
-      m.getSrcNum, m.getDstNum, m.setSrcNum, m.setDstNum = g.saddr, g.daddr, st.saddr, st.daddr
+      method("getSrcNum", g.saddr)
+      method("getDstNum", g.daddr)
+      method("setSrcNum", st.saddr)
+      method("setDstNum", st.daddr)
     end
-    local ct = "struct lr_" .. CTN[l] .. (ro == 1 and "_ro" or "")
     ffi.metatype(ct, {
       __index = function(h, k)
         local f = g[k]
@@ -633,7 +647,7 @@ for l in pairs(FK) do
       __call = function(h) return h end,
       __tostring = tostr,
     })
-    pair[ro + 1] = ffi.typeof(ct .. " *")
+    pair[ro + 1] = pt
   end
   FT[l] = pair
 end
