@@ -42,7 +42,7 @@ pub struct Access {
     pub drop: bool,
 }
 
-/// One packet as the Lua side sees it: `struct lr_pkt` of packets.lua (32 bytes). Cells: the
+/// One packet as the Lua side sees it: `struct lr_pkt` of packets.lua (64 bytes). Cells: the
 /// script writes them through the pointer while Rust holds only shared references.
 #[repr(C)]
 struct Slot {
@@ -55,6 +55,9 @@ struct Slot {
     parsed: Cell<u8>,
     /// Offsets the Lua side's parser keeps (layer starts, protocol, ...).
     _parse: [Cell<u8>; 14],
+    /// Where the Lua side's parser found the IPv4, UDP, TCP and ICMP headers (0: not found,
+    /// or not parsed in this batch): what its layer views read and write through.
+    heads: [Cell<u64>; 4],
 }
 
 /// `struct lr_ctx` of packets.lua: the batch's slots and balance's queues.
@@ -69,8 +72,8 @@ struct Shared {
     queues: [Cell<i16>; BATCH],
 }
 
-const _: () = assert!(std::mem::size_of::<Slot>() == 32 && BATCH == 64);
-const _: () = assert!(std::mem::size_of::<Shared>() == 8 + 32 * 64 + 128);
+const _: () = assert!(std::mem::size_of::<Slot>() == 64 && BATCH == 64);
+const _: () = assert!(std::mem::size_of::<Shared>() == 8 + 64 * 64 + 128);
 
 /// Loads the packet views into `lua` (before any script runs): keeps the FFI library for them
 /// and takes it out of the script's reach.
@@ -132,6 +135,7 @@ impl Packets {
                 ok: Cell::new(0),
                 parsed: Cell::new(0),
                 _parse: Default::default(),
+                heads: Default::default(),
             }),
             queues: std::array::from_fn(|_| Cell::new(-1)),
         });
@@ -168,6 +172,7 @@ impl Packets {
             s.dropped.set(0);
             s.dirty.set(0);
             s.parsed.set(0);
+            s.heads.iter().for_each(|h| h.set(0));
             s.ok.set(1);
             self.shared.queues[i].set(-1);
         }
@@ -226,6 +231,7 @@ impl Packets {
             s.len.set(0);
             s.ok.set(0);
             s.parsed.set(0);
+            s.heads.iter().for_each(|h| h.set(0));
         }
     }
 
@@ -746,5 +752,132 @@ mod layers {
             "5 1 88a8 0800 10.0.0.1 167772161 nil 8 4 | nil 17 nil true | \
              0 17 ::2 53 | 44 17 ::2 53 | 44 17 ::2 nil"
         );
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod fast {
+    use super::tests_support::*;
+    use super::*;
+
+    #[test]
+    fn a_layer_view_kept_past_its_call_sees_the_next_batch_or_is_an_error() {
+        let lua = new_lua();
+        let pk = Packets::new(&lua, GEN_ACCESS, LinkType::ETHERNET).unwrap();
+        lua.load(
+            "function keep(pkts) V, W = pkts[1].udp, pkts[1].ip4 end\n\
+             function read() collectgarbage() collectgarbage() return V.dport end\n\
+             function raw(pkts) pkts[1]:setU16(12, 0x86dd) return V.dport end",
+        )
+        .set_name("@k.lua")
+        .exec()
+        .unwrap();
+        let g = lua.globals();
+        let call = |name: &str, b: &mut Batch| {
+            pk.load_mut(b, &[]).unwrap();
+            let f: mlua::Function = g.get(name).unwrap();
+            let r = f.call::<Value>(pk.table().clone());
+            pk.store(b, |_, _| {});
+            r
+        };
+        let mut b = one(udp_frame(53));
+        call("keep", &mut b).unwrap();
+        // between calls: an error, nothing read
+        let read: mlua::Function = g.get("read").unwrap();
+        let e = read.call::<Value>(()).unwrap_err().to_string();
+        assert!(
+            e.contains("pkt.udp.dport: pkts[1] is not part of this batch"),
+            "{e}"
+        );
+        // at the next call: the packet of that batch
+        let mut b2 = one(udp_frame(4789));
+        let r = call("read", &mut b2).unwrap();
+        assert_eq!(r.as_i64(), Some(4789));
+        // a raw write that takes the header away: the view says so
+        let e = call("raw", &mut b2).unwrap_err().to_string();
+        assert!(
+            e.contains("pkt.udp.dport: pkts[1] has no udp header"),
+            "{e}"
+        );
+        // Views are not pointers the script can move or index, nor can a method be handed an
+        // address or another layer's view.
+        for (body, want) in [
+            ("return V[0]", "size of C type is unknown"),
+            ("return V + 1", "attempt to perform arithmetic"),
+            ("return W[-3]", "size of C type is unknown"),
+            (
+                "V.setSrcPort(4096, 1)",
+                "pkt.udp:setSrcPort: call it on the layer",
+            ),
+            (
+                "return V.getDstPort(0x7fff0000)",
+                "pkt.udp:getDstPort: call it on the layer",
+            ),
+            (
+                "return W.getSrcNum(V)",
+                "pkt.ip4:getSrcNum: call it on the layer",
+            ),
+            (
+                "W.setDstNum(V, 1)",
+                "pkt.ip4:setDstNum: call it on the layer",
+            ),
+        ] {
+            lua.load(format!("function bad() {body} end"))
+                .exec()
+                .unwrap();
+            let f: mlua::Function = g.get("bad").unwrap();
+            pk.load_mut(&mut b2, &[]).unwrap();
+            let e = f.call::<Value>(()).unwrap_err().to_string();
+            assert!(e.contains(want), "{body}: {e}");
+            pk.store(&mut b2, |_, _| {});
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests_support {
+    use super::*;
+    use crate::apps::lua::{new_state, ScriptOptions};
+    use crate::mem::{Desc, Pool, PoolConfig};
+    use std::sync::Arc;
+
+    pub const GEN_ACCESS: Access = Access {
+        tool: "gen",
+        write: true,
+        drop: false,
+    };
+
+    pub fn new_lua() -> Lua {
+        new_state(&ScriptOptions::default()).unwrap()
+    }
+
+    pub fn udp_frame(dport: u16) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+        f.extend_from_slice(&[
+            0x45, 0, 0, 32, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        f.extend_from_slice(&[0x04, 0x00]);
+        f.extend_from_slice(&dport.to_be_bytes());
+        f.extend_from_slice(&[0, 12, 0, 0, b'a', b'b', b'c', b'd']);
+        f
+    }
+
+    pub fn many(frames: &[Vec<u8>]) -> Batch {
+        let pool = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
+        let mut b = Batch::with_pool(&pool);
+        for f in frames {
+            let mut fr = b.alloc().unwrap();
+            fr.buf()[..f.len()].copy_from_slice(f);
+            fr.push(Desc {
+                len: f.len() as u32,
+                wire_len: f.len() as u32,
+                ..Default::default()
+            });
+        }
+        b
+    }
+
+    pub fn one(f: Vec<u8>) -> Batch {
+        many(&[f])
     }
 }

@@ -10,7 +10,8 @@
 local ffi = require("ffi")
 local bit = require("bit")
 local band, bor, bnot, rshift, lshift = bit.band, bit.bor, bit.bnot, bit.rshift, bit.lshift
-local cast, copy, fstring = ffi.cast, ffi.copy, ffi.string
+local bswap, tobit = bit.bswap, bit.tobit
+local cast, copy, fstring, istype = ffi.cast, ffi.copy, ffi.string, ffi.istype
 local type, error, tostring, format, min = type, error, tostring, string.format, math.min
 local setmetatable, rawget = setmetatable, rawget
 
@@ -30,11 +31,23 @@ struct lr_pkt {
   uint64_t a; uint32_t n; uint16_t st;
   uint8_t drop, dirty, ok, g, ver, proto, nvl, l4ok;
   uint16_t l3, l4, l3e, pay;
+  uint8_t *h[4];
 };
 struct lr_ctx { uint32_t n; uint8_t w, dr, eth, ck; struct lr_pkt p[64]; int16_t q[64]; };
+struct lr_ip4; struct lr_udp; struct lr_tcp; struct lr_icmp;
+struct lr_ip4_ro; struct lr_udp_ro; struct lr_tcp_ro; struct lr_icmp_ro;
 ]])
-assert(ffi.sizeof("struct lr_pkt") == 32 and ffi.sizeof("struct lr_ctx") == 8 + 32 * 64 + 128)
+-- h[0..3]: where this batch's parse found the IPv4, UDP, TCP and ICMP headers (NULL: not
+-- there, or not parsed yet). A layer view (p.ip4, p.udp, ...) is a pointer to its anchor h[k]
+-- of the slot, typed by layer: an incomplete struct, so the script can neither index it by
+-- number nor do arithmetic on it, only the named fields of its metatype.
+assert(ffi.sizeof("struct lr_pkt") == 64 and ffi.sizeof("struct lr_ctx") == 8 + 64 * 64 + 128)
+local HOFF = ffi.offsetof("struct lr_pkt", "h")
 local u8p = ffi.typeof("uint8_t *")
+local u8pp = ffi.typeof("uint8_t **")
+local u16p = ffi.typeof("uint16_t *")
+local i32p = ffi.typeof("int32_t *")
+local slotp = ffi.typeof("struct lr_pkt *")
 
 local text_addr, parse_addr, parse_mac = ... -- Rust: address text <-> bytes (the slow forms)
 
@@ -87,23 +100,57 @@ local function transport(s, b, at, stop, pr)
   if room < hl then return end
   s.l4ok = 1
   s.pay = at + hl
+  local h = s.h
+  if pr == 17 then
+    h[1] = b + at
+  elseif pr == 6 then
+    h[2] = b + at
+  elseif pr ~= 132 then
+    h[3] = b + at
+  end
+end
+
+-- The tags after the source MAC (cold: called only when there is one).
+local function tags(b, n, et)
+  local off, k = 14, 0
+  while VLAN[et] do
+    if k == 4 or off + 4 > n then return nil end
+    et = be16(b, off + 2)
+    off = off + 4
+    k = k + 1
+  end
+  return et, off, k
+end
+
+-- IPv4's AH headers (cold): the protocol after them and where it starts (nil: truncated).
+local function skip_ah(b, n, at, stop)
+  local pr = 51
+  for _ = 1, 4 do
+    if pr ~= 51 then break end
+    if at + 2 > n then return nil end
+    pr, at = b[at], at + (b[at + 1] + 2) * 4
+    if at > stop then return nil end
+  end
+  return pr, at
 end
 
 -- linerate's parser (wire::parse) in Lua: VLAN/QinQ tags, IPv4 (AH stepped over), IPv6
 -- extension headers, later fragments without transport header.
 local function parse(s)
   s.g, s.ver, s.proto, s.nvl, s.l4ok, s.l3, s.l4, s.l3e, s.pay = 1, 0, 0, 0, 0, 0, 0, 0, 0
+  local h = s.h
+  h[0], h[1], h[2], h[3] = nil, nil, nil, nil
+  -- A tool that sends the packets fixes the checksums of every packet a script looked into.
+  if C.w ~= 0 then s.dirty = 1 end
   local b, n = cast(u8p, s.a), s.n
   local off, want = 0, nil
   if C.eth ~= 0 then
     if n < 14 then return end
     local et, k = be16(b, 12), 0
     off = 14
-    while VLAN[et] do
-      if k == 4 or off + 4 > n then return end
-      et = be16(b, off + 2)
-      off = off + 4
-      k = k + 1
+    if VLAN[et] then
+      et, off, k = tags(b, n, et)
+      if not et then return end
     end
     s.nvl = k
     if et == 0x0800 then want = 4 elseif et == 0x86dd then want = 6 else return end
@@ -118,15 +165,14 @@ local function parse(s)
     if total < hl then return end
     local stop = min(off + total, n)
     s.ver, s.l3, s.l3e = 4, off, stop
+    h[0] = b + off
     local pr = b[off + 9]
     s.proto = pr
     if band(be16(b, off + 6), 0x1fff) ~= 0 then return end -- a later fragment
     local at = off + hl
-    for _ = 1, 4 do
-      if pr ~= 51 then break end
-      if at + 2 > n then return end
-      pr, at = b[at], at + (b[at + 1] + 2) * 4
-      if at > stop then return end
+    if pr == 51 then
+      pr, at = skip_ah(b, n, at, stop)
+      if not pr then return end
     end
     transport(s, b, at, stop, pr)
   elseif v == 6 then
@@ -166,6 +212,13 @@ local function wr(b, o, size, x)
   -- band: a number from 2^31 stored straight into a uint8_t is not its low byte (the FFI's
   -- double -> integer conversion saturates it); the bit operations take it modulo 2^32.
   b[o], b[o + 1], b[o + 2], b[o + 3] = rshift(x, 24), rshift(x, 16), rshift(x, 8), band(x, 255)
+end
+
+-- Raw bytes written may move headers: the views find them again (parse) at their next field.
+local function unparse(s)
+  s.g = 0
+  local h = s.h
+  h[0], h[1], h[2], h[3] = nil, nil, nil, nil
 end
 
 local function writable(s, what)
@@ -358,26 +411,12 @@ do
     if o + 2 > s.n then fail(format("%s: offset %d+2 is past the end of a %d B packet", what, o, s.n)) end
     writable(s, what)
     wr(b, o, 2, x)
-    s.g = 0
+    unparse(s)
   end)
 end
 def(VL, "tpid", num(VL, "tpid", 0, 2, 0, 0xffff))
 def(VL, "id", num(VL, "id", 2, 2, 0, 0xfff))
 def(VL, "pcp", num(VL, "pcp", 2, 2, 13, 7))
-
-def(IP4, "src", addr(IP4, "src", 12, false))
-def(IP4, "dst", addr(IP4, "dst", 16, false))
-def(IP4, "saddr", num(IP4, "saddr", 12, 4, 0, 0xffffffff))
-def(IP4, "daddr", num(IP4, "daddr", 16, 4, 0, 0xffffffff))
-def(IP4, "ttl", num(IP4, "ttl", 8, 1, 0, 0xff))
-GET[IP4].hlim, SET[IP4].hlim = GET[IP4].ttl, SET[IP4].ttl
-def(IP4, "proto", num(IP4, "proto", 9, 1, 0, 0xff))
-GET[IP4].next, SET[IP4].next = GET[IP4].proto, SET[IP4].proto
-def(IP4, "tos", num(IP4, "tos", 1, 1, 0, 0xff))
-GET[IP4].tc, SET[IP4].tc = GET[IP4].tos, SET[IP4].tos
-def(IP4, "len", num(IP4, "len", 2, 2, 0, 0xffff))
-def(IP4, "id", num(IP4, "id", 4, 2, 0, 0xffff))
-def(IP4, "version", readonly(IP4, "version", function() return 4 end))
 
 def(IP6, "src", addr(IP6, "src", 8, true))
 def(IP6, "dst", addr(IP6, "dst", 24, true))
@@ -391,20 +430,227 @@ def(IP6, "flow", num(IP6, "flow", 0, 4, 0, 0xfffff))
 def(IP6, "len", num(IP6, "len", 4, 2, 0, 0xffff))
 def(IP6, "version", readonly(IP6, "version", function() return 6 end))
 
-for _, l in ipairs({ UDP, TCP }) do
-  def(l, "sport", num(l, "sport", 0, 2, 0, 0xffff))
-  def(l, "dport", num(l, "dport", 2, 2, 0, 0xffff))
+
+-- The fast layers (ip4, udp, tcp, icmp): LuaJIT FFI metatypes over the slot's anchor h[k].
+-- Taking the layer (p.ip4) checks the slot and parses the packet once; a field is then a load
+-- of the anchor (NULL when the view outlived its batch or a raw write made the packet parse
+-- again: `refind` finds the header again or names what is wrong), the value's check (one
+-- compare) and the bytes, big-endian (bit.bswap). The header is whole inside the frame: the
+-- parser set the anchor only then.
+local FK = { [IP4] = 0, [UDP] = 1, [TCP] = 2, [ICMP] = 3 }
+
+local function refind(h, l, key)
+  local k = FK[l]
+  local s = cast(slotp, cast(u8p, h) - (HOFF + 8 * k))
+  local i = tonumber(s - P)
+  if s.ok == 0 then
+    fail(format("pkt.%s.%s: pkts[%d] is not part of this batch of %d (a view lives for the call it was given in)",
+      LNAME[l], key, i + 1, C.n))
+  end
+  if s.g == 0 then parse(s) end
+  local b = s.h[k]
+  if b == nil then
+    fail(format("pkt.%s.%s: pkts[%d] has no %s header", LNAME[l], key, i + 1, LNAME[l]))
+  end
+  return b
 end
-def(UDP, "len", num(UDP, "len", 4, 2, 0, 0xffff))
-def(UDP, "checksum", num(UDP, "checksum", 6, 2, 0, 0xffff))
-def(TCP, "seq", num(TCP, "seq", 4, 4, 0, 0xffffffff))
-def(TCP, "ack", num(TCP, "ack", 8, 4, 0, 0xffffffff))
-def(TCP, "flags", num(TCP, "flags", 12, 2, 0, 0x1ff))
-def(TCP, "win", num(TCP, "win", 14, 2, 0, 0xffff))
-def(TCP, "checksum", num(TCP, "checksum", 16, 2, 0, 0xffff))
-def(ICMP, "type", num(ICMP, "type", 0, 1, 0, 0xff))
-def(ICMP, "code", num(ICMP, "code", 1, 1, 0, 0xff))
-def(ICMP, "checksum", num(ICMP, "checksum", 2, 2, 0, 0xffff))
+
+local function range(what, max)
+  fail(format("%s: a number from 0 to %d", what, max))
+end
+
+-- get(h) and set(h, x) of an unsigned big-endian field of `size` bytes at `off`, its low bits
+-- `mask` (the rest of the bytes kept on a write).
+local function fnum(l, key, off, size, mask)
+  local what = "pkt." .. LNAME[l] .. "." .. key
+  local get, set
+  if size == 1 then
+    get = function(h)
+      local b = cast(u8pp, h)[0]
+      if b == nil then b = refind(h, l, key) end
+      return b[off]
+    end
+    set = function(h, x)
+      if type(x) ~= "number" or band(x, mask) ~= x then range(what, mask) end
+      local b = cast(u8pp, h)[0]
+      if b == nil then b = refind(h, l, key) end
+      b[off] = x
+    end
+  elseif size == 2 then
+    get = function(h)
+      local b = cast(u8pp, h)[0]
+      if b == nil then b = refind(h, l, key) end
+      return band(rshift(bswap(cast(u16p, b + off)[0]), 16), mask)
+    end
+    if mask == 0xffff then
+      set = function(h, x)
+        if type(x) ~= "number" or band(x, 0xffff) ~= x then range(what, mask) end
+        local b = cast(u8pp, h)[0]
+        if b == nil then b = refind(h, l, key) end
+        cast(u16p, b + off)[0] = rshift(bswap(x), 16)
+      end
+    else
+      set = function(h, x)
+        if type(x) ~= "number" or band(x, mask) ~= x then range(what, mask) end
+        local b = cast(u8pp, h)[0]
+        if b == nil then b = refind(h, l, key) end
+        local p = cast(u16p, b + off)
+        local old = rshift(bswap(p[0]), 16)
+        p[0] = rshift(bswap(bor(band(old, bnot(mask)), x)), 16)
+      end
+    end
+  else
+    -- 32 bits: tobit(x) % 2^32 is x only for a whole x from 0 to 2^32-1
+    get = function(h)
+      local b = cast(u8pp, h)[0]
+      if b == nil then b = refind(h, l, key) end
+      return bswap(cast(i32p, b + off)[0]) % 4294967296
+    end
+    set = function(h, x)
+      if type(x) ~= "number" or tobit(x) % 4294967296 ~= x then range(what, 0xffffffff) end
+      local b = cast(u8pp, h)[0]
+      if b == nil then b = refind(h, l, key) end
+      cast(i32p, b + off)[0] = bswap(x)
+    end
+  end
+  return get, set
+end
+
+-- An IPv4 address: read as text, written as text or an integer.
+local function faddr(key, off)
+  local what = "pkt.ip4." .. key
+  local gn, sn = fnum(IP4, key, off, 4, 0xffffffff)
+  return function(h)
+    local x = gn(h)
+    return format("%d.%d.%d.%d", rshift(x, 24), band(rshift(x, 16), 255), band(rshift(x, 8), 255), band(x, 255))
+  end, function(h, x)
+    if type(x) == "number" then
+      if tobit(x) % 4294967296 ~= x then
+        fail(what .. ": an address is a string or an integer from 0 to 2^32-1")
+      end
+      return sn(h, x)
+    elseif type(x) == "string" then
+      local a = parse_addr(x, false)
+      if not a then fail(format("%s: '%s' is not an IPv4 address", what, x)) end
+      local b = cast(u8pp, h)[0]
+      if b == nil then b = refind(h, IP4, key) end
+      copy(b + off, a, 4)
+    else
+      fail(what .. ": an address is a string or an integer from 0 to 2^32-1")
+    end
+  end
+end
+
+local FG, FS = {}, {} -- FG[l][key], FS[l][key]
+for l in pairs(FK) do FG[l], FS[l] = {}, {} end
+local function fdef(l, key, g, s) FG[l][key], FS[l][key] = g, s end
+fdef(IP4, "src", faddr("src", 12))
+fdef(IP4, "dst", faddr("dst", 16))
+fdef(IP4, "saddr", fnum(IP4, "saddr", 12, 4, 0xffffffff))
+fdef(IP4, "daddr", fnum(IP4, "daddr", 16, 4, 0xffffffff))
+fdef(IP4, "ttl", fnum(IP4, "ttl", 8, 1, 0xff))
+fdef(IP4, "proto", fnum(IP4, "proto", 9, 1, 0xff))
+fdef(IP4, "tos", fnum(IP4, "tos", 1, 1, 0xff))
+fdef(IP4, "len", fnum(IP4, "len", 2, 2, 0xffff))
+fdef(IP4, "id", fnum(IP4, "id", 4, 2, 0xffff))
+fdef(IP4, "version", function() return 4 end, function() fail("pkt.ip4.version is read-only") end)
+FG[IP4].hlim, FS[IP4].hlim = FG[IP4].ttl, FS[IP4].ttl
+FG[IP4].next, FS[IP4].next = FG[IP4].proto, FS[IP4].proto
+FG[IP4].tc, FS[IP4].tc = FG[IP4].tos, FS[IP4].tos
+for _, l in ipairs({ UDP, TCP }) do
+  fdef(l, "sport", fnum(l, "sport", 0, 2, 0xffff))
+  fdef(l, "dport", fnum(l, "dport", 2, 2, 0xffff))
+end
+fdef(UDP, "len", fnum(UDP, "len", 4, 2, 0xffff))
+fdef(UDP, "checksum", fnum(UDP, "checksum", 6, 2, 0xffff))
+fdef(TCP, "seq", fnum(TCP, "seq", 4, 4, 0xffffffff))
+fdef(TCP, "ack", fnum(TCP, "ack", 8, 4, 0xffffffff))
+fdef(TCP, "flags", fnum(TCP, "flags", 12, 2, 0x1ff))
+fdef(TCP, "win", fnum(TCP, "win", 14, 2, 0xffff))
+fdef(TCP, "checksum", fnum(TCP, "checksum", 16, 2, 0xffff))
+fdef(ICMP, "type", fnum(ICMP, "type", 0, 1, 0xff))
+fdef(ICMP, "code", fnum(ICMP, "code", 1, 1, 0xff))
+fdef(ICMP, "checksum", fnum(ICMP, "checksum", 2, 2, 0xffff))
+
+-- Two metatypes per fast layer: the writable one (gen) and the read-only one (balance, fwd),
+-- whose setters are errors naming the tool: no flag is tested per field.
+local FT = {} -- FT[l] = { writable ctype, read-only ctype }
+local CTN = { [IP4] = "ip4", [UDP] = "udp", [TCP] = "tcp", [ICMP] = "icmp" }
+for l in pairs(FK) do
+  local name = LNAME[l]
+  local function nofield(k)
+    fail(format("pkt.%s.%s: no such field (pkt.%s has %s)", name, tostring(k), name, FIELDS[l]))
+  end
+  local function tostr(h)
+    local s = cast(slotp, cast(u8p, h) - (HOFF + 8 * FK[l]))
+    return format("pkts[%d].%s", tonumber(s - P) + 1, name)
+  end
+  local pair = {}
+  for ro = 0, 1 do
+    local g, st = FG[l], FS[l]
+    if ro == 1 then
+      st = {}
+      for key in pairs(FS[l]) do
+        local what = "pkt." .. name .. "." .. key
+        st[key] = function() fail(what .. ": packets are read-only in " .. TOOL .. " scripts") end
+      end
+      st.version = FS[l].version
+    end
+    -- Methods are plain functions a script can call with anything: each checks that it got
+    -- a view of its own layer (a number or another layer's view would be an address).
+    local ct = "struct lr_" .. CTN[l] .. (ro == 1 and "_ro" or "")
+    local pt = ffi.typeof(ct .. " *")
+    local m = {}
+    local function method(mname, f)
+      local what = "pkt." .. name .. ":" .. mname
+      m[mname] = function(h, x)
+        if not istype(pt, h) then
+          fail(format("%s: call it on the layer (pkt:%s():%s(...))", what, name, mname))
+        end
+        return f(h, x)
+      end
+    end
+    local function both(mname, key)
+      if g[key] then
+        method("get" .. mname, g[key])
+        method("set" .. mname, st[key])
+      end
+    end
+    both("Src", "src")
+    both("Dst", "dst")
+    both("SrcPort", "sport")
+    both("DstPort", "dport")
+    both("TTL", "ttl")
+    both("Seq", "seq")
+    both("Flags", "flags")
+    both("Type", "type")
+    both("Id", "id")
+    if l == IP4 then
+      method("getSrcNum", g.saddr)
+      method("getDstNum", g.daddr)
+      method("setSrcNum", st.saddr)
+      method("setDstNum", st.daddr)
+    end
+    ffi.metatype(ct, {
+      __index = function(h, k)
+        local f = g[k]
+        if f then return f(h) end
+        local mm = m[k]
+        if mm then return mm end
+        nofield(k)
+      end,
+      __newindex = function(h, k, x)
+        local f = st[k]
+        if f then return f(h, x) end
+        nofield(k)
+      end,
+      __call = function(h) return h end,
+      __tostring = tostr,
+    })
+    pair[ro + 1] = pt
+  end
+  FT[l] = pair
+end
 
 -- MoonGen's layer methods: pkt:udp():setSrcPort(1000) is pkt.udp.sport = 1000.
 local METH = {}
@@ -428,11 +674,6 @@ for l = 1, 7 do
   both("Id", "id")
   METH[l] = m
 end
--- The integer forms of addresses (fast): getSrcNum/setSrcNum on ip4 (and eth: the MAC).
-METH[IP4].getSrcNum = GET[IP4].saddr
-METH[IP4].getDstNum = GET[IP4].daddr
-METH[IP4].setSrcNum = SET[IP4].saddr
-METH[IP4].setDstNum = SET[IP4].daddr
 METH[ETH].getSrcNum = GET[ETH].smac
 METH[ETH].getDstNum = GET[ETH].dmac
 
@@ -499,7 +740,7 @@ for name, size in pairs({ setByte = 1, setU16 = 2, setU32 = 4 }) do
     local b = raw_at(s, off, size, name)
     writable(s, name)
     wr(b, off, size, x)
-    s.g = 0 -- raw bytes may move headers: parse again at the next field
+    unparse(s) -- raw bytes may move headers: parse again at the next field
   end
 end
 PM.bytes = function(p, off, len)
@@ -530,18 +771,29 @@ PM.payloadOffset = function(p)
 end
 PM.raw = function(p) return p end
 
+-- ANCHOR[l][i + 1]: the view of fast layer l of slot i (made once, in make()).
+local ANCHOR = {}
+
 local PMT = {
   __index = function(p, k)
     local l = LAYER[k]
     if l then
-      local s = slot(p)
-      if base(s, l) then return VIEW[l][p[1] + 1] end
+      local i = p[1]
+      local s = type(i) == "number" and SLOT[i + 1]
+      if not s or s.ok == 0 then bad_index(i) end
+      local fk = FK[l]
+      if fk then
+        if s.g == 0 then parse(s) end
+        if s.h[fk] == nil then return nil end
+        return ANCHOR[l][i + 1]
+      end
+      if base(s, l) then return VIEW[l][i + 1] end
       return nil
     end
     if k == "ip" then
       local s = slot(p)
       if s.g == 0 then parse(s) end
-      if s.ver == 4 then return VIEW[IP4][p[1] + 1] end
+      if s.ver == 4 then return ANCHOR[IP4][p[1] + 1] end
       if s.ver == 6 then return VIEW[IP6][p[1] + 1] end
       return nil
     end
@@ -577,11 +829,21 @@ local QMT = {
 -- Called once per state by Rust with the address of its `struct lr_ctx`: returns pkts[1..64]
 -- and the queue array.
 return function(addr, tool)
+  -- The FFI library's table holds the metatypes' map: it must live as long as the views, and
+  -- scripts do not reach it (package.loaded.ffi is gone). This function's upvalue keeps it:
+  -- Rust keeps this function in the registry for the state's life.
+  if not ffi then error("no FFI", 0) end
   if C then error("the packets of this state are already made", 0) end
   C = cast("struct lr_ctx *", addr)
   P = C.p
   for i = 0, 63 do SLOT[i + 1] = P + i end
   TOOL = tool
+  local w = C.w ~= 0 and 1 or 2
+  for l, k in pairs(FK) do
+    local t = {}
+    for i = 0, 63 do t[i + 1] = cast(FT[l][w], P[i].h + k) end
+    ANCHOR[l] = t
+  end
   local pkts = {}
   for i = 0, 63 do pkts[i + 1] = setmetatable({ i }, PMT) end
   return pkts, setmetatable({}, QMT)
