@@ -279,7 +279,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(made.load(Ordering::Relaxed), 2);
-        assert!(polls >= 1);
+        // No poll when both generators end before the first check (a loaded machine): each
+        // poll that came saw both threads (asserted in it).
+        let _ = polls;
         assert_eq!(r.threads.len(), 2);
         assert_eq!((r.threads[0].pkts, r.threads[1].pkts), (100, 250));
         assert_eq!(r.total.pkts, 350);

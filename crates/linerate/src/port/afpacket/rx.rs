@@ -234,6 +234,21 @@ impl RxBlocks {
         self.to_release -= n;
     }
 
+    /// Whether a packet is of a direction not asked for (`-Q`), from its address: an outgoing
+    /// one also when it is loopback's (it comes back as incoming). Such packets are never
+    /// counted, as those the kernel does not deliver.
+    #[inline]
+    fn not_asked(&self, sll: Option<&libc::sockaddr_ll>) -> bool {
+        match sll.map(|a| a.sll_pkttype == PACKET_OUTGOING) {
+            Some(true) => {
+                !self.meta.dir.takes(true)
+                    || sll.is_some_and(|a| a.sll_ifindex == self.meta.lo_ifindex)
+            }
+            Some(false) => !self.meta.dir.takes(false),
+            None => self.meta.dir == Capture::Out,
+        }
+    }
+
     /// Appends ready packets to `batch` (bound to the ring's pool) until it is full or no block
     /// is ready; returns (packets, wire bytes). Inconsistent headers are skipped and counted.
     #[inline]
@@ -336,16 +351,7 @@ impl RxBlocks {
                 None
             };
             let outgoing = sll.as_ref().map(|a| a.sll_pkttype == PACKET_OUTGOING);
-            let skip = match outgoing {
-                Some(true) => {
-                    !self.meta.dir.takes(true)
-                        || sll
-                            .as_ref()
-                            .is_some_and(|a| a.sll_ifindex == self.meta.lo_ifindex)
-                }
-                Some(false) => !self.meta.dir.takes(false),
-                None => self.meta.dir == Capture::Out,
-            };
+            let skip = self.not_asked(sll.as_ref());
             if data + snap as usize > bs {
                 drops.add(DropReason::Malformed, 1);
             } else if skip {
