@@ -722,3 +722,47 @@ fn several_pcap_files_read_as_one_are_not_copied() {
 fn summary(p: &[(u32, u64, Vec<u8>)]) -> Vec<(u32, u64, usize)> {
     p.iter().map(|(i, t, d)| (*i, *t, d.len())).collect()
 }
+
+#[test]
+fn demo_stopped_by_sigint_prints_what_it_measured_judges_no_cut_run_and_exits_1() {
+    // A search long enough that the signal lands in it or in a run before it.
+    let mut c = Command::new(BIN)
+        .args([
+            "demo",
+            "-q",
+            "--only",
+            "1",
+            "-t",
+            "300ms",
+            "--steps",
+            "20",
+            "--step-time",
+            "3s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // The PID of a child this test started and has not reaped.
+    let _ = linerate::os::signal(c.id(), 2);
+    let t0 = Instant::now();
+    while c.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(10) {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("demo did not stop within 10 s of one SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = c.wait_with_output().unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{s}\n{e}");
+    assert!(e.contains("interrupted before the end"), "{s}\n{e}");
+    let verdict = s
+        .lines()
+        .find(|l| l.trim_start().starts_with("Verdict: "))
+        .unwrap_or_else(|| panic!("no verdict: {s}"));
+    assert!(verdict.contains("interrupted"), "{verdict}");
+}

@@ -379,6 +379,10 @@ fn search(
             break;
         }
         let r = run_once(spec, a.flows, Some(probe), a.step_time, stop)?;
+        // A probe cut short by a stop signal is no measurement: it is not judged.
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
         if r.lossless() {
             lo = probe;
             // A master that could not reach the asked rate cannot go faster.
@@ -468,6 +472,9 @@ struct Outcome {
     best: Option<Run>,
     search: Vec<Run>,
     others: f64,
+    /// The run a stop signal cut short: "the run at the asked rate", "the unpaced run" or
+    /// "the search".
+    interrupted: Option<&'static str>,
 }
 
 /// The verdict line of a test: does it keep up with the asked rate, up to which rate it is
@@ -477,9 +484,22 @@ fn verdict(o: &Outcome, asked: f64, cores: usize) -> String {
     let (_, _, _, apps, _, procs) = o.spec;
     let consumers: u32 = apps.iter().sum();
     let line = &o.line;
+    match o.interrupted {
+        Some("the search") | None => {}
+        Some(cut) => {
+            return format!(
+                "Verdict: none: interrupted during {cut} (its figures cover only the time it ran)"
+            )
+        }
+    }
+    let cut = if o.interrupted.is_some() {
+        " (interrupted: the search's run under way was not judged)"
+    } else {
+        ""
+    };
     if line.lossless() && line.achieved() >= asked * 0.995 {
         return format!(
-            "Verdict: keeps up with {}: {} pps achieved, no drop",
+            "Verdict: keeps up with {}: {} pps achieved, no drop{cut}",
             rate_text(asked),
             group_f(line.achieved(), 0)
         );
@@ -523,7 +543,7 @@ fn verdict(o: &Outcome, asked: f64, cores: usize) -> String {
         limits.push("a debug build (unoptimised: build with --release)".to_string());
     }
     format!(
-        "Verdict: does not keep up with {} here; {held}. Limit: {}",
+        "Verdict: does not keep up with {} here; {held}{cut}. Limit: {}",
         rate_text(asked),
         limits.join("; ")
     )
@@ -532,10 +552,13 @@ fn verdict(o: &Outcome, asked: f64, cores: usize) -> String {
 /// Runs test `spec`: at the asked rate, unpaced, then the search for the lossless rate.
 fn run_test(spec: Spec, a: &Args, asked: f64, stop: &AtomicBool) -> anyhow::Result<Outcome> {
     let c0 = cpu_now();
+    let stopped = || stop.load(Ordering::Relaxed);
     let line = run_once(&spec, a.flows, Some(asked), a.duration, stop)?;
+    let mut interrupted = stopped().then_some("the run at the asked rate");
     let unpaced = run_once(&spec, a.flows, None, a.duration, stop)?;
+    interrupted = interrupted.or(stopped().then_some("the unpaced run"));
     // Lossless at the asked rate, or at all the master could reach: nothing to search.
-    let (best, search) = if line.lossless() {
+    let (best, search) = if line.lossless() || interrupted.is_some() {
         (None, Vec::new())
     } else {
         let ceiling = asked.min(line.achieved().max(unpaced.achieved()));
@@ -543,6 +566,7 @@ fn run_test(spec: Spec, a: &Args, asked: f64, stop: &AtomicBool) -> anyhow::Resu
         search(&spec, a, guess, ceiling, stop)?
     };
     let others = others_cores(c0, cpu_now());
+    interrupted = interrupted.or(stopped().then_some("the search"));
     Ok(Outcome {
         spec,
         line,
@@ -550,6 +574,7 @@ fn run_test(spec: Spec, a: &Args, asked: f64, stop: &AtomicBool) -> anyhow::Resu
         best,
         search,
         others,
+        interrupted,
     })
 }
 
@@ -729,6 +754,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
              behind the master, never a stall of the master. PF_RING's are bounded by its 10 GbE line;\n\
              ours by the CPU of this machine, shared by the source, the master and the consumers."
         );
+    }
+    // As rfc2544's: a run cut short by a stop signal is no result.
+    if stop.load(Ordering::Relaxed) {
+        let _ = out.flush();
+        eprintln!("linerate demo: interrupted before the end: the results are incomplete");
+        return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
 }
