@@ -181,6 +181,65 @@ fn completions_fish_names_every_subcommand_and_completes() {
     assert_eq!(flags, ["--filter"], "{out}");
 }
 
+/// The letters a tool refuses with a hint (docs/DESIGN.md "One flag vocabulary"), and one it
+/// takes, as (subcommand, refused, taken).
+const RETIRED: &[(&str, &str, &str)] = &[
+    ("fwd", "-T", "-t"),
+    ("watch", "-i", "-q"),
+    ("sweep", "-t", "-q"),
+    ("lab", "-r", "-t"),
+];
+
+#[test]
+fn completions_never_offer_a_retired_letter() {
+    let d = Scratch::new("retired");
+    let bash = d.0.join("linerate.bash");
+    std::fs::write(&bash, stdout_of(&["completions", "bash"])).unwrap();
+    let zsh = stdout_of(&["completions", "zsh"]);
+    let fish = d.0.join("linerate.fish");
+    std::fs::write(&fish, stdout_of(&["completions", "fish"])).unwrap();
+    for (sub, refused, taken) in RETIRED {
+        // bash-completion's call on `linerate SUB -<TAB>`.
+        let o = shell(
+            "bash",
+            &format!(
+                "source {}; COMP_WORDS=(linerate {sub} -); COMP_CWORD=2; _linerate linerate - {sub}; \
+                 printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+                bash.display()
+            ),
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        let offered: Vec<&str> = out.lines().collect();
+        assert!(offered.contains(taken), "bash {sub}: {out}");
+        assert!(
+            !offered.contains(refused),
+            "bash offers {sub} {refused}: {out}"
+        );
+        // zsh: the retired flags' descriptions start with the letter in backquotes.
+        assert!(
+            !zsh.contains(&format!("'{refused}+[\\`{refused}\\`")),
+            "zsh offers {sub} {refused}"
+        );
+        if !linerate_test_support::require_tool(
+            "fish",
+            "apt-get install fish; scripts/setup.sh --tests",
+        ) {
+            continue;
+        }
+        let o = shell(
+            "fish",
+            &format!("source {}; complete -C 'linerate {sub} -'", fish.display()),
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        let offered: Vec<&str> = out.lines().map(|l| l.split('\t').next().unwrap()).collect();
+        assert!(offered.contains(taken), "fish {sub}: {out}");
+        assert!(
+            !offered.contains(refused),
+            "fish offers {sub} {refused}: {out}"
+        );
+    }
+}
+
 #[test]
 fn completions_refuse_an_unknown_shell() {
     let o = run(&["completions", "tcsh"]);
