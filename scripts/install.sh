@@ -12,7 +12,9 @@
 #   --no-build   install what DIR holds, without running cargo (e.g. as root through sudo after
 #                `cargo build --release -p linerate-cli -p linerate-pcap` as yourself)
 #   --from DIR   where the built binary and library are (default: the workspace's target/release)
-#   --uninstall  remove what an install under PREFIX put there
+#   --uninstall  remove what an install under PREFIX put there: the files listed, with their
+#                checksums, in PREFIX/lib/linerate/installed-files; a file changed since (or
+#                never installed by this script) is kept, and said so
 # $DESTDIR, if set, is prepended to every destination (staging for a package), as with make.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -50,11 +52,44 @@ bashc=$dest/share/bash-completion/completions
 zshc=$dest/share/zsh/site-functions
 fishc=$dest/share/fish/vendor_completions.d
 
+manifest=$lib/installed-files
+
+# Removes the files an earlier install listed in $manifest (paths relative to $dest, with
+# their sha256), each only while it is still the file installed: nothing else is touched.
+remove_installed() {
+  local sum path kept=0
+  while IFS= read -r line; do
+    sum=${line%%  *}
+    path=${line#*  }
+    case "$path" in '' | /* | *..*) continue ;; esac
+    [ -e "$dest/$path" ] || continue
+    if [ "$(sha256sum <"$dest/$path" | cut -d' ' -f1)" = "$sum" ]; then
+      rm -f "$dest/$path" && echo "removed $dest/$path"
+    else
+      echo "install.sh: kept $dest/$path: changed since install.sh put it there" >&2
+      kept=1
+    fi
+  done <"$manifest"
+  rm -f "$manifest"
+  return $kept
+}
+
 if [ "$uninstall" = 1 ]; then
-  rm -fv "$bin/linerate" "$lib/liblinerate_pcap.so" "$man1/linerate.1" "$man1"/linerate-*.1 \
-    "$bashc/linerate" "$zshc/_linerate" "$fishc/linerate.fish"
+  if [ ! -f "$manifest" ]; then
+    echo "install.sh: nothing to uninstall under $dest: no $manifest (install.sh never installed there); nothing removed" >&2
+    exit 1
+  fi
+  remove_installed || true
   rmdir "$lib" 2>/dev/null || true
   exit 0
+fi
+
+# A PREFIX that cannot be written is said before a long build.
+top=$dest
+while [ ! -e "$top" ]; do top=$(dirname "$top"); done
+if [ ! -w "$top" ]; then
+  echo "install.sh: cannot write under $dest ($top is not writable: run as root, or choose another PREFIX)" >&2
+  exit 1
 fi
 
 from=${from:-$root/target/release}
@@ -81,14 +116,22 @@ for sh in bash zsh fish; do
 done
 
 install -d "$bin" "$lib" "$man1" "$bashc" "$zshc" "$fishc"
-install -m 0755 "$from/linerate" "$bin/linerate"
-install -m 0644 "$from/liblinerate_pcap.so" "$lib/liblinerate_pcap.so"
-# Pages of subcommands that no longer exist would otherwise stay behind.
-rm -f "$man1/linerate.1" "$man1"/linerate-*.1
+# Pages of subcommands that no longer exist would otherwise stay behind: the last install's
+# files go first (only those it listed, and only if unchanged).
+if [ -f "$manifest" ]; then remove_installed >/dev/null 2>&1 || true; fi
 install -m 0644 "$tmp"/man/*.1 "$man1/"
 install -m 0644 "$tmp/bash" "$bashc/linerate"
 install -m 0644 "$tmp/zsh" "$zshc/_linerate"
 install -m 0644 "$tmp/fish" "$fishc/linerate.fish"
+install -m 0755 "$from/linerate" "$bin/linerate"
+install -m 0644 "$from/liblinerate_pcap.so" "$lib/liblinerate_pcap.so"
+# What --uninstall may remove: these files, while they are unchanged.
+(
+  cd "$dest"
+  sha256sum bin/linerate lib/linerate/liblinerate_pcap.so share/bash-completion/completions/linerate \
+    share/zsh/site-functions/_linerate share/fish/vendor_completions.d/linerate.fish \
+    $(cd "$tmp/man" && printf 'share/man/man1/%s\n' *.1)
+) >"$manifest"
 
 echo "installed $("$bin/linerate" --version) under ${DESTDIR:-}$prefix:"
 echo "  $bin/linerate"

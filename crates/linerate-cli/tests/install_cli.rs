@@ -650,6 +650,64 @@ fn install_sh_into_a_scratch_prefix() {
     assert!(left.is_empty(), "left after --uninstall: {left:?}");
 }
 
+#[test]
+fn install_sh_uninstall_removes_only_what_it_installed() {
+    let from = Path::new(BIN).parent().unwrap();
+    if !from.join("liblinerate_pcap.so").is_file() {
+        linerate_test_support::skip(&format!(
+            "{}/liblinerate_pcap.so is missing: build it with `cargo build -p linerate-pcap`",
+            from.display()
+        ));
+        return;
+    }
+    let d = Scratch::new("foreign");
+    let script = linerate_test_support::repo_root().join("scripts/install.sh");
+    let install = |args: &[&str], prefix: &Path| {
+        Command::new("bash")
+            .arg(&script)
+            .args(args)
+            .arg(prefix)
+            .env_remove("DESTDIR")
+            .output()
+            .unwrap()
+    };
+    // A prefix install.sh never installed into, holding another program's files of the same
+    // names: --uninstall removes nothing there.
+    let other = d.0.join("other");
+    std::fs::create_dir_all(other.join("bin")).unwrap();
+    std::fs::create_dir_all(other.join("share/man/man1")).unwrap();
+    std::fs::write(other.join("bin/linerate"), "another linerate\n").unwrap();
+    std::fs::write(other.join("share/man/man1/linerate-tools.1"), ".TH x\n").unwrap();
+    let o = install(&["--uninstall"], &other);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("nothing removed"));
+    assert_eq!(walk(&other).len(), 2, "{:?}", walk(&other));
+    // Installed under a PREFIX with a space; then a page of another package beside ours and
+    // one of ours edited since: both stay, the rest goes.
+    let prefix = d.0.join("with space/usr");
+    let o = install(&["--no-build", "--from", from.to_str().unwrap()], &prefix);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let foreign = prefix.join("share/man/man1/linerate-foo.1");
+    std::fs::write(&foreign, ".TH foo\n").unwrap();
+    let edited = prefix.join("share/zsh/site-functions/_linerate");
+    std::fs::write(&edited, "# mine now\n").unwrap();
+    let o = install(&["--uninstall"], &prefix);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("kept"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut left = walk(&prefix);
+    left.sort();
+    assert_eq!(left, [foreign, edited]);
+}
+
 /// Every file under `d`.
 fn walk(d: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
