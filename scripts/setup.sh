@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages linerate needs (as root, or through sudo). Idempotent: packages
-# already present are left alone, and nothing is fetched when all are.
+# already present are left alone, and nothing is fetched (and no root asked for) when all are.
 #
 #   bash scripts/setup.sh          what building linerate and running its main job need (README's
 #                                  first command): a C compiler and make (LuaJIT, built in),
@@ -27,10 +27,6 @@ done
 if [ -z "${SUDO_USER:-}" ] && ! command -v cargo >/dev/null; then
   echo "setup: no cargo on the PATH: install Rust with rustup (https://rustup.rs); the version is rust-toolchain.toml's" >&2
 fi
-if [ "$(id -u)" != 0 ]; then
-  # Packages need root: re-run through sudo when not root.
-  exec sudo bash "$0" "$@"
-fi
 pkgs=(gcc libc6-dev make pkg-config libpcap-dev librdkafka-dev)
 if [ "$tests" = 1 ]; then
   pkgs+=(iproute2 ethtool tcpdump tshark clang llvm libbpf-dev nfdump argus-server argus-client
@@ -47,6 +43,15 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" != 0 ]; then
+  # Installing needs root: re-run through sudo, only when something is missing (a user whose
+  # packages are all there needs neither root nor sudo).
+  if ! command -v sudo >/dev/null; then
+    echo "setup: missing Debian packages (${missing[*]}): install them as root (apt-get install ${missing[*]}), or run this script as root" >&2
+    exit 1
+  fi
+  exec sudo bash "$0" "$@"
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

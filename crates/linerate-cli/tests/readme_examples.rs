@@ -176,3 +176,56 @@ fn matcher_takes_wildcards_within_and_across_lines() {
         .collect();
     assert_eq!(cmds, [("one", 1), ("two", 0), ("three", 1)]);
 }
+
+/// README's first command starts with `bash scripts/setup.sh`: for a user who is not root and
+/// whose packages are all there, it must succeed without root or sudo (the run itself needs no
+/// root), so that `&& cargo run ... demo` runs.
+#[test]
+fn setup_sh_needs_no_root_when_the_packages_are_there() {
+    if !linerate_test_support::require_tool("dpkg-query", "a Debian system (scripts/setup.sh)") {
+        return;
+    }
+    let script = std::fs::read(root().join("scripts/setup.sh")).unwrap();
+    // Read from standard input, so that a user who cannot read the checkout runs it too.
+    let mut cmd = if linerate::os::is_root() {
+        if !linerate_test_support::require_tool("setpriv", "apt-get install util-linux") {
+            return;
+        }
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "bash",
+            "-s",
+        ]);
+        c
+    } else {
+        let mut c = Command::new("bash");
+        c.arg("-s");
+        c
+    };
+    let mut child = cmd
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(&script).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    if out.contains("setup: missing Debian packages") {
+        linerate_test_support::skip(&format!("the build's packages are missing: {out}"));
+        return;
+    }
+    assert!(
+        o.status.success() && out.contains("setup: Debian packages present"),
+        "{out}"
+    );
+}
