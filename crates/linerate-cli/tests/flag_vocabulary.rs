@@ -144,6 +144,18 @@ fn balance_threads_takes_an_optional_number() {
         &["balance", "-i", "source:10", "-n", "2", "--threads", "3"],
         &["--threads 3", "-n 2"],
     );
+    // Zero threads, or an empty number, is no way of saying `--threads` alone: refused, as
+    // count -T 0 is, never run with one thread per queue.
+    for zero in [
+        &["--threads", "0"][..],
+        &["--threads="],
+        &["-T0"],
+        &["-T", "0"],
+    ] {
+        let mut args = vec!["balance", "-i", "source:10", "-n", "2"];
+        args.extend(zero);
+        refused(&args, &["--threads", "1 and 64", "--threads alone"]);
+    }
     // -T is --threads, as in count.
     let o = run(&[
         "balance",

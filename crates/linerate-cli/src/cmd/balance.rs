@@ -69,8 +69,8 @@ pub struct Args {
     /// Consumer threads in this process instead of consumer processes, one per queue:
     /// `--threads` alone, as many as -n's queues; `--threads N`, N threads (one application over
     /// N queues when -n is not given; with -n, N must be its number of queues).
-    #[arg(short = 'T', long = "threads", value_name = "N", num_args = 0..=1, default_missing_value = "0",
-          value_parser = flags::int(0u32, 64))]
+    #[arg(short = 'T', long = "threads", value_name = "N", num_args = 0..=1, default_missing_value = THREADS_ALONE,
+          value_parser = threads_value)]
     threads_flag: Option<u32>,
     /// Whether consumers are threads (--threads given).
     #[arg(skip)]
@@ -290,6 +290,18 @@ fn egress_interface_stats(
         }
         _ => Vec::new(),
     }
+}
+
+/// What clap hands the parser for `--threads` given alone: no command-line word can hold a NUL,
+/// so a user's `--threads 0` or `--threads=` is never taken for it.
+const THREADS_ALONE: &str = "\0alone";
+
+/// `--threads N`: 1 to 64 threads (0 for `--threads` alone, one per queue of -n).
+fn threads_value(s: &str) -> Result<u32, String> {
+    if s == THREADS_ALONE {
+        return Ok(0);
+    }
+    flags::int(1u32, 64)(s).map_err(|e| format!("{e} (or --threads alone: one per queue of -n)"))
 }
 
 /// Resolves -n and --threads [N] into the queues and whether consumers are threads.
