@@ -328,6 +328,15 @@ fn man_unknown_command_is_a_usage_error_naming_the_commands() {
         e.contains("no subcommand `cuont`") && e.contains("count"),
         "{e}"
     );
+    // A command with no subcommands of its own says so and names its page, never an empty
+    // list.
+    let o = run(&["man", "count", "count"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("it has none: its page is `linerate man count`") && !e.contains("()"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -36,17 +36,24 @@ fn root() -> clap::Command {
 /// The subcommand at `path` (`["extcap", "install"]`), or the tool itself for an empty path.
 fn find(root: &clap::Command, path: &[String]) -> anyhow::Result<clap::Command> {
     let mut c = root;
-    for name in path {
+    for (i, name) in path.iter().enumerate() {
         c = c.find_subcommand(name).ok_or_else(|| {
             let names: Vec<&str> = c
                 .get_subcommands()
                 .filter(|s| !s.is_hide_set())
                 .map(|s| s.get_name())
                 .collect();
+            let there = if names.is_empty() {
+                format!(
+                    "it has none: its page is `linerate man {}`",
+                    path[..i].join(" ")
+                )
+            } else {
+                format!("there are: {}", names.join(", "))
+            };
             usage(format!(
-                "man: no subcommand `{name}` in `{}` (there are: {}); see `linerate man --help`",
+                "man: no subcommand `{name}` in `{}` ({there}); see `linerate man --help`",
                 c.get_display_name().unwrap_or(c.get_name()),
-                names.join(", ")
             ))
         })?;
     }
