@@ -66,9 +66,14 @@ impl Uri {
             _ => ("", s),
         };
         if rest.is_empty() {
+            let what = if s.is_empty() {
+                "an empty port name"
+            } else {
+                "no name after the scheme"
+            };
             return Err(PortError::BadUri {
                 uri: s.into(),
-                why: "no name after the scheme (e.g. mem:w0, pcap:file.pcap, afpacket:eth0)".into(),
+                why: format!("{what} (e.g. mem:w0, pcap:file.pcap, afpacket:eth0)"),
             });
         }
         Ok(match scheme {
@@ -246,6 +251,7 @@ mod tests {
     fn bad_names_say_what_to_write() {
         for (s, says) in [
             ("mem:", "no name after the scheme"),
+            ("", "an empty port name"),
             ("a,,b", "empty name in a list"),
             ("xdp:eth0@x", "not a number"),
             ("xdp:eth0@3-1", "is empty"),
