@@ -62,6 +62,25 @@ fn sweep_t_is_refused_naming_time() {
 }
 
 #[test]
+fn sweep_raw_sizes_60_and_64_together_are_refused_not_run_twice() {
+    // 60 to 63 are read without the CRC (60 is 64): beside 64 the list would measure 64 twice.
+    for sizes in ["60,64", "64,128,60", "63,67"] {
+        refused(
+            &[
+                "sweep",
+                "--to",
+                "lrnone:x",
+                "--raw",
+                "afpacket:lo",
+                "--sizes",
+                sizes,
+            ],
+            &["--sizes", "with the CRC", "in the list too"],
+        );
+    }
+}
+
+#[test]
 fn fwd_t_upper_is_refused_naming_period_and_threads() {
     let s = sample();
     refused(

@@ -213,11 +213,25 @@ fn sizes_of(a: &mut Args) -> anyhow::Result<Vec<usize>> {
     };
     if a.raw.is_some() {
         // Below 64 a frame size can only be without the CRC (the smallest frame is 60 + 4).
+        let given = sizes.clone();
         for s in sizes
             .iter_mut()
             .filter(|s| (sweep::MIN_FRAME..sweep::MIN_FRAME + CRC).contains(s))
         {
             *s += CRC;
+        }
+        // 60,64 would measure 64 twice, one of them not the size meant: said, never run.
+        if let Some((i, s)) = sizes
+            .iter()
+            .enumerate()
+            .find(|(i, s)| given[*i] != **s && given.iter().any(|g| g == *s))
+        {
+            return Err(usage(format!(
+                "--sizes: {} with --raw is {s} with the CRC (60 to 63 can only be sizes \
+                 without it), and {s} is in the list too: write each size once, with the CRC \
+                 (64 to 9022)",
+                given[i]
+            )));
         }
     }
     if sizes.len() > MAX_SIZES {
