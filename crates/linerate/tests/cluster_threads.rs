@@ -1369,3 +1369,51 @@ fn a_sleeping_consumer_is_woken_by_the_batch_it_waits_for_and_by_the_close() {
     );
     assert!(finished, "the closed cluster's queue ends");
 }
+
+/// A consumer that still holds part of what it read (its batch was full: it knows of 6 more
+/// packets) and asks to sleep until 32 wait, while the master has meanwhile published 40 more
+/// without waking anybody (nobody slept then): the wait looks at the queue's head afresh after
+/// setting its word, sees 46, and does not sleep (a count remembered from the last read would
+/// have put it to sleep until its cap, 60 s here: a lost wake-up).
+#[test]
+fn a_consumer_that_knows_of_a_few_packets_does_not_sleep_on_more_that_came_since() {
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 128,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let mut c = master.consumer(0).unwrap();
+    c.set_wait_cap(Duration::from_secs(60));
+    let pool = Arc::new(
+        Pool::new(&PoolConfig {
+            frames: 1024,
+            ..Default::default()
+        })
+        .unwrap(),
+    );
+    for n in [64, 6] {
+        let (mut b, m) = packets_for_queue_0(&pool, n);
+        master.distribute(&mut b, &m);
+    }
+    let mut b = Batch::new();
+    assert_eq!(c.rx(&mut b).unwrap(), 64, "a full batch: 6 more known");
+    b.clear();
+    let (mut more, m) = packets_for_queue_0(&pool, 40);
+    master.distribute(&mut more, &m);
+    let t0 = std::time::Instant::now();
+    c.wait(32, Duration::from_secs(60));
+    let slept = t0.elapsed();
+    assert!(
+        slept < Duration::from_secs(30),
+        "46 packets wait, 32 asked for: no sleep ({slept:?})"
+    );
+    let mut got = 0;
+    while got < 46 {
+        let n = c.rx(&mut b).unwrap();
+        assert!(n > 0, "the 46 packets are there ({got} read)");
+        got += n;
+        b.clear();
+    }
+    assert_eq!(got, 46);
+}

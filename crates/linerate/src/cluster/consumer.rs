@@ -273,6 +273,10 @@ impl ClusterPort {
         word.store(want, Ordering::Relaxed);
         // Pairs with the master's fence between its head store and its load of this word.
         std::sync::atomic::fence(Ordering::SeqCst);
+        // A fresh load of head, after the fence: `available` alone counts from the head seen
+        // at the last read while that is not used up (a consumer whose batch was full), and
+        // what the master published since, before our word was set, woke nobody.
+        ring.recheck();
         let enough = ring.available().map_or(true, |n| n >= want as usize);
         if enough || seg.header().state.load(Ordering::Acquire) != STATE_RUNNING {
             word.store(0, Ordering::Relaxed);
