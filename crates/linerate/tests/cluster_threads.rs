@@ -1417,3 +1417,95 @@ fn a_consumer_that_knows_of_a_few_packets_does_not_sleep_on_more_that_came_since
     }
     assert_eq!(got, 46);
 }
+
+/// Lost wake-ups, hunted: a reader that drains its queue and then sleeps until `W` packets
+/// wait (its cap 10 s away), and a master that sends bursts of `W - 1` then 1, of `W`, and of
+/// `W + 1`, each after a pause of a different length (0 to 10 µs of spinning, in steps of
+/// 250 ns, so that it lands anywhere in the reader's way from its last read into the futex). After each burst that
+/// brings the queue to `W` or more, the reader has every packet within 2 s, far below its
+/// cap: a wake-up lost in any of those places would leave it asleep for 10 s. A burst of
+/// `W - 1` alone never wakes it (asked: the reader counts its wake-ups by what it then read).
+#[test]
+fn bursts_of_w_minus_1_w_and_w_plus_1_never_leave_the_reader_asleep_on_enough() {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    const W: usize = 8;
+    const ROUNDS: usize = 2000;
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 64, // a quarter: W = 16 at most
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let mut c = master.consumer(0).unwrap();
+    c.set_wait_cap(Duration::from_secs(10));
+    let pool = Arc::new(
+        Pool::new(&PoolConfig {
+            frames: 1024,
+            ..Default::default()
+        })
+        .unwrap(),
+    );
+    let got = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let (g, d) = (got.clone(), done.clone());
+    let reader = std::thread::spawn(move || {
+        let mut b = Batch::new();
+        while !d.load(SeqCst) {
+            let n = c.rx(&mut b).unwrap();
+            b.clear();
+            if n > 0 {
+                g.fetch_add(n as u64, SeqCst);
+                continue;
+            }
+            c.wait(W, Duration::from_secs(10));
+        }
+    });
+    let mut sent = 0u64;
+    let spin = |ns: u64| {
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_nanos(ns) {
+            std::hint::spin_loop();
+        }
+    };
+    for round in 0..ROUNDS {
+        for sizes in [&[W - 1, 1][..], &[W], &[W + 1]] {
+            for (k, &n) in sizes.iter().enumerate() {
+                if k > 0 {
+                    // The reader asleep on W - 1: let it be, then complete the W.
+                    spin(200_000);
+                }
+                // The packets ready before the pause: the pause alone decides when they come.
+                let (mut b, m) = packets_for_queue_0(&pool, n);
+                spin((round % 41) as u64 * 250);
+                master.distribute(&mut b, &m);
+                sent += n as u64;
+            }
+            // The reader may have read part of a burst while awake and be asleep on the rest
+            // (fewer than W): rightly, until more come. Never on W or more.
+            let t0 = std::time::Instant::now();
+            while sent - got.load(SeqCst) >= W as u64 {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(2),
+                    "round {round}, bursts {sizes:?}: the reader has {} of {sent} packets \
+                     after 2 s (asleep with W or more waiting: a lost wake-up)",
+                    got.load(SeqCst)
+                );
+                // Spin (no syscall): the next burst follows the reader's last read closely.
+                std::hint::spin_loop();
+            }
+        }
+    }
+    // A last W: everything is read.
+    let (mut b, m) = packets_for_queue_0(&pool, W);
+    master.distribute(&mut b, &m);
+    sent += W as u64;
+    let t0 = std::time::Instant::now();
+    while got.load(SeqCst) < sent {
+        assert!(t0.elapsed() < Duration::from_secs(2), "the last W read");
+        std::thread::yield_now();
+    }
+    done.store(true, SeqCst);
+    master.close();
+    reader.join().unwrap();
+    assert_eq!(got.load(SeqCst), sent);
+}
