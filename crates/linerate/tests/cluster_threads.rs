@@ -1509,3 +1509,64 @@ fn bursts_of_w_minus_1_w_and_w_plus_1_never_leave_the_reader_asleep_on_enough() 
     reader.join().unwrap();
     assert_eq!(got.load(SeqCst), sent);
 }
+
+/// A consumer asleep on an idle queue (`ClusterPort::wait`, its 20 ms cap) is waiting, not
+/// hung: with a consumer timeout of 300 ms (`balance --consumer-timeout`), a master that checks
+/// its consumers every 50 ms for 1.5 s does not take the queue back, and the packet that comes
+/// then is read. (Its heartbeat, written every 64 receive calls, would be 1.3 s old between
+/// two: the wait writes it before each sleep.)
+#[test]
+fn a_consumer_asleep_on_an_idle_queue_is_not_declared_gone_by_the_consumer_timeout() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 64,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    master.set_consumer_timeout(Some(Duration::from_millis(300)));
+    let mut c = master.consumer(0).unwrap();
+    let pool = Arc::new(
+        Pool::new(&PoolConfig {
+            frames: 1024,
+            ..Default::default()
+        })
+        .unwrap(),
+    );
+    let done = Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    let reader = std::thread::spawn(move || {
+        let mut b = Batch::new();
+        let mut got = 0usize;
+        let t0 = std::time::Instant::now();
+        while got == 0 && !d.load(SeqCst) && t0.elapsed() < Duration::from_secs(20) {
+            match c.rx(&mut b) {
+                Ok(0) => c.wait(1, Duration::from_secs(1)),
+                Ok(n) => got += n,
+                Err(e) => return Err(e.to_string()),
+            }
+            b.clear();
+        }
+        Ok(got)
+    });
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_millis(1500) {
+        master.maintain();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (mut b, m) = packets_for_queue_0(&pool, 1);
+    master.distribute(&mut b, &m);
+    let t1 = std::time::Instant::now();
+    while !reader.is_finished() && t1.elapsed() < Duration::from_secs(5) {
+        master.maintain();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    done.store(true, SeqCst);
+    master.close();
+    let got = reader.join().unwrap();
+    assert_eq!(
+        got,
+        Ok(1),
+        "the sleeping consumer kept its queue and read the packet"
+    );
+}

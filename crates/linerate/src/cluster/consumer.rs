@@ -245,7 +245,8 @@ impl ClusterPort {
     }
 
     /// Sets the longest sleep of [`ClusterPort::wait`] (default [`WAIT_CAP`]): how soon a
-    /// master's death without a word is noticed.
+    /// master's death without a word is noticed. Keep it well below the master's consumer
+    /// timeout, if it has one: the consumer's heartbeat is written before each sleep.
     pub fn set_wait_cap(&mut self, cap: std::time::Duration) {
         self.wait_cap = cap;
     }
@@ -269,6 +270,10 @@ impl ClusterPort {
         };
         let want = want.clamp(1, (self.seg.slots / 4).max(1)) as u32;
         let seg = &*self.seg;
+        // Asleep is waiting, not hung: a sign of life before each sleep (at most the cap long),
+        // as `rx` writes one every 64 calls, so that a master's consumer timeout
+        // (`balance --consumer-timeout`) does not take the queue of an idle reader back.
+        seg.ctl(q).heartbeat.store(now_ms(), Ordering::Relaxed);
         let word = &seg.ctl(q).sleeping;
         word.store(want, Ordering::Relaxed);
         // Pairs with the master's fence between its head store and its load of this word.
