@@ -1570,3 +1570,39 @@ fn a_consumer_asleep_on_an_idle_queue_is_not_declared_gone_by_the_consumer_timeo
         "the sleeping consumer kept its queue and read the packet"
     );
 }
+
+/// `pcap_breakloop` from another thread: the port's waker (`Port::rx_waker`) ends a consumer's
+/// sleep in `ClusterPort::wait` (its cap 60 s away, no packet coming) at once.
+#[test]
+fn the_ports_waker_ends_a_sleep_from_another_thread() {
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 64,
+        ..Default::default()
+    };
+    let master = Master::anon(&cfg).unwrap();
+    let mut c = master.consumer(0).unwrap();
+    c.set_wait_cap(Duration::from_secs(60));
+    let waker = c.rx_waker().expect("a cluster queue has a waker");
+    let reader = std::thread::spawn(move || {
+        let mut b = Batch::new();
+        assert_eq!(c.rx(&mut b).unwrap(), 0);
+        let t0 = std::time::Instant::now();
+        c.wait(1, Duration::from_secs(60));
+        t0.elapsed()
+    });
+    // Let the reader fall asleep (and wake it again every 100 ms: a wake before it set its
+    // word is not kept).
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = std::time::Instant::now();
+    while !reader.is_finished() && t0.elapsed() < Duration::from_secs(30) {
+        waker.wake();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let slept = reader.join().unwrap();
+    assert!(
+        slept < Duration::from_secs(30),
+        "woken by the waker, not at its cap ({slept:?})"
+    );
+    drop(master);
+}

@@ -496,6 +496,14 @@ impl Port for ClusterPort {
         true
     }
 
+    fn rx_waker(&self) -> Option<Arc<dyn crate::port::RxWake>> {
+        let q = self.rx_q?;
+        Some(Arc::new(QueueWaker {
+            seg: self.seg.clone(),
+            q,
+        }))
+    }
+
     fn stats(&mut self) -> PortStats {
         let mut s = self.stats;
         if let Some(q) = self.rx_q {
@@ -526,6 +534,23 @@ impl Port for ClusterPort {
 
     fn pool(&self) -> Option<&Arc<Pool>> {
         Some(&self.seg.pool)
+    }
+}
+
+/// Ends the sleep of a queue's reader (`pcap_breakloop` from another thread): clears its futex
+/// word, as the master does, and wakes it. A reader about to sleep sees the cleared word and
+/// does not; one that set its word after this sleeps until its cap.
+struct QueueWaker {
+    seg: Arc<Segment>,
+    q: usize,
+}
+
+impl crate::port::RxWake for QueueWaker {
+    fn wake(&self) {
+        let word = &self.seg.ctl(self.q).sleeping;
+        if word.swap(0, Ordering::Relaxed) != 0 {
+            crate::sys::futex::wake(word, 1);
+        }
     }
 }
 
