@@ -1606,3 +1606,37 @@ fn the_ports_waker_ends_a_sleep_from_another_thread() {
     );
     drop(master);
 }
+
+/// A wake that comes before the reader sets its futex word (`pcap_breakloop` between the read
+/// loop's look at its flag and its sleep) is not lost: the next wait does not sleep (its cap is
+/// 60 s), once; the wait after that sleeps again until what it waits for comes.
+#[test]
+fn a_wake_before_the_sleep_is_kept_for_the_next_wait() {
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 64,
+        ..Default::default()
+    };
+    let master = Master::anon(&cfg).unwrap();
+    let mut c = master.consumer(0).unwrap();
+    c.set_wait_cap(Duration::from_secs(60));
+    let waker = c.rx_waker().expect("a cluster queue has a waker");
+    let mut b = Batch::new();
+    assert_eq!(c.rx(&mut b).unwrap(), 0);
+    waker.wake();
+    let t0 = std::time::Instant::now();
+    c.wait(1, Duration::from_secs(60));
+    let slept = t0.elapsed();
+    assert!(
+        slept < Duration::from_secs(30),
+        "the earlier wake kept: no sleep ({slept:?})"
+    );
+    let t1 = std::time::Instant::now();
+    c.wait(1, Duration::from_millis(300));
+    assert!(
+        t1.elapsed() >= Duration::from_millis(250),
+        "kept once: this wait sleeps its timeout ({:?})",
+        t1.elapsed()
+    );
+    drop(master);
+}

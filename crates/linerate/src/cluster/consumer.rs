@@ -42,6 +42,9 @@ pub struct ClusterPort {
     pub(super) drops_seen: [u64; 5],
     /// The longest sleep of [`ClusterPort::wait`] ([`WAIT_CAP`] unless set).
     pub(super) wait_cap: std::time::Duration,
+    /// Set by this port's waker ([`Port::rx_waker`]): the next [`ClusterPort::wait`] does
+    /// not sleep (a wake that came before the reader set its futex word is not lost).
+    pub(super) kicked: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The longest sleep of [`ClusterPort::wait`]: how soon a consumer of a master that died
@@ -90,6 +93,7 @@ impl ClusterPort {
             drops_base: [0; 5],
             drops_seen: [0; 5],
             wait_cap: WAIT_CAP,
+            kicked: Arc::default(),
         }
     }
 
@@ -283,7 +287,9 @@ impl ClusterPort {
         // what the master published since, before our word was set, woke nobody.
         ring.recheck();
         let enough = ring.available().map_or(true, |n| n >= want as usize);
-        if enough || seg.header().state.load(Ordering::Acquire) != STATE_RUNNING {
+        // Pairs with the waker's store of `kicked` before its swap of the word, as head above.
+        let kicked = self.kicked.swap(false, Ordering::Relaxed);
+        if enough || kicked || seg.header().state.load(Ordering::Acquire) != STATE_RUNNING {
             word.store(0, Ordering::Relaxed);
             return;
         }
@@ -501,6 +507,7 @@ impl Port for ClusterPort {
         Some(Arc::new(QueueWaker {
             seg: self.seg.clone(),
             q,
+            kicked: self.kicked.clone(),
         }))
     }
 
@@ -537,16 +544,21 @@ impl Port for ClusterPort {
     }
 }
 
-/// Ends the sleep of a queue's reader (`pcap_breakloop` from another thread): clears its futex
-/// word, as the master does, and wakes it. A reader about to sleep sees the cleared word and
-/// does not; one that set its word after this sleeps until its cap.
+/// Ends the sleep of a queue's reader (`pcap_breakloop` from another thread or a signal
+/// handler): marks the port kicked, fences, then clears its futex word, as the master does, and
+/// wakes it. As with the master's head and word, the two fences leave no gap: either the
+/// reader's look after setting its word sees the kick (and it does not sleep), or the swap here
+/// sees its word (and the FUTEX_WAIT returns, or does not start).
 struct QueueWaker {
     seg: Arc<Segment>,
     q: usize,
+    kicked: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl crate::port::RxWake for QueueWaker {
     fn wake(&self) {
+        self.kicked.store(true, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::SeqCst);
         let word = &self.seg.ctl(self.q).sleeping;
         if word.swap(0, Ordering::Relaxed) != 0 {
             crate::sys::futex::wake(word, 1);
