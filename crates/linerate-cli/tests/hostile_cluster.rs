@@ -322,10 +322,65 @@ fn a_segment_that_is_not_ours_is_refused_by_consumers_and_masters() {
     );
 }
 
+/// A segment of another layout version (3: before a queue's control block had the sleeping
+/// reader's futex word; its master would never wake a consumer asleep on it) is refused by a
+/// consumer, with both versions and the fix in the message, before it reads anything.
+#[test]
+fn a_segment_of_an_older_layout_version_is_refused_with_both_versions() {
+    let mut g = Guard::default();
+    let (a, b) = (cluster_id(8), cluster_id(9));
+    g.paths.extend([seg(a), seg(b)]);
+    g.kids.push(spawn(&[
+        "balance",
+        "-i",
+        "source",
+        "--source-rate",
+        "2kpps",
+        "-c",
+        &a.to_string(),
+        "-n",
+        "1",
+        "-t",
+        "8",
+        "--quiet",
+    ]));
+    wait_for("the segment", Duration::from_secs(10), || seg(a).exists());
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::copy(seg(a), seg(b)).unwrap();
+    {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(seg(b))
+            .unwrap();
+        write_at(&f, layout::VERSION, &3u32.to_le_bytes());
+    }
+    let o = finish(
+        spawn(&[
+            "count",
+            "-i",
+            &format!("cluster:{b}@0"),
+            "-c",
+            "5",
+            "-t",
+            "2",
+            "-q",
+        ]),
+        Duration::from_secs(20),
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("layout version 3") && e.contains("reads version 4") && e.contains("same build"),
+        "{}",
+        text(&o)
+    );
+}
+
 /// Offsets in a version 4 segment (pinned by a unit test beside the layout in
 /// `cluster/layout.rs`): the header's state word and the queues' place, and inside a queue's area
 /// the head and tail cursors, the consumer's words and the slots.
 mod layout {
+    pub const VERSION: u64 = 8;
     pub const STATE: u64 = 48;
     pub const QUEUE_OFF: u64 = 56;
     pub const QUEUE_STRIDE: u64 = 64;

@@ -15,8 +15,10 @@ use crate::handle::{code, Handle, Next, Packet, MAX_SNAPLEN, PRECISION_MICRO, PR
 use crate::names;
 use crate::registry::Registry;
 use linerate::filter::Insn;
+use linerate::port::RxWake;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// An opaque `pcap_t`.
 type Pcap = *mut c_void;
@@ -106,6 +108,12 @@ impl Entry {
 }
 
 static REG: Registry<Entry> = Registry::new();
+
+/// Per registry slot: what ends the sleep of the handle's reader (a cluster queue's futex), for
+/// `pcap_breakloop` from another thread; null when the port has none. Set at activation, taken
+/// at `pcap_close` (libpcap's contract: no `pcap_breakloop` on a handle being closed).
+static WAKERS: [AtomicPtr<Arc<dyn RxWake>>; crate::registry::SLOTS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; crate::registry::SLOTS];
 
 /// The next definition of a libpcap function (the system's), once looked up.
 macro_rules! real {
@@ -299,6 +307,13 @@ pub unsafe extern "C" fn pcap_activate(p: Pcap) -> c_int {
         return e.fail(format!("{}: out of memory", e.h.device), code::ERROR);
     }
     e.inner = inner;
+    if let (Some(w), Some(slot)) = (e.h.rx_waker(), REG.slot(p as usize)) {
+        let old = WAKERS[slot].swap(Box::into_raw(Box::new(w)), Ordering::AcqRel);
+        if !old.is_null() {
+            // SAFETY: from Box::into_raw below or here, taken out of the table just now.
+            drop(unsafe { Box::from_raw(old) });
+        }
+    }
     0
 }
 
@@ -358,6 +373,13 @@ pub unsafe extern "C" fn pcap_open_live(
 /// `p` a handle not used after.
 #[no_mangle]
 pub unsafe extern "C" fn pcap_close(p: Pcap) {
+    if let Some(slot) = REG.slot(p as usize) {
+        let w = WAKERS[slot].swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !w.is_null() {
+            // SAFETY: from Box::into_raw in pcap_activate, taken out of the table just now.
+            drop(unsafe { Box::from_raw(w) });
+        }
+    }
     let Some(raw) = REG.remove(p as usize) else {
         close_real(p);
         return;
@@ -1117,6 +1139,17 @@ pub unsafe extern "C" fn pcap_next(p: Pcap, hdr: *mut PktHdr) -> *const u8 {
 #[no_mangle]
 pub unsafe extern "C" fn pcap_breakloop(p: Pcap) {
     if REG.set_break(p as usize) {
+        // A reader asleep on a cluster queue's futex (another thread's loop) wakes now rather
+        // than at its wait's cap, and sees the flag.
+        if let Some(slot) = REG.slot(p as usize) {
+            let w = WAKERS[slot].load(Ordering::Acquire);
+            if !w.is_null() {
+                // SAFETY: set at activation, freed only by pcap_close, which libpcap's contract
+                // forbids while a pcap_breakloop on the handle runs; `wake` is one atomic swap
+                // and at most one futex syscall (safe in a signal handler).
+                unsafe { (*w).wake() };
+            }
+        }
         return;
     }
     if let Some(f) = real!(pcap_breakloop: fn(Pcap) -> ()) {

@@ -434,6 +434,12 @@ impl Handle {
         Some((s.rx_packets + drops, drops, 0))
     }
 
+    /// What ends the port's sleep from another thread (`pcap_breakloop`), if it has one (a
+    /// cluster queue named with its number).
+    pub fn rx_waker(&self) -> Option<Arc<dyn linerate::port::RxWake>> {
+        self.port.as_ref().and_then(|p| p.rx_waker())
+    }
+
     /// A selectable descriptor of the port, if it has one (afpacket and xdp sockets).
     pub fn poll_fd(&self) -> Option<i32> {
         self.port.as_ref().and_then(|p| p.poll_fd())

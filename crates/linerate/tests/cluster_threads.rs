@@ -1369,3 +1369,274 @@ fn a_sleeping_consumer_is_woken_by_the_batch_it_waits_for_and_by_the_close() {
     );
     assert!(finished, "the closed cluster's queue ends");
 }
+
+/// A consumer that still holds part of what it read (its batch was full: it knows of 6 more
+/// packets) and asks to sleep until 32 wait, while the master has meanwhile published 40 more
+/// without waking anybody (nobody slept then): the wait looks at the queue's head afresh after
+/// setting its word, sees 46, and does not sleep (a count remembered from the last read would
+/// have put it to sleep until its cap, 60 s here: a lost wake-up).
+#[test]
+fn a_consumer_that_knows_of_a_few_packets_does_not_sleep_on_more_that_came_since() {
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 128,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let mut c = master.consumer(0).unwrap();
+    c.set_wait_cap(Duration::from_secs(60));
+    let pool = Arc::new(
+        Pool::new(&PoolConfig {
+            frames: 1024,
+            ..Default::default()
+        })
+        .unwrap(),
+    );
+    for n in [64, 6] {
+        let (mut b, m) = packets_for_queue_0(&pool, n);
+        master.distribute(&mut b, &m);
+    }
+    let mut b = Batch::new();
+    assert_eq!(c.rx(&mut b).unwrap(), 64, "a full batch: 6 more known");
+    b.clear();
+    let (mut more, m) = packets_for_queue_0(&pool, 40);
+    master.distribute(&mut more, &m);
+    let t0 = std::time::Instant::now();
+    c.wait(32, Duration::from_secs(60));
+    let slept = t0.elapsed();
+    assert!(
+        slept < Duration::from_secs(30),
+        "46 packets wait, 32 asked for: no sleep ({slept:?})"
+    );
+    let mut got = 0;
+    while got < 46 {
+        let n = c.rx(&mut b).unwrap();
+        assert!(n > 0, "the 46 packets are there ({got} read)");
+        got += n;
+        b.clear();
+    }
+    assert_eq!(got, 46);
+}
+
+/// Lost wake-ups, hunted: a reader that drains its queue and then sleeps until `W` packets
+/// wait (its cap 10 s away), and a master that sends bursts of `W - 1` then 1, of `W`, and of
+/// `W + 1`, each after a pause of a different length (0 to 10 µs of spinning, in steps of
+/// 250 ns, so that it lands anywhere in the reader's way from its last read into the futex). After each burst that
+/// brings the queue to `W` or more, the reader has every packet within 2 s, far below its
+/// cap: a wake-up lost in any of those places would leave it asleep for 10 s. A burst of
+/// `W - 1` alone never wakes it (asked: the reader counts its wake-ups by what it then read).
+#[test]
+fn bursts_of_w_minus_1_w_and_w_plus_1_never_leave_the_reader_asleep_on_enough() {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    const W: usize = 8;
+    const ROUNDS: usize = 2000;
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 64, // a quarter: W = 16 at most
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let mut c = master.consumer(0).unwrap();
+    c.set_wait_cap(Duration::from_secs(10));
+    let pool = Arc::new(
+        Pool::new(&PoolConfig {
+            frames: 1024,
+            ..Default::default()
+        })
+        .unwrap(),
+    );
+    let got = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let (g, d) = (got.clone(), done.clone());
+    let reader = std::thread::spawn(move || {
+        let mut b = Batch::new();
+        while !d.load(SeqCst) {
+            let n = c.rx(&mut b).unwrap();
+            b.clear();
+            if n > 0 {
+                g.fetch_add(n as u64, SeqCst);
+                continue;
+            }
+            c.wait(W, Duration::from_secs(10));
+        }
+    });
+    let mut sent = 0u64;
+    let spin = |ns: u64| {
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_nanos(ns) {
+            std::hint::spin_loop();
+        }
+    };
+    for round in 0..ROUNDS {
+        for sizes in [&[W - 1, 1][..], &[W], &[W + 1]] {
+            for (k, &n) in sizes.iter().enumerate() {
+                if k > 0 {
+                    // The reader asleep on W - 1: let it be, then complete the W.
+                    spin(200_000);
+                }
+                // The packets ready before the pause: the pause alone decides when they come.
+                let (mut b, m) = packets_for_queue_0(&pool, n);
+                spin((round % 41) as u64 * 250);
+                master.distribute(&mut b, &m);
+                sent += n as u64;
+            }
+            // The reader may have read part of a burst while awake and be asleep on the rest
+            // (fewer than W): rightly, until more come. Never on W or more.
+            let t0 = std::time::Instant::now();
+            while sent - got.load(SeqCst) >= W as u64 {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(2),
+                    "round {round}, bursts {sizes:?}: the reader has {} of {sent} packets \
+                     after 2 s (asleep with W or more waiting: a lost wake-up)",
+                    got.load(SeqCst)
+                );
+                // Spin (no syscall): the next burst follows the reader's last read closely.
+                std::hint::spin_loop();
+            }
+        }
+    }
+    // A last W: everything is read.
+    let (mut b, m) = packets_for_queue_0(&pool, W);
+    master.distribute(&mut b, &m);
+    sent += W as u64;
+    let t0 = std::time::Instant::now();
+    while got.load(SeqCst) < sent {
+        assert!(t0.elapsed() < Duration::from_secs(2), "the last W read");
+        std::thread::yield_now();
+    }
+    done.store(true, SeqCst);
+    master.close();
+    reader.join().unwrap();
+    assert_eq!(got.load(SeqCst), sent);
+}
+
+/// A consumer asleep on an idle queue (`ClusterPort::wait`, its 20 ms cap) is waiting, not
+/// hung: with a consumer timeout of 300 ms (`balance --consumer-timeout`), a master that checks
+/// its consumers every 50 ms for 1.5 s does not take the queue back, and the packet that comes
+/// then is read. (Its heartbeat, written every 64 receive calls, would be 1.3 s old between
+/// two: the wait writes it before each sleep.)
+#[test]
+fn a_consumer_asleep_on_an_idle_queue_is_not_declared_gone_by_the_consumer_timeout() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 64,
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    master.set_consumer_timeout(Some(Duration::from_millis(300)));
+    let mut c = master.consumer(0).unwrap();
+    let pool = Arc::new(
+        Pool::new(&PoolConfig {
+            frames: 1024,
+            ..Default::default()
+        })
+        .unwrap(),
+    );
+    let done = Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    let reader = std::thread::spawn(move || {
+        let mut b = Batch::new();
+        let mut got = 0usize;
+        let t0 = std::time::Instant::now();
+        while got == 0 && !d.load(SeqCst) && t0.elapsed() < Duration::from_secs(20) {
+            match c.rx(&mut b) {
+                Ok(0) => c.wait(1, Duration::from_secs(1)),
+                Ok(n) => got += n,
+                Err(e) => return Err(e.to_string()),
+            }
+            b.clear();
+        }
+        Ok(got)
+    });
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_millis(1500) {
+        master.maintain();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (mut b, m) = packets_for_queue_0(&pool, 1);
+    master.distribute(&mut b, &m);
+    let t1 = std::time::Instant::now();
+    while !reader.is_finished() && t1.elapsed() < Duration::from_secs(5) {
+        master.maintain();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    done.store(true, SeqCst);
+    master.close();
+    let got = reader.join().unwrap();
+    assert_eq!(
+        got,
+        Ok(1),
+        "the sleeping consumer kept its queue and read the packet"
+    );
+}
+
+/// `pcap_breakloop` from another thread: the port's waker (`Port::rx_waker`) ends a consumer's
+/// sleep in `ClusterPort::wait` (its cap 60 s away, no packet coming) at once.
+#[test]
+fn the_ports_waker_ends_a_sleep_from_another_thread() {
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 64,
+        ..Default::default()
+    };
+    let master = Master::anon(&cfg).unwrap();
+    let mut c = master.consumer(0).unwrap();
+    c.set_wait_cap(Duration::from_secs(60));
+    let waker = c.rx_waker().expect("a cluster queue has a waker");
+    let reader = std::thread::spawn(move || {
+        let mut b = Batch::new();
+        assert_eq!(c.rx(&mut b).unwrap(), 0);
+        let t0 = std::time::Instant::now();
+        c.wait(1, Duration::from_secs(60));
+        t0.elapsed()
+    });
+    // Let the reader fall asleep (and wake it again every 100 ms: a wake before it set its
+    // word is not kept).
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = std::time::Instant::now();
+    while !reader.is_finished() && t0.elapsed() < Duration::from_secs(30) {
+        waker.wake();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let slept = reader.join().unwrap();
+    assert!(
+        slept < Duration::from_secs(30),
+        "woken by the waker, not at its cap ({slept:?})"
+    );
+    drop(master);
+}
+
+/// A wake that comes before the reader sets its futex word (`pcap_breakloop` between the read
+/// loop's look at its flag and its sleep) is not lost: the next wait does not sleep (its cap is
+/// 60 s), once; the wait after that sleeps again until what it waits for comes.
+#[test]
+fn a_wake_before_the_sleep_is_kept_for_the_next_wait() {
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 64,
+        ..Default::default()
+    };
+    let master = Master::anon(&cfg).unwrap();
+    let mut c = master.consumer(0).unwrap();
+    c.set_wait_cap(Duration::from_secs(60));
+    let waker = c.rx_waker().expect("a cluster queue has a waker");
+    let mut b = Batch::new();
+    assert_eq!(c.rx(&mut b).unwrap(), 0);
+    waker.wake();
+    let t0 = std::time::Instant::now();
+    c.wait(1, Duration::from_secs(60));
+    let slept = t0.elapsed();
+    assert!(
+        slept < Duration::from_secs(30),
+        "the earlier wake kept: no sleep ({slept:?})"
+    );
+    let t1 = std::time::Instant::now();
+    c.wait(1, Duration::from_millis(300));
+    assert!(
+        t1.elapsed() >= Duration::from_millis(250),
+        "kept once: this wait sleeps its timeout ({:?})",
+        t1.elapsed()
+    );
+    drop(master);
+}

@@ -42,6 +42,9 @@ pub struct ClusterPort {
     pub(super) drops_seen: [u64; 5],
     /// The longest sleep of [`ClusterPort::wait`] ([`WAIT_CAP`] unless set).
     pub(super) wait_cap: std::time::Duration,
+    /// Set by this port's waker ([`Port::rx_waker`]): the next [`ClusterPort::wait`] does
+    /// not sleep (a wake that came before the reader set its futex word is not lost).
+    pub(super) kicked: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The longest sleep of [`ClusterPort::wait`]: how soon a consumer of a master that died
@@ -90,6 +93,7 @@ impl ClusterPort {
             drops_base: [0; 5],
             drops_seen: [0; 5],
             wait_cap: WAIT_CAP,
+            kicked: Arc::default(),
         }
     }
 
@@ -245,7 +249,8 @@ impl ClusterPort {
     }
 
     /// Sets the longest sleep of [`ClusterPort::wait`] (default [`WAIT_CAP`]): how soon a
-    /// master's death without a word is noticed.
+    /// master's death without a word is noticed. Keep it well below the master's consumer
+    /// timeout, if it has one: the consumer's heartbeat is written before each sleep.
     pub fn set_wait_cap(&mut self, cap: std::time::Duration) {
         self.wait_cap = cap;
     }
@@ -269,12 +274,22 @@ impl ClusterPort {
         };
         let want = want.clamp(1, (self.seg.slots / 4).max(1)) as u32;
         let seg = &*self.seg;
+        // Asleep is waiting, not hung: a sign of life before each sleep (at most the cap long),
+        // as `rx` writes one every 64 calls, so that a master's consumer timeout
+        // (`balance --consumer-timeout`) does not take the queue of an idle reader back.
+        seg.ctl(q).heartbeat.store(now_ms(), Ordering::Relaxed);
         let word = &seg.ctl(q).sleeping;
         word.store(want, Ordering::Relaxed);
         // Pairs with the master's fence between its head store and its load of this word.
         std::sync::atomic::fence(Ordering::SeqCst);
+        // A fresh load of head, after the fence: `available` alone counts from the head seen
+        // at the last read while that is not used up (a consumer whose batch was full), and
+        // what the master published since, before our word was set, woke nobody.
+        ring.recheck();
         let enough = ring.available().map_or(true, |n| n >= want as usize);
-        if enough || seg.header().state.load(Ordering::Acquire) != STATE_RUNNING {
+        // Pairs with the waker's store of `kicked` before its swap of the word, as head above.
+        let kicked = self.kicked.swap(false, Ordering::Relaxed);
+        if enough || kicked || seg.header().state.load(Ordering::Acquire) != STATE_RUNNING {
             word.store(0, Ordering::Relaxed);
             return;
         }
@@ -487,6 +502,15 @@ impl Port for ClusterPort {
         true
     }
 
+    fn rx_waker(&self) -> Option<Arc<dyn crate::port::RxWake>> {
+        let q = self.rx_q?;
+        Some(Arc::new(QueueWaker {
+            seg: self.seg.clone(),
+            q,
+            kicked: self.kicked.clone(),
+        }))
+    }
+
     fn stats(&mut self) -> PortStats {
         let mut s = self.stats;
         if let Some(q) = self.rx_q {
@@ -517,6 +541,28 @@ impl Port for ClusterPort {
 
     fn pool(&self) -> Option<&Arc<Pool>> {
         Some(&self.seg.pool)
+    }
+}
+
+/// Ends the sleep of a queue's reader (`pcap_breakloop` from another thread or a signal
+/// handler): marks the port kicked, fences, then clears its futex word, as the master does, and
+/// wakes it. As with the master's head and word, the two fences leave no gap: either the
+/// reader's look after setting its word sees the kick (and it does not sleep), or the swap here
+/// sees its word (and the FUTEX_WAIT returns, or does not start).
+struct QueueWaker {
+    seg: Arc<Segment>,
+    q: usize,
+    kicked: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl crate::port::RxWake for QueueWaker {
+    fn wake(&self) {
+        self.kicked.store(true, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let word = &self.seg.ctl(self.q).sleeping;
+        if word.swap(0, Ordering::Relaxed) != 0 {
+            crate::sys::futex::wake(word, 1);
+        }
     }
 }
 

@@ -299,6 +299,7 @@ mod tests {
     #[test]
     fn layout_of_a_version_4_segment() {
         assert_eq!(VERSION, 4);
+        assert_eq!(std::mem::offset_of!(Header, version), 8);
         assert_eq!(std::mem::offset_of!(Header, state), 48);
         assert_eq!(std::mem::offset_of!(Header, queue_off), 56);
         assert_eq!(std::mem::offset_of!(Header, queue_stride), 64);

@@ -211,10 +211,20 @@ impl Segment {
         // SAFETY: the region holds at least HEADER_SIZE bytes; Header is plain integers and
         // atomics, valid for any bytes.
         let h = unsafe { &*(region.as_ptr() as *const Header) };
-        if h.magic.load(Ordering::Acquire) != MAGIC || h.version != VERSION {
+        if h.magic.load(Ordering::Acquire) != MAGIC {
+            return Err(err(who, "not a linerate cluster segment".into()));
+        }
+        if h.version != VERSION {
+            // Another build's layout: its words are elsewhere (a version 3 master would never
+            // wake a consumer that sleeps on its queue's futex word).
             return Err(err(
                 who,
-                "not a linerate cluster segment (or another version)".into(),
+                format!(
+                    "the cluster's segment has layout version {}, this linerate reads version \
+                     {VERSION} only: its master is another linerate build; run the master and \
+                     its consumers (and liblinerate_pcap.so) from the same build",
+                    h.version
+                ),
             ));
         }
         let l = Layout::new(

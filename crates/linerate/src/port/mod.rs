@@ -274,6 +274,13 @@ impl RxTime {
     }
 }
 
+/// Ends a reader's sleep in [`Port::rx_wait`] from another thread or a signal handler: no
+/// allocation, no lock, at most one syscall.
+pub trait RxWake: Send + Sync {
+    /// Wakes the reader if it sleeps (it then returns from its wait and looks again).
+    fn wake(&self);
+}
+
 /// A source and/or sink of packets.
 ///
 /// Calls move whole batches; nothing here is per packet. `rx` appends received packets to the
@@ -370,6 +377,12 @@ pub trait Port: Send {
     /// false, without waiting, when the port has no such wait (the caller waits its own way).
     fn rx_wait(&mut self, _want: usize, _timeout: std::time::Duration) -> bool {
         false
+    }
+    /// A way to end a sleep in [`Port::rx_wait`] early from another thread or a signal
+    /// handler (libpcap's `pcap_breakloop`), for ports that have such a wait and know their
+    /// queue already; None otherwise (the sleep then ends at the wait's cap).
+    fn rx_waker(&self) -> Option<std::sync::Arc<dyn RxWake>> {
+        None
     }
     /// What received packets' timestamps are.
     fn rx_time(&self) -> RxTime {
