@@ -642,3 +642,67 @@ fn jumbo_frames_arrive_whole_or_are_counted_too_big() {
         assert_eq!(st.rx_drops.total(), too_big, "{what}: {st:?}");
     }
 }
+
+/// A multi-buffer socket whose fill ring runs short (the reader slow, its ring of 64 frames
+/// holds ten 9 014 B frames of 6 pieces): the kernel drops the frames it has no frames for
+/// (checking first that the fill ring holds all the pieces, which counts no empty fill ring),
+/// and the port counts them kernel drops, never too_big (no frame is too big for a
+/// multi-buffer socket); what arrived and what was dropped add up to what was sent.
+#[test]
+fn jumbo_frames_a_short_fill_ring_drops_are_kernel_not_too_big() {
+    if !netns::require_priv() {
+        return;
+    }
+    let _serial = serial();
+    let p = NetnsPair::new().unwrap();
+    for (side, i) in [(Side::A, "vA"), (Side::B, "vB")] {
+        p.ip_in(side, &["link", "set", i, "mtu", "9000"]).unwrap();
+    }
+    let frames: Vec<Vec<u8>> = (0..40u32)
+        .map(|s| long_frame(p.mac_b, p.mac_a, s, 9014))
+        .collect();
+    for attach in [AttachMode::Native, AttachMode::Generic] {
+        let cfg = XdpConfig {
+            attach,
+            ring_size: 64,
+            ..copy_cfg()
+        };
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let sent = std::sync::Barrier::new(2);
+        let (got, st) = std::thread::scope(|s| {
+            let rx = s.spawn(|| {
+                p.run_in(Side::B, || {
+                    let mut port = XdpPort::open("vB@0", &PortOptions::default(), &cfg).unwrap();
+                    assert!(port.is_multi_buffer(), "{attach:?}");
+                    ready_tx.send(()).unwrap();
+                    // Not read while the frames arrive: the fill ring runs out.
+                    sent.wait();
+                    std::thread::sleep(Duration::from_millis(200));
+                    let got = recv(&mut port, frames.len(), Duration::from_secs(1));
+                    (got, port.stats())
+                })
+            });
+            ready_rx.recv().unwrap();
+            p.run_in(Side::A, || netns::send_raw("vA", &frames));
+            sent.wait();
+            rx.join().unwrap()
+        });
+        let drops = |r| st.rx_drops.get(r);
+        use linerate::port::DropReason::{Kernel, TooBig};
+        assert_eq!(drops(TooBig), 0, "{attach:?}: {st:?}");
+        assert!(
+            drops(Kernel) > 0,
+            "{attach:?}: the fill ring ran short: {st:?}"
+        );
+        assert!(!got.is_empty(), "{attach:?}: {st:?}");
+        assert_eq!(
+            got.len() as u64 + st.rx_drops.total(),
+            frames.len() as u64,
+            "{attach:?}: received and dropped add up to sent: {st:?}"
+        );
+        for g in &got {
+            let s = seq_of(g).unwrap() as usize;
+            assert_eq!(g, &frames[s], "{attach:?}: byte-identical");
+        }
+    }
+}

@@ -733,8 +733,11 @@ impl XdpPort {
             let full = k.rx_ring_full.saturating_sub(o.rx_ring_full);
             // In copy mode the kernel counts in rx_dropped a frame longer than a UMEM frame
             // and a packet that found the fill ring empty (also counted there): the rest is
-            // frames too big for the socket.
-            let too_big = if self.zerocopy {
+            // frames too big for the socket. A multi-buffer socket takes every length, and
+            // the kernel drops a frame in pieces when the fill ring holds fewer frames than
+            // its pieces, counting it in rx_dropped only (not as an empty fill ring): all of
+            // rx_dropped is the fill ring's then.
+            let too_big = if self.zerocopy || self.sg {
                 0
             } else {
                 let empty = k
