@@ -1145,7 +1145,7 @@ impl Port for XdpPort {
             return Ok(0);
         }
         self.tx_calls = self.tx_calls.wrapping_add(1);
-        if self.tx_calls % MTU_EVERY == 0 {
+        if self.tx_calls.is_multiple_of(MTU_EVERY) {
             self.reread_mtu();
         }
         let ours = batch.pool().is_some_and(|p| Arc::ptr_eq(p, &self.pool));
