@@ -282,7 +282,7 @@ fn forward(l: &NetnsLine, args: &[&str], sent: &[Vec<u8>]) -> (Vec<Vec<u8>>, ser
         .args(["netns", "exec", l.ns(Node::B), BIN])
         .args(["fwd", "-i", "xdp:vB0", "-o", "xdp:vB1", "--no-mac-updating"])
         .args(args)
-        .args(["--json", "-t", "30", "-T", "0"])
+        .args(["--json", "-t", "30", "--period", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
