@@ -282,7 +282,7 @@ fn forward(l: &NetnsLine, args: &[&str], sent: &[Vec<u8>]) -> (Vec<Vec<u8>>, ser
         .args(["netns", "exec", l.ns(Node::B), BIN])
         .args(["fwd", "-i", "xdp:vB0", "-o", "xdp:vB1", "--no-mac-updating"])
         .args(args)
-        .args(["--json", "-t", "30", "-T", "0"])
+        .args(["--json", "-t", "30", "--period", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -381,8 +381,9 @@ fn fwd_between_xdp_ports_carries_jumbo_frames() {
     );
 }
 
-/// gen on an xdp: port sends 9 018-byte frames (with the CRC) whole: the xsk engine (auto
-/// takes it: live frames are one page each).
+/// gen on an xdp: port sends 9 018-byte frames (with the CRC) whole, and 9 022-byte ones with
+/// an 802.1Q tag (the MTU + 18: the tag's 4 bytes beyond it): the xsk engine (auto takes it:
+/// live frames are one page each), at a --rate, exactly -c of them (gen's count = tcpdump's).
 #[test]
 fn gen_on_xdp_sends_jumbo_frames_whole() {
     if !netns::require_priv() || !tcpdump_ok() {
@@ -395,38 +396,55 @@ fn gen_on_xdp_sends_jumbo_frames_whole() {
             .unwrap();
     }
     let t = tmp("gen");
-    let td = t.0.join("tcpdump.pcap");
-    let k = start(
-        Some(pair.ns(Side::B)),
-        "tcpdump",
-        &[
-            "-i", "vB", "-Q", "in", "-s", "0", "-U", "-B", "65536", "-n", "-w",
-        ]
-        .into_iter()
-        .chain([td.to_str().unwrap(), "udp"])
-        .collect::<Vec<_>>(),
-        "listening",
-        true,
-    );
-    let o = Command::new("ip")
-        .args(["netns", "exec", pair.ns(Side::A), BIN])
-        .args([
-            "gen", "-o", "xdp:vA", "--size", "9018", "-c", "40", "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "gen: {o:?}");
-    settle(&td);
-    let o = stop(k, "tcpdump");
-    assert!(o.status.success(), "tcpdump: {o:?}");
-    let got = records(&td);
-    assert_eq!(got.len(), 40, "tcpdump saw every frame");
-    assert!(
-        got.iter().all(|f| f.len() == 9014),
-        "whole 9 014-byte frames"
-    );
-    // The frames of one stream differ only in what gen varies: headers parse as UDP.
-    assert!(got.iter().all(|f| f[12..14] == [0x08, 0x00] && f[23] == 17));
+    let cases: [(&[&str], usize, bool); 2] = [
+        (&["--size", "9018"], 9014, false),
+        (&["--size", "9022", "--vlan", "10"], 9018, true),
+    ];
+    for (run, (args, len, tagged)) in cases.into_iter().enumerate() {
+        let td = t.0.join(format!("tcpdump{run}.pcap"));
+        let k = start(
+            Some(pair.ns(Side::B)),
+            "tcpdump",
+            &[
+                "-i", "vB", "-Q", "in", "-s", "0", "-U", "-B", "65536", "-n", "-w",
+            ]
+            .into_iter()
+            .chain([td.to_str().unwrap(), "udp or (vlan and udp)"])
+            .collect::<Vec<_>>(),
+            "listening",
+            true,
+        );
+        let o = Command::new("ip")
+            .args(["netns", "exec", pair.ns(Side::A), BIN])
+            .args([
+                "gen", "-o", "xdp:vA", "-c", "40", "--rate", "2kpps", "--json",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "gen {args:?}: {o:?}");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("\"pkts\":40,"), "gen {args:?} sent 40: {out}");
+        settle(&td);
+        let o = stop(k, "tcpdump");
+        assert!(o.status.success(), "tcpdump: {o:?}");
+        let got = records(&td);
+        assert_eq!(got.len(), 40, "{args:?}: tcpdump saw every frame");
+        assert!(
+            got.iter().all(|f| f.len() == len),
+            "{args:?}: whole {len}-byte frames"
+        );
+        // The frames of one stream differ only in what gen varies: headers parse as UDP.
+        let ip = if tagged { 16 } else { 12 };
+        assert!(
+            got.iter()
+                .all(|f| f[ip..ip + 2] == [0x08, 0x00] && f[ip + 11] == 17),
+            "{args:?}: UDP"
+        );
+        if tagged {
+            assert!(got.iter().all(|f| f[12..16] == [0x81, 0x00, 0x00, 10]));
+        }
+    }
 }
 
 /// --xdp-frame-size takes 2048 or 4096 and applies to xdp: ports only (exit 2 otherwise).

@@ -642,3 +642,158 @@ fn jumbo_frames_arrive_whole_or_are_counted_too_big() {
         assert_eq!(st.rx_drops.total(), too_big, "{what}: {st:?}");
     }
 }
+
+/// A multi-buffer socket whose fill ring runs short (the reader slow, its ring of 64 frames
+/// holds ten 9 014 B frames of 6 pieces): the kernel drops the frames it has no frames for
+/// (checking first that the fill ring holds all the pieces, which counts no empty fill ring),
+/// and the port counts them kernel drops, never too_big (no frame is too big for a
+/// multi-buffer socket); what arrived and what was dropped add up to what was sent.
+#[test]
+fn jumbo_frames_a_short_fill_ring_drops_are_kernel_not_too_big() {
+    if !netns::require_priv() {
+        return;
+    }
+    let _serial = serial();
+    let p = NetnsPair::new().unwrap();
+    for (side, i) in [(Side::A, "vA"), (Side::B, "vB")] {
+        p.ip_in(side, &["link", "set", i, "mtu", "9000"]).unwrap();
+    }
+    let frames: Vec<Vec<u8>> = (0..40u32)
+        .map(|s| long_frame(p.mac_b, p.mac_a, s, 9014))
+        .collect();
+    for attach in [AttachMode::Native, AttachMode::Generic] {
+        let cfg = XdpConfig {
+            attach,
+            ring_size: 64,
+            ..copy_cfg()
+        };
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let sent = std::sync::Barrier::new(2);
+        let (got, st) = std::thread::scope(|s| {
+            let rx = s.spawn(|| {
+                p.run_in(Side::B, || {
+                    let mut port = XdpPort::open("vB@0", &PortOptions::default(), &cfg).unwrap();
+                    assert!(port.is_multi_buffer(), "{attach:?}");
+                    ready_tx.send(()).unwrap();
+                    // Not read while the frames arrive: the fill ring runs out.
+                    sent.wait();
+                    std::thread::sleep(Duration::from_millis(200));
+                    let got = recv(&mut port, frames.len(), Duration::from_secs(1));
+                    (got, port.stats())
+                })
+            });
+            ready_rx.recv().unwrap();
+            p.run_in(Side::A, || netns::send_raw("vA", &frames));
+            sent.wait();
+            rx.join().unwrap()
+        });
+        let drops = |r| st.rx_drops.get(r);
+        use linerate::port::DropReason::{Kernel, TooBig};
+        assert_eq!(drops(TooBig), 0, "{attach:?}: {st:?}");
+        assert!(
+            drops(Kernel) > 0,
+            "{attach:?}: the fill ring ran short: {st:?}"
+        );
+        assert!(!got.is_empty(), "{attach:?}: {st:?}");
+        assert_eq!(
+            got.len() as u64 + st.rx_drops.total(),
+            frames.len() as u64,
+            "{attach:?}: received and dropped add up to sent: {st:?}"
+        );
+        for g in &got {
+            let s = seq_of(g).unwrap() as usize;
+            assert_eq!(g, &frames[s], "{attach:?}: byte-identical");
+        }
+    }
+}
+
+/// An `xdp:` port sends no frame longer than its link takes (the MTU, the Ethernet header and
+/// a tag): with the MTU lowered from 9000 to 1500 while the port runs, the 9 014 B frames are
+/// counted too_big (the kernel would have counted them sent and the device dropped them); every
+/// frame counted sent arrives, and sent and dropped add up to what was offered.
+#[test]
+fn xdp_counts_frames_longer_than_a_lowered_mtu_too_big() {
+    if !netns::require_priv() {
+        return;
+    }
+    let _serial = serial();
+    let p = NetnsPair::new().unwrap();
+    for (side, i) in [(Side::A, "vA"), (Side::B, "vB")] {
+        p.ip_in(side, &["link", "set", i, "mtu", "9000"]).unwrap();
+    }
+    // 64 short frames, then every other frame 9 014 B.
+    let frames: Vec<Vec<u8>> = (0..464u32)
+        .map(|s| {
+            if s >= 64 && s % 2 == 0 {
+                long_frame(p.mac_b, p.mac_a, s, 9014)
+            } else {
+                frame(p.mac_b, p.mac_a, s)
+            }
+        })
+        .collect();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (got, st) = std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            p.run_in(Side::B, || {
+                let mut port =
+                    XdpPort::open("vB@0", &PortOptions::default(), &XdpConfig::default()).unwrap();
+                ready_tx.send(()).unwrap();
+                recv(&mut port, frames.len(), Duration::from_secs(3))
+            })
+        });
+        ready_rx.recv().unwrap();
+        let st = p.run_in(Side::A, || {
+            let mut port =
+                XdpPort::open("vA@0", &PortOptions::default(), &XdpConfig::default()).unwrap();
+            // The MTU changes under the running port.
+            for side in [Side::A, Side::B] {
+                let i = if side == Side::A { "vA" } else { "vB" };
+                p.ip_in(side, &["link", "set", i, "mtu", "1500"]).unwrap();
+            }
+            // One frame a call: the port reads the MTU again every 64 calls, so the first 64
+            // (short frames) let it see the change before the long ones come.
+            let pool = Arc::new(
+                Pool::new(&PoolConfig {
+                    frames: 64,
+                    frame_size: 16384,
+                    ..Default::default()
+                })
+                .unwrap(),
+            );
+            let mut b = Batch::with_pool(&pool);
+            for (i, f) in frames.iter().enumerate() {
+                let mut fr = b.alloc().unwrap();
+                fr.buf()[..f.len()].copy_from_slice(f);
+                fr.push(Desc {
+                    len: f.len() as u32,
+                    wire_len: f.len() as u32,
+                    ..Default::default()
+                });
+                let t0 = Instant::now();
+                while !b.is_empty() && t0.elapsed() < Duration::from_secs(5) {
+                    port.tx(&mut b).unwrap();
+                    port.flush().unwrap();
+                }
+                assert!(b.is_empty(), "frame {i} handled");
+                if i % 16 == 15 {
+                    std::thread::sleep(Duration::from_micros(300));
+                }
+            }
+            for _ in 0..20 {
+                port.flush().unwrap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            port.stats()
+        });
+        (rx.join().unwrap(), st)
+    });
+    let too_big = st.tx_drops.get(linerate::port::DropReason::TooBig);
+    assert_eq!(too_big, 200, "{st:?}");
+    assert_eq!(st.tx_packets + too_big, frames.len() as u64, "{st:?}");
+    assert_eq!(
+        got.len() as u64,
+        st.tx_packets,
+        "every frame counted sent arrived: {st:?}"
+    );
+    assert!(got.iter().all(|g| g.len() < 1500), "only the short frames");
+}

@@ -547,7 +547,7 @@ pub fn check_port(
         }
         if let Some(p) = pool {
             let room = p.max_packet() as usize;
-            if len > room && !sends_longer_than_pool(port, p, len) {
+            if len > room && !sends_longer_than_pool(port, p, len, s.template.vlan.is_some()) {
                 return Err(GenError::Spec {
                     stream: s.id,
                     why: format!(
@@ -566,10 +566,11 @@ pub fn check_port(
 
 /// Whether `port` sends frames of `len` bytes that do not fit a frame of its own `pool`
 /// (an `xdp:` port with multi-buffer: in several UMEM frames): then the generator builds in
-/// a private pool of frames that hold them, and the port copies them on transmit.
-fn sends_longer_than_pool(port: &dyn Port, pool: &Pool, len: usize) -> bool {
+/// a private pool of frames that hold them, and the port copies them on transmit. `tagged`:
+/// the frames carry an 802.1Q tag (4 bytes beyond the MTU allowed).
+fn sends_longer_than_pool(port: &dyn Port, pool: &Pool, len: usize, tagged: bool) -> bool {
     port.pool().is_some_and(|q| std::ptr::eq(q.as_ref(), pool))
-        && port.max_tx_frame(false).is_some_and(|m| m >= len)
+        && port.max_tx_frame(tagged).is_some_and(|m| m >= len)
 }
 
 /// The frames to build in, for frames up to `longest` bytes: the port's pool when it has one

@@ -56,6 +56,10 @@ pub const RX_POLL_MS: i32 = 1;
 /// Most descriptors one transmitted frame may take (the kernel's copy mode builds an skb of
 /// the first piece and at most `MAX_SKB_FRAGS` (17) more; kept below that).
 const TX_MAX_PIECES: usize = 16;
+
+/// Transmit calls between two reads of the interface's MTU (one `SIOCGIFMTU` each).
+const MTU_EVERY: u32 = 64;
+
 /// The kernel's headroom in front of a received packet in its UMEM frame
 /// (`XDP_PACKET_HEADROOM`).
 const RX_HEADROOM: u32 = 256;
@@ -158,8 +162,11 @@ pub struct XdpPort {
     stats: PortStats,
     kernel: XdpStatistics,
     rx_wait_ms: i32,
-    /// The interface's MTU when the port was opened (None: unknown).
+    /// The interface's MTU (None: unknown): read when the port opens, and again every
+    /// [`MTU_EVERY`] transmit calls (an MTU changed while the port runs).
     mtu: Option<u32>,
+    /// Transmit calls of batches with packets (when to read the MTU again).
+    tx_calls: u32,
     /// Busy polling: the device settings it holds, and empty polls in a row.
     busy: Option<Arc<NapiDefer>>,
     idle_polls: u32,
@@ -535,6 +542,7 @@ impl XdpPort {
                         kernel: XdpStatistics::default(),
                         rx_wait_ms: opts.rx_wait_ms.clamp(0, 1000) as i32,
                         mtu,
+                        tx_calls: 0,
                         busy,
                         idle_polls: 0,
                         meta,
@@ -733,8 +741,11 @@ impl XdpPort {
             let full = k.rx_ring_full.saturating_sub(o.rx_ring_full);
             // In copy mode the kernel counts in rx_dropped a frame longer than a UMEM frame
             // and a packet that found the fill ring empty (also counted there): the rest is
-            // frames too big for the socket.
-            let too_big = if self.zerocopy {
+            // frames too big for the socket. A multi-buffer socket takes every length, and
+            // the kernel drops a frame in pieces when the fill ring holds fewer frames than
+            // its pieces, counting it in rx_dropped only (not as an empty fill ring): all of
+            // rx_dropped is the fill ring's then.
+            let too_big = if self.zerocopy || self.sg {
                 0
             } else {
                 let empty = k
@@ -845,6 +856,14 @@ impl XdpPort {
             };
         }
         true
+    }
+
+    /// Reads the interface's MTU again (a system call: every [`MTU_EVERY`] transmit calls).
+    #[cold]
+    fn reread_mtu(&mut self) {
+        if let Ok(m) = crate::sys::iface::mtu(&self.iface) {
+            self.mtu = Some(m);
+        }
     }
 
     /// Frees frames the kernel has finished sending.
@@ -1125,6 +1144,10 @@ impl Port for XdpPort {
         if batch.is_empty() {
             return Ok(0);
         }
+        self.tx_calls = self.tx_calls.wrapping_add(1);
+        if self.tx_calls.is_multiple_of(MTU_EVERY) {
+            self.reread_mtu();
+        }
         let ours = batch.pool().is_some_and(|p| Arc::ptr_eq(p, &self.pool));
         let room = self.tx.free(if self.sg {
             self.tx.size()
@@ -1132,11 +1155,9 @@ impl Port for XdpPort {
             batch.len() as u32
         });
         let piece = self.pool.max_packet() as usize;
-        let max = if self.sg {
-            piece * TX_MAX_PIECES
-        } else {
-            piece
-        };
+        // Never longer than the link takes (its MTU with the Ethernet header and a tag): the
+        // kernel would count such a frame sent and the device drop it.
+        let max = self.max_tx_frame(true).unwrap_or(piece);
         let mut taken = 0usize;
         let mut queued = 0u32;
         let mut sent = 0u64;
