@@ -15,9 +15,9 @@ const WAKE_SPINS: u32 = 16;
 /// libpcap's buffered mode: packets a sleeping reader of a cluster queue waits for (the master
 /// wakes it then; the port takes at most a quarter of its queue). A sixteenth of the default
 /// 4096 slots: the rest of the queue gives the woken reader ~7 ms at 500 kpps to be scheduled
-/// on a core it shares with the master. (1024, a quarter, was measured: ~10-20 ns a packet less
-/// for tcpdump, a quarter as many wakes, but more packets lost on a loaded machine: BENCHMARKS.md,
-/// "where its CPU per packet goes".)
+/// on a core it shares with the master. (1024, a quarter, and 512 were measured: ~10-20 and ~8 ns
+/// a packet less for tcpdump at 500 kpps, fewer wakes, but more packets lost on a loaded machine:
+/// BENCHMARKS.md, "where its CPU per packet goes".)
 const BUFFERED_WANT: usize = 256;
 /// Other ports without a descriptor: empty polls that spin, then yield, then sleep 50 µs, before
 /// the long sleeps of an idle queue.
