@@ -15,7 +15,9 @@ const WAKE_SPINS: u32 = 16;
 /// libpcap's buffered mode: packets a sleeping reader of a cluster queue waits for (the master
 /// wakes it then; the port takes at most a quarter of its queue). A sixteenth of the default
 /// 4096 slots: the rest of the queue gives the woken reader ~7 ms at 500 kpps to be scheduled
-/// on a core it shares with the master.
+/// on a core it shares with the master. (1024, a quarter, and 512 were measured: ~10-20 and ~8 ns
+/// a packet less for tcpdump at 500 kpps, fewer wakes, but more packets lost on a loaded machine:
+/// BENCHMARKS.md, "where its CPU per packet goes".)
 const BUFFERED_WANT: usize = 256;
 /// Other ports without a descriptor: empty polls that spin, then yield, then sleep 50 µs, before
 /// the long sleeps of an idle queue.
@@ -249,10 +251,9 @@ impl Handle {
     /// look (nonblocking); otherwise up to the timeout (`forever`: until a packet, the end or a
     /// break). `brk` says whether `pcap_breakloop` was called.
     pub fn next(&mut self, wait: bool, forever: bool, brk: &mut dyn FnMut() -> bool) -> Next {
-        let deadline = (!forever && self.settings.timeout_ms > 0).then(|| {
-            std::time::Instant::now()
-                + std::time::Duration::from_millis(self.settings.timeout_ms as u64)
-        });
+        // The timeout's end, read from the clock only once a poll found nothing: a packet
+        // already in the batch costs no clock read (`pcap_dispatch` asks once per packet).
+        let mut deadline: Option<Option<std::time::Instant>> = None;
         let mut idle = 0u32;
         loop {
             while self.pos < self.batch.len() {
@@ -320,15 +321,14 @@ impl Handle {
             self.batch_now = 0;
             match port.rx(&mut self.batch) {
                 Ok(n) if n > 0 => {
-                    // Touch each packet's first line now: the loads are independent, so their
-                    // cache misses (frames written by the master up to a quarter of a queue
-                    // ago) overlap here rather than stalling one packet at a time in the
-                    // program's callback.
-                    let mut x = 0u8;
+                    // Prefetch each packet's first line now: the frames were written by the
+                    // master (on another line of the cache, up to a quarter of a queue ago), so
+                    // their misses overlap here, and with the first packets' handling, rather
+                    // than stalling one packet at a time in the program's callback. A prefetch
+                    // (unlike a load) does not hold the loop until the line arrives.
                     for i in 0..n {
-                        x ^= self.batch.data(i).first().copied().unwrap_or(0);
+                        crate::ffi::prefetch(self.batch.data(i).as_ptr());
                     }
-                    std::hint::black_box(x);
                     continue;
                 }
                 Ok(_) => {}
@@ -344,6 +344,12 @@ impl Handle {
             if !wait {
                 return Next::Nothing;
             }
+            let deadline = *deadline.get_or_insert_with(|| {
+                (!forever && self.settings.timeout_ms > 0).then(|| {
+                    std::time::Instant::now()
+                        + std::time::Duration::from_millis(self.settings.timeout_ms as u64)
+                })
+            });
             if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
                 return Next::Nothing;
             }
