@@ -5,8 +5,9 @@
 //! `pkts[1..n]` are the packet objects every linerate script sees ([`crate::apps::lua::packet`],
 //! docs/lua.md): fields by name (`pkts[i].udp.dport = 53`, `pkts[i].ip4.src = "10.0.0.9"`),
 //! MoonGen-style setters (`pkts[i]:udp():setSrcPort(1000)`) and raw accessors; here they are
-//! writable, and `pkts[i]:stream()` is the packet's stream. After the call, the IPv4 header and
-//! transport checksums of every packet the script changed are recomputed. Errors name the
+//! writable, and `pkts[i]:stream()` is the packet's stream. The IPv4 header and transport
+//! checksums stay right: the fields' setters update them as they write (RFC 1624), and after
+//! the call those of every packet written otherwise (raw bytes, ...) are recomputed. Errors name the
 //! script file and line.
 
 use super::template::{fix_checksums, Layout};
@@ -158,13 +159,18 @@ impl Hook for LuaHook {
     ) -> Result<(), String> {
         let n = self.pkts.load_mut(batch, streams)?;
         self.calls += 1;
-        let r = self.modify.call::<()>((self.pkts.table().clone(), n));
         // `checksums = false`: the script (or the NIC) takes care of them (MoonGen's
-        // offloadUdpChecksums); read once per batch.
-        let fix = !matches!(
-            self.lua.globals().raw_get::<Value>("checksums"),
-            Ok(Value::Boolean(false))
-        );
+        // offloadUdpChecksums). Read before the call (the setters keep them right as they
+        // write) and after it (the full recompute of the packets written otherwise).
+        let checksums = |lua: &Lua| {
+            !matches!(
+                lua.globals().raw_get::<Value>("checksums"),
+                Ok(Value::Boolean(false))
+            )
+        };
+        self.pkts.set_checksums(checksums(&self.lua));
+        let r = self.modify.call::<()>((self.pkts.table().clone(), n));
+        let fix = checksums(&self.lua);
         self.pkts.store(batch, |i, bytes| {
             let layout = streams.get(i).and_then(|&s| layouts.get(usize::from(s)));
             if let (true, Some(l)) = (fix, layout) {
