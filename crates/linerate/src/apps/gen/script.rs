@@ -169,7 +169,7 @@ impl Hook for LuaHook {
             )
         };
         self.pkts.set_checksums(checksums(&self.lua));
-        let r = self.modify.call::<()>((self.pkts.table().clone(), n));
+        let r = self.modify.call::<()>((self.pkts.table(), n));
         let fix = checksums(&self.lua);
         self.pkts.store(batch, |i, bytes| {
             let layout = streams.get(i).and_then(|&s| layouts.get(usize::from(s)));
