@@ -16,7 +16,7 @@ use crate::apps::lua::packet::{Access, Packets};
 use crate::apps::lua::{self as script, ScriptOptions};
 use crate::mem::Batch;
 use crate::wire::LinkType;
-use mlua::{Function, Lua, Value};
+use mlua::{Function, Lua, Table, Value};
 
 pub use crate::apps::lua::ScriptError;
 
@@ -81,6 +81,10 @@ pub struct LuaHook {
     /// Batches handed to the script.
     pub calls: u64,
     name: String,
+    /// The script's globals and the key `checksums`, made once: no Lua string or reference
+    /// made per batch to read it.
+    globals: Table,
+    ck_key: mlua::String,
 }
 
 impl LuaHook {
@@ -139,7 +143,10 @@ impl LuaHook {
             drop: false,
         };
         let pkts = Packets::new(&lua, access, LinkType::ETHERNET).map_err(le)?;
+        let ck_key = lua.create_string("checksums").map_err(le)?;
         Ok(LuaHook {
+            globals: lua.globals(),
+            ck_key,
             lua,
             modify,
             pkts,
@@ -162,15 +169,13 @@ impl Hook for LuaHook {
         // `checksums = false`: the script (or the NIC) takes care of them (MoonGen's
         // offloadUdpChecksums). Read before the call (the setters keep them right as they
         // write) and after it (the full recompute of the packets written otherwise).
-        let checksums = |lua: &Lua| {
-            !matches!(
-                lua.globals().raw_get::<Value>("checksums"),
-                Ok(Value::Boolean(false))
-            )
+        let checksums = |g: &Table, k: &mlua::String| {
+            !matches!(g.raw_get::<Value>(k), Ok(Value::Boolean(false)))
         };
-        self.pkts.set_checksums(checksums(&self.lua));
+        self.pkts
+            .set_checksums(checksums(&self.globals, &self.ck_key));
         let r = self.modify.call::<()>((self.pkts.table(), n));
-        let fix = checksums(&self.lua);
+        let fix = checksums(&self.globals, &self.ck_key);
         self.pkts.store(batch, |i, bytes| {
             let layout = streams.get(i).and_then(|&s| layouts.get(usize::from(s)));
             if let (true, Some(l)) = (fix, layout) {
