@@ -305,7 +305,7 @@ impl BatchFilter for LuaFilter {
     fn filter(&mut self, batch: &Batch, keep: &mut [bool]) -> Result<(), String> {
         let n = self.pkts.load(batch, &[])?;
         let s = &self.script;
-        let r = s.func.call::<()>((self.pkts.table().clone(), n));
+        let r = s.func.call::<()>((self.pkts.table(), n));
         for (i, k) in keep.iter_mut().enumerate().take(n) {
             if self.pkts.dropped(i) {
                 *k = false;

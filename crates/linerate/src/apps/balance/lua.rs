@@ -103,7 +103,7 @@ impl LuaScript {
         let n = self.pkts.load(batch, &[]).map_err(LuaError::Lua)?;
         let r = self
             .func
-            .call::<Value>((self.pkts.table().clone(), n, self.pkts.queues().clone()));
+            .call::<Value>((self.pkts.table(), n, self.pkts.queues()));
         self.pkts.done();
         let r = match r.map_err(lua_err)? {
             Value::Table(r) => r,

@@ -5,8 +5,9 @@
 //! `pkts[1..n]` are the packet objects every linerate script sees ([`crate::apps::lua::packet`],
 //! docs/lua.md): fields by name (`pkts[i].udp.dport = 53`, `pkts[i].ip4.src = "10.0.0.9"`),
 //! MoonGen-style setters (`pkts[i]:udp():setSrcPort(1000)`) and raw accessors; here they are
-//! writable, and `pkts[i]:stream()` is the packet's stream. After the call, the IPv4 header and
-//! transport checksums of every packet the script changed are recomputed. Errors name the
+//! writable, and `pkts[i]:stream()` is the packet's stream. The IPv4 header and transport
+//! checksums stay right: the fields' setters update them as they write (RFC 1624), and after
+//! the call those of every packet written otherwise (raw bytes, ...) are recomputed. Errors name the
 //! script file and line.
 
 use super::template::{fix_checksums, Layout};
@@ -15,7 +16,7 @@ use crate::apps::lua::packet::{Access, Packets};
 use crate::apps::lua::{self as script, ScriptOptions};
 use crate::mem::Batch;
 use crate::wire::LinkType;
-use mlua::{Function, Lua, Value};
+use mlua::{Function, Lua, Table, Value};
 
 pub use crate::apps::lua::ScriptError;
 
@@ -80,6 +81,10 @@ pub struct LuaHook {
     /// Batches handed to the script.
     pub calls: u64,
     name: String,
+    /// The script's globals and the key `checksums`, made once: no Lua string or reference
+    /// made per batch to read it.
+    globals: Table,
+    ck_key: mlua::String,
 }
 
 impl LuaHook {
@@ -138,7 +143,10 @@ impl LuaHook {
             drop: false,
         };
         let pkts = Packets::new(&lua, access, LinkType::ETHERNET).map_err(le)?;
+        let ck_key = lua.create_string("checksums").map_err(le)?;
         Ok(LuaHook {
+            globals: lua.globals(),
+            ck_key,
             lua,
             modify,
             pkts,
@@ -158,13 +166,16 @@ impl Hook for LuaHook {
     ) -> Result<(), String> {
         let n = self.pkts.load_mut(batch, streams)?;
         self.calls += 1;
-        let r = self.modify.call::<()>((self.pkts.table().clone(), n));
         // `checksums = false`: the script (or the NIC) takes care of them (MoonGen's
-        // offloadUdpChecksums); read once per batch.
-        let fix = !matches!(
-            self.lua.globals().raw_get::<Value>("checksums"),
-            Ok(Value::Boolean(false))
-        );
+        // offloadUdpChecksums). Read before the call (the setters keep them right as they
+        // write) and after it (the full recompute of the packets written otherwise).
+        let checksums = |g: &Table, k: &mlua::String| {
+            !matches!(g.raw_get::<Value>(k), Ok(Value::Boolean(false)))
+        };
+        self.pkts
+            .set_checksums(checksums(&self.globals, &self.ck_key));
+        let r = self.modify.call::<()>((self.pkts.table(), n));
+        let fix = checksums(&self.globals, &self.ck_key);
         self.pkts.store(batch, |i, bytes| {
             let layout = streams.get(i).and_then(|&s| layouts.get(usize::from(s)));
             if let (true, Some(l)) = (fix, layout) {

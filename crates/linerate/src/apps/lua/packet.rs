@@ -67,7 +67,9 @@ struct Shared {
     write: Cell<u8>,
     drop: Cell<u8>,
     eth: Cell<u8>,
-    _pad: Cell<u8>,
+    /// Whether the fast layers' setters keep the checksums right as they write (gen, unless
+    /// the script set `checksums = false`).
+    ck: Cell<u8>,
     pkts: [Slot; BATCH],
     queues: [Cell<i16>; BATCH],
 }
@@ -125,7 +127,7 @@ impl Packets {
             write: Cell::new(u8::from(access.write)),
             drop: Cell::new(u8::from(access.drop)),
             eth: Cell::new(u8::from(link == LinkType::ETHERNET)),
-            _pad: Cell::new(0),
+            ck: Cell::new(u8::from(access.write)),
             pkts: std::array::from_fn(|_| Slot {
                 addr: Cell::new(0),
                 len: Cell::new(0),
@@ -210,6 +212,14 @@ impl Packets {
         Ok(n)
     }
 
+    /// Whether the fast layers' setters (`p.ip4.src = x`, `p.udp.sport = x`, ...) update the
+    /// IPv4 header and transport checksums as they write (RFC 1624), for the batches from now
+    /// on; a packet written otherwise (raw bytes, other layers, lengths, the checksums
+    /// themselves) is still marked for [`Packets::store`]'s full recompute.
+    pub fn set_checksums(&self, on: bool) {
+        self.shared.ck.set(u8::from(on && self.access.write));
+    }
+
     /// Whether the script dropped packet `i` (0-based) of the batch.
     pub fn dropped(&self, i: usize) -> bool {
         i < self.shared.n.get() as usize && self.shared.pkts[i].dropped.get() != 0
@@ -236,7 +246,9 @@ impl Packets {
     }
 
     /// After a writing script: calls `fix(i, bytes)` (which recomputes checksums) on every
-    /// packet the script changed, then ends the batch ([`Packets::done`]).
+    /// packet the script changed in a way its setters did not keep the checksums right for
+    /// (raw bytes, Ethernet/VLAN/IPv6 fields, lengths, protocol, checksums), then ends the
+    /// batch ([`Packets::done`]).
     pub fn store(&self, batch: &mut Batch, mut fix: impl FnMut(usize, &mut [u8])) {
         let n = (self.shared.n.get() as usize).min(batch.len());
         self.done();
@@ -430,6 +442,199 @@ mod tests {
         let c = u16::from_be_bytes([again[l4 + 6], again[l4 + 7]]);
         fix_checksums(&mut again, LinkType::ETHERNET);
         assert_eq!(u16::from_be_bytes([again[l4 + 6], again[l4 + 7]]), c);
+    }
+
+    /// An Ethernet frame: IPv4 (protocol `proto`, fragment field `frag`) and the bytes `l4`
+    /// after it, every checksum right ([`full`]).
+    fn v4(proto: u8, frag: u16, l4: &[u8]) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+        let len = (20 + l4.len()) as u16;
+        f.extend_from_slice(&[0x45, 0, (len >> 8) as u8, len as u8, 0x12, 0x34]);
+        f.extend_from_slice(&[(frag >> 8) as u8, frag as u8, 64, proto, 0, 0]);
+        f.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        f.extend_from_slice(l4);
+        full(&mut f);
+        f
+    }
+
+    /// Every checksum recomputed from scratch: IPv4 header, UDP, TCP and ICMP.
+    fn full(f: &mut [u8]) {
+        fix_checksums(f, LinkType::ETHERNET);
+        let p = wire::parse(f, LinkType::ETHERNET);
+        if let (1, Some(l4), true) = (p.proto, p.l4, p.has_l4()) {
+            let (l4, end) = (l4 as usize, (p.l3_end as usize).min(f.len()));
+            f[l4 + 2..l4 + 4].fill(0);
+            let c = wire::checksum::checksum(&f[l4..end]);
+            f[l4 + 2..l4 + 4].copy_from_slice(&c.to_be_bytes());
+        }
+    }
+
+    const TCP_HDR: [u8; 24] = [
+        0x30, 0x39, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0x20, 0, 0, 0, 0, 0, b'a', b'b',
+        b'c', b'd',
+    ];
+    const ICMP_HDR: [u8; 12] = [8, 0, 0, 0, 0, 1, 0, 1, b'p', b'i', b'n', b'g'];
+
+    /// Runs gen's `f(pkts, n)` on `frames` with the setters' checksums `on` or off; the
+    /// packets after it (nothing recomputed after the call) and those marked for the full
+    /// recompute.
+    fn run_marked(src: &str, frames: &[Vec<u8>], on: bool) -> (Batch, Vec<usize>) {
+        let lua = new_state(&ScriptOptions::default()).unwrap();
+        let pk = Packets::new(&lua, GEN, LinkType::ETHERNET).unwrap();
+        lua.load(src).exec().unwrap();
+        let mut b = batch(frames);
+        let n = pk.load_mut(&mut b, &[]).unwrap();
+        pk.set_checksums(on);
+        let f: mlua::Function = lua.globals().get("f").unwrap();
+        f.call::<()>((pk.table().clone(), n)).unwrap();
+        let mut marked = Vec::new();
+        pk.store(&mut b, |i, _| marked.push(i));
+        (b, marked)
+    }
+
+    #[test]
+    fn field_writes_keep_every_checksum_right_without_a_recompute() {
+        // Each field of ip4, udp, tcp and icmp written 300 times (interpreted, then compiled),
+        // over IPv4 (UDP behind a VLAN tag, TCP, ICMP) and UDP over IPv6: after every round the
+        // checksums are those a full recompute gives, and no packet is left for one.
+        let src = r#"
+            function f(pkts, n)
+              for k = 1, 300 do
+                local a, t, c, v = pkts[1], pkts[2], pkts[3], pkts[4]
+                a.ip4.src = 0xc6120000 + k * 7919
+                a.ip4.dst = "203.0.113." .. (k % 256)
+                a.ip4.ttl = k % 256
+                a.ip4.tos = (k * 3) % 256
+                a.ip4.id = (k * 40503) % 65536
+                a.udp.sport = (k * 2654435761) % 65536
+                a:udp():setDstPort(k)
+                t.ip4.saddr = 0xffffffff - k
+                t:ip4():setDstNum(k * 16777216 % 4294967296)
+                t.tcp.sport = k
+                t.tcp.dport = 65535 - k
+                t.tcp.seq = (k * 2654435761) % 4294967296
+                t.tcp.ack = 0xffffffff - k
+                t.tcp.flags = k % 512
+                t.tcp.win = k * 200
+                c.ip4.src = k
+                c.icmp.type = k % 256
+                c.icmp.code = (k * 5) % 256
+                v.udp.sport = k
+                v.udp.dport = 65535 - k * 3
+                v.ip6.hlim = 1
+              end
+            end"#;
+        let frames = [
+            frame(Some(7), false, 1000, 53),
+            v4(6, 0, &TCP_HDR),
+            v4(1, 0, &ICMP_HDR),
+            frame(None, true, 7, 4789),
+        ];
+        let (b, marked) = run_marked(src, &frames, true);
+        // the IPv6 hop limit is not a fast field: that packet alone is marked
+        assert_eq!(marked, [3]);
+        for i in 0..3 {
+            let mut want = b.data(i).to_vec();
+            full(&mut want);
+            assert_eq!(b.data(i), &want[..], "packet {i}");
+        }
+        let p = wire::parse(b.data(1), LinkType::ETHERNET);
+        assert_eq!((p.sport, p.dport), (300, 65235));
+        // the IPv6 packet's UDP checksum: its ports were kept right too
+        let mut want = b.data(3).to_vec();
+        full(&mut want);
+        assert_eq!(b.data(3), &want[..]);
+    }
+
+    #[test]
+    fn setter_checksums_follow_udp_zero_fragments_cut_packets_and_checksums_false() {
+        let udp = |sport: u16, csum: u16| {
+            let mut u = vec![(sport >> 8) as u8, sport as u8, 0, 53, 0, 12];
+            u.extend_from_slice(&csum.to_be_bytes());
+            u.extend_from_slice(b"abcd");
+            u
+        };
+        // A UDP checksum 0 (none sent) stays 0; the IPv4 header checksum is still updated.
+        let mut zero = v4(17, 0, &udp(1000, 0));
+        zero[14 + 20 + 6..14 + 20 + 8].fill(0);
+        let src = "function f(pkts, n) pkts[1].ip4.src = 0x0a000063 pkts[1].udp.sport = 99 end";
+        let (b, marked) = run_marked(src, &[zero], true);
+        assert!(marked.is_empty());
+        let d = b.data(0);
+        assert_eq!(&d[40..42], &[0, 0]);
+        let mut want = d.to_vec();
+        fix_checksums(&mut want, LinkType::ETHERNET);
+        assert_eq!(&d[14..34], &want[14..34]);
+        // A computed 0 is sent as 0xffff: the source port whose full checksum is 0xffff.
+        let base = v4(17, 0, &udp(1000, 0));
+        let sport = (0..=u16::MAX)
+            .find(|&s| {
+                let mut f = base.clone();
+                f[34..36].copy_from_slice(&s.to_be_bytes());
+                full(&mut f);
+                f[40..42] == [0xff, 0xff]
+            })
+            .unwrap();
+        let src = format!("function f(pkts, n) pkts[1].udp.sport = {sport} end");
+        let (b, _) = run_marked(&src, std::slice::from_ref(&base), true);
+        assert_eq!(&b.data(0)[40..42], &[0xff, 0xff]);
+        // A later fragment has no transport header here: its bytes after the IPv4 header are
+        // left as they are (the transport checksum is in the first fragment).
+        let later = v4(17, 0x2000 | 3, &udp(1000, 0x1234));
+        let src = "function f(pkts, n) pkts[1].ip4.dst = 0x0a0000fe end";
+        let (b, marked) = run_marked(src, std::slice::from_ref(&later), true);
+        assert!(marked.is_empty());
+        let d = b.data(0);
+        assert_eq!(&d[34..], &later[34..]);
+        let mut want = d.to_vec();
+        full(&mut want);
+        assert_eq!(&d[14..34], &want[14..34]);
+        // A cut packet (its IPv4 length says more than the frame holds): the checksums are
+        // those of the whole packet, which a recompute of the cut one cannot give.
+        let whole = v4(17, 0, &[udp(1000, 0), vec![7; 100]].concat());
+        let whole = {
+            let mut w = whole;
+            w[38..40].copy_from_slice(&112u16.to_be_bytes());
+            full(&mut w);
+            w
+        };
+        let cut = whole[..60].to_vec();
+        let src = "function f(pkts, n) pkts[1].ip4.src = 0xc0000201 pkts[1].udp.dport = 4242 end";
+        let (b, marked) = run_marked(src, &[cut], true);
+        assert!(marked.is_empty());
+        let mut want = whole.clone();
+        want[26..30].copy_from_slice(&[192, 0, 2, 1]);
+        want[36..38].copy_from_slice(&4242u16.to_be_bytes());
+        full(&mut want);
+        assert_eq!(b.data(0), &want[..60]);
+        // checksums = false: the fields are written, the checksums left as they were.
+        let f0 = frame(None, false, 1000, 53);
+        let (b, marked) = run_marked(src, std::slice::from_ref(&f0), false);
+        assert!(marked.is_empty());
+        let d = b.data(0);
+        assert_eq!(&d[26..30], &[192, 0, 2, 1]);
+        assert_eq!((&d[24..26], &d[40..42]), (&f0[24..26], &f0[40..42]));
+    }
+
+    #[test]
+    fn raw_writes_and_structural_fields_mark_the_packet_for_the_full_recompute() {
+        let cases = [
+            ("p:setU16(42, 7)", true),
+            ("p:setByte(14, 0x45)", true),
+            ("p.eth.src = 'aa:bb:cc:dd:ee:ff'", true),
+            ("p.ip4.len = 32", true),
+            ("p.ip4.proto = 17", true),
+            ("p.udp.len = 12", true),
+            ("p.udp.checksum = 1", true),
+            ("p.ip4.ttl = 9", false),
+            ("p.udp.dport = 9", false),
+            ("local _ = p.ip4.src .. p.udp.sport", false),
+        ];
+        for (code, want) in cases {
+            let src = format!("function f(pkts, n) local p = pkts[1] {code} end");
+            let (_, marked) = run_marked(&src, &[frame(None, false, 1000, 53)], true);
+            assert_eq!(marked == [0], want, "{code}");
+        }
     }
 
     #[test]

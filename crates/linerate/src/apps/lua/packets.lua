@@ -9,7 +9,7 @@
 
 local ffi = require("ffi")
 local bit = require("bit")
-local band, bor, bnot, rshift, lshift = bit.band, bit.bor, bit.bnot, bit.rshift, bit.lshift
+local band, bor, bxor, bnot, rshift, lshift = bit.band, bit.bor, bit.bxor, bit.bnot, bit.rshift, bit.lshift
 local bswap, tobit = bit.bswap, bit.tobit
 local cast, copy, fstring, istype = ffi.cast, ffi.copy, ffi.string, ffi.istype
 local type, error, tostring, format, min = type, error, tostring, string.format, math.min
@@ -140,8 +140,6 @@ local function parse(s)
   s.g, s.ver, s.proto, s.nvl, s.l4ok, s.l3, s.l4, s.l3e, s.pay = 1, 0, 0, 0, 0, 0, 0, 0, 0
   local h = s.h
   h[0], h[1], h[2], h[3] = nil, nil, nil, nil
-  -- A tool that sends the packets fixes the checksums of every packet a script looked into.
-  if C.w ~= 0 then s.dirty = 1 end
   local b, n = cast(u8p, s.a), s.n
   local off, want = 0, nil
   if C.eth ~= 0 then
@@ -459,12 +457,60 @@ local function range(what, max)
   fail(format("%s: a number from 0 to %d", what, max))
 end
 
+-- Checksums kept right as the fields are written (gen; RFC 1624's incremental update): a
+-- write of 16-bit words m -> m' makes a checksum HC into ~(~HC + ~m + m'). One's complement sums
+-- do not depend on the byte order, so the words are taken as they lie in memory. A checksum
+-- `cp` (uint16_t *) takes the change `d`, the sum of ~m + m' over the words written; `udp`: a
+-- UDP checksum 0 (none sent) stays 0, and a computed 0 is sent as 0xffff.
+local function adjust(cp, d, udp)
+  local c = cp[0]
+  if udp and c == 0 then return end
+  local x = bxor(c, 0xffff) + d
+  x = band(x, 0xffff) + rshift(x, 16)
+  x = band(x, 0xffff) + rshift(x, 16)
+  x = bxor(x, 0xffff)
+  if udp and x == 0 then x = 0xffff end
+  cp[0] = x
+end
+
+-- What a write of a fast layer's field does to the checksums: fix(h, b, d), `h` the view, `b`
+-- the header, `d` the change of its words. The IPv4 header's fields its header checksum; the
+-- addresses also the UDP or TCP checksum (pseudo-header) when this packet has that header (not
+-- a later fragment); the ports, TCP's fields and ICMP's theirs. Fields that change where the
+-- headers end (ip4.len, ip4.proto, udp.len) and the checksums themselves mark the packet for
+-- the full recompute after modify() instead, as raw writes do.
+local function ck_ip4(_, b, d) adjust(cast(u16p, b + 10), d, false) end
+local function ck_ip4_addr(h, b, d)
+  adjust(cast(u16p, b + 10), d, false)
+  local hp = cast(u8pp, h)
+  local u = hp[1]
+  if u ~= nil then
+    adjust(cast(u16p, u + 6), d, true)
+  else
+    local t = hp[2]
+    if t ~= nil then adjust(cast(u16p, t + 16), d, false) end
+  end
+end
+local function ck_udp(_, b, d) adjust(cast(u16p, b + 6), d, true) end
+local function ck_tcp(_, b, d) adjust(cast(u16p, b + 16), d, false) end
+local function ck_icmp(_, b, d) adjust(cast(u16p, b + 2), d, false) end
+local CK = { [IP4] = ck_ip4, [UDP] = ck_udp, [TCP] = ck_tcp, [ICMP] = ck_icmp }
+
 -- get(h) and set(h, x) of an unsigned big-endian field of `size` bytes at `off`, its low bits
--- `mask` (the rest of the bytes kept on a write).
-local function fnum(l, key, off, size, mask)
+-- `mask` (the rest of the bytes kept on a write); `fix` (default: the layer's) keeps the
+-- checksums right, "full" marks the packet for the full recompute.
+local function fnum(l, key, off, size, mask, fix)
   local what = "pkt." .. LNAME[l] .. "." .. key
+  local k = FK[l]
+  local full = fix == "full"
+  fix = fix or CK[l]
+  local function mark(h)
+    cast(slotp, cast(u8p, h) - (HOFF + 8 * k)).dirty = 1
+  end
   local get, set
   if size == 1 then
+    local wo = off - off % 2 -- the 16-bit word of the checksum the byte is part of
+    local lo = wo == off -- the byte is the word's first in memory (its low byte as loaded)
     get = function(h)
       local b = cast(u8pp, h)[0]
       if b == nil then b = refind(h, l, key) end
@@ -474,7 +520,18 @@ local function fnum(l, key, off, size, mask)
       if type(x) ~= "number" or band(x, mask) ~= x then range(what, mask) end
       local b = cast(u8pp, h)[0]
       if b == nil then b = refind(h, l, key) end
+      if full then
+        b[off] = x
+        return mark(h)
+      end
+      -- the word's new value computed, not loaded again: LuaJIT's compiled code may take a
+      -- load of another type than the store as not aliasing it (and reuse the old value)
+      local m = cast(u16p, b + wo)[0]
       b[off] = x
+      if C.ck ~= 0 then
+        local n = lo and bor(band(m, 0xff00), x) or bor(band(m, 0xff), lshift(x, 8))
+        fix(h, b, bxor(m, 0xffff) + n)
+      end
     end
   elseif size == 2 then
     get = function(h)
@@ -487,7 +544,11 @@ local function fnum(l, key, off, size, mask)
         if type(x) ~= "number" or band(x, 0xffff) ~= x then range(what, mask) end
         local b = cast(u8pp, h)[0]
         if b == nil then b = refind(h, l, key) end
-        cast(u16p, b + off)[0] = rshift(bswap(x), 16)
+        local p = cast(u16p, b + off)
+        local m, n = p[0], rshift(bswap(x), 16)
+        p[0] = n
+        if full then return mark(h) end
+        if C.ck ~= 0 then fix(h, b, bxor(m, 0xffff) + n) end
       end
     else
       set = function(h, x)
@@ -495,8 +556,12 @@ local function fnum(l, key, off, size, mask)
         local b = cast(u8pp, h)[0]
         if b == nil then b = refind(h, l, key) end
         local p = cast(u16p, b + off)
-        local old = rshift(bswap(p[0]), 16)
-        p[0] = rshift(bswap(bor(band(old, bnot(mask)), x)), 16)
+        local m = p[0]
+        local old = rshift(bswap(m), 16)
+        local n = rshift(bswap(bor(band(old, bnot(mask)), x)), 16)
+        p[0] = n
+        if full then return mark(h) end
+        if C.ck ~= 0 then fix(h, b, bxor(m, 0xffff) + n) end
       end
     end
   else
@@ -510,7 +575,14 @@ local function fnum(l, key, off, size, mask)
       if type(x) ~= "number" or tobit(x) % 4294967296 ~= x then range(what, 0xffffffff) end
       local b = cast(u8pp, h)[0]
       if b == nil then b = refind(h, l, key) end
-      cast(i32p, b + off)[0] = bswap(x)
+      local p = cast(u16p, b + off)
+      local m0, m1 = p[0], p[1]
+      local y = bswap(x)
+      cast(i32p, p)[0] = y
+      if full then return mark(h) end
+      if C.ck ~= 0 then
+        fix(h, b, bxor(m0, 0xffff) + bxor(m1, 0xffff) + band(y, 0xffff) + rshift(y, 16))
+      end
     end
   end
   return get, set
@@ -519,7 +591,7 @@ end
 -- An IPv4 address: read as text, written as text or an integer.
 local function faddr(key, off)
   local what = "pkt.ip4." .. key
-  local gn, sn = fnum(IP4, key, off, 4, 0xffffffff)
+  local gn, sn = fnum(IP4, key, off, 4, 0xffffffff, ck_ip4_addr)
   return function(h)
     local x = gn(h)
     return format("%d.%d.%d.%d", rshift(x, 24), band(rshift(x, 16), 255), band(rshift(x, 8), 255), band(x, 255))
@@ -532,9 +604,8 @@ local function faddr(key, off)
     elseif type(x) == "string" then
       local a = parse_addr(x, false)
       if not a then fail(format("%s: '%s' is not an IPv4 address", what, x)) end
-      local b = cast(u8pp, h)[0]
-      if b == nil then b = refind(h, IP4, key) end
-      copy(b + off, a, 4)
+      local c1, c2, c3, c4 = a:byte(1, 4)
+      return sn(h, ((c1 * 256 + c2) * 256 + c3) * 256 + c4)
     else
       fail(what .. ": an address is a string or an integer from 0 to 2^32-1")
     end
@@ -546,12 +617,12 @@ for l in pairs(FK) do FG[l], FS[l] = {}, {} end
 local function fdef(l, key, g, s) FG[l][key], FS[l][key] = g, s end
 fdef(IP4, "src", faddr("src", 12))
 fdef(IP4, "dst", faddr("dst", 16))
-fdef(IP4, "saddr", fnum(IP4, "saddr", 12, 4, 0xffffffff))
-fdef(IP4, "daddr", fnum(IP4, "daddr", 16, 4, 0xffffffff))
+fdef(IP4, "saddr", fnum(IP4, "saddr", 12, 4, 0xffffffff, ck_ip4_addr))
+fdef(IP4, "daddr", fnum(IP4, "daddr", 16, 4, 0xffffffff, ck_ip4_addr))
 fdef(IP4, "ttl", fnum(IP4, "ttl", 8, 1, 0xff))
-fdef(IP4, "proto", fnum(IP4, "proto", 9, 1, 0xff))
+fdef(IP4, "proto", fnum(IP4, "proto", 9, 1, 0xff, "full"))
 fdef(IP4, "tos", fnum(IP4, "tos", 1, 1, 0xff))
-fdef(IP4, "len", fnum(IP4, "len", 2, 2, 0xffff))
+fdef(IP4, "len", fnum(IP4, "len", 2, 2, 0xffff, "full"))
 fdef(IP4, "id", fnum(IP4, "id", 4, 2, 0xffff))
 fdef(IP4, "version", function() return 4 end, function() fail("pkt.ip4.version is read-only") end)
 FG[IP4].hlim, FS[IP4].hlim = FG[IP4].ttl, FS[IP4].ttl
@@ -561,16 +632,16 @@ for _, l in ipairs({ UDP, TCP }) do
   fdef(l, "sport", fnum(l, "sport", 0, 2, 0xffff))
   fdef(l, "dport", fnum(l, "dport", 2, 2, 0xffff))
 end
-fdef(UDP, "len", fnum(UDP, "len", 4, 2, 0xffff))
-fdef(UDP, "checksum", fnum(UDP, "checksum", 6, 2, 0xffff))
+fdef(UDP, "len", fnum(UDP, "len", 4, 2, 0xffff, "full"))
+fdef(UDP, "checksum", fnum(UDP, "checksum", 6, 2, 0xffff, "full"))
 fdef(TCP, "seq", fnum(TCP, "seq", 4, 4, 0xffffffff))
 fdef(TCP, "ack", fnum(TCP, "ack", 8, 4, 0xffffffff))
 fdef(TCP, "flags", fnum(TCP, "flags", 12, 2, 0x1ff))
 fdef(TCP, "win", fnum(TCP, "win", 14, 2, 0xffff))
-fdef(TCP, "checksum", fnum(TCP, "checksum", 16, 2, 0xffff))
+fdef(TCP, "checksum", fnum(TCP, "checksum", 16, 2, 0xffff, "full"))
 fdef(ICMP, "type", fnum(ICMP, "type", 0, 1, 0xff))
 fdef(ICMP, "code", fnum(ICMP, "code", 1, 1, 0xff))
-fdef(ICMP, "checksum", fnum(ICMP, "checksum", 2, 2, 0xffff))
+fdef(ICMP, "checksum", fnum(ICMP, "checksum", 2, 2, 0xffff, "full"))
 
 -- Two metatypes per fast layer: the writable one (gen) and the read-only one (balance, fwd),
 -- whose setters are errors naming the tool: no flag is tested per field.
