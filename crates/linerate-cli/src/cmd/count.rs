@@ -731,14 +731,12 @@ fn summary_json(
     Ok(())
 }
 
-/// The summary as a statistics block and a Summary line (and what -w missed).
-fn summary_text(out: &mut dyn Write, a: &Args, report: &count::Report, end: &End) {
-    let t = &report.tick;
-    let _ = out.write_all(stats::pfcount_block(&t.start, &t.start, &t.now).as_bytes());
+/// The Summary line up to its end reason: packets, bytes, drops by reason and what the filter
+/// rejected, from the start of the run (one thread's or all threads').
+fn summary_line(t: &count::Tick, ended: &str) -> String {
     let r = stats::Rates::between(&t.start, &t.now);
-    let _ = writeln!(
-        out,
-        "Summary: {} pkts, {} bytes, {} dropped ({}), {} rejected by filter; ended: {}{}",
+    format!(
+        "Summary: {} pkts, {} bytes, {} dropped ({}), {} rejected by filter; ended: {}",
         group(r.pkts),
         group(r.bytes),
         group(r.drops),
@@ -753,12 +751,20 @@ fn summary_text(out: &mut dyn Write, a: &Args, report: &count::Report, end: &End
                 .since(&t.start.drops)
                 .get(linerate::port::DropReason::Filter)
         ),
-        end.ended,
-        end.note
-            .as_ref()
-            .map(|n| format!(" ({n})"))
-            .unwrap_or_default()
-    );
+        ended
+    )
+}
+
+/// The summary as a statistics block and a Summary line (and what -w missed).
+fn summary_text(out: &mut dyn Write, a: &Args, report: &count::Report, end: &End) {
+    let t = &report.tick;
+    let _ = out.write_all(stats::pfcount_block(&t.start, &t.start, &t.now).as_bytes());
+    let note = end
+        .note
+        .as_ref()
+        .map(|n| format!(" ({n})"))
+        .unwrap_or_default();
+    let _ = writeln!(out, "{}{note}", summary_line(t, end.ended));
     if let (Some(w), Some(n), Some(path)) = (end.written, end.not_written, &a.write) {
         if n > 0 || report.output_error.is_some() {
             let _ = writeln!(
@@ -1047,27 +1053,7 @@ fn summary_threads(
     } else {
         let _ = out.write_all(stats::pfcount_block(&t.start, &t.start, &t.now).as_bytes());
         let _ = out.write_all(per_thread_text(names, &per).as_bytes());
-        let r = stats::Rates::between(&t.start, &t.now);
-        let _ = writeln!(
-            out,
-            "Summary: {} pkts, {} bytes, {} dropped ({}), {} rejected by filter; ended: {}; {} threads",
-            group(r.pkts),
-            group(r.bytes),
-            group(r.drops),
-            if r.drops == 0 {
-                "none".to_string()
-            } else {
-                stats::breakdown(&stats::losses(&t.start, &t.now))
-            },
-            group(
-                t.now
-                    .drops
-                    .since(&t.start.drops)
-                    .get(linerate::port::DropReason::Filter)
-            ),
-            ended,
-            names.len()
-        );
+        let _ = writeln!(out, "{}; {} threads", summary_line(t, ended), names.len());
     }
     let _ = out.flush();
     Ok(())
