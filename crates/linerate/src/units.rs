@@ -187,15 +187,6 @@ pub fn parse_rate(s: &str) -> Result<Rate, String> {
     ))
 }
 
-/// A rate as [`parse_rate`], or a bare number of packets per second (`50000`, `50k`), as
-/// `lab -r` and tcpreplay's `-p` take it.
-pub fn parse_rate_or_pps(s: &str) -> Result<Rate, String> {
-    match parse_count(s) {
-        Ok(n) => Ok(Rate::Pps(n as f64)),
-        Err(_) => parse_rate(s),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,10 +219,6 @@ mod tests {
         assert!((p - 7_440_476.19).abs() < 1.0, "{p}");
         assert!(parse_rate("50%").unwrap().pps(64.0, None).is_err());
         assert!(Rate::Pps(0.0).pps(64.0, None).is_err());
-        assert_eq!(parse_rate_or_pps("50000"), Ok(Rate::Pps(50_000.0)));
-        assert_eq!(parse_rate_or_pps("50kpps"), Ok(Rate::Pps(50_000.0)));
-        assert_eq!(parse_rate_or_pps("80%"), Ok(Rate::Percent(80.0)));
-        assert!(parse_rate_or_pps("fast").is_err());
     }
 
     #[test]

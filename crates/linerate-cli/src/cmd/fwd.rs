@@ -529,13 +529,11 @@ fn port_options(a: &Args, stop: &Arc<AtomicBool>) -> anyhow::Result<PortOptions>
 fn xdp_config(a: &Args, opts: &PortOptions) -> XdpConfig {
     XdpConfig {
         mode: a.xdp_mode,
-        attach: opts.xdp.attach,
-        frame_size: opts.xdp.frame_size,
         busy_poll: (a.busy_poll > 0).then(|| xdp::BusyPoll {
             usecs: a.busy_poll,
             ..Default::default()
         }),
-        ..Default::default()
+        ..opts.xdp.clone()
     }
 }
 
