@@ -134,6 +134,15 @@ struct Shared {
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 64 && BATCH == 64);
+// Where packets.lua's `struct lr_pkt` has them (the parse is written from both sides).
+const _: () = assert!(
+    std::mem::offset_of!(Slot, parsed) == 17
+        && std::mem::offset_of!(Slot, ver) == 18
+        && std::mem::offset_of!(Slot, l4ok) == 21
+        && std::mem::offset_of!(Slot, l3) == 22
+        && std::mem::offset_of!(Slot, pay) == 28
+        && std::mem::offset_of!(Slot, heads) == 32
+);
 const _: () = assert!(std::mem::size_of::<Shared>() == 8 + 64 * 64 + 128);
 
 /// Loads the packet views into `lua` (before any script runs): keeps the FFI library for them
