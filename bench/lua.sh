@@ -17,7 +17,9 @@
 # Interleaved: each round runs every command once, starting one command further on; prints every
 # run, then the medians and ratios. gen and balance run SECONDS each (their JSON summary gives
 # the rate); fwd reads a PKTS-packet file (default 2M, made once with bench/mkpcap.py) and is
-# timed from start to exit. The machine's other load shows in the header: use the medians. By
+# timed from start to exit. Each run also gives its CPU time (user + system, all threads) per
+# packet, and the ratios are given by it too: on a loaded machine a run waits for a CPU, which
+# the rate counts and the CPU time does not. The machine's other load shows in the header: use the medians. By
 # hand only; build first (cargo build --release -p linerate-cli).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -82,14 +84,40 @@ GEN=(gen -o pcap:/dev/null -t "${SECS}s" --json -q)
 RANDF=(--src-ip random:10.0.0.0-10.255.255.255 --dst-ip random:198.18.0.0-198.18.255.255
        --sport random:1024-17407 --dport random:1024-17407)
 BAL=(balance --threads -i source -n 2 -t "$SECS" --json --quiet)
-gen_pps() { "$@" 2>/dev/null | jq -r 'select(.type=="summary") | .pps' | tail -1; }
-bal_pps() { "$@" 2>/dev/null | jq -r 'select(.type=="summary") | .rx / .elapsed_ms * 1000' | tail -1; }
+# Each prints "PPS NS": the wall-clock rate and the CPU time (all threads: perf stat's
+# task-clock, or user + system from /usr/bin/time, 10 ms steps, without perf) per packet in ns,
+# which the other helpers' load moves much less than the rate.
+if perf stat -x, -e task-clock -o /dev/null true 2>/dev/null; then
+  TIMED=(perf stat -x, -e task-clock -o "$W/cpu")
+else
+  TIMED=(/usr/bin/time -f '%U %S' -o "$W/cpu")
+fi
+cpu_ns() { # FILE PACKETS
+  python3 -c "
+try:
+    t = open('$1').read()
+    ms = [l.split(',')[0] for l in t.splitlines() if 'task-clock' in l]
+    s = float(ms[0]) / 1e3 if ms else sum(map(float, t.split()[-2:]))
+    print(round(s * 1e9 / float('$2'), 1))
+except Exception:
+    print('nan')"
+}
+gen_pps() {
+  local out
+  out=$("${TIMED[@]}" "$@" 2>/dev/null | jq -r 'select(.type=="summary") | "\(.pps) \(.pkts)"' | tail -1)
+  echo "${out% *} $(cpu_ns "$W/cpu" "${out#* }")"
+}
+bal_pps() {
+  local out
+  out=$("${TIMED[@]}" "$@" 2>/dev/null | jq -r 'select(.type=="summary") | "\(.rx / .elapsed_ms * 1000) \(.rx)"' | tail -1)
+  echo "${out% *} $(cpu_ns "$W/cpu" "${out#* }")"
+}
 fwd_pps() {
   local t0 t1
   t0=$(date +%s.%N)
-  "$@" >/dev/null 2>&1 || { echo nan; return; }
+  "${TIMED[@]}" "$@" >/dev/null 2>&1 || { echo nan nan; return; }
   t1=$(date +%s.%N)
-  python3 -c "print(round($PKTS / ($t1 - $t0)))"
+  echo "$(python3 -c "print(round($PKTS / ($t1 - $t0)))") $(cpu_ns "$W/cpu" "$PKTS")"
 }
 
 # name|kind|command (BIN or OLD first)
@@ -108,6 +136,7 @@ if [ -n "$OLD" ]; then
   ROWS+=(
     "OLD gen script 256x1000|gen|$OLD ${GEN[*]} --script $W/set.lua"
     "OLD gen script 8 random|gen|$OLD ${GEN[*]} --script $W/rand.lua"
+    "OLD balance -m lua q[i]|bal|$OLD ${BAL[*]} -m lua:$W/bal.lua"
     "OLD balance -m lua table|bal|$OLD ${BAL[*]} -m lua:$W/baltab.lua"
     "OLD fwd --script dns|fwd|$OLD fwd -i pcap:$PCAP -o pcap:/dev/null -q --script $W/dns.lua"
   )
@@ -115,7 +144,7 @@ fi
 
 echo "# bench/lua.sh, $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), $ROUNDS rounds, ${SECS}s runs, $PKTS-packet file"
 echo "# BIN $BIN${OLD:+, OLD $OLD}"
-declare -A V
+declare -A V CPU
 NR=${#ROWS[@]}
 for r in $(seq "$ROUNDS"); do
   for k in $(seq 0 $((NR - 1))); do
@@ -124,25 +153,30 @@ for r in $(seq "$ROUNDS"); do
     kind=${rest%%|*} cmd=${rest#*|}
     # shellcheck disable=SC2086
     case $kind in
-      gen) pps=$(gen_pps $cmd) ;;
-      bal) pps=$(bal_pps $cmd) ;;
-      fwd) pps=$(fwd_pps $cmd) ;;
+      gen) got=$(gen_pps $cmd) ;;
+      bal) got=$(bal_pps $cmd) ;;
+      fwd) got=$(fwd_pps $cmd) ;;
     esac
-    echo "round $r: $name: ${pps:-nan} pps"
+    pps=${got% *} ns=${got#* }
+    [ "$ns" != "$got" ] || ns=nan
+    echo "round $r: $name: ${pps:-nan} pps, ${ns:-nan} ns CPU/packet"
     V[$name]="${V[$name]:-} ${pps:-nan}"
+    CPU[$name]="${CPU[$name]:-} ${ns:-nan}"
   done
 done
 med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR==0 ? "nan" : a[int((NR+1)/2)])}'; }
-declare -A M
+declare -A M MC
 echo
-echo "| command | runs (Mpps) | median (Mpps) |"
-echo "|---|---|---|"
+echo "| command | runs (Mpps) | median (Mpps) | CPU ns/packet, runs | median |"
+echo "|---|---|---|---|---|"
 for row in "${ROWS[@]}"; do
   name=${row%%|*} cmd=${row##*|}
   # shellcheck disable=SC2086
   M[$name]=$(med ${V[$name]})
+  # shellcheck disable=SC2086
+  MC[$name]=$(med ${CPU[$name]})
   runs=$(for v in ${V[$name]}; do python3 -c "import math; v=float('$v'); print('nan' if math.isnan(v) else f'{v/1e6:.2f}')"; done | tr '\n' ' ')
-  echo "| \`${cmd//$W\//}\` ($name) | $runs | $(python3 -c "print(f'{float(\"${M[$name]}\")/1e6:.2f}')") |"
+  echo "| \`${cmd//$W\//}\` ($name) | $runs | $(python3 -c "print(f'{float(\"${M[$name]}\")/1e6:.2f}')") | ${CPU[$name]} | ${MC[$name]} |"
 done
 ratio() { python3 -c "print(f'{float(\"$1\") / float(\"$2\"):.3f}')" 2>/dev/null || echo nan; }
 echo
@@ -150,11 +184,22 @@ echo "ratios: gen script/flags $(ratio "${M[gen script 256x1000]}" "${M[gen flag
   "gen 8 random/flags $(ratio "${M[gen script 8 random]}" "${M[gen flags random]}") (goal 0.4)," \
   "balance lua/ip $(ratio "${M[balance -m lua q[i]]}" "${M[balance -m ip]}") (goal 0.8)," \
   "fwd script/none $(ratio "${M[fwd --script dns]}" "${M[fwd no script]}") (goal 0.8)"
+# By CPU time: the unscripted command's ns per packet over the scripted one's.
+echo "ratios by CPU time per packet: gen script/flags $(ratio "${MC[gen flags 256x1000]}" "${MC[gen script 256x1000]}")," \
+  "gen 8 random/flags $(ratio "${MC[gen flags random]}" "${MC[gen script 8 random]}")," \
+  "balance lua/ip $(ratio "${MC[balance -m ip]}" "${MC[balance -m lua q[i]]}")," \
+  "fwd script/none $(ratio "${MC[fwd no script]}" "${MC[fwd --script dns]}")"
 if [ -n "$OLD" ]; then
   echo "new/old: gen script $(ratio "${M[gen script 256x1000]}" "${M[OLD gen script 256x1000]}")," \
     "gen 8 random $(ratio "${M[gen script 8 random]}" "${M[OLD gen script 8 random]}")," \
+    "balance q[i] $(ratio "${M[balance -m lua q[i]]}" "${M[OLD balance -m lua q[i]]}")," \
     "balance table $(ratio "${M[balance -m lua table]}" "${M[OLD balance -m lua table]}")," \
     "fwd script $(ratio "${M[fwd --script dns]}" "${M[OLD fwd --script dns]}")"
+  echo "new/old by CPU time per packet: gen script $(ratio "${MC[OLD gen script 256x1000]}" "${MC[gen script 256x1000]}")," \
+    "gen 8 random $(ratio "${MC[OLD gen script 8 random]}" "${MC[gen script 8 random]}")," \
+    "balance q[i] $(ratio "${MC[OLD balance -m lua q[i]]}" "${MC[balance -m lua q[i]]}")," \
+    "balance table $(ratio "${MC[OLD balance -m lua table]}" "${MC[balance -m lua table]}")," \
+    "fwd script $(ratio "${MC[OLD fwd --script dns]}" "${MC[fwd --script dns]}")"
 fi
 echo "(MoonGen's published figure for a scripted packet generator: 14.88 Mpps per core, 10 GbE line rate of 64 B frames)"
 goal "gen --script, modify() of 2 fields (256x1000 flows)" "${M[gen script 256x1000]}" "linerate gen --flows 256 --sport 1024-2023" "${M[gen flags 256x1000]}" 0.8 pps

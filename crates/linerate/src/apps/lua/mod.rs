@@ -29,7 +29,8 @@
 //! Measured (crates/linerate/examples/lua_stop_cost.rs, BENCHMARKS.md): a compiled loop with
 //! the profiler costs the same as without (within the noise of the machine), the interpreter
 //! 2.5 to 3.5 times more; so the compiler is on by default, and a script may still turn it off
-//! (`jit.off()`). The packet views ([`packet`]) run compiled with the script. The other way considered, a watchdog thread that ends the run from outside
+//! (`jit.off()`). The packet views ([`packet`]) run compiled with the script; their checks,
+//! one per source line and function a trace goes through, are why they are loaded as one line. The other way considered, a watchdog thread that ends the run from outside
 //! while the script still runs (outputs shared behind a lock, the summary from counters), is
 //! heavier and touches every tool: not needed.
 //!

@@ -28,6 +28,55 @@ use std::rc::Rc;
 /// The Lua side of the packets (LuaJIT FFI views), run once in every script's state.
 const PRELUDE: &str = include_str!("packets.lua");
 
+/// packets.lua on one line, comments out: what [`install`] loads. With LuaJIT's profiler on (the
+/// stop of compiled code, `sys::luajit`: mode `l`), a trace checks the profiler's flag, with a
+/// snapshot, at every new source line and function it records; the views inlined into a
+/// script's loop had some 50 such checks per packet (two fields set), which took a third of the
+/// loop's time and made some loops abort. On one line, they have one per function entered or
+/// left. Errors of the views name the script's line (they are raised at level 0 and placed
+/// from the traceback), never packets.lua's.
+fn prelude() -> &'static str {
+    static ONE_LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ONE_LINE.get_or_init(|| one_line(PRELUDE))
+}
+
+/// Lua source on one line: each line's `--` comment taken out (outside strings), the lines
+/// joined by spaces. For sources whose lines never start with `(` (joined, such a line would
+/// call the previous one's value) nor have a multi-line string or comment other than a
+/// `[[ ... ]]` of C declarations, in which newlines are spaces too: packets.lua, which a test
+/// checks.
+fn one_line(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    for line in src.lines() {
+        let b = line.as_bytes();
+        let (mut quote, mut i, mut cut) = (0u8, 0, b.len());
+        while i < b.len() {
+            let c = b[i];
+            if quote != 0 {
+                if c == b'\\' {
+                    i += 1;
+                } else if c == quote {
+                    quote = 0;
+                }
+            } else if c == b'"' || c == b'\'' {
+                quote = c;
+            } else if c == b'-' && b.get(i + 1) == Some(&b'-') {
+                cut = i;
+                break;
+            }
+            i += 1;
+        }
+        let code = line[..cut].trim();
+        if !code.is_empty() {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(code);
+        }
+    }
+    out
+}
+
 /// Where [`install`] keeps the function that makes a state's packets.
 const MAKER: &str = "linerate.packets.make";
 
@@ -53,8 +102,18 @@ struct Slot {
     dirty: Cell<u8>,
     ok: Cell<u8>,
     parsed: Cell<u8>,
-    /// Offsets the Lua side's parser keeps (layer starts, protocol, ...).
-    _parse: [Cell<u8>; 14],
+    /// What the parser found ([`parse_slot`], or packets.lua's `parse` after a raw write): IP
+    /// version, protocol, VLAN tags, whether the transport header is whole, and where the
+    /// network layer, the transport header, the datagram's end and the payload are.
+    ver: Cell<u8>,
+    proto: Cell<u8>,
+    nvl: Cell<u8>,
+    l4ok: Cell<u8>,
+    l3: Cell<u16>,
+    l4: Cell<u16>,
+    l3e: Cell<u16>,
+    pay: Cell<u16>,
+    _pad: Cell<u16>,
     /// Where the Lua side's parser found the IPv4, UDP, TCP and ICMP headers (0: not found,
     /// or not parsed in this batch): what its layer views read and write through.
     heads: [Cell<u64>; 4],
@@ -75,6 +134,15 @@ struct Shared {
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 64 && BATCH == 64);
+// Where packets.lua's `struct lr_pkt` has them (the parse is written from both sides).
+const _: () = assert!(
+    std::mem::offset_of!(Slot, parsed) == 17
+        && std::mem::offset_of!(Slot, ver) == 18
+        && std::mem::offset_of!(Slot, l4ok) == 21
+        && std::mem::offset_of!(Slot, l3) == 22
+        && std::mem::offset_of!(Slot, pay) == 28
+        && std::mem::offset_of!(Slot, heads) == 32
+);
 const _: () = assert!(std::mem::size_of::<Shared>() == 8 + 64 * 64 + 128);
 
 /// Loads the packet views into `lua` (before any script runs): keeps the FFI library for them
@@ -104,7 +172,7 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
         })
     })?;
     let make: Function = lua
-        .load(PRELUDE)
+        .load(prelude())
         .set_name("=linerate packets")
         .call((text, parse, mac))?;
     lua.set_named_registry_value(MAKER, make)
@@ -136,7 +204,15 @@ impl Packets {
                 dirty: Cell::new(0),
                 ok: Cell::new(0),
                 parsed: Cell::new(0),
-                _parse: Default::default(),
+                ver: Cell::new(0),
+                proto: Cell::new(0),
+                nvl: Cell::new(0),
+                l4ok: Cell::new(0),
+                l3: Cell::new(0),
+                l4: Cell::new(0),
+                l3e: Cell::new(0),
+                pay: Cell::new(0),
+                _pad: Cell::new(0),
                 heads: Default::default(),
             }),
             queues: std::array::from_fn(|_| Cell::new(-1)),
@@ -165,16 +241,20 @@ impl Packets {
         &self.queues
     }
 
-    fn fill(&self, n: usize, addr: impl Fn(usize) -> (u64, usize), streams: &[u8]) {
+    /// Points the slots at the batch's frames (`frame(i)`: the bytes of frame `i`; their
+    /// address goes to the Lua side) and parses each ([`parse_slot`]): the Lua side's views
+    /// then find their headers without parsing in Lua, where the parse took most of a simple
+    /// script's time.
+    fn fill<'a>(&self, n: usize, frame: impl Fn(usize) -> &'a [u8], streams: &[u8]) {
+        let eth = self.shared.eth.get() != 0;
         for (i, s) in self.shared.pkts[..n].iter().enumerate() {
-            let (a, len) = addr(i);
-            s.addr.set(a);
-            s.len.set(u32::try_from(len).unwrap_or(0));
+            let b = frame(i);
+            s.addr.set(b.as_ptr() as u64);
+            s.len.set(u32::try_from(b.len()).unwrap_or(0));
             s.stream.set(streams.get(i).map_or(0, |&v| u16::from(v)));
             s.dropped.set(0);
             s.dirty.set(0);
-            s.parsed.set(0);
-            s.heads.iter().for_each(|h| h.set(0));
+            parse_slot(s, b, eth);
             s.ok.set(1);
             self.shared.queues[i].set(-1);
         }
@@ -189,26 +269,25 @@ impl Packets {
             return Err("the packets of a writing tool need load_mut".into());
         }
         let n = batch.len().min(BATCH);
-        self.fill(
-            n,
-            |i| {
-                let d = batch.data(i);
-                (d.as_ptr() as u64, d.len())
-            },
-            streams,
-        );
+        self.fill(n, |i| batch.data(i), streams);
         Ok(n)
     }
 
     /// As [`Packets::load`], with the frames writable by the script.
     pub fn load_mut(&self, batch: &mut Batch, streams: &[u8]) -> Result<usize, String> {
         let n = batch.len().min(BATCH);
+        // The script writes the frames through their addresses: taken from the mutable
+        // borrows, read through shared ones for the parse.
         let mut at = [(0u64, 0usize); BATCH];
         for (i, a) in at[..n].iter_mut().enumerate() {
             let d = batch.data_mut(i);
             *a = (d.as_mut_ptr() as u64, d.len());
         }
-        self.fill(n, |i| at[i], streams);
+        self.fill(n, |i| batch.data(i), streams);
+        for (s, &(a, _)) in self.shared.pkts[..n].iter().zip(&at[..n]) {
+            debug_assert_eq!(s.addr.get(), a);
+            s.addr.set(a);
+        }
         Ok(n)
     }
 
@@ -258,6 +337,173 @@ impl Packets {
             }
         }
     }
+}
+
+/// linerate's parser (the rules of [`crate::wire::parse()`]: VLAN/QinQ tags, IPv4 with AH
+/// stepped over, IPv6 extension headers, later fragments without transport header) into a
+/// slot, as packets.lua's `parse` does it (which parses again after a raw write): the layer
+/// starts, and `heads` where the IPv4, UDP, TCP and ICMP headers are. A frame longer than the
+/// slot's 16-bit offsets is left for the Lua side's parse.
+fn parse_slot(s: &Slot, b: &[u8], eth: bool) {
+    s.heads.iter().for_each(|h| h.set(0));
+    for c in [&s.ver, &s.proto, &s.nvl, &s.l4ok] {
+        c.set(0);
+    }
+    for c in [&s.l3, &s.l4, &s.l3e, &s.pay] {
+        c.set(0);
+    }
+    if b.len() > usize::from(u16::MAX) {
+        s.parsed.set(0);
+        return;
+    }
+    s.parsed.set(1);
+    parse_layers(s, b, eth);
+}
+
+fn parse_layers(s: &Slot, b: &[u8], eth: bool) {
+    let n = b.len();
+    let base = b.as_ptr() as u64;
+    let be16 = |o: usize| u16::from_be_bytes([b[o], b[o + 1]]);
+    let mut off = 0;
+    let mut want = 0;
+    if eth {
+        if n < 14 {
+            return;
+        }
+        let mut et = be16(12);
+        off = 14;
+        let mut k = 0;
+        while matches!(et, 0x8100 | 0x88a8 | 0x9100) {
+            if k == 4 || off + 4 > n {
+                return;
+            }
+            et = be16(off + 2);
+            off += 4;
+            k += 1;
+        }
+        s.nvl.set(k);
+        want = match et {
+            0x0800 => 4,
+            0x86dd => 6,
+            _ => return,
+        };
+    }
+    if off >= n {
+        return;
+    }
+    let v = b[off] >> 4;
+    if want != 0 && v != want {
+        return;
+    }
+    if v == 4 {
+        let hl = usize::from(b[off] & 15) * 4;
+        if hl < 20 || off + hl > n {
+            return;
+        }
+        let total = usize::from(be16(off + 2));
+        if total < hl {
+            return;
+        }
+        let stop = (off + total).min(n);
+        s.ver.set(4);
+        s.l3.set(off as u16);
+        s.l3e.set(stop as u16);
+        s.heads[0].set(base + off as u64);
+        let mut pr = b[off + 9];
+        s.proto.set(pr);
+        if be16(off + 6) & 0x1fff != 0 {
+            return; // a later fragment
+        }
+        let mut at = off + hl;
+        // AH headers: at most 4 stepped over
+        for _ in 0..4 {
+            if pr != 51 {
+                break;
+            }
+            if at + 2 > n {
+                return;
+            }
+            (pr, at) = (b[at], at + (usize::from(b[at + 1]) + 2) * 4);
+            if at > stop {
+                return;
+            }
+        }
+        transport(s, b, at, stop, pr);
+    } else if v == 6 {
+        if off + 40 > n {
+            return;
+        }
+        let pl = usize::from(be16(off + 4));
+        let stop = if pl == 0 { n } else { (off + 40 + pl).min(n) };
+        s.ver.set(6);
+        s.l3.set(off as u16);
+        s.l3e.set(stop as u16);
+        let (mut nh, mut at) = (b[off + 6], off + 40);
+        let mut steps = 0;
+        loop {
+            s.proto.set(nh);
+            if nh == 59 {
+                return;
+            }
+            if !matches!(nh, 0 | 43 | 44 | 60 | 51 | 135 | 139 | 140) {
+                break;
+            }
+            if steps == 8 || at + 2 > stop {
+                return;
+            }
+            steps += 1;
+            let (nx, ln) = (b[at], usize::from(b[at + 1]));
+            let hlen = match nh {
+                44 => 8,
+                51 => (ln + 2) * 4,
+                _ => (ln + 1) * 8,
+            };
+            if at + hlen > stop {
+                return;
+            }
+            if nh == 44 && be16(at + 2) & 0xfff8 != 0 {
+                s.proto.set(nx); // a later fragment: its protocol, no transport header
+                return;
+            }
+            (nh, at) = (nx, at + hlen);
+        }
+        transport(s, b, at, stop, nh);
+    }
+}
+
+/// The transport header of protocol `pr` at `at` (the datagram ending at `stop`): whole, its
+/// payload's offset and its head.
+fn transport(s: &Slot, b: &[u8], at: usize, stop: usize, pr: u8) {
+    s.proto.set(pr);
+    s.l4.set(at as u16);
+    let room = stop.saturating_sub(at);
+    let hl = match pr {
+        6 => {
+            if room < 20 {
+                return;
+            }
+            let hl = usize::from(b[at + 12] >> 4) * 4;
+            if hl < 20 {
+                return;
+            }
+            hl
+        }
+        17 | 1 | 58 => 8,
+        132 => 12,
+        _ => return,
+    };
+    if room < hl {
+        return;
+    }
+    s.l4ok.set(1);
+    s.pay.set((at + hl) as u16);
+    let k = match pr {
+        17 => 1,
+        6 => 2,
+        132 => return,
+        _ => 3,
+    };
+    s.heads[k].set(b.as_ptr() as u64 + at as u64);
 }
 
 /// Recomputes the IPv4 header checksum and the UDP or TCP checksum of a packet a script changed
@@ -917,6 +1163,102 @@ mod layers {
         f
     }
 
+    /// The parse Rust does as it fills the slots (parse_slot) and packets.lua's, which runs
+    /// after a raw write, find the same layers in every kind of packet.
+    #[test]
+    fn the_rust_and_the_lua_parse_agree() {
+        let mut frames = Vec::new();
+        let mut qinq = eth(&[(0x88a8, 0x2005), (0x8100, 7)], 0x0800);
+        qinq.extend_from_slice(&[
+            0x45, 0, 0, 28, 0, 1, 0x20, 0, 64, 1, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        qinq.extend_from_slice(&[8, 0, 0, 0, 0, 1, 0, 1]);
+        frames.push(qinq);
+        let mut frag4 = eth(&[], 0x0800);
+        frag4.extend_from_slice(&[
+            0x45, 0, 0, 28, 0, 1, 0, 1, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        frag4.extend_from_slice(&[0x10, 0, 0, 0x35, 0, 8, 0, 0]);
+        frames.push(frag4.clone());
+        frames.push(frag4[..30].to_vec()); // cut in the IPv4 header
+        let mut tcp = eth(&[(0x8100, 3)], 0x0800);
+        tcp.extend_from_slice(&[
+            0x45, 0, 0, 40, 0, 1, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        tcp.extend_from_slice(&[0, 80, 0, 81, 0, 0, 0, 1, 0, 0, 0, 2, 0x50, 0x12, 1, 0]);
+        tcp.extend_from_slice(&[0, 0, 0, 0]);
+        frames.push(tcp.clone());
+        let mut short_hl = tcp.clone();
+        short_hl[18 + 20 + 12] = 0x40; // data offset 16 B: no TCP header
+        frames.push(short_hl);
+        let mut ah = eth(&[], 0x0800);
+        ah.extend_from_slice(&[
+            0x45, 0, 0, 48, 0, 1, 0, 0, 64, 51, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        ah.extend_from_slice(&[17, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1]);
+        ah.extend_from_slice(&[0x10, 0, 0, 0x35, 0, 8, 0, 0]);
+        frames.push(ah);
+        frames.push(v6(&[17, 0, 1, 4, 0, 0, 0, 0], 0, None));
+        frames.push(v6(&[], 44, Some(1)));
+        frames.push(v6(&[], 44, Some(8)));
+        frames.push(v6(&[], 58, None));
+        frames.push(v6(&[], 59, None));
+        frames.push(eth(&[], 0x0806));
+        frames.push(eth(&[(0x8100, 1); 5], 0x0800));
+        frames.push(vec![1, 2, 3]);
+        let src = r#"
+            local function sig(p)
+              local r = {}
+              for _, l in ipairs({ "eth", "vlan", "ip4", "ip6", "udp", "tcp", "icmp", "ip" }) do
+                r[#r + 1] = tostring(p[l] ~= nil)
+              end
+              if p.ip4 then r[#r + 1] = p.ip4.proto end
+              if p.ip6 then r[#r + 1] = p.ip6.proto end
+              if p.vlan then r[#r + 1] = p.vlan.id end
+              if p.eth then r[#r + 1] = p.eth.type end
+              if p.udp then r[#r + 1] = p.udp.dport end
+              if p.tcp then r[#r + 1] = p.tcp.flags end
+              if p.icmp then r[#r + 1] = p.icmp.type end
+              r[#r + 1] = tostring(select(2, pcall(p.payloadOffset, p)))
+              return table.concat(r, " ")
+            end
+            function f(pkts, n)
+              local bad = {}
+              for i = 1, n do
+                local p = pkts[i]
+                local a = sig(p)
+                if p:len() > 0 then p:setByte(0, p:getByte(0)) end -- parsed again, in Lua
+                local b = sig(p)
+                if a ~= b then bad[#bad + 1] = i .. ": " .. a .. " / " .. b end
+              end
+              return table.concat(bad, "; ")
+            end"#;
+        let pool = Arc::new(Pool::new(&PoolConfig::default()).unwrap());
+        let mut b = Batch::with_pool(&pool);
+        for f in &frames {
+            let mut fr = b.alloc().unwrap();
+            fr.buf()[..f.len()].copy_from_slice(f);
+            fr.push(Desc {
+                len: f.len() as u32,
+                wire_len: f.len() as u32,
+                ..Default::default()
+            });
+        }
+        let lua = new_state(&ScriptOptions::default()).unwrap();
+        let access = Access {
+            tool: "gen",
+            write: true,
+            drop: false,
+        };
+        let pk = Packets::new(&lua, access, LinkType::ETHERNET).unwrap();
+        lua.load(src).exec().unwrap();
+        let f: mlua::Function = lua.globals().get("f").unwrap();
+        let n = pk.load_mut(&mut b, &[]).unwrap();
+        let r: String = f.call((pk.table().clone(), n)).unwrap();
+        pk.store(&mut b, |_, _| {});
+        assert_eq!(r, "");
+    }
+
     #[test]
     fn tags_extension_headers_and_fragments_follow_the_parsers_rules() {
         // QinQ: the outer tag's id, the ethertype after both tags.
@@ -1035,6 +1377,102 @@ mod fast {
             let e = f.call::<Value>(()).unwrap_err().to_string();
             assert!(e.contains(want), "{body}: {e}");
             pk.store(&mut b2, |_, _| {});
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod one_line_prelude {
+    use super::*;
+
+    #[test]
+    fn packets_lua_joins_into_one_line_that_means_the_same() {
+        // What joining lines could change: a line starting with `(`, a multi-line string or
+        // comment other than the C declarations.
+        for (i, l) in PRELUDE.lines().enumerate() {
+            let t = l.trim_start();
+            assert!(!t.starts_with('('), "packets.lua:{}: starts with (", i + 1);
+            assert!(
+                !t.starts_with("--[["),
+                "packets.lua:{}: a block comment",
+                i + 1
+            );
+        }
+        assert_eq!(PRELUDE.matches("[[").count(), 1);
+        let p = prelude();
+        assert!(!p.contains('\n') && !p.contains("--"), "{p}");
+        assert_eq!(
+            one_line("local a = 1 -- one\n-- two\nlocal s = \"x--y\" .. 'it\\'s--' -- three\n"),
+            "local a = 1 local s = \"x--y\" .. 'it\\'s--'"
+        );
+        assert!(p.contains("ffi.cdef([[ struct lr_pkt {"), "{p}");
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod widths {
+    use super::tests_support::*;
+    use super::*;
+
+    /// Writes of one width read back through another (a u16 field then its bytes, a byte then
+    /// the u16 or u32 around it, the same field twice, whose setter reads the checksum's word
+    /// around it), in a loop LuaJIT compiles: no value read stale, every checksum right.
+    #[test]
+    fn mixed_width_writes_read_back_what_was_written_compiled_or_not() {
+        let src = r#"
+            BAD = 0
+            local band, rshift = bit.band, bit.rshift
+            local function ipck(p)
+              local s = 0
+              for o = 14, 32, 2 do s = s + p:getU16(o) end
+              while s > 0xffff do s = band(s, 0xffff) + rshift(s, 16) end
+              return s == 0xffff
+            end
+            function f(pkts, n, k)
+              for i = 1, n do
+                local p, v = pkts[i], (i * 7919 + k) % 65536
+                p.udp.sport = v
+                if p:getByte(34) * 256 + p:getByte(35) ~= v then BAD = BAD + 1 end
+                if p:getU32(34) ~= v * 65536 + p.udp.dport then BAD = BAD + 1 end
+                p.ip4.ttl = (i + k) % 200
+                p.ip4.ttl = (i + k + 1) % 200
+                if p:getU16(22) ~= ((i + k + 1) % 200) * 256 + 17 then BAD = BAD + 1 end
+                p.ip4.tos = i
+                p.ip4.tos = (i + 3) % 256
+                p.ip4.saddr = 0x0a000000 + k
+                p.ip4.saddr = 0x0b000000 + k
+                if p:getU16(26) ~= 0x0b00 or p:getByte(29) ~= k % 256 then BAD = BAD + 1 end
+                p.ip4.id = v
+                p.ip4.id = (v + 9) % 65536
+                if not ipck(p) then BAD = BAD + 1 end
+              end
+              for i = 1, n do
+                local p = pkts[i]
+                p:setByte(36, i)
+                if p.udp.dport ~= i * 256 + 53 then BAD = BAD + 1 end
+                p:setU16(28, k % 65536)
+                if p.ip4.saddr ~= 0x0b000000 + k % 65536 then BAD = BAD + 1 end
+              end
+            end"#;
+        for jit in ["jit.on()", "jit.off()"] {
+            let lua = new_lua();
+            let pk = Packets::new(&lua, GEN_ACCESS, LinkType::ETHERNET).unwrap();
+            lua.load(jit).exec().unwrap();
+            lua.load(src).set_name("@w.lua").exec().unwrap();
+            let f: mlua::Function = lua.globals().get("f").unwrap();
+            let mut frames = vec![udp_frame(53); 64];
+            for fr in &mut frames {
+                fix_checksums(fr, LinkType::ETHERNET);
+            }
+            let mut b = many(&frames);
+            for k in 0..300 {
+                let n = pk.load_mut(&mut b, &[]).unwrap();
+                f.call::<()>((pk.table().clone(), n, k)).unwrap();
+                // the raw writes: the full recompute
+                pk.store(&mut b, |_, d| fix_checksums(d, LinkType::ETHERNET));
+            }
+            let bad: i64 = lua.globals().get("BAD").unwrap();
+            assert_eq!(bad, 0, "{jit}");
         }
     }
 }
