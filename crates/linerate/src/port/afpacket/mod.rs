@@ -444,6 +444,29 @@ impl Port for AfPacket {
         }
     }
 
+    fn tx_build_room(&self) -> Option<usize> {
+        match &self.tx {
+            Some(t) => Some(t.build_room()),
+            None if self.tx_sock.is_some() => Some(tx::max_frame(self.mtu, self.link, true)),
+            None => None,
+        }
+    }
+
+    #[inline]
+    fn tx_build(
+        &mut self,
+        want: usize,
+        fill: &mut dyn FnMut(&mut [&mut [u8]], &mut [u32]) -> usize,
+    ) -> Result<usize, PortError> {
+        if self.tx.is_none() {
+            self.open_tx()?;
+        }
+        match &mut self.tx {
+            Some(t) => t.build(want, fill, &mut self.stats),
+            None => Ok(0),
+        }
+    }
+
     fn flush(&mut self) -> Result<(), PortError> {
         match &mut self.tx {
             Some(t) => t.flush(),
