@@ -281,6 +281,10 @@ pub trait RxWake: Send + Sync {
     fn wake(&self);
 }
 
+/// What a sender hands [`Port::tx_build`]: writes packets into the frames lent (the first
+/// slice), their lengths into the second, and returns how many it wrote.
+pub type TxFill<'a> = dyn FnMut(&mut [&mut [u8]], &mut [u32]) -> usize + 'a;
+
 /// A source and/or sink of packets.
 ///
 /// Calls move whole batches; nothing here is per packet. `rx` appends received packets to the
@@ -372,11 +376,7 @@ pub trait Port: Send {
     /// per call, as [`Port::tx`]), the rest given back. Returns how many were sent or counted
     /// as dropped (a length the link does not take): 0 when the ring has no free frame now
     /// (`fill` is then not called). Ports without such a ring return 0 and never call `fill`.
-    fn tx_build(
-        &mut self,
-        _want: usize,
-        _fill: &mut dyn FnMut(&mut [&mut [u8]], &mut [u32]) -> usize,
-    ) -> Result<usize, PortError> {
+    fn tx_build(&mut self, _want: usize, _fill: &mut TxFill<'_>) -> Result<usize, PortError> {
         Ok(0)
     }
     /// Applies a filter in the kernel if the port can; returns false if the caller must run it

@@ -44,7 +44,7 @@ mod rx;
 mod sys;
 mod tx;
 
-use super::{Capture, DropReason, LinkType, Port, PortError, PortOptions, PortStats};
+use super::{Capture, DropReason, LinkType, Port, PortError, PortOptions, PortStats, TxFill};
 use crate::filter::{Filter, Insn};
 use crate::mem::{Batch, Pool, Region};
 use rx::RxBlocks;
@@ -453,11 +453,7 @@ impl Port for AfPacket {
     }
 
     #[inline]
-    fn tx_build(
-        &mut self,
-        want: usize,
-        fill: &mut dyn FnMut(&mut [&mut [u8]], &mut [u32]) -> usize,
-    ) -> Result<usize, PortError> {
+    fn tx_build(&mut self, want: usize, fill: &mut TxFill<'_>) -> Result<usize, PortError> {
         if self.tx.is_none() {
             self.open_tx()?;
         }

@@ -7,7 +7,7 @@
 
 use super::sys;
 use crate::mem::{prefetch_write, Batch, Region, BATCH};
-use crate::port::{DropReason, PortError, PortStats};
+use crate::port::{DropReason, PortError, PortStats, TxFill};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -213,7 +213,7 @@ impl TxRing {
     pub(super) fn build(
         &mut self,
         want: usize,
-        fill: &mut dyn FnMut(&mut [&mut [u8]], &mut [u32]) -> usize,
+        fill: &mut TxFill<'_>,
         stats: &mut PortStats,
     ) -> Result<usize, PortError> {
         let want = want.min(BATCH).min(self.frames);
@@ -235,25 +235,27 @@ impl TxRing {
         }
         let base = self.map.as_ptr();
         let room = self.max_len;
-        let mut bufs: [&mut [u8]; BATCH] = std::array::from_fn(|_| <&mut [u8]>::default());
-        let mut i = self.head;
-        for b in bufs.iter_mut().take(free) {
-            // SAFETY: frame `i` is ours (its status, read with acquire above, is neither
-            // SEND_REQUEST nor SENDING) until we request it; `room` = max_len <= frame_size -
-            // DATA_OFF, so the slice lies inside frame `i`, inside the mapping; the frames
-            // are distinct, so no two slices overlap, and they live until `fill` returns.
-            *b = unsafe {
-                std::slice::from_raw_parts_mut(base.add(i * self.frame_size + DATA_OFF), room)
-            };
-            i = if i + 1 == self.frames { 0 } else { i + 1 };
-        }
         let mut lens = [0u32; BATCH];
-        let n = fill(&mut bufs[..free], &mut lens[..free]).min(free);
-        drop(bufs);
+        let n = {
+            let mut bufs: [&mut [u8]; BATCH] = std::array::from_fn(|_| <&mut [u8]>::default());
+            let mut i = self.head;
+            for b in bufs.iter_mut().take(free) {
+                // SAFETY: frame `i` is ours (its status, read with acquire above, is neither
+                // SEND_REQUEST nor SENDING) until we request it; `room` = max_len <=
+                // frame_size - DATA_OFF, so the slice lies inside frame `i`, inside the
+                // mapping; the frames are distinct, so no two slices overlap, and they live
+                // until `fill` returns (the end of this block).
+                *b = unsafe {
+                    std::slice::from_raw_parts_mut(base.add(i * self.frame_size + DATA_OFF), room)
+                };
+                i = if i + 1 == self.frames { 0 } else { i + 1 };
+            }
+            fill(&mut bufs[..free], &mut lens[..free]).min(free)
+        };
         let mut queued = 0;
         let mut bytes = 0u64;
-        for k in 0..n {
-            let len = lens[k] as usize;
+        for (k, &len) in lens.iter().enumerate().take(n) {
+            let len = len as usize;
             let at = |j: usize| {
                 let f = self.head + j;
                 base.wrapping_add(

@@ -41,7 +41,7 @@ mod umem;
 pub use config::{parse_name, BusyPoll, Queues, XdpConfig, XdpMode};
 pub use umem::UmemArea;
 
-use super::{DropReason, Port, PortError, PortOptions, PortStats};
+use super::{DropReason, Port, PortError, PortOptions, PortStats, TxFill};
 use crate::mem::{Batch, Desc, Pool, Region, BATCH};
 use prog::Attachment;
 pub use prog::{AttachApi, AttachMode};
@@ -1248,11 +1248,7 @@ impl Port for XdpPort {
     /// Lends free UMEM frames as the descriptors the tx ring has room for, and posts those
     /// written: no pool frame and copy, the completion ring reclaimed once per call.
     #[inline]
-    fn tx_build(
-        &mut self,
-        want: usize,
-        fill: &mut dyn FnMut(&mut [&mut [u8]], &mut [u32]) -> usize,
-    ) -> Result<usize, PortError> {
+    fn tx_build(&mut self, want: usize, fill: &mut TxFill<'_>) -> Result<usize, PortError> {
         if self.fill_max > 0 {
             return Err(PortError::Unsupported {
                 port: self.name.clone(),
@@ -1283,16 +1279,18 @@ impl Port for XdpPort {
             }
             return Ok(0);
         }
-        let mut bufs: [&mut [u8]; BATCH] = std::array::from_fn(|_| <&mut [u8]>::default());
-        let region = self.pool.region();
-        for (b, &a) in bufs.iter_mut().zip(&addrs[..got]) {
-            // SAFETY: `a` was just allocated from the UMEM's pool and is held by no one else;
-            // the addresses are distinct frames, so the slices do not overlap.
-            *b = unsafe { region.bytes_mut(a, piece) }.unwrap_or_default();
-        }
         let mut lens = [0u32; BATCH];
-        let n = fill(&mut bufs[..got], &mut lens[..got]).min(got);
-        drop(bufs);
+        let n = {
+            let mut bufs: [&mut [u8]; BATCH] = std::array::from_fn(|_| <&mut [u8]>::default());
+            let region = self.pool.region();
+            for (b, &a) in bufs.iter_mut().zip(&addrs[..got]) {
+                // SAFETY: `a` was just allocated from the UMEM's pool and is held by no one
+                // else; the addresses are distinct frames, so the slices do not overlap; they
+                // live until `fill` returns (the end of this block).
+                *b = unsafe { region.bytes_mut(a, piece) }.unwrap_or_default();
+            }
+            fill(&mut bufs[..got], &mut lens[..got]).min(got)
+        };
         // Never longer than the link takes (its MTU with the Ethernet header and a tag).
         let max = self
             .max_tx_frame(true)
