@@ -281,6 +281,10 @@ pub trait RxWake: Send + Sync {
     fn wake(&self);
 }
 
+/// What a sender hands [`Port::tx_build`]: writes packets into the frames lent (the first
+/// slice), their lengths into the second, and returns how many it wrote.
+pub type TxFill<'a> = dyn FnMut(&mut [&mut [u8]], &mut [u32]) -> usize + 'a;
+
 /// A source and/or sink of packets.
 ///
 /// Calls move whole batches; nothing here is per packet. `rx` appends received packets to the
@@ -359,6 +363,21 @@ pub trait Port: Send {
     /// dropped as `too_big` (counted); senders check before.
     fn max_tx_frame(&self, _tagged: bool) -> Option<usize> {
         None
+    }
+    /// Bytes a frame of the port's transmit ring holds when the port lets a sender write
+    /// packets straight into it ([`Port::tx_build`]); None: it does not (use [`Port::tx`]).
+    fn tx_build_room(&self) -> Option<usize> {
+        None
+    }
+    /// Builds packets in place: reserves up to `want` (at most [`crate::mem::BATCH`]) free
+    /// frames of the transmit ring and hands them to `fill` (each at least
+    /// [`Port::tx_build_room`] bytes), which writes packets into the first of them, their
+    /// lengths into the second slice, and returns how many it wrote; those are sent (one kick
+    /// per call, as [`Port::tx`]), the rest given back. Returns how many were sent or counted
+    /// as dropped (a length the link does not take): 0 when the ring has no free frame now
+    /// (`fill` is then not called). Ports without such a ring return 0 and never call `fill`.
+    fn tx_build(&mut self, _want: usize, _fill: &mut TxFill<'_>) -> Result<usize, PortError> {
+        Ok(0)
     }
     /// Applies a filter in the kernel if the port can; returns false if the caller must run it
     /// in user space. [`PortError::FilterRefused`] says the kernel refused this program (the port

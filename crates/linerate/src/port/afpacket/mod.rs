@@ -44,7 +44,7 @@ mod rx;
 mod sys;
 mod tx;
 
-use super::{Capture, DropReason, LinkType, Port, PortError, PortOptions, PortStats};
+use super::{Capture, DropReason, LinkType, Port, PortError, PortOptions, PortStats, TxFill};
 use crate::filter::{Filter, Insn};
 use crate::mem::{Batch, Pool, Region};
 use rx::RxBlocks;
@@ -440,6 +440,25 @@ impl Port for AfPacket {
         }
         match &mut self.tx {
             Some(t) => t.send(batch, &mut self.stats),
+            None => Ok(0),
+        }
+    }
+
+    fn tx_build_room(&self) -> Option<usize> {
+        match &self.tx {
+            Some(t) => Some(t.build_room()),
+            None if self.tx_sock.is_some() => Some(tx::max_frame(self.mtu, self.link, true)),
+            None => None,
+        }
+    }
+
+    #[inline]
+    fn tx_build(&mut self, want: usize, fill: &mut TxFill<'_>) -> Result<usize, PortError> {
+        if self.tx.is_none() {
+            self.open_tx()?;
+        }
+        match &mut self.tx {
+            Some(t) => t.build(want, fill, &mut self.stats),
             None => Ok(0),
         }
     }

@@ -7,7 +7,7 @@
 
 use super::sys;
 use crate::mem::{prefetch_write, Batch, Region, BATCH};
-use crate::port::{DropReason, PortError, PortStats};
+use crate::port::{DropReason, PortError, PortStats, TxFill};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -195,6 +195,117 @@ impl TxRing {
         stats.tx_bytes += bytes;
         batch.free_front(taken);
         Ok(taken)
+    }
+
+    /// Bytes a frame lends to [`TxRing::build`]: the longest frame the kernel sends.
+    pub(super) fn build_room(&self) -> usize {
+        self.max_len
+    }
+
+    /// Lends up to `want` free frames (at most [`BATCH`]) to `fill`, which writes packets
+    /// straight into them and their lengths, and returns how many it wrote; those frames are
+    /// requested and sent with one kick, as [`TxRing::send`] does with copies. A length the
+    /// link does not take is counted in `stats` and its frame not requested (the frames after
+    /// it move down: the kernel sends the ring's requested frames in order and stops at the
+    /// first one that is not). Returns how many packets were sent or dropped; 0 when the
+    /// ring has no free frame (`fill` not called).
+    #[inline]
+    pub(super) fn build(
+        &mut self,
+        want: usize,
+        fill: &mut TxFill<'_>,
+        stats: &mut PortStats,
+    ) -> Result<usize, PortError> {
+        let want = want.min(BATCH).min(self.frames);
+        let mut free = 0;
+        let mut i = self.head;
+        while free < want {
+            let st = self.status(i).load(Ordering::Acquire);
+            if st & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING) != 0 {
+                break;
+            }
+            free += 1;
+            i = if i + 1 == self.frames { 0 } else { i + 1 };
+        }
+        if free == 0 {
+            if self.unsent {
+                self.kick()?;
+            }
+            return Ok(0);
+        }
+        let base = self.map.as_ptr();
+        let room = self.max_len;
+        let mut lens = [0u32; BATCH];
+        let n = {
+            let mut bufs: [&mut [u8]; BATCH] = std::array::from_fn(|_| <&mut [u8]>::default());
+            let mut i = self.head;
+            for b in bufs.iter_mut().take(free) {
+                // SAFETY: frame `i` is ours (its status, read with acquire above, is neither
+                // SEND_REQUEST nor SENDING) until we request it; `room` = max_len <=
+                // frame_size - DATA_OFF, so the slice lies inside frame `i`, inside the
+                // mapping; the frames are distinct, so no two slices overlap, and they live
+                // until `fill` returns (the end of this block).
+                *b = unsafe {
+                    std::slice::from_raw_parts_mut(base.add(i * self.frame_size + DATA_OFF), room)
+                };
+                i = if i + 1 == self.frames { 0 } else { i + 1 };
+            }
+            fill(&mut bufs[..free], &mut lens[..free]).min(free)
+        };
+        let mut queued = 0;
+        let mut bytes = 0u64;
+        for (k, &len) in lens.iter().enumerate().take(n) {
+            let len = len as usize;
+            let at = |j: usize| {
+                let f = self.head + j;
+                base.wrapping_add(
+                    if f >= self.frames { f - self.frames } else { f } * self.frame_size,
+                )
+            };
+            let p = at(k);
+            // SAFETY: frame k is one of the `free` frames lent above, still ours; the 14
+            // bytes read lie inside it (len <= room checked first).
+            let tag = len <= room
+                && len >= 14
+                && unsafe { *p.add(DATA_OFF + 12) == 0x81 && *p.add(DATA_OFF + 13) == 0x00 };
+            if len < 14 {
+                stats.tx_drops.add(DropReason::Malformed, 1);
+                continue;
+            }
+            if len > self.max_len || (len > self.max_plain && !tag) {
+                stats.tx_drops.add(DropReason::TooBig, 1);
+                continue;
+            }
+            let q = at(queued);
+            // SAFETY: frames `queued <= k` are both ours (lent above, not yet requested);
+            // when distinct, their packets do not overlap; len <= room fits either.
+            unsafe {
+                if queued != k {
+                    std::ptr::copy_nonoverlapping(p.add(DATA_OFF), q.add(DATA_OFF), len);
+                }
+                let h = q as *mut libc::tpacket2_hdr;
+                std::ptr::addr_of_mut!((*h).tp_len).write(len as u32);
+                std::ptr::addr_of_mut!((*h).tp_snaplen).write(len as u32);
+            }
+            bytes += len as u64;
+            queued += 1;
+        }
+        for _ in 0..queued {
+            self.status(self.head)
+                .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+            self.head = if self.head + 1 == self.frames {
+                0
+            } else {
+                self.head + 1
+            };
+        }
+        if queued > 0 || self.unsent {
+            self.kick()?;
+        }
+        self.prefetch_next();
+        stats.tx_packets += queued as u64;
+        stats.tx_bytes += bytes;
+        Ok(n)
     }
 
     /// Asks for the lines the next batch writes: each frame's status word, header and first

@@ -41,8 +41,8 @@ mod umem;
 pub use config::{parse_name, BusyPoll, Queues, XdpConfig, XdpMode};
 pub use umem::UmemArea;
 
-use super::{DropReason, Port, PortError, PortOptions, PortStats};
-use crate::mem::{Batch, Desc, Pool, Region};
+use super::{DropReason, Port, PortError, PortOptions, PortStats, TxFill};
+use crate::mem::{Batch, Desc, Pool, Region, BATCH};
 use prog::Attachment;
 pub use prog::{AttachApi, AttachMode};
 use ring::Ring;
@@ -1238,6 +1238,101 @@ impl Port for XdpPort {
         }
         self.kick()?;
         Ok(taken)
+    }
+
+    /// A UMEM frame (a packet in one frame only: a longer one goes by [`Port::tx`], in pieces).
+    fn tx_build_room(&self) -> Option<usize> {
+        (self.fill_max == 0).then(|| self.pool.max_packet() as usize)
+    }
+
+    /// Lends free UMEM frames as the descriptors the tx ring has room for, and posts those
+    /// written: no pool frame and copy, the completion ring reclaimed once per call.
+    #[inline]
+    fn tx_build(&mut self, want: usize, fill: &mut TxFill<'_>) -> Result<usize, PortError> {
+        if self.fill_max > 0 {
+            return Err(PortError::Unsupported {
+                port: self.name.clone(),
+                op: "transmit (its UMEM is a cluster's lent frames: open the port apart to send)",
+            });
+        }
+        self.reclaim();
+        self.tx_calls = self.tx_calls.wrapping_add(1);
+        if self.tx_calls.is_multiple_of(MTU_EVERY) {
+            self.reread_mtu();
+        }
+        let want = want.min(BATCH);
+        let room = self.tx.free(want as u32) as usize;
+        let piece = self.pool.max_packet();
+        let mut addrs = [0u64; BATCH];
+        let mut got = 0;
+        while got < room {
+            let Some(a) = self.frames.alloc_addr() else {
+                break;
+            };
+            addrs[got] = a;
+            got += 1;
+        }
+        if got == 0 {
+            // Nothing to lend: ask the kernel to send what the ring holds, so frames come back.
+            if self.tx.in_flight() > 0 {
+                self.kick()?;
+            }
+            return Ok(0);
+        }
+        let mut lens = [0u32; BATCH];
+        let n = {
+            let mut bufs: [&mut [u8]; BATCH] = std::array::from_fn(|_| <&mut [u8]>::default());
+            let region = self.pool.region();
+            for (b, &a) in bufs.iter_mut().zip(&addrs[..got]) {
+                // SAFETY: `a` was just allocated from the UMEM's pool and is held by no one
+                // else; the addresses are distinct frames, so the slices do not overlap; they
+                // live until `fill` returns (the end of this block).
+                *b = unsafe { region.bytes_mut(a, piece) }.unwrap_or_default();
+            }
+            fill(&mut bufs[..got], &mut lens[..got]).min(got)
+        };
+        // Never longer than the link takes (its MTU with the Ethernet header and a tag).
+        let max = self
+            .max_tx_frame(true)
+            .unwrap_or(piece as usize)
+            .min(piece as usize);
+        let mut queued = 0u32;
+        let mut bytes = 0u64;
+        for k in 0..got {
+            let (a, len) = (addrs[k], lens[k]);
+            if k >= n || len as usize > max || len < 14 {
+                if k < n {
+                    let r = if len < 14 {
+                        DropReason::Malformed
+                    } else {
+                        DropReason::TooBig
+                    };
+                    self.stats.tx_drops.add(r, 1);
+                }
+                self.frames.free_addr(a);
+                continue;
+            }
+            // SAFETY: queued < room, which `free` returned.
+            unsafe {
+                self.tx.write(
+                    queued,
+                    XdpDesc {
+                        addr: a,
+                        len,
+                        options: 0,
+                    },
+                )
+            };
+            queued += 1;
+            bytes += u64::from(len);
+        }
+        if queued > 0 {
+            self.tx.submit(queued);
+            self.stats.tx_packets += u64::from(queued);
+            self.stats.tx_bytes += bytes;
+        }
+        self.kick()?;
+        Ok(n)
     }
 
     fn flush(&mut self) -> Result<(), PortError> {
