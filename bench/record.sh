@@ -152,17 +152,17 @@ written() {
 }
 
 # capture SIZE RATES: the ladder, one row per recorder and rate
-declare -A BEST CPUBEST
+declare -A BEST CPUBEST NS LOSSY
 capture() {
   local size=$1 rates=$2 name rate d r0 r1 c0 c1 off wr loss nspp
   echo
   echo "### Capture on veth, $size B frames (gen on core 0 in A, recorder on core 1 in B, ${SECS} s per step)"
   echo
-  echo "| recorder | offered pps | offered | written | lost | loss % | CPU ns/pkt |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| recorder | step (gen --rate) | offered pps | offered | written | lost | loss % | CPU ns/pkt |"
+  echo "|---|---|---|---|---|---|---|---|"
   for name in $RECORDERS; do
-    case $name in linerate*) [ $HAVE_RECORD = 1 ] || { echo "| $name | (no \`linerate record\` in this build) | | | | | |"; continue; } ;; esac
-    BEST[$name-$size]=0
+    case $name in linerate*) [ $HAVE_RECORD = 1 ] || { echo "| $name | (no \`linerate record\` in this build) | | | | | | |"; continue; } ;; esac
+    BEST[$name-$size]=0 NS[$name-$size]="" LOSSY[$name-$size]=0
     for rate in $rates; do
       d=$W/cap-$name-$size-$rate
       mkdir -p "$d"
@@ -177,37 +177,43 @@ capture() {
       off=$((r1 - r0)); wr=$(written "$name" "$d")
       loss=$((off - wr)); [ "$loss" -lt 0 ] && loss=0
       nspp=$(python3 -c "print(round(($c1-$c0)/$HZ*1e9/max(1,$wr)))")
-      echo "| $name | $(python3 -c "print(round($off/$SECS))") | $off | $wr | $loss | $(python3 -c "print(f'{100*$loss/max(1,$off):.3f}')") | $nspp |"
+      echo "| $name | $rate | $(python3 -c "print(round($off/$SECS))") | $off | $wr | $loss | $(python3 -c "print(f'{100*$loss/max(1,$off):.3f}')") | $nspp |"
       if [ "$loss" = 0 ] && [ "$off" -gt 0 ]; then
-        BEST[$name-$size]=$((off / SECS)); CPUBEST[$name-$size]=$nspp
+        [ $((off / SECS)) -gt "${BEST[$name-$size]}" ] && { BEST[$name-$size]=$((off / SECS)); CPUBEST[$name-$size]=$nspp; }
+        NS[$name-$size]+=" $nspp"
+      else
+        LOSSY[$name-$size]=1
       fi
       rm -rf -- "$d"
     done
   done
   echo
-  echo "Highest lossless rate at $size B (0 packets lost; CPU at that step):"
+  echo "Highest lossless rate at $size B: the most offered in a step that lost nothing; \"(no loss)\": no"
+  echo "step lost a packet, so the generator, not the recorder, set the figure. Packets per CPU-second:"
+  echo "1e9 / the median CPU ns per packet over the lossless steps (what one core of the recorder's"
+  echo "process would carry, the recorder's own cost; the kernel's share on the sender's core is not in it)."
   echo
-  echo "| recorder | pps | CPU ns/pkt | vs stenotype |"
-  echo "|---|---|---|---|"
+  echo "| recorder | lossless pps | CPU ns/pkt there | vs stenotype | packets per CPU-second | vs stenotype |"
+  echo "|---|---|---|---|---|---|"
+  declare -A PPC
   for name in $RECORDERS; do
     [ -n "${BEST[$name-$size]:-}" ] || continue
-    echo "| $name | ${BEST[$name-$size]} | ${CPUBEST[$name-$size]:-n/a} | $(python3 -c "print(f'{${BEST[$name-$size]}/max(1,${BEST[stenotype-$size]:-0}):.2f}×')") |"
+    PPC[$name]=$(python3 -c "import statistics as s; v=[float(x) for x in '${NS[$name-$size]}'.split()]; print(round(1e9/s.median(v)) if v else 'nan')")
+    echo "| $name | ${BEST[$name-$size]}$([ "${LOSSY[$name-$size]}" = 0 ] && echo ' (no loss)') | ${CPUBEST[$name-$size]:-n/a} | $(python3 -c "print(f'{${BEST[$name-$size]}/max(1,${BEST[stenotype-$size]:-0}):.2f}×')") | ${PPC[$name]} | $(python3 -c "print(f'{float(\"${PPC[$name]}\")/float(\"${PPC[stenotype]:-nan}\"):.2f}×')" 2>/dev/null || echo n/a) |"
   done
-  local best=${BEST[linerate-$size]:-nan}
-  goal "record: lossless capture rate, $size B, 1 writer" "$best" "stenotype --threads=1" "${BEST[stenotype-$size]:-nan}" 2 pps
-  goal "record: lossless capture rate, $size B, 1 writer" "$best" "tcpdump -w -C 100 -W 10" "${BEST[tcpdump-$size]:-nan}" - pps
+  goal "record: lossless capture rate, $size B, 1 writer" "${BEST[linerate-$size]:-nan}" "stenotype --threads=1" "${BEST[stenotype-$size]:-nan}" 2 pps
+  goal "record: lossless capture rate, $size B, 1 writer" "${BEST[linerate-$size]:-nan}" "tcpdump -w -C 100 -W 10" "${BEST[tcpdump-$size]:-nan}" - pps
+  goal "record: packets per CPU-second, $size B" "${PPC[linerate]:-nan}" "stenotype --threads=1" "${PPC[stenotype]:-nan}" 2 pps
 }
 
 # query: about QUERY_MB of IMIX recorded by the three at once (same packets), a rare host
 # (RARE = count rate: 200 packets at 100 pps, 10.77.0.1, in the middle of the run) found by each
 query() {
-  local secs mean rare_n rare_r d tq tt ts tl
+  local rare_n rare_r d tq tt ts tl
   read -r rare_n rare_r <<<"$RARE"
-  mean=361   # IMIX frame (64/594/1518 in 7:4:1) with CRC
   local rate=${QUERY_RATE%k}000
-  secs=$(python3 -c "print(max(5, round($QUERY_MB*1e6/($rate*($mean-4+16)))))")
   echo
-  echo "### Rare host in ~$QUERY_MB MB: IMIX at ${QUERY_RATE}pps for $secs s, $rare_n packets of 10.77.0.1 at ${rare_r} pps in the middle"
+  echo "### Rare host in ~$QUERY_MB MB: IMIX sent at up to ${QUERY_RATE}pps until tcpdump's files hold $QUERY_MB MB; $rare_n packets of 10.77.0.1 at ${rare_r} pps when they hold half"
   echo
   d=$W/q
   mkdir -p "$d/pkt" "$d/idx" "$d/certs" "$d/tcpdump" "$d/linerate"
@@ -233,12 +239,20 @@ EOF
   fi
   sleep 4
   local r0; r0=$(rxpk)
-  gen imix "$rate" "$secs" &
+  local s0 secs
+  s0=$(date +%s)
+  gen imix "$rate" 3600 &
   local gpid=$!
-  sleep $((secs / 2))
+  tmb() { du -sm "$d/tcpdump" | cut -f1; }
+  while [ "$(tmb)" -lt $((QUERY_MB / 2)) ] && kill -0 "$gpid" 2>/dev/null; do sleep 1; done
   ip netns exec "$A" "$LR" gen -o afpacket:vA --size 64 --rate "${rare_r}pps" -c "$rare_n" --dst-mac "$MACB" \
     --src-ip 10.77.0.1 --dst-ip 198.18.0.2 -q >/dev/null 2>&1
+  while [ "$(tmb)" -lt "$QUERY_MB" ] && kill -0 "$gpid" 2>/dev/null; do sleep 1; done
+  # the generator is `ip netns exec ... taskset ... linerate gen` exec'd in turn: $! is linerate
+  pkill -INT -P "$gpid" 2>/dev/null || true
+  kill -INT "$gpid" 2>/dev/null || true
   wait "$gpid" || true
+  secs=$(( $(date +%s) - s0 ))
   sleep 2
   local r1; r1=$(rxpk)
   kill -INT "$tpid" 2>/dev/null || true
@@ -258,7 +272,7 @@ EOF
   local tsize lsize isize ssize xsize
   tsize=$(du -sb "$d/tcpdump" | cut -f1)
   ssize=$(du -sbL "$d/pkt" | cut -f1); xsize=$(du -sbL "$d/idx" | cut -f1)
-  echo "- offered: $((r1 - r0)) packets; tcpdump files: $(ls "$d/tcpdump" | wc -l), $((tsize / 1000000)) MB"
+  echo "- offered: $((r1 - r0)) packets in $secs s; tcpdump files: $(ls "$d/tcpdump" | wc -l), $((tsize / 1000000)) MB"
   echo "- stenographer: packet files $((ssize / 1000000)) MB, index files $((xsize / 1000)) kB ($(python3 -c "print(f'{100*$xsize/max(1,$ssize):.2f}')") % of its data)"
   if [ -n "$lpid" ]; then
     lsize=$(find "$d/linerate" -type f ! -name '*.idx' ! -name '.*' -printf '%s\n' | awk '{s+=$1} END{print s+0}')
