@@ -9,6 +9,7 @@ pub mod fwd;
 pub mod gen;
 pub mod lab;
 pub mod lua;
+pub mod record;
 pub mod sweep;
 pub mod watch;
 pub mod worker;
