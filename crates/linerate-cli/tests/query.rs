@@ -26,7 +26,9 @@ impl Scratch {
 }
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if std::env::var_os("KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 
@@ -189,7 +191,11 @@ fn make_dir(d: &Path, outside: &Path) {
             let mut pkts = Vec::new();
             for i in 0..60u64 {
                 let ts = start + i * 1000 + if w == 1 && i % 10 != 0 { 500 } else { 0 };
-                pkts.push((ts, frame(&mut r)));
+                let mut f = frame(&mut r);
+                if w == 0 && file == 2 && i == 33 {
+                    f = rare_frame();
+                }
+                pkts.push((ts, f));
             }
             if w == 1 && file == 1 {
                 let mut ng = linerate::port::pcap::PcapNgWriter::new(
@@ -224,6 +230,75 @@ fn make_dir(d: &Path, outside: &Path) {
     std::fs::write(outside, b).unwrap();
     std::os::unix::fs::symlink(outside, d.join("20251127T160000.000000Z-w9.pcap")).unwrap();
     std::fs::write(d.join("notes.txt"), "not a capture").unwrap();
+}
+
+/// The one packet of host 10.9.9.9 (UDP to 10.0.0.2 port 53).
+fn rare_frame() -> Vec<u8> {
+    let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
+    f.extend_from_slice(&[0x45, 0, 0, 36, 0, 1, 0, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&[10, 9, 9, 9, 10, 0, 0, 2]);
+    f.extend_from_slice(&[0x30, 0x39, 0, 53, 0, 16, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+    while f.len() < 60 {
+        f.push(0);
+    }
+    f
+}
+
+/// Indexes a capture as the recorder does, in blocks of 4 packets, the first `upto` packets
+/// (all: None), and saves the index beside it.
+fn index(path: &Path, upto: Option<usize>) {
+    use linerate::apps::record::IndexWriter;
+    let f = std::fs::File::open(path).unwrap();
+    let mut r = linerate::port::pcap::PcapReader::new(f, "capture").unwrap();
+    let mut w = IndexWriter::with_blocks(r.link_type(), 1 << 20, 4);
+    let mut k = 0;
+    while let Ok(Some(p)) = r.next_packet() {
+        if upto.is_some_and(|u| k >= u) {
+            break;
+        }
+        let (off, ts, data, link) = (p.offset, p.ts, p.data.to_vec(), p.link);
+        let end = r.offset();
+        w.on_packet_link(off, end - off, ts, &data, link);
+        k += 1;
+    }
+    w.finish().save(path).unwrap();
+}
+
+/// How the directory's captures are indexed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Indexes {
+    /// None.
+    None,
+    /// In blocks of 4 packets, but for one file without an index, one with a corrupt index,
+    /// and the file being written indexed only up to its 40th packet.
+    Mostly,
+}
+
+/// Indexes the directory [`make_dir`] wrote.
+fn add_indexes(d: &Path) {
+    for e in std::fs::read_dir(d).unwrap() {
+        let e = e.unwrap();
+        let n = e.file_name().to_string_lossy().into_owned();
+        if !e.file_type().unwrap().is_file() || !(n.ends_with(".pcap") || n.ends_with(".pcapng")) {
+            continue;
+        }
+        let p = e.path();
+        if n.starts_with("20251127T160000.060000Z-w0") {
+            continue;
+        }
+        if n.starts_with("20251127T160000.120000Z-w1") {
+            index(&p, Some(40));
+        } else {
+            index(&p, None);
+        }
+        if n.starts_with("20251127T160000.000000Z-w1") {
+            let idx = linerate::apps::record::index_path(&p);
+            let mut b = std::fs::read(&idx).unwrap();
+            let k = b.len() / 2;
+            b[k] ^= 0xff;
+            std::fs::write(&idx, b).unwrap();
+        }
+    }
 }
 
 /// The records of a pcap file: (ts seconds, ts µs, the record's bytes).
@@ -291,6 +366,7 @@ fn have_tcpdump() -> bool {
 
 const FILTERS: &[&str] = &[
     "",
+    "host 10.9.9.9",
     "host 10.0.0.1",
     "udp and not port 53",
     "ip6",
@@ -303,15 +379,29 @@ const FILTERS: &[&str] = &[
 
 #[test]
 fn query_equals_tcpdump_over_the_files() {
+    equals_tcpdump(Indexes::None);
+}
+
+#[test]
+fn query_through_indexes_equals_tcpdump() {
+    equals_tcpdump(Indexes::Mostly);
+}
+
+fn equals_tcpdump(mode: Indexes) {
     if !have_tcpdump() {
         return;
     }
-    let d = Scratch::new("eq");
-    let outside =
-        std::env::temp_dir().join(format!("lr-query-outside-{}.pcap", std::process::id()));
+    let d = Scratch::new(&format!("eq{mode:?}"));
+    let outside = std::env::temp_dir().join(format!(
+        "lr-query-outside-{mode:?}-{}.pcap",
+        std::process::id()
+    ));
     let dir = d.0.join("captures");
     std::fs::create_dir(&dir).unwrap();
     make_dir(&dir, &outside);
+    if mode == Indexes::Mostly {
+        add_indexes(&dir);
+    }
     let dirs = dir.to_str().unwrap();
     // Time bounds: none; from 30 ms in (inclusive) to 150 ms in (exclusive), where packets are.
     let a = T0_US + 30_000;
@@ -362,7 +452,51 @@ fn query_equals_tcpdump_over_the_files() {
             assert_eq!(j["files"], 6, "{j}");
             assert_eq!(j["files_cut"], 1, "{j}");
             assert_eq!(j["packets_matched"], records(&want).len() as u64, "{j}");
+            if mode == Indexes::Mostly {
+                assert_eq!(
+                    j["files_indexed"].as_u64().unwrap() + j["files_skipped"].as_u64().unwrap(),
+                    4,
+                    "{j}"
+                );
+                assert_eq!(j["files_scanned"], 2, "{j}");
+                let notes = j["notes"].to_string();
+                assert!(
+                    notes.contains("no index") && notes.contains("corrupt"),
+                    "{notes}"
+                );
+                if *expr == "host 10.9.9.9" && from.is_none() {
+                    // One block of 4 packets of the indexed files, and the two read whole.
+                    assert_eq!(j["blocks_read"], 1, "{j}");
+                    assert!(
+                        j["bytes_read"].as_u64() < Some(j["bytes_total"].as_u64().unwrap() / 2),
+                        "{j}"
+                    );
+                }
+            } else {
+                assert_eq!(j["files_scanned"], 6, "{j}");
+            }
         }
+    }
+    if mode == Indexes::Mostly {
+        // --no-index: the same answer, every file read whole.
+        let o = query(&[dirs, "-w", "-", "--no-index", "-q", "host 10.9.9.9"]);
+        assert_eq!(o.stdout, tcpdump_answer(&dir, "host 10.9.9.9", 0, u64::MAX));
+        assert_eq!(records(&o.stdout).len(), 1);
+        // --reindex indexes the two files without a good index; then no note is left.
+        let o = query(&[dirs, "-w", "/dev/null", "--reindex", "udp"]);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(e.matches(": indexed (").count(), 2, "{e}");
+        assert!(
+            e.contains("it had no index") && e.contains("corrupt"),
+            "{e}"
+        );
+        assert_eq!(o.stdout.len(), 0);
+        let o = query(&[dirs, "-w", "/dev/null", "--json", "udp"]);
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(j["files_indexed"], 6, "{j}");
+        // Only the file being written is still noted (its last record is not whole yet).
+        assert_eq!(j["notes"].as_array().map(Vec::len), Some(1), "{j}");
+        assert!(j["notes"][0].as_str().unwrap().contains("truncated"), "{j}");
     }
     // The filter as trailing words, output on standard output, and -c.
     let o = query(&[

@@ -585,7 +585,8 @@ impl<W: RecordWrite> Out<W> {
 
 /// Using a capture's index.
 mod index {
-    use super::{Capture, Ctx, Options, Plan};
+    use super::{Capture, Ctx, Options, Plan, Postings, Term};
+    use crate::apps::record::{BlockSet, FileIndex, IndexError, Key};
 
     /// What of a file a query reads.
     pub(super) enum Selection {
@@ -593,19 +594,146 @@ mod index {
         Skip,
         /// The file whole.
         Whole,
-        /// These byte ranges (the header's first).
+        /// These byte ranges (the header's first; `u64::MAX`: to the end of the file).
         Ranges(Vec<(u64, u64)>),
+    }
+
+    /// A file's index as the planner's postings.
+    struct Idx<'a>(&'a FileIndex);
+
+    impl Postings for Idx<'_> {
+        type Set = BlockSet;
+        fn all(&self) -> BlockSet {
+            BlockSet::all(self.0.blocks().len())
+        }
+        fn term(&self, t: &Term) -> BlockSet {
+            let n = self.0.blocks().len();
+            match t {
+                Term::Ip4(a) => self.0.lookup(&Key::Ip4(*a)),
+                Term::Ip6(a) => self.0.lookup(&Key::Ip6(*a)),
+                Term::Port(p) => self.0.lookup(&Key::Port(*p)),
+                Term::Proto(p) => self.0.lookup(&Key::Proto(*p)),
+                Term::Vlan(v) => self.0.lookup(&Key::Vlan(*v)),
+                Term::Tagged => self.0.lookup(&Key::Tagged),
+                Term::EtherType(e) => self.0.lookup(&Key::EtherType(*e)),
+                Term::Net4 { addr, mask } => self
+                    .0
+                    .ip4_keys()
+                    .filter(|(a, _)| Term::net4_holds(*addr, *mask, *a))
+                    .fold(BlockSet::new_empty(n), |acc, (_, s)| acc.or(&s)),
+                Term::Net6 { addr, bits } => self
+                    .0
+                    .ip6_keys()
+                    .filter(|(a, _)| Term::net6_holds(*addr, *bits, *a))
+                    .fold(BlockSet::new_empty(n), |acc, (_, s)| acc.or(&s)),
+            }
+        }
+        fn and(&self, a: BlockSet, b: BlockSet) -> BlockSet {
+            a.and(&b)
+        }
+        fn or(&self, a: BlockSet, b: BlockSet) -> BlockSet {
+            a.or(&b)
+        }
+    }
+
+    /// The index of `cap`: loaded, or (with `reindex`) built and saved; None to read it whole.
+    fn index_of(cap: &Capture, opts: &Options, ctx: &mut Ctx<'_>) -> Option<FileIndex> {
+        if opts.no_index {
+            return None;
+        }
+        let e = match FileIndex::load(&cap.path) {
+            Ok(i) => return Some(i),
+            Err(e) => e,
+        };
+        if !opts.reindex {
+            let why = match &e {
+                IndexError::Missing { .. } => "no index".to_string(),
+                e => e.to_string(),
+            };
+            ctx.st.notes.push(format!(
+                "{}: {why}: read whole (--reindex indexes it)",
+                cap.path.display()
+            ));
+            return None;
+        }
+        match FileIndex::build(&cap.path) {
+            Ok(i) => {
+                let had = match &e {
+                    IndexError::Missing { .. } => "it had no index".to_string(),
+                    e => e.to_string(),
+                };
+                match i.save(&cap.path) {
+                    Ok(()) => ctx
+                        .st
+                        .notes
+                        .push(format!("{}: indexed ({had})", cap.path.display())),
+                    Err(s) => ctx.st.notes.push(format!(
+                        "{}: indexed for this query, not saved: {s}",
+                        cap.path.display()
+                    )),
+                }
+                Some(i)
+            }
+            Err(b) => {
+                ctx.st
+                    .notes
+                    .push(format!("{}: {b}: read whole", cap.path.display()));
+                None
+            }
+        }
     }
 
     /// The part of `cap` that may hold a match.
     pub(super) fn select(
         cap: &Capture,
-        _plan: &Plan,
+        plan: &Plan,
         opts: &Options,
         ctx: &mut Ctx<'_>,
     ) -> Selection {
-        let _ = (cap.first, opts.no_index, opts.reindex, &ctx.expr);
-        Selection::Whole
+        let Some(idx) = index_of(cap, opts, ctx) else {
+            return Selection::Whole;
+        };
+        if idx.link_type() != cap.link {
+            ctx.st.notes.push(format!(
+                "{}: the index is of link type {}, the file of {}: read whole",
+                cap.path.display(),
+                idx.link_type().0,
+                cap.link.0
+            ));
+            return Selection::Whole;
+        }
+        let blocks = idx.blocks();
+        ctx.st.blocks_total += blocks.len() as u64;
+        let set = plan.eval(&Idx(&idx)).or(&idx.opaque());
+        let mut segs: Vec<(u64, u64)> = vec![(0, idx.data_start())];
+        let mut any = false;
+        for b in set.iter() {
+            let Some(bi) = blocks.get(b) else { continue };
+            if bi.last_ns < ctx.from || bi.first_ns >= ctx.to {
+                continue;
+            }
+            ctx.st.blocks_read += 1;
+            any = true;
+            let (start, end) = (bi.offset, bi.offset + bi.len);
+            match segs.last_mut() {
+                Some(last) if last.1 == start => last.1 = end,
+                _ => segs.push((start, end)),
+            }
+        }
+        // Records written after the index (a file being written): read them all.
+        let size = std::fs::symlink_metadata(&cap.path).map_or(cap.size, |m| m.len());
+        if size > idx.indexed_end() {
+            let at = idx.indexed_end().max(idx.data_start());
+            any = true;
+            match segs.last_mut() {
+                Some(last) if last.1 == at => last.1 = u64::MAX,
+                _ => segs.push((at, u64::MAX)),
+            }
+        }
+        if !any {
+            return Selection::Skip;
+        }
+        Selection::Ranges(segs)
     }
 }
 
