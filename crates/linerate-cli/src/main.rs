@@ -45,6 +45,10 @@ enum Cmd {
     Lab(cmd::lab::Args),
     /// Argus-style bidirectional flow records (text, CSV, JSON lines) with IPFIX export.
     Flows(cmd::flows::Args),
+    /// The packets of a directory of captures (linerate record's) that a filter matches, between
+    /// two times, in time order, through the files' indexes: `tcpdump -r` over every file, fast;
+    /// `--serve ADDR` answers over HTTP (stenoread's way).
+    Query(cmd::query::Args),
     /// Per-hop rates, sizes and drops along a path of interfaces, and where packets vanish
     /// (sar -n DEV, ip -s link, tc -s qdisc, ethtool -S, softnet_stat in one table).
     Watch(cmd::watch::Args),
@@ -95,6 +99,7 @@ fn main() -> ExitCode {
         Cmd::Gen(a) => cmd::gen::run(*a),
         Cmd::Rfc2544(a) => cmd::rfc2544::run(a),
         Cmd::Watch(a) => cmd::watch::run(a),
+        Cmd::Query(a) => cmd::query::run(a),
         Cmd::Sweep(a) => cmd::sweep::run(a),
         Cmd::Exec(a) => cmd::exec::run(a),
         Cmd::Extcap(a) => cmd::extcap::run(a),

@@ -1,0 +1,10 @@
+//! The recorder (`linerate record`): writer threads that keep a rolling window of capture files
+//! in a directory, each file with its index ([`index`]), as Google's Stenographer and ntop's
+//! n2disk do.
+
+pub mod index;
+
+pub use index::{
+    index_path, BlockInfo, BlockSet, FileIndex, IndexError, IndexWriter, Key, BLOCK_BYTES,
+    BLOCK_PACKETS,
+};
