@@ -13,6 +13,7 @@ pub mod gen_replay;
 pub mod gen_streams;
 pub mod lab;
 pub mod man;
+pub mod record;
 pub mod rfc2544;
 pub mod sweep;
 pub mod watch;
