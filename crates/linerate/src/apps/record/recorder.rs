@@ -583,17 +583,61 @@ impl Writer {
             Sink::Pcap(w) => w.into_inner(),
             Sink::Ng(w) => w.into_inner(),
         };
-        if let Err(e) = out.close() {
-            self.shared
-                .note(format!("{}: last write failed: {e}", o.path.display()));
-        }
-        let idx = std::mem::replace(&mut o.index, IndexWriter::new(self.link)).finish();
+        let counted = o.index.packets();
+        let idx = match out.close() {
+            Ok(_) => std::mem::replace(&mut o.index, IndexWriter::new(self.link)).finish(),
+            Err(e) => {
+                // Packets still in the write buffer were counted written: what did not reach the
+                // disk counts dropped (disk_full), and the file keeps its whole records only.
+                let kept = self.salvage(&o.path);
+                let lost = counted.saturating_sub(kept.as_ref().map_or(0, FileIndex::packets));
+                let c = &self.counters;
+                c.written.fetch_sub(lost, Ordering::Relaxed);
+                c.dropped_disk_full.fetch_add(lost, Ordering::Relaxed);
+                self.shared.total.fetch_sub(lost, Ordering::Relaxed);
+                self.shared.note(format!(
+                    "{}: last write failed: {e}: {lost} packets dropped (disk_full){}",
+                    o.path.display(),
+                    if kept.is_none() {
+                        ", the file removed"
+                    } else {
+                        ""
+                    }
+                ));
+                match kept {
+                    Some(i) => i,
+                    None => return,
+                }
+            }
+        };
         if let Err(e) = idx.save(&o.path) {
+            let mut tmp = index_path(&o.path).into_os_string();
+            tmp.push(".tmp");
+            let _ = std::fs::remove_file(tmp);
             self.shared.note(format!("index not written: {e}"));
         }
         let n = file_len(&o.path) + file_len(&index_path(&o.path));
         self.shared.add_closed(o.path, n);
         self.shared.enforce(self.writers.saturating_sub(1));
+    }
+
+    /// After a failed last write: cuts the file to its last whole record on disk and indexes
+    /// that; removes it (None) when no packet reached the disk.
+    fn salvage(&self, path: &Path) -> Option<FileIndex> {
+        let idx = FileIndex::build(path).ok().filter(|i| i.packets() > 0);
+        let cut = idx.as_ref().map(|i| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+                .and_then(|f| f.set_len(i.indexed_end().max(i.data_start())))
+        });
+        if idx.is_none() || cut.is_some_and(|r| r.is_err()) {
+            let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_file(index_path(path));
+            return None;
+        }
+        idx
     }
 
     /// Writes one packet; false when it was dropped (nothing could be written).
