@@ -332,3 +332,46 @@ fn query_takes_flags_after_the_filter() {
     assert_eq!(tcpdump_count(&q, None), want);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A stray file in DIR named like a capture (random bytes, a disk's damage) is passed over with
+/// a note naming it; the other files still answer, as a loop of `tcpdump -r` goes on past a
+/// bad file. Before: every query of the directory failed (exit 1) on that one file.
+#[test]
+fn a_bad_file_does_not_stop_the_query() {
+    if !have_tcpdump() {
+        return;
+    }
+    let d = tmp("stray");
+    let input = d.join("in.pcap");
+    std::fs::write(&input, traffic(3000)).unwrap();
+    let rec = d.join("rec");
+    let o = run(&[
+        "record",
+        "-q",
+        "-i",
+        &format!("pcap:{}", input.display()),
+        rec.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let noise: Vec<u8> = (0..10_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let stray = rec.join("20200101T000000.000000Z-w0.pcap");
+    std::fs::write(&stray, &noise).unwrap();
+    let q = d.join("q.pcap");
+    let o = run(&[
+        "query",
+        "-w",
+        q.to_str().unwrap(),
+        rec.to_str().unwrap(),
+        "udp port 1030",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(stray.to_str().unwrap()),
+        "names the file: {err}"
+    );
+    assert_eq!(tcpdump_count(&q, None), 3);
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -140,6 +140,8 @@ pub struct Query {
     filters: HashMap<u32, Filter>,
     link: LinkType,
     snaplen: u32,
+    /// Files passed over when listed (not captures), said in the run's notes.
+    passed_over: Vec<String>,
 }
 
 /// The start time and writer of a recorder's file name, `YYYYmmddTHHMMSS.ffffffZ-wN.ext`.
@@ -188,6 +190,7 @@ impl Query {
             source,
         })?;
         let mut caps = Vec::new();
+        let mut passed_over = Vec::new();
         for e in rd {
             let e = e.map_err(|source| QueryError::Dir {
                 dir: d.clone(),
@@ -209,7 +212,12 @@ impl Query {
                 Ok(r) => r,
                 // An empty file (a writer just created it): nothing in it yet.
                 Err(_) if size == 0 => continue,
-                Err(e) => return Err(e.into()),
+                // Not a capture (a stray or damaged file): passed over and said, as a loop of
+                // tcpdump -r goes on past it; the other files still answer.
+                Err(e) => {
+                    passed_over.push(format!("{e}: not a capture file: passed over"));
+                    continue;
+                }
             };
             let link = r.link_type();
             let snaplen = r.snaplen();
@@ -253,6 +261,7 @@ impl Query {
             filters,
             link,
             snaplen,
+            passed_over,
         })
     }
 
@@ -274,6 +283,7 @@ impl Query {
         let mut st = Stats {
             files: self.caps.len() as u64,
             bytes_total: self.caps.iter().map(|c| c.size).sum(),
+            notes: self.passed_over.clone(),
             ..Stats::default()
         };
         let (from, to) = (
