@@ -61,6 +61,7 @@ const SUBCOMMANDS: &[&str] = &[
     "flows",
     "watch",
     "sweep",
+    "query",
     "exec",
     "extcap",
     "completions",

@@ -609,7 +609,7 @@ mod index {
     }
 
     /// A file's index as the planner's postings.
-    struct Idx<'a>(&'a FileIndex);
+    pub(super) struct Idx<'a>(pub(super) &'a FileIndex);
 
     impl Postings for Idx<'_> {
         type Set = BlockSet;

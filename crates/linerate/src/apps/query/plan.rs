@@ -104,6 +104,8 @@ impl Plan {
             toks,
             at: 0,
             last: None,
+            plain: true,
+            vlan_seen: false,
         };
         match p.expr() {
             Some(plan) if p.at == p.toks.len() => plan,
@@ -260,6 +262,14 @@ struct Parser {
     at: usize,
     /// The qualifiers of the last primitive with qualifiers (None after one without).
     last: Option<Quals>,
+    /// Everything so far is a chain of `and`s (no `or`, `not` or parenthesis).
+    plain: bool,
+    /// A `vlan` primitive came before: libpcap reads every later primitive 4 bytes further
+    /// per `vlan`, whatever the `and`/`or`/`not` around them (`vlan or vlan or ip` tests
+    /// offset 20 for IPv4's type). Only in a chain of `and`s, where each `vlan` was true, do
+    /// those offsets fall where the index's keys come from; elsewhere later primitives read
+    /// every block.
+    vlan_seen: bool,
 }
 
 const PROTOS: &[&str] = &[
@@ -293,6 +303,7 @@ impl Parser {
                     left = Plan::and(left, r);
                 }
                 Some(Tok::Or) => {
+                    self.plain = false;
                     self.at += 1;
                     let r = self.unary()?;
                     left = Plan::or(left, r);
@@ -305,12 +316,14 @@ impl Parser {
     fn unary(&mut self) -> Option<Plan> {
         match self.peek()? {
             Tok::Not => {
+                self.plain = false;
                 self.at += 1;
                 // A block holding a packet of X may hold others: every block.
                 self.unary()?;
                 Some(Plan::All)
             }
             Tok::Open => {
+                self.plain = false;
                 self.at += 1;
                 let p = self.expr()?;
                 if self.peek() != Some(&Tok::Close) {
@@ -326,7 +339,12 @@ impl Parser {
                     self.at += 1;
                 }
                 let run: Vec<Tok> = self.toks[start..self.at].to_vec();
-                Some(self.primitive(&run))
+                let shifted = self.vlan_seen && !self.plain;
+                let p = self.primitive(&run);
+                if run.first() == Some(&Tok::Word("vlan".into())) {
+                    self.vlan_seen = true;
+                }
+                Some(if shifted { Plan::All } else { p })
             }
         }
     }
