@@ -491,6 +491,8 @@ pub struct Writer {
     retry_at: Option<Instant>,
     /// Whether a failure was reported and not yet cleared.
     failing: bool,
+    /// Bytes written since the counters were last updated.
+    pending_bytes: u64,
 }
 
 impl Writer {
@@ -514,6 +516,7 @@ impl Writer {
             last_sync: Instant::now(),
             retry_at: None,
             failing: false,
+            pending_bytes: 0,
         }
     }
 
@@ -705,6 +708,8 @@ impl Writer {
         c.received.fetch_add(batch.len() as u64, Ordering::Relaxed);
         c.written.fetch_add(written, Ordering::Relaxed);
         c.dropped_disk_full.fetch_add(dropped, Ordering::Relaxed);
+        c.bytes
+            .fetch_add(std::mem::take(&mut self.pending_bytes), Ordering::Relaxed);
         self.shared.total.fetch_add(written, Ordering::Relaxed);
         if now.duration_since(self.last_sync) >= self.shared.opts.sync_every {
             self.sync();
