@@ -415,3 +415,102 @@ fn index_is_a_superset_of_tcpdump_filters() {
     assert!(checked > 100, "only {checked} matches checked");
     let _ = std::fs::remove_dir_all(&t);
 }
+
+/// A small tmpfs, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn new(dir: &Path, size: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+fn summary(o: &std::process::Output) -> serde_json::Value {
+    let s = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(s.lines().last().unwrap_or("{}")).unwrap()
+}
+
+#[test]
+fn disk_full_deletes_the_oldest_then_drops_as_disk_full() {
+    if !linerate::os::is_root() {
+        linerate_test_support::skip("mounting a tmpfs needs root");
+        return;
+    }
+    let d = tmp("enospc");
+    let input = d.join("in.pcap");
+    std::fs::write(&input, traffic(40_000)).unwrap();
+    // 1 MiB of disk, 3 MB of packets.
+    let Some(fs) = Tmpfs::new(&d.join("fs"), "1m") else {
+        linerate_test_support::skip("cannot mount a tmpfs");
+        return;
+    };
+    // Files smaller than the disk: a full disk deletes the oldest and goes on.
+    let o = record(&[
+        "-i",
+        &format!("pcap:{}", input.display()),
+        fs.0.join("a").to_str().unwrap(),
+        "--file-size",
+        "200kB",
+        "--json",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let s = summary(&o);
+    assert_eq!(s["received"], 40_000, "{s}");
+    let (w, full) = (
+        s["written"].as_u64().unwrap(),
+        s["dropped"]["disk_full"].as_u64().unwrap(),
+    );
+    assert_eq!(w + full, 40_000, "{s}");
+    assert!(s["files_deleted"].as_u64().unwrap() > 0, "{s}");
+    assert!(w > 30_000, "{s}");
+    std::fs::remove_dir_all(fs.0.join("a")).unwrap();
+    // A file larger than the disk: nothing to delete, packets counted dropped (disk_full),
+    // reported, never a silent stop.
+    let o = record(&[
+        "-i",
+        &format!("pcap:{}", input.display()),
+        fs.0.join("b").to_str().unwrap(),
+        "--file-size",
+        "100MB",
+        "--json",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let s = summary(&o);
+    let (w, full) = (
+        s["written"].as_u64().unwrap(),
+        s["dropped"]["disk_full"].as_u64().unwrap(),
+    );
+    assert_eq!(s["received"], 40_000, "{s}");
+    assert_eq!(w + full, 40_000, "{s}");
+    assert!(full > 20_000 && w > 0, "{s}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("disk_full"), "{err}");
+    // What was written reads whole and is indexed... or repaired at the next start.
+    let f = captures(&fs.0.join("b")).pop().unwrap();
+    let idx = FileIndex::load(&f)
+        .or_else(|_| FileIndex::build(&f))
+        .unwrap();
+    assert!(idx.packets() <= w);
+    drop(fs);
+    let _ = std::fs::remove_dir_all(&d);
+}
