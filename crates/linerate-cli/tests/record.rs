@@ -514,3 +514,68 @@ fn disk_full_deletes_the_oldest_then_drops_as_disk_full() {
     drop(fs);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn afpacket_fanout_writers_record_a_veth() {
+    use linerate_test_support::netns::{require_priv, send_raw, NetnsPair, Side};
+    if !require_priv() || !have_tcpdump() {
+        return;
+    }
+    let pair = NetnsPair::new().expect("netns pair");
+    pair.no_ipv6().expect("ipv6 off");
+    let d = tmp("veth");
+    let out = d.join("rec");
+    let child = Command::new("ip")
+        .args(["netns", "exec", &pair.b, BIN, "record", "-q", "--json"])
+        .args([
+            "-t",
+            "30s",
+            "--threads",
+            "2",
+            "-i",
+            &format!("afpacket:{}", pair.if_b),
+        ])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The ports are open once the directory is locked.
+    wait_for(|| out.join(".lock").exists(), "the recorder starts");
+    std::thread::sleep(Duration::from_millis(300));
+    // 2000 frames of 64 flows to another host's MAC (vB drops them: no replies on the link).
+    let mut frames = Vec::new();
+    for i in 0..2000u32 {
+        let mut f = vec![2, 0, 0, 0, 0, 0x99];
+        f.extend_from_slice(&pair.mac_a);
+        f.extend_from_slice(&[8, 0, 0x45, 0, 0, 46, 0, 0, 0, 0, 64, 17, 0, 0]);
+        f.extend_from_slice(&[10, 9, 0, (i % 64) as u8, 198, 18, 0, 2]);
+        f.extend_from_slice(&(4000 + (i % 64) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 9, 0, 26, 0, 0]);
+        f.extend_from_slice(&i.to_be_bytes());
+        f.resize(60, 0);
+        frames.push(f);
+    }
+    let if_a = pair.if_a.clone();
+    pair.run_in(Side::A, || send_raw(&if_a, &frames));
+    std::thread::sleep(Duration::from_millis(500));
+    linerate::os::interrupt(child.id()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let s = summary(&o);
+    assert_eq!(s["written"], 2000, "{s}");
+    assert_eq!(s["dropped"]["disk_full"], 0, "{s}");
+    let files = captures(&out);
+    let mut lines = 0;
+    let mut writers = std::collections::BTreeSet::new();
+    for f in &files {
+        let name = f.file_name().unwrap().to_str().unwrap().to_string();
+        writers.insert(name[24..].to_string());
+        lines += tcpdump_lines(f, Some("udp and dst port 9")).len();
+        let idx = FileIndex::load(f).unwrap();
+        assert!(!idx.lookup(&Key::Port(9)).is_empty());
+    }
+    assert_eq!(lines, 2000);
+    assert_eq!(writers.len(), 2, "{writers:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
