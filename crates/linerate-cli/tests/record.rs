@@ -415,3 +415,167 @@ fn index_is_a_superset_of_tcpdump_filters() {
     assert!(checked > 100, "only {checked} matches checked");
     let _ = std::fs::remove_dir_all(&t);
 }
+
+/// A small tmpfs, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn new(dir: &Path, size: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+fn summary(o: &std::process::Output) -> serde_json::Value {
+    let s = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(s.lines().last().unwrap_or("{}")).unwrap()
+}
+
+#[test]
+fn disk_full_deletes_the_oldest_then_drops_as_disk_full() {
+    if !linerate::os::is_root() {
+        linerate_test_support::skip("mounting a tmpfs needs root");
+        return;
+    }
+    let d = tmp("enospc");
+    let input = d.join("in.pcap");
+    std::fs::write(&input, traffic(40_000)).unwrap();
+    // 1 MiB of disk, 3 MB of packets.
+    let Some(fs) = Tmpfs::new(&d.join("fs"), "1m") else {
+        linerate_test_support::skip("cannot mount a tmpfs");
+        return;
+    };
+    // Files smaller than the disk: a full disk deletes the oldest and goes on.
+    let o = record(&[
+        "-i",
+        &format!("pcap:{}", input.display()),
+        fs.0.join("a").to_str().unwrap(),
+        "--file-size",
+        "200kB",
+        "--json",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let s = summary(&o);
+    assert_eq!(s["received"], 40_000, "{s}");
+    let (w, full) = (
+        s["written"].as_u64().unwrap(),
+        s["dropped"]["disk_full"].as_u64().unwrap(),
+    );
+    assert_eq!(w + full, 40_000, "{s}");
+    assert!(s["files_deleted"].as_u64().unwrap() > 0, "{s}");
+    assert!(w > 30_000, "{s}");
+    std::fs::remove_dir_all(fs.0.join("a")).unwrap();
+    // A file larger than the disk: nothing to delete, packets counted dropped (disk_full),
+    // reported, never a silent stop.
+    let o = record(&[
+        "-i",
+        &format!("pcap:{}", input.display()),
+        fs.0.join("b").to_str().unwrap(),
+        "--file-size",
+        "100MB",
+        "--json",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let s = summary(&o);
+    let (w, full) = (
+        s["written"].as_u64().unwrap(),
+        s["dropped"]["disk_full"].as_u64().unwrap(),
+    );
+    assert_eq!(s["received"], 40_000, "{s}");
+    assert_eq!(w + full, 40_000, "{s}");
+    assert!(full > 20_000 && w > 0, "{s}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("disk_full"), "{err}");
+    // What was written reads whole and is indexed... or repaired at the next start.
+    let f = captures(&fs.0.join("b")).pop().unwrap();
+    let idx = FileIndex::load(&f)
+        .or_else(|_| FileIndex::build(&f))
+        .unwrap();
+    assert!(idx.packets() <= w);
+    drop(fs);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn afpacket_fanout_writers_record_a_veth() {
+    use linerate_test_support::netns::{require_priv, send_raw, NetnsPair, Side};
+    if !require_priv() || !have_tcpdump() {
+        return;
+    }
+    let pair = NetnsPair::new().expect("netns pair");
+    pair.no_ipv6().expect("ipv6 off");
+    let d = tmp("veth");
+    let out = d.join("rec");
+    let child = Command::new("ip")
+        .args(["netns", "exec", &pair.b, BIN, "record", "-q", "--json"])
+        .args([
+            "-t",
+            "30s",
+            "--threads",
+            "2",
+            "-i",
+            &format!("afpacket:{}", pair.if_b),
+        ])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The ports are open once the directory is locked.
+    wait_for(|| out.join(".lock").exists(), "the recorder starts");
+    std::thread::sleep(Duration::from_millis(300));
+    // 2000 frames of 64 flows to another host's MAC (vB drops them: no replies on the link).
+    let mut frames = Vec::new();
+    for i in 0..2000u32 {
+        let mut f = vec![2, 0, 0, 0, 0, 0x99];
+        f.extend_from_slice(&pair.mac_a);
+        f.extend_from_slice(&[8, 0, 0x45, 0, 0, 46, 0, 0, 0, 0, 64, 17, 0, 0]);
+        f.extend_from_slice(&[10, 9, 0, (i % 64) as u8, 198, 18, 0, 2]);
+        f.extend_from_slice(&(4000 + (i % 64) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 9, 0, 26, 0, 0]);
+        f.extend_from_slice(&i.to_be_bytes());
+        f.resize(60, 0);
+        frames.push(f);
+    }
+    let if_a = pair.if_a.clone();
+    pair.run_in(Side::A, || send_raw(&if_a, &frames));
+    std::thread::sleep(Duration::from_millis(500));
+    linerate::os::interrupt(child.id()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let s = summary(&o);
+    assert_eq!(s["written"], 2000, "{s}");
+    assert_eq!(s["dropped"]["disk_full"], 0, "{s}");
+    let files = captures(&out);
+    let mut lines = 0;
+    let mut writers = std::collections::BTreeSet::new();
+    for f in &files {
+        let name = f.file_name().unwrap().to_str().unwrap().to_string();
+        writers.insert(name[24..].to_string());
+        lines += tcpdump_lines(f, Some("udp and dst port 9")).len();
+        let idx = FileIndex::load(f).unwrap();
+        assert!(!idx.lookup(&Key::Port(9)).is_empty());
+    }
+    assert_eq!(lines, 2000);
+    assert_eq!(writers.len(), 2, "{writers:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -248,44 +248,49 @@ fn text_of(t: &Totals, on_disk: u64, deleted: u64) -> String {
 fn publish(m: &metrics::Metrics, t: &Totals, on_disk: u64, deleted: u64) {
     let mut e = m.exposition();
     e.counter(
-        "record_received_packets",
+        "linerate_record_received_packets_total",
         "Packets read from the inputs",
         &[],
         t.received,
     );
     e.counter(
-        "record_written_packets",
+        "linerate_record_written_packets_total",
         "Packets written to capture files",
         &[],
         t.written,
     );
     e.counter(
-        "record_written_bytes",
+        "linerate_record_written_bytes_total",
         "Bytes of records written",
         &[],
         t.bytes,
     );
     e.counter(
-        "record_dropped_packets",
+        "linerate_record_dropped_packets_total",
         "Packets dropped, by reason",
         &[("reason", "kernel")],
         t.kernel,
     );
     e.counter(
-        "record_dropped_packets",
+        "linerate_record_dropped_packets_total",
         "Packets dropped, by reason",
         &[("reason", "disk_full")],
         t.disk_full,
     );
-    e.counter("record_files", "Capture files opened", &[], t.files);
     e.counter(
-        "record_files_deleted",
+        "linerate_record_files_total",
+        "Capture files opened",
+        &[],
+        t.files,
+    );
+    e.counter(
+        "linerate_record_files_deleted_total",
         "Capture files deleted by the disk policy",
         &[],
         deleted,
     );
     e.gauge(
-        "record_bytes_on_disk",
+        "linerate_record_bytes_on_disk",
         "Bytes of closed capture files and indexes in the directory",
         &[],
         on_disk as f64,

@@ -312,6 +312,11 @@ pub struct DiskOut {
     /// Bytes of the file written by chunk writes (the file offset of `buf[start]`).
     on_disk: u64,
     direct: bool,
+    /// End offsets of the packets' records not yet known to be in the file (from `done` on).
+    ends: Vec<u64>,
+    done: usize,
+    /// Bytes known to be in the file (chunks, and the tail at the last sync).
+    durable: u64,
 }
 
 impl DiskOut {
@@ -357,12 +362,41 @@ impl DiskOut {
             used: 0,
             on_disk: 0,
             direct,
+            ends: Vec::with_capacity(1 << 16),
+            done: 0,
+            durable: 0,
         })
     }
 
     /// Bytes of the file so far (written or gathered).
     pub fn pos(&self) -> u64 {
         self.on_disk + self.used as u64
+    }
+
+    /// Notes that a packet's record ends at `end`.
+    #[inline]
+    fn mark(&mut self, end: u64) {
+        self.ends.push(end);
+    }
+
+    /// Packets whose records reached the file since the last call.
+    fn confirmed(&mut self) -> u64 {
+        let durable = self.durable.max(self.on_disk);
+        let from = self.done;
+        while self.done < self.ends.len() && self.ends[self.done] <= durable {
+            self.done += 1;
+        }
+        let n = (self.done - from) as u64;
+        if self.done == self.ends.len() {
+            self.ends.clear();
+            self.done = 0;
+        }
+        n
+    }
+
+    /// Packets written to the buffer and not (yet) in the file.
+    fn pending(&self) -> u64 {
+        (self.ends.len() - self.done) as u64
     }
 
     /// Writes what a chunk write can: whole aligned blocks (O_DIRECT) or everything.
@@ -413,11 +447,12 @@ impl DiskOut {
                 p.write_all_at(&self.buf[self.start..self.start + self.used], self.on_disk)?;
             }
         }
+        self.durable = self.pos();
         Ok(())
     }
 
     /// Writes everything (the partial last block through the plain descriptor).
-    fn close(mut self) -> io::Result<u64> {
+    fn close(&mut self) -> io::Result<u64> {
         self.sync_tail()?;
         let end = self.pos();
         if self.direct && self.used > 0 {
@@ -491,6 +526,8 @@ pub struct Writer {
     retry_at: Option<Instant>,
     /// Whether a failure was reported and not yet cleared.
     failing: bool,
+    /// Bytes written since the counters were last updated.
+    pending_bytes: u64,
 }
 
 impl Writer {
@@ -514,6 +551,7 @@ impl Writer {
             last_sync: Instant::now(),
             retry_at: None,
             failing: false,
+            pending_bytes: 0,
         }
     }
 
@@ -579,37 +617,29 @@ impl Writer {
         let Some(mut o) = self.open.take() else {
             return;
         };
-        let out = match o.sink {
-            Sink::Pcap(w) => w.into_inner(),
-            Sink::Ng(w) => w.into_inner(),
-        };
-        let counted = o.index.packets();
-        let idx = match out.close() {
-            Ok(_) => std::mem::replace(&mut o.index, IndexWriter::new(self.link)).finish(),
-            Err(e) => {
-                // Packets still in the write buffer were counted written: what did not reach the
-                // disk counts dropped (disk_full), and the file keeps its whole records only.
-                let kept = self.salvage(&o.path);
-                let lost = counted.saturating_sub(kept.as_ref().map_or(0, FileIndex::packets));
-                let c = &self.counters;
-                c.written.fetch_sub(lost, Ordering::Relaxed);
-                c.dropped_disk_full.fetch_add(lost, Ordering::Relaxed);
-                self.shared.total.fetch_sub(lost, Ordering::Relaxed);
-                self.shared.note(format!(
-                    "{}: last write failed: {e}: {lost} packets dropped (disk_full){}",
-                    o.path.display(),
-                    if kept.is_none() {
-                        ", the file removed"
-                    } else {
-                        ""
-                    }
-                ));
-                match kept {
-                    Some(i) => i,
-                    None => return,
+        let out = o.sink.out();
+        loop {
+            match out.close() {
+                Ok(_) => break,
+                // Room made by the disk policy: write the rest.
+                Err(e) if is_space_error(&e) && self.shared.delete_oldest("disk full") => {}
+                Err(e) => {
+                    self.shared.note(format!(
+                        "{}: {e}: its last {} packets dropped (disk_full)",
+                        o.path.display(),
+                        out.pending()
+                    ));
+                    break;
                 }
             }
-        };
+        }
+        let ok = out.confirmed();
+        let lost = out.pending();
+        self.counters.written.fetch_add(ok, Ordering::Relaxed);
+        self.counters
+            .dropped_disk_full
+            .fetch_add(lost, Ordering::Relaxed);
+        let idx = std::mem::replace(&mut o.index, IndexWriter::new(self.link)).finish();
         if let Err(e) = idx.save(&o.path) {
             let mut tmp = index_path(&o.path).into_os_string();
             tmp.push(".tmp");
@@ -619,25 +649,6 @@ impl Writer {
         let n = file_len(&o.path) + file_len(&index_path(&o.path));
         self.shared.add_closed(o.path, n);
         self.shared.enforce(self.writers.saturating_sub(1));
-    }
-
-    /// After a failed last write: cuts the file to its last whole record on disk and indexes
-    /// that; removes it (None) when no packet reached the disk.
-    fn salvage(&self, path: &Path) -> Option<FileIndex> {
-        let idx = FileIndex::build(path).ok().filter(|i| i.packets() > 0);
-        let cut = idx.as_ref().map(|i| {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(path)
-                .and_then(|f| f.set_len(i.indexed_end().max(i.data_start())))
-        });
-        if idx.is_none() || cut.is_some_and(|r| r.is_err()) {
-            let _ = std::fs::remove_file(path);
-            let _ = std::fs::remove_file(index_path(path));
-            return None;
-        }
-        idx
     }
 
     /// Writes one packet; false when it was dropped (nothing could be written).
@@ -709,7 +720,9 @@ impl Writer {
             Sink::Pcap(w) => w.write_packet(ts, &data[..cap], wire_len)?,
             Sink::Ng(w) => w.write_packet(0, ts, &data[..cap], wire_len)?,
         }
-        let end = o.sink.out().pos();
+        let out = o.sink.out();
+        let end = out.pos();
+        out.mark(end);
         o.index.on_packet(at, end - at, ts, &data[..cap]);
         self.counters.bytes.fetch_add(end - at, Ordering::Relaxed);
         Ok(())
@@ -721,7 +734,10 @@ impl Writer {
         let Some(o) = self.open.as_mut() else {
             return;
         };
-        if let Err(e) = o.sink.out().sync_tail() {
+        let r = o.sink.out().sync_tail();
+        let n = o.sink.out().confirmed();
+        self.counters.written.fetch_add(n, Ordering::Relaxed);
+        if let Err(e) = r {
             if !self.failing {
                 self.shared
                     .note(format!("{}: write failed: {e}", o.path.display()));
@@ -745,10 +761,13 @@ impl Writer {
                 dropped += 1;
             }
         }
+        let confirmed = self.open.as_mut().map_or(0, |o| o.sink.out().confirmed());
         let c = &self.counters;
         c.received.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        c.written.fetch_add(written, Ordering::Relaxed);
+        c.written.fetch_add(confirmed, Ordering::Relaxed);
         c.dropped_disk_full.fetch_add(dropped, Ordering::Relaxed);
+        c.bytes
+            .fetch_add(std::mem::take(&mut self.pending_bytes), Ordering::Relaxed);
         self.shared.total.fetch_add(written, Ordering::Relaxed);
         if now.duration_since(self.last_sync) >= self.shared.opts.sync_every {
             self.sync();
