@@ -314,7 +314,7 @@ EOF
   ts=$MED
   if [ $HAVE_QUERY = 1 ] && [ -n "$lpid" ]; then
     cat "$d"/linerate/* >/dev/null
-    t3 "\`linerate query DIR 'host 10.77.0.1' -w out.pcap\`" "$LR" query "$d/linerate" 'host 10.77.0.1' -w "$d/out.pcap"
+    t3 "\`linerate query -w out.pcap DIR 'host 10.77.0.1'\`" "$LR" query -w "$d/out.pcap" "$d/linerate" 'host 10.77.0.1'
     tq=$MED
     t3 "\`tcpdump -r F 'host 10.77.0.1'\` over linerate's files, one by one" perfile "$d/linerate" '*.pcap'
     tl=$MED
@@ -323,7 +323,7 @@ EOF
     echo
     echo "linerate query's own counters:"
     echo
-    "$LR" query "$d/linerate" 'host 10.77.0.1' -w "$d/out.pcap" 2>&1 | tail -5 | sed 's/^/    /'
+    "$LR" query -w "$d/out.pcap" "$d/linerate" 'host 10.77.0.1' 2>&1 | tail -5 | sed 's/^/    /'
   else
     echo "| \`linerate query\` | (not in this build) | | |"
   fi
