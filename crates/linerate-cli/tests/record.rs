@@ -289,8 +289,11 @@ fn sigkill_then_restart_repairs_and_second_recorder_is_refused() {
 
 // ---- the index is a superset of tcpdump's answers ------------------------------------------
 
-/// Packets of a file: (time, bytes), in order, and an index with a block per packet.
-fn per_packet_index(file: &Path) -> Option<(Vec<(u64, Vec<u8>)>, FileIndex)> {
+/// A file's packets: (time, bytes), in order.
+type Packets = Vec<(u64, Vec<u8>)>;
+
+/// Packets of a file, and an index with a block per packet.
+fn per_packet_index(file: &Path) -> Option<(Packets, FileIndex)> {
     let f = std::fs::File::open(file).ok()?;
     let mut r = PcapReader::new(f, "x").ok()?;
     let mut w = IndexWriter::with_blocks(r.link_type(), 1, 1);

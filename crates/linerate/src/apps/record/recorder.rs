@@ -430,7 +430,7 @@ impl DiskOut {
                 .copy_within(self.start + done..self.start + self.used, self.start);
             self.used -= done;
             self.on_disk += done as u64;
-            if self.direct && done % ALIGN != 0 {
+            if self.direct && !done.is_multiple_of(ALIGN) {
                 // A short write left the file unaligned: buffered from here on.
                 self.direct = false;
             }
