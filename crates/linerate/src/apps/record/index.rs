@@ -1004,7 +1004,7 @@ impl NibbleReader<'_> {
             .b
             .get(self.at / 2)
             .ok_or_else(|| "a posting list ends early".to_string())?;
-        let n = if self.at % 2 == 0 {
+        let n = if self.at.is_multiple_of(2) {
             byte & 15
         } else {
             byte >> 4

@@ -161,15 +161,17 @@ impl Shared {
     }
 
     /// Checks every capture file of the directory (a recorder that stopped without closing its
-    /// files, a crash): a file without a valid index is cut to its last whole record and
-    /// indexed. Returns a line per file repaired.
+    /// files, a crash): a file without a valid index, or longer than its index says, is cut to
+    /// its last whole record and indexed. Returns a line per file repaired.
     pub fn repair(&self) -> Vec<String> {
         let mut out = Vec::new();
         let Ok(list) = self.captures() else {
             return out;
         };
         for (p, len) in list {
-            if FileIndex::load(&p).is_ok() {
+            // A closed file ends with its last indexed record; one longer than its index was
+            // being written (the index is the last sync's) and may end inside a record.
+            if FileIndex::load(&p).is_ok_and(|i| i.indexed_end() == len) {
                 continue;
             }
             match FileIndex::build(&p) {
@@ -430,7 +432,7 @@ impl DiskOut {
                 .copy_within(self.start + done..self.start + self.used, self.start);
             self.used -= done;
             self.on_disk += done as u64;
-            if self.direct && done % ALIGN != 0 {
+            if self.direct && !done.is_multiple_of(ALIGN) {
                 // A short write left the file unaligned: buffered from here on.
                 self.direct = false;
             }
