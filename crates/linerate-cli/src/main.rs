@@ -61,6 +61,9 @@ enum Cmd {
     /// Wireshark extcap: tshark/Wireshark list and capture linerate's queues (cluster:ID@Q,
     /// xdp:IFACE@Q, afpacket:IFACE); `extcap install` puts it in Wireshark's extcap folder.
     Extcap(cmd::extcap::Args),
+    /// Record inputs to a rolling window of indexed capture files in a directory (Stenographer,
+    /// n2disk): a writer per queue, --file-size rotation, --budget and --keep-free.
+    Record(cmd::record::Args),
     /// Print the shell completion script for bash, zsh or fish (`source <(linerate completions
     /// bash)`); scripts/install.sh installs them.
     Completions(cmd::completions::Args),
@@ -105,6 +108,7 @@ fn main() -> ExitCode {
         Cmd::Extcap(a) => cmd::extcap::run(a),
         Cmd::Completions(a) => cmd::completions::run(a),
         Cmd::Man(a) => cmd::man::run(a),
+        Cmd::Record(a) => cmd::record::run(a),
     };
     let code = match r {
         Ok(code) => code,

@@ -14,6 +14,7 @@ pub mod gen_streams;
 pub mod lab;
 pub mod man;
 pub mod query;
+pub mod record;
 pub mod rfc2544;
 pub mod sweep;
 pub mod watch;

@@ -44,7 +44,7 @@ pub const SUFFIX: &str = ".idx";
 /// Most bytes of the capture's head (file header, pcapng SHB and IDBs) the index fingerprints.
 const HEAD_MAX: u64 = 64 << 10;
 const MAGIC: &[u8; 8] = b"LRATEIDX";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// One block of a capture file: a run of whole records.
 ///
@@ -941,25 +941,112 @@ impl Poster<'_> {
 //
 // All integers little-endian. "LRATEIDX", u32 version, u32 link type, u64 data_start, u64 end,
 // u64 head_hash, u32 blocks, then per block offset u64, len u64, first_ns u64, last_ns u64,
-// packets u32; then sections ip4, ip6, port, proto, vlan, ethertype: u32 count, then per key its
-// bytes (4, 16, 2, 1, 2, 2) and a posting list; then the tagged and opaque posting lists; then a
-// u64 checksum of everything before. A posting list: LEB128 count, then LEB128 block numbers as
-// deltas (the first absolute).
+// packets u32; then sections ip4, ip6, port, proto, vlan, ethertype: u32 count, the keys'
+// bytes in ascending order (4, 16, 2, 1, 2, 2 each), then the keys' posting lists as a nibble
+// stream (u32 byte length, then the bytes); then the tagged and opaque lists as one more nibble
+// stream; then a u64 checksum of everything before.
+//
+// A nibble stream holds numbers in 4-bit groups, low nibble of each byte first: 3 bits of the
+// number (least significant first) and a continuation bit (8). A posting list is its count, its
+// first block, then each next block minus the one before minus 1. Block deltas of a busy file's
+// keys are small, so most postings take one nibble: at 64 B frames and 100'000 flows, about 3.5 %
+// of the data.
 
-fn put_var(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
+/// Writes numbers as nibbles.
+#[derive(Default)]
+struct Nibbles {
+    bytes: Vec<u8>,
+    half: bool,
 }
 
-fn put_list(out: &mut Vec<u8>, l: &[u32]) {
-    put_var(out, l.len() as u64);
-    let mut prev = 0u32;
-    for (i, &b) in l.iter().enumerate() {
-        put_var(out, u64::from(if i == 0 { b } else { b - prev }));
-        prev = b;
+impl Nibbles {
+    fn nibble(&mut self, n: u8) {
+        if self.half {
+            if let Some(b) = self.bytes.last_mut() {
+                *b |= n << 4;
+            }
+        } else {
+            self.bytes.push(n);
+        }
+        self.half = !self.half;
+    }
+    fn var(&mut self, mut v: u64) {
+        while v >= 8 {
+            self.nibble(((v & 7) as u8) | 8);
+            v >>= 3;
+        }
+        self.nibble(v as u8);
+    }
+    fn list(&mut self, l: &[u32]) {
+        self.var(l.len() as u64);
+        let mut prev = 0u32;
+        for (i, &b) in l.iter().enumerate() {
+            self.var(u64::from(if i == 0 { b } else { b - prev - 1 }));
+            prev = b;
+        }
+    }
+    fn put(self, o: &mut Vec<u8>) {
+        o.extend_from_slice(&(self.bytes.len() as u32).to_le_bytes());
+        o.extend_from_slice(&self.bytes);
+    }
+}
+
+/// Reads numbers from a nibble stream.
+struct NibbleReader<'a> {
+    b: &'a [u8],
+    /// Index of the next nibble.
+    at: usize,
+}
+
+impl NibbleReader<'_> {
+    fn nibble(&mut self) -> Result<u8, String> {
+        let byte = self
+            .b
+            .get(self.at / 2)
+            .ok_or_else(|| "a posting list ends early".to_string())?;
+        let n = if self.at % 2 == 0 {
+            byte & 15
+        } else {
+            byte >> 4
+        };
+        self.at += 1;
+        Ok(n)
+    }
+    fn var(&mut self) -> Result<u64, String> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(3) {
+            let n = self.nibble()?;
+            v |= u64::from(n & 7) << shift;
+            if n & 8 == 0 {
+                return Ok(v);
+            }
+        }
+        Err("a number too long in a posting list".into())
+    }
+    fn list(&mut self, nblocks: usize) -> Result<Vec<u32>, String> {
+        let n = self.var()?;
+        // Each posting takes at least one nibble.
+        let left = (self.b.len() * 2).saturating_sub(self.at);
+        let n = match usize::try_from(n) {
+            Ok(n) if n <= left && n <= nblocks => n,
+            _ => return Err(format!("a posting list of {n} blocks")),
+        };
+        let mut l = Vec::with_capacity(n);
+        let mut prev = 0u64;
+        for i in 0..n {
+            let d = self.var()?;
+            let b = if i == 0 {
+                d
+            } else {
+                prev.saturating_add(d).saturating_add(1)
+            };
+            if b >= nblocks as u64 {
+                return Err(format!("block number {b} of {nblocks}"));
+            }
+            l.push(b as u32);
+            prev = b;
+        }
+        Ok(l)
     }
 }
 
@@ -982,10 +1069,12 @@ fn encode(x: &FileIndex) -> Vec<u8> {
     macro_rules! section {
         ($m:expr, $k:ident => $bytes:expr) => {{
             o.extend_from_slice(&($m.len() as u32).to_le_bytes());
+            let mut n = Nibbles::default();
             for ($k, l) in $m.iter() {
                 o.extend_from_slice(&$bytes);
-                put_list(&mut o, l);
+                n.list(l);
             }
+            n.put(&mut o);
         }};
     }
     section!(x.ip4, k => *k);
@@ -994,8 +1083,10 @@ fn encode(x: &FileIndex) -> Vec<u8> {
     section!(x.proto, k => [*k]);
     section!(x.vlan, k => k.to_be_bytes());
     section!(x.ethertype, k => k.to_be_bytes());
-    put_list(&mut o, &x.tagged);
-    put_list(&mut o, &x.opaque);
+    let mut n = Nibbles::default();
+    n.list(&x.tagged);
+    n.list(&x.opaque);
+    n.put(&mut o);
     let c = checksum(&o);
     o.extend_from_slice(&c.to_le_bytes());
     o
@@ -1026,17 +1117,6 @@ impl<'a> Cur<'a> {
     fn u64(&mut self) -> Result<u64, String> {
         Ok(u64::from_le_bytes(self.arr()?))
     }
-    fn var(&mut self) -> Result<u64, String> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let [x] = self.arr::<1>()?;
-            v |= u64::from(x & 0x7f) << shift;
-            if x & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(format!("bad number at byte {}", self.at))
-    }
     fn left(&self) -> usize {
         self.b.len().saturating_sub(self.at)
     }
@@ -1047,21 +1127,13 @@ impl<'a> Cur<'a> {
             _ => Err(format!("count {v} exceeds the file at byte {}", self.at)),
         }
     }
-    fn list(&mut self, nblocks: usize) -> Result<Vec<u32>, String> {
-        let n = self.var()?;
-        let n = self.count(n, 1)?;
-        let mut l = Vec::with_capacity(n);
-        let mut prev = 0u64;
-        for i in 0..n {
-            let d = self.var()?;
-            let b = if i == 0 { d } else { prev.saturating_add(d) };
-            if b >= nblocks as u64 || (i > 0 && d == 0) {
-                return Err(format!("bad block number {b} at byte {}", self.at));
-            }
-            l.push(b as u32);
-            prev = b;
-        }
-        Ok(l)
+    /// A nibble stream: its length, then its bytes.
+    fn nibbles(&mut self) -> Result<NibbleReader<'a>, String> {
+        let n = self.u32()? as usize;
+        Ok(NibbleReader {
+            b: self.take(n)?,
+            at: 0,
+        })
     }
 }
 
@@ -1102,12 +1174,16 @@ fn decode(bytes: &[u8]) -> Result<FileIndex, String> {
     macro_rules! section {
         ($n:expr, $conv:expr) => {{
             let cnt = c.u32()?;
-            let cnt = c.count(u64::from(cnt), $n + 1)?;
-            let mut m = BTreeMap::new();
+            let cnt = c.count(u64::from(cnt), $n)?;
+            let mut keys = Vec::with_capacity(cnt);
             for _ in 0..cnt {
                 let k: [u8; $n] = c.arr()?;
-                let l = c.list(nb)?;
-                m.insert($conv(k), l);
+                keys.push($conv(k));
+            }
+            let mut r = c.nibbles()?;
+            let mut m = BTreeMap::new();
+            for k in keys {
+                m.insert(k, r.list(nb)?);
             }
             m
         }};
@@ -1118,8 +1194,9 @@ fn decode(bytes: &[u8]) -> Result<FileIndex, String> {
     let proto = section!(1, |k: [u8; 1]| k[0]);
     let vlan = section!(2, u16::from_be_bytes);
     let ethertype = section!(2, u16::from_be_bytes);
-    let tagged = c.list(nb)?;
-    let opaque = c.list(nb)?;
+    let mut r = c.nibbles()?;
+    let tagged = r.list(nb)?;
+    let opaque = r.list(nb)?;
     if c.left() != 0 {
         return Err(format!("{} bytes of trailing garbage", c.left()));
     }

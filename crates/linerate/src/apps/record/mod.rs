@@ -3,8 +3,10 @@
 //! n2disk do.
 
 pub mod index;
+pub mod recorder;
 
 pub use index::{
     index_path, BlockInfo, BlockSet, FileIndex, IndexError, IndexWriter, Key, BLOCK_BYTES,
     BLOCK_PACKETS,
 };
+pub use recorder::{is_capture_name, utc_stamp, RecordOptions, Shared, Writer, WriterCounters};
