@@ -62,6 +62,7 @@ const SUBCOMMANDS: &[&str] = &[
     "watch",
     "sweep",
     "query",
+    "record",
     "exec",
     "extcap",
     "completions",

@@ -721,3 +721,96 @@ fn serve_answers_as_the_file_query_does() {
     drop(kid);
     let _ = std::fs::remove_file(&outside);
 }
+
+/// `linerate record --serve`: a query over HTTP while the recorder writes (its open file read
+/// up to its last whole record) equals `linerate query` over the directory and tcpdump -r's
+/// answer over its files.
+#[test]
+fn record_serve_answers_while_recording() {
+    if !have_tcpdump()
+        || !linerate_test_support::require_tool(
+            "curl",
+            "apt-get install curl; scripts/setup.sh --tests installs it",
+        )
+    {
+        return;
+    }
+    let d = Scratch::new("recserve");
+    let fifo = d.0.join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let dir = d.0.join("rec");
+    let mut kid = Kid(Command::new(BIN)
+        .args([
+            "record",
+            "--sync-every",
+            "100ms",
+            "--file-size",
+            "64KiB",
+            "-i",
+        ])
+        .arg(format!("pcap:{}", fifo.display()))
+        .arg(&dir)
+        .args(["--serve", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap());
+    let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    let mut r = Rng(0x5151_7777_0123_4567);
+    let mut b = pcap_header();
+    for i in 0..3000u64 {
+        pcap_record(&mut b, T0_US + i * 100, &frame(&mut r));
+    }
+    use std::io::Write;
+    w.write_all(&b).unwrap();
+    w.flush().unwrap();
+    let port = served_port(&mut kid);
+    let dirs = dir.to_str().unwrap();
+    let t = Instant::now();
+    loop {
+        let o = query(&[dirs, "-w", "-", "-q"]);
+        if records(&o.stdout).len() == 3000 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the recorder did not write 3000 packets"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let files = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter(|e| {
+            let n = e
+                .as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
+            n.ends_with(".pcap")
+        })
+        .count();
+    assert!(files >= 3, "{files} files");
+    for expr in ["udp and not port 53", "vlan and tcp", "host 10.0.0.1"] {
+        let want = query(&[dirs, "-w", "-", "-q", "-f", expr]).stdout;
+        assert_eq!(
+            records(&want),
+            records(&tcpdump_answer(&dir, expr, 0, u64::MAX)),
+            "'{expr}'"
+        );
+        assert!(records(&want).len() > 10, "'{expr}'");
+        let got = curl(&[
+            "-G",
+            "--data-urlencode",
+            &format!("filter={expr}"),
+            &format!("http://127.0.0.1:{port}/query"),
+        ]);
+        assert!(got.stdout == want, "GET '{expr}' while recording");
+    }
+    drop(w);
+    drop(kid);
+}

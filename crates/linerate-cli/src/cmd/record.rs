@@ -72,8 +72,44 @@ pub struct Args {
     /// Seconds between statistics lines.
     #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = flags::duration(flags::INTERVAL))]
     interval: Duration,
+    /// Also answer queries over HTTP on ADDR (host:port), as `linerate query --serve` does
+    /// (stenoread's way): GET /query?filter=BPF&from=TIME&to=TIME, or POST /query with the
+    /// filter as the body; a pcap stream back. Read-only; loopback only unless --serve-any.
+    #[arg(long, value_name = "ADDR")]
+    serve: Option<String>,
+    /// Let --serve listen on an address that is not loopback.
+    #[arg(long, requires = "serve")]
+    serve_any: bool,
     #[command(flatten)]
     metrics: metrics::MetricsArgs,
+}
+
+/// The listener of --serve: the address checked (loopback unless --serve-any) and bound before
+/// anything is recorded.
+fn serve_listener(a: &Args) -> anyhow::Result<Option<std::net::TcpListener>> {
+    use std::net::ToSocketAddrs;
+    let Some(addr) = &a.serve else {
+        return Ok(None);
+    };
+    let sa = addr
+        .to_socket_addrs()
+        .map_err(|e| {
+            usage(format!(
+                "--serve {addr}: {e} (write host:port, 127.0.0.1:8080)"
+            ))
+        })?
+        .next()
+        .ok_or_else(|| usage(format!("--serve {addr}: no address")))?;
+    linerate::apps::query::serve::check_addr(&sa, a.serve_any)
+        .map_err(|e| usage(format!("--serve: {e}")))?;
+    let l = std::net::TcpListener::bind(sa).with_context(|| format!("--serve {sa}"))?;
+    if !a.quiet && !a.json {
+        let at = l
+            .local_addr()
+            .map_or_else(|_| sa.to_string(), |x| x.to_string());
+        eprintln!("record: serving queries on http://{at}/query");
+    }
+    Ok(Some(l))
 }
 
 /// Smallest --file-size.
@@ -386,12 +422,25 @@ fn watch(
 /// Runs `linerate record`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     check(&a)?;
+    let listener = serve_listener(&a)?;
     let stop = stop_flag()?;
     let ports = open_ports(&a)?;
     if ports.is_empty() {
         return Err(usage("-i: no input"));
     }
     let _lock = lock_dir(&a.dir)?;
+    if let Some(l) = listener {
+        let dir = a.dir.clone();
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("record-serve".into())
+            .spawn(move || {
+                if let Err(e) = linerate::apps::query::serve::serve(&dir, l, &stop) {
+                    eprintln!("record: --serve: {e}");
+                }
+            })
+            .context("--serve: cannot start its thread")?;
+    }
     let opts = RecordOptions {
         dir: a.dir.clone(),
         file_size: a.file_size,

@@ -339,6 +339,10 @@ impl Query {
                 streams[i] = None;
             }
         }
+        // Streams still open (-c ended the query): count what they read.
+        for s in streams.iter_mut().flatten() {
+            s.close(&mut ctx);
+        }
         self.filters = std::mem::take(&mut ctx.filters);
         st.packets_matched = written;
         let w = match failed {
