@@ -774,3 +774,36 @@ fn index_is_a_superset_on_every_encapsulation() {
     assert!(checked >= filters.len());
     let _ = std::fs::remove_dir_all(&t);
 }
+
+#[test]
+fn count_stops_at_exactly_count_packets() {
+    if !have_tcpdump() {
+        return;
+    }
+    let d = tmp("count");
+    let (a, b) = (d.join("a.pcap"), d.join("b.pcap"));
+    std::fs::write(&a, traffic(3000)).unwrap();
+    std::fs::write(&b, traffic(3000)).unwrap();
+    let out = d.join("rec");
+    let o = record(&[
+        "-i",
+        &format!("pcap:{},pcap:{}", a.display(), b.display()),
+        out.to_str().unwrap(),
+        "-c",
+        "5000",
+        "--json",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(summary(&o)["written"], 5000);
+    let lines: usize = captures(&out)
+        .iter()
+        .map(|f| tcpdump_lines(f, None).len())
+        .sum();
+    assert_eq!(lines, 5000);
+    // Two inputs of 3000: two writers, each its own files.
+    assert!(captures(&out)
+        .iter()
+        .any(|f| f.to_str().unwrap().ends_with("-w1.pcap")));
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -70,7 +70,7 @@ pub struct Shared {
     notes: Mutex<Vec<String>>,
     /// O_DIRECT was refused by the file system: buffered writes from then on.
     no_direct: AtomicBool,
-    /// Packets written by all writers (for `count`).
+    /// Packets taken by all writers (for `count`).
     total: AtomicU64,
     /// Files deleted by the disk policy.
     pub deleted: AtomicU64,
@@ -751,12 +751,9 @@ impl Writer {
     /// Writes the packets of `batch` (left as it is).
     pub fn write_batch(&mut self, batch: &Batch) {
         let now = Instant::now();
-        let mut written = 0;
         let mut dropped = 0;
         for p in batch.iter() {
-            if self.put(p.desc.ts, p.data, p.desc.wire_len, now) {
-                written += 1;
-            } else {
+            if !self.put(p.desc.ts, p.data, p.desc.wire_len, now) {
                 dropped += 1;
             }
         }
@@ -767,7 +764,6 @@ impl Writer {
         c.dropped_disk_full.fetch_add(dropped, Ordering::Relaxed);
         c.bytes
             .fetch_add(std::mem::take(&mut self.pending_bytes), Ordering::Relaxed);
-        self.shared.total.fetch_add(written, Ordering::Relaxed);
         if now.duration_since(self.last_sync) >= self.shared.opts.sync_every {
             self.sync();
         }
@@ -804,8 +800,10 @@ impl Writer {
                 }
                 Ok(_) => {
                     if let Some(c) = self.shared.opts.count {
-                        // Never more than the count, across writers.
-                        let left = c.saturating_sub(self.shared.total.load(Ordering::Relaxed));
+                        // Never more than the count, across writers: each takes its share.
+                        let n = batch.len() as u64;
+                        let before = self.shared.total.fetch_add(n, Ordering::Relaxed);
+                        let left = c.saturating_sub(before);
                         if (batch.len() as u64) > left {
                             // Packets past the count are not this run's (tcpdump's -c).
                             let mut n = 0u64;
