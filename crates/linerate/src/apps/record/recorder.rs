@@ -411,9 +411,10 @@ impl DiskOut {
         let mut done = 0;
         let mut res = Ok(());
         while done < n {
+            let at = self.on_disk + done as u64;
             match self
                 .file
-                .write(&self.buf[self.start + done..self.start + n])
+                .write_at(&self.buf[self.start + done..self.start + n], at)
             {
                 Ok(0) => {
                     res = Err(io::Error::from(io::ErrorKind::WriteZero));
@@ -421,6 +422,14 @@ impl DiskOut {
                 }
                 Ok(k) => done += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && self.plain.is_some() => {
+                    // The file system took O_DIRECT at open but not in write: buffered from
+                    // here on, through the plain descriptor.
+                    if let Some(p) = self.plain.take() {
+                        self.file = p;
+                    }
+                    self.direct = false;
+                }
                 Err(e) => {
                     res = Err(e);
                     break;
