@@ -807,3 +807,30 @@ fn count_stops_at_exactly_count_packets() {
         .any(|f| f.to_str().unwrap().ends_with("-w1.pcap")));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn metrics_textfile_has_the_recorders_counters() {
+    let d = tmp("metrics");
+    let input = d.join("in.pcap");
+    std::fs::write(&input, traffic(1000)).unwrap();
+    let prom = d.join("record.prom");
+    let o = record(&[
+        "-i",
+        &format!("pcap:{}", input.display()),
+        d.join("rec").to_str().unwrap(),
+        "-q",
+        "--metrics-textfile",
+        prom.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let text = std::fs::read_to_string(&prom).unwrap();
+    for want in [
+        "linerate_record_received_packets_total 1000",
+        "linerate_record_written_packets_total 1000",
+        "linerate_record_dropped_packets_total{reason=\"disk_full\"} 0",
+        "linerate_record_files_total 1",
+    ] {
+        assert!(text.contains(want), "{want} not in:\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
