@@ -39,7 +39,7 @@ pub struct Args {
     /// are deleted first. At least --file-size per writer.
     #[arg(long, value_name = "SIZE", value_parser = crate::common::output::file_size)]
     budget: Option<u64>,
-    /// Least share of DIR's file system kept free (percent, above 0 and below 100): the oldest
+    /// Least share of DIR's file system kept free (percent, above 0 and at most 99): the oldest
     /// files are deleted first.
     #[arg(long, value_name = "PCT", value_parser = flags::real(0.0, 99.0, true))]
     keep_free: Option<f64>,
