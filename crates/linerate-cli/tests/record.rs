@@ -250,6 +250,15 @@ fn sigkill_then_restart_repairs_and_second_recorder_is_refused() {
         },
         "the open file grows",
     );
+    // While it records, the open file's index (its last sync's) loads: queries see its data.
+    wait_for(
+        || {
+            captures(&out)
+                .first()
+                .is_some_and(|f| FileIndex::load(f).is_ok_and(|i| i.packets() > 0))
+        },
+        "the open file's index",
+    );
     // A second recorder on the same directory is refused, naming the first.
     let empty = d.join("empty.pcap");
     std::fs::write(&empty, &data[..24]).unwrap();
@@ -264,13 +273,12 @@ fn sigkill_then_restart_repairs_and_second_recorder_is_refused() {
     child.kill().unwrap();
     let _ = child.wait();
     drop(w);
-    // The crash cut the file mid-record: half a record more, and its index gone.
+    // The crash cut the file mid-record: half a record more than its last index says.
     let f = captures(&out).pop().unwrap();
     let len = std::fs::metadata(&f).unwrap().len();
     let mut h = std::fs::OpenOptions::new().append(true).open(&f).unwrap();
     h.write_all(&data[24..24 + 40]).unwrap();
     drop(h);
-    let _ = std::fs::remove_file(format!("{}.idx", f.display()));
     // The next start repairs it.
     let o = record(&[
         "-i",
@@ -289,8 +297,11 @@ fn sigkill_then_restart_repairs_and_second_recorder_is_refused() {
 
 // ---- the index is a superset of tcpdump's answers ------------------------------------------
 
-/// Packets of a file: (time, bytes), in order, and an index with a block per packet.
-fn per_packet_index(file: &Path) -> Option<(Vec<(u64, Vec<u8>)>, FileIndex)> {
+/// A file's packets: (time, bytes), in order.
+type Packets = Vec<(u64, Vec<u8>)>;
+
+/// Packets of a file, and an index with a block per packet.
+fn per_packet_index(file: &Path) -> Option<(Packets, FileIndex)> {
     let f = std::fs::File::open(file).ok()?;
     let mut r = PcapReader::new(f, "x").ok()?;
     let mut w = IndexWriter::with_blocks(r.link_type(), 1, 1);
@@ -412,6 +423,7 @@ fn index_is_a_superset_of_tcpdump_filters() {
             }
         }
     }
+    eprintln!("{checked} matches checked");
     assert!(checked > 100, "only {checked} matches checked");
     let _ = std::fs::remove_dir_all(&t);
 }
@@ -450,6 +462,9 @@ fn summary(o: &std::process::Output) -> serde_json::Value {
 
 #[test]
 fn disk_full_deletes_the_oldest_then_drops_as_disk_full() {
+    if !have_tcpdump() {
+        return;
+    }
     if !linerate::os::is_root() {
         linerate_test_support::skip("mounting a tmpfs needs root");
         return;
@@ -511,6 +526,30 @@ fn disk_full_deletes_the_oldest_then_drops_as_disk_full() {
         .or_else(|_| FileIndex::build(&f))
         .unwrap();
     assert!(idx.packets() <= w);
+    std::fs::remove_dir_all(fs.0.join("b")).unwrap();
+    // --keep-free 50: the oldest files go to keep half of the file system free.
+    let o = record(&[
+        "-i",
+        &format!("pcap:{}", input.display()),
+        fs.0.join("c").to_str().unwrap(),
+        "--file-size",
+        "100kB",
+        "--keep-free",
+        "50",
+        "--json",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let s = summary(&o);
+    assert_eq!(s["written"], 40_000, "{s}");
+    let kept: u64 = std::fs::read_dir(fs.0.join("c"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    assert!(kept <= 512 * 1024 + 110_000, "{kept} bytes kept");
+    let last = tcpdump_lines(captures(&fs.0.join("c")).last().unwrap(), None);
+    assert_eq!(last.last(), tcpdump_lines(&input, None).last());
     drop(fs);
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -577,5 +616,221 @@ fn afpacket_fanout_writers_record_a_veth() {
     }
     assert_eq!(lines, 2000);
     assert_eq!(writers.len(), 2, "{writers:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Frames in every encapsulation the index looks through (Ethernet).
+fn hostile_frames() -> Vec<Vec<u8>> {
+    fn eth(t: u16, p: &[u8]) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+        f.extend_from_slice(&t.to_be_bytes());
+        f.extend_from_slice(p);
+        f
+    }
+    fn ip4(src: u8, proto: u8, frag: u16, l4: &[u8]) -> Vec<u8> {
+        let len = (20 + l4.len()) as u16;
+        let mut h = vec![0x45, 0];
+        h.extend_from_slice(&len.to_be_bytes());
+        h.extend_from_slice(&[0, 1]);
+        h.extend_from_slice(&frag.to_be_bytes());
+        h.extend_from_slice(&[64, proto, 0, 0, 10, 0, 0, src, 192, 0, 2, 1]);
+        h.extend_from_slice(l4);
+        h
+    }
+    fn ip6(src: u8, nh: u8, rest: &[u8]) -> Vec<u8> {
+        let mut h = vec![0x60, 0, 0, 0];
+        h.extend_from_slice(&(rest.len() as u16).to_be_bytes());
+        h.extend_from_slice(&[nh, 64]);
+        h.extend_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, src]);
+        h.extend_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff]);
+        h.extend_from_slice(rest);
+        h
+    }
+    fn l4(sp: u16, dp: u16) -> Vec<u8> {
+        let mut p = sp.to_be_bytes().to_vec();
+        p.extend_from_slice(&dp.to_be_bytes());
+        p.extend_from_slice(&[0, 28, 0, 0]);
+        p.resize(28, 0);
+        p
+    }
+    fn tags(f: &[u8], t: &[(u16, u16)]) -> Vec<u8> {
+        let mut o = f[..12].to_vec();
+        for (tpid, tci) in t {
+            o.extend_from_slice(&tpid.to_be_bytes());
+            o.extend_from_slice(&tci.to_be_bytes());
+        }
+        o.extend_from_slice(&f[12..]);
+        o
+    }
+    let mut v = Vec::new();
+    let udp = eth(0x0800, &ip4(1, 17, 0, &l4(53, 1111)));
+    v.push(udp.clone());
+    v.push(tags(&udp, &[(0x8100, 100)]));
+    v.push(tags(&udp, &[(0x88a8, 200), (0x8100, 300)]));
+    // IPv4 fragments: the first with ports, a later one without.
+    v.push(eth(0x0800, &ip4(2, 6, 0x2000, &l4(80, 2222))));
+    v.push(eth(0x0800, &ip4(2, 6, 0x0004, &l4(80, 2222))));
+    // MPLS, two labels, then IPv4/TCP.
+    let mut m = vec![0, 1, 0x20, 64, 0, 2, 0x21, 64];
+    m.extend_from_slice(&ip4(3, 6, 0, &l4(179, 3333)));
+    v.push(eth(0x8847, &m));
+    // PPPoE session, IPv4 and IPv6.
+    let p4 = ip4(4, 17, 0, &l4(53, 4444));
+    let mut pp = vec![0x11, 0, 0, 1];
+    pp.extend_from_slice(&((p4.len() + 2) as u16).to_be_bytes());
+    pp.extend_from_slice(&[0, 0x21]);
+    pp.extend_from_slice(&p4);
+    v.push(eth(0x8864, &pp));
+    let p6 = ip6(5, 17, &l4(443, 5555));
+    let mut pp = vec![0x11, 0, 0, 1];
+    pp.extend_from_slice(&((p6.len() + 2) as u16).to_be_bytes());
+    pp.extend_from_slice(&[0, 0x57]);
+    pp.extend_from_slice(&p6);
+    v.push(eth(0x8864, &pp));
+    // IPv6: hop-by-hop then a first fragment then TCP; a later fragment; routing header.
+    let mut r = vec![44, 0, 1, 4, 0, 0, 0, 0];
+    r.extend_from_slice(&[6, 0, 0, 1, 0, 0, 0, 7]);
+    r.extend_from_slice(&l4(22, 6666));
+    v.push(eth(0x86dd, &ip6(6, 0, &r)));
+    let mut r = vec![6, 0, 0, 0x50, 0, 0, 0, 7];
+    r.extend_from_slice(&l4(22, 6666));
+    v.push(eth(0x86dd, &ip6(6, 44, &r)));
+    let mut r = vec![17, 2, 0, 1, 0, 0, 0, 0];
+    r.extend_from_slice(&[0; 16]);
+    r.extend_from_slice(&l4(53, 7777));
+    v.push(tags(&eth(0x86dd, &ip6(7, 43, &r)), &[(0x8100, 100)]));
+    // ARP, plain and tagged.
+    let mut a = vec![0, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 1, 10, 0, 0, 8];
+    a.extend_from_slice(&[0, 0, 0, 0, 0, 0, 10, 0, 0, 9]);
+    v.push(eth(0x0806, &a));
+    v.push(tags(&eth(0x0806, &a), &[(0x8100, 300)]));
+    v
+}
+
+#[test]
+fn index_is_a_superset_on_every_encapsulation() {
+    if !have_tcpdump() {
+        return;
+    }
+    let t = tmp("hostile");
+    let file = t.join("h.pcap");
+    let mut w = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535).unwrap();
+    for (i, f) in hostile_frames().iter().enumerate() {
+        w.write_packet(
+            1_700_000_000_000_000_000 + i as u64 * 1000,
+            f,
+            f.len() as u32,
+        )
+        .unwrap();
+    }
+    std::fs::write(&file, w.into_inner()).unwrap();
+    let (pkts, idx) = per_packet_index(&file).unwrap();
+    let ip4 = |d: u8| Key::Ip4([10, 0, 0, d]);
+    let ip6 = |d: u8| Key::Ip6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, d]);
+    let filters: Vec<(&str, Key)> = vec![
+        ("host 10.0.0.1", ip4(1)),
+        ("vlan and host 10.0.0.1", ip4(1)),
+        ("vlan and vlan and host 10.0.0.1", ip4(1)),
+        ("vlan 300", Key::Vlan(300)),
+        ("vlan and vlan 300", Key::Vlan(300)),
+        ("vlan", Key::Tagged),
+        ("port 2222", Key::Port(2222)),
+        ("ip proto 6", Key::Proto(6)),
+        ("mpls and mpls and host 10.0.0.3", ip4(3)),
+        ("mpls and mpls and port 179", Key::Port(179)),
+        ("pppoes and host 10.0.0.4", ip4(4)),
+        ("pppoes and udp port 53", Key::Port(53)),
+        ("pppoes and host 2001:db8::5", ip6(5)),
+        ("host 2001:db8::6", ip6(6)),
+        ("ip6 proto 44", Key::Proto(44)),
+        ("ip6 and tcp", Key::Proto(6)),
+        ("ip6 protochain 6", Key::Proto(6)),
+        ("vlan and host 2001:db8::7", ip6(7)),
+        ("vlan and ip6 proto 43", Key::Proto(43)),
+        ("host 10.0.0.8", ip4(8)),
+        ("host 10.0.0.9", ip4(9)),
+        ("vlan and arp host 10.0.0.9", ip4(9)),
+        ("udp port 53", Key::Port(53)),
+        ("ip6", Key::EtherType(0x86dd)),
+    ];
+    let opaque = idx.opaque();
+    let mut checked = 0;
+    for (filter, key) in &filters {
+        let set = idx.lookup(key).or(&opaque);
+        let m = tcpdump_matches(&file, filter, &pkts, &t);
+        assert!(
+            !m.is_empty(),
+            "`{filter}` matches nothing: the test checks nothing"
+        );
+        for i in m {
+            assert!(
+                set.contains(i),
+                "packet {i} matches `{filter}`, not posted: {key:?}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(opaque.is_empty());
+    assert!(checked >= filters.len());
+    let _ = std::fs::remove_dir_all(&t);
+}
+
+#[test]
+fn count_stops_at_exactly_count_packets() {
+    if !have_tcpdump() {
+        return;
+    }
+    let d = tmp("count");
+    let (a, b) = (d.join("a.pcap"), d.join("b.pcap"));
+    std::fs::write(&a, traffic(3000)).unwrap();
+    std::fs::write(&b, traffic(3000)).unwrap();
+    let out = d.join("rec");
+    let o = record(&[
+        "-i",
+        &format!("pcap:{},pcap:{}", a.display(), b.display()),
+        out.to_str().unwrap(),
+        "-c",
+        "5000",
+        "--json",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(summary(&o)["written"], 5000);
+    let lines: usize = captures(&out)
+        .iter()
+        .map(|f| tcpdump_lines(f, None).len())
+        .sum();
+    assert_eq!(lines, 5000);
+    // Two inputs of 3000: two writers, each its own files.
+    assert!(captures(&out)
+        .iter()
+        .any(|f| f.to_str().unwrap().ends_with("-w1.pcap")));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn metrics_textfile_has_the_recorders_counters() {
+    let d = tmp("metrics");
+    let input = d.join("in.pcap");
+    std::fs::write(&input, traffic(1000)).unwrap();
+    let prom = d.join("record.prom");
+    let o = record(&[
+        "-i",
+        &format!("pcap:{}", input.display()),
+        d.join("rec").to_str().unwrap(),
+        "-q",
+        "--metrics-textfile",
+        prom.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let text = std::fs::read_to_string(&prom).unwrap();
+    for want in [
+        "linerate_record_received_packets_total 1000",
+        "linerate_record_written_packets_total 1000",
+        "linerate_record_dropped_packets_total{reason=\"disk_full\"} 0",
+        "linerate_record_files_total 1",
+    ] {
+        assert!(text.contains(want), "{want} not in:\n{text}");
+    }
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,7 +39,7 @@ pub struct Args {
     /// are deleted first. At least --file-size per writer.
     #[arg(long, value_name = "SIZE", value_parser = crate::common::output::file_size)]
     budget: Option<u64>,
-    /// Least share of DIR's file system kept free (percent, above 0 and below 100): the oldest
+    /// Least share of DIR's file system kept free (percent, above 0 and at most 99): the oldest
     /// files are deleted first.
     #[arg(long, value_name = "PCT", value_parser = flags::real(0.0, 99.0, true))]
     keep_free: Option<f64>,
@@ -334,12 +334,97 @@ fn publish(m: &metrics::Metrics, t: &Totals, on_disk: u64, deleted: u64) {
     m.publish(&e);
 }
 
+/// The writer threads.
+struct Running {
+    counters: Vec<Arc<WriterCounters>>,
+    handles: Vec<std::thread::JoinHandle<Result<(), String>>>,
+    /// Writers that ended.
+    done: Arc<AtomicUsize>,
+}
+
+/// Starts a writer thread per port.
+fn spawn_writers(
+    ports: Vec<Box<dyn Port>>,
+    shared: &Arc<Shared>,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<Running> {
+    let n = ports.len();
+    let mut r = Running {
+        counters: Vec::new(),
+        handles: Vec::new(),
+        done: Arc::new(AtomicUsize::new(0)),
+    };
+    for (i, mut port) in ports.into_iter().enumerate() {
+        let mut w = Writer::new(i, n, shared.clone(), port.link_type(), port.name());
+        r.counters.push(w.counters());
+        let stop = stop.clone();
+        let done = r.done.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("record-w{i}"))
+            .spawn(move || {
+                let res = w.run(port.as_mut(), &stop);
+                done.fetch_add(1, Ordering::SeqCst);
+                res.map_err(|e| format!("{}: {e}", port.name()))
+            })?;
+        r.handles.push(h);
+    }
+    Ok(r)
+}
+
+/// Prints statistics and notes until the writers end or the run is stopped; how it ended.
+fn watch(
+    a: &Args,
+    shared: &Shared,
+    run: &Running,
+    metrics: Option<&metrics::Metrics>,
+    stop: &AtomicBool,
+    out: &mut dyn Write,
+    t0: Instant,
+) -> &'static str {
+    let mut next = t0 + a.interval;
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        for line in shared.take_notes() {
+            eprintln!("record: {line}");
+        }
+        if run.done.load(Ordering::SeqCst) == run.handles.len() {
+            return "end of input";
+        }
+        if stop.load(Ordering::Relaxed) {
+            return "interrupted";
+        }
+        if a.duration.is_some_and(|d| t0.elapsed() >= d) {
+            stop.store(true, Ordering::Relaxed);
+            return "duration";
+        }
+        if Instant::now() >= next {
+            next += a.interval;
+            let t = totals(&run.counters);
+            let (disk, del) = (
+                shared.bytes_on_disk(),
+                shared.deleted.load(Ordering::Relaxed),
+            );
+            if let Some(m) = metrics {
+                publish(m, &t, disk, del);
+            }
+            if !a.quiet {
+                let line = if a.json {
+                    json_of("tick", &t, disk, del, t0.elapsed().as_secs_f64())
+                } else {
+                    text_of(&t, disk, del)
+                };
+                let _ = writeln!(out, "{line}");
+            }
+        }
+    }
+}
+
 /// Runs `linerate record`.
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     check(&a)?;
     let listener = serve_listener(&a)?;
     let stop = stop_flag()?;
-    let mut ports = open_ports(&a)?;
+    let ports = open_ports(&a)?;
     if ports.is_empty() {
         return Err(usage("-i: no input"));
     }
@@ -388,66 +473,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default()
         );
     }
-    let n = ports.len();
-    let mut counters = Vec::new();
-    let mut handles = Vec::new();
-    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    for (i, mut port) in ports.drain(..).enumerate() {
-        let mut w = Writer::new(i, n, shared.clone(), port.link_type(), port.name());
-        counters.push(w.counters());
-        let stop = stop.clone();
-        let done = done.clone();
-        let h = std::thread::Builder::new()
-            .name(format!("record-w{i}"))
-            .spawn(move || {
-                let r = w.run(port.as_mut(), &stop);
-                done.fetch_add(1, Ordering::SeqCst);
-                r.map_err(|e| format!("{}: {e}", port.name()))
-            })?;
-        handles.push(h);
-    }
+    let run = spawn_writers(ports, &shared, &stop)?;
     let t0 = Instant::now();
-    let mut next = t0 + a.interval;
-    let mut ended = "interrupted";
-    loop {
-        std::thread::sleep(Duration::from_millis(20));
-        for line in shared.take_notes() {
-            eprintln!("record: {line}");
-        }
-        if done.load(Ordering::SeqCst) == n {
-            ended = "end of input";
-            break;
-        }
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
-        if a.duration.is_some_and(|d| t0.elapsed() >= d) {
-            ended = "duration";
-            stop.store(true, Ordering::Relaxed);
-            break;
-        }
-        if Instant::now() >= next {
-            next += a.interval;
-            let t = totals(&counters);
-            let (disk, del) = (
-                shared.bytes_on_disk(),
-                shared.deleted.load(Ordering::Relaxed),
-            );
-            if let Some(m) = &metrics {
-                publish(m, &t, disk, del);
-            }
-            if !a.quiet {
-                let line = if a.json {
-                    json_of("tick", &t, disk, del, t0.elapsed().as_secs_f64())
-                } else {
-                    text_of(&t, disk, del)
-                };
-                let _ = writeln!(out, "{line}");
-            }
-        }
-    }
+    let mut ended = watch(&a, &shared, &run, metrics.as_ref(), &stop, &mut out, t0);
     // Every writer seals its file on a whole record and writes its index.
     stop.store(true, Ordering::Relaxed);
+    let Running {
+        counters, handles, ..
+    } = run;
     let mut errors = Vec::new();
     for h in handles {
         match h.join() {

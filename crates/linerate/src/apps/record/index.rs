@@ -356,13 +356,19 @@ impl FileIndex {
             source,
         };
         let _ = std::fs::remove_file(&tmp);
-        let mut f = create_new(&tmp).map_err(io)?;
-        f.write_all(&bytes).map_err(io)?;
-        drop(f);
-        std::fs::rename(&tmp, &path).map_err(|source| IndexError::Io {
-            path: path.clone(),
-            source,
-        })
+        let written = create_new(&tmp).and_then(|mut f| f.write_all(&bytes));
+        let res = match written {
+            Ok(()) => std::fs::rename(&tmp, &path).map_err(|source| IndexError::Io {
+                path: path.clone(),
+                source,
+            }),
+            Err(e) => Err(io(e)),
+        };
+        if res.is_err() {
+            // A full disk leaves no half-written temporary behind.
+            let _ = std::fs::remove_file(&tmp);
+        }
+        res
     }
 
     /// The blocks, in file order.
@@ -1004,7 +1010,7 @@ impl NibbleReader<'_> {
             .b
             .get(self.at / 2)
             .ok_or_else(|| "a posting list ends early".to_string())?;
-        let n = if self.at % 2 == 0 {
+        let n = if self.at.is_multiple_of(2) {
             byte & 15
         } else {
             byte >> 4

@@ -70,7 +70,7 @@ pub struct Shared {
     notes: Mutex<Vec<String>>,
     /// O_DIRECT was refused by the file system: buffered writes from then on.
     no_direct: AtomicBool,
-    /// Packets written by all writers (for `count`).
+    /// Packets taken by all writers (for `count`).
     total: AtomicU64,
     /// Files deleted by the disk policy.
     pub deleted: AtomicU64,
@@ -161,15 +161,17 @@ impl Shared {
     }
 
     /// Checks every capture file of the directory (a recorder that stopped without closing its
-    /// files, a crash): a file without a valid index is cut to its last whole record and
-    /// indexed. Returns a line per file repaired.
+    /// files, a crash): a file without a valid index, or longer than its index says, is cut to
+    /// its last whole record and indexed. Returns a line per file repaired.
     pub fn repair(&self) -> Vec<String> {
         let mut out = Vec::new();
         let Ok(list) = self.captures() else {
             return out;
         };
         for (p, len) in list {
-            if FileIndex::load(&p).is_ok() {
+            // A closed file ends with its last indexed record; one longer than its index was
+            // being written (the index is the last sync's) and may end inside a record.
+            if FileIndex::load(&p).is_ok_and(|i| i.indexed_end() == len) {
                 continue;
             }
             match FileIndex::build(&p) {
@@ -409,9 +411,10 @@ impl DiskOut {
         let mut done = 0;
         let mut res = Ok(());
         while done < n {
+            let at = self.on_disk + done as u64;
             match self
                 .file
-                .write(&self.buf[self.start + done..self.start + n])
+                .write_at(&self.buf[self.start + done..self.start + n], at)
             {
                 Ok(0) => {
                     res = Err(io::Error::from(io::ErrorKind::WriteZero));
@@ -419,6 +422,14 @@ impl DiskOut {
                 }
                 Ok(k) => done += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && self.plain.is_some() => {
+                    // The file system took O_DIRECT at open but not in write: buffered from
+                    // here on, through the plain descriptor.
+                    if let Some(p) = self.plain.take() {
+                        self.file = p;
+                    }
+                    self.direct = false;
+                }
                 Err(e) => {
                     res = Err(e);
                     break;
@@ -430,7 +441,7 @@ impl DiskOut {
                 .copy_within(self.start + done..self.start + self.used, self.start);
             self.used -= done;
             self.on_disk += done as u64;
-            if self.direct && done % ALIGN != 0 {
+            if self.direct && !done.is_multiple_of(ALIGN) {
                 // A short write left the file unaligned: buffered from here on.
                 self.direct = false;
             }
@@ -749,12 +760,9 @@ impl Writer {
     /// Writes the packets of `batch` (left as it is).
     pub fn write_batch(&mut self, batch: &Batch) {
         let now = Instant::now();
-        let mut written = 0;
         let mut dropped = 0;
         for p in batch.iter() {
-            if self.put(p.desc.ts, p.data, p.desc.wire_len, now) {
-                written += 1;
-            } else {
+            if !self.put(p.desc.ts, p.data, p.desc.wire_len, now) {
                 dropped += 1;
             }
         }
@@ -765,7 +773,6 @@ impl Writer {
         c.dropped_disk_full.fetch_add(dropped, Ordering::Relaxed);
         c.bytes
             .fetch_add(std::mem::take(&mut self.pending_bytes), Ordering::Relaxed);
-        self.shared.total.fetch_add(written, Ordering::Relaxed);
         if now.duration_since(self.last_sync) >= self.shared.opts.sync_every {
             self.sync();
         }
@@ -802,8 +809,10 @@ impl Writer {
                 }
                 Ok(_) => {
                     if let Some(c) = self.shared.opts.count {
-                        // Never more than the count, across writers.
-                        let left = c.saturating_sub(self.shared.total.load(Ordering::Relaxed));
+                        // Never more than the count, across writers: each takes its share.
+                        let n = batch.len() as u64;
+                        let before = self.shared.total.fetch_add(n, Ordering::Relaxed);
+                        let left = c.saturating_sub(before);
                         if (batch.len() as u64) > left {
                             // Packets past the count are not this run's (tcpdump's -c).
                             let mut n = 0u64;

@@ -284,3 +284,40 @@ fn build_never_panics_on_the_corpus() {
     }
     assert!(n >= 800, "{n} files");
 }
+
+#[test]
+fn random_frames_never_panic() {
+    // A small LCG: reproducible garbage of every length, on every link type.
+    let mut x: u64 = 0x1234_5678;
+    let mut next = || {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (x >> 33) as u32
+    };
+    let links = [0u32, 1, 12, 14, 101, 108, 113, 228, 229, 276, 147];
+    for &l in &links {
+        let mut w = IndexWriter::with_blocks(LinkType(l), 4096, 64);
+        let mut off = 24;
+        for i in 0..3000u32 {
+            let len = (next() % 200) as usize;
+            let mut f: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            // Often a plausible start, so parsers go deep.
+            if f.len() > 14 && i % 2 == 0 {
+                let t: [u16; 8] = [
+                    0x0800, 0x86dd, 0x8100, 0x88a8, 0x8847, 0x8864, 0x0806, 0x9100,
+                ];
+                let et = t[(next() % 8) as usize];
+                f[12..14].copy_from_slice(&et.to_be_bytes());
+                f[14] = if i % 4 == 0 { 0x45 } else { 0x60 };
+            }
+            w.on_packet(off, 16 + len as u64, u64::from(i), &f);
+            off += 16 + len as u64;
+        }
+        let idx = w.finish();
+        let bytes = encode(&idx);
+        let back = decode(&bytes).unwrap();
+        assert_eq!(back.blocks(), idx.blocks());
+        assert_eq!(back.packets(), 3000);
+    }
+}
