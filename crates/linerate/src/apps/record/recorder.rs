@@ -652,9 +652,6 @@ impl Writer {
             .fetch_add(lost, Ordering::Relaxed);
         let idx = std::mem::replace(&mut o.index, IndexWriter::new(self.link)).finish();
         if let Err(e) = idx.save(&o.path) {
-            let mut tmp = index_path(&o.path).into_os_string();
-            tmp.push(".tmp");
-            let _ = std::fs::remove_file(tmp);
             self.shared.note(format!("index not written: {e}"));
         }
         let n = file_len(&o.path) + file_len(&index_path(&o.path));
