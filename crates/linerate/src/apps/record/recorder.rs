@@ -262,7 +262,14 @@ impl Shared {
         match std::fs::remove_file(&victim.0) {
             Ok(()) => {
                 self.deleted.fetch_add(1, Ordering::Relaxed);
-                let _ = why;
+                // --budget and --keep-free delete as the user asked; a full disk is not a policy
+                // the user set: each file it costs is said.
+                if why == "disk full" {
+                    self.note(format!(
+                        "{}: deleted to make room: the file system is full (ENOSPC)",
+                        victim.0.display()
+                    ));
+                }
                 true
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => true,
