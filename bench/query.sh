@@ -16,7 +16,8 @@ FLOWS=${FLOWS:-100000}
 BIN=${BIN:-target/release/linerate}
 HOST=81.48.57.1
 DIR=$(mktemp -d /tmp/lr-bench-query.XXXXXX)
-trap 'rm -rf "$DIR"' EXIT
+OUT=$(mktemp -d /tmp/lr-bench-query-out.XXXXXX)
+trap 'rm -rf "$DIR" "$OUT"' EXIT
 i=0
 while [ "$i" -lt "$FILES" ]; do
     python3 "$(dirname "$0")/mkpcap.py" "$DIR/20231114T221320.00000${i}Z-w$i.pcap" "$PKTS" "$FLOWS"
@@ -26,24 +27,31 @@ done
 echo "# bench/query.sh $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), $FILES files x $PKTS packets, $FLOWS flows, $(du -sb "$DIR" | cut -f1) bytes with indexes ($(cat "$DIR"/*.idx | wc -c) of index)"
 # Warm the page cache once (both read the same files).
 cat "$DIR"/*.pcap > /dev/null
-now() { date +%s.%N; }
+# Wall time and CPU time (user + system, children included) of each, interleaved; the query
+# then once more with --no-index (every file read whole by linerate).
+cpu() { awk '{print $1 + $2}' "$1"; }
 lr_all=""
 td_all=""
+lc_all=""
+tc_all=""
+nc_all=""
 r=0
+T=$OUT/time
 while [ "$r" -lt "$ROUNDS" ]; do
-    t0=$(now)
-    n=$("$BIN" query "$DIR" "host $HOST" -q -w - | tcpdump -r - 2>/dev/null | wc -l)
-    t1=$(now)
-    m=$(for f in "$DIR"/*.pcap; do tcpdump -r "$f" -w - "host $HOST" 2>/dev/null | tcpdump -r - 2>/dev/null; done | wc -l)
-    t2=$(now)
-    lr=$(echo "$t1 - $t0" | bc)
-    td=$(echo "$t2 - $t1" | bc)
-    echo "round $r: linerate query $lr s ($n packets), tcpdump -r over the files $td s ($m packets)"
+    /usr/bin/time -f "%U %S %e" -o "$T.lr" "$BIN" query "$DIR" -q -w "$OUT/out" "host $HOST"
+    n=$(tcpdump -r "$OUT/out" 2>/dev/null | wc -l)
+    /usr/bin/time -f "%U %S %e" -o "$T.td" sh -c "for f in '$DIR'/*.pcap; do tcpdump -r \"\$f\" -w - 'host $HOST' 2>/dev/null; done > '$OUT/td'"
+    /usr/bin/time -f "%U %S %e" -o "$T.nc" "$BIN" query "$DIR" -q --no-index -w /dev/null "host $HOST"
+    lr=$(awk '{print $3}' "$T.lr")
+    td=$(awk '{print $3}' "$T.td")
+    echo "round $r: linerate query $lr s wall $(cpu "$T.lr") s cpu ($n packets); tcpdump -r over the files $td s wall $(cpu "$T.td") s cpu; linerate query --no-index $(awk '{print $3}' "$T.nc") s wall $(cpu "$T.nc") s cpu"
     lr_all="$lr_all $lr"
     td_all="$td_all $td"
+    lc_all="$lc_all $(cpu "$T.lr")"
+    tc_all="$tc_all $(cpu "$T.td")"
+    nc_all="$nc_all $(cpu "$T.nc")"
     r=$((r + 1))
 done
 med() { printf '%s\n' $1 | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-lm=$(med "$lr_all")
-tm=$(med "$td_all")
-echo "median: linerate query $lm s, tcpdump -r $tm s, ratio $(echo "scale=1; $tm / $lm" | bc)x"
+echo "median wall: linerate query $(med "$lr_all") s, tcpdump -r $(med "$td_all") s"
+echo "median cpu: linerate query $(med "$lc_all") s, tcpdump -r $(med "$tc_all") s, linerate query --no-index $(med "$nc_all") s"

@@ -498,9 +498,10 @@ fn equals_tcpdump(mode: Indexes) {
         assert_eq!(j["notes"].as_array().map(Vec::len), Some(1), "{j}");
         assert!(j["notes"][0].as_str().unwrap().contains("truncated"), "{j}");
     }
-    // The filter as trailing words, output on standard output, and -c.
+    // The filter as words, flags after them too (as the synopsis writes them), output on
+    // standard output, and -c.
     let o = query(&[
-        dirs, "-w", "-", "-c", "7", "-q", "udp", "and", "not", "port", "53",
+        dirs, "-c", "7", "udp", "and", "not", "port", "53", "-w", "-", "-q",
     ]);
     assert!(o.status.success());
     let want = tcpdump_answer(&dir, "udp and not port 53", 0, u64::MAX);

@@ -28,9 +28,7 @@ pub struct Args {
     dir: PathBuf,
     /// The filter, libpcap syntax, as tcpdump takes it (the words are joined with spaces); none:
     /// every packet. The answer is tcpdump -r's over every file with this filter.
-    // Not trailing_var_arg: flags may follow the filter (`query DIR 'host X' --from -1h -w OUT`,
-    // the issue's own order; tcpdump takes options after its expression too).
-    #[arg(value_name = "BPF", allow_hyphen_values = false)]
+    #[arg(value_name = "BPF")]
     expr: Vec<String>,
     /// The filter as one argument (instead of the trailing words).
     #[arg(short = 'f', long, value_name = "BPF", conflicts_with = "expr")]

@@ -667,8 +667,8 @@ fn parse_ip6(s: &str) -> Option<[u8; 16]> {
 fn parse_num(s: &str) -> Option<u32> {
     if let Some(h) = s.strip_prefix("0x") {
         u32::from_str_radix(h, 16).ok()
-    } else if s.len() > 1 && s.starts_with('0') {
-        u32::from_str_radix(&s[1..], 8).ok()
+    } else if let Some(o) = s.strip_prefix('0').filter(|o| !o.is_empty()) {
+        u32::from_str_radix(o, 8).ok()
     } else if !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit()) {
         s.parse().ok()
     } else {

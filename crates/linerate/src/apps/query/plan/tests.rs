@@ -138,7 +138,7 @@ fn frame(r: &mut Rng) -> Vec<u8> {
     let mut f = vec![0xaa; 12];
     for _ in 0..(r.next() % 3) {
         f.extend_from_slice(&[0x81, 0x00]);
-        f.extend_from_slice(&(*r.pick(&[10u16, 100, 200])).to_be_bytes());
+        f.extend_from_slice(&r.pick(&[10u16, 100, 200]).to_be_bytes());
     }
     let l4 = |r: &mut Rng, proto: u8| -> Vec<u8> {
         let mut v = Vec::new();
