@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # bench/all.sh: every benchmark table in one go, on this machine as it is now, with the peers in
 # the same run, then the goals table: each goal row with linerate's figure, its peer's, the ratio
-# and the goal. Takes about 15 minutes.
+# and the goal. Takes about 30 minutes (record alone about 12).
 #
 #   sudo bash bench/all.sh                  # prints everything, keeps it in bench/out/all-DATE.md
 #   sudo UPDATE=1 bash bench/all.sh         # also puts it at the top of BENCHMARKS.md
 #   sudo ONLY="cluster pcapng" bash bench/all.sh   # some tables only (count gen fwd cluster
-#                                                  # flows pcapng kafka lua)
+#                                                  # flows pcapng kafka lua record)
 #
 # Peers come from `bash bench/peers.sh` (run it first on a fresh machine: it installs and builds
 # them and writes bench/out/peers.env). The figures of a small VM are not claims: the ratios to a
@@ -17,7 +17,8 @@ cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench/all.sh: needs root (veth namespaces, XDP)" >&2; exit 2; }
 [ -f bench/out/peers.env ] || { echo "bench/all.sh: run 'bash bench/peers.sh' first (installs the peers)" >&2; exit 2; }
 cargo build --release -q -p linerate-cli || exit 1
-ONLY=${ONLY:-count gen fwd cluster flows pcapng kafka lua}
+ALL="count gen fwd cluster flows pcapng kafka lua record"
+ONLY=${ONLY:-$ALL}
 STAMP=$(date -u +%Y-%m-%dT%H%MZ)
 mkdir -p bench/out
 REPORT=bench/out/all-$STAMP.md
@@ -54,6 +55,7 @@ section flows env ROUNDS=3 bash bench/flows.sh 3000000 100000
 section pcapng env SIZE=64 bash bench/pcapng.sh 5000000 7
 section kafka env RUNS=3 bash bench/kafka.sh 3000000 100000
 section lua bash bench/lua.sh target/release/linerate 5 2
+section record env LR=target/release/linerate bash bench/record.sh
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 {
@@ -62,7 +64,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
   echo "- Commit: $COMMIT"
   echo "- Kernel: $(uname -r); CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) vCPUs"
   echo "- Load before: $LOAD_BEFORE; after: $LOAD_AFTER; took $(( $(date +%s) - T0 )) s"
-  echo "- Command: \`sudo bash bench/all.sh\`$( [ "$ONLY" != "count gen fwd cluster flows pcapng kafka lua" ] && echo " (ONLY=\"$ONLY\")")"
+  echo "- Command: \`sudo bash bench/all.sh\`$( [ "$ONLY" != "$ALL" ] && echo " (ONLY=\"$ONLY\")")"
   echo
   echo "### Goals (linerate / peer, same run; higher is better)"
   echo

@@ -19,7 +19,8 @@ install=${PEERS_INSTALL:-../shared/peers/install.sh}
 bash "$install" "$dir"
 # Peers that come from Debian alone (install.sh leaves them out).
 extra=()
-for p in tcpdump nfdump softflowd; do
+# stenographer: bench/record.sh's peer (its stenotype writer, server, stenoread and stenokeys)
+for p in tcpdump nfdump softflowd stenographer stenographer-client wireshark-common jq curl; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || extra+=("$p")
 done
 if [ ${#extra[@]} -gt 0 ]; then
@@ -36,7 +37,7 @@ XDP_BENCH=\${XDP_BENCH:-$src/xdp-bench/xdp-bench}
 XDP_DROP_OBJ=\${XDP_DROP_OBJ:-$src/lib/testing/xdp_drop.o}
 ENV
 missing=0
-for t in trafgen tcpreplay dpdk-testpmd argus ra tshark jq tcpdump nfcapd softflowd \
+for t in trafgen tcpreplay dpdk-testpmd argus ra tshark jq tcpdump nfcapd softflowd stenotype stenoread capinfos \
   "$src/xdp-trafficgen/xdp-trafficgen" "$src/xdp-bench/xdp-bench"; do
   if command -v "$t" >/dev/null 2>&1 || [ -x "$t" ]; then
     printf '  %-60s ok\n' "$t"

@@ -45,6 +45,10 @@ enum Cmd {
     Lab(cmd::lab::Args),
     /// Argus-style bidirectional flow records (text, CSV, JSON lines) with IPFIX export.
     Flows(cmd::flows::Args),
+    /// The packets of a directory of captures (linerate record's) that a filter matches, between
+    /// two times, in time order, through the files' indexes: `tcpdump -r` over every file, fast;
+    /// `--serve ADDR` answers over HTTP (stenoread's way).
+    Query(cmd::query::Args),
     /// Per-hop rates, sizes and drops along a path of interfaces, and where packets vanish
     /// (sar -n DEV, ip -s link, tc -s qdisc, ethtool -S, softnet_stat in one table).
     Watch(cmd::watch::Args),
@@ -57,6 +61,9 @@ enum Cmd {
     /// Wireshark extcap: tshark/Wireshark list and capture linerate's queues (cluster:ID@Q,
     /// xdp:IFACE@Q, afpacket:IFACE); `extcap install` puts it in Wireshark's extcap folder.
     Extcap(cmd::extcap::Args),
+    /// Record inputs to a rolling window of indexed capture files in a directory (Stenographer,
+    /// n2disk): a writer per queue, --file-size rotation, --budget and --keep-free.
+    Record(cmd::record::Args),
     /// Print the shell completion script for bash, zsh or fish (`source <(linerate completions
     /// bash)`); scripts/install.sh installs them.
     Completions(cmd::completions::Args),
@@ -95,11 +102,13 @@ fn main() -> ExitCode {
         Cmd::Gen(a) => cmd::gen::run(*a),
         Cmd::Rfc2544(a) => cmd::rfc2544::run(a),
         Cmd::Watch(a) => cmd::watch::run(a),
+        Cmd::Query(a) => cmd::query::run(a),
         Cmd::Sweep(a) => cmd::sweep::run(a),
         Cmd::Exec(a) => cmd::exec::run(a),
         Cmd::Extcap(a) => cmd::extcap::run(a),
         Cmd::Completions(a) => cmd::completions::run(a),
         Cmd::Man(a) => cmd::man::run(a),
+        Cmd::Record(a) => cmd::record::run(a),
     };
     let code = match r {
         Ok(code) => code,

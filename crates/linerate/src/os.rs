@@ -137,3 +137,8 @@ pub fn attach_tc_egress(iface: &str, code: &[u8]) -> io::Result<std::os::fd::Own
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no interface {iface}")))?;
     crate::port::xdp::sys::attach_tc_egress(ifindex, code)
 }
+
+/// Bytes free (for unprivileged users) and the size of the file system holding `path`.
+pub fn disk_space(path: &std::path::Path) -> io::Result<(u64, u64)> {
+    crate::sys::fs::space(path)
+}

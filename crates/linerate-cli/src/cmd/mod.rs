@@ -13,6 +13,8 @@ pub mod gen_replay;
 pub mod gen_streams;
 pub mod lab;
 pub mod man;
+pub mod query;
+pub mod record;
 pub mod rfc2544;
 pub mod sweep;
 pub mod watch;

@@ -106,7 +106,7 @@ fn ring_setting(s: &str) -> Result<String, String> {
 /// as written (`500kB`, `100MB`, `1GiB`). Spaces around it are ignored (tcpdump's strtol skips
 /// leading ones); an exponent (`1e-6`), or a size that is not a whole number of bytes, is
 /// refused rather than rounded.
-fn file_size(s: &str) -> Result<u64, String> {
+pub(crate) fn file_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let units = "a size in millions of bytes (1 = 1000000, 0.5) or with a unit: B, kB, MB, GB, KiB, MiB, GiB";
     let plain = !t.is_empty()

@@ -9,6 +9,8 @@ pub mod fwd;
 pub mod gen;
 pub mod lab;
 pub mod lua;
+pub mod query;
+pub mod record;
 pub mod sweep;
 pub mod watch;
 pub mod worker;

@@ -129,3 +129,22 @@ mod tests {
         assert!(remote(wide as u32));
     }
 }
+
+/// Bytes free for unprivileged users and the size of the file system holding `path`
+/// (statvfs's `f_bavail` and `f_blocks`, in `f_frsize` units).
+pub(crate) fn space(path: &std::path::Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the path"))?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs reads a NUL-terminated path and writes one statvfs through a valid pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let unit = st.f_frsize as u64;
+    Ok((
+        (st.f_bavail as u64).saturating_mul(unit),
+        (st.f_blocks as u64).saturating_mul(unit),
+    ))
+}

@@ -1,0 +1,323 @@
+use super::*;
+use crate::port::pcap::PcapWriter;
+
+fn eth(t: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+    f.extend_from_slice(&t.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+fn ip4(src: [u8; 4], dst: [u8; 4], proto: u8, frag: u16, l4: &[u8]) -> Vec<u8> {
+    let mut h = vec![0x45, 0, 0, 0, 0, 0];
+    h.extend_from_slice(&frag.to_be_bytes());
+    h.extend_from_slice(&[64, proto, 0, 0]);
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&dst);
+    h.extend_from_slice(l4);
+    h
+}
+
+fn ip6(src: [u8; 16], dst: [u8; 16], nh: u8, rest: &[u8]) -> Vec<u8> {
+    let mut h = vec![0x60, 0, 0, 0, 0, 0, nh, 64];
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&dst);
+    h.extend_from_slice(rest);
+    h
+}
+
+fn ports(s: u16, d: u16) -> Vec<u8> {
+    let mut p = s.to_be_bytes().to_vec();
+    p.extend_from_slice(&d.to_be_bytes());
+    p.extend_from_slice(&[0; 16]);
+    p
+}
+
+fn one(link: LinkType, f: &[u8]) -> FileIndex {
+    let mut w = IndexWriter::new(link);
+    w.on_packet(24, 16 + f.len() as u64, 1, f);
+    w.finish()
+}
+
+fn has(x: &FileIndex, k: Key) -> bool {
+    x.lookup(&k).contains(0)
+}
+
+#[test]
+fn blockset_ops() {
+    let mut a = BlockSet::new_empty(130);
+    a.insert(0);
+    a.insert(129);
+    a.insert(500);
+    assert_eq!(a.iter().collect::<Vec<_>>(), vec![0, 129]);
+    let all = BlockSet::all(130);
+    assert_eq!(all.count(), 130);
+    assert_eq!(all.clone().and(&a), a);
+    assert_eq!(a.clone().complement().count(), 128);
+    assert_eq!(a.clone().or(&all), all);
+    assert!(BlockSet::new_empty(3).is_empty());
+    assert_eq!(a.len(), 130);
+}
+
+#[test]
+fn vlan_qinq_ipv4_udp() {
+    let inner = eth(
+        0x0800,
+        &ip4([10, 0, 0, 1], [10, 0, 0, 2], 17, 0, &ports(53, 4000)),
+    );
+    // Two tags: 802.1ad 100 then 802.1Q 200.
+    let mut f = inner[..12].to_vec();
+    f.extend_from_slice(&[0x88, 0xa8, 0x00, 100, 0x81, 0x00, 0x00, 200]);
+    f.extend_from_slice(&inner[12..]);
+    let x = one(LinkType::ETHERNET, &f);
+    for k in [
+        Key::Tagged,
+        Key::Vlan(100),
+        Key::Vlan(200),
+        Key::EtherType(0x0800),
+        Key::Ip4([10, 0, 0, 1]),
+        Key::Ip4([10, 0, 0, 2]),
+        Key::Proto(17),
+        Key::Port(53),
+        Key::Port(4000),
+    ] {
+        assert!(has(&x, k), "{k:?}");
+    }
+    assert!(!has(&x, Key::Port(80)));
+    assert!(x.opaque().is_empty());
+}
+
+#[test]
+fn ipv4_fragments_post_ports_only_first() {
+    let first = eth(
+        0x0800,
+        &ip4([1, 1, 1, 1], [2, 2, 2, 2], 6, 0x2000, &ports(80, 81)),
+    );
+    let later = eth(
+        0x0800,
+        &ip4([1, 1, 1, 1], [2, 2, 2, 2], 6, 0x0010, &ports(90, 91)),
+    );
+    assert!(has(&one(LinkType::ETHERNET, &first), Key::Port(81)));
+    let x = one(LinkType::ETHERNET, &later);
+    assert!(!has(&x, Key::Port(90)));
+    assert!(has(&x, Key::Proto(6)));
+}
+
+#[test]
+fn ipv6_extension_chain_and_fragment() {
+    let (s, d) = ([0x20; 16], [0x30; 16]);
+    // Hop-by-hop (8 bytes), fragment (first), then TCP.
+    let mut rest = vec![44, 0, 0, 0, 0, 0, 0, 0];
+    rest.extend_from_slice(&[6, 0, 0, 1, 0, 0, 0, 1]);
+    rest.extend_from_slice(&ports(443, 5555));
+    let x = one(LinkType::ETHERNET, &eth(0x86dd, &ip6(s, d, 0, &rest)));
+    for k in [
+        Key::Ip6(s),
+        Key::Ip6(d),
+        Key::Proto(0),
+        Key::Proto(44),
+        Key::Proto(6),
+        Key::Port(443),
+        Key::Port(5555),
+        Key::EtherType(0x86dd),
+    ] {
+        assert!(has(&x, k), "{k:?}");
+    }
+    // A non-first fragment posts its protocol, not ports.
+    let mut rest = vec![17, 0, 0, 0x10, 0, 0, 0, 1];
+    rest.extend_from_slice(&ports(7, 8));
+    let x = one(LinkType::RAW, &ip6(s, d, 44, &rest));
+    assert!(has(&x, Key::Proto(17)));
+    assert!(!has(&x, Key::Port(7)));
+}
+
+#[test]
+fn arp_mpls_pppoe_sll_null() {
+    let mut arp = vec![0, 1, 8, 0, 6, 4, 0, 1, 1, 2, 3, 4, 5, 6, 192, 168, 0, 1];
+    arp.extend_from_slice(&[0, 0, 0, 0, 0, 0, 192, 168, 0, 2]);
+    let x = one(LinkType::ETHERNET, &eth(0x0806, &arp));
+    assert!(has(&x, Key::Ip4([192, 168, 0, 1])) && has(&x, Key::Ip4([192, 168, 0, 2])));
+
+    let mut m = vec![0, 1, 0x20, 64, 0, 2, 0x21, 64];
+    m.extend_from_slice(&ip4([9, 9, 9, 9], [8, 8, 8, 8], 17, 0, &ports(1, 2)));
+    let x = one(LinkType::ETHERNET, &eth(0x8847, &m));
+    assert!(has(&x, Key::Ip4([9, 9, 9, 9])) && has(&x, Key::Port(2)));
+    assert!(has(&x, Key::EtherType(0x8847)) && has(&x, Key::EtherType(0x0800)));
+
+    let mut p = vec![0x11, 0, 0, 1, 0, 40, 0, 0x21];
+    p.extend_from_slice(&ip4([7, 7, 7, 7], [6, 6, 6, 6], 1, 0, &[8, 0, 0, 0]));
+    let x = one(LinkType::ETHERNET, &eth(0x8864, &p));
+    assert!(has(&x, Key::Ip4([7, 7, 7, 7])) && has(&x, Key::Proto(1)));
+
+    let mut sll = vec![0, 0, 0, 1, 0, 6, 1, 2, 3, 4, 5, 6, 0, 0, 0x08, 0x00];
+    sll.extend_from_slice(&ip4([5, 5, 5, 5], [4, 4, 4, 4], 6, 0, &ports(22, 23)));
+    assert!(has(&one(LinkType::LINUX_SLL, &sll), Key::Port(22)));
+
+    let mut null = 2u32.to_le_bytes().to_vec();
+    null.extend_from_slice(&ip4([3, 3, 3, 3], [4, 4, 4, 4], 6, 0, &ports(22, 23)));
+    assert!(has(&one(LinkType::NULL, &null), Key::Ip4([3, 3, 3, 3])));
+
+    // Unknown link types, 802.3 frames and runts are opaque.
+    assert!(one(LinkType(147), &null).opaque().contains(0));
+    assert!(one(LinkType::ETHERNET, &eth(40, &[0; 40]))
+        .opaque()
+        .contains(0));
+    assert!(one(LinkType::ETHERNET, &[1, 2, 3]).opaque().contains(0));
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("lr-idx-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Writes `n` packets to a pcap, indexing them as the recorder does.
+fn write_capture(path: &Path, n: u32) -> FileIndex {
+    let mut pw = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535).unwrap();
+    let mut iw = IndexWriter::with_blocks(LinkType::ETHERNET, 4096, 1 << 20);
+    let mut off = 24u64;
+    for i in 0..n {
+        let a = (i % 251) as u8;
+        let f = eth(
+            0x0800,
+            &ip4(
+                [10, 0, 0, a],
+                [10, 1, 0, 1],
+                17,
+                0,
+                &ports(1000, 2000 + i as u16),
+            ),
+        );
+        pw.write_packet(u64::from(i) * 1000, &f, f.len() as u32)
+            .unwrap();
+        let len = 16 + f.len() as u64;
+        iw.on_packet(off, len, u64::from(i) * 1000, &f);
+        off += len;
+    }
+    pw.flush().unwrap();
+    std::fs::write(path, pw.get_ref()).unwrap();
+    iw.finish()
+}
+
+#[test]
+fn save_load_build_agree_and_detect_damage() {
+    let d = tmpdir("rt");
+    let cap = d.join("a.pcap");
+    let x = write_capture(&cap, 1000);
+    assert!(x.blocks().len() > 10);
+    assert_eq!(x.packets(), 1000);
+    assert_eq!(x.time_range(), Some((0, 999_000)));
+    assert_eq!(x.blocks()[0].offset, 24);
+    let last = x.blocks().last().unwrap();
+    assert_eq!(
+        last.offset + last.len,
+        std::fs::metadata(&cap).unwrap().len()
+    );
+    assert!(matches!(
+        FileIndex::load(&cap),
+        Err(IndexError::Missing { .. })
+    ));
+    x.save(&cap).unwrap();
+    let y = FileIndex::load(&cap).unwrap();
+    assert_eq!(y.blocks(), x.blocks());
+    assert_eq!(
+        y.lookup(&Key::Ip4([10, 0, 0, 7])),
+        x.lookup(&Key::Ip4([10, 0, 0, 7]))
+    );
+    assert_eq!(y.ip4_keys().count(), 252);
+    // build() finds the same postings (its blocks are the default size).
+    let z = FileIndex::build(&cap).unwrap();
+    assert_eq!(z.packets(), 1000);
+    assert_eq!(z.indexed_end(), x.indexed_end());
+    for (k, set) in z.ip4_keys() {
+        assert_eq!(set.is_empty(), y.lookup(&Key::Ip4(k)).is_empty());
+    }
+    // A flipped byte is corrupt.
+    let ip = index_path(&cap);
+    let mut b = std::fs::read(&ip).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 1;
+    std::fs::write(&ip, &b).unwrap();
+    assert!(matches!(
+        FileIndex::load(&cap),
+        Err(IndexError::Corrupt { .. })
+    ));
+    // A capture shorter than indexed is stale.
+    x.save(&cap).unwrap();
+    let data = std::fs::read(&cap).unwrap();
+    std::fs::write(&cap, &data[..data.len() - 10]).unwrap();
+    assert!(matches!(
+        FileIndex::load(&cap),
+        Err(IndexError::Stale { .. })
+    ));
+    // build() tolerates the cut record.
+    let z = FileIndex::build(&cap).unwrap();
+    assert_eq!(z.packets(), 999);
+    // A different header is stale.
+    let mut data = data;
+    data[20] = 113;
+    std::fs::write(&cap, &data).unwrap();
+    assert!(matches!(
+        FileIndex::load(&cap),
+        Err(IndexError::Stale { .. })
+    ));
+    // Truncated index files never panic.
+    x.save(&cap).unwrap();
+    let b = std::fs::read(&ip).unwrap();
+    for cut in 0..b.len().min(400) {
+        assert!(decode(&b[..cut]).is_err());
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn build_never_panics_on_the_corpus() {
+    let Some(dir) = linerate_test_support::corpus() else {
+        return;
+    };
+    let rd = std::fs::read_dir(dir).unwrap();
+    let mut n = 0;
+    for e in rd.flatten() {
+        let _ = FileIndex::build(&e.path());
+        n += 1;
+    }
+    assert!(n >= 800, "{n} files");
+}
+
+#[test]
+fn random_frames_never_panic() {
+    // A small LCG: reproducible garbage of every length, on every link type.
+    let mut x: u64 = 0x1234_5678;
+    let mut next = || {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (x >> 33) as u32
+    };
+    let links = [0u32, 1, 12, 14, 101, 108, 113, 228, 229, 276, 147];
+    for &l in &links {
+        let mut w = IndexWriter::with_blocks(LinkType(l), 4096, 64);
+        let mut off = 24;
+        for i in 0..3000u32 {
+            let len = (next() % 200) as usize;
+            let mut f: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            // Often a plausible start, so parsers go deep.
+            if f.len() > 14 && i % 2 == 0 {
+                let t: [u16; 8] = [
+                    0x0800, 0x86dd, 0x8100, 0x88a8, 0x8847, 0x8864, 0x0806, 0x9100,
+                ];
+                let et = t[(next() % 8) as usize];
+                f[12..14].copy_from_slice(&et.to_be_bytes());
+                f[14] = if i % 4 == 0 { 0x45 } else { 0x60 };
+            }
+            w.on_packet(off, 16 + len as u64, u64::from(i), &f);
+            off += 16 + len as u64;
+        }
+        let idx = w.finish();
+        let bytes = encode(&idx);
+        let back = decode(&bytes).unwrap();
+        assert_eq!(back.blocks(), idx.blocks());
+        assert_eq!(back.packets(), 3000);
+    }
+}
