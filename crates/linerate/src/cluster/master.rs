@@ -59,6 +59,9 @@ pub struct Master {
     /// Longest packet carried in a regular frame, and in any frame.
     pub(super) cap: usize,
     pub(super) big_cap: usize,
+    /// Lent regular frames are staggered over this many 64-byte steps (a power of two; 1: not
+    /// at all), [`Master::stagger_lent_frames`].
+    pub(super) lent_stagger: u32,
     /// Reference count of each frame sent to several queues (fan-out), in the master's own
     /// memory: nothing a consumer writes can make the master free a frame.
     pub(super) holds: Holds,
@@ -338,6 +341,7 @@ impl Master {
             holds: Holds::new(l.frames + l.big_frames),
             cap,
             big_cap,
+            lent_stagger: 1,
             seg,
             q,
             rx_packets: 0,
@@ -522,7 +526,8 @@ impl Master {
             return false;
         }
         let seg = &self.seg;
-        let room = (seg.frame_size - seg.headroom) as u32;
+        let k = self.lent_stagger;
+        let room = (seg.frame_size - seg.headroom) as u32 - (k - 1) * STAGGER_STEP as u32;
         let big = (seg.big_frames > 0).then(|| {
             let first = seg.big_frame_addr(seg.frames as u32) - seg.headroom as u64;
             (first, (seg.big_size - seg.headroom) as u32)
@@ -533,7 +538,7 @@ impl Master {
             let Some(f) = self.free.small.pop() else {
                 break;
             };
-            let a = seg.frame_addr(f);
+            let a = seg.frame_addr(f) + stagger(f, k);
             // The input writes each frame's first line next: asking for all of them now (in
             // exclusive state) overlaps the misses instead of taking one per packet's store.
             prefetch_write(base.wrapping_add(a as usize));
@@ -547,6 +552,27 @@ impl Master {
             batch.lend_big_frame(seg.big_frame_addr(f));
         }
         true
+    }
+
+    /// Staggers the regular frames [`Master::lend_frames`] lends to an input whose packets are
+    /// at most `longest` bytes and that copies each into whatever frame it is handed
+    /// ([`crate::port::Port::fills_lent_frames_of_any_pool`]: the built-in source, a file
+    /// reader; never an AF_XDP socket, whose kernel places packets itself): frame `f`'s packet
+    /// starts `(f % k) * 64` bytes past the headroom, `k` up to 16, as far as the frame's room
+    /// less that still holds `longest` (the lent room shrinks by as much). Each 64-byte
+    /// packet otherwise sits at the same offset of its own 2 KiB frame, so that a batch's 64
+    /// first lines fall in 2 of the L1 cache's 64 sets and evict each other between the input's
+    /// write, the hash's read and the consumer's; staggered, they spread over 32 sets.
+    /// Consumers are unaffected: a packet in a regular frame may start anywhere past the
+    /// headroom (as an AF_XDP input's does) and ends inside its frame.
+    pub fn stagger_lent_frames(&mut self, longest: usize) {
+        let room = self.seg.frame_size - self.seg.headroom;
+        let slack = room - longest.min(room);
+        let mut k = 1u32;
+        while k < MAX_STAGGER && (2 * k as usize - 1) * STAGGER_STEP <= slack {
+            k *= 2;
+        }
+        self.lent_stagger = k;
     }
 
     /// The segment's regular frames as an AF_XDP UMEM, for an `xdp:` input of `sockets` queues
@@ -635,6 +661,7 @@ impl Master {
 
         let seg = &*self.seg;
         let (cap, big_cap) = (self.cap, self.big_cap);
+        let room = (seg.frame_size - seg.headroom) as u64;
         let region = seg.pool.region();
         // A lent batch's packets are in the master's own frames: each is published as it is or
         // given back to the free list (bit i set: taken over).
@@ -692,12 +719,14 @@ impl Master {
                 (src.addr, src.len as usize) // received in place: no copy
             } else {
                 let data = batch.data(i);
+                let len = data.len();
                 let addr = if long {
                     seg.big_frame_addr(frame)
                 } else {
-                    seg.frame_addr(frame)
+                    // Staggered when the packet fits past the step (see `stagger`).
+                    let s = stagger(frame, COPY_STAGGER);
+                    seg.frame_addr(frame) + if len as u64 + s <= room { s } else { 0 }
                 };
-                let len = data.len();
                 // SAFETY: the frame was on the master's free list: no queue holds it and no
                 // consumer can read it until its descriptor is published below.
                 if let Some(dst) = unsafe { region.bytes_mut(addr, len as u32) } {
@@ -1146,6 +1175,22 @@ impl Master {
         self.free.flush_share(true);
         self.publish();
     }
+}
+
+/// One step of a frame's stagger: a cache line.
+const STAGGER_STEP: usize = 64;
+
+/// Most steps of stagger ([`Master::stagger_lent_frames`]): 16 lines of each 2 KiB frame's 32.
+const MAX_STAGGER: u32 = 16;
+
+/// Steps of stagger of a packet the master copies into a regular frame (when it fits past
+/// them: a long packet starts right after the headroom).
+const COPY_STAGGER: u32 = 16;
+
+/// Where frame `f`'s packet starts past the headroom, over `k` steps (a power of two).
+#[inline(always)]
+fn stagger(f: u32, k: u32) -> u64 {
+    u64::from(f & (k - 1)) * STAGGER_STEP as u64
 }
 
 /// Bytes the kernel leaves in front of a packet it writes into an AF_XDP UMEM chunk.
