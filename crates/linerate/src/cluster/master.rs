@@ -534,16 +534,18 @@ impl Master {
         });
         batch.lend(&seg.pool, room, big);
         let base = seg.pool.region().as_ptr();
-        while batch.lent_frames() < BATCH {
-            let Some(f) = self.free.small.pop() else {
-                break;
-            };
+        // The top of the free stack in one go (the order `pop` would give): one bound check
+        // and one length update for the run, not one per frame.
+        let small = &mut self.free.small;
+        let from = small.len() - (BATCH - have.min(BATCH)).min(small.len());
+        batch.lend_frames(small[from..].iter().rev().map(|&f| {
             let a = seg.frame_addr(f) + stagger(f, k);
             // The input writes each frame's first line next: asking for all of them now (in
             // exclusive state) overlaps the misses instead of taking one per packet's store.
             prefetch_write(base.wrapping_add(a as usize));
-            batch.lend_frame(a);
-        }
+            a
+        }));
+        small.truncate(from);
         // Big frames are few (one for every 8 regular ones): a handful at a time.
         while big.is_some() && batch.lent_big_frames() < LENT_BIG {
             let Some(f) = self.free.big.pop() else {
