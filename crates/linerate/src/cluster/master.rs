@@ -28,6 +28,8 @@ pub(super) struct MasterQueue {
     pub(super) nf_batch: u64,
     /// This batch's descriptors for the queue, copied into the ring at once.
     pub(super) stage: Box<[Desc; BATCH]>,
+    /// This batch's descriptors for the queue are the master's `out[..nstaged]` (not staged).
+    pub(super) direct: bool,
     /// Local copies of the counters, published once per batch.
     pub(super) enqueued: u64,
     pub(super) enqueued_bytes: u64,
@@ -75,6 +77,11 @@ pub struct Master {
     /// Packets copied into a segment frame (the rest were received in place).
     pub(super) copied: u64,
     pub(super) space: [u32; MAX_QUEUES],
+    /// This batch's descriptors (packet i's, for every queue that took it) and slot tags.
+    pub(super) out: Box<[Desc; BATCH]>,
+    pub(super) out_tags: [u32; BATCH],
+    /// The packets each queue took of this batch (bit i: packet i); 0 between batches.
+    pub(super) took: [u64; MAX_QUEUES],
     /// The master's side of each transmit lane (it reads what consumers send).
     pub(super) tx_rings: Vec<Borrower<Desc, RegionQueue<Desc>>>,
     /// Lanes seen with a `head` that is not their producer's (counted once as malformed).
@@ -311,6 +318,7 @@ impl Master {
                 nstaged: 0,
                 nf_batch: 0,
                 stage: Box::new([Desc::default(); BATCH]),
+                direct: false,
                 enqueued: 0,
                 enqueued_bytes: 0,
                 ring_full: 0,
@@ -353,6 +361,9 @@ impl Master {
             copies: 0,
             copied: 0,
             space: [0; MAX_QUEUES],
+            out: Box::new([Desc::default(); BATCH]),
+            out_tags: [0; BATCH],
+            took: [0; MAX_QUEUES],
             tx_rings,
             tx_bad: vec![false; l.tx_lanes],
             tx_packets: 0,
@@ -668,6 +679,8 @@ impl Master {
         // A lent batch's packets are in the master's own frames: each is published as it is or
         // given back to the free list (bit i set: taken over).
         let mut kept = 0u64;
+        // Queues that took packets of this batch (their packets: `took`).
+        let mut taken = 0u64;
         for i in 0..n {
             let long = descs[i].len as usize > cap;
             if long && descs[i].len as usize > big_cap {
@@ -748,16 +761,15 @@ impl Master {
                 flags: if single { 0 } else { Desc::F_SHARED },
                 ..*src
             };
+            // Written once for the batch; each queue takes its packets from here below.
+            self.out[i] = d;
+            self.out_tags[i] = held;
+            taken |= ok;
             let mut m = ok;
             while m != 0 {
                 let qi = m.trailing_zeros() as usize;
                 m &= m - 1;
-                let q = &mut self.q[qi];
-                q.ring.tag(q.nstaged, held);
-                // Staged in the master's memory; copied into the ring once per batch below.
-                q.stage[q.nstaged & (BATCH - 1)] = d;
-                q.enqueued_bytes += d.wire_len as u64;
-                q.nstaged += 1;
+                self.took[qi] |= 1 << i;
                 let s = &mut self.space[qi];
                 *s -= 1;
                 if *s == 0 {
@@ -765,6 +777,7 @@ impl Master {
                 }
             }
         }
+        self.stage_queues(taken);
 
         if lent {
             self.give_back_unkept(descs, kept);
@@ -779,6 +792,45 @@ impl Master {
         self.batches = self.batches.wrapping_add(1);
         if self.batches.is_multiple_of(8) {
             self.publish();
+        }
+    }
+
+    /// Per queue that took packets of this batch (`taken`; which ones: `took`): tags their slots
+    /// and stages their descriptors (from `out`) in order, with the queue's state at hand for
+    /// the whole run rather than looked up per packet. A queue that took the batch's first
+    /// packets and no other (a single queue taking every packet) publishes straight from `out`,
+    /// with no staging copy.
+    #[inline]
+    fn stage_queues(&mut self, taken: u64) {
+        let mut t = taken;
+        while t != 0 {
+            let qi = t.trailing_zeros() as usize;
+            t &= t - 1;
+            let m = std::mem::take(&mut self.took[qi]);
+            let q = &mut self.q[qi];
+            let k = m.count_ones() as usize;
+            let mut bytes = 0u64;
+            q.direct = m & m.wrapping_add(1) == 0; // packets 0..k
+            if q.direct {
+                for (j, (d, &tag)) in self.out[..k].iter().zip(&self.out_tags[..k]).enumerate() {
+                    q.ring.tag(j, tag);
+                    bytes += d.wire_len as u64;
+                }
+            } else {
+                let mut b = m;
+                let mut j = 0;
+                while b != 0 {
+                    let i = b.trailing_zeros() as usize;
+                    b &= b - 1;
+                    q.ring.tag(j, self.out_tags[i]);
+                    let d = self.out[i];
+                    q.stage[j & (BATCH - 1)] = d;
+                    bytes += d.wire_len as u64;
+                    j += 1;
+                }
+            }
+            q.nstaged = k;
+            q.enqueued_bytes += bytes;
         }
     }
 
@@ -879,12 +931,17 @@ impl Master {
     #[inline]
     fn publish_staged(&mut self, gone: u64) {
         let mut published = 0u64;
+        let out = &*self.out;
         for (qi, q) in self.q.iter_mut().enumerate() {
             if q.nstaged > 0 {
                 // One copy of the batch's descriptors into the ring (at most two runs): each
                 // slot line is written whole at once rather than a descriptor at a time while
                 // the consumer may be reading its neighbours.
-                q.ring.publish(&q.stage[..q.nstaged]);
+                q.ring.publish(if q.direct {
+                    &out[..q.nstaged]
+                } else {
+                    &q.stage[..q.nstaged]
+                });
                 q.enqueued += q.nstaged as u64;
                 published |= 1 << qi;
             }
