@@ -179,14 +179,15 @@ fn dlt_of(linktype: u32) -> c_int {
     }
 }
 
-/// Runs a BPF program with libpcap's own interpreter.
-fn run_bpf(insns: &[Insn], pkt: &[u8], wire: u32) -> bool {
+/// Runs a BPF program with libpcap's own interpreter: what it returned (0: reject; else the
+/// bytes to keep at most).
+fn run_bpf(insns: &[Insn], pkt: &[u8], wire: u32) -> u32 {
     let Some(f) = real!(bpf_filter: fn(*const Insn, *const u8, c_uint, c_uint) -> c_uint) else {
-        return true;
+        return u32::MAX;
     };
     // SAFETY: `insns` is a program bpf_validate accepted (set_filter), `pkt` holds
     // `pkt.len()` readable bytes: bpf_filter reads only inside them.
-    unsafe { f(insns.as_ptr(), pkt.as_ptr(), wire, pkt.len() as c_uint) != 0 }
+    unsafe { f(insns.as_ptr(), pkt.as_ptr(), wire, pkt.len() as c_uint) }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -922,12 +923,15 @@ fn unactivated(p: Pcap) -> Option<c_int> {
     (!e.h.activated).then(|| not_active(e))
 }
 
-/// One read on our handle at `p` (slot `slot` of the registry): the &mut to the entry lives
-/// only for this call, never across a callback.
-fn read_one(p: Pcap, slot: usize, wait: bool, forever: bool) -> Next {
-    let Some(e) = ours(p) else {
-        return Next::Error;
-    };
+/// One read on our handle, entry `ep` (looked up once per `pcap_loop`/`pcap_dispatch` call, not
+/// per packet), slot `slot` of the registry: the &mut to the entry lives only for this call,
+/// never across a callback.
+fn read_one(ep: *mut Entry, slot: usize, wait: bool, forever: bool) -> Next {
+    // SAFETY: `ep` is the registry's pointer for the handle being read, looked up at the start
+    // of this pcap_loop/pcap_dispatch call; libpcap's contract forbids closing a handle while a
+    // loop on it runs, so it is still live, and (as in `ours`) no other &mut to it is alive:
+    // the loops call back into the program only between reads.
+    let e = unsafe { &mut *ep };
     let r = e.h.next(wait, forever, &mut || REG.take_break(slot));
     match &r {
         Next::Nothing => drain_timer(e),
@@ -954,9 +958,12 @@ pub unsafe extern "C" fn pcap_loop(p: Pcap, cnt: c_int, cb: Handler, user: *mut 
     if let Some(rc) = unactivated(p) {
         return rc;
     }
+    let Some(ep) = REG.get(p as usize) else {
+        return code::ERROR;
+    };
     let mut n: c_int = 0;
     loop {
-        match read_one(p, slot, true, true) {
+        match read_one(ep, slot, true, true) {
             Next::Packet(pk) => {
                 let h = header(&pk);
                 if let Some(cb) = cb {
@@ -1016,10 +1023,13 @@ pub unsafe extern "C" fn pcap_dispatch(p: Pcap, cnt: c_int, cb: Handler, user: *
     } else {
         cnt
     };
+    let Some(ep) = REG.get(p as usize) else {
+        return code::ERROR;
+    };
     let wait = ours(p).is_some_and(|e| !e.h.nonblock);
     let mut n: c_int = 0;
     while n < limit {
-        match read_one(p, slot, wait && n == 0, false) {
+        match read_one(ep, slot, wait && n == 0, false) {
             Next::Packet(pk) => {
                 let h = header(&pk);
                 if let Some(cb) = cb {
@@ -1089,8 +1099,11 @@ pub unsafe extern "C" fn pcap_next_ex(
     if let Some(rc) = unactivated(p) {
         return rc;
     }
+    let Some(ep) = REG.get(p as usize) else {
+        return code::ERROR;
+    };
     let wait = ours(p).is_some_and(|e| !e.h.nonblock);
-    match read_one(p, slot, wait, false) {
+    match read_one(ep, slot, wait, false) {
         Next::Packet(pk) => {
             let Some(e) = ours(p) else {
                 return code::ERROR;

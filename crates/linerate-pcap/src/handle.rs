@@ -10,14 +10,18 @@ use linerate::port::{DropReason, Port, PortOptions, PortStats};
 use std::sync::Arc;
 
 /// Empty polls that spin before sleeping on a port whose producer wakes its reader (a cluster
-/// queue, [`Port::rx_wait`]).
+/// queue, [`Port::rx_wait`]), at most: halved down to 1 each time spinning found nothing, back
+/// to this as soon as it finds a packet (a producer on the reader's own core, tcpdump pinned
+/// beside its master, cannot publish while the reader spins: there the spins were only cost).
 const WAKE_SPINS: u32 = 16;
 /// libpcap's buffered mode: packets a sleeping reader of a cluster queue waits for (the master
 /// wakes it then; the port takes at most a quarter of its queue). A sixteenth of the default
 /// 4096 slots: the rest of the queue gives the woken reader ~7 ms at 500 kpps to be scheduled
 /// on a core it shares with the master. (1024, a quarter, and 512 were measured: ~10-20 and ~8 ns
-/// a packet less for tcpdump at 500 kpps, fewer wakes, but more packets lost on a loaded machine:
-/// BENCHMARKS.md, "where its CPU per packet goes".)
+/// a packet less for tcpdump at 500 kpps, fewer wakes, but more packets lost on a loaded machine;
+/// so was a wait that doubled from 256 up to 1024 while wakes came on time and fell back at the
+/// first late one: no gain seen, losses no better: BENCHMARKS.md, "where its CPU per packet
+/// goes", rounds 2 and 3.)
 const BUFFERED_WANT: usize = 256;
 /// Other ports without a descriptor: empty polls that spin, then yield, then sleep 50 µs, before
 /// the long sleeps of an idle queue.
@@ -59,8 +63,13 @@ pub const DIRECTION_IN: i32 = 1;
 pub const DIRECTION_OUT: i32 = 2;
 
 /// Runs a classic BPF program on a packet's captured bytes with its length on the wire: libpcap's
-/// own `bpf_filter`, provided by the C side.
-pub type RunFilter = fn(&[Insn], &[u8], u32) -> bool;
+/// own `bpf_filter`, provided by the C side. Returns what the program returned: 0 rejects the
+/// packet, anything else keeps that many bytes of it at most (as the kernel's socket filter
+/// cuts a live capture).
+pub type RunFilter = fn(&[Insn], &[u8], u32) -> u32;
+
+/// BPF_RET | BPF_K: `ret #k`.
+const BPF_RET_K: u16 = 0x06;
 
 /// What `pcap_set_*` set before `pcap_activate`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,6 +154,14 @@ pub struct Handle {
     batch_now: u64,
     filter: Option<Vec<Insn>>,
     run_filter: Option<RunFilter>,
+    /// Bytes kept of a packet at most: the snap length, or less when the filter is a lone
+    /// `ret #k` (applied here, the program not run). Fixed at activation and `setfilter`.
+    cut: u32,
+    /// Timestamps in nanoseconds (the precision, fixed at activation).
+    nano: bool,
+    /// Empty polls that spin before sleeping: `WAKE_SPINS`, down to 1 while spinning never
+    /// finds a packet (the producer shares the core, or is slow), back up when one does.
+    spins: u32,
     /// Link type of the port (a LINKTYPE_ value).
     pub linktype: u32,
     /// Packets the filter rejected.
@@ -177,6 +194,9 @@ impl Handle {
             batch_now: 0,
             filter: None,
             run_filter: None,
+            cut: MAX_SNAPLEN,
+            nano: false,
+            spins: WAKE_SPINS,
             linktype: 1,
             filtered: 0,
             ended: false,
@@ -217,6 +237,8 @@ impl Handle {
                 self.linktype = p.link_type().0;
                 self.port = Some(p);
                 self.activated = true;
+                self.cut = self.snaplen();
+                self.nano = self.settings.precision == PRECISION_NANO;
                 0
             }
             Err(e) => {
@@ -235,11 +257,27 @@ impl Handle {
     }
 
     /// Installs a BPF program (its instructions, checked by the caller) run on every packet.
+    /// A program that is one `ret #k` with k != 0 (tcpdump installs `ret #262144` even without
+    /// an expression) accepts every packet: it is not run, its cut (k bytes) applies directly.
     pub fn set_filter(&mut self, insns: Vec<Insn>, run: RunFilter) {
+        self.cut = self.snaplen();
+        if let [one] = insns[..] {
+            if one.code == BPF_RET_K && one.k != 0 {
+                self.cut = self.cut.min(one.k);
+                self.filter = None;
+                self.run_filter = None;
+                return;
+            }
+        }
         // The kernel ports could take it (SO_ATTACH_FILTER), but one path for every port keeps
         // the counters the same: the filter runs here on each frame.
         self.filter = Some(insns);
         self.run_filter = Some(run);
+    }
+
+    /// Whether a BPF program runs on each packet (false without one, or for a lone `ret #k`).
+    pub fn filter_runs(&self) -> bool {
+        self.run_filter.is_some()
     }
 
     /// Snap length in effect.
@@ -255,6 +293,8 @@ impl Handle {
         // already in the batch costs no clock read (`pcap_dispatch` asks once per packet).
         let mut deadline: Option<Option<std::time::Instant>> = None;
         let mut idle = 0u32;
+        // Whether this call slept (packets found after a sleep are not the spin's).
+        let mut slept = false;
         loop {
             while self.pos < self.batch.len() {
                 let i = self.pos;
@@ -270,13 +310,14 @@ impl Handle {
                     continue;
                 }
                 let data = self.batch.data(i);
-                let caplen = (data.len() as u32).min(self.snaplen());
-                let data = &data[..caplen as usize];
+                let mut caplen = (data.len() as u32).min(self.cut);
                 if let (Some(f), Some(run)) = (&self.filter, self.run_filter) {
-                    if !run(f, data, d.filter_len()) {
+                    let keep = run(f, &data[..caplen as usize], d.filter_len());
+                    if keep == 0 {
                         self.filtered += 1;
                         continue;
                     }
+                    caplen = caplen.min(keep);
                 }
                 // A packet without a time (a master's built-in source stamps none): the time
                 // this batch was read, as a live capture always has one (one clock read per
@@ -291,11 +332,7 @@ impl Handle {
                 };
                 let sec = (ts / 1_000_000_000) as i64;
                 let ns = (ts % 1_000_000_000) as i64;
-                let frac = if self.settings.precision == PRECISION_NANO {
-                    ns
-                } else {
-                    ns / 1000
-                };
+                let frac = if self.nano { ns } else { ns / 1000 };
                 return Next::Packet(Packet {
                     data: data.as_ptr(),
                     caplen,
@@ -321,6 +358,10 @@ impl Handle {
             self.batch_now = 0;
             match port.rx(&mut self.batch) {
                 Ok(n) if n > 0 => {
+                    if idle > 0 && !slept {
+                        // Found while spinning: spinning pays here.
+                        self.spins = WAKE_SPINS;
+                    }
                     // Prefetch each packet's first line now: the frames were written by the
                     // master (on another line of the cache, up to a quarter of a queue ago), so
                     // their misses overlap here, and with the first packets' handling, rather
@@ -359,7 +400,9 @@ impl Handle {
             // block is full or the timeout passes): the master wakes us once `BUFFERED_WANT`
             // packets wait, or the wait's cap (20 ms) or the timeout's rest passes. In
             // immediate mode, at the first packet.
-            if idle > WAKE_SPINS && port.poll_fd().is_none() {
+            if idle > self.spins && port.poll_fd().is_none() {
+                // Spinning found nothing this time: spin less before the next sleep.
+                self.spins = (self.spins / 2).max(1);
                 let want = if self.settings.immediate {
                     1
                 } else {
@@ -369,6 +412,7 @@ impl Handle {
                     d.saturating_duration_since(std::time::Instant::now())
                 });
                 if port.rx_wait(want, rest) {
+                    slept = true;
                     continue;
                 }
             }
@@ -520,6 +564,79 @@ mod tests {
         let o = h.port_options();
         assert!(o.promisc);
         assert_eq!(o.ring_blocks, 64);
+    }
+
+    fn sample() -> Handle {
+        let file =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample.pcap");
+        let mut h = Handle::new(&format!("pcap:{}", file.display()));
+        assert_eq!(h.activate(), 0, "{}", h.err);
+        h
+    }
+
+    /// Every packet of the sample: (captured bytes, length on the wire).
+    fn lengths(h: &mut Handle) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        loop {
+            match h.next(true, true, &mut || false) {
+                Next::Packet(p) => out.push((p.caplen, p.len)),
+                Next::End => return out,
+                other => panic!("{other:?}: {}", h.err),
+            }
+        }
+    }
+
+    fn ret(k: u32) -> Insn {
+        Insn {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k,
+        }
+    }
+
+    fn never_run(_: &[Insn], _: &[u8], _: u32) -> u32 {
+        panic!("a lone `ret #k` with k != 0 is not run per packet")
+    }
+
+    #[test]
+    fn a_lone_ret_k_filter_is_not_run_and_cuts_at_k() {
+        let all = lengths(&mut sample());
+        assert!(all.len() > 3 && all.iter().any(|&(c, _)| c > 40));
+        // tcpdump's program without an expression: every packet, whole.
+        let mut h = sample();
+        h.set_filter(vec![ret(MAX_SNAPLEN)], never_run);
+        assert!(!h.filter_runs());
+        assert_eq!(lengths(&mut h), all);
+        // `ret #40`: every packet, cut at 40 bytes, its length on the wire kept.
+        let mut h = sample();
+        h.set_filter(vec![ret(40)], never_run);
+        let cut: Vec<(u32, u32)> = all.iter().map(|&(c, w)| (c.min(40), w)).collect();
+        assert_eq!(lengths(&mut h), cut);
+        assert_eq!(h.filtered, 0);
+    }
+
+    #[test]
+    fn a_filter_that_runs_rejects_on_0_and_cuts_at_what_it_returns() {
+        fn reject(_: &[Insn], _: &[u8], _: u32) -> u32 {
+            0
+        }
+        fn keep_20(_: &[Insn], _: &[u8], _: u32) -> u32 {
+            20
+        }
+        let all = lengths(&mut sample());
+        // `ret #0` rejects everything: run (and counted as filtered).
+        let mut h = sample();
+        h.set_filter(vec![ret(0)], reject);
+        assert!(h.filter_runs());
+        assert_eq!(lengths(&mut h), vec![]);
+        assert_eq!(h.filtered, all.len() as u64);
+        // A longer program runs on every packet; what it returns cuts the packet.
+        let mut h = sample();
+        h.set_filter(vec![ret(0), ret(20)], keep_20);
+        assert!(h.filter_runs());
+        let cut: Vec<(u32, u32)> = all.iter().map(|&(c, w)| (c.min(20), w)).collect();
+        assert_eq!(lengths(&mut h), cut);
     }
 
     #[test]

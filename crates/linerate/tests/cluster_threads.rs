@@ -247,6 +247,97 @@ fn the_built_in_source_is_received_in_place_with_no_copy() {
     assert_eq!(master.stats().copied_packets, 100);
 }
 
+/// Where each packet starts in its 2 KiB frame (the segment's frames start on a page).
+fn offsets_in_frame(c: &mut linerate::cluster::ClusterPort) -> (Vec<u64>, Vec<Vec<u8>>) {
+    let (mut offs, mut data) = (Vec::new(), Vec::new());
+    let mut b = Batch::new();
+    while c.rx(&mut b).unwrap() > 0 {
+        for p in b.iter() {
+            offs.push(p.desc.addr % 2048);
+            data.push(p.data.to_vec());
+        }
+        b.clear();
+    }
+    (offs, data)
+}
+
+/// Short packets do not all sit at the same offset of their 2 KiB frames (their first lines
+/// would share 2 of the L1 cache's 64 sets): the source's, received in lent frames, and those
+/// the master copies are staggered by whole lines; a packet too long for the stagger starts
+/// right after the headroom. Every byte arrives, every frame comes back.
+#[test]
+fn short_packets_are_staggered_over_cache_sets_in_their_frames() {
+    let mut cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 4096,
+        ..Default::default()
+    };
+    cfg.fit_packets(130_944);
+    let mut master = Master::anon(&cfg).unwrap();
+    let all_free = master.free_frames();
+    let mut c = master.consumer(0).unwrap();
+    let mut dist = Distributor::new(Mode::Ip, &[1], LinkType::ETHERNET);
+    let stop = AtomicBool::new(false);
+    let n = 1_000u64;
+    balance::run(
+        &mut SourcePort::new(5, Some(n)).unwrap(),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &stop,
+        |_| {},
+    );
+    let st = master.stats();
+    assert_eq!((st.rx_packets, st.copied_packets), (n, 0), "{st:?}");
+    let (offs, data) = offsets_in_frame(&mut c);
+    assert_eq!(offs.len() as u64, n);
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(d, &balance::source::frame(i as u32 % 5, 5), "packet {i}");
+    }
+    let mut distinct = offs.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert!(distinct.len() >= 8, "offsets {distinct:?}");
+    assert!(
+        distinct
+            .iter()
+            .all(|&o| o >= 128 && o % 64 == 0 && o + 60 <= 2048),
+        "past the headroom, on a line, inside the frame: {distinct:?}"
+    );
+    c.rx(&mut Batch::new()).unwrap();
+    master.distribute(&mut Batch::new(), &[]);
+    assert_eq!(master.free_frames(), all_free, "every lent frame came back");
+
+    // Copied: short packets staggered too, a 1900-byte one (1920 B of room) from the headroom.
+    let mut master = Master::anon(&cfg).unwrap();
+    let all_free = master.free_frames();
+    let mut c = master.consumer(0).unwrap();
+    let mut dist = Distributor::new(Mode::Ip, &[1], LinkType::ETHERNET);
+    let mut pkts = numbered(200);
+    let mut long = pkts[7].clone();
+    long.resize(1900, 0xab);
+    pkts[7] = long;
+    balance::run(
+        &mut VecPort::new(pkts.clone()),
+        &mut master,
+        &mut dist,
+        &opts(),
+        &stop,
+        |_| {},
+    );
+    assert_eq!(master.stats().copied_packets, 200);
+    let (offs, data) = offsets_in_frame(&mut c);
+    assert_eq!(data, pkts, "every byte of every packet");
+    assert_eq!(offs[7], 128, "the long packet starts after the headroom");
+    let mut distinct = offs.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert!(distinct.len() >= 8, "offsets {distinct:?}");
+    c.rx(&mut Batch::new()).unwrap();
+    master.distribute(&mut Batch::new(), &[]);
+    assert_eq!(master.free_frames(), all_free, "every frame came back");
+}
+
 /// A pcap file is read straight into the segment's frames, jumbo frames into its big frames:
 /// consumers read the file's bytes, nothing is copied by the master, none is cut, and every
 /// lent frame (regular and big) comes back.

@@ -28,6 +28,8 @@ pub(super) struct MasterQueue {
     pub(super) nf_batch: u64,
     /// This batch's descriptors for the queue, copied into the ring at once.
     pub(super) stage: Box<[Desc; BATCH]>,
+    /// This batch's descriptors for the queue are the master's `out[..nstaged]` (not staged).
+    pub(super) direct: bool,
     /// Local copies of the counters, published once per batch.
     pub(super) enqueued: u64,
     pub(super) enqueued_bytes: u64,
@@ -59,6 +61,9 @@ pub struct Master {
     /// Longest packet carried in a regular frame, and in any frame.
     pub(super) cap: usize,
     pub(super) big_cap: usize,
+    /// Lent regular frames are staggered over this many 64-byte steps (a power of two; 1: not
+    /// at all), [`Master::stagger_lent_frames`].
+    pub(super) lent_stagger: u32,
     /// Reference count of each frame sent to several queues (fan-out), in the master's own
     /// memory: nothing a consumer writes can make the master free a frame.
     pub(super) holds: Holds,
@@ -72,6 +77,11 @@ pub struct Master {
     /// Packets copied into a segment frame (the rest were received in place).
     pub(super) copied: u64,
     pub(super) space: [u32; MAX_QUEUES],
+    /// This batch's descriptors (packet i's, for every queue that took it) and slot tags.
+    pub(super) out: Box<[Desc; BATCH]>,
+    pub(super) out_tags: [u32; BATCH],
+    /// The packets each queue took of this batch (bit i: packet i); 0 between batches.
+    pub(super) took: [u64; MAX_QUEUES],
     /// The master's side of each transmit lane (it reads what consumers send).
     pub(super) tx_rings: Vec<Borrower<Desc, RegionQueue<Desc>>>,
     /// Lanes seen with a `head` that is not their producer's (counted once as malformed).
@@ -308,6 +318,7 @@ impl Master {
                 nstaged: 0,
                 nf_batch: 0,
                 stage: Box::new([Desc::default(); BATCH]),
+                direct: false,
                 enqueued: 0,
                 enqueued_bytes: 0,
                 ring_full: 0,
@@ -338,6 +349,7 @@ impl Master {
             holds: Holds::new(l.frames + l.big_frames),
             cap,
             big_cap,
+            lent_stagger: 1,
             seg,
             q,
             rx_packets: 0,
@@ -349,6 +361,9 @@ impl Master {
             copies: 0,
             copied: 0,
             space: [0; MAX_QUEUES],
+            out: Box::new([Desc::default(); BATCH]),
+            out_tags: [0; BATCH],
+            took: [0; MAX_QUEUES],
             tx_rings,
             tx_bad: vec![false; l.tx_lanes],
             tx_packets: 0,
@@ -522,23 +537,26 @@ impl Master {
             return false;
         }
         let seg = &self.seg;
-        let room = (seg.frame_size - seg.headroom) as u32;
+        let k = self.lent_stagger;
+        let room = (seg.frame_size - seg.headroom) as u32 - (k - 1) * STAGGER_STEP as u32;
         let big = (seg.big_frames > 0).then(|| {
             let first = seg.big_frame_addr(seg.frames as u32) - seg.headroom as u64;
             (first, (seg.big_size - seg.headroom) as u32)
         });
         batch.lend(&seg.pool, room, big);
         let base = seg.pool.region().as_ptr();
-        while batch.lent_frames() < BATCH {
-            let Some(f) = self.free.small.pop() else {
-                break;
-            };
-            let a = seg.frame_addr(f);
+        // The top of the free stack in one go (the order `pop` would give): one bound check
+        // and one length update for the run, not one per frame.
+        let small = &mut self.free.small;
+        let from = small.len() - (BATCH - have.min(BATCH)).min(small.len());
+        batch.lend_frames(small[from..].iter().rev().map(|&f| {
+            let a = seg.frame_addr(f) + stagger(f, k);
             // The input writes each frame's first line next: asking for all of them now (in
             // exclusive state) overlaps the misses instead of taking one per packet's store.
             prefetch_write(base.wrapping_add(a as usize));
-            batch.lend_frame(a);
-        }
+            a
+        }));
+        small.truncate(from);
         // Big frames are few (one for every 8 regular ones): a handful at a time.
         while big.is_some() && batch.lent_big_frames() < LENT_BIG {
             let Some(f) = self.free.big.pop() else {
@@ -547,6 +565,27 @@ impl Master {
             batch.lend_big_frame(seg.big_frame_addr(f));
         }
         true
+    }
+
+    /// Staggers the regular frames [`Master::lend_frames`] lends to an input whose packets are
+    /// at most `longest` bytes and that copies each into whatever frame it is handed
+    /// ([`crate::port::Port::fills_lent_frames_of_any_pool`]: the built-in source, a file
+    /// reader; never an AF_XDP socket, whose kernel places packets itself): frame `f`'s packet
+    /// starts `(f % k) * 64` bytes past the headroom, `k` up to 16, as far as the frame's room
+    /// less that still holds `longest` (the lent room shrinks by as much). Each 64-byte
+    /// packet otherwise sits at the same offset of its own 2 KiB frame, so that a batch's 64
+    /// first lines fall in 2 of the L1 cache's 64 sets and evict each other between the input's
+    /// write, the hash's read and the consumer's; staggered, they spread over 32 sets.
+    /// Consumers are unaffected: a packet in a regular frame may start anywhere past the
+    /// headroom (as an AF_XDP input's does) and ends inside its frame.
+    pub fn stagger_lent_frames(&mut self, longest: usize) {
+        let room = self.seg.frame_size - self.seg.headroom;
+        let slack = room - longest.min(room);
+        let mut k = 1u32;
+        while k < MAX_STAGGER && (2 * k as usize - 1) * STAGGER_STEP <= slack {
+            k *= 2;
+        }
+        self.lent_stagger = k;
     }
 
     /// The segment's regular frames as an AF_XDP UMEM, for an `xdp:` input of `sockets` queues
@@ -635,10 +674,13 @@ impl Master {
 
         let seg = &*self.seg;
         let (cap, big_cap) = (self.cap, self.big_cap);
+        let room = (seg.frame_size - seg.headroom) as u64;
         let region = seg.pool.region();
         // A lent batch's packets are in the master's own frames: each is published as it is or
         // given back to the free list (bit i set: taken over).
         let mut kept = 0u64;
+        // Queues that took packets of this batch (their packets: `took`).
+        let mut taken = 0u64;
         for i in 0..n {
             let long = descs[i].len as usize > cap;
             if long && descs[i].len as usize > big_cap {
@@ -692,12 +734,14 @@ impl Master {
                 (src.addr, src.len as usize) // received in place: no copy
             } else {
                 let data = batch.data(i);
+                let len = data.len();
                 let addr = if long {
                     seg.big_frame_addr(frame)
                 } else {
-                    seg.frame_addr(frame)
+                    // Staggered when the packet fits past the step (see `stagger`).
+                    let s = stagger(frame, COPY_STAGGER);
+                    seg.frame_addr(frame) + if len as u64 + s <= room { s } else { 0 }
                 };
-                let len = data.len();
                 // SAFETY: the frame was on the master's free list: no queue holds it and no
                 // consumer can read it until its descriptor is published below.
                 if let Some(dst) = unsafe { region.bytes_mut(addr, len as u32) } {
@@ -717,16 +761,15 @@ impl Master {
                 flags: if single { 0 } else { Desc::F_SHARED },
                 ..*src
             };
+            // Written once for the batch; each queue takes its packets from here below.
+            self.out[i] = d;
+            self.out_tags[i] = held;
+            taken |= ok;
             let mut m = ok;
             while m != 0 {
                 let qi = m.trailing_zeros() as usize;
                 m &= m - 1;
-                let q = &mut self.q[qi];
-                q.ring.tag(q.nstaged, held);
-                // Staged in the master's memory; copied into the ring once per batch below.
-                q.stage[q.nstaged & (BATCH - 1)] = d;
-                q.enqueued_bytes += d.wire_len as u64;
-                q.nstaged += 1;
+                self.took[qi] |= 1 << i;
                 let s = &mut self.space[qi];
                 *s -= 1;
                 if *s == 0 {
@@ -734,6 +777,7 @@ impl Master {
                 }
             }
         }
+        self.stage_queues(taken);
 
         if lent {
             self.give_back_unkept(descs, kept);
@@ -748,6 +792,45 @@ impl Master {
         self.batches = self.batches.wrapping_add(1);
         if self.batches.is_multiple_of(8) {
             self.publish();
+        }
+    }
+
+    /// Per queue that took packets of this batch (`taken`; which ones: `took`): tags their slots
+    /// and stages their descriptors (from `out`) in order, with the queue's state at hand for
+    /// the whole run rather than looked up per packet. A queue that took the batch's first
+    /// packets and no other (a single queue taking every packet) publishes straight from `out`,
+    /// with no staging copy.
+    #[inline]
+    fn stage_queues(&mut self, taken: u64) {
+        let mut t = taken;
+        while t != 0 {
+            let qi = t.trailing_zeros() as usize;
+            t &= t - 1;
+            let m = std::mem::take(&mut self.took[qi]);
+            let q = &mut self.q[qi];
+            let k = m.count_ones() as usize;
+            let mut bytes = 0u64;
+            q.direct = m & m.wrapping_add(1) == 0; // packets 0..k
+            if q.direct {
+                for (j, (d, &tag)) in self.out[..k].iter().zip(&self.out_tags[..k]).enumerate() {
+                    q.ring.tag(j, tag);
+                    bytes += d.wire_len as u64;
+                }
+            } else {
+                let mut b = m;
+                let mut j = 0;
+                while b != 0 {
+                    let i = b.trailing_zeros() as usize;
+                    b &= b - 1;
+                    q.ring.tag(j, self.out_tags[i]);
+                    let d = self.out[i];
+                    q.stage[j & (BATCH - 1)] = d;
+                    bytes += d.wire_len as u64;
+                    j += 1;
+                }
+            }
+            q.nstaged = k;
+            q.enqueued_bytes += bytes;
         }
     }
 
@@ -848,12 +931,17 @@ impl Master {
     #[inline]
     fn publish_staged(&mut self, gone: u64) {
         let mut published = 0u64;
+        let out = &*self.out;
         for (qi, q) in self.q.iter_mut().enumerate() {
             if q.nstaged > 0 {
                 // One copy of the batch's descriptors into the ring (at most two runs): each
                 // slot line is written whole at once rather than a descriptor at a time while
                 // the consumer may be reading its neighbours.
-                q.ring.publish(&q.stage[..q.nstaged]);
+                q.ring.publish(if q.direct {
+                    &out[..q.nstaged]
+                } else {
+                    &q.stage[..q.nstaged]
+                });
                 q.enqueued += q.nstaged as u64;
                 published |= 1 << qi;
             }
@@ -1146,6 +1234,22 @@ impl Master {
         self.free.flush_share(true);
         self.publish();
     }
+}
+
+/// One step of a frame's stagger: a cache line.
+const STAGGER_STEP: usize = 64;
+
+/// Most steps of stagger ([`Master::stagger_lent_frames`]): 16 lines of each 2 KiB frame's 32.
+const MAX_STAGGER: u32 = 16;
+
+/// Steps of stagger of a packet the master copies into a regular frame (when it fits past
+/// them: a long packet starts right after the headroom).
+const COPY_STAGGER: u32 = 16;
+
+/// Where frame `f`'s packet starts past the headroom, over `k` steps (a power of two).
+#[inline(always)]
+fn stagger(f: u32, k: u32) -> u64 {
+    u64::from(f & (k - 1)) * STAGGER_STEP as u64
 }
 
 /// Bytes the kernel leaves in front of a packet it writes into an AF_XDP UMEM chunk.

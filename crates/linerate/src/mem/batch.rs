@@ -245,6 +245,13 @@ impl Batch {
         self.cache.push(addr);
     }
 
+    /// Gives a lent batch free frames (their packet addresses), as [`Batch::lend_frame`] each.
+    #[inline(always)]
+    pub(crate) fn lend_frames(&mut self, addrs: impl ExactSizeIterator<Item = u64>) {
+        debug_assert!(self.lent > 0);
+        self.cache.extend(addrs);
+    }
+
     /// Takes one free lent regular frame out of the batch (its packet address), for a port
     /// whose kernel writes into lent frames later (an AF_XDP fill ring on a lent UMEM): the
     /// frame comes back to its owner in a later batch of this loan, as a packet's address.

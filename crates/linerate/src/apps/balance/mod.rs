@@ -665,6 +665,11 @@ pub fn run_with(
         && input
             .max_rx_packet()
             .is_some_and(|most| most.min(ceiling) <= master.max_packet());
+    if in_place && input.fills_lent_frames_of_any_pool() {
+        if let Some(most) = input.max_rx_packet() {
+            master.stagger_lent_frames(most);
+        }
+    }
     let input_fd = input.poll_fd();
     // The input's descriptor was readable at the last idle poll (and `rx` still found nothing).
     let mut was_ready = false;

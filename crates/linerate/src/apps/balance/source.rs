@@ -248,6 +248,11 @@ impl Port for SourcePort {
     fn fills_lent_frames_of_any_pool(&self) -> bool {
         true
     }
+
+    /// Every packet is [`FRAME_LEN`] bytes.
+    fn max_rx_packet(&self) -> Option<usize> {
+        Some(FRAME_LEN)
+    }
 }
 
 #[cfg(all(test, not(loom)))]
