@@ -1305,13 +1305,10 @@ mod layers {
     /// views read through, its offset in the frame (0: none).
     fn parse_state(s: &Slot) -> [u64; 13] {
         let base = s.addr.get();
-        let head = |k: usize| {
-            s.heads[k]
-                .get()
-                .checked_sub(base)
-                .map_or(u64::MAX, |o| o + 1)
+        let head = |k: usize| match s.heads[k].get() {
+            0 => 0,
+            h => h.wrapping_sub(base).wrapping_add(1),
         };
-        let head = |k: usize| if s.heads[k].get() == 0 { 0 } else { head(k) };
         [
             u64::from(s.parsed.get()),
             u64::from(s.ver.get()),
@@ -1376,6 +1373,15 @@ mod layers {
         frag[7] = 1; // a later fragment
         ip_frames.push(frag);
         ip_frames.push(ip4(1, 5, None, &[8, 0, 0, 0, 0, 1, 0]));
+        // IPv4 with options, AH then TCP, cut at every byte.
+        let opts = ip4(6, 7, None, &join(&ah, &tcp(6, 4)));
+        let mut cut4 = opts.clone();
+        cut4[9] = 51;
+        for whole in [opts, cut4] {
+            for cut in 0..whole.len() {
+                ip_frames.push(whole[..cut].to_vec());
+            }
+        }
         let jumbo = ip4(17, 5, None, &join(&udp, &[9; 9000 - 14 - 28]));
         ip_frames.push(jumbo);
         // IPv6, from its header on: extension header chains of every kind, cut at every byte.
