@@ -1018,3 +1018,193 @@ fn jumbo_frames_longer_than_the_cluster_carries_are_counted_too_big() {
             .all(|(d, w)| d.len() == *w as usize && d.len() <= max));
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Lua views over records past 65 535 B (the Rust parse leaves them to packets.lua's, its
+// offsets being 16-bit) and malformed small frames, in fwd --script and balance -m lua:.
+
+/// Reads every layer of each packet and raw bytes at its end; drops UDP to port 53 in fwd and
+/// sends packet i to queue i % 2 in balance; writes what it saw, one line per packet, to the
+/// file named by the global `out_path` set on the first line.
+const VIEWS_SCRIPT: &str = r#"
+local seen = {}
+local function look(p)
+  local L = p:len()
+  local r = { L, tostring(p.eth and p.eth.type), tostring(p.vlan and p.vlan.id),
+    tostring(p.ip4 and p.ip4.len), tostring(p.ip6 and p.ip6.proto), tostring(p.ip and p.ip.version),
+    tostring(p.udp and p.udp.dport), tostring(p.tcp and p.tcp.flags), tostring(p.icmp and p.icmp.type),
+    tostring(select(2, pcall(p.payloadOffset, p))) }
+  if L > 0 then r[#r + 1] = p:getByte(L - 1) end
+  if L > 1 then r[#r + 1] = p:getU16(L - 2) end
+  r[#r + 1] = tostring(pcall(p.getByte, p, L))
+  seen[#seen + 1] = table.concat(r, " ")
+  local f = assert(io.open(out_path, "w"))
+  f:write(table.concat(seen, "\n"), "\n")
+  f:close()
+end
+function filter(pkts, n)
+  for i = 1, n do
+    local p = pkts[i]
+    look(p)
+    if p.udp and p.udp.dport == 53 then p:drop() end
+  end
+end
+function balance(pkts, n, q)
+  for i = 1, n do
+    look(pkts[i])
+    q[i] = (i - 1) % 2
+  end
+end
+"#;
+
+/// Frames of every size up to 100 000 B (records of a capture whose header says 262144): IPv4
+/// and UDP to port 53 saying 65 535 B, IPv6 in QinQ with a zero payload length (a jumbogram)
+/// and UDP, IPv4 and TCP; then malformed small ones (empty, cut in the Ethernet header, cut in
+/// a VLAN tag, IPv4 with IHL 4, TCP with a data offset of 4).
+fn lua_view_frames() -> Vec<Vec<u8>> {
+    let fill = |mut f: Vec<u8>, n: usize| {
+        f.resize(n, 0xbb);
+        f
+    };
+    let mut frames = Vec::new();
+    for n in [100usize, 9000, 65_535, 65_536, 70_000, 100_000] {
+        let mut u = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+        u.extend_from_slice(&[0x45, 0, 0xff, 0xff, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1]);
+        u.extend_from_slice(&[10, 0, 0, 2, 0x10, 0, 0, 53, 0xff, 0xff, 0, 0]);
+        frames.push(fill(u, n));
+        let mut v = vec![
+            2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x88, 0xa8, 0, 5, 0x81, 0, 0, 7,
+        ];
+        v.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0, 0, 0, 17, 64]);
+        v.extend_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        v.extend_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        v.extend_from_slice(&[0x10, 0, 0x1f, 0x90, 0, 0, 0, 0]);
+        frames.push(fill(v, n));
+        let mut t = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+        t.extend_from_slice(&[0x45, 0, 0xff, 0xff, 0, 1, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1]);
+        t.extend_from_slice(&[
+            10, 0, 0, 2, 0, 80, 0, 81, 0, 0, 0, 1, 0, 0, 0, 2, 0x50, 0x12,
+        ]);
+        t.extend_from_slice(&[1, 0, 0, 0, 0, 0]);
+        frames.push(fill(t, n));
+    }
+    let ip = frames[0][..42].to_vec();
+    frames.push(Vec::new());
+    frames.push(ip[..13].to_vec());
+    let mut tag = ip[..12].to_vec();
+    tag.extend_from_slice(&[0x81, 0, 0]);
+    frames.push(tag);
+    let mut ihl4 = ip.clone();
+    ihl4[14] = 0x44;
+    frames.push(ihl4);
+    let mut doff4 = frames[2][..54].to_vec();
+    doff4[46] = 0x40;
+    frames.push(doff4);
+    frames
+}
+
+/// What [`VIEWS_SCRIPT`] should see of [`lua_view_frames`]: one line per frame.
+fn lua_view_lines() -> Vec<String> {
+    let mut want = Vec::new();
+    for n in [100usize, 9000, 65_535, 65_536, 70_000, 100_000] {
+        let po = |p: usize| if n >= p { p.to_string() } else { "nil".into() };
+        want.push(format!(
+            "{n} 2048 nil 65535 nil 4 53 nil nil {} 187 48059 false",
+            po(42)
+        ));
+        want.push(format!(
+            "{n} 34525 5 nil 17 6 8080 nil nil {} 187 48059 false",
+            po(70)
+        ));
+        want.push(format!(
+            "{n} 2048 nil 65535 nil 4 nil 18 nil {} 187 48059 false",
+            po(54)
+        ));
+    }
+    want.push("0 nil nil nil nil nil nil nil nil the packet has no UDP or TCP header false".into());
+    want
+}
+
+#[test]
+fn lua_views_over_records_past_65535_bytes_and_malformed_frames() {
+    let frames = lua_view_frames();
+    let input = tmp("lua-views.pcap");
+    write_pcap(&input, 262_144, &frames);
+    let i = format!("pcap:{}", input.display());
+    let script = tmp("lua-views.lua");
+    for (tool, seen) in [
+        ("fwd", tmp("lua-views-fwd.txt")),
+        ("balance", tmp("lua-views-bal.txt")),
+    ] {
+        let head = format!("out_path = {:?}\n", seen.display().to_string());
+        std::fs::write(&script, head + VIEWS_SCRIPT).unwrap();
+        let s = script.display().to_string();
+        let out = tmp("lua-views-out.pcap");
+        let o = match tool {
+            "fwd" => run(
+                &[
+                    "fwd",
+                    "-i",
+                    &i,
+                    "-o",
+                    &format!("pcap:{}", out.display()),
+                    "--no-mac-updating",
+                    "--script",
+                    &s,
+                ],
+                Duration::from_secs(60),
+            ),
+            _ => run(
+                &[
+                    "balance",
+                    "-i",
+                    &i,
+                    "-m",
+                    &format!("lua:{s}"),
+                    "--threads",
+                    "2",
+                    "-q",
+                ],
+                Duration::from_secs(60),
+            ),
+        };
+        let (so, se) = text(&o);
+        assert!(o.status.success(), "{tool}: {so}{se}");
+        let got = std::fs::read_to_string(&seen).unwrap();
+        let got: Vec<&str> = got.lines().collect();
+        assert_eq!(got.len(), frames.len(), "{tool}: {got:#?}");
+        let want = lua_view_lines();
+        assert_eq!(got[..want.len() - 1], want[..want.len() - 1], "{tool}");
+        assert!(
+            got[want.len() - 1].starts_with("0 nil"),
+            "{tool}: {}",
+            got[want.len() - 1]
+        );
+        // The malformed ones: Ethernet cut (13 B) and a cut tag (its TPID the type, no VLAN
+        // layer) have no IP; IHL 4 has no IPv4 layer; a TCP data offset of 4 has IPv4 but no
+        // TCP layer.
+        let small: Vec<Vec<&str>> = got[want.len()..]
+            .iter()
+            .map(|l| l.split(' ').take(9).collect())
+            .collect();
+        assert_eq!(
+            small[0],
+            ["13", "nil", "nil", "nil", "nil", "nil", "nil", "nil", "nil"]
+        );
+        assert_eq!(small[1][..3], ["15", "33024", "nil"], "{tool}");
+        assert_eq!(small[2][..4], ["42", "2048", "nil", "nil"], "{tool}");
+        assert_eq!(
+            small[3][..8],
+            ["54", "2048", "nil", "65535", "nil", "4", "nil", "nil"]
+        );
+        if tool == "fwd" {
+            // Every frame but the UDP to port 53 ones goes out whole.
+            let keep: Vec<Vec<u8>> = frames
+                .iter()
+                .filter(|f| !(f.len() >= 42 && f[12..14] == [8, 0] && f[23] == 17 && f[14] == 0x45))
+                .cloned()
+                .collect();
+            whole(&read_pcap(&out), &keep, |_| true, "fwd --script");
+        }
+    }
+}

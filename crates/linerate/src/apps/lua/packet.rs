@@ -1300,6 +1300,202 @@ mod layers {
              0 17 ::2 53 | 44 17 ::2 53 | 44 17 ::2 nil"
         );
     }
+
+    /// What a slot holds after a parse: the parse's fields and, for each header packets.lua's
+    /// views read through, its offset in the frame (0: none).
+    fn parse_state(s: &Slot) -> [u64; 13] {
+        let base = s.addr.get();
+        let head = |k: usize| match s.heads[k].get() {
+            0 => 0,
+            h => h.wrapping_sub(base).wrapping_add(1),
+        };
+        [
+            u64::from(s.parsed.get()),
+            u64::from(s.ver.get()),
+            u64::from(s.proto.get()),
+            u64::from(s.nvl.get()),
+            u64::from(s.l4ok.get()),
+            u64::from(s.l3.get()),
+            u64::from(s.l4.get()),
+            u64::from(s.l3e.get()),
+            u64::from(s.pay.get()),
+            head(0),
+            head(1),
+            head(2),
+            head(3),
+        ]
+    }
+
+    /// Malformed frames of every kind: the slots parse_slot fills (as the frames are loaded)
+    /// hold what packets.lua's `parse` (run again after a raw write) writes into them, field by
+    /// field, on Ethernet and on raw IP: empty to 14-byte frames, VLAN/QinQ stacks cut after
+    /// each byte, IPv4 IHL 0-4 or past the frame, total lengths below the header, AH chains
+    /// cut, TCP data offsets 0-15, IPv6 extension header chains cut at every byte, 9000-byte
+    /// jumbo frames.
+    #[test]
+    fn the_rust_and_the_lua_parse_agree_on_malformed_frames() {
+        fn ip4(proto: u8, ihl: u8, total: Option<u16>, body: &[u8]) -> Vec<u8> {
+            let total = total.unwrap_or((usize::from(ihl) * 4 + body.len()) as u16);
+            let mut h = vec![0x40 | ihl, 0];
+            h.extend_from_slice(&total.to_be_bytes());
+            h.extend_from_slice(&[0, 1, 0, 0, 64, proto, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+            h.resize(h.len().max(usize::from(ihl) * 4), 1);
+            h.extend_from_slice(body);
+            h
+        }
+        fn tcp(doff: u8, pad: usize) -> Vec<u8> {
+            let mut t = vec![0, 80, 0, 81, 0, 0, 0, 1, 0, 0, 0, 2, doff << 4, 0x12, 1, 0];
+            t.extend_from_slice(&[0, 0, 0, 0]);
+            t.resize(t.len() + pad, 7);
+            t
+        }
+        let udp = [0x10, 0, 0, 0x35, 0, 8, 0, 0];
+        let join = |a: &[u8], b: &[u8]| [a, b].concat();
+        let mut ip_frames: Vec<Vec<u8>> = Vec::new(); // from the IP header on
+        for ihl in 0..16 {
+            ip_frames.push(ip4(17, ihl, None, &udp));
+        }
+        for total in [0u16, 1, 19, 20, 27, 28, 29, 65535] {
+            ip_frames.push(ip4(17, 5, Some(total), &udp));
+        }
+        for doff in 0..16 {
+            ip_frames.push(ip4(6, 5, None, &tcp(doff, 40)));
+            ip_frames.push(ip4(6, 5, Some(40), &tcp(doff, 40)));
+        }
+        let ah = [17, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1];
+        ip_frames.push(ip4(51, 5, None, &join(&ah, &udp)));
+        ip_frames.push(ip4(51, 5, None, &[51, 255, 0, 0]));
+        for k in 0..6 {
+            let chain: Vec<u8> = (0..k).flat_map(|_| [51, 0, 0, 0, 0, 0, 0, 0]).collect();
+            ip_frames.push(ip4(51, 5, None, &join(&chain, &udp)));
+        }
+        let mut frag = ip4(17, 5, None, &udp);
+        frag[7] = 1; // a later fragment
+        ip_frames.push(frag);
+        ip_frames.push(ip4(1, 5, None, &[8, 0, 0, 0, 0, 1, 0]));
+        // IPv4 with options, AH then TCP, cut at every byte.
+        let opts = ip4(6, 7, None, &join(&ah, &tcp(6, 4)));
+        let mut cut4 = opts.clone();
+        cut4[9] = 51;
+        for whole in [opts, cut4] {
+            for cut in 0..whole.len() {
+                ip_frames.push(whole[..cut].to_vec());
+            }
+        }
+        let jumbo = ip4(17, 5, None, &join(&udp, &[9; 9000 - 14 - 28]));
+        ip_frames.push(jumbo);
+        // IPv6, from its header on: extension header chains of every kind, cut at every byte.
+        let hbh = [17, 0, 1, 4, 0, 0, 0, 0];
+        let mut chains = vec![
+            (0u8, join(&hbh, &udp)),
+            (43, join(&[44, 255, 0, 0, 0, 0, 0, 0], &udp)),
+            (
+                60,
+                join(&[60, 0, 0, 0, 0, 0, 0, 0], &[59, 0, 0, 0, 0, 0, 0, 0]),
+            ),
+            (44, join(&[17, 0, 0, 8, 0, 0, 0, 1], &udp)),
+            (44, join(&[17, 0, 0, 1, 0, 0, 0, 1], &udp)),
+            (51, join(&[6, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], &tcp(5, 0))),
+            (58, vec![128, 0, 0, 0, 0, 1, 0, 1]),
+            (132, vec![0; 12]),
+            (6, tcp(4, 0)),
+            (0, (0..9).flat_map(|_| [0, 0, 0, 0, 0, 0, 0, 0]).collect()),
+        ];
+        chains.push((17, join(&udp, &[9; 9000 - 14 - 48])));
+        let v6h = |nh: u8, plen: u16| {
+            let mut h = vec![0x60, 0, 0, 0];
+            h.extend_from_slice(&plen.to_be_bytes());
+            h.extend_from_slice(&[nh, 64]);
+            h.extend_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+            h.extend_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+            h
+        };
+        for (nh, body) in &chains {
+            let whole = join(&v6h(*nh, body.len() as u16), body);
+            for cut in 0..=whole.len().min(40 + 64) {
+                ip_frames.push(whole[..cut].to_vec());
+            }
+            ip_frames.push(whole.clone());
+            for plen in [0u16, 1, 4, 8, 60000] {
+                ip_frames.push(join(&v6h(*nh, plen), body));
+            }
+        }
+        let mut frames: Vec<Vec<u8>> = Vec::new();
+        let v4 = ip4(17, 5, None, &udp);
+        for cut in 0..=14 {
+            frames.push(join(&eth(&[], 0x0800), &v4)[..cut].to_vec());
+        }
+        let qinq = join(&eth(&[(0x88a8, 5), (0x8100, 7)], 0x0800), &v4);
+        for cut in 12..30 {
+            frames.push(qinq[..cut].to_vec());
+        }
+        for k in 0..7 {
+            let tags: Vec<(u16, u16)> = (0..k)
+                .map(|i| ([0x8100, 0x88a8, 0x9100][i % 3], 1))
+                .collect();
+            frames.push(join(&eth(&tags, 0x0800), &v4));
+            frames.push(eth(&tags, 0x8100));
+        }
+        for f in &ip_frames {
+            let et = if f.first().is_some_and(|&v| v >> 4 == 6) {
+                0x86dd
+            } else {
+                0x0800
+            };
+            frames.push(join(&eth(&[], et), f));
+            frames.push(join(&eth(&[(0x8100, 3)], et ^ 0x86dd ^ 0x0800), f)); // the other family
+        }
+        let src = r#"
+            function f(pkts, n)
+              for i = 1, n do
+                local p = pkts[i]
+                if p:len() > 0 then p:setByte(0, p:getByte(0)) end -- parsed again, in Lua
+                pcall(p.payloadOffset, p)
+              end
+            end"#;
+        let config = PoolConfig {
+            frame_size: 16384,
+            frames: 256,
+            ..Default::default()
+        };
+        let pool = Arc::new(Pool::new(&config).unwrap());
+        for (link, frames) in [(LinkType::ETHERNET, &frames), (LinkType::RAW, &ip_frames)] {
+            let lua = new_state(&ScriptOptions::default()).unwrap();
+            let access = Access {
+                tool: "gen",
+                write: true,
+                drop: false,
+            };
+            let pk = Packets::new(&lua, access, link).unwrap();
+            lua.load(src).exec().unwrap();
+            let f: mlua::Function = lua.globals().get("f").unwrap();
+            for (c, chunk) in frames.chunks(BATCH).enumerate() {
+                let mut b = Batch::with_pool(&pool);
+                for fr in chunk {
+                    let mut d = b.alloc().unwrap();
+                    d.buf()[..fr.len()].copy_from_slice(fr);
+                    d.push(Desc {
+                        len: fr.len() as u32,
+                        wire_len: fr.len() as u32,
+                        ..Default::default()
+                    });
+                }
+                let n = pk.load_mut(&mut b, &[]).unwrap();
+                let rust: Vec<_> = pk.shared.pkts[..n].iter().map(parse_state).collect();
+                f.call::<()>((pk.table().clone(), n)).unwrap();
+                for (i, s) in pk.shared.pkts[..n].iter().enumerate() {
+                    let fr = &chunk[i];
+                    assert_eq!(
+                        rust[i],
+                        parse_state(s),
+                        "{link:?} frame {}: {fr:02x?}",
+                        c * BATCH + i
+                    );
+                }
+                pk.store(&mut b, |_, _| {});
+            }
+        }
+    }
 }
 
 #[cfg(all(test, not(loom)))]
