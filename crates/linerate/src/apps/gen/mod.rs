@@ -912,21 +912,9 @@ pub fn run(
     let start = t0 + 20_000;
     let mut specs = opts.streams.clone();
     let ctl = opts.control.as_deref();
-    let mut seen = ctl.map_or(0, |c| c.version());
-    let mut starts = ctl.map_or(0, |c| c.starts());
-    let mut sending = true;
-    // Packets left of a `count` command (u64::MAX: none).
-    let mut budget = u64::MAX;
-    let mut count_set = None;
-    if let Some(c) = ctl {
-        let st = c.get();
-        apply(&mut specs, &st);
-        sending = st.sending;
-        count_set = st.count;
-        if let Some(n) = st.count {
-            budget = control::share(n, opts.worker.0, opts.worker.1);
-        }
-    }
+    // Packets left of a `count` command (budget u64::MAX: none).
+    let (mut seen, mut starts, mut sending, mut budget, mut count_set) =
+        control_at_start(ctl, &mut specs, opts);
     check_port(port, Some(&pool), &specs)?;
     let mut p = plan(&specs, opts.seed, start, opts.on_stall)?;
     let mut rng = Rng::new(opts.seed);
@@ -954,16 +942,8 @@ pub fn run(
     let mut abandoned = 0u64;
     // The port may have served earlier runs (RFC 2544's trials): this run's counters only.
     let base = port.stats();
-    let tick = |port: &mut dyn Port, t, rep: &GenReport, behind: u64, waiting: bool| GenTick {
-        t_ns: t,
-        pkts: rep.pkts,
-        bytes: rep.bytes,
-        drops: port.stats().tx_drops.since(&base.tx_drops),
-        behind_ns: rep.behind_ns,
-        slipped_ns: rep.precision.slipped_ns,
-        behind: rep.behind_ns > behind,
-        port_full: rep.port_full,
-        waiting,
+    let tick = |port: &mut dyn Port, t, rep: &GenReport, behind: u64, waiting: bool| {
+        gen_tick(port, &base, t, rep, (behind, waiting))
     };
     // As fast as possible, nothing to hand a hook or take from a controller, on a port whose
     // transmit frames hold every frame: built straight into the port's frames.
@@ -1111,6 +1091,48 @@ pub fn run(
     cur.reset();
     nxt.reset();
     finish(port, rep, result, &base, abandoned)
+}
+
+/// The controller's state as a run starts: its version and start count seen, whether it is
+/// sending, the packets left of a `count` command (u64::MAX: none) and that command's count; the
+/// streams take its settings.
+fn control_at_start(
+    ctl: Option<&Control>,
+    specs: &mut [StreamSpec],
+    opts: &GenOptions,
+) -> (u64, u64, bool, u64, Option<u64>) {
+    let Some(c) = ctl else {
+        return (0, 0, true, u64::MAX, None);
+    };
+    // The version before the settings: a command between the two is taken again, never missed.
+    let (seen, starts) = (c.version(), c.starts());
+    let st = c.get();
+    apply(specs, &st);
+    let budget = st.count.map_or(u64::MAX, |n| {
+        control::share(n, opts.worker.0, opts.worker.1)
+    });
+    (seen, starts, st.sending, budget, st.count)
+}
+
+/// A reading for the interval report: this run's counters (the port's since `base`).
+fn gen_tick(
+    port: &mut dyn Port,
+    base: &PortStats,
+    t: u64,
+    rep: &GenReport,
+    (behind, waiting): (u64, bool),
+) -> GenTick {
+    GenTick {
+        t_ns: t,
+        pkts: rep.pkts,
+        bytes: rep.bytes,
+        drops: port.stats().tx_drops.since(&base.tx_drops),
+        behind_ns: rep.behind_ns,
+        slipped_ns: rep.precision.slipped_ns,
+        behind: rep.behind_ns > behind,
+        port_full: rep.port_full,
+        waiting,
+    }
 }
 
 /// What bounds a run built in place.
