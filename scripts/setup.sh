@@ -30,7 +30,7 @@ fi
 pkgs=(gcc libc6-dev make pkg-config libpcap-dev librdkafka-dev)
 if [ "$tests" = 1 ]; then
   pkgs+=(iproute2 ethtool tcpdump tshark clang llvm libbpf-dev nfdump argus-server argus-client
-    prometheus softflowd ngrep zsh fish man-db git)
+    prometheus softflowd ngrep zsh fish man-db git curl)
   # The Kafka broker of the tests (scripts/kafka.sh) runs on Java 17 or later and is fetched with
   # Maven: installed only when no such java or mvn is on the PATH already.
   java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1)
