@@ -255,6 +255,29 @@ fn two_threads_give_the_same_records() {
     assert_eq!(sorted(one), sorted(three));
 }
 
+/// With threads, each thread formats its own records' lines (the writer only writes them): in
+/// every format and with every field, the lines are those of one thread, the header first and
+/// once.
+#[test]
+fn threads_format_their_records_as_one_thread_does() {
+    let s = sample();
+    let s = s.to_str().unwrap();
+    for format in ["text", "csv", "jsonl"] {
+        let args = ["-q", "-i", s, "--format", format, "--fields", "all"];
+        let (one, _) = ok(&args);
+        let (two, _) = ok(&[&args[..], &["--threads", "2"]].concat());
+        assert!(one.lines().count() > 5, "{format}: {one}");
+        if format != "jsonl" {
+            assert_eq!(one.lines().next(), two.lines().next(), "{format}: header");
+        }
+        let mut a: Vec<&str> = one.lines().collect();
+        let mut b: Vec<&str> = two.lines().collect();
+        a.sort_unstable();
+        b.sort_unstable();
+        assert_eq!(a, b, "{format}");
+    }
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let s = sample();

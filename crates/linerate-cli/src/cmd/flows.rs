@@ -5,7 +5,9 @@ use clap::Parser;
 use linerate::apps::flow::ipfix::{self, ExportStats, IpfixError, IpfixOptions, UdpExporter};
 use linerate::apps::flow::kafka::{host_name, KafkaExporter, KafkaOptions, KafkaStats};
 use linerate::apps::flow::key::NotFlow;
-use linerate::apps::flow::record::{EndReason, Field, FlowRecord, Format, RecordWriter};
+use linerate::apps::flow::record::{
+    EndReason, Field, FlowRecord, Format, RecordFormat, RecordWriter,
+};
 use linerate::apps::flow::table::TableConfig;
 use linerate::apps::flow::threads::FlowInput;
 use linerate::apps::flow::{self, Ended, FlowLive, FlowOptions, FlowReport, RecordSink};
@@ -187,6 +189,27 @@ impl RecordSink for Sinks {
         }
         if let Some(k) = &self.kafka {
             k.records(recs);
+        }
+    }
+
+    fn formatter(&self) -> Option<RecordFormat> {
+        match (&self.writer, &self.ipfix, &self.kafka) {
+            (Some(w), None, None) => Some(w.formatter()),
+            _ => None,
+        }
+    }
+
+    fn lines(&mut self, lines: &[u8]) {
+        if let Some(w) = &mut self.writer {
+            if self.write_error.is_none() {
+                if let Err(e) = w.write_lines(lines) {
+                    self.write_error = Some(e);
+                }
+                self.unflushed.get_or_insert_with(std::time::Instant::now);
+            }
+            if self.flush_each {
+                self.flush_writer();
+            }
         }
     }
 

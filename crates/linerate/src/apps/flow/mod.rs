@@ -108,6 +108,19 @@ pub trait RecordSink {
     /// or records come (per batch while they do): a sink that holds records (a partly filled
     /// IPFIX message, a file buffer) sends them here once they have waited long enough.
     fn tick(&mut self) {}
+    /// When all the sink does with records is write them as lines: the formatter of its lines.
+    /// With threads, each thread then formats the records it made and the sink gets the lines
+    /// ([`RecordSink::lines`]) instead of the records (formatting is then not one thread's work
+    /// at the end of a capture file). None (the default): records go to
+    /// [`RecordSink::records`].
+    fn formatter(&self) -> Option<record::RecordFormat> {
+        None
+    }
+    /// Takes `lines`, records formatted by [`RecordSink::formatter`]'s formatter (a sink that
+    /// gives one must take them).
+    fn lines(&mut self, lines: &[u8]) {
+        let _ = lines;
+    }
 }
 
 impl<F: FnMut(&[FlowRecord])> RecordSink for F {

@@ -723,31 +723,42 @@ pub fn json_object(
 /// is emitted; the line buffer is reused.
 pub struct RecordWriter<W: Write> {
     out: W,
+    fmt: RecordFormat,
+    header_done: bool,
+}
+
+/// Formats records as a [`RecordWriter`] writes them, one line each (the header aside): what
+/// a thread that made records can do itself before a writer only writes them
+/// ([`RecordWriter::write_lines`]).
+#[derive(Clone, Debug)]
+pub struct RecordFormat {
     format: Format,
     fields: Vec<Field>,
     line: String,
     cell: String,
-    header_done: bool,
 }
 
-impl<W: Write> RecordWriter<W> {
-    /// A writer of `format` with `fields` to `out`.
-    pub fn new(out: W, format: Format, fields: Vec<Field>) -> Self {
-        RecordWriter {
-            out,
+impl RecordFormat {
+    /// A formatter of `format` with `fields`.
+    pub fn new(format: Format, fields: Vec<Field>) -> Self {
+        RecordFormat {
             format,
             fields,
             line: String::with_capacity(256),
             cell: String::with_capacity(64),
-            header_done: false,
         }
     }
 
-    fn header(&mut self) -> std::io::Result<()> {
-        self.header_done = true;
+    /// Appends the line of `r` (with its newline) to `out`.
+    pub fn line(&mut self, r: &FlowRecord, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.format(r).as_bytes());
+    }
+
+    /// The header line (with its newline; empty for JSON lines).
+    fn header(&mut self) -> &str {
         self.line.clear();
         match self.format {
-            Format::Jsonl => return Ok(()),
+            Format::Jsonl => return "",
             Format::Csv => {
                 for (i, f) in self.fields.iter().enumerate() {
                     if i > 0 {
@@ -771,14 +782,11 @@ impl<W: Write> RecordWriter<W> {
             }
         }
         self.line.push('\n');
-        self.out.write_all(self.line.as_bytes())
+        &self.line
     }
 
-    /// Writes one record.
-    pub fn write(&mut self, r: &FlowRecord) -> std::io::Result<()> {
-        if !self.header_done {
-            self.header()?;
-        }
+    /// The line of `r`, with its newline.
+    fn format(&mut self, r: &FlowRecord) -> &str {
         self.line.clear();
         match self.format {
             Format::Text => {
@@ -816,7 +824,45 @@ impl<W: Write> RecordWriter<W> {
             }
         }
         self.line.push('\n');
-        self.out.write_all(self.line.as_bytes())
+        &self.line
+    }
+}
+
+impl<W: Write> RecordWriter<W> {
+    /// A writer of `format` with `fields` to `out`.
+    pub fn new(out: W, format: Format, fields: Vec<Field>) -> Self {
+        RecordWriter {
+            out,
+            fmt: RecordFormat::new(format, fields),
+            header_done: false,
+        }
+    }
+
+    fn header(&mut self) -> std::io::Result<()> {
+        self.header_done = true;
+        self.out.write_all(self.fmt.header().as_bytes())
+    }
+
+    /// Writes one record.
+    pub fn write(&mut self, r: &FlowRecord) -> std::io::Result<()> {
+        if !self.header_done {
+            self.header()?;
+        }
+        self.out.write_all(self.fmt.format(r).as_bytes())
+    }
+
+    /// A formatter of this writer's lines, for a thread to format records itself.
+    pub fn formatter(&self) -> RecordFormat {
+        self.fmt.clone()
+    }
+
+    /// Writes lines of records made by [`RecordWriter::formatter`] (after the header, if it
+    /// was not written yet).
+    pub fn write_lines(&mut self, lines: &[u8]) -> std::io::Result<()> {
+        if !self.header_done {
+            self.header()?;
+        }
+        self.out.write_all(lines)
     }
 
     /// Flushes the output.
@@ -862,6 +908,32 @@ mod tests {
             ],
             side_icmp: [[0; 2]; 2],
             extra: Default::default(),
+        }
+    }
+
+    /// A formatter's lines, written with `write_lines`, are the writer's own: the header once,
+    /// then each record as `write` writes it, in every format.
+    #[test]
+    fn formatted_lines_are_the_writers() {
+        let fields: Vec<Field> = Field::ALL.iter().map(|f| f.0).collect();
+        let mut v6 = rec();
+        v6.v6 = true;
+        v6.src = [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        for format in [Format::Text, Format::Csv, Format::Jsonl] {
+            let mut direct = Vec::new();
+            let mut w = RecordWriter::new(&mut direct, format, fields.clone());
+            w.write(&rec()).unwrap();
+            w.write(&v6).unwrap();
+            drop(w);
+            let mut lines = Vec::new();
+            let mut w = RecordWriter::new(Vec::new(), format, fields.clone());
+            let mut f = w.formatter();
+            f.line(&rec(), &mut lines);
+            w.write_lines(&lines).unwrap();
+            lines.clear();
+            f.line(&v6, &mut lines);
+            w.write_lines(&lines).unwrap();
+            assert_eq!(w.out, direct, "{format:?}");
         }
     }
 

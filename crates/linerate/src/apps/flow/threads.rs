@@ -4,9 +4,11 @@
 //! - **Sources** ([`FlowInput::open`]): the queues of `xdp:IFACE` and the members of `a,b` are
 //!   spread over the threads (thread t takes parts t, t + n, ...); `afpacket:IFACE` becomes one
 //!   socket per thread in a `PACKET_FANOUT_HASH` group (the kernel's symmetric flow hash); a
-//!   classic pcap file is cut into pieces ([`PcapSplit`]), piece k read by thread k mod n with its
-//!   own `pread`, no lock. An input that cannot be split (`mem:`, a cluster queue, standard
-//!   input) is read by thread 0 alone, which then hands flows on; a pcapng file by one thread.
+//!   classic pcap file is cut into pieces ([`PcapSplit`]), piece k walked by thread k mod n, no
+//!   lock (the file mapped and read in place when nobody else can shorten it, else each thread
+//!   reads its pieces with its own `pread`). An input that cannot be split (`mem:`, a cluster
+//!   queue, standard input) is read by thread 0 alone, which then hands flows on; a pcapng file
+//!   by one thread.
 //! - **Owners**: a flow belongs to the thread its address pair (with VLAN and protocol) hashes
 //!   to, so both directions and every fragment of a datagram meet in one table. A thread parses
 //!   what it reads, once, counts what it owns, and hands the parsed headers of the rest (`Item`,
@@ -22,12 +24,14 @@
 //!   vector back empty. So every table sees its packets in file order and the records are those
 //!   one thread makes. [`AHEAD`] vectors per thread pair bound how far a thread parses ahead (no
 //!   allocation once they have grown; they never block: a thread without one counts meanwhile).
+//! - **Records** go to the calling thread, which hands them to the sink; a sink that only writes
+//!   lines ([`RecordSink::formatter`]) gets them formatted by the threads that made them.
 //! - **End**: a thread that will read no more says so; when every thread has, each counts what
 //!   is left, flushes its table and returns its counters. A stop (signal) or an input error ends
 //!   reading everywhere, and what was read is still counted.
 
 use super::key::{FlowKey, NotFlow, E_FRAG, E_LATER};
-use super::record::FlowRecord;
+use super::record::{FlowRecord, RecordFormat};
 use super::table::TableStats;
 use super::{Ended, FlowLive, FlowOptions, FlowReport, Item, RecordSink, Worker};
 use crate::mem::{Batch, BATCH};
@@ -97,6 +101,18 @@ impl FlowInput {
         threads: usize,
         piece: usize,
     ) -> Result<FlowInput, PortError> {
+        Self::open_with(uri, opts, threads, piece, true)
+    }
+
+    /// [`FlowInput::open_pieces`], a classic pcap file read in place (mapped) when `map` and it
+    /// can be (see [`PcapSplit::open_with`]), else read with `pread`.
+    pub fn open_with(
+        uri: &str,
+        opts: &PortOptions,
+        threads: usize,
+        piece: usize,
+        map: bool,
+    ) -> Result<FlowInput, PortError> {
         let threads = threads.max(1);
         let parsed = Uri::parse(uri)?;
         let live = parsed.is_live();
@@ -112,7 +128,7 @@ impl FlowInput {
             });
         }
         if let Some(file) = capture_file(&parsed) {
-            let Some(split) = PcapSplit::open_pieces(file, opts, piece)? else {
+            let Some(split) = PcapSplit::open_with(file, opts, piece, map)? else {
                 // A pcapng file's blocks depend on those before (interfaces, time units): it
                 // is read in order by one thread.
                 let p = crate::open_rx(uri, opts)?;
@@ -469,7 +485,7 @@ struct Thread<'a> {
     outs: Vec<Option<Producer<Msg>>>,
     ins: Vec<Option<Inbox>>,
     sh: &'a Shared<'a>,
-    records: mpsc::Sender<Vec<FlowRecord>>,
+    records: RecordOut,
     /// Items to count here, gathered before counting (fragments completed first).
     mine: Vec<Item>,
     stage: Vec<Vec<Msg>>,
@@ -578,22 +594,54 @@ impl Thread<'_> {
 
     /// Hands the records made so far to the calling thread.
     fn flush_records(&mut self) {
-        flush_records(&mut self.w, &self.records);
+        flush_records(&mut self.w, &mut self.records);
     }
 }
 
+/// What a thread hands the calling thread: records, or their lines when the sink takes lines.
+enum Recs {
+    Records(Vec<FlowRecord>),
+    Lines(Vec<u8>),
+}
+
+/// Where a thread's records go: to the calling thread, formatted first when the sink has a
+/// formatter ([`RecordSink::formatter`]).
+#[derive(Clone)]
+struct RecordOut {
+    tx: mpsc::Sender<Recs>,
+    fmt: Option<RecordFormat>,
+}
+
 /// Hands the records `w` made so far to the calling thread.
-fn flush_records(w: &mut Worker, records: &mpsc::Sender<Vec<FlowRecord>>) {
-    if !w.out.is_empty() {
+fn flush_records(w: &mut Worker, records: &mut RecordOut) {
+    if w.out.is_empty() {
+        return;
+    }
+    if let Some(f) = &mut records.fmt {
+        let mut lines = Vec::with_capacity(w.out.len() * 128);
+        for r in &w.out {
+            f.line(r, &mut lines);
+        }
+        w.out.clear();
+        let _ = records.tx.send(Recs::Lines(lines));
+    } else {
         let v = std::mem::replace(&mut w.out, Vec::with_capacity(1024 + 4 * BATCH));
-        let _ = records.send(v);
+        let _ = records.tx.send(Recs::Records(v));
+    }
+}
+
+/// Gives what a thread handed over to `sink`.
+fn give(sink: &mut dyn RecordSink, r: Recs) {
+    match r {
+        Recs::Records(v) => sink.records(&v),
+        Recs::Lines(l) => sink.lines(&l),
     }
 }
 
 /// A thread's end: its table flushed and its counters.
 fn thread_end(
     w: &mut Worker,
-    records: &mpsc::Sender<Vec<FlowRecord>>,
+    records: &mut RecordOut,
     (packets, bytes): (u64, u64),
     port: PortStats,
     error: Option<PortError>,
@@ -745,7 +793,7 @@ fn thread_main(mut th: Thread<'_>, mut sources: Vec<Source<'_>>, wall_clock: boo
     batch.clear();
     thread_end(
         &mut th.w,
-        &th.records,
+        &mut th.records,
         (th.packets, th.bytes),
         port,
         error,
@@ -795,7 +843,11 @@ fn run_sources(
         }
     }
     // `ins[to][from]`: each thread's inboxes, indexed by sender.
-    let (rtx, rrx) = mpsc::channel::<Vec<FlowRecord>>();
+    let (rtx, rrx) = mpsc::channel::<Recs>();
+    let rtx = RecordOut {
+        tx: rtx,
+        fmt: sink.formatter(),
+    };
     let ends: Vec<ThreadEnd> = std::thread::scope(|s| {
         let mut handles = Vec::with_capacity(nt);
         for (t, (srcs, (out, inb))) in sources
@@ -845,7 +897,7 @@ struct SplitThread<'a> {
     nt: usize,
     w: Worker,
     sh: &'a Shared<'a>,
-    records: mpsc::Sender<Vec<FlowRecord>>,
+    records: RecordOut,
     /// The parts of the group being parsed, by owner.
     stage: Vec<Vec<Item>>,
     /// Empty vectors for parts, by owner (its own parts come back to this thread).
@@ -1024,14 +1076,14 @@ fn split_main(
             count_pos += 1;
             work = true;
             if th.w.out.len() >= 512 {
-                flush_records(&mut th.w, &th.records);
+                flush_records(&mut th.w, &mut th.records);
             }
         }
         if wall_clock {
             th.w.table.advance(crate::time::wall_ns(), &mut th.w.out);
         }
         if th.w.out.len() >= 512 || !work {
-            flush_records(&mut th.w, &th.records);
+            flush_records(&mut th.w, &mut th.records);
         }
         // End: nobody reads any more, and every group was counted (or a stop came: what was
         // read is counted, in any order).
@@ -1060,7 +1112,7 @@ fn split_main(
     }
     thread_end(
         &mut th.w,
-        &th.records,
+        &mut th.records,
         (th.packets, th.bytes),
         reader.stats(),
         error,
@@ -1081,7 +1133,11 @@ fn run_split(
     let sh = shared(stop, opts);
     let groups = AtomicU64::new(u64::MAX);
     let mut ths: Vec<SplitThread<'_>> = Vec::with_capacity(nt);
-    let (rtx, rrx) = mpsc::channel::<Vec<FlowRecord>>();
+    let (rtx, rrx) = mpsc::channel::<Recs>();
+    let rtx = RecordOut {
+        tx: rtx,
+        fmt: sink.formatter(),
+    };
     for t in 0..nt {
         ths.push(SplitThread {
             t,
@@ -1142,7 +1198,7 @@ fn run_split(
 /// Hands the threads' records to `sink` until every thread ended; their ends.
 fn pump(
     handles: Vec<std::thread::ScopedJoinHandle<'_, ThreadEnd>>,
-    rrx: &mpsc::Receiver<Vec<FlowRecord>>,
+    rrx: &mpsc::Receiver<Recs>,
     sh: &Shared<'_>,
     nt: usize,
     sink: &mut dyn RecordSink,
@@ -1155,7 +1211,7 @@ fn pump(
             // cores as threads the reading threads keep them.
             match rrx.recv_timeout(Duration::from_millis(10)) {
                 Ok(v) => {
-                    sink.records(&v);
+                    give(sink, v);
                     drain(rrx, sink);
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -1226,8 +1282,8 @@ fn report(ends: Vec<ThreadEnd>, t0: Instant, nt: usize) -> FlowReport {
     r
 }
 
-fn drain(rx: &mpsc::Receiver<Vec<FlowRecord>>, sink: &mut dyn RecordSink) {
+fn drain(rx: &mpsc::Receiver<Recs>, sink: &mut dyn RecordSink) {
     while let Ok(v) = rx.try_recv() {
-        sink.records(&v);
+        give(sink, v);
     }
 }
