@@ -177,21 +177,9 @@ fn threads_on_a_split_file_give_the_records_of_one_thread() {
 type Outcome = (u64, [u64; NotFlow::COUNT], u64, Option<String>, Vec<String>);
 
 fn split_run(path: &str, nt: usize, piece: usize, opts: &FlowOptions) -> Option<Outcome> {
-    split_run_with(path, nt, piece, true, opts)
-}
-
-/// [`split_run`], the file mapped (`map`, as a file of ours is) or read with `pread` (as a file
-/// others may shorten is).
-fn split_run_with(
-    path: &str,
-    nt: usize,
-    piece: usize,
-    map: bool,
-    opts: &FlowOptions,
-) -> Option<Outcome> {
     use linerate::apps::flow::threads::{run_input, FlowInput};
     let stop = AtomicBool::new(false);
-    let input = FlowInput::open_with(path, &PortOptions::default(), nt, piece, map).ok()?;
+    let input = FlowInput::open_pieces(path, &PortOptions::default(), nt, piece).ok()?;
     let mut recs: Vec<FlowRecord> = Vec::new();
     let mut sink = |r: &[FlowRecord]| recs.extend_from_slice(r);
     let rep = run_input(input, opts, &stop, &mut sink);
@@ -220,7 +208,7 @@ fn short_timeouts() -> FlowOptions {
 /// The corpus files are mostly smaller than one piece of the file (128 KiB): split each in
 /// small pieces instead (most records then straddle two pieces, many pieces hold no record
 /// start, jumbo records span several, damaged records end the file in any piece), and compare
-/// 2 and 3 threads with one, half the files mapped and half read with `pread`.
+/// 2 and 3 threads with one.
 #[test]
 fn small_pieces_give_the_records_of_one_thread() {
     let Some(dir) = corpus() else { return };
@@ -237,13 +225,10 @@ fn small_pieces_give_the_records_of_one_thread() {
         let Some(one) = split_run(path, 1, 1 << 17, &opts) else {
             continue;
         };
-        // Pieces smaller and larger than a record, varied over the files, and the file read
-        // in place (mapped) or with `pread` (each piece size with both).
+        // Pieces smaller and larger than a record, varied over the files.
         let piece = [61, 700, 4000][k % 3];
-        let map = (k / 3) % 2 == 0;
         for nt in [2, 3] {
-            let many = split_run_with(path, nt, piece, map, &opts)
-                .expect("opens with threads as with one");
+            let many = split_run(path, nt, piece, &opts).expect("opens with threads as with one");
             assert_eq!(
                 one.0, many.0,
                 "{path}: packets, {nt} threads, {piece} B pieces"
@@ -274,7 +259,7 @@ fn small_pieces_give_the_records_of_one_thread() {
 
 /// The largest corpus files cut short at several places (inside a record header, inside a
 /// record's bytes, on a record boundary): every thread count counts the same records up to
-/// the damage and reports the same error as one thread, the file mapped or read with `pread`.
+/// the damage and reports the same error as one thread.
 #[test]
 fn truncated_files_split_like_one_thread() {
     let Some(dir) = corpus() else { return };
@@ -306,19 +291,9 @@ fn truncated_files_split_like_one_thread() {
                 std::fs::write(&p, &bytes[..at.min(bytes.len())]).unwrap();
                 let path = p.to_str().unwrap();
                 let one = split_run(path, 1, 1 << 17, &opts).expect("opens");
-                // Mapped (a file of ours) and read with `pread`.
-                let ways = [
-                    (2, 1000, true),
-                    (3, 333, false),
-                    (2, 1 << 17, true),
-                    (2, 1 << 17, false),
-                ];
-                for (nt, piece, map) in ways {
-                    let many = split_run_with(path, nt, piece, map, &opts).expect("opens");
-                    let what = format!(
-                        "{} cut at {at}, {nt} threads, {piece} B, mapped {map}",
-                        f.display()
-                    );
+                for (nt, piece) in [(2, 1000), (3, 333), (2, 1 << 17)] {
+                    let many = split_run(path, nt, piece, &opts).expect("opens");
+                    let what = format!("{} cut at {at}, {nt} threads, {piece} B", f.display());
                     assert_eq!(one.0, many.0, "{what}: packets");
                     assert_eq!(one.2, many.2, "{what}: flows");
                     assert_eq!(one.3, many.3, "{what}: error");

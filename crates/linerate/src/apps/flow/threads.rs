@@ -4,11 +4,9 @@
 //! - **Sources** ([`FlowInput::open`]): the queues of `xdp:IFACE` and the members of `a,b` are
 //!   spread over the threads (thread t takes parts t, t + n, ...); `afpacket:IFACE` becomes one
 //!   socket per thread in a `PACKET_FANOUT_HASH` group (the kernel's symmetric flow hash); a
-//!   classic pcap file is cut into pieces ([`PcapSplit`]), piece k walked by thread k mod n, no
-//!   lock (the file mapped and read in place when nobody else can shorten it, else each thread
-//!   reads its pieces with its own `pread`). An input that cannot be split (`mem:`, a cluster
-//!   queue, standard input) is read by thread 0 alone, which then hands flows on; a pcapng file
-//!   by one thread.
+//!   classic pcap file is cut into pieces ([`PcapSplit`]), piece k read by thread k mod n with its
+//!   own `pread`, no lock. An input that cannot be split (`mem:`, a cluster queue, standard
+//!   input) is read by thread 0 alone, which then hands flows on; a pcapng file by one thread.
 //! - **Owners**: a flow belongs to the thread its address pair (with VLAN and protocol) hashes
 //!   to, so both directions and every fragment of a datagram meet in one table. A thread parses
 //!   what it reads, once, counts what it owns, and hands the parsed headers of the rest (`Item`,
@@ -101,18 +99,6 @@ impl FlowInput {
         threads: usize,
         piece: usize,
     ) -> Result<FlowInput, PortError> {
-        Self::open_with(uri, opts, threads, piece, true)
-    }
-
-    /// [`FlowInput::open_pieces`], a classic pcap file read in place (mapped) when `map` and it
-    /// can be (see [`PcapSplit::open_with`]), else read with `pread`.
-    pub fn open_with(
-        uri: &str,
-        opts: &PortOptions,
-        threads: usize,
-        piece: usize,
-        map: bool,
-    ) -> Result<FlowInput, PortError> {
         let threads = threads.max(1);
         let parsed = Uri::parse(uri)?;
         let live = parsed.is_live();
@@ -128,7 +114,7 @@ impl FlowInput {
             });
         }
         if let Some(file) = capture_file(&parsed) {
-            let Some(split) = PcapSplit::open_with(file, opts, piece, map)? else {
+            let Some(split) = PcapSplit::open_pieces(file, opts, piece)? else {
                 // A pcapng file's blocks depend on those before (interfaces, time units): it
                 // is read in order by one thread.
                 let p = crate::open_rx(uri, opts)?;

@@ -9,12 +9,6 @@
 //! Group numbers let the caller put the groups back in file order. A reader whose group's start
 //! is not known yet gets [`Chunk::NotYet`] and can do other work meanwhile.
 //!
-//! A file that nobody else can shorten while it is mapped ([`PcapSplit::open_with`]) is mapped
-//! read-only instead and its records walked in place: no `pread`, no copy, no buffer per
-//! reader (the page faults and the unmapping at the end cost about what the copy did: see
-//! BENCHMARKS.md). Any other file (writable by others, on a network or FUSE file system), or one that cannot be
-//! mapped, is read as above.
-//!
 //! A truncated or corrupt record ends the file: the group holding it is the last one (its
 //! records before the damage are given), the error is kept ([`PcapSplit::take_error`]) with the
 //! same text and offset as a `pcap:` port's, and every reader then gets [`Chunk::End`].
@@ -23,7 +17,7 @@
 //! caller reads them whole ([`PcapSplit::open`] says so with `Ok(None)`).
 
 use super::reader::{PcapReader, MAX_CAPLEN};
-use crate::mem::{Region, DEFAULT_FRAME_SIZE, DEFAULT_HEADROOM};
+use crate::mem::{DEFAULT_FRAME_SIZE, DEFAULT_HEADROOM};
 use crate::port::{LinkType, PortError, PortOptions, PortStats};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -44,10 +38,6 @@ const ENDED: u64 = u64::MAX;
 pub struct PcapSplit {
     path: String,
     file: File,
-    /// The file mapped read-only, when nobody else can shorten it
-    /// ([`map_if_unshortenable`](super::map_if_unshortenable)): its records are read in place,
-    /// not copied out with `pread`.
-    map: Option<Region>,
     nanos: bool,
     be: bool,
     link: LinkType,
@@ -111,17 +101,6 @@ impl PcapSplit {
         opts: &PortOptions,
         piece: usize,
     ) -> Result<Option<Arc<PcapSplit>>, PortError> {
-        Self::open_with(path, opts, piece, true)
-    }
-
-    /// [`PcapSplit::open_pieces`], the file read in place (mapped) if `map` and it can be, else
-    /// each piece read with `pread` (as standard input or a file others may shorten are).
-    pub fn open_with(
-        path: &str,
-        opts: &PortOptions,
-        piece: usize,
-        map: bool,
-    ) -> Result<Option<Arc<PcapSplit>>, PortError> {
         let io = |source| PortError::Io {
             path: path.into(),
             source,
@@ -142,15 +121,9 @@ impl PcapSplit {
         };
         let limit =
             ((DEFAULT_FRAME_SIZE - DEFAULT_HEADROOM) as usize).min(opts.snaplen.max(1) as usize);
-        let map = if map {
-            super::map_if_unshortenable(&file)
-        } else {
-            None
-        };
         Ok(Some(Arc::new(PcapSplit {
             path: path.into(),
             file,
-            map,
             nanos,
             be,
             link,
@@ -169,29 +142,18 @@ impl PcapSplit {
         self.link
     }
 
-    /// Whether the file is read in place (mapped) rather than with `pread`.
-    pub fn is_mapped(&self) -> bool {
-        self.map.is_some()
-    }
-
     /// Reader `t` of `n` (each thread has its own; together they take every group once).
     pub fn reader(self: &Arc<Self>, t: usize, n: usize) -> SplitReader {
         let n = n.max(1) as u64;
-        // A mapped file is all there from the start: `buf` stays empty, the bytes are the map's.
-        let mapped = self.map.as_ref().map(|m| m.read_only_bytes().len());
         SplitReader {
             split: self.clone(),
             group: (t as u64).min(n - 1),
             step: n,
-            buf: Vec::with_capacity(if mapped.is_some() {
-                0
-            } else {
-                SPLIT_BYTES + SPILL
-            }),
+            buf: Vec::with_capacity(SPLIT_BYTES + SPILL),
             base: 0,
-            have: mapped.unwrap_or(0),
-            eof: mapped.is_some(),
-            read: mapped.is_some(),
+            have: 0,
+            eof: false,
+            read: false,
             recs: Vec::with_capacity(SPLIT_BYTES / 64),
             first: 0,
             last: false,
@@ -222,14 +184,13 @@ pub struct SplitReader {
     /// Readers in all (the distance between two groups of one reader).
     step: u64,
     buf: Vec<u8>,
-    /// File offset of `buf[0]` (0 for a mapped file).
+    /// File offset of `buf[0]`.
     base: u64,
-    /// Bytes of `buf` read (the whole file for a mapped one).
+    /// Bytes of `buf` read.
     have: usize,
-    /// The file ended within what was read (always, for a mapped file).
+    /// The file ended within what was read.
     eof: bool,
-    /// The next group's bytes were read ahead (before its start was known); always for a
-    /// mapped file, which is never read.
+    /// The next group's bytes were read ahead (before its start was known).
     read: bool,
     /// (start in `buf`, captured length, ts, wire length) of the group's records.
     recs: Vec<(usize, usize, u64, u32)>,
@@ -253,15 +214,6 @@ impl SplitReader {
     /// Counters of this reader's groups.
     pub fn stats(&self) -> PortStats {
         self.stats
-    }
-
-    /// The bytes read: the file's from `base` on, or the whole mapped file.
-    #[inline(always)]
-    fn bytes(&self) -> &[u8] {
-        match &self.split.map {
-            Some(m) => m.read_only_bytes(),
-            None => &self.buf[..self.have],
-        }
     }
 
     /// Number, in the file, of the first record of the group given last.
@@ -371,7 +323,7 @@ impl SplitReader {
             }
             return Chunk::NotYet;
         }
-        self.read = s.map.is_some();
+        self.read = false;
         let off = s.next_off.load(Ordering::Relaxed);
         let first = s.next_first.load(Ordering::Relaxed);
         if off == ENDED {
@@ -434,7 +386,7 @@ impl SplitReader {
                 return Walk::End(Some(s.bad(at, why)));
             }
             let pos = (at - self.base) as usize;
-            let h = &self.bytes()[pos..pos + HDR];
+            let h = &self.buf[pos..pos + HDR];
             let (sec, frac) = (rd32(h, 0, s.be), rd32(h, 4, s.be));
             let (caplen, wire) = (rd32(h, 8, s.be), rd32(h, 12, s.be));
             if caplen > MAX_CAPLEN {
@@ -473,13 +425,12 @@ impl SplitReader {
     /// The records of the group [`SplitReader::next_group`] gave last.
     pub fn records(&self) -> impl ExactSizeIterator<Item = SplitRecord<'_>> + '_ {
         let limit = self.split.limit;
-        let bytes = self.bytes();
         self.recs.iter().map(move |&(start, len, ts, wire)| {
             let n = len.min(limit);
             SplitRecord {
                 ts,
                 wire_len: wire.max(n as u32),
-                data: &bytes[start..start + n],
+                data: &self.buf[start..start + n],
             }
         })
     }

@@ -1066,34 +1066,3 @@ fn pcapng_epb_flags_direction_is_carried() {
         assert_eq!(dirs, vec![Some("in"), Some("out"), None, None], "be {be}");
     }
 }
-
-/// A split file is mapped (read in place) only when nobody else can shorten it, as a `pcap:`
-/// port's; otherwise, or when not asked to, each reader reads its pieces with `pread`.
-#[test]
-fn split_maps_only_files_nobody_else_can_shorten() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("lr-splitmap-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let recs: Vec<_> = (0..50u32)
-        .map(|i| (i, 0, pkt(i as usize, 80), 80))
-        .collect();
-    let f = dir.join("a.pcap");
-    std::fs::write(&f, pcap_file(false, false, 1, &recs)).unwrap();
-    let path = f.to_str().unwrap();
-    let opts = small();
-    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let s = PcapSplit::open_with(path, &opts, 1000, true)
-        .unwrap()
-        .unwrap();
-    assert!(s.is_mapped(), "a file of ours, 0644");
-    let s = PcapSplit::open_with(path, &opts, 1000, false)
-        .unwrap()
-        .unwrap();
-    assert!(!s.is_mapped(), "not asked to map");
-    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
-    let s = PcapSplit::open_with(path, &opts, 1000, true)
-        .unwrap()
-        .unwrap();
-    assert!(!s.is_mapped(), "others may shorten it");
-    let _ = std::fs::remove_dir_all(&dir);
-}
