@@ -1340,7 +1340,10 @@ fn decode(bytes: &[u8]) -> Result<FileIndex, String> {
     }
     let v = c.u32()?;
     if v != VERSION {
-        return Err(format!("version {v}, this linerate reads {VERSION}"));
+        let whose = if v < VERSION { "an older" } else { "a newer" };
+        return Err(format!(
+            "format version {v} ({whose} linerate's), this linerate reads {VERSION}"
+        ));
     }
     let link = LinkType(c.u32()?);
     let data_start = c.u64()?;
