@@ -533,7 +533,7 @@ fn xdp_config(a: &Args, opts: &PortOptions) -> XdpConfig {
             usecs: a.busy_poll,
             ..Default::default()
         }),
-        ..opts.xdp.clone()
+        ..opts.xdp
     }
 }
 
