@@ -30,7 +30,7 @@
 use crate::port::pcap::PcapReader;
 use crate::port::PortError;
 use crate::wire::LinkType;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -44,7 +44,9 @@ pub const SUFFIX: &str = ".idx";
 /// Most bytes of the capture's head (file header, pcapng SHB and IDBs) the index fingerprints.
 const HEAD_MAX: u64 = 64 << 10;
 const MAGIC: &[u8; 8] = b"LRATEIDX";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
+/// One entry of a section's offset table per this many keys.
+const STRIDE: usize = 16;
 
 /// One block of a capture file: a run of whole records.
 ///
@@ -198,14 +200,6 @@ impl BlockSet {
             })
         })
     }
-
-    fn from_list(list: &[u32], n: usize) -> BlockSet {
-        let mut s = BlockSet::new_empty(n);
-        for &b in list {
-            s.insert(b as usize);
-        }
-        s
-    }
 }
 
 /// Why an index could not be read, built or written.
@@ -254,6 +248,9 @@ pub fn index_path(capture: &Path) -> PathBuf {
 }
 
 /// The index of one capture file.
+///
+/// It keeps the encoded sections as they are on disk: a lookup searches a section's sorted keys
+/// and decodes that key's posting list alone (equality compares the encodings).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileIndex {
     link: LinkType,
@@ -264,15 +261,39 @@ pub struct FileIndex {
     end: u64,
     /// Fingerprint of the capture's head, `0..min(data_start, HEAD_MAX)` (0 before saving).
     head_hash: u64,
-    ip4: BTreeMap<[u8; 4], Vec<u32>>,
-    ip6: BTreeMap<[u8; 16], Vec<u32>>,
-    port: BTreeMap<u16, Vec<u32>>,
-    proto: BTreeMap<u8, Vec<u32>>,
-    vlan: BTreeMap<u16, Vec<u32>>,
-    ethertype: BTreeMap<u16, Vec<u32>>,
+    /// The encoded sections (see "the file format" below), checked by [`Sections::parse`].
+    raw: Vec<u8>,
+    sec: Sections,
     tagged: Vec<u32>,
     opaque: Vec<u32>,
 }
+
+/// Where one section of [`FileIndex::raw`] lies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Section {
+    /// Bytes of a key.
+    width: usize,
+    /// Keys.
+    count: usize,
+    /// Start of the sorted keys.
+    keys: usize,
+    /// Start of the offset table (u32 nibble offsets, one per [`STRIDE`] keys).
+    offs: usize,
+    /// The nibble stream of the keys' posting lists.
+    stream: (usize, usize),
+}
+
+/// The sections ip4, ip6, port, proto, vlan, ethertype.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Sections([Section; 6]);
+
+const S_IP4: usize = 0;
+const S_IP6: usize = 1;
+const S_PORT: usize = 2;
+const S_PROTO: usize = 3;
+const S_VLAN: usize = 4;
+const S_ET: usize = 5;
+const WIDTHS: [usize; 6] = [4, 16, 2, 1, 2, 2];
 
 impl FileIndex {
     /// Reads `CAPTURE.idx`. An error if it is missing, damaged (checksum, layout), or stale: the
@@ -385,46 +406,127 @@ impl FileIndex {
 
     /// Every block that holds at least one packet posting `key`.
     pub fn lookup(&self, key: &Key) -> BlockSet {
-        let n = self.blocks.len();
-        let list = match key {
-            Key::Ip4(a) => self.ip4.get(a),
-            Key::Ip6(a) => self.ip6.get(a),
-            Key::Port(p) => self.port.get(p),
-            Key::Proto(p) => self.proto.get(p),
-            Key::Vlan(v) => self.vlan.get(v),
-            Key::EtherType(t) => self.ethertype.get(t),
-            Key::Tagged => Some(&self.tagged),
+        let (sec, k): (usize, &[u8]) = match key {
+            Key::Ip4(a) => (S_IP4, a),
+            Key::Ip6(a) => (S_IP6, a),
+            Key::Port(p) => (S_PORT, &p.to_be_bytes()),
+            Key::Proto(p) => (S_PROTO, &[*p]),
+            Key::Vlan(v) => (S_VLAN, &v.to_be_bytes()),
+            Key::EtherType(t) => (S_ET, &t.to_be_bytes()),
+            Key::Tagged => return self.set(&self.tagged),
         };
-        list.map_or_else(|| BlockSet::new_empty(n), |l| BlockSet::from_list(l, n))
+        // `k` borrows temporaries of the match arms: search inside.
+        let s = &self.sec.0[sec];
+        match self.find(s, k) {
+            Some(i) => self.list_at(s, i),
+            None => BlockSet::new_empty(self.blocks.len()),
+        }
+    }
+
+    fn set(&self, l: &[u32]) -> BlockSet {
+        let mut s = BlockSet::new_empty(self.blocks.len());
+        for &b in l {
+            s.insert(b as usize);
+        }
+        s
+    }
+
+    fn key(&self, s: &Section, i: usize) -> &[u8] {
+        let at = s.keys + i * s.width;
+        &self.raw[at..at + s.width]
+    }
+
+    /// The position of `k` among the section's keys.
+    fn find(&self, s: &Section, k: &[u8]) -> Option<usize> {
+        let (mut lo, mut hi) = (0, s.count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.key(s, mid).cmp(k) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(mid),
+            }
+        }
+        None
+    }
+
+    fn stream(&self, s: &Section) -> &[u8] {
+        &self.raw[s.stream.0..s.stream.1]
+    }
+
+    /// The blocks of the section's key `i`: its list decoded alone (from the offset table's entry
+    /// before it). A list that does not decode gives every block: a superset, never wrong.
+    fn list_at(&self, s: &Section, i: usize) -> BlockSet {
+        let n = self.blocks.len();
+        let g = i / STRIDE;
+        let at = s.offs + g * 4;
+        let off = u32::from_le_bytes([
+            self.raw[at],
+            self.raw[at + 1],
+            self.raw[at + 2],
+            self.raw[at + 3],
+        ]);
+        let mut r = NibbleReader {
+            b: self.stream(s),
+            at: off as usize,
+        };
+        let mut go = || {
+            for _ in g * STRIDE..i {
+                r.skip_list(n)?;
+            }
+            let mut set = BlockSet::new_empty(n);
+            r.list_into(n, &mut set)?;
+            Ok::<_, String>(set)
+        };
+        go().unwrap_or_else(|_| BlockSet::all(n))
+    }
+
+    /// Every key of a section, ascending, with its blocks, decoded as iterated.
+    fn keys_of(&self, sec: usize) -> impl Iterator<Item = (&[u8], BlockSet)> + '_ {
+        let s = self.sec.0[sec];
+        let n = self.blocks.len();
+        let mut r = NibbleReader {
+            b: self.stream(&s),
+            at: 0,
+        };
+        let mut broken = false;
+        (0..s.count).map(move |i| {
+            let mut set = BlockSet::new_empty(n);
+            if !broken && r.list_into(n, &mut set).is_err() {
+                // Where the next list starts is unknown: every block for the rest.
+                broken = true;
+            }
+            if broken {
+                set = BlockSet::all(n);
+            }
+            (self.key(&s, i), set)
+        })
     }
 
     /// Every IPv4 address posted, ascending, with its blocks (for `net` terms).
     pub fn ip4_keys(&self) -> impl Iterator<Item = ([u8; 4], BlockSet)> + '_ {
-        let n = self.blocks.len();
-        self.ip4
-            .iter()
-            .map(move |(k, l)| (*k, BlockSet::from_list(l, n)))
+        self.keys_of(S_IP4)
+            .map(|(k, s)| ([k[0], k[1], k[2], k[3]], s))
     }
 
     /// Every IPv6 address posted, ascending, with its blocks (for `net` terms).
     pub fn ip6_keys(&self) -> impl Iterator<Item = ([u8; 16], BlockSet)> + '_ {
-        let n = self.blocks.len();
-        self.ip6
-            .iter()
-            .map(move |(k, l)| (*k, BlockSet::from_list(l, n)))
+        self.keys_of(S_IP6).map(|(k, s)| {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(k);
+            (a, s)
+        })
     }
 
     /// Every port posted, ascending, with its blocks (for `portrange` terms).
     pub fn port_keys(&self) -> impl Iterator<Item = (u16, BlockSet)> + '_ {
-        let n = self.blocks.len();
-        self.port
-            .iter()
-            .map(move |(k, l)| (*k, BlockSet::from_list(l, n)))
+        self.keys_of(S_PORT)
+            .map(|(k, s)| (u16::from_be_bytes([k[0], k[1]]), s))
     }
 
     /// Blocks holding a packet the indexer could not parse: they match every term.
     pub fn opaque(&self) -> BlockSet {
-        BlockSet::from_list(&self.opaque, self.blocks.len())
+        self.set(&self.opaque)
     }
 
     /// The link type of the capture (its first interface's, in pcapng).
@@ -646,36 +748,91 @@ impl IndexWriter {
             .blocks
             .last()
             .map_or(self.data_start, |b| b.offset + b.len);
-        let dense = |v: Box<[Posts]>| -> BTreeMap<_, _> {
-            v.into_vec()
-                .into_iter()
+        let mut raw = Vec::new();
+        let mut ip4: Vec<([u8; 4], Posts)> = self.ip4.into_iter().collect();
+        ip4.sort_unstable_by_key(|e| e.0);
+        let mut ip6: Vec<([u8; 16], Posts)> = self.ip6.into_iter().collect();
+        ip6.sort_unstable_by_key(|e| e.0);
+        fn dense(v: &[Posts]) -> Vec<(usize, &Posts)> {
+            v.iter()
                 .enumerate()
                 .filter(|(_, l)| !l.is_empty())
                 .collect()
-        };
-        let port = dense(self.port)
+        }
+        let port: Vec<([u8; 2], &Posts)> = dense(&self.port)
             .into_iter()
-            .map(|(k, l)| (k as u16, l))
+            .map(|(k, l)| ((k as u16).to_be_bytes(), l))
             .collect();
-        let proto = dense(self.proto)
+        let proto: Vec<([u8; 1], &Posts)> = dense(&self.proto)
             .into_iter()
-            .map(|(k, l)| (k as u8, l))
+            .map(|(k, l)| ([k as u8], l))
             .collect();
+        fn sorted16(m: &HashMap<u16, Posts>) -> Vec<([u8; 2], &Posts)> {
+            let mut v: Vec<([u8; 2], &Posts)> =
+                m.iter().map(|(k, l)| (k.to_be_bytes(), l)).collect();
+            v.sort_unstable_by_key(|e| e.0);
+            v
+        }
+        let vlan = sorted16(&self.vlan);
+        let ethertype = sorted16(&self.ethertype);
+        let sec = Sections([
+            put_section(&mut raw, 4, ip4.iter().map(|(k, l)| (&k[..], &l[..]))),
+            put_section(&mut raw, 16, ip6.iter().map(|(k, l)| (&k[..], &l[..]))),
+            put_section(&mut raw, 2, port.iter().map(|(k, l)| (&k[..], &l[..]))),
+            put_section(&mut raw, 1, proto.iter().map(|(k, l)| (&k[..], &l[..]))),
+            put_section(&mut raw, 2, vlan.iter().map(|(k, l)| (&k[..], &l[..]))),
+            put_section(&mut raw, 2, ethertype.iter().map(|(k, l)| (&k[..], &l[..]))),
+        ]);
+        let mut n = Nibbles::default();
+        n.list(&self.tagged);
+        n.list(&self.opaque);
+        n.put(&mut raw);
         FileIndex {
             link: self.link,
             blocks: self.blocks,
             data_start: self.data_start,
             end,
             head_hash: 0,
-            ip4: self.ip4.into_iter().collect(),
-            ip6: self.ip6.into_iter().collect(),
-            port,
-            proto,
-            vlan: self.vlan.into_iter().collect(),
-            ethertype: self.ethertype.into_iter().collect(),
+            raw,
+            sec,
             tagged: self.tagged,
             opaque: self.opaque,
         }
+    }
+}
+
+/// Appends a section of `items` (keys ascending, each with its posting list) to `o`: where it lies.
+fn put_section<'a>(
+    o: &mut Vec<u8>,
+    width: usize,
+    items: impl ExactSizeIterator<Item = (&'a [u8], &'a [u32])>,
+) -> Section {
+    let count = items.len();
+    o.extend_from_slice(&(count as u32).to_le_bytes());
+    let keys = o.len();
+    let mut n = Nibbles::default();
+    let mut table = Vec::with_capacity(count.div_ceil(STRIDE));
+    for (i, (k, l)) in items.enumerate() {
+        o.extend_from_slice(k);
+        debug_assert_eq!(k.len(), width);
+        if i % STRIDE == 0 {
+            table.push(n.nibbles() as u32);
+        }
+        n.list(l);
+    }
+    let offs = o.len();
+    for t in table {
+        o.extend_from_slice(&t.to_le_bytes());
+    }
+    o.extend_from_slice(&(n.bytes.len() as u32).to_le_bytes());
+    let start = o.len();
+    o.extend_from_slice(&n.bytes);
+    Section {
+        width,
+        count,
+        keys,
+        offs,
+        stream: (start, o.len()),
     }
 }
 
@@ -948,9 +1105,16 @@ impl Poster<'_> {
 // All integers little-endian. "LRATEIDX", u32 version, u32 link type, u64 data_start, u64 end,
 // u64 head_hash, u32 blocks, then per block offset u64, len u64, first_ns u64, last_ns u64,
 // packets u32; then sections ip4, ip6, port, proto, vlan, ethertype: u32 count, the keys'
-// bytes in ascending order (4, 16, 2, 1, 2, 2 each), then the keys' posting lists as a nibble
-// stream (u32 byte length, then the bytes); then the tagged and opaque lists as one more nibble
-// stream; then a u64 checksum of everything before.
+// bytes in strictly ascending order (4, 16, 2, 1, 2, 2 each; ports, VLANs and ethertypes
+// big-endian so that byte order is number order), then an offset table: for every STRIDE-th key
+// (0, 16, 32...) a u32, the nibble of the stream where its posting list starts, then the keys'
+// posting lists as a nibble stream (u32 byte length, then the bytes); then the tagged and opaque
+// lists as one more nibble stream; then a u64 checksum of everything before.
+//
+// A lookup binary-searches a section's keys, jumps to the table's entry at or before the key and
+// decodes at most STRIDE lists (skipping all but the last): it costs about the list it reads. The
+// load checks the checksum, the keys' order and the tables (first entry 0, increasing, inside the
+// stream); a list that still does not decode at lookup gives every block (a superset).
 //
 // A nibble stream holds numbers in 4-bit groups, low nibble of each byte first: 3 bits of the
 // number (least significant first) and a continuation bit (8). A posting list is its count, its
@@ -991,6 +1155,10 @@ impl Nibbles {
             prev = b;
         }
     }
+    /// Nibbles written so far.
+    fn nibbles(&self) -> usize {
+        self.bytes.len() * 2 - usize::from(self.half)
+    }
     fn put(self, o: &mut Vec<u8>) {
         o.extend_from_slice(&(self.bytes.len() as u32).to_le_bytes());
         o.extend_from_slice(&self.bytes);
@@ -1029,6 +1197,39 @@ impl NibbleReader<'_> {
         }
         Err("a number too long in a posting list".into())
     }
+    /// Passes over one posting list (as [`NibbleReader::list`] checks it, without keeping it).
+    fn skip_list(&mut self, nblocks: usize) -> Result<(), String> {
+        let n = self.var()?;
+        if n > nblocks as u64 {
+            return Err(format!("a posting list of {n} blocks"));
+        }
+        for _ in 0..n {
+            self.var()?;
+        }
+        Ok(())
+    }
+    /// Decodes one posting list into `set` (blocks `0..nblocks`).
+    fn list_into(&mut self, nblocks: usize, set: &mut BlockSet) -> Result<(), String> {
+        let n = self.var()?;
+        if n > nblocks as u64 {
+            return Err(format!("a posting list of {n} blocks"));
+        }
+        let mut prev = 0u64;
+        for i in 0..n {
+            let d = self.var()?;
+            let b = if i == 0 {
+                d
+            } else {
+                prev.saturating_add(d).saturating_add(1)
+            };
+            if b >= nblocks as u64 {
+                return Err(format!("block number {b} of {nblocks}"));
+            }
+            set.insert(b as usize);
+            prev = b;
+        }
+        Ok(())
+    }
     fn list(&mut self, nblocks: usize) -> Result<Vec<u32>, String> {
         let n = self.var()?;
         // Each posting takes at least one nibble.
@@ -1057,7 +1258,7 @@ impl NibbleReader<'_> {
 }
 
 fn encode(x: &FileIndex) -> Vec<u8> {
-    let mut o = Vec::with_capacity(64 + x.blocks.len() * 36);
+    let mut o = Vec::with_capacity(64 + x.blocks.len() * 36 + x.raw.len());
     o.extend_from_slice(MAGIC);
     o.extend_from_slice(&VERSION.to_le_bytes());
     o.extend_from_slice(&x.link.0.to_le_bytes());
@@ -1072,27 +1273,7 @@ fn encode(x: &FileIndex) -> Vec<u8> {
         o.extend_from_slice(&b.last_ns.to_le_bytes());
         o.extend_from_slice(&b.packets.to_le_bytes());
     }
-    macro_rules! section {
-        ($m:expr, $k:ident => $bytes:expr) => {{
-            o.extend_from_slice(&($m.len() as u32).to_le_bytes());
-            let mut n = Nibbles::default();
-            for ($k, l) in $m.iter() {
-                o.extend_from_slice(&$bytes);
-                n.list(l);
-            }
-            n.put(&mut o);
-        }};
-    }
-    section!(x.ip4, k => *k);
-    section!(x.ip6, k => *k);
-    section!(x.port, k => k.to_be_bytes());
-    section!(x.proto, k => [*k]);
-    section!(x.vlan, k => k.to_be_bytes());
-    section!(x.ethertype, k => k.to_be_bytes());
-    let mut n = Nibbles::default();
-    n.list(&x.tagged);
-    n.list(&x.opaque);
-    n.put(&mut o);
+    o.extend_from_slice(&x.raw);
     let c = checksum(&o);
     o.extend_from_slice(&c.to_le_bytes());
     o
@@ -1159,7 +1340,10 @@ fn decode(bytes: &[u8]) -> Result<FileIndex, String> {
     }
     let v = c.u32()?;
     if v != VERSION {
-        return Err(format!("version {v}, this linerate reads {VERSION}"));
+        let whose = if v < VERSION { "an older" } else { "a newer" };
+        return Err(format!(
+            "format version {v} ({whose} linerate's), this linerate reads {VERSION}"
+        ));
     }
     let link = LinkType(c.u32()?);
     let data_start = c.u64()?;
@@ -1177,29 +1361,40 @@ fn decode(bytes: &[u8]) -> Result<FileIndex, String> {
             packets: c.u32()?,
         });
     }
-    macro_rules! section {
-        ($n:expr, $conv:expr) => {{
-            let cnt = c.u32()?;
-            let cnt = c.count(u64::from(cnt), $n)?;
-            let mut keys = Vec::with_capacity(cnt);
-            for _ in 0..cnt {
-                let k: [u8; $n] = c.arr()?;
-                keys.push($conv(k));
+    let raw_start = c.at;
+    let mut sec = Sections::default();
+    for (i, &w) in WIDTHS.iter().enumerate() {
+        let cnt = c.u32()?;
+        let count = c.count(u64::from(cnt), w)?;
+        let keys = c.at - raw_start;
+        let kb = c.take(count * w)?;
+        for j in 1..count {
+            if kb[(j - 1) * w..j * w] >= kb[j * w..(j + 1) * w] {
+                return Err(format!("section {i}: keys out of order at key {j}"));
             }
-            let mut r = c.nibbles()?;
-            let mut m = BTreeMap::new();
-            for k in keys {
-                m.insert(k, r.list(nb)?);
+        }
+        let offs = c.at - raw_start;
+        let tb = c.take(count.div_ceil(STRIDE) * 4)?;
+        let len = c.u32()? as usize;
+        let start = c.at - raw_start;
+        c.take(len)?;
+        let mut prev = 0usize;
+        for (j, e) in tb.chunks_exact(4).enumerate() {
+            let v = u32::from_le_bytes([e[0], e[1], e[2], e[3]]) as usize;
+            // Every list takes at least one nibble (its count).
+            if (j == 0 && v != 0) || (j > 0 && v <= prev) || v >= len.saturating_mul(2) {
+                return Err(format!("section {i}: bad list offset {v} at entry {j}"));
             }
-            m
-        }};
+            prev = v;
+        }
+        sec.0[i] = Section {
+            width: w,
+            count,
+            keys,
+            offs,
+            stream: (start, start + len),
+        };
     }
-    let ip4 = section!(4, |k: [u8; 4]| k);
-    let ip6 = section!(16, |k: [u8; 16]| k);
-    let port = section!(2, u16::from_be_bytes);
-    let proto = section!(1, |k: [u8; 1]| k[0]);
-    let vlan = section!(2, u16::from_be_bytes);
-    let ethertype = section!(2, u16::from_be_bytes);
     let mut r = c.nibbles()?;
     let tagged = r.list(nb)?;
     let opaque = r.list(nb)?;
@@ -1212,12 +1407,8 @@ fn decode(bytes: &[u8]) -> Result<FileIndex, String> {
         data_start,
         end,
         head_hash,
-        ip4,
-        ip6,
-        port,
-        proto,
-        vlan,
-        ethertype,
+        raw: body[raw_start..].to_vec(),
+        sec,
         tagged,
         opaque,
     })
