@@ -1210,27 +1210,15 @@ impl NibbleReader<'_> {
     }
     /// Decodes one posting list into `set` (blocks `0..nblocks`).
     fn list_into(&mut self, nblocks: usize, set: &mut BlockSet) -> Result<(), String> {
-        let n = self.var()?;
-        if n > nblocks as u64 {
-            return Err(format!("a posting list of {n} blocks"));
-        }
-        let mut prev = 0u64;
-        for i in 0..n {
-            let d = self.var()?;
-            let b = if i == 0 {
-                d
-            } else {
-                prev.saturating_add(d).saturating_add(1)
-            };
-            if b >= nblocks as u64 {
-                return Err(format!("block number {b} of {nblocks}"));
-            }
-            set.insert(b as usize);
-            prev = b;
-        }
-        Ok(())
+        self.postings(nblocks, |b| set.insert(b as usize))
     }
     fn list(&mut self, nblocks: usize) -> Result<Vec<u32>, String> {
+        let mut l = Vec::new();
+        self.postings(nblocks, |b| l.push(b))?;
+        Ok(l)
+    }
+    /// Walks one posting list (a count, then block-number deltas), handing each block to `f`.
+    fn postings(&mut self, nblocks: usize, mut f: impl FnMut(u32)) -> Result<(), String> {
         let n = self.var()?;
         // Each posting takes at least one nibble.
         let left = (self.b.len() * 2).saturating_sub(self.at);
@@ -1238,7 +1226,6 @@ impl NibbleReader<'_> {
             Ok(n) if n <= left && n <= nblocks => n,
             _ => return Err(format!("a posting list of {n} blocks")),
         };
-        let mut l = Vec::with_capacity(n);
         let mut prev = 0u64;
         for i in 0..n {
             let d = self.var()?;
@@ -1250,10 +1237,10 @@ impl NibbleReader<'_> {
             if b >= nblocks as u64 {
                 return Err(format!("block number {b} of {nblocks}"));
             }
-            l.push(b as u32);
+            f(b as u32);
             prev = b;
         }
-        Ok(l)
+        Ok(())
     }
 }
 
