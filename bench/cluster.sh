@@ -137,9 +137,12 @@ if [ -n "${CLUSTER_FNS_ONLY:-}" ]; then return 0; fi
   echo
   echo "DPDK rte_distributor, burst mode, 1 worker on core $C1 (dpdk-test distributor_perf_autotest, no hugepages): $dsm Mpps (runs: ${ds[*]}); a cache line from core 0 to core $C1 and back: $(printf '%s\n' "${dsw[@]}" | median) ns (runs: ${dsw[*]})"
   . bench/lib.sh
-  goal "cluster threads 1→1 (ip), master" "${ROW_RX["threads 1→1 (ip hash)"]}" "testpmd io net_null" "$tpm" 1.0 Mpps
-  goal "cluster threads 1→1 (round-robin), master" "${ROW_RX["threads 1→1 (round-robin)"]}" "testpmd io net_null" "$tpm" 1.2 Mpps
-  goal "cluster threads 1→2 fan-out, per consumer" "${ROW_PC["threads 1→2 fan-out"]}" "testpmd io net_null" "$tpm" 0.75 Mpps
-  goal "cluster processes 1→2 fan-out, per consumer" "${ROW_PC["processes 1→2 fan-out"]}" "testpmd io net_null" "$tpm" 0.75 Mpps
+  # The performance issue kept one goal here (the ip-hash 1→1 master at 0.9× testpmd); the
+  # round-robin and fan-out goals were withdrawn (both consumers share one core on 2 vCPUs) and
+  # stay as reference rows.
+  goal "cluster threads 1→1 (ip), master" "${ROW_RX["threads 1→1 (ip hash)"]}" "testpmd io net_null" "$tpm" 0.9 Mpps
+  goal "cluster threads 1→1 (round-robin), master" "${ROW_RX["threads 1→1 (round-robin)"]}" "testpmd io net_null" "$tpm" - Mpps
+  goal "cluster threads 1→2 fan-out, per consumer" "${ROW_PC["threads 1→2 fan-out"]}" "testpmd io net_null" "$tpm" - Mpps
+  goal "cluster processes 1→2 fan-out, per consumer" "${ROW_PC["processes 1→2 fan-out"]}" "testpmd io net_null" "$tpm" - Mpps
   goal "cluster threads 1→1 (ip), master" "${ROW_RX["threads 1→1 (ip hash)"]}" "DPDK rte_distributor burst, 1 worker" "$dsm" - Mpps
 } | tee bench/cluster-results.md

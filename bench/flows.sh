@@ -125,3 +125,8 @@ for b in "${bins[@]}"; do
     echo "| $name | $th | $best | $med | $mpps | $ratio | ${runs["$b $th"]}|"
   done
 done
+# The goals table: 2 threads against 1, medians of the interleaved rounds (this build).
+read -r _ m1 <<<"$(stat "${runs["$LR 1"]}")"
+read -r _ m2 <<<"$(stat "${runs["$LR 2"]}")"
+goal "flows --threads 2, pcap file (median of $ROUNDS)" "$(awk -v p="$PKTS" -v s="$m2" 'BEGIN { printf "%.0f", p / s }')" \
+  "linerate flows --threads 1" "$(awk -v p="$PKTS" -v s="$m1" 'BEGIN { printf "%.0f", p / s }')" 1.6 pps

@@ -157,8 +157,10 @@ echo "| sender | cores | pps | vs linerate (1 core) |"
 echo "|---|---|---|---|"
 base=${R["linerate gen (1 core)"]}
 . bench/lib.sh
-goal "gen afpacket:, 1 core" "${R["linerate gen (1 core)"]:-}" "trafgen -P 1" "${R["trafgen -P 1"]:-}" 1.2 pps
-goal "gen xdp: --engine xsk, 1 core" "${R["linerate gen xsk (1 core)"]:-}" "testpmd txonly af_xdp" "${R["testpmd txonly af_xdp"]:-}" 1.2 pps
+# The send path's goals as the performance issue restated them: on veth the kernel's AF_PACKET and
+# copy-mode AF_XDP send take ~90 % of the sender's core, so the ceiling is the peer's own rate.
+goal "gen afpacket:, 1 core" "${R["linerate gen (1 core)"]:-}" "trafgen -P 1" "${R["trafgen -P 1"]:-}" 0.98 pps
+goal "gen xdp: --engine xsk, 1 core" "${R["linerate gen xsk (1 core)"]:-}" "testpmd txonly af_xdp" "${R["testpmd txonly af_xdp"]:-}" 1.0 pps
 goal "gen xdp: live engine, 1 core" "${R["linerate gen live (1 core)"]:-}" "xdp-trafficgen udp (1 thread)" "${R["xdp-trafficgen udp (1 thread)"]:-}" 1.2 pps
 goal "gen xdp: live engine, 2 threads" "${R["linerate gen live --threads 2"]:-}" "xdp-trafficgen udp -t 2" "${R["xdp-trafficgen udp -t 2"]:-}" 1.0 pps
 for n in "${ORDER[@]}"; do
