@@ -608,19 +608,159 @@ struct Open {
     packets: u32,
 }
 
-/// Postings of one key while writing: its blocks in order (deduplicated by the last one).
+/// Postings of one key while writing: its blocks in order.
 type Posts = Vec<u32>;
 
-#[inline]
-fn post(list: &mut Posts, b: u32) {
-    if list.last() != Some(&b) {
-        list.push(b);
+/// Where the frame parser ([`Poster`]) puts a frame's keys.
+trait Keys {
+    fn ip4(&mut self, a: [u8; 4]);
+    fn ip6(&mut self, a: [u8; 16]);
+    fn port(&mut self, p: u16);
+    fn proto(&mut self, p: u8);
+    fn vlan(&mut self, v: u16);
+    fn tagged(&mut self);
+    fn et(&mut self, t: u16);
+}
+
+/// A set of 16-bit values as a bitmap: one bit set per packet, read once per block.
+#[derive(Clone, Debug)]
+struct Bits16(Box<[u64; 1024]>);
+
+impl Default for Bits16 {
+    fn default() -> Bits16 {
+        Bits16(Box::new([0; 1024]))
+    }
+}
+
+impl Bits16 {
+    #[inline(always)]
+    fn set(&mut self, v: u16) {
+        self.0[usize::from(v >> 6)] |= 1 << (v & 63);
+    }
+    /// Hands every value set to `f`, ascending, and clears the set.
+    fn drain(&mut self, mut f: impl FnMut(u16)) {
+        for (i, w) in self.0.iter_mut().enumerate() {
+            let mut x = std::mem::take(w);
+            while x != 0 {
+                f((i * 64) as u16 + x.trailing_zeros() as u16);
+                x &= x - 1;
+            }
+        }
+    }
+}
+
+/// The keys of the block filling, as its packets gave them: addresses appended (sorted and
+/// deduplicated when the block closes), the rest as bitmaps. No hash, no allocation per packet
+/// (the vectors are kept from block to block).
+#[derive(Clone, Debug, Default)]
+struct Pending {
+    /// IPv4 addresses as big-endian numbers (number order is byte order).
+    ip4: Vec<u32>,
+    /// IPv6 addresses as big-endian numbers.
+    ip6: Vec<u128>,
+    port: Bits16,
+    proto: [u64; 4],
+    vlan: Bits16,
+    et: Bits16,
+    tagged: bool,
+    opaque: bool,
+}
+
+impl Keys for Pending {
+    #[inline(always)]
+    fn ip4(&mut self, a: [u8; 4]) {
+        self.ip4.push(u32::from_be_bytes(a));
+    }
+    #[inline(always)]
+    fn ip6(&mut self, a: [u8; 16]) {
+        self.ip6.push(u128::from_be_bytes(a));
+    }
+    #[inline(always)]
+    fn port(&mut self, p: u16) {
+        self.port.set(p);
+    }
+    #[inline(always)]
+    fn proto(&mut self, p: u8) {
+        self.proto[usize::from(p >> 6)] |= 1 << (p & 63);
+    }
+    #[inline(always)]
+    fn vlan(&mut self, v: u16) {
+        self.vlan.set(v);
+    }
+    #[inline(always)]
+    fn tagged(&mut self) {
+        self.tagged = true;
+    }
+    #[inline(always)]
+    fn et(&mut self, t: u16) {
+        self.et.set(t);
+    }
+}
+
+/// The postings of one address family for the whole file: each distinct address gets an id
+/// when a block first holds it; each block appends the ids of its distinct addresses. The
+/// per-key lists are made at [`IndexWriter::finish`] (a counting sort by id): 4 bytes per
+/// (address, block), no vector per address.
+#[derive(Clone, Debug, Default)]
+struct Addrs<K> {
+    ids: rustc_hash::FxHashMap<K, u32>,
+    /// Ids of each block's distinct addresses, block after block.
+    posts: Vec<u32>,
+    /// End of each block's ids in `posts`.
+    cuts: Vec<usize>,
+}
+
+impl<K: Copy + Ord + std::hash::Hash> Addrs<K> {
+    /// Posts the block's addresses (`keys`, any order, repeats allowed; left empty).
+    fn close_block(&mut self, keys: &mut Vec<K>) {
+        keys.sort_unstable();
+        keys.dedup();
+        for &k in keys.iter() {
+            let next = self.ids.len() as u32;
+            let id = *self.ids.entry(k).or_insert(next);
+            self.posts.push(id);
+        }
+        self.cuts.push(self.posts.len());
+        keys.clear();
+    }
+
+    /// Every address, ascending, with where its list of blocks lies in the second vector (the
+    /// lists end to end).
+    fn lists(&self) -> (Vec<(K, std::ops::Range<usize>)>, Vec<u32>) {
+        let n = self.ids.len();
+        let mut start = vec![0usize; n + 1];
+        for &id in &self.posts {
+            start[id as usize + 1] += 1;
+        }
+        for i in 0..n {
+            start[i + 1] += start[i];
+        }
+        let mut at = start.clone();
+        let mut blocks = vec![0u32; self.posts.len()];
+        let mut from = 0;
+        for (b, &to) in self.cuts.iter().enumerate() {
+            for &id in &self.posts[from..to] {
+                blocks[at[id as usize]] = b as u32;
+                at[id as usize] += 1;
+            }
+            from = to;
+        }
+        let mut keys: Vec<(K, std::ops::Range<usize>)> = self
+            .ids
+            .iter()
+            .map(|(&k, &id)| (k, start[id as usize]..start[id as usize + 1]))
+            .collect();
+        keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        (keys, blocks)
     }
 }
 
 /// Builds a [`FileIndex`] packet by packet, as a file is written.
 ///
-/// No allocation per packet in steady state: postings grow amortized, new keys only insert.
+/// Per packet no hash and no allocation in steady state: a packet's keys go to the open block's
+/// [`Pending`] (addresses appended to vectors kept from block to block, the rest set in
+/// bitmaps); a block's close sorts and deduplicates its addresses and posts each distinct key
+/// once.
 #[derive(Clone, Debug)]
 pub struct IndexWriter {
     link: LinkType,
@@ -629,8 +769,9 @@ pub struct IndexWriter {
     blocks: Vec<BlockInfo>,
     cur: Open,
     data_start: u64,
-    ip4: HashMap<[u8; 4], Posts>,
-    ip6: HashMap<[u8; 16], Posts>,
+    pending: Pending,
+    ip4: Addrs<u32>,
+    ip6: Addrs<u128>,
     port: Box<[Posts]>,
     proto: Box<[Posts]>,
     vlan: HashMap<u16, Posts>,
@@ -654,8 +795,9 @@ impl IndexWriter {
             blocks: Vec::new(),
             cur: Open::default(),
             data_start: 0,
-            ip4: HashMap::new(),
-            ip6: HashMap::new(),
+            pending: Pending::default(),
+            ip4: Addrs::default(),
+            ip6: Addrs::default(),
             port: vec![Vec::new(); 65_536].into_boxed_slice(),
             proto: vec![Vec::new(); 256].into_boxed_slice(),
             vlan: HashMap::new(),
@@ -705,14 +847,35 @@ impl IndexWriter {
         self.cur.end = self.cur.end.max(end);
         self.cur.first_ns = self.cur.first_ns.min(ts_ns);
         self.cur.last_ns = self.cur.last_ns.max(ts_ns);
-        let b = self.blocks.len() as u32;
-        let mut p = Poster { w: self, b };
+        let mut p = Poster {
+            k: &mut self.pending,
+        };
         if !p.frame(frame, link) {
-            post(&mut p.w.opaque, b);
+            self.pending.opaque = true;
         }
     }
 
     fn close_block(&mut self) {
+        let b = self.blocks.len() as u32;
+        let p = &mut self.pending;
+        self.ip4.close_block(&mut p.ip4);
+        self.ip6.close_block(&mut p.ip6);
+        p.port.drain(|v| self.port[usize::from(v)].push(b));
+        for (i, w) in p.proto.iter_mut().enumerate() {
+            let mut x = std::mem::take(w);
+            while x != 0 {
+                self.proto[i * 64 + x.trailing_zeros() as usize].push(b);
+                x &= x - 1;
+            }
+        }
+        p.vlan.drain(|v| self.vlan.entry(v).or_default().push(b));
+        p.et.drain(|v| self.ethertype.entry(v).or_default().push(b));
+        if std::mem::take(&mut p.tagged) {
+            self.tagged.push(b);
+        }
+        if std::mem::take(&mut p.opaque) {
+            self.opaque.push(b);
+        }
         let c = self.cur;
         self.blocks.push(BlockInfo {
             offset: c.offset,
@@ -749,10 +912,16 @@ impl IndexWriter {
             .last()
             .map_or(self.data_start, |b| b.offset + b.len);
         let mut raw = Vec::new();
-        let mut ip4: Vec<([u8; 4], Posts)> = self.ip4.into_iter().collect();
-        ip4.sort_unstable_by_key(|e| e.0);
-        let mut ip6: Vec<([u8; 16], Posts)> = self.ip6.into_iter().collect();
-        ip6.sort_unstable_by_key(|e| e.0);
+        let (ip4, ip4_blocks) = self.ip4.lists();
+        let ip4: Vec<([u8; 4], &[u32])> = ip4
+            .into_iter()
+            .map(|(k, r)| (k.to_be_bytes(), &ip4_blocks[r]))
+            .collect();
+        let (ip6, ip6_blocks) = self.ip6.lists();
+        let ip6: Vec<([u8; 16], &[u32])> = ip6
+            .into_iter()
+            .map(|(k, r)| (k.to_be_bytes(), &ip6_blocks[r]))
+            .collect();
         fn dense(v: &[Posts]) -> Vec<(usize, &Posts)> {
             v.iter()
                 .enumerate()
@@ -776,8 +945,8 @@ impl IndexWriter {
         let vlan = sorted16(&self.vlan);
         let ethertype = sorted16(&self.ethertype);
         let sec = Sections([
-            put_section(&mut raw, 4, ip4.iter().map(|(k, l)| (&k[..], &l[..]))),
-            put_section(&mut raw, 16, ip6.iter().map(|(k, l)| (&k[..], &l[..]))),
+            put_section(&mut raw, 4, ip4.iter().map(|(k, l)| (&k[..], *l))),
+            put_section(&mut raw, 16, ip6.iter().map(|(k, l)| (&k[..], *l))),
             put_section(&mut raw, 2, port.iter().map(|(k, l)| (&k[..], &l[..]))),
             put_section(&mut raw, 1, proto.iter().map(|(k, l)| (&k[..], &l[..]))),
             put_section(&mut raw, 2, vlan.iter().map(|(k, l)| (&k[..], &l[..]))),
@@ -855,13 +1024,12 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
     }
 }
 
-/// Posts the keys of one packet into block `b`.
-struct Poster<'a> {
-    w: &'a mut IndexWriter,
-    b: u32,
+/// Parses one frame, handing its keys to `k`.
+struct Poster<'a, K: Keys> {
+    k: &'a mut K,
 }
 
-impl Poster<'_> {
+impl<K: Keys> Poster<'_, K> {
     /// Whether the frame could be parsed (false: the block is opaque).
     fn frame(&mut self, f: &[u8], link: LinkType) -> bool {
         match link {
@@ -918,7 +1086,7 @@ impl Poster<'_> {
 
     #[inline]
     fn et(&mut self, t: u16) {
-        post(self.w.ethertype.entry(t).or_default(), self.b);
+        self.k.et(t);
     }
 
     /// An IP packet told by its version nibble (raw IP, MPLS payloads).
@@ -944,13 +1112,13 @@ impl Poster<'_> {
         let mut tags = 0;
         while matches!(t, 0x8100 | 0x88a8 | 0x9100 | 0x9200) {
             if tags == 0 {
-                post(&mut self.w.tagged, self.b);
+                self.k.tagged();
             }
             tags += 1;
             let (Some(tci), Some(next)) = (be16(f, at), be16(f, at + 2)) else {
                 return true;
             };
-            post(self.w.vlan.entry(tci & 0x0fff).or_default(), self.b);
+            self.k.vlan(tci & 0x0fff);
             at += 4;
             t = next;
             if tags >= MAX_TAGS {
@@ -1001,7 +1169,7 @@ impl Poster<'_> {
 
     fn ip4_addr(&mut self, f: &[u8], at: usize) {
         if let Some(&[a, b, c, d]) = f.get(at..at + 4) {
-            post(self.w.ip4.entry([a, b, c, d]).or_default(), self.b);
+            self.k.ip4([a, b, c, d]);
         }
     }
 
@@ -1022,13 +1190,13 @@ impl Poster<'_> {
     fn ports(&mut self, f: &[u8], at: usize) {
         for o in [at, at + 2] {
             if let Some(p) = be16(f, o) {
-                post(&mut self.w.port[usize::from(p)], self.b);
+                self.k.port(p);
             }
         }
     }
 
     fn proto(&mut self, p: u8) {
-        post(&mut self.w.proto[usize::from(p)], self.b);
+        self.k.proto(p);
     }
 
     fn ip4(&mut self, f: &[u8], at: usize) {
@@ -1052,7 +1220,7 @@ impl Poster<'_> {
             if let Some(a) = f.get(o..o + 16) {
                 let mut k = [0u8; 16];
                 k.copy_from_slice(a);
-                post(self.w.ip6.entry(k).or_default(), self.b);
+                self.k.ip6(k);
             }
         }
         let Some(&mut_nh) = f.get(at + 6) else {
