@@ -767,6 +767,8 @@ pub struct IndexWriter {
     block_bytes: u64,
     block_packets: u32,
     blocks: Vec<BlockInfo>,
+    /// Packets of `blocks` (the recorder asks per packet: no walk over the blocks).
+    closed_packets: u64,
     cur: Open,
     data_start: u64,
     pending: Pending,
@@ -793,6 +795,7 @@ impl IndexWriter {
             block_bytes: bytes.max(1),
             block_packets: packets.max(1),
             blocks: Vec::new(),
+            closed_packets: 0,
             cur: Open::default(),
             data_start: 0,
             pending: Pending::default(),
@@ -884,16 +887,14 @@ impl IndexWriter {
             last_ns: c.last_ns,
             packets: c.packets,
         });
+        self.closed_packets += u64::from(c.packets);
         self.cur = Open::default();
     }
 
     /// Packets indexed so far.
+    #[inline]
     pub fn packets(&self) -> u64 {
-        self.blocks
-            .iter()
-            .map(|b| u64::from(b.packets))
-            .sum::<u64>()
-            + u64::from(self.cur.packets)
+        self.closed_packets + u64::from(self.cur.packets)
     }
 
     /// The index of what was indexed so far (the open block included), leaving the writer as it

@@ -636,7 +636,7 @@ fn both_writers(path: &Path, bytes: u64, packets: u32) -> Option<(Vec<u8>, Vec<u
         new.on_packet_link(off, end - off, ts, &data, link);
         old.on_packet_link(off, end - off, ts, &data, link);
         n += 1;
-        if n % 97 == 0 {
+        if n % 500 == 0 {
             // A sync's snapshot leaves the writer as it was.
             assert_eq!(encode(&new.snapshot()), encode(&new.clone().finish()));
         }
