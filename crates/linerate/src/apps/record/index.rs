@@ -637,6 +637,19 @@ impl Bits16 {
     fn set(&mut self, v: u16) {
         self.0[usize::from(v >> 6)] |= 1 << (v & 63);
     }
+    fn get(&self, v: u16) -> bool {
+        self.0[usize::from(v >> 6)] & (1 << (v & 63)) != 0
+    }
+    /// Hands every value set to `f`, ascending.
+    fn each(&self, mut f: impl FnMut(u16)) {
+        for (i, &w) in self.0.iter().enumerate() {
+            let mut x = w;
+            while x != 0 {
+                f((i * 64) as u16 + x.trailing_zeros() as u16);
+                x &= x - 1;
+            }
+        }
+    }
     /// Hands every value set to `f`, ascending, and clears the set.
     fn drain(&mut self, mut f: impl FnMut(u16)) {
         for (i, w) in self.0.iter_mut().enumerate() {
@@ -725,30 +738,54 @@ impl<K: Copy + Ord + std::hash::Hash> Addrs<K> {
     }
 
     /// Every address, ascending, with where its list of blocks lies in the second vector (the
-    /// lists end to end).
-    fn lists(&self) -> (Vec<(K, std::ops::Range<usize>)>, Vec<u32>) {
+    /// lists end to end), the closed blocks' and then those of `open` (the open block's
+    /// addresses, ascending, distinct) as one more block.
+    fn lists(&self, open: &[K]) -> (Vec<(K, std::ops::Range<usize>)>, Vec<u32>) {
         let n = self.ids.len();
+        // The open block's addresses not seen before get the ids after the map's.
+        let mut fresh = Vec::new();
+        let open_ids: Vec<u32> = open
+            .iter()
+            .map(|k| {
+                self.ids.get(k).copied().unwrap_or_else(|| {
+                    fresh.push(*k);
+                    (n + fresh.len() - 1) as u32
+                })
+            })
+            .collect();
+        let n = n + fresh.len();
         let mut start = vec![0usize; n + 1];
-        for &id in &self.posts {
+        for &id in self.posts.iter().chain(&open_ids) {
             start[id as usize + 1] += 1;
         }
         for i in 0..n {
             start[i + 1] += start[i];
         }
         let mut at = start.clone();
-        let mut blocks = vec![0u32; self.posts.len()];
+        let mut blocks = vec![0u32; start[n]];
         let mut from = 0;
-        for (b, &to) in self.cuts.iter().enumerate() {
-            for &id in &self.posts[from..to] {
+        let runs = self.cuts.iter().map(|&to| {
+            let r = &self.posts[from..to];
+            from = to;
+            r
+        });
+        for (b, run) in runs.chain([&open_ids[..]]).enumerate() {
+            for &id in run {
                 blocks[at[id as usize]] = b as u32;
                 at[id as usize] += 1;
             }
-            from = to;
         }
         let mut keys: Vec<(K, std::ops::Range<usize>)> = self
             .ids
             .iter()
-            .map(|(&k, &id)| (k, start[id as usize]..start[id as usize + 1]))
+            .map(|(&k, &id)| (k, id as usize))
+            .chain(
+                fresh
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &k)| (k, self.ids.len() + j)),
+            )
+            .map(|(k, id)| (k, start[id]..start[id + 1]))
             .collect();
         keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         (keys, blocks)
@@ -898,97 +935,141 @@ impl IndexWriter {
     }
 
     /// The index of what was indexed so far (the open block included), leaving the writer as it
-    /// is: for the file still being written.
+    /// is: for the file still being written. Nothing of the writer is copied but the open
+    /// block's addresses.
     pub fn snapshot(&self) -> FileIndex {
-        self.clone().finish()
-    }
-
-    /// The index.
-    pub fn finish(mut self) -> FileIndex {
-        if self.cur.packets > 0 {
-            self.close_block();
+        let open = self.cur.packets > 0;
+        let mut blocks = self.blocks.clone();
+        // The open block, numbered after the closed ones, goes in as one more block of each of
+        // its keys' lists.
+        let ob = blocks.len() as u32;
+        let p = &self.pending;
+        let mut ip4_open = Vec::new();
+        let mut ip6_open = Vec::new();
+        if open {
+            let c = self.cur;
+            blocks.push(BlockInfo {
+                offset: c.offset,
+                len: c.end - c.offset,
+                first_ns: c.first_ns,
+                last_ns: c.last_ns,
+                packets: c.packets,
+            });
+            ip4_open.extend_from_slice(&p.ip4);
+            ip4_open.sort_unstable();
+            ip4_open.dedup();
+            ip6_open.extend_from_slice(&p.ip6);
+            ip6_open.sort_unstable();
+            ip6_open.dedup();
         }
-        let end = self
-            .blocks
-            .last()
-            .map_or(self.data_start, |b| b.offset + b.len);
+        let then = |set: bool| (open && set).then_some(ob);
+        let end = blocks.last().map_or(self.data_start, |b| b.offset + b.len);
         let mut raw = Vec::new();
-        let (ip4, ip4_blocks) = self.ip4.lists();
+        let (ip4, ip4_blocks) = self.ip4.lists(&ip4_open);
         let ip4: Vec<([u8; 4], &[u32])> = ip4
             .into_iter()
             .map(|(k, r)| (k.to_be_bytes(), &ip4_blocks[r]))
             .collect();
-        let (ip6, ip6_blocks) = self.ip6.lists();
+        let (ip6, ip6_blocks) = self.ip6.lists(&ip6_open);
         let ip6: Vec<([u8; 16], &[u32])> = ip6
             .into_iter()
             .map(|(k, r)| (k.to_be_bytes(), &ip6_blocks[r]))
             .collect();
-        fn dense(v: &[Posts]) -> Vec<(usize, &Posts)> {
-            v.iter()
-                .enumerate()
-                .filter(|(_, l)| !l.is_empty())
+        let port: Vec<([u8; 2], &[u32], Option<u32>)> = (0..=u16::MAX)
+            .map(|k| (k, &self.port[usize::from(k)][..], then(p.port.get(k))))
+            .filter(|(_, l, t)| !l.is_empty() || t.is_some())
+            .map(|(k, l, t)| (k.to_be_bytes(), l, t))
+            .collect();
+        let proto: Vec<([u8; 1], &[u32], Option<u32>)> = (0..=u8::MAX)
+            .map(|k| {
+                let set = p.proto[usize::from(k >> 6)] & (1 << (k & 63)) != 0;
+                (k, &self.proto[usize::from(k)][..], then(set))
+            })
+            .filter(|(_, l, t)| !l.is_empty() || t.is_some())
+            .map(|(k, l, t)| ([k], l, t))
+            .collect();
+        type Sorted16<'a> = Vec<([u8; 2], &'a [u32], Option<u32>)>;
+        fn sorted16<'a>(
+            m: &'a HashMap<u16, Posts>,
+            bits: &Bits16,
+            ob: Option<u32>,
+        ) -> Sorted16<'a> {
+            let mut v: Vec<(u16, &[u32], Option<u32>)> = m
+                .iter()
+                .map(|(&k, l)| (k, &l[..], ob.filter(|_| bits.get(k))))
+                .collect();
+            if ob.is_some() {
+                bits.each(|k| {
+                    if !m.contains_key(&k) {
+                        v.push((k, &[], ob));
+                    }
+                });
+            }
+            v.sort_unstable_by_key(|e| e.0);
+            v.into_iter()
+                .map(|(k, l, t)| (k.to_be_bytes(), l, t))
                 .collect()
         }
-        let port: Vec<([u8; 2], &Posts)> = dense(&self.port)
-            .into_iter()
-            .map(|(k, l)| ((k as u16).to_be_bytes(), l))
-            .collect();
-        let proto: Vec<([u8; 1], &Posts)> = dense(&self.proto)
-            .into_iter()
-            .map(|(k, l)| ([k as u8], l))
-            .collect();
-        fn sorted16(m: &HashMap<u16, Posts>) -> Vec<([u8; 2], &Posts)> {
-            let mut v: Vec<([u8; 2], &Posts)> =
-                m.iter().map(|(k, l)| (k.to_be_bytes(), l)).collect();
-            v.sort_unstable_by_key(|e| e.0);
-            v
-        }
-        let vlan = sorted16(&self.vlan);
-        let ethertype = sorted16(&self.ethertype);
+        let vlan = sorted16(&self.vlan, &p.vlan, then(true));
+        let ethertype = sorted16(&self.ethertype, &p.et, then(true));
         let sec = Sections([
-            put_section(&mut raw, 4, ip4.iter().map(|(k, l)| (&k[..], *l))),
-            put_section(&mut raw, 16, ip6.iter().map(|(k, l)| (&k[..], *l))),
-            put_section(&mut raw, 2, port.iter().map(|(k, l)| (&k[..], &l[..]))),
-            put_section(&mut raw, 1, proto.iter().map(|(k, l)| (&k[..], &l[..]))),
-            put_section(&mut raw, 2, vlan.iter().map(|(k, l)| (&k[..], &l[..]))),
-            put_section(&mut raw, 2, ethertype.iter().map(|(k, l)| (&k[..], &l[..]))),
+            put_section(&mut raw, 4, ip4.iter().map(|(k, l)| (&k[..], *l, None))),
+            put_section(&mut raw, 16, ip6.iter().map(|(k, l)| (&k[..], *l, None))),
+            put_section(&mut raw, 2, port.iter().map(|(k, l, t)| (&k[..], *l, *t))),
+            put_section(&mut raw, 1, proto.iter().map(|(k, l, t)| (&k[..], *l, *t))),
+            put_section(&mut raw, 2, vlan.iter().map(|(k, l, t)| (&k[..], *l, *t))),
+            put_section(
+                &mut raw,
+                2,
+                ethertype.iter().map(|(k, l, t)| (&k[..], *l, *t)),
+            ),
         ]);
+        let mut tagged = self.tagged.clone();
+        tagged.extend(then(p.tagged));
+        let mut opaque = self.opaque.clone();
+        opaque.extend(then(p.opaque));
         let mut n = Nibbles::default();
-        n.list(&self.tagged);
-        n.list(&self.opaque);
+        n.list(&tagged, None);
+        n.list(&opaque, None);
         n.put(&mut raw);
         FileIndex {
             link: self.link,
-            blocks: self.blocks,
+            blocks,
             data_start: self.data_start,
             end,
             head_hash: 0,
             raw,
             sec,
-            tagged: self.tagged,
-            opaque: self.opaque,
+            tagged,
+            opaque,
         }
+    }
+
+    /// The index.
+    pub fn finish(self) -> FileIndex {
+        self.snapshot()
     }
 }
 
-/// Appends a section of `items` (keys ascending, each with its posting list) to `o`: where it lies.
+/// Appends a section of `items` (keys ascending, each with its posting list and maybe one more
+/// block after it) to `o`: where it lies.
 fn put_section<'a>(
     o: &mut Vec<u8>,
     width: usize,
-    items: impl ExactSizeIterator<Item = (&'a [u8], &'a [u32])>,
+    items: impl ExactSizeIterator<Item = (&'a [u8], &'a [u32], Option<u32>)>,
 ) -> Section {
     let count = items.len();
     o.extend_from_slice(&(count as u32).to_le_bytes());
     let keys = o.len();
     let mut n = Nibbles::default();
     let mut table = Vec::with_capacity(count.div_ceil(STRIDE));
-    for (i, (k, l)) in items.enumerate() {
+    for (i, (k, l, then)) in items.enumerate() {
         o.extend_from_slice(k);
         debug_assert_eq!(k.len(), width);
         if i % STRIDE == 0 {
             table.push(n.nibbles() as u32);
         }
-        n.list(l);
+        n.list(l, then);
     }
     let offs = o.len();
     for t in table {
@@ -1316,10 +1397,10 @@ impl Nibbles {
         }
         self.nibble(v as u8);
     }
-    fn list(&mut self, l: &[u32]) {
-        self.var(l.len() as u64);
+    fn list(&mut self, l: &[u32], then: Option<u32>) {
+        self.var((l.len() + usize::from(then.is_some())) as u64);
         let mut prev = 0u32;
-        for (i, &b) in l.iter().enumerate() {
+        for (i, &b) in l.iter().chain(then.as_ref()).enumerate() {
             self.var(u64::from(if i == 0 { b } else { b - prev - 1 }));
             prev = b;
         }
