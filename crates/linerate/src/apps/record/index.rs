@@ -608,29 +608,209 @@ struct Open {
     packets: u32,
 }
 
-/// Postings of one key while writing: its blocks in order (deduplicated by the last one).
+/// Postings of one key while writing: its blocks in order.
 type Posts = Vec<u32>;
 
-#[inline]
-fn post(list: &mut Posts, b: u32) {
-    if list.last() != Some(&b) {
-        list.push(b);
+/// Where the frame parser ([`Poster`]) puts a frame's keys.
+trait Keys {
+    fn ip4(&mut self, a: [u8; 4]);
+    fn ip6(&mut self, a: [u8; 16]);
+    fn port(&mut self, p: u16);
+    fn proto(&mut self, p: u8);
+    fn vlan(&mut self, v: u16);
+    fn tagged(&mut self);
+    fn et(&mut self, t: u16);
+}
+
+/// A set of 16-bit values as a bitmap: one bit set per packet, read once per block.
+#[derive(Clone, Debug)]
+struct Bits16(Box<[u64; 1024]>);
+
+impl Default for Bits16 {
+    fn default() -> Bits16 {
+        Bits16(Box::new([0; 1024]))
+    }
+}
+
+impl Bits16 {
+    #[inline(always)]
+    fn set(&mut self, v: u16) {
+        self.0[usize::from(v >> 6)] |= 1 << (v & 63);
+    }
+    fn get(&self, v: u16) -> bool {
+        self.0[usize::from(v >> 6)] & (1 << (v & 63)) != 0
+    }
+    /// Hands every value set to `f`, ascending.
+    fn each(&self, mut f: impl FnMut(u16)) {
+        for (i, &w) in self.0.iter().enumerate() {
+            let mut x = w;
+            while x != 0 {
+                f((i * 64) as u16 + x.trailing_zeros() as u16);
+                x &= x - 1;
+            }
+        }
+    }
+    /// Hands every value set to `f`, ascending, and clears the set.
+    fn drain(&mut self, mut f: impl FnMut(u16)) {
+        for (i, w) in self.0.iter_mut().enumerate() {
+            let mut x = std::mem::take(w);
+            while x != 0 {
+                f((i * 64) as u16 + x.trailing_zeros() as u16);
+                x &= x - 1;
+            }
+        }
+    }
+}
+
+/// The keys of the block filling, as its packets gave them: addresses appended (sorted and
+/// deduplicated when the block closes), the rest as bitmaps. No hash, no allocation per packet
+/// (the vectors are kept from block to block).
+#[derive(Clone, Debug, Default)]
+struct Pending {
+    /// IPv4 addresses as big-endian numbers (number order is byte order).
+    ip4: Vec<u32>,
+    /// IPv6 addresses as big-endian numbers.
+    ip6: Vec<u128>,
+    port: Bits16,
+    proto: [u64; 4],
+    vlan: Bits16,
+    et: Bits16,
+    tagged: bool,
+    opaque: bool,
+}
+
+impl Keys for Pending {
+    #[inline(always)]
+    fn ip4(&mut self, a: [u8; 4]) {
+        self.ip4.push(u32::from_be_bytes(a));
+    }
+    #[inline(always)]
+    fn ip6(&mut self, a: [u8; 16]) {
+        self.ip6.push(u128::from_be_bytes(a));
+    }
+    #[inline(always)]
+    fn port(&mut self, p: u16) {
+        self.port.set(p);
+    }
+    #[inline(always)]
+    fn proto(&mut self, p: u8) {
+        self.proto[usize::from(p >> 6)] |= 1 << (p & 63);
+    }
+    #[inline(always)]
+    fn vlan(&mut self, v: u16) {
+        self.vlan.set(v);
+    }
+    #[inline(always)]
+    fn tagged(&mut self) {
+        self.tagged = true;
+    }
+    #[inline(always)]
+    fn et(&mut self, t: u16) {
+        self.et.set(t);
+    }
+}
+
+/// The postings of one address family for the whole file: each distinct address gets an id
+/// when a block first holds it; each block appends the ids of its distinct addresses. The
+/// per-key lists are made at [`IndexWriter::finish`] (a counting sort by id): 4 bytes per
+/// (address, block), no vector per address.
+#[derive(Clone, Debug, Default)]
+struct Addrs<K> {
+    ids: rustc_hash::FxHashMap<K, u32>,
+    /// Ids of each block's distinct addresses, block after block.
+    posts: Vec<u32>,
+    /// End of each block's ids in `posts`.
+    cuts: Vec<usize>,
+}
+
+impl<K: Copy + Ord + std::hash::Hash> Addrs<K> {
+    /// Posts the block's addresses (`keys`, any order, repeats allowed; left empty).
+    fn close_block(&mut self, keys: &mut Vec<K>) {
+        keys.sort_unstable();
+        keys.dedup();
+        for &k in keys.iter() {
+            let next = self.ids.len() as u32;
+            let id = *self.ids.entry(k).or_insert(next);
+            self.posts.push(id);
+        }
+        self.cuts.push(self.posts.len());
+        keys.clear();
+    }
+
+    /// Every address, ascending, with where its list of blocks lies in the second vector (the
+    /// lists end to end), the closed blocks' and then those of `open` (the open block's
+    /// addresses, ascending, distinct) as one more block.
+    fn lists(&self, open: &[K]) -> (Vec<(K, std::ops::Range<usize>)>, Vec<u32>) {
+        let n = self.ids.len();
+        // The open block's addresses not seen before get the ids after the map's.
+        let mut fresh = Vec::new();
+        let open_ids: Vec<u32> = open
+            .iter()
+            .map(|k| {
+                self.ids.get(k).copied().unwrap_or_else(|| {
+                    fresh.push(*k);
+                    (n + fresh.len() - 1) as u32
+                })
+            })
+            .collect();
+        let n = n + fresh.len();
+        let mut start = vec![0usize; n + 1];
+        for &id in self.posts.iter().chain(&open_ids) {
+            start[id as usize + 1] += 1;
+        }
+        for i in 0..n {
+            start[i + 1] += start[i];
+        }
+        let mut at = start.clone();
+        let mut blocks = vec![0u32; start[n]];
+        let mut from = 0;
+        let runs = self.cuts.iter().map(|&to| {
+            let r = &self.posts[from..to];
+            from = to;
+            r
+        });
+        for (b, run) in runs.chain([&open_ids[..]]).enumerate() {
+            for &id in run {
+                blocks[at[id as usize]] = b as u32;
+                at[id as usize] += 1;
+            }
+        }
+        let mut keys: Vec<(K, std::ops::Range<usize>)> = self
+            .ids
+            .iter()
+            .map(|(&k, &id)| (k, id as usize))
+            .chain(
+                fresh
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &k)| (k, self.ids.len() + j)),
+            )
+            .map(|(k, id)| (k, start[id]..start[id + 1]))
+            .collect();
+        keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        (keys, blocks)
     }
 }
 
 /// Builds a [`FileIndex`] packet by packet, as a file is written.
 ///
-/// No allocation per packet in steady state: postings grow amortized, new keys only insert.
+/// Per packet no hash and no allocation in steady state: a packet's keys go to the open block's
+/// [`Pending`] (addresses appended to vectors kept from block to block, the rest set in
+/// bitmaps); a block's close sorts and deduplicates its addresses and posts each distinct key
+/// once.
 #[derive(Clone, Debug)]
 pub struct IndexWriter {
     link: LinkType,
     block_bytes: u64,
     block_packets: u32,
     blocks: Vec<BlockInfo>,
+    /// Packets of `blocks` (the recorder asks per packet: no walk over the blocks).
+    closed_packets: u64,
     cur: Open,
     data_start: u64,
-    ip4: HashMap<[u8; 4], Posts>,
-    ip6: HashMap<[u8; 16], Posts>,
+    pending: Pending,
+    ip4: Addrs<u32>,
+    ip6: Addrs<u128>,
     port: Box<[Posts]>,
     proto: Box<[Posts]>,
     vlan: HashMap<u16, Posts>,
@@ -652,10 +832,12 @@ impl IndexWriter {
             block_bytes: bytes.max(1),
             block_packets: packets.max(1),
             blocks: Vec::new(),
+            closed_packets: 0,
             cur: Open::default(),
             data_start: 0,
-            ip4: HashMap::new(),
-            ip6: HashMap::new(),
+            pending: Pending::default(),
+            ip4: Addrs::default(),
+            ip6: Addrs::default(),
             port: vec![Vec::new(); 65_536].into_boxed_slice(),
             proto: vec![Vec::new(); 256].into_boxed_slice(),
             vlan: HashMap::new(),
@@ -705,14 +887,35 @@ impl IndexWriter {
         self.cur.end = self.cur.end.max(end);
         self.cur.first_ns = self.cur.first_ns.min(ts_ns);
         self.cur.last_ns = self.cur.last_ns.max(ts_ns);
-        let b = self.blocks.len() as u32;
-        let mut p = Poster { w: self, b };
+        let mut p = Poster {
+            k: &mut self.pending,
+        };
         if !p.frame(frame, link) {
-            post(&mut p.w.opaque, b);
+            self.pending.opaque = true;
         }
     }
 
     fn close_block(&mut self) {
+        let b = self.blocks.len() as u32;
+        let p = &mut self.pending;
+        self.ip4.close_block(&mut p.ip4);
+        self.ip6.close_block(&mut p.ip6);
+        p.port.drain(|v| self.port[usize::from(v)].push(b));
+        for (i, w) in p.proto.iter_mut().enumerate() {
+            let mut x = std::mem::take(w);
+            while x != 0 {
+                self.proto[i * 64 + x.trailing_zeros() as usize].push(b);
+                x &= x - 1;
+            }
+        }
+        p.vlan.drain(|v| self.vlan.entry(v).or_default().push(b));
+        p.et.drain(|v| self.ethertype.entry(v).or_default().push(b));
+        if std::mem::take(&mut p.tagged) {
+            self.tagged.push(b);
+        }
+        if std::mem::take(&mut p.opaque) {
+            self.opaque.push(b);
+        }
         let c = self.cur;
         self.blocks.push(BlockInfo {
             offset: c.offset,
@@ -721,104 +924,152 @@ impl IndexWriter {
             last_ns: c.last_ns,
             packets: c.packets,
         });
+        self.closed_packets += u64::from(c.packets);
         self.cur = Open::default();
     }
 
     /// Packets indexed so far.
+    #[inline]
     pub fn packets(&self) -> u64 {
-        self.blocks
-            .iter()
-            .map(|b| u64::from(b.packets))
-            .sum::<u64>()
-            + u64::from(self.cur.packets)
+        self.closed_packets + u64::from(self.cur.packets)
     }
 
     /// The index of what was indexed so far (the open block included), leaving the writer as it
-    /// is: for the file still being written.
+    /// is: for the file still being written. Nothing of the writer is copied but the open
+    /// block's addresses.
     pub fn snapshot(&self) -> FileIndex {
-        self.clone().finish()
-    }
-
-    /// The index.
-    pub fn finish(mut self) -> FileIndex {
-        if self.cur.packets > 0 {
-            self.close_block();
+        let open = self.cur.packets > 0;
+        let mut blocks = self.blocks.clone();
+        // The open block, numbered after the closed ones, goes in as one more block of each of
+        // its keys' lists.
+        let ob = blocks.len() as u32;
+        let p = &self.pending;
+        let mut ip4_open = Vec::new();
+        let mut ip6_open = Vec::new();
+        if open {
+            let c = self.cur;
+            blocks.push(BlockInfo {
+                offset: c.offset,
+                len: c.end - c.offset,
+                first_ns: c.first_ns,
+                last_ns: c.last_ns,
+                packets: c.packets,
+            });
+            ip4_open.extend_from_slice(&p.ip4);
+            ip4_open.sort_unstable();
+            ip4_open.dedup();
+            ip6_open.extend_from_slice(&p.ip6);
+            ip6_open.sort_unstable();
+            ip6_open.dedup();
         }
-        let end = self
-            .blocks
-            .last()
-            .map_or(self.data_start, |b| b.offset + b.len);
+        let then = |set: bool| (open && set).then_some(ob);
+        let end = blocks.last().map_or(self.data_start, |b| b.offset + b.len);
         let mut raw = Vec::new();
-        let mut ip4: Vec<([u8; 4], Posts)> = self.ip4.into_iter().collect();
-        ip4.sort_unstable_by_key(|e| e.0);
-        let mut ip6: Vec<([u8; 16], Posts)> = self.ip6.into_iter().collect();
-        ip6.sort_unstable_by_key(|e| e.0);
-        fn dense(v: &[Posts]) -> Vec<(usize, &Posts)> {
-            v.iter()
-                .enumerate()
-                .filter(|(_, l)| !l.is_empty())
+        let (ip4, ip4_blocks) = self.ip4.lists(&ip4_open);
+        let ip4: Vec<([u8; 4], &[u32])> = ip4
+            .into_iter()
+            .map(|(k, r)| (k.to_be_bytes(), &ip4_blocks[r]))
+            .collect();
+        let (ip6, ip6_blocks) = self.ip6.lists(&ip6_open);
+        let ip6: Vec<([u8; 16], &[u32])> = ip6
+            .into_iter()
+            .map(|(k, r)| (k.to_be_bytes(), &ip6_blocks[r]))
+            .collect();
+        let port: Vec<([u8; 2], &[u32], Option<u32>)> = (0..=u16::MAX)
+            .map(|k| (k, &self.port[usize::from(k)][..], then(p.port.get(k))))
+            .filter(|(_, l, t)| !l.is_empty() || t.is_some())
+            .map(|(k, l, t)| (k.to_be_bytes(), l, t))
+            .collect();
+        let proto: Vec<([u8; 1], &[u32], Option<u32>)> = (0..=u8::MAX)
+            .map(|k| {
+                let set = p.proto[usize::from(k >> 6)] & (1 << (k & 63)) != 0;
+                (k, &self.proto[usize::from(k)][..], then(set))
+            })
+            .filter(|(_, l, t)| !l.is_empty() || t.is_some())
+            .map(|(k, l, t)| ([k], l, t))
+            .collect();
+        type Sorted16<'a> = Vec<([u8; 2], &'a [u32], Option<u32>)>;
+        fn sorted16<'a>(
+            m: &'a HashMap<u16, Posts>,
+            bits: &Bits16,
+            ob: Option<u32>,
+        ) -> Sorted16<'a> {
+            let mut v: Vec<(u16, &[u32], Option<u32>)> = m
+                .iter()
+                .map(|(&k, l)| (k, &l[..], ob.filter(|_| bits.get(k))))
+                .collect();
+            if ob.is_some() {
+                bits.each(|k| {
+                    if !m.contains_key(&k) {
+                        v.push((k, &[], ob));
+                    }
+                });
+            }
+            v.sort_unstable_by_key(|e| e.0);
+            v.into_iter()
+                .map(|(k, l, t)| (k.to_be_bytes(), l, t))
                 .collect()
         }
-        let port: Vec<([u8; 2], &Posts)> = dense(&self.port)
-            .into_iter()
-            .map(|(k, l)| ((k as u16).to_be_bytes(), l))
-            .collect();
-        let proto: Vec<([u8; 1], &Posts)> = dense(&self.proto)
-            .into_iter()
-            .map(|(k, l)| ([k as u8], l))
-            .collect();
-        fn sorted16(m: &HashMap<u16, Posts>) -> Vec<([u8; 2], &Posts)> {
-            let mut v: Vec<([u8; 2], &Posts)> =
-                m.iter().map(|(k, l)| (k.to_be_bytes(), l)).collect();
-            v.sort_unstable_by_key(|e| e.0);
-            v
-        }
-        let vlan = sorted16(&self.vlan);
-        let ethertype = sorted16(&self.ethertype);
+        let vlan = sorted16(&self.vlan, &p.vlan, then(true));
+        let ethertype = sorted16(&self.ethertype, &p.et, then(true));
         let sec = Sections([
-            put_section(&mut raw, 4, ip4.iter().map(|(k, l)| (&k[..], &l[..]))),
-            put_section(&mut raw, 16, ip6.iter().map(|(k, l)| (&k[..], &l[..]))),
-            put_section(&mut raw, 2, port.iter().map(|(k, l)| (&k[..], &l[..]))),
-            put_section(&mut raw, 1, proto.iter().map(|(k, l)| (&k[..], &l[..]))),
-            put_section(&mut raw, 2, vlan.iter().map(|(k, l)| (&k[..], &l[..]))),
-            put_section(&mut raw, 2, ethertype.iter().map(|(k, l)| (&k[..], &l[..]))),
+            put_section(&mut raw, 4, ip4.iter().map(|(k, l)| (&k[..], *l, None))),
+            put_section(&mut raw, 16, ip6.iter().map(|(k, l)| (&k[..], *l, None))),
+            put_section(&mut raw, 2, port.iter().map(|(k, l, t)| (&k[..], *l, *t))),
+            put_section(&mut raw, 1, proto.iter().map(|(k, l, t)| (&k[..], *l, *t))),
+            put_section(&mut raw, 2, vlan.iter().map(|(k, l, t)| (&k[..], *l, *t))),
+            put_section(
+                &mut raw,
+                2,
+                ethertype.iter().map(|(k, l, t)| (&k[..], *l, *t)),
+            ),
         ]);
+        let mut tagged = self.tagged.clone();
+        tagged.extend(then(p.tagged));
+        let mut opaque = self.opaque.clone();
+        opaque.extend(then(p.opaque));
         let mut n = Nibbles::default();
-        n.list(&self.tagged);
-        n.list(&self.opaque);
+        n.list(&tagged, None);
+        n.list(&opaque, None);
         n.put(&mut raw);
         FileIndex {
             link: self.link,
-            blocks: self.blocks,
+            blocks,
             data_start: self.data_start,
             end,
             head_hash: 0,
             raw,
             sec,
-            tagged: self.tagged,
-            opaque: self.opaque,
+            tagged,
+            opaque,
         }
+    }
+
+    /// The index.
+    pub fn finish(self) -> FileIndex {
+        self.snapshot()
     }
 }
 
-/// Appends a section of `items` (keys ascending, each with its posting list) to `o`: where it lies.
+/// Appends a section of `items` (keys ascending, each with its posting list and maybe one more
+/// block after it) to `o`: where it lies.
 fn put_section<'a>(
     o: &mut Vec<u8>,
     width: usize,
-    items: impl ExactSizeIterator<Item = (&'a [u8], &'a [u32])>,
+    items: impl ExactSizeIterator<Item = (&'a [u8], &'a [u32], Option<u32>)>,
 ) -> Section {
     let count = items.len();
     o.extend_from_slice(&(count as u32).to_le_bytes());
     let keys = o.len();
     let mut n = Nibbles::default();
     let mut table = Vec::with_capacity(count.div_ceil(STRIDE));
-    for (i, (k, l)) in items.enumerate() {
+    for (i, (k, l, then)) in items.enumerate() {
         o.extend_from_slice(k);
         debug_assert_eq!(k.len(), width);
         if i % STRIDE == 0 {
             table.push(n.nibbles() as u32);
         }
-        n.list(l);
+        n.list(l, then);
     }
     let offs = o.len();
     for t in table {
@@ -855,13 +1106,12 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
     }
 }
 
-/// Posts the keys of one packet into block `b`.
-struct Poster<'a> {
-    w: &'a mut IndexWriter,
-    b: u32,
+/// Parses one frame, handing its keys to `k`.
+struct Poster<'a, K: Keys> {
+    k: &'a mut K,
 }
 
-impl Poster<'_> {
+impl<K: Keys> Poster<'_, K> {
     /// Whether the frame could be parsed (false: the block is opaque).
     fn frame(&mut self, f: &[u8], link: LinkType) -> bool {
         match link {
@@ -918,7 +1168,7 @@ impl Poster<'_> {
 
     #[inline]
     fn et(&mut self, t: u16) {
-        post(self.w.ethertype.entry(t).or_default(), self.b);
+        self.k.et(t);
     }
 
     /// An IP packet told by its version nibble (raw IP, MPLS payloads).
@@ -944,13 +1194,13 @@ impl Poster<'_> {
         let mut tags = 0;
         while matches!(t, 0x8100 | 0x88a8 | 0x9100 | 0x9200) {
             if tags == 0 {
-                post(&mut self.w.tagged, self.b);
+                self.k.tagged();
             }
             tags += 1;
             let (Some(tci), Some(next)) = (be16(f, at), be16(f, at + 2)) else {
                 return true;
             };
-            post(self.w.vlan.entry(tci & 0x0fff).or_default(), self.b);
+            self.k.vlan(tci & 0x0fff);
             at += 4;
             t = next;
             if tags >= MAX_TAGS {
@@ -1001,7 +1251,7 @@ impl Poster<'_> {
 
     fn ip4_addr(&mut self, f: &[u8], at: usize) {
         if let Some(&[a, b, c, d]) = f.get(at..at + 4) {
-            post(self.w.ip4.entry([a, b, c, d]).or_default(), self.b);
+            self.k.ip4([a, b, c, d]);
         }
     }
 
@@ -1022,13 +1272,13 @@ impl Poster<'_> {
     fn ports(&mut self, f: &[u8], at: usize) {
         for o in [at, at + 2] {
             if let Some(p) = be16(f, o) {
-                post(&mut self.w.port[usize::from(p)], self.b);
+                self.k.port(p);
             }
         }
     }
 
     fn proto(&mut self, p: u8) {
-        post(&mut self.w.proto[usize::from(p)], self.b);
+        self.k.proto(p);
     }
 
     fn ip4(&mut self, f: &[u8], at: usize) {
@@ -1052,7 +1302,7 @@ impl Poster<'_> {
             if let Some(a) = f.get(o..o + 16) {
                 let mut k = [0u8; 16];
                 k.copy_from_slice(a);
-                post(self.w.ip6.entry(k).or_default(), self.b);
+                self.k.ip6(k);
             }
         }
         let Some(&mut_nh) = f.get(at + 6) else {
@@ -1147,10 +1397,10 @@ impl Nibbles {
         }
         self.nibble(v as u8);
     }
-    fn list(&mut self, l: &[u32]) {
-        self.var(l.len() as u64);
+    fn list(&mut self, l: &[u32], then: Option<u32>) {
+        self.var((l.len() + usize::from(then.is_some())) as u64);
         let mut prev = 0u32;
-        for (i, &b) in l.iter().enumerate() {
+        for (i, &b) in l.iter().chain(then.as_ref()).enumerate() {
             self.var(u64::from(if i == 0 { b } else { b - prev - 1 }));
             prev = b;
         }

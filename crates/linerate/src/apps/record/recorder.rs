@@ -739,7 +739,8 @@ impl Writer {
         let end = out.pos();
         out.mark(end);
         o.index.on_packet(at, end - at, ts, &data[..cap]);
-        self.counters.bytes.fetch_add(end - at, Ordering::Relaxed);
+        // Counted once per batch (write_batch): no atomic per packet.
+        self.pending_bytes += end - at;
         Ok(())
     }
 

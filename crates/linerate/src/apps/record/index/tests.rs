@@ -443,3 +443,289 @@ fn a_damaged_offset_table_is_corrupt_or_a_superset_never_a_panic() {
     assert!(decode(&b).unwrap_err().contains("version 2"));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+// ---- the writer before per-block key buffers, kept to check that the bytes did not change ----
+
+#[inline]
+fn post(list: &mut Posts, b: u32) {
+    if list.last() != Some(&b) {
+        list.push(b);
+    }
+}
+
+/// The indexer as it was: a HashMap per key family, a posting pushed per packet and key (the
+/// same frame parser). [`IndexWriter`] must write the same index bytes.
+#[derive(Clone)]
+struct OldWriter {
+    link: LinkType,
+    block_bytes: u64,
+    block_packets: u32,
+    blocks: Vec<BlockInfo>,
+    cur: Open,
+    data_start: u64,
+    b: u32,
+    ip4: HashMap<[u8; 4], Posts>,
+    ip6: HashMap<[u8; 16], Posts>,
+    port: Box<[Posts]>,
+    proto: Box<[Posts]>,
+    vlan: HashMap<u16, Posts>,
+    ethertype: HashMap<u16, Posts>,
+    tagged: Posts,
+    opaque: Posts,
+}
+
+impl Keys for OldWriter {
+    fn ip4(&mut self, a: [u8; 4]) {
+        post(self.ip4.entry(a).or_default(), self.b);
+    }
+    fn ip6(&mut self, a: [u8; 16]) {
+        post(self.ip6.entry(a).or_default(), self.b);
+    }
+    fn port(&mut self, p: u16) {
+        post(&mut self.port[usize::from(p)], self.b);
+    }
+    fn proto(&mut self, p: u8) {
+        post(&mut self.proto[usize::from(p)], self.b);
+    }
+    fn vlan(&mut self, v: u16) {
+        post(self.vlan.entry(v).or_default(), self.b);
+    }
+    fn tagged(&mut self) {
+        post(&mut self.tagged, self.b);
+    }
+    fn et(&mut self, t: u16) {
+        post(self.ethertype.entry(t).or_default(), self.b);
+    }
+}
+
+impl OldWriter {
+    fn with_blocks(link: LinkType, bytes: u64, packets: u32) -> OldWriter {
+        OldWriter {
+            link,
+            block_bytes: bytes.max(1),
+            block_packets: packets.max(1),
+            blocks: Vec::new(),
+            cur: Open::default(),
+            data_start: 0,
+            b: 0,
+            ip4: HashMap::new(),
+            ip6: HashMap::new(),
+            port: vec![Vec::new(); 65_536].into_boxed_slice(),
+            proto: vec![Vec::new(); 256].into_boxed_slice(),
+            vlan: HashMap::new(),
+            ethertype: HashMap::new(),
+            tagged: Vec::new(),
+            opaque: Vec::new(),
+        }
+    }
+
+    fn on_packet_link(&mut self, off: u64, len: u64, ts_ns: u64, frame: &[u8], link: LinkType) {
+        let end = off.saturating_add(len);
+        if self.cur.packets > 0
+            && (end.saturating_sub(self.cur.offset) > self.block_bytes
+                || self.cur.packets >= self.block_packets)
+        {
+            self.close_block();
+        }
+        if self.cur.packets == 0 {
+            if self.blocks.is_empty() {
+                self.data_start = off;
+            }
+            self.cur = Open {
+                offset: off,
+                end,
+                first_ns: ts_ns,
+                last_ns: ts_ns,
+                packets: 0,
+            };
+        }
+        self.cur.packets += 1;
+        self.cur.end = self.cur.end.max(end);
+        self.cur.first_ns = self.cur.first_ns.min(ts_ns);
+        self.cur.last_ns = self.cur.last_ns.max(ts_ns);
+        self.b = self.blocks.len() as u32;
+        let b = self.b;
+        if !(Poster { k: &mut *self }).frame(frame, link) {
+            post(&mut self.opaque, b);
+        }
+    }
+
+    fn close_block(&mut self) {
+        let c = self.cur;
+        self.blocks.push(BlockInfo {
+            offset: c.offset,
+            len: c.end - c.offset,
+            first_ns: c.first_ns,
+            last_ns: c.last_ns,
+            packets: c.packets,
+        });
+        self.cur = Open::default();
+    }
+
+    fn finish(mut self) -> FileIndex {
+        if self.cur.packets > 0 {
+            self.close_block();
+        }
+        let end = self
+            .blocks
+            .last()
+            .map_or(self.data_start, |b| b.offset + b.len);
+        let mut raw = Vec::new();
+        let mut ip4: Vec<([u8; 4], Posts)> = self.ip4.into_iter().collect();
+        ip4.sort_unstable_by_key(|e| e.0);
+        let mut ip6: Vec<([u8; 16], Posts)> = self.ip6.into_iter().collect();
+        ip6.sort_unstable_by_key(|e| e.0);
+        fn dense(v: &[Posts]) -> Vec<(usize, &Posts)> {
+            v.iter()
+                .enumerate()
+                .filter(|(_, l)| !l.is_empty())
+                .collect()
+        }
+        let port: Vec<([u8; 2], &Posts)> = dense(&self.port)
+            .into_iter()
+            .map(|(k, l)| ((k as u16).to_be_bytes(), l))
+            .collect();
+        let proto: Vec<([u8; 1], &Posts)> = dense(&self.proto)
+            .into_iter()
+            .map(|(k, l)| ([k as u8], l))
+            .collect();
+        fn sorted16(m: &HashMap<u16, Posts>) -> Vec<([u8; 2], &Posts)> {
+            let mut v: Vec<([u8; 2], &Posts)> =
+                m.iter().map(|(k, l)| (k.to_be_bytes(), l)).collect();
+            v.sort_unstable_by_key(|e| e.0);
+            v
+        }
+        let vlan = sorted16(&self.vlan);
+        let ethertype = sorted16(&self.ethertype);
+        let sec = Sections([
+            put_section(&mut raw, 4, ip4.iter().map(|(k, l)| (&k[..], &l[..], None))),
+            put_section(
+                &mut raw,
+                16,
+                ip6.iter().map(|(k, l)| (&k[..], &l[..], None)),
+            ),
+            put_section(
+                &mut raw,
+                2,
+                port.iter().map(|(k, l)| (&k[..], &l[..], None)),
+            ),
+            put_section(
+                &mut raw,
+                1,
+                proto.iter().map(|(k, l)| (&k[..], &l[..], None)),
+            ),
+            put_section(
+                &mut raw,
+                2,
+                vlan.iter().map(|(k, l)| (&k[..], &l[..], None)),
+            ),
+            put_section(
+                &mut raw,
+                2,
+                ethertype.iter().map(|(k, l)| (&k[..], &l[..], None)),
+            ),
+        ]);
+        let mut n = Nibbles::default();
+        n.list(&self.tagged, None);
+        n.list(&self.opaque, None);
+        n.put(&mut raw);
+        FileIndex {
+            link: self.link,
+            blocks: self.blocks,
+            data_start: self.data_start,
+            end,
+            head_hash: 0,
+            raw,
+            sec,
+            tagged: self.tagged,
+            opaque: self.opaque,
+        }
+    }
+}
+
+/// Indexes a capture file with both writers (small blocks, so keys span many): their bytes.
+fn both_writers(path: &Path, bytes: u64, packets: u32) -> Option<(Vec<u8>, Vec<u8>, u64)> {
+    let f = File::open(path).ok()?;
+    let mut r = PcapReader::new(f, "t").ok()?;
+    let mut new = IndexWriter::with_blocks(r.link_type(), bytes, packets);
+    let mut old = OldWriter::with_blocks(r.link_type(), bytes, packets);
+    let mut n = 0;
+    while let Ok(Some(rec)) = r.next_packet() {
+        let (off, ts, link) = (rec.offset, rec.ts, rec.link);
+        let data = rec.data.to_vec();
+        let end = r.offset().max(off);
+        new.on_packet_link(off, end - off, ts, &data, link);
+        old.on_packet_link(off, end - off, ts, &data, link);
+        n += 1;
+        if n % 500 == 0 {
+            // A sync's snapshot (the open block taken as closed, nothing of the writer
+            // changed) is the old writer's index of the packets so far.
+            assert!(encode(&new.snapshot()) == encode(&old.clone().finish()));
+        }
+    }
+    Some((encode(&new.finish()), encode(&old.finish()), n))
+}
+
+#[test]
+fn the_writer_writes_the_old_writers_bytes_on_the_corpus() {
+    let Some(dir) = linerate_test_support::corpus() else {
+        return;
+    };
+    let (mut files, mut packets) = (0, 0);
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        for (bytes, pk) in [(BLOCK_BYTES, BLOCK_PACKETS), (2048, 7)] {
+            if let Some((new, old, n)) = both_writers(&e.path(), bytes, pk) {
+                assert!(new == old, "{}: the index differs", e.path().display());
+                packets += n;
+                files += 1;
+            }
+        }
+    }
+    assert!(
+        files >= 800 && packets > 10_000,
+        "{files} files {packets} packets"
+    );
+}
+
+#[test]
+fn the_writer_writes_the_old_writers_bytes_on_random_frames() {
+    let mut x: u64 = 0x9e37_79b9;
+    let mut next = || {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (x >> 33) as u32
+    };
+    let links = [0u32, 1, 12, 14, 101, 108, 113, 228, 229, 276, 147];
+    for &l in &links {
+        let (mut new, mut old) = (
+            IndexWriter::with_blocks(LinkType(l), 4096, 64),
+            OldWriter::with_blocks(LinkType(l), 4096, 64),
+        );
+        let mut off = 24;
+        for i in 0..5000u32 {
+            let len = (next() % 200) as usize;
+            let mut f: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if f.len() > 40 && i % 2 == 0 {
+                let t: [u16; 8] = [
+                    0x0800, 0x86dd, 0x8100, 0x88a8, 0x8847, 0x8864, 0x0806, 0x9100,
+                ];
+                let et = t[(next() % 8) as usize];
+                f[12..14].copy_from_slice(&et.to_be_bytes());
+                f[14] = if i % 4 == 0 { 0x45 } else { 0x60 };
+                // Few distinct addresses, so that keys repeat within and across blocks.
+                for b in &mut f[26..40] {
+                    *b &= 3;
+                }
+            }
+            let link = LinkType(l);
+            new.on_packet_link(off, 16 + len as u64, u64::from(i), &f, link);
+            old.on_packet_link(off, 16 + len as u64, u64::from(i), &f, link);
+            off += 16 + len as u64;
+            if i % 300 == 0 {
+                assert!(encode(&new.snapshot()) == encode(&old.clone().finish()));
+            }
+        }
+        assert!(encode(&new.finish()) == encode(&old.finish()), "link {l}");
+    }
+}
