@@ -295,6 +295,7 @@ impl Query {
             to,
             filters: std::mem::take(&mut self.filters),
             expr: self.opts.filter.clone(),
+            link: self.link,
             st: &mut st,
         };
         // Files by their first packet's time, opened as the merge reaches it.
@@ -360,6 +361,10 @@ struct Ctx<'a> {
     to: u64,
     filters: HashMap<u32, Filter>,
     expr: String,
+    /// The output's link type: a packet of another (a pcapng interface of its own) ends its
+    /// file's stream (tcpdump -r stops earlier, at that interface's description), rather than
+    /// being written mislabelled.
+    link: LinkType,
     st: &'a mut Stats,
 }
 
@@ -430,6 +435,8 @@ impl Read for Counted {
 
 /// One file's matching packets, in its order.
 struct Stream {
+    /// The file's path, for notes.
+    name: String,
     reader: PcapReader<Box<dyn Read + Send>>,
     head: Head,
     last_ts: u64,
@@ -479,6 +486,7 @@ impl Stream {
         };
         let reader = PcapReader::new(src, &path)?;
         Ok(Some(Stream {
+            name: path,
             reader,
             head: Head::default(),
             last_ts: 0,
@@ -504,6 +512,20 @@ impl Stream {
                     return Ok(false);
                 }
             };
+            if p.link != ctx.link {
+                ctx.st.files_cut += 1;
+                ctx.st.notes.push(format!(
+                    "{}: the packet at byte {} is of link type {} (another pcapng interface), \
+                     the output's {}: the file is read up to there, never written mislabelled \
+                     (tcpdump -r stops at that interface's description; tshark -r reads all)",
+                    self.name,
+                    p.offset,
+                    p.link.0,
+                    ctx.link.0
+                ));
+                self.close(ctx);
+                return Ok(false);
+            }
             ctx.st.packets_tested += 1;
             if p.ts < ctx.from || p.ts >= ctx.to {
                 continue;

@@ -1,0 +1,208 @@
+//! `linerate query` against a hostile directory: what a user or a stray tool can leave in it
+//! (pcapng files with interfaces of several link types, captures of link types whose DLT_
+//! differs from their LINKTYPE_, indexes of other files copied in, forged indexes). The answer
+//! must be tcpdump -r's, never a packet mislabelled, never a panic.
+#![deny(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_linerate");
+
+/// A scratch directory removed at the end.
+struct Scratch(PathBuf);
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("lr-qhostile-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+}
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn query(args: &[&str]) -> std::process::Output {
+    Command::new(BIN).arg("query").args(args).output().unwrap()
+}
+
+fn have_tcpdump() -> bool {
+    linerate_test_support::require_tool(
+        "tcpdump",
+        "apt-get install tcpdump; scripts/setup.sh --tests installs it",
+    )
+}
+
+/// 2025-11-27T16:00:00Z.
+const T0_US: u64 = 1_764_259_200_000_000;
+
+/// An IPv4/UDP packet 10.0.0.1:1234 -> 10.0.0.2:53 (no link header).
+fn ip_udp(id: u16) -> Vec<u8> {
+    let mut ip = vec![0x45, 0, 0, 28];
+    ip.extend_from_slice(&id.to_be_bytes());
+    ip.extend_from_slice(&[0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+    ip.extend_from_slice(&[0x04, 0xd2, 0, 53, 0, 8, 0, 0]);
+    ip
+}
+
+fn eth(ip: &[u8]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0];
+    f.extend_from_slice(ip);
+    f
+}
+
+fn pcap(link: u32, recs: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let mut h = Vec::new();
+    h.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    h.extend_from_slice(&2u16.to_le_bytes());
+    h.extend_from_slice(&4u16.to_le_bytes());
+    h.extend_from_slice(&[0; 8]);
+    h.extend_from_slice(&65535u32.to_le_bytes());
+    h.extend_from_slice(&link.to_le_bytes());
+    for (ts, d) in recs {
+        h.extend_from_slice(&((ts / 1_000_000) as u32).to_le_bytes());
+        h.extend_from_slice(&((ts % 1_000_000) as u32).to_le_bytes());
+        h.extend_from_slice(&(d.len() as u32).to_le_bytes());
+        h.extend_from_slice(&(d.len() as u32).to_le_bytes());
+        h.extend_from_slice(d);
+    }
+    h
+}
+
+fn ng_block(t: u32, body: &[u8]) -> Vec<u8> {
+    let mut b = body.to_vec();
+    while b.len() % 4 != 0 {
+        b.push(0);
+    }
+    let len = (12 + b.len()) as u32;
+    let mut o = Vec::new();
+    o.extend_from_slice(&t.to_le_bytes());
+    o.extend_from_slice(&len.to_le_bytes());
+    o.extend_from_slice(&b);
+    o.extend_from_slice(&len.to_le_bytes());
+    o
+}
+
+/// A pcapng file: one interface per link type of `links`, packets (interface, µs, bytes).
+fn pcapng(links: &[u16], pkts: &[(u32, u64, Vec<u8>)]) -> Vec<u8> {
+    let mut shb = Vec::new();
+    shb.extend_from_slice(&0x1a2b_3c4du32.to_le_bytes());
+    shb.extend_from_slice(&1u16.to_le_bytes());
+    shb.extend_from_slice(&0u16.to_le_bytes());
+    shb.extend_from_slice(&(-1i64).to_le_bytes());
+    let mut o = ng_block(0x0a0d_0d0a, &shb);
+    for &l in links {
+        let mut idb = Vec::new();
+        idb.extend_from_slice(&l.to_le_bytes());
+        idb.extend_from_slice(&0u16.to_le_bytes());
+        idb.extend_from_slice(&65535u32.to_le_bytes());
+        o.extend(ng_block(1, &idb));
+    }
+    for (ifc, ts, d) in pkts {
+        let mut epb = Vec::new();
+        epb.extend_from_slice(&ifc.to_le_bytes());
+        epb.extend_from_slice(&((ts >> 32) as u32).to_le_bytes());
+        epb.extend_from_slice(&(*ts as u32).to_le_bytes());
+        epb.extend_from_slice(&(d.len() as u32).to_le_bytes());
+        epb.extend_from_slice(&(d.len() as u32).to_le_bytes());
+        epb.extend_from_slice(d);
+        o.extend(ng_block(6, &epb));
+    }
+    o
+}
+
+/// The packets of a pcap stream as tcpdump prints them (times, hex): the link type shows in
+/// the header line and in the decoding.
+fn tcpdump_print(pcap: &Path) -> String {
+    let o = Command::new("tcpdump")
+        .args(["-nn", "-tt", "-xx", "-r"])
+        .arg(pcap)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// tcpdump -r FILE -w OUT EXPR (whatever its exit: it writes what it read before an error).
+fn tcpdump_write(file: &Path, out: &Path, expr: &str) {
+    let mut c = Command::new("tcpdump");
+    c.arg("-r").arg(file).arg("-w").arg(out);
+    if !expr.is_empty() {
+        c.arg(expr);
+    }
+    c.stderr(Stdio::null()).status().unwrap();
+}
+
+/// A pcapng file whose second interface is raw IP (LINKTYPE_RAW) beside Ethernet: tcpdump -r
+/// gives nothing of it (it stops at the second interface's description: "an interface has a
+/// type 101 different from the type of the first interface"); query wrote the raw-IP packet
+/// into its Ethernet output, where it decodes as garbage. Now the file is read up to the first
+/// packet of the other link type, with a note naming it, through the index or whole.
+#[test]
+fn pcapng_interfaces_of_another_link_type_are_never_mislabelled() {
+    if !have_tcpdump() {
+        return;
+    }
+    let s = Scratch::new("multilink");
+    let d = s.0.join("dir");
+    std::fs::create_dir(&d).unwrap();
+    let pkts = vec![
+        (0, T0_US, eth(&ip_udp(1))),
+        (1, T0_US + 1_000_000, ip_udp(2)),
+        (0, T0_US + 2_000_000, eth(&ip_udp(3))),
+    ];
+    let file = d.join("two-links.pcapng");
+    std::fs::write(&file, pcapng(&[1, 101], &pkts)).unwrap();
+    for mode in [&["--no-index"][..], &["--reindex"], &[]] {
+        let out = s.0.join("got.pcap");
+        let mut args = vec![d.to_str().unwrap(), "-w", out.to_str().unwrap()];
+        args.extend_from_slice(mode);
+        args.push("udp port 53");
+        let o = query(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{mode:?}: {err}");
+        assert!(err.contains("link type 101"), "{mode:?}: {err}");
+        let got = tcpdump_print(&out);
+        assert_eq!(got.matches("IP 10.0.0.1.1234 > 10.0.0.2.53").count(), 1, "{got}");
+        assert_eq!(got.lines().filter(|l| l.starts_with("17")).count(), 1, "{got}");
+        assert!(got.starts_with("1764259200.000000 IP"), "{got}");
+    }
+}
+
+/// A capture of LINKTYPE_ATM_RFC1483 (100: LLC/SNAP-encapsulated packets): libpcap's compiler
+/// takes DLT_ATM_RFC1483 (11 here), as tcpdump -r compiles it; query refused every filter,
+/// even the empty one ("unknown data link type 100").
+#[test]
+fn link_types_whose_dlt_differs_are_queried_as_tcpdump_reads_them() {
+    if !have_tcpdump() {
+        return;
+    }
+    let s = Scratch::new("atm");
+    let d = s.0.join("dir");
+    std::fs::create_dir(&d).unwrap();
+    let llc = |id| {
+        let mut f = vec![0xaa, 0xaa, 0x03, 0, 0, 0, 0x08, 0x00];
+        f.extend_from_slice(&ip_udp(id));
+        f
+    };
+    let recs = vec![
+        (T0_US, llc(1)),
+        (T0_US + 1, vec![0xfe, 0xfe, 0x03, 0xcc]),
+        (T0_US + 2, llc(2)),
+    ];
+    let file = d.join("atm.pcap");
+    std::fs::write(&file, pcap(100, &recs)).unwrap();
+    for (expr, n) in [("", 3), ("udp port 53", 2), ("not udp", 0)] {
+        let want = s.0.join("want.pcap");
+        tcpdump_write(&file, &want, expr);
+        let out = s.0.join("got.pcap");
+        let o = query(&[d.to_str().unwrap(), "-w", out.to_str().unwrap(), "-f", expr]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "'{expr}': {err}");
+        let got = tcpdump_print(&out);
+        assert_eq!(got.lines().filter(|l| l.starts_with("17")).count(), n, "'{expr}'");
+        assert_eq!(got, tcpdump_print(&want), "'{expr}': {err}");
+    }
+}
