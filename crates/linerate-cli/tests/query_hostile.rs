@@ -206,3 +206,41 @@ fn link_types_whose_dlt_differs_are_queried_as_tcpdump_reads_them() {
         assert_eq!(got, tcpdump_print(&want), "'{expr}': {err}");
     }
 }
+
+/// The index of another capture of the same header copied in beside a capture (a restore from
+/// backup, a careless `cp *.idx`): it was trusted, its blocks pointed into the middle of the
+/// capture's records and its postings lacked the capture's hosts, so a query lost packets.
+/// Now it is stale: the capture is read whole, with a note, and the answer is tcpdump's.
+#[test]
+fn an_index_of_another_file_is_not_trusted() {
+    if !have_tcpdump() {
+        return;
+    }
+    let s = Scratch::new("copied");
+    let d = s.0.join("dir");
+    std::fs::create_dir(&d).unwrap();
+    let from = |a: u8, id: u16| {
+        let mut ip = ip_udp(id);
+        ip[15] = a;
+        eth(&ip)
+    };
+    let a: Vec<_> = (0..100).map(|i| (T0_US + i, from(1, i as u16))).collect();
+    let b: Vec<_> = (0..400)
+        .map(|i| (T0_US + 1_000_000 + i, from(if i < 50 { 1 } else { 9 }, i as u16)))
+        .collect();
+    std::fs::write(d.join("a.pcap"), pcap(1, &a)).unwrap();
+    std::fs::write(d.join("b.pcap"), pcap(1, &b)).unwrap();
+    let out = s.0.join("got.pcap");
+    let (dir, o) = (d.to_str().unwrap(), out.to_str().unwrap());
+    assert!(query(&[dir, "--reindex", "-q", "-w", o]).status.success());
+    std::fs::copy(d.join("a.pcap.idx"), d.join("b.pcap.idx")).unwrap();
+    let want = s.0.join("want.pcap");
+    tcpdump_write(&d.join("b.pcap"), &want, "host 10.0.0.9");
+    let r = query(&[dir, "-w", o, "host 10.0.0.9"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{err}");
+    assert!(err.contains("b.pcap.idx: stale index"), "{err}");
+    let got = tcpdump_print(&out);
+    assert_eq!(got.lines().filter(|l| l.starts_with("17")).count(), 350);
+    assert_eq!(got, tcpdump_print(&want));
+}
