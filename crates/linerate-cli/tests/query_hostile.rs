@@ -244,3 +244,179 @@ fn an_index_of_another_file_is_not_trusted() {
     assert_eq!(got.lines().filter(|l| l.starts_with("17")).count(), 350);
     assert_eq!(got, tcpdump_print(&want));
 }
+
+/// A child killed (by its PID) when dropped.
+struct Kid(std::process::Child);
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+type Log = std::sync::Arc<std::sync::Mutex<Vec<u8>>>;
+
+/// `linerate query --serve 127.0.0.1:0 DIR`: the child, its port, and its log as it grows.
+fn serve(dir: &Path) -> (Kid, u16, Log) {
+    use std::io::Read;
+    let mut kid = Kid(Command::new(BIN)
+        .args(["query", "--serve", "127.0.0.1:0"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap());
+    let mut err = kid.0.stderr.take().unwrap();
+    let log: Log = Default::default();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let l = log.clone();
+    std::thread::spawn(move || {
+        let mut b = [0u8; 4096];
+        let mut sent = false;
+        while let Ok(n) = err.read(&mut b) {
+            if n == 0 {
+                break;
+            }
+            let mut g = l.lock().unwrap();
+            g.extend_from_slice(&b[..n]);
+            let s = String::from_utf8_lossy(&g);
+            if let (false, Some(i)) = (sent, s.find("http://127.0.0.1:")) {
+                if let Some(j) = s[i + 17..].find('/') {
+                    let _ = tx.send(s[i + 17..i + 17 + j].parse::<u16>().unwrap());
+                    sent = true;
+                }
+            }
+        }
+    });
+    let port = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the server's address");
+    (kid, port, log)
+}
+
+/// One request; the answer's status line and its length (read to the end, 20 s at most).
+fn http(port: u16, req: &[u8]) -> (String, usize) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    s.write_all(req).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let line = String::from_utf8_lossy(&out)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string();
+    (line, out.len())
+}
+
+/// A directory of one capture of `n` packets of 1 kB over 20 s.
+fn big_dir(s: &Scratch, n: u64) -> PathBuf {
+    let d = s.0.join("dir");
+    std::fs::create_dir(&d).unwrap();
+    let recs: Vec<_> = (0..n)
+        .map(|i| {
+            let mut f = eth(&ip_udp(i as u16));
+            f.resize(1014, 0);
+            (T0_US + i * 1000, f)
+        })
+        .collect();
+    std::fs::write(d.join("big.pcap"), pcap(1, &recs)).unwrap();
+    d
+}
+
+/// Slowloris: clients that send a header line now and then, never ending their request, held
+/// every one of the server's slots (each read had 10 s, the request no bound), so every other
+/// client got 503 for as long as they dripped. Now the whole request has 10 s.
+#[test]
+fn serve_bounds_a_request_that_never_ends() {
+    use std::io::Write;
+    let s = Scratch::new("slowloris");
+    let d = big_dir(&s, 100);
+    let (_kid, port, _log) = serve(&d);
+    let mut slow = Vec::new();
+    for _ in 0..8 {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.write_all(b"GET /query?count=1 HTTP/1.1\r\n").unwrap();
+        slow.push(c);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(http(port, b"GET /query HTTP/1.1\r\n\r\n").0.contains(" 503 "));
+    // Drip a header line to each every 2 s; 14 s on, the server has dropped them.
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(14) {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        for c in &mut slow {
+            let _ = c.write_all(b"X-Drip: 1\r\n");
+        }
+    }
+    let (line, _) = http(port, b"GET /query?count=1 HTTP/1.1\r\n\r\n");
+    assert!(line.contains(" 200 "), "{line}");
+}
+
+/// Clients that ask for everything and never read: each answer's write blocked for ever, so
+/// eight of them held every slot for good. Now a write that waits 30 s drops its client.
+#[test]
+fn serve_drops_a_client_that_does_not_read() {
+    use std::io::Write;
+    let s = Scratch::new("noread");
+    // 20 MB: more than the socket buffers hold.
+    let d = big_dir(&s, 20_000);
+    let (_kid, port, log) = serve(&d);
+    let mut idle = Vec::new();
+    for _ in 0..8 {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.write_all(b"GET /query HTTP/1.1\r\n\r\n").unwrap();
+        idle.push(c);
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(http(port, b"GET /query?count=1 HTTP/1.1\r\n\r\n")
+        .0
+        .contains(" 503 "));
+    let t = std::time::Instant::now();
+    let line = loop {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let (line, _) = http(port, b"GET /query?count=1 HTTP/1.1\r\n\r\n");
+        if line.contains(" 200 ") || t.elapsed() > std::time::Duration::from_secs(50) {
+            break line;
+        }
+    };
+    assert!(line.contains(" 200 "), "{line}");
+    drop(idle);
+    let log = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    assert!(log.contains("stopped: writing the output"), "{log}");
+}
+
+/// A request's parameters as the command line takes them: count=0 and from not before to are
+/// 400 (they were 200 with no packet), so are two different Content-Lengths and a percent
+/// sign without two hex digits ("%+1"); and a filter cannot write lines of its own into the
+/// log (a newline in it was logged as it is).
+#[test]
+fn serve_refuses_what_the_command_line_refuses_and_logs_one_line_a_request() {
+    let s = Scratch::new("params");
+    let d = big_dir(&s, 10);
+    let (_kid, port, log) = serve(&d);
+    for (req, code) in [
+        (&b"GET /query?count=0 HTTP/1.1\r\n\r\n"[..], " 400 "),
+        (b"GET /query?from=-1h&to=-2h HTTP/1.1\r\n\r\n", " 400 "),
+        (b"GET /query?filter=udp%+1 HTTP/1.1\r\n\r\n", " 400 "),
+        (
+            b"POST /query HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 300\r\n\r\nudp",
+            " 400 ",
+        ),
+        (b"GET /query?count=2 HTTP/1.1\r\n\r\n", " 200 "),
+    ] {
+        let (line, _) = http(port, req);
+        assert!(line.contains(code), "{}: {line}", String::from_utf8_lossy(req));
+    }
+    let (line, _) = http(
+        port,
+        b"GET /query?filter=udp%0aquery+from+10.6.6.6:1:+forged HTTP/1.1\r\n\r\n",
+    );
+    assert!(line.contains(" 400 "), "{line}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let log = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    assert!(log.contains("udp\\nquery from 10.6.6.6"), "{log}");
+    assert!(!log.lines().any(|l| l.starts_with("query from 10.6.6.6")), "{log}");
+}
