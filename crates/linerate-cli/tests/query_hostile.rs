@@ -420,3 +420,37 @@ fn serve_refuses_what_the_command_line_refuses_and_logs_one_line_a_request() {
     assert!(log.contains("udp\\nquery from 10.6.6.6"), "{log}");
     assert!(!log.lines().any(|l| l.starts_with("query from 10.6.6.6")), "{log}");
 }
+
+/// A capture deleted while a query runs (the recorder's --budget removes the oldest files; a
+/// query written to a slow reader lasts): the query stopped at it with an error, its answer cut
+/// after the files before. Now the file is named in a note and the others answer.
+#[test]
+fn a_file_removed_during_the_query_is_said_and_the_rest_answers() {
+    use std::io::Read;
+    let s = Scratch::new("removed");
+    let d = big_dir(&s, 2_000);
+    let late = eth(&ip_udp(7));
+    std::fs::write(d.join("late.pcap"), pcap(1, &[(T0_US + 60_000_000, late)])).unwrap();
+    let mut kid = Kid(Command::new(BIN)
+        .args(["query", "-w", "-"])
+        .arg(&d)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap());
+    let mut out = kid.0.stdout.take().unwrap();
+    // The first bytes: the files are listed, the first one is being written out (into a pipe
+    // nobody reads until the file is gone).
+    let mut first = [0u8; 24];
+    out.read_exact(&mut first).unwrap();
+    std::fs::remove_file(d.join("late.pcap")).unwrap();
+    let mut rest = Vec::new();
+    out.read_to_end(&mut rest).unwrap();
+    let mut err = String::new();
+    kid.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let st = kid.0.wait().unwrap();
+    assert!(st.success(), "{err}");
+    assert!(err.contains("late.pcap: removed before it was read"), "{err}");
+    assert!(err.contains("2000 packets matched"), "{err}");
+    assert_eq!(24 + rest.len(), 24 + 2_000 * (16 + 1014));
+}

@@ -202,10 +202,18 @@ impl Query {
                 continue;
             }
             let path = e.path();
-            let f = open_nofollow(&path).map_err(|source| PortError::Io {
-                path: path.display().to_string(),
-                source,
-            })?;
+            let f = match open_nofollow(&path) {
+                Ok(f) => f,
+                // Deleted since the listing (the recorder's budget removes the oldest files).
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(source) => {
+                    return Err(PortError::Io {
+                        path: path.display().to_string(),
+                        source,
+                    }
+                    .into())
+                }
+            };
             let size = f.metadata().map(|m| m.len()).unwrap_or(0);
             let ps = path.display().to_string();
             let mut r = match PcapReader::new(f, &ps) {
@@ -453,10 +461,20 @@ impl Stream {
         ctx: &mut Ctx<'_>,
     ) -> Result<Option<Stream>, QueryError> {
         let path = cap.path.display().to_string();
-        let f = open_nofollow(&cap.path).map_err(|source| PortError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let f = match open_nofollow(&cap.path) {
+            Ok(f) => f,
+            // Deleted since the query listed it (the recorder's --budget or --keep-free removes
+            // the oldest files while a long query runs): said, and the other files still answer.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                ctx.st.files_skipped += 1;
+                ctx.st.notes.push(format!(
+                    "{path}: removed before it was read (by the recorder's --budget or \
+                     --keep-free?): its packets are not in the answer"
+                ));
+                return Ok(None);
+            }
+            Err(source) => return Err(PortError::Io { path, source }.into()),
+        };
         let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let src: Box<dyn Read + Send> = match index::select(cap, plan, opts, ctx) {
             index::Selection::Skip => {
