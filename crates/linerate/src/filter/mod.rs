@@ -107,12 +107,19 @@ impl Filter {
 }
 
 /// The DLT_ value libpcap's compiler takes for a LINKTYPE_ value (libpcap's
-/// `linktype_to_dlt` for the link types linerate reads; every other value is the same in both).
+/// `linktype_to_dlt`: the LINKTYPE_ values below 104 whose DLT_ differs by platform; every
+/// other value is the same in both).
 fn dlt_of(lt: LinkType) -> i32 {
     /// DLT_RAW on every platform but OpenBSD (where it is 14, and 12 is DLT_LOOP).
     const DLT_RAW: i32 = 12;
     match lt.0 {
         101 | 12 | 14 => DLT_RAW,
+        // LINKTYPE_ATM_RFC1483, LINKTYPE_SLIP_BSDOS, LINKTYPE_PPP_BSDOS: this platform's
+        // DLT_ATM_RFC1483 (11), DLT_SLIP_BSDOS (15), DLT_PPP_BSDOS (16), as tcpdump -r compiles
+        // a filter for such a file (libpcap's compiler knows no DLT 100, 102, 103).
+        100 => 11,
+        102 => 15,
+        103 => 16,
         n => i32::try_from(n).unwrap_or(i32::MAX),
     }
 }
@@ -169,6 +176,23 @@ mod tests {
         let f = Filter::compile("udp port 53", LinkType::LINUX_SLL2).unwrap();
         assert!(f.matches(&sll2));
         assert!(!f.matches(&sll));
+    }
+
+    /// LINKTYPE_ATM_RFC1483 (100), LINKTYPE_SLIP_BSDOS (102), LINKTYPE_PPP_BSDOS (103): files of
+    /// these link types are filtered as tcpdump -r filters them (libpcap's compiler refused
+    /// "unknown data link type 100" when the LINKTYPE_ value was handed to it as a DLT_).
+    #[test]
+    fn compiles_for_link_types_whose_dlt_differs() {
+        for lt in [100, 102, 103] {
+            Filter::compile("", LinkType(lt)).unwrap();
+            Filter::compile("ip", LinkType(lt)).unwrap();
+        }
+        let eth = udp_frame(53);
+        let mut llc = vec![0xaa, 0xaa, 0x03, 0, 0, 0, 0x08, 0x00];
+        llc.extend_from_slice(&eth[14..]);
+        let f = Filter::compile("udp port 53", LinkType(100)).unwrap();
+        assert!(f.matches(&llc));
+        assert!(!f.matches(&eth));
     }
 
     #[test]

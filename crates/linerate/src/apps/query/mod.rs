@@ -202,10 +202,18 @@ impl Query {
                 continue;
             }
             let path = e.path();
-            let f = open_nofollow(&path).map_err(|source| PortError::Io {
-                path: path.display().to_string(),
-                source,
-            })?;
+            let f = match open_nofollow(&path) {
+                Ok(f) => f,
+                // Deleted since the listing (the recorder's budget removes the oldest files).
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(source) => {
+                    return Err(PortError::Io {
+                        path: path.display().to_string(),
+                        source,
+                    }
+                    .into())
+                }
+            };
             let size = f.metadata().map(|m| m.len()).unwrap_or(0);
             let ps = path.display().to_string();
             let mut r = match PcapReader::new(f, &ps) {
@@ -295,6 +303,7 @@ impl Query {
             to,
             filters: std::mem::take(&mut self.filters),
             expr: self.opts.filter.clone(),
+            link: self.link,
             st: &mut st,
         };
         // Files by their first packet's time, opened as the merge reaches it.
@@ -360,6 +369,10 @@ struct Ctx<'a> {
     to: u64,
     filters: HashMap<u32, Filter>,
     expr: String,
+    /// The output's link type: a packet of another (a pcapng interface of its own) ends its
+    /// file's stream (tcpdump -r stops earlier, at that interface's description), rather than
+    /// being written mislabelled.
+    link: LinkType,
     st: &'a mut Stats,
 }
 
@@ -430,6 +443,8 @@ impl Read for Counted {
 
 /// One file's matching packets, in its order.
 struct Stream {
+    /// The file's path, for notes.
+    name: String,
     reader: PcapReader<Box<dyn Read + Send>>,
     head: Head,
     last_ts: u64,
@@ -446,10 +461,20 @@ impl Stream {
         ctx: &mut Ctx<'_>,
     ) -> Result<Option<Stream>, QueryError> {
         let path = cap.path.display().to_string();
-        let f = open_nofollow(&cap.path).map_err(|source| PortError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let f = match open_nofollow(&cap.path) {
+            Ok(f) => f,
+            // Deleted since the query listed it (the recorder's --budget or --keep-free removes
+            // the oldest files while a long query runs): said, and the other files still answer.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                ctx.st.files_skipped += 1;
+                ctx.st.notes.push(format!(
+                    "{path}: removed before it was read (by the recorder's --budget or \
+                     --keep-free?): its packets are not in the answer"
+                ));
+                return Ok(None);
+            }
+            Err(source) => return Err(PortError::Io { path, source }.into()),
+        };
         let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let src: Box<dyn Read + Send> = match index::select(cap, plan, opts, ctx) {
             index::Selection::Skip => {
@@ -479,6 +504,7 @@ impl Stream {
         };
         let reader = PcapReader::new(src, &path)?;
         Ok(Some(Stream {
+            name: path,
             reader,
             head: Head::default(),
             last_ts: 0,
@@ -504,6 +530,20 @@ impl Stream {
                     return Ok(false);
                 }
             };
+            if p.link != ctx.link {
+                ctx.st.files_cut += 1;
+                ctx.st.notes.push(format!(
+                    "{}: the packet at byte {} is of link type {} (another pcapng interface), \
+                     the output's {}: the file is read up to there, never written mislabelled \
+                     (tcpdump -r stops at that interface's description; tshark -r reads all)",
+                    self.name,
+                    p.offset,
+                    p.link.0,
+                    ctx.link.0
+                ));
+                self.close(ctx);
+                return Ok(false);
+            }
             ctx.st.packets_tested += 1;
             if p.ts < ctx.from || p.ts >= ctx.to {
                 continue;

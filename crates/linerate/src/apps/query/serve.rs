@@ -22,8 +22,20 @@ pub const MAX_HEAD: usize = 8 << 10;
 pub const MAX_BODY: usize = 64 << 10;
 /// Most queries served at once.
 pub const MAX_CLIENTS: usize = 8;
-/// Time a client has to send its request.
+/// Time a client has to send its whole request (line, headers and body: a client sending a
+/// byte now and then holds its slot no longer).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time each [`WRITE_CHUNK`] of the answer may take to reach the client: one that does not read
+/// (or reads slower) is dropped and its slot freed. A timeout on each send alone does not bound
+/// it: the kernel takes a few bytes now and then (its buffers grow), each send makes progress.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bytes of the answer written at once.
+pub const WRITE_CHUNK: usize = 1 << 20;
+/// Time an error answer waits for the rest of a refused request (read and dropped, so that
+/// closing does not reset the connection before the client read the answer); the 503 of a
+/// full server waits less, since the accepting thread sends it.
+const DRAIN: Duration = Duration::from_secs(2);
+const DRAIN_BUSY: Duration = Duration::from_millis(200);
 
 /// Whether the endpoint may listen on `addr`: loopback addresses only, unless `any`.
 pub fn check_addr(addr: &SocketAddr, any: bool) -> Result<(), String> {
@@ -50,7 +62,8 @@ pub fn serve(dir: &Path, listener: TcpListener, stop: &AtomicBool) -> io::Result
         let Ok(mut s) = conn else { continue };
         if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
             busy.fetch_sub(1, Ordering::AcqRel);
-            let _ = respond(&mut s, 503, "too many queries at once; try again\n");
+            let _ = s.set_write_timeout(Some(DRAIN_BUSY));
+            let _ = respond_within(&mut s, 503, "too many queries at once; try again\n", DRAIN_BUSY);
             continue;
         }
         let (busy, dir) = (busy.clone(), dir.clone());
@@ -58,9 +71,11 @@ pub fn serve(dir: &Path, listener: TcpListener, stop: &AtomicBool) -> io::Result
             let peer = s
                 .peer_addr()
                 .map_or_else(|_| "?".to_string(), |a| a.to_string());
+            // The line holds the client's filter: control characters are escaped, so that a
+            // filter cannot write lines of its own into the log.
             match handle(&dir, &mut s) {
-                Ok(line) => eprintln!("query from {peer}: {line}"),
-                Err(e) => eprintln!("query from {peer}: {e}"),
+                Ok(line) => eprintln!("query from {peer}: {}", printable(&line)),
+                Err(e) => eprintln!("query from {peer}: {}", printable(&e.to_string())),
             }
             busy.fetch_sub(1, Ordering::AcqRel);
         });
@@ -84,7 +99,76 @@ fn reason(code: u16) -> &'static str {
     }
 }
 
+/// `s` with its control characters escaped (`\n`, `\u{0}`), for the log.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// A stream whose reads all end by one deadline: the socket's read timeout is what is left.
+struct Deadline<'a> {
+    s: &'a TcpStream,
+    end: std::time::Instant,
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.s.set_read_timeout(Some(left))?;
+        (&mut &*self.s).read(buf)
+    }
+}
+
+/// A socket whose every `write_all` ends within [`WRITE_TIMEOUT`].
+struct DeadlineWriter<'a>(&'a TcpStream);
+
+impl Write for DeadlineWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.set_write_timeout(Some(WRITE_TIMEOUT))?;
+        (&mut &*self.0).write(buf)
+    }
+
+    fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        let end = std::time::Instant::now() + WRITE_TIMEOUT;
+        while !buf.is_empty() {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the client took over {WRITE_TIMEOUT:?} to read {WRITE_CHUNK} bytes"),
+                ));
+            }
+            self.0.set_write_timeout(Some(left))?;
+            match (&mut &*self.0).write(buf) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 fn respond(s: &mut TcpStream, code: u16, msg: &str) -> io::Result<()> {
+    respond_within(s, code, msg, DRAIN)
+}
+
+fn respond_within(s: &mut TcpStream, code: u16, msg: &str, drain: Duration) -> io::Result<()> {
     let head = format!(
         "HTTP/1.1 {code} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \
          {}\r\nConnection: close\r\n\r\n",
@@ -97,11 +181,14 @@ fn respond(s: &mut TcpStream, code: u16, msg: &str) -> io::Result<()> {
     // Read (a bounded amount of) what the client still sends, so that closing does not reset
     // the connection before it read the answer.
     let _ = s.shutdown(std::net::Shutdown::Write);
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut d = Deadline {
+        s,
+        end: std::time::Instant::now() + drain,
+    };
     let mut sink = [0u8; 4096];
     let mut left = 1usize << 20;
     while left > 0 {
-        match s.read(&mut sink) {
+        match d.read(&mut sink) {
             Ok(0) | Err(_) => break,
             Ok(n) => left = left.saturating_sub(n),
         }
@@ -171,11 +258,14 @@ pub fn read_request<R: Read>(r: &mut R) -> Result<Request, (u16, String)> {
         };
         let k = k.trim().to_ascii_lowercase();
         if k == "content-length" {
-            length = Some(
-                v.trim()
-                    .parse()
-                    .map_err(|_| (400, "bad Content-Length\n".to_string()))?,
-            );
+            let n: usize = v
+                .trim()
+                .parse()
+                .map_err(|_| (400, "bad Content-Length\n".to_string()))?;
+            if length.is_some_and(|l| l != n) {
+                return Err((400, "two different Content-Lengths\n".into()));
+            }
+            length = Some(n);
         } else if k == "transfer-encoding" {
             return Err((411, "send the body with a Content-Length\n".into()));
         }
@@ -222,6 +312,7 @@ fn decode(s: &str) -> Result<String, (u16, String)> {
             b'%' => {
                 let h = b
                     .get(i + 1..i + 3)
+                    .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
                     .and_then(|h| std::str::from_utf8(h).ok())
                     .and_then(|h| u8::from_str_radix(h, 16).ok())
                     .ok_or((400, "bad percent-encoding\n".to_string()))?;
@@ -254,10 +345,20 @@ pub fn options_of(req: &Request, now_ns: u64) -> Result<Options, String> {
             "count" => {
                 o.count = Some(
                     v.parse()
-                        .map_err(|_| format!("count={v}: a number of packets"))?,
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| format!("count={v}: a number of packets, at least 1"))?,
                 )
             }
             _ => return Err(format!("unknown parameter '{k}' (filter, from, to, count)")),
+        }
+    }
+    // As the command line refuses them: no packet can be in between.
+    if let (Some(f), Some(t)) = (o.from, o.to) {
+        if f >= t {
+            return Err("from is not before to: no packet can be in between (from is \
+                        inclusive, to exclusive)"
+                .into());
         }
     }
     Ok(o)
@@ -265,8 +366,12 @@ pub fn options_of(req: &Request, now_ns: u64) -> Result<Options, String> {
 
 /// One connection: a request, its answer. Returns what to log.
 fn handle(dir: &Path, s: &mut TcpStream) -> io::Result<String> {
-    s.set_read_timeout(Some(REQUEST_TIMEOUT))?;
-    let req = match read_request(s) {
+    s.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    let read = read_request(&mut Deadline {
+        s,
+        end: std::time::Instant::now() + REQUEST_TIMEOUT,
+    });
+    let req = match read {
         Ok(r) => r,
         Err((code, msg)) => {
             respond(s, code, &msg)?;
@@ -304,7 +409,7 @@ fn handle(dir: &Path, s: &mut TcpStream) -> io::Result<String> {
         b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.tcpdump.pcap\r\nConnection: \
           close\r\n\r\n",
     )?;
-    let out = super::Buffered::new(&mut *s, 1 << 20);
+    let out = super::Buffered::new(DeadlineWriter(s), WRITE_CHUNK);
     match q.run(out) {
         Ok((st, w)) => {
             w.into_inner()?.flush()?;

@@ -43,6 +43,8 @@ pub const BLOCK_PACKETS: u32 = 16_384;
 pub const SUFFIX: &str = ".idx";
 /// Most bytes of the capture's head (file header, pcapng SHB and IDBs) the index fingerprints.
 const HEAD_MAX: u64 = 64 << 10;
+/// Bytes of the first record the index fingerprints besides the head (its time and lengths).
+const FIRST_MAX: u64 = 64;
 const MAGIC: &[u8; 8] = b"LRATEIDX";
 const VERSION: u32 = 3;
 /// One entry of a section's offset table per this many keys.
@@ -259,7 +261,8 @@ pub struct FileIndex {
     data_start: u64,
     /// End of the last indexed record.
     end: u64,
-    /// Fingerprint of the capture's head, `0..min(data_start, HEAD_MAX)` (0 before saving).
+    /// Fingerprint of the capture's head, `0..min(data_start, HEAD_MAX)`, and its first record's
+    /// first bytes ([`head_hash`]; 0 before saving).
     head_hash: u64,
     /// The encoded sections (see "the file format" below), checked by [`Sections::parse`].
     raw: Vec<u8>,
@@ -327,11 +330,13 @@ impl FileIndex {
                 ),
             });
         }
-        let h = head_hash(capture, idx.data_start)?;
+        let h = head_hash(capture, idx.data_start, idx.end)?;
         if h != idx.head_hash {
             return Err(IndexError::Stale {
                 path,
-                why: "the capture's file header differs from the one indexed".into(),
+                why: "the capture's file header or first record differs from the one indexed \
+                      (the index of another file?)"
+                    .into(),
             });
         }
         Ok(idx)
@@ -366,7 +371,7 @@ impl FileIndex {
     /// Writes `CAPTURE.idx` atomically (a temporary file renamed over it).
     pub fn save(&self, capture: &Path) -> Result<(), IndexError> {
         let mut me = self.clone();
-        me.head_hash = head_hash(capture, me.data_start)?;
+        me.head_hash = head_hash(capture, me.data_start, me.end)?;
         let bytes = encode(&me);
         let path = index_path(capture);
         let mut tmp = path.as_os_str().to_owned();
@@ -561,7 +566,12 @@ fn create_new(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
-fn head_hash(capture: &Path, data_start: u64) -> Result<u64, IndexError> {
+/// The fingerprint of a capture an index is of: its head (`0..min(data_start, HEAD_MAX)`) and the
+/// first [`FIRST_MAX`] bytes of its first record (what of them the index covers, up to `end`):
+/// the heads of two files of one recorder are the same, their first records (times) differ, so
+/// the index of another file copied or renamed beside a capture is stale, not trusted.
+fn head_hash(capture: &Path, data_start: u64, end: u64) -> Result<u64, IndexError> {
+    let first = end.saturating_sub(data_start).min(FIRST_MAX) as usize;
     let n = data_start.min(HEAD_MAX) as usize;
     let mut buf = vec![0u8; n];
     let io = |source| IndexError::Io {
@@ -579,7 +589,20 @@ fn head_hash(capture: &Path, data_start: u64) -> Result<u64, IndexError> {
         }
     }
     buf.truncate(got);
-    Ok(checksum(&buf) ^ (n as u64))
+    let mut rec = vec![0u8; first];
+    let mut got = 0;
+    while got < first {
+        use std::os::unix::fs::FileExt;
+        match f.read_at(&mut rec[got..], data_start + got as u64) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    rec.truncate(got);
+    buf.extend_from_slice(&rec);
+    Ok(checksum(&buf) ^ (n as u64) ^ ((first as u64) << 32))
 }
 
 /// A 64-bit checksum of the index bytes (word-wise multiply-rotate; catches damage, not forgery).
@@ -1597,6 +1620,20 @@ fn decode(bytes: &[u8]) -> Result<FileIndex, String> {
             last_ns: c.u64()?,
             packets: c.u32()?,
         });
+    }
+    // Blocks lie in the file's order, apart, between the head and the end the index covers (a
+    // forged or damaged table would send the reader outside, or overflow its offsets).
+    let mut at = data_start;
+    for (i, b) in blocks.iter().enumerate() {
+        match b.offset.checked_add(b.len) {
+            Some(e) if b.offset >= at && e <= end => at = e,
+            _ => {
+                return Err(format!(
+                    "block {i} at byte {} of {} bytes lies outside {at}..{end}",
+                    b.offset, b.len
+                ))
+            }
+        }
     }
     let raw_start = c.at;
     let mut sec = Sections::default();

@@ -729,3 +729,43 @@ fn the_writer_writes_the_old_writers_bytes_on_random_frames() {
         assert!(encode(&new.finish()) == encode(&old.finish()), "link {l}");
     }
 }
+
+/// The index of another capture of the same recorder (the same file header) copied beside a
+/// capture is stale: its blocks would point into the middle of the capture's records and its
+/// postings miss its packets (query lost them). A forged block table (blocks outside the file,
+/// overlapping, offsets that overflow) is corrupt, never a panic.
+#[test]
+fn a_copied_index_is_stale_and_a_forged_block_table_corrupt() {
+    let d = tmpdir("copied");
+    let (a, b) = (d.join("a.pcap"), d.join("b.pcap"));
+    let x = write_capture(&a, 100);
+    x.save(&a).unwrap();
+    write_capture(&b, 300);
+    // b's first packet at another time (as the recorder's next file's is).
+    let mut data = std::fs::read(&b).unwrap();
+    data[24] ^= 1;
+    std::fs::write(&b, &data).unwrap();
+    std::fs::copy(index_path(&a), index_path(&b)).unwrap();
+    match FileIndex::load(&b) {
+        Err(IndexError::Stale { why, .. }) => assert!(why.contains("first record"), "{why}"),
+        r => panic!("{r:?}"),
+    }
+    FileIndex::load(&a).unwrap();
+    // Block 0's offset is at byte 44 of the file, its length at 52, block 1's offset at 80.
+    let good = std::fs::read(index_path(&a)).unwrap();
+    assert_eq!(good[44..52], 24u64.to_le_bytes());
+    for (at, v) in [
+        (44, u64::MAX - 3),
+        (52, u64::MAX),
+        (44, 0),
+        (80, 24),
+        (52, 1 << 40),
+    ] {
+        let mut f = good.clone();
+        f[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        reseal(&mut f);
+        let e = decode(&f).unwrap_err();
+        assert!(e.contains("lies outside"), "{at} {v}: {e}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
