@@ -186,6 +186,10 @@ fn bad_flags_touch_nothing() {
         vec!["-s", "10"],
         vec!["--threads", "2"],
         vec!["--format", "csv"],
+        vec!["-G", "0"],
+        vec!["--rotate-seconds", "abc"],
+        vec!["-G", "-1"],
+        vec!["-G", "1.5"],
     ] {
         let mut a = vec!["-i", "pcap:/nonexistent.pcap", out.to_str().unwrap()];
         a.extend(args.iter());
@@ -197,6 +201,145 @@ fn bad_flags_touch_nothing() {
     std::os::unix::fs::symlink("/tmp", &out).unwrap();
     let o = record(&["-i", "pcap:/nonexistent.pcap", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Each file's packet times (tcpdump -tt), in seconds.
+fn times(file: &Path) -> Vec<f64> {
+    tcpdump_lines(file, None)
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn rotate_seconds_closes_files_on_capture_time_windows() {
+    if !have_tcpdump() {
+        return;
+    }
+    let d = tmp("rotate-g");
+    let input = d.join("in.pcap");
+    // 20 s of packets, 1 ms apart.
+    std::fs::write(&input, traffic(20_000)).unwrap();
+    let t0 = 1_700_000_000.0;
+    for (args, files_want) in [
+        // -G alone: a window of 3 s from each file's first packet, 7 files.
+        (vec!["-G", "3"], 7),
+        // -G with --file-size: whichever comes first (each 2 s window, 152 kB, is cut once).
+        (vec!["--rotate-seconds", "2", "--file-size", "100kB"], 20),
+    ] {
+        let out = d.join(format!("rec{files_want}"));
+        let mut a = vec!["-i".to_string(), format!("pcap:{}", input.display())];
+        a.push(out.to_str().unwrap().into());
+        a.extend(args.iter().map(|s| s.to_string()));
+        a.push("-q".into());
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let o = record(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let secs: f64 = args[1].parse().unwrap();
+        let files = captures(&out);
+        assert_eq!(files.len(), files_want, "{args:?}");
+        let mut all = Vec::new();
+        let mut window_start = t0;
+        for f in &files {
+            let t = times(f);
+            let (first, last) = (t[0], *t.last().unwrap());
+            // A new window starts at the first packet past the last one's end.
+            if first >= window_start + secs - 1e-9 {
+                window_start = first;
+            }
+            assert!(
+                last < window_start + secs - 1e-9,
+                "{args:?} {}: {first}..{last} leaves the window at {window_start}",
+                f.display()
+            );
+            assert!(std::fs::metadata(f).unwrap().len() <= 100_000 || files_want == 7);
+            // Each file's index was written when it closed: it covers the whole file.
+            let idx = FileIndex::load(f).unwrap();
+            assert_eq!(idx.packets(), t.len() as u64);
+            assert_eq!(idx.indexed_end(), std::fs::metadata(f).unwrap().len());
+            all.extend(tcpdump_lines(f, None));
+        }
+        assert_eq!(all, tcpdump_lines(&input, None), "{args:?}");
+        if files_want == 7 {
+            // Window starts are exactly 3 s apart (the packets are 1 ms apart).
+            let firsts: Vec<f64> = files.iter().map(|f| times(f)[0] - t0).collect();
+            for (k, f) in firsts.iter().enumerate() {
+                assert!((f - 3.0 * k as f64).abs() < 1e-6, "{firsts:?}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A pcap record of one packet stamped now.
+fn packet_now(i: u32) -> Vec<u8> {
+    let ns = linerate::time::wall_ns();
+    let mut w = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535).unwrap();
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0];
+    f.extend_from_slice(&[0x45, 0, 0, 46, 0, 0, 0, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&[10, 0, 0, 1, 198, 18, 0, 2, 4, 0, 0, 9, 0, 26, 0, 0]);
+    f.extend_from_slice(&i.to_be_bytes());
+    f.resize(60, 0);
+    w.write_packet(ns, &f, 60).unwrap();
+    w.into_inner()[24..].to_vec()
+}
+
+#[test]
+fn rotate_seconds_closes_an_idle_writers_file() {
+    if !have_tcpdump() {
+        return;
+    }
+    let d = tmp("rotate-idle");
+    let out = d.join("rec");
+    let fifo = d.join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    // No sync for a minute: an index on disk is the one written when the file closed. (A
+    // failed assertion drops the FIFO's writer: the recorder then ends by itself.)
+    let child = Command::new(BIN)
+        .args(["record", "-q", "--sync-every", "60", "-G", "1", "-i"])
+        .arg(format!("pcap:{}", fifo.display()))
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    let head = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535)
+        .unwrap()
+        .into_inner();
+    w.write_all(&head).unwrap();
+    for i in 0..10 {
+        w.write_all(&packet_now(i)).unwrap();
+    }
+    w.flush().unwrap();
+    // Nothing more comes: the file closes when its second has passed, indexed whole.
+    wait_for(
+        || {
+            out.exists()
+                && captures(&out)
+                    .first()
+                    .is_some_and(|f| FileIndex::load(f).is_ok_and(|i| i.packets() == 10))
+        },
+        "the idle writer's file closes",
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    // An idle window leaves no file behind.
+    assert_eq!(captures(&out).len(), 1);
+    for i in 10..15 {
+        w.write_all(&packet_now(i)).unwrap();
+    }
+    drop(w);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let files = captures(&out);
+    assert_eq!(files.len(), 2);
+    assert_eq!(tcpdump_lines(&files[0], None).len(), 10);
+    assert_eq!(tcpdump_lines(&files[1], None).len(), 5);
     let _ = std::fs::remove_dir_all(&d);
 }
 

@@ -41,6 +41,9 @@ pub struct RecordOptions {
     pub keep_free: Option<f64>,
     /// Stop after this many packets written (all writers together).
     pub count: Option<u64>,
+    /// tcpdump's `-G`: a file is closed once this many seconds of capture time have passed
+    /// since its first packet (whichever of this and `file_size` comes first).
+    pub rotate_secs: Option<u64>,
 }
 
 /// Counters of one writer (single writer: its thread; read by anyone).
@@ -546,6 +549,21 @@ pub struct Writer {
     failing: bool,
     /// Bytes written since the counters were last updated.
     pending_bytes: u64,
+    /// `-G` in nanoseconds (0: off).
+    rotate_ns: u64,
+    /// Capture time at which the current `-G` window ends (`u64::MAX`: never; 0: the next
+    /// packet starts one).
+    deadline: u64,
+    /// The open file's first packet time, and the latest packet time seen.
+    file_first: u64,
+    last_ts: u64,
+    /// When the latest packet was taken: an idle writer's capture clock runs on from it.
+    last_at: Instant,
+    /// Packets taken from the input, packets of them dropped (disk_full), packets the kernel
+    /// dropped, since the start.
+    seen: u64,
+    lost: u64,
+    kernel: u64,
 }
 
 impl Writer {
@@ -570,6 +588,42 @@ impl Writer {
             retry_at: None,
             failing: false,
             pending_bytes: 0,
+            rotate_ns: 0,
+            deadline: u64::MAX,
+            file_first: 0,
+            last_ts: 0,
+            last_at: Instant::now(),
+            seen: 0,
+            lost: 0,
+            kernel: 0,
+        }
+        .with_rotation()
+    }
+
+    fn with_rotation(mut self) -> Writer {
+        self.rotate_ns = self
+            .shared
+            .opts
+            .rotate_secs
+            .map_or(0, |s| s.saturating_mul(1_000_000_000));
+        // Off: never; on: the first packet starts a window.
+        self.deadline = if self.rotate_ns == 0 { u64::MAX } else { 0 };
+        self
+    }
+
+    /// The capture clock now: the latest packet's time, run on by the time since it came.
+    fn capture_now(&self, now: Instant) -> u64 {
+        let idle = now.saturating_duration_since(self.last_at).as_nanos();
+        self.last_ts
+            .saturating_add(u64::try_from(idle).unwrap_or(u64::MAX))
+    }
+
+    /// tcpdump's `-G` on an idle writer: the open file closes once its window has passed on
+    /// the capture clock; the next file opens with the next packet (no file without packets).
+    pub fn rotate_if_idle(&mut self, now: Instant) {
+        if self.open.is_some() && self.capture_now(now) >= self.deadline {
+            self.close_file();
+            self.deadline = 0;
         }
     }
 
@@ -719,13 +773,20 @@ impl Writer {
             WriteFormat::PcapNg => 32 + (cap as u64).div_ceil(4) * 4 + 4,
         };
         let full = self.open.as_mut().is_some_and(|o| {
-            o.index.packets() > 0 && o.sink.out().pos() + rec > self.shared.opts.file_size
+            o.index.packets() > 0
+                && (o.sink.out().pos() + rec > self.shared.opts.file_size || ts >= self.deadline)
         });
         if full {
             self.close_file();
         }
         if self.open.is_none() {
             self.open_file()?;
+            self.file_first = ts;
+            if ts >= self.deadline {
+                // A new -G window from this packet (a file cut by size keeps its window, as
+                // tcpdump's -C within -G).
+                self.deadline = ts.saturating_add(self.rotate_ns);
+            }
         }
         let Some(o) = self.open.as_mut() else {
             return Err(io::Error::other("no file open"));
@@ -769,10 +830,16 @@ impl Writer {
         let now = Instant::now();
         let mut dropped = 0;
         for p in batch.iter() {
-            if !self.put(p.desc.ts, p.data, p.desc.wire_len, now) {
+            let ts = p.desc.ts;
+            self.last_ts = self.last_ts.max(ts);
+            if !self.put(ts, p.data, p.desc.wire_len, now) {
                 dropped += 1;
+                self.lost += 1;
             }
+            // Counted after: a packet that opened a file is that file's.
+            self.seen += 1;
         }
+        self.last_at = now;
         let confirmed = self.open.as_mut().map_or(0, |o| o.sink.out().confirmed());
         let c = &self.counters;
         c.received.fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -810,6 +877,9 @@ impl Writer {
                     if port.is_finished() {
                         break;
                     }
+                    if self.rotate_ns != 0 {
+                        self.rotate_if_idle(Instant::now());
+                    }
                     if self.last_sync.elapsed() >= self.shared.opts.sync_every {
                         self.sync();
                     }
@@ -840,15 +910,17 @@ impl Writer {
             if last_stats.elapsed() >= Duration::from_millis(500) {
                 last_stats = Instant::now();
                 let k = port.stats().rx_drops.get(crate::port::DropReason::Kernel);
+                self.kernel = k.saturating_sub(kernel0);
                 self.counters
                     .dropped_kernel
-                    .store(k.saturating_sub(kernel0), Ordering::Relaxed);
+                    .store(self.kernel, Ordering::Relaxed);
             }
         }
         let k = port.stats().rx_drops.get(crate::port::DropReason::Kernel);
+        self.kernel = k.saturating_sub(kernel0);
         self.counters
             .dropped_kernel
-            .store(k.saturating_sub(kernel0), Ordering::Relaxed);
+            .store(self.kernel, Ordering::Relaxed);
         self.close_file();
         res
     }
