@@ -272,6 +272,152 @@ fn rotate_seconds_closes_files_on_capture_time_windows() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// The blocks of a little-endian pcapng file: (type, body).
+fn ng_blocks(f: &[u8]) -> Vec<(u32, Vec<u8>)> {
+    let rd = |at: usize| u32::from_le_bytes(f[at..at + 4].try_into().unwrap());
+    let mut v = Vec::new();
+    let mut at = 0;
+    while at < f.len() {
+        let (t, n) = (rd(at), rd(at + 4) as usize);
+        assert_eq!(rd(at + n - 4) as usize, n, "block at {at}");
+        v.push((t, f[at + 8..at + n - 4].to_vec()));
+        at += n;
+    }
+    v
+}
+
+/// Option `code` of a block's options (from `from` in its body) as a u64 (a time: high then
+/// low 32 bits).
+fn ng_opt(body: &[u8], from: usize, code: u16) -> Option<u64> {
+    let rd16 = |at: usize| u16::from_le_bytes(body[at..at + 2].try_into().unwrap());
+    let rd32 = |at: usize| u64::from(u32::from_le_bytes(body[at..at + 4].try_into().unwrap()));
+    let mut at = from;
+    while at + 4 <= body.len() {
+        let (c, n) = (rd16(at), rd16(at + 2) as usize);
+        if c == 0 {
+            break;
+        }
+        if c == code && n == 8 {
+            return Some(if code <= 3 {
+                (rd32(at + 4) << 32) | rd32(at + 8)
+            } else {
+                u64::from_le_bytes(body[at + 4..at + 12].try_into().unwrap())
+            });
+        }
+        at += 4 + n.next_multiple_of(4);
+    }
+    None
+}
+
+#[test]
+fn pcapng_files_close_with_interface_statistics() {
+    if !have_tcpdump() {
+        return;
+    }
+    let d = tmp("isb");
+    let input = d.join("in.pcap");
+    std::fs::write(&input, traffic(20_000)).unwrap();
+    let out = d.join("rec");
+    let o = record(&[
+        "-i",
+        &format!("pcap:{}", input.display()),
+        out.to_str().unwrap(),
+        "--format",
+        "pcapng",
+        "-G",
+        "3",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let files = captures(&out);
+    assert_eq!(files.len(), 7);
+    let mut sizes = Vec::new();
+    for f in &files {
+        let bytes = std::fs::read(f).unwrap();
+        sizes.push(bytes.len());
+        let blocks = ng_blocks(&bytes);
+        let epbs: Vec<&Vec<u8>> = blocks.iter().filter(|b| b.0 == 6).map(|b| &b.1).collect();
+        let ts = |b: &[u8]| {
+            let w = |at: usize| u64::from(u32::from_le_bytes(b[at..at + 4].try_into().unwrap()));
+            (w(4) << 32) | w(8)
+        };
+        let (first, last) = (ts(epbs[0]), ts(epbs[epbs.len() - 1]));
+        // One interface statistics block, last, as dumpcap closes a file.
+        let isbs: Vec<&Vec<u8>> = blocks.iter().filter(|b| b.0 == 5).map(|b| &b.1).collect();
+        assert_eq!(isbs.len(), 1, "{}", f.display());
+        assert_eq!(blocks.last().unwrap().0, 5);
+        let isb = isbs[0];
+        let n = epbs.len() as u64;
+        assert_eq!(
+            ng_opt(isb, 12, 2),
+            Some(first),
+            "isb_starttime: the first packet"
+        );
+        assert!(ng_opt(isb, 12, 3).unwrap() >= last, "isb_endtime");
+        assert_eq!(
+            ng_opt(isb, 12, 4),
+            Some(n),
+            "isb_ifrecv: this file's packets"
+        );
+        assert_eq!(ng_opt(isb, 12, 5), Some(0), "isb_ifdrop");
+        assert_eq!(ng_opt(isb, 12, 8), Some(n), "isb_usrdeliv");
+        // The index covers the packets; the statistics after them are not taken for a cut.
+        let idx = FileIndex::load(f).unwrap();
+        assert_eq!(idx.packets(), n);
+        assert!(idx.indexed_end() < bytes.len() as u64);
+        // capinfos reads the statistics.
+        if let Ok(c) = Command::new("capinfos").arg(f).output() {
+            let t = String::from_utf8_lossy(&c.stdout);
+            assert!(t.contains("Number of stat entries = 1"), "{t}");
+        }
+    }
+    let all: Vec<String> = files.iter().flat_map(|f| tcpdump_lines(f, None)).collect();
+    assert_eq!(all, tcpdump_lines(&input, None));
+    // A restart takes the closed files as they are (nothing to repair).
+    let empty = d.join("empty.pcap");
+    std::fs::write(&empty, &traffic(1)[..24]).unwrap();
+    let o = record(&[
+        "-i",
+        &format!("pcap:{}", empty.display()),
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("repaired") && !err.contains("cut"), "{err}");
+    let now: Vec<usize> = files
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().len() as usize)
+        .collect();
+    assert_eq!(now, sizes);
+    // linerate query reads them without a note, as tcpdump does, and passes over the files
+    // outside the times (their statistics do not make it read them).
+    let want = tcpdump_lines(&input, Some("host 10.7.0.1")).len();
+    let o = Command::new(BIN)
+        .args(["query", out.to_str().unwrap(), "host 10.7.0.1"])
+        .args(["--from", "1700000018", "-w", "-", "-q", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let j: serde_json::Value = serde_json::from_slice(&o.stderr).unwrap();
+    assert_eq!(j["notes"].as_array().map(Vec::len), Some(0), "{j}");
+    assert_eq!(j["files_cut"], 0, "{j}");
+    assert_eq!(j["files_skipped"], 6, "{j}");
+    let q = d.join("q.pcap");
+    std::fs::write(&q, &o.stdout).unwrap();
+    assert_eq!(tcpdump_lines(&q, None).len(), want / 10);
+    let o = Command::new(BIN)
+        .args(["query", out.to_str().unwrap(), "host 10.7.0.1"])
+        .args(["-w", "-", "-q", "--json"])
+        .output()
+        .unwrap();
+    std::fs::write(&q, &o.stdout).unwrap();
+    assert_eq!(
+        tcpdump_lines(&q, None),
+        tcpdump_lines(&input, Some("host 10.7.0.1"))
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// A pcap record of one packet stamped now.
 fn packet_now(i: u32) -> Vec<u8> {
     let ns = linerate::time::wall_ns();

@@ -174,7 +174,10 @@ impl Shared {
         for (p, len) in list {
             // A closed file ends with its last indexed record; one longer than its index was
             // being written (the index is the last sync's) and may end inside a record.
-            if FileIndex::load(&p).is_ok_and(|i| i.indexed_end() == len) {
+            // A closed pcapng file ends with its interface statistics, past the last record.
+            if FileIndex::load(&p)
+                .is_ok_and(|i| i.indexed_end() == len || only_stats_after(&p, i.indexed_end(), len))
+            {
                 continue;
             }
             match FileIndex::build(&p) {
@@ -305,6 +308,44 @@ impl Shared {
             }
         }
     }
+}
+
+/// Whether `path` holds from `from` to `len` nothing but whole pcapng blocks that are not
+/// packets (the interface statistics a closed file ends with), in either byte order.
+pub fn only_stats_after(path: &Path, from: u64, len: u64) -> bool {
+    const MAX_TAIL: u64 = 64 << 10;
+    if len <= from || len - from > MAX_TAIL {
+        return false;
+    }
+    let mut tail = vec![0u8; (len - from) as usize];
+    let read = File::open(path).and_then(|f| f.read_exact_at(&mut tail, from));
+    if read.is_err() {
+        return false;
+    }
+    let word = |b: &[u8], le: bool| {
+        let w = [b[0], b[1], b[2], b[3]];
+        if le {
+            u32::from_le_bytes(w)
+        } else {
+            u32::from_be_bytes(w)
+        }
+    };
+    [true, false].into_iter().any(|le| {
+        let mut at = 0usize;
+        while at + 12 <= tail.len() {
+            let (kind, n) = (word(&tail[at..], le), word(&tail[at + 4..], le) as usize);
+            // Not a packet (EPB 6, SPB 3, PB 2) nor a new section.
+            let packet = matches!(kind, 2 | 3 | 6 | 0x0A0D_0D0A);
+            if packet || n < 12 || n % 4 != 0 || at + n > tail.len() {
+                return false;
+            }
+            if word(&tail[at + n - 4..], le) as usize != n {
+                return false;
+            }
+            at += n;
+        }
+        at == tail.len()
+    })
 }
 
 fn file_len(p: &Path) -> u64 {
@@ -560,10 +601,12 @@ pub struct Writer {
     /// When the latest packet was taken: an idle writer's capture clock runs on from it.
     last_at: Instant,
     /// Packets taken from the input, packets of them dropped (disk_full), packets the kernel
-    /// dropped, since the start.
+    /// dropped, since the start: and their values when the last file closed (the open file's
+    /// statistics, pcapng's interface statistics block, are the differences).
     seen: u64,
     lost: u64,
     kernel: u64,
+    mark: (u64, u64, u64),
 }
 
 impl Writer {
@@ -596,6 +639,7 @@ impl Writer {
             seen: 0,
             lost: 0,
             kernel: 0,
+            mark: (0, 0, 0),
         }
         .with_rotation()
     }
@@ -684,11 +728,42 @@ impl Writer {
         Ok(())
     }
 
-    /// Closes the open file: every byte written, the index saved.
+    /// What the writer's input did over the open file's life: packets taken (`accepted`: those
+    /// written), dropped by the kernel (`kernel`) and for want of disk (`ring_full`, named
+    /// `disk_full`), from its first packet to now on the capture clock.
+    fn file_stats(&mut self) -> crate::port::InterfaceStats {
+        use crate::port::DropReason;
+        let (seen, lost, kernel) = (self.seen, self.lost, self.kernel);
+        let (s0, l0, k0) = std::mem::replace(&mut self.mark, (seen, lost, kernel));
+        let lost = lost.saturating_sub(l0);
+        let mut drops = crate::stats::Drops::default();
+        drops.add(DropReason::Kernel, kernel.saturating_sub(k0));
+        drops.add(DropReason::RingFull, lost);
+        let end = self.capture_now(Instant::now()).max(self.file_first);
+        crate::port::InterfaceStats {
+            start_ns: self.file_first.max(1),
+            end_ns: end.max(1),
+            accepted: seen.saturating_sub(s0).saturating_sub(lost),
+            drops,
+        }
+    }
+
+    /// Closes the open file: every byte written (in pcapng, an interface statistics block
+    /// last, as dumpcap's), the index saved.
     pub fn close_file(&mut self) {
         let Some(mut o) = self.open.take() else {
             return;
         };
+        let stats = self.file_stats();
+        if let Sink::Ng(w) = &mut o.sink {
+            let names = [(crate::port::DropReason::RingFull, "disk_full")];
+            if let Err(e) = w.write_stats_named(&[stats], &names) {
+                self.shared.note(format!(
+                    "{}: interface statistics not written: {e}",
+                    o.path.display()
+                ));
+            }
+        }
         let out = o.sink.out();
         loop {
             match out.close() {
