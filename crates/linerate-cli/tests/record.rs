@@ -908,6 +908,98 @@ fn afpacket_fanout_writers_record_a_veth() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+#[test]
+fn xdp_writers_record_every_queue_of_a_veth() {
+    use linerate_test_support::netns::{
+        require_priv, send_raw, udp_frame, udp_seq, xdp_queue_packets, NetnsPair, Side,
+    };
+    if !require_priv() || !have_tcpdump() {
+        return;
+    }
+    const N: u32 = 3200;
+    let pair = NetnsPair::with_queues(4).expect("netns pair");
+    pair.no_ipv6().expect("ipv6 off");
+    let d = tmp("xdp");
+    let out = d.join("rec");
+    let child = Command::new("ip")
+        .args([
+            "netns", "exec", &pair.b, BIN, "record", "-q", "--json", "-t", "30s",
+        ])
+        .args(["--format", "pcapng", "-i", &format!("xdp:{}", pair.if_b)])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A failed assertion below must not leave the recorder running: it is stopped by its PID.
+    struct Stop(u32);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = linerate::os::interrupt(self.0);
+        }
+    }
+    let stop = Stop(child.id());
+    wait_for(|| out.join(".lock").exists(), "the recorder starts");
+    std::thread::sleep(Duration::from_millis(500));
+    // 64 flows to vB (through the qdisc: the flow hash spreads them over the 4 queues).
+    let frames: Vec<Vec<u8>> = (0..N)
+        .map(|s| udp_frame(pair.mac_b, pair.mac_a, (s % 64) as u16, s))
+        .collect();
+    let if_a = pair.if_a.clone();
+    pair.run_in(Side::A, || send_raw(&if_a, &frames));
+    std::thread::sleep(Duration::from_millis(800));
+    let per_queue = xdp_queue_packets(&pair, Side::B, &pair.if_b);
+    drop(stop);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let s = summary(&o);
+    // Every frame sent is written or counted dropped.
+    let written = s["written"].as_u64().unwrap();
+    let dropped =
+        s["dropped"]["kernel"].as_u64().unwrap() + s["dropped"]["disk_full"].as_u64().unwrap();
+    assert!(written + dropped >= u64::from(N), "{s}");
+    assert!(
+        per_queue.len() == 4 && per_queue.iter().all(|&q| q > 0),
+        "traffic on every queue: {per_queue:?}"
+    );
+    // One writer per queue, each with its own files; tcpdump reads them whole.
+    let files = captures(&out);
+    let writers: std::collections::BTreeSet<String> = files
+        .iter()
+        .map(|f| f.file_name().unwrap().to_str().unwrap()[24..].to_string())
+        .collect();
+    assert_eq!(writers.len(), 4, "{writers:?}");
+    let mut seqs = std::collections::HashSet::new();
+    let (mut lines, mut ifrecv, mut usrdeliv) = (0, 0, 0);
+    for f in &files {
+        lines += tcpdump_lines(f, Some("udp and dst port 9")).len();
+        // Each file's statistics: what its queue's writer saw while it was open.
+        for (_, isb) in ng_blocks(&std::fs::read(f).unwrap())
+            .iter()
+            .filter(|b| b.0 == 5)
+        {
+            ifrecv += ng_opt(isb, 12, 4).unwrap();
+            usrdeliv += ng_opt(isb, 12, 8).unwrap();
+        }
+        let mut r = PcapReader::new(std::fs::File::open(f).unwrap(), "rec").unwrap();
+        while let Ok(Some(p)) = r.next_packet() {
+            if let Some(q) = udp_seq(p.data) {
+                assert!(seqs.insert(q), "frame {q} written twice");
+                assert_eq!(p.data, &frames[q as usize][..], "frame {q}");
+            }
+        }
+    }
+    assert_eq!(lines, seqs.len());
+    assert_eq!(usrdeliv, written, "{s}");
+    assert_eq!(ifrecv, written + dropped, "{s}");
+    assert_eq!(
+        seqs.len() as u64 + s["dropped"]["kernel"].as_u64().unwrap(),
+        u64::from(N),
+        "{s}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// Frames in every encapsulation the index looks through (Ethernet).
 fn hostile_frames() -> Vec<Vec<u8>> {
     fn eth(t: u16, p: &[u8]) -> Vec<u8> {
