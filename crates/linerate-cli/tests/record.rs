@@ -190,6 +190,8 @@ fn bad_flags_touch_nothing() {
         vec!["--rotate-seconds", "abc"],
         vec!["-G", "-1"],
         vec!["-G", "1.5"],
+        vec!["--budget", "5PB"],
+        vec!["--file-size", "1TiB", "--budget", "1TB"],
     ] {
         let mut a = vec!["-i", "pcap:/nonexistent.pcap", out.to_str().unwrap()];
         a.extend(args.iter());
@@ -486,6 +488,31 @@ fn rotate_seconds_closes_an_idle_writers_file() {
     assert_eq!(files.len(), 2);
     assert_eq!(tcpdump_lines(&files[0], None).len(), 10);
     assert_eq!(tcpdump_lines(&files[1], None).len(), 5);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn sizes_take_terabytes() {
+    let d = tmp("tb");
+    let input = d.join("in.pcap");
+    std::fs::write(&input, traffic(100)).unwrap();
+    let out = d.join("rec");
+    let o = record(&[
+        "-i",
+        &format!("pcap:{}", input.display()),
+        out.to_str().unwrap(),
+        "--file-size",
+        "1TiB",
+        "--budget",
+        "2.5TB",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("at most 1'099'511'627'776 bytes, budget 2'500'000'000'000 bytes"),
+        "{text}"
+    );
+    assert!(text.contains("written 100"), "{text}");
     let _ = std::fs::remove_dir_all(&d);
 }
 

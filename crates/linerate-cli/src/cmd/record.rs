@@ -32,7 +32,7 @@ pub struct Args {
     #[arg(short = 'T', long, value_name = "N", value_parser = flags::int(1usize, 64))]
     threads: Option<usize>,
     /// Close a file before it exceeds this size and start the next (as tcpdump's -C: a bare
-    /// number is millions of bytes; units 500kB, 100MB, 1GiB). At least 64 KiB.
+    /// number is millions of bytes; units 500kB, 100MB, 1GiB, 1TB, 1TiB). At least 64 KiB.
     #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = crate::common::output::file_size)]
     file_size: u64,
     /// Close a file once SECONDS have passed since its first packet, by the packets' capture
@@ -43,7 +43,8 @@ pub struct Args {
     #[arg(short = 'G', long = "rotate-seconds", value_name = "SECONDS", value_parser = flags::count(1, 31_536_000))]
     rotate_seconds: Option<u64>,
     /// Most bytes of capture files and indexes kept in DIR: the oldest files (of every writer)
-    /// are deleted first. At least --file-size per writer.
+    /// are deleted first. At least --file-size per writer. Units as --file-size: 500GB, 2TB,
+    /// 1.5TiB.
     #[arg(long, value_name = "SIZE", value_parser = crate::common::output::file_size)]
     budget: Option<u64>,
     /// Least share of DIR's file system kept free (percent, above 0 and at most 99): the oldest
