@@ -815,3 +815,78 @@ fn record_serve_answers_while_recording() {
     drop(w);
     drop(kid);
 }
+
+/// A pcapng capture whose second interface is described after the first packet (as a writer
+/// that meets a new interface describes it then) and that ends with interface statistics
+/// blocks (as dumpcap's files and `linerate record --format pcapng`'s do).
+fn late_idb_pcapng() -> Vec<u8> {
+    use linerate::port::pcap::PcapNgWriter;
+    use linerate::port::{Interface, InterfaceStats};
+    use linerate::wire::LinkType;
+    let mut r = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut w = PcapNgWriter::new(Vec::new(), LinkType::ETHERNET, SNAPLEN).unwrap();
+    w.describe(&[Interface::new("eth0", LinkType::ETHERNET)])
+        .unwrap();
+    for i in 0..200u64 {
+        let f = if i == 150 {
+            rare_frame()
+        } else {
+            frame(&mut r)
+        };
+        // Interface 1 first appears at packet 10: its description comes then.
+        let iface = u16::from(i >= 10 && i % 3 == 0);
+        w.write_packet(iface, T0_US * 1000 + i * 1_000_000, &f, f.len() as u32)
+            .unwrap();
+    }
+    let st = InterfaceStats {
+        start_ns: T0_US * 1000,
+        end_ns: T0_US * 1000 + 200_000_000,
+        accepted: 100,
+        ..Default::default()
+    };
+    w.write_stats(&[st, st]).unwrap();
+    w.into_inner()
+}
+
+#[test]
+fn pcapng_with_a_late_interface_and_statistics_reads_as_tcpdump_does() {
+    if !have_tcpdump() {
+        return;
+    }
+    let s = Scratch::new("late-idb");
+    let dir = s.0.join("d");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cap = dir.join("20251127T160000.000000Z-w0.pcapng");
+    std::fs::write(&cap, late_idb_pcapng()).unwrap();
+    let dirs = dir.to_str().unwrap();
+    for indexed in [false, true] {
+        if indexed {
+            // Blocks of 4 packets: a block past the late description is read on its own.
+            index(&cap, None);
+        }
+        for expr in ["", "host 10.9.9.9", "udp", "tcp port 80"] {
+            let o = query(&[dirs, "-w", "-", "-q", "--json", expr]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let want = tcpdump_answer(&dir, expr, 0, u64::MAX);
+            assert_eq!(
+                records(&o.stdout).len(),
+                records(&want).len(),
+                "'{expr}' indexed {indexed}"
+            );
+            assert!(
+                o.stdout == want,
+                "'{expr}' indexed {indexed}: not tcpdump's bytes"
+            );
+            let j: serde_json::Value = serde_json::from_slice(&o.stderr).unwrap();
+            assert_eq!(j["files_cut"], 0, "{j}");
+            // No note but the missing index's when there is none.
+            let notes = j["notes"].as_array().unwrap();
+            assert_eq!(notes.len(), usize::from(!indexed), "{j}");
+            assert!(
+                notes.iter().all(|n| n.to_string().contains("no index")),
+                "{j}"
+            );
+            assert_eq!(j["files_indexed"], u64::from(indexed), "{j}");
+        }
+    }
+}

@@ -186,6 +186,12 @@ fn bad_flags_touch_nothing() {
         vec!["-s", "10"],
         vec!["--threads", "2"],
         vec!["--format", "csv"],
+        vec!["-G", "0"],
+        vec!["--rotate-seconds", "abc"],
+        vec!["-G", "-1"],
+        vec!["-G", "1.5"],
+        vec!["--budget", "5PB"],
+        vec!["--file-size", "1TiB", "--budget", "1TB"],
     ] {
         let mut a = vec!["-i", "pcap:/nonexistent.pcap", out.to_str().unwrap()];
         a.extend(args.iter());
@@ -197,6 +203,316 @@ fn bad_flags_touch_nothing() {
     std::os::unix::fs::symlink("/tmp", &out).unwrap();
     let o = record(&["-i", "pcap:/nonexistent.pcap", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Each file's packet times (tcpdump -tt), in seconds.
+fn times(file: &Path) -> Vec<f64> {
+    tcpdump_lines(file, None)
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn rotate_seconds_closes_files_on_capture_time_windows() {
+    if !have_tcpdump() {
+        return;
+    }
+    let d = tmp("rotate-g");
+    let input = d.join("in.pcap");
+    // 20 s of packets, 1 ms apart.
+    std::fs::write(&input, traffic(20_000)).unwrap();
+    let t0 = 1_700_000_000.0;
+    for (args, files_want) in [
+        // -G alone: a window of 3 s from each file's first packet, 7 files.
+        (vec!["-G", "3"], 7),
+        // -G with --file-size: whichever comes first (each 2 s window, 152 kB, is cut once).
+        (vec!["--rotate-seconds", "2", "--file-size", "100kB"], 20),
+    ] {
+        let out = d.join(format!("rec{files_want}"));
+        let mut a = vec!["-i".to_string(), format!("pcap:{}", input.display())];
+        a.push(out.to_str().unwrap().into());
+        a.extend(args.iter().map(|s| s.to_string()));
+        a.push("-q".into());
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let o = record(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let secs: f64 = args[1].parse().unwrap();
+        let files = captures(&out);
+        assert_eq!(files.len(), files_want, "{args:?}");
+        let mut all = Vec::new();
+        let mut window_start = t0;
+        for f in &files {
+            let t = times(f);
+            let (first, last) = (t[0], *t.last().unwrap());
+            // A new window starts at the first packet past the last one's end.
+            if first >= window_start + secs - 1e-9 {
+                window_start = first;
+            }
+            assert!(
+                last < window_start + secs - 1e-9,
+                "{args:?} {}: {first}..{last} leaves the window at {window_start}",
+                f.display()
+            );
+            assert!(std::fs::metadata(f).unwrap().len() <= 100_000 || files_want == 7);
+            // Each file's index was written when it closed: it covers the whole file.
+            let idx = FileIndex::load(f).unwrap();
+            assert_eq!(idx.packets(), t.len() as u64);
+            assert_eq!(idx.indexed_end(), std::fs::metadata(f).unwrap().len());
+            all.extend(tcpdump_lines(f, None));
+        }
+        assert_eq!(all, tcpdump_lines(&input, None), "{args:?}");
+        if files_want == 7 {
+            // Window starts are exactly 3 s apart (the packets are 1 ms apart).
+            let firsts: Vec<f64> = files.iter().map(|f| times(f)[0] - t0).collect();
+            for (k, f) in firsts.iter().enumerate() {
+                assert!((f - 3.0 * k as f64).abs() < 1e-6, "{firsts:?}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The blocks of a little-endian pcapng file: (type, body).
+fn ng_blocks(f: &[u8]) -> Vec<(u32, Vec<u8>)> {
+    let rd = |at: usize| u32::from_le_bytes(f[at..at + 4].try_into().unwrap());
+    let mut v = Vec::new();
+    let mut at = 0;
+    while at < f.len() {
+        let (t, n) = (rd(at), rd(at + 4) as usize);
+        assert_eq!(rd(at + n - 4) as usize, n, "block at {at}");
+        v.push((t, f[at + 8..at + n - 4].to_vec()));
+        at += n;
+    }
+    v
+}
+
+/// Option `code` of a block's options (from `from` in its body) as a u64 (a time: high then
+/// low 32 bits).
+fn ng_opt(body: &[u8], from: usize, code: u16) -> Option<u64> {
+    let rd16 = |at: usize| u16::from_le_bytes(body[at..at + 2].try_into().unwrap());
+    let rd32 = |at: usize| u64::from(u32::from_le_bytes(body[at..at + 4].try_into().unwrap()));
+    let mut at = from;
+    while at + 4 <= body.len() {
+        let (c, n) = (rd16(at), rd16(at + 2) as usize);
+        if c == 0 {
+            break;
+        }
+        if c == code && n == 8 {
+            return Some(if code <= 3 {
+                (rd32(at + 4) << 32) | rd32(at + 8)
+            } else {
+                u64::from_le_bytes(body[at + 4..at + 12].try_into().unwrap())
+            });
+        }
+        at += 4 + n.next_multiple_of(4);
+    }
+    None
+}
+
+#[test]
+fn pcapng_files_close_with_interface_statistics() {
+    if !have_tcpdump() {
+        return;
+    }
+    let d = tmp("isb");
+    let input = d.join("in.pcap");
+    std::fs::write(&input, traffic(20_000)).unwrap();
+    let out = d.join("rec");
+    let o = record(&[
+        "-i",
+        &format!("pcap:{}", input.display()),
+        out.to_str().unwrap(),
+        "--format",
+        "pcapng",
+        "-G",
+        "3",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let files = captures(&out);
+    assert_eq!(files.len(), 7);
+    let mut sizes = Vec::new();
+    for f in &files {
+        let bytes = std::fs::read(f).unwrap();
+        sizes.push(bytes.len());
+        let blocks = ng_blocks(&bytes);
+        let epbs: Vec<&Vec<u8>> = blocks.iter().filter(|b| b.0 == 6).map(|b| &b.1).collect();
+        let ts = |b: &[u8]| {
+            let w = |at: usize| u64::from(u32::from_le_bytes(b[at..at + 4].try_into().unwrap()));
+            (w(4) << 32) | w(8)
+        };
+        let (first, last) = (ts(epbs[0]), ts(epbs[epbs.len() - 1]));
+        // One interface statistics block, last, as dumpcap closes a file.
+        let isbs: Vec<&Vec<u8>> = blocks.iter().filter(|b| b.0 == 5).map(|b| &b.1).collect();
+        assert_eq!(isbs.len(), 1, "{}", f.display());
+        assert_eq!(blocks.last().unwrap().0, 5);
+        let isb = isbs[0];
+        let n = epbs.len() as u64;
+        assert_eq!(
+            ng_opt(isb, 12, 2),
+            Some(first),
+            "isb_starttime: the first packet"
+        );
+        assert!(ng_opt(isb, 12, 3).unwrap() >= last, "isb_endtime");
+        assert_eq!(
+            ng_opt(isb, 12, 4),
+            Some(n),
+            "isb_ifrecv: this file's packets"
+        );
+        assert_eq!(ng_opt(isb, 12, 5), Some(0), "isb_ifdrop");
+        assert_eq!(ng_opt(isb, 12, 8), Some(n), "isb_usrdeliv");
+        // The index covers the packets; the statistics after them are not taken for a cut.
+        let idx = FileIndex::load(f).unwrap();
+        assert_eq!(idx.packets(), n);
+        assert!(idx.indexed_end() < bytes.len() as u64);
+        // capinfos reads the statistics.
+        if let Ok(c) = Command::new("capinfos").arg(f).output() {
+            let t = String::from_utf8_lossy(&c.stdout);
+            assert!(t.contains("Number of stat entries = 1"), "{t}");
+        }
+    }
+    let all: Vec<String> = files.iter().flat_map(|f| tcpdump_lines(f, None)).collect();
+    assert_eq!(all, tcpdump_lines(&input, None));
+    // A restart takes the closed files as they are (nothing to repair).
+    let empty = d.join("empty.pcap");
+    std::fs::write(&empty, &traffic(1)[..24]).unwrap();
+    let o = record(&[
+        "-i",
+        &format!("pcap:{}", empty.display()),
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("repaired") && !err.contains("cut"), "{err}");
+    let now: Vec<usize> = files
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().len() as usize)
+        .collect();
+    assert_eq!(now, sizes);
+    // linerate query reads them without a note, as tcpdump does, and passes over the files
+    // outside the times (their statistics do not make it read them).
+    let want = tcpdump_lines(&input, Some("host 10.7.0.1")).len();
+    let o = Command::new(BIN)
+        .args(["query", out.to_str().unwrap(), "host 10.7.0.1"])
+        .args(["--from", "1700000018", "-w", "-", "-q", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let j: serde_json::Value = serde_json::from_slice(&o.stderr).unwrap();
+    assert_eq!(j["notes"].as_array().map(Vec::len), Some(0), "{j}");
+    assert_eq!(j["files_cut"], 0, "{j}");
+    assert_eq!(j["files_skipped"], 6, "{j}");
+    let q = d.join("q.pcap");
+    std::fs::write(&q, &o.stdout).unwrap();
+    assert_eq!(tcpdump_lines(&q, None).len(), want / 10);
+    let o = Command::new(BIN)
+        .args(["query", out.to_str().unwrap(), "host 10.7.0.1"])
+        .args(["-w", "-", "-q", "--json"])
+        .output()
+        .unwrap();
+    std::fs::write(&q, &o.stdout).unwrap();
+    assert_eq!(
+        tcpdump_lines(&q, None),
+        tcpdump_lines(&input, Some("host 10.7.0.1"))
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A pcap record of one packet stamped now.
+fn packet_now(i: u32) -> Vec<u8> {
+    let ns = linerate::time::wall_ns();
+    let mut w = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535).unwrap();
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0];
+    f.extend_from_slice(&[0x45, 0, 0, 46, 0, 0, 0, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&[10, 0, 0, 1, 198, 18, 0, 2, 4, 0, 0, 9, 0, 26, 0, 0]);
+    f.extend_from_slice(&i.to_be_bytes());
+    f.resize(60, 0);
+    w.write_packet(ns, &f, 60).unwrap();
+    w.into_inner()[24..].to_vec()
+}
+
+#[test]
+fn rotate_seconds_closes_an_idle_writers_file() {
+    if !have_tcpdump() {
+        return;
+    }
+    let d = tmp("rotate-idle");
+    let out = d.join("rec");
+    let fifo = d.join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    // No sync for a minute: an index on disk is the one written when the file closed. (A
+    // failed assertion drops the FIFO's writer: the recorder then ends by itself.)
+    let child = Command::new(BIN)
+        .args(["record", "-q", "--sync-every", "60", "-G", "1", "-i"])
+        .arg(format!("pcap:{}", fifo.display()))
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    let head = PcapWriter::new(Vec::new(), LinkType::ETHERNET, 65535)
+        .unwrap()
+        .into_inner();
+    w.write_all(&head).unwrap();
+    for i in 0..10 {
+        w.write_all(&packet_now(i)).unwrap();
+    }
+    w.flush().unwrap();
+    // Nothing more comes: the file closes when its second has passed, indexed whole.
+    wait_for(
+        || {
+            out.exists()
+                && captures(&out)
+                    .first()
+                    .is_some_and(|f| FileIndex::load(f).is_ok_and(|i| i.packets() == 10))
+        },
+        "the idle writer's file closes",
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    // An idle window leaves no file behind.
+    assert_eq!(captures(&out).len(), 1);
+    for i in 10..15 {
+        w.write_all(&packet_now(i)).unwrap();
+    }
+    drop(w);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let files = captures(&out);
+    assert_eq!(files.len(), 2);
+    assert_eq!(tcpdump_lines(&files[0], None).len(), 10);
+    assert_eq!(tcpdump_lines(&files[1], None).len(), 5);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn sizes_take_terabytes() {
+    let d = tmp("tb");
+    let input = d.join("in.pcap");
+    std::fs::write(&input, traffic(100)).unwrap();
+    let out = d.join("rec");
+    let o = record(&[
+        "-i",
+        &format!("pcap:{}", input.display()),
+        out.to_str().unwrap(),
+        "--file-size",
+        "1TiB",
+        "--budget",
+        "2.5TB",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("at most 1'099'511'627'776 bytes, budget 2'500'000'000'000 bytes"),
+        "{text}"
+    );
+    assert!(text.contains("written 100"), "{text}");
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -616,6 +932,98 @@ fn afpacket_fanout_writers_record_a_veth() {
     }
     assert_eq!(lines, 2000);
     assert_eq!(writers.len(), 2, "{writers:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn xdp_writers_record_every_queue_of_a_veth() {
+    use linerate_test_support::netns::{
+        require_priv, send_raw, udp_frame, udp_seq, xdp_queue_packets, NetnsPair, Side,
+    };
+    if !require_priv() || !have_tcpdump() {
+        return;
+    }
+    const N: u32 = 3200;
+    let pair = NetnsPair::with_queues(4).expect("netns pair");
+    pair.no_ipv6().expect("ipv6 off");
+    let d = tmp("xdp");
+    let out = d.join("rec");
+    let child = Command::new("ip")
+        .args([
+            "netns", "exec", &pair.b, BIN, "record", "-q", "--json", "-t", "30s",
+        ])
+        .args(["--format", "pcapng", "-i", &format!("xdp:{}", pair.if_b)])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A failed assertion below must not leave the recorder running: it is stopped by its PID.
+    struct Stop(u32);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = linerate::os::interrupt(self.0);
+        }
+    }
+    let stop = Stop(child.id());
+    wait_for(|| out.join(".lock").exists(), "the recorder starts");
+    std::thread::sleep(Duration::from_millis(500));
+    // 64 flows to vB (through the qdisc: the flow hash spreads them over the 4 queues).
+    let frames: Vec<Vec<u8>> = (0..N)
+        .map(|s| udp_frame(pair.mac_b, pair.mac_a, (s % 64) as u16, s))
+        .collect();
+    let if_a = pair.if_a.clone();
+    pair.run_in(Side::A, || send_raw(&if_a, &frames));
+    std::thread::sleep(Duration::from_millis(800));
+    let per_queue = xdp_queue_packets(&pair, Side::B, &pair.if_b);
+    drop(stop);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let s = summary(&o);
+    // Every frame sent is written or counted dropped.
+    let written = s["written"].as_u64().unwrap();
+    let dropped =
+        s["dropped"]["kernel"].as_u64().unwrap() + s["dropped"]["disk_full"].as_u64().unwrap();
+    assert!(written + dropped >= u64::from(N), "{s}");
+    assert!(
+        per_queue.len() == 4 && per_queue.iter().all(|&q| q > 0),
+        "traffic on every queue: {per_queue:?}"
+    );
+    // One writer per queue, each with its own files; tcpdump reads them whole.
+    let files = captures(&out);
+    let writers: std::collections::BTreeSet<String> = files
+        .iter()
+        .map(|f| f.file_name().unwrap().to_str().unwrap()[24..].to_string())
+        .collect();
+    assert_eq!(writers.len(), 4, "{writers:?}");
+    let mut seqs = std::collections::HashSet::new();
+    let (mut lines, mut ifrecv, mut usrdeliv) = (0, 0, 0);
+    for f in &files {
+        lines += tcpdump_lines(f, Some("udp and dst port 9")).len();
+        // Each file's statistics: what its queue's writer saw while it was open.
+        for (_, isb) in ng_blocks(&std::fs::read(f).unwrap())
+            .iter()
+            .filter(|b| b.0 == 5)
+        {
+            ifrecv += ng_opt(isb, 12, 4).unwrap();
+            usrdeliv += ng_opt(isb, 12, 8).unwrap();
+        }
+        let mut r = PcapReader::new(std::fs::File::open(f).unwrap(), "rec").unwrap();
+        while let Ok(Some(p)) = r.next_packet() {
+            if let Some(q) = udp_seq(p.data) {
+                assert!(seqs.insert(q), "frame {q} written twice");
+                assert_eq!(p.data, &frames[q as usize][..], "frame {q}");
+            }
+        }
+    }
+    assert_eq!(lines, seqs.len());
+    assert_eq!(usrdeliv, written, "{s}");
+    assert_eq!(ifrecv, written + dropped, "{s}");
+    assert_eq!(
+        seqs.len() as u64 + s["dropped"]["kernel"].as_u64().unwrap(),
+        u64::from(N),
+        "{s}"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 

@@ -112,9 +112,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "MiB" | "Mi" => 1024.0 * 1024.0,
         "G" | "GB" => 1e9,
         "GiB" | "Gi" => 1024.0 * 1024.0 * 1024.0,
+        "T" | "TB" => 1e12,
+        "TiB" | "Ti" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
         _ => {
             return Err(format!(
-                "'{s}': unknown size unit '{rest}' (use B, kB, MB, GB, KiB, MiB, GiB)"
+                "'{s}': unknown size unit '{rest}' (use B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)"
             ))
         }
     };
@@ -199,6 +201,9 @@ mod tests {
         assert!(parse_count("5q").is_err());
         assert_eq!(parse_size("1500B").unwrap(), 1500);
         assert_eq!(parse_size("2KiB").unwrap(), 2048);
+        assert_eq!(parse_size("2TB").unwrap(), 2_000_000_000_000);
+        assert_eq!(parse_size("1.5TiB").unwrap(), 3 << 39);
+        assert!(parse_size("1PB").is_err());
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
         assert_eq!(parse_rate("1Mpps").unwrap(), Rate::Pps(1e6));

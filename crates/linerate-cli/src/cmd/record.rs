@@ -32,11 +32,19 @@ pub struct Args {
     #[arg(short = 'T', long, value_name = "N", value_parser = flags::int(1usize, 64))]
     threads: Option<usize>,
     /// Close a file before it exceeds this size and start the next (as tcpdump's -C: a bare
-    /// number is millions of bytes; units 500kB, 100MB, 1GiB). At least 64 KiB.
+    /// number is millions of bytes; units 500kB, 100MB, 1GiB, 1TB, 1TiB). At least 64 KiB.
     #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = crate::common::output::file_size)]
     file_size: u64,
+    /// Close a file once SECONDS have passed since its first packet, by the packets' capture
+    /// time, and start the next (tcpdump's -G; 1 to 31536000). An idle writer closes its file
+    /// when the window ends; the next file, and window, starts with the next packet (no file
+    /// without packets). With --file-size, whichever comes first (a file cut by size keeps
+    /// its window, as tcpdump -C -G).
+    #[arg(short = 'G', long = "rotate-seconds", value_name = "SECONDS", value_parser = flags::count(1, 31_536_000))]
+    rotate_seconds: Option<u64>,
     /// Most bytes of capture files and indexes kept in DIR: the oldest files (of every writer)
-    /// are deleted first. At least --file-size per writer.
+    /// are deleted first. At least --file-size per writer. Units as --file-size: 500GB, 2TB,
+    /// 1.5TiB.
     #[arg(long, value_name = "SIZE", value_parser = crate::common::output::file_size)]
     budget: Option<u64>,
     /// Least share of DIR's file system kept free (percent, above 0 and at most 99): the oldest
@@ -451,6 +459,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         budget: a.budget,
         keep_free: a.keep_free,
         count: a.count,
+        rotate_secs: a.rotate_seconds,
     };
     let shared = Shared::new(opts).with_context(|| format!("{}: cannot list", a.dir.display()))?;
     for line in shared.repair() {
@@ -462,12 +471,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if !a.quiet && !a.json {
         let _ = writeln!(
             out,
-            "Recording {} into {} ({} writer(s), {} files of at most {} bytes{})",
+            "Recording {} into {} ({} writer(s), {} files of at most {} bytes{}{})",
             a.input,
             a.dir.display(),
             ports.len(),
             a.format.name(),
             group(a.file_size),
+            a.rotate_seconds
+                .map(|g| format!(" or {g} s"))
+                .unwrap_or_default(),
             a.budget
                 .map(|b| format!(", budget {} bytes", group(b)))
                 .unwrap_or_default()

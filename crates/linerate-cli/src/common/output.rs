@@ -108,7 +108,7 @@ fn ring_setting(s: &str) -> Result<String, String> {
 /// refused rather than rounded.
 pub(crate) fn file_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let units = "a size in millions of bytes (1 = 1000000, 0.5) or with a unit: B, kB, MB, GB, KiB, MiB, GiB";
+    let units = "a size in millions of bytes (1 = 1000000, 0.5) or with a unit: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB";
     let plain = !t.is_empty()
         && t.bytes().all(|b| b.is_ascii_digit() || b == b'.')
         && t.bytes().filter(|&b| b == b'.').count() <= 1

@@ -449,6 +449,14 @@ struct Stream {
     head: Head,
     last_ts: u64,
     read: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The file, and the byte ranges read through its index (empty: read whole).
+    path: PathBuf,
+    segs: Vec<(u64, u64)>,
+    /// End of the records the index covers (whole records: a reading error before it is the
+    /// ranges' lack of context, not damage).
+    indexed_end: u64,
+    /// Read whole after such an error: records before this file offset were already read.
+    skip_before: u64,
 }
 
 impl Stream {
@@ -476,13 +484,16 @@ impl Stream {
             Err(source) => return Err(PortError::Io { path, source }.into()),
         };
         let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (mut ranges, mut indexed_end) = (Vec::new(), 0);
         let src: Box<dyn Read + Send> = match index::select(cap, plan, opts, ctx) {
             index::Selection::Skip => {
                 ctx.st.files_skipped += 1;
                 return Ok(None);
             }
-            index::Selection::Ranges(segs) => {
+            index::Selection::Ranges(segs, end) => {
                 ctx.st.files_indexed += 1;
+                ranges = segs.clone();
+                indexed_end = end;
                 Box::new(CountedRanges {
                     inner: Ranges {
                         file: f,
@@ -509,19 +520,69 @@ impl Stream {
             head: Head::default(),
             last_ts: 0,
             read,
+            path: cap.path.clone(),
+            segs: ranges,
+            indexed_end,
+            skip_before: 0,
         }))
+    }
+
+    /// The file offset of byte `at` of the ranges read (None: past them).
+    fn file_offset(&self, at: u64) -> Option<u64> {
+        let mut base = 0u64;
+        for &(start, end) in &self.segs {
+            let len = end.saturating_sub(start);
+            if at < base.saturating_add(len) {
+                return Some(start + (at - base));
+            }
+            base = base.saturating_add(len);
+        }
+        None
+    }
+
+    /// After an error reading the index's ranges at stream offset `at`: when it lies among
+    /// the indexed (whole) records, the ranges lacked what the file says before them (a pcapng
+    /// interface described after the first packet, in a block not read): the file is read
+    /// whole from then on, the records before that point passed over (already read, or not
+    /// matching by the index). True when so.
+    fn read_whole_after(&mut self, at: u64) -> Result<bool, QueryError> {
+        let Some(off) = self.file_offset(at) else {
+            return Ok(false);
+        };
+        if self.segs.is_empty() || off >= self.indexed_end {
+            return Ok(false);
+        }
+        let path = self.path.display().to_string();
+        let f = open_nofollow(&self.path).map_err(|source| PortError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let src: Box<dyn Read + Send> = Box::new(Counted {
+            file: f,
+            read: self.read.clone(),
+        });
+        self.reader = PcapReader::new(src, &path)?;
+        self.segs.clear();
+        self.skip_before = off;
+        Ok(true)
     }
 
     /// Reads on to the next packet the filter and the times take; false at the end.
     fn advance(&mut self, ctx: &mut Ctx<'_>) -> Result<bool, QueryError> {
         loop {
             let p = match self.reader.next_packet() {
+                Ok(Some(p)) if p.offset < self.skip_before => continue,
                 Ok(Some(p)) => p,
                 Ok(None) => {
                     self.close(ctx);
                     return Ok(false);
                 }
                 Err(e) => {
+                    if let PortError::Format { offset, .. } = &e {
+                        if self.read_whole_after(*offset)? {
+                            continue;
+                        }
+                    }
                     ctx.st.files_cut += 1;
                     ctx.st
                         .notes
@@ -648,8 +709,9 @@ mod index {
         Skip,
         /// The file whole.
         Whole,
-        /// These byte ranges (the header's first; `u64::MAX`: to the end of the file).
-        Ranges(Vec<(u64, u64)>),
+        /// These byte ranges (the header's first; `u64::MAX`: to the end of the file), and the
+        /// end of the records the index covers.
+        Ranges(Vec<(u64, u64)>, u64),
     }
 
     /// A file's index as the planner's postings.
@@ -774,9 +836,12 @@ mod index {
                 _ => segs.push((start, end)),
             }
         }
-        // Records written after the index (a file being written): read them all.
+        // Records written after the index (a file being written): read them all. A closed
+        // pcapng file's statistics after its last record hold no packet.
         let size = std::fs::symlink_metadata(&cap.path).map_or(cap.size, |m| m.len());
-        if size > idx.indexed_end() {
+        if size > idx.indexed_end()
+            && !crate::apps::record::only_stats_after(&cap.path, idx.indexed_end(), size)
+        {
             let at = idx.indexed_end().max(idx.data_start());
             any = true;
             match segs.last_mut() {
@@ -787,7 +852,7 @@ mod index {
         if !any {
             return Selection::Skip;
         }
-        Selection::Ranges(segs)
+        Selection::Ranges(segs, idx.indexed_end())
     }
 }
 

@@ -9,4 +9,6 @@ pub use index::{
     index_path, BlockInfo, BlockSet, FileIndex, IndexError, IndexWriter, Key, BLOCK_BYTES,
     BLOCK_PACKETS,
 };
-pub use recorder::{is_capture_name, utc_stamp, RecordOptions, Shared, Writer, WriterCounters};
+pub use recorder::{
+    is_capture_name, only_stats_after, utc_stamp, RecordOptions, Shared, Writer, WriterCounters,
+};

@@ -41,6 +41,9 @@ pub struct RecordOptions {
     pub keep_free: Option<f64>,
     /// Stop after this many packets written (all writers together).
     pub count: Option<u64>,
+    /// tcpdump's `-G`: a file is closed once this many seconds of capture time have passed
+    /// since its first packet (whichever of this and `file_size` comes first).
+    pub rotate_secs: Option<u64>,
 }
 
 /// Counters of one writer (single writer: its thread; read by anyone).
@@ -171,7 +174,10 @@ impl Shared {
         for (p, len) in list {
             // A closed file ends with its last indexed record; one longer than its index was
             // being written (the index is the last sync's) and may end inside a record.
-            if FileIndex::load(&p).is_ok_and(|i| i.indexed_end() == len) {
+            // A closed pcapng file ends with its interface statistics, past the last record.
+            if FileIndex::load(&p)
+                .is_ok_and(|i| i.indexed_end() == len || only_stats_after(&p, i.indexed_end(), len))
+            {
                 continue;
             }
             match FileIndex::build(&p) {
@@ -302,6 +308,44 @@ impl Shared {
             }
         }
     }
+}
+
+/// Whether `path` holds from `from` to `len` nothing but whole pcapng blocks that are not
+/// packets (the interface statistics a closed file ends with), in either byte order.
+pub fn only_stats_after(path: &Path, from: u64, len: u64) -> bool {
+    const MAX_TAIL: u64 = 64 << 10;
+    if len <= from || len - from > MAX_TAIL {
+        return false;
+    }
+    let mut tail = vec![0u8; (len - from) as usize];
+    let read = File::open(path).and_then(|f| f.read_exact_at(&mut tail, from));
+    if read.is_err() {
+        return false;
+    }
+    let word = |b: &[u8], le: bool| {
+        let w = [b[0], b[1], b[2], b[3]];
+        if le {
+            u32::from_le_bytes(w)
+        } else {
+            u32::from_be_bytes(w)
+        }
+    };
+    [true, false].into_iter().any(|le| {
+        let mut at = 0usize;
+        while at + 12 <= tail.len() {
+            let (kind, n) = (word(&tail[at..], le), word(&tail[at + 4..], le) as usize);
+            // Not a packet (EPB 6, SPB 3, PB 2) nor a new section.
+            let packet = matches!(kind, 2 | 3 | 6 | 0x0A0D_0D0A);
+            if packet || n < 12 || n % 4 != 0 || at + n > tail.len() {
+                return false;
+            }
+            if word(&tail[at + n - 4..], le) as usize != n {
+                return false;
+            }
+            at += n;
+        }
+        at == tail.len()
+    })
 }
 
 fn file_len(p: &Path) -> u64 {
@@ -546,6 +590,23 @@ pub struct Writer {
     failing: bool,
     /// Bytes written since the counters were last updated.
     pending_bytes: u64,
+    /// `-G` in nanoseconds (0: off).
+    rotate_ns: u64,
+    /// Capture time at which the current `-G` window ends (`u64::MAX`: never; 0: the next
+    /// packet starts one).
+    deadline: u64,
+    /// The open file's first packet time, and the latest packet time seen.
+    file_first: u64,
+    last_ts: u64,
+    /// When the latest packet was taken: an idle writer's capture clock runs on from it.
+    last_at: Instant,
+    /// Packets taken from the input, packets of them dropped (disk_full), packets the kernel
+    /// dropped, since the start: and their values when the last file closed (the open file's
+    /// statistics, pcapng's interface statistics block, are the differences).
+    seen: u64,
+    lost: u64,
+    kernel: u64,
+    mark: (u64, u64, u64),
 }
 
 impl Writer {
@@ -570,6 +631,43 @@ impl Writer {
             retry_at: None,
             failing: false,
             pending_bytes: 0,
+            rotate_ns: 0,
+            deadline: u64::MAX,
+            file_first: 0,
+            last_ts: 0,
+            last_at: Instant::now(),
+            seen: 0,
+            lost: 0,
+            kernel: 0,
+            mark: (0, 0, 0),
+        }
+        .with_rotation()
+    }
+
+    fn with_rotation(mut self) -> Writer {
+        self.rotate_ns = self
+            .shared
+            .opts
+            .rotate_secs
+            .map_or(0, |s| s.saturating_mul(1_000_000_000));
+        // Off: never; on: the first packet starts a window.
+        self.deadline = if self.rotate_ns == 0 { u64::MAX } else { 0 };
+        self
+    }
+
+    /// The capture clock now: the latest packet's time, run on by the time since it came.
+    fn capture_now(&self, now: Instant) -> u64 {
+        let idle = now.saturating_duration_since(self.last_at).as_nanos();
+        self.last_ts
+            .saturating_add(u64::try_from(idle).unwrap_or(u64::MAX))
+    }
+
+    /// tcpdump's `-G` on an idle writer: the open file closes once its window has passed on
+    /// the capture clock; the next file opens with the next packet (no file without packets).
+    pub fn rotate_if_idle(&mut self, now: Instant) {
+        if self.open.is_some() && self.capture_now(now) >= self.deadline {
+            self.close_file();
+            self.deadline = 0;
         }
     }
 
@@ -630,11 +728,42 @@ impl Writer {
         Ok(())
     }
 
-    /// Closes the open file: every byte written, the index saved.
+    /// What the writer's input did over the open file's life: packets taken (`accepted`: those
+    /// written), dropped by the kernel (`kernel`) and for want of disk (`ring_full`, named
+    /// `disk_full`), from its first packet to now on the capture clock.
+    fn file_stats(&mut self) -> crate::port::InterfaceStats {
+        use crate::port::DropReason;
+        let (seen, lost, kernel) = (self.seen, self.lost, self.kernel);
+        let (s0, l0, k0) = std::mem::replace(&mut self.mark, (seen, lost, kernel));
+        let lost = lost.saturating_sub(l0);
+        let mut drops = crate::stats::Drops::default();
+        drops.add(DropReason::Kernel, kernel.saturating_sub(k0));
+        drops.add(DropReason::RingFull, lost);
+        let end = self.capture_now(Instant::now()).max(self.file_first);
+        crate::port::InterfaceStats {
+            start_ns: self.file_first.max(1),
+            end_ns: end.max(1),
+            accepted: seen.saturating_sub(s0).saturating_sub(lost),
+            drops,
+        }
+    }
+
+    /// Closes the open file: every byte written (in pcapng, an interface statistics block
+    /// last, as dumpcap's), the index saved.
     pub fn close_file(&mut self) {
         let Some(mut o) = self.open.take() else {
             return;
         };
+        let stats = self.file_stats();
+        if let Sink::Ng(w) = &mut o.sink {
+            let names = [(crate::port::DropReason::RingFull, "disk_full")];
+            if let Err(e) = w.write_stats_named(&[stats], &names) {
+                self.shared.note(format!(
+                    "{}: interface statistics not written: {e}",
+                    o.path.display()
+                ));
+            }
+        }
         let out = o.sink.out();
         loop {
             match out.close() {
@@ -719,13 +848,20 @@ impl Writer {
             WriteFormat::PcapNg => 32 + (cap as u64).div_ceil(4) * 4 + 4,
         };
         let full = self.open.as_mut().is_some_and(|o| {
-            o.index.packets() > 0 && o.sink.out().pos() + rec > self.shared.opts.file_size
+            o.index.packets() > 0
+                && (o.sink.out().pos() + rec > self.shared.opts.file_size || ts >= self.deadline)
         });
         if full {
             self.close_file();
         }
         if self.open.is_none() {
             self.open_file()?;
+            self.file_first = ts;
+            if ts >= self.deadline {
+                // A new -G window from this packet (a file cut by size keeps its window, as
+                // tcpdump's -C within -G).
+                self.deadline = ts.saturating_add(self.rotate_ns);
+            }
         }
         let Some(o) = self.open.as_mut() else {
             return Err(io::Error::other("no file open"));
@@ -770,10 +906,16 @@ impl Writer {
         let now = Instant::now();
         let mut dropped = 0;
         for p in batch.iter() {
-            if !self.put(p.desc.ts, p.data, p.desc.wire_len, now) {
+            let ts = p.desc.ts;
+            self.last_ts = self.last_ts.max(ts);
+            if !self.put(ts, p.data, p.desc.wire_len, now) {
                 dropped += 1;
+                self.lost += 1;
             }
+            // Counted after: a packet that opened a file is that file's.
+            self.seen += 1;
         }
+        self.last_at = now;
         let confirmed = self.open.as_mut().map_or(0, |o| o.sink.out().confirmed());
         let c = &self.counters;
         c.received.fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -811,6 +953,9 @@ impl Writer {
                     if port.is_finished() {
                         break;
                     }
+                    if self.rotate_ns != 0 {
+                        self.rotate_if_idle(Instant::now());
+                    }
                     if self.last_sync.elapsed() >= self.shared.opts.sync_every {
                         self.sync();
                     }
@@ -841,15 +986,17 @@ impl Writer {
             if last_stats.elapsed() >= Duration::from_millis(500) {
                 last_stats = Instant::now();
                 let k = port.stats().rx_drops.get(crate::port::DropReason::Kernel);
+                self.kernel = k.saturating_sub(kernel0);
                 self.counters
                     .dropped_kernel
-                    .store(k.saturating_sub(kernel0), Ordering::Relaxed);
+                    .store(self.kernel, Ordering::Relaxed);
             }
         }
         let k = port.stats().rx_drops.get(crate::port::DropReason::Kernel);
+        self.kernel = k.saturating_sub(kernel0);
         self.counters
             .dropped_kernel
-            .store(k.saturating_sub(kernel0), Ordering::Relaxed);
+            .store(self.kernel, Ordering::Relaxed);
         self.close_file();
         res
     }

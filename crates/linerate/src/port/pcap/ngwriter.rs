@@ -389,11 +389,21 @@ impl<W: RecordWrite> PcapNgWriter<W> {
     /// creation and now, and the packets it wrote. Figures without times (a capture file's
     /// interface, `start_ns` and `end_ns` 0) span the packets of it written here.
     pub fn write_stats(&mut self, stats: &[InterfaceStats]) -> io::Result<()> {
+        self.write_stats_named(stats, &[])
+    }
+
+    /// As [`PcapNgWriter::write_stats`], the drop reasons of `names` called by the names given
+    /// in the comment (a recorder's `ring_full` is its `disk_full`).
+    pub fn write_stats_named(
+        &mut self,
+        stats: &[InterfaceStats],
+        names: &[(DropReason, &str)],
+    ) -> io::Result<()> {
         let now = crate::time::wall_ns();
         for id in 0..self.written.len() {
             let written = self.written[id];
             let s = stats.get(id);
-            let comment = s.map(comment_of).unwrap_or_default();
+            let comment = s.map(|s| comment_of(s, names)).unwrap_or_default();
             let (first, last) = self.span[id];
             let (start, end) = match s {
                 Some(s) if s.start_ns == 0 && s.end_ns == 0 && written > 0 => (first, last),
@@ -493,12 +503,18 @@ impl<W: RecordWrite> PcapNgWriter<W> {
 }
 
 /// `received 100: accepted 90, filtered 6, dropped 4 (kernel=3 no_frame=1)`.
-fn comment_of(s: &InterfaceStats) -> String {
+fn comment_of(s: &InterfaceStats, names: &[(DropReason, &str)]) -> String {
     let lost = s.drops.without(DropReason::Filter);
+    let name = |r: DropReason| {
+        names
+            .iter()
+            .find(|(n, _)| *n == r)
+            .map_or(r.name(), |(_, s)| s)
+    };
     let reasons: Vec<String> = DropReason::ALL
         .iter()
         .filter(|&&r| r != DropReason::Filter && lost.get(r) > 0)
-        .map(|&r| format!("{}={}", r.name(), lost.get(r)))
+        .map(|&r| format!("{}={}", name(r), lost.get(r)))
         .collect();
     let mut c = format!(
         "linerate: received {}: accepted {}, filtered {}, dropped {}",
