@@ -62,7 +62,7 @@ enum Cmd {
     /// xdp:IFACE@Q, afpacket:IFACE); `extcap install` puts it in Wireshark's extcap folder.
     Extcap(cmd::extcap::Args),
     /// Record inputs to a rolling window of indexed capture files in a directory (Stenographer,
-    /// n2disk): a writer per queue, --file-size rotation, --budget and --keep-free.
+    /// n2disk): a writer per queue, --file-size and -G rotation, --budget and --keep-free.
     Record(cmd::record::Args),
     /// Print the shell completion script for bash, zsh or fish (`source <(linerate completions
     /// bash)`); scripts/install.sh installs them.
