@@ -6,7 +6,9 @@
 #   git worktree add /tmp/lr-old 38722a4 && (cd /tmp/lr-old && cargo build --release -p linerate-cli)
 #   DUR=2 RUNS=3 bash bench/cluster-ab.sh /tmp/lr-old/target/release/linerate
 #
-# NEW_BIN defaults to target/release/linerate (built first). Never run in CI.
+# NEW_BIN defaults to target/release/linerate (built first). Every row of bench/cluster.sh;
+# ONLY_ROWS (a grep -E pattern on the labels) and PRIO (a command prefix such as `chrt -f 1`)
+# work as there. Never run in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLD=${1:?usage: bench/cluster-ab.sh OLD_BIN [NEW_BIN]}
@@ -25,6 +27,7 @@ stats() { sort -g | awk '{a[NR]=$1} END {printf "%.2f / %.2f", a[NR], a[int((NR+
 ab() { # label cmd...
   local label=$1; shift
   local om=() oc=() nm=() nc=() r k
+  if [ -n "$ONLY_ROWS" ] && ! grep -Eq -- "$ONLY_ROWS" <<<"$label"; then return 0; fi
   for ((k = 0; k < RUNS; k++)); do
     BIN=$OLD; r=$("$@"); om+=("$(cut -f1 <<<"$r")"); oc+=("$(cut -f2 <<<"$r")")
     BIN=$NEW; r=$("$@"); nm+=("$(cut -f1 <<<"$r")"); nc+=("$(cut -f2 <<<"$r")")
@@ -34,17 +37,20 @@ ab() { # label cmd...
     "$(printf '%s\n' "${oc[@]}" | stats)" "$(printf '%s\n' "${nc[@]}" | stats)"
 }
 
-echo "## Cluster A/B ($(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), ${DUR}s x $RUNS interleaved, best / median)"
+echo "## Cluster A/B ($(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), ${DUR}s x $RUNS interleaved, best / median${PRIO[*]:+, under ${PRIO[*]}})"
 echo
 echo "| run | master Mpps, old | master Mpps, new | per consumer (min), old | per consumer (min), new |"
 echo "|---|---|---|---|---|"
 ab "threads 1→1 (ip hash)" threads 1 ip
+ab "threads 1→1 (round-robin)" threads 1 round-robin
 ab "threads 1→2 balanced (ip hash)" threads 2 ip
-ab "threads 1→2 balanced (5tuple)" threads 2 5tuple
 ab "threads 1→2 fan-out" threads 2 fanout
+ab "processes 1→1 (ip hash)" procs 1 ip
 ab "processes 1→2 balanced (ip hash)" procs 2 ip
 ab "processes 1→2 fan-out" procs 2 fanout
+ab "processes 1→2 fan-out, consumer of queue 0 alone on core 1" procs 2 fanout 1
+ab "threads 1→2 balanced (5tuple)" threads 2 5tuple
 tp=()
-for ((k = 0; k < 2; k++)); do tp+=("$(testpmd)"); done
+for ((k = 0; k < RUNS; k++)); do tp+=("$(testpmd)"); done
 echo
-echo "dpdk-testpmd io, net_null0 ↔ net_null1, 1 core (best / median of 2): $(printf '%s\n' "${tp[@]}" | stats) Mpps"
+echo "dpdk-testpmd io, net_null0 ↔ net_null1, 1 core (best / median of $RUNS): $(printf '%s\n' "${tp[@]}" | stats) Mpps (runs: ${tp[*]})"

@@ -8,6 +8,14 @@
 #   DUR=2 RUNS=1 bash bench/cluster.sh
 #   DIST_RUNS=3 bash bench/cluster.sh   # rte_distributor's test 3 times (default once, ~75 s)
 #   BIN=/tmp/linerate-old bash bench/cluster.sh   # another build (A/B in one session), no cargo
+#   ONLY_ROWS='threads 1→1|processes 1→1' DIST_RUNS=0 bash bench/cluster.sh   # some rows only
+#   PRIO='chrt -f 1' bash bench/cluster.sh   # master, consumers and testpmd at real-time priority
+#
+# ONLY_ROWS is an extended regular expression (grep -E) matched against each row's label; the
+# other rows are skipped (testpmd always runs; DIST_RUNS=0 skips rte_distributor). PRIO is a
+# command prefix for every measured program: on a machine loaded by other work (builds), the
+# default scheduler shares both cores with it and the figures swing by half; `chrt -f 1` keeps
+# the measured programs on their cores (the kernel still leaves others 5 % of each second).
 #
 # Figures: "balance Mpps" is what the master received and distributed (one core: -g 0);
 # "per consumer" is what each consumer received (threads pinned to core 1, processes with
@@ -18,6 +26,9 @@ cd "$(dirname "$0")/.."
 DUR=${DUR:-4}
 RUNS=${RUNS:-3}
 DIST_RUNS=${DIST_RUNS:-1} # dpdk-test's distributor test takes ~75 s a run here
+ONLY_ROWS=${ONLY_ROWS:-}
+# shellcheck disable=SC2206 # a command prefix, split into words on purpose
+PRIO=(${PRIO:-})
 if [ -z "${BIN:-}" ]; then
   BIN=target/release/linerate
   cargo build --release -q -p linerate-cli
@@ -32,7 +43,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR==0 ? "nan" : a[int((NR+1)/2)
 threads() {
   local n=$1 mode=$2 cores="0:" i
   for ((i = 0; i < n; i++)); do cores+="$C1,"; done
-  "$BIN" balance --threads -i source -n "$n" -m "$mode" -t "$DUR" -g "${cores%,}" --json --quiet \
+  ${PRIO[@]+"${PRIO[@]}"} "$BIN" balance --threads -i source -n "$n" -m "$mode" -t "$DUR" -g "${cores%,}" --json --quiet \
     | jq -r 'select(.type=="summary") | [(.rx / .elapsed_ms / 1000),
         ([.threads[].pkts] | min / 1) / .elapsed_ms / 1000,
         (if .destinations == 0 then 0 else (.destinations - .delivered) * 100 / .destinations end)] | @tsv'
@@ -46,11 +57,11 @@ procs() {
   local n=$1 mode=$2 nc=${3:-$1} id=$((70000 + $$ % 10000)) q pids=() out wait=--wait-consumers
   out=$(mktemp -d)
   [ "$nc" -lt "$n" ] && wait=""
-  taskset -c 0 "$BIN" balance -i source -c "$id" -n "$n" -m "$mode" -t "$DUR" $wait --json --quiet >"$out/m" &
+  taskset -c 0 ${PRIO[@]+"${PRIO[@]}"} "$BIN" balance -i source -c "$id" -n "$n" -m "$mode" -t "$DUR" $wait --json --quiet >"$out/m" &
   local mpid=$!
   for _ in $(seq 100); do [ -e "/dev/shm/linerate-cluster-$id" ] && break; sleep 0.05; done
   for ((q = 0; q < nc; q++)); do
-    taskset -c "$C1" "$BIN" count -i "cluster:$id@$q" --json -q >"$out/c$q" 2>/dev/null &
+    taskset -c "$C1" ${PRIO[@]+"${PRIO[@]}"} "$BIN" count -i "cluster:$id@$q" --json -q >"$out/c$q" 2>/dev/null &
     pids+=($!)
   done
   wait "$mpid"
@@ -69,7 +80,7 @@ procs() {
 
 testpmd() {
   command -v dpdk-testpmd >/dev/null || { echo "nan"; return; }
-  timeout -s INT $((DUR + 2)) dpdk-testpmd --no-huge --no-pci -m 512 -l 0-$C1 --no-shconf \
+  timeout -s INT $((DUR + 2)) ${PRIO[@]+"${PRIO[@]}"} dpdk-testpmd --no-huge --no-pci -m 512 -l 0-$C1 --no-shconf \
     --file-prefix lrbench --vdev net_null0,size=64 --vdev net_null1,size=64 -- --forward-mode=io \
     --stats-period 1 --nb-cores=1 --total-num-mbufs=32768 2>/dev/null \
     | awk '/Rx-pps:/ {v[++n]=$2} END {if (n < 4) {print "nan"} else {print (v[n-1] + v[n]) / 1e6}}' \
@@ -99,6 +110,7 @@ declare -A ROW_RX ROW_PC # label -> median master Mpps, median per-consumer Mpps
 row() { # label cmd...
   local label=$1; shift
   local rx=() pc=() dp=() r
+  if [ -n "$ONLY_ROWS" ] && ! grep -Eq -- "$ONLY_ROWS" <<<"$label"; then return 0; fi
   for ((k = 0; k < RUNS; k++)); do
     r=$("$@")
     rx+=("$(cut -f1 <<<"$r")"); pc+=("$(cut -f2 <<<"$r")"); dp+=("$(cut -f3 <<<"$r")")
@@ -135,14 +147,14 @@ if [ -n "${CLUSTER_FNS_ONLY:-}" ]; then return 0; fi
   for ((k = 0; k < DIST_RUNS; k++)); do read -r a b <<<"$(distributor)"; ds+=("$a"); dsw+=("$b"); done
   dsm=$(printf '%s\n' "${ds[@]}" | median)
   echo
-  echo "DPDK rte_distributor, burst mode, 1 worker on core $C1 (dpdk-test distributor_perf_autotest, no hugepages): $dsm Mpps (runs: ${ds[*]}); a cache line from core 0 to core $C1 and back: $(printf '%s\n' "${dsw[@]}" | median) ns (runs: ${dsw[*]})"
+  [ "$DIST_RUNS" -gt 0 ] && echo "DPDK rte_distributor, burst mode, 1 worker on core $C1 (dpdk-test distributor_perf_autotest, no hugepages): $dsm Mpps (runs: ${ds[*]}); a cache line from core 0 to core $C1 and back: $(printf '%s\n' "${dsw[@]}" | median) ns (runs: ${dsw[*]})"
   . bench/lib.sh
   # The performance issue kept one goal here (the ip-hash 1→1 master at 0.9× testpmd); the
   # round-robin and fan-out goals were withdrawn (both consumers share one core on 2 vCPUs) and
   # stay as reference rows.
-  goal "cluster threads 1→1 (ip), master" "${ROW_RX["threads 1→1 (ip hash)"]}" "testpmd io net_null" "$tpm" 0.9 Mpps
-  goal "cluster threads 1→1 (round-robin), master" "${ROW_RX["threads 1→1 (round-robin)"]}" "testpmd io net_null" "$tpm" - Mpps
-  goal "cluster threads 1→2 fan-out, per consumer" "${ROW_PC["threads 1→2 fan-out"]}" "testpmd io net_null" "$tpm" - Mpps
-  goal "cluster processes 1→2 fan-out, per consumer" "${ROW_PC["processes 1→2 fan-out"]}" "testpmd io net_null" "$tpm" - Mpps
-  goal "cluster threads 1→1 (ip), master" "${ROW_RX["threads 1→1 (ip hash)"]}" "DPDK rte_distributor burst, 1 worker" "$dsm" - Mpps
+  goal "cluster threads 1→1 (ip), master" "${ROW_RX["threads 1→1 (ip hash)"]:-}" "testpmd io net_null" "$tpm" 0.9 Mpps
+  goal "cluster threads 1→1 (round-robin), master" "${ROW_RX["threads 1→1 (round-robin)"]:-}" "testpmd io net_null" "$tpm" - Mpps
+  goal "cluster threads 1→2 fan-out, per consumer" "${ROW_PC["threads 1→2 fan-out"]:-}" "testpmd io net_null" "$tpm" - Mpps
+  goal "cluster processes 1→2 fan-out, per consumer" "${ROW_PC["processes 1→2 fan-out"]:-}" "testpmd io net_null" "$tpm" - Mpps
+  goal "cluster threads 1→1 (ip), master" "${ROW_RX["threads 1→1 (ip hash)"]:-}" "DPDK rte_distributor burst, 1 worker" "$dsm" - Mpps
 } | tee bench/cluster-results.md
