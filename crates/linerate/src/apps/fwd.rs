@@ -631,6 +631,9 @@ fn filter_batch(
             rx.clear();
             return Err(e);
         }
+        if keep[..n].iter().all(|&k| k) {
+            return Ok(()); // nothing dropped: no pass over the batch to keep it all
+        }
         let mut k = 0;
         *filtered += rx.retain(|_| {
             k += 1;
