@@ -306,12 +306,15 @@ impl BatchFilter for LuaFilter {
         let n = self.pkts.load(batch, &[])?;
         let s = &self.script;
         let r = s.func.call::<()>((self.pkts.table(), n));
-        for (i, k) in keep.iter_mut().enumerate().take(n) {
-            if self.pkts.dropped(i) {
-                *k = false;
+        let m = n.min(keep.len());
+        let keep = &mut keep[..m];
+        self.pkts.finish(|i, dropped, _| {
+            if dropped {
+                if let Some(k) = keep.get_mut(i) {
+                    *k = false;
+                }
             }
-        }
-        self.pkts.done();
+        });
         r.map_err(|e| lua::error_line(&e, &s.name, &s.lua))
     }
 }
@@ -627,6 +630,9 @@ fn filter_batch(
             *filtered += n as u64;
             rx.clear();
             return Err(e);
+        }
+        if keep[..n].iter().all(|&k| k) {
+            return Ok(()); // nothing dropped: no pass over the batch to keep it all
         }
         let mut k = 0;
         *filtered += rx.retain(|_| {

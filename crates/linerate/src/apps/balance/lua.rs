@@ -104,26 +104,24 @@ impl LuaScript {
         let r = self
             .func
             .call::<Value>((self.pkts.table(), n, self.pkts.queues()));
+        if let Ok(Value::Nil) = r {
+            // The fast form: the script filled q (a queue from 0 to 63, or -1), read back as
+            // the batch ends.
+            let all = if self.queues >= 64 {
+                u64::MAX
+            } else {
+                (1u64 << self.queues) - 1
+            };
+            let out = &mut out[..n];
+            self.pkts.finish(|i, dropped, q| {
+                let take = keep >> i & 1 != 0 && !dropped && (0..64).contains(&q);
+                out[i] = if take { (1u64 << (q & 63)) & all } else { 0 };
+            });
+            return Ok(());
+        }
         self.pkts.done();
         let r = match r.map_err(lua_err)? {
             Value::Table(r) => r,
-            // The fast form: the script filled q.
-            Value::Nil => {
-                let all = if self.queues >= 64 {
-                    u64::MAX
-                } else {
-                    (1u64 << self.queues) - 1
-                };
-                for (i, o) in out[..n].iter_mut().enumerate() {
-                    *o = match self.pkts.queue(i) {
-                        Some(q) if keep & (1 << i) != 0 && !self.pkts.dropped(i) => {
-                            (1u64 << q) & all
-                        }
-                        _ => 0,
-                    };
-                }
-                return Ok(());
-            }
             _ => {
                 return Err(LuaError::Lua(format!(
                     "{}: balance() must return a table (queue, table of queues or false per \

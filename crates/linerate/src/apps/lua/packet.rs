@@ -102,7 +102,7 @@ struct Slot {
     dirty: Cell<u8>,
     ok: Cell<u8>,
     parsed: Cell<u8>,
-    /// What the parser found ([`parse_slot`], or packets.lua's `parse` after a raw write): IP
+    /// What the parser found ([`parse_frame`], or packets.lua's `parse` after a raw write): IP
     /// version, protocol, VLAN tags, whether the transport header is whole, and where the
     /// network layer, the transport header, the datagram's end and the payload are.
     ver: Cell<u8>,
@@ -242,21 +242,22 @@ impl Packets {
     }
 
     /// Points the slots at the batch's frames (`frame(i)`: the bytes of frame `i`; their
-    /// address goes to the Lua side) and parses each ([`parse_slot`]): the Lua side's views
+    /// address goes to the Lua side) and parses each ([`parse_frame`]): the Lua side's views
     /// then find their headers without parsing in Lua, where the parse took most of a simple
-    /// script's time.
+    /// script's time. One pass, each slot written once.
     fn fill<'a>(&self, n: usize, frame: impl Fn(usize) -> &'a [u8], streams: &[u8]) {
         let eth = self.shared.eth.get() != 0;
-        for (i, s) in self.shared.pkts[..n].iter().enumerate() {
+        let slots = self.shared.pkts[..n].iter().zip(&self.shared.queues[..n]);
+        for (i, (s, q)) in slots.enumerate() {
             let b = frame(i);
             s.addr.set(b.as_ptr() as u64);
             s.len.set(u32::try_from(b.len()).unwrap_or(0));
             s.stream.set(streams.get(i).map_or(0, |&v| u16::from(v)));
             s.dropped.set(0);
             s.dirty.set(0);
-            parse_slot(s, b, eth);
             s.ok.set(1);
-            self.shared.queues[i].set(-1);
+            parse_frame(b, eth).store(s);
+            q.set(-1);
         }
         self.shared.n.set(n as u32);
     }
@@ -324,6 +325,23 @@ impl Packets {
         }
     }
 
+    /// Ends the batch as [`Packets::done`] does, in the same pass handing on what the script
+    /// decided for each packet `i` (0-based): `each(i, dropped, queue)`, `queue` being what
+    /// balance's fast form left in `q[i + 1]` (-1: none; else 0 to 63). One loop over the
+    /// slots, where [`Packets::dropped`] and [`Packets::queue`] then `done` took two.
+    pub fn finish(&self, mut each: impl FnMut(usize, bool, i16)) {
+        let n = (self.shared.n.get() as usize).min(BATCH);
+        let slots = self.shared.pkts[..n].iter().zip(&self.shared.queues[..n]);
+        for (i, (s, q)) in slots.enumerate() {
+            each(i, s.dropped.get() != 0, q.get());
+            s.addr.set(0);
+            s.len.set(0);
+            s.ok.set(0);
+            s.parsed.set(0);
+            s.heads.iter().for_each(|h| h.set(0));
+        }
+    }
+
     /// After a writing script: calls `fix(i, bytes)` (which recomputes checksums) on every
     /// packet the script changed in a way its setters did not keep the checksums right for
     /// (raw bytes, Ethernet/VLAN/IPv6 fields, lengths, protocol, checksums), then ends the
@@ -339,28 +357,87 @@ impl Packets {
     }
 }
 
-/// linerate's parser (the rules of [`crate::wire::parse()`]: VLAN/QinQ tags, IPv4 with AH
-/// stepped over, IPv6 extension headers, later fragments without transport header) into a
-/// slot, as packets.lua's `parse` does it (which parses again after a raw write): the layer
-/// starts, and `heads` where the IPv4, UDP, TCP and ICMP headers are. A frame longer than the
-/// slot's 16-bit offsets is left for the Lua side's parse.
-fn parse_slot(s: &Slot, b: &[u8], eth: bool) {
-    s.heads.iter().for_each(|h| h.set(0));
-    for c in [&s.ver, &s.proto, &s.nvl, &s.l4ok] {
-        c.set(0);
-    }
-    for c in [&s.l3, &s.l4, &s.l3e, &s.pay] {
-        c.set(0);
-    }
-    if b.len() > usize::from(u16::MAX) {
-        s.parsed.set(0);
-        return;
-    }
-    s.parsed.set(1);
-    parse_layers(s, b, eth);
+/// What the parse finds in one frame: the parse fields of a [`Slot`], computed in registers
+/// and stored into the slot once ([`Parsed::store`]), rather than cleared there field by field
+/// and set again.
+#[derive(Clone, Copy, Default)]
+struct Parsed {
+    parsed: u8,
+    ver: u8,
+    proto: u8,
+    nvl: u8,
+    l4ok: u8,
+    l3: u16,
+    l4: u16,
+    l3e: u16,
+    pay: u16,
+    heads: [u64; 4],
 }
 
-fn parse_layers(s: &Slot, b: &[u8], eth: bool) {
+impl Parsed {
+    #[inline(always)]
+    fn store(&self, s: &Slot) {
+        s.parsed.set(self.parsed);
+        s.ver.set(self.ver);
+        s.proto.set(self.proto);
+        s.nvl.set(self.nvl);
+        s.l4ok.set(self.l4ok);
+        s.l3.set(self.l3);
+        s.l4.set(self.l4);
+        s.l3e.set(self.l3e);
+        s.pay.set(self.pay);
+        for (h, &v) in s.heads.iter().zip(&self.heads) {
+            h.set(v);
+        }
+    }
+}
+
+/// linerate's parser (the rules of [`crate::wire::parse()`]: VLAN/QinQ tags, IPv4 with AH
+/// stepped over, IPv6 extension headers, later fragments without transport header), as
+/// packets.lua's `parse` does it (which parses again after a raw write): the layer starts, and
+/// `heads` where the IPv4, UDP, TCP and ICMP headers are. A frame longer than the slot's 16-bit
+/// offsets is left for the Lua side's parse (`parsed` 0).
+#[inline(always)]
+fn parse_frame(b: &[u8], eth: bool) -> Parsed {
+    let mut p = Parsed::default();
+    if b.len() > usize::from(u16::MAX) {
+        return p;
+    }
+    p.parsed = 1;
+    // The common frame first: untagged Ethernet, IPv4 without options, not a later fragment,
+    // UDP or TCP whole inside the datagram and the frame; anything else takes the full parse,
+    // which finds the same for this one.
+    if eth && b.len() >= 14 + 20 + 8 {
+        let h = &b[14..34];
+        let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
+        let stop = (14 + total).min(b.len());
+        let pr = h[9];
+        if b[12] == 8
+            && b[13] == 0
+            && h[0] == 0x45
+            && total >= 20
+            && u16::from_be_bytes([h[6], h[7]]) & 0x1fff == 0
+            && pr == 17
+            && stop >= 34 + 8
+        {
+            let base = b.as_ptr() as u64;
+            p.ver = 4;
+            p.proto = 17;
+            p.l4ok = 1;
+            p.l3 = 14;
+            p.l4 = 34;
+            p.l3e = stop as u16;
+            p.pay = 42;
+            p.heads[0] = base + 14;
+            p.heads[1] = base + 34;
+            return p;
+        }
+    }
+    parse_layers(&mut p, b, eth);
+    p
+}
+
+fn parse_layers(s: &mut Parsed, b: &[u8], eth: bool) {
     let n = b.len();
     let base = b.as_ptr() as u64;
     let be16 = |o: usize| u16::from_be_bytes([b[o], b[o + 1]]);
@@ -381,7 +458,7 @@ fn parse_layers(s: &Slot, b: &[u8], eth: bool) {
             off += 4;
             k += 1;
         }
-        s.nvl.set(k);
+        s.nvl = k;
         want = match et {
             0x0800 => 4,
             0x86dd => 6,
@@ -405,12 +482,12 @@ fn parse_layers(s: &Slot, b: &[u8], eth: bool) {
             return;
         }
         let stop = (off + total).min(n);
-        s.ver.set(4);
-        s.l3.set(off as u16);
-        s.l3e.set(stop as u16);
-        s.heads[0].set(base + off as u64);
+        s.ver = 4;
+        s.l3 = off as u16;
+        s.l3e = stop as u16;
+        s.heads[0] = base + off as u64;
         let mut pr = b[off + 9];
-        s.proto.set(pr);
+        s.proto = pr;
         if be16(off + 6) & 0x1fff != 0 {
             return; // a later fragment
         }
@@ -435,13 +512,13 @@ fn parse_layers(s: &Slot, b: &[u8], eth: bool) {
         }
         let pl = usize::from(be16(off + 4));
         let stop = if pl == 0 { n } else { (off + 40 + pl).min(n) };
-        s.ver.set(6);
-        s.l3.set(off as u16);
-        s.l3e.set(stop as u16);
+        s.ver = 6;
+        s.l3 = off as u16;
+        s.l3e = stop as u16;
         let (mut nh, mut at) = (b[off + 6], off + 40);
         let mut steps = 0;
         loop {
-            s.proto.set(nh);
+            s.proto = nh;
             if nh == 59 {
                 return;
             }
@@ -462,7 +539,7 @@ fn parse_layers(s: &Slot, b: &[u8], eth: bool) {
                 return;
             }
             if nh == 44 && be16(at + 2) & 0xfff8 != 0 {
-                s.proto.set(nx); // a later fragment: its protocol, no transport header
+                s.proto = nx; // a later fragment: its protocol, no transport header
                 return;
             }
             (nh, at) = (nx, at + hlen);
@@ -473,9 +550,9 @@ fn parse_layers(s: &Slot, b: &[u8], eth: bool) {
 
 /// The transport header of protocol `pr` at `at` (the datagram ending at `stop`): whole, its
 /// payload's offset and its head.
-fn transport(s: &Slot, b: &[u8], at: usize, stop: usize, pr: u8) {
-    s.proto.set(pr);
-    s.l4.set(at as u16);
+fn transport(s: &mut Parsed, b: &[u8], at: usize, stop: usize, pr: u8) {
+    s.proto = pr;
+    s.l4 = at as u16;
     let room = stop.saturating_sub(at);
     let hl = match pr {
         6 => {
@@ -495,15 +572,15 @@ fn transport(s: &Slot, b: &[u8], at: usize, stop: usize, pr: u8) {
     if room < hl {
         return;
     }
-    s.l4ok.set(1);
-    s.pay.set((at + hl) as u16);
+    s.l4ok = 1;
+    s.pay = (at + hl) as u16;
     let k = match pr {
         17 => 1,
         6 => 2,
         132 => return,
         _ => 3,
     };
-    s.heads[k].set(b.as_ptr() as u64 + at as u64);
+    s.heads[k] = b.as_ptr() as u64 + at as u64;
 }
 
 /// Recomputes the IPv4 header checksum and the UDP or TCP checksum of a packet a script changed
@@ -1163,7 +1240,7 @@ mod layers {
         f
     }
 
-    /// The parse Rust does as it fills the slots (parse_slot) and packets.lua's, which runs
+    /// The parse Rust does as it fills the slots (parse_frame) and packets.lua's, which runs
     /// after a raw write, find the same layers in every kind of packet.
     #[test]
     fn the_rust_and_the_lua_parse_agree() {
@@ -1326,7 +1403,7 @@ mod layers {
         ]
     }
 
-    /// Malformed frames of every kind: the slots parse_slot fills (as the frames are loaded)
+    /// Malformed frames of every kind: the slots parse_frame fills (as the frames are loaded)
     /// hold what packets.lua's `parse` (run again after a raw write) writes into them, field by
     /// field, on Ethernet and on raw IP: empty to 14-byte frames, VLAN/QinQ stacks cut after
     /// each byte, IPv4 IHL 0-4 or past the frame, total lengths below the header, AH chains
@@ -1574,6 +1651,76 @@ mod fast {
             assert!(e.contains(want), "{body}: {e}");
             pk.store(&mut b2, |_, _| {});
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod fast_parse {
+    use super::*;
+
+    fn fields(p: &Parsed, base: u64) -> [u64; 13] {
+        let head = |h: u64| if h == 0 { 0 } else { h - base + 1 };
+        [
+            p.parsed.into(),
+            p.ver.into(),
+            p.proto.into(),
+            p.nvl.into(),
+            p.l4ok.into(),
+            p.l3.into(),
+            p.l4.into(),
+            p.l3e.into(),
+            p.pay.into(),
+            head(p.heads[0]),
+            head(p.heads[1]),
+            head(p.heads[2]),
+            head(p.heads[3]),
+        ]
+    }
+
+    /// The common frame's short cut (untagged Ethernet, IPv4 without options, UDP) finds what
+    /// the full parse finds, for every value of every header byte it looks at and every length
+    /// around the headers'.
+    #[test]
+    fn the_short_cut_finds_what_the_full_parse_finds() {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+        f.extend_from_slice(&[
+            0x45, 0, 0, 46, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        f.extend_from_slice(&[0x04, 0x00, 0, 53, 0, 26, 0, 0]);
+        f.resize(60, 7);
+        let check = |b: &[u8], eth: bool| {
+            let mut full = Parsed {
+                parsed: 1,
+                ..Default::default()
+            };
+            parse_layers(&mut full, b, eth);
+            let base = b.as_ptr() as u64;
+            assert_eq!(
+                fields(&parse_frame(b, eth), base),
+                fields(&full, base),
+                "{b:02x?}"
+            );
+        };
+        for at in 12..42 {
+            for v in [
+                0u8, 1, 5, 6, 8, 0x11, 0x1f, 0x20, 0x2e, 0x40, 0x45, 0x46, 0x86, 0xdd, 0xff,
+            ] {
+                let mut g = f.clone();
+                g[at] = v;
+                for cut in [41, 42, 43, 60] {
+                    check(&g[..cut], true);
+                    check(&g[..cut], false);
+                }
+            }
+        }
+        for total in 0..=80u16 {
+            let mut g = f.clone();
+            g[16..18].copy_from_slice(&total.to_be_bytes());
+            check(&g, true);
+        }
+        // Longer than the slots' offsets: left to the Lua side.
+        let big = vec![0u8; 70000];
+        assert_eq!(parse_frame(&big, true).parsed, 0);
     }
 }
 
