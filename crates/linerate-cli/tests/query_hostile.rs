@@ -454,3 +454,29 @@ fn a_file_removed_during_the_query_is_said_and_the_rest_answers() {
     assert!(err.contains("2000 packets matched"), "{err}");
     assert_eq!(24 + rest.len(), 24 + 2_000 * (16 + 1014));
 }
+
+/// `-w DIR/answer.pcap`: the answer was written among the captures, and the next query read
+/// it as one (every packet twice). Refused (exit 2) before anything is written; another name
+/// (not *.pcap, *.pcapng) there is taken.
+#[test]
+fn the_answer_is_never_written_as_a_capture_of_the_directory() {
+    let s = Scratch::new("wdir");
+    let d = big_dir(&s, 10);
+    for w in ["answer.pcap", "ANSWER.PCAPNG"] {
+        let out = d.join(w);
+        let o = query(&[d.to_str().unwrap(), "-w", out.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{w}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("directory queried"));
+        assert!(!out.exists(), "{w}");
+    }
+    let o = Command::new(BIN)
+        .args(["query", ".", "-w", "again.pcap"])
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let out = d.join("answer.bin");
+    let o = query(&[d.to_str().unwrap(), "-q", "-w", out.to_str().unwrap()]);
+    assert!(o.status.success());
+    assert!(out.exists());
+}

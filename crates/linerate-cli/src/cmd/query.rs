@@ -133,6 +133,23 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    // An answer written into DIR under a capture's name is a capture of DIR for the next
+    // query (every packet twice) and for the recorder's budget.
+    if path != "-" && query::is_capture_name(&path) {
+        use std::os::unix::fs::MetadataExt;
+        let parent = std::path::Path::new(&path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        if let (Ok(p), Ok(d)) = (std::fs::metadata(parent), std::fs::metadata(&a.dir)) {
+            if (p.dev(), p.ino()) == (d.dev(), d.ino()) {
+                return Err(usage(format!(
+                    "-w {path}: in the directory queried, where the next query would read it \
+                     as a capture (every packet twice): write it elsewhere"
+                )));
+            }
+        }
+    }
     let out = if path == "-" {
         RecordFile::stdout(WRITE_BUF)
     } else {
