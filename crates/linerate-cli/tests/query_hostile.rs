@@ -480,3 +480,67 @@ fn the_answer_is_never_written_as_a_capture_of_the_directory() {
     assert!(o.status.success());
     assert!(out.exists());
 }
+
+/// Runs `linerate query ARGS`, killed after 20 s: (finished, its output).
+fn query_bounded(args: &[&str]) -> (bool, std::process::Output) {
+    let kid = Command::new(BIN)
+        .arg("query")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = kid.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(kid.wait_with_output());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+        Ok(o) => (true, o.unwrap()),
+        Err(_) => {
+            // Still running: killed by its PID (the thread then reaps it).
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            (false, rx.recv().unwrap().unwrap())
+        }
+    }
+}
+
+/// What is planted under a capture's index name: a FIFO (the query waited for a writer for
+/// ever: also the HTTP server's slot), a link to /dev/zero (read until memory ran out), a file
+/// far larger than an index can be. Each is not an index: the capture is read whole, with a
+/// note, and --reindex replaces it.
+#[test]
+fn planted_index_files_neither_hang_nor_fill_memory() {
+    let s = Scratch::new("plantidx");
+    let d = big_dir(&s, 50);
+    let idx = d.join("big.pcap.idx");
+    let out = s.0.join("out.pcap");
+    let (dir, o) = (d.to_str().unwrap(), out.to_str().unwrap());
+    let plants: [(&str, &dyn Fn()); 3] = [
+        ("fifo", &|| {
+            assert!(Command::new("mkfifo").arg(&idx).status().unwrap().success())
+        }),
+        ("link to /dev/zero", &|| {
+            std::os::unix::fs::symlink("/dev/zero", &idx).unwrap()
+        }),
+        ("huge", &|| {
+            let f = std::fs::File::create(&idx).unwrap();
+            f.set_len(1 << 30).unwrap();
+        }),
+    ];
+    for (what, plant) in plants {
+        let _ = std::fs::remove_file(&idx);
+        plant();
+        let (done, r) = query_bounded(&[dir, "-w", o]);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(done, "{what}: the query hung");
+        assert!(r.status.success(), "{what}: {err}");
+        assert!(err.contains("50 packets matched"), "{what}: {err}");
+        assert!(err.contains("read whole"), "{what}: {err}");
+    }
+    let (done, r) = query_bounded(&[dir, "--reindex", "-w", o]);
+    assert!(done && r.status.success());
+    assert!(std::fs::symlink_metadata(&idx).unwrap().len() < 4096);
+    let (_, r) = query_bounded(&[dir, "-w", o]);
+    assert!(String::from_utf8_lossy(&r.stderr).contains("1 by index"));
+}
