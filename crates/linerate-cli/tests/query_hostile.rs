@@ -544,3 +544,61 @@ fn planted_index_files_neither_hang_nor_fill_memory() {
     let (_, r) = query_bounded(&[dir, "-w", o]);
     assert!(String::from_utf8_lossy(&r.stderr).contains("1 by index"));
 }
+
+/// `query --serve` ended on no signal of its own: SIGINT, when the shell that started it in the
+/// background had it ignored (`cmd &` in a script), left it serving for ever; SIGTERM killed it
+/// by default. Now every stop signal ends it (exit 0), as it ends every tool, even with a
+/// query being served.
+#[test]
+fn serve_stops_on_sigint_even_when_started_with_it_ignored() {
+    use std::io::Write;
+    let s = Scratch::new("sigint");
+    let d = big_dir(&s, 20_000);
+    for sig in ["INT", "TERM"] {
+        let mut kid = Kid(Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "trap '' INT; exec {BIN} query --serve 127.0.0.1:0 {}",
+                d.display()
+            ))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap());
+        // Its port: the first line of its log.
+        let mut err = kid.0.stderr.take().unwrap();
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while !line.ends_with(b"\n") {
+            use std::io::Read;
+            assert_eq!(err.read(&mut b).unwrap(), 1);
+            line.push(b[0]);
+        }
+        let line = String::from_utf8_lossy(&line).into_owned();
+        let port: u16 = line.rsplit(':').next().unwrap().trim_end_matches("/query\n").parse().unwrap();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut sink = Vec::new();
+            let _ = err.read_to_end(&mut sink);
+        });
+        // A client that asked for everything and reads nothing.
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.write_all(b"GET /query HTTP/1.1\r\n\r\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let pid = kid.0.id().to_string();
+        assert!(Command::new("kill").args([&format!("-{sig}"), &pid]).status().unwrap().success());
+        let t = std::time::Instant::now();
+        let st = loop {
+            if let Some(st) = kid.0.try_wait().unwrap() {
+                break Some(st);
+            }
+            if t.elapsed() > std::time::Duration::from_secs(10) {
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let st = st.unwrap_or_else(|| panic!("SIG{sig}: still serving after 10 s"));
+        assert_eq!(st.code(), Some(0), "SIG{sig}");
+        drop(c);
+    }
+}

@@ -231,7 +231,22 @@ fn run_serve(a: &Args, addr: &str) -> anyhow::Result<ExitCode> {
             a.dir.display()
         );
     }
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    serve::serve(&a.dir, l, &stop).context("--serve")?;
+    // SIGINT, SIGTERM, SIGHUP... stop the server (as they stop every tool: also when the shell
+    // that started it in the background had SIGINT ignored); the accepting thread waits for a
+    // connection, so the main thread watches the flag and ends the process.
+    let stop = crate::common::stop_flag()?;
+    let (dir, st) = (a.dir.clone(), stop.clone());
+    let server = std::thread::Builder::new()
+        .name("serve".into())
+        .spawn(move || serve::serve(&dir, l, &st))?;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && !server.is_finished() {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    if server.is_finished() {
+        match server.join() {
+            Ok(r) => r.context("--serve")?,
+            Err(_) => anyhow::bail!("--serve: the server thread panicked"),
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
