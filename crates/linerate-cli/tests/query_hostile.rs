@@ -74,7 +74,7 @@ fn pcap(link: u32, recs: &[(u64, Vec<u8>)]) -> Vec<u8> {
 
 fn ng_block(t: u32, body: &[u8]) -> Vec<u8> {
     let mut b = body.to_vec();
-    while b.len() % 4 != 0 {
+    while !b.len().is_multiple_of(4) {
         b.push(0);
     }
     let len = (12 + b.len()) as u32;
@@ -165,8 +165,16 @@ fn pcapng_interfaces_of_another_link_type_are_never_mislabelled() {
         assert!(o.status.success(), "{mode:?}: {err}");
         assert!(err.contains("link type 101"), "{mode:?}: {err}");
         let got = tcpdump_print(&out);
-        assert_eq!(got.matches("IP 10.0.0.1.1234 > 10.0.0.2.53").count(), 1, "{got}");
-        assert_eq!(got.lines().filter(|l| l.starts_with("17")).count(), 1, "{got}");
+        assert_eq!(
+            got.matches("IP 10.0.0.1.1234 > 10.0.0.2.53").count(),
+            1,
+            "{got}"
+        );
+        assert_eq!(
+            got.lines().filter(|l| l.starts_with("17")).count(),
+            1,
+            "{got}"
+        );
         assert!(got.starts_with("1764259200.000000 IP"), "{got}");
     }
 }
@@ -202,7 +210,11 @@ fn link_types_whose_dlt_differs_are_queried_as_tcpdump_reads_them() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.success(), "'{expr}': {err}");
         let got = tcpdump_print(&out);
-        assert_eq!(got.lines().filter(|l| l.starts_with("17")).count(), n, "'{expr}'");
+        assert_eq!(
+            got.lines().filter(|l| l.starts_with("17")).count(),
+            n,
+            "'{expr}'"
+        );
         assert_eq!(got, tcpdump_print(&want), "'{expr}': {err}");
     }
 }
@@ -226,7 +238,12 @@ fn an_index_of_another_file_is_not_trusted() {
     };
     let a: Vec<_> = (0..100).map(|i| (T0_US + i, from(1, i as u16))).collect();
     let b: Vec<_> = (0..400)
-        .map(|i| (T0_US + 1_000_000 + i, from(if i < 50 { 1 } else { 9 }, i as u16)))
+        .map(|i| {
+            (
+                T0_US + 1_000_000 + i,
+                from(if i < 50 { 1 } else { 9 }, i as u16),
+            )
+        })
         .collect();
     std::fs::write(d.join("a.pcap"), pcap(1, &a)).unwrap();
     std::fs::write(d.join("b.pcap"), pcap(1, &b)).unwrap();
@@ -342,7 +359,9 @@ fn serve_bounds_a_request_that_never_ends() {
         slow.push(c);
     }
     std::thread::sleep(std::time::Duration::from_millis(500));
-    assert!(http(port, b"GET /query HTTP/1.1\r\n\r\n").0.contains(" 503 "));
+    assert!(http(port, b"GET /query HTTP/1.1\r\n\r\n")
+        .0
+        .contains(" 503 "));
     // Drip a header line to each every 2 s; 14 s on, the server has dropped them.
     let t = std::time::Instant::now();
     while t.elapsed() < std::time::Duration::from_secs(14) {
@@ -408,7 +427,11 @@ fn serve_refuses_what_the_command_line_refuses_and_logs_one_line_a_request() {
         (b"GET /query?count=2 HTTP/1.1\r\n\r\n", " 200 "),
     ] {
         let (line, _) = http(port, req);
-        assert!(line.contains(code), "{}: {line}", String::from_utf8_lossy(req));
+        assert!(
+            line.contains(code),
+            "{}: {line}",
+            String::from_utf8_lossy(req)
+        );
     }
     let (line, _) = http(
         port,
@@ -418,7 +441,10 @@ fn serve_refuses_what_the_command_line_refuses_and_logs_one_line_a_request() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     let log = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
     assert!(log.contains("udp\\nquery from 10.6.6.6"), "{log}");
-    assert!(!log.lines().any(|l| l.starts_with("query from 10.6.6.6")), "{log}");
+    assert!(
+        !log.lines().any(|l| l.starts_with("query from 10.6.6.6")),
+        "{log}"
+    );
 }
 
 /// A capture deleted while a query runs (the recorder's --budget removes the oldest files; a
@@ -447,10 +473,18 @@ fn a_file_removed_during_the_query_is_said_and_the_rest_answers() {
     let mut rest = Vec::new();
     out.read_to_end(&mut rest).unwrap();
     let mut err = String::new();
-    kid.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    kid.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     let st = kid.0.wait().unwrap();
     assert!(st.success(), "{err}");
-    assert!(err.contains("late.pcap: removed before it was read"), "{err}");
+    assert!(
+        err.contains("late.pcap: removed before it was read"),
+        "{err}"
+    );
     assert!(err.contains("2000 packets matched"), "{err}");
     assert_eq!(24 + rest.len(), 24 + 2_000 * (16 + 1014));
 }
@@ -575,7 +609,13 @@ fn serve_stops_on_sigint_even_when_started_with_it_ignored() {
             line.push(b[0]);
         }
         let line = String::from_utf8_lossy(&line).into_owned();
-        let port: u16 = line.rsplit(':').next().unwrap().trim_end_matches("/query\n").parse().unwrap();
+        let port: u16 = line
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .trim_end_matches("/query\n")
+            .parse()
+            .unwrap();
         std::thread::spawn(move || {
             use std::io::Read;
             let mut sink = Vec::new();
@@ -586,7 +626,11 @@ fn serve_stops_on_sigint_even_when_started_with_it_ignored() {
         c.write_all(b"GET /query HTTP/1.1\r\n\r\n").unwrap();
         std::thread::sleep(std::time::Duration::from_millis(500));
         let pid = kid.0.id().to_string();
-        assert!(Command::new("kill").args([&format!("-{sig}"), &pid]).status().unwrap().success());
+        assert!(Command::new("kill")
+            .args([&format!("-{sig}"), &pid])
+            .status()
+            .unwrap()
+            .success());
         let t = std::time::Instant::now();
         let st = loop {
             if let Some(st) = kid.0.try_wait().unwrap() {

@@ -536,10 +536,7 @@ impl Stream {
                     "{}: the packet at byte {} is of link type {} (another pcapng interface), \
                      the output's {}: the file is read up to there, never written mislabelled \
                      (tcpdump -r stops at that interface's description; tshark -r reads all)",
-                    self.name,
-                    p.offset,
-                    p.link.0,
-                    ctx.link.0
+                    self.name, p.offset, p.link.0, ctx.link.0
                 ));
                 self.close(ctx);
                 return Ok(false);
