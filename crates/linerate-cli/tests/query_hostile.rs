@@ -646,3 +646,30 @@ fn serve_stops_on_sigint_even_when_started_with_it_ignored() {
         drop(c);
     }
 }
+
+/// A FIFO, a directory and links named like captures are never read, and each is named in a
+/// note (they were passed over without a word).
+#[test]
+fn entries_named_like_captures_that_are_not_files_are_said() {
+    let s = Scratch::new("notfiles");
+    let d = big_dir(&s, 5);
+    assert!(Command::new("mkfifo")
+        .arg(d.join("fifo.pcap"))
+        .status()
+        .unwrap()
+        .success());
+    std::fs::create_dir(d.join("dir.pcapng")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", d.join("link.pcap")).unwrap();
+    std::os::unix::fs::symlink("loop.pcap", d.join("loop.pcap")).unwrap();
+    let (done, r) = query_bounded(&[d.to_str().unwrap(), "-w", "/dev/null"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(done && r.status.success(), "{err}");
+    assert!(err.contains("5 packets matched"), "{err}");
+    for n in ["fifo.pcap", "dir.pcapng", "link.pcap", "loop.pcap"] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains(n) && l.ends_with("passed over")),
+            "{n}: {err}"
+        );
+    }
+}

@@ -197,8 +197,18 @@ impl Query {
                 source,
             })?;
             let name = e.file_name().to_string_lossy().into_owned();
-            // file_type() does not follow a link: links and directories are passed over.
-            if !is_capture_name(&name) || !e.file_type().is_ok_and(|t| t.is_file()) {
+            // file_type() does not follow a link: links and directories are passed over, and
+            // said (a FIFO, a link or a directory under a capture's name is never read).
+            if !is_capture_name(&name) {
+                continue;
+            }
+            if !e.file_type().is_ok_and(|t| t.is_file()) {
+                let what = match e.file_type() {
+                    Ok(t) if t.is_symlink() => "a symbolic link",
+                    Ok(t) if t.is_dir() => "a directory",
+                    _ => "not a regular file",
+                };
+                passed_over.push(format!("{}: {what}: passed over", e.path().display()));
                 continue;
             }
             let path = e.path();
