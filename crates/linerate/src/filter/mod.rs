@@ -107,8 +107,8 @@ impl Filter {
 }
 
 /// The DLT_ value libpcap's compiler takes for a LINKTYPE_ value (libpcap's
-/// `linktype_to_dlt`: the LINKTYPE_ values below 104 whose DLT_ differs by platform; every
-/// other value is the same in both).
+/// `linktype_to_dlt`: the LINKTYPE_ values below 104 whose DLT_ differs by platform, and
+/// LINKTYPE_ATM_CLIP; every other value is the same in both).
 fn dlt_of(lt: LinkType) -> i32 {
     /// DLT_RAW on every platform but OpenBSD (where it is 14, and 12 is DLT_LOOP).
     const DLT_RAW: i32 = 12;
@@ -120,6 +120,9 @@ fn dlt_of(lt: LinkType) -> i32 {
         100 => 11,
         102 => 15,
         103 => 16,
+        // LINKTYPE_ATM_CLIP (106), the one value of the matching range libpcap maps: Linux's
+        // DLT_ATM_CLIP (19).
+        106 => 19,
         n => i32::try_from(n).unwrap_or(i32::MAX),
     }
 }
@@ -183,7 +186,7 @@ mod tests {
     /// "unknown data link type 100" when the LINKTYPE_ value was handed to it as a DLT_).
     #[test]
     fn compiles_for_link_types_whose_dlt_differs() {
-        for lt in [100, 102, 103] {
+        for lt in [100, 102, 103, 106] {
             Filter::compile("", LinkType(lt)).unwrap();
             Filter::compile("ip", LinkType(lt)).unwrap();
         }
