@@ -673,3 +673,72 @@ fn entries_named_like_captures_that_are_not_files_are_said() {
         );
     }
 }
+
+/// A BSD loopback capture (DLT_NULL: an address family in the capturing host's byte order; a
+/// Mac's IPv6 is 30): tcpdump -r compiles the filter for the file and tests AF_INET6 of every
+/// BSD; query compiled it for the link type alone (Linux's AF_INET6, 10), and "udp" matched
+/// none of the Mac's IPv6 packets.
+#[test]
+fn bsd_loopback_captures_are_filtered_as_tcpdump_filters_them() {
+    if !have_tcpdump() {
+        return;
+    }
+    let s = Scratch::new("null");
+    let d = s.0.join("dir");
+    std::fs::create_dir(&d).unwrap();
+    let mut v6 = vec![0x60, 0, 0, 0, 0, 8, 17, 64];
+    v6.extend_from_slice(&[0; 15]);
+    v6.push(1);
+    v6.extend_from_slice(&[0; 15]);
+    v6.push(1);
+    v6.extend_from_slice(&[0xe0, 0x3e, 0x01, 0xbb, 0, 8, 0, 0]);
+    let null = |af: u32, p: &[u8]| {
+        let mut f = af.to_le_bytes().to_vec();
+        f.extend_from_slice(p);
+        f
+    };
+    let recs = vec![
+        (T0_US, null(30, &v6)),
+        (T0_US + 1, null(2, &ip_udp(1))),
+        (T0_US + 2, null(24, &v6)),
+        (T0_US + 3, null(28, &v6)),
+    ];
+    let file = d.join("lo0.pcap");
+    std::fs::write(&file, pcap(0, &recs)).unwrap();
+    for expr in ["udp", "ip6 and udp port 443", "not udp"] {
+        let want = s.0.join("want.pcap");
+        tcpdump_write(&file, &want, expr);
+        for mode in ["--no-index", "--reindex"] {
+            let out = s.0.join("got.pcap");
+            let o = query(&[
+                d.to_str().unwrap(),
+                mode,
+                "-w",
+                out.to_str().unwrap(),
+                "-f",
+                expr,
+            ]);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(o.status.success(), "'{expr}': {err}");
+            assert_eq!(
+                tcpdump_print(&out),
+                tcpdump_print(&want),
+                "'{expr}' {mode}: {err}"
+            );
+        }
+    }
+    let out = s.0.join("got.pcap");
+    query(&[
+        d.to_str().unwrap(),
+        "-q",
+        "-w",
+        out.to_str().unwrap(),
+        "udp",
+    ]);
+    let got = tcpdump_print(&out);
+    assert_eq!(
+        got.lines().filter(|l| l.starts_with("17")).count(),
+        4,
+        "{got}"
+    );
+}

@@ -50,6 +50,35 @@ impl Filter {
         let cap =
             pcap::Capture::dead(pcap::Linktype(dlt_of(lt))).map_err(|e| err(e.to_string()))?;
         let prog = cap.compile(expr, true).map_err(|e| err(e.to_string()))?;
+        Filter::from_program(expr, &prog)
+    }
+
+    /// Compiles `expr` for the packets of the capture file `path` exactly as `tcpdump -r path`
+    /// compiles it: libpcap's compiler reads the file's header, and for DLT_NULL and DLT_ENC
+    /// (an address family in the capturing host's byte order) tests the BSD values of AF_INET6
+    /// and the file's byte order, which a compile for the link type alone does not (a macOS
+    /// loopback capture's IPv6 packets matched no filter). None when libpcap cannot open the
+    /// file (then [`Filter::compile`] for its link type is what there is).
+    pub fn compile_for_file(
+        expr: &str,
+        path: &std::path::Path,
+    ) -> Option<Result<Filter, FilterError>> {
+        let cap = pcap::Capture::from_file(path).ok()?;
+        Some(
+            cap.compile(expr, true)
+                .map_err(|e| FilterError::Compile {
+                    expr: expr.to_string(),
+                    why: e.to_string(),
+                })
+                .and_then(|prog| Filter::from_program(expr, &prog)),
+        )
+    }
+
+    fn from_program(expr: &str, prog: &pcap::BpfProgram) -> Result<Filter, FilterError> {
+        let err = |why: String| FilterError::Compile {
+            expr: expr.to_string(),
+            why,
+        };
         let mut insns = Vec::new();
         for i in prog.get_instructions() {
             // The pcap crate keeps the fields private; its Display prints "code jt jf k".

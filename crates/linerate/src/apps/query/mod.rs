@@ -129,6 +129,10 @@ struct Capture {
     /// First packet's time and offset (None: no packet).
     first: Option<(u64, u64)>,
     size: u64,
+    /// The filter compiled for this file as tcpdump -r compiles it, where that differs from
+    /// the compile for its link type (DLT_NULL, DLT_LOOP, DLT_ENC: see
+    /// [`Filter::compile_for_file`]).
+    own: Option<std::sync::Arc<Filter>>,
 }
 
 /// A query over a directory, ready to run: the files listed and their headers read, the
@@ -251,6 +255,7 @@ impl Query {
                 snaplen,
                 first,
                 size,
+                own: None,
             });
         }
         caps.sort_by(|a, b| {
@@ -271,6 +276,15 @@ impl Query {
         }
         let mut filters = HashMap::new();
         filters.insert(link.0, Filter::compile(&opts.filter, link)?);
+        // An address family in the capturing host's byte order (DLT_NULL, DLT_ENC; DLT_LOOP's
+        // BSD values): libpcap compiles the filter for the file it reads.
+        if matches!(link.0, 0 | 108 | 109) {
+            for c in &mut caps {
+                if let Some(f) = Filter::compile_for_file(&opts.filter, &c.path) {
+                    c.own = Some(std::sync::Arc::new(f?));
+                }
+            }
+        }
         let snaplen = caps.iter().map(|c| c.snaplen).max().unwrap_or(0);
         Ok(Query {
             plan: Plan::parse(&opts.filter),
@@ -455,6 +469,8 @@ impl Read for Counted {
 struct Stream {
     /// The file's path, for notes.
     name: String,
+    /// The file's own filter (else the one of its link type).
+    own: Option<std::sync::Arc<Filter>>,
     reader: PcapReader<Box<dyn Read + Send>>,
     head: Head,
     last_ts: u64,
@@ -515,6 +531,7 @@ impl Stream {
         let reader = PcapReader::new(src, &path)?;
         Ok(Some(Stream {
             name: path,
+            own: cap.own.clone(),
             reader,
             head: Head::default(),
             last_ts: 0,
@@ -555,9 +572,10 @@ impl Stream {
             if p.ts < ctx.from || p.ts >= ctx.to {
                 continue;
             }
-            let f = match ctx.filters.get(&p.link.0) {
-                Some(f) => f,
-                None => {
+            let f = match (&self.own, ctx.filters.get(&p.link.0)) {
+                (Some(f), _) => &**f,
+                (None, Some(f)) => f,
+                (None, None) => {
                     let f = Filter::compile(&ctx.expr, p.link)?;
                     ctx.filters.entry(p.link.0).or_insert(f)
                 }
