@@ -74,7 +74,7 @@ fn pcap(link: u32, recs: &[(u64, Vec<u8>)]) -> Vec<u8> {
 
 fn ng_block(t: u32, body: &[u8]) -> Vec<u8> {
     let mut b = body.to_vec();
-    while b.len() % 4 != 0 {
+    while !b.len().is_multiple_of(4) {
         b.push(0);
     }
     let len = (12 + b.len()) as u32;
@@ -165,8 +165,16 @@ fn pcapng_interfaces_of_another_link_type_are_never_mislabelled() {
         assert!(o.status.success(), "{mode:?}: {err}");
         assert!(err.contains("link type 101"), "{mode:?}: {err}");
         let got = tcpdump_print(&out);
-        assert_eq!(got.matches("IP 10.0.0.1.1234 > 10.0.0.2.53").count(), 1, "{got}");
-        assert_eq!(got.lines().filter(|l| l.starts_with("17")).count(), 1, "{got}");
+        assert_eq!(
+            got.matches("IP 10.0.0.1.1234 > 10.0.0.2.53").count(),
+            1,
+            "{got}"
+        );
+        assert_eq!(
+            got.lines().filter(|l| l.starts_with("17")).count(),
+            1,
+            "{got}"
+        );
         assert!(got.starts_with("1764259200.000000 IP"), "{got}");
     }
 }
@@ -202,7 +210,11 @@ fn link_types_whose_dlt_differs_are_queried_as_tcpdump_reads_them() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.success(), "'{expr}': {err}");
         let got = tcpdump_print(&out);
-        assert_eq!(got.lines().filter(|l| l.starts_with("17")).count(), n, "'{expr}'");
+        assert_eq!(
+            got.lines().filter(|l| l.starts_with("17")).count(),
+            n,
+            "'{expr}'"
+        );
         assert_eq!(got, tcpdump_print(&want), "'{expr}': {err}");
     }
 }
@@ -226,7 +238,12 @@ fn an_index_of_another_file_is_not_trusted() {
     };
     let a: Vec<_> = (0..100).map(|i| (T0_US + i, from(1, i as u16))).collect();
     let b: Vec<_> = (0..400)
-        .map(|i| (T0_US + 1_000_000 + i, from(if i < 50 { 1 } else { 9 }, i as u16)))
+        .map(|i| {
+            (
+                T0_US + 1_000_000 + i,
+                from(if i < 50 { 1 } else { 9 }, i as u16),
+            )
+        })
         .collect();
     std::fs::write(d.join("a.pcap"), pcap(1, &a)).unwrap();
     std::fs::write(d.join("b.pcap"), pcap(1, &b)).unwrap();
@@ -342,7 +359,9 @@ fn serve_bounds_a_request_that_never_ends() {
         slow.push(c);
     }
     std::thread::sleep(std::time::Duration::from_millis(500));
-    assert!(http(port, b"GET /query HTTP/1.1\r\n\r\n").0.contains(" 503 "));
+    assert!(http(port, b"GET /query HTTP/1.1\r\n\r\n")
+        .0
+        .contains(" 503 "));
     // Drip a header line to each every 2 s; 14 s on, the server has dropped them.
     let t = std::time::Instant::now();
     while t.elapsed() < std::time::Duration::from_secs(14) {
@@ -408,7 +427,11 @@ fn serve_refuses_what_the_command_line_refuses_and_logs_one_line_a_request() {
         (b"GET /query?count=2 HTTP/1.1\r\n\r\n", " 200 "),
     ] {
         let (line, _) = http(port, req);
-        assert!(line.contains(code), "{}: {line}", String::from_utf8_lossy(req));
+        assert!(
+            line.contains(code),
+            "{}: {line}",
+            String::from_utf8_lossy(req)
+        );
     }
     let (line, _) = http(
         port,
@@ -418,7 +441,10 @@ fn serve_refuses_what_the_command_line_refuses_and_logs_one_line_a_request() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     let log = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
     assert!(log.contains("udp\\nquery from 10.6.6.6"), "{log}");
-    assert!(!log.lines().any(|l| l.starts_with("query from 10.6.6.6")), "{log}");
+    assert!(
+        !log.lines().any(|l| l.starts_with("query from 10.6.6.6")),
+        "{log}"
+    );
 }
 
 /// A capture deleted while a query runs (the recorder's --budget removes the oldest files; a
@@ -447,10 +473,272 @@ fn a_file_removed_during_the_query_is_said_and_the_rest_answers() {
     let mut rest = Vec::new();
     out.read_to_end(&mut rest).unwrap();
     let mut err = String::new();
-    kid.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    kid.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     let st = kid.0.wait().unwrap();
     assert!(st.success(), "{err}");
-    assert!(err.contains("late.pcap: removed before it was read"), "{err}");
+    assert!(
+        err.contains("late.pcap: removed before it was read"),
+        "{err}"
+    );
     assert!(err.contains("2000 packets matched"), "{err}");
     assert_eq!(24 + rest.len(), 24 + 2_000 * (16 + 1014));
+}
+
+/// `-w DIR/answer.pcap`: the answer was written among the captures, and the next query read
+/// it as one (every packet twice). Refused (exit 2) before anything is written; another name
+/// (not *.pcap, *.pcapng) there is taken.
+#[test]
+fn the_answer_is_never_written_as_a_capture_of_the_directory() {
+    let s = Scratch::new("wdir");
+    let d = big_dir(&s, 10);
+    for w in ["answer.pcap", "ANSWER.PCAPNG"] {
+        let out = d.join(w);
+        let o = query(&[d.to_str().unwrap(), "-w", out.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{w}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("directory queried"));
+        assert!(!out.exists(), "{w}");
+    }
+    let o = Command::new(BIN)
+        .args(["query", ".", "-w", "again.pcap"])
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let out = d.join("answer.bin");
+    let o = query(&[d.to_str().unwrap(), "-q", "-w", out.to_str().unwrap()]);
+    assert!(o.status.success());
+    assert!(out.exists());
+}
+
+/// Runs `linerate query ARGS`, killed after 20 s: (finished, its output).
+fn query_bounded(args: &[&str]) -> (bool, std::process::Output) {
+    let kid = Command::new(BIN)
+        .arg("query")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = kid.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(kid.wait_with_output());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+        Ok(o) => (true, o.unwrap()),
+        Err(_) => {
+            // Still running: killed by its PID (the thread then reaps it).
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            (false, rx.recv().unwrap().unwrap())
+        }
+    }
+}
+
+/// What is planted under a capture's index name: a FIFO (the query waited for a writer for
+/// ever: also the HTTP server's slot), a link to /dev/zero (read until memory ran out), a file
+/// far larger than an index can be. Each is not an index: the capture is read whole, with a
+/// note, and --reindex replaces it.
+#[test]
+fn planted_index_files_neither_hang_nor_fill_memory() {
+    let s = Scratch::new("plantidx");
+    let d = big_dir(&s, 50);
+    let idx = d.join("big.pcap.idx");
+    let out = s.0.join("out.pcap");
+    let (dir, o) = (d.to_str().unwrap(), out.to_str().unwrap());
+    let plants: [(&str, &dyn Fn()); 3] = [
+        ("fifo", &|| {
+            assert!(Command::new("mkfifo").arg(&idx).status().unwrap().success())
+        }),
+        ("link to /dev/zero", &|| {
+            std::os::unix::fs::symlink("/dev/zero", &idx).unwrap()
+        }),
+        ("huge", &|| {
+            let f = std::fs::File::create(&idx).unwrap();
+            f.set_len(1 << 30).unwrap();
+        }),
+    ];
+    for (what, plant) in plants {
+        let _ = std::fs::remove_file(&idx);
+        plant();
+        let (done, r) = query_bounded(&[dir, "-w", o]);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(done, "{what}: the query hung");
+        assert!(r.status.success(), "{what}: {err}");
+        assert!(err.contains("50 packets matched"), "{what}: {err}");
+        assert!(err.contains("read whole"), "{what}: {err}");
+    }
+    let (done, r) = query_bounded(&[dir, "--reindex", "-w", o]);
+    assert!(done && r.status.success());
+    assert!(std::fs::symlink_metadata(&idx).unwrap().len() < 4096);
+    let (_, r) = query_bounded(&[dir, "-w", o]);
+    assert!(String::from_utf8_lossy(&r.stderr).contains("1 by index"));
+}
+
+/// `query --serve` ended on no signal of its own: SIGINT, when the shell that started it in the
+/// background had it ignored (`cmd &` in a script), left it serving for ever; SIGTERM killed it
+/// by default. Now every stop signal ends it (exit 0), as it ends every tool, even with a
+/// query being served.
+#[test]
+fn serve_stops_on_sigint_even_when_started_with_it_ignored() {
+    use std::io::Write;
+    let s = Scratch::new("sigint");
+    let d = big_dir(&s, 20_000);
+    for sig in ["INT", "TERM"] {
+        let mut kid = Kid(Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "trap '' INT; exec {BIN} query --serve 127.0.0.1:0 {}",
+                d.display()
+            ))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap());
+        // Its port: the first line of its log.
+        let mut err = kid.0.stderr.take().unwrap();
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while !line.ends_with(b"\n") {
+            use std::io::Read;
+            assert_eq!(err.read(&mut b).unwrap(), 1);
+            line.push(b[0]);
+        }
+        let line = String::from_utf8_lossy(&line).into_owned();
+        let port: u16 = line
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .trim_end_matches("/query\n")
+            .parse()
+            .unwrap();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut sink = Vec::new();
+            let _ = err.read_to_end(&mut sink);
+        });
+        // A client that asked for everything and reads nothing.
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.write_all(b"GET /query HTTP/1.1\r\n\r\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let pid = kid.0.id().to_string();
+        assert!(Command::new("kill")
+            .args([&format!("-{sig}"), &pid])
+            .status()
+            .unwrap()
+            .success());
+        let t = std::time::Instant::now();
+        let st = loop {
+            if let Some(st) = kid.0.try_wait().unwrap() {
+                break Some(st);
+            }
+            if t.elapsed() > std::time::Duration::from_secs(10) {
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let st = st.unwrap_or_else(|| panic!("SIG{sig}: still serving after 10 s"));
+        assert_eq!(st.code(), Some(0), "SIG{sig}");
+        drop(c);
+    }
+}
+
+/// A FIFO, a directory and links named like captures are never read, and each is named in a
+/// note (they were passed over without a word).
+#[test]
+fn entries_named_like_captures_that_are_not_files_are_said() {
+    let s = Scratch::new("notfiles");
+    let d = big_dir(&s, 5);
+    assert!(Command::new("mkfifo")
+        .arg(d.join("fifo.pcap"))
+        .status()
+        .unwrap()
+        .success());
+    std::fs::create_dir(d.join("dir.pcapng")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", d.join("link.pcap")).unwrap();
+    std::os::unix::fs::symlink("loop.pcap", d.join("loop.pcap")).unwrap();
+    let (done, r) = query_bounded(&[d.to_str().unwrap(), "-w", "/dev/null"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(done && r.status.success(), "{err}");
+    assert!(err.contains("5 packets matched"), "{err}");
+    for n in ["fifo.pcap", "dir.pcapng", "link.pcap", "loop.pcap"] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains(n) && l.ends_with("passed over")),
+            "{n}: {err}"
+        );
+    }
+}
+
+/// A BSD loopback capture (DLT_NULL: an address family in the capturing host's byte order; a
+/// Mac's IPv6 is 30): tcpdump -r compiles the filter for the file and tests AF_INET6 of every
+/// BSD; query compiled it for the link type alone (Linux's AF_INET6, 10), and "udp" matched
+/// none of the Mac's IPv6 packets.
+#[test]
+fn bsd_loopback_captures_are_filtered_as_tcpdump_filters_them() {
+    if !have_tcpdump() {
+        return;
+    }
+    let s = Scratch::new("null");
+    let d = s.0.join("dir");
+    std::fs::create_dir(&d).unwrap();
+    let mut v6 = vec![0x60, 0, 0, 0, 0, 8, 17, 64];
+    v6.extend_from_slice(&[0; 15]);
+    v6.push(1);
+    v6.extend_from_slice(&[0; 15]);
+    v6.push(1);
+    v6.extend_from_slice(&[0xe0, 0x3e, 0x01, 0xbb, 0, 8, 0, 0]);
+    let null = |af: u32, p: &[u8]| {
+        let mut f = af.to_le_bytes().to_vec();
+        f.extend_from_slice(p);
+        f
+    };
+    let recs = vec![
+        (T0_US, null(30, &v6)),
+        (T0_US + 1, null(2, &ip_udp(1))),
+        (T0_US + 2, null(24, &v6)),
+        (T0_US + 3, null(28, &v6)),
+    ];
+    let file = d.join("lo0.pcap");
+    std::fs::write(&file, pcap(0, &recs)).unwrap();
+    for expr in ["udp", "ip6 and udp port 443", "not udp"] {
+        let want = s.0.join("want.pcap");
+        tcpdump_write(&file, &want, expr);
+        for mode in ["--no-index", "--reindex"] {
+            let out = s.0.join("got.pcap");
+            let o = query(&[
+                d.to_str().unwrap(),
+                mode,
+                "-w",
+                out.to_str().unwrap(),
+                "-f",
+                expr,
+            ]);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(o.status.success(), "'{expr}': {err}");
+            assert_eq!(
+                tcpdump_print(&out),
+                tcpdump_print(&want),
+                "'{expr}' {mode}: {err}"
+            );
+        }
+    }
+    let out = s.0.join("got.pcap");
+    query(&[
+        d.to_str().unwrap(),
+        "-q",
+        "-w",
+        out.to_str().unwrap(),
+        "udp",
+    ]);
+    let got = tcpdump_print(&out);
+    assert_eq!(
+        got.lines().filter(|l| l.starts_with("17")).count(),
+        4,
+        "{got}"
+    );
 }

@@ -133,6 +133,23 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    // An answer written into DIR under a capture's name is a capture of DIR for the next
+    // query (every packet twice) and for the recorder's budget.
+    if path != "-" && query::is_capture_name(&path) {
+        use std::os::unix::fs::MetadataExt;
+        let parent = std::path::Path::new(&path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        if let (Ok(p), Ok(d)) = (std::fs::metadata(parent), std::fs::metadata(&a.dir)) {
+            if (p.dev(), p.ino()) == (d.dev(), d.ino()) {
+                return Err(usage(format!(
+                    "-w {path}: in the directory queried, where the next query would read it \
+                     as a capture (every packet twice): write it elsewhere"
+                )));
+            }
+        }
+    }
     let out = if path == "-" {
         RecordFile::stdout(WRITE_BUF)
     } else {
@@ -214,7 +231,22 @@ fn run_serve(a: &Args, addr: &str) -> anyhow::Result<ExitCode> {
             a.dir.display()
         );
     }
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    serve::serve(&a.dir, l, &stop).context("--serve")?;
+    // SIGINT, SIGTERM, SIGHUP... stop the server (as they stop every tool: also when the shell
+    // that started it in the background had SIGINT ignored); the accepting thread waits for a
+    // connection, so the main thread watches the flag and ends the process.
+    let stop = crate::common::stop_flag()?;
+    let (dir, st) = (a.dir.clone(), stop.clone());
+    let server = std::thread::Builder::new()
+        .name("serve".into())
+        .spawn(move || serve::serve(&dir, l, &st))?;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && !server.is_finished() {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    if server.is_finished() {
+        match server.join() {
+            Ok(r) => r.context("--serve")?,
+            Err(_) => anyhow::bail!("--serve: the server thread panicked"),
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }

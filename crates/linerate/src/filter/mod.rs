@@ -50,6 +50,35 @@ impl Filter {
         let cap =
             pcap::Capture::dead(pcap::Linktype(dlt_of(lt))).map_err(|e| err(e.to_string()))?;
         let prog = cap.compile(expr, true).map_err(|e| err(e.to_string()))?;
+        Filter::from_program(expr, &prog)
+    }
+
+    /// Compiles `expr` for the packets of the capture file `path` exactly as `tcpdump -r path`
+    /// compiles it: libpcap's compiler reads the file's header, and for DLT_NULL and DLT_ENC
+    /// (an address family in the capturing host's byte order) tests the BSD values of AF_INET6
+    /// and the file's byte order, which a compile for the link type alone does not (a macOS
+    /// loopback capture's IPv6 packets matched no filter). None when libpcap cannot open the
+    /// file (then [`Filter::compile`] for its link type is what there is).
+    pub fn compile_for_file(
+        expr: &str,
+        path: &std::path::Path,
+    ) -> Option<Result<Filter, FilterError>> {
+        let cap = pcap::Capture::from_file(path).ok()?;
+        Some(
+            cap.compile(expr, true)
+                .map_err(|e| FilterError::Compile {
+                    expr: expr.to_string(),
+                    why: e.to_string(),
+                })
+                .and_then(|prog| Filter::from_program(expr, &prog)),
+        )
+    }
+
+    fn from_program(expr: &str, prog: &pcap::BpfProgram) -> Result<Filter, FilterError> {
+        let err = |why: String| FilterError::Compile {
+            expr: expr.to_string(),
+            why,
+        };
         let mut insns = Vec::new();
         for i in prog.get_instructions() {
             // The pcap crate keeps the fields private; its Display prints "code jt jf k".
@@ -107,8 +136,8 @@ impl Filter {
 }
 
 /// The DLT_ value libpcap's compiler takes for a LINKTYPE_ value (libpcap's
-/// `linktype_to_dlt`: the LINKTYPE_ values below 104 whose DLT_ differs by platform; every
-/// other value is the same in both).
+/// `linktype_to_dlt`: the LINKTYPE_ values below 104 whose DLT_ differs by platform, and
+/// LINKTYPE_ATM_CLIP; every other value is the same in both).
 fn dlt_of(lt: LinkType) -> i32 {
     /// DLT_RAW on every platform but OpenBSD (where it is 14, and 12 is DLT_LOOP).
     const DLT_RAW: i32 = 12;
@@ -120,6 +149,9 @@ fn dlt_of(lt: LinkType) -> i32 {
         100 => 11,
         102 => 15,
         103 => 16,
+        // LINKTYPE_ATM_CLIP (106), the one value of the matching range libpcap maps: Linux's
+        // DLT_ATM_CLIP (19).
+        106 => 19,
         n => i32::try_from(n).unwrap_or(i32::MAX),
     }
 }
@@ -183,7 +215,7 @@ mod tests {
     /// "unknown data link type 100" when the LINKTYPE_ value was handed to it as a DLT_).
     #[test]
     fn compiles_for_link_types_whose_dlt_differs() {
-        for lt in [100, 102, 103] {
+        for lt in [100, 102, 103, 106] {
             Filter::compile("", LinkType(lt)).unwrap();
             Filter::compile("ip", LinkType(lt)).unwrap();
         }

@@ -129,6 +129,10 @@ struct Capture {
     /// First packet's time and offset (None: no packet).
     first: Option<(u64, u64)>,
     size: u64,
+    /// The filter compiled for this file as tcpdump -r compiles it, where that differs from
+    /// the compile for its link type (DLT_NULL, DLT_LOOP, DLT_ENC: see
+    /// [`Filter::compile_for_file`]).
+    own: Option<std::sync::Arc<Filter>>,
 }
 
 /// A query over a directory, ready to run: the files listed and their headers read, the
@@ -197,8 +201,18 @@ impl Query {
                 source,
             })?;
             let name = e.file_name().to_string_lossy().into_owned();
-            // file_type() does not follow a link: links and directories are passed over.
-            if !is_capture_name(&name) || !e.file_type().is_ok_and(|t| t.is_file()) {
+            // file_type() does not follow a link: links and directories are passed over, and
+            // said (a FIFO, a link or a directory under a capture's name is never read).
+            if !is_capture_name(&name) {
+                continue;
+            }
+            if !e.file_type().is_ok_and(|t| t.is_file()) {
+                let what = match e.file_type() {
+                    Ok(t) if t.is_symlink() => "a symbolic link",
+                    Ok(t) if t.is_dir() => "a directory",
+                    _ => "not a regular file",
+                };
+                passed_over.push(format!("{}: {what}: passed over", e.path().display()));
                 continue;
             }
             let path = e.path();
@@ -241,6 +255,7 @@ impl Query {
                 snaplen,
                 first,
                 size,
+                own: None,
             });
         }
         caps.sort_by(|a, b| {
@@ -261,6 +276,15 @@ impl Query {
         }
         let mut filters = HashMap::new();
         filters.insert(link.0, Filter::compile(&opts.filter, link)?);
+        // An address family in the capturing host's byte order (DLT_NULL, DLT_ENC; DLT_LOOP's
+        // BSD values): libpcap compiles the filter for the file it reads.
+        if matches!(link.0, 0 | 108 | 109) {
+            for c in &mut caps {
+                if let Some(f) = Filter::compile_for_file(&opts.filter, &c.path) {
+                    c.own = Some(std::sync::Arc::new(f?));
+                }
+            }
+        }
         let snaplen = caps.iter().map(|c| c.snaplen).max().unwrap_or(0);
         Ok(Query {
             plan: Plan::parse(&opts.filter),
@@ -445,6 +469,8 @@ impl Read for Counted {
 struct Stream {
     /// The file's path, for notes.
     name: String,
+    /// The file's own filter (else the one of its link type).
+    own: Option<std::sync::Arc<Filter>>,
     reader: PcapReader<Box<dyn Read + Send>>,
     head: Head,
     last_ts: u64,
@@ -516,6 +542,7 @@ impl Stream {
         let reader = PcapReader::new(src, &path)?;
         Ok(Some(Stream {
             name: path,
+            own: cap.own.clone(),
             reader,
             head: Head::default(),
             last_ts: 0,
@@ -597,10 +624,7 @@ impl Stream {
                     "{}: the packet at byte {} is of link type {} (another pcapng interface), \
                      the output's {}: the file is read up to there, never written mislabelled \
                      (tcpdump -r stops at that interface's description; tshark -r reads all)",
-                    self.name,
-                    p.offset,
-                    p.link.0,
-                    ctx.link.0
+                    self.name, p.offset, p.link.0, ctx.link.0
                 ));
                 self.close(ctx);
                 return Ok(false);
@@ -609,9 +633,10 @@ impl Stream {
             if p.ts < ctx.from || p.ts >= ctx.to {
                 continue;
             }
-            let f = match ctx.filters.get(&p.link.0) {
-                Some(f) => f,
-                None => {
+            let f = match (&self.own, ctx.filters.get(&p.link.0)) {
+                (Some(f), _) => &**f,
+                (None, Some(f)) => f,
+                (None, None) => {
                     let f = Filter::compile(&ctx.expr, p.link)?;
                     ctx.filters.entry(p.link.0).or_insert(f)
                 }

@@ -63,7 +63,12 @@ pub fn serve(dir: &Path, listener: TcpListener, stop: &AtomicBool) -> io::Result
         if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
             busy.fetch_sub(1, Ordering::AcqRel);
             let _ = s.set_write_timeout(Some(DRAIN_BUSY));
-            let _ = respond_within(&mut s, 503, "too many queries at once; try again\n", DRAIN_BUSY);
+            let _ = respond_within(
+                &mut s,
+                503,
+                "too many queries at once; try again\n",
+                DRAIN_BUSY,
+            );
             continue;
         }
         let (busy, dir) = (busy.clone(), dir.clone());
@@ -120,7 +125,9 @@ struct Deadline<'a> {
 
 impl Read for Deadline<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.end.saturating_duration_since(std::time::Instant::now());
+        let left = self
+            .end
+            .saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
             return Err(io::ErrorKind::TimedOut.into());
         }
@@ -356,9 +363,11 @@ pub fn options_of(req: &Request, now_ns: u64) -> Result<Options, String> {
     // As the command line refuses them: no packet can be in between.
     if let (Some(f), Some(t)) = (o.from, o.to) {
         if f >= t {
-            return Err("from is not before to: no packet can be in between (from is \
+            return Err(
+                "from is not before to: no packet can be in between (from is \
                         inclusive, to exclusive)"
-                .into());
+                    .into(),
+            );
         }
     }
     Ok(o)

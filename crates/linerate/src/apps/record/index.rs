@@ -304,7 +304,7 @@ impl FileIndex {
     /// IDBs) differs from the one indexed.
     pub fn load(capture: &Path) -> Result<FileIndex, IndexError> {
         let path = index_path(capture);
-        let bytes = match std::fs::read(&path) {
+        let bytes = match read_index(&path, capture) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(IndexError::Missing { path })
@@ -564,6 +564,35 @@ fn create_new(path: &Path) -> std::io::Result<File> {
         .mode(0o640)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
+}
+
+/// The bytes of an index file: a regular file, not a link (O_NOFOLLOW), no larger than its
+/// capture and 1 MiB (an index is a few % of it). A FIFO planted under the index's name hung
+/// the query (and the recorder's start), a link to /dev/zero or to a huge file filled memory.
+fn read_index(path: &Path, capture: &Path) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let m = f.metadata()?;
+    let most = std::fs::metadata(capture)?.len().saturating_add(1 << 20);
+    if !m.is_file() || m.len() > most {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "not an index: {} (a regular file of at most {most} bytes is)",
+                if m.is_file() {
+                    format!("{} bytes", m.len())
+                } else {
+                    "not a regular file".to_string()
+                }
+            ),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(m.len() as usize);
+    f.take(most).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// The fingerprint of a capture an index is of: its head (`0..min(data_start, HEAD_MAX)`) and the
