@@ -15,6 +15,9 @@
 #   LR=/path/linerate LIB=/path/liblinerate_pcap.so bash bench/pcap-cpu.sh ...   # no build
 #   OLD_LR=/old/linerate OLD_LIB=/old/liblinerate_pcap.so ... bash bench/pcap-cpu.sh ...
 #     A/B: (o), (b) with the old build's master and library, joins each round (interleaved)
+#   SLOTS=32768 [OLD_SLOTS=4096] bash bench/pcap-cpu.sh ...   # balance --slots for (b) [and (o)]
+#     (default: balance's own, 4096; OLD_SLOTS defaults to SLOTS)
+# "sleeps" = tcpdump's voluntary context switches over the sending (/proc/PID/status): its waits.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RATES=${1:-200k 500k}
@@ -54,6 +57,9 @@ HZ=$(getconf CLK_TCK)
 ticks() { # utime+stime of PID, in clock ticks (fields 14, 15; after the ")" of comm)
   sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
 }
+sleeps() { # voluntary context switches of every thread of PID
+  cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt_switches/ {s += $2} END {printf "%d", s}'
+}
 cpuns() { # run time of every thread of PID, in ns (/proc/PID/task/*/schedstat, first field)
   cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d", s}'
 }
@@ -76,12 +82,12 @@ gen() {
 # tcpdump_ns master_ns arrived_at_vB"
 one() {
   local mode=$1 rate=$2 count=$3 t m=0 t0 t1 m0=0 m1=0 got drop s0 s1 n0 n1=0 r0 r1
-  local lr=$LR lib=$LIB
-  [ "$mode" = o ] && { lr=$OLD_LR; lib=$OLD_LIB; }
+  local lr=$LR lib=$LIB slots=${SLOTS:-} v0 v1
+  [ "$mode" = o ] && { lr=$OLD_LR; lib=$OLD_LIB; slots=${OLD_SLOTS:-${SLOTS:-}}; }
   rm -f "$TMP/err" "$TMP/master.out"
   if [ "$mode" != a ]; then
     ip netns exec "$B" taskset -c 1 "$lr" balance -i afpacket:vB -c "$ID" -n 1 --wait-consumers \
-      -q >"$TMP/master.out" 2>&1 &
+      ${slots:+--slots "$slots"} -q >"$TMP/master.out" 2>&1 &
     m=$!
     PIDS+=("$m")
     for _ in $(seq 1000); do
@@ -98,13 +104,13 @@ one() {
   waitfor "$TMP/err" "listening on" || { echo "tcpdump did not start: $(cat "$TMP/err")" >&2; }
   sleep 0.5 # the master sees its consumer, tcpdump is in its loop
   r0=$(rxpk)
-  t0=$(ticks "$t"); s0=$(cpuns "$t")
+  t0=$(ticks "$t"); s0=$(cpuns "$t"); v0=$(sleeps "$t")
   [ "$m" != 0 ] && { m0=$(ticks "$m"); n0=$(cpuns "$m"); }
   gen "$rate" "$count"
   # the last packets through the ring(s): libpcap hands tcpdump a TPACKET_V3 block when it is
   # full or after tcpdump's 1000 ms timeout, so a shorter wait counts the last block as lost
   sleep 1.5
-  t1=$(ticks "$t"); s1=$(cpuns "$t")
+  t1=$(ticks "$t"); s1=$(cpuns "$t"); v1=$(sleeps "$t")
   [ "$m" != 0 ] && { m1=$(ticks "$m"); n1=$(($(cpuns "$m") - n0)); }
   r1=$(rxpk)
   kill -INT "$t"
@@ -116,7 +122,7 @@ one() {
   PIDS=()
   got=$(sed -n 's/^\([0-9]*\) packets captured.*/\1/p' "$TMP/err")
   drop=$(sed -n 's/^\([0-9]*\) packets dropped by kernel.*/\1/p' "$TMP/err")
-  echo "${got:-0} $((count - ${got:-0})) ${drop:-0} $((t1 - t0)) $((m1 - m0)) $((s1 - s0)) $n1 $((r1 - r0))" >"$TMP/res"
+  echo "${got:-0} $((count - ${got:-0})) ${drop:-0} $((t1 - t0)) $((m1 - m0)) $((s1 - s0)) $n1 $((r1 - r0)) $((v1 - v0))" >"$TMP/res"
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -132,7 +138,8 @@ echo "## bench/pcap-cpu.sh \"$RATES\" $SECS $RUNS, $(date -u +%Y-%m-%dT%H:%MZ), 
 echo
 echo "gen: \`taskset -c 0 linerate gen -o afpacket:vA --size 64 --no-probe --rate RATEpps -c RATE*$SECS\` (netns A);"
 echo "(a) \`taskset -c 1 tcpdump -i vB -w /dev/null\`;"
-echo "(b) \`taskset -c 1 linerate balance -i afpacket:vB -c ID -n 1 --wait-consumers\` +"
+echo "(b) \`taskset -c 1 linerate balance -i afpacket:vB -c ID -n 1 --wait-consumers${SLOTS:+ --slots $SLOTS}\` +"
+[ -n "${OLD_LR:-}" ] && echo "(o) the same with the old build${OLD_SLOTS:+, --slots $OLD_SLOTS};"
 echo "\`taskset -c 1 env LD_PRELOAD=liblinerate_pcap.so tcpdump -i cluster:ID@0 -w /dev/null\` (netns B)."
 echo "CPU = utime+stime (/proc/PID/stat, 1/$HZ s ticks) over the sending; ns/pkt = CPU / tcpdump's packets captured."
 for rate in $RATES; do
@@ -141,8 +148,8 @@ for rate in $RATES; do
   echo
   echo "### $rate pps, $COUNT packets"
   echo
-  echo "| run | mode | arrived at vB | captured | lost | kernel drop | tcpdump ticks | master ticks | tcpdump ns/pkt | +master ns/pkt | tcpdump ns/pkt (schedstat) | +master ns/pkt (schedstat) |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| run | mode | arrived at vB | captured | lost | kernel drop | tcpdump ticks | master ticks | tcpdump ns/pkt | +master ns/pkt | tcpdump ns/pkt (schedstat) | +master ns/pkt (schedstat) | tcpdump sleeps |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   for f in a bt bm as bts bms al bl ot om ots oms ol; do : >"$TMP/$f"; done
   for r in $(seq "$RUNS"); do
     if [ -n "${OLD_LR:-}" ]; then
@@ -150,21 +157,21 @@ for rate in $RATES; do
     elif [ $((r % 2)) = 1 ]; then order="a b"; else order="b a"; fi
     for mode in $order; do
       one "$mode" "$rate" "$COUNT"
-      read -r g l d tt mt ts ms rx <"$TMP/res"
+      read -r g l d tt mt ts ms rx v <"$TMP/res"
       t=$(ns "$tt" "$g"); tm=$(ns $((tt + mt)) "$g")
       st=$(awk -v n="$ts" -v p="$g" 'BEGIN {printf "%.0f", (p > 0 ? n / p : 0)}')
       sm=$(awk -v n=$((ts + ms)) -v p="$g" 'BEGIN {printf "%.0f", (p > 0 ? n / p : 0)}')
       if [ "$mode" = a ]; then
         echo "$t" >>"$TMP/a"; echo "$st" >>"$TMP/as"; echo "$l" >>"$TMP/al"
-        echo "| $r | (a) tcpdump -i vB | $rx | $g | $l | $d | $tt | - | $t | - | $st | - |"
+        echo "| $r | (a) tcpdump -i vB | $rx | $g | $l | $d | $tt | - | $t | - | $st | - | $v |"
       elif [ "$mode" = o ]; then
         echo "$t" >>"$TMP/ot"; echo "$tm" >>"$TMP/om"; echo "$st" >>"$TMP/ots"
         echo "$sm" >>"$TMP/oms"; echo "$l" >>"$TMP/ol"
-        echo "| $r | (o) old build: balance + tcpdump -i cluster | $rx | $g | $l | $d | $tt | $mt | $t | $tm | $st | $sm |"
+        echo "| $r | (o) old build: balance + tcpdump -i cluster | $rx | $g | $l | $d | $tt | $mt | $t | $tm | $st | $sm | $v |"
       else
         echo "$t" >>"$TMP/bt"; echo "$tm" >>"$TMP/bm"; echo "$st" >>"$TMP/bts"
         echo "$sm" >>"$TMP/bms"; echo "$l" >>"$TMP/bl"
-        echo "| $r | (b) balance + tcpdump -i cluster | $rx | $g | $l | $d | $tt | $mt | $t | $tm | $st | $sm |"
+        echo "| $r | (b) balance + tcpdump -i cluster | $rx | $g | $l | $d | $tt | $mt | $t | $tm | $st | $sm | $v |"
       fi
     done
   done

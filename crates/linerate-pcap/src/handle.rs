@@ -14,15 +14,21 @@ use std::sync::Arc;
 /// to this as soon as it finds a packet (a producer on the reader's own core, tcpdump pinned
 /// beside its master, cannot publish while the reader spins: there the spins were only cost).
 const WAKE_SPINS: u32 = 16;
-/// libpcap's buffered mode: packets a sleeping reader of a cluster queue waits for (the master
-/// wakes it then; the port takes at most a quarter of its queue). A sixteenth of the default
-/// 4096 slots: the rest of the queue gives the woken reader ~7 ms at 500 kpps to be scheduled
-/// on a core it shares with the master. (1024, a quarter, and 512 were measured: ~10-20 and ~8 ns
-/// a packet less for tcpdump at 500 kpps, fewer wakes, but more packets lost on a loaded machine;
-/// so was a wait that doubled from 256 up to 1024 while wakes came on time and fell back at the
-/// first late one: no gain seen, losses no better: BENCHMARKS.md, "where its CPU per packet
-/// goes", rounds 2 and 3.)
+/// libpcap's buffered mode: the share of its queue's slots a sleeping reader of a cluster queue
+/// waits for (the master wakes it then; the port takes at most a quarter of its queue): a
+/// sixteenth, 256 packets of the default 4096 slots. The rest of the queue covers the woken
+/// reader's wait for a core it may share with the master (~7 ms at 500 kpps for 4096 slots):
+/// a larger queue (`balance --slots`) waits for more packets per wake, in the same share, so
+/// with the same margin in time. (At 4096 slots, 1024, a quarter, and 512 were measured: ~10-20
+/// and ~8 ns a packet less for tcpdump at 500 kpps, fewer wakes, but more packets lost on a
+/// loaded machine; so was a wait that doubled from 256 up to 1024 while wakes came on time and
+/// fell back at the first late one: no gain seen, losses no better: BENCHMARKS.md, "where its
+/// CPU per packet goes", rounds 2 and 3.)
+const BUFFERED_SHARE: usize = 16;
+/// What a buffered reader waits for on a port that does not say its queue's size.
 const BUFFERED_WANT: usize = 256;
+/// How many packets ahead of the one handed out its frame is prefetched.
+const PREFETCH_AHEAD: usize = 8;
 /// Other ports without a descriptor: empty polls that spin, then yield, then sleep 50 µs, before
 /// the long sleeps of an idle queue.
 const IDLE_SPINS: u32 = 64;
@@ -299,6 +305,9 @@ impl Handle {
             while self.pos < self.batch.len() {
                 let i = self.pos;
                 self.pos += 1;
+                if i + PREFETCH_AHEAD < self.batch.len() {
+                    crate::ffi::prefetch(self.batch.data(i + PREFETCH_AHEAD).as_ptr());
+                }
                 let d = self.batch.descs()[i];
                 // A packet whose direction the port knows (afpacket) and that is not wanted.
                 let unwanted = match self.direction {
@@ -362,12 +371,14 @@ impl Handle {
                         // Found while spinning: spinning pays here.
                         self.spins = WAKE_SPINS;
                     }
-                    // Prefetch each packet's first line now: the frames were written by the
-                    // master (on another line of the cache, up to a quarter of a queue ago), so
-                    // their misses overlap here, and with the first packets' handling, rather
-                    // than stalling one packet at a time in the program's callback. A prefetch
-                    // (unlike a load) does not hold the loop until the line arrives.
-                    for i in 0..n {
+                    // Prefetch the first packets' first lines now, then each packet's
+                    // `PREFETCH_AHEAD` packets before it is handed out: the frames were written
+                    // by the master (a 64 B packet per 2 KiB frame: a line, and every other
+                    // packet a page, of its own), so their misses, TLB walks included, overlap
+                    // with the handling of the packets before them rather than queueing behind
+                    // one another at the batch's start (a prefetch of all 64 at once spent ~15 %
+                    // of tcpdump's time on the prefetches themselves).
+                    for i in 0..n.min(PREFETCH_AHEAD) {
                         crate::ffi::prefetch(self.batch.data(i).as_ptr());
                     }
                     continue;
@@ -397,8 +408,8 @@ impl Handle {
             idle = idle.saturating_add(1);
             // A cluster queue: after a short spin, sleep until the master wakes us. In
             // libpcap's buffered mode packets may wait (as a kernel ring holds them until a
-            // block is full or the timeout passes): the master wakes us once `BUFFERED_WANT`
-            // packets wait, or the wait's cap (20 ms) or the timeout's rest passes. In
+            // block is full or the timeout passes): the master wakes us once a sixteenth of
+            // the queue waits (`BUFFERED_SHARE`), or the wait's cap (20 ms) or the timeout's rest passes. In
             // immediate mode, at the first packet.
             if idle > self.spins && port.poll_fd().is_none() {
                 // Spinning found nothing this time: spin less before the next sleep.
@@ -406,11 +417,19 @@ impl Handle {
                 let want = if self.settings.immediate {
                     1
                 } else {
-                    BUFFERED_WANT
+                    port.rx_slots()
+                        .map_or(BUFFERED_WANT, |s| (s / BUFFERED_SHARE).max(1))
                 };
-                let rest = deadline.map_or(std::time::Duration::MAX, |d| {
-                    d.saturating_duration_since(std::time::Instant::now())
-                });
+                // libpcap's read timeout bounds how long a packet waits, in `pcap_loop` too
+                // (a kernel ring hands over a block at the timeout): a loop's sleep lasts the
+                // timeout at most, then what came is handed out.
+                let rest = match deadline {
+                    Some(d) => d.saturating_duration_since(std::time::Instant::now()),
+                    None if self.settings.timeout_ms > 0 => {
+                        std::time::Duration::from_millis(self.settings.timeout_ms as u64)
+                    }
+                    None => std::time::Duration::MAX,
+                };
                 if port.rx_wait(want, rest) {
                     slept = true;
                     continue;
@@ -637,6 +656,112 @@ mod tests {
         assert!(h.filter_runs());
         let cut: Vec<(u32, u32)> = all.iter().map(|&(c, w)| (c.min(20), w)).collect();
         assert_eq!(lengths(&mut h), cut);
+    }
+
+    /// A cluster of one queue of `slots` slots, named by this process's id and `k`.
+    fn cluster(k: u32, slots: u32) -> (u32, linerate::cluster::Master) {
+        let id = 3_700_000 + (std::process::id() % 100_000) * 10 + k;
+        let cfg = linerate::cluster::ClusterConfig {
+            apps: vec![1],
+            slots,
+            ..Default::default()
+        };
+        let m = linerate::cluster::Master::create(id, &cfg).expect("cluster");
+        (id, m)
+    }
+
+    /// One 60-byte packet for queue 0, from `pool`.
+    fn publish_one(master: &mut linerate::cluster::Master, pool: &Arc<Pool>) {
+        let mut b = Batch::new();
+        b.bind(pool);
+        let mut fr = b.alloc().expect("frame");
+        fr.buf()[..60].fill(0xab);
+        fr.push(Desc {
+            len: 60,
+            wire_len: 60,
+            ..Default::default()
+        });
+        master.distribute(&mut b, &[1]);
+    }
+
+    /// How long after its publication each of `rounds` lone packets reached a reader of queue 0
+    /// in `pcap_loop` (a read that waits for ever) with these settings, each published once
+    /// the reader has been asleep for 50 ms (mid-way through its third sleep of 20 ms); sorted.
+    fn lone_packet_delays(k: u32, settings: Settings, rounds: usize) -> Vec<std::time::Duration> {
+        let (id, mut master) = cluster(k, 1024);
+        let pool = Arc::new(
+            Pool::new(&PoolConfig {
+                frames: 64,
+                ..PoolConfig::default()
+            })
+            .unwrap(),
+        );
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (got_tx, got_rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut h = Handle::new(&format!("cluster:{id}@0"));
+            h.settings = settings;
+            assert_eq!(h.activate(), 0, "{}", h.err);
+            for _ in 0..rounds {
+                ready_tx.send(()).unwrap();
+                match h.next(true, true, &mut || false) {
+                    Next::Packet(p) => assert_eq!(p.caplen, 60),
+                    other => panic!("{other:?}: {}", h.err),
+                }
+                got_tx.send(std::time::Instant::now()).unwrap();
+            }
+        });
+        let mut delays = Vec::new();
+        for _ in 0..rounds {
+            ready_rx.recv().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let t = std::time::Instant::now();
+            publish_one(&mut master, &pool);
+            let at = got_rx.recv().unwrap();
+            delays.push(at.saturating_duration_since(t));
+            // The reader gives the frame back at its next read; the master frees it here.
+            master.maintain();
+        }
+        reader.join().unwrap();
+        master.close();
+        delays.sort();
+        delays
+    }
+
+    /// libpcap's read timeout bounds how long a packet waits in the buffered mode, in
+    /// `pcap_loop` too (a kernel ring hands over its block at the timeout): with a 1 ms timeout,
+    /// a lone packet, far fewer than the sixteenth of the queue the reader waits for, reaches
+    /// it within about that, not at the end of the reader's 20 ms sleep (half the delays at 6
+    /// ms at most; 10.5 ms, the rest of the 20 ms sleep the packet came in, when the timeout was not applied).
+    #[test]
+    fn a_lone_packet_waits_no_longer_than_the_read_timeout_in_pcap_loop() {
+        let settings = Settings {
+            timeout_ms: 1,
+            ..Settings::default()
+        };
+        let d = lone_packet_delays(1, settings, 15);
+        assert!(
+            d[d.len() / 2] <= std::time::Duration::from_millis(6),
+            "median delay {:?} (all: {d:?})",
+            d[d.len() / 2]
+        );
+    }
+
+    /// Immediate mode: the master wakes the reader for each packet; its timeout (1 s) and the
+    /// sleep's cap (20 ms) never come into it (half the delays at 6 ms at most).
+    #[test]
+    fn immediate_mode_hands_each_packet_over_at_once() {
+        let settings = Settings {
+            timeout_ms: 1000,
+            immediate: true,
+            ..Settings::default()
+        };
+        let d = lone_packet_delays(2, settings, 15);
+        assert!(
+            d[d.len() / 2] <= std::time::Duration::from_millis(6),
+            "median delay {:?} (all: {d:?})",
+            d[d.len() / 2]
+        );
     }
 
     #[test]

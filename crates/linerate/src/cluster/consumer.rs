@@ -502,6 +502,10 @@ impl Port for ClusterPort {
         true
     }
 
+    fn rx_slots(&self) -> Option<usize> {
+        self.rx_q.map(|_| self.seg.slots)
+    }
+
     fn rx_waker(&self) -> Option<Arc<dyn crate::port::RxWake>> {
         let q = self.rx_q?;
         Some(Arc::new(QueueWaker {

@@ -397,6 +397,12 @@ pub trait Port: Send {
     fn rx_wait(&mut self, _want: usize, _timeout: std::time::Duration) -> bool {
         false
     }
+    /// The slots of the queue [`Port::rx_wait`] waits on (a cluster queue's `--slots`), once
+    /// known; None for ports without such a wait. A reader sizes how many packets it waits for
+    /// by it: the rest of the queue is what covers its wake-up.
+    fn rx_slots(&self) -> Option<usize> {
+        None
+    }
     /// A way to end a sleep in [`Port::rx_wait`] early from another thread or a signal
     /// handler (libpcap's `pcap_breakloop`), for ports that have such a wait and know their
     /// queue already; None otherwise (the sleep then ends at the wait's cap).
