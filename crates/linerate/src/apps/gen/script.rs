@@ -164,7 +164,7 @@ impl Hook for LuaHook {
         streams: &[u8],
         layouts: &[Layout],
     ) -> Result<(), String> {
-        let n = self.pkts.load_mut(batch, streams)?;
+        let n = self.pkts.load_built(batch, streams)?;
         self.calls += 1;
         // `checksums = false`: the script (or the NIC) takes care of them (MoonGen's
         // offloadUdpChecksums). Read before the call (the setters keep them right as they

@@ -292,6 +292,41 @@ impl Packets {
         Ok(n)
     }
 
+    /// As [`Packets::load_mut`], for frames a generator has just built from its streams'
+    /// templates (gen's `modify`): two frames of one stream and one length have the same
+    /// headers at the same places (only addresses, ports, MACs and the payload differ), so a
+    /// frame that follows one of its stream and length takes that frame's parse, moved to its
+    /// own address, rather than parsing again; the others are parsed ([`parse_frame`]).
+    pub fn load_built(&self, batch: &mut Batch, streams: &[u8]) -> Result<usize, String> {
+        let n = batch.len().min(BATCH);
+        let eth = self.shared.eth.get() != 0;
+        let slots = &self.shared.pkts;
+        for i in 0..n {
+            let d = batch.data_mut(i);
+            let (a, len) = (d.as_mut_ptr() as u64, d.len());
+            let s = &slots[i];
+            let st = streams.get(i).map_or(0, |&v| u16::from(v));
+            let same = i > 0 && {
+                let p = &slots[i - 1];
+                p.stream.get() == st && p.len.get() as usize == len
+            };
+            s.addr.set(a);
+            s.len.set(u32::try_from(len).unwrap_or(0));
+            s.stream.set(st);
+            s.dropped.set(0);
+            s.dirty.set(0);
+            if same && len <= usize::from(u16::MAX) {
+                copy_parse(&slots[i - 1], s);
+            } else {
+                parse_frame(d, eth).store(s);
+            }
+            s.ok.set(1);
+            self.shared.queues[i].set(-1);
+        }
+        self.shared.n.set(n as u32);
+        Ok(n)
+    }
+
     /// Whether the fast layers' setters (`p.ip4.src = x`, `p.udp.sport = x`, ...) update the
     /// IPv4 header and transport checksums as they write (RFC 1624), for the batches from now
     /// on; a packet written otherwise (raw bytes, other layers, lengths, the checksums
@@ -435,6 +470,39 @@ fn parse_frame(b: &[u8], eth: bool) -> Parsed {
     }
     parse_layers(&mut p, b, eth);
     p
+}
+
+/// Gives slot `s` the parse of slot `p` (a frame with the same headers at the same places),
+/// its header addresses moved from `p`'s frame to `s`'s.
+#[inline]
+fn copy_parse(p: &Slot, s: &Slot) {
+    for (d, f) in [
+        (&s.parsed, &p.parsed),
+        (&s.ver, &p.ver),
+        (&s.proto, &p.proto),
+    ] {
+        d.set(f.get());
+    }
+    for (d, f) in [(&s.nvl, &p.nvl), (&s.l4ok, &p.l4ok)] {
+        d.set(f.get());
+    }
+    for (d, f) in [
+        (&s.l3, &p.l3),
+        (&s.l4, &p.l4),
+        (&s.l3e, &p.l3e),
+        (&s.pay, &p.pay),
+    ] {
+        d.set(f.get());
+    }
+    let (from, to) = (p.addr.get(), s.addr.get());
+    for (d, f) in s.heads.iter().zip(&p.heads) {
+        let h = f.get();
+        d.set(if h == 0 {
+            0
+        } else {
+            h.wrapping_sub(from).wrapping_add(to)
+        });
+    }
 }
 
 fn parse_layers(s: &mut Parsed, b: &[u8], eth: bool) {
@@ -668,6 +736,69 @@ mod tests {
         f.extend_from_slice(&udp);
         fix_checksums(&mut f, LinkType::ETHERNET);
         f
+    }
+
+    /// A slot's parse, its header addresses as offsets in its frame.
+    fn parse_of(s: &Slot) -> Vec<u64> {
+        let mut v: Vec<u64> = [&s.parsed, &s.ver, &s.proto, &s.nvl, &s.l4ok]
+            .iter()
+            .map(|c| u64::from(c.get()))
+            .collect();
+        v.extend(
+            [&s.l3, &s.l4, &s.l3e, &s.pay]
+                .iter()
+                .map(|c| u64::from(c.get())),
+        );
+        v.extend(s.heads.iter().map(|h| match h.get() {
+            0 => u64::MAX,
+            h => h - s.addr.get(),
+        }));
+        v.extend([
+            u64::from(s.len.get()),
+            u64::from(s.stream.get()),
+            u64::from(s.ok.get()),
+        ]);
+        v
+    }
+
+    /// gen's load (a frame after one of its stream and length takes that one's parse) finds
+    /// what the parse of each frame finds: runs of one stream, streams changing, a length
+    /// changing within a stream, VLAN, IPv6, a truncated frame.
+    #[test]
+    fn load_built_parses_as_load_mut() {
+        let short = frame(None, false, 1, 2)[..30].to_vec();
+        let mut long = frame(None, false, 5, 6);
+        long.extend_from_slice(&[0; 20]);
+        let frames = vec![
+            frame(None, false, 1, 2),
+            frame(None, false, 3, 4),
+            long,
+            frame(None, true, 1, 2),
+            frame(None, true, 7, 8),
+            frame(Some(5), false, 1, 2),
+            frame(Some(6), false, 1, 2),
+            short.clone(),
+            short,
+            frame(None, false, 9, 9),
+        ];
+        let streams = [0, 0, 0, 1, 1, 2, 2, 3, 3, 0];
+        let lua = new_state(&ScriptOptions::default()).unwrap();
+        let pk = Packets::new(&lua, GEN, LinkType::ETHERNET).unwrap();
+        let mut b = batch(&frames);
+        assert_eq!(pk.load_mut(&mut b, &streams).unwrap(), frames.len());
+        let want: Vec<_> = pk.shared.pkts[..frames.len()]
+            .iter()
+            .map(parse_of)
+            .collect();
+        pk.done();
+        assert_eq!(pk.load_built(&mut b, &streams).unwrap(), frames.len());
+        let got: Vec<_> = pk.shared.pkts[..frames.len()]
+            .iter()
+            .map(parse_of)
+            .collect();
+        assert_eq!(got, want);
+        assert!(want[3][1] == 6 && want[5][3] == 1 && want[7][4] == 0);
+        pk.done();
     }
 
     /// Runs the script's `f(pkts, n)` on `frames`; its result as text (`tostring`).
