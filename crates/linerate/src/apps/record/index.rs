@@ -839,7 +839,7 @@ impl<K: Copy + Ord + std::hash::Hash> Addrs<K> {
             )
             .map(|(k, id)| (k, start[id]..start[id + 1]))
             .collect();
-        keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        keys.sort_unstable_by_key(|a| a.0);
         (keys, blocks)
     }
 }
