@@ -296,7 +296,7 @@ impl Packets {
     /// templates (gen's `modify`): two frames of one stream and one length have the same
     /// headers at the same places (only addresses, ports, MACs and the payload differ), so a
     /// frame that follows one of its stream and length takes that frame's parse, moved to its
-    /// own address, rather than parsing again; the others are parsed ([`parse_frame`]).
+    /// own address, rather than parsing again; the others are parsed (`parse_frame`).
     pub fn load_built(&self, batch: &mut Batch, streams: &[u8]) -> Result<usize, String> {
         let n = batch.len().min(BATCH);
         let eth = self.shared.eth.get() != 0;

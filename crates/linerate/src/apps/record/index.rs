@@ -847,7 +847,7 @@ impl<K: Copy + Ord + std::hash::Hash> Addrs<K> {
 /// Builds a [`FileIndex`] packet by packet, as a file is written.
 ///
 /// Per packet no hash and no allocation in steady state: a packet's keys go to the open block's
-/// [`Pending`] (addresses appended to vectors kept from block to block, the rest set in
+/// `Pending` (addresses appended to vectors kept from block to block, the rest set in
 /// bitmaps); a block's close sorts and deduplicates its addresses and posts each distinct key
 /// once.
 #[derive(Clone, Debug)]
