@@ -55,7 +55,7 @@ section flows env ROUNDS=3 bash bench/flows.sh 3000000 100000
 section pcapng env SIZE=64 bash bench/pcapng.sh 5000000 7
 section kafka env RUNS=3 bash bench/kafka.sh 3000000 100000
 section lua bash bench/lua.sh target/release/linerate 5 2
-section record env LR=target/release/linerate bash bench/record.sh
+section record env -u ONLY LR=target/release/linerate bash bench/record.sh
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 {
