@@ -732,8 +732,11 @@ fn demo_stopped_by_sigint_prints_what_it_measured_judges_no_cut_run_and_exits_1(
             "-q",
             "--only",
             "1",
+            // The line-rate run itself lasts 5 s, so that the signal at 1.5 s lands in it: with
+            // a short run, a machine that keeps up at line rate skips the search and finishes
+            // before the signal (it failed a clean-clone run that way).
             "-t",
-            "300ms",
+            "5s",
             "--steps",
             "20",
             "--step-time",
