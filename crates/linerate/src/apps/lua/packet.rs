@@ -410,6 +410,23 @@ struct Parsed {
 }
 
 impl Parsed {
+    /// The parse fields slot `s` holds (what [`Parsed::store`] wrote there).
+    #[inline(always)]
+    fn of(s: &Slot) -> Parsed {
+        Parsed {
+            parsed: s.parsed.get(),
+            ver: s.ver.get(),
+            proto: s.proto.get(),
+            nvl: s.nvl.get(),
+            l4ok: s.l4ok.get(),
+            l3: s.l3.get(),
+            l4: s.l4.get(),
+            l3e: s.l3e.get(),
+            pay: s.pay.get(),
+            heads: std::array::from_fn(|i| s.heads[i].get()),
+        }
+    }
+
     #[inline(always)]
     fn store(&self, s: &Slot) {
         s.parsed.set(self.parsed);
@@ -476,33 +493,12 @@ fn parse_frame(b: &[u8], eth: bool) -> Parsed {
 /// its header addresses moved from `p`'s frame to `s`'s.
 #[inline]
 fn copy_parse(p: &Slot, s: &Slot) {
-    for (d, f) in [
-        (&s.parsed, &p.parsed),
-        (&s.ver, &p.ver),
-        (&s.proto, &p.proto),
-    ] {
-        d.set(f.get());
-    }
-    for (d, f) in [(&s.nvl, &p.nvl), (&s.l4ok, &p.l4ok)] {
-        d.set(f.get());
-    }
-    for (d, f) in [
-        (&s.l3, &p.l3),
-        (&s.l4, &p.l4),
-        (&s.l3e, &p.l3e),
-        (&s.pay, &p.pay),
-    ] {
-        d.set(f.get());
-    }
+    let mut x = Parsed::of(p);
     let (from, to) = (p.addr.get(), s.addr.get());
-    for (d, f) in s.heads.iter().zip(&p.heads) {
-        let h = f.get();
-        d.set(if h == 0 {
-            0
-        } else {
-            h.wrapping_sub(from).wrapping_add(to)
-        });
+    for h in x.heads.iter_mut().filter(|h| **h != 0) {
+        *h = h.wrapping_sub(from).wrapping_add(to);
     }
+    x.store(s);
 }
 
 fn parse_layers(s: &mut Parsed, b: &[u8], eth: bool) {
