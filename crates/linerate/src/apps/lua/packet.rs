@@ -1243,8 +1243,18 @@ mod views {
                 "pkts[2]:len()",
                 "t.lua:3: pkts[2] is not part of this batch of 1",
             ),
+            // A packet is a pointer to an incomplete C struct: it cannot be indexed by
+            // number, moved by arithmetic, nor its methods called on anything else.
             (
                 "pkts[1][1] = -5 ; pkts[1]:len()",
+                "t.lua:3: size of C type is unknown",
+            ),
+            (
+                "local q = pkts[1] + 1 ; q:len()",
+                "t.lua:3: attempt to perform arithmetic on 'struct lr_view *'",
+            ),
+            (
+                "pkts[1].len({})",
                 "t.lua:3: not a packet of this batch",
             ),
             (

@@ -34,8 +34,7 @@ struct lr_pkt {
   uint8_t *h[4];
 };
 struct lr_ctx { uint32_t n; uint8_t w, dr, eth, ck; struct lr_pkt p[64]; int16_t q[64]; };
-struct lr_ip4; struct lr_udp; struct lr_tcp; struct lr_icmp;
-struct lr_ip4_ro; struct lr_udp_ro; struct lr_tcp_ro; struct lr_icmp_ro;
+struct lr_view; struct lr_ip4; struct lr_udp; struct lr_tcp; struct lr_icmp;
 ]])
 -- h[0..3]: where this batch's parse found the IPv4, UDP, TCP and ICMP headers (NULL: not
 -- there, or not parsed yet). A layer view (p.ip4, p.udp, ...) is a pointer to its anchor h[k]
@@ -428,14 +427,22 @@ def(IP6, "flow", num(IP6, "flow", 0, 4, 0, 0xfffff))
 def(IP6, "len", num(IP6, "len", 4, 2, 0, 0xffff))
 def(IP6, "version", readonly(IP6, "version", function() return 6 end))
 
-
 -- The fast layers (ip4, udp, tcp, icmp): LuaJIT FFI metatypes over the slot's anchor h[k].
 -- Taking the layer (p.ip4) checks the slot and parses the packet once; a field is then a load
 -- of the anchor (NULL when the view outlived its batch or a raw write made the packet parse
 -- again: `refind` finds the header again or names what is wrong), the value's check (one
 -- compare) and the bytes, big-endian (bit.bswap). The header is whole inside the frame: the
 -- parser set the anchor only then.
+--
+-- A script's loop and the views it calls are compiled into one trace, in which every function
+-- entered or left costs a guard on the function called and a check of LuaJIT's profiler (the
+-- stop of compiled code, mod.rs). So the metamethods are made, in make(), as text: one
+-- function per layer and direction whose branches, one per field, hold the field's whole code
+-- (the anchor, the value's check, the bytes, the checksums): the key being a constant where a
+-- script names a field, the trace keeps the one branch, and no function is called below the
+-- metamethod. What is rare (addresses as text, methods, errors) is a call out of it.
 local FK = { [IP4] = 0, [UDP] = 1, [TCP] = 2, [ICMP] = 3 }
+local CTN = { [IP4] = "ip4", [UDP] = "udp", [TCP] = "tcp", [ICMP] = "icmp" }
 
 local function refind(h, l, key)
   local k = FK[l]
@@ -456,272 +463,143 @@ end
 local function range(what, max)
   fail(format("%s: a number from 0 to %d", what, max))
 end
-
--- Checksums kept right as the fields are written (gen; RFC 1624's incremental update): a
--- write of 16-bit words m -> m' makes a checksum HC into ~(~HC + ~m + m'). One's complement sums
--- do not depend on the byte order, so the words are taken as they lie in memory. A checksum
--- `cp` (uint16_t *) takes the change `d`, the sum of ~m + m' over the words written; `udp`: a
--- UDP checksum 0 (none sent) stays 0, and a computed 0 is sent as 0xffff.
-local function adjust(cp, d, udp)
-  local c = cp[0]
-  if udp and c == 0 then return end
-  local x = bxor(c, 0xffff) + d
-  x = band(x, 0xffff) + rshift(x, 16)
-  x = band(x, 0xffff) + rshift(x, 16)
-  x = bxor(x, 0xffff)
-  if udp and x == 0 then x = 0xffff end
-  cp[0] = x
+local function badaddr(what)
+  fail(what .. ": an address is a string or an integer from 0 to 2^32-1")
 end
 
--- What a write of a fast layer's field does to the checksums: fix(h, b, d), `h` the view, `b`
--- the header, `d` the change of its words. The IPv4 header's fields its header checksum; the
--- addresses also the UDP or TCP checksum (pseudo-header) when this packet has that header (not
--- a later fragment); the ports, TCP's fields and ICMP's theirs. Fields that change where the
--- headers end (ip4.len, ip4.proto, udp.len) and the checksums themselves mark the packet for
--- the full recompute after modify() instead, as raw writes do.
-local function ck_ip4(_, b, d) adjust(cast(u16p, b + 10), d, false) end
-local function ck_ip4_addr(h, b, d)
-  adjust(cast(u16p, b + 10), d, false)
-  local hp = cast(u8pp, h)
-  local u = hp[1]
-  if u ~= nil then
-    adjust(cast(u16p, u + 6), d, true)
-  else
-    local t = hp[2]
-    if t ~= nil then adjust(cast(u16p, t + 16), d, false) end
-  end
-end
-local function ck_udp(_, b, d) adjust(cast(u16p, b + 6), d, true) end
-local function ck_tcp(_, b, d) adjust(cast(u16p, b + 16), d, false) end
-local function ck_icmp(_, b, d) adjust(cast(u16p, b + 2), d, false) end
-local CK = { [IP4] = ck_ip4, [UDP] = ck_udp, [TCP] = ck_tcp, [ICMP] = ck_icmp }
+-- The fields of each fast layer: key, offset, size (bytes), mask of the value (the rest of the
+-- bytes kept on a write), and how a write keeps the checksums right: "addr" an IPv4 address
+-- (the header checksum and the UDP or TCP one, whose pseudo-header holds it), "full" marks the
+-- packet for the full recompute after modify() (fields that move where headers end, and the
+-- checksums themselves, as raw writes do), nil the layer's own checksum.
+local FF = {
+  [IP4] = {
+    { "saddr", 12, 4, 0xffffffff, "addr" }, { "daddr", 16, 4, 0xffffffff, "addr" },
+    { "src", 12, 4, 0xffffffff, "addr", "text" }, { "dst", 16, 4, 0xffffffff, "addr", "text" },
+    { "ttl", 8, 1, 0xff }, { "hlim", 8, 1, 0xff }, { "proto", 9, 1, 0xff, "full" },
+    { "next", 9, 1, 0xff, "full" }, { "tos", 1, 1, 0xff }, { "tc", 1, 1, 0xff },
+    { "len", 2, 2, 0xffff, "full" }, { "id", 4, 2, 0xffff },
+  },
+  [UDP] = {
+    { "sport", 0, 2, 0xffff }, { "dport", 2, 2, 0xffff }, { "len", 4, 2, 0xffff, "full" },
+    { "checksum", 6, 2, 0xffff, "full" },
+  },
+  [TCP] = {
+    { "sport", 0, 2, 0xffff }, { "dport", 2, 2, 0xffff }, { "seq", 4, 4, 0xffffffff },
+    { "ack", 8, 4, 0xffffffff }, { "flags", 12, 2, 0x1ff }, { "win", 14, 2, 0xffff },
+    { "checksum", 16, 2, 0xffff, "full" },
+  },
+  [ICMP] = {
+    { "type", 0, 1, 0xff }, { "code", 1, 1, 0xff }, { "checksum", 2, 2, 0xffff, "full" },
+  },
+}
 
--- get(h) and set(h, x) of an unsigned big-endian field of `size` bytes at `off`, its low bits
--- `mask` (the rest of the bytes kept on a write); `fix` (default: the layer's) keeps the
--- checksums right, "full" marks the packet for the full recompute.
-local function fnum(l, key, off, size, mask, fix)
+-- RFC 1624's incremental update, as text: a write of 16-bit words m -> m' makes a checksum HC
+-- into ~(~HC + ~m + m'). One's complement sums do not depend on the byte order, so the words
+-- are taken as they lie in memory; `d` is the sum of ~m + m' over the words written. UDP: a
+-- checksum 0 (none sent) stays 0, and a computed 0 is sent as 0xffff.
+local function adjust(at, udp)
+  local t = "local cp = cast(u16p, " .. at .. ") local c = cp[0] "
+  if udp then t = t .. "if c ~= 0 then " end
+  t = t .. "c = bxor(c, 0xffff) + d c = band(c, 0xffff) + rshift(c, 16) "
+    .. "c = bxor(band(c, 0xffff) + rshift(c, 16), 0xffff) "
+  if udp then t = t .. "if c == 0 then c = 0xffff end " end
+  t = t .. "cp[0] = c "
+  if udp then t = t .. "end " end
+  return t
+end
+local CKT = {
+  [IP4] = adjust("b + 10"),
+  [UDP] = adjust("b + 6", true),
+  [TCP] = adjust("b + 16"),
+  [ICMP] = adjust("b + 2"),
+}
+CKT.addr = CKT[IP4] .. "local hp = cast(u8pp, h) local u = hp[1] if u ~= nil then "
+  .. adjust("u + 6", true) .. "else local t = hp[2] if t ~= nil then " .. adjust("t + 16") .. "end end "
+
+-- The text of the getter (`return` the value) and the setter of field `f` of layer `l`.
+local function field_text(l, f)
+  local key, off, size, mask, fix = f[1], f[2], f[3], f[4], f[5]
   local what = "pkt." .. LNAME[l] .. "." .. key
-  local k = FK[l]
-  local full = fix == "full"
-  fix = fix or CK[l]
-  local function mark(h)
-    cast(slotp, cast(u8p, h) - (HOFF + 8 * k)).dirty = 1
-  end
+  local anchor = format('local b = cast(u8pp, h)[0] if b == nil then b = refind(h, %d, "%s") end ', l, key)
   local get, set
+  local bad = f[6] and format('badaddr("%s")', what) or format('range("%s", %d)', what, mask)
+  local fixt = fix == "full" and format("cast(slotp, cast(u8p, h) - %d).dirty = 1 ", HOFF + 8 * FK[l])
+    or "if C.ck ~= 0 then " .. CKT[fix or l] .. "end "
   if size == 1 then
     local wo = off - off % 2 -- the 16-bit word of the checksum the byte is part of
-    local lo = wo == off -- the byte is the word's first in memory (its low byte as loaded)
-    get = function(h)
-      local b = cast(u8pp, h)[0]
-      if b == nil then b = refind(h, l, key) end
-      return b[off]
-    end
-    set = function(h, x)
-      if type(x) ~= "number" or band(x, mask) ~= x then range(what, mask) end
-      local b = cast(u8pp, h)[0]
-      if b == nil then b = refind(h, l, key) end
-      if full then
-        b[off] = x
-        return mark(h)
-      end
-      -- the word's new value computed, not loaded again: LuaJIT's compiled code may take a
-      -- load of another type than the store as not aliasing it (and reuse the old value)
-      local m = cast(u16p, b + wo)[0]
-      b[off] = x
-      if C.ck ~= 0 then
-        local n = lo and bor(band(m, 0xff00), x) or bor(band(m, 0xff), lshift(x, 8))
-        fix(h, b, bxor(m, 0xffff) + n)
-      end
-    end
+    -- the word's new value computed, not loaded again: LuaJIT's compiled code may take a load
+    -- of another type than the store as not aliasing it (and reuse the old value)
+    local new = wo == off and "bor(band(m, 0xff00), x)" or "bor(band(m, 0xff), lshift(x, 8))"
+    get = anchor .. format("return b[%d] ", off)
+    set = format('if type(x) ~= "number" or band(x, %d) ~= x then %s end ', mask, bad) .. anchor
+      .. format("local m = cast(u16p, b + %d)[0] b[%d] = x local d = bxor(m, 0xffff) + %s ", wo, off, new)
   elseif size == 2 then
-    get = function(h)
-      local b = cast(u8pp, h)[0]
-      if b == nil then b = refind(h, l, key) end
-      return band(rshift(bswap(cast(u16p, b + off)[0]), 16), mask)
-    end
+    get = anchor .. format("return band(rshift(bswap(cast(u16p, b + %d)[0]), 16), %d) ", off, mask)
+    set = format('if type(x) ~= "number" or band(x, %d) ~= x then %s end ', mask, bad) .. anchor
+      .. format("local p = cast(u16p, b + %d) local m = p[0] ", off)
     if mask == 0xffff then
-      set = function(h, x)
-        if type(x) ~= "number" or band(x, 0xffff) ~= x then range(what, mask) end
-        local b = cast(u8pp, h)[0]
-        if b == nil then b = refind(h, l, key) end
-        local p = cast(u16p, b + off)
-        local m, n = p[0], rshift(bswap(x), 16)
-        p[0] = n
-        if full then return mark(h) end
-        if C.ck ~= 0 then fix(h, b, bxor(m, 0xffff) + n) end
-      end
+      set = set .. "local n = rshift(bswap(x), 16) "
     else
-      set = function(h, x)
-        if type(x) ~= "number" or band(x, mask) ~= x then range(what, mask) end
-        local b = cast(u8pp, h)[0]
-        if b == nil then b = refind(h, l, key) end
-        local p = cast(u16p, b + off)
-        local m = p[0]
-        local old = rshift(bswap(m), 16)
-        local n = rshift(bswap(bor(band(old, bnot(mask)), x)), 16)
-        p[0] = n
-        if full then return mark(h) end
-        if C.ck ~= 0 then fix(h, b, bxor(m, 0xffff) + n) end
-      end
+      set = set .. format("local n = rshift(bswap(bor(band(rshift(bswap(m), 16), %d), x)), 16) ",
+        band(bnot(mask), 0xffff))
     end
+    set = set .. "p[0] = n local d = bxor(m, 0xffff) + n "
   else
     -- 32 bits: tobit(x) % 2^32 is x only for a whole x from 0 to 2^32-1
-    get = function(h)
-      local b = cast(u8pp, h)[0]
-      if b == nil then b = refind(h, l, key) end
-      return bswap(cast(i32p, b + off)[0]) % 4294967296
-    end
-    set = function(h, x)
-      if type(x) ~= "number" or tobit(x) % 4294967296 ~= x then range(what, 0xffffffff) end
-      local b = cast(u8pp, h)[0]
-      if b == nil then b = refind(h, l, key) end
-      local p = cast(u16p, b + off)
-      local m0, m1 = p[0], p[1]
-      local y = bswap(x)
-      cast(i32p, p)[0] = y
-      if full then return mark(h) end
-      if C.ck ~= 0 then
-        fix(h, b, bxor(m0, 0xffff) + bxor(m1, 0xffff) + band(y, 0xffff) + rshift(y, 16))
-      end
-    end
+    get = anchor .. format("return bswap(cast(i32p, b + %d)[0]) %% 4294967296 ", off)
+    set = format('if type(x) ~= "number" or tobit(x) %% 4294967296 ~= x then %s end ', bad) .. anchor
+      .. format("local p = cast(u16p, b + %d) local m0, m1 = p[0], p[1] local y = bswap(x) ", off)
+      .. "cast(i32p, p)[0] = y local d = bxor(m0, 0xffff) + bxor(m1, 0xffff) + band(y, 0xffff) + rshift(y, 16) "
   end
-  return get, set
+  return get, set .. fixt .. "return "
 end
 
--- An IPv4 address: read as text, written as text or an integer.
-local function faddr(key, off)
-  local what = "pkt.ip4." .. key
-  local gn, sn = fnum(IP4, key, off, 4, 0xffffffff, ck_ip4_addr)
-  return function(h)
-    local x = gn(h)
-    return format("%d.%d.%d.%d", rshift(x, 24), band(rshift(x, 16), 255), band(rshift(x, 8), 255), band(x, 255))
-  end, function(h, x)
-    if type(x) == "number" then
-      if tobit(x) % 4294967296 ~= x then
-        fail(what .. ": an address is a string or an integer from 0 to 2^32-1")
-      end
-      return sn(h, x)
-    elseif type(x) == "string" then
-      local a = parse_addr(x, false)
-      if not a then fail(format("%s: '%s' is not an IPv4 address", what, x)) end
-      local c1, c2, c3, c4 = a:byte(1, 4)
-      return sn(h, ((c1 * 256 + c2) * 256 + c3) * 256 + c4)
+-- The metamethods of fast layer `l` as text (the writable form when `w`): __index and
+-- __newindex, each ending in `sget(h, k)` or `sset(h, k, x)` for what is not a number field.
+local function layer_text(l, w)
+  local gi, si = {}, {}
+  for _, f in ipairs(FF[l]) do
+    local get, set = field_text(l, f)
+    if f[6] then
+      -- an address as text: read by the slow getter; written as a number here
+      set = 'if type(x) ~= "number" then return sset(h, k, x) end ' .. set
     else
-      fail(what .. ": an address is a string or an integer from 0 to 2^32-1")
+      gi[#gi + 1] = format('if k == "%s" then %send ', f[1], get)
     end
+    if w then si[#si + 1] = format('if k == "%s" then %send ', f[1], set) end
   end
+  return "return function(h, k) " .. table.concat(gi) .. "return sget(h, k) end, "
+    .. "function(h, k, x) " .. table.concat(si) .. "return sset(h, k, x) end"
 end
 
-local FG, FS = {}, {} -- FG[l][key], FS[l][key]
-for l in pairs(FK) do FG[l], FS[l] = {}, {} end
-local function fdef(l, key, g, s) FG[l][key], FS[l][key] = g, s end
-fdef(IP4, "src", faddr("src", 12))
-fdef(IP4, "dst", faddr("dst", 16))
-fdef(IP4, "saddr", fnum(IP4, "saddr", 12, 4, 0xffffffff, ck_ip4_addr))
-fdef(IP4, "daddr", fnum(IP4, "daddr", 16, 4, 0xffffffff, ck_ip4_addr))
-fdef(IP4, "ttl", fnum(IP4, "ttl", 8, 1, 0xff))
-fdef(IP4, "proto", fnum(IP4, "proto", 9, 1, 0xff, "full"))
-fdef(IP4, "tos", fnum(IP4, "tos", 1, 1, 0xff))
-fdef(IP4, "len", fnum(IP4, "len", 2, 2, 0xffff, "full"))
-fdef(IP4, "id", fnum(IP4, "id", 4, 2, 0xffff))
-fdef(IP4, "version", function() return 4 end, function() fail("pkt.ip4.version is read-only") end)
-FG[IP4].hlim, FS[IP4].hlim = FG[IP4].ttl, FS[IP4].ttl
-FG[IP4].next, FS[IP4].next = FG[IP4].proto, FS[IP4].proto
-FG[IP4].tc, FS[IP4].tc = FG[IP4].tos, FS[IP4].tos
-for _, l in ipairs({ UDP, TCP }) do
-  fdef(l, "sport", fnum(l, "sport", 0, 2, 0xffff))
-  fdef(l, "dport", fnum(l, "dport", 2, 2, 0xffff))
+-- What the generated functions see (as upvalues of their chunk: constants to the compiler).
+local function compile(text, name, ...)
+  local head = "local C, cast, u8p, u8pp, u16p, i32p, slotp, band, bor, bxor, bnot, rshift, lshift, bswap, tobit, "
+    .. "refind, range, badaddr, sget, sset, T0, T1, T2, T3, VIEWS, prep = ... "
+  local f = assert(loadstring(head .. text, "=linerate packets " .. name))
+  return f(C, cast, u8p, u8pp, u16p, i32p, slotp, band, bor, bxor, bnot, rshift, lshift, bswap, tobit,
+    refind, range, badaddr, ...)
 end
-fdef(UDP, "len", fnum(UDP, "len", 4, 2, 0xffff, "full"))
-fdef(UDP, "checksum", fnum(UDP, "checksum", 6, 2, 0xffff, "full"))
-fdef(TCP, "seq", fnum(TCP, "seq", 4, 4, 0xffffffff))
-fdef(TCP, "ack", fnum(TCP, "ack", 8, 4, 0xffffffff))
-fdef(TCP, "flags", fnum(TCP, "flags", 12, 2, 0x1ff))
-fdef(TCP, "win", fnum(TCP, "win", 14, 2, 0xffff))
-fdef(TCP, "checksum", fnum(TCP, "checksum", 16, 2, 0xffff, "full"))
-fdef(ICMP, "type", fnum(ICMP, "type", 0, 1, 0xff))
-fdef(ICMP, "code", fnum(ICMP, "code", 1, 1, 0xff))
-fdef(ICMP, "checksum", fnum(ICMP, "checksum", 2, 2, 0xffff, "full"))
 
--- Two metatypes per fast layer: the writable one (gen) and the read-only one (balance, fwd),
--- whose setters are errors naming the tool: no flag is tested per field.
-local FT = {} -- FT[l] = { writable ctype, read-only ctype }
-local CTN = { [IP4] = "ip4", [UDP] = "udp", [TCP] = "tcp", [ICMP] = "icmp" }
-for l in pairs(FK) do
-  local name = LNAME[l]
-  local function nofield(k)
-    fail(format("pkt.%s.%s: no such field (pkt.%s has %s)", name, tostring(k), name, FIELDS[l]))
-  end
-  local function tostr(h)
-    local s = cast(slotp, cast(u8p, h) - (HOFF + 8 * FK[l]))
-    return format("pkts[%d].%s", tonumber(s - P) + 1, name)
-  end
-  local pair = {}
-  for ro = 0, 1 do
-    local g, st = FG[l], FS[l]
-    if ro == 1 then
-      st = {}
-      for key in pairs(FS[l]) do
-        local what = "pkt." .. name .. "." .. key
-        st[key] = function() fail(what .. ": packets are read-only in " .. TOOL .. " scripts") end
-      end
-      st.version = FS[l].version
-    end
-    -- Methods are plain functions a script can call with anything: each checks that it got
-    -- a view of its own layer (a number or another layer's view would be an address).
-    local ct = "struct lr_" .. CTN[l] .. (ro == 1 and "_ro" or "")
-    local pt = ffi.typeof(ct .. " *")
-    local m = {}
-    local function method(mname, f)
-      local what = "pkt." .. name .. ":" .. mname
-      m[mname] = function(h, x)
-        if not istype(pt, h) then
-          fail(format("%s: call it on the layer (pkt:%s():%s(...))", what, name, mname))
-        end
-        return f(h, x)
+-- The slow getters and setters of fast layer l: FG[l][key], FS[l][key] (h, x), for the
+-- methods, the addresses as text and the read-only tools. Made in make() from the metatypes.
+local function text_getters(l)
+  local g = {}
+  if l == IP4 then
+    for key, off in pairs({ src = 12, dst = 16 }) do
+      g[key] = function(h)
+        local b = cast(u8pp, h)[0]
+        if b == nil then b = refind(h, l, key) end
+        return format("%d.%d.%d.%d", b[off], b[off + 1], b[off + 2], b[off + 3])
       end
     end
-    local function both(mname, key)
-      if g[key] then
-        method("get" .. mname, g[key])
-        method("set" .. mname, st[key])
-      end
-    end
-    both("Src", "src")
-    both("Dst", "dst")
-    both("SrcPort", "sport")
-    both("DstPort", "dport")
-    both("TTL", "ttl")
-    both("Seq", "seq")
-    both("Flags", "flags")
-    both("Type", "type")
-    both("Id", "id")
-    if l == IP4 then
-      method("getSrcNum", g.saddr)
-      method("getDstNum", g.daddr)
-      method("setSrcNum", st.saddr)
-      method("setDstNum", st.daddr)
-    end
-    ffi.metatype(ct, {
-      __index = function(h, k)
-        local f = g[k]
-        if f then return f(h) end
-        local mm = m[k]
-        if mm then return mm end
-        nofield(k)
-      end,
-      __newindex = function(h, k, x)
-        local f = st[k]
-        if f then return f(h, x) end
-        nofield(k)
-      end,
-      __call = function(h) return h end,
-      __tostring = tostr,
-    })
-    pair[ro + 1] = pt
+    g.version = function() return 4 end
   end
-  FT[l] = pair
+  return g
 end
+
+local FT = {} -- FT[l]: the view type of fast layer l (set in make())
 
 -- MoonGen's layer methods: pkt:udp():setSrcPort(1000) is pkt.udp.sport = 1000.
 local METH = {}
@@ -781,6 +659,17 @@ end
 
 local LAYER = { eth = ETH, vlan = VL, ip4 = IP4, ip6 = IP6, udp = UDP, tcp = TCP, icmp = ICMP }
 
+-- A packet (pkts[i]) is a `struct lr_view *` at its slot: an incomplete struct, so that a
+-- script can neither index it by number nor do arithmetic on it; the views read the slot
+-- through it. pslot(p): the slot of packet `p`, checked (a method may be called with anything).
+local viewp = ffi.typeof("struct lr_view *")
+local function pslot(p)
+  if not istype(viewp, p) then fail("not a packet of this batch") end
+  local s = cast(slotp, p)
+  if s.ok == 0 then bad_index(tonumber(s - P)) end
+  return s
+end
+
 local function raw_at(s, off, size, what)
   if type(off) ~= "number" or off % 1 ~= 0 then
     fail(what .. ": the offset is a whole number (from 0), not " .. tostring(off))
@@ -792,11 +681,11 @@ local function raw_at(s, off, size, what)
 end
 
 local PM = {} -- methods of a packet
-PM.len = function(p) return slot(p).n end
-PM.stream = function(p) return slot(p).st end
+PM.len = function(p) return pslot(p).n end
+PM.stream = function(p) return pslot(p).st end
 for name, size in pairs({ getByte = 1, getU16 = 2, getU32 = 4 }) do
   PM[name] = function(p, off)
-    local s = slot(p)
+    local s = pslot(p)
     local b = raw_at(s, off, size, name)
     return rd(b, off, size)
   end
@@ -804,7 +693,7 @@ end
 for name, size in pairs({ setByte = 1, setU16 = 2, setU32 = 4 }) do
   local max = 2 ^ (8 * size) - 1
   PM[name] = function(p, off, x)
-    local s = slot(p)
+    local s = pslot(p)
     if type(x) ~= "number" or not (x >= 0 and x <= max) or x % 1 ~= 0 then
       fail(format("%s(%s, %s): the value does not fit in %d byte(s)", name, tostring(off), tostring(x), size))
     end
@@ -815,7 +704,7 @@ for name, size in pairs({ setByte = 1, setU16 = 2, setU32 = 4 }) do
   end
 end
 PM.bytes = function(p, off, len)
-  local s = slot(p)
+  local s = pslot(p)
   if type(len) ~= "number" or not (len >= 0) or len % 1 ~= 0 then
     fail("bytes: the length is a whole number from 0, not " .. tostring(len))
   end
@@ -823,17 +712,17 @@ PM.bytes = function(p, off, len)
   return fstring(b + off, len)
 end
 PM.data = function(p)
-  local s = slot(p)
+  local s = pslot(p)
   return fstring(cast(u8p, s.a), s.n)
 end
 PM.drop = function(p)
-  local s = slot(p)
+  local s = pslot(p)
   if C.dr == 0 then fail("drop(): " .. TOOL .. " scripts do not drop packets") end
   s.drop = 1
 end
-PM.dropped = function(p) return slot(p).drop ~= 0 end
+PM.dropped = function(p) return pslot(p).drop ~= 0 end
 PM.payloadOffset = function(p)
-  local s = slot(p)
+  local s = pslot(p)
   if s.g == 0 then parse(s) end
   if s.l4ok == 0 or not (s.proto == 6 or s.proto == 17) then
     fail("payloadOffset: the packet has no UDP or TCP header")
@@ -842,42 +731,48 @@ PM.payloadOffset = function(p)
 end
 PM.raw = function(p) return p end
 
--- ANCHOR[l][i + 1]: the view of fast layer l of slot i (made once, in make()).
-local ANCHOR = {}
+-- What a packet's generated __index does not answer itself: the other layers, `ip` of an IPv6
+-- packet, the methods; and its parse when the slot has none (a raw write, or not a packet of
+-- this batch: an error).
+local function prep(p)
+  local s = pslot(p)
+  parse(s)
+end
+local function pslow(p, k)
+  local s = pslot(p)
+  if s.g == 0 then parse(s) end
+  local l = LAYER[k]
+  local i = tonumber(s - P)
+  if l then
+    if FK[l] then
+      if s.h[FK[l]] == nil then return nil end
+      return cast(FT[l], s.h + FK[l])
+    end
+    if base(s, l) then return VIEW[l][i + 1] end
+    return nil
+  end
+  if k == "ip" then
+    if s.ver == 4 then return cast(FT[IP4], s.h) end
+    if s.ver == 6 then return VIEW[IP6][i + 1] end
+    return nil
+  end
+  local m = PM[k]
+  if m then return m end
+  fail(format("pkt.%s: no such field or method", tostring(k)))
+end
 
-local PMT = {
-  __index = function(p, k)
-    local l = LAYER[k]
-    if l then
-      local i = p[1]
-      local s = type(i) == "number" and SLOT[i + 1]
-      if not s or s.ok == 0 then bad_index(i) end
-      local fk = FK[l]
-      if fk then
-        if s.g == 0 then parse(s) end
-        if s.h[fk] == nil then return nil end
-        return ANCHOR[l][i + 1]
-      end
-      if base(s, l) then return VIEW[l][i + 1] end
-      return nil
-    end
-    if k == "ip" then
-      local s = slot(p)
-      if s.g == 0 then parse(s) end
-      if s.ver == 4 then return ANCHOR[IP4][p[1] + 1] end
-      if s.ver == 6 then return VIEW[IP6][p[1] + 1] end
-      return nil
-    end
-    local m = PM[k]
-    if m then return m end
-    fail(format("pkt.%s: no such field or method", tostring(k)))
-  end,
-  __newindex = function(_, k)
-    fail(format("pkt.%s: a packet's layers and methods are not assigned", tostring(k)))
-  end,
-  __tostring = function(p) return format("pkts[%s]", tostring(p[1] + 1)) end,
-  __metatable = false,
-}
+-- A packet's __index: the fast layers inline (the slot's parse, the anchor, the view made in
+-- the trace and sunk: no allocation), the rest from pslow.
+local function packet_text()
+  local t = {}
+  for l, k in pairs(FK) do
+    t[#t + 1] = format('if k == "%s" then local s = cast(slotp, p) if s.g == 0 then prep(p) end '
+      .. "local a = s.h + %d if a[0] == nil then return nil end return cast(T%d, a) end ", LNAME[l], k, k)
+  end
+  t[#t + 1] = 'if k == "ip" then local s = cast(slotp, p) if s.g == 0 then prep(p) end '
+    .. "if s.ver == 4 then return cast(T0, s.h + 0) end end "
+  return "return function(p, k) " .. table.concat(t) .. "return VIEWS(p, k) end"
+end
 
 -- The queues of balance's fast form: q[i] = queue of pkts[i] (-1 or out of range: dropped).
 local QMT = {
@@ -909,13 +804,92 @@ return function(addr, tool)
   P = C.p
   for i = 0, 63 do SLOT[i + 1] = P + i end
   TOOL = tool
-  local w = C.w ~= 0 and 1 or 2
+  local w = C.w ~= 0
+  -- The fast layers' metatypes, for this state's tool (writable or not).
   for l, k in pairs(FK) do
-    local t = {}
-    for i = 0, 63 do t[i + 1] = cast(FT[l][w], P[i].h + k) end
-    ANCHOR[l] = t
+    local name = LNAME[l]
+    local ct = "struct lr_" .. CTN[l]
+    local pt = ffi.typeof(ct .. " *")
+    FT[l] = pt
+    local tg = text_getters(l)
+    local keys = {}
+    for _, f in ipairs(FF[l]) do keys[f[1]] = true end
+    if l == IP4 then keys.version = true end
+    local function nofield(key)
+      fail(format("pkt.%s.%s: no such field (pkt.%s has %s)", name, tostring(key), name, FIELDS[l]))
+    end
+    local m = {}
+    local function sget(h, key)
+      local f = tg[key]
+      if f then return f(h) end
+      local mm = m[key]
+      if mm then return mm end
+      nofield(key)
+    end
+    local function sset(h, key, x)
+      if not keys[key] then nofield(key) end
+      if key == "version" then fail("pkt.ip4.version is read-only") end
+      if not w then fail(format("pkt.%s.%s: packets are read-only in %s scripts", name, key, TOOL)) end
+      if type(x) == "string" then
+        local a = parse_addr(x, false)
+        if not a then fail(format("pkt.ip4.%s: '%s' is not an IPv4 address", key, x)) end
+        local c1, c2, c3, c4 = a:byte(1, 4)
+        h[key == "src" and "saddr" or "daddr"] = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
+        return
+      end
+      badaddr("pkt.ip4." .. key)
+    end
+    -- Methods are plain functions a script can call with anything: each checks that it got
+    -- a view of its own layer (a number or another layer's view would be an address).
+    local function method(mname, f)
+      local what = "pkt." .. name .. ":" .. mname
+      m[mname] = function(h, x)
+        if not istype(pt, h) then
+          fail(format("%s: call it on the layer (pkt:%s():%s(...))", what, name, mname))
+        end
+        return f(h, x)
+      end
+    end
+    local function both(mname, key)
+      if keys[key] then
+        method("get" .. mname, function(h) return h[key] end)
+        method("set" .. mname, function(h, x) h[key] = x end)
+      end
+    end
+    both("Src", "src")
+    both("Dst", "dst")
+    both("SrcPort", "sport")
+    both("DstPort", "dport")
+    both("TTL", "ttl")
+    both("Seq", "seq")
+    both("Flags", "flags")
+    both("Type", "type")
+    both("Id", "id")
+    if l == IP4 then
+      method("getSrcNum", function(h) return h.saddr end)
+      method("getDstNum", function(h) return h.daddr end)
+      method("setSrcNum", function(h, x) h.saddr = x end)
+      method("setDstNum", function(h, x) h.daddr = x end)
+    end
+    local idx, nidx = compile(layer_text(l, w), name, sget, sset)
+    ffi.metatype(ct, {
+      __index = idx,
+      __newindex = nidx,
+      __call = function(h) return h end,
+      __tostring = function(h)
+        local s = cast(slotp, cast(u8p, h) - (HOFF + 8 * k))
+        return format("pkts[%d].%s", tonumber(s - P) + 1, name)
+      end,
+    })
   end
+  ffi.metatype("struct lr_view", {
+    __index = compile(packet_text(), "packet", nil, nil, FT[IP4], FT[UDP], FT[TCP], FT[ICMP], pslow, prep),
+    __newindex = function(_, k)
+      fail(format("pkt.%s: a packet's layers and methods are not assigned", tostring(k)))
+    end,
+    __tostring = function(p) return format("pkts[%d]", tonumber(cast(slotp, p) - P) + 1) end,
+  })
   local pkts = {}
-  for i = 0, 63 do pkts[i + 1] = setmetatable({ i }, PMT) end
+  for i = 0, 63 do pkts[i + 1] = cast(viewp, P + i) end
   return pkts, setmetatable({}, QMT)
 end
