@@ -1792,6 +1792,56 @@ mod fast {
 }
 
 #[cfg(all(test, not(loom)))]
+mod packet_views {
+    use super::tests_support::*;
+    use super::*;
+
+    #[test]
+    fn a_packet_is_an_ffi_view_of_its_slot_kept_or_not() {
+        let lua = new_lua();
+        let pk = Packets::new(&lua, GEN_ACCESS, LinkType::ETHERNET).unwrap();
+        lua.load(
+            "function keep(pkts) P = pkts[1] return type(P) .. ' ' .. tostring(P) .. ' ' \
+               .. tostring(pkts[1].udp) .. ' ' .. tostring(rawequal(P, pkts[1])) end\n\
+             function read() return P.udp end\n\
+             function again(pkts)\n\
+               local s = 0\n\
+               for _ = 1, 300 do s = s + P.udp.dport + P:len() + (P.ip.ttl or 0) end\n\
+               return tostring(rawequal(P, pkts[1])) .. ' ' .. s\n\
+             end",
+        )
+        .set_name("@k.lua")
+        .exec()
+        .unwrap();
+        let g = lua.globals();
+        let call = |name: &str, b: &mut Batch| {
+            pk.load_mut(b, &[]).unwrap();
+            let f: mlua::Function = g.get(name).unwrap();
+            let r = f.call::<Value>(pk.table().clone());
+            pk.store(b, |_, _| {});
+            r.map(|v| v.to_string().unwrap_or_default())
+        };
+        let mut b = one(udp_frame(53));
+        assert_eq!(
+            call("keep", &mut b).unwrap(),
+            "cdata pkts[1] pkts[1].udp true"
+        );
+        // between calls: an error naming the packet, nothing read
+        let read: mlua::Function = g.get("read").unwrap();
+        let e = read.call::<Value>(()).unwrap_err().to_string();
+        assert!(e.contains("pkts[1] is not part of this batch of 1"), "{e}");
+        // at the next call, compiled: the packet of that batch, the same object
+        let mut b2 = one(udp_frame(4789));
+        let len = b2.data(0).len();
+        let ttl = usize::from(b2.data(0)[22]);
+        assert_eq!(
+            call("again", &mut b2).unwrap(),
+            format!("true {}", 300 * (4789 + len + ttl))
+        );
+    }
+}
+
+#[cfg(all(test, not(loom)))]
 mod fast_parse {
     use super::*;
 
