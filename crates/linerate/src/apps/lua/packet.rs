@@ -1253,10 +1253,7 @@ mod views {
                 "local q = pkts[1] + 1 ; q:len()",
                 "t.lua:3: attempt to perform arithmetic on 'struct lr_view *'",
             ),
-            (
-                "pkts[1].len({})",
-                "t.lua:3: not a packet of this batch",
-            ),
+            ("pkts[1].len({})", "t.lua:3: not a packet of this batch"),
             (
                 "pkts[1]:getU16('1')",
                 "t.lua:3: getU16: the offset is a whole number (from 0), not 1",
