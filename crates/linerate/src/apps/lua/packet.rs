@@ -247,14 +247,6 @@ impl Packets {
     /// script's time. One pass, each slot written once.
     fn fill<'a>(&self, n: usize, frame: impl Fn(usize) -> &'a [u8], streams: &[u8]) {
         let eth = self.shared.eth.get() != 0;
-        // The headers first, all at once: frames another core just wrote (a ring's input) are
-        // not in this core's cache, and their loads, independent here, wait together rather
-        // than one after the other inside the parse (-m ip's hash waits for them the same way).
-        let mut touch = 0u8;
-        for i in 0..n {
-            touch |= frame(i).get(14).copied().unwrap_or(0);
-        }
-        std::hint::black_box(touch);
         let slots = self.shared.pkts[..n].iter().zip(&self.shared.queues[..n]);
         for (i, (s, q)) in slots.enumerate() {
             let b = frame(i);
