@@ -300,15 +300,14 @@ impl Packets {
     pub fn load_built(&self, batch: &mut Batch, streams: &[u8]) -> Result<usize, String> {
         let n = batch.len().min(BATCH);
         let eth = self.shared.eth.get() != 0;
-        let slots = &self.shared.pkts;
+        let slots = self.shared.pkts[..n].iter().zip(&self.shared.queues[..n]);
         // The previous frame's stream, length, address and parse, kept in registers: read
         // back from its slot, just written, they waited on the stores (store forwarding of
         // narrower writes fails), one frame after the other.
         let mut prev: Option<(u16, usize, u64, Parsed)> = None;
-        for i in 0..n {
+        for (i, (s, q)) in slots.enumerate() {
             let d = batch.data_mut(i);
             let (a, len) = (d.as_mut_ptr() as u64, d.len());
-            let s = &slots[i];
             let st = streams.get(i).map_or(0, |&v| u16::from(v));
             s.addr.set(a);
             s.len.set(u32::try_from(len).unwrap_or(0));
@@ -322,7 +321,7 @@ impl Packets {
             x.store(s);
             prev = Some((st, len, a, x));
             s.ok.set(1);
-            self.shared.queues[i].set(-1);
+            q.set(-1);
         }
         self.shared.n.set(n as u32);
         Ok(n)
