@@ -300,28 +300,28 @@ impl Packets {
     pub fn load_built(&self, batch: &mut Batch, streams: &[u8]) -> Result<usize, String> {
         let n = batch.len().min(BATCH);
         let eth = self.shared.eth.get() != 0;
-        let slots = &self.shared.pkts;
-        for i in 0..n {
+        let slots = self.shared.pkts[..n].iter().zip(&self.shared.queues[..n]);
+        // The previous frame's stream, length, address and parse, kept in registers: read
+        // back from its slot, just written, they waited on the stores (store forwarding of
+        // narrower writes fails), one frame after the other.
+        let mut prev: Option<(u16, usize, u64, Parsed)> = None;
+        for (i, (s, q)) in slots.enumerate() {
             let d = batch.data_mut(i);
             let (a, len) = (d.as_mut_ptr() as u64, d.len());
-            let s = &slots[i];
             let st = streams.get(i).map_or(0, |&v| u16::from(v));
-            let same = i > 0 && {
-                let p = &slots[i - 1];
-                p.stream.get() == st && p.len.get() as usize == len
-            };
             s.addr.set(a);
             s.len.set(u32::try_from(len).unwrap_or(0));
             s.stream.set(st);
             s.dropped.set(0);
             s.dirty.set(0);
-            if same && len <= usize::from(u16::MAX) {
-                copy_parse(&slots[i - 1], s);
-            } else {
-                parse_frame(d, eth).store(s);
-            }
+            let x = match prev {
+                Some((pst, plen, pa, p)) if pst == st && plen == len => p.moved(pa, a),
+                _ => parse_frame(d, eth),
+            };
+            x.store(s);
+            prev = Some((st, len, a, x));
             s.ok.set(1);
-            self.shared.queues[i].set(-1);
+            q.set(-1);
         }
         self.shared.n.set(n as u32);
         Ok(n)
@@ -382,10 +382,16 @@ impl Packets {
     /// (raw bytes, Ethernet/VLAN/IPv6 fields, lengths, protocol, checksums), then ends the
     /// batch ([`Packets::done`]).
     pub fn store(&self, batch: &mut Batch, mut fix: impl FnMut(usize, &mut [u8])) {
-        let n = (self.shared.n.get() as usize).min(batch.len());
-        self.done();
-        for i in 0..n {
-            if self.shared.pkts[i].dirty.get() != 0 {
+        // One pass: each slot's mark read as the slot is cleared ([`Packets::done`]).
+        let n = (self.shared.n.get() as usize).min(BATCH);
+        for (i, s) in self.shared.pkts[..n].iter().enumerate() {
+            let dirty = s.dirty.get() != 0;
+            s.addr.set(0);
+            s.len.set(0);
+            s.ok.set(0);
+            s.parsed.set(0);
+            s.heads.iter().for_each(|h| h.set(0));
+            if dirty && i < batch.len() {
                 fix(i, batch.data_mut(i));
             }
         }
@@ -410,23 +416,6 @@ struct Parsed {
 }
 
 impl Parsed {
-    /// The parse fields slot `s` holds (what [`Parsed::store`] wrote there).
-    #[inline(always)]
-    fn of(s: &Slot) -> Parsed {
-        Parsed {
-            parsed: s.parsed.get(),
-            ver: s.ver.get(),
-            proto: s.proto.get(),
-            nvl: s.nvl.get(),
-            l4ok: s.l4ok.get(),
-            l3: s.l3.get(),
-            l4: s.l4.get(),
-            l3e: s.l3e.get(),
-            pay: s.pay.get(),
-            heads: std::array::from_fn(|i| s.heads[i].get()),
-        }
-    }
-
     #[inline(always)]
     fn store(&self, s: &Slot) {
         s.parsed.set(self.parsed);
@@ -489,16 +478,16 @@ fn parse_frame(b: &[u8], eth: bool) -> Parsed {
     p
 }
 
-/// Gives slot `s` the parse of slot `p` (a frame with the same headers at the same places),
-/// its header addresses moved from `p`'s frame to `s`'s.
-#[inline]
-fn copy_parse(p: &Slot, s: &Slot) {
-    let mut x = Parsed::of(p);
-    let (from, to) = (p.addr.get(), s.addr.get());
-    for h in x.heads.iter_mut().filter(|h| **h != 0) {
-        *h = h.wrapping_sub(from).wrapping_add(to);
+impl Parsed {
+    /// This parse of the frame at `from`, for a frame with the same headers at the same places
+    /// at `to`: the header addresses moved.
+    #[inline(always)]
+    fn moved(mut self, from: u64, to: u64) -> Parsed {
+        for h in self.heads.iter_mut().filter(|h| **h != 0) {
+            *h = h.wrapping_sub(from).wrapping_add(to);
+        }
+        self
     }
-    x.store(s);
 }
 
 fn parse_layers(s: &mut Parsed, b: &[u8], eth: bool) {
