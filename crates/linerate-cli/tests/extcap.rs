@@ -22,10 +22,15 @@ fn seg(id: u32) -> PathBuf {
     PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"))
 }
 
-/// Children killed and reaped, and a temporary folder removed, when the test ends.
+/// Children ended and reaped, and a temporary folder removed, when the test ends. A child
+/// still running is stopped as a user stops it (SIGTERM, SIGKILL only if it does not end), so
+/// that the cluster masters run their exit path: a SIGKILLed master leaves its 78 MB segment
+/// in /dev/shm. A segment left all the same is removed and, unless the test already failed,
+/// fails it.
 struct Guard {
     procs: Vec<Child>,
     dir: PathBuf,
+    segments: linerate_test_support::ClusterSegments,
 }
 
 impl Guard {
@@ -36,17 +41,22 @@ impl Guard {
         Guard {
             procs: Vec::new(),
             dir,
+            segments: Default::default(),
         }
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        for c in &mut self.procs {
-            let _ = c.kill();
-            let _ = c.wait();
+        // Consumers (pushed last) first, then their masters.
+        for c in self.procs.iter_mut().rev() {
+            linerate_test_support::stop_child(c, Duration::from_secs(10));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        let left = self.segments.check();
+        if !left.is_empty() && !std::thread::panicking() {
+            panic!("cluster segments left behind (removed now): {left:?}");
+        }
     }
 }
 
@@ -130,6 +140,7 @@ fn cluster_from(g: &mut Guard, id: u32, file: &Path) -> usize {
         .spawn()
         .expect("start linerate balance");
     g.procs.push(c);
+    g.segments.add(id);
     wait_for("the cluster's segment", Duration::from_secs(10), || {
         seg(id).exists()
     });
@@ -515,6 +526,7 @@ fn idle_cluster(g: &mut Guard, id: u32, file: &Path) -> std::fs::File {
         .spawn()
         .unwrap();
     g.procs.push(c);
+    g.segments.add(id);
     let mut w = std::fs::OpenOptions::new()
         .write(true)
         .open(&input)
