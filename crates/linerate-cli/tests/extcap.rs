@@ -647,7 +647,8 @@ fn tshark_captures_an_afpacket_interface_through_the_extcap() {
         ])
         .arg("-w")
         .arg(&out)
-        .args(["-a", "duration:8"])
+        // Ends on the 50th frame; the duration only bounds a run that lost one.
+        .args(["-c", "50", "-a", "duration:60"])
         .env("XDG_CONFIG_HOME", &xdg)
         .env("HOME", &home)
         .stdin(Stdio::null())
@@ -657,16 +658,20 @@ fn tshark_captures_an_afpacket_interface_through_the_extcap() {
         .expect("start tshark");
     g.procs.push(c);
     let i = g.procs.len() - 1;
-    // dumpcap writes the file's header once the extcap's has come through the FIFO.
-    wait_for("the capture to start", Duration::from_secs(6), || {
+    // dumpcap writes the file's header once the extcap's has come through the FIFO, which
+    // count writes after its socket is bound: a frame sent from then on is captured. Before
+    // it, tshark runs the extcap three times (interfaces, link types, options), each a debug
+    // build listing the machine's interfaces and clusters: 6 s were not enough at load 20.
+    let t0 = Instant::now();
+    wait_for("the capture to start", Duration::from_secs(40), || {
         std::fs::metadata(&out).is_ok_and(|m| m.len() > 0)
     });
-    std::thread::sleep(Duration::from_millis(300));
+    eprintln!("capture started after {:?}", t0.elapsed());
     let frames: Vec<Vec<u8>> = (0..50)
         .map(|s| netns::udp_frame(pair.mac_b, pair.mac_a, 1, s))
         .collect();
     pair.run_in(Side::A, || netns::send_raw(&pair.if_a, &frames));
-    let s = finish(&mut g.procs[i], Duration::from_secs(20));
+    let s = finish(&mut g.procs[i], Duration::from_secs(90));
     assert!(s.success(), "tshark exited with {s}");
     let (names, pkts, _) = pcapng(&std::fs::read(&out).unwrap());
     assert_eq!(names, vec![port]);
