@@ -22,10 +22,15 @@ fn seg(id: u32) -> PathBuf {
     PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"))
 }
 
-/// Children killed and reaped, and a temporary folder removed, when the test ends.
+/// Children ended and reaped, and a temporary folder removed, when the test ends. A child
+/// still running is stopped as a user stops it (SIGTERM, SIGKILL only if it does not end), so
+/// that the cluster masters run their exit path: a SIGKILLed master leaves its 78 MB segment
+/// in /dev/shm. A segment left all the same is removed and, unless the test already failed,
+/// fails it.
 struct Guard {
     procs: Vec<Child>,
     dir: PathBuf,
+    segments: linerate_test_support::ClusterSegments,
 }
 
 impl Guard {
@@ -36,17 +41,22 @@ impl Guard {
         Guard {
             procs: Vec::new(),
             dir,
+            segments: Default::default(),
         }
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        for c in &mut self.procs {
-            let _ = c.kill();
-            let _ = c.wait();
+        // Consumers (pushed last) first, then their masters.
+        for c in self.procs.iter_mut().rev() {
+            linerate_test_support::stop_child(c, Duration::from_secs(10));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        let left = self.segments.check();
+        if !left.is_empty() && !std::thread::panicking() {
+            panic!("cluster segments left behind (removed now): {left:?}");
+        }
     }
 }
 
@@ -130,6 +140,7 @@ fn cluster_from(g: &mut Guard, id: u32, file: &Path) -> usize {
         .spawn()
         .expect("start linerate balance");
     g.procs.push(c);
+    g.segments.add(id);
     wait_for("the cluster's segment", Duration::from_secs(10), || {
         seg(id).exists()
     });
@@ -515,6 +526,7 @@ fn idle_cluster(g: &mut Guard, id: u32, file: &Path) -> std::fs::File {
         .spawn()
         .unwrap();
     g.procs.push(c);
+    g.segments.add(id);
     let mut w = std::fs::OpenOptions::new()
         .write(true)
         .open(&input)
@@ -635,7 +647,8 @@ fn tshark_captures_an_afpacket_interface_through_the_extcap() {
         ])
         .arg("-w")
         .arg(&out)
-        .args(["-a", "duration:8"])
+        // Ends on the 50th frame; the duration only bounds a run that lost one.
+        .args(["-c", "50", "-a", "duration:60"])
         .env("XDG_CONFIG_HOME", &xdg)
         .env("HOME", &home)
         .stdin(Stdio::null())
@@ -645,16 +658,20 @@ fn tshark_captures_an_afpacket_interface_through_the_extcap() {
         .expect("start tshark");
     g.procs.push(c);
     let i = g.procs.len() - 1;
-    // dumpcap writes the file's header once the extcap's has come through the FIFO.
-    wait_for("the capture to start", Duration::from_secs(6), || {
+    // dumpcap writes the file's header once the extcap's has come through the FIFO, which
+    // count writes after its socket is bound: a frame sent from then on is captured. Before
+    // it, tshark runs the extcap three times (interfaces, link types, options), each a debug
+    // build listing the machine's interfaces and clusters: 6 s were not enough at load 20.
+    let t0 = Instant::now();
+    wait_for("the capture to start", Duration::from_secs(40), || {
         std::fs::metadata(&out).is_ok_and(|m| m.len() > 0)
     });
-    std::thread::sleep(Duration::from_millis(300));
+    eprintln!("capture started after {:?}", t0.elapsed());
     let frames: Vec<Vec<u8>> = (0..50)
         .map(|s| netns::udp_frame(pair.mac_b, pair.mac_a, 1, s))
         .collect();
     pair.run_in(Side::A, || netns::send_raw(&pair.if_a, &frames));
-    let s = finish(&mut g.procs[i], Duration::from_secs(20));
+    let s = finish(&mut g.procs[i], Duration::from_secs(90));
     assert!(s.success(), "tshark exited with {s}");
     let (names, pkts, _) = pcapng(&std::fs::read(&out).unwrap());
     assert_eq!(names, vec![port]);

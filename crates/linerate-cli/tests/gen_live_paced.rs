@@ -27,14 +27,34 @@ fn in_ns(pair: &NetnsPair, side: Side) -> Command {
     c
 }
 
+/// `in_ns`, at nice -19 (see [`through`]).
+fn niced(pair: &NetnsPair, side: Side) -> Command {
+    let mut c = Command::new("ip");
+    c.args([
+        "netns",
+        "exec",
+        pair.ns(side),
+        "nice",
+        "-n",
+        "-19",
+        env!("CARGO_BIN_EXE_linerate"),
+    ]);
+    c
+}
+
 /// Runs `count -i xdp:vB` in B for `n` frames of `udp dst port 9` (at most 8 s) while `gen`
 /// (`gen_args`) sends from A; returns gen's JSON lines and count's summary.
+///
+/// The receiver runs at nice -19: what these tests measure is how gen spaces its frames, and
+/// a receiver starved of CPU by the machine's other work (a 2-core CI runner compiling) lets
+/// its 2 048-entry ring fill whatever the spacing: the kernel then drops frames (counted,
+/// `kernel` in count's summary), up to 4 % of 50 000 seen under two busy loops at load 15.
 fn through(
     pair: &NetnsPair,
     n: u64,
     gen_args: &[&str],
 ) -> (Vec<serde_json::Value>, serde_json::Value) {
-    let mut count = in_ns(pair, Side::B)
+    let mut count = niced(pair, Side::B)
         .args([
             "count",
             "-i",
@@ -80,19 +100,35 @@ fn a_rate_reaches_an_xdp_receiver_without_loss() {
     let pair = NetnsPair::new().expect("netns pair");
     pair.no_ipv6().expect("no ipv6");
     const N: u64 = 50_000;
-    let (gen, count) = through(&pair, N, &["--rate", "100kpps"]);
-    let start = gen.iter().find(|j| j["type"] == "start").expect("start");
-    assert_eq!(start["engine"], "xsk", "{start}");
-    assert!(
-        start["engine_why"].as_str().unwrap().contains("runs of"),
-        "{start}"
-    );
-    let got = count["pkts"].as_u64().unwrap();
-    // The receiver's side: every frame (today's live engine lost 19.8 % of them).
-    assert!(got <= N, "{count}");
-    assert!(
-        got as f64 >= N as f64 * 0.999,
-        "{got} of {N} reached count -i xdp:vB: {count}"
+    // A loss that the sender's spacing causes comes back on every run (the live engine's
+    // bursts lost 19.8 % each time); one from a receiver the machine's load starved of CPU
+    // (kernel drops, up to 12 % seen at load 18, even at nice -19) comes and goes. So a run
+    // that lost frames is measured again, at most three times in all: the claim is that a run
+    // reaches the receiver whole, and every frame of every run is delivered or counted.
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let (gen, count) = through(&pair, N, &["--rate", "100kpps"]);
+        let start = gen.iter().find(|j| j["type"] == "start").expect("start");
+        assert_eq!(start["engine"], "xsk", "{start}");
+        assert!(
+            start["engine_why"].as_str().unwrap().contains("runs of"),
+            "{start}"
+        );
+        let got = count["pkts"].as_u64().unwrap();
+        let kernel = count["drops_by_reason"]["kernel"].as_u64().unwrap();
+        // Nothing lost without a count: each frame was delivered or dropped by the kernel
+        // (its ring full); nothing is dropped for another reason.
+        assert_eq!(got + kernel, N, "{count}");
+        assert_eq!(count["drops"].as_u64().unwrap(), kernel, "{count}");
+        // The receiver's side: every frame (today's live engine lost 19.8 % of them).
+        if got as f64 >= N as f64 * 0.999 {
+            return;
+        }
+        runs.push(format!("{got} of {N}: {count}"));
+    }
+    panic!(
+        "no run of three reached count -i xdp:vB whole:\n{}",
+        runs.join("\n")
     );
 }
 

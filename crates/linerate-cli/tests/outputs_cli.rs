@@ -1060,6 +1060,17 @@ fn kill_9_during_a_large_write_leaves_whole_records_but_possibly_the_last() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
+        // Killed while it writes: once its file has the header (a debug build at load 20
+        // took more than 40 ms to create it: the file was not there to read), then 40 to 130
+        // ms into the writes.
+        let t0 = std::time::Instant::now();
+        while std::fs::metadata(&f).map_or(0, |m| m.len()) < 24 {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(30),
+                "count wrote no header"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
         std::thread::sleep(std::time::Duration::from_millis(40 + 30 * k));
         let _ = c.kill();
         let _ = c.wait();

@@ -903,3 +903,229 @@ fn pcapng_with_a_late_interface_and_statistics_reads_as_tcpdump_does() {
         }
     }
 }
+
+/// A directory of `n` captures of 60 packets each (writer 0, one minute apart), for the tests
+/// below.
+fn small_dir(d: &Path, n: u64) {
+    let mut r = Rng(0x0bad_cafe_1234_5678);
+    for file in 0..n {
+        let start = T0_US + file * 60_000_000;
+        let mut b = pcap_header();
+        for i in 0..60u64 {
+            pcap_record(&mut b, start + i * 1000, &frame(&mut r));
+        }
+        let name = format!("20251127T16{:02}00.000000Z-w0.pcap", file);
+        std::fs::write(d.join(name), b).unwrap();
+    }
+}
+
+/// A capture the query cannot open (permission denied, the query run as user nobody) is named
+/// on standard error, the other files still answer (the same packets as a query over them
+/// alone), and the run exits 1 at its end, after the answer, as grep -r goes on past a file it
+/// cannot read.
+#[test]
+fn an_unreadable_file_is_named_and_the_others_still_answer() {
+    use std::os::unix::fs::PermissionsExt;
+    if !linerate::os::is_root() {
+        linerate_test_support::skip("needs root to run the query as another user");
+        return;
+    }
+    let d = Scratch::new("eacces");
+    std::fs::set_permissions(&d.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let all = d.0.join("all");
+    let some = d.0.join("some");
+    for x in [&all, &some] {
+        std::fs::create_dir(x).unwrap();
+        small_dir(x, 3);
+        std::fs::set_permissions(x, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let locked = all.join("20251127T160100.000000Z-w0.pcap");
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::remove_file(some.join("20251127T160100.000000Z-w0.pcap")).unwrap();
+    let want = query(&[some.to_str().unwrap(), "-w", "-", "-q"]);
+    assert!(want.status.success());
+    assert_eq!(records(&want.stdout).len(), 120);
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+        .args(["query", all.to_str().unwrap(), "-w", "-", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(o.stdout == want.stdout, "the other files' answer: {err}");
+    assert!(
+        err.contains(&format!("error: {}: ", locked.display())) && err.contains("ermission"),
+        "{err}"
+    );
+    let j: serde_json::Value = err
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON: {err}"));
+    assert_eq!(j["files_unreadable"], 1, "{j}");
+    assert_eq!(j["files"], 3, "{j}");
+    assert_eq!(j["packets_matched"], 120, "{j}");
+    // -q keeps the error.
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+        .args(["query", all.to_str().unwrap(), "-w", "-", "-q"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains(&locked.display().to_string()));
+}
+
+/// A capture holding its header and a cut record, no whole one (a file just begun, or cut by
+/// a crash), is said on standard error, naming it; the others answer, exit 0.
+#[test]
+fn a_file_of_only_a_cut_record_is_said() {
+    let d = Scratch::new("cutonly");
+    small_dir(&d.0, 2);
+    let cut = d.0.join("20251127T160500.000000Z-w0.pcap");
+    let mut b = pcap_header();
+    pcap_record(&mut b, T0_US + 300_000_000, &frame(&mut Rng(7)));
+    b.truncate(b.len() - 10);
+    std::fs::write(&cut, b).unwrap();
+    let o = query(&[d.0.to_str().unwrap(), "-w", "-", "--json"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(records(&o.stdout).len(), 120);
+    assert!(
+        err.lines()
+            .any(|l| l.contains(&cut.display().to_string()) && l.contains("no whole record")),
+        "{err}"
+    );
+    let j: serde_json::Value = err
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON: {err}"));
+    assert_eq!(j["files_cut"], 1, "{j}");
+}
+
+/// SIGINT in the middle of a long one-shot query (-w OUT): the output ends on whole records,
+/// the summary says how many were written (that many records in OUT), exit 0 as a query that
+/// ended (tcpdump -w's habit on Ctrl-C).
+#[test]
+fn sigint_leaves_the_output_whole_and_says_what_was_written() {
+    let d = Scratch::new("sigint");
+    let dir = d.0.join("caps");
+    std::fs::create_dir(&dir).unwrap();
+    // 12 files of 20 000 packets of 1 000 bytes (240 MB to write): far more than a query
+    // writes in the time before the signal.
+    let payload = vec![0x5au8; 1000];
+    for file in 0..12u64 {
+        let start = T0_US + file * 60_000_000;
+        let mut b = pcap_header();
+        for i in 0..20_000u64 {
+            pcap_record(&mut b, start + i, &payload);
+        }
+        std::fs::write(
+            dir.join(format!("20251127T16{file:02}00.000000Z-w0.pcap")),
+            b,
+        )
+        .unwrap();
+    }
+    let out = d.0.join("out.pcap");
+    let mut kid = Kid(Command::new(BIN)
+        .args([
+            "query",
+            dir.to_str().unwrap(),
+            "-w",
+            out.to_str().unwrap(),
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap());
+    let t = Instant::now();
+    while std::fs::metadata(&out).map_or(0, |m| m.len()) < 4 << 20 {
+        assert!(t.elapsed() < Duration::from_secs(30), "no output");
+        assert!(
+            kid.0.try_wait().unwrap().is_none(),
+            "ended before the signal"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    linerate::os::interrupt(kid.0.id()).unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = kid.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "SIGINT did not stop it"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut so = String::new();
+    kid.0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut so)
+        .unwrap();
+    let mut se = String::new();
+    kid.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut se)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status} {se}");
+    let j: serde_json::Value = serde_json::from_str(so.trim()).unwrap_or_else(|_| panic!("{so}"));
+    assert_eq!(j["interrupted"], true, "{j}");
+    let f = std::fs::read(&out).unwrap();
+    let recs = records(&f);
+    // Whole records only: the last one ends at the end of the file.
+    assert!(
+        recs.iter().all(|(_, r)| r.len() == 16 + 1000),
+        "a cut record"
+    );
+    assert_eq!(24 + recs.len() * 1016, f.len());
+    assert_eq!(
+        j["packets_matched"].as_u64().unwrap(),
+        recs.len() as u64,
+        "{j}"
+    );
+    assert!(recs.len() < 240_000, "the query ran to its end: {j}");
+}
+
+/// A request whose lines end in LF alone (`printf 'GET /query HTTP/1.0\n\n' | nc`) is answered
+/// at once, as one in CRLF, not after the 10 s a request has to arrive.
+#[test]
+fn a_request_with_lf_only_line_ends_is_answered_at_once() {
+    use std::io::Write;
+    let d = Scratch::new("lfonly");
+    small_dir(&d.0, 2);
+    let dir = d.0.to_str().unwrap();
+    let mut kid = Kid(Command::new(BIN)
+        .args(["query", "--serve", "127.0.0.1:0", dir])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap());
+    let port = served_port(&mut kid);
+    let want = query(&[dir, "-w", "-", "-q", "-f", "udp"]).stdout;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let t = Instant::now();
+    // The connection stays open for writing, as nc's does.
+    s.write_all(b"GET /query?filter=udp HTTP/1.0\nHost: x\n\n")
+        .unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    let took = t.elapsed();
+    let head_end = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&got)));
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    assert!(got[head_end + 4..] == want[..], "the answer differs");
+    assert!(records(&want).len() > 5);
+    assert!(took < Duration::from_secs(5), "answered after {took:?}");
+}

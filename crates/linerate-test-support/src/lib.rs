@@ -7,6 +7,9 @@
 //!   counts skips in its closing line instead of reporting them as passes), and under
 //!   `LINERATE_REQUIRE_PRIV=1` (CI) fails the test instead.
 //! - [`corpus_dir`]: tcpdump's test captures, kept in the repository (`tests/corpus/`).
+//! - [`stop_child`] and [`ClusterSegments`]: ending a child the way a user does (SIGTERM, so
+//!   a cluster master runs its exit path and removes its segment; SIGKILL only if it does not
+//!   end), and checking that the segments a test's masters made are gone when it ends.
 //!
 //! No `unsafe` here: what needs the kernel directly (entering a namespace, an interface's
 //! index, a raw packet socket, a tc program) goes through the library's safe `linerate::os`.
@@ -17,6 +20,8 @@ pub mod netns;
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::process::Child;
+use std::time::{Duration, Instant};
 
 /// Whether `LINERATE_REQUIRE_PRIV=1`: every skip is then a failure.
 pub fn skips_are_failures() -> bool {
@@ -89,4 +94,55 @@ pub fn require_tool(program: &str, installed_by: &str) -> bool {
         skip(&format!("{program} is not installed ({installed_by})"));
     }
     found
+}
+
+/// Ends `child` the way a user or a service manager does: SIGTERM, then up to `grace` for it
+/// to finish its exit path (a cluster master removes its `/dev/shm` segment there, which a
+/// SIGKILL never lets it do), then SIGKILL. Reaps it. Returns whether it ended by itself
+/// (already ended, or on the SIGTERM).
+pub fn stop_child(child: &mut Child, grace: Duration) -> bool {
+    if let Ok(Some(_)) = child.try_wait() {
+        return true;
+    }
+    let _ = linerate::os::signal(child.id(), libc::SIGTERM);
+    let t0 = Instant::now();
+    while t0.elapsed() < grace {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
+}
+
+/// The cluster segments (`/dev/shm/linerate-cluster-ID`) a test's masters create. Its
+/// [`check`](ClusterSegments::check), called once those masters have ended, removes any that
+/// is left (its creator is gone: the test started and ended it) and names them, so that a
+/// test can fail on an exit path that leaks one instead of leaving 78 MB in /dev/shm.
+#[derive(Default)]
+pub struct ClusterSegments {
+    ids: Vec<u32>,
+}
+
+impl ClusterSegments {
+    /// A segment this test's master will create.
+    pub fn add(&mut self, id: u32) {
+        self.ids.push(id);
+    }
+
+    /// Removes the segments still present and returns their paths (empty when every master
+    /// removed its own). Call it only after every master of these ids has ended.
+    pub fn check(&mut self) -> Vec<PathBuf> {
+        let mut left = Vec::new();
+        for id in self.ids.drain(..) {
+            let p = linerate::cluster::segment_path(id);
+            if std::fs::symlink_metadata(&p).is_ok() {
+                let _ = std::fs::remove_file(&p);
+                left.push(p);
+            }
+        }
+        left
+    }
 }

@@ -1138,7 +1138,7 @@ fn a_mem_wire_writer_out_of_frames_gets_them_back_without_waiting_for_maintenanc
             let mut w = linerate::open_rx(&name, &Default::default()).unwrap();
             let pool = w.pool().unwrap().clone();
             let mut b = Batch::with_pool(&pool);
-            let (mut sent, mut waits, mut longest) = (0u64, 0u64, Duration::ZERO);
+            let (mut sent, mut waits) = (0u64, Vec::new());
             let mut waiting: Option<std::time::Instant> = None;
             let t0 = std::time::Instant::now();
             while sent < n && t0.elapsed() < Duration::from_secs(5) {
@@ -1152,38 +1152,46 @@ fn a_mem_wire_writer_out_of_frames_gets_them_back_without_waiting_for_maintenanc
                     });
                 }
                 if b.is_empty() {
-                    waiting.get_or_insert_with(|| {
-                        waits += 1;
-                        std::time::Instant::now()
-                    });
+                    waiting.get_or_insert_with(std::time::Instant::now);
                     std::thread::sleep(Duration::from_micros(20));
                     continue;
                 }
                 if let Some(t) = waiting.take() {
-                    longest = longest.max(t.elapsed());
+                    waits.push(t.elapsed());
                 }
                 sent += b.len() as u64;
                 w.tx(&mut b).unwrap();
             }
             stop.store(true, std::sync::atomic::Ordering::Release);
-            (sent, waits, longest, w.stats())
+            (sent, waits, w.stats())
         })
     };
     let mut dist = Distributor::new(Mode::RoundRobin, &[1], LinkType::ETHERNET);
     let r = balance::run(&mut *input, &mut master, &mut dist, &opts(), &stop, |_| {});
     assert!(r.error.is_none());
-    let (sent, waits, longest, ws) = writer.join().unwrap();
+    let (sent, mut waits, ws) = writer.join().unwrap();
     master.close();
     threads.join().unwrap();
     master.take_back();
     let st = master.stats();
     st.check_invariant().unwrap();
-    eprintln!("sent {sent}, waited {waits} times, longest {longest:?}; {ws:?}; {st:?}");
+    waits.sort();
+    eprintln!(
+        "sent {sent}, waited {} times, median {:?}: {waits:?}; {ws:?}; {st:?}",
+        waits.len(),
+        waits.get(waits.len() / 2)
+    );
     assert_eq!(sent, n, "the writer got frames back in time");
-    assert!(waits > 0, "the writer ran out of frames at times");
+    assert!(!waits.is_empty(), "the writer ran out of frames at times");
+    // Handed back at the 100 ms maintenance, a wait would last anywhere up to 100 ms (its
+    // start falls anywhere in the period): half of them over 50 ms. Handed back at once, the
+    // typical wait is the consumers' pace. The median, not the longest: one wait stretched by
+    // a loaded machine descheduling a thread (61 ms seen at load 15) says nothing of when
+    // frames come back.
+    let median = waits[waits.len() / 2];
     assert!(
-        longest < Duration::from_millis(60),
-        "the writer waited {longest:?} for frames consumers had released"
+        median < Duration::from_millis(25),
+        "the writer waited {median:?} (median) for frames consumers had released: {waits:?}"
     );
 }
 

@@ -157,18 +157,37 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             linerate::port::file::create(&path, &inputs).map_err(|e| usage(format!("-w: {e}")))?;
         RecordFile::new(f, WRITE_BUF)
     };
-    let (st, mut out) = q.run(out).with_context(|| format!("-w {path}"))?;
+    // SIGINT, SIGTERM, SIGHUP stop the query as they stop a capture (tcpdump's habit): the
+    // output ends on the last packet written, whole, and the summary says what was written.
+    let stop = crate::common::stop_flag()?;
+    let (st, mut out) = q
+        .run_until(out, &stop)
+        .with_context(|| format!("-w {path}"))?;
     use std::io::Write;
     out.flush().with_context(|| format!("-w {path}"))?;
     drop(out);
     report(&a, &st, path == "-");
-    Ok(ExitCode::SUCCESS)
+    // A file that could not be read: the answer holds the others' packets, the file is named
+    // above, and the run fails at its end (a runtime error, 1; grep -r's habit of answering
+    // the rest first).
+    Ok(if st.files_unreadable > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn report(a: &Args, st: &Stats, stdout_taken: bool) {
+    // Errors are said even with -q.
+    for e in &st.errors {
+        eprintln!("linerate: error: {e}");
+    }
     if !a.quiet {
         for n in &st.notes {
             eprintln!("linerate: {n}");
+        }
+        if st.interrupted {
+            eprintln!("linerate: interrupted: the output ends on the last packet written, whole");
         }
     }
     if a.json {
@@ -188,9 +207,14 @@ fn report(a: &Args, st: &Stats, stdout_taken: bool) {
     } else {
         String::new()
     };
+    let unreadable = if st.files_unreadable > 0 {
+        format!(", {} unreadable", st.files_unreadable)
+    } else {
+        String::new()
+    };
     eprintln!(
-        "{} packets matched of {} tested; {} files ({} by index, {} read whole, {} skipped){}; \
-         {} of {} bytes read; {:.3} s",
+        "{} packets matched of {} tested; {} files ({} by index, {} read whole, {} \
+         skipped{unreadable}){}; {} of {} bytes read; {:.3} s",
         st.packets_matched,
         st.packets_tested,
         st.files,

@@ -95,8 +95,12 @@ pub struct Stats {
     pub files_scanned: u64,
     /// Files skipped whole (outside the times, or no block to read).
     pub files_skipped: u64,
-    /// Files that end in a cut record (one being written, or cut by a crash).
+    /// Files that end in a cut record (one being written, or cut by a crash), those holding
+    /// only a cut record too.
     pub files_cut: u64,
+    /// Files that could not be read (permission denied, an I/O error): their packets are not
+    /// in the answer, the other files' are; each is named in `errors`.
+    pub files_unreadable: u64,
     /// Index blocks read.
     pub blocks_read: u64,
     /// Index blocks of the indexed files.
@@ -115,6 +119,11 @@ pub struct Stats {
     pub elapsed_ns: u64,
     /// What was noticed on the way (a missing index, a cut file), one line each.
     pub notes: Vec<String>,
+    /// The files that could not be read, one line each naming the file and why.
+    pub errors: Vec<String>,
+    /// The query was stopped (a signal) before its end: the output holds the packets written
+    /// until then, each whole.
+    pub interrupted: bool,
 }
 
 /// A capture file of the directory.
@@ -146,6 +155,10 @@ pub struct Query {
     snaplen: u32,
     /// Files passed over when listed (not captures), said in the run's notes.
     passed_over: Vec<String>,
+    /// Files that could not be opened when listed, said in the run's errors.
+    unreadable: Vec<String>,
+    /// Files holding no whole record (only a cut one), counted as cut.
+    cut_only: u64,
 }
 
 /// The start time and writer of a recorder's file name, `YYYYmmddTHHMMSS.ffffffZ-wN.ext`.
@@ -175,6 +188,14 @@ pub fn is_capture_name(name: &str) -> bool {
     l.ends_with(".pcap") || l.ends_with(".pcapng")
 }
 
+/// The error line of a capture that could not be opened.
+fn unreadable_line(path: &Path, e: &io::Error) -> String {
+    format!(
+        "{}: {e}: not read; its packets are not in the answer",
+        path.display()
+    )
+}
+
 /// Opens a file read-only without following a link.
 fn open_nofollow(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -194,7 +215,7 @@ impl Query {
             source,
         })?;
         let mut caps = Vec::new();
-        let mut passed_over = Vec::new();
+        let (mut passed_over, mut unreadable, mut cut_only) = (Vec::new(), Vec::new(), 0);
         for e in rd {
             let e = e.map_err(|source| QueryError::Dir {
                 dir: d.clone(),
@@ -220,12 +241,11 @@ impl Query {
                 Ok(f) => f,
                 // Deleted since the listing (the recorder's budget removes the oldest files).
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                // Not readable (permission denied...): named, and the other files still
+                // answer, as grep -r and tcpdump -r over a list go on past it.
                 Err(source) => {
-                    return Err(PortError::Io {
-                        path: path.display().to_string(),
-                        source,
-                    }
-                    .into())
+                    unreadable.push(unreadable_line(&path, &source));
+                    continue;
                 }
             };
             let size = f.metadata().map(|m| m.len()).unwrap_or(0);
@@ -245,7 +265,17 @@ impl Query {
             let snaplen = r.snaplen();
             let first = match r.next_packet() {
                 Ok(Some(p)) => Some((p.ts, p.offset)),
-                _ => None,
+                Ok(None) => None,
+                // Not one whole record (a file just begun, or cut by a crash): nothing of it
+                // can be read, and that is said rather than passed over in silence.
+                Err(e) => {
+                    cut_only += 1;
+                    passed_over.push(format!(
+                        "{e}: no whole record in the file (one being written, or cut by a \
+                         crash): nothing of it is in the answer"
+                    ));
+                    None
+                }
             };
             caps.push(Capture {
                 path,
@@ -294,6 +324,8 @@ impl Query {
             link,
             snaplen,
             passed_over,
+            unreadable,
+            cut_only,
         })
     }
 
@@ -309,13 +341,26 @@ impl Query {
 
     /// Runs the query, writing the packets to `out` (the header first, even with no packet).
     pub fn run<W: RecordWrite>(&mut self, out: W) -> Result<(Stats, W), QueryError> {
+        self.run_until(out, &std::sync::atomic::AtomicBool::new(false))
+    }
+
+    /// [`run`](Query::run), stopped early when `stop` is set (a signal): the output then ends
+    /// on the last packet written, whole, and the stats say `interrupted`.
+    pub fn run_until<W: RecordWrite>(
+        &mut self,
+        out: W,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Result<(Stats, W), QueryError> {
         let t0 = std::time::Instant::now();
         let mut out =
             Out::new(out, self.opts.format, self.link, self.snaplen).map_err(QueryError::Write)?;
         let mut st = Stats {
-            files: self.caps.len() as u64,
+            files: (self.caps.len() + self.unreadable.len()) as u64,
             bytes_total: self.caps.iter().map(|c| c.size).sum(),
             notes: self.passed_over.clone(),
+            errors: self.unreadable.clone(),
+            files_unreadable: self.unreadable.len() as u64,
+            files_cut: self.cut_only,
             ..Stats::default()
         };
         let (from, to) = (
@@ -329,6 +374,7 @@ impl Query {
             expr: self.opts.filter.clone(),
             link: self.link,
             st: &mut st,
+            stop,
         };
         // Files by their first packet's time, opened as the merge reaches it.
         let mut pending: Vec<usize> = (0..self.caps.len())
@@ -341,6 +387,10 @@ impl Query {
         let mut written = 0u64;
         let mut failed = None;
         while written < limit {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                ctx.st.interrupted = true;
+                break;
+            }
             while let Some(&i) = pending.last() {
                 let first = self.caps[i].first.map_or(0, |f| f.0);
                 if heap.peek().is_some_and(|Reverse((t, _))| first > *t) {
@@ -398,6 +448,8 @@ struct Ctx<'a> {
     /// being written mislabelled.
     link: LinkType,
     st: &'a mut Stats,
+    /// Set by a signal: streams stop reading (the run ends on its next packet).
+    stop: &'a std::sync::atomic::AtomicBool,
 }
 
 /// A packet at the head of a stream.
@@ -507,7 +559,12 @@ impl Stream {
                 ));
                 return Ok(None);
             }
-            Err(source) => return Err(PortError::Io { path, source }.into()),
+            // Made unreadable since it was listed: named, the other files still answer.
+            Err(source) => {
+                ctx.st.files_unreadable += 1;
+                ctx.st.errors.push(unreadable_line(&cap.path, &source));
+                return Ok(None);
+            }
         };
         let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (mut ranges, mut indexed_end) = (Vec::new(), 0);
@@ -630,6 +687,10 @@ impl Stream {
                 return Ok(false);
             }
             ctx.st.packets_tested += 1;
+            if ctx.stop.load(std::sync::atomic::Ordering::Relaxed) {
+                self.close(ctx);
+                return Ok(false);
+            }
             if p.ts < ctx.from || p.ts >= ctx.to {
                 continue;
             }

@@ -216,13 +216,31 @@ pub struct Request {
     pub body: Vec<u8>,
 }
 
+/// Where the head of a request ends in `buf`: (the end of its last line, the start of the
+/// body), at the first empty line. A line ends in CRLF or in a bare LF: RFC 9112 (2.2) lets a
+/// recipient take LF alone, and `printf 'GET /query HTTP/1.0\n\n' | nc` sends that.
+fn head_end(buf: &[u8]) -> Option<(usize, usize)> {
+    let mut start = 0;
+    for (i, &b) in buf.iter().enumerate() {
+        if b != b'\n' {
+            continue;
+        }
+        let line = &buf[start..i];
+        if line.is_empty() || line == b"\r" {
+            return Some((start, i + 1));
+        }
+        start = i + 1;
+    }
+    None
+}
+
 /// Reads and parses a request from `r`: Err((status, message)) when it is refused.
 pub fn read_request<R: Read>(r: &mut R) -> Result<Request, (u16, String)> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
-    let head_end = loop {
-        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break p;
+    let (head_end, body_start) = loop {
+        if let Some(e) = head_end(&buf) {
+            break e;
         }
         if buf.len() > MAX_HEAD {
             return Err((431, format!("request head over {MAX_HEAD} bytes\n")));
@@ -247,7 +265,12 @@ pub fn read_request<R: Read>(r: &mut R) -> Result<Request, (u16, String)> {
     }
     let head = std::str::from_utf8(&buf[..head_end])
         .map_err(|_| (400, "request head is not UTF-8\n".to_string()))?;
-    let mut lines = head.split("\r\n");
+    // Each line without its LF and the CR before it (a head of one line has neither).
+    let mut lines = head
+        .strip_suffix('\n')
+        .unwrap_or(head)
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l));
     let line = lines.next().unwrap_or("");
     let mut parts = line.split(' ');
     let (Some(method), Some(target), Some(ver), None) =
@@ -286,7 +309,7 @@ pub fn read_request<R: Read>(r: &mut R) -> Result<Request, (u16, String)> {
             Ok((decode(k)?, decode(v)?))
         })
         .collect::<Result<Vec<_>, (u16, String)>>()?;
-    let mut body = buf[head_end + 4..].to_vec();
+    let mut body = buf[body_start..].to_vec();
     let want = length.unwrap_or(0);
     if want > MAX_BODY {
         return Err((413, format!("body over {MAX_BODY} bytes\n")));
@@ -422,13 +445,16 @@ fn handle(dir: &Path, s: &mut TcpStream) -> io::Result<String> {
     match q.run(out) {
         Ok((st, w)) => {
             w.into_inner()?.flush()?;
+            // Files that could not be read: the answer holds the others', the log names them.
+            let errors: String = st.errors.iter().map(|e| format!("; error: {e}")).collect();
             Ok(format!(
-                "'{expr}': {} packets of {} tested, {} of {} bytes read, {} ms",
+                "'{expr}': {} packets of {} tested, {} of {} bytes read, {} ms{}",
                 st.packets_matched,
                 st.packets_tested,
                 st.bytes_read,
                 st.bytes_total,
-                st.elapsed_ns / 1_000_000
+                st.elapsed_ns / 1_000_000,
+                printable(&errors)
             ))
         }
         // The status is sent: the stream just ends.
@@ -480,5 +506,28 @@ mod tests {
         assert!(check_addr(&"[::1]:1".parse().unwrap(), false).is_ok());
         assert!(check_addr(&"0.0.0.0:1".parse().unwrap(), false).is_err());
         assert!(check_addr(&"0.0.0.0:1".parse().unwrap(), true).is_ok());
+    }
+
+    /// Lines ended by LF alone (`printf 'GET ... \n\n' | nc`), or mixed with CRLF, are taken
+    /// as RFC 9112 lets a recipient take them: the head ends at the first empty line.
+    #[test]
+    fn lf_only_line_ends() {
+        let r = read_request(&mut &b"GET /query?filter=udp HTTP/1.0\n\n"[..]).unwrap();
+        assert_eq!((r.method.as_str(), r.path.as_str()), ("GET", "/query"));
+        assert_eq!(r.params, vec![("filter".into(), "udp".into())]);
+        let r = read_request(
+            &mut &b"POST /query HTTP/1.1\nHost: x\r\nContent-Length: 3\n\r\ntcpEXTRA"[..],
+        )
+        .unwrap();
+        assert_eq!(r.body, b"tcp");
+        let r = read_request(&mut &b"GET /query HTTP/1.1\r\nHost: x\n\n"[..]).unwrap();
+        assert_eq!(r.path, "/query");
+        // A head with no empty line is still cut short.
+        assert_eq!(
+            read_request(&mut &b"GET /query HTTP/1.1\nHost: x\n"[..])
+                .unwrap_err()
+                .0,
+            400
+        );
     }
 }
