@@ -6,14 +6,16 @@
 # run), and stenotype with its threads apart (writer vs index). By hand, as root, never in CI.
 #
 #   sudo bash bench/record-floor.sh
-#   env: SECS (4), RATE (300k), SIZE (64), WHAT ("count count-w record record-noidx stenotype"),
+#   env: SECS (4), RATE (300k), SIZE (64), WHAT ("count count-w record stenotype";
+#        record-b too with LRB),
 #        LR (linerate binary; default target/release/linerate; it sends too), LRB (record-b's
 #        binary), REPS (1: rounds, interleaved),
 #        PERF=1: also `perf record -g` on core 1 and core 0 during the step of each program,
 #        top symbols (where the kernel's receive work runs: the sender's core or the receiver's).
 #
 # CPU = on-CPU time of the process (each thread, /proc/PID/task/*/schedstat) over the step,
-# divided by the packets offered (vB's rx + tx over the step); "lost" = offered - taken.
+# divided by the packets offered (vB's rx + tx over the step); "taken" = packets in the files
+# (capinfos), stenotype's "Stored N" lines, count's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench/record-floor.sh: needs root" >&2; exit 2; }
