@@ -362,22 +362,29 @@ fn spawn_writers(
         handles: Vec::new(),
         done: Arc::new(AtomicUsize::new(0)),
     };
+    // The watching thread (this one) sleeps until its next tick; a writer that ends wakes it.
+    let watcher = std::thread::current();
     for (i, mut port) in ports.into_iter().enumerate() {
         let mut w = Writer::new(i, n, shared.clone(), port.link_type(), port.name());
         r.counters.push(w.counters());
         let stop = stop.clone();
         let done = r.done.clone();
+        let watcher = watcher.clone();
         let h = std::thread::Builder::new()
             .name(format!("record-w{i}"))
             .spawn(move || {
                 let res = w.run(port.as_mut(), &stop);
                 done.fetch_add(1, Ordering::SeqCst);
+                watcher.unpark();
                 res.map_err(|e| format!("{}: {e}", port.name()))
             })?;
         r.handles.push(h);
     }
     Ok(r)
 }
+
+/// Longest sleep (ms) of the thread that prints statistics and notes.
+const WATCH_MS: u64 = 100;
 
 /// Prints statistics and notes until the writers end or the run is stopped; how it ended.
 fn watch(
@@ -391,7 +398,16 @@ fn watch(
 ) -> &'static str {
     let mut next = t0 + a.interval;
     loop {
-        std::thread::sleep(Duration::from_millis(20));
+        // Awake at most every WATCH_MS (a stop signal is seen that late at worst), at the next
+        // statistics line and at the end of -t; at once when a writer ends. Each wake-up is
+        // the recorder's CPU too: few of them (50 a second cost it 2-5 % at 350 kpps).
+        let now = Instant::now();
+        let mut wake = now + Duration::from_millis(WATCH_MS);
+        wake = wake.min(next.max(now));
+        if let Some(d) = a.duration {
+            wake = wake.min((t0 + d).max(now));
+        }
+        std::thread::park_timeout(wake.saturating_duration_since(now));
         for line in shared.take_notes() {
             eprintln!("record: {line}");
         }

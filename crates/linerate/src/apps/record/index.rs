@@ -723,6 +723,11 @@ struct Pending {
     ip4: Vec<u32>,
     /// IPv6 addresses as big-endian numbers.
     ip6: Vec<u128>,
+    /// Addresses already in `ip4`/`ip6` this block, by a hash of them (a slot holds the
+    /// latest address of its hash): a packet of a flow the block already holds appends
+    /// nothing, so the block's sort at its close has few addresses to order. Cleared with the
+    /// block.
+    seen: Seen,
     port: Bits16,
     proto: [u64; 4],
     vlan: Bits16,
@@ -731,14 +736,71 @@ struct Pending {
     opaque: bool,
 }
 
+/// Slots of [`Seen`]'s IPv4 table (a power of two).
+const SEEN4: usize = 64;
+/// Slots of [`Seen`]'s IPv6 table (a power of two).
+const SEEN6: usize = 16;
+
+/// A small direct-mapped table of the addresses a block already posted (see
+/// [`Pending::seen`]); a slot is empty or holds one address, so a hit is exact.
+#[derive(Clone, Debug)]
+struct Seen {
+    /// `1 << 32 | address` (0: empty).
+    ip4: [u64; SEEN4],
+    ip6: [u128; SEEN6],
+    /// Which `ip6` slots hold an address.
+    ip6_full: u32,
+}
+
+impl Default for Seen {
+    fn default() -> Seen {
+        Seen {
+            ip4: [0; SEEN4],
+            ip6: [0; SEEN6],
+            ip6_full: 0,
+        }
+    }
+}
+
+impl Seen {
+    /// Whether `v` is in the table; puts it in if not.
+    #[inline(always)]
+    fn ip4(&mut self, v: u32) -> bool {
+        let slot = (v.wrapping_mul(0x9E37_79B1) >> 26) as usize & (SEEN4 - 1);
+        let e = 1 << 32 | u64::from(v);
+        let hit = self.ip4[slot] == e;
+        self.ip4[slot] = e;
+        hit
+    }
+    /// Whether `v` is in the table; puts it in if not.
+    #[inline(always)]
+    fn ip6(&mut self, v: u128) -> bool {
+        let h = (v as u64 ^ (v >> 64) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let slot = (h >> 60) as usize & (SEEN6 - 1);
+        let hit = self.ip6_full & (1 << slot) != 0 && self.ip6[slot] == v;
+        self.ip6[slot] = v;
+        self.ip6_full |= 1 << slot;
+        hit
+    }
+    fn clear(&mut self) {
+        *self = Seen::default();
+    }
+}
+
 impl Keys for Pending {
     #[inline(always)]
     fn ip4(&mut self, a: [u8; 4]) {
-        self.ip4.push(u32::from_be_bytes(a));
+        let v = u32::from_be_bytes(a);
+        if !self.seen.ip4(v) {
+            self.ip4.push(v);
+        }
     }
     #[inline(always)]
     fn ip6(&mut self, a: [u8; 16]) {
-        self.ip6.push(u128::from_be_bytes(a));
+        let v = u128::from_be_bytes(a);
+        if !self.seen.ip6(v) {
+            self.ip6.push(v);
+        }
     }
     #[inline(always)]
     fn port(&mut self, p: u16) {
@@ -952,6 +1014,7 @@ impl IndexWriter {
         let p = &mut self.pending;
         self.ip4.close_block(&mut p.ip4);
         self.ip6.close_block(&mut p.ip6);
+        p.seen.clear();
         p.port.drain(|v| self.port[usize::from(v)].push(b));
         for (i, w) in p.proto.iter_mut().enumerate() {
             let mut x = std::mem::take(w);

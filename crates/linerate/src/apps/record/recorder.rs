@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Bytes a writer gathers before it writes (one `write` per this many bytes).
+/// Bytes a writer gathers before it writes (one `write` per this many bytes). Each O_DIRECT
+/// write blocks until the disk has it and pins the buffer's pages: large chunks make few of
+/// them (1 MiB measured ~15 ns a 64-byte packet more CPU than 4 MiB on live veth traffic).
 pub const WRITE_CHUNK: usize = 4 << 20;
 /// Alignment of O_DIRECT writes (offsets, lengths and buffer addresses).
 const ALIGN: usize = 4096;
@@ -786,7 +788,7 @@ impl Writer {
         self.counters
             .dropped_disk_full
             .fetch_add(lost, Ordering::Relaxed);
-        let idx = std::mem::replace(&mut o.index, IndexWriter::new(self.link)).finish();
+        let idx = o.index.finish();
         if let Err(e) = idx.save(&o.path) {
             self.shared.note(format!("index not written: {e}"));
         }
