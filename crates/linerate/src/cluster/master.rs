@@ -672,6 +672,14 @@ impl Master {
         let mut wants = [0u64; BATCH];
         let any = self.destinations(descs, &masks[..n], all, &mut wants);
 
+        if lent && n == total && self.distribute_in_place(batch, &wants[..n], any) {
+            self.publish_staged(gone, Some(batch.descs()));
+            batch.forget();
+            self.end_batch();
+            return;
+        }
+        let descs = batch.descs();
+
         let seg = &*self.seg;
         let (cap, big_cap) = (self.cap, self.big_cap);
         let room = (seg.frame_size - seg.headroom) as u64;
@@ -784,15 +792,107 @@ impl Master {
         }
 
         self.count_queue_drops(&wants[..n], any, gone);
-        self.publish_staged(gone);
+        self.publish_staged(gone, None);
         if lent {
             batch.forget();
         }
-        // Counters go to the segment every 8 batches (and at every maintain, stats, close).
+        self.end_batch();
+    }
+
+    /// Counters go to the segment every 8 batches (and at every maintain, stats, close).
+    #[inline]
+    fn end_batch(&mut self) {
         self.batches = self.batches.wrapping_add(1);
         if self.batches.is_multiple_of(8) {
             self.publish();
         }
+    }
+
+    /// The common lent batch in one pass, when every packet of it (`wants`, one per packet of
+    /// `batch`) goes to exactly one queue, lies in a regular frame the master lent and fits it,
+    /// and every queue has room for all the packets that want it: no copy, no reference count,
+    /// no drop. Each packet's frame index and queue are read once; per queue, its slots are
+    /// tagged and its descriptors staged in one run, and a queue that takes the batch's first
+    /// packets (one queue taking all of them) publishes straight from the batch's descriptors
+    /// ([`Master::publish_staged`] with them), with no copy into `out` at all.
+    ///
+    /// Returns false, having changed nothing but the descriptors' flags (which
+    /// [`Master::distribute`]'s general loop sets again for every packet it publishes), when
+    /// the batch is not such a batch: the general loop then handles it.
+    #[inline]
+    fn distribute_in_place(&mut self, batch: &mut Batch, wants: &[u64], any: u64) -> bool {
+        let n = wants.len();
+        let seg = &*self.seg;
+        let (cap, nsmall) = (self.cap, self.free.nsmall);
+        let mut frames = [0u32; BATCH];
+        let mut ok = true;
+        for ((d, &w), f) in batch.descs_mut().iter_mut().zip(wants).zip(&mut frames) {
+            // One queue (a single bit), short enough for a regular frame, in one of them.
+            let fr = seg.frame_of(d.addr).unwrap_or(u32::MAX);
+            if w == 0 || w & (w - 1) != 0 || d.len as usize > cap || fr >= nsmall {
+                ok = false;
+                break;
+            }
+            *f = fr;
+            // A frame for one queue: not shared (what the general loop writes too).
+            d.flags = 0;
+        }
+        if ok {
+            for (i, &w) in wants.iter().enumerate() {
+                self.took[w.trailing_zeros() as usize] |= 1 << i;
+            }
+            let mut m = any;
+            while m != 0 {
+                let qi = m.trailing_zeros() as usize;
+                m &= m - 1;
+                ok &= self.took[qi].count_ones() <= self.space[qi];
+            }
+            if !ok {
+                let mut m = any;
+                while m != 0 {
+                    let qi = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    self.took[qi] = 0;
+                }
+            }
+        }
+        if !ok {
+            return false;
+        }
+        let descs = batch.descs();
+        let mut m = any;
+        while m != 0 {
+            let qi = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let took = std::mem::take(&mut self.took[qi]);
+            let q = &mut self.q[qi];
+            let k = took.count_ones() as usize;
+            let mut bytes = 0u64;
+            q.direct = took & took.wrapping_add(1) == 0; // packets 0..k
+            if q.direct {
+                for (j, (d, &f)) in descs[..k].iter().zip(&frames[..k]).enumerate() {
+                    q.ring.tag(j, f | Holds::SOLE);
+                    bytes += d.wire_len as u64;
+                }
+            } else {
+                let mut b = took;
+                let mut j = 0;
+                while b != 0 {
+                    let i = b.trailing_zeros() as usize;
+                    b &= b - 1;
+                    q.ring.tag(j, frames[i] | Holds::SOLE);
+                    let d = descs[i];
+                    q.stage[j & (BATCH - 1)] = d;
+                    bytes += d.wire_len as u64;
+                    j += 1;
+                }
+            }
+            q.nstaged = k;
+            q.enqueued_bytes += bytes;
+        }
+        // Each packet went to its one queue: n copies, no drop.
+        self.copies += n as u64;
+        true
     }
 
     /// Per queue that took packets of this batch (`taken`; which ones: `took`): tags their slots
@@ -927,11 +1027,12 @@ impl Master {
     }
 
     /// Per queue: the batch's staged descriptors go into the ring in one copy (one cursor
-    /// store), and the slot lines of the next batch are fetched early.
+    /// store), and the slot lines of the next batch are fetched early. A queue marked `direct`
+    /// publishes from `direct` when given (the batch's own descriptors), else from `out`.
     #[inline]
-    fn publish_staged(&mut self, gone: u64) {
+    fn publish_staged(&mut self, gone: u64, direct: Option<&[Desc]>) {
         let mut published = 0u64;
-        let out = &*self.out;
+        let out = direct.unwrap_or(&*self.out);
         for (qi, q) in self.q.iter_mut().enumerate() {
             if q.nstaged > 0 {
                 // One copy of the batch's descriptors into the ring (at most two runs): each
