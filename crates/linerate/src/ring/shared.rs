@@ -367,6 +367,30 @@ impl<T: Copy, M: QueueMem<T>> Lender<T, M> {
         }
     }
 
+    /// [`Lender::reclaim`] a run at a time: `f` gets the tags of the slots given back, oldest
+    /// first, as at most two slices (the ring wraps once at most).
+    #[inline]
+    pub fn reclaim_runs(&mut self, mut f: impl FnMut(&[u32])) {
+        if self.reclaimed == self.head {
+            return;
+        }
+        // Acquire: as in `reclaim`.
+        let tail = self.mem.cursors().tail.load(Ordering::Acquire);
+        let tail = tail.clamp(self.reclaimed, self.head);
+        self.cached_tail = tail;
+        let n = (tail - self.reclaimed) as usize;
+        if n == 0 {
+            return;
+        }
+        let at = (self.reclaimed as usize) & self.mask;
+        let first = n.min(self.mask + 1 - at);
+        f(&self.tags[at..at + first]);
+        if first < n {
+            f(&self.tags[..n - first]);
+        }
+        self.reclaimed = tail;
+    }
+
     /// With nothing lent, the consumer's `tail` is `head`: stores it again if it is not (a
     /// consumer whose items were taken back gave back late, moving `tail` back; a consumer
     /// attaching later would start there). Returns whether it had to.
