@@ -672,7 +672,7 @@ impl Master {
         let mut wants = [0u64; BATCH];
         let any = self.destinations(descs, &masks[..n], all, &mut wants);
 
-        if lent && n == total && self.distribute_in_place(batch, &wants[..n], any) {
+        if lent && n == total && self.distribute_in_place(batch, &wants[..n], any, gone) {
             self.publish_staged(gone, Some(batch.descs()));
             batch.forget();
             self.end_batch();
@@ -809,63 +809,68 @@ impl Master {
     }
 
     /// The common lent batch in one pass, when every packet of it (`wants`, one per packet of
-    /// `batch`) goes to exactly one queue, lies in a regular frame the master lent and fits it,
-    /// and every queue has room for all the packets that want it: no copy, no reference count,
-    /// no drop. Each packet's frame index and queue are read once; per queue, its slots are
-    /// tagged and its descriptors staged in one run, and a queue that takes the batch's first
-    /// packets (one queue taking all of them) publishes straight from the batch's descriptors
-    /// ([`Master::publish_staged`] with them), with no copy into `out` at all.
+    /// `batch`) goes to exactly one queue, lies in a regular frame the master lent and fits it:
+    /// no copy, no reference count. Each packet's frame index and queue are read once; per
+    /// queue, the first packets that fit its room are taken (as the general loop takes them)
+    /// and the rest dropped (`ring_full`, or `consumer_gone` for a queue in `gone`) with their
+    /// frames given back; its slots are tagged and its descriptors staged in one run, and a
+    /// queue that takes the batch's first packets (one queue taking all of them) publishes
+    /// straight from the batch's descriptors ([`Master::publish_staged`] with them), with no
+    /// copy into `out` at all.
     ///
     /// Returns false, having changed nothing but the descriptors' flags (which
     /// [`Master::distribute`]'s general loop sets again for every packet it publishes), when
     /// the batch is not such a batch: the general loop then handles it.
     #[inline]
-    fn distribute_in_place(&mut self, batch: &mut Batch, wants: &[u64], any: u64) -> bool {
+    fn distribute_in_place(
+        &mut self,
+        batch: &mut Batch,
+        wants: &[u64],
+        any: u64,
+        gone: u64,
+    ) -> bool {
         let n = wants.len();
         let seg = &*self.seg;
         let (cap, nsmall) = (self.cap, self.free.nsmall);
         let mut frames = [0u32; BATCH];
-        let mut ok = true;
         for ((d, &w), f) in batch.descs_mut().iter_mut().zip(wants).zip(&mut frames) {
             // One queue (a single bit), short enough for a regular frame, in one of them.
             let fr = seg.frame_of(d.addr).unwrap_or(u32::MAX);
             if w == 0 || w & (w - 1) != 0 || d.len as usize > cap || fr >= nsmall {
-                ok = false;
-                break;
+                return false;
             }
             *f = fr;
             // A frame for one queue: not shared (what the general loop writes too).
             d.flags = 0;
         }
-        if ok {
-            for (i, &w) in wants.iter().enumerate() {
-                self.took[w.trailing_zeros() as usize] |= 1 << i;
-            }
-            let mut m = any;
-            while m != 0 {
-                let qi = m.trailing_zeros() as usize;
-                m &= m - 1;
-                ok &= self.took[qi].count_ones() <= self.space[qi];
-            }
-            if !ok {
-                let mut m = any;
-                while m != 0 {
-                    let qi = m.trailing_zeros() as usize;
-                    m &= m - 1;
-                    self.took[qi] = 0;
-                }
-            }
-        }
-        if !ok {
-            return false;
+        for (i, &w) in wants.iter().enumerate() {
+            self.took[w.trailing_zeros() as usize] |= 1 << i;
         }
         let descs = batch.descs();
+        // Packets no queue had room for: their frames go back.
+        let mut dropped = 0u64;
         let mut m = any;
         while m != 0 {
             let qi = m.trailing_zeros() as usize;
             m &= m - 1;
-            let took = std::mem::take(&mut self.took[qi]);
+            let mut took = std::mem::take(&mut self.took[qi]);
             let q = &mut self.q[qi];
+            let room = self.space[qi];
+            if took.count_ones() > room {
+                // The queue's first `room` packets fit; the others are dropped.
+                let mut rest = took;
+                for _ in 0..room {
+                    rest &= rest - 1;
+                }
+                took &= !rest;
+                dropped |= rest;
+                let k = u64::from(rest.count_ones());
+                if gone >> qi & 1 != 0 {
+                    q.consumer_gone += k;
+                } else {
+                    q.ring_full += k;
+                }
+            }
             let k = took.count_ones() as usize;
             let mut bytes = 0u64;
             q.direct = took & took.wrapping_add(1) == 0; // packets 0..k
@@ -890,7 +895,12 @@ impl Master {
             q.nstaged = k;
             q.enqueued_bytes += bytes;
         }
-        // Each packet went to its one queue: n copies, no drop.
+        while dropped != 0 {
+            let i = dropped.trailing_zeros() as usize;
+            dropped &= dropped - 1;
+            self.free.push(frames[i]);
+        }
+        // Each packet was offered to its one queue.
         self.copies += n as u64;
         true
     }
