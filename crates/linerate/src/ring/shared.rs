@@ -621,6 +621,35 @@ mod tests {
     }
 
     #[test]
+    fn reclaim_runs_gives_the_tags_back_in_order_in_at_most_two_runs() {
+        let q = HeapQueue::<u64>::new(4);
+        let mut p = Lender::new(q.clone());
+        let mut c = Borrower::attach(q);
+        let mut runs: Vec<Vec<u32>> = vec![];
+        p.reclaim_runs(|t| runs.push(t.to_vec()));
+        assert!(runs.is_empty(), "nothing lent");
+        for round in 0..3u32 {
+            // Three items a round in a ring of 4: slots 0-2, then 3, 0, 1 (wraps), then 2, 3, 0.
+            for k in 0..3 {
+                p.tag(k, 10 * round + k as u32);
+            }
+            p.publish(&[0, 0, 0]);
+            p.reclaim_runs(|t| runs.push(t.to_vec()));
+            assert!(runs.is_empty(), "nothing given back yet");
+            assert_eq!(c.available(), Ok(3));
+            c.advance(3);
+            c.release();
+            p.reclaim_runs(|t| runs.push(t.to_vec()));
+            let want: Vec<u32> = (0..3).map(|k| 10 * round + k).collect();
+            assert_eq!(runs.concat(), want, "round {round}");
+            assert!(runs.len() <= 2);
+            assert_eq!(runs.len() == 2, round > 0, "rounds 1 and 2 wrap: {runs:?}");
+            assert_eq!((p.reclaimed(), p.room()), (3 * u64::from(round) + 3, 4));
+            runs.clear();
+        }
+    }
+
+    #[test]
     fn a_producer_resumes_where_the_last_one_left_and_pending_tells_the_consumer() {
         // A cluster's transmit lane: a consumer process sends, leaves, another takes the lane.
         let q = HeapQueue::<u64>::new(4);
