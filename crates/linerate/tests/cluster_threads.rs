@@ -1739,3 +1739,68 @@ fn a_wake_before_the_sleep_is_kept_for_the_next_wait() {
     );
     drop(master);
 }
+
+/// Lent batches whose packets each go to one queue are published in place (no copy, no
+/// reference count: not shared), one queue taking a whole batch straight from the batch's
+/// descriptors, several queues each their own packets in order; a batch that overfills a queue
+/// is handled packet by packet (what fits is published, the rest counted as ring_full), and
+/// every frame comes back once the consumers release.
+#[test]
+fn lent_batches_to_one_queue_each_are_published_in_place_and_overflow_counts_ring_full() {
+    for apps in [vec![1u32], vec![3]] {
+        let nq = apps[0] as usize;
+        let cfg = ClusterConfig {
+            apps: apps.clone(),
+            slots: 64,
+            ..Default::default()
+        };
+        let mut master = Master::anon(&cfg).unwrap();
+        let all_free = master.free_frames();
+        let mut cs: Vec<_> = (0..nq).map(|q| master.consumer(q).unwrap()).collect();
+        let flows = 5;
+        let mut src = SourcePort::new(flows, None).unwrap();
+        let mut dist = Distributor::new(Mode::Ip, &apps, LinkType::ETHERNET);
+        let (mut batch, mut masks) = (Batch::new(), [0u64; linerate::mem::BATCH]);
+        let mut sent = 0u64;
+        // Three batches with nobody reading: the first fits every queue (64 slots each), the
+        // next ones overfill them.
+        for _ in 0..3 {
+            assert!(master.lend_frames(&mut batch));
+            let k = src.rx(&mut batch).unwrap();
+            dist.masks(&mut batch, None, &mut masks);
+            master.distribute(&mut batch, &masks[..k]);
+            assert_eq!(batch.len(), 0, "the master owns the lent frames again");
+            sent += k as u64;
+        }
+        master.unlend_frames(&mut batch);
+        let st = master.stats();
+        st.check_invariant().unwrap();
+        assert_eq!(st.rx_packets, sent);
+        assert_eq!(st.copied_packets, 0, "in place: nothing copied ({st:?})");
+        let enq: u64 = st.queues.iter().map(|q| q.enqueued).sum();
+        let full: u64 = st.queues.iter().map(|q| q.ring_full).sum();
+        assert_eq!(enq + full, sent, "{st:?}");
+        assert!(full > 0, "three batches into 64 slots: {st:?}");
+        for (q, c) in cs.iter_mut().enumerate() {
+            let mut b = Batch::new();
+            let mut got = 0u64;
+            let mut seen = std::collections::HashSet::new();
+            while c.rx(&mut b).unwrap() > 0 {
+                for p in b.iter() {
+                    assert_eq!(p.desc.flags & Desc::F_SHARED, 0, "one queue: not shared");
+                    let h = balance::hash(Mode::Ip, p.data, LinkType::ETHERNET);
+                    assert_eq!(p.desc.hash, h);
+                    assert_eq!(h as usize % nq, q, "packet in the queue of its hash");
+                    assert!(seen.insert(p.desc.addr), "a frame published twice");
+                    assert!((0..flows).any(|f| p.data == &balance::source::frame(f, flows)[..]));
+                    got += 1;
+                }
+                b.clear();
+            }
+            assert_eq!(got, st.queues[q].enqueued, "queue {q}");
+            c.rx(&mut Batch::new()).unwrap();
+        }
+        master.distribute(&mut Batch::new(), &[]);
+        assert_eq!(master.free_frames(), all_free, "every frame came back");
+    }
+}

@@ -409,7 +409,7 @@ impl Master {
     pub(super) fn reclaim(&mut self) {
         let (holds, free) = (&mut self.holds, &mut self.free);
         for q in self.q.iter_mut() {
-            q.ring.reclaim(|f| release(holds, free, f));
+            q.ring.reclaim_runs(|tags| release_run(holds, free, tags));
         }
         free.flush_share(false);
     }
@@ -672,6 +672,14 @@ impl Master {
         let mut wants = [0u64; BATCH];
         let any = self.destinations(descs, &masks[..n], all, &mut wants);
 
+        if lent && n == total && self.distribute_in_place(batch, &wants[..n], any, gone) {
+            self.publish_staged(gone, Some(batch.descs()));
+            batch.forget();
+            self.end_batch();
+            return;
+        }
+        let descs = batch.descs();
+
         let seg = &*self.seg;
         let (cap, big_cap) = (self.cap, self.big_cap);
         let room = (seg.frame_size - seg.headroom) as u64;
@@ -784,15 +792,117 @@ impl Master {
         }
 
         self.count_queue_drops(&wants[..n], any, gone);
-        self.publish_staged(gone);
+        self.publish_staged(gone, None);
         if lent {
             batch.forget();
         }
-        // Counters go to the segment every 8 batches (and at every maintain, stats, close).
+        self.end_batch();
+    }
+
+    /// Counters go to the segment every 8 batches (and at every maintain, stats, close).
+    #[inline]
+    fn end_batch(&mut self) {
         self.batches = self.batches.wrapping_add(1);
         if self.batches.is_multiple_of(8) {
             self.publish();
         }
+    }
+
+    /// The common lent batch in one pass, when every packet of it (`wants`, one per packet of
+    /// `batch`) goes to exactly one queue, lies in a regular frame the master lent and fits it:
+    /// no copy, no reference count. Each packet's frame index and queue are read once; per
+    /// queue, the first packets that fit its room are taken (as the general loop takes them)
+    /// and the rest dropped (`ring_full`, or `consumer_gone` for a queue in `gone`) with their
+    /// frames given back; its slots are tagged and its descriptors staged in one run, and a
+    /// queue that takes the batch's first packets (one queue taking all of them) publishes
+    /// straight from the batch's descriptors ([`Master::publish_staged`] with them), with no
+    /// copy into `out` at all.
+    ///
+    /// Returns false, having changed nothing but the descriptors' flags (which
+    /// [`Master::distribute`]'s general loop sets again for every packet it publishes), when
+    /// the batch is not such a batch: the general loop then handles it.
+    #[inline]
+    fn distribute_in_place(
+        &mut self,
+        batch: &mut Batch,
+        wants: &[u64],
+        any: u64,
+        gone: u64,
+    ) -> bool {
+        let n = wants.len();
+        let seg = &*self.seg;
+        let (cap, nsmall) = (self.cap, self.free.nsmall);
+        let mut frames = [0u32; BATCH];
+        for ((d, &w), f) in batch.descs_mut().iter_mut().zip(wants).zip(&mut frames) {
+            // One queue (a single bit), short enough for a regular frame, in one of them.
+            let fr = seg.frame_of(d.addr).unwrap_or(u32::MAX);
+            if w == 0 || w & (w - 1) != 0 || d.len as usize > cap || fr >= nsmall {
+                return false;
+            }
+            *f = fr;
+            // A frame for one queue: not shared (what the general loop writes too).
+            d.flags = 0;
+        }
+        for (i, &w) in wants.iter().enumerate() {
+            self.took[w.trailing_zeros() as usize] |= 1 << i;
+        }
+        let descs = batch.descs();
+        // Packets no queue had room for: their frames go back.
+        let mut dropped = 0u64;
+        let mut m = any;
+        while m != 0 {
+            let qi = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let mut took = std::mem::take(&mut self.took[qi]);
+            let q = &mut self.q[qi];
+            let room = self.space[qi];
+            if took.count_ones() > room {
+                // The queue's first `room` packets fit; the others are dropped.
+                let mut rest = took;
+                for _ in 0..room {
+                    rest &= rest - 1;
+                }
+                took &= !rest;
+                dropped |= rest;
+                let k = u64::from(rest.count_ones());
+                if gone >> qi & 1 != 0 {
+                    q.consumer_gone += k;
+                } else {
+                    q.ring_full += k;
+                }
+            }
+            let k = took.count_ones() as usize;
+            let mut bytes = 0u64;
+            q.direct = took & took.wrapping_add(1) == 0; // packets 0..k
+            if q.direct {
+                for (j, (d, &f)) in descs[..k].iter().zip(&frames[..k]).enumerate() {
+                    q.ring.tag(j, f | Holds::SOLE);
+                    bytes += d.wire_len as u64;
+                }
+            } else {
+                let mut b = took;
+                let mut j = 0;
+                while b != 0 {
+                    let i = b.trailing_zeros() as usize;
+                    b &= b - 1;
+                    q.ring.tag(j, frames[i] | Holds::SOLE);
+                    let d = descs[i];
+                    q.stage[j & (BATCH - 1)] = d;
+                    bytes += d.wire_len as u64;
+                    j += 1;
+                }
+            }
+            q.nstaged = k;
+            q.enqueued_bytes += bytes;
+        }
+        while dropped != 0 {
+            let i = dropped.trailing_zeros() as usize;
+            dropped &= dropped - 1;
+            self.free.push(frames[i]);
+        }
+        // Each packet was offered to its one queue.
+        self.copies += n as u64;
+        true
     }
 
     /// Per queue that took packets of this batch (`taken`; which ones: `took`): tags their slots
@@ -927,11 +1037,12 @@ impl Master {
     }
 
     /// Per queue: the batch's staged descriptors go into the ring in one copy (one cursor
-    /// store), and the slot lines of the next batch are fetched early.
+    /// store), and the slot lines of the next batch are fetched early. A queue marked `direct`
+    /// publishes from `direct` when given (the batch's own descriptors), else from `out`.
     #[inline]
-    fn publish_staged(&mut self, gone: u64) {
+    fn publish_staged(&mut self, gone: u64, direct: Option<&[Desc]>) {
         let mut published = 0u64;
-        let out = &*self.out;
+        let out = direct.unwrap_or(&*self.out);
         for (qi, q) in self.q.iter_mut().enumerate() {
             if q.nstaged > 0 {
                 // One copy of the batch's descriptors into the ring (at most two runs): each
@@ -1347,6 +1458,25 @@ impl Frees {
 pub(super) fn release(holds: &mut Holds, free: &mut Frees, f: u32) {
     if let Some(f) = holds.release(f) {
         free.push(f);
+    }
+}
+
+/// [`release`] of a run of slots' tags. The common run, every frame a regular one held by one
+/// queue in a cluster without an input wire, goes back to the free stack in one copy (the
+/// order the one-by-one pushes would give), with one bound check rather than a look at each
+/// frame's kind.
+#[inline]
+pub(super) fn release_run(holds: &mut Holds, free: &mut Frees, tags: &[u32]) {
+    let sole_small = free.share.is_none()
+        && tags.iter().fold(true, |ok, &t| {
+            ok & (t & Holds::SOLE != 0) & (t & !Holds::SOLE < free.nsmall)
+        });
+    if sole_small {
+        free.small.extend(tags.iter().map(|&t| t & !Holds::SOLE));
+    } else {
+        for &t in tags {
+            release(holds, free, t);
+        }
     }
 }
 

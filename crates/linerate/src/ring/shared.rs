@@ -367,6 +367,30 @@ impl<T: Copy, M: QueueMem<T>> Lender<T, M> {
         }
     }
 
+    /// [`Lender::reclaim`] a run at a time: `f` gets the tags of the slots given back, oldest
+    /// first, as at most two slices (the ring wraps once at most).
+    #[inline]
+    pub fn reclaim_runs(&mut self, mut f: impl FnMut(&[u32])) {
+        if self.reclaimed == self.head {
+            return;
+        }
+        // Acquire: as in `reclaim`.
+        let tail = self.mem.cursors().tail.load(Ordering::Acquire);
+        let tail = tail.clamp(self.reclaimed, self.head);
+        self.cached_tail = tail;
+        let n = (tail - self.reclaimed) as usize;
+        if n == 0 {
+            return;
+        }
+        let at = (self.reclaimed as usize) & self.mask;
+        let first = n.min(self.mask + 1 - at);
+        f(&self.tags[at..at + first]);
+        if first < n {
+            f(&self.tags[..n - first]);
+        }
+        self.reclaimed = tail;
+    }
+
     /// With nothing lent, the consumer's `tail` is `head`: stores it again if it is not (a
     /// consumer whose items were taken back gave back late, moving `tail` back; a consumer
     /// attaching later would start there). Returns whether it had to.
@@ -594,6 +618,35 @@ mod tests {
         let mut got = vec![];
         c.peek(3, |s| got.extend_from_slice(s));
         assert_eq!(got, [4, 5, 6]);
+    }
+
+    #[test]
+    fn reclaim_runs_gives_the_tags_back_in_order_in_at_most_two_runs() {
+        let q = HeapQueue::<u64>::new(4);
+        let mut p = Lender::new(q.clone());
+        let mut c = Borrower::attach(q);
+        let mut runs: Vec<Vec<u32>> = vec![];
+        p.reclaim_runs(|t| runs.push(t.to_vec()));
+        assert!(runs.is_empty(), "nothing lent");
+        for round in 0..3u32 {
+            // Three items a round in a ring of 4: slots 0-2, then 3, 0, 1 (wraps), then 2, 3, 0.
+            for k in 0..3 {
+                p.tag(k, 10 * round + k as u32);
+            }
+            p.publish(&[0, 0, 0]);
+            p.reclaim_runs(|t| runs.push(t.to_vec()));
+            assert!(runs.is_empty(), "nothing given back yet");
+            assert_eq!(c.available(), Ok(3));
+            c.advance(3);
+            c.release();
+            p.reclaim_runs(|t| runs.push(t.to_vec()));
+            let want: Vec<u32> = (0..3).map(|k| 10 * round + k).collect();
+            assert_eq!(runs.concat(), want, "round {round}");
+            assert!(runs.len() <= 2);
+            assert_eq!(runs.len() == 2, round > 0, "rounds 1 and 2 wrap: {runs:?}");
+            assert_eq!((p.reclaimed(), p.room()), (3 * u64::from(round) + 3, 4));
+            runs.clear();
+        }
     }
 
     #[test]
