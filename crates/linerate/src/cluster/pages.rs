@@ -80,8 +80,9 @@ pub fn hugetlbfs_page_size(dir: &Path) -> Result<usize, String> {
             Ok(bsize as usize)
         }
         Ok((t, _)) => Err(format!(
-            "{} is not a hugetlbfs (file system 0x{t:08x}): mount one, e.g. `mkdir -p {0} && \
-             mount -t hugetlbfs nodev {0}`",
+            "{} is not a hugetlbfs (file system 0x{t:08x}): mount one and name it, e.g. \
+             `mkdir -p /dev/hugepages && mount -t hugetlbfs nodev /dev/hugepages`, then \
+             --huge-dir /dev/hugepages",
             dir.display()
         )),
         Err(e) => Err(format!("{}: {e}", dir.display())),
@@ -279,6 +280,18 @@ fn try_huge(dir: &Path, page: usize, len: usize) -> Result<(Region, ShmFile, Pla
             how_many(need + 8, page)
         ));
     }
+    // A mount's size= limit (statfs counts its pages only when it has one).
+    if let Ok((avail, total)) = crate::sys::fs::space(dir) {
+        let left = (avail / page as u64) as usize;
+        if total > 0 && left < need {
+            return Err(format!(
+                "{} needs {need} x {} pages, its size= limit leaves {left} (remount it with \
+                 a larger size=)",
+                dir.display(),
+                size_name(page)
+            ));
+        }
+    }
     match Region::create_shared(dir, len, page) {
         Ok((region, shm)) => Ok((
             region,
@@ -291,7 +304,9 @@ fn try_huge(dir: &Path, page: usize, len: usize) -> Result<(Region, ShmFile, Pla
                 thp: String::new(),
             },
         )),
-        Err(MemError::Shm { source, .. }) if source.raw_os_error() == Some(libc::ENOMEM) => {
+        Err(MemError::Shm { source, .. })
+            if matches!(source.raw_os_error(), Some(libc::ENOMEM | libc::ENOSPC)) =>
+        {
             Err(format!(
                 "{} could not reserve {need} x {} pages ({} free; {})",
                 dir.display(),
