@@ -404,8 +404,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     give_segment_to_user(&a, &master, &service)?;
     let _running = service.start()?;
     pin(master_core)?;
-    let placement = master.placement().cloned();
-    announce(&a, &cfg, placement.as_ref());
+    announce(&a, &cfg, master.placement());
     if a.wait_consumers && !a.threads {
         wait_for_consumers(&a, &mut master, &stop);
     }
@@ -449,15 +448,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     );
     // What the input itself dropped (a record too long for any frame, another link type)
     // never reached the master: said apart.
-    let input_drops = input.stats().rx_drops;
-    finish(
-        a,
-        &egress_queues,
-        report,
-        fin,
-        &metrics,
-        (input_drops, placement),
-    )
+    // The summary also says which pages the segment got.
+    let input_drops = (input.stats().rx_drops, master.placement().cloned());
+    finish(a, &egress_queues, report, fin, &metrics, input_drops)
 }
 
 /// The flags that cannot apply, refused before anything opens.
