@@ -225,7 +225,7 @@ for rate in $RATES; do
 done
 echo
 for f in "$TMP"/mseg.*; do
-  [ -e "$f" ] && echo "segment ($(basename "$f" | sed 's/mseg\.//')): $(cat "$f")"
+  [ -e "$f" ] || continue
+  echo "segment ($(basename "$f" | sed 's/mseg\.//')): $([ -s "$f" ] && cat "$f" || echo "/dev/shm (a build that does not say)")"
 done
-[ -e "$TMP/mseg.o" ] || [ -z "${OLD_LR:-}" ] || echo "segment (o): /dev/shm (a build that does not say)"
 echo "load after $(cut -d' ' -f1-3 /proc/loadavg)"
