@@ -22,6 +22,9 @@
 #     /proc/sys/vm/nr_hugepages, put back at exit: a build that knows huge pages puts the segment
 #     there (its summary line "Segment: ..." is shown); other processes on the machine do not see
 #     the mount. HUGE=0 (default): as the machine is (no hugetlbfs here).
+#   PERF=DIR bash bench/pcap-cpu.sh ...   # also `perf record -g` tcpdump over each (b)/(o) round's
+#     sending, to DIR/MODE-RATE-RUN.data (then: perf report -i FILE --no-children); the figures of
+#     such a run include perf's own cost, not to be compared with a run without it
 # "sleeps" = tcpdump's voluntary context switches over the sending (/proc/PID/status): its waits.
 # "master" = the master's own summary of the round (balance -q): received, delivered to the
 # queue, and what it dropped with the reason, so that a loss before tcpdump is seen where it was.
@@ -129,7 +132,15 @@ one() {
   r0=$(rxpk)
   t0=$(ticks "$t"); s0=$(cpuns "$t"); v0=$(sleeps "$t")
   [ "$m" != 0 ] && { m0=$(ticks "$m"); n0=$(cpuns "$m"); }
+  local perfp=0
+  if [ -n "${PERF:-}" ] && [ "$mode" != a ]; then
+    mkdir -p "$PERF"
+    perf record -q -g -F 1999 -p "$t" -o "$PERF/$mode-$rate-${ROUND:-0}.data" >/dev/null 2>&1 &
+    perfp=$!
+    sleep 0.2
+  fi
   gen "$rate" "$count"
+  if [ "$perfp" != 0 ]; then kill -INT "$perfp"; wait "$perfp" 2>/dev/null; fi
   # the last packets through the ring(s): libpcap hands tcpdump a TPACKET_V3 block when it is
   # full or after tcpdump's 1000 ms timeout, so a shorter wait counts the last block as lost
   sleep 1.5
@@ -192,7 +203,7 @@ for rate in $RATES; do
       case $((r % 3)) in 1) order="a b o" ;; 2) order="o a b" ;; *) order="b o a" ;; esac
     elif [ $((r % 2)) = 1 ]; then order="a b"; else order="b a"; fi
     for mode in $order; do
-      one "$mode" "$rate" "$COUNT"
+      ROUND=$r one "$mode" "$rate" "$COUNT"
       read -r g l d tt mt ts ms rx v <"$TMP/res"
       macct=$(tr '\n' ' ' <"$TMP/macct")
       t=$(ns "$tt" "$g"); tm=$(ns $((tt + mt)) "$g")
