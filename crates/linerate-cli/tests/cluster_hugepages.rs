@@ -426,6 +426,28 @@ fn without_enough_huge_pages_the_segment_falls_back_saying_why() {
             "{s}"
         );
     }
+    // A folder inside the hugetlbfs is not where consumers look: refused (exit 2).
+    let sub = ns.dir.join("sub");
+    std::fs::create_dir(ns.inside(&sub)).unwrap();
+    let mut p = Procs(vec![]);
+    let k = p.add(ns.spawn(
+        "sub",
+        &[],
+        BIN,
+        &[
+            "balance",
+            "-i",
+            "source:10",
+            "-n",
+            "1",
+            "--huge-dir",
+            sub.to_str().unwrap(),
+        ],
+    ));
+    let st = p.finish(k, Duration::from_secs(30));
+    let (_, err) = ns.text("sub");
+    assert_eq!(st.code(), Some(2), "{err}");
+    assert!(err.contains("not where one is mounted"), "{err}");
     // --no-huge says so.
     let s = run("nohuge", &ns, &["--no-huge"]);
     assert_eq!(s["why_not"], "--no-huge", "{s}");

@@ -484,7 +484,7 @@ fn check_flags(a: &Args) -> anyhow::Result<()> {
         ));
     }
     if let Some(d) = &a.huge_dir {
-        linerate::cluster::hugetlbfs_page_size(d).map_err(|e| usage(format!("--huge-dir: {e}")))?;
+        linerate::cluster::check_huge_dir(d).map_err(|e| usage(format!("--huge-dir: {e}")))?;
     }
     Ok(())
 }

@@ -89,6 +89,28 @@ pub fn hugetlbfs_page_size(dir: &Path) -> Result<usize, String> {
     }
 }
 
+/// For `--huge-dir DIR`: the page size of the hugetlbfs mounted at DIR, or why DIR cannot hold
+/// a segment (not a hugetlbfs; a folder inside one, where consumers, which look at each mount
+/// point, would not find it).
+pub fn check_huge_dir(dir: &Path) -> Result<usize, String> {
+    let page = hugetlbfs_page_size(dir)?;
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let mounts = hugetlbfs_mounts();
+    if !mounts.iter().any(|m| canon(m) == canon(dir)) {
+        return Err(format!(
+            "{} is inside a hugetlbfs but is not where one is mounted: consumers look for \
+             segments where each hugetlbfs is mounted ({}); name that directory",
+            dir.display(),
+            mounts
+                .iter()
+                .map(|m| m.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(page)
+}
+
 /// The hugetlbfs mount points of this mount namespace, in /proc/self/mounts's order.
 pub fn hugetlbfs_mounts() -> Vec<PathBuf> {
     let Ok(text) = std::fs::read_to_string("/proc/self/mounts") else {
@@ -222,7 +244,7 @@ pub(super) fn create(
     let why_not = match want {
         HugePages::Off => "--no-huge".to_string(),
         HugePages::Dir(d) => {
-            let page = hugetlbfs_page_size(d).map_err(MemError::Config)?;
+            let page = check_huge_dir(d).map_err(MemError::Config)?;
             match try_huge(d, page, len) {
                 Ok(r) => return Ok(r),
                 Err(why) => why,
