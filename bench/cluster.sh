@@ -11,6 +11,11 @@
 #   ONLY_ROWS='threads 1→1|processes 1→1' DIST_RUNS=0 bash bench/cluster.sh   # some rows only
 #   PRIO='chrt -f 1' bash bench/cluster.sh   # master, consumers and testpmd at real-time priority
 #
+#   HUGE=1 bash bench/cluster.sh   # process clusters on huge pages: the run in a private mount
+#     namespace with a hugetlbfs mounted in a temporary directory and HUGE_PAGES (default 160)
+#     more 2 MiB pages in /proc/sys/vm/nr_hugepages, put back at exit (root; a build that knows
+#     huge pages puts its segments there, other processes on the machine do not see the mount)
+#
 # ONLY_ROWS is an extended regular expression (grep -E) matched against each row's label; the
 # other rows are skipped (testpmd always runs; DIST_RUNS=0 skips rte_distributor). PRIO is a
 # command prefix for every measured program: on a machine loaded by other work (builds), the
@@ -25,6 +30,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR=${DUR:-4}
 RUNS=${RUNS:-3}
+if [ "${HUGE:-0}" = 1 ] && [ -z "${LR_HUGE_NS:-}" ]; then
+  [ "$(id -u)" = 0 ] || { echo "bench/cluster.sh: HUGE=1 needs root" >&2; exit 2; }
+  OLD_NR=$(cat /proc/sys/vm/nr_hugepages)
+  echo $((OLD_NR + ${HUGE_PAGES:-160})) >/proc/sys/vm/nr_hugepages
+  LR_HUGE_NS=1 unshare -m --propagation private bash "$0" "$@"
+  rc=$?
+  echo "$OLD_NR" >/proc/sys/vm/nr_hugepages
+  exit $rc
+fi
+HUGEDIR=
+if [ -n "${LR_HUGE_NS:-}" ]; then
+  HUGEDIR=$(mktemp -d /tmp/linerate-cluster-huge.XXXXXX)
+  mount -t hugetlbfs nodev "$HUGEDIR" || exit 1
+  trap 'umount "$HUGEDIR" && rmdir "$HUGEDIR"' EXIT
+fi
 DIST_RUNS=${DIST_RUNS:-1} # dpdk-test's distributor test takes ~75 s a run here
 ONLY_ROWS=${ONLY_ROWS:-}
 # shellcheck disable=SC2206 # a command prefix, split into words on purpose
@@ -59,7 +79,11 @@ procs() {
   [ "$nc" -lt "$n" ] && wait=""
   taskset -c 0 ${PRIO[@]+"${PRIO[@]}"} "$BIN" balance -i source -c "$id" -n "$n" -m "$mode" -t "$DUR" $wait --json --quiet >"$out/m" &
   local mpid=$!
-  for _ in $(seq 100); do [ -e "/dev/shm/linerate-cluster-$id" ] && break; sleep 0.05; done
+  for _ in $(seq 100); do
+    [ -e "/dev/shm/linerate-cluster-$id" ] && break
+    [ -n "$HUGEDIR" ] && [ -e "$HUGEDIR/linerate-cluster-$id" ] && break
+    sleep 0.05
+  done
   for ((q = 0; q < nc; q++)); do
     taskset -c "$C1" ${PRIO[@]+"${PRIO[@]}"} "$BIN" count -i "cluster:$id@$q" --json -q >"$out/c$q" 2>/dev/null &
     pids+=($!)
@@ -75,6 +99,7 @@ procs() {
   fi
   jq -r --argjson min "$min" 'select(.type=="summary") | [(.rx / .elapsed_ms / 1000), $min,
         (if .destinations == 0 then 0 else (.destinations - .delivered) * 100 / .destinations end)] | @tsv' "$out/m"
+  jq -r 'select(.type=="summary") | "  segment: " + (.segment.text // "/dev/shm (a build that does not say)")' "$out/m" >&2
   rm -rf "$out"
 }
 

@@ -17,8 +17,32 @@
 #     A/B: (o), (b) with the old build's master and library, joins each round (interleaved)
 #   SLOTS=32768 [OLD_SLOTS=4096] bash bench/pcap-cpu.sh ...   # balance --slots for (b) [and (o)]
 #     (default: balance's own, 4096; OLD_SLOTS defaults to SLOTS)
+#   HUGE=1 bash bench/pcap-cpu.sh ...   # the run in a private mount namespace with a hugetlbfs
+#     mounted in a temporary directory and HUGE_PAGES (default 160) more 2 MiB pages in
+#     /proc/sys/vm/nr_hugepages, put back at exit: a build that knows huge pages puts the segment
+#     there (its summary line "Segment: ..." is shown); other processes on the machine do not see
+#     the mount. HUGE=0 (default): as the machine is (no hugetlbfs here).
+#   PERF=DIR bash bench/pcap-cpu.sh ...   # also `perf record -g` tcpdump over each (b)/(o) round's
+#     sending, to DIR/MODE-RATE-RUN.data (then: perf report -i FILE --no-children); the figures of
+#     such a run include perf's own cost, not to be compared with a run without it
 # "sleeps" = tcpdump's voluntary context switches over the sending (/proc/PID/status): its waits.
+# "master" = the master's own summary of the round (balance -q): received, delivered to the
+# queue, and what it dropped with the reason, so that a loss before tcpdump is seen where it was.
 set -uo pipefail
+if [ "${HUGE:-0}" = 1 ] && [ -z "${LR_HUGE_NS:-}" ]; then
+  [ "$(id -u)" = 0 ] || { echo "bench/pcap-cpu.sh: HUGE=1 needs root" >&2; exit 2; }
+  OLD_NR=$(cat /proc/sys/vm/nr_hugepages)
+  echo $((OLD_NR + ${HUGE_PAGES:-160})) >/proc/sys/vm/nr_hugepages
+  LR_HUGE_NS=1 unshare -m --propagation private bash "$0" "$@"
+  rc=$?
+  echo "$OLD_NR" >/proc/sys/vm/nr_hugepages
+  exit $rc
+fi
+HUGEDIR=
+if [ -n "${LR_HUGE_NS:-}" ]; then
+  HUGEDIR=$(mktemp -d /tmp/linerate-pcap-cpu-huge.XXXXXX)
+  mount -t hugetlbfs nodev "$HUGEDIR" || exit 1
+fi
 cd "$(dirname "$0")/.."
 RATES=${1:-200k 500k}
 SECS=${2:-5}
@@ -40,6 +64,7 @@ cleanup() {
   ip netns del "$A" 2>/dev/null
   ip netns del "$B" 2>/dev/null
   rm -rf -- "$TMP"
+  if [ -n "$HUGEDIR" ]; then umount "$HUGEDIR" && rmdir "$HUGEDIR"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -92,6 +117,7 @@ one() {
     PIDS+=("$m")
     for _ in $(seq 1000); do
       [ -e "/dev/shm/linerate-cluster-$ID" ] && break
+      [ -n "$HUGEDIR" ] && [ -e "$HUGEDIR/linerate-cluster-$ID" ] && break
       sleep 0.01
     done
     ip netns exec "$B" taskset -c 1 env LD_PRELOAD="$lib" tcpdump -i "cluster:$ID@0" \
@@ -106,7 +132,15 @@ one() {
   r0=$(rxpk)
   t0=$(ticks "$t"); s0=$(cpuns "$t"); v0=$(sleeps "$t")
   [ "$m" != 0 ] && { m0=$(ticks "$m"); n0=$(cpuns "$m"); }
+  local perfp=0
+  if [ -n "${PERF:-}" ] && [ "$mode" != a ]; then
+    mkdir -p "$PERF"
+    perf record -q -g -F 1999 -p "$t" -o "$PERF/$mode-$rate-${ROUND:-0}.data" >/dev/null 2>&1 &
+    perfp=$!
+    sleep 0.2
+  fi
   gen "$rate" "$count"
+  if [ "$perfp" != 0 ]; then kill -INT "$perfp"; wait "$perfp" 2>/dev/null; fi
   # the last packets through the ring(s): libpcap hands tcpdump a TPACKET_V3 block when it is
   # full or after tcpdump's 1000 ms timeout, so a shorter wait counts the last block as lost
   sleep 1.5
@@ -123,6 +157,19 @@ one() {
   got=$(sed -n 's/^\([0-9]*\) packets captured.*/\1/p' "$TMP/err")
   drop=$(sed -n 's/^\([0-9]*\) packets dropped by kernel.*/\1/p' "$TMP/err")
   echo "${got:-0} $((count - ${got:-0})) ${drop:-0} $((t1 - t0)) $((m1 - m0)) $((s1 - s0)) $n1 $((r1 - r0)) $((v1 - v0))" >"$TMP/res"
+  # The master's own account: "rx N = ...; destinations N = delivered D + ring_full R + ..."
+  if [ "$m" != 0 ]; then
+    tr -d "'" <"$TMP/master.out" | awk '/^Accounting:/ {
+        for (i = 2; i < NF; i++) if ($(i + 1) ~ /^[0-9]+$/) v[$i] = $(i + 1)
+        s = "rx " v["rx"] ", delivered " v["delivered"]
+        n = split("filtered ring_full consumer_gone no_frame unread", k, " ")
+        for (j = 1; j <= n; j++) if (v[k[j]] + 0 > 0) s = s ", " k[j] " " v[k[j]]
+        print s }' >"$TMP/macct"
+    grep -h '^Input drops' "$TMP/master.out" | sed 's/^Input drops (before the master): /; input drops /' >>"$TMP/macct"
+    sed -n 's/^Segment: //p' "$TMP/master.out" >"$TMP/mseg.$mode"
+  else
+    echo "-" >"$TMP/macct"
+  fi
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -148,30 +195,31 @@ for rate in $RATES; do
   echo
   echo "### $rate pps, $COUNT packets"
   echo
-  echo "| run | mode | arrived at vB | captured | lost | kernel drop | tcpdump ticks | master ticks | tcpdump ns/pkt | +master ns/pkt | tcpdump ns/pkt (schedstat) | +master ns/pkt (schedstat) | tcpdump sleeps |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| run | mode | arrived at vB | captured | lost | kernel drop | tcpdump ticks | master ticks | tcpdump ns/pkt | +master ns/pkt | tcpdump ns/pkt (schedstat) | +master ns/pkt (schedstat) | tcpdump sleeps | master |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   for f in a bt bm as bts bms al bl ot om ots oms ol; do : >"$TMP/$f"; done
   for r in $(seq "$RUNS"); do
     if [ -n "${OLD_LR:-}" ]; then
       case $((r % 3)) in 1) order="a b o" ;; 2) order="o a b" ;; *) order="b o a" ;; esac
     elif [ $((r % 2)) = 1 ]; then order="a b"; else order="b a"; fi
     for mode in $order; do
-      one "$mode" "$rate" "$COUNT"
+      ROUND=$r one "$mode" "$rate" "$COUNT"
       read -r g l d tt mt ts ms rx v <"$TMP/res"
+      macct=$(tr '\n' ' ' <"$TMP/macct")
       t=$(ns "$tt" "$g"); tm=$(ns $((tt + mt)) "$g")
       st=$(awk -v n="$ts" -v p="$g" 'BEGIN {printf "%.0f", (p > 0 ? n / p : 0)}')
       sm=$(awk -v n=$((ts + ms)) -v p="$g" 'BEGIN {printf "%.0f", (p > 0 ? n / p : 0)}')
       if [ "$mode" = a ]; then
         echo "$t" >>"$TMP/a"; echo "$st" >>"$TMP/as"; echo "$l" >>"$TMP/al"
-        echo "| $r | (a) tcpdump -i vB | $rx | $g | $l | $d | $tt | - | $t | - | $st | - | $v |"
+        echo "| $r | (a) tcpdump -i vB | $rx | $g | $l | $d | $tt | - | $t | - | $st | - | $v | $macct |"
       elif [ "$mode" = o ]; then
         echo "$t" >>"$TMP/ot"; echo "$tm" >>"$TMP/om"; echo "$st" >>"$TMP/ots"
         echo "$sm" >>"$TMP/oms"; echo "$l" >>"$TMP/ol"
-        echo "| $r | (o) old build: balance + tcpdump -i cluster | $rx | $g | $l | $d | $tt | $mt | $t | $tm | $st | $sm | $v |"
+        echo "| $r | (o) old build: balance + tcpdump -i cluster | $rx | $g | $l | $d | $tt | $mt | $t | $tm | $st | $sm | $v | $macct |"
       else
         echo "$t" >>"$TMP/bt"; echo "$tm" >>"$TMP/bm"; echo "$st" >>"$TMP/bts"
         echo "$sm" >>"$TMP/bms"; echo "$l" >>"$TMP/bl"
-        echo "| $r | (b) balance + tcpdump -i cluster | $rx | $g | $l | $d | $tt | $mt | $t | $tm | $st | $sm | $v |"
+        echo "| $r | (b) balance + tcpdump -i cluster | $rx | $g | $l | $d | $tt | $mt | $t | $tm | $st | $sm | $v | $macct |"
       fi
     done
   done
@@ -187,4 +235,8 @@ for rate in $RATES; do
   fi
 done
 echo
+for f in "$TMP"/mseg.*; do
+  [ -e "$f" ] || continue
+  echo "segment ($(basename "$f" | sed 's/mseg\.//')): $([ -s "$f" ] && cat "$f" || echo "/dev/shm (a build that does not say)")"
+done
 echo "load after $(cut -d' ' -f1-3 /proc/loadavg)"

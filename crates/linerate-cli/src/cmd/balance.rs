@@ -11,7 +11,7 @@ use linerate::apps::balance::Egress;
 use linerate::apps::balance::{
     self, BalanceOptions, BalanceReport, BalanceTick, Distributor, Ended, Mode, Threads,
 };
-use linerate::cluster::{ClusterConfig, ClusterStats, Master};
+use linerate::cluster::{ClusterConfig, ClusterStats, HugePages, Master, Placement};
 use linerate::filter::Filter;
 use linerate::port::file::Inputs;
 use linerate::port::pcap::{PcapPort, WriteFormat};
@@ -92,6 +92,15 @@ pub struct Args {
         value_parser = flags::count_or_zero(128, 1 << 26)
     )]
     buffers: u64,
+    /// Put the segment in this hugetlbfs, on its huge pages (DPDK's --huge-dir; default: the
+    /// first mounted hugetlbfs with enough free huge pages, else /dev/shm). Without enough
+    /// free pages the segment goes to /dev/shm and the summary says why.
+    #[arg(long = "huge-dir", value_name = "DIR", conflicts_with = "no_huge")]
+    huge_dir: Option<std::path::PathBuf>,
+    /// Put the segment in /dev/shm on 4 KiB pages even where a hugetlbfs has free huge pages
+    /// (DPDK's --no-huge).
+    #[arg(long = "no-huge")]
+    no_huge: bool,
     /// BPF filter in libpcap syntax, run before distribution.
     #[arg(short = 'f', long, value_name = "BPF")]
     filter: Option<String>,
@@ -392,10 +401,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    give_segment_to_user(&a, &service)?;
+    give_segment_to_user(&a, &master, &service)?;
     let _running = service.start()?;
     pin(master_core)?;
-    announce(&a, &cfg);
+    announce(&a, &cfg, master.placement());
     if a.wait_consumers && !a.threads {
         wait_for_consumers(&a, &mut master, &stop);
     }
@@ -439,7 +448,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     );
     // What the input itself dropped (a record too long for any frame, another link type)
     // never reached the master: said apart.
-    let input_drops = input.stats().rx_drops;
+    // The summary also says which pages the segment got.
+    let input_drops = (input.stats().rx_drops, master.placement().cloned());
     finish(a, &egress_queues, report, fin, &metrics, input_drops)
 }
 
@@ -466,6 +476,15 @@ fn check_flags(a: &Args) -> anyhow::Result<()> {
     )?;
     if let Some(o) = &a.out {
         crate::common::capture::refuse_any("-o", o, "names no interface to send on")?;
+    }
+    if a.threads && (a.huge_dir.is_some() || a.no_huge) {
+        return Err(usage(
+            "--huge-dir and --no-huge place a process cluster's segment file; with --threads \
+             the cluster is this process's own memory (transparent huge pages are asked for it)",
+        ));
+    }
+    if let Some(d) = &a.huge_dir {
+        linerate::cluster::check_huge_dir(d).map_err(|e| usage(format!("--huge-dir: {e}")))?;
     }
     Ok(())
 }
@@ -585,6 +604,11 @@ fn cluster_config(a: &Args) -> ClusterConfig {
             .map_or(0, |n| {
                 (n as u32).saturating_mul(PortOptions::default().xdp.ring_size)
             }),
+        pages: match (&a.huge_dir, a.no_huge) {
+            (Some(d), _) => HugePages::Dir(d.clone()),
+            (None, true) => HugePages::Off,
+            (None, false) => HugePages::Auto,
+        },
         ..Default::default()
     };
     cfg.fit_packets(a.max_pkt_len as u32);
@@ -649,9 +673,13 @@ fn spawn_consumers(
 
 /// Every port and output is open: the pidfile, then -Z. The segment file goes to the user
 /// first, so that the master can still remove it at exit (/dev/shm is sticky).
-fn give_segment_to_user(a: &Args, service: &crate::common::service::Checked) -> anyhow::Result<()> {
+fn give_segment_to_user(
+    a: &Args,
+    master: &Master,
+    service: &crate::common::service::Checked,
+) -> anyhow::Result<()> {
     if let Some((uid, gid)) = service.user() {
-        let seg = linerate::cluster::segment_path(a.cluster);
+        let seg = master.segment_file().unwrap_or_default();
         if !a.threads && seg.exists() {
             std::os::unix::fs::chown(&seg, Some(uid), Some(gid))
                 .with_context(|| format!("-Z: giving {} to the user", seg.display()))?;
@@ -661,7 +689,7 @@ fn give_segment_to_user(a: &Args, service: &crate::common::service::Checked) -> 
 }
 
 /// The start line: the cluster and how consumers join it (or the consumer threads).
-fn announce(a: &Args, cfg: &ClusterConfig) {
+fn announce(a: &Args, cfg: &ClusterConfig, placement: Option<&Placement>) {
     if a.quiet || a.json {
         return;
     }
@@ -686,6 +714,9 @@ fn announce(a: &Args, cfg: &ClusterConfig) {
             a.mode.mode.name(),
             a.cluster
         );
+        if let Some(p) = placement {
+            let _ = writeln!(out, "Segment: {}", p.describe());
+        }
     }
 }
 
@@ -897,7 +928,7 @@ fn finish(
     report: BalanceReport,
     fin: balance::Finished,
     metrics: &Option<metrics::Metrics>,
-    input_drops: Drops,
+    (input_drops, placement): (Drops, Option<Placement>),
 ) -> anyhow::Result<ExitCode> {
     let joined = fin.threads;
     let threaded = joined.is_some();
@@ -955,6 +986,9 @@ fn finish(
         if let Some((asked, got)) = source_rate {
             j["source_rate"] = serde_json::json!({"asked_pps": asked, "achieved_pps": got});
         }
+        if let Some(p) = &placement {
+            j["segment"] = placement_json(p);
+        }
         let _ = writeln!(out, "{j}");
     } else {
         let mut whole = t.clone();
@@ -982,6 +1016,9 @@ fn finish(
         if let Some((asked, got)) = source_rate {
             let _ = writeln!(out, "{}", source_rate_line(asked, got));
         }
+        if let Some(p) = &placement {
+            let _ = writeln!(out, "Segment: {}", p.describe());
+        }
         let _ = writeln!(
             out,
             "Ended: {ended} (consumers drained in {} ms)",
@@ -1002,6 +1039,20 @@ fn finish(
             group(s.rx_packets)
         ))),
     }
+}
+
+/// Which pages the segment got, for --json: `{"file", "huge", "page_size", "pages", "why_not",
+/// "thp", "text"}`.
+fn placement_json(p: &Placement) -> serde_json::Value {
+    serde_json::json!({
+        "dir": p.dir.display().to_string(),
+        "huge": p.huge(),
+        "page_size": p.page_size,
+        "pages": p.pages,
+        "why_not": p.why_not,
+        "thp": p.thp,
+        "text": p.describe(),
+    })
 }
 
 /// How packets reached the segment: copied by the master, or received in place.

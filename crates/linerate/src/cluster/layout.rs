@@ -170,6 +170,9 @@ pub struct ClusterConfig {
     pub big_frame_size: u32,
     /// Longest packet carried (0: what the largest frame holds); longer ones are `too_big`.
     pub max_len: u32,
+    /// Where a process cluster's segment goes: huge pages when it can (the default), a given
+    /// hugetlbfs, or 4 KiB pages ([`super::Master::create`]; thread clusters ignore it).
+    pub pages: super::HugePages,
 }
 
 impl Default for ClusterConfig {
@@ -185,6 +188,7 @@ impl Default for ClusterConfig {
             big_frames: 0,
             big_frame_size: 0,
             max_len: 0,
+            pages: super::HugePages::Auto,
         }
     }
 }

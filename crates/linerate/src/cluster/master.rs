@@ -6,7 +6,9 @@ use super::consumer::ClusterPort;
 use super::err;
 use super::layout::*;
 use super::liveness::{alive, my_pid, now_ms, proc_stat, same_process};
-use super::segment::{check_owner, not_ours, segment_path, unlink_if_ours, Segment, PUBLISHED};
+use super::segment::{
+    check_owner, not_ours, segment_name, segment_paths, shm_dir, unlink_if_ours, Segment, PUBLISHED,
+};
 use super::stats::{ClusterStats, QueueStats};
 use crate::mem::{copy_packet, prefetch_write, Batch, Chunk, Desc, Pool, Region, BATCH, CHUNK};
 use crate::port::mem::MemPort;
@@ -95,49 +97,26 @@ pub struct Master {
     pub(super) consumer_timeout_ms: Option<u64>,
     /// The name this master gave its segment, and the file's (device, inode).
     pub(super) published: Option<(PathBuf, u64, u64)>,
+    /// Which pages the segment got (process clusters).
+    pub(super) placement: Option<super::Placement>,
 }
 
 impl Master {
-    /// Creates cluster `id` in shared memory for consumer processes. An existing segment of a
-    /// running master is an error; a stale one (its master gone) is replaced.
+    /// Creates cluster `id` in shared memory for consumer processes: on huge pages in a
+    /// hugetlbfs when `cfg.pages` allows and one has enough free, else in the shared-memory
+    /// directory ([`Master::placement`] says which, and why). An existing segment of a running
+    /// master, in any of the places consumers look, is an error; a stale one (its master gone)
+    /// is replaced.
     pub fn create(id: u32, cfg: &ClusterConfig) -> Result<Master, PortError> {
-        let path = segment_path(id);
         let who = format!("cluster:{id}");
-        match Region::open_shared(&path) {
-            Ok((old, meta)) => {
-                // Something is there: only a stale segment of ours is replaced.
-                check_owner(&meta, &path, &who, true)?;
-                if let Ok(seg) = Segment::map(old, id, None, &who) {
-                    let h = seg.header();
-                    if h.state.load(Ordering::Acquire) == STATE_RUNNING
-                        && same_process(h.master_pid, h.master_start)
-                    {
-                        return Err(err(
-                            &who,
-                            format!(
-                                "cluster {id} is in use by its master, pid {} ({})",
-                                h.master_pid,
-                                path.display()
-                            ),
-                        ));
-                    }
-                }
-                // Stale (its master died without closing it): replace it. Consumers still
-                // mapping the old file keep the old inode and see a dead master.
-                use std::os::unix::fs::MetadataExt;
-                unlink_if_ours(&path, meta.dev(), meta.ino());
-            }
-            Err(crate::mem::MemError::Shm { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound => {}
-            Err(crate::mem::MemError::Shm { source, .. }) => {
-                return Err(err(&who, not_ours(&path, &source)))
-            }
-            Err(e) => return Err(e.into()),
+        for old in segment_paths(id) {
+            Self::clear_stale(id, &old, &who)?;
         }
         let l = Self::layout(cfg)?;
-        let dir = path.parent().unwrap_or(Path::new("/dev/shm"));
-        let (region, mut shm) = Region::create_shared(dir, l.total)?;
+        let (region, mut shm, placement) = super::pages::create(&cfg.pages, &shm_dir(), l.total)?;
+        let path = placement.dir.join(segment_name(id));
         let mut m = Self::init(region, id, Some(path.clone()), cfg, &l, &who)?;
+        m.placement = Some(placement);
         // Publish only a fully built segment: consumers never see a half-initialised one. The
         // link fails if the name exists (a file, a link, another master's segment), so of two
         // masters started at once only one wins, and nothing planted there is followed.
@@ -163,6 +142,53 @@ impl Master {
                 source,
             }),
         }
+    }
+
+    /// Refuses cluster `id` when a running master's segment is at `path`; removes a stale one
+    /// of ours (its master died without closing it). Consumers still mapping the old file keep
+    /// the old inode and see a dead master.
+    fn clear_stale(id: u32, path: &Path, who: &str) -> Result<(), PortError> {
+        match Region::open_shared(path) {
+            Ok((old, meta)) => {
+                // Something is there: only a stale segment of ours is replaced.
+                check_owner(&meta, path, who, true)?;
+                if let Ok(seg) = Segment::map(old, id, None, who) {
+                    let h = seg.header();
+                    if h.state.load(Ordering::Acquire) == STATE_RUNNING
+                        && same_process(h.master_pid, h.master_start)
+                    {
+                        return Err(err(
+                            who,
+                            format!(
+                                "cluster {id} is in use by its master, pid {} ({})",
+                                h.master_pid,
+                                path.display()
+                            ),
+                        ));
+                    }
+                }
+                use std::os::unix::fs::MetadataExt;
+                unlink_if_ours(path, meta.dev(), meta.ino());
+                Ok(())
+            }
+            Err(crate::mem::MemError::Shm { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(())
+            }
+            Err(crate::mem::MemError::Shm { source, .. }) => Err(err(who, not_ours(path, &source))),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The name this master gave its segment file (None: a thread cluster).
+    pub fn segment_file(&self) -> Option<PathBuf> {
+        self.published.as_ref().map(|p| p.0.clone())
+    }
+
+    /// Which pages this process cluster's segment got, and where (None: a thread cluster).
+    pub fn placement(&self) -> Option<&super::Placement> {
+        self.placement.as_ref()
     }
 
     /// Creates a cluster in anonymous memory, for consumer threads of this process.
@@ -374,6 +400,7 @@ impl Master {
             batches: 0,
             consumer_timeout_ms: None,
             published: None,
+            placement: None,
         })
     }
 

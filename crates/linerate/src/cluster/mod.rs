@@ -54,6 +54,7 @@ mod lane;
 mod layout;
 mod liveness;
 mod master;
+mod pages;
 mod prom;
 mod segment;
 mod stats;
@@ -63,8 +64,11 @@ pub use consumer::{ClusterPort, WAIT_CAP};
 pub use layout::{ClusterConfig, DEFAULT_SLOTS, MAX_BIG_FRAME, MAX_QUEUES};
 pub use liveness::alive;
 pub use master::Master;
+pub use pages::{
+    check_huge_dir, free_huge_pages, hugetlbfs_mounts, hugetlbfs_page_size, HugePages, Placement,
+};
 pub use prom::prom_text;
-pub use segment::{remove_published_segments, segment_path, Segment};
+pub use segment::{remove_published_segments, segment_dirs, segment_path, segment_paths, Segment};
 pub use stats::{ClusterStats, QueueStats};
 
 use crate::port::PortError;

@@ -11,10 +11,45 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Where cluster segments live.
+/// Where cluster segments on 4 KiB pages live: the shared-memory directory.
 pub fn segment_path(id: u32) -> PathBuf {
-    let dir = std::env::var_os("LINERATE_SHM_DIR").unwrap_or_else(|| "/dev/shm".into());
-    Path::new(&dir).join(format!("linerate-cluster-{id}"))
+    shm_dir().join(segment_name(id))
+}
+
+/// The shared-memory directory (`/dev/shm`; `LINERATE_SHM_DIR` for tests).
+pub(super) fn shm_dir() -> PathBuf {
+    std::env::var_os("LINERATE_SHM_DIR")
+        .unwrap_or_else(|| "/dev/shm".into())
+        .into()
+}
+
+/// A cluster's segment file name, in whichever directory holds it.
+pub(super) fn segment_name(id: u32) -> String {
+    format!("linerate-cluster-{id}")
+}
+
+/// Every place cluster `id`'s segment may be: the shared-memory directory, then each mounted
+/// hugetlbfs (a master puts it on huge pages when it can, docs/cluster.md).
+pub fn segment_paths(id: u32) -> Vec<PathBuf> {
+    let mut v = vec![segment_path(id)];
+    for d in super::pages::hugetlbfs_mounts() {
+        let p = d.join(segment_name(id));
+        if !v.contains(&p) {
+            v.push(p);
+        }
+    }
+    v
+}
+
+/// The directories [`segment_paths`] looks in.
+pub fn segment_dirs() -> Vec<PathBuf> {
+    let mut v = vec![shm_dir()];
+    for d in super::pages::hugetlbfs_mounts() {
+        if !v.contains(&d) {
+            v.push(d);
+        }
+    }
+    v
 }
 
 /// A mapped cluster segment (master or consumer side).
@@ -285,37 +320,60 @@ impl Segment {
         })
     }
 
-    /// Maps the running cluster `id` (a consumer attaching). The file must be a segment of
-    /// ours: a regular file (not a link) owned by root or by this user, writable by its owner
-    /// only; anything else is refused, whatever it holds.
+    /// Maps the running cluster `id` (a consumer attaching), wherever its master put it (the
+    /// shared-memory directory or a hugetlbfs, [`segment_paths`]). The file must be a segment
+    /// of ours: a regular file (not a link) owned by root or by this user, writable by its
+    /// owner only; anything else is refused, whatever it holds. Where several places hold one
+    /// (a stale segment beside a running one), the running one is taken.
     pub fn open(id: u32) -> Result<Arc<Segment>, PortError> {
-        let path = segment_path(id);
         let who = format!("cluster:{id}");
-        let (region, meta) = Region::open_shared(&path).map_err(|e| match e {
-            crate::mem::MemError::Shm { source, .. }
+        let paths = segment_paths(id);
+        let mut first: Option<PortError> = None;
+        for path in &paths {
+            match Self::open_at(id, path, &who) {
+                Ok(Some(seg)) => return Ok(seg),
+                Ok(None) => {}
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        Err(first.unwrap_or_else(|| {
+            let places: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+            err(
+                &who,
+                format!(
+                    "no cluster {id} ({} does not exist): start its master first, e.g. \
+                     `linerate balance -i PORT -c {id} -n 1`",
+                    places.join(" nor ")
+                ),
+            )
+        }))
+    }
+
+    /// The running segment at `path`; None when nothing is there.
+    fn open_at(id: u32, path: &Path, who: &str) -> Result<Option<Arc<Segment>>, PortError> {
+        let (region, meta) = match Region::open_shared(path) {
+            Ok(r) => r,
+            Err(crate::mem::MemError::Shm { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>
             {
-                err(
-                    &who,
-                    format!(
-                        "no cluster {id} ({} does not exist): start its master first, e.g. \
-                         `linerate balance -i PORT -c {id} -n 1`",
-                        path.display()
-                    ),
-                )
+                return Ok(None)
             }
-            crate::mem::MemError::Shm { source, .. } => err(&who, not_ours(&path, &source)),
-            other => PortError::Mem(other),
-        })?;
-        check_owner(&meta, &path, &who, false)?;
-        let seg = Segment::map(region, id, Some(path), &who)?;
+            Err(crate::mem::MemError::Shm { source, .. }) => {
+                return Err(err(who, not_ours(path, &source)))
+            }
+            Err(other) => return Err(PortError::Mem(other)),
+        };
+        check_owner(&meta, path, who, false)?;
+        let seg = Segment::map(region, id, Some(path.to_path_buf()), who)?;
         let h = seg.header();
         if h.cluster_id != id {
             return Err(err(
-                &who,
+                who,
                 format!(
                     "{} holds cluster {}, not {id}: refusing it",
-                    segment_path(id).display(),
+                    path.display(),
                     h.cluster_id
                 ),
             ));
@@ -324,14 +382,14 @@ impl Segment {
             || !same_process(h.master_pid, h.master_start)
         {
             return Err(err(
-                &who,
+                who,
                 format!(
                     "cluster {id} is not running (its master, pid {}, has exited): start it again",
                     h.master_pid
                 ),
             ));
         }
-        Ok(Arc::new(seg))
+        Ok(Some(Arc::new(seg)))
     }
 }
 

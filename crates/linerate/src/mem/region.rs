@@ -71,14 +71,23 @@ impl Region {
     /// under an unpredictable name with `O_CREAT|O_EXCL|O_NOFOLLOW`, so that nothing already in
     /// the directory (a planted link or file) is opened, followed or reused. Checked after
     /// opening (fstat): a regular file owned by this user with one link at most, mode 0600.
-    /// It gets its name with [`ShmFile::publish`].
-    pub fn create_shared(dir: &Path, len: usize) -> Result<(Region, ShmFile), MemError> {
+    /// It gets its name with [`ShmFile::publish`]. `page` is the page size of the directory's
+    /// file system (4096, or a hugetlbfs's huge page: the length is rounded up to it, and the
+    /// file must then be on a hugetlbfs with that page size, checked with fstatfs). On a
+    /// hugetlbfs the mapping reserves its pages: when too few are free it fails (`ENOMEM`)
+    /// rather than faulting later.
+    pub fn create_shared(
+        dir: &Path,
+        len: usize,
+        page: usize,
+    ) -> Result<(Region, ShmFile), MemError> {
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
         let err = |path: &Path, source| MemError::Shm {
             path: path.display().to_string(),
             source,
         };
-        let len = round_page(len.max(1));
+        let page = page.max(4096);
+        let len = len.max(1).div_ceil(page) * page;
         let unnamed = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -144,6 +153,19 @@ impl Region {
                     meta.nlink()
                 )),
             ));
+        }
+        if page > 4096 {
+            let (fs, bsize) = crate::sys::fs::file_fs_type(&shm.file).map_err(|e| err(&here, e))?;
+            if fs != crate::sys::fs::HUGETLBFS_MAGIC || bsize != page as u64 {
+                return Err(err(
+                    &here,
+                    std::io::Error::other(format!(
+                        "not on a hugetlbfs of {} KiB pages (file system 0x{fs:08x}, block \
+                         size {bsize})",
+                        page >> 10
+                    )),
+                ));
+            }
         }
         shm.file.set_len(len as u64).map_err(|e| err(&here, e))?;
         let region = Self::map_file(&shm.file, len).map_err(|e| err(&here, e))?;
@@ -250,6 +272,17 @@ impl Region {
             Backing::ReadOnly(_) => unsafe { std::slice::from_raw_parts(self.ptr, self.len) },
             _ => &[],
         }
+    }
+
+    /// Asks the kernel to back the whole region with transparent huge pages where the system
+    /// allows it (a shared-memory file: tmpfs mounted `huge=advise`, or shmem_enabled `advise`
+    /// for shared anonymous memory). A hint; failure is harmless.
+    pub(crate) fn advise_huge(&self) {
+        if self.len < HUGE_PAGE {
+            return;
+        }
+        // SAFETY: the range is this live mapping; MADV_HUGEPAGE changes no contents.
+        unsafe { libc::madvise(self.ptr as *mut libc::c_void, self.len, libc::MADV_HUGEPAGE) };
     }
 
     /// Asks the kernel not to back `[off, off + len)` (page-aligned inward) with transparent
@@ -446,7 +479,7 @@ mod tests {
         std::fs::write(&target, b"keep").unwrap();
         let name = dir.join("seg");
         std::os::unix::fs::symlink(&target, &name).unwrap();
-        let (region, mut shm) = Region::create_shared(&dir, 10_000).unwrap();
+        let (region, mut shm) = Region::create_shared(&dir, 10_000, 4096).unwrap();
         assert_eq!(region.len(), 12_288);
         // A link at the name: publishing fails, the link and its target stay as they were.
         let e = shm.publish(&name).unwrap_err();

@@ -95,26 +95,24 @@ fn describe(index: u32, name: String) -> Iface {
     }
 }
 
-/// Ids of the clusters whose segment files are in the shared-memory directory.
+/// Ids of the clusters whose segment files are in the shared-memory directory or a mounted
+/// hugetlbfs.
 pub fn cluster_ids() -> Vec<u32> {
-    let path = crate::cluster::segment_path(0);
-    let Some(dir) = path.parent() else {
-        return Vec::new();
-    };
-    let mut ids: Vec<u32> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter_map(|e| {
-                    e.file_name()
-                        .to_str()?
-                        .strip_prefix("linerate-cluster-")?
-                        .parse()
-                        .ok()
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut ids: Vec<u32> = Vec::new();
+    for dir in crate::cluster::segment_dirs() {
+        let Ok(d) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        ids.extend(d.filter_map(Result::ok).filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("linerate-cluster-")?
+                .parse::<u32>()
+                .ok()
+        }));
+    }
     ids.sort_unstable();
+    ids.dedup();
     ids
 }
 

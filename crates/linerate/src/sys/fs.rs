@@ -148,3 +148,35 @@ pub(crate) fn space(path: &std::path::Path) -> io::Result<(u64, u64)> {
         (st.f_blocks as u64).saturating_mul(unit),
     ))
 }
+
+/// The file system type (statfs's `f_type`, its low 32 bits) and block size (`f_bsize`: a
+/// hugetlbfs's page size) of the file system holding `path`.
+pub(crate) fn fs_type(path: &std::path::Path) -> io::Result<(u32, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the path"))?;
+    // SAFETY: an all-zero statfs is a valid value of this plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statfs reads a NUL-terminated path and writes one statfs through a valid pointer.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // As in is_remote_or_user_fs: the low 32 bits of a word whose width varies.
+    #[allow(clippy::unnecessary_cast)]
+    Ok((st.f_type as u32, st.f_bsize as u64))
+}
+
+/// As [`fs_type`], of an open file.
+pub(crate) fn file_fs_type(file: &File) -> io::Result<(u32, u64)> {
+    // SAFETY: an all-zero statfs is a valid value of this plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes one statfs through a valid pointer; the descriptor is the file's.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)]
+    Ok((st.f_type as u32, st.f_bsize as u64))
+}
+
+/// statfs's `f_type` of a hugetlbfs.
+pub(crate) const HUGETLBFS_MAGIC: u32 = 0x9584_58f6;
