@@ -545,6 +545,138 @@ fn g_rotates_on_the_clock_into_strftime_names() {
     std::fs::remove_dir_all(&e).unwrap();
 }
 
+/// The summary record of a `--json` run's standard output.
+fn json_summary(o: &Output) -> serde_json::Value {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out
+        .lines()
+        .rfind(|l| l.contains("\"type\":\"summary\""))
+        .unwrap_or_else(|| panic!("no summary in {out}"));
+    serde_json::from_str(line).unwrap()
+}
+
+#[test]
+fn gen_g_w_ends_at_the_file_limit_and_sent_is_what_the_files_hold() {
+    // tcpdump's -W with -G ends the run after the second file: the packets the writer no
+    // longer took are not sent, not a drop of the port, and the rate is not port-limited.
+    let d = dir("gen-gw-sent");
+    let pattern = d.join("w-%H%M%S.pcap");
+    let t0 = std::time::Instant::now();
+    let o = run(&[
+        "gen",
+        "-o",
+        pattern.to_str().unwrap(),
+        "--rate",
+        "50pps",
+        "-t",
+        "20s",
+        "-G",
+        "1",
+        "-W",
+        "2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+    let got = files(&d, "w-");
+    assert_eq!(got.len(), 2, "{got:?}");
+    let in_files: usize = got
+        .iter()
+        .map(|f| tcpdump_count(f).expect("each file whole"))
+        .sum();
+    let j = json_summary(&o);
+    assert_eq!(j["pkts"].as_u64(), Some(in_files as u64), "{j}");
+    assert_eq!(j["handed_to_port"].as_u64(), Some(in_files as u64), "{j}");
+    assert_eq!(j["port_drops"].as_u64(), Some(0), "{j}");
+    assert_eq!(j["port_full"].as_u64(), Some(0), "{j}");
+    assert_eq!(j["stopped"], "file limit (-W 2) reached", "{j}");
+    assert!(j["not_sent"].is_u64(), "{j}");
+    assert_ne!(j["limited"], "port-limited", "{j}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn gen_replay_g_w_ends_at_the_file_limit() {
+    // A replay looping forever onto -G 1 -W 2 ends with the second file: said as the file
+    // limit (not "interrupted"), what it replayed is what the files hold, no drop.
+    let d = dir("replay-gw");
+    let pattern = d.join("r-%H%M%S.pcap");
+    let sample = sample();
+    let t0 = std::time::Instant::now();
+    let o = run(&[
+        "gen",
+        "--pcap",
+        sample.to_str().unwrap(),
+        "--pps",
+        "200",
+        "--loop",
+        "0",
+        "-t",
+        "20s",
+        "-o",
+        pattern.to_str().unwrap(),
+        "-G",
+        "1",
+        "-W",
+        "2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+    let got = files(&d, "r-");
+    assert_eq!(got.len(), 2, "{got:?}");
+    let in_files: usize = got
+        .iter()
+        .map(|f| tcpdump_count(f).expect("each file whole"))
+        .sum();
+    let j = json_summary(&o);
+    assert_eq!(j["ended"], "file limit (-W)", "{j}");
+    assert_eq!(j["pkts"].as_u64(), Some(in_files as u64), "{j}");
+    assert_eq!(j["port_drops"].as_u64(), Some(0), "{j}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn count_g_w_counts_no_drop_at_the_file_limit() {
+    // A source fast enough that the batch which reaches the limit holds more packets: those
+    // the writer no longer took are counted, not written, and not dropped.
+    use std::process::Stdio;
+    let d = dir("count-gw-drop");
+    let mut g = Command::new(bin())
+        .args(["gen", "-o", "-", "--rate", "20kpps", "-t", "8s", "-q"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run gen");
+    let c = Command::new(bin())
+        .args([
+            "count", "-i", "-", "--json", "-q", "-G", "1", "-W", "2", "-w",
+        ])
+        .arg(d.join("c-%s.pcap"))
+        .stdin(g.stdout.take().unwrap())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run count");
+    let o = c.wait_with_output().unwrap();
+    let _ = g.kill();
+    let _ = g.wait();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = files(&d, "c-");
+    assert_eq!(got.len(), 2, "{got:?}");
+    let in_files: u64 = got
+        .iter()
+        .map(|f| tcpdump_count(f).expect("each file whole") as u64)
+        .sum();
+    let j = json_summary(&o);
+    assert_eq!(j["ended"], "file limit (-W)", "{j}");
+    assert_eq!(j["drops"].as_u64(), Some(0), "{j}");
+    assert_eq!(j["written"].as_u64(), Some(in_files), "{j}");
+    let not_written = j["not_written"]["file_limit"].as_u64().expect("file_limit");
+    assert_eq!(j["pkts"].as_u64(), Some(in_files + not_written), "{j}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
 #[test]
 fn disk_budget_deletes_the_oldest_files_of_the_run() {
     let d = dir("budget");

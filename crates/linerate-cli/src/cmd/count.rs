@@ -406,6 +406,9 @@ struct End {
     not_written: Option<u64>,
     /// The output was a pipe whose reader left (`| head`).
     closed: bool,
+    /// -G with -W wrote its last file (tcpdump's file limit): what was counted after it is
+    /// not written, and that is no error.
+    limit: bool,
 }
 
 /// The capture options of -i: a capture-only loop waits long in poll, the kernel wakes it
@@ -690,6 +693,7 @@ fn end_of(
         written,
         not_written: written.map(|w| report.tick.now.pkts.saturating_sub(w)),
         closed,
+        limit,
     }
 }
 
@@ -713,6 +717,8 @@ fn summary_json(
     if let (Some(w), Some(n)) = (end.written, end.not_written) {
         let why_not = if end.closed {
             "output_closed"
+        } else if end.limit && report.output_error.is_none() {
+            "file_limit"
         } else {
             "output_error"
         };
@@ -774,6 +780,8 @@ fn summary_text(out: &mut dyn Write, a: &Args, report: &count::Report, end: &End
                 group(n),
                 if end.closed {
                     "the pipe's reader left"
+                } else if end.limit && report.output_error.is_none() {
+                    "tcpdump's -W file limit ended the run"
                 } else {
                     "output error"
                 }

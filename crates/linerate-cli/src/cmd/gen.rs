@@ -1542,6 +1542,11 @@ fn summary_json(
     if let Some(e) = &total.error {
         j["error"] = e.clone().into();
     }
+    if let Some(why) = &total.ended {
+        // tcpdump's -W file limit ended the run: not a drop, not an error.
+        j["stopped"] = why.clone().into();
+        j["not_sent"] = total.not_sent.into();
+    }
     j["streams"] = f
         .per_stream
         .iter()
@@ -1599,6 +1604,17 @@ fn summary_text(
             )
         }
     );
+    if let Some(why) = &total.ended {
+        // The port took no more (tcpdump's -W file limit): the run ended there.
+        let _ = writeln!(
+            out,
+            "Stopped: {why}{}",
+            match total.not_sent {
+                0 => String::new(),
+                n => format!("; {} pkts built were not taken (not sent)", group(n)),
+            }
+        );
+    }
     if total.steered {
         // The asked rate changed during the run: the intervals compared asked and achieved.
         let _ = writeln!(
@@ -2486,9 +2502,14 @@ fn replay_summary(a: &Args, r: &replay::ReplayReport, opts: &ReplayOptions) {
         if r.unsent > 0 {
             let _ = writeln!(
                 out,
-                "Not sent: {} pkts (the port took nothing for a long while, or the replay \
-                 stopped while it was full)",
-                group(r.unsent)
+                "Not sent: {} pkts ({})",
+                group(r.unsent),
+                if r.ended == replay::ReplayEnd::FileLimit {
+                    "read, not taken: tcpdump's -W file limit ended the replay"
+                } else {
+                    "the port took nothing for a long while, or the replay stopped while it \
+                     was full"
+                }
             );
         }
         if r.refused.total() > 0 {

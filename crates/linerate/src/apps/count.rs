@@ -167,6 +167,13 @@ pub fn run_observed(
                         }
                     }
                 }
+                if output_error.is_none() && w.tx_ended() {
+                    // tcpdump's -W file limit: the writer takes no more and the run ends
+                    // here. The rest of the batch was counted, not written, and not dropped
+                    // (the caller tells them apart with the writer's own count).
+                    batch.clear();
+                    break Ended::Stopped;
+                }
                 if output_error.is_none() {
                     write_drops.add(DropReason::RingFull, batch.len() as u64);
                 }

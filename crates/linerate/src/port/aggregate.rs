@@ -212,6 +212,14 @@ impl Port for Aggregate {
         self.ports[0].tx(batch)
     }
 
+    fn tx_ended(&self) -> bool {
+        self.ports[0].tx_ended()
+    }
+
+    fn tx_end_note(&self) -> Option<String> {
+        self.ports[0].tx_end_note()
+    }
+
     /// The members' pool when they share one and write into lent frames.
     fn pool(&self) -> Option<&Arc<Pool>> {
         if self.pooled {

@@ -298,6 +298,18 @@ pub trait Port: Send {
     fn rx(&mut self, batch: &mut Batch) -> Result<usize, PortError>;
     /// Sends packets from the front of `batch`; returns how many it took.
     fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError>;
+    /// A sink that takes no more packets, for good: a capture file whose `-G` with `-W` wrote
+    /// its last file (tcpdump's file limit ends the run). What `tx` left in the batch was not
+    /// taken and never will be: a sender stops and counts those as not sent, never as a drop
+    /// of the port (a full ring leaves packets too, but takes them later). Cheap: a sender asks
+    /// when `tx` left packets.
+    fn tx_ended(&self) -> bool {
+        false
+    }
+    /// Once [`Port::tx_ended`]: why, in the summary's words (`file limit (-W 2) reached`).
+    fn tx_end_note(&self) -> Option<String> {
+        None
+    }
     /// Pushes out anything buffered (pcap writers, tx rings).
     fn flush(&mut self) -> Result<(), PortError> {
         Ok(())

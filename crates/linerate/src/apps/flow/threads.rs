@@ -292,6 +292,12 @@ impl Port for Borrowed<'_> {
     fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
         self.0.tx(batch)
     }
+    fn tx_ended(&self) -> bool {
+        self.0.tx_ended()
+    }
+    fn tx_end_note(&self) -> Option<String> {
+        self.0.tx_end_note()
+    }
     fn stats(&mut self) -> PortStats {
         self.0.stats()
     }

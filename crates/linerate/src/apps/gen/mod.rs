@@ -297,6 +297,12 @@ pub struct GenReport {
     /// Commands changed the settings while it ran (`gen --commands`): `rate_pps` is the last
     /// rate asked, and the run as a whole is not judged against it (each interval is).
     pub steered: bool,
+    /// The port took no more packets, for good ([`Port::tx_ended`]: a capture file's `-G` with
+    /// `-W` wrote its last file, tcpdump's file limit), and that ended the run: why, in words.
+    pub ended: Option<String>,
+    /// Packets built and offered to the port that it did not take because it had ended
+    /// ([`GenReport::ended`]): not sent, neither in [`GenReport::pkts`] nor a drop of the port.
+    pub not_sent: u64,
 }
 
 impl GenReport {
@@ -379,6 +385,10 @@ impl GenReport {
         self.behind_ns = self.behind_ns.max(o.behind_ns);
         self.port_full += o.port_full;
         self.steered |= o.steered;
+        self.not_sent += o.not_sent;
+        if self.ended.is_none() {
+            self.ended.clone_from(&o.ended);
+        }
         self.on_stall = o.on_stall;
         self.port.tx_packets += o.port.tx_packets;
         self.port.tx_bytes += o.port.tx_bytes;
@@ -940,6 +950,8 @@ pub fn run(
     rep.rate_pps = p.rate_pps();
     rep.on_stall = opts.on_stall;
     let mut abandoned = 0u64;
+    // When the port ended the run (it takes no more packets): the end of the run's span.
+    let mut ended_at: Option<u64> = None;
     // The port may have served earlier runs (RFC 2544's trials): this run's counters only.
     let base = port.stats();
     let tick = |port: &mut dyn Port, t, rep: &GenReport, behind: u64, waiting: bool| {
@@ -1059,15 +1071,17 @@ pub fn run(
             let groups = (&mut cur, &mut nxt);
             m = depart_due((t, now, deadline), groups, (k, n), &mut p, &mut rep);
         }
-        stamp(&mut out, &cur, (k, m), now, &p, &mut rep);
+        let sink = (&mut *port, &mut out, &mut abandoned);
+        let handed = hand_over(sink, &cur, (k, m, now), &p, &mut rep, clock);
         cur.k += m;
-        if rep.first_ns == 0 {
-            rep.first_ns = now;
-        }
-        rep.last_ns = now;
-        rep.pkts += m as u64;
-        if let Err(e) = transmit(port, &mut out, &mut rep, &mut abandoned) {
-            break 'run Err(e);
+        match handed {
+            Ok(None) => {}
+            // The port takes no more (tcpdump's -W file limit): the run ends here.
+            Ok(Some(t)) => {
+                ended_at = Some(t);
+                break 'run Ok(());
+            }
+            Err(e) => break 'run Err(e),
         }
         // The port's clock work (a capture file's --flush-interval, -G).
         if let Err(e) = port.tick(now) {
@@ -1086,8 +1100,7 @@ pub fn run(
             }
         }
     };
-    // Every way out of the loop follows the last transmit at once.
-    rep.end_ns = clock.now_ns();
+    rep.end_ns = span_end(port, ended_at, p.rated, &rep, clock);
     cur.reset();
     nxt.reset();
     finish(port, rep, result, &base, abandoned)
@@ -1185,6 +1198,8 @@ fn run_in_place(
             bufs.len()
         };
         let m = match port.tx_build(want, &mut fill) {
+            // The port takes no more (tcpdump's -W file limit): nothing was built.
+            Ok(0) if port.tx_ended() => break,
             Ok(0) => {
                 // The ring is full: its frames come back when the kernel (often its softirq
                 // thread, on this very core) has sent them. Give it the CPU.
@@ -1462,15 +1477,8 @@ fn depart_due(
 }
 
 /// Puts the `m` packets of `cur` from `k` into `out`, each stamped with its departure time
-/// `now` (and a probe's payload with it), and counts them per stream.
-fn stamp(
-    out: &mut Batch,
-    cur: &Group,
-    (k, m): (usize, usize),
-    now: u64,
-    p: &Plan,
-    rep: &mut GenReport,
-) {
+/// `now` (and a probe's payload with it).
+fn stamp(out: &mut Batch, cur: &Group, (k, m): (usize, usize), now: u64, p: &Plan) {
     out.extend(&cur.b.descs()[k..k + m]);
     for j in 0..m {
         out.descs_mut()[j].ts = now;
@@ -1478,27 +1486,106 @@ fn stamp(
         if p.streams[s].probe {
             template::put_time(out.data_mut(j), &p.layouts[s], now);
         }
-        rep.per_stream[s] += 1;
-        rep.bytes += u64::from(out.descs()[j].len);
+    }
+}
+
+/// The end of a run's span once its loop ended: `ended_at` when the port ended it at a
+/// transmit ([`hand_over`]); else now, as every way out of the loop follows the last transmit
+/// at once, but when the port ended (its file limit, at a rotation in its clock work) a
+/// rated run's span ends at its last departure: the wait for the next one was not part of it.
+fn span_end(
+    port: &dyn Port,
+    ended_at: Option<u64>,
+    rated: bool,
+    rep: &GenReport,
+    clock: &dyn Clock,
+) -> u64 {
+    match ended_at {
+        Some(t) => t,
+        None if rated && port.tx_ended() => rep.last_ns,
+        None => clock.now_ns(),
+    }
+}
+
+/// Stamps the `m` packets of `cur` from `k` into `out` at `now`, hands them to `port`
+/// ([`transmit`]) and counts what it took. When the port ended (takes no more: tcpdump's `-W`
+/// file limit), the rest are counted as not sent and the end of the run's span is returned:
+/// the last departure it took with a rate (the schedule's), else after the transmit that
+/// took the last packets (this pass began right after it when it took none of this one).
+fn hand_over(
+    (port, out, abandoned): (&mut (dyn Port + '_), &mut Batch, &mut u64),
+    cur: &Group,
+    (k, m, now): (usize, usize, u64),
+    p: &Plan,
+    rep: &mut GenReport,
+    clock: &dyn Clock,
+) -> Result<Option<u64>, GenError> {
+    stamp(out, cur, (k, m), now, p);
+    let left = match transmit(port, out, rep, abandoned) {
+        Ok(left) => left,
+        Err(e) => {
+            // Handed to the port, which failed: counted as before the error.
+            count_sent(cur, (k, m), now, p, rep);
+            return Err(e);
+        }
+    };
+    // Only what the port took (all of it unless it ended) counts as handed over.
+    let took = m - left;
+    count_sent(cur, (k, took), now, p, rep);
+    if left == 0 {
+        return Ok(None);
+    }
+    rep.not_sent += left as u64;
+    Ok(Some(if p.rated {
+        rep.last_ns
+    } else if took > 0 {
+        clock.now_ns()
+    } else {
+        now
+    }))
+}
+
+/// Counts the `m` packets of `cur` from `k`, handed to the port at `now`: the run's packets
+/// and bytes, per stream, their departures' precision, the run's first and last departure.
+fn count_sent(cur: &Group, (k, m): (usize, usize), now: u64, p: &Plan, rep: &mut GenReport) {
+    if m == 0 {
+        return;
+    }
+    for j in k..k + m {
+        rep.per_stream[usize::from(cur.which[j])] += 1;
+        rep.bytes += u64::from(cur.b.descs()[j].len);
         if p.rated {
-            rep.precision.record(cur.t[k + j], now);
+            rep.precision.record(cur.t[j], now);
         }
     }
+    if rep.first_ns == 0 {
+        rep.first_ns = now;
+    }
+    rep.last_ns = now;
+    rep.pkts += m as u64;
 }
 
 /// Sends `out` whole to `port`. A full port gets the CPU (its frames come back when the
 /// kernel has sent them); a port stuck for long gets the rest given up, counted in
-/// `abandoned` (drops of a full ring).
+/// `abandoned` (drops of a full ring). Returns the packets left untaken because the port
+/// takes no more ([`Port::tx_ended`]: tcpdump's `-W` file limit), given up at once: 0 when it
+/// took them all.
 fn transmit(
     port: &mut dyn Port,
     out: &mut Batch,
     rep: &mut GenReport,
     abandoned: &mut u64,
-) -> Result<(), GenError> {
+) -> Result<usize, GenError> {
     let mut tries = 0;
     while !out.is_empty() {
         match port.tx(out) {
             Ok(_) if out.is_empty() => break,
+            Ok(_) if port.tx_ended() => {
+                // Not a full port: it ended, and these will never leave (not a drop).
+                let left = out.len();
+                out.clear();
+                return Ok(left);
+            }
             Ok(_) => {
                 // The port is full: its frames come back when the kernel (often its
                 // softirq thread, on this very core) has sent them. Give it the CPU.
@@ -1519,7 +1606,7 @@ fn transmit(
             }
         }
     }
-    Ok(())
+    Ok(0)
 }
 
 /// The run's report once its loop ended with `result`: the port's counters since `base`
@@ -1533,6 +1620,13 @@ fn finish(
 ) -> Result<GenReport, GenError> {
     rep.port = port.stats().since(base);
     rep.port.tx_drops.add(DropReason::RingFull, abandoned);
+    if port.tx_ended() {
+        // tcpdump's -W file limit (or another port's end) ended the run, not a failure.
+        rep.ended = Some(
+            port.tx_end_note()
+                .unwrap_or_else(|| format!("{} took no more packets", port.name())),
+        );
+    }
     match result {
         // The script's error ends the run; what was sent until then is in the report.
         Err(GenError::Hook(e)) => rep.error = Some(e),
@@ -1569,5 +1663,87 @@ mod report_tests {
             ..GenReport::default()
         };
         assert_eq!(r.elapsed(), 1.0);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod ended_tests {
+    use super::*;
+    use crate::time::TscClock;
+
+    /// A sink that takes `room` packets, then no more for good (as a capture file does once
+    /// `-G` with `-W` wrote its last file).
+    struct EndsAfter {
+        room: usize,
+        stats: PortStats,
+    }
+
+    impl Port for EndsAfter {
+        fn name(&self) -> &str {
+            "ends-after"
+        }
+        fn rx(&mut self, _: &mut Batch) -> Result<usize, PortError> {
+            Ok(0)
+        }
+        fn tx(&mut self, batch: &mut Batch) -> Result<usize, PortError> {
+            let k = batch.len().min(self.room);
+            self.stats.tx_packets += k as u64;
+            self.stats.tx_bytes += batch.descs()[..k]
+                .iter()
+                .map(|d| u64::from(d.len))
+                .sum::<u64>();
+            batch.free_front(k);
+            self.room -= k;
+            Ok(k)
+        }
+        fn tx_ended(&self) -> bool {
+            self.room == 0
+        }
+        fn tx_end_note(&self) -> Option<String> {
+            Some("file limit (-W 2) reached".into())
+        }
+        fn stats(&mut self) -> PortStats {
+            self.stats
+        }
+    }
+
+    fn run_until_the_port_ends(pps: Option<f64>) -> (GenReport, PortStats) {
+        let mut port = EndsAfter {
+            room: 150,
+            stats: PortStats::default(),
+        };
+        let opts = GenOptions {
+            streams: vec![StreamSpec {
+                pps,
+                ..StreamSpec::default()
+            }],
+            count: Some(1000),
+            duration: Some(Duration::from_secs(20)),
+            ..Default::default()
+        };
+        let clock = TscClock::new();
+        let stop = AtomicBool::new(false);
+        let rep = run(&mut port, &opts, &clock, &stop, None, |_| {}).unwrap();
+        (rep, port.stats())
+    }
+
+    #[test]
+    fn a_port_that_ends_ends_the_run_and_what_it_left_is_not_sent_nor_dropped() {
+        for pps in [None, Some(50_000.0)] {
+            let (rep, port) = run_until_the_port_ends(pps);
+            // Sent is what the port took; the rest of the batch it left is not sent, and
+            // no drop of the port's.
+            assert_eq!(rep.pkts, 150, "{pps:?}");
+            assert_eq!(rep.taken(), port.tx_packets, "{pps:?}");
+            assert_eq!(rep.taken_bytes(), port.tx_bytes, "{pps:?}");
+            assert_eq!(rep.per_stream.iter().sum::<u64>(), 150, "{pps:?}");
+            assert_eq!(rep.port.tx_drops.total(), 0, "{pps:?}");
+            assert_eq!(rep.port_full, 0, "{pps:?}");
+            assert!(rep.not_sent > 0, "{pps:?}");
+            assert_eq!(rep.ended.as_deref(), Some("file limit (-W 2) reached"));
+            assert!(rep.error.is_none(), "{:?}", rep.error);
+            // The port did not push back: whatever the rate, not port-limited.
+            assert_ne!(rep.shortfall(rep.pps()), Some(Shortfall::Port), "{pps:?}");
+        }
     }
 }

@@ -149,6 +149,8 @@ pub enum ReplayEnd {
     Empty,
     /// No packet of the capture could be put on Ethernet (see [`ReplayReport::refused`]).
     NothingSendable,
+    /// The output takes no more ([`Port::tx_ended`]): tcpdump's `-W` file limit with `-G`.
+    FileLimit,
 }
 
 impl ReplayEnd {
@@ -161,6 +163,7 @@ impl ReplayEnd {
             ReplayEnd::Stopped => "interrupted",
             ReplayEnd::Empty => "the capture has no packet",
             ReplayEnd::NothingSendable => "no packet of the capture could be sent",
+            ReplayEnd::FileLimit => "file limit (-W)",
         }
     }
 }
@@ -359,6 +362,9 @@ pub fn run_observed(
                 rep.last_ns = now;
                 rep.pkts += sent as u64;
                 transmit(out, &mut send, &mut rep, &|| halt(clock.now_ns()).is_some())?;
+                if out.tx_ended() {
+                    break 'outer; // tcpdump's -W file limit: the output takes no more.
+                }
                 k += m;
                 out.tick(now)?;
                 if ticker.due(now) {
@@ -388,6 +394,10 @@ pub fn run_observed(
         }
     }
     batch.clear();
+    if out.tx_ended() {
+        // The output's -W file limit stopped the replay (through the stop flag or at once).
+        rep.ended = ReplayEnd::FileLimit;
+    }
     out.flush()?;
     rep.port = out.stats();
     Ok(rep)
@@ -539,6 +549,10 @@ fn transmit(
     let mut tries = 0u32;
     while !send.is_empty() {
         out.tx(send)?;
+        if !send.is_empty() && out.tx_ended() {
+            // tcpdump's -W file limit: the rest will never be taken.
+            break;
+        }
         tries += 1;
         if tries.is_multiple_of(1024) && (tries >= 1 << 20 || halted()) {
             break;

@@ -854,6 +854,15 @@ impl Port for PcapPort {
         Ok(n)
     }
 
+    /// `-G` with `-W` wrote its last file: tcpdump's run ends there, and so does the writer.
+    fn tx_ended(&self) -> bool {
+        self.file_limit_reached()
+    }
+
+    fn tx_end_note(&self) -> Option<String> {
+        self.rotator().and_then(|r| r.limit_note())
+    }
+
     fn tick(&mut self, now_ns: u64) -> Result<(), PortError> {
         let Mode::Write {
             writer,

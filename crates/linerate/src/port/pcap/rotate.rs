@@ -376,6 +376,14 @@ impl Rotator {
         }
     }
 
+    /// Once `-G` with `-W` wrote its last file: the limit, in the summary's words.
+    pub(super) fn limit_note(&self) -> Option<String> {
+        self.done.then(|| match self.opts.files {
+            Some(n) => format!("file limit (-W {n}) reached"),
+            None => "file limit (-W) reached".to_string(),
+        })
+    }
+
     /// Whether `-G` is on (the wall clock is read per batch).
     pub(super) fn timed(&self) -> bool {
         self.opts.seconds.is_some()
