@@ -19,7 +19,7 @@ while IFS= read -r f; do
       plain) args=(); ext=pcap;;
       filter) args=(udp or icmp); ext=pcap;;
       count) args=(-c 3); ext=pcap;;
-      snap) args=(-s 60); ext=pcap;;
+      snap) args=(-s 64); ext=pcap;;
       ubuf) args=(-U); ext=pcap;;
       ng) args=(); ext=pcapng;;
     esac

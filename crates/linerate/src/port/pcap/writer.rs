@@ -168,14 +168,14 @@ impl<W: RecordWrite> PcapWriter<W> {
         let bytes = map.region().read_only_bytes();
         // The run being gathered: `[start, end)` of the mapping, `k` records.
         let (mut start, mut end, mut k) = (0usize, 0usize, 0u64);
-        for p in batch.iter() {
-            let len = p.data.len();
-            let (h, cap, wire) = self.header(p.desc.ts, len, p.desc.wire_len);
-            let at = p.desc.addr as usize;
+        for (i, d) in batch.descs().iter().enumerate() {
+            let len = d.len as usize;
+            let (h, cap, wire) = self.header(d.ts, len, d.wire_len);
+            let at = d.addr as usize;
             let same = cap == len
                 && at >= 16
-                && bytes.get(at - 16..at).is_some_and(|b| *b == h)
-                && bytes.get(at..at + len).is_some();
+                && at.checked_add(len).is_some_and(|e| e <= bytes.len())
+                && bytes.get(at - 16..at).is_some_and(|b| *b == h);
             if same {
                 if k > 0 && at - 16 == end {
                     end = at + len;
@@ -193,7 +193,7 @@ impl<W: RecordWrite> PcapWriter<W> {
                     self.w.record_run(map, start, end, k, whole_records)?;
                     k = 0;
                 }
-                self.write_packet(p.desc.ts, p.data, p.desc.wire_len)?;
+                self.write_packet(d.ts, batch.data(i), d.wire_len)?;
             }
         }
         if k > 0 {
