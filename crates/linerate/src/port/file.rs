@@ -408,13 +408,18 @@ pub struct RecordFile {
     /// written straight from `run_map` with writev. Never both these and buffered bytes: each
     /// kind is written out before the other is taken (`room` is 0 while runs wait, so that
     /// [`RecordWrite::record`] takes its slow path, which writes them out first).
-    runs: Vec<Run>,
+    runs: Box<Runs>,
+}
+
+/// [`RecordFile`]'s runs waiting to be written (boxed: the writer stays small).
+struct Runs {
+    list: Vec<Run>,
     /// The read-only mapping the runs lie in (kept mapped until they are written).
-    run_map: Option<Arc<Pool>>,
+    map: Option<Arc<Pool>>,
     /// Bytes of the runs.
-    run_bytes: usize,
+    bytes: usize,
     /// How many whole records, of how many bytes, a prefix of a run holds (a write cut short).
-    run_whole: fn(&[u8]) -> (u64, usize),
+    whole: fn(&[u8]) -> (u64, usize),
 }
 
 /// Records back to back in a read-only mapping: bytes `[start, end)`, `records` of them.
@@ -518,7 +523,7 @@ impl RecordFile {
     /// Bytes written to the destination so far, buffered ones included (a file's size once
     /// flushed).
     pub fn position(&self) -> u64 {
-        self.shared.committed.load(Ordering::Relaxed) + (self.used + self.run_bytes) as u64
+        self.shared.committed.load(Ordering::Relaxed) + (self.used + self.runs.bytes) as u64
     }
 
     fn with(dst: Dst, cut: Option<File>, cap: usize) -> RecordFile {
@@ -540,10 +545,12 @@ impl RecordFile {
             records: 0,
             failed: None,
             started,
-            runs: Vec::new(),
-            run_map: None,
-            run_bytes: 0,
-            run_whole: |_| (0, 0),
+            runs: Box::new(Runs {
+                list: Vec::new(),
+                map: None,
+                bytes: 0,
+                whole: |_| (0, 0),
+            }),
         }
     }
 
@@ -554,7 +561,7 @@ impl RecordFile {
 
     /// Records buffered, not yet written.
     pub fn records_buffered(&self) -> u64 {
-        self.ends.len() as u64 + self.runs.iter().map(|r| r.records).sum::<u64>()
+        self.ends.len() as u64 + self.runs.list.iter().map(|r| r.records).sum::<u64>()
     }
 
     /// Writes out the buffered records (or the waiting runs).
@@ -562,7 +569,7 @@ impl RecordFile {
         if let Some(k) = self.failed {
             return Err(io::Error::new(k, "an earlier write failed"));
         }
-        if !self.runs.is_empty() {
+        if !self.runs.list.is_empty() {
             return self.commit_runs();
         }
         if self.used == 0 {
@@ -611,9 +618,9 @@ impl RecordFile {
     /// Writes out the waiting runs straight from their mapping (writev, no copy); as
     /// [`RecordFile::commit`] for a write cut short or failed.
     fn commit_runs(&mut self) -> io::Result<()> {
-        let runs = std::mem::take(&mut self.runs);
-        let total = std::mem::replace(&mut self.run_bytes, 0);
-        let map = self.run_map.take();
+        let runs = std::mem::take(&mut self.runs.list);
+        let total = std::mem::replace(&mut self.runs.bytes, 0);
+        let map = self.runs.map.take();
         if let Some(k) = self.failed {
             return Err(io::Error::new(k, "an earlier write failed"));
         }
@@ -672,7 +679,7 @@ impl RecordFile {
         let mut whole_bytes = done - skip;
         if skip > 0 {
             if let Some(r) = runs.get(first) {
-                let (n, b) = (self.run_whole)(run_bytes(r).get(..skip).unwrap_or(&[]));
+                let (n, b) = (self.runs.whole)(run_bytes(r).get(..skip).unwrap_or(&[]));
                 whole += n;
                 whole_bytes += b;
             }
@@ -777,28 +784,28 @@ impl RecordWrite for RecordFile {
         if self.used != 0 {
             self.commit()?;
         }
-        if self.run_map.as_ref().is_some_and(|m| !Arc::ptr_eq(m, map)) {
+        if self.runs.map.as_ref().is_some_and(|m| !Arc::ptr_eq(m, map)) {
             self.commit_runs()?;
         }
-        if self.run_map.is_none() {
-            self.run_map = Some(map.clone());
+        if self.runs.map.is_none() {
+            self.runs.map = Some(map.clone());
         }
-        self.run_whole = whole;
-        match self.runs.last_mut() {
+        self.runs.whole = whole;
+        match self.runs.list.last_mut() {
             Some(r) if r.end == start => {
                 r.end = end;
                 r.records += records;
             }
-            _ => self.runs.push(Run {
+            _ => self.runs.list.push(Run {
                 start,
                 end,
                 records,
             }),
         }
-        self.run_bytes += end - start;
+        self.runs.bytes += end - start;
         // `record` takes its slow path from now on, which writes the runs out first.
         self.room = 0;
-        if self.run_bytes >= self.cap || self.runs.len() >= MAX_RUNS {
+        if self.runs.bytes >= self.cap || self.runs.list.len() >= MAX_RUNS {
             self.commit_runs()?;
         }
         Ok(())
@@ -811,7 +818,7 @@ impl RecordFile {
     #[cold]
     #[inline(never)]
     fn record_slow(&mut self, len: usize) -> io::Result<&mut [u8]> {
-        if !self.runs.is_empty() {
+        if !self.runs.list.is_empty() {
             self.commit_runs()?;
         }
         if self.used != 0 && self.used + len > self.cap {
@@ -888,9 +895,9 @@ impl Drop for RecordFile {
                 };
                 self.used = 0;
                 self.ends.clear();
-                self.runs.clear();
-                self.run_map = None;
-                self.run_bytes = 0;
+                self.runs.list.clear();
+                self.runs.map = None;
+                self.runs.bytes = 0;
                 self.failed = Some(io::ErrorKind::Other);
                 return;
             }

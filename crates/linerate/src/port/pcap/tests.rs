@@ -1130,7 +1130,7 @@ fn records_written_from_the_mapping_are_the_copying_writers_bytes() {
             p.rx(&mut b).unwrap();
             b.retain(|_| {
                 k += 1;
-                k % keep_every != 0 || rnd(3) == 0
+                !k.is_multiple_of(keep_every) || rnd(3) == 0
             });
             assert_eq!(w.write_batch(&b).unwrap(), b.len());
             want.write_batch(&b).unwrap();
