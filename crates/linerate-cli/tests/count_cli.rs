@@ -158,27 +158,32 @@ fn records_the_same_bytes() {
     }
 }
 
-/// A file of ours that only we can write is read in place (mapped, no copy); a group-writable
-/// one is read by copying: both record the input byte for byte, filtered or not.
+/// A file of ours that only we can write is read in place (mapped, no copy: its records are
+/// written from the mapping); a group-writable one is read by copying: both record the input
+/// byte for byte, filtered or not, cut by -c or -s, packet-buffered (-U) or not.
 #[test]
 fn records_the_same_bytes_read_in_place_or_by_copying() {
     use std::os::unix::fs::PermissionsExt;
     let input = tmp("in-place.pcap");
     std::fs::write(&input, std::fs::read(sample()).unwrap()).unwrap();
+    let extras: [&[&str]; 4] = [&[], &["-c", "7"], &["-s", "64"], &["-U"]];
     let mut outs = Vec::new();
     for mode in [0o644, 0o664] {
         std::fs::set_permissions(&input, std::fs::Permissions::from_mode(mode)).unwrap();
-        for filter in [None, Some("udp")] {
-            let out = tmp(&format!("in-place-{mode:o}-{}.pcap", filter.is_some()));
-            let mut args = vec!["count", "-i", input.to_str().unwrap(), "-q", "--json"];
-            args.extend(["-w", out.to_str().unwrap()]);
-            if let Some(f) = filter {
-                args.extend(["-f", f]);
+        for (k, extra) in extras.iter().enumerate() {
+            for filter in [None, Some("udp")] {
+                let out = tmp(&format!("in-place-{mode:o}-{k}-{}.pcap", filter.is_some()));
+                let mut args = vec!["count", "-i", input.to_str().unwrap(), "-q", "--json"];
+                args.extend(["-w", out.to_str().unwrap()]);
+                args.extend(extra.iter());
+                if let Some(f) = filter {
+                    args.extend(["-f", f]);
+                }
+                let o = run(&args);
+                assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+                let s = summary(&o);
+                outs.push((filter, s["pkts"].clone(), std::fs::read(&out).unwrap()));
             }
-            let o = run(&args);
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            let s = summary(&o);
-            outs.push((filter, s["pkts"].clone(), std::fs::read(&out).unwrap()));
         }
     }
     assert!(
@@ -186,9 +191,14 @@ fn records_the_same_bytes_read_in_place_or_by_copying() {
         "read in place: a copy"
     );
     assert_eq!(outs[0].1, 2000);
-    assert!(outs[0] == outs[2], "unfiltered: the same either way");
-    assert!(outs[1] == outs[3], "filtered: the same either way");
+    let half = outs.len() / 2;
+    for i in 0..half {
+        assert!(outs[i] == outs[i + half], "run {i}: the same either way");
+    }
     assert!(outs[1].2.len() < outs[0].2.len(), "the filter kept fewer");
+    assert_eq!(outs[2].1, 7, "-c 7");
+    assert!(outs[4].2.len() < outs[0].2.len(), "-s 64 cut records");
+    assert!(outs[6] == outs[0], "-U: the same file");
 }
 
 #[test]

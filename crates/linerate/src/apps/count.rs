@@ -8,7 +8,7 @@ pub use crate::apps::worker::Ended;
 use crate::apps::worker::{Backoff, Limits, Ticker};
 use crate::filter::Filter;
 use crate::mem::{Batch, BATCH};
-use crate::port::{DropReason, Drops, LinkType, Port, PortError, PortStats};
+use crate::port::{DropReason, Drops, LinkType, Port, PortError, PortStats, RxTime};
 use crate::stats::Snapshot;
 use crate::sys::poll::PollSet;
 use crate::time::mono_ns;
@@ -126,8 +126,15 @@ pub fn run_observed(
     let mut ticker = Ticker::new(t0, opts.interval);
     let limits = Limits::new(opts.count, opts.duration, t0);
     // Spin, then yield, then sleep when idle; yield now and then when busy (a consumer that
-    // shares its core with another one lets it run before its queue overflows).
-    let mut backoff = Backoff::new(Backoff::BUSY_EVERY);
+    // shares its core with another one lets it run before its queue overflows). A recording
+    // (a capture file) has no queue to overflow: reading it never yields while busy (on a
+    // loaded machine each yield can cost a scheduler slice of wall time).
+    let busy_every = if port.rx_time() == RxTime::Recorded {
+        0
+    } else {
+        Backoff::BUSY_EVERY
+    };
+    let mut backoff = Backoff::new(busy_every);
     let mut error = None;
     let mut output_error = None;
     let ended = loop {

@@ -28,6 +28,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use crate::mem::Pool;
+
 /// A file's identity: its device and inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FileId {
@@ -328,6 +330,16 @@ impl Dst {
             }
         }
     }
+    fn write_vectored(&mut self, b: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Dst::File(f) => f.write_vectored(b),
+            Dst::Stdout(s) => s.write_vectored(b),
+            Dst::Held { .. } => {
+                self.release()?;
+                self.write_vectored(b)
+            }
+        }
+    }
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Dst::File(f) => f.flush(),
@@ -392,7 +404,34 @@ pub struct RecordFile {
     failed: Option<io::ErrorKind>,
     /// Set once a deferred output was released (always set for the others).
     started: bool,
+    /// Runs of records taken in place ([`RecordWrite::record_run`]), in order, waiting to be
+    /// written straight from `run_map` with writev. Never both these and buffered bytes: each
+    /// kind is written out before the other is taken (`room` is 0 while runs wait, so that
+    /// [`RecordWrite::record`] takes its slow path, which writes them out first).
+    runs: Box<Runs>,
 }
+
+/// [`RecordFile`]'s runs waiting to be written (boxed: the writer stays small).
+struct Runs {
+    list: Vec<Run>,
+    /// The read-only mapping the runs lie in (kept mapped until they are written).
+    map: Option<Arc<Pool>>,
+    /// Bytes of the runs.
+    bytes: usize,
+    /// How many whole records, of how many bytes, a prefix of a run holds (a write cut short).
+    whole: fn(&[u8]) -> (u64, usize),
+}
+
+/// Records back to back in a read-only mapping: bytes `[start, end)`, `records` of them.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    start: usize,
+    end: usize,
+    records: u64,
+}
+
+/// Most runs one writev takes (Linux's IOV_MAX).
+const MAX_RUNS: usize = 1024;
 
 impl RecordFile {
     /// Buffers up to `cap` bytes for `file`.
@@ -484,7 +523,7 @@ impl RecordFile {
     /// Bytes written to the destination so far, buffered ones included (a file's size once
     /// flushed).
     pub fn position(&self) -> u64 {
-        self.shared.committed.load(Ordering::Relaxed) + self.used as u64
+        self.shared.committed.load(Ordering::Relaxed) + (self.used + self.runs.bytes) as u64
     }
 
     fn with(dst: Dst, cut: Option<File>, cap: usize) -> RecordFile {
@@ -506,6 +545,12 @@ impl RecordFile {
             records: 0,
             failed: None,
             started,
+            runs: Box::new(Runs {
+                list: Vec::new(),
+                map: None,
+                bytes: 0,
+                whole: |_| (0, 0),
+            }),
         }
     }
 
@@ -516,13 +561,16 @@ impl RecordFile {
 
     /// Records buffered, not yet written.
     pub fn records_buffered(&self) -> u64 {
-        self.ends.len() as u64
+        self.ends.len() as u64 + self.runs.list.iter().map(|r| r.records).sum::<u64>()
     }
 
-    /// Writes out the buffered records.
+    /// Writes out the buffered records (or the waiting runs).
     fn commit(&mut self) -> io::Result<()> {
         if let Some(k) = self.failed {
             return Err(io::Error::new(k, "an earlier write failed"));
+        }
+        if !self.runs.list.is_empty() {
+            return self.commit_runs();
         }
         if self.used == 0 {
             return Ok(());
@@ -567,6 +615,91 @@ impl RecordFile {
         }
     }
 
+    /// Writes out the waiting runs straight from their mapping (writev, no copy); as
+    /// [`RecordFile::commit`] for a write cut short or failed.
+    fn commit_runs(&mut self) -> io::Result<()> {
+        let runs = std::mem::take(&mut self.runs.list);
+        let total = std::mem::replace(&mut self.runs.bytes, 0);
+        let map = self.runs.map.take();
+        if let Some(k) = self.failed {
+            return Err(io::Error::new(k, "an earlier write failed"));
+        }
+        self.room = self.cap;
+        let Some(map) = map else {
+            return Ok(());
+        };
+        let bytes = map.region().read_only_bytes();
+        let run_bytes = |r: &Run| bytes.get(r.start..r.end).unwrap_or(&[]);
+        let mut dst = self.shared.dst.lock().unwrap_or_else(|e| e.into_inner());
+        // `first` is the first run not written whole, `skip` its bytes written.
+        let (mut done, mut first, mut skip) = (0usize, 0usize, 0usize);
+        let mut err = None;
+        let mut iov = [IoSlice::new(&[]); MAX_RUNS];
+        while done < total {
+            let mut k = 0;
+            for (i, r) in runs.iter().enumerate().skip(first).take(MAX_RUNS) {
+                let b = run_bytes(r);
+                iov[k] = IoSlice::new(if i == first {
+                    &b[skip.min(b.len())..]
+                } else {
+                    b
+                });
+                k += 1;
+            }
+            match dst.write_vectored(&iov[..k]) {
+                Ok(0) => {
+                    err = Some(io::Error::from(io::ErrorKind::WriteZero));
+                    break;
+                }
+                Ok(mut n) => {
+                    done += n;
+                    while n > 0 {
+                        let Some(r) = runs.get(first) else { break };
+                        let left = r.end - r.start - skip;
+                        if n >= left {
+                            n -= left;
+                            first += 1;
+                            skip = 0;
+                        } else {
+                            skip += n;
+                            n = 0;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+        // Whole records: those of the runs written whole, and those of the part written of
+        // the next one (a pipe's reader got them).
+        let mut whole: u64 = runs.iter().take(first).map(|r| r.records).sum();
+        let mut whole_bytes = done - skip;
+        if skip > 0 {
+            if let Some(r) = runs.get(first) {
+                let (n, b) = (self.runs.whole)(run_bytes(r).get(..skip).unwrap_or(&[]));
+                whole += n;
+                whole_bytes += b;
+            }
+        }
+        self.records += whole;
+        let committed = self.shared.committed.load(Ordering::Relaxed) + whole_bytes as u64;
+        self.shared.committed.store(committed, Ordering::Relaxed);
+        match err {
+            None => Ok(()),
+            Some(e) => {
+                if let Some(f) = &self.shared.cut {
+                    let _ = f.set_len(committed);
+                }
+                self.failed = Some(e.kind());
+                self.room = 0;
+                Err(e)
+            }
+        }
+    }
+
     fn push(&mut self, parts: &[&[u8]]) -> io::Result<usize> {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let mut out = self.record(total)?;
@@ -585,6 +718,35 @@ pub trait RecordWrite: Write {
     /// Room for one record of exactly `len` bytes at the end of the output, for the caller to
     /// fill entirely (what it leaves unwritten is unspecified, not zero).
     fn record(&mut self, len: usize) -> io::Result<&mut [u8]>;
+
+    /// Whether [`RecordWrite::record_run`] writes runs in place (rather than copying them).
+    fn takes_runs(&self) -> bool {
+        false
+    }
+
+    /// Appends `records` whole records that lie back to back at `[start, end)` of `map`'s
+    /// read-only mapping (a pcap file read in place,
+    /// [`Region::read_only_bytes`](crate::mem::Region)), exactly as they are to be written.
+    /// [`RecordFile`] writes them from the mapping, no copy; `whole` tells how many whole records
+    /// (and their bytes) a prefix of them holds, for a write cut short. Others copy them.
+    fn record_run(
+        &mut self,
+        map: &Arc<Pool>,
+        start: usize,
+        end: usize,
+        records: u64,
+        whole: fn(&[u8]) -> (u64, usize),
+    ) -> io::Result<()> {
+        let _ = (records, whole);
+        let src = map
+            .region()
+            .read_only_bytes()
+            .get(start..end)
+            .ok_or_else(|| io::Error::other("a run outside its mapping"))?;
+        let out = self.record(src.len())?;
+        out.copy_from_slice(src);
+        Ok(())
+    }
 }
 
 impl RecordWrite for RecordFile {
@@ -600,6 +762,54 @@ impl RecordWrite for RecordFile {
         self.ends.push(end);
         Ok(&mut self.buf[at..end])
     }
+
+    fn takes_runs(&self) -> bool {
+        true
+    }
+
+    fn record_run(
+        &mut self,
+        map: &Arc<Pool>,
+        start: usize,
+        end: usize,
+        records: u64,
+        whole: fn(&[u8]) -> (u64, usize),
+    ) -> io::Result<()> {
+        if let Some(k) = self.failed {
+            return Err(io::Error::new(k, "an earlier write failed"));
+        }
+        if end > map.region().read_only_bytes().len() || start > end {
+            return Err(io::Error::other("a run outside its mapping"));
+        }
+        if self.used != 0 {
+            self.commit()?;
+        }
+        if self.runs.map.as_ref().is_some_and(|m| !Arc::ptr_eq(m, map)) {
+            self.commit_runs()?;
+        }
+        if self.runs.map.is_none() {
+            self.runs.map = Some(map.clone());
+        }
+        self.runs.whole = whole;
+        match self.runs.list.last_mut() {
+            Some(r) if r.end == start => {
+                r.end = end;
+                r.records += records;
+            }
+            _ => self.runs.list.push(Run {
+                start,
+                end,
+                records,
+            }),
+        }
+        self.runs.bytes += end - start;
+        // `record` takes its slow path from now on, which writes the runs out first.
+        self.room = 0;
+        if self.runs.bytes >= self.cap || self.runs.list.len() >= MAX_RUNS {
+            self.commit_runs()?;
+        }
+        Ok(())
+    }
 }
 
 impl RecordFile {
@@ -608,6 +818,9 @@ impl RecordFile {
     #[cold]
     #[inline(never)]
     fn record_slow(&mut self, len: usize) -> io::Result<&mut [u8]> {
+        if !self.runs.list.is_empty() {
+            self.commit_runs()?;
+        }
         if self.used != 0 && self.used + len > self.cap {
             self.commit()?;
         } else if let Some(k) = self.failed {
@@ -682,6 +895,9 @@ impl Drop for RecordFile {
                 };
                 self.used = 0;
                 self.ends.clear();
+                self.runs.list.clear();
+                self.runs.map = None;
+                self.runs.bytes = 0;
                 self.failed = Some(io::ErrorKind::Other);
                 return;
             }

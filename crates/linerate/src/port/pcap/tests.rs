@@ -1066,3 +1066,138 @@ fn pcapng_epb_flags_direction_is_carried() {
         assert_eq!(dirs, vec![Some("in"), Some("out"), None, None], "be {be}");
     }
 }
+
+// ---- writing from the mapping ----
+
+/// A file read in place and written through a [`RecordFile`] (records that are already what
+/// the writer would write go out as runs straight from the mapping) gives the bytes the
+/// copying writer gives, whatever the input: foreign byte order, nanoseconds, a microsecond
+/// field past a second, `orig_len` below the captured length, records longer than the
+/// snapshot length, packets dropped between kept ones, a small output buffer.
+#[test]
+fn records_written_from_the_mapping_are_the_copying_writers_bytes() {
+    use crate::port::file::RecordFile;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("lr-runs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = move |m: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % m
+    };
+    let mut from_mapping = 0;
+    for case in 0..32u64 {
+        let be = case % 4 == 3;
+        let nanos = case % 5 == 4;
+        let n = 20 + rnd(500) as usize;
+        let recs: Vec<_> = (0..n)
+            .map(|i| {
+                let len = if rnd(40) == 0 {
+                    1000 + rnd(9000) as usize
+                } else {
+                    1 + rnd(200) as usize
+                };
+                let frac = match rnd(60) {
+                    0 => 1_000_000 + rnd(5_000_000) as u32,
+                    _ if nanos => rnd(1_000_000_000) as u32,
+                    _ => rnd(1_000_000) as u32,
+                };
+                let orig = match rnd(30) {
+                    0 => len as u32 / 2,
+                    1 => len as u32,
+                    _ => len as u32 + rnd(100) as u32,
+                };
+                (1_600_000_000 + i as u32, frac, pkt(i, len), orig)
+            })
+            .collect();
+        let f = dir.join(format!("in{case}.pcap"));
+        std::fs::write(&f, pcap_file(be, nanos, 1, &recs)).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let keep_every = 1 + rnd(4);
+        let cut = [0, 0, 128, 5000][rnd(4) as usize];
+        let cap = [256, 4096, 1 << 20][rnd(3) as usize];
+        let out = dir.join(format!("out{case}.pcap"));
+        let mut p = PcapPort::open(f.to_str().unwrap(), &small()).unwrap();
+        assert!(p.read_in_place());
+        let file = std::fs::File::create(&out).unwrap();
+        let mut w = PcapWriter::new(RecordFile::new(file, cap), LinkType(1), cut).unwrap();
+        let mut want = PcapWriter::new(Vec::new(), LinkType(1), cut).unwrap();
+        let mut b = Batch::new();
+        let mut k = 0u64;
+        while !p.is_finished() {
+            p.rx(&mut b).unwrap();
+            b.retain(|_| {
+                k += 1;
+                !k.is_multiple_of(keep_every) || rnd(3) == 0
+            });
+            assert_eq!(w.write_batch(&b).unwrap(), b.len());
+            want.write_batch(&b).unwrap();
+            b.clear();
+        }
+        w.flush().unwrap();
+        assert_eq!(w.packets(), want.packets());
+        assert_eq!(w.bytes(), want.bytes());
+        assert_eq!(
+            w.get_ref().records_written(),
+            w.packets() + 1,
+            "case {case}"
+        );
+        let got = std::fs::read(&out).unwrap();
+        assert!(got == *want.get_ref(), "case {case}: the same bytes");
+        if !be && !nanos {
+            from_mapping += 1;
+        }
+    }
+    assert!(from_mapping > 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// How many whole records a cut-short write of a run left: those that end inside it.
+#[test]
+fn whole_records_of_a_run_cut_short() {
+    let recs: Vec<_> = (0..5u32)
+        .map(|i| (i, 0, pkt(i as usize, 10 + i as usize), 100))
+        .collect();
+    let f = pcap_file(cfg!(target_endian = "big"), false, 1, &recs);
+    let body = &f[24..];
+    assert_eq!(writer::whole_records(body), (5, body.len()));
+    assert_eq!(
+        writer::whole_records(&body[..body.len() - 1]),
+        (4, body.len() - 30)
+    );
+    assert_eq!(writer::whole_records(&body[..26]), (1, 26));
+    assert_eq!(writer::whole_records(&body[..25]), (0, 0));
+    assert_eq!(writer::whole_records(&[]), (0, 0));
+}
+
+/// A run that cannot be written (a full disk) is an error, and what follows too; nothing is
+/// counted as written.
+#[test]
+fn a_failed_write_of_a_run_is_an_error() {
+    use crate::port::file::RecordFile;
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("lr-runs-full-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let recs: Vec<_> = (0..100u32)
+        .map(|i| (i, 0, pkt(i as usize, 60), 60))
+        .collect();
+    let f = dir.join("in.pcap");
+    std::fs::write(&f, pcap_file(cfg!(target_endian = "big"), false, 1, &recs)).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut p = PcapPort::open(f.to_str().unwrap(), &small()).unwrap();
+    assert!(p.read_in_place());
+    let mut w = PcapWriter::new(RecordFile::new(full, 1 << 20), LinkType(1), 0).unwrap();
+    let mut b = Batch::new();
+    p.rx(&mut b).unwrap();
+    // The file header goes out before the run, and fails.
+    assert!(w.write_batch(&b).and_then(|_| w.flush()).is_err());
+    assert!(w.write_batch(&b).is_err(), "after a failed write");
+    assert!(w.flush().is_err());
+    assert_eq!(w.get_ref().records_written(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
