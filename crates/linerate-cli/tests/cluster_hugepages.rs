@@ -496,3 +496,49 @@ fn without_enough_huge_pages_the_segment_falls_back_saying_why() {
         assert!(o.stdout.is_empty(), "{args:?}");
     }
 }
+
+/// `--huge-dir` naming a symbolic link to where a hugetlbfs is mounted (`/dev/hugepages` made a
+/// link to another mount point, say) is that mount: the segment goes on its huge pages and the
+/// summary names the mount point (where consumers look), not a fallback to /dev/shm that says
+/// "Not a directory".
+#[test]
+fn huge_dir_through_a_symbolic_link_is_the_mount_it_names() {
+    if !can_run() {
+        return;
+    }
+    let _one = PAGES.lock().unwrap_or_else(|p| p.into_inner());
+    let busy = HugePages::total() - free_pages();
+    let _pages = HugePages::set(busy + 64);
+    let ns = Ns::new("link", "pagesize=2M");
+    let link = ns.scratch.join("link");
+    std::os::unix::fs::symlink(&ns.dir, &link).unwrap();
+    let id = cluster_id(4).to_string();
+    let mut p = Procs(vec![]);
+    let k = p.add(ns.spawn(
+        "link",
+        &[],
+        BIN,
+        &[
+            "balance",
+            "-i",
+            "source:100",
+            "-c",
+            &id,
+            "-n",
+            "1",
+            "-t",
+            "1",
+            "--json",
+            "-q",
+            "--huge-dir",
+            link.to_str().unwrap(),
+        ],
+    ));
+    let st = p.finish(k, Duration::from_secs(30));
+    let (out, err) = ns.text("link");
+    assert!(st.success(), "{st}\n{out}\n{err}");
+    let s = summary(&out, &err)["segment"].clone();
+    assert_eq!(s["huge"], true, "{s}");
+    assert_eq!(s["dir"], ns.dir.to_str().unwrap(), "{s}");
+    assert!(!ns.inside(&ns.dir.join(format!("linerate-cluster-{id}"))).exists());
+}
