@@ -540,5 +540,7 @@ fn huge_dir_through_a_symbolic_link_is_the_mount_it_names() {
     let s = summary(&out, &err)["segment"].clone();
     assert_eq!(s["huge"], true, "{s}");
     assert_eq!(s["dir"], ns.dir.to_str().unwrap(), "{s}");
-    assert!(!ns.inside(&ns.dir.join(format!("linerate-cluster-{id}"))).exists());
+    assert!(!ns
+        .inside(&ns.dir.join(format!("linerate-cluster-{id}")))
+        .exists());
 }

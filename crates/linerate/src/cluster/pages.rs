@@ -89,15 +89,17 @@ pub fn hugetlbfs_page_size(dir: &Path) -> Result<usize, String> {
     }
 }
 
-/// For `--huge-dir DIR`: the page size of the hugetlbfs mounted at DIR, or why DIR cannot hold
-/// a segment (not a hugetlbfs; a folder inside one, where consumers, which look at each mount
-/// point, would not find it).
-pub fn check_huge_dir(dir: &Path) -> Result<usize, String> {
+/// For `--huge-dir DIR`: the page size of the hugetlbfs mounted at DIR and its mount point (DIR
+/// itself, or where DIR leads when it is a symbolic link: `/dev/hugepages` made a link to
+/// another mount point), or why DIR cannot hold a segment (not a hugetlbfs; a folder inside
+/// one, where consumers, which look at each mount point, would not find it).
+pub fn check_huge_dir(dir: &Path) -> Result<(usize, PathBuf), String> {
     let page = hugetlbfs_page_size(dir)?;
     let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let mounts = hugetlbfs_mounts();
-    if !mounts.iter().any(|m| canon(m) == canon(dir)) {
-        return Err(format!(
+    match mounts.iter().find(|m| canon(m) == canon(dir)) {
+        Some(m) => Ok((page, m.clone())),
+        None => Err(format!(
             "{} is inside a hugetlbfs but is not where one is mounted: consumers look for \
              segments where each hugetlbfs is mounted ({}); name that directory",
             dir.display(),
@@ -106,9 +108,8 @@ pub fn check_huge_dir(dir: &Path) -> Result<usize, String> {
                 .map(|m| m.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
-        ));
+        )),
     }
-    Ok(page)
 }
 
 /// The hugetlbfs mount points of this mount namespace, in /proc/self/mounts's order.
@@ -244,8 +245,10 @@ pub(super) fn create(
     let why_not = match want {
         HugePages::Off => "--no-huge".to_string(),
         HugePages::Dir(d) => {
-            let page = check_huge_dir(d).map_err(MemError::Config)?;
-            match try_huge(d, page, len) {
+            // The mount point itself: a link to it is not opened (the segment is created with
+            // O_NOFOLLOW) and consumers look for segments at mount points.
+            let (page, mount) = check_huge_dir(d).map_err(MemError::Config)?;
+            match try_huge(&mount, page, len) {
                 Ok(r) => return Ok(r),
                 Err(why) => why,
             }
