@@ -1145,3 +1145,54 @@ fn mixed_link_types_are_refused_where_one_link_type_would_be_assumed() {
         cut_only + sll_only
     );
 }
+
+/// tcpdump's `-G` name is an strftime pattern: an input beside it is refused only when the
+/// pattern could name it (its literal parts match, `%%` being a `%`, and each conversion the
+/// characters it can write: digits for `%H`, any text for `%a`), not whenever its name starts
+/// with what comes before the first `%` (`'%H%M%S.pcap'` made every file in the directory look
+/// like a rotation of it). tcpdump writes these runs.
+#[test]
+fn a_timed_name_that_cannot_be_the_input_is_not_refused() {
+    let d = Dir::new("timed");
+    let input = d.path("in.pcap");
+    std::fs::copy(sample(), &input).unwrap();
+    let other = d.path("cap-12.pcap");
+    std::fs::copy(sample(), &other).unwrap();
+    let before = std::fs::read(&input).unwrap();
+    for pattern in [
+        "%H%M%S.pcap",
+        "in%%.pcap",
+        "i%Y.pcapng",
+        "x-%F.pcap",
+        "%Y%%.pcap",
+    ] {
+        for i in [&input, &other] {
+            let o = run(&["count", "-q", "-i", i, "-w", &d.path(pattern), "-G", "3600"]);
+            assert!(o.status.success(), "{pattern}: {}", text(&o));
+        }
+    }
+    // A pattern that can name the input is still refused, before anything is written.
+    for pattern in ["cap-%H.pcap", "%b-%d.pcap", "cap%z.pcap", "%a.pcap"] {
+        let o = run(&[
+            "count",
+            "-q",
+            "-i",
+            &other,
+            "-w",
+            &d.path(pattern),
+            "-G",
+            "3600",
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{pattern}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("is the input"),
+            "{pattern}: {}",
+            text(&o)
+        );
+    }
+    assert_eq!(std::fs::read(&input).unwrap(), before);
+    assert_eq!(
+        std::fs::read(&other).unwrap(),
+        std::fs::read(sample()).unwrap()
+    );
+}
