@@ -153,7 +153,6 @@ pub(super) fn input_among_names(base: &str, inputs: &Inputs) -> Option<(String, 
         _ => std::path::Path::new("."),
     };
     let timed = fname.contains('%');
-    let prefix = fname.split('%').next().unwrap_or("");
     let (stem, _) = dumpcap_parts(fname);
     for e in std::fs::read_dir(dir).ok()?.flatten() {
         let name = e.file_name();
@@ -161,7 +160,7 @@ pub(super) fn input_among_names(base: &str, inputs: &Inputs) -> Option<(String, 
         let rotation = match name.strip_prefix(fname) {
             Some(rest) => rest.bytes().all(|b| b.is_ascii_digit()),
             None => false,
-        } || (timed && name.starts_with(prefix))
+        } || (timed && strftime_could_name(fname, name))
             || name.strip_prefix(stem).is_some_and(|r| {
                 r.len() > 6 && r.starts_with('_') && r[1..6].bytes().all(|b| b.is_ascii_digit())
             });
@@ -174,6 +173,66 @@ pub(super) fn input_among_names(base: &str, inputs: &Inputs) -> Option<(String, 
         }
     }
     None
+}
+
+/// One piece of an strftime pattern, for [`strftime_could_name`].
+#[derive(Clone, Copy)]
+enum Piece {
+    /// A byte written as it is (`%%` is a `%`).
+    Lit(u8),
+    /// A conversion that writes numbers (`%H`, `%Y`, `%F`, `%T`, `%z`, ...): digits, padding
+    /// and their separators.
+    Number,
+    /// Any other conversion (`%a`, `%b`, `%Z`, `%c`, an unknown one): any text.
+    Text,
+}
+
+/// Whether the strftime pattern `pattern` (a `-G` file name) could write `name` at some time,
+/// counted conservatively (a conversion may write any number of the characters it can write),
+/// followed by the digits tcpdump's `-C`/`-W` appends. Literal parts must match: a name that
+/// merely starts with the text before the first `%` is not one of its rotations.
+fn strftime_could_name(pattern: &str, name: &str) -> bool {
+    let p = pattern.as_bytes();
+    let mut pieces = Vec::with_capacity(p.len());
+    let mut i = 0;
+    while i < p.len() {
+        if p[i] != b'%' {
+            pieces.push(Piece::Lit(p[i]));
+            i += 1;
+            continue;
+        }
+        i += 1;
+        // glibc's flags, a field width, the E and O modifiers.
+        while i < p.len() && (b"_-0^#EO".contains(&p[i]) || p[i].is_ascii_digit()) {
+            i += 1;
+        }
+        match p.get(i) {
+            Some(b'%') => pieces.push(Piece::Lit(b'%')),
+            Some(c) if b"CdDegGHIjklmMsSuUVwWyYFTRz".contains(c) => pieces.push(Piece::Number),
+            _ => pieces.push(Piece::Text),
+        }
+        i += 1;
+    }
+    let n = name.as_bytes();
+    let number = |c: u8| c.is_ascii_digit() || b" +-:/".contains(&c);
+    // can[j]: the pieces so far can write n[..j] (a conversion writes zero or more bytes).
+    let mut can = vec![false; n.len() + 1];
+    can[0] = true;
+    for piece in pieces {
+        let mut next = vec![false; n.len() + 1];
+        for j in 0..=n.len() {
+            match piece {
+                Piece::Lit(b) => next[j] = j > 0 && can[j - 1] && n[j - 1] == b,
+                Piece::Number => {
+                    next[j] = can[j] || (j > 0 && next[j - 1] && number(n[j - 1]));
+                }
+                Piece::Text => next[j] = can[j] || (j > 0 && next[j - 1]),
+            }
+        }
+        can = next;
+    }
+    // The file number of -C (FILE1, FILE2, ...) or -W after the strftime name.
+    (0..=n.len()).any(|j| can[j] && n[j..].iter().all(u8::is_ascii_digit))
 }
 
 /// How long the end of a run waits for `-z` commands still running.
@@ -190,6 +249,23 @@ pub(crate) fn post_command(cmd: &str, file: &str) -> std::io::Result<Child> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timed_names_are_matched_by_their_literal_parts() {
+        assert!(strftime_could_name("%H%M%S.pcap", "001518.pcap"));
+        assert!(strftime_could_name("%H%M%S.pcap", "001518.pcap12"));
+        assert!(!strftime_could_name("%H%M%S.pcap", "in.pcap"));
+        assert!(!strftime_could_name("in%%.pcap", "in.pcap"));
+        assert!(strftime_could_name("in%%.pcap", "in%.pcap"));
+        assert!(strftime_could_name("%a-%_d.pcap", "Mon- 1.pcap"));
+        assert!(strftime_could_name(
+            "cap-%F_%T.pcap",
+            "cap-2026-11-28_00:15:18.pcap"
+        ));
+        assert!(!strftime_could_name("cap-%F.pcap", "cap-x.pcap"));
+        assert!(strftime_could_name("c%", "cx"));
+        assert!(!strftime_could_name("%Y.pcap", ".pcapx"));
+    }
 
     #[test]
     fn names_are_tcpdumps() {
