@@ -742,3 +742,47 @@ fn bsd_loopback_captures_are_filtered_as_tcpdump_filters_them() {
         "{got}"
     );
 }
+
+/// A request head whose lines end in a bare CR (old Mac line ends, `printf 'GET ...\r\r'`) is
+/// answered at once with 400 naming the bare CR (RFC 9112 2.2: a recipient must take a bare CR
+/// as invalid), not left to wait 10 s for a 408 for an end of line that never comes; a bare CR
+/// inside a header line is refused alike. CRLF, LF alone and a mix still answer 200.
+#[test]
+fn serve_refuses_a_bare_cr_at_once() {
+    let s = Scratch::new("barecr");
+    let d = big_dir(&s, 10);
+    let (_kid, port, log) = serve(&d);
+    for req in [
+        &b"GET /query?count=1 HTTP/1.0\r\r"[..],
+        b"GET /query?count=1 HTTP/1.1\r\r\n\r\r\n",
+        b"GET /query?count=1 HTTP/1.1\r\nHost: a\rb\r\n\r\n",
+    ] {
+        let t = std::time::Instant::now();
+        let (line, _) = http(port, req);
+        assert!(
+            line.contains(" 400 "),
+            "{:?}: {line}",
+            String::from_utf8_lossy(req)
+        );
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "{:?} took {:?}",
+            String::from_utf8_lossy(req),
+            t.elapsed()
+        );
+    }
+    for req in [
+        &b"GET /query?count=1 HTTP/1.1\r\n\r\n"[..],
+        b"GET /query?count=1 HTTP/1.0\n\n",
+        b"GET /query?count=1 HTTP/1.1\nHost: x\r\n\n",
+    ] {
+        let (line, _) = http(port, req);
+        assert!(
+            line.contains(" 200 "),
+            "{:?}: {line}",
+            String::from_utf8_lossy(req)
+        );
+    }
+    let log = String::from_utf8_lossy(&log.lock().unwrap()).to_string();
+    assert!(log.contains("bare CR"), "{log}");
+}
