@@ -234,13 +234,27 @@ fn head_end(buf: &[u8]) -> Option<(usize, usize)> {
     None
 }
 
+/// Whether `head` holds a bare CR: a CR followed by anything but LF (a CR at its very end may
+/// be followed by LF in the next read). RFC 9112 (2.2) has a recipient take it as invalid.
+fn bare_cr(head: &[u8]) -> bool {
+    head.windows(2).any(|w| w[0] == b'\r' && w[1] != b'\n')
+}
+
+const BARE_CR: &str = "a bare CR in the request head (end its lines in CRLF or LF)\n";
+
 /// Reads and parses a request from `r`: Err((status, message)) when it is refused.
 pub fn read_request<R: Read>(r: &mut R) -> Result<Request, (u16, String)> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     let (head_end, body_start) = loop {
         if let Some(e) = head_end(&buf) {
+            if bare_cr(&buf[..e.1]) {
+                return Err((400, BARE_CR.into()));
+            }
             break e;
+        }
+        if bare_cr(&buf) {
+            return Err((400, BARE_CR.into()));
         }
         if buf.len() > MAX_HEAD {
             return Err((431, format!("request head over {MAX_HEAD} bytes\n")));
@@ -522,6 +536,14 @@ mod tests {
         assert_eq!(r.body, b"tcp");
         let r = read_request(&mut &b"GET /query HTTP/1.1\r\nHost: x\n\n"[..]).unwrap();
         assert_eq!(r.path, "/query");
+        // A bare CR is refused at once, in a line end or inside a line.
+        for bad in [
+            &b"GET /query HTTP/1.0\r\r"[..],
+            b"GET /query HTTP/1.1\r\nHost: a\rb\r\n\r\n",
+        ] {
+            let e = read_request(&mut &bad[..]).unwrap_err();
+            assert_eq!(e, (400, BARE_CR.to_string()));
+        }
         // A head with no empty line is still cut short.
         assert_eq!(
             read_request(&mut &b"GET /query HTTP/1.1\nHost: x\n"[..])
