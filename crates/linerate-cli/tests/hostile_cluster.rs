@@ -953,3 +953,65 @@ fn fwd_counts_the_drops_while_its_fifo_output_waits_for_its_reader() {
         "every packet delivered or counted dropped: {s}\n{q}"
     );
 }
+
+/// A segment whose header holds absurd sizes (transmit lanes and slots near 2^32, as a stray
+/// write or a damaged copy leaves them) is refused as inconsistent by consumers, never a panic
+/// on the arithmetic that places its parts (a debug build overflowed computing the layout).
+#[test]
+fn a_header_with_absurd_sizes_is_refused_not_a_panic() {
+    let mut g = Guard::default();
+    let (a, b) = (cluster_id(10), cluster_id(11));
+    g.paths.extend([seg(a), seg(b)]);
+    g.kids.push(spawn(&[
+        "balance",
+        "-i",
+        "source",
+        "--source-rate",
+        "2kpps",
+        "-c",
+        &a.to_string(),
+        "-n",
+        "1",
+        "-t",
+        "8",
+        "--quiet",
+    ]));
+    wait_for("the segment", Duration::from_secs(10), || seg(a).exists());
+    std::thread::sleep(Duration::from_millis(200));
+    // (field offset, bytes): tx_lanes and tx_slots; queues and slots; frames and frame_size.
+    for (at, bytes) in [
+        (96u64, [0xff; 8]),
+        (12, [0xff; 8]),
+        (20, [0xff; 8]),
+        (100, [0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0]),
+    ] {
+        std::fs::copy(seg(a), seg(b)).unwrap();
+        {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(seg(b))
+                .unwrap();
+            write_at(&f, 36, &b.to_le_bytes());
+            write_at(&f, at, &bytes);
+        }
+        let o = finish(
+            spawn(&[
+                "count",
+                "-i",
+                &format!("cluster:{b}@0"),
+                "-c",
+                "5",
+                "-t",
+                "2",
+                "-q",
+            ]),
+            Duration::from_secs(20),
+        );
+        assert_eq!(o.status.code(), Some(1), "at {at}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("inconsistent"),
+            "at {at}: {}",
+            text(&o)
+        );
+    }
+}
