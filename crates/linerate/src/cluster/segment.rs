@@ -262,14 +262,35 @@ impl Segment {
                 ),
             ));
         }
-        let l = Layout::new(
+        // Each size read once and bounded before the layout's arithmetic uses it (a damaged
+        // header's sizes near 2^32 would overflow it); the layout is then checked below.
+        let (queues, slots, frames, frame_size) = (
             h.queues as usize,
             h.slots as usize,
             h.frames as usize,
             h.frame_size as usize,
-            (h.big_frames as usize, h.big_frame_size as usize),
-            h.tx_lanes as usize,
-            h.tx_slots as usize,
+        );
+        let (big_frames, big_size) = (h.big_frames as usize, h.big_frame_size as usize);
+        let (tx_lanes, tx_slots) = (h.tx_lanes as usize, h.tx_slots as usize);
+        let bounded = (1..=MAX_QUEUES).contains(&queues)
+            && slots <= 1 << 24
+            && frames < SOLE as usize
+            && big_frames < SOLE as usize
+            && frame_size <= 65536
+            && big_size <= MAX_BIG_FRAME as usize
+            && tx_lanes <= MAX_QUEUES
+            && tx_slots <= 1 << 24;
+        if !bounded {
+            return Err(err(who, "cluster segment header is inconsistent".into()));
+        }
+        let l = Layout::new(
+            queues,
+            slots,
+            frames,
+            frame_size,
+            (big_frames, big_size),
+            tx_lanes,
+            tx_slots,
         );
         let sane = (1..=MAX_QUEUES).contains(&l.queues)
             && l.slots.is_power_of_two()
