@@ -544,3 +544,88 @@ fn huge_dir_through_a_symbolic_link_is_the_mount_it_names() {
         .inside(&ns.dir.join(format!("linerate-cluster-{id}")))
         .exists());
 }
+
+/// The fix a fallback names sets the machine's pool to what this segment needs on top of the
+/// pages other programs hold (nr_hugepages is the whole pool, in use or not): with another
+/// master holding its pages, `echo N > /proc/sys/vm/nr_hugepages` must leave enough free for
+/// this one, not shrink the pool below what is in use.
+#[test]
+fn the_fix_for_too_few_pages_counts_the_pages_in_use() {
+    if !can_run() {
+        return;
+    }
+    let _one = PAGES.lock().unwrap_or_else(|p| p.into_inner());
+    let busy = HugePages::total() - free_pages();
+    let _pages = HugePages::set(busy + 40);
+    let ns = Ns::new("advice", "pagesize=2M");
+    let dir = ns.dir.to_str().unwrap().to_string();
+    let (a, b) = (cluster_id(5).to_string(), cluster_id(6).to_string());
+    let mut p = Procs(vec![]);
+    p.add(ns.spawn(
+        "holder",
+        &[],
+        BIN,
+        &[
+            "balance",
+            "-i",
+            "source",
+            "--source-rate",
+            "1kpps",
+            "-c",
+            &a,
+            "-n",
+            "1",
+        ],
+    ));
+    let t0 = Instant::now();
+    while free_pages() > 10 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the first master's pages"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let k = p.add(ns.spawn(
+        "second",
+        &[],
+        BIN,
+        &[
+            "balance",
+            "-i",
+            "source:100",
+            "-c",
+            &b,
+            "-n",
+            "1",
+            "-t",
+            "1",
+            "--json",
+            "-q",
+            "--huge-dir",
+            &dir,
+        ],
+    ));
+    let st = p.finish(k, Duration::from_secs(30));
+    let (out, err) = ns.text("second");
+    assert!(st.success(), "{st}\n{out}\n{err}");
+    let s = summary(&out, &err)["segment"].clone();
+    assert_eq!(s["huge"], false, "{s}");
+    let why = s["why_not"].as_str().unwrap();
+    let need: u64 = why
+        .split(" needs ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{why}"));
+    let echo: u64 = why
+        .split("echo ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{why}"));
+    let in_use = HugePages::total() - free_pages();
+    assert!(
+        echo >= in_use + need,
+        "{why}: {in_use} pages in use, {need} needed, the fix sets the pool to {echo}"
+    );
+}
