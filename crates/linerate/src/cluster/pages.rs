@@ -170,8 +170,26 @@ pub fn free_huge_pages(page: usize) -> Option<u64> {
     Some(read("free_hugepages")?.saturating_sub(read("resv_hugepages").unwrap_or(0)))
 }
 
-/// How to give the machine `n` huge pages (a line for the user: linerate changes no system
-/// setting).
+/// The pool of `page`-byte huge pages that leaves `need` free for a new segment: the pages in
+/// use or promised now (nr_hugepages is the whole pool, not what is free), `need`, and a few
+/// spare 2 MiB pages (none of 1 GiB ones).
+fn pool_for(need: usize, page: usize) -> usize {
+    let spare = if page <= 2 << 20 { 8 } else { 0 };
+    let total = std::fs::read_to_string(format!(
+        "/sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages",
+        page >> 10
+    ))
+    .ok()
+    .and_then(|t| t.trim().parse::<u64>().ok());
+    let in_use = match (total, free_huge_pages(page)) {
+        (Some(t), Some(f)) => t.saturating_sub(f) as usize,
+        _ => 0,
+    };
+    in_use + need + spare
+}
+
+/// How to give the machine a pool of `n` huge pages (a line for the user: linerate changes no
+/// system setting).
 fn how_many(n: usize, page: usize) -> String {
     if page == 2 << 20 {
         format!("echo {n} > /proc/sys/vm/nr_hugepages")
@@ -302,7 +320,7 @@ fn try_huge(dir: &Path, page: usize, len: usize) -> Result<(Region, ShmFile, Pla
             "{} needs {need} x {} pages, {free} free ({})",
             dir.display(),
             size_name(page),
-            how_many(need + 8, page)
+            how_many(pool_for(need, page), page)
         ));
     }
     // A mount's size= limit (statfs counts its pages only when it has one).
@@ -337,7 +355,7 @@ fn try_huge(dir: &Path, page: usize, len: usize) -> Result<(Region, ShmFile, Pla
                 dir.display(),
                 size_name(page),
                 free.map_or("?".into(), |f| f.to_string()),
-                how_many(need + 8, page)
+                how_many(pool_for(need, page), page)
             ))
         }
         Err(e) => Err(format!("{}: {e}", dir.display())),
