@@ -629,3 +629,60 @@ fn the_fix_for_too_few_pages_counts_the_pages_in_use() {
         "{why}: {in_use} pages in use, {need} needed, the fix sets the pool to {echo}"
     );
 }
+
+/// Two masters of one id started at the same moment, one on huge pages and one in /dev/shm:
+/// each name's link is exclusive only in its own directory, so both ran, and consumers of
+/// `cluster:ID` found only one of them. At most one may run.
+#[test]
+fn two_masters_of_one_id_in_two_places_never_both_run() {
+    if !can_run() {
+        return;
+    }
+    let _one = PAGES.lock().unwrap_or_else(|p| p.into_inner());
+    let busy = HugePages::total() - free_pages();
+    let _pages = HugePages::set(busy + 48);
+    let ns = Ns::new("twin", "pagesize=2M");
+    let dir = ns.dir.to_str().unwrap().to_string();
+    for trial in 0..8u32 {
+        let id = (cluster_id(7) + trial * 100_000).to_string();
+        let mut p = Procs(vec![]);
+        let args = |place: &[&'static str]| -> Vec<String> {
+            let mut v: Vec<String> = [
+                "balance",
+                "-i",
+                "source",
+                "--source-rate",
+                "1kpps",
+                "-c",
+                &id,
+                "-n",
+                "1",
+                "-t",
+                "1",
+                "-q",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            v.extend(place.iter().map(|s| s.to_string()));
+            v
+        };
+        let huge = args(&["--huge-dir"]);
+        let mut huge: Vec<&str> = huge.iter().map(|s| s.as_str()).collect();
+        huge.push(&dir);
+        let shm = args(&["--no-huge"]);
+        let shm: Vec<&str> = shm.iter().map(|s| s.as_str()).collect();
+        let a = p.add(ns.spawn(&format!("twin-a{trial}"), &[], BIN, &huge));
+        let b = p.add(ns.spawn(&format!("twin-b{trial}"), &[], BIN, &shm));
+        let (sa, sb) = (
+            p.finish(a, Duration::from_secs(30)),
+            p.finish(b, Duration::from_secs(30)),
+        );
+        let (_, ea) = ns.text(&format!("twin-a{trial}"));
+        let (_, eb) = ns.text(&format!("twin-b{trial}"));
+        assert!(
+            !(sa.success() && sb.success()),
+            "trial {trial}: both masters of cluster {id} ran\n{ea}\n{eb}"
+        );
+    }
+}
