@@ -125,7 +125,26 @@ impl Master {
             Ok((dev, ino)) => {
                 m.published = Some((path.clone(), dev, ino));
                 if let Ok(mut l) = PUBLISHED.lock() {
-                    l.push((path, dev, ino));
+                    l.push((path.clone(), dev, ino));
+                }
+                // The link is exclusive in its own directory only: a master of this id started
+                // at the same moment elsewhere (one on huge pages, one in /dev/shm) published
+                // too. Each looks after publishing, so at least one of two sees the other, and
+                // whoever sees another running master of its id withdraws (dropping `m` removes
+                // its name): never two, rarely none (both retry-able).
+                for other in segment_paths(id) {
+                    if other != path {
+                        if let Some(pid) = Self::running_master(id, &other, &who) {
+                            return Err(err(
+                                &who,
+                                format!(
+                                    "cluster {id} was just created by another master, pid \
+                                     {pid} ({}), at the same moment",
+                                    other.display()
+                                ),
+                            ));
+                        }
+                    }
                 }
                 Ok(m)
             }
@@ -142,6 +161,19 @@ impl Master {
                 source,
             }),
         }
+    }
+
+    /// The pid of the running master whose segment of cluster `id` is at `path`, if one is
+    /// there (a segment of ours, mapped and checked as consumers check it).
+    fn running_master(id: u32, path: &Path, who: &str) -> Option<u32> {
+        let (region, meta) = Region::open_shared(path).ok()?;
+        check_owner(&meta, path, who, true).ok()?;
+        let seg = Segment::map(region, id, None, who).ok()?;
+        let h = seg.header();
+        (h.state.load(Ordering::Acquire) == STATE_RUNNING
+            && h.master_pid != my_pid()
+            && same_process(h.master_pid, h.master_start))
+        .then_some(h.master_pid)
     }
 
     /// Refuses cluster `id` when a running master's segment is at `path`; removes a stale one
