@@ -602,6 +602,12 @@ end
 local FT = {} -- FT[l]: the view type of fast layer l (set in make())
 
 -- MoonGen's layer methods: pkt:udp():setSrcPort(1000) is pkt.udp.sport = 1000.
+-- MoonGen's accessor methods (getSrc/setSrc, ...): the method's name and the field it reads
+-- and writes, for both kinds of layer view below.
+local ACCESSORS = {
+  { "Src", "src" }, { "Dst", "dst" }, { "SrcPort", "sport" }, { "DstPort", "dport" },
+  { "TTL", "ttl" }, { "Seq", "seq" }, { "Flags", "flags" }, { "Type", "type" }, { "Id", "id" },
+}
 local METH = {}
 for l = 1, 7 do
   local m, g, s = {}, GET[l], SET[l]
@@ -612,15 +618,7 @@ for l = 1, 7 do
       m["set" .. name] = function(v, x) sf(v, x) end
     end
   end
-  both("Src", "src")
-  both("Dst", "dst")
-  both("SrcPort", "sport")
-  both("DstPort", "dport")
-  both("TTL", "ttl")
-  both("Seq", "seq")
-  both("Flags", "flags")
-  both("Type", "type")
-  both("Id", "id")
+  for _, a in ipairs(ACCESSORS) do both(a[1], a[2]) end
   METH[l] = m
 end
 METH[ETH].getSrcNum = GET[ETH].smac
@@ -856,15 +854,7 @@ return function(addr, tool)
         method("set" .. mname, function(h, x) h[key] = x end)
       end
     end
-    both("Src", "src")
-    both("Dst", "dst")
-    both("SrcPort", "sport")
-    both("DstPort", "dport")
-    both("TTL", "ttl")
-    both("Seq", "seq")
-    both("Flags", "flags")
-    both("Type", "type")
-    both("Id", "id")
+    for _, a in ipairs(ACCESSORS) do both(a[1], a[2]) end
     if l == IP4 then
       method("getSrcNum", function(h) return h.saddr end)
       method("getDstNum", function(h) return h.daddr end)
