@@ -13,6 +13,7 @@
 #
 #   bash bench/lua.sh [BIN] [ROUNDS] [SECONDS]     (target/release/linerate, 5 rounds, 2 s)
 #   OLD=/tmp/lr-main-rel bash bench/lua.sh        A/B: each scripted row also with OLD
+#   ONLY=gen bash bench/lua.sh                     only the rows whose name matches (a regex)
 #
 # Interleaved: each round runs every command once, starting one command further on; prints every
 # run, then the medians and ratios. gen and balance run SECONDS each (their JSON summary gives
@@ -32,7 +33,6 @@ W=$(mktemp -d /tmp/linerate-lua.XXXXXX)
 trap 'rm -rf -- "$W"' EXIT
 PCAP=bench/out/lua-$PKTS.pcap
 mkdir -p bench/out
-[ -s "$PCAP" ] || python3 bench/mkpcap.py "$PCAP" "$PKTS" 1000 || exit 1
 
 cat >"$W/set.lua" <<'EOF'
 -- 256 sources x 1000 ports, as --flows 256 --sport 1024-2023
@@ -142,7 +142,20 @@ if [ -n "$OLD" ]; then
   )
 fi
 
-echo "# bench/lua.sh, $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), $ROUNDS rounds, ${SECS}s runs, $PKTS-packet file"
+# ONLY=REGEX: only the rows whose name matches it (ONLY=gen: the gen rows, scripted, flags and
+# OLD); the ratios of rows left out print as nan.
+ALL=("${ROWS[@]}")
+if [ -n "${ONLY:-}" ]; then
+  KEEP=()
+  for row in "${ROWS[@]}"; do
+    [[ ${row%%|*} =~ $ONLY ]] && KEEP+=("$row")
+  done
+  ROWS=("${KEEP[@]}")
+fi
+case "${ROWS[*]}" in
+  *"|fwd|"*) [ -s "$PCAP" ] || python3 bench/mkpcap.py "$PCAP" "$PKTS" 1000 || exit 1 ;;
+esac
+echo "# bench/lua.sh, $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), $ROUNDS rounds${ONLY:+, ONLY=$ONLY}, ${SECS}s runs, $PKTS-packet file"
 echo "# BIN $BIN${OLD:+, OLD $OLD}"
 declare -A V CPU
 NR=${#ROWS[@]}
@@ -166,6 +179,7 @@ for r in $(seq "$ROUNDS"); do
 done
 med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR==0 ? "nan" : a[int((NR+1)/2)])}'; }
 declare -A M MC
+for row in "${ALL[@]}"; do M[${row%%|*}]=nan MC[${row%%|*}]=nan; done
 echo
 echo "| command | runs (Mpps) | median (Mpps) | CPU ns/packet, runs | median |"
 echo "|---|---|---|---|---|"

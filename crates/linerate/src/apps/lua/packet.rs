@@ -91,32 +91,107 @@ pub struct Access {
     pub drop: bool,
 }
 
-/// One packet as the Lua side sees it: `struct lr_pkt` of packets.lua (64 bytes). Cells: the
-/// script writes them through the pointer while Rust holds only shared references.
+/// One packet as the Lua side sees it: `struct lr_pkt` of packets.lua (64 bytes), as eight
+/// words, each written whole: filling a slot field by field took some twenty narrow stores a
+/// packet, which were most of gen's load of a batch. Cells: the script writes them through the
+/// pointer while Rust holds only shared references. The words hold the fields in the byte
+/// order of the machine, as the Lua side's struct reads them.
 #[repr(C)]
 struct Slot {
     addr: Cell<u64>,
-    len: Cell<u32>,
-    stream: Cell<u16>,
-    dropped: Cell<u8>,
-    dirty: Cell<u8>,
-    ok: Cell<u8>,
-    parsed: Cell<u8>,
-    /// What the parser found ([`parse_frame`], or packets.lua's `parse` after a raw write): IP
-    /// version, protocol, VLAN tags, whether the transport header is whole, and where the
-    /// network layer, the transport header, the datagram's end and the payload are.
-    ver: Cell<u8>,
-    proto: Cell<u8>,
-    nvl: Cell<u8>,
-    l4ok: Cell<u8>,
-    l3: Cell<u16>,
-    l4: Cell<u16>,
-    l3e: Cell<u16>,
-    pay: Cell<u16>,
-    _pad: Cell<u16>,
+    /// Bytes 8..16: the frame's length (u32), its stream (u16), `drop` and `dirty` (the
+    /// script's marks: dropped; written otherwise than by the checksum-keeping setters).
+    meta: Cell<u64>,
+    /// Bytes 16..24: `ok` (a packet of this batch), `g` (parsed), then what the parser found
+    /// ([`parse_frame`], or packets.lua's `parse` after a raw write): IP version, protocol,
+    /// VLAN tags, whether the transport header is whole (u8 each), where the network layer
+    /// starts (`l3`, u16).
+    state: Cell<u64>,
+    /// Bytes 24..32: where the transport header, the datagram's end and the payload are
+    /// (`l4`, `l3e`, `pay`, u16 each), two bytes of padding.
+    offs: Cell<u64>,
     /// Where the Lua side's parser found the IPv4, UDP, TCP and ICMP headers (0: not found,
     /// or not parsed in this batch): what its layer views read and write through.
     heads: [Cell<u64>; 4],
+}
+
+impl Slot {
+    /// The `meta` word of a frame of `len` bytes of stream `stream`, unmarked.
+    #[inline(always)]
+    fn meta_of(len: usize, stream: u16) -> u64 {
+        let l = u32::try_from(len).unwrap_or(0).to_ne_bytes();
+        let s = stream.to_ne_bytes();
+        u64::from_ne_bytes([l[0], l[1], l[2], l[3], s[0], s[1], 0, 0])
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> u32 {
+        let b = self.meta.get().to_ne_bytes();
+        u32::from_ne_bytes([b[0], b[1], b[2], b[3]])
+    }
+
+    #[cfg(test)]
+    fn stream(&self) -> u16 {
+        let b = self.meta.get().to_ne_bytes();
+        u16::from_ne_bytes([b[4], b[5]])
+    }
+
+    fn dropped(&self) -> bool {
+        self.meta.get().to_ne_bytes()[6] != 0
+    }
+
+    fn dirty(&self) -> bool {
+        self.meta.get().to_ne_bytes()[7] != 0
+    }
+
+    #[cfg(test)]
+    fn ok(&self) -> u8 {
+        self.state.get().to_ne_bytes()[0]
+    }
+
+    /// Points the slot at a frame (its address, length and stream) with parse `w`: a packet
+    /// of this batch, unmarked.
+    #[inline(always)]
+    fn put(&self, addr: u64, len: usize, stream: u16, w: &Words) {
+        self.addr.set(addr);
+        self.meta.set(Slot::meta_of(len, stream));
+        self.state.set(w.state);
+        self.offs.set(w.offs);
+        for (h, &v) in self.heads.iter().zip(&w.heads) {
+            h.set(v);
+        }
+    }
+
+    /// Ends the slot's batch: no frame, length 0, not a packet of a batch, no parse; the
+    /// stream and the script's marks stay readable until the next batch.
+    #[inline(always)]
+    fn clear(&self) {
+        self.addr.set(0);
+        let b = self.meta.get().to_ne_bytes();
+        self.meta
+            .set(u64::from_ne_bytes([0, 0, 0, 0, b[4], b[5], b[6], b[7]]));
+        self.state.set(0);
+        self.heads.iter().for_each(|h| h.set(0));
+    }
+
+    /// What the slot's words say of its parse (tests).
+    #[cfg(test)]
+    fn parse(&self) -> Parsed {
+        let s = self.state.get().to_ne_bytes();
+        let o = self.offs.get().to_ne_bytes();
+        Parsed {
+            parsed: s[1],
+            ver: s[2],
+            proto: s[3],
+            nvl: s[4],
+            l4ok: s[5],
+            l3: u16::from_ne_bytes([s[6], s[7]]),
+            l4: u16::from_ne_bytes([o[0], o[1]]),
+            l3e: u16::from_ne_bytes([o[2], o[3]]),
+            pay: u16::from_ne_bytes([o[4], o[5]]),
+            heads: std::array::from_fn(|k| self.heads[k].get()),
+        }
+    }
 }
 
 /// `struct lr_ctx` of packets.lua: the batch's slots and balance's queues.
@@ -136,11 +211,9 @@ struct Shared {
 const _: () = assert!(std::mem::size_of::<Slot>() == 64 && BATCH == 64);
 // Where packets.lua's `struct lr_pkt` has them (the parse is written from both sides).
 const _: () = assert!(
-    std::mem::offset_of!(Slot, parsed) == 17
-        && std::mem::offset_of!(Slot, ver) == 18
-        && std::mem::offset_of!(Slot, l4ok) == 21
-        && std::mem::offset_of!(Slot, l3) == 22
-        && std::mem::offset_of!(Slot, pay) == 28
+    std::mem::offset_of!(Slot, meta) == 8
+        && std::mem::offset_of!(Slot, state) == 16
+        && std::mem::offset_of!(Slot, offs) == 24
         && std::mem::offset_of!(Slot, heads) == 32
 );
 const _: () = assert!(std::mem::size_of::<Shared>() == 8 + 64 * 64 + 128);
@@ -198,21 +271,9 @@ impl Packets {
             ck: Cell::new(u8::from(access.write)),
             pkts: std::array::from_fn(|_| Slot {
                 addr: Cell::new(0),
-                len: Cell::new(0),
-                stream: Cell::new(0),
-                dropped: Cell::new(0),
-                dirty: Cell::new(0),
-                ok: Cell::new(0),
-                parsed: Cell::new(0),
-                ver: Cell::new(0),
-                proto: Cell::new(0),
-                nvl: Cell::new(0),
-                l4ok: Cell::new(0),
-                l3: Cell::new(0),
-                l4: Cell::new(0),
-                l3e: Cell::new(0),
-                pay: Cell::new(0),
-                _pad: Cell::new(0),
+                meta: Cell::new(0),
+                state: Cell::new(0),
+                offs: Cell::new(0),
                 heads: Default::default(),
             }),
             queues: std::array::from_fn(|_| Cell::new(-1)),
@@ -250,13 +311,8 @@ impl Packets {
         let slots = self.shared.pkts[..n].iter().zip(&self.shared.queues[..n]);
         for (i, (s, q)) in slots.enumerate() {
             let b = frame(i);
-            s.addr.set(b.as_ptr() as u64);
-            s.len.set(u32::try_from(b.len()).unwrap_or(0));
-            s.stream.set(streams.get(i).map_or(0, |&v| u16::from(v)));
-            s.dropped.set(0);
-            s.dirty.set(0);
-            s.ok.set(1);
-            parse_frame(b, eth).store(s);
+            let st = streams.get(i).map_or(0, |&v| u16::from(v));
+            s.put(b.as_ptr() as u64, b.len(), st, &parse_frame(b, eth).words());
             q.set(-1);
         }
         self.shared.n.set(n as u32);
@@ -300,28 +356,23 @@ impl Packets {
     pub fn load_built(&self, batch: &mut Batch, streams: &[u8]) -> Result<usize, String> {
         let n = batch.len().min(BATCH);
         let eth = self.shared.eth.get() != 0;
-        let slots = self.shared.pkts[..n].iter().zip(&self.shared.queues[..n]);
-        // The previous frame's stream, length, address and parse, kept in registers: read
-        // back from its slot, just written, they waited on the stores (store forwarding of
-        // narrower writes fails), one frame after the other.
-        let mut prev: Option<(u16, usize, u64, Parsed)> = None;
-        for (i, (s, q)) in slots.enumerate() {
+        // The previous frame's stream, length (none yet: a length no frame has) and address,
+        // and its parse as the slot's words: kept in registers, each slot written in eight
+        // whole words. balance's queues are not touched: gen's scripts have none.
+        let (mut pst, mut plen, mut pa) = (0u16, usize::MAX, 0u64);
+        let mut w = Words::default();
+        for (i, s) in self.shared.pkts[..n].iter().enumerate() {
             let d = batch.data_mut(i);
             let (a, len) = (d.as_mut_ptr() as u64, d.len());
             let st = streams.get(i).map_or(0, |&v| u16::from(v));
-            s.addr.set(a);
-            s.len.set(u32::try_from(len).unwrap_or(0));
-            s.stream.set(st);
-            s.dropped.set(0);
-            s.dirty.set(0);
-            let x = match prev {
-                Some((pst, plen, pa, p)) if pst == st && plen == len => p.moved(pa, a),
-                _ => parse_frame(d, eth),
-            };
-            x.store(s);
-            prev = Some((st, len, a, x));
-            s.ok.set(1);
-            q.set(-1);
+            if st == pst && len == plen {
+                w.moved(pa, a);
+            } else {
+                w = parse_frame(d, eth).words();
+                (pst, plen) = (st, len);
+            }
+            pa = a;
+            s.put(a, len, st, &w);
         }
         self.shared.n.set(n as u32);
         Ok(n)
@@ -337,7 +388,7 @@ impl Packets {
 
     /// Whether the script dropped packet `i` (0-based) of the batch.
     pub fn dropped(&self, i: usize) -> bool {
-        i < self.shared.n.get() as usize && self.shared.pkts[i].dropped.get() != 0
+        i < self.shared.n.get() as usize && self.shared.pkts[i].dropped()
     }
 
     /// The queue the script's fast form gave packet `i` (`q[i + 1]`; None: none, or dropped).
@@ -352,11 +403,7 @@ impl Packets {
     pub fn done(&self) {
         let n = (self.shared.n.get() as usize).min(BATCH);
         for s in &self.shared.pkts[..n] {
-            s.addr.set(0);
-            s.len.set(0);
-            s.ok.set(0);
-            s.parsed.set(0);
-            s.heads.iter().for_each(|h| h.set(0));
+            s.clear();
         }
     }
 
@@ -368,12 +415,8 @@ impl Packets {
         let n = (self.shared.n.get() as usize).min(BATCH);
         let slots = self.shared.pkts[..n].iter().zip(&self.shared.queues[..n]);
         for (i, (s, q)) in slots.enumerate() {
-            each(i, s.dropped.get() != 0, q.get());
-            s.addr.set(0);
-            s.len.set(0);
-            s.ok.set(0);
-            s.parsed.set(0);
-            s.heads.iter().for_each(|h| h.set(0));
+            each(i, s.dropped(), q.get());
+            s.clear();
         }
     }
 
@@ -385,12 +428,8 @@ impl Packets {
         // One pass: each slot's mark read as the slot is cleared ([`Packets::done`]).
         let n = (self.shared.n.get() as usize).min(BATCH);
         for (i, s) in self.shared.pkts[..n].iter().enumerate() {
-            let dirty = s.dirty.get() != 0;
-            s.addr.set(0);
-            s.len.set(0);
-            s.ok.set(0);
-            s.parsed.set(0);
-            s.heads.iter().for_each(|h| h.set(0));
+            let dirty = s.dirty();
+            s.clear();
             if dirty && i < batch.len() {
                 fix(i, batch.data_mut(i));
             }
@@ -415,20 +454,36 @@ struct Parsed {
     heads: [u64; 4],
 }
 
+/// A parse as a slot's words (`state`, `offs`, `heads`: [`Slot`]), `ok` set.
+#[derive(Clone, Copy, Default)]
+struct Words {
+    state: u64,
+    offs: u64,
+    heads: [u64; 4],
+}
+
+impl Words {
+    /// This parse of the frame at `from`, for a frame with the same headers at the same places
+    /// at `to`: the header addresses moved.
+    #[inline(always)]
+    fn moved(&mut self, from: u64, to: u64) {
+        let d = to.wrapping_sub(from);
+        for h in &mut self.heads {
+            *h = if *h != 0 { h.wrapping_add(d) } else { 0 };
+        }
+    }
+}
+
 impl Parsed {
     #[inline(always)]
-    fn store(&self, s: &Slot) {
-        s.parsed.set(self.parsed);
-        s.ver.set(self.ver);
-        s.proto.set(self.proto);
-        s.nvl.set(self.nvl);
-        s.l4ok.set(self.l4ok);
-        s.l3.set(self.l3);
-        s.l4.set(self.l4);
-        s.l3e.set(self.l3e);
-        s.pay.set(self.pay);
-        for (h, &v) in s.heads.iter().zip(&self.heads) {
-            h.set(v);
+    fn words(&self) -> Words {
+        let (l3, l4) = (self.l3.to_ne_bytes(), self.l4.to_ne_bytes());
+        let (l3e, pay) = (self.l3e.to_ne_bytes(), self.pay.to_ne_bytes());
+        let (p, v, pr, nvl, ok4) = (self.parsed, self.ver, self.proto, self.nvl, self.l4ok);
+        Words {
+            state: u64::from_ne_bytes([1, p, v, pr, nvl, ok4, l3[0], l3[1]]),
+            offs: u64::from_ne_bytes([l4[0], l4[1], l3e[0], l3e[1], pay[0], pay[1], 0, 0]),
+            heads: self.heads,
         }
     }
 }
@@ -476,18 +531,6 @@ fn parse_frame(b: &[u8], eth: bool) -> Parsed {
     }
     parse_layers(&mut p, b, eth);
     p
-}
-
-impl Parsed {
-    /// This parse of the frame at `from`, for a frame with the same headers at the same places
-    /// at `to`: the header addresses moved.
-    #[inline(always)]
-    fn moved(mut self, from: u64, to: u64) -> Parsed {
-        for h in self.heads.iter_mut().filter(|h| **h != 0) {
-            *h = h.wrapping_sub(from).wrapping_add(to);
-        }
-        self
-    }
 }
 
 fn parse_layers(s: &mut Parsed, b: &[u8], eth: bool) {
@@ -725,24 +768,17 @@ mod tests {
 
     /// A slot's parse, its header addresses as offsets in its frame.
     fn parse_of(s: &Slot) -> Vec<u64> {
-        let mut v: Vec<u64> = [&s.parsed, &s.ver, &s.proto, &s.nvl, &s.l4ok]
+        let p = s.parse();
+        let mut v: Vec<u64> = [p.parsed, p.ver, p.proto, p.nvl, p.l4ok]
             .iter()
-            .map(|c| u64::from(c.get()))
+            .map(|&c| u64::from(c))
             .collect();
-        v.extend(
-            [&s.l3, &s.l4, &s.l3e, &s.pay]
-                .iter()
-                .map(|c| u64::from(c.get())),
-        );
-        v.extend(s.heads.iter().map(|h| match h.get() {
+        v.extend([p.l3, p.l4, p.l3e, p.pay].iter().map(|&c| u64::from(c)));
+        v.extend(p.heads.iter().map(|&h| match h {
             0 => u64::MAX,
             h => h - s.addr.get(),
         }));
-        v.extend([
-            u64::from(s.len.get()),
-            u64::from(s.stream.get()),
-            u64::from(s.ok.get()),
-        ]);
+        v.extend([u64::from(s.len()), u64::from(s.stream()), u64::from(s.ok())]);
         v
     }
 
@@ -1505,20 +1541,21 @@ mod layers {
     /// views read through, its offset in the frame (0: none).
     fn parse_state(s: &Slot) -> [u64; 13] {
         let base = s.addr.get();
-        let head = |k: usize| match s.heads[k].get() {
+        let p = s.parse();
+        let head = |k: usize| match p.heads[k] {
             0 => 0,
             h => h.wrapping_sub(base).wrapping_add(1),
         };
         [
-            u64::from(s.parsed.get()),
-            u64::from(s.ver.get()),
-            u64::from(s.proto.get()),
-            u64::from(s.nvl.get()),
-            u64::from(s.l4ok.get()),
-            u64::from(s.l3.get()),
-            u64::from(s.l4.get()),
-            u64::from(s.l3e.get()),
-            u64::from(s.pay.get()),
+            u64::from(p.parsed),
+            u64::from(p.ver),
+            u64::from(p.proto),
+            u64::from(p.nvl),
+            u64::from(p.l4ok),
+            u64::from(p.l3),
+            u64::from(p.l4),
+            u64::from(p.l3e),
+            u64::from(p.pay),
             head(0),
             head(1),
             head(2),
