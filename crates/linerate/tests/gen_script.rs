@@ -122,3 +122,43 @@ fn errors_name_file_and_line() {
         .unwrap();
     assert!(e.contains("oob.lua:2") && e.contains("past the end"), "{e}");
 }
+
+/// `checksums = false` set inside `modify()` counts for the fields' setters from the next
+/// batch, and `checksums = true` again from the one after: the checksums of the batches
+/// between are left as written (the IPv4 header's no longer matching its new source), the
+/// others are right.
+#[test]
+fn checksums_false_set_in_a_call_counts_from_the_next_batch() {
+    let src = r#"
+local calls = 0
+function modify(pkts, n)
+  for i = 1, n do pkts[i].ip4.src = 0x0a000001 + i end
+  calls = calls + 1
+  checksums = calls ~= 2
+end
+"#;
+    let mut hook = LuaHook::from_source("ck.lua", src.as_bytes()).unwrap();
+    let (mut a, mut b) = wire("gen-script-ck", &PortOptions::default()).unwrap();
+    let opts = GenOptions {
+        streams: vec![StreamSpec::default()],
+        count: Some(200),
+        ..Default::default()
+    };
+    let clock = FakeClock::new(1, 1);
+    let stop = AtomicBool::new(false);
+    let rep = gen::run(&mut a, &opts, &clock, &stop, Some(&mut hook), |_| {}).unwrap();
+    assert_eq!((rep.pkts, hook.calls), (200, 4));
+    let mut batch = Batch::new();
+    let mut i = 0usize;
+    while b.rx(&mut batch).unwrap() > 0 {
+        for p in batch.iter() {
+            let ip = Ipv4Packet::new_checked(&p.data[14..]).unwrap();
+            assert_eq!(ip.src(), [10, 0, 0, (i % 64 + 2) as u8]);
+            // the third call's setters ran with `checksums = false` (set in the second)
+            assert_eq!(ip.verify_checksum(), !(128..192).contains(&i), "packet {i}");
+            i += 1;
+        }
+        batch.clear();
+    }
+    assert_eq!(i, 200);
+}

@@ -71,6 +71,12 @@ fn stream_entry(v: &Value) -> Result<String, mlua::Error> {
     Ok(kv.join(","))
 }
 
+/// Whether the script's `checksums` global leaves the checksums to linerate (anything but
+/// `false`).
+fn checksums(g: &Table, k: &mlua::String) -> bool {
+    !matches!(g.raw_get::<Value>(k), Ok(Value::Boolean(false)))
+}
+
 /// A loaded script: a [`Hook`] for the generator.
 pub struct LuaHook {
     lua: Lua,
@@ -85,6 +91,9 @@ pub struct LuaHook {
     /// made per batch to read it.
     globals: Table,
     ck_key: mlua::String,
+    /// `checksums` as last read (at load, then after each call): what the setters do in the
+    /// next call. Only the script changes it, and it runs only in the calls.
+    ck: bool,
 }
 
 impl LuaHook {
@@ -144,9 +153,12 @@ impl LuaHook {
         };
         let pkts = Packets::new(&lua, access, LinkType::ETHERNET).map_err(le)?;
         let ck_key = lua.create_string("checksums").map_err(le)?;
+        let globals = lua.globals();
+        let ck = checksums(&globals, &ck_key);
         Ok(LuaHook {
-            globals: lua.globals(),
+            globals,
             ck_key,
+            ck,
             lua,
             modify,
             pkts,
@@ -167,15 +179,13 @@ impl Hook for LuaHook {
         let n = self.pkts.load_built(batch, streams)?;
         self.calls += 1;
         // `checksums = false`: the script (or the NIC) takes care of them (MoonGen's
-        // offloadUdpChecksums). Read before the call (the setters keep them right as they
-        // write) and after it (the full recompute of the packets written otherwise).
-        let checksums = |g: &Table, k: &mlua::String| {
-            !matches!(g.raw_get::<Value>(k), Ok(Value::Boolean(false)))
-        };
-        self.pkts
-            .set_checksums(checksums(&self.globals, &self.ck_key));
+        // offloadUdpChecksums). As it was before the call (read after the last one): the
+        // setters keep them right as they write; after the call: the full recompute of the
+        // packets written otherwise. One read of the global a batch.
+        self.pkts.set_checksums(self.ck);
         let r = self.modify.call::<()>((self.pkts.table(), n));
         let fix = checksums(&self.globals, &self.ck_key);
+        self.ck = fix;
         self.pkts.store(batch, |i, bytes| {
             let layout = streams.get(i).and_then(|&s| layouts.get(usize::from(s)));
             if let (true, Some(l)) = (fix, layout) {
