@@ -113,7 +113,8 @@ impl Master {
             Self::clear_stale(id, &old, &who)?;
         }
         let l = Self::layout(cfg)?;
-        let (region, mut shm, placement) = super::pages::create(&cfg.pages, &shm_dir(), l.total)?;
+        let (region, mut shm, placement) =
+            super::pages::create(&cfg.pages, &shm_dir(), l.total, cfg.owner.as_ref())?;
         let path = placement.dir.join(segment_name(id));
         let mut m = Self::init(region, id, Some(path.clone()), cfg, &l, &who)?;
         m.placement = Some(placement);

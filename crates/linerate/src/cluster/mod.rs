@@ -66,6 +66,7 @@ pub use liveness::alive;
 pub use master::Master;
 pub use pages::{
     check_huge_dir, free_huge_pages, hugetlbfs_mounts, hugetlbfs_page_size, HugePages, Placement,
+    SegmentOwner,
 };
 pub use prom::prom_text;
 pub use segment::{remove_published_segments, segment_dirs, segment_path, segment_paths, Segment};
