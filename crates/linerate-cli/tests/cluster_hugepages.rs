@@ -632,7 +632,8 @@ fn the_fix_for_too_few_pages_counts_the_pages_in_use() {
 
 /// Two masters of one id started at the same moment, one on huge pages and one in /dev/shm:
 /// each name's link is exclusive only in its own directory, so both ran, and consumers of
-/// `cluster:ID` found only one of them. At most one may run.
+/// `cluster:ID` found only one of them. The claim of the id (one lock whatever the directory)
+/// lets exactly one run; the other is refused naming it.
 #[test]
 fn two_masters_of_one_id_in_two_places_never_both_run() {
     if !can_run() {
@@ -683,6 +684,17 @@ fn two_masters_of_one_id_in_two_places_never_both_run() {
         assert!(
             !(sa.success() && sb.success()),
             "trial {trial}: both masters of cluster {id} ran\n{ea}\n{eb}"
+        );
+        // One claim for the id whatever the directory: exactly one runs, the other is told
+        // which master has it.
+        assert!(
+            sa.success() || sb.success(),
+            "trial {trial}: neither master of cluster {id} ran\n{ea}\n{eb}"
+        );
+        let loser = if sa.success() { &eb } else { &ea };
+        assert!(
+            loser.contains("is in use by its master, pid "),
+            "trial {trial}: {loser}"
         );
     }
 }

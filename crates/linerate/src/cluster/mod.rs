@@ -49,6 +49,7 @@
 //!   segment, a plausible length) before handing it out: a corrupted segment stops it with an
 //!   error, the bad batch counted as `malformed`.
 
+mod claim;
 mod consumer;
 mod lane;
 mod layout;
@@ -60,6 +61,7 @@ mod segment;
 mod stats;
 mod tx;
 
+pub use claim::claim_path;
 pub use consumer::{ClusterPort, WAIT_CAP};
 pub use layout::{ClusterConfig, DEFAULT_SLOTS, MAX_BIG_FRAME, MAX_QUEUES};
 pub use liveness::alive;
