@@ -28,7 +28,7 @@ fn cluster_id(k: u32) -> u32 {
 }
 
 fn seg(id: u32) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"))
+    linerate_test_support::cluster_segment(id)
 }
 
 /// Children killed (by PID) and reaped, and paths removed, when the test ends however it ends.
@@ -456,6 +456,8 @@ fn a_segment_corrupted_while_running_stops_consumers_with_a_clear_error_and_true
         "--json",
         "--interval",
         "200ms",
+        // Written to below (pwrite): in /dev/shm, never on a hugetlbfs, which takes no write.
+        "--no-huge",
     ]);
     g.kids.push(master);
     wait_for("the segment", Duration::from_secs(10), || seg(id).exists());
