@@ -375,6 +375,12 @@ pub(super) struct Rotator {
     pub(super) prior_by_if: Vec<u64>,
     /// Records of the closed files (headers included).
     pub(super) prior_written: u64,
+    /// The packets in each file closed so far, by name (the last file of that name).
+    on_disk: std::collections::HashMap<String, u64>,
+    /// Packets written to files whose name a later file took again (tcpdump's `-G` with a name
+    /// without a time field writes the one file again each period; a `-C` `-W` ring goes
+    /// round): no longer on disk.
+    pub(super) overwritten: u64,
 }
 
 impl Rotator {
@@ -410,6 +416,8 @@ impl Rotator {
             prior_bytes: 0,
             prior_by_if: Vec::new(),
             prior_written: 0,
+            on_disk: std::collections::HashMap::new(),
+            overwritten: 0,
         };
         let name = r.name(now_s, 1)?;
         Some((r, name))
@@ -458,6 +466,18 @@ impl Rotator {
             Some(n) => format!("file limit (-W {n}) reached"),
             None => "file limit (-W) reached".to_string(),
         })
+    }
+
+    /// What overwrote files of this run when a name was used again: `-G` (its name has no
+    /// time field that changes between periods) or the `-W` ring of `-C`.
+    pub(super) fn overwriter(&self) -> &'static str {
+        if self.opts.size.is_some() && self.opts.files.is_some() && self.opts.seconds.is_none() {
+            "the -W ring"
+        } else if self.opts.seconds.is_some() {
+            "-G"
+        } else {
+            "rotation"
+        }
     }
 
     /// Whether `-G` is on (the wall clock is read per batch).
@@ -551,6 +571,9 @@ impl Rotator {
             .name(at, self.files + 1)
             .ok_or_else(|| io::Error::other(format!("-G: no file name from '{}'", self.base)))?;
         let f = file::create(&next, &self.inputs).map_err(|e| io::Error::other(e.to_string()))?;
+        // A name used again: the file written under it before is gone (truncated).
+        self.on_disk.insert(closed.clone(), packets);
+        self.overwritten += self.on_disk.remove(&next).unwrap_or(0);
         let sink = RecordFile::new(f, WRITE_BUF);
         let mut w = match self.format {
             WriteFormat::Pcap => Writer::Pcap(PcapWriter::new(sink, self.link, self.snaplen)?),
