@@ -1373,3 +1373,69 @@ fn group(n: usize) -> String {
     }
     out
 }
+
+/// With a `-W` limit in force (`-G` alone: the run stops after N files), each rotation line
+/// says which file of the N it was, and the last one names the limit with its number, as the
+/// other figures show what was asked beside what was done: `opened F (file 2 of -W 3)`,
+/// `file limit (-W 3) reached (3 files)`; `--json` rotation lines carry `file` and
+/// `file_limit`.
+#[test]
+fn rotation_lines_show_the_w_limit_in_force() {
+    let d = dir("w-lines");
+    let run_gen = |json: bool| -> Output {
+        let mut args = vec!["gen", "--rate", "1kpps", "-t", "20s", "-G", "1", "-W", "3"];
+        if json {
+            args.extend_from_slice(&["--json", "-q"]);
+        }
+        let o = Command::new(bin())
+            .args(&args)
+            .arg("-o")
+            .arg(d.join(if json { "j-%s.pcap" } else { "t-%s.pcap" }))
+            .output()
+            .expect("run gen");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o
+    };
+    let o = run_gen(false);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("linerate: rotated"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{err}");
+    assert!(lines[0].contains("(file 2 of -W 3)"), "{err}");
+    assert!(lines[1].contains("(file 3 of -W 3)"), "{err}");
+    assert!(
+        lines[2].ends_with("file limit (-W 3) reached (3 files)"),
+        "{err}"
+    );
+    let o = run_gen(true);
+    let rot: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|j| j["type"] == "rotate")
+        .collect();
+    assert_eq!(rot.len(), 3, "{rot:?}");
+    // The file opened (2, 3), then at the limit the last one closed (3).
+    for (j, file) in rot.iter().zip([2u64, 3, 3]) {
+        assert_eq!(j["file"].as_u64(), Some(file), "{j}");
+        assert_eq!(j["file_limit"].as_u64(), Some(3), "{j}");
+    }
+    // No limit in force (a -C -W ring): the lines say nothing of one.
+    let input = big_input(&d, "3000");
+    let o = run(&[
+        "count",
+        "-i",
+        input.to_str().unwrap(),
+        "-w",
+        d.join("r.pcap").to_str().unwrap(),
+        "-C",
+        "1",
+        "-W",
+        "2",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("linerate: rotated (size)"), "{err}");
+    assert!(!err.contains(" of -W "), "{err}");
+    std::fs::remove_dir_all(&d).unwrap();
+}

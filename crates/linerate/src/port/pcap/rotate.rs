@@ -35,6 +35,10 @@ pub struct Rotated {
     pub deleted: Vec<String>,
     /// Why: `size` (-C) or `time` (-G).
     pub why: &'static str,
+    /// Which file of the run the one opened is (from 1; at the limit, the one closed).
+    pub file: u64,
+    /// The `-W` number when it is a limit in force (`-G` alone: the run stops after it).
+    pub file_limit: Option<u32>,
 }
 
 /// A callback told of each rotation.
@@ -468,6 +472,13 @@ impl Rotator {
         })
     }
 
+    /// `-W N` when it is a limit (tcpdump's `-G` without `-C`: the run stops after N files).
+    fn file_limit(&self) -> Option<u32> {
+        self.opts.files.filter(|_| {
+            self.opts.seconds.is_some() && self.opts.size.is_none() && !self.opts.dumpcap
+        })
+    }
+
     /// What overwrote files of this run when a name was used again: `-G` (its name has no
     /// time field that changes between periods) or the `-W` ring of `-C`.
     pub(super) fn overwriter(&self) -> &'static str {
@@ -524,11 +535,10 @@ impl Rotator {
         };
         let closed = path.clone();
         // -G with -W: the last file is written; the run stops.
-        let limit = self.opts.files.map(u64::from);
         if why == "time"
-            && self.opts.size.is_none()
-            && !self.opts.dumpcap
-            && limit.is_some_and(|n| self.files >= n)
+            && self
+                .file_limit()
+                .is_some_and(|n| self.files >= u64::from(n))
         {
             self.done = true;
             if let Some(s) = &self.opts.stop {
@@ -542,6 +552,8 @@ impl Rotator {
                 opened: None,
                 deleted,
                 why,
+                file: self.files,
+                file_limit: self.file_limit(),
             });
             return Ok(());
         }
@@ -619,6 +631,8 @@ impl Rotator {
             opened: Some(next),
             deleted,
             why,
+            file: self.files,
+            file_limit: self.file_limit(),
         });
         Ok(())
     }
