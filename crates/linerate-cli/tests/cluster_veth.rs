@@ -136,7 +136,7 @@ fn kernel_port_master_two_applications_symmetric_5tuple() {
     const N: u32 = 4000;
     let pair = NetnsPair::new().expect("netns pair");
     let id = 200_000 + std::process::id() % 10_000;
-    let seg = || linerate_test_support::cluster_segment(&id);
+    let seg = || linerate_test_support::cluster_segment(id);
     let dir = std::env::temp_dir().join(format!("lr-cveth-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let master = Command::new("ip")

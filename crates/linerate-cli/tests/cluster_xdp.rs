@@ -346,7 +346,7 @@ fn xdp_input_processes_zero_copy() {
             "--json",
         ],
     );
-    let seg = || linerate_test_support::cluster_segment(&id);
+    let seg = || linerate_test_support::cluster_segment(id);
     let t0 = Instant::now();
     while !seg().exists() {
         assert!(t0.elapsed() < Duration::from_secs(10), "no segment");

@@ -691,7 +691,7 @@ fn every_port_captures_what_libpcap_captures() {
         let mut consumers = Kids(vec![]);
         for (k, mode) in modes.iter().enumerate() {
             let id = base + (round * 5 + k) as u32;
-            let seg = || linerate_test_support::cluster_segment(&id);
+            let seg = || linerate_test_support::cluster_segment(id);
             masters.0.push(
                 Command::new("ip")
                     .args(["netns", "exec", pair.ns(Side::B), BIN, "balance"])

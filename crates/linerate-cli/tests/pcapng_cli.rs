@@ -650,7 +650,7 @@ fn a_stop_by_signal_ends_the_file_with_its_statistics() {
             "30",
             "--quiet",
         ])]);
-        let seg = || linerate_test_support::cluster_segment(&id);
+        let seg = || linerate_test_support::cluster_segment(id);
         let t0 = Instant::now();
         while !seg().exists() {
             assert!(t0.elapsed() < Duration::from_secs(10), "no cluster segment");

@@ -252,7 +252,7 @@ fn balance_by_vlan_sees_the_tags() {
     let pair = NetnsPair::new().expect("netns pair");
     pair.no_ipv6().unwrap();
     let id = 300_000 + std::process::id() % 10_000;
-    let seg = || linerate_test_support::cluster_segment(&id);
+    let seg = || linerate_test_support::cluster_segment(id);
     let dir = tmpdir("balance");
     let master = Command::new("ip")
         .args(["netns", "exec", pair.ns(Side::B), BIN, "balance"])
