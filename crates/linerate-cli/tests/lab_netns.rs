@@ -285,6 +285,25 @@ fn a_second_signal_ends_the_cluster_lab_without_leaving_anything() {
     std::thread::sleep(Duration::from_millis(700));
     assert!(segments().is_empty(), "{:?}", segments());
     linerate::os::signal(pid, libc::SIGINT).unwrap();
+    // Two signals pending at once are one to the kernel: the second is sent once the first
+    // was taken (no longer pending for the process).
+    let pending = || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                let v = s
+                    .lines()
+                    .find_map(|l| l.strip_prefix("ShdPnd:"))?
+                    .trim()
+                    .to_string();
+                u64::from_str_radix(&v, 16).ok()
+            })
+            .is_some_and(|m| m & (1 << (libc::SIGINT - 1)) != 0)
+    };
+    let t1 = Instant::now();
+    while pending() && t1.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     linerate::os::signal(pid, libc::SIGINT).unwrap();
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
