@@ -1439,3 +1439,54 @@ fn rotation_lines_show_the_w_limit_in_force() {
     assert!(!err.contains(" of -W "), "{err}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// gen's summary says the same as count's when `-G` wrote one name again: `Written to g.pcap:
+/// N pkts (M in g.pcap now; K overwritten by -G)`, M being what the file holds, N what was sent;
+/// `--json` `on_disk` and `overwritten`.
+#[test]
+fn gen_says_what_g_overwrote() {
+    let d = dir("gen-overwritten");
+    let g_file = d.join("g.pcap");
+    let gen = |json: bool| -> Output {
+        let _ = std::fs::remove_file(&g_file);
+        let mut c = Command::new(bin());
+        c.args(["gen", "--rate", "1kpps", "-t", "2.5s", "-G", "1", "-o"])
+            .arg(&g_file);
+        if json {
+            c.args(["--json", "-q"]);
+        }
+        let o = c.output().expect("run gen");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o
+    };
+    let o = gen(false);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let on_disk = tcpdump_count(&g_file).expect("the file whole");
+    // What gen sent (2'500 but on a machine too loaded to catch up).
+    let sent: usize = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Sent "))
+        .and_then(|l| l.split(' ').next())
+        .map(|n| n.replace('\'', "").parse().unwrap())
+        .unwrap_or_else(|| panic!("no Sent line: {text}"));
+    let g = g_file.display();
+    let want = format!(
+        "Written to {g}: {} pkts ({} in {g} now; {} overwritten by -G)",
+        group(sent),
+        group(on_disk),
+        group(sent - on_disk)
+    );
+    assert!(text.lines().any(|l| l == want), "{want}\n{text}");
+    let o = gen(true);
+    let j = json_summary(&o);
+    let on_disk = tcpdump_count(&g_file).expect("the file whole") as u64;
+    let sent = j["pkts"].as_u64().unwrap();
+    assert_eq!(j["on_disk"].as_u64(), Some(on_disk), "{j}");
+    assert_eq!(
+        j["overwritten"]["packets"].as_u64(),
+        Some(sent - on_disk),
+        "{j}"
+    );
+    assert_eq!(j["overwritten"]["by"], "-G", "{j}");
+    std::fs::remove_dir_all(&d).unwrap();
+}

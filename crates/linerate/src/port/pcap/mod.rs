@@ -872,6 +872,10 @@ impl Port for PcapPort {
         self.rotator().and_then(|r| r.limit_note())
     }
 
+    fn tx_overwritten(&self) -> Option<(u64, &'static str)> {
+        self.packets_overwritten()
+    }
+
     fn tick(&mut self, now_ns: u64) -> Result<(), PortError> {
         let Mode::Write {
             writer,
