@@ -45,6 +45,13 @@ impl Drop for Guard {
             let _ = c.wait();
         }
         for p in &self.paths {
+            // A master killed here (SIGKILL) leaves its claim of the id too.
+            let id = p
+                .file_name()
+                .and_then(|n| n.to_str()?.strip_prefix("linerate-cluster-")?.parse().ok());
+            if let Some(id) = id {
+                let _ = std::fs::remove_file(linerate::cluster::claim_path(id));
+            }
             if std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()) {
                 let _ = std::fs::remove_dir_all(p);
             } else {

@@ -479,4 +479,6 @@ fn tcpdump_asleep_on_a_queue_ends_when_its_master_is_killed() {
         "the error names the dead master: {err}"
     );
     let _ = std::fs::remove_file(seg(id));
+    // The killed master's claim of the id, left as its segment was.
+    let _ = std::fs::remove_file(linerate::cluster::claim_path(id));
 }

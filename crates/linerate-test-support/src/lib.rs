@@ -152,6 +152,8 @@ impl ClusterSegments {
     pub fn check(&mut self) -> Vec<PathBuf> {
         let mut left = Vec::new();
         for id in self.ids.drain(..) {
+            // The master's claim of the id: gone with it at exit, left by a SIGKILL.
+            let _ = std::fs::remove_file(linerate::cluster::claim_path(id));
             for p in linerate::cluster::segment_paths(id) {
                 if std::fs::symlink_metadata(&p).is_ok() {
                     let _ = std::fs::remove_file(&p);
