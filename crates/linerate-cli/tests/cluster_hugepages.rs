@@ -632,7 +632,8 @@ fn the_fix_for_too_few_pages_counts_the_pages_in_use() {
 
 /// Two masters of one id started at the same moment, one on huge pages and one in /dev/shm:
 /// each name's link is exclusive only in its own directory, so both ran, and consumers of
-/// `cluster:ID` found only one of them. At most one may run.
+/// `cluster:ID` found only one of them. The claim of the id (one lock whatever the directory)
+/// lets exactly one run; the other is refused naming it.
 #[test]
 fn two_masters_of_one_id_in_two_places_never_both_run() {
     if !can_run() {
@@ -684,5 +685,66 @@ fn two_masters_of_one_id_in_two_places_never_both_run() {
             !(sa.success() && sb.success()),
             "trial {trial}: both masters of cluster {id} ran\n{ea}\n{eb}"
         );
+        // One claim for the id whatever the directory: exactly one runs, the other is told
+        // which master has it.
+        assert!(
+            sa.success() || sb.success(),
+            "trial {trial}: neither master of cluster {id} ran\n{ea}\n{eb}"
+        );
+        let loser = if sa.success() { &eb } else { &ea };
+        assert!(
+            loser.contains("is in use by its master, pid "),
+            "trial {trial}: {loser}"
+        );
+    }
+}
+
+/// tcpdump's `-Z USER`: the master drops root once its segment is made, and must still remove
+/// the segment at exit. On a hugetlbfs only root may write (mounted as usual: root's, mode 755)
+/// USER could not: the segment would stay, holding its huge pages. The master puts it in
+/// /dev/shm instead (sticky: USER, given the file, removes it) and says why, with the mount
+/// option that lets USER; on a hugetlbfs USER may write (mode=1777) it stays on huge pages.
+/// Either way nothing is left behind.
+#[test]
+fn relinquished_privileges_never_leave_the_segment_behind() {
+    if !can_run() {
+        return;
+    }
+    let _one = PAGES.lock().unwrap_or_else(|p| p.into_inner());
+    let busy = HugePages::total() - free_pages();
+    let _pages = HugePages::set(busy + 48);
+    for (tag, opts, huge) in [
+        ("zroot", "pagesize=2M", false),
+        ("zopen", "pagesize=2M,mode=1777", true),
+    ] {
+        let ns = Ns::new(tag, opts);
+        let id = cluster_id(8).to_string();
+        let dir = ns.dir.to_str().unwrap();
+        for extra in [&[][..], &["--huge-dir", dir][..]] {
+            let mut args = vec!["balance", "-i", "source:1000", "-c", &id, "-n", "1"];
+            args.extend_from_slice(&["-t", "2", "--json", "-q", "-Z", "nobody"]);
+            args.extend_from_slice(extra);
+            let mut p = Procs(vec![]);
+            let k = p.add(ns.spawn(tag, &[], BIN, &args));
+            let st = p.finish(k, Duration::from_secs(30));
+            let (out, err) = ns.text(tag);
+            assert!(st.success(), "{tag} {extra:?}: {st}\n{out}\n{err}");
+            let s = summary(&out, &err)["segment"].clone();
+            assert_eq!(s["huge"], huge, "{tag} {extra:?}: {s}");
+            if !huge {
+                assert_eq!(s["dir"], "/dev/shm", "{s}");
+                let why = s["why_not"].as_str().unwrap();
+                assert!(why.contains("-Z nobody could not remove"), "{why}");
+                assert!(why.contains("mode=1777"), "{why}");
+            }
+            let left: Vec<_> = std::fs::read_dir(ns.inside(&ns.dir))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name())
+                .collect();
+            assert!(left.is_empty(), "{tag} {extra:?}: left in {dir}: {left:?}");
+            let shm = Path::new("/dev/shm").join(format!("linerate-cluster-{id}"));
+            assert!(!shm.exists(), "{tag} {extra:?}: left {}", shm.display());
+        }
     }
 }

@@ -15,7 +15,7 @@ fn cluster_id(k: u32) -> u32 {
 }
 
 fn seg(id: u32) -> std::path::PathBuf {
-    std::path::PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"))
+    linerate_test_support::cluster_segment(id)
 }
 
 /// Children killed (SIGKILL, by PID) and reaped when the test ends, however it ends.

@@ -136,7 +136,7 @@ fn kernel_port_master_two_applications_symmetric_5tuple() {
     const N: u32 = 4000;
     let pair = NetnsPair::new().expect("netns pair");
     let id = 200_000 + std::process::id() % 10_000;
-    let seg = std::path::PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"));
+    let seg = || linerate_test_support::cluster_segment(id);
     let dir = std::env::temp_dir().join(format!("lr-cveth-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let master = Command::new("ip")
@@ -168,11 +168,11 @@ fn kernel_port_master_two_applications_symmetric_5tuple() {
         .unwrap();
     let mut kids = Kill(vec![]);
     let t0 = Instant::now();
-    while !seg.exists() {
+    while !seg().exists() {
         assert!(t0.elapsed() < Duration::from_secs(10), "no segment");
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Consumers need no namespace: the segment is in /dev/shm.
+    // Consumers need no namespace: the segment is in /dev/shm (or a hugetlbfs).
     for q in 0..3 {
         let w = dir.join(format!("q{q}.pcap"));
         kids.0.push(

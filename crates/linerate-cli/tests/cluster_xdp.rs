@@ -346,9 +346,9 @@ fn xdp_input_processes_zero_copy() {
             "--json",
         ],
     );
-    let seg = std::path::PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"));
+    let seg = || linerate_test_support::cluster_segment(id);
     let t0 = Instant::now();
-    while !seg.exists() {
+    while !seg().exists() {
         assert!(t0.elapsed() < Duration::from_secs(10), "no segment");
         if master.kid.0[0].try_wait().unwrap().is_some() {
             let err = master.stderr();
@@ -356,7 +356,7 @@ fn xdp_input_processes_zero_copy() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Consumers need no namespace: the segment is in /dev/shm.
+    // Consumers need no namespace: the segment is in /dev/shm (or a hugetlbfs).
     let mut consumers = Kill(vec![]);
     for q in 0..2 {
         consumers.0.push(

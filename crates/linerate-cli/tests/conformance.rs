@@ -691,7 +691,7 @@ fn every_port_captures_what_libpcap_captures() {
         let mut consumers = Kids(vec![]);
         for (k, mode) in modes.iter().enumerate() {
             let id = base + (round * 5 + k) as u32;
-            let seg = PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"));
+            let seg = || linerate_test_support::cluster_segment(id);
             masters.0.push(
                 Command::new("ip")
                     .args(["netns", "exec", pair.ns(Side::B), BIN, "balance"])
@@ -703,7 +703,7 @@ fn every_port_captures_what_libpcap_captures() {
                     .unwrap(),
             );
             let t = Instant::now();
-            while !seg.exists() {
+            while !seg().exists() {
                 assert!(t.elapsed() < Duration::from_secs(10), "{mode}: no segment");
                 std::thread::sleep(Duration::from_millis(20));
             }

@@ -19,7 +19,7 @@ fn cluster_id(k: u32) -> u32 {
 }
 
 fn seg(id: u32) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"))
+    linerate_test_support::cluster_segment(id)
 }
 
 /// Children ended and reaped, and a temporary folder removed, when the test ends. A child

@@ -762,7 +762,7 @@ fn cluster_id(k: u32) -> u32 {
 }
 
 fn segment(id: u32) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"))
+    linerate_test_support::cluster_segment(id)
 }
 
 #[test]

@@ -28,7 +28,7 @@ fn cluster_id(k: u32) -> u32 {
 }
 
 fn seg(id: u32) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"))
+    linerate_test_support::cluster_segment(id)
 }
 
 /// Children killed (by PID) and reaped, and paths removed, when the test ends however it ends.
@@ -45,6 +45,13 @@ impl Drop for Guard {
             let _ = c.wait();
         }
         for p in &self.paths {
+            // A master killed here (SIGKILL) leaves its claim of the id too.
+            let id = p
+                .file_name()
+                .and_then(|n| n.to_str()?.strip_prefix("linerate-cluster-")?.parse().ok());
+            if let Some(id) = id {
+                let _ = std::fs::remove_file(linerate::cluster::claim_path(id));
+            }
             if std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()) {
                 let _ = std::fs::remove_dir_all(p);
             } else {
@@ -456,6 +463,8 @@ fn a_segment_corrupted_while_running_stops_consumers_with_a_clear_error_and_true
         "--json",
         "--interval",
         "200ms",
+        // Written to below (pwrite): in /dev/shm, never on a hugetlbfs, which takes no write.
+        "--no-huge",
     ]);
     g.kids.push(master);
     wait_for("the segment", Duration::from_secs(10), || seg(id).exists());
@@ -1014,4 +1023,68 @@ fn a_header_with_absurd_sizes_is_refused_not_a_panic() {
             text(&o)
         );
     }
+}
+
+/// The claim of a cluster id is one lock, `/dev/shm/linerate-cluster-ID.lock`, whatever
+/// directory the segment goes to: held (flock) by the master for its life, holding its pid,
+/// removed at exit. A second master is refused naming the first; a stale lock (no holder: a
+/// killed master's) is taken over; a link planted there by user nobody is never followed (its
+/// target stays untouched) and the master is refused saying so.
+#[test]
+fn the_claim_of_an_id_is_one_lock_that_follows_no_planted_link() {
+    if !netns::require_priv() {
+        return;
+    }
+    let mut g = Guard::default();
+    let id = cluster_id(9);
+    let ids = id.to_string();
+    let lock = PathBuf::from(format!("/dev/shm/linerate-cluster-{id}.lock"));
+    g.paths.extend([seg(id), lock.clone()]);
+    let master = |extra: &[&str]| {
+        let mut a = vec!["balance", "-i", "source", "--source-rate", "1kpps"];
+        a.extend_from_slice(&["-c", &ids, "-n", "1", "--quiet"]);
+        a.extend_from_slice(extra);
+        spawn(&a)
+    };
+    // A stale lock left by a killed master: taken over.
+    std::fs::write(&lock, "999999999\n").unwrap();
+    let first = master(&["-t", "3"]);
+    let pid = first.id();
+    wait_for("the segment", Duration::from_secs(10), || seg(id).exists());
+    wait_for("the claim", Duration::from_secs(5), || {
+        std::fs::read_to_string(&lock).is_ok_and(|s| s.trim() == pid.to_string())
+    });
+    let m = std::fs::symlink_metadata(&lock).unwrap();
+    assert!(m.is_file() && m.mode() & 0o022 == 0, "{:o}", m.mode());
+    // Wherever the second one would put its segment: refused, naming the first.
+    for extra in [&["-t", "1"][..], &["-t", "1", "--no-huge"][..]] {
+        let dup = finish(master(extra), Duration::from_secs(10));
+        assert!(!dup.status.success(), "{}", text(&dup));
+        let e = String::from_utf8_lossy(&dup.stderr);
+        assert!(
+            e.contains(&format!("in use by its master, pid {pid}")),
+            "{}",
+            text(&dup)
+        );
+    }
+    let out = finish(first, Duration::from_secs(20));
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!lock.exists(), "the claim is removed at exit");
+    assert!(!seg(id).exists());
+    // A link planted at the lock's name by nobody: not followed, the master refused.
+    let dir = private_dir(&mut g, "claim");
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let o = as_nobody(&["ln", "-s", victim.to_str().unwrap(), lock.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let refused = finish(master(&["-t", "1"]), Duration::from_secs(10));
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("symbolic link"),
+        "{}",
+        text(&refused)
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert!(std::fs::symlink_metadata(&lock).unwrap().is_symlink());
+    assert!(!seg(id).exists());
 }

@@ -911,13 +911,13 @@ fn balance_jumbo(
         .spawn()
         .unwrap();
     let mut master = Running(master);
-    let seg = PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"));
+    let seg = || linerate_test_support::cluster_segment(&id);
     let t0 = Instant::now();
-    while !seg.exists() {
+    while !seg().exists() {
         assert!(
             t0.elapsed() < Duration::from_secs(10),
             "no segment {}",
-            seg.display()
+            seg().display()
         );
         std::thread::sleep(Duration::from_millis(10));
     }

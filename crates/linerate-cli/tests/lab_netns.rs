@@ -240,3 +240,80 @@ fn without_root_the_lab_says_so() {
         _ => eprintln!("SKIP (part): setpriv not available to drop root"),
     }
 }
+
+/// A second signal ends `lab cluster` at once (exit 130) and still leaves nothing behind: its
+/// master (a child process, killed) is gone, no cluster segment of its id is in /dev/shm or on
+/// a hugetlbfs (the lab's consumers are threads of the master: its cluster lives in the
+/// master's own memory, never in a file that a kill could leave), its namespaces are removed.
+#[test]
+fn a_second_signal_ends_the_cluster_lab_without_leaving_anything() {
+    if !netns::require_priv() {
+        return;
+    }
+    let child = Command::new(bin())
+        .args(["lab", "cluster", "-t", "60", "--rate", "10000pps"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let id = 1000 + pid % 50_000;
+    let segments = || -> Vec<std::path::PathBuf> {
+        linerate::cluster::segment_paths(id)
+            .into_iter()
+            .filter(|p| std::fs::symlink_metadata(p).is_ok())
+            .collect()
+    };
+    // The master: the lab's child process (`ip netns exec` execs it in place).
+    let master = || -> Option<u32> {
+        let c = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+        c.split_whitespace().next()?.parse().ok()
+    };
+    let t0 = Instant::now();
+    let mut m = None;
+    while t0.elapsed() < Duration::from_secs(20) {
+        m = master().filter(|&m| {
+            std::fs::read_to_string(format!("/proc/{m}/cmdline"))
+                .is_ok_and(|c| c.contains("balance"))
+        });
+        if m.is_some() && lab_namespaces(pid).len() == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let m = m.expect("the lab started its cluster master");
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(segments().is_empty(), "{:?}", segments());
+    linerate::os::signal(pid, libc::SIGINT).unwrap();
+    // Two signals pending at once are one to the kernel: the second is sent once the first
+    // was taken (no longer pending for the process).
+    let pending = || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                let v = s
+                    .lines()
+                    .find_map(|l| l.strip_prefix("ShdPnd:"))?
+                    .trim()
+                    .to_string();
+                u64::from_str_radix(&v, 16).ok()
+            })
+            .is_some_and(|m| m & (1 << (libc::SIGINT - 1)) != 0)
+    };
+    let t1 = Instant::now();
+    while pending() && t1.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    linerate::os::signal(pid, libc::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted twice"), "{err}");
+    let t1 = Instant::now();
+    while linerate::cluster::alive(m) && t1.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!linerate::cluster::alive(m), "master {m} left running");
+    assert!(segments().is_empty(), "left behind: {:?}", segments());
+    assert!(lab_namespaces(pid).is_empty(), "{:?}", lab_namespaces(pid));
+}

@@ -29,7 +29,7 @@ fn cluster_id(k: u32) -> u32 {
 }
 
 fn seg(id: u32) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"))
+    linerate_test_support::cluster_segment(id)
 }
 
 /// liblinerate_pcap.so: `$LINERATE_PCAP_LIB` when set, else beside the `linerate` binary under

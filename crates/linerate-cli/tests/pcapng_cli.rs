@@ -650,9 +650,9 @@ fn a_stop_by_signal_ends_the_file_with_its_statistics() {
             "30",
             "--quiet",
         ])]);
-        let seg = PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"));
+        let seg = || linerate_test_support::cluster_segment(id);
         let t0 = Instant::now();
-        while !seg.exists() {
+        while !seg().exists() {
             assert!(t0.elapsed() < Duration::from_secs(10), "no cluster segment");
             std::thread::sleep(Duration::from_millis(10));
         }

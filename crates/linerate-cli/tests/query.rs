@@ -1001,6 +1001,39 @@ fn a_file_of_only_a_cut_record_is_said() {
     assert_eq!(j["files_cut"], 1, "{j}");
 }
 
+/// A capture holding only its file header, no record at all (a file just begun: the recorder
+/// writes the header first, tcpdump -w a quiet link's file), is named in a note on standard
+/// error, as docs/record.md says; the others answer, exit 0. With -q, nothing is said.
+#[test]
+fn a_file_of_only_its_header_is_named() {
+    let d = Scratch::new("headeronly");
+    small_dir(&d.0, 2);
+    let bare = d.0.join("20251127T160500.000000Z-w0.pcap");
+    std::fs::write(&bare, pcap_header()).unwrap();
+    let o = query(&[d.0.to_str().unwrap(), "-w", "-", "--json"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(records(&o.stdout).len(), 120);
+    assert!(
+        err.lines().any(|l| l.contains(&bare.display().to_string())
+            && l.contains("only its file header, no record")),
+        "{err}"
+    );
+    let j: serde_json::Value = err
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON: {err}"));
+    assert_eq!(j["files"], 3, "{j}");
+    assert_eq!(j["files_cut"], 0, "not cut: {j}");
+    let o = query(&[d.0.to_str().unwrap(), "-w", "-", "-q"]);
+    assert!(o.status.success());
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 /// SIGINT in the middle of a long one-shot query (-w OUT): the output ends on whole records,
 /// the summary says how many were written (that many records in OUT), exit 0 as a query that
 /// ended (tcpdump -w's habit on Ctrl-C).

@@ -252,7 +252,7 @@ fn balance_by_vlan_sees_the_tags() {
     let pair = NetnsPair::new().expect("netns pair");
     pair.no_ipv6().unwrap();
     let id = 300_000 + std::process::id() % 10_000;
-    let seg = std::path::PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"));
+    let seg = || linerate_test_support::cluster_segment(id);
     let dir = tmpdir("balance");
     let master = Command::new("ip")
         .args(["netns", "exec", pair.ns(Side::B), BIN, "balance"])
@@ -264,7 +264,7 @@ fn balance_by_vlan_sees_the_tags() {
         .unwrap();
     let mut kids = Kill(vec![]);
     let t0 = Instant::now();
-    while !seg.exists() {
+    while !seg().exists() {
         assert!(t0.elapsed() < Duration::from_secs(10), "no segment");
         std::thread::sleep(Duration::from_millis(20));
     }

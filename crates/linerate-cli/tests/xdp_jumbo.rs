@@ -492,7 +492,7 @@ fn cluster_with_an_xdp_input_carries_jumbo_frames() {
     let t = tmp("cluster");
     let sent = frames(pair.mac_b, pair.mac_a);
     let id = (430_000 + std::process::id() % 10_000).to_string();
-    let seg = PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"));
+    let seg = || linerate_test_support::cluster_segment(&id);
     let master = Kid(Some(
         Command::new("ip")
             .args(["netns", "exec", pair.ns(Side::B), BIN, "balance"])
@@ -504,11 +504,11 @@ fn cluster_with_an_xdp_input_carries_jumbo_frames() {
             .expect("spawn balance"),
     ));
     let t0 = Instant::now();
-    while !seg.exists() {
+    while !seg().exists() {
         assert!(t0.elapsed() < Duration::from_secs(10), "no cluster segment");
         std::thread::sleep(Duration::from_millis(20));
     }
-    // The consumer needs no namespace: the segment is in /dev/shm.
+    // The consumer needs no namespace: the segment is in /dev/shm (or a hugetlbfs).
     let w = t.0.join("q0.pcap");
     let consumer = start(
         None,

@@ -46,7 +46,7 @@ fn cluster_id(k: u32) -> u32 {
 }
 
 fn seg(id: u32) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/linerate-cluster-{id}"))
+    linerate_test_support::cluster_segment(id)
 }
 
 /// Children killed (SIGKILL, by PID) and reaped when the test ends, however it ends.
@@ -479,4 +479,6 @@ fn tcpdump_asleep_on_a_queue_ends_when_its_master_is_killed() {
         "the error names the dead master: {err}"
     );
     let _ = std::fs::remove_file(seg(id));
+    // The killed master's claim of the id, left as its segment was.
+    let _ = std::fs::remove_file(linerate::cluster::claim_path(id));
 }

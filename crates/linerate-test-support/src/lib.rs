@@ -117,6 +117,21 @@ pub fn stop_child(child: &mut Child, grace: Duration) -> bool {
     false
 }
 
+/// Where cluster `id`'s segment is: the first of the places a master may put it
+/// ([`linerate::cluster::segment_paths`]: `/dev/shm`, then each mounted hugetlbfs, where a
+/// master goes when one has free huge pages) that holds a file, else the `/dev/shm` one. Tests
+/// that wait for a master's segment look here rather than at a `/dev/shm` path, so that they
+/// pass on a machine with huge pages set up too. `id`: a number, or its text.
+pub fn cluster_segment(id: impl std::fmt::Display) -> PathBuf {
+    let id: u32 = id.to_string().parse().expect("a cluster id");
+    let paths = linerate::cluster::segment_paths(id);
+    paths
+        .iter()
+        .find(|p| std::fs::symlink_metadata(p).is_ok())
+        .unwrap_or(&paths[0])
+        .clone()
+}
+
 /// The cluster segments (`/dev/shm/linerate-cluster-ID`) a test's masters create. Its
 /// [`check`](ClusterSegments::check), called once those masters have ended, removes any that
 /// is left (its creator is gone: the test started and ended it) and names them, so that a
@@ -137,10 +152,13 @@ impl ClusterSegments {
     pub fn check(&mut self) -> Vec<PathBuf> {
         let mut left = Vec::new();
         for id in self.ids.drain(..) {
-            let p = linerate::cluster::segment_path(id);
-            if std::fs::symlink_metadata(&p).is_ok() {
-                let _ = std::fs::remove_file(&p);
-                left.push(p);
+            // The master's claim of the id: gone with it at exit, left by a SIGKILL.
+            let _ = std::fs::remove_file(linerate::cluster::claim_path(id));
+            for p in linerate::cluster::segment_paths(id) {
+                if std::fs::symlink_metadata(&p).is_ok() {
+                    let _ = std::fs::remove_file(&p);
+                    left.push(p);
+                }
             }
         }
         left

@@ -10,6 +10,12 @@ pub fn user_ids(name: &str) -> io::Result<Option<(u32, u32)>> {
     crate::sys::process::user_ids(name)
 }
 
+/// The groups user `name` (primary group `gid`) is in: the primary one and its supplementary
+/// ones, as it has them once [`become_user`] made it that user.
+pub fn user_groups(name: &str, gid: u32) -> io::Result<Vec<u32>> {
+    crate::sys::process::user_groups(name, gid)
+}
+
 /// Becomes user `name` for good (tcpdump's `-Z`): setgid to `gid`, initgroups, setuid to `uid`
 /// (ids from [`user_ids`]). Sockets, mappings and files opened before stay open.
 pub fn become_user(name: &str, uid: u32, gid: u32) -> io::Result<()> {

@@ -361,7 +361,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         None => (None, Vec::new()),
     };
     let mut dist = distributor(&a, link, &stop)?;
-    let cfg = cluster_config(&a);
+    let mut cfg = cluster_config(&a);
+    cfg.owner = service.segment_owner()?;
     let mut tx_out = match &a.out {
         Some(uri) => Some(open_out(uri, link, "-o", a.format, &mut inputs, &wopts)?),
         None => None,

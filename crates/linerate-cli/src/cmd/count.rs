@@ -358,12 +358,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let _ = thread.join();
     }
     drop(live);
-    let (written, limit) = close_writer(&a, writer, &mut report, wall_start);
+    let (written, limit, overwritten) = close_writer(&a, writer, &mut report, wall_start);
     let t = report.tick;
     if let Some(m) = &metrics {
         publish(m, &a.input, &t.start, &t.now);
     }
-    let end = end_of(&a, &report, &src, written, limit);
+    let mut end = end_of(&a, &report, &src, written, limit);
+    end.overwritten = overwritten;
     if a.json {
         let latency = tracker.as_ref().map(|(t, _)| (t, rx_time));
         summary_json(&mut out, &report, &end, latency)?;
@@ -409,6 +410,9 @@ struct End {
     /// -G with -W wrote its last file (tcpdump's file limit): what was counted after it is
     /// not written, and that is no error.
     limit: bool,
+    /// Of `written`, the packets in files a later file of the same name overwrote, and what
+    /// did (`-G` with a name without a time field, `the -W ring`).
+    overwritten: Option<(u64, &'static str)>,
 }
 
 /// The capture options of -i: a capture-only loop waits long in poll, the kernel wakes it
@@ -635,14 +639,15 @@ fn show_tick(
     let _ = out.flush();
 }
 
-/// Closes -w (a pcapng file ends with each interface's figures): the packets written whole
-/// and whether -W's file limit was reached. A failure to close is the run's output error.
+/// Closes -w (a pcapng file ends with each interface's figures): the packets written whole,
+/// whether -W's file limit was reached and what of the written files was overwritten by a
+/// later one of the same name. A failure to close is the run's output error.
 fn close_writer(
     a: &Args,
     mut writer: Option<PcapPort>,
     report: &mut count::Report,
     wall_start: u64,
-) -> (Option<u64>, bool) {
+) -> (Option<u64>, bool, Option<(u64, &'static str)>) {
     if let Some(w) = writer.as_mut().filter(|_| report.output_error.is_none()) {
         // Each interface's figures, which add up to the summary, close a pcapng file.
         let (first, last) = &report.interfaces;
@@ -660,7 +665,8 @@ fn close_writer(
     // What reached the output whole (a pipe's reader may have left early).
     let written = writer.as_ref().and_then(|w| w.packets_written());
     let limit = writer.as_ref().is_some_and(|w| w.file_limit_reached());
-    (written, limit)
+    let overwritten = writer.as_ref().and_then(|w| w.packets_overwritten());
+    (written, limit, overwritten)
 }
 
 /// Why the run ended, in the summary's words.
@@ -694,6 +700,7 @@ fn end_of(
         not_written: written.map(|w| report.tick.now.pkts.saturating_sub(w)),
         closed,
         limit,
+        overwritten: None,
     }
 }
 
@@ -724,6 +731,12 @@ fn summary_json(
         };
         j["written"] = w.into();
         j["not_written"] = serde_json::json!({ why_not: n });
+    }
+    if let (Some(w), Some((o, by))) = (end.written, end.overwritten) {
+        // What is on disk now beside what was written in all.
+        j["written"] = w.into();
+        j["on_disk"] = w.saturating_sub(o).into();
+        j["overwritten"] = serde_json::json!({ "packets": o, "by": by });
     }
     if let Some(e) = &report.output_error {
         j["output_error"] = e.to_string().into();
@@ -771,6 +784,20 @@ fn summary_text(out: &mut dyn Write, a: &Args, report: &count::Report, end: &End
         .map(|n| format!(" ({n})"))
         .unwrap_or_default();
     let _ = writeln!(out, "{}{note}", summary_line(t, end.ended));
+    if let (Some(w), Some((o, by)), Some(path)) = (end.written, end.overwritten, &a.write) {
+        let place = if by == "-G" && !path.contains('%') {
+            format!("in {path}")
+        } else {
+            "in the files".to_string()
+        };
+        let _ = writeln!(
+            out,
+            "Written to {path}: {} pkts ({} {place} now; {} overwritten by {by})",
+            group(w),
+            group(w.saturating_sub(o)),
+            group(o)
+        );
+    }
     if let (Some(w), Some(n), Some(path)) = (end.written, end.not_written, &a.write) {
         if n > 0 || report.output_error.is_some() {
             let _ = writeln!(

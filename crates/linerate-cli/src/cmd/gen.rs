@@ -1547,6 +1547,11 @@ fn summary_json(
         j["stopped"] = why.clone().into();
         j["not_sent"] = total.not_sent.into();
     }
+    if let Some((o, by)) = total.overwritten {
+        // What is in the files now beside what was written in all (`pkts`).
+        j["on_disk"] = total.taken().saturating_sub(o).into();
+        j["overwritten"] = serde_json::json!({ "packets": o, "by": by });
+    }
     j["streams"] = f
         .per_stream
         .iter()
@@ -1604,6 +1609,21 @@ fn summary_text(
             )
         }
     );
+    if let Some((o, by)) = total.overwritten {
+        let path = &a.output;
+        let place = if by == "-G" && !path.contains('%') {
+            format!("in {path}")
+        } else {
+            "in the files".to_string()
+        };
+        let _ = writeln!(
+            out,
+            "Written to {path}: {} pkts ({} {place} now; {} overwritten by {by})",
+            group(total.taken()),
+            group(total.taken().saturating_sub(o)),
+            group(o)
+        );
+    }
     if let Some(why) = &total.ended {
         // The port took no more (tcpdump's -W file limit): the run ended there.
         let _ = writeln!(

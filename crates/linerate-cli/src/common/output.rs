@@ -293,7 +293,7 @@ impl OutputFlags {
 /// A rotation in the log: a line on standard error, or a JSON line on standard output.
 fn log_rotation(r: &Rotated, json: bool) {
     if json {
-        let j = serde_json::json!({
+        let mut j = serde_json::json!({
             "type": "rotate",
             "why": r.why,
             "closed": r.closed,
@@ -302,11 +302,17 @@ fn log_rotation(r: &Rotated, json: bool) {
             "opened": r.opened,
             "deleted": r.deleted,
         });
+        if let Some(n) = r.file_limit {
+            j["file"] = r.file.into();
+            j["file_limit"] = n.into();
+        }
         println!("{j}");
     } else {
-        let next = match &r.opened {
-            Some(n) => format!("opened {n}"),
-            None => "file limit (-W) reached".into(),
+        let next = match (&r.opened, r.file_limit) {
+            (Some(f), Some(n)) => format!("opened {f} (file {} of -W {n})", r.file),
+            (Some(f), None) => format!("opened {f}"),
+            (None, Some(n)) => format!("file limit (-W {n}) reached ({} files)", r.file),
+            (None, None) => "file limit (-W) reached".into(),
         };
         let del = if r.deleted.is_empty() {
             String::new()

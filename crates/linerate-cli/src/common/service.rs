@@ -123,6 +123,21 @@ impl Checked {
         self.user.as_ref().map(|(_, u, g)| (*u, *g))
     }
 
+    /// The user -Z will switch to, as the owner of a cluster segment made before (who must
+    /// be able to remove it at exit), if -Z was given.
+    pub fn segment_owner(&self) -> anyhow::Result<Option<linerate::cluster::SegmentOwner>> {
+        let Some((name, uid, gid)) = &self.user else {
+            return Ok(None);
+        };
+        let groups = linerate::os::user_groups(name, *gid)
+            .map_err(|e| anyhow::anyhow!("-Z {name}: its groups: {e}"))?;
+        Ok(Some(linerate::cluster::SegmentOwner {
+            name: name.clone(),
+            uid: *uid,
+            groups,
+        }))
+    }
+
     /// Once every port and output is open: writes the pidfile, then drops privileges.
     /// The returned guard removes the pidfile when dropped.
     pub fn start(self) -> anyhow::Result<Running> {

@@ -173,6 +173,10 @@ pub struct ClusterConfig {
     /// Where a process cluster's segment goes: huge pages when it can (the default), a given
     /// hugetlbfs, or 4 KiB pages ([`super::Master::create`]; thread clusters ignore it).
     pub pages: super::HugePages,
+    /// The user the master becomes once its segment is made (tcpdump's `-Z`), who must then
+    /// remove it at exit: the segment goes only where that user may (None: the master's own
+    /// user, who made it there).
+    pub owner: Option<super::SegmentOwner>,
 }
 
 impl Default for ClusterConfig {
@@ -189,6 +193,7 @@ impl Default for ClusterConfig {
             big_frame_size: 0,
             max_len: 0,
             pages: super::HugePages::Auto,
+            owner: None,
         }
     }
 }

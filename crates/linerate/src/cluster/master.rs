@@ -99,6 +99,8 @@ pub struct Master {
     pub(super) published: Option<(PathBuf, u64, u64)>,
     /// Which pages the segment got (process clusters).
     pub(super) placement: Option<super::Placement>,
+    /// This master's claim of its id (process clusters): dropped after the segment's name.
+    pub(super) claim: Option<super::claim::Claim>,
 }
 
 impl Master {
@@ -109,14 +111,19 @@ impl Master {
     /// is replaced.
     pub fn create(id: u32, cfg: &ClusterConfig) -> Result<Master, PortError> {
         let who = format!("cluster:{id}");
+        // One claim for the id, whatever directory the segment goes to: of two masters of one
+        // id, however started, only one gets past here.
+        let claim = super::claim::claim(id, cfg.owner.as_ref(), &who)?;
         for old in segment_paths(id) {
             Self::clear_stale(id, &old, &who)?;
         }
         let l = Self::layout(cfg)?;
-        let (region, mut shm, placement) = super::pages::create(&cfg.pages, &shm_dir(), l.total)?;
+        let (region, mut shm, placement) =
+            super::pages::create(&cfg.pages, &shm_dir(), l.total, cfg.owner.as_ref())?;
         let path = placement.dir.join(segment_name(id));
         let mut m = Self::init(region, id, Some(path.clone()), cfg, &l, &who)?;
         m.placement = Some(placement);
+        m.claim = Some(claim);
         // Publish only a fully built segment: consumers never see a half-initialised one. The
         // link fails if the name exists (a file, a link, another master's segment), so of two
         // masters started at once only one wins, and nothing planted there is followed.
@@ -126,25 +133,6 @@ impl Master {
                 m.published = Some((path.clone(), dev, ino));
                 if let Ok(mut l) = PUBLISHED.lock() {
                     l.push((path.clone(), dev, ino));
-                }
-                // The link is exclusive in its own directory only: a master of this id started
-                // at the same moment elsewhere (one on huge pages, one in /dev/shm) published
-                // too. Each looks after publishing, so at least one of two sees the other, and
-                // whoever sees another running master of its id withdraws (dropping `m` removes
-                // its name): never two, rarely none (both retry-able).
-                for other in segment_paths(id) {
-                    if other != path {
-                        if let Some(pid) = Self::running_master(id, &other, &who) {
-                            return Err(err(
-                                &who,
-                                format!(
-                                    "cluster {id} was just created by another master, pid \
-                                     {pid} ({}), at the same moment",
-                                    other.display()
-                                ),
-                            ));
-                        }
-                    }
                 }
                 Ok(m)
             }
@@ -161,19 +149,6 @@ impl Master {
                 source,
             }),
         }
-    }
-
-    /// The pid of the running master whose segment of cluster `id` is at `path`, if one is
-    /// there (a segment of ours, mapped and checked as consumers check it).
-    fn running_master(id: u32, path: &Path, who: &str) -> Option<u32> {
-        let (region, meta) = Region::open_shared(path).ok()?;
-        check_owner(&meta, path, who, true).ok()?;
-        let seg = Segment::map(region, id, None, who).ok()?;
-        let h = seg.header();
-        (h.state.load(Ordering::Acquire) == STATE_RUNNING
-            && h.master_pid != my_pid()
-            && same_process(h.master_pid, h.master_start))
-        .then_some(h.master_pid)
     }
 
     /// Refuses cluster `id` when a running master's segment is at `path`; removes a stale one
@@ -433,6 +408,7 @@ impl Master {
             consumer_timeout_ms: None,
             published: None,
             placement: None,
+            claim: None,
         })
     }
 

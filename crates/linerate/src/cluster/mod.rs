@@ -49,6 +49,7 @@
 //!   segment, a plausible length) before handing it out: a corrupted segment stops it with an
 //!   error, the bad batch counted as `malformed`.
 
+mod claim;
 mod consumer;
 mod lane;
 mod layout;
@@ -60,12 +61,14 @@ mod segment;
 mod stats;
 mod tx;
 
+pub use claim::claim_path;
 pub use consumer::{ClusterPort, WAIT_CAP};
 pub use layout::{ClusterConfig, DEFAULT_SLOTS, MAX_BIG_FRAME, MAX_QUEUES};
 pub use liveness::alive;
 pub use master::Master;
 pub use pages::{
     check_huge_dir, free_huge_pages, hugetlbfs_mounts, hugetlbfs_page_size, HugePages, Placement,
+    SegmentOwner,
 };
 pub use prom::prom_text;
 pub use segment::{remove_published_segments, segment_dirs, segment_path, segment_paths, Segment};

@@ -20,6 +20,67 @@ pub enum HugePages {
     Off,
 }
 
+/// The user a master becomes once its segment is made (tcpdump's `-Z USER`), who must remove
+/// the segment at exit: it is given the file (so a sticky directory lets it), and the segment
+/// goes only into a directory that user may write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentOwner {
+    /// The user's name (as `-Z` gave it).
+    pub name: String,
+    /// Its user id.
+    pub uid: u32,
+    /// Its groups, the primary one first.
+    pub groups: Vec<u32>,
+}
+
+impl SegmentOwner {
+    /// Why this user could not remove its segment file from `dir` at exit (None: it could):
+    /// removing a name needs write and search permission on the directory (a sticky one also
+    /// wants the file to be the user's, which it is given).
+    pub fn cannot_remove(&self, dir: &Path) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        if self.uid == 0 {
+            return None;
+        }
+        let m = match std::fs::metadata(dir) {
+            Ok(m) => m,
+            Err(e) => return Some(format!("{}: {e}", dir.display())),
+        };
+        let mode = m.mode();
+        let bits = if m.uid() == self.uid {
+            mode >> 6
+        } else if self.groups.contains(&m.gid()) {
+            mode >> 3
+        } else {
+            mode
+        };
+        if bits & 0o3 == 0o3 {
+            return None;
+        }
+        Some(format!(
+            "-Z {} could not remove the segment from {} at exit (the directory is uid {}'s, \
+             group {}, mode {:o}): it would stay behind",
+            self.name,
+            dir.display(),
+            m.uid(),
+            m.gid(),
+            mode & 0o7777
+        ))
+    }
+
+    /// [`Self::cannot_remove`] for a hugetlbfs, with the mount options that let this user.
+    fn cannot_remove_huge(&self, dir: &Path) -> Option<String> {
+        self.cannot_remove(dir).map(|why| {
+            format!(
+                "{why}, keeping its huge pages (mount the hugetlbfs with mode=1777, or \
+                 uid={}: mount -t hugetlbfs -o mode=1777 nodev {})",
+                self.uid,
+                dir.display()
+            )
+        })
+    }
+}
+
 /// Which pages a segment got, and where.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
@@ -259,14 +320,16 @@ pub(super) fn create(
     want: &HugePages,
     shm_dir: &Path,
     len: usize,
+    owner: Option<&SegmentOwner>,
 ) -> Result<(Region, ShmFile, Placement), MemError> {
+    let cannot_remove = |d: &Path| owner.and_then(|o| o.cannot_remove_huge(d));
     let why_not = match want {
         HugePages::Off => "--no-huge".to_string(),
         HugePages::Dir(d) => {
             // The mount point itself: a link to it is not opened (the segment is created with
             // O_NOFOLLOW) and consumers look for segments at mount points.
             let (page, mount) = check_huge_dir(d).map_err(MemError::Config)?;
-            match try_huge(&mount, page, len) {
+            match cannot_remove(&mount).map_or_else(|| try_huge(&mount, page, len), Err) {
                 Ok(r) => return Ok(r),
                 Err(why) => why,
             }
@@ -280,6 +343,10 @@ pub(super) fn create(
             } else {
                 let mut whys = Vec::new();
                 for d in &mounts {
+                    if let Some(why) = cannot_remove(d) {
+                        whys.push(why);
+                        continue;
+                    }
                     match hugetlbfs_page_size(d) {
                         Ok(page) => match try_huge(d, page, len) {
                             Ok(r) => return Ok(r),
@@ -292,6 +359,12 @@ pub(super) fn create(
             }
         }
     };
+    if let Some(why) = owner.and_then(|o| o.cannot_remove(shm_dir)) {
+        return Err(MemError::Config(format!(
+            "{why} (give -Z a user who may write {}, or leave -Z out)",
+            shm_dir.display()
+        )));
+    }
     let (region, shm) = Region::create_shared(shm_dir, len, 4096)?;
     let (thp, thp_why) = shmem_thp(shm_dir);
     if thp {
@@ -396,14 +469,52 @@ mod tests {
     }
 
     #[test]
+    fn a_user_removes_its_segment_only_from_a_directory_it_may_write() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = std::env::temp_dir().join(format!("lr-pages-owner-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let m = std::fs::metadata(&dir).unwrap();
+        let other = SegmentOwner {
+            name: "someone".into(),
+            uid: m.uid().wrapping_add(12345),
+            groups: vec![m.gid().wrapping_add(12345)],
+        };
+        let set = |mode| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode));
+        set(0o755).unwrap();
+        let why = other.cannot_remove(&dir).unwrap();
+        assert!(why.contains("-Z someone could not remove"), "{why}");
+        assert!(why.contains("mode 755"), "{why}");
+        assert!(other
+            .cannot_remove_huge(&dir)
+            .unwrap()
+            .contains("mode=1777"));
+        set(0o1777).unwrap();
+        assert_eq!(other.cannot_remove(&dir), None);
+        set(0o775).unwrap();
+        let member = SegmentOwner {
+            groups: vec![1, m.gid()],
+            ..other.clone()
+        };
+        assert_eq!(member.cannot_remove(&dir), None);
+        assert!(other.cannot_remove(&dir).is_some());
+        let owner = SegmentOwner {
+            uid: m.uid(),
+            ..other.clone()
+        };
+        set(0o700).unwrap();
+        assert_eq!(owner.cannot_remove(&dir), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn no_huge_is_the_shared_memory_directory() {
         let dir = std::env::temp_dir().join(format!("lr-pages-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let (r, _shm, p) = create(&HugePages::Off, &dir, 5000).unwrap();
+        let (r, _shm, p) = create(&HugePages::Off, &dir, 5000, None).unwrap();
         assert_eq!(r.len(), 8192);
         assert!(!p.huge());
         assert!(p.describe().contains("--no-huge"), "{}", p.describe());
-        let e = create(&HugePages::Dir(dir.clone()), &dir, 5000)
+        let e = create(&HugePages::Dir(dir.clone()), &dir, 5000, None)
             .err()
             .unwrap();
         assert!(e.to_string().contains("not a hugetlbfs"), "{e}");

@@ -220,6 +220,16 @@ impl Port for Aggregate {
         self.ports[0].tx_end_note()
     }
 
+    fn tx_overwritten(&self) -> Option<(u64, &'static str)> {
+        let all: Vec<_> = self
+            .ports
+            .iter()
+            .filter_map(|p| p.tx_overwritten())
+            .collect();
+        let by = all.first()?.1;
+        Some((all.iter().map(|o| o.0).sum(), by))
+    }
+
     /// The members' pool when they share one and write into lent frames.
     fn pool(&self) -> Option<&Arc<Pool>> {
         if self.pooled {

@@ -310,6 +310,12 @@ pub trait Port: Send {
     fn tx_end_note(&self) -> Option<String> {
         None
     }
+    /// Of the packets a capture file writer wrote, those in files a later file of the same name
+    /// overwrote (tcpdump's `-G` with a name without a time field, a `-C -W` ring gone round),
+    /// and what did (`-G`, `the -W ring`); None when nothing was overwritten or not a file.
+    fn tx_overwritten(&self) -> Option<(u64, &'static str)> {
+        None
+    }
     /// Pushes out anything buffered (pcap writers, tx rings).
     fn flush(&mut self) -> Result<(), PortError> {
         Ok(())

@@ -55,6 +55,30 @@ pub(crate) fn user_ids(name: &str) -> io::Result<Option<(u32, u32)>> {
     }
 }
 
+/// The groups of user `name` whose primary group is `gid` (that one first, then the
+/// supplementary ones from the group database): the groups it has once it became that user.
+pub(crate) fn user_groups(name: &str, gid: u32) -> io::Result<Vec<u32>> {
+    let cname = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the user name"))?;
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut n = groups.len() as libc::c_int;
+        // SAFETY: `cname` is NUL-terminated; `groups` holds `n` writable ids and `n` is
+        // writable; both live across the call, which writes at most `n` ids and sets `n` to
+        // the count (the count needed when it returns -1).
+        let r = unsafe { libc::getgrouplist(cname.as_ptr(), gid, groups.as_mut_ptr(), &mut n) };
+        if r >= 0 {
+            groups.truncate(n.max(0) as usize);
+            return Ok(groups);
+        }
+        if groups.len() >= 1 << 16 {
+            return Err(io::Error::other("too many groups"));
+        }
+        let want = (n.max(0) as usize).max(groups.len() * 2);
+        groups.resize(want, 0);
+    }
+}
+
 /// Becomes user `name` (`uid`, primary group `gid`) for good, in tcpdump's order: the group,
 /// the supplementary groups of the user (initgroups), then the user. Every thread of the
 /// process changes (glibc applies set*id to all threads).

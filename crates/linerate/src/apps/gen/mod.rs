@@ -303,6 +303,9 @@ pub struct GenReport {
     /// Packets built and offered to the port that it did not take because it had ended
     /// ([`GenReport::ended`]): not sent, neither in [`GenReport::pkts`] nor a drop of the port.
     pub not_sent: u64,
+    /// Of what a capture file took, the packets in files a later file of the same name
+    /// overwrote, and what did ([`Port::tx_overwritten`]).
+    pub overwritten: Option<(u64, &'static str)>,
 }
 
 impl GenReport {
@@ -386,6 +389,10 @@ impl GenReport {
         self.port_full += o.port_full;
         self.steered |= o.steered;
         self.not_sent += o.not_sent;
+        if let Some((n, by)) = o.overwritten {
+            let had = self.overwritten.map_or(0, |x| x.0);
+            self.overwritten = Some((had + n, by));
+        }
         if self.ended.is_none() {
             self.ended.clone_from(&o.ended);
         }
@@ -1639,6 +1646,7 @@ fn finish(
     port.flush()?;
     rep.port = port.stats().since(base);
     rep.port.tx_drops.add(DropReason::RingFull, abandoned);
+    rep.overwritten = port.tx_overwritten();
     Ok(rep)
 }
 

@@ -265,7 +265,16 @@ impl Query {
             let snaplen = r.snaplen();
             let first = match r.next_packet() {
                 Ok(Some(p)) => Some((p.ts, p.offset)),
-                Ok(None) => None,
+                // Its header and nothing after it (a file just begun): said, as a file of only
+                // a cut record is, so that no file of DIR goes unmentioned in the answer.
+                Ok(None) => {
+                    passed_over.push(format!(
+                        "{}: only its file header, no record yet (a file just begun): nothing \
+                         of it is in the answer",
+                        path.display()
+                    ));
+                    None
+                }
                 // Not one whole record (a file just begun, or cut by a crash): nothing of it
                 // can be read, and that is said rather than passed over in silence.
                 Err(e) => {

@@ -320,6 +320,15 @@ impl PcapPort {
         now.map(|n| n + prior)
     }
 
+    /// Of [`Self::packets_written`], those in files a later file of the same name overwrote
+    /// (tcpdump's `-G` with a name without a time field, a `-C` `-W` ring gone round), and
+    /// what overwrote them (`-G`, `the -W ring`); None when nothing was overwritten.
+    pub fn packets_overwritten(&self) -> Option<(u64, &'static str)> {
+        self.rotator()
+            .filter(|r| r.overwritten > 0)
+            .map(|r| (r.overwritten, r.overwriter()))
+    }
+
     /// Whether `-G` with `-W` wrote its last file (the run was stopped by the file limit).
     pub fn file_limit_reached(&self) -> bool {
         self.rotator().is_some_and(|r| r.done)
@@ -861,6 +870,10 @@ impl Port for PcapPort {
 
     fn tx_end_note(&self) -> Option<String> {
         self.rotator().and_then(|r| r.limit_note())
+    }
+
+    fn tx_overwritten(&self) -> Option<(u64, &'static str)> {
+        self.packets_overwritten()
     }
 
     fn tick(&mut self, now_ns: u64) -> Result<(), PortError> {

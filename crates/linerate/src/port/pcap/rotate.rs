@@ -35,6 +35,10 @@ pub struct Rotated {
     pub deleted: Vec<String>,
     /// Why: `size` (-C) or `time` (-G).
     pub why: &'static str,
+    /// Which file of the run the one opened is (from 1; at the limit, the one closed).
+    pub file: u64,
+    /// The `-W` number when it is a limit in force (`-G` alone: the run stops after it).
+    pub file_limit: Option<u32>,
 }
 
 /// A callback told of each rotation.
@@ -375,6 +379,12 @@ pub(super) struct Rotator {
     pub(super) prior_by_if: Vec<u64>,
     /// Records of the closed files (headers included).
     pub(super) prior_written: u64,
+    /// The packets in each file closed so far, by name (the last file of that name).
+    on_disk: std::collections::HashMap<String, u64>,
+    /// Packets written to files whose name a later file took again (tcpdump's `-G` with a name
+    /// without a time field writes the one file again each period; a `-C` `-W` ring goes
+    /// round): no longer on disk.
+    pub(super) overwritten: u64,
 }
 
 impl Rotator {
@@ -410,6 +420,8 @@ impl Rotator {
             prior_bytes: 0,
             prior_by_if: Vec::new(),
             prior_written: 0,
+            on_disk: std::collections::HashMap::new(),
+            overwritten: 0,
         };
         let name = r.name(now_s, 1)?;
         Some((r, name))
@@ -460,6 +472,25 @@ impl Rotator {
         })
     }
 
+    /// `-W N` when it is a limit (tcpdump's `-G` without `-C`: the run stops after N files).
+    fn file_limit(&self) -> Option<u32> {
+        self.opts.files.filter(|_| {
+            self.opts.seconds.is_some() && self.opts.size.is_none() && !self.opts.dumpcap
+        })
+    }
+
+    /// What overwrote files of this run when a name was used again: `-G` (its name has no
+    /// time field that changes between periods) or the `-W` ring of `-C`.
+    pub(super) fn overwriter(&self) -> &'static str {
+        if self.opts.size.is_some() && self.opts.files.is_some() && self.opts.seconds.is_none() {
+            "the -W ring"
+        } else if self.opts.seconds.is_some() {
+            "-G"
+        } else {
+            "rotation"
+        }
+    }
+
     /// Whether `-G` is on (the wall clock is read per batch).
     pub(super) fn timed(&self) -> bool {
         self.opts.seconds.is_some()
@@ -504,11 +535,10 @@ impl Rotator {
         };
         let closed = path.clone();
         // -G with -W: the last file is written; the run stops.
-        let limit = self.opts.files.map(u64::from);
         if why == "time"
-            && self.opts.size.is_none()
-            && !self.opts.dumpcap
-            && limit.is_some_and(|n| self.files >= n)
+            && self
+                .file_limit()
+                .is_some_and(|n| self.files >= u64::from(n))
         {
             self.done = true;
             if let Some(s) = &self.opts.stop {
@@ -522,6 +552,8 @@ impl Rotator {
                 opened: None,
                 deleted,
                 why,
+                file: self.files,
+                file_limit: self.file_limit(),
             });
             return Ok(());
         }
@@ -551,6 +583,9 @@ impl Rotator {
             .name(at, self.files + 1)
             .ok_or_else(|| io::Error::other(format!("-G: no file name from '{}'", self.base)))?;
         let f = file::create(&next, &self.inputs).map_err(|e| io::Error::other(e.to_string()))?;
+        // A name used again: the file written under it before is gone (truncated).
+        self.on_disk.insert(closed.clone(), packets);
+        self.overwritten += self.on_disk.remove(&next).unwrap_or(0);
         let sink = RecordFile::new(f, WRITE_BUF);
         let mut w = match self.format {
             WriteFormat::Pcap => Writer::Pcap(PcapWriter::new(sink, self.link, self.snaplen)?),
@@ -596,6 +631,8 @@ impl Rotator {
             opened: Some(next),
             deleted,
             why,
+            file: self.files,
+            file_limit: self.file_limit(),
         });
         Ok(())
     }
