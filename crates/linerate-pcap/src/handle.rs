@@ -832,6 +832,53 @@ mod tests {
         );
     }
 
+    /// The loops' fast path (`ready`, then `next` when it gives nothing) hands out the same
+    /// packets, times included, as `next` alone; it steps aside while a filter runs or one
+    /// direction is asked for.
+    #[test]
+    fn the_fast_path_hands_out_what_next_does_and_steps_aside_for_a_filter() {
+        let mut slow = Vec::new();
+        let mut h = sample();
+        while let Next::Packet(p) = h.next(true, true, &mut || false) {
+            slow.push(p);
+        }
+        assert!(slow.len() > 3);
+        let mut fast = Vec::new();
+        let mut h = sample();
+        let mut via_ready = 0;
+        loop {
+            if let Some(p) = h.ready() {
+                via_ready += 1;
+                fast.push(p);
+                continue;
+            }
+            match h.next(true, true, &mut || false) {
+                Next::Packet(p) => fast.push(p),
+                _ => break,
+            }
+        }
+        // Each handle has its own frames: everything but where the bytes are.
+        let seen = |v: &[Packet]| -> Vec<(u32, u32, i64, i64)> {
+            v.iter().map(|p| (p.caplen, p.len, p.sec, p.frac)).collect()
+        };
+        assert!(seen(&fast) == seen(&slow), "the fast path differs");
+        assert!(
+            via_ready > 0,
+            "every packet after a batch's first goes through ready"
+        );
+        fn keep(_: &[Insn], _: &[u8], _: u32) -> u32 {
+            MAX_SNAPLEN
+        }
+        let mut h = sample();
+        h.set_filter(vec![ret(0), ret(MAX_SNAPLEN)], keep);
+        assert!(matches!(h.next(true, true, &mut || false), Next::Packet(_)));
+        assert_eq!(h.ready(), None);
+        let mut h = sample();
+        assert_eq!(h.set_direction(DIRECTION_IN), 0);
+        assert!(matches!(h.next(true, true, &mut || false), Next::Packet(_)));
+        assert_eq!(h.ready(), None);
+    }
+
     /// The timestamp split with the second of the last packet kept gives what dividing each
     /// time gives: within a second, across seconds, going back in time (an unsorted savefile),
     /// near the epoch and at the largest time, in microseconds and nanoseconds.
