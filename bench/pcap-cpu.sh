@@ -9,7 +9,10 @@
 # CPU = utime+stime from /proc/PID/stat, delta from before the first packet to after the last
 # (the tools are idle around it); per packet = that / tcpdump's "packets captured". For (b) both
 # tcpdump alone and tcpdump + master are shown: the master is part of the cost. Lost = sent -
-# captured. Rounds interleave (a) and (b); medians. By hand, never in CI; needs root.
+# captured. Rounds interleave (a) and (b); medians. The primary figure is tcpdump's ns/pkt from
+# schedstat (run time in ns, not 1/100 s ticks), printed with its spread (the lowest and highest
+# round); more packets a round (SECONDS, or a higher rate) make each round's figure finer: at
+# 500k, 5 s is 2.5 M packets and ~150 ms of CPU. By hand, never in CI; needs root.
 #
 #   sudo bash bench/pcap-cpu.sh [RATES] [SECONDS] [RUNS]   # default "200k 500k", 5 s, 5 rounds
 #   LR=/path/linerate LIB=/path/liblinerate_pcap.so bash bench/pcap-cpu.sh ...   # no build
@@ -22,8 +25,8 @@
 #     /proc/sys/vm/nr_hugepages, put back at exit: a build that knows huge pages puts the segment
 #     there (its summary line "Segment: ..." is shown); other processes on the machine do not see
 #     the mount. HUGE=0 (default): as the machine is (no hugetlbfs here).
-#   PERF=DIR bash bench/pcap-cpu.sh ...   # also `perf record -g` tcpdump over each (b)/(o) round's
-#     sending, to DIR/MODE-RATE-RUN.data (then: perf report -i FILE --no-children); the figures of
+#   PERF=DIR bash bench/pcap-cpu.sh ...   # also `perf record -g` tcpdump over each round's
+#     sending, (a) included, to DIR/MODE-RATE-RUN.data (then: perf report -i FILE --no-children); the figures of
 #     such a run include perf's own cost, not to be compared with a run without it
 # "sleeps" = tcpdump's voluntary context switches over the sending (/proc/PID/status): its waits.
 # "master" = the master's own summary of the round (balance -q): received, delivered to the
@@ -133,7 +136,7 @@ one() {
   t0=$(ticks "$t"); s0=$(cpuns "$t"); v0=$(sleeps "$t")
   [ "$m" != 0 ] && { m0=$(ticks "$m"); n0=$(cpuns "$m"); }
   local perfp=0
-  if [ -n "${PERF:-}" ] && [ "$mode" != a ]; then
+  if [ -n "${PERF:-}" ]; then
     mkdir -p "$PERF"
     perf record -q -g -F 1999 -p "$t" -o "$PERF/$mode-$rate-${ROUND:-0}.data" >/dev/null 2>&1 &
     perfp=$!
@@ -173,6 +176,7 @@ one() {
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+spread() { sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {print lo "-" hi}'; }
 ns() { # TICKS PACKETS: ns per packet
   awk -v t="$1" -v p="$2" -v hz="$HZ" 'BEGIN {printf "%.0f", (p > 0 ? t / hz * 1e9 / p : 0)}'
 }
@@ -227,11 +231,15 @@ for rate in $RATES; do
   SA=$(median <"$TMP/as"); SBT=$(median <"$TMP/bts"); SBM=$(median <"$TMP/bms")
   x() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (a > 0 ? b / a : 0)}'; }
   echo
-  echo "median ns/pkt (utime+stime): (a) $MA; (b) tcpdump $MBT ($(x "$MA" "$MBT")x of (a)), tcpdump + master $MBM ($(x "$MA" "$MBM")x)."
-  echo "median ns/pkt (schedstat): (a) $SA; (b) tcpdump $SBT ($(x "$SA" "$SBT")x), tcpdump + master $SBM ($(x "$SA" "$SBM")x)."
+  echo "**median tcpdump ns/pkt (schedstat, the primary figure), [min-max] of the rounds: (a) $SA [$(spread <"$TMP/as")];" \
+    "(b) $SBT [$(spread <"$TMP/bts")] ($(x "$SA" "$SBT")x of (a))$(
+      [ -n "${OLD_LR:-}" ] && echo "; (o) $(median <"$TMP/ots") [$(spread <"$TMP/ots")] ($(x "$SA" "$(median <"$TMP/ots")")x)")**."
+  echo "median tcpdump + master ns/pkt (schedstat): (b) $SBM [$(spread <"$TMP/bms")] ($(x "$SA" "$SBM")x of (a))$(
+    [ -n "${OLD_LR:-}" ] && echo "; (o) $(median <"$TMP/oms") [$(spread <"$TMP/oms")]")."
+  echo "median ns/pkt (utime+stime, ${HZ} Hz ticks: coarse): (a) $MA; (b) tcpdump $MBT ($(x "$MA" "$MBT")x of (a)), tcpdump + master $MBM ($(x "$MA" "$MBM")x)."
   echo "median lost: (a) $(median <"$TMP/al"), (b) $(median <"$TMP/bl") of $COUNT sent."
   if [ -n "${OLD_LR:-}" ]; then
-    echo "old build (o): median ns/pkt (utime+stime) tcpdump $(median <"$TMP/ot"), tcpdump + master $(median <"$TMP/om"); (schedstat) $(median <"$TMP/ots"), $(median <"$TMP/oms"); median lost $(median <"$TMP/ol")."
+    echo "old build (o): median ns/pkt (utime+stime) tcpdump $(median <"$TMP/ot"), tcpdump + master $(median <"$TMP/om"); median lost $(median <"$TMP/ol")."
   fi
 done
 echo

@@ -926,7 +926,19 @@ fn unactivated(p: Pcap) -> Option<c_int> {
 /// One read on our handle, entry `ep` (looked up once per `pcap_loop`/`pcap_dispatch` call, not
 /// per packet), slot `slot` of the registry: the &mut to the entry lives only for this call,
 /// never across a callback.
+#[inline(always)]
 fn read_one(ep: *mut Entry, slot: usize, wait: bool, forever: bool) -> Next {
+    // SAFETY: as below; this &mut ends with the statement.
+    if let Some(pk) = unsafe { &mut *ep }.h.ready() {
+        // A packet of the batch in hand that needs nothing more: the per-packet path, inlined.
+        return Next::Packet(pk);
+    }
+    read_more(ep, slot, wait, forever)
+}
+
+/// [`read_one`]'s path for the rest: a packet to filter or stamp, or the next batch.
+#[inline(never)]
+fn read_more(ep: *mut Entry, slot: usize, wait: bool, forever: bool) -> Next {
     // SAFETY: `ep` is the registry's pointer for the handle being read, looked up at the start
     // of this pcap_loop/pcap_dispatch call; libpcap's contract forbids closing a handle while a
     // loop on it runs, so it is still live, and (as in `ours`) no other &mut to it is alive:
