@@ -1922,6 +1922,65 @@ mod fast_parse {
         let big = vec![0u8; 70000];
         assert_eq!(parse_frame(&big, true).parsed, 0);
     }
+
+    /// A read-only tool's batch (balance, fwd): the slots written as the batch is loaded, the
+    /// common frame's straight into the slot, hold what the parse finds, common frame or not.
+    #[test]
+    fn the_slots_of_a_loaded_batch_hold_what_the_parse_finds() {
+        let f = super::tests_support::udp_frame(53);
+        let mut frames = Vec::new();
+        for (at, v) in [
+            (12, 8),
+            (14, 0x46),
+            (17, 30),
+            (17, 200),
+            (20, 0x20),
+            (23, 6),
+        ] {
+            let mut g = f.clone();
+            g[at] = v;
+            frames.push(g.clone());
+            frames.push(g[..41].to_vec());
+        }
+        frames.extend([f.clone(), f[..42].to_vec(), f[..20].to_vec()]);
+        let lua = super::tests_support::new_lua();
+        let access = Access {
+            tool: "balance",
+            write: false,
+            drop: true,
+        };
+        let pk = Packets::new(&lua, access, LinkType::ETHERNET).unwrap();
+        let b = super::tests_support::many(&frames);
+        for round in 0..2 {
+            assert_eq!(pk.load(&b, &[]).unwrap(), frames.len());
+            for (i, s) in pk.shared.pkts[..frames.len()].iter().enumerate() {
+                let base = s.addr.get();
+                let head = |h: &Cell<u64>| match h.get() {
+                    0 => 0,
+                    h => h - base + 1,
+                };
+                let got = [
+                    u64::from(s.parsed.get()),
+                    u64::from(s.ver.get()),
+                    u64::from(s.proto.get()),
+                    u64::from(s.nvl.get()),
+                    u64::from(s.l4ok.get()),
+                    u64::from(s.l3.get()),
+                    u64::from(s.l4.get()),
+                    u64::from(s.l3e.get()),
+                    u64::from(s.pay.get()),
+                    head(&s.heads[0]),
+                    head(&s.heads[1]),
+                    head(&s.heads[2]),
+                    head(&s.heads[3]),
+                ];
+                let d = b.data(i);
+                assert_eq!(base, d.as_ptr() as u64);
+                assert_eq!(got, fields(&parse_frame(d, true), base), "{round} {i}");
+            }
+            pk.done();
+        }
+    }
 }
 
 #[cfg(all(test, not(loom)))]
