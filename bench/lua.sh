@@ -6,14 +6,21 @@
 #           modify() setting p.ip4.src and p.udp.sport (goal >= 0.8x)
 #   gen     8 math.random calls per packet into 4 fields (MoonGen's heavy case) vs the same
 #           fields random by flags (goal >= 0.4x)
-#   balance --threads -i source -n 2: -m lua:F (q[i] = ttl % 2, the fast form) vs -m ip
-#           (goal >= 0.8x); the table form is shown too
+#   balance --threads -i source -n 2 -g 0:1,1: -m lua:F (q[i] = ttl % 2, the fast form) vs -m ip
+#           (goal >= 0.8x); the table form is shown too. One placement for every balance run
+#           (BAL_CORES, default 0:1,1: the master alone on core 0, both consumer threads on core 1,
+#           as zbalance_ipc gives its master a core): left to the scheduler, the master shared a
+#           core with a consumer in some runs and not in others, and the row had two speeds
+#           (31 and 47 Mpps for -m ip in one run). Its CPU figure is the master thread's own
+#           (its schedstat, read every 20 ms until it exits): the consumers' polling is not
+#           the master's work
 #   fwd     -i pcap:F (PKTS packets) -o pcap:/dev/null: --script dropping DNS vs no script
 #           (goal >= 0.8x)
 #
 #   bash bench/lua.sh [BIN] [ROUNDS] [SECONDS]     (target/release/linerate, 5 rounds, 2 s)
 #   OLD=/tmp/lr-main-rel bash bench/lua.sh        A/B: each scripted row also with OLD
-#   ONLY=gen bash bench/lua.sh                     only the rows whose name matches (a regex)
+#   ONLY='balance|fwd' bash bench/lua.sh          only the rows whose name matches (grep -E);
+#                                                 the ratios of rows left out print nan
 #
 # Interleaved: each round runs every command once, starting one command further on; prints every
 # run, then the medians and ratios. gen and balance run SECONDS each (their JSON summary gives
@@ -27,12 +34,14 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 BIN=$(realpath -e "${1:-target/release/linerate}") || exit 2
 ROUNDS=${2:-5} SECS=${3:-2} PKTS=${PKTS:-2000000}
+ONLY=${ONLY:-} BAL_CORES=${BAL_CORES:-0:1,1}
 OLD=${OLD:-}
 [ -z "$OLD" ] || OLD=$(realpath -e "$OLD") || exit 2
 W=$(mktemp -d /tmp/linerate-lua.XXXXXX)
 trap 'rm -rf -- "$W"' EXIT
 PCAP=bench/out/lua-$PKTS.pcap
 mkdir -p bench/out
+[ -s "$PCAP" ] || python3 bench/mkpcap.py "$PCAP" "$PKTS" 1000 || exit 1
 
 cat >"$W/set.lua" <<'EOF'
 -- 256 sources x 1000 ports, as --flows 256 --sport 1024-2023
@@ -83,7 +92,7 @@ EOF
 GEN=(gen -o pcap:/dev/null -t "${SECS}s" --json -q)
 RANDF=(--src-ip random:10.0.0.0-10.255.255.255 --dst-ip random:198.18.0.0-198.18.255.255
        --sport random:1024-17407 --dport random:1024-17407)
-BAL=(balance --threads -i source -n 2 -t "$SECS" --json --quiet)
+BAL=(balance --threads -i source -n 2 -g "$BAL_CORES" -t "$SECS" --json --quiet)
 # Each prints "PPS NS": the wall-clock rate and the CPU time (all threads: perf stat's
 # task-clock, or user + system from /usr/bin/time, 10 ms steps, without perf) per packet in ns,
 # which the other helpers' load moves much less than the rate.
@@ -107,10 +116,19 @@ gen_pps() {
   out=$("${TIMED[@]}" "$@" 2>/dev/null | jq -r 'select(.type=="summary") | "\(.pps) \(.pkts)"' | tail -1)
   echo "${out% *} $(cpu_ns "$W/cpu" "${out#* }")"
 }
+# balance: the master thread's CPU time (the main thread: /proc/PID/task/PID/schedstat, ns,
+# read every 20 ms while it runs; the last read is at most 20 ms before its end).
 bal_pps() {
-  local out
-  out=$("${TIMED[@]}" "$@" 2>/dev/null | jq -r 'select(.type=="summary") | "\(.rx / .elapsed_ms * 1000) \(.rx)"' | tail -1)
-  echo "${out% *} $(cpu_ns "$W/cpu" "${out#* }")"
+  local out pid ns=0 v
+  "$@" >"$W/bal.json" 2>/dev/null &
+  pid=$!
+  while [ -r "/proc/$pid/task/$pid/schedstat" ]; do
+    read -r v _ <"/proc/$pid/task/$pid/schedstat" 2>/dev/null && ns=${v:-$ns}
+    sleep 0.02
+  done
+  wait "$pid"
+  out=$(jq -r 'select(.type=="summary") | "\(.rx / .elapsed_ms * 1000) \(.rx)"' "$W/bal.json" | tail -1)
+  echo "${out% *} $(python3 -c "print(round($ns / float('${out#* }'), 1))" 2>/dev/null || echo nan)"
 }
 fwd_pps() {
   local t0 t1
@@ -142,21 +160,18 @@ if [ -n "$OLD" ]; then
   )
 fi
 
-# ONLY=REGEX: only the rows whose name matches it (ONLY=gen: the gen rows, scripted, flags and
-# OLD); the ratios of rows left out print as nan.
-ALL=("${ROWS[@]}")
-if [ -n "${ONLY:-}" ]; then
+ALL_ROWS=("${ROWS[@]}")
+if [ -n "$ONLY" ]; then
   KEEP=()
   for row in "${ROWS[@]}"; do
-    [[ ${row%%|*} =~ $ONLY ]] && KEEP+=("$row")
+    if grep -qE -- "$ONLY" <<<"${row%%|*}"; then KEEP+=("$row"); fi
   done
   ROWS=("${KEEP[@]}")
+  [ ${#ROWS[@]} -gt 0 ] || { echo "bench/lua.sh: ONLY='$ONLY' matches no row" >&2; exit 2; }
 fi
-case "${ROWS[*]}" in
-  *"|fwd|"*) [ -s "$PCAP" ] || python3 bench/mkpcap.py "$PCAP" "$PKTS" 1000 || exit 1 ;;
-esac
-echo "# bench/lua.sh, $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), $ROUNDS rounds${ONLY:+, ONLY=$ONLY}, ${SECS}s runs, $PKTS-packet file"
-echo "# BIN $BIN${OLD:+, OLD $OLD}"
+
+echo "# bench/lua.sh, $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), $ROUNDS rounds, ${SECS}s runs, $PKTS-packet file"
+echo "# BIN $BIN${OLD:+, OLD $OLD}${ONLY:+, ONLY '$ONLY'}; balance placement -g $BAL_CORES (CPU: the master thread's)"
 declare -A V CPU
 NR=${#ROWS[@]}
 for r in $(seq "$ROUNDS"); do
@@ -179,10 +194,15 @@ for r in $(seq "$ROUNDS"); do
 done
 med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR==0 ? "nan" : a[int((NR+1)/2)])}'; }
 declare -A M MC
-for row in "${ALL[@]}"; do M[${row%%|*}]=nan MC[${row%%|*}]=nan; done
+for row in "${ALL_ROWS[@]}"; do M[${row%%|*}]=nan MC[${row%%|*}]=nan; done
 echo
-echo "| command | runs (Mpps) | median (Mpps) | CPU ns/packet, runs | median |"
-echo "|---|---|---|---|---|"
+# spread: (max - min) / median of the runs, in %
+spread() { printf '%s\n' "$@" | python3 -c "
+import math, sys
+v = sorted(x for x in (float(l) for l in sys.stdin if l.strip()) if not math.isnan(x))
+print(f'{(v[-1] - v[0]) / v[(len(v) - 1) // 2] * 100:.0f} %' if v and v[(len(v) - 1) // 2] else 'nan')"; }
+echo "| command | runs (Mpps) | median (Mpps) | spread | CPU ns/packet, runs | median | spread |"
+echo "|---|---|---|---|---|---|---|"
 for row in "${ROWS[@]}"; do
   name=${row%%|*} cmd=${row##*|}
   # shellcheck disable=SC2086
@@ -190,7 +210,8 @@ for row in "${ROWS[@]}"; do
   # shellcheck disable=SC2086
   MC[$name]=$(med ${CPU[$name]})
   runs=$(for v in ${V[$name]}; do python3 -c "import math; v=float('$v'); print('nan' if math.isnan(v) else f'{v/1e6:.2f}')"; done | tr '\n' ' ')
-  echo "| \`${cmd//$W\//}\` ($name) | $runs | $(python3 -c "print(f'{float(\"${M[$name]}\")/1e6:.2f}')") | ${CPU[$name]} | ${MC[$name]} |"
+  # shellcheck disable=SC2086
+  echo "| \`${cmd//$W\//}\` ($name) | $runs | $(python3 -c "print(f'{float(\"${M[$name]}\")/1e6:.2f}')") | $(spread ${V[$name]}) | ${CPU[$name]} | ${MC[$name]} | $(spread ${CPU[$name]}) |"
 done
 ratio() { python3 -c "print(f'{float(\"$1\") / float(\"$2\"):.3f}')" 2>/dev/null || echo nan; }
 echo
