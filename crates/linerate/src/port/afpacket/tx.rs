@@ -2,7 +2,8 @@
 //!
 //! Each packet of a batch is copied into the next free frame (`TP_STATUS_AVAILABLE`), marked
 //! `TP_STATUS_SEND_REQUEST`, and one `sendto(fd, NULL, 0, MSG_DONTWAIT)` per batch asks the
-//! kernel to send every requested frame. The socket is bound with protocol 0, so it receives
+//! kernel to send every requested frame (frames built in place: one per ring, see
+//! [`TxRing::build`]). The socket is bound with protocol 0, so it receives
 //! nothing. PACKET_LOSS makes the kernel skip a frame it cannot send instead of stalling the ring.
 
 use super::sys;
