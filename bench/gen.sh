@@ -22,9 +22,18 @@
 # core 0 (1 core) or cores 0-1 (2 cores), for SECONDS (default 6); pps = vB rx_packets delta
 # over the run. Tools that are not installed are skipped. Prints a Markdown table (PEERS.md has
 # the reference figures). Runs by hand, not in CI.
+#
+# The two goal pairs of the AF_PACKET and AF_XDP copy-mode senders (linerate gen afpacket: vs
+# trafgen -P 1, linerate gen xsk vs testpmd txonly af_xdp) swing by 5 % from one run to the next
+# on this machine, as much as the gap the goal measures: each pair runs ROUNDS (default 5)
+# interleaved rounds of GOAL_SECS (default 2) s each (odd rounds linerate first, even rounds the
+# peer first), and its rows and the goals show the medians, with the spread of the rounds (pps
+# min-max and the ratio of each round) beside them. Every other row is one run of SECS seconds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-6}
+ROUNDS=${ROUNDS:-5}
+GOAL_SECS=${GOAL_SECS:-2}
 OUT=bench/out
 mkdir -p "$OUT"
 cargo build --release -q -p linerate-cli || exit 1
@@ -58,32 +67,53 @@ cat > "$OUT/udp64.cfg" <<CFG
 CFG
 rxpk() { ip netns exec "$B" cat /sys/class/net/vB/statistics/rx_packets; }
 
-declare -A R
+declare -A R V SPREAD
 ORDER=()
-# run NAME CORES COMMAND...: runs the sender in A for SECS seconds, records vB's rx pps.
+# run NAME CORES COMMAND...: runs the sender in A for WIN (default SECS) seconds after WARM
+# (default 1) s, records vB's rx pps in R[NAME] and appends it to V[NAME] (the rounds).
 run() {
   local name=$1 cores=$2; shift 2
   local r0 r1 t0 t1
   setsid ip netns exec "$A" taskset -c "$cores" "$@" >"$OUT/gen-$name.out" 2>&1 &
   PGID=$!
-  sleep 1
+  sleep "${WARM:-1}"
   r0=$(rxpk); t0=$(date +%s.%N)
-  sleep "$SECS"
+  sleep "${WIN:-$SECS}"
   r1=$(rxpk); t1=$(date +%s.%N)
   kill -INT -- -"$PGID" 2>/dev/null; sleep 0.3; kill -KILL -- -"$PGID" 2>/dev/null
   wait "$PGID" 2>/dev/null; PGID=
   R[$name]=$(python3 -c "print(round(($r1-$r0)/($t1-$t0)))")
-  ORDER+=("$name")
+  [ -n "${V[$name]:-}" ] || ORDER+=("$name")
+  V[$name]="${V[$name]:-} ${R[$name]}"
   echo "  $name: ${R[$name]} pps" >&2
+}
+# rounds NAME_A FN_A NAME_B FN_B: ROUNDS interleaved rounds of two senders (FN_x runs one, for
+# GOAL_SECS s), odd rounds A first; then R[NAME] is the median of its rounds, SPREAD[NAME] its
+# min-max, and SPREAD[NAME_A/NAME_B] the ratio of each round (min-max and all of them).
+rounds() {
+  local a=$1 fa=$2 b=$3 fb=$4 r
+  for r in $(seq "$ROUNDS"); do
+    if ((r % 2)); then WIN=$GOAL_SECS $fa; WIN=$GOAL_SECS $fb; else WIN=$GOAL_SECS $fb; WIN=$GOAL_SECS $fa; fi
+  done
+  for n in "$a" "$b"; do
+    [ -n "${V[$n]:-}" ] || continue
+    read -r "R[$n]" "SPREAD[$n]" < <(python3 -c "import statistics as s; v=sorted(map(int,'${V[$n]}'.split())); print(round(s.median(v)), f'{v[0]:,}-{v[-1]:,}')")
+  done
+  [ -n "${V[$a]:-}" ] && [ -n "${V[$b]:-}" ] || return 0
+  SPREAD[$a/$b]=$(python3 -c "
+a=list(map(int,'${V[$a]}'.split())); b=list(map(int,'${V[$b]}'.split()))
+q=[x/max(1,y) for x,y in zip(a,b)]
+print(f'ratio per round {min(q):.3f}-{max(q):.3f}× (' + ', '.join(f'{x:.3f}' for x in q) + ')')")
 }
 
 LRARGS=(gen -o afpacket:vA --dst-mac "$DMAC" --src-mac "$MACA" --src-ip 198.18.0.1
-        --dst-ip 198.18.0.2 --size 64 --no-probe -t $((SECS + 3)) -q)
-run "linerate gen (1 core)" 0 "$LR" "${LRARGS[@]}"
-run "linerate gen --threads 2" 0-1 "$LR" "${LRARGS[@]}" --threads 2
+        --dst-ip 198.18.0.2 --size 64 --no-probe -q)
+TGARGS=(--no-sock-mem -Q -C -i "$OUT/udp64.cfg" --cpp -D DMAC="$DMAC" -D SMAC="$MACA" -o vA)
+lr1() { run "linerate gen (1 core)" 0 "$LR" "${LRARGS[@]}" -t $((GOAL_SECS + 3)); }
+tg1() { command -v trafgen >/dev/null && run "trafgen -P 1" 0 trafgen -P 1 "${TGARGS[@]}"; }
+rounds "linerate gen (1 core)" lr1 "trafgen -P 1" tg1
+run "linerate gen --threads 2" 0-1 "$LR" "${LRARGS[@]}" -t $((SECS + 3)) --threads 2
 if command -v trafgen >/dev/null; then
-  run "trafgen -P 1" 0 trafgen --no-sock-mem -Q -C -P 1 -i "$OUT/udp64.cfg" --cpp \
-    -D DMAC="$DMAC" -D SMAC="$MACA" -o vA
   run "trafgen -P 2" 0-1 trafgen --no-sock-mem -Q -C -P 2 -i "$OUT/udp64.cfg" --cpp \
     -D DMAC="$DMAC" -D SMAC="$MACA" -o vA
 fi
@@ -98,19 +128,28 @@ if command -v dpdk-testpmd >/dev/null; then
        --total-num-mbufs=32768)
   run "testpmd txonly af_packet" 0-1 "${TP[@]}" \
     --vdev net_af_packet0,iface=vA,qpairs=1,blocksz=4096,framesz=2048,framecnt=4096 "${TPA[@]}"
-  run "testpmd txonly af_xdp" 0-1 "${TP[@]}" \
-    --vdev net_af_xdp0,iface=vA,start_queue=0,queue_count=1 "${TPA[@]}"
 fi
 # The AF_XDP copy-mode sender in the same conditions as testpmd's af_xdp row (it sends by
 # sendto, not by XDP redirect, and needs no program on vB; with XDP_DROP on vB the receiving
 # veth would copy each frame into a page for XDP, work testpmd's row does not pay), on one
-# socket on queue 0 as testpmd's queue_count=1 (xdp:vA alone opens every queue). vA first
-# loses the program testpmd's af_xdp port may have left.
+# socket on queue 0 as testpmd's queue_count=1 (xdp:vA alone opens every queue). vA loses the
+# program testpmd's af_xdp port may have left before each run; testpmd takes 1-2 s to start
+# sending (WARM=2 for it).
+tpx() {
+  command -v dpdk-testpmd >/dev/null || return 0
+  ip -n "$A" link set dev vA xdp off 2>/dev/null
+  WARM=2 run "testpmd txonly af_xdp" 0-1 "${TP[@]}" \
+    --vdev net_af_xdp0,iface=vA,start_queue=0,queue_count=1 "${TPA[@]}"
+  ip -n "$A" link set dev vA xdp off 2>/dev/null
+}
+lrx() {
+  run "linerate gen xsk (1 core)" 0 "$LR" gen -o xdp:vA@0 --engine xsk --dst-mac "$DMAC" \
+    --src-mac "$MACA" --src-ip 198.18.0.1 --dst-ip 198.18.0.2 --size 64 --no-probe \
+    -t $((GOAL_SECS + 3)) -q
+  ip -n "$A" link set dev vA xdp off 2>/dev/null
+}
 ip -n "$A" link set dev vA xdp off 2>/dev/null
-run "linerate gen xsk (1 core)" 0 "$LR" gen -o xdp:vA@0 --engine xsk --dst-mac "$DMAC" \
-  --src-mac "$MACA" --src-ip 198.18.0.1 --dst-ip 198.18.0.2 --size 64 --no-probe \
-  -t $((SECS + 3)) -q
-ip -n "$A" link set dev vA xdp off 2>/dev/null
+rounds "linerate gen xsk (1 core)" lrx "testpmd txonly af_xdp" tpx
 
 # XDP rows: XDP_DROP on vB; vA without the program testpmd's af_xdp port may have left.
 ip -n "$A" link set dev vA xdp off 2>/dev/null
@@ -151,7 +190,7 @@ fi
 ip -n "$B" link set dev vB xdpdrv off
 
 echo
-echo "## Generation on veth, 64 B frames, ${SECS} s each (pps received by vB)"
+echo "## Generation on veth, 64 B frames, ${SECS} s each; the two goal pairs ${ROUNDS} interleaved rounds of ${GOAL_SECS} s (pps received by vB)"
 echo
 echo "| sender | cores | pps | vs linerate (1 core) |"
 echo "|---|---|---|---|"
@@ -159,14 +198,20 @@ base=${R["linerate gen (1 core)"]}
 . bench/lib.sh
 # The send path's goals as the performance issue restated them: on veth the kernel's AF_PACKET and
 # copy-mode AF_XDP send take ~90 % of the sender's core, so the ceiling is the peer's own rate.
-goal "gen afpacket:, 1 core" "${R["linerate gen (1 core)"]:-}" "trafgen -P 1" "${R["trafgen -P 1"]:-}" 0.98 pps
-goal "gen xdp: --engine xsk, 1 core" "${R["linerate gen xsk (1 core)"]:-}" "testpmd txonly af_xdp" "${R["testpmd txonly af_xdp"]:-}" 1.0 pps
+# The two interleaved pairs: medians, the ratio of each round beside.
+goal "gen afpacket:, 1 core (median of $ROUNDS, interleaved; ${SPREAD["linerate gen (1 core)/trafgen -P 1"]:-})" "${R["linerate gen (1 core)"]:-}" "trafgen -P 1" "${R["trafgen -P 1"]:-}" 0.98 pps
+goal "gen xdp: --engine xsk, 1 core (median of $ROUNDS, interleaved; ${SPREAD["linerate gen xsk (1 core)/testpmd txonly af_xdp"]:-})" "${R["linerate gen xsk (1 core)"]:-}" "testpmd txonly af_xdp" "${R["testpmd txonly af_xdp"]:-}" 1.0 pps
 goal "gen xdp: live engine, 1 core" "${R["linerate gen live (1 core)"]:-}" "xdp-trafficgen udp (1 thread)" "${R["xdp-trafficgen udp (1 thread)"]:-}" 1.2 pps
 goal "gen xdp: live engine, 2 threads" "${R["linerate gen live --threads 2"]:-}" "xdp-trafficgen udp -t 2" "${R["xdp-trafficgen udp -t 2"]:-}" 1.0 pps
 for n in "${ORDER[@]}"; do
   cores=1; case $n in *"-P 2"*|*"threads 2"*|*"-t 2"*) cores=2;; esac
   case $n in testpmd*) cores="1 fwd + 1 main";; esac
-  python3 -c "print(f'| {\"$n\"} | $cores | {${R[$n]}:,} | {${R[$n]}/max(1,$base):.2f}× |')"
+  label=$n
+  [ -n "${SPREAD[$n]:-}" ] && label="$n (median of $ROUNDS × ${GOAL_SECS} s, interleaved; ${SPREAD[$n]})"
+  python3 -c "print(f'| {\"$label\"} | $cores | {${R[$n]}:,} | {${R[$n]}/max(1,$base):.2f}× |')"
+done
+for p in "linerate gen (1 core)/trafgen -P 1" "linerate gen xsk (1 core)/testpmd txonly af_xdp"; do
+  [ -n "${SPREAD[$p]:-}" ] && echo && echo "$p: ${SPREAD[$p]}"
 done
 
 echo

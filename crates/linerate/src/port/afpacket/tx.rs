@@ -2,7 +2,8 @@
 //!
 //! Each packet of a batch is copied into the next free frame (`TP_STATUS_AVAILABLE`), marked
 //! `TP_STATUS_SEND_REQUEST`, and one `sendto(fd, NULL, 0, MSG_DONTWAIT)` per batch asks the
-//! kernel to send every requested frame. The socket is bound with protocol 0, so it receives
+//! kernel to send every requested frame (frames built in place: one per ring, see
+//! [`TxRing::build`]). The socket is bound with protocol 0, so it receives
 //! nothing. PACKET_LOSS makes the kernel skip a frame it cannot send instead of stalling the ring.
 
 use super::sys;
@@ -14,10 +15,29 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// Offset of the packet in a frame: the kernel's default for TPACKET_V2 transmit
 /// (`TPACKET2_HDRLEN - sizeof(struct sockaddr_ll)`).
 const DATA_OFF: usize = libc::TPACKET2_HDRLEN - std::mem::size_of::<libc::sockaddr_ll>();
-/// Most bytes a transmit ring maps.
-const MAX_RING_BYTES: usize = 16 << 20;
+/// Most bytes a transmit ring maps: 512 frames of 2 KiB. Like trafgen's ring (256 frames of
+/// 2 KiB on a veth) it stays in the core's L2 cache and TLB, where a ring of 8 MiB (4,096
+/// frames) had each frame's status line and page fetched again a ring later, ~30 ns a packet
+/// in user space (BENCHMARKS.md, "gen afpacket: a ring of 512 frames kicked when full").
+const MAX_RING_BYTES: usize = 1 << 20;
 /// Frames a transmit ring has at most.
 const MAX_FRAMES: usize = 4096;
+/// Frames a transmit ring has at least, whatever their size: a burst.
+const MIN_FRAMES: usize = BATCH;
+
+/// The ring for frames of up to `max_len` bytes and up to `frames` frames: (frame size, block
+/// size, blocks). Frames of a power of two (2 KiB at least) hold the packet after
+/// [`DATA_OFF`]; blocks of 64 KiB (one frame at least) hold whole frames; at most
+/// [`MAX_RING_BYTES`], and [`MIN_FRAMES`] frames whatever their size.
+fn geometry(max_len: usize, frames: u32) -> (usize, usize, usize) {
+    let frame_size = (max_len + DATA_OFF).next_power_of_two().max(2048);
+    let block_size = frame_size.max(1 << 16);
+    let frames = (frames as usize)
+        .clamp(MIN_FRAMES, MAX_FRAMES)
+        .min((MAX_RING_BYTES / frame_size).max(MIN_FRAMES));
+    let per_block = block_size / frame_size;
+    (frame_size, block_size, frames.div_ceil(per_block))
+}
 /// An 802.1Q tag.
 const VLAN_LEN: usize = 4;
 
@@ -45,6 +65,8 @@ pub(super) struct TxRing {
     max_plain: usize,
     /// The kernel did not take every requested frame on the last kick.
     unsent: bool,
+    /// Frames [`TxRing::build`] requested since the last kick.
+    since_kick: usize,
 }
 
 impl TxRing {
@@ -65,14 +87,8 @@ impl TxRing {
         let _ = sys::setopt(&fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1i32);
         let max_len = max_frame(mtu, link, true);
         let max_plain = max_frame(mtu, link, false);
-        let frame_size = (max_len + DATA_OFF).next_power_of_two().max(2048);
-        let block_size = frame_size.max(1 << 16);
-        let frames = (frames as usize)
-            .clamp(64, MAX_FRAMES)
-            .min((MAX_RING_BYTES / frame_size).max(block_size / frame_size));
-        let per_block = block_size / frame_size;
-        let blocks = frames.div_ceil(per_block);
-        let frames = blocks * per_block;
+        let (frame_size, block_size, blocks) = geometry(max_len, frames);
+        let frames = blocks * (block_size / frame_size);
         let req = libc::tpacket_req {
             tp_block_size: block_size as u32,
             tp_block_nr: blocks as u32,
@@ -95,6 +111,7 @@ impl TxRing {
             max_len,
             max_plain,
             unsent: false,
+            since_kick: 0,
         })
     }
 
@@ -120,6 +137,7 @@ impl TxRing {
                 0,
             )
         };
+        self.since_kick = 0;
         if r >= 0 {
             self.unsent = false;
             return Ok(());
@@ -228,7 +246,7 @@ impl TxRing {
             i = if i + 1 == self.frames { 0 } else { i + 1 };
         }
         if free == 0 {
-            if self.unsent {
+            if self.unsent || self.since_kick > 0 {
                 self.kick()?;
             }
             return Ok(0);
@@ -299,7 +317,13 @@ impl TxRing {
                 self.head + 1
             };
         }
-        if queued > 0 || self.unsent {
+        // One kick for the whole ring, as trafgen does: a sendto for each 64-frame batch cost
+        // the kernel ~60 ns a packet more on a veth (BENCHMARKS.md, "gen afpacket: a ring of
+        // 512 frames kicked when full"). A short batch (the end of a count, the ring's end,
+        // the kernel still holding frames) is sent at once, and so are the requested frames
+        // when the ring has no free one left (above) or the caller flushes (the end of a run).
+        self.since_kick += queued;
+        if self.unsent || (self.since_kick > 0 && (self.since_kick >= self.frames || n < BATCH)) {
             self.kick()?;
         }
         self.prefetch_next();
@@ -328,7 +352,7 @@ impl TxRing {
 
     /// Sends what an earlier kick left behind.
     pub(super) fn flush(&mut self) -> Result<(), PortError> {
-        if self.unsent {
+        if self.unsent || self.since_kick > 0 {
             self.kick()?;
         }
         Ok(())
@@ -353,6 +377,34 @@ impl Drop for TxRing {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_geometry_stays_small_and_holds_a_burst() {
+        // A 1500 B MTU (1518 B with a tag): 512 frames of 2 KiB in 64 KiB blocks, 1 MiB.
+        let (fs, bs, blocks) =
+            geometry(max_frame(1500, crate::port::LinkType::ETHERNET, true), 4096);
+        assert_eq!((fs, bs, blocks), (2048, 1 << 16, 16));
+        assert_eq!(blocks * bs, MAX_RING_BYTES);
+        // Fewer frames asked: as many, rounded up to whole blocks, never under a burst.
+        assert_eq!(geometry(1518, 100), (2048, 1 << 16, 4));
+        assert_eq!(geometry(1518, 1), (2048, 1 << 16, 2));
+        // Jumbo frames: a burst of frames of 16 KiB, past the byte budget rather than under a
+        // burst; a 64 KiB frame is a block of its own.
+        let (fs, bs, blocks) = geometry(9018, 4096);
+        assert_eq!((fs, bs), (16384, 1 << 16));
+        assert_eq!(blocks * (bs / fs), BATCH);
+        let (fs, bs, blocks) = geometry(65536 + 18, 4096);
+        assert_eq!((fs, bs, blocks), (1 << 17, 1 << 17, BATCH));
+        for len in [60, 1518, 9018, 65554] {
+            let (fs, bs, blocks) = geometry(len, 4096);
+            assert!(len + DATA_OFF <= fs && bs % fs == 0 && blocks * (bs / fs) >= BATCH);
         }
     }
 }
