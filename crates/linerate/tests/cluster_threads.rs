@@ -6,7 +6,7 @@ use linerate::apps::balance::{
     self, source::SourcePort, BalanceOptions, Distributor, Mode, Threads,
 };
 use linerate::cluster::{ClusterConfig, Master};
-use linerate::mem::{Batch, Desc, Pool, PoolConfig};
+use linerate::mem::{Batch, Desc, Pool, PoolConfig, BATCH};
 use linerate::port::{LinkType, Port, PortError, PortStats};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -1607,6 +1607,83 @@ fn bursts_of_w_minus_1_w_and_w_plus_1_never_leave_the_reader_asleep_on_enough() 
     master.close();
     reader.join().unwrap();
     assert_eq!(got.load(SeqCst), sent);
+}
+
+/// Full batches (64 packets: the input keeps up) are published without the fence between the
+/// head store and the look at a sleeping reader's word (`Master::wake_readers`): the look after
+/// a fence waits for the 8th batch, a batch short of full, or the master loop's idle poll
+/// (`Master::idle`). A reader that fell asleep on `W` (two batches; its cap far away: 10 s) at
+/// any moment of bursts of one, two and three full batches, each after a pause of 0 to 10 µs,
+/// has every packet within 2 s of the master going idle: no wake-up is lost for good.
+#[test]
+fn full_batches_published_without_the_fence_leave_no_reader_asleep_once_the_master_idles() {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    const W: usize = 2 * BATCH;
+    const ROUNDS: usize = 300;
+    let cfg = ClusterConfig {
+        apps: vec![1],
+        slots: 1024, // a quarter: 256, W fits
+        ..Default::default()
+    };
+    let mut master = Master::anon(&cfg).unwrap();
+    let mut c = master.consumer(0).unwrap();
+    c.set_wait_cap(Duration::from_secs(10));
+    let pool = Arc::new(
+        Pool::new(&PoolConfig {
+            frames: 1024,
+            ..Default::default()
+        })
+        .unwrap(),
+    );
+    let got = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let (g, d) = (got.clone(), done.clone());
+    let reader = std::thread::spawn(move || {
+        let mut b = Batch::new();
+        while !d.load(SeqCst) {
+            let n = c.rx(&mut b).unwrap();
+            b.clear();
+            if n > 0 {
+                g.fetch_add(n as u64, SeqCst);
+                continue;
+            }
+            c.wait(W, Duration::from_secs(10));
+        }
+    });
+    let spin = |ns: u64| {
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_nanos(ns) {
+            std::hint::spin_loop();
+        }
+    };
+    let mut sent = 0u64;
+    for round in 0..ROUNDS {
+        for batches in 1..=3 {
+            for _ in 0..batches {
+                let (mut b, m) = packets_for_queue_0(&pool, BATCH);
+                spin((round % 41) as u64 * 250);
+                master.distribute(&mut b, &m);
+                sent += BATCH as u64;
+            }
+            // The master's loop, nothing more to distribute: its idle polls.
+            let t0 = std::time::Instant::now();
+            while sent - got.load(SeqCst) >= W as u64 {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(2),
+                    "round {round}, {batches} full batches: the reader has {} of {sent} \
+                     packets after 2 s of idle polls (asleep with W or more waiting)",
+                    got.load(SeqCst)
+                );
+                master.idle();
+                std::hint::spin_loop();
+            }
+        }
+    }
+    done.store(true, SeqCst);
+    master.close();
+    reader.join().unwrap();
+    assert!(got.load(SeqCst) <= sent);
+    assert!(sent - got.load(SeqCst) < W as u64);
 }
 
 /// A consumer asleep on an idle queue (`ClusterPort::wait`, its 20 ms cap) is waiting, not

@@ -94,6 +94,11 @@ pub struct Master {
     pub(super) tx_malformed: u64,
     pub(super) tx_batch: Batch,
     pub(super) batches: u32,
+    /// The batch being distributed filled its input's batch (see [`Master::wake_readers`]).
+    pub(super) full_batch: bool,
+    /// Queues published since their sleepers were last looked at after a fence (see
+    /// [`Master::wake_readers`]).
+    pub(super) unfenced: u64,
     pub(super) consumer_timeout_ms: Option<u64>,
     /// The name this master gave its segment, and the file's (device, inode).
     pub(super) published: Option<(PathBuf, u64, u64)>,
@@ -405,6 +410,8 @@ impl Master {
             tx_malformed: 0,
             tx_batch: Batch::new(),
             batches: 0,
+            full_batch: false,
+            unfenced: 0,
             consumer_timeout_ms: None,
             published: None,
             placement: None,
@@ -455,6 +462,7 @@ impl Master {
     /// the wire's pool has no free chunk. Does nothing otherwise.
     #[inline]
     pub fn idle(&mut self) {
+        self.wake_unfenced();
         if self
             .free
             .share
@@ -699,6 +707,7 @@ impl Master {
         let nq = self.q.len();
         let all = if nq == 64 { u64::MAX } else { (1u64 << nq) - 1 };
         let total = batch.len();
+        self.full_batch = total >= BATCH;
         let n = total.min(masks.len()).min(BATCH);
         let descs = batch.descs();
 
@@ -1104,7 +1113,7 @@ impl Master {
                 }
             }
         }
-        if published != 0 {
+        if published | self.unfenced != 0 {
             self.wake_readers(published);
         }
     }
@@ -1123,26 +1132,61 @@ impl Master {
     /// the word no longer holds the value it slept on. Our count (`outstanding`: published
     /// and not taken back) is at least what the consumer has left to read, so we never wake it
     /// later than it asked.
+    ///
+    /// The fence (an `mfence`: it waits until the batch's slot and head stores, lines the
+    /// consumer's core last held, have reached the cache) is paid once per 8 batches while
+    /// the input fills every batch: after a full batch another follows at once, and a reader
+    /// that went to sleep without seeing this one (its load of head before our store was
+    /// seen) has its word looked at again after a fence at most 8 batches later, at the first
+    /// batch short of full, at the loop's next idle poll ([`Master::idle`]), at
+    /// [`Master::maintain`] or at [`Master::close`]; and its sleep is at most its wait's cap
+    /// (20 ms) anyway. The looks in between, without the fence, wake whoever they see asleep.
     #[inline]
-    fn wake_readers(&self, published: u64) {
-        std::sync::atomic::fence(Ordering::SeqCst);
+    fn wake_readers(&mut self, published: u64) {
         let mut m = published;
+        if self.full_batch && !self.batches.wrapping_add(1).is_multiple_of(8) {
+            self.unfenced |= published;
+        } else {
+            std::sync::atomic::fence(Ordering::SeqCst);
+            m |= std::mem::take(&mut self.unfenced);
+        }
         while m != 0 {
             let qi = m.trailing_zeros() as usize;
             m &= m - 1;
-            let word = &self.seg.ctl(qi).sleeping;
-            let want = word.load(Ordering::Relaxed);
-            if want != 0
-                && self.q[qi].ring.outstanding() >= want as u64
-                && word.swap(0, Ordering::Relaxed) != 0
-            {
-                crate::sys::futex::wake(word, 1);
+            self.wake_reader(qi);
+        }
+    }
+
+    /// [`Master::wake_readers`] after the fence, for the queues published without it since
+    /// the last look (none: nothing to do).
+    fn wake_unfenced(&mut self) {
+        if self.unfenced != 0 {
+            std::sync::atomic::fence(Ordering::SeqCst);
+            let mut m = std::mem::take(&mut self.unfenced);
+            while m != 0 {
+                let qi = m.trailing_zeros() as usize;
+                m &= m - 1;
+                self.wake_reader(qi);
             }
         }
     }
 
+    /// Wakes queue `qi`'s reader if it sleeps and the queue holds what it waits for.
+    #[inline]
+    fn wake_reader(&self, qi: usize) {
+        let word = &self.seg.ctl(qi).sleeping;
+        let want = word.load(Ordering::Relaxed);
+        if want != 0
+            && self.q[qi].ring.outstanding() >= want as u64
+            && word.swap(0, Ordering::Relaxed) != 0
+        {
+            crate::sys::futex::wake(word, 1);
+        }
+    }
+
     /// Wakes every sleeping consumer whatever its queue holds (the cluster closes).
-    fn wake_all(&self) {
+    fn wake_all(&mut self) {
+        self.unfenced = 0;
         std::sync::atomic::fence(Ordering::SeqCst);
         for qi in 0..self.q.len() {
             let word = &self.seg.ctl(qi).sleeping;
@@ -1189,6 +1233,7 @@ impl Master {
     /// consumers released; a queue whose consumer left or died is reclaimed and its packets
     /// dropped as `consumer_gone` until a consumer attaches again.
     pub fn maintain(&mut self) {
+        self.wake_unfenced();
         self.reclaim();
         let seg = self.seg.clone();
         for qi in 0..self.q.len() {
