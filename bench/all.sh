@@ -54,7 +54,7 @@ section cluster env DUR=3 RUNS=3 bash bench/cluster.sh
 section flows env ROUNDS=3 bash bench/flows.sh 3000000 100000
 section pcapng env SIZE=64 bash bench/pcapng.sh 5000000 7
 section kafka env RUNS=3 bash bench/kafka.sh 3000000 100000
-section lua bash bench/lua.sh target/release/linerate 5 2
+section lua env -u ONLY bash bench/lua.sh target/release/linerate 5 2
 section record env -u ONLY LR=target/release/linerate bash bench/record.sh
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
