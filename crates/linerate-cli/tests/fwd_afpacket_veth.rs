@@ -204,3 +204,70 @@ fn an_immediate_port_at_jumbo_mtu_holds_a_backlog_as_v3_did() {
     });
     assert_eq!(got, BACKLOG as usize, "frames the port handed over");
 }
+
+/// vB1's transmit packet counter (what the kernel put on the wire from it).
+fn tx_packets_b1(l: &NetnsLine) -> u64 {
+    let out = l
+        .ip_in(Node::B, &["-s", "-j", "link", "show", "vB1"])
+        .expect("ip -s link");
+    let j: serde_json::Value = serde_json::from_str(&out).expect("ip -j");
+    j[0]["stats64"]["tx"]["packets"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no tx packets in {out}"))
+}
+
+/// fwd whose output's peer (vC) goes down mid-run: the kernel leaves the transmit ring's
+/// frames requested; at the end those it never took are counted dropped (ring_full), not sent.
+/// Every packet the summary calls sent on port 1 left vB1 (it said a whole ring, 512 frames,
+/// more, left in the ring at exit).
+#[test]
+fn packets_left_in_the_ring_when_the_peer_is_down_are_not_counted_forwarded() {
+    if !netns::require_priv() {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_linerate");
+    let l = NetnsLine::new().expect("netns line");
+    let before = tx_packets_b1(&l);
+    let mut fwd = Command::new("ip")
+        .args(["netns", "exec", l.ns(Node::B), bin])
+        .args(["fwd", "-i", "afpacket:vB0", "-o", "afpacket:vB1"])
+        .args(["--json", "--period", "0", "-t", "2.5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn linerate fwd");
+    let mut lines = BufReader::new(fwd.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("start line").expect("read");
+    assert!(first.contains("\"type\":\"start\""), "{first}");
+    let gen = Command::new("ip")
+        .args(["netns", "exec", l.ns(Node::A), bin])
+        .args(["gen", "-o", "afpacket:vA", "-t", "1.2", "--rate", "50kpps"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn gen");
+    std::thread::sleep(Duration::from_millis(400));
+    l.ip_in(Node::C, &["link", "set", "vC", "down"])
+        .expect("vC down");
+    let g = gen.wait_with_output().expect("gen");
+    assert!(g.status.success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(fwd.wait().expect("fwd").success(), "{rest:?}");
+    let j: serde_json::Value = rest
+        .iter()
+        .filter_map(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+        .find(|j| j["type"] == "summary")
+        .unwrap_or_else(|| panic!("no summary in {rest:?}"));
+    let sent = j["ports"][1]["sent"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{j}"));
+    let wire = tx_packets_b1(&l) - before;
+    assert!(sent > 0, "{j}");
+    assert_eq!(sent, wire, "sent per the summary vs vB1's tx counter: {j}");
+    assert!(
+        j["ports"][1]["drops_by_reason"]["ring_full"]
+            .as_u64()
+            .is_some_and(|d| d > 0),
+        "vC was down for most of the run: {j}"
+    );
+}

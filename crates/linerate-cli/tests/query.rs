@@ -1034,6 +1034,33 @@ fn a_file_of_only_its_header_is_named() {
     );
 }
 
+/// An empty capture file (the recorder or tcpdump -w created it and has not written its
+/// header yet) is named in a note too, as one holding only its header is: no file of DIR goes
+/// unmentioned; the others answer, exit 0; with -q nothing is said.
+#[test]
+fn an_empty_file_is_named() {
+    let d = Scratch::new("emptyfile");
+    small_dir(&d.0, 2);
+    let empty = d.0.join("20251127T160500.000000Z-w0.pcap");
+    std::fs::write(&empty, b"").unwrap();
+    let o = query(&[d.0.to_str().unwrap(), "-w", "-", "--json"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(records(&o.stdout).len(), 120);
+    assert!(
+        err.lines()
+            .any(|l| l.contains(&empty.display().to_string()) && l.contains("empty")),
+        "{err}"
+    );
+    let o = query(&[d.0.to_str().unwrap(), "-w", "-", "-q"]);
+    assert!(o.status.success());
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 /// SIGINT in the middle of a long one-shot query (-w OUT): the output ends on whole records,
 /// the summary says how many were written (that many records in OUT), exit 0 as a query that
 /// ended (tcpdump -w's habit on Ctrl-C).

@@ -694,6 +694,13 @@ fn last_drain(
         }
         std::thread::sleep(Duration::from_micros(200));
     }
+    // What a transmit ring still holds that the kernel never took (its link's peer down) is
+    // counted dropped, not forwarded.
+    for p in list.iter_mut() {
+        if let Err(e) = p.tx_finish() {
+            error.get_or_insert(e);
+        }
+    }
 }
 
 /// Runs the kernel forwarder (an XDP program already attached by [`KernelFwd::open`]) until a

@@ -281,6 +281,13 @@ impl Port for Aggregate {
         Ok(())
     }
 
+    fn tx_finish(&mut self) -> Result<(), PortError> {
+        for p in &mut self.ports {
+            p.tx_finish()?;
+        }
+        Ok(())
+    }
+
     fn stats(&mut self) -> PortStats {
         // No allocation: stats() is read on every statistics interval.
         let mut s = PortStats::default();

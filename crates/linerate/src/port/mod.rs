@@ -320,6 +320,12 @@ pub trait Port: Send {
     fn flush(&mut self) -> Result<(), PortError> {
         Ok(())
     }
+    /// The end of a sending run: [`Port::flush`], and a port whose packets are counted sent
+    /// when queued to the kernel (afpacket's ring) waits a bounded time for it to take them,
+    /// and counts those it never took as dropped rather than sent.
+    fn tx_finish(&mut self) -> Result<(), PortError> {
+        self.flush()
+    }
     /// Called by a worker's loop at every pass, busy or idle, with the worker's monotonic
     /// clock in ns (`time::mono_ns`, or the generator's TSC clock: only differences count):
     /// what a port does on time rather than per packet (a capture file's `--flush-interval`,

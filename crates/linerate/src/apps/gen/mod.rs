@@ -1643,7 +1643,7 @@ fn finish(
         }
         Ok(()) => {}
     }
-    port.flush()?;
+    port.tx_finish()?;
     rep.port = port.stats().since(base);
     rep.port.tx_drops.add(DropReason::RingFull, abandoned);
     rep.overwritten = port.tx_overwritten();

@@ -398,7 +398,7 @@ pub fn run_observed(
         // The output's -W file limit stopped the replay (through the stop flag or at once).
         rep.ended = ReplayEnd::FileLimit;
     }
-    out.flush()?;
+    out.tx_finish()?;
     rep.port = out.stats();
     Ok(rep)
 }

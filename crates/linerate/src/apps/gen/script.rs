@@ -189,7 +189,16 @@ impl Hook for LuaHook {
         self.pkts.store(batch, |i, bytes| {
             let layout = streams.get(i).and_then(|&s| layouts.get(usize::from(s)));
             if let (true, Some(l)) = (fix, layout) {
-                fix_checksums(bytes, l);
+                // The template's offsets hold while its IPv4 headers keep their 20 bytes; a
+                // script that wrote another header length (options) moved what follows: the
+                // checksums are then found by parsing the bytes, not written at the template's
+                // offsets (which would overwrite the moved ports and leave options out).
+                let ihl5 = |o: usize| bytes.get(o).is_none_or(|&v| v & 0xf == 5);
+                if l.outer_ip.is_none_or(ihl5) && (l.v6 || ihl5(l.l3)) {
+                    fix_checksums(bytes, l);
+                } else {
+                    crate::apps::lua::packet::fix_checksums(bytes, LinkType::ETHERNET);
+                }
             }
         });
         r.map_err(|e| script::error_line(&e, &self.name, &self.lua))

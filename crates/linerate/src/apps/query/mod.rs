@@ -252,8 +252,17 @@ impl Query {
             let ps = path.display().to_string();
             let mut r = match PcapReader::new(f, &ps) {
                 Ok(r) => r,
-                // An empty file (a writer just created it): nothing in it yet.
-                Err(_) if size == 0 => continue,
+                // An empty file (a writer just created it, its header not written yet):
+                // nothing in it yet, said as a file of only its header is, so that no file of
+                // DIR goes unmentioned in the answer.
+                Err(_) if size == 0 => {
+                    passed_over.push(format!(
+                        "{}: empty, not even its file header yet (a file just begun): nothing \
+                         of it is in the answer",
+                        path.display()
+                    ));
+                    continue;
+                }
                 // Not a capture (a stray or damaged file): passed over and said, as a loop of
                 // tcpdump -r goes on past it; the other files still answer.
                 Err(e) => {

@@ -470,6 +470,13 @@ impl Port for AfPacket {
         }
     }
 
+    fn tx_finish(&mut self) -> Result<(), PortError> {
+        match &mut self.tx {
+            Some(t) => t.finish(&mut self.stats),
+            None => Ok(()),
+        }
+    }
+
     fn stats(&mut self) -> PortStats {
         self.kernel_stats();
         self.stats

@@ -358,6 +358,54 @@ impl TxRing {
         Ok(())
     }
 
+    /// The end of a run: sends what is still requested, waiting a bounded time for the kernel
+    /// to take it (a link whose peer is down keeps every frame requested: the kernel drops
+    /// each try and leaves the frame for the next kick), then takes back the frames it never
+    /// took and counts them as dropped (ring_full) rather than sent: they were counted in
+    /// `tx_packets` when requested, and closing the ring would lose them without a word.
+    pub(super) fn finish(&mut self, stats: &mut PortStats) -> Result<(), PortError> {
+        let start = std::time::Instant::now();
+        while self.pending() > 0 {
+            if self.kick().is_err() || self.pending() == 0 {
+                break;
+            }
+            if start.elapsed() >= std::time::Duration::from_millis(500) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let (mut n, mut bytes) = (0u64, 0u64);
+        for i in 0..self.frames {
+            // After our last sendto returned the kernel no longer looks at a frame that is
+            // still SEND_REQUEST (it walks the ring only inside sendto): taking it back is ours.
+            if self
+                .status(i)
+                .compare_exchange(
+                    libc::TP_STATUS_SEND_REQUEST,
+                    libc::TP_STATUS_AVAILABLE,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            {
+                // SAFETY: frame `i < frames` lies inside the mapping; its header is ours (its
+                // status was just taken back from SEND_REQUEST); tp_len is a u32 of it.
+                let len = unsafe {
+                    let h = self.map.as_ptr().add(i * self.frame_size) as *const libc::tpacket2_hdr;
+                    std::ptr::addr_of!((*h).tp_len).read()
+                };
+                n += 1;
+                bytes += u64::from(len);
+            }
+        }
+        self.unsent = false;
+        self.since_kick = 0;
+        stats.tx_packets = stats.tx_packets.saturating_sub(n);
+        stats.tx_bytes = stats.tx_bytes.saturating_sub(bytes);
+        stats.tx_drops.add(DropReason::RingFull, n);
+        Ok(())
+    }
+
     /// Frames requested but not taken by the kernel yet.
     fn pending(&self) -> usize {
         (0..self.frames)
