@@ -162,3 +162,130 @@ end
     }
     assert_eq!(i, 200);
 }
+
+/// A port that lends its transmit frames, as AF_PACKET's ring does ([`Port::tx_build`]): gen
+/// builds straight into them and the script modifies them there; what is built is then sent
+/// on the mem wire.
+fn pool() -> std::sync::Arc<linerate::mem::Pool> {
+    let cfg = linerate::mem::PoolConfig {
+        frames: 256,
+        ..Default::default()
+    };
+    std::sync::Arc::new(linerate::mem::Pool::new(&cfg).unwrap())
+}
+
+struct Lending {
+    inner: linerate::port::mem::MemPort,
+    frames: Vec<Vec<u8>>,
+    builds: u64,
+    pool: std::sync::Arc<linerate::mem::Pool>,
+}
+
+impl Port for Lending {
+    fn name(&self) -> &str {
+        "lending"
+    }
+    fn rx(&mut self, batch: &mut Batch) -> Result<usize, linerate::port::PortError> {
+        self.inner.rx(batch)
+    }
+    fn tx(&mut self, batch: &mut Batch) -> Result<usize, linerate::port::PortError> {
+        self.inner.tx(batch)
+    }
+    fn stats(&mut self) -> linerate::port::PortStats {
+        self.inner.stats()
+    }
+    fn tx_build_room(&self) -> Option<usize> {
+        Some(2048)
+    }
+    fn tx_build(
+        &mut self,
+        want: usize,
+        fill: &mut linerate::port::TxFill<'_>,
+    ) -> Result<usize, linerate::port::PortError> {
+        self.builds += 1;
+        let want = want.min(linerate::mem::BATCH);
+        let mut lens = vec![0u32; want];
+        let mut bufs: Vec<&mut [u8]> = self.frames[..want].iter_mut().map(|f| &mut f[..]).collect();
+        let m = fill(&mut bufs, &mut lens);
+        let mut b = Batch::with_pool(&self.pool);
+        for (f, &l) in self.frames[..m].iter().zip(&lens) {
+            assert!(b.push_copy(&f[..l as usize], 0));
+        }
+        self.inner.tx(&mut b)
+    }
+}
+
+#[test]
+fn script_modifies_packets_built_in_the_ports_frames() {
+    let mut hook = LuaHook::from_source("flows.lua", SCRIPT.as_bytes()).unwrap();
+    let (a, mut b) = wire("gen-script-in-place", &PortOptions::default()).unwrap();
+    let mut port = Lending {
+        inner: a,
+        frames: vec![vec![0u8; 2048]; linerate::mem::BATCH],
+        builds: 0,
+        pool: pool(),
+    };
+    let opts = GenOptions {
+        streams: vec![StreamSpec {
+            size: SizeSpec::Fixed(128),
+            ..Default::default()
+        }],
+        count: Some(200),
+        ..Default::default()
+    };
+    let clock = FakeClock::new(1, 1);
+    let stop = AtomicBool::new(false);
+    let rep = gen::run(&mut port, &opts, &clock, &stop, Some(&mut hook), |_| {}).unwrap();
+    assert_eq!(rep.pkts, 200);
+    // built in the port's frames, one call of the script a burst
+    assert_eq!(port.builds, 4);
+    assert_eq!(hook.calls, 4);
+    let mut batch = Batch::new();
+    let mut i = 0u32;
+    while b.rx(&mut batch).unwrap() > 0 {
+        for p in batch.iter() {
+            let d = p.data;
+            let q = parse(d, LinkType::ETHERNET);
+            assert_eq!(&q.src[..4], &[10, 0, 0, (i % 7) as u8]);
+            assert_eq!(q.sport, 5000 + (i % 3) as u16);
+            assert_eq!(d[q.payload.unwrap() as usize + 20], 0x5a);
+            let ip = Ipv4Packet::new_checked(&d[14..]).unwrap();
+            assert!(ip.verify_checksum());
+            let seg = &d[34..q.l3_end as usize];
+            let ck = finish(sum(
+                seg,
+                pseudo_v4(ip.src(), ip.dst(), 17, seg.len() as u16),
+            ));
+            assert_eq!(ck, 0, "packet {i}");
+            i += 1;
+        }
+        batch.clear();
+    }
+    assert_eq!(i, 200);
+}
+
+#[test]
+fn a_script_error_in_the_ports_frames_sends_nothing_of_the_burst() {
+    let mut hook =
+        LuaHook::from_source("bad.lua", b"function modify(pkts, n) error('no') end\n").unwrap();
+    let (a, mut b) = wire("gen-script-in-place-err", &PortOptions::default()).unwrap();
+    let mut port = Lending {
+        inner: a,
+        frames: vec![vec![0u8; 2048]; linerate::mem::BATCH],
+        builds: 0,
+        pool: pool(),
+    };
+    let opts = GenOptions {
+        streams: vec![StreamSpec::default()],
+        count: Some(100),
+        ..Default::default()
+    };
+    let clock = FakeClock::new(1, 1);
+    let stop = AtomicBool::new(false);
+    let rep = gen::run(&mut port, &opts, &clock, &stop, Some(&mut hook), |_| {}).unwrap();
+    let e = rep.error.unwrap_or_default();
+    assert!(e.contains("bad.lua:1: no"), "{e}");
+    assert_eq!((rep.pkts, rep.per_stream[0], port.builds), (0, 0, 1));
+    let mut batch = Batch::new();
+    assert_eq!(b.rx(&mut batch).unwrap(), 0);
+}

@@ -124,6 +124,25 @@ pub trait Hook {
         streams: &[u8],
         layouts: &[Layout],
     ) -> Result<(), String>;
+
+    /// Whether the hook can modify packets where the port builds them
+    /// ([`Hook::modify_frames`]): gen then builds them straight into the port's frames, as
+    /// it does without a hook, rather than into a group copied to the port after the call.
+    fn in_place(&self) -> bool {
+        false
+    }
+
+    /// As [`Hook::modify`], for packets built straight into a port's frames: packet `i` is
+    /// `frames[i][..lens[i]]`. Called only when [`Hook::in_place`] says so.
+    fn modify_frames(
+        &mut self,
+        _frames: &mut [&mut [u8]],
+        _lens: &[u32],
+        _streams: &[u8],
+        _layouts: &[Layout],
+    ) -> Result<(), String> {
+        Err("this hook does not modify packets in place".into())
+    }
 }
 
 /// What to generate and when to stop.
@@ -966,7 +985,7 @@ pub fn run(
     };
     // As fast as possible, nothing to hand a hook or take from a controller, on a port whose
     // transmit frames hold every frame: built straight into the port's frames.
-    if hook.is_none()
+    if hook.as_deref().is_none_or(|h| h.in_place())
         && ctl.is_none()
         && !p.rated
         && port.tx_build_room().is_some_and(|r| r >= longest(&specs).0)
@@ -976,6 +995,8 @@ pub fn run(
             clock,
             stop,
             ticker: &mut ticker,
+            hook: hook.as_deref_mut(),
+            layouts: &p.layouts,
         };
         let mut tick = |port: &mut dyn Port, now, rep: &GenReport| {
             on_tick(&tick(port, now, rep, p.behind, false));
@@ -1156,11 +1177,14 @@ fn gen_tick(
 }
 
 /// What bounds a run built in place.
-struct InPlace<'a> {
+struct InPlace<'a, 'h> {
     limits: &'a Limits,
     clock: &'a dyn Clock,
     stop: &'a AtomicBool,
     ticker: &'a mut Ticker,
+    /// A hook that modifies the packets in the port's frames ([`Hook::in_place`]).
+    hook: Option<&'a mut (dyn Hook + 'h)>,
+    layouts: &'a [Layout],
 }
 
 /// The send loop as fast as possible on a port that lends its transmit frames
@@ -1170,7 +1194,7 @@ struct InPlace<'a> {
 /// cannot take built aside and counted as dropped (a full ring), as [`transmit`] gives up.
 fn run_in_place(
     port: &mut dyn Port,
-    run: InPlace<'_>,
+    run: InPlace<'_, '_>,
     streams: &mut [Stream],
     rng: &mut Rng,
     rep: &mut GenReport,
@@ -1181,7 +1205,10 @@ fn run_in_place(
         clock,
         stop,
         ticker,
+        mut hook,
+        layouts,
     } = run;
+    let mut hook_err: Option<String> = None;
     let mut rr = 0usize;
     let mut built = 0u64;
     let mut tries = 0u32;
@@ -1198,13 +1225,44 @@ fn run_in_place(
         }
         let per_stream = &mut rep.per_stream;
         let mut fill = |bufs: &mut [&mut [u8]], lens: &mut [u32]| {
-            for (b, l) in bufs.iter_mut().zip(lens.iter_mut()) {
-                *l = build_next(streams, &mut rr, rng, b, now, per_stream) as u32;
-                bytes += u64::from(*l);
+            let Some(h) = hook.as_deref_mut() else {
+                for (b, l) in bufs.iter_mut().zip(lens.iter_mut()) {
+                    *l = build_next(streams, &mut rr, rng, b, now, per_stream) as u32;
+                    bytes += u64::from(*l);
+                }
+                return bufs.len();
+            };
+            // With a hook: built, then shown to the hook, then stamped (a probe's time goes
+            // in last, as the group path stamps at departure, after the hook).
+            let mut which = [0u8; BATCH];
+            let n = bufs.len().min(BATCH);
+            for ((b, l), w) in bufs.iter_mut().zip(lens.iter_mut()).zip(&mut which[..n]) {
+                *l = build_unstamped(streams, &mut rr, rng, b, per_stream) as u32;
+                *w = rr as u8;
             }
-            bufs.len()
+            if let Err(e) = h.modify_frames(&mut bufs[..n], &lens[..n], &which[..n], layouts) {
+                // Nothing of this burst leaves: not counted as built.
+                for &w in &which[..n] {
+                    per_stream[usize::from(w)] -= 1;
+                }
+                hook_err = Some(e);
+                return 0;
+            }
+            for ((b, &l), &w) in bufs.iter_mut().zip(&lens[..n]).zip(&which[..n]) {
+                let st = &streams[usize::from(w)];
+                if st.probe {
+                    template::put_time(&mut b[..l as usize], st.tpl.layout(), now);
+                }
+                bytes += u64::from(l);
+            }
+            n
         };
-        let m = match port.tx_build(want, &mut fill) {
+        let built_now = port.tx_build(want, &mut fill);
+        if let Some(e) = hook_err.take() {
+            out = Err(GenError::Hook(e));
+            break;
+        }
+        let m = match built_now {
             // The port takes no more (tcpdump's -W file limit): nothing was built.
             Ok(0) if port.tx_ended() => break,
             Ok(0) => {
@@ -1273,15 +1331,28 @@ fn build_next(
     now: u64,
     per_stream: &mut [u64],
 ) -> usize {
+    let n = build_unstamped(streams, rr, rng, out, per_stream);
+    let st = &streams[*rr];
+    if st.probe {
+        template::put_time(&mut out[..n], st.tpl.layout(), now);
+    }
+    n
+}
+
+/// As [`build_next`], without the probe's time (the caller stamps it: after a hook).
+#[inline(always)]
+fn build_unstamped(
+    streams: &mut [Stream],
+    rr: &mut usize,
+    rng: &mut Rng,
+    out: &mut [u8],
+    per_stream: &mut [u64],
+) -> usize {
     *rr += 1;
     if *rr >= streams.len() {
         *rr = 0;
     }
-    let st = &mut streams[*rr];
-    let n = st.build(out, rng);
-    if st.probe {
-        template::put_time(&mut out[..n], st.tpl.layout(), now);
-    }
+    let n = streams[*rr].build(out, rng);
     per_stream[*rr] += 1;
     n
 }

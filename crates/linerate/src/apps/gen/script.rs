@@ -169,6 +169,39 @@ impl LuaHook {
     }
 }
 
+impl LuaHook {
+    /// The call to the script's `modify(pkts, n)` of a loaded batch, then the checksums of
+    /// the packets it wrote otherwise than by the setters (`fix`: [`Packets::store`]).
+    fn call(&mut self, n: usize) -> Result<(), mlua::Error> {
+        self.calls += 1;
+        // `checksums = false`: the script (or the NIC) takes care of them (MoonGen's
+        // offloadUdpChecksums). As it was before the call (read after the last one): the
+        // setters keep them right as they write; after the call: the full recompute of the
+        // packets written otherwise. One read of the global a batch.
+        self.pkts.set_checksums(self.ck);
+        let r = self.modify.call::<()>((self.pkts.table(), n));
+        self.ck = checksums(&self.globals, &self.ck_key);
+        r
+    }
+}
+
+/// Recomputes the checksums of packet `i` after a raw write (`fix` on).
+fn fix_packet(fix: bool, i: usize, bytes: &mut [u8], streams: &[u8], layouts: &[Layout]) {
+    let layout = streams.get(i).and_then(|&s| layouts.get(usize::from(s)));
+    if let (true, Some(l)) = (fix, layout) {
+        // The template's offsets hold while its IPv4 headers keep their 20 bytes; a
+        // script that wrote another header length (options) moved what follows: the
+        // checksums are then found by parsing the bytes, not written at the template's
+        // offsets (which would overwrite the moved ports and leave options out).
+        let ihl5 = |o: usize| bytes.get(o).is_none_or(|&v| v & 0xf == 5);
+        if l.outer_ip.is_none_or(ihl5) && (l.v6 || ihl5(l.l3)) {
+            fix_checksums(bytes, l);
+        } else {
+            crate::apps::lua::packet::fix_checksums(bytes, LinkType::ETHERNET);
+        }
+    }
+}
+
 impl Hook for LuaHook {
     fn modify(
         &mut self,
@@ -177,29 +210,30 @@ impl Hook for LuaHook {
         layouts: &[Layout],
     ) -> Result<(), String> {
         let n = self.pkts.load_built(batch, streams)?;
-        self.calls += 1;
-        // `checksums = false`: the script (or the NIC) takes care of them (MoonGen's
-        // offloadUdpChecksums). As it was before the call (read after the last one): the
-        // setters keep them right as they write; after the call: the full recompute of the
-        // packets written otherwise. One read of the global a batch.
-        self.pkts.set_checksums(self.ck);
-        let r = self.modify.call::<()>((self.pkts.table(), n));
-        let fix = checksums(&self.globals, &self.ck_key);
-        self.ck = fix;
+        let r = self.call(n);
+        let fix = self.ck;
         self.pkts.store(batch, |i, bytes| {
-            let layout = streams.get(i).and_then(|&s| layouts.get(usize::from(s)));
-            if let (true, Some(l)) = (fix, layout) {
-                // The template's offsets hold while its IPv4 headers keep their 20 bytes; a
-                // script that wrote another header length (options) moved what follows: the
-                // checksums are then found by parsing the bytes, not written at the template's
-                // offsets (which would overwrite the moved ports and leave options out).
-                let ihl5 = |o: usize| bytes.get(o).is_none_or(|&v| v & 0xf == 5);
-                if l.outer_ip.is_none_or(ihl5) && (l.v6 || ihl5(l.l3)) {
-                    fix_checksums(bytes, l);
-                } else {
-                    crate::apps::lua::packet::fix_checksums(bytes, LinkType::ETHERNET);
-                }
-            }
+            fix_packet(fix, i, bytes, streams, layouts)
+        });
+        r.map_err(|e| script::error_line(&e, &self.name, &self.lua))
+    }
+
+    fn in_place(&self) -> bool {
+        true
+    }
+
+    fn modify_frames(
+        &mut self,
+        frames: &mut [&mut [u8]],
+        lens: &[u32],
+        streams: &[u8],
+        layouts: &[Layout],
+    ) -> Result<(), String> {
+        let n = self.pkts.load_frames(frames, lens, streams);
+        let r = self.call(n);
+        let fix = self.ck;
+        self.pkts.store_frames(frames, lens, |i, bytes| {
+            fix_packet(fix, i, bytes, streams, layouts)
         });
         r.map_err(|e| script::error_line(&e, &self.name, &self.lua))
     }

@@ -364,6 +364,19 @@ impl Packets {
     /// own address, rather than parsing again; the others are parsed (`parse_frame`).
     pub fn load_built(&self, batch: &mut Batch, streams: &[u8]) -> Result<usize, String> {
         let n = batch.len().min(BATCH);
+        Ok(self.put_built(n, batch, streams))
+    }
+
+    /// As [`Packets::load_built`], for frames built straight into a port's frames (gen
+    /// without a group: [`crate::apps::gen::Hook::modify_frames`]): packet `i` is
+    /// `frames[i][..lens[i]]`.
+    pub fn load_frames(&self, frames: &mut [&mut [u8]], lens: &[u32], streams: &[u8]) -> usize {
+        let n = frames.len().min(lens.len()).min(BATCH);
+        self.put_built(n, &mut PortFrames(frames, lens), streams)
+    }
+
+    #[inline(always)]
+    fn put_built(&self, n: usize, frames: &mut impl Frames, streams: &[u8]) -> usize {
         let eth = self.shared.eth.get() != 0;
         // The previous frame's stream, length (none yet: a length no frame has) and address,
         // and its parse as the slot's words: kept in registers, each slot written in eight
@@ -371,7 +384,7 @@ impl Packets {
         let (mut pst, mut plen, mut pa) = (0u16, usize::MAX, 0u64);
         let mut w = Words::default();
         for (i, s) in self.shared.pkts[..n].iter().enumerate() {
-            let d = batch.data_mut(i);
+            let d = frames.frame(i);
             let (a, len) = (d.as_mut_ptr() as u64, d.len());
             let st = streams.get(i).map_or(0, |&v| u16::from(v));
             if st == pst && len == plen {
@@ -384,7 +397,7 @@ impl Packets {
             s.put(a, len, st, &w);
         }
         self.shared.n.set(n as u32);
-        Ok(n)
+        n
     }
 
     /// Whether the fast layers' setters (`p.ip4.src = x`, `p.udp.sport = x`, ...) update the
@@ -433,16 +446,65 @@ impl Packets {
     /// packet the script changed in a way its setters did not keep the checksums right for
     /// (raw bytes, Ethernet/VLAN/IPv6 fields, lengths, protocol, checksums), then ends the
     /// batch ([`Packets::done`]).
-    pub fn store(&self, batch: &mut Batch, mut fix: impl FnMut(usize, &mut [u8])) {
+    pub fn store(&self, batch: &mut Batch, fix: impl FnMut(usize, &mut [u8])) {
+        self.store_with(batch, fix);
+    }
+
+    /// As [`Packets::store`], for the frames of [`Packets::load_frames`].
+    pub fn store_frames(
+        &self,
+        frames: &mut [&mut [u8]],
+        lens: &[u32],
+        fix: impl FnMut(usize, &mut [u8]),
+    ) {
+        self.store_with(&mut PortFrames(frames, lens), fix);
+    }
+
+    #[inline(always)]
+    fn store_with(&self, frames: &mut impl Frames, mut fix: impl FnMut(usize, &mut [u8])) {
+        let len = frames.count();
         // One pass: each slot's mark read as the slot is cleared ([`Packets::done`]).
         let n = (self.shared.n.get() as usize).min(BATCH);
         for (i, s) in self.shared.pkts[..n].iter().enumerate() {
             let dirty = s.dirty();
             s.clear();
-            if dirty && i < batch.len() {
-                fix(i, batch.data_mut(i));
+            if dirty && i < len {
+                fix(i, frames.frame(i));
             }
         }
+    }
+}
+
+/// The frames a writing script's packets are in: a batch's, or a port's transmit frames
+/// (gen building in place).
+trait Frames {
+    fn count(&self) -> usize;
+    /// Frame `i` (below [`Frames::count`]).
+    fn frame(&mut self, i: usize) -> &mut [u8];
+}
+
+impl Frames for Batch {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    #[inline(always)]
+    fn frame(&mut self, i: usize) -> &mut [u8] {
+        self.data_mut(i)
+    }
+}
+
+/// A port's transmit frames and the lengths of the packets built in them.
+struct PortFrames<'a, 'b>(&'a mut [&'b mut [u8]], &'a [u32]);
+
+impl Frames for PortFrames<'_, '_> {
+    fn count(&self) -> usize {
+        self.0.len().min(self.1.len())
+    }
+    #[inline(always)]
+    fn frame(&mut self, i: usize) -> &mut [u8] {
+        let f = &mut *self.0[i];
+        let l = (self.1[i] as usize).min(f.len());
+        &mut f[..l]
     }
 }
 
