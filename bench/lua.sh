@@ -15,7 +15,13 @@
 #           (its schedstat, read every 20 ms until it exits): the consumers' polling is not
 #           the master's work
 #   fwd     -i pcap:F (PKTS packets) -o pcap:/dev/null: --script dropping DNS vs no script
-#           (goal >= 0.8x)
+#           (goal >= 0.8x). Both fwd rows (and OLD's) run pinned on one core (FWD_CORE, default 1:
+#           taskset -c), the file read once into the page cache before the first round, and the
+#           figure to read is the CPU time a packet (the goal line's rate is 1e9 / that median).
+#           With the old 2M-packet file a run took 60-90 ms CPU, of which the process's start
+#           (the Lua state, the views, the file's open: 6.5 ms without a script, 8.8 with, from
+#           a 1000-packet file) was 3-4 ns a packet, and unpinned runs spread 44-74 ns; pinned,
+#           three runs of that file gave 45.2-46.3. The file is 10M packets (760 MB) now
 #
 #   bash bench/lua.sh [BIN] [ROUNDS] [SECONDS]     (target/release/linerate, 5 rounds, 2 s)
 #   OLD=/tmp/lr-main-rel bash bench/lua.sh        A/B: each scripted row also with OLD
@@ -24,7 +30,7 @@
 #
 # Interleaved: each round runs every command once, starting one command further on; prints every
 # run, then the medians and ratios. gen and balance run SECONDS each (their JSON summary gives
-# the rate); fwd reads a PKTS-packet file (default 2M, made once with bench/mkpcap.py) and is
+# the rate); fwd reads a PKTS-packet file (default 10M, 760 MB in /tmp, made once with bench/mkpcap.py) and is
 # timed from start to exit. Each run also gives its CPU time (user + system, all threads) per
 # packet, and the ratios are given by it too: on a loaded machine a run waits for a CPU, which
 # the rate counts and the CPU time does not. The machine's other load shows in the header: use the medians. By
@@ -33,15 +39,16 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 BIN=$(realpath -e "${1:-target/release/linerate}") || exit 2
-ROUNDS=${2:-5} SECS=${3:-2} PKTS=${PKTS:-2000000}
-ONLY=${ONLY:-} BAL_CORES=${BAL_CORES:-0:1,1}
+ROUNDS=${2:-5} SECS=${3:-2} PKTS=${PKTS:-10000000}
+ONLY=${ONLY:-} BAL_CORES=${BAL_CORES:-0:1,1} FWD_CORE=${FWD_CORE:-1}
 OLD=${OLD:-}
 [ -z "$OLD" ] || OLD=$(realpath -e "$OLD") || exit 2
 W=$(mktemp -d /tmp/linerate-lua.XXXXXX)
 trap 'rm -rf -- "$W"' EXIT
-PCAP=bench/out/lua-$PKTS.pcap
+PCAP=${PCAP:-/tmp/linerate-lua-$PKTS.pcap}
 mkdir -p bench/out
 [ -s "$PCAP" ] || python3 bench/mkpcap.py "$PCAP" "$PKTS" 1000 || exit 1
+cat -- "$PCAP" >/dev/null # in the page cache before the first fwd round
 
 cat >"$W/set.lua" <<'EOF'
 -- 256 sources x 1000 ports, as --flows 256 --sport 1024-2023
@@ -133,7 +140,7 @@ bal_pps() {
 fwd_pps() {
   local t0 t1
   t0=$(date +%s.%N)
-  "${TIMED[@]}" "$@" >/dev/null 2>&1 || { echo nan nan; return; }
+  "${TIMED[@]}" taskset -c "$FWD_CORE" "$@" >/dev/null 2>&1 || { echo nan nan; return; }
   t1=$(date +%s.%N)
   echo "$(python3 -c "print(round($PKTS / ($t1 - $t0)))") $(cpu_ns "$W/cpu" "$PKTS")"
 }
@@ -171,7 +178,7 @@ if [ -n "$ONLY" ]; then
 fi
 
 echo "# bench/lua.sh, $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), $ROUNDS rounds, ${SECS}s runs, $PKTS-packet file"
-echo "# BIN $BIN${OLD:+, OLD $OLD}${ONLY:+, ONLY '$ONLY'}; balance placement -g $BAL_CORES (CPU: the master thread's)"
+echo "# BIN $BIN${OLD:+, OLD $OLD}${ONLY:+, ONLY '$ONLY'}; balance placement -g $BAL_CORES (CPU: the master thread's); fwd pinned on core $FWD_CORE"
 declare -A V CPU
 NR=${#ROWS[@]}
 for r in $(seq "$ROUNDS"); do
@@ -240,4 +247,6 @@ echo "(MoonGen's published figure for a scripted packet generator: 14.88 Mpps pe
 goal "gen --script, modify() of 2 fields (256x1000 flows)" "${M[gen script 256x1000]}" "linerate gen --flows 256 --sport 1024-2023" "${M[gen flags 256x1000]}" 0.8 pps
 goal "gen --script, 8 math.random into 4 fields" "${M[gen script 8 random]}" "linerate gen, the 4 fields random by flags" "${M[gen flags random]}" 0.4 pps
 goal "balance --threads -m lua: (ttl % 2), master" "${M[balance -m lua q[i]]}" "linerate balance --threads -m ip" "${M[balance -m ip]}" 0.8 pps
-goal "fwd pcap -> pcap --script (drop DNS)" "${M[fwd --script dns]}" "linerate fwd pcap -> pcap, no script" "${M[fwd no script]}" 0.8 pps
+# fwd's by CPU time: packets per CPU second (1e9 / the median ns a packet), pinned on one core
+cpu_rate() { python3 -c "print(round(1e9 / float('$1')))" 2>/dev/null || echo nan; }
+goal "fwd pcap -> pcap --script (drop DNS), by CPU time" "$(cpu_rate "${MC[fwd --script dns]}")" "linerate fwd pcap -> pcap, no script" "$(cpu_rate "${MC[fwd no script]}")" 0.8 pps
