@@ -112,7 +112,7 @@ pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
 /// exec), and one that came while blocked is taken now. main calls it first thing for the tools
 /// that run until stopped ([`RUN_UNTIL_STOPPED`]), so that a signal that comes while the tool
 /// starts (parsing its flags, opening its inputs) stops it as one that comes later does. A
-/// signal that no [`stop_flag`] takes up within [`REPEAT_WINDOW`] (the tool took a path that
+/// signal that no [`stop_flag`] takes up within [`UNWATCHED_WAIT`] (the tool took a path that
 /// does not watch the flag) ends the process as the signal's default action would, exit code
 /// 128 + the signal, after sealing outputs.
 pub fn install_stop() -> anyhow::Result<Arc<AtomicBool>> {
@@ -149,7 +149,7 @@ pub fn install_stop() -> anyhow::Result<Arc<AtomicBool>> {
                     None => {
                         let t = std::time::Instant::now();
                         first = Some(t);
-                        while !CLAIMED.load(Ordering::SeqCst) && t.elapsed() < REPEAT_WINDOW {
+                        while !CLAIMED.load(Ordering::SeqCst) && t.elapsed() < UNWATCHED_WAIT {
                             std::thread::sleep(std::time::Duration::from_millis(10));
                         }
                         if !CLAIMED.load(Ordering::SeqCst) {
@@ -164,6 +164,10 @@ pub fn install_stop() -> anyhow::Result<Arc<AtomicBool>> {
     *held = Some(stop.clone());
     Ok(stop)
 }
+
+/// How long a stop signal that came before the tool watches its flag waits for it to (a
+/// debug build on a loaded machine can take a second to get there), before it ends the process.
+const UNWATCHED_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Ends the process for a stop signal that the tool does not watch for (it took a path that
 /// never called [`stop_flag`]): outputs sealed on their last whole record, published segments
