@@ -122,17 +122,24 @@ pub fn install_stop() -> anyhow::Result<Arc<AtomicBool>> {
     }
     let stop = Arc::new(AtomicBool::new(false));
     let sigs = stop_signals();
+    // Held until every handler below is in place: a signal that came between the first and
+    // the last (counted, but the flag not set) was a stop lost.
+    linerate::os::block_signals(&sigs);
     // Counted too: a signal that comes after the run began to stop ends the linger of
     // --metrics (metrics::finish), however soon after the first.
-    linerate::os::count_signals(&sigs)?;
-    for &sig in &sigs {
-        // Set at once from the handler; the thread below sees repeats.
-        signal_hook::flag::register(sig, stop.clone())?;
-    }
-    let mut signals = signal_hook::iterator::Signals::new(&sigs)?;
-    // Every handler is in place: a signal blocked since the start is delivered now. The
-    // thread below inherits the unblocked mask.
+    let handlers = (|| -> std::io::Result<signal_hook::iterator::Signals> {
+        linerate::os::count_signals(&sigs)?;
+        for &sig in &sigs {
+            // Set at once from the handler; the thread below sees repeats.
+            signal_hook::flag::register(sig, stop.clone())?;
+        }
+        signal_hook::iterator::Signals::new(&sigs)
+    })();
+    // Every handler is in place: a signal that came meanwhile, or was blocked since the
+    // process started (the mask is inherited across exec), is delivered now. The thread below
+    // inherits the unblocked mask.
     linerate::os::unblock_signals(&sigs);
+    let mut signals = handlers?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {

@@ -102,6 +102,12 @@ pub fn signal_ignored(sig: i32) -> bool {
     crate::sys::signals::signal_ignored(sig)
 }
 
+/// Blocks the signals `sigs` on the calling thread: one that comes stays pending until
+/// [`unblock_signals`] (installing several handlers of one signal: none is missed).
+pub fn block_signals(sigs: &[i32]) {
+    crate::sys::signals::block(sigs)
+}
+
 /// Unblocks the signals `sigs` on the calling thread (threads it starts later inherit that): a
 /// process started with them blocked would otherwise never see them. One that came while they
 /// were blocked is delivered now, to its handler.
