@@ -82,21 +82,64 @@ pub fn stop_signals() -> Vec<i32> {
         .collect()
 }
 
+/// The subcommands that run until stopped: main installs their stop signals first thing
+/// ([`install_stop`]), before the flags are parsed and the inputs opened.
+pub const RUN_UNTIL_STOPPED: [&str; 11] = [
+    "count", "fwd", "flows", "balance", "demo", "gen", "rfc2544", "watch", "query", "sweep",
+    "record",
+];
+
+/// The stop flag of this process, once installed ([`install_stop`]).
+static STOP: std::sync::Mutex<Option<Arc<AtomicBool>>> = std::sync::Mutex::new(None);
+
+/// Whether the tool watches the stop flag (it called [`stop_flag`]).
+static CLAIMED: AtomicBool = AtomicBool::new(false);
+
 /// A flag set by the first stop signal ([`STOP_SIGNALS`]); the tool then stops within a second
 /// with its summary. Signals within [`REPEAT_WINDOW`] of the first are the same stop. A signal
 /// after that forces the stop: outputs are sealed on their last whole record, the cluster
 /// segments this process published are removed, and it exits with code 130 (no summary).
+/// A signal that came before (main installs the handlers first thing, [`install_stop`]) is in
+/// the flag already: the tool stops at once, with its summary.
 pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
+    let stop = install_stop()?;
+    CLAIMED.store(true, Ordering::SeqCst);
+    Ok(stop)
+}
+
+/// Installs the handlers of the stop signals (once per process; later calls return the same
+/// flag) and unblocks them: a process may start with them blocked (the mask is inherited across
+/// exec), and one that came while blocked is taken now. main calls it first thing for the tools
+/// that run until stopped ([`RUN_UNTIL_STOPPED`]), so that a signal that comes while the tool
+/// starts (parsing its flags, opening its inputs) stops it as one that comes later does. A
+/// signal that no [`stop_flag`] takes up within [`UNWATCHED_WAIT`] (the tool took a path that
+/// does not watch the flag) ends the process as the signal's default action would, exit code
+/// 128 + the signal, after sealing outputs.
+pub fn install_stop() -> anyhow::Result<Arc<AtomicBool>> {
+    let mut held = STOP.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(stop) = held.as_ref() {
+        return Ok(stop.clone());
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let sigs = stop_signals();
+    // Held until every handler below is in place: a signal that came between the first and
+    // the last (counted, but the flag not set) was a stop lost.
+    linerate::os::block_signals(&sigs);
     // Counted too: a signal that comes after the run began to stop ends the linger of
     // --metrics (metrics::finish), however soon after the first.
-    linerate::os::count_signals(&sigs)?;
-    for &sig in &sigs {
-        // Set at once from the handler; the thread below sees repeats.
-        signal_hook::flag::register(sig, stop.clone())?;
-    }
-    let mut signals = signal_hook::iterator::Signals::new(&sigs)?;
+    let handlers = (|| -> std::io::Result<signal_hook::iterator::Signals> {
+        linerate::os::count_signals(&sigs)?;
+        for &sig in &sigs {
+            // Set at once from the handler; the thread below sees repeats.
+            signal_hook::flag::register(sig, stop.clone())?;
+        }
+        signal_hook::iterator::Signals::new(&sigs)
+    })();
+    // Every handler is in place: a signal that came meanwhile, or was blocked since the
+    // process started (the mask is inherited across exec), is delivered now. The thread below
+    // inherits the unblocked mask.
+    linerate::os::unblock_signals(&sigs);
+    let mut signals = handlers?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
@@ -110,13 +153,36 @@ pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
                     first = None;
                 }
                 match first {
-                    None => first = Some(std::time::Instant::now()),
+                    None => {
+                        let t = std::time::Instant::now();
+                        first = Some(t);
+                        while !CLAIMED.load(Ordering::SeqCst) && t.elapsed() < UNWATCHED_WAIT {
+                            std::thread::sleep(std::time::Duration::from_millis(10));
+                        }
+                        if !CLAIMED.load(Ordering::SeqCst) {
+                            unwatched_stop(sig);
+                        }
+                    }
                     Some(t) if t.elapsed() < REPEAT_WINDOW => {}
                     Some(_) => forced_stop(sig),
                 }
             }
         })?;
+    *held = Some(stop.clone());
     Ok(stop)
+}
+
+/// How long a stop signal that came before the tool watches its flag waits for it to (a
+/// debug build on a loaded machine can take a second to get there), before it ends the process.
+const UNWATCHED_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Ends the process for a stop signal that the tool does not watch for (it took a path that
+/// never called [`stop_flag`]): outputs sealed on their last whole record, published segments
+/// removed, exit code 128 + the signal, as the shell reports a process the signal ended.
+fn unwatched_stop(sig: i32) -> ! {
+    file::seal_all(std::time::Duration::from_millis(500));
+    linerate::cluster::remove_published_segments();
+    std::process::exit(128 + sig)
 }
 
 /// Times a tool re-armed its stop flag ([`rearm_stop`]).

@@ -73,6 +73,17 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    // The stop signals first, before anything that takes time (parsing, opening inputs): a
+    // signal that comes while the tool starts stops it with its summary, as one that comes
+    // later does, instead of the signal's default action ending it with nothing said.
+    if std::env::args()
+        .nth(1)
+        .is_some_and(|s| common::RUN_UNTIL_STOPPED.contains(&s.as_str()))
+    {
+        if let Err(e) = common::install_stop() {
+            return common::report_error(&e);
+        }
+    }
     // A negative value (`--rate -5`) is taken as the flag's value, so that its own check names
     // the flag and the range, instead of clap's "unexpected argument '-5'".
     let command = Cli::command().mut_subcommands(|c| c.allow_negative_numbers(true));

@@ -102,6 +102,19 @@ pub fn signal_ignored(sig: i32) -> bool {
     crate::sys::signals::signal_ignored(sig)
 }
 
+/// Blocks the signals `sigs` on the calling thread: one that comes stays pending until
+/// [`unblock_signals`] (installing several handlers of one signal: none is missed).
+pub fn block_signals(sigs: &[i32]) {
+    crate::sys::signals::block(sigs)
+}
+
+/// Unblocks the signals `sigs` on the calling thread (threads it starts later inherit that): a
+/// process started with them blocked would otherwise never see them. One that came while they
+/// were blocked is delivered now, to its handler.
+pub fn unblock_signals(sigs: &[i32]) {
+    crate::sys::signals::unblock(sigs)
+}
+
 /// Counts every delivery of the signals `sigs` from now on (the first call decides which; later
 /// calls do nothing), each one even when two come at once, unlike a flag or signal-hook's
 /// iterator, which merge them.

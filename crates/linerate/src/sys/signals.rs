@@ -34,6 +34,30 @@ pub(crate) fn block_all_but_wake() {
     }
 }
 
+/// Unblocks `sigs` on the calling thread (a process may start with them blocked: the mask is
+/// inherited across exec). One of them that came while blocked is delivered now, to the handler
+/// installed for it.
+pub(crate) fn unblock(sigs: &[i32]) {
+    mask(libc::SIG_UNBLOCK, sigs)
+}
+
+/// Blocks `sigs` on the calling thread: one that comes stays pending until [`unblock`].
+pub(crate) fn block(sigs: &[i32]) {
+    mask(libc::SIG_BLOCK, sigs)
+}
+
+fn mask(how: libc::c_int, sigs: &[i32]) {
+    // SAFETY: plain signal-mask calls on a local set that sigemptyset initialises.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in sigs {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
 /// The calling thread's id, for [`wake`].
 pub(crate) fn thread_id() -> u64 {
     // SAFETY: pthread_self has no preconditions.
