@@ -983,8 +983,7 @@ pub fn run(
     let tick = |port: &mut dyn Port, t, rep: &GenReport, behind: u64, waiting: bool| {
         gen_tick(port, &base, t, rep, (behind, waiting))
     };
-    // As fast as possible, nothing to hand a hook or take from a controller, on a port whose
-    // transmit frames hold every frame: built straight into the port's frames.
+    // Unpaced, no controller, any hook in place, frames that fit: built in the port's frames.
     if hook.as_deref().is_none_or(|h| h.in_place())
         && ctl.is_none()
         && !p.rated
