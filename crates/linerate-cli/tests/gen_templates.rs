@@ -516,3 +516,32 @@ fn a_streams_key_twice_or_a_rate_no_stream_takes_is_refused() {
     a.extend_from_slice(&["--stream", "rate=1kpps", "--stream", "rate=1kpps"]);
     ok(&run(&a));
 }
+
+#[test]
+fn more_than_255_streams_are_refused_before_the_output_is_touched() {
+    // A worker numbers its streams in a byte: 256 --stream flags used to pass the flag checks,
+    // truncate the capture file to a bare header and fail at run time with exit 1.
+    let path = tmp("streams256.pcap");
+    std::fs::write(&path, b"keep me").unwrap();
+    let out = format!("pcap:{}", path.display());
+    let ports: Vec<String> = (1..=256).map(|i| format!("dport={i}")).collect();
+    let mut args = vec!["gen", "-c", "600", "-o", &out];
+    for p in &ports {
+        args.push("--stream");
+        args.push(p);
+    }
+    let o = run(&args);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("255"));
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        b"keep me",
+        "the output was touched"
+    );
+    let _ = std::fs::remove_file(&path);
+}

@@ -23,7 +23,7 @@ pub struct StreamArgs {
     /// default to 192.0.2.1-192.0.2.2.
     #[arg(long, value_name = "gre:SRC-DST|vxlan:VNI[:SRC-DST]")]
     pub encap: Option<String>,
-    /// A stream of its own (repeat the flag for several; replaces --streams): comma-separated
+    /// A stream of its own (repeat the flag for several, at most 255; replaces --streams): comma-separated
     /// KEY=VALUE of rate, size, pattern, src-ip, dst-ip, sport, dport, proto, ttl, vlan,
     /// src-mac, dst-mac; the others as the flags give them (a value with commas, a list,
     /// goes on after its key: dport=53,80). A stream without rate shares what is left of
@@ -277,6 +277,14 @@ pub fn streams(
     nthreads: usize,
     first_id: usize,
 ) -> anyhow::Result<Vec<StreamSpec>> {
+    // Every worker sends all the --stream streams and numbers them in a byte (the library's
+    // limit, as --streams' range): refused here, before the output is opened.
+    if a.stream.len() > 255 {
+        return Err(usage(format!(
+            "--stream given {} times: at most 255 streams (each thread sends them all)",
+            a.stream.len()
+        )));
+    }
     let mut own = Vec::new();
     for (i, s) in a.stream.iter().enumerate() {
         own.push(stream(base, s).map_err(|e| usage(format!("--stream #{}: {e}", i + 1)))?);
