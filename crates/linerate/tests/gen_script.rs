@@ -36,47 +36,59 @@ fn script_modifies_every_packet_with_valid_checksums() {
     assert_eq!(hook.config.get("rate"), Some("1Mpps"));
     assert_eq!(hook.config.get("size"), Some("128"));
     let (mut a, mut b) = wire("gen-script", &PortOptions::default()).unwrap();
-    let opts = GenOptions {
-        streams: vec![StreamSpec {
-            size: SizeSpec::Fixed(128),
-            ..Default::default()
-        }],
-        count: Some(200),
-        ..Default::default()
-    };
+    let opts = two_hundred_of_128();
     let clock = FakeClock::new(1, 1);
     let stop = AtomicBool::new(false);
     let rep = gen::run(&mut a, &opts, &clock, &stop, Some(&mut hook), |_| {}).unwrap();
     assert_eq!(rep.pkts, 200);
     // 200 packets in batches of 64: 4 calls.
     assert_eq!(hook.calls, 4);
+    let n = check_flows_script_output(&mut b, |q| {
+        assert_eq!(q.dst_mac, [2, 0xaa, 0xbb, 0xcc, 0xdd, 0xee]);
+        assert_eq!(&q.dst[..4], &[192, 0, 2, 77]);
+    });
+    assert_eq!(n, 200);
+}
+
+/// 200 packets of 128 bytes, one stream.
+fn two_hundred_of_128() -> GenOptions {
+    GenOptions {
+        streams: vec![StreamSpec {
+            size: SizeSpec::Fixed(128),
+            ..Default::default()
+        }],
+        count: Some(200),
+        ..Default::default()
+    }
+}
+
+/// Reads what SCRIPT's packets arrived as on `b`: each one's source address and port as the
+/// script set them, its payload mark, and valid IPv4 and UDP checksums; `more` checks the rest.
+/// Returns how many arrived.
+fn check_flows_script_output(b: &mut impl Port, more: impl Fn(&linerate::wire::Parsed)) -> u32 {
     let mut batch = Batch::new();
     let mut i = 0u32;
     while b.rx(&mut batch).unwrap() > 0 {
         for p in batch.iter() {
             let d = p.data;
             let q = parse(d, LinkType::ETHERNET);
-            assert_eq!(q.dst_mac, [2, 0xaa, 0xbb, 0xcc, 0xdd, 0xee]);
+            more(&q);
             assert_eq!(&q.src[..4], &[10, 0, 0, (i % 7) as u8]);
-            assert_eq!(&q.dst[..4], &[192, 0, 2, 77]);
             assert_eq!(q.sport, 5000 + (i % 3) as u16);
             assert_eq!(d[q.payload.unwrap() as usize + 20], 0x5a);
             let ip = Ipv4Packet::new_checked(&d[14..]).unwrap();
             assert!(ip.verify_checksum());
             let seg = &d[34..q.l3_end as usize];
-            assert_eq!(
-                finish(sum(
-                    seg,
-                    pseudo_v4(ip.src(), ip.dst(), 17, seg.len() as u16)
-                )),
-                0,
-                "packet {i}"
-            );
+            let ck = finish(sum(
+                seg,
+                pseudo_v4(ip.src(), ip.dst(), 17, seg.len() as u16),
+            ));
+            assert_eq!(ck, 0, "packet {i}");
             i += 1;
         }
         batch.clear();
     }
-    assert_eq!(i, 200);
+    i
 }
 
 #[test]
@@ -225,14 +237,7 @@ fn script_modifies_packets_built_in_the_ports_frames() {
         builds: 0,
         pool: pool(),
     };
-    let opts = GenOptions {
-        streams: vec![StreamSpec {
-            size: SizeSpec::Fixed(128),
-            ..Default::default()
-        }],
-        count: Some(200),
-        ..Default::default()
-    };
+    let opts = two_hundred_of_128();
     let clock = FakeClock::new(1, 1);
     let stop = AtomicBool::new(false);
     let rep = gen::run(&mut port, &opts, &clock, &stop, Some(&mut hook), |_| {}).unwrap();
@@ -240,28 +245,7 @@ fn script_modifies_packets_built_in_the_ports_frames() {
     // built in the port's frames, one call of the script a burst
     assert_eq!(port.builds, 4);
     assert_eq!(hook.calls, 4);
-    let mut batch = Batch::new();
-    let mut i = 0u32;
-    while b.rx(&mut batch).unwrap() > 0 {
-        for p in batch.iter() {
-            let d = p.data;
-            let q = parse(d, LinkType::ETHERNET);
-            assert_eq!(&q.src[..4], &[10, 0, 0, (i % 7) as u8]);
-            assert_eq!(q.sport, 5000 + (i % 3) as u16);
-            assert_eq!(d[q.payload.unwrap() as usize + 20], 0x5a);
-            let ip = Ipv4Packet::new_checked(&d[14..]).unwrap();
-            assert!(ip.verify_checksum());
-            let seg = &d[34..q.l3_end as usize];
-            let ck = finish(sum(
-                seg,
-                pseudo_v4(ip.src(), ip.dst(), 17, seg.len() as u16),
-            ));
-            assert_eq!(ck, 0, "packet {i}");
-            i += 1;
-        }
-        batch.clear();
-    }
-    assert_eq!(i, 200);
+    assert_eq!(check_flows_script_output(&mut b, |_| {}), 200);
 }
 
 #[test]

@@ -167,9 +167,7 @@ impl LuaHook {
             name,
         })
     }
-}
 
-impl LuaHook {
     /// The call to the script's `modify(pkts, n)` of a loaded batch, then the checksums of
     /// the packets it wrote otherwise than by the setters (`fix`: [`Packets::store`]).
     fn call(&mut self, n: usize) -> Result<(), mlua::Error> {
