@@ -799,21 +799,6 @@ fn segment(id: u32) -> PathBuf {
     linerate_test_support::cluster_segment(id)
 }
 
-/// Removes a test's cluster segment and its lock when the test ends, passed or failed: a run
-/// the test gave up on is killed (SIGKILL) and leaves them behind. Made before the processes
-/// (dropped after them).
-struct SegmentGuard(u32);
-
-impl Drop for SegmentGuard {
-    fn drop(&mut self) {
-        let seg = segment(self.0);
-        let mut lock = seg.clone().into_os_string();
-        lock.push(".lock");
-        let _ = std::fs::remove_file(&seg);
-        let _ = std::fs::remove_file(PathBuf::from(lock));
-    }
-}
-
 #[test]
 fn sighup_sigquit_and_sigusr1_end_a_run_like_sigterm_with_whole_outputs() {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -940,7 +925,9 @@ fn a_stop_signal_at_any_point_of_start_up_stops_the_run_like_a_normal_stop() {
         format!("mem:lr-su-d-{pid}"),
     );
     let cid = cluster_id(4).to_string();
-    let _cleanup = SegmentGuard(cluster_id(4));
+    // Removed when the test ends, failed too (a run it gave up on is killed, SIGKILL).
+    let mut segs = linerate_test_support::ClusterSegments::default();
+    segs.add(cluster_id(4));
     let tools: Vec<(Vec<&str>, &str)> = vec![
         (
             vec!["count", "-i", &a, "--json"],
