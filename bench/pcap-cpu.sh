@@ -28,6 +28,12 @@
 #   PERF=DIR bash bench/pcap-cpu.sh ...   # also `perf record -g` tcpdump over each round's
 #     sending, (a) included, to DIR/MODE-RATE-RUN.data (then: perf report -i FILE --no-children); the figures of
 #     such a run include perf's own cost, not to be compared with a run without it
+#   CALLGRIND=DIR bash bench/pcap-cpu.sh "50k" S 1   # tcpdump under `valgrind --tool=callgrind`
+#     (with -Z root, so that it writes DIR/MODE-RATE-RUN.cg as it exits), longer pauses around
+#     the sending: instructions a packet, which the machine's load does not move (no PMU needed)
+#     = the difference of two runs' totals (`callgrind_annotate`) over the difference of their
+#     packets, e.g. S = 1 and 3 in two DIRs (tcpdump's start and end cancel out); at 50k pps
+#     tcpdump under callgrind keeps up. Its times and CPU figures mean nothing.
 # "sleeps" = tcpdump's voluntary context switches over the sending (/proc/PID/status): its waits.
 # "master" = the master's own summary of the round (balance -q): received, delivered to the
 # queue, and what it dropped with the reason, so that a loss before tcpdump is seen where it was.
@@ -110,7 +116,14 @@ gen() {
 # tcpdump_ns master_ns arrived_at_vB"
 one() {
   local mode=$1 rate=$2 count=$3 t m=0 t0 t1 m0=0 m1=0 got drop s0 s1 n0 n1=0 r0 r1
-  local lr=$LR lib=$LIB slots=${SLOTS:-} v0 v1
+  local lr=$LR lib=$LIB slots=${SLOTS:-} v0 v1 wrap=() zroot=() settle=0.5 drain=1.5
+  if [ -n "${CALLGRIND:-}" ]; then
+    mkdir -p "$CALLGRIND"
+    wrap=(valgrind -q --tool=callgrind "--callgrind-out-file=$CALLGRIND/$mode-$rate-${ROUND:-0}.cg")
+    zroot=(-Z root)
+    settle=3
+    drain=3
+  fi
   [ "$mode" = o ] && { lr=$OLD_LR; lib=$OLD_LIB; slots=${OLD_SLOTS:-${SLOTS:-}}; }
   rm -f "$TMP/err" "$TMP/master.out"
   if [ "$mode" != a ]; then
@@ -123,15 +136,16 @@ one() {
       [ -n "$HUGEDIR" ] && [ -e "$HUGEDIR/linerate-cluster-$ID" ] && break
       sleep 0.01
     done
-    ip netns exec "$B" taskset -c 1 env LD_PRELOAD="$lib" tcpdump -i "cluster:$ID@0" \
-      -w /dev/null 2>"$TMP/err" &
+    ip netns exec "$B" taskset -c 1 env LD_PRELOAD="$lib" "${wrap[@]}" tcpdump \
+      -i "cluster:$ID@0" "${zroot[@]}" -w /dev/null 2>"$TMP/err" &
   else
-    ip netns exec "$B" taskset -c 1 tcpdump -i vB -w /dev/null 2>"$TMP/err" &
+    ip netns exec "$B" taskset -c 1 "${wrap[@]}" tcpdump -i vB "${zroot[@]}" -w /dev/null \
+      2>"$TMP/err" &
   fi
   t=$!
   PIDS+=("$t")
   waitfor "$TMP/err" "listening on" || { echo "tcpdump did not start: $(cat "$TMP/err")" >&2; }
-  sleep 0.5 # the master sees its consumer, tcpdump is in its loop
+  sleep "$settle" # the master sees its consumer, tcpdump is in its loop
   r0=$(rxpk)
   t0=$(ticks "$t"); s0=$(cpuns "$t"); v0=$(sleeps "$t")
   [ "$m" != 0 ] && { m0=$(ticks "$m"); n0=$(cpuns "$m"); }
@@ -146,7 +160,7 @@ one() {
   if [ "$perfp" != 0 ]; then kill -INT "$perfp"; wait "$perfp" 2>/dev/null; fi
   # the last packets through the ring(s): libpcap hands tcpdump a TPACKET_V3 block when it is
   # full or after tcpdump's 1000 ms timeout, so a shorter wait counts the last block as lost
-  sleep 1.5
+  sleep "$drain"
   t1=$(ticks "$t"); s1=$(cpuns "$t"); v1=$(sleeps "$t")
   [ "$m" != 0 ] && { m1=$(ticks "$m"); n1=$(($(cpuns "$m") - n0)); }
   r1=$(rxpk)

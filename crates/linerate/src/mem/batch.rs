@@ -341,6 +341,17 @@ impl Batch {
         self.limit = limit.clamp(1, BATCH);
     }
 
+    /// The descriptor of packet `i`, if the batch has one (no slice of the batch made: one
+    /// comparison with its length and one with its capacity, no panic path).
+    #[inline(always)]
+    pub fn desc(&self, i: usize) -> Option<&Desc> {
+        if i < self.len {
+            self.descs.get(i)
+        } else {
+            None
+        }
+    }
+
     /// The descriptors.
     #[inline(always)]
     pub fn descs(&self) -> &[Desc] {
