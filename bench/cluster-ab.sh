@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/cluster-ab.sh OLD_BIN [NEW_BIN]: the cluster rows of bench/cluster.sh for two builds,
 # interleaved (old, new, old, new, ...) so that both see the same moments of a noisy machine;
-# prints each row's best and median for both, and testpmd's reference from the same session.
+# prints each row's best and median for both, their median queue drops (a build that drops
+# more does less per packet received), and testpmd's reference from the same session.
 #
 #   git worktree add /tmp/lr-old 38722a4 && (cd /tmp/lr-old && cargo build --release -p linerate-cli)
 #   DUR=2 RUNS=3 bash bench/cluster-ab.sh /tmp/lr-old/target/release/linerate
@@ -26,21 +27,22 @@ stats() { sort -g | awk '{a[NR]=$1} END {printf "%.2f / %.2f", a[NR], a[int((NR+
 
 ab() { # label cmd...
   local label=$1; shift
-  local om=() oc=() nm=() nc=() r k
+  local om=() oc=() od=() nm=() nc=() nd=() r k
   if [ -n "$ONLY_ROWS" ] && ! grep -Eq -- "$ONLY_ROWS" <<<"$label"; then return 0; fi
   for ((k = 0; k < RUNS; k++)); do
-    BIN=$OLD; r=$("$@"); om+=("$(cut -f1 <<<"$r")"); oc+=("$(cut -f2 <<<"$r")")
-    BIN=$NEW; r=$("$@"); nm+=("$(cut -f1 <<<"$r")"); nc+=("$(cut -f2 <<<"$r")")
+    BIN=$OLD; r=$("$@"); om+=("$(cut -f1 <<<"$r")"); oc+=("$(cut -f2 <<<"$r")"); od+=("$(cut -f3 <<<"$r")")
+    BIN=$NEW; r=$("$@"); nm+=("$(cut -f1 <<<"$r")"); nc+=("$(cut -f2 <<<"$r")"); nd+=("$(cut -f3 <<<"$r")")
   done
-  printf '| %s | %s | %s | %s | %s |\n' "$label" \
+  printf '| %s | %s | %s | %s | %s | %.1f %% | %.1f %% |\n' "$label" \
     "$(printf '%s\n' "${om[@]}" | stats)" "$(printf '%s\n' "${nm[@]}" | stats)" \
-    "$(printf '%s\n' "${oc[@]}" | stats)" "$(printf '%s\n' "${nc[@]}" | stats)"
+    "$(printf '%s\n' "${oc[@]}" | stats)" "$(printf '%s\n' "${nc[@]}" | stats)" \
+    "$(printf '%s\n' "${od[@]}" | median)" "$(printf '%s\n' "${nd[@]}" | median)"
 }
 
 echo "## Cluster A/B ($(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), ${DUR}s x $RUNS interleaved, best / median${PRIO[*]:+, under ${PRIO[*]}})"
 echo
-echo "| run | master Mpps, old | master Mpps, new | per consumer (min), old | per consumer (min), new |"
-echo "|---|---|---|---|---|"
+echo "| run | master Mpps, old | master Mpps, new | per consumer (min), old | per consumer (min), new | queue drops, old | new (medians) |"
+echo "|---|---|---|---|---|---|---|"
 ab "threads 1→1 (ip hash)" threads 1 ip
 ab "threads 1→1 (round-robin)" threads 1 round-robin
 ab "threads 1→2 balanced (ip hash)" threads 2 ip
