@@ -392,6 +392,12 @@ mod layout {
     pub const QUEUE_OFF: u64 = 56;
     pub const QUEUE_STRIDE: u64 = 64;
     pub const COUNTERS: u64 = 184;
+    pub const HEADROOM: u64 = 28;
+    pub const FRAMES_OFF: u64 = 80;
+    pub const TOTAL_LEN: u64 = 88;
+    /// The number of big frames (u32), then their size (u32).
+    pub const BIG_FRAMES: u64 = 272;
+    pub const BIG_OFF: u64 = 280;
     pub const HEAD: u64 = 0;
     pub const TAIL: u64 = 128;
     pub const HANDED: u64 = 256 + 24;
@@ -563,6 +569,169 @@ fn a_segment_corrupted_while_running_stops_consumers_with_a_clear_error_and_true
         if line["type"] == "stats" {
             assert!(line["rx"].as_u64().unwrap() <= 30_000, "{line}");
             assert!(line["delivered"].as_u64().unwrap() <= 30_000, "{line}");
+        }
+    }
+}
+
+/// One descriptor as a queue's slot holds it: address, time, length, wire length (32 bytes).
+fn desc(addr: u64, len: u32, wire_len: u32) -> Vec<u8> {
+    let mut d = addr.to_le_bytes().to_vec();
+    d.extend(1_700_000_000_000_000_000u64.to_le_bytes());
+    d.extend(len.to_le_bytes());
+    d.extend(wire_len.to_le_bytes());
+    d.extend([0u8; 8]);
+    d
+}
+
+/// Descriptors a hostile writer puts in queue 0 of an idle cluster (its input never sends),
+/// published by moving the head cursor: each batch is checked against the regular frames
+/// first and in full only when that fails, so packets in big frames (jumbo) and at the last
+/// byte of either kind of frame are delivered, and one in the headroom, straddling two frames,
+/// outside the frames, misplaced in a big frame, longer than its frame or with a garbage length
+/// stops the consumer with an error naming the queue and the slot, every descriptor of its
+/// batch counted as malformed, none read.
+#[test]
+fn descriptors_naming_bytes_outside_their_frame_are_refused_and_jumbo_ones_delivered() {
+    // (case, descriptors from (frames_off, big_off, big_size, total), the bad slot if any).
+    type Make = fn(u64, u64, u64, u64) -> Vec<(u64, u32, u32)>;
+    let h = 128u64; // the master's headroom (checked below)
+    let cases: [(&str, Make, Option<usize>); 11] = [
+        (
+            "regular and big",
+            |f, b, _, _| vec![(f + 128, 64, 64), (b + 128, 9000, 9000)],
+            None,
+        ),
+        (
+            "frame and big frame full",
+            |f, b, s, _| {
+                vec![
+                    (f + 128, 1920, 1920),
+                    (b + 128, s as u32 - 128, s as u32 - 128),
+                    (b - 64, 64, 64),
+                ]
+            },
+            None,
+        ),
+        (
+            "headroom",
+            |f, _, _, _| vec![(f + 128, 64, 64), (f + 2048 + 10, 64, 64)],
+            Some(1),
+        ),
+        (
+            "straddling",
+            |f, _, _, _| vec![(f + 4096 - 32, 64, 64)],
+            Some(0),
+        ),
+        (
+            "below the frames",
+            |f, _, _, _| vec![(f - 4096, 64, 64)],
+            Some(0),
+        ),
+        (
+            "past the segment",
+            |_, _, _, t| vec![(t + 128, 64, 64)],
+            Some(0),
+        ),
+        (
+            "inside a big frame",
+            |f, b, _, _| vec![(f + 128, 60, 60), (b + 128 + 8, 64, 64)],
+            Some(1),
+        ),
+        (
+            "longer than a big frame",
+            |_, b, s, _| vec![(b + 128, s as u32 - 127, 9000)],
+            Some(0),
+        ),
+        (
+            "huge length",
+            |f, _, _, _| vec![(f + 128, u32::MAX, 64)],
+            Some(0),
+        ),
+        (
+            "huge wire length",
+            |f, _, _, _| vec![(f + 128, 64, 1 << 25)],
+            Some(0),
+        ),
+        (
+            "wrapping address",
+            |_, _, _, _| vec![(u64::MAX - 63, 128, 128)],
+            Some(0),
+        ),
+    ];
+    // One cluster after another on the same id (each removed by its guard).
+    let id = cluster_id(13);
+    for (case, make, bad) in cases {
+        let mut g = Guard::default();
+        g.paths.push(seg(id));
+        g.kids.push(spawn(&[
+            "balance",
+            "-i",
+            &format!("mem:hostile-desc-{id}"),
+            "-c",
+            &id.to_string(),
+            "--max-pkt-len",
+            "9000",
+            "-t",
+            "20",
+            "-q",
+            // Written to below (pwrite): in /dev/shm, never on a hugetlbfs.
+            "--no-huge",
+        ]));
+        wait_for("the segment", Duration::from_secs(10), || seg(id).exists());
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(seg(id))
+            .unwrap();
+        wait_for("the header", Duration::from_secs(10), || {
+            read_u64(&f, layout::TOTAL_LEN) != 0
+        });
+        assert_eq!(read_u64(&f, layout::HEADROOM) as u32 as u64, h);
+        let big = read_u64(&f, layout::BIG_FRAMES) >> 32;
+        let descs = make(
+            read_u64(&f, layout::FRAMES_OFF),
+            read_u64(&f, layout::BIG_OFF),
+            big,
+            read_u64(&f, layout::TOTAL_LEN),
+        );
+        let qoff = read_u64(&f, layout::QUEUE_OFF);
+        let slots: Vec<u8> = descs.iter().flat_map(|&(a, l, w)| desc(a, l, w)).collect();
+        write_at(&f, qoff + layout::SLOTS, &slots);
+        let n = descs.len();
+        let c = spawn(&[
+            "count",
+            "-i",
+            &format!("cluster:{id}@0"),
+            "-c",
+            &n.to_string(),
+            "-t",
+            "10",
+            "--json",
+            "-q",
+        ]);
+        std::thread::sleep(Duration::from_millis(300));
+        write_at(&f, qoff + layout::HEAD, &(n as u64).to_le_bytes());
+        let o = finish(c, Duration::from_secs(15));
+        let s = summary(&o);
+        let malformed = s["drops_by_reason"]["malformed"].as_u64().unwrap();
+        match bad {
+            None => {
+                assert!(o.status.success(), "{case}: {}", text(&o));
+                assert_eq!(s["pkts"], n as u64, "{case}: {}", text(&o));
+                assert_eq!(malformed, 0, "{case}: {}", text(&o));
+            }
+            Some(slot) => {
+                let e = String::from_utf8_lossy(&o.stderr);
+                assert_eq!(o.status.code(), Some(1), "{case}: {}", text(&o));
+                assert!(
+                    e.contains(&format!("queue 0 slot {slot}: descriptor"))
+                        && e.contains(&format!("{n} descriptors dropped as malformed")),
+                    "{case}: {}",
+                    text(&o)
+                );
+                assert_eq!(s["pkts"], 0, "{case}: {}", text(&o));
+                assert_eq!(malformed, n as u64, "{case}: {}", text(&o));
+            }
         }
     }
 }

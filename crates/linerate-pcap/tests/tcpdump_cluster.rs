@@ -482,3 +482,144 @@ fn tcpdump_asleep_on_a_queue_ends_when_its_master_is_killed() {
     // The killed master's claim of the id, left as its segment was.
     let _ = std::fs::remove_file(linerate::cluster::claim_path(id));
 }
+
+/// Offsets in a version 4 segment's header (pinned by a unit test beside the layout in
+/// linerate's `cluster/layout.rs`) and in a queue's area.
+mod layout {
+    pub const HEADROOM: u64 = 28;
+    pub const QUEUE_OFF: u64 = 56;
+    pub const FRAMES_OFF: u64 = 80;
+    pub const TOTAL_LEN: u64 = 88;
+    /// The number of big frames (u32), then their size (u32).
+    pub const BIG_FRAMES: u64 = 272;
+    pub const BIG_OFF: u64 = 280;
+    pub const HEAD: u64 = 0;
+    pub const SLOTS: u64 = 512;
+}
+
+/// An idle cluster (its input never sends) whose queue 0 a hostile writer fills: the packets
+/// (address, bytes) written into the segment, then their descriptors (address, length, wire
+/// length) published by moving the head cursor while tcpdump waits on the queue with `-c` and
+/// `-w out`. Returns tcpdump's output.
+fn tcpdump_on_written_descriptors(
+    bin: &Path,
+    lib: &Path,
+    id: u32,
+    out: &Path,
+    make: impl Fn(u64, u64, u64) -> (Vec<(u64, Vec<u8>)>, Vec<(u64, u32, u32)>),
+) -> Output {
+    use std::os::unix::fs::FileExt;
+    let master = Command::new(bin)
+        .args(["balance", "-i", &format!("mem:hostile-pcap-{id}")])
+        .args(["-c", &id.to_string(), "--max-pkt-len", "9000", "-t", "20"])
+        .args(["-q", "--no-huge"]) // written to below (pwrite): never on a hugetlbfs
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start linerate balance");
+    let mut procs = Procs(vec![master]);
+    wait_for("the cluster's segment", Duration::from_secs(10), || {
+        seg(id).exists()
+    });
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(seg(id))
+        .unwrap();
+    let word = |at: u64| {
+        let mut b = [0u8; 8];
+        f.read_exact_at(&mut b, at).unwrap();
+        u64::from_le_bytes(b)
+    };
+    wait_for("the header", Duration::from_secs(10), || {
+        word(layout::TOTAL_LEN) != 0
+    });
+    assert_eq!(word(layout::HEADROOM) as u32, 128);
+    let (packets, descs) = make(
+        word(layout::FRAMES_OFF),
+        word(layout::BIG_OFF),
+        word(layout::BIG_FRAMES) >> 32,
+    );
+    for (at, bytes) in &packets {
+        f.write_all_at(bytes, *at).unwrap();
+    }
+    let qoff = word(layout::QUEUE_OFF);
+    let mut slots = Vec::new();
+    for &(addr, len, wire_len) in &descs {
+        slots.extend(addr.to_le_bytes());
+        slots.extend(1_700_000_000_000_000_000u64.to_le_bytes());
+        slots.extend(len.to_le_bytes());
+        slots.extend(wire_len.to_le_bytes());
+        slots.extend([0u8; 8]);
+    }
+    f.write_all_at(&slots, qoff + layout::SLOTS).unwrap();
+    let td = Command::new("tcpdump")
+        .env("LD_PRELOAD", lib)
+        .args([
+            "-i",
+            &format!("cluster:{id}@0"),
+            "-c",
+            &descs.len().to_string(),
+        ])
+        .arg("-w")
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tcpdump");
+    procs.0.push(td);
+    std::thread::sleep(Duration::from_millis(500));
+    f.write_all_at(&(descs.len() as u64).to_le_bytes(), qoff + layout::HEAD)
+        .unwrap();
+    let td = procs.0.pop().unwrap();
+    let o = output(td, Duration::from_secs(15));
+    drop(procs); // the master, killed
+    let _ = std::fs::remove_file(seg(id));
+    let _ = std::fs::remove_file(linerate::cluster::claim_path(id));
+    o
+}
+
+/// tcpdump through the library on descriptors a hostile writer put in a queue: a packet in a
+/// regular frame and a jumbo one filling its big frame are written byte for byte; a batch with
+/// a descriptor straddling two frames stops tcpdump with an error naming the queue and the
+/// slot, nothing of the batch handed to it, its summary counting the batch as dropped.
+#[test]
+fn tcpdump_gets_jumbo_packets_and_refuses_descriptors_outside_their_frame() {
+    let Some((bin, lib)) = tools() else { return };
+    let dir = Scratch::new("desc");
+    let id = cluster_id(8);
+    let out = dir.0.join("q0.pcap");
+    let small: Vec<u8> = (0..64u32).map(|i| i as u8).collect();
+    let jumbo: Vec<u8> = (0..16384u32 - 128).map(|i| (i * 7 + 3) as u8).collect();
+    let (s, j) = (small.clone(), jumbo.clone());
+    let good = move |f: u64, b: u64, _: u64| {
+        (
+            vec![(f + 2048 + 128, s.clone()), (b + 128, j.clone())],
+            vec![
+                (f + 2048 + 128, 64, 64),
+                (b + 128, j.len() as u32, j.len() as u32),
+            ],
+        )
+    };
+    let o = tcpdump_on_written_descriptors(&bin, &lib, id, &out, &good);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "tcpdump: {err}");
+    assert!(err.contains("0 packets dropped by kernel"), "{err}");
+    let got: Vec<Vec<u8>> = records(&out).into_iter().map(|r| r.3).collect();
+    assert!(got == vec![small, jumbo], "the two packets, byte for byte");
+    let bad = move |f: u64, b: u64, s: u64| {
+        let (p, mut d) = good(f, b, s);
+        d.push((f + 4096 - 32, 64, 64));
+        (p, d)
+    };
+    let o = tcpdump_on_written_descriptors(&bin, &lib, id, &out, &bad);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "tcpdump: {err}");
+    assert!(
+        err.contains("queue 0 slot 2: descriptor")
+            && err.contains("3 descriptors dropped as malformed")
+            && err.contains("0 packets captured")
+            && err.contains("3 packets dropped by kernel"),
+        "{err}"
+    );
+}
