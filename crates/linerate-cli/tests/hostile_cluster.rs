@@ -12,6 +12,7 @@
 #![deny(unsafe_code)]
 
 use linerate_test_support::netns;
+use linerate_test_support::segment::{descriptor, layout};
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
@@ -383,27 +384,6 @@ fn a_segment_of_an_older_layout_version_is_refused_with_both_versions() {
     );
 }
 
-/// Offsets in a version 4 segment (pinned by a unit test beside the layout in
-/// `cluster/layout.rs`): the header's state word and the queues' place, and inside a queue's area
-/// the head and tail cursors, the consumer's words and the slots.
-mod layout {
-    pub const VERSION: u64 = 8;
-    pub const STATE: u64 = 48;
-    pub const QUEUE_OFF: u64 = 56;
-    pub const QUEUE_STRIDE: u64 = 64;
-    pub const COUNTERS: u64 = 184;
-    pub const HEADROOM: u64 = 28;
-    pub const FRAMES_OFF: u64 = 80;
-    pub const TOTAL_LEN: u64 = 88;
-    /// The number of big frames (u32), then their size (u32).
-    pub const BIG_FRAMES: u64 = 272;
-    pub const BIG_OFF: u64 = 280;
-    pub const HEAD: u64 = 0;
-    pub const TAIL: u64 = 128;
-    pub const HANDED: u64 = 256 + 24;
-    pub const SLOTS: u64 = 512;
-}
-
 fn read_u64(f: &std::fs::File, at: u64) -> u64 {
     use std::os::unix::fs::FileExt;
     let mut b = [0u8; 8];
@@ -573,16 +553,6 @@ fn a_segment_corrupted_while_running_stops_consumers_with_a_clear_error_and_true
     }
 }
 
-/// One descriptor as a queue's slot holds it: address, time, length, wire length (32 bytes).
-fn desc(addr: u64, len: u32, wire_len: u32) -> Vec<u8> {
-    let mut d = addr.to_le_bytes().to_vec();
-    d.extend(1_700_000_000_000_000_000u64.to_le_bytes());
-    d.extend(len.to_le_bytes());
-    d.extend(wire_len.to_le_bytes());
-    d.extend([0u8; 8]);
-    d
-}
-
 /// Descriptors a hostile writer puts in queue 0 of an idle cluster (its input never sends),
 /// published by moving the head cursor: each batch is checked against the regular frames
 /// first and in full only when that fails, so packets in big frames (jumbo) and at the last
@@ -695,7 +665,10 @@ fn descriptors_naming_bytes_outside_their_frame_are_refused_and_jumbo_ones_deliv
             read_u64(&f, layout::TOTAL_LEN),
         );
         let qoff = read_u64(&f, layout::QUEUE_OFF);
-        let slots: Vec<u8> = descs.iter().flat_map(|&(a, l, w)| desc(a, l, w)).collect();
+        let slots: Vec<u8> = descs
+            .iter()
+            .flat_map(|&(a, l, w)| descriptor(a, l, w))
+            .collect();
         write_at(&f, qoff + layout::SLOTS, &slots);
         let n = descs.len();
         let c = spawn(&[

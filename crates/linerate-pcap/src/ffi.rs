@@ -978,32 +978,30 @@ pub unsafe extern "C" fn pcap_loop(p: Pcap, cnt: c_int, cb: Handler, user: *mut 
         // The per-packet path first, straight to the handler (no `Next` in between: the header
         // is built from the packet's registers); the rest through `read_more`.
         // SAFETY: as in `read_more`; this &mut ends with the statement.
-        let r = match unsafe { &mut *ep }.h.ready() {
-            Some(pk) => Some(pk),
+        let pk = match unsafe { &mut *ep }.h.ready() {
+            Some(pk) => pk,
             None => match read_more(ep, slot, true, true) {
-                Next::Packet(pk) => Some(pk),
-                Next::Nothing => None,
+                Next::Packet(pk) => pk,
+                Next::Nothing => continue,
                 Next::Break => return code::BREAK,
                 Next::End => return 0,
                 Next::Error => return code::ERROR,
             },
         };
-        if let Some(pk) = r {
-            let h = header(&pk);
-            if let Some(cb) = cb {
-                // SAFETY: the program's handler, called as libpcap does: the header and the
-                // packet's captured bytes stay valid until it returns.
-                unsafe { cb(user, &h, pk.data) };
-            }
-            n = n.saturating_add(1);
-            // A pcap_breakloop from the handler (or a signal) stops the loop after this
-            // packet, as libpcap's does, not at the end of the batch.
-            if REG.take_break(slot) {
-                return code::BREAK;
-            }
-            if cnt > 0 && n >= cnt {
-                return 0;
-            }
+        let h = header(&pk);
+        if let Some(cb) = cb {
+            // SAFETY: the program's handler, called as libpcap does: the header and the
+            // packet's captured bytes stay valid until it returns.
+            unsafe { cb(user, &h, pk.data) };
+        }
+        n = n.saturating_add(1);
+        // A pcap_breakloop from the handler (or a signal) stops the loop after this packet,
+        // as libpcap's does, not at the end of the batch.
+        if REG.take_break(slot) {
+            return code::BREAK;
+        }
+        if cnt > 0 && n >= cnt {
+            return 0;
         }
     }
 }

@@ -4,6 +4,7 @@
 //! through their `Child` handles).
 #![deny(unsafe_code)]
 
+use linerate_test_support::segment::{descriptor, layout};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -483,20 +484,6 @@ fn tcpdump_asleep_on_a_queue_ends_when_its_master_is_killed() {
     let _ = std::fs::remove_file(linerate::cluster::claim_path(id));
 }
 
-/// Offsets in a version 4 segment's header (pinned by a unit test beside the layout in
-/// linerate's `cluster/layout.rs`) and in a queue's area.
-mod layout {
-    pub const HEADROOM: u64 = 28;
-    pub const QUEUE_OFF: u64 = 56;
-    pub const FRAMES_OFF: u64 = 80;
-    pub const TOTAL_LEN: u64 = 88;
-    /// The number of big frames (u32), then their size (u32).
-    pub const BIG_FRAMES: u64 = 272;
-    pub const BIG_OFF: u64 = 280;
-    pub const HEAD: u64 = 0;
-    pub const SLOTS: u64 = 512;
-}
-
 /// An idle cluster (its input never sends) whose queue 0 a hostile writer fills: the packets
 /// (address, bytes) written into the segment, then their descriptors (address, length, wire
 /// length) published by moving the head cursor while tcpdump waits on the queue with `-c` and
@@ -544,14 +531,10 @@ fn tcpdump_on_written_descriptors(
         f.write_all_at(bytes, *at).unwrap();
     }
     let qoff = word(layout::QUEUE_OFF);
-    let mut slots = Vec::new();
-    for &(addr, len, wire_len) in &descs {
-        slots.extend(addr.to_le_bytes());
-        slots.extend(1_700_000_000_000_000_000u64.to_le_bytes());
-        slots.extend(len.to_le_bytes());
-        slots.extend(wire_len.to_le_bytes());
-        slots.extend([0u8; 8]);
-    }
+    let slots: Vec<u8> = descs
+        .iter()
+        .flat_map(|&(a, l, w)| descriptor(a, l, w))
+        .collect();
     f.write_all_at(&slots, qoff + layout::SLOTS).unwrap();
     let td = Command::new("tcpdump")
         .env("LD_PRELOAD", lib)

@@ -17,6 +17,7 @@
 
 pub mod line;
 pub mod netns;
+pub mod segment;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -440,27 +440,20 @@ impl Port for ClusterPort {
             (seg.big_size as u64).saturating_sub(1),
             seg.big_size.saturating_sub(seg.headroom) as u32,
         );
-        let bad_desc = |d: &Desc| -> bool {
+        let not_in_frame = |d: &Desc| -> bool {
             let off = d.addr.wrapping_sub(base);
             let inner = off & fmask;
-            let small = (inner < head) as u64
-                | (off >= span) as u64
-                | (inner + u64::from(d.len) > fmask + 1) as u64;
+            (inner < head) | (off >= span) | (inner + u64::from(d.len) > fmask + 1)
+        };
+        let not_in_big = |d: &Desc| -> bool {
             let boff = d.addr.wrapping_sub(bbase);
-            let big = (boff & bmask) | (boff >= bspan) as u64 | (d.len > bcap) as u64;
-            (small != 0) & (big != 0) | (d.wire_len > MAX_WIRE_LEN)
+            ((boff & bmask) != 0) | (boff >= bspan) | (d.len > bcap)
         };
         // First the regular frames' test alone (every packet of the usual traffic): only a
         // batch with a packet that fails it (one in a big frame, or a bad one) is tested again
         // in full, so the big frames' test costs nothing a packet otherwise.
-        let not_small = |d: &Desc| -> bool {
-            let off = d.addr.wrapping_sub(base);
-            let inner = off & fmask;
-            (inner < head)
-                | (off >= span)
-                | (inner + u64::from(d.len) > fmask + 1)
-                | (d.wire_len > MAX_WIRE_LEN)
-        };
+        let not_small = |d: &Desc| not_in_frame(d) | (d.wire_len > MAX_WIRE_LEN);
+        let bad_desc = |d: &Desc| not_in_frame(d) & not_in_big(d) | (d.wire_len > MAX_WIRE_LEN);
         let mut bytes = 0u64;
         let mut odd = false;
         for d in &batch.descs()[before..] {
