@@ -56,8 +56,9 @@ pub trait Clock: Send + Sync {
 /// stamps of latency probes against the kernel's receive timestamps, which are CLOCK_REALTIME).
 ///
 /// quanta's start-up calibration of the TSC rate is off by some parts per million (17 ppm on a
-/// KVM guest here, 17 µs per second), which alone would make one-way latencies wrong by
-/// hundreds of microseconds after a few seconds. So the clock disciplines itself: every
+/// KVM guest here, 17 µs per second; thousands when its thread is preempted mid-way), which
+/// alone would make one-way latencies wrong by hundreds of microseconds after a few seconds.
+/// So the clock starts from a rate it measures itself ([`start_rate`]) and disciplines itself: every
 /// [`DISCIPLINE_NS`] (more often in its first 50 ms, from [`FIRST_PERIOD_NS`] on) the first
 /// reader to notice reads CLOCK_REALTIME once and sets the rate for the next period so that the
 /// clock meets the wall clock at its end (rate measured over the whole life of the clock, with
@@ -199,14 +200,46 @@ fn pair(clock: &quanta::Clock) -> Option<(u64, u64)> {
         .map(|(r, w, _)| (r, w))
 }
 
+/// How long [`start_rate`] measures the TSC against the wall clock.
+const START_RATE_NS: u64 = 2_000_000;
+
+/// The first rate of a [`TscClock`], ns for 2^32 ticks: measured once a process between two
+/// paired readings of the wall clock [`START_RATE_NS`] apart (each pairing off by at most half
+/// of [`PAIR_MAX_NS`], so at most 200 ppm off, a few ppm usually), not quanta's start-up
+/// calibration: that one reads the TSC and the monotonic clock one after the other without
+/// pairing them, and a thread preempted between the two reads on a busy machine leaves it
+/// thousands of ppm off; the clock would run microseconds ahead of the wall clock for its first
+/// periods (a latency probe stamped then would look older than its kernel receive stamp) or,
+/// past 5000 ppm, never meet it. quanta's rate is the fallback when no pairing is narrow enough.
+fn start_rate(clock: &quanta::Clock) -> u64 {
+    use std::sync::OnceLock;
+    static RATE: OnceLock<u64> = OnceLock::new();
+    *RATE.get_or_init(|| {
+        let quanta = clock.delta_as_nanos(0, 1 << 32).max(1);
+        let paired = || (0..8).find_map(|_| pair(clock));
+        let Some((r0, w0)) = paired() else {
+            return quanta;
+        };
+        while wall_ns() < w0 + START_RATE_NS {
+            std::hint::spin_loop();
+        }
+        match paired() {
+            Some((r1, w1)) if r1 > r0 && w1 > w0 => {
+                ((((w1 - w0) as u128) << 32) / (r1 - r0) as u128).max(1) as u64
+            }
+            _ => quanta,
+        }
+    })
+}
+
 impl TscClock {
-    /// Calibrates (the first one in a process takes ~10 ms) and anchors to the wall clock.
+    /// Calibrates (the first one in a process takes a few ms: quanta's calibration, then
+    /// [`start_rate`]) and anchors to the wall clock.
     pub fn new() -> TscClock {
         let clock = quanta::Clock::new();
         // Anchor between two close raw reads so that the wall reading sits in the middle.
         let (raw0, wall0) = pair(&clock).unwrap_or_else(|| (clock.raw(), wall_ns()));
-        // quanta's calibration as the first rate: ns for 2^32 ticks.
-        let mult = clock.delta_as_nanos(0, 1 << 32).max(1);
+        let mult = start_rate(&clock);
         let period_raw = (((FIRST_PERIOD_NS as u128) << 32) / mult as u128) as u64;
         TscClock {
             clock,
@@ -413,6 +446,28 @@ mod tests {
         let errs = run(17.0, Some((3_000_000_000, -10_000_000)), 60);
         let (_, last) = *errs.last().unwrap();
         assert!(last > 0 && last < 10_000_000, "slewing back: {last} ns");
+    }
+
+    #[test]
+    fn the_start_rate_is_the_tscs_rate_against_the_wall_clock() {
+        let clock = quanta::Clock::new();
+        let rate = start_rate(&clock);
+        // The rate over 50 ms between two paired readings (each off by at most 200 ns).
+        let paired = || {
+            (0..64)
+                .find_map(|_| pair(&clock))
+                .expect("a narrow pairing")
+        };
+        let (r0, w0) = paired();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (r1, w1) = paired();
+        let long = (((w1 - w0) as u128) << 32) / (r1 - r0) as u128;
+        let ppm = (rate as f64 / long as f64 - 1.0) * 1e6;
+        // start_rate is off by at most 200 ppm, this measure by 8.
+        assert!(
+            ppm.abs() < 210.0,
+            "start rate {ppm:.1} ppm off the TSC's rate"
+        );
     }
 
     #[test]
