@@ -58,9 +58,10 @@ pub trait Clock: Send + Sync {
 /// quanta's start-up calibration of the TSC rate is off by some parts per million (17 ppm on a
 /// KVM guest here, 17 µs per second; thousands when its thread is preempted mid-way), which
 /// alone would make one-way latencies wrong by hundreds of microseconds after a few seconds.
-/// So the clock starts from a rate it measures itself ([`start_rate`]) and disciplines itself: every
-/// [`DISCIPLINE_NS`] (more often in its first 50 ms, from [`FIRST_PERIOD_NS`] on) the first
-/// reader to notice reads CLOCK_REALTIME once and sets the rate for the next period so that the
+/// So the clock starts from a rate it measures itself (two paired readings of the wall clock
+/// 2 ms apart) and disciplines itself: every [`DISCIPLINE_NS`] (more often in its first 50 ms,
+/// from [`FIRST_PERIOD_NS`] on) the first reader to notice reads CLOCK_REALTIME once and sets
+/// the rate for the next period so that the
 /// clock meets the wall clock at its end (rate measured over the whole life of the clock, with
 /// a correction of at most [`MAX_SLEW_PPM`]). Readings stay continuous and never go back; they
 /// stay within about 100 ns of CLOCK_REALTIME (±60 ns measured on a KVM guest, start-up
@@ -234,7 +235,7 @@ fn start_rate(clock: &quanta::Clock) -> u64 {
 
 impl TscClock {
     /// Calibrates (the first one in a process takes a few ms: quanta's calibration, then
-    /// [`start_rate`]) and anchors to the wall clock.
+    /// its own measure of the TSC's rate) and anchors to the wall clock.
     pub fn new() -> TscClock {
         let clock = quanta::Clock::new();
         // Anchor between two close raw reads so that the wall reading sits in the middle.
