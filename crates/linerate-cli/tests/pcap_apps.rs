@@ -650,6 +650,59 @@ fn sigint_ends_tcpdump_on_a_queue_with_its_summary_and_a_whole_file() {
     assert_eq!(summary(&mo)["invariant_ok"], true);
 }
 
+/// `tcpdump -c 50` on a queue: it stops mid-batch (its reads come 64 at a time), and the
+/// master counts the 50 it captured as delivered, the rest of that batch dropped with their
+/// consumer gone, not delivered to a program that never saw them.
+#[test]
+fn tcpdump_c_on_a_queue_is_delivered_what_it_captured() {
+    if !have("tcpdump", "tcpdump") {
+        return;
+    }
+    let dir = Scratch::new("count");
+    let id = cluster_id(16);
+    let mut p = Procs(vec![]);
+    let m = p.add(master(
+        id,
+        "source",
+        "1",
+        &["--source-rate", "5kpps", "--slots", "16384"],
+    ));
+    let out = dir.path("q0.pcap");
+    let td = p.add(preloaded(
+        &dir,
+        "tcpdump",
+        "tcpdump",
+        &[
+            "-n",
+            "-c",
+            "50",
+            "-i",
+            &format!("cluster:{id}@0"),
+            "-w",
+            out.to_str().unwrap(),
+        ],
+    ));
+    let t = p.finish(td, Duration::from_secs(20));
+    let (_, err) = text(&dir, "tcpdump");
+    assert_eq!(t.status.code(), Some(0), "tcpdump's exit: {err}");
+    let (captured, received, _) = tcpdump_counts(&err);
+    assert_eq!(captured, 50, "{err}");
+    assert_eq!(read_pcap(&out).1.len(), 50);
+    // The master goes on without its consumer.
+    std::thread::sleep(Duration::from_millis(200));
+    linerate::os::signal(p.pid(m), libc::SIGINT).unwrap();
+    let mo = p.finish(m, Duration::from_secs(20));
+    ok(&mo, "the master");
+    let ms = summary(&mo);
+    assert_eq!(ms["invariant_ok"], true, "{ms}");
+    assert_eq!(
+        delivered(&ms, 0),
+        50,
+        "tcpdump received {received} and captured 50: {ms}"
+    );
+    assert!(queue_drops(&ms, 0) > 0, "{ms}");
+}
+
 /// pcap_stats under overload: tcpdump stopped (SIGSTOP) while the master fills its small queue;
 /// its "dropped by kernel" is the queue's counted drops and its "captured" the queue's
 /// deliveries, both from the master's summary.

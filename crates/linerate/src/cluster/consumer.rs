@@ -528,6 +528,25 @@ impl Port for ClusterPort {
         }))
     }
 
+    /// Puts the unused packets back in the queue: they count neither as received here nor
+    /// as delivered by the master (which counts what is given back): the next reader of the
+    /// queue gets them, or the master drops them as its consumer gone (once this one leaves).
+    fn rx_unused(&mut self, n: usize, bytes: u64) {
+        let (Some(q), Some(ring)) = (self.rx_q, self.ring.as_mut()) else {
+            return;
+        };
+        let ctl = self.seg.ctl(q);
+        if ctl.owner.load(Ordering::Acquire) != self.owner {
+            return; // taken back: the master counted them already
+        }
+        let k = ring.unread(n as u64);
+        ctl.handed.store(ring.read(), Ordering::Relaxed);
+        self.stats.rx_packets = self.stats.rx_packets.saturating_sub(k);
+        if k == n as u64 {
+            self.stats.rx_bytes = self.stats.rx_bytes.saturating_sub(bytes);
+        }
+    }
+
     fn stats(&mut self) -> PortStats {
         let mut s = self.stats;
         if let Some(q) = self.rx_q {

@@ -333,6 +333,13 @@ pub trait Port: Send {
     fn tick(&mut self, _now_ns: u64) -> Result<(), PortError> {
         Ok(())
     }
+    /// The last `n` packets (`bytes` wire bytes) of the last receive went unused: the reader
+    /// stops before them (a capture's packet count reached, a program closing its handle
+    /// mid-batch). A port whose packets are counted as delivered when given back puts them
+    /// back instead (a cluster queue: the next reader of the queue gets them, or the master
+    /// counts them dropped with its consumer gone) and takes them out of its received
+    /// counts. Others do nothing: a kernel ring counted them when it filled the ring.
+    fn rx_unused(&mut self, _n: usize, _bytes: u64) {}
     /// Counters so far (reads kernel counters where there are any).
     fn stats(&mut self) -> PortStats;
     /// Link-layer type of received packets.

@@ -526,6 +526,16 @@ impl<T: Copy, M: QueueMem<T>> Borrower<T, M> {
         self.read += n as u64;
     }
 
+    /// Puts the last `n` items handed out back as not read (at most what was handed out and
+    /// not given back): the next [`Borrower::release`] gives back only what came before them,
+    /// and the next reader of the ring (this one, or one attaching after it) gets them.
+    /// Returns how many were put back.
+    pub fn unread(&mut self, n: u64) -> u64 {
+        let n = n.min(self.read - self.released);
+        self.read -= n;
+        n
+    }
+
     /// Gives back everything handed out (one store of `tail`, only when it moves).
     #[inline(always)]
     pub fn release(&mut self) {
