@@ -6,7 +6,8 @@
 //! array of slots (`struct lr_pkt`: the frame's address and length, its stream, the flags a
 //! script sets), allocated once; its address is handed to the Lua side once, when the packets
 //! are made, and once per batch Rust fills the slots of the batch's frames, calls the script,
-//! reads the flags back and clears the slots. The Lua side is `packets.lua` (embedded), loaded
+//! reads the flags back and clears the slots (fwd, which needs only the drops, leaves them to the
+//! next load: no script code runs in between). The Lua side is `packets.lua` (embedded), loaded
 //! into every script's state by [`install`]: it parses headers (VLAN and QinQ tags, IPv6
 //! extension headers, fragments: the rules of [`crate::wire::parse()`]) once per packet and
 //! batch when a layer is first asked for, and checks every access against the frame's length.
