@@ -263,9 +263,9 @@ pub enum Ports<'a> {
 /// Decides per burst which packets are forwarded (a Lua function, say): called once per
 /// received batch, after the BPF filter.
 pub trait BatchFilter {
-    /// Sets `keep[i] = false` for each packet `i` of `batch` that must not be forwarded
-    /// (`keep` starts all true and has one entry per packet). An error stops the forwarder.
-    fn filter(&mut self, batch: &Batch, keep: &mut [bool]) -> Result<(), String>;
+    /// The packets of `batch` that must not be forwarded: bit `i` for packet `i` (0: forward
+    /// them all). An error stops the forwarder.
+    fn filter(&mut self, batch: &Batch) -> Result<u64, String>;
 }
 
 /// `--script`: the script's `filter(pkts, n)`, called once per received burst; `pkts[1..n]` are
@@ -302,20 +302,23 @@ impl LuaFilter {
 }
 
 impl BatchFilter for LuaFilter {
-    fn filter(&mut self, batch: &Batch, keep: &mut [bool]) -> Result<(), String> {
+    fn filter(&mut self, batch: &Batch) -> Result<u64, String> {
         let n = self.pkts.load(batch, &[])?;
         let s = &self.script;
         let r = s.func.call::<()>((self.pkts.table(), n));
-        let m = n.min(keep.len());
-        let keep = &mut keep[..m];
-        self.pkts.finish(|i, dropped, _| {
-            if dropped {
-                if let Some(k) = keep.get_mut(i) {
-                    *k = false;
-                }
-            }
-        });
-        r.map_err(|e| lua::error_line(&e, &s.name, &s.lua))
+        // The batch ends without a pass over its slots: the next load overwrites them, and the
+        // state runs no code before it but at its close, after `drop` below cleared them.
+        let drops = self.pkts.drops();
+        r.map(|()| drops)
+            .map_err(|e| lua::error_line(&e, &s.name, &s.lua))
+    }
+}
+
+impl Drop for LuaFilter {
+    /// The slots no longer point at the last batch's frames when the state closes (its
+    /// `__gc` functions run then): the state goes first of the fields.
+    fn drop(&mut self) {
+        self.pkts.done();
     }
 }
 
@@ -366,7 +369,6 @@ pub fn run_with(
     let mut pending: Vec<Batch> = (0..np).map(|_| Batch::new()).collect();
     let mut idle = vec![false; np];
     let is_input: Vec<bool> = (0..np).map(|p| dirs.iter().any(|&(i, _)| i == p)).collect();
-    let mut keep = [true; crate::mem::BATCH];
     let mut script_error = None;
     let mut polls = IdlePolls {
         fds: list.iter().map(|p| p.poll_fd()).collect(),
@@ -438,7 +440,7 @@ pub fn run_with(
             got += n;
             st.ports[i].received += n as u64;
             let filtered = &mut st.ports[i].filtered;
-            if let Err(e) = filter_batch(&mut rx, opts, hook.as_deref_mut(), &mut keep, filtered) {
+            if let Err(e) = filter_batch(&mut rx, opts, hook.as_deref_mut(), filtered) {
                 script_error = Some(e);
                 break 'outer Ended::Error;
             }
@@ -617,27 +619,27 @@ fn filter_batch(
     rx: &mut Batch,
     opts: &FwdOptions,
     hook: Option<&mut (dyn BatchFilter + '_)>,
-    keep: &mut [bool; crate::mem::BATCH],
     filtered: &mut u64,
 ) -> Result<(), String> {
     if let Some(f) = &opts.filter {
         *filtered += rx.retain(|p| f.matches_pkt(p)) as u64;
     }
     if let Some(h) = hook {
-        let n = rx.len();
-        keep[..n].fill(true);
-        if let Err(e) = h.filter(rx, &mut keep[..n]) {
-            *filtered += n as u64;
-            rx.clear();
-            return Err(e);
-        }
-        if keep[..n].iter().all(|&k| k) {
+        let drops = match h.filter(rx) {
+            Ok(d) => d,
+            Err(e) => {
+                *filtered += rx.len() as u64;
+                rx.clear();
+                return Err(e);
+            }
+        };
+        if drops == 0 {
             return Ok(()); // nothing dropped: no pass over the batch to keep it all
         }
         let mut k = 0;
         *filtered += rx.retain(|_| {
             k += 1;
-            keep[k - 1]
+            k > 64 || drops >> (k - 1) & 1 == 0
         }) as u64;
     }
     Ok(())
@@ -1104,17 +1106,18 @@ mod tests {
 
     struct EveryOther;
     impl BatchFilter for EveryOther {
-        fn filter(&mut self, batch: &Batch, keep: &mut [bool]) -> Result<(), String> {
-            for (k, p) in keep.iter_mut().zip(batch.iter()) {
-                *k = p.data[45] % 2 == 0;
-            }
-            Ok(())
+        fn filter(&mut self, batch: &Batch) -> Result<u64, String> {
+            let odd = batch
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.data[45] % 2 != 0);
+            Ok(odd.fold(0, |d, (i, _)| d | 1 << i))
         }
     }
 
     struct Fails;
     impl BatchFilter for Fails {
-        fn filter(&mut self, _: &Batch, _: &mut [bool]) -> Result<(), String> {
+        fn filter(&mut self, _: &Batch) -> Result<u64, String> {
             Err("script.lua:3: boom".into())
         }
     }

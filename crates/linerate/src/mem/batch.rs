@@ -405,6 +405,16 @@ impl Batch {
         n
     }
 
+    /// The bytes of each packet in order, as [`Batch::data`] gives them, the pool looked up
+    /// once for the batch rather than once a packet.
+    #[inline(always)]
+    pub fn frames(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let region = self.pool.as_deref().map(|p| p.region().bounds());
+        self.descs[..self.len]
+            .iter()
+            .map(move |d| region.and_then(|r| r.bytes(d.addr, d.len)).unwrap_or(&[]))
+    }
+
     /// The bytes of packet `i` (empty if the descriptor is out of the region's bounds).
     #[inline(always)]
     pub fn data(&self, i: usize) -> &[u8] {

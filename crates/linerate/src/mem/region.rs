@@ -335,6 +335,18 @@ impl Region {
         Some(unsafe { std::slice::from_raw_parts(self.ptr.add(off as usize), len as usize) })
     }
 
+    /// The region's bounds, copied, for lookups of many frames in a loop ([`Bounds::bytes`]):
+    /// its start and size stay in registers where [`Region::bytes`] loads them from the
+    /// region at each frame (the loop's stores may change them, for all the compiler knows).
+    #[inline(always)]
+    pub(crate) fn bounds(&self) -> Bounds<'_> {
+        Bounds {
+            ptr: self.ptr,
+            len: self.len,
+            _region: std::marker::PhantomData,
+        }
+    }
+
     /// The bytes `[off, off + len)` for writing, or None when out of bounds.
     ///
     /// # Safety
@@ -348,6 +360,28 @@ impl Region {
         }
         // SAFETY: in bounds; exclusivity is the caller's contract.
         Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(off as usize), len as usize) })
+    }
+}
+
+/// A region's start and size ([`Region::bounds`]), valid while it is borrowed.
+#[derive(Clone, Copy)]
+pub(crate) struct Bounds<'a> {
+    ptr: *mut u8,
+    len: usize,
+    _region: std::marker::PhantomData<&'a Region>,
+}
+
+impl<'a> Bounds<'a> {
+    /// As [`Region::bytes`]: the bytes `[off, off + len)`, or None when out of bounds.
+    #[inline(always)]
+    pub(crate) fn bytes(self, off: u64, len: u32) -> Option<&'a [u8]> {
+        let size = self.len as u64;
+        if off > size || u64::from(len) > size - off {
+            return None;
+        }
+        // SAFETY: in bounds (checked above) of a mapping that lives as long as the borrow of
+        // its region ('a); the same contract as `Region::bytes` (frames the caller owns).
+        Some(unsafe { std::slice::from_raw_parts(self.ptr.add(off as usize), len as usize) })
     }
 }
 

@@ -6,7 +6,8 @@
 //! array of slots (`struct lr_pkt`: the frame's address and length, its stream, the flags a
 //! script sets), allocated once; its address is handed to the Lua side once, when the packets
 //! are made, and once per batch Rust fills the slots of the batch's frames, calls the script,
-//! reads the flags back and clears the slots. The Lua side is `packets.lua` (embedded), loaded
+//! reads the flags back and clears the slots (fwd, which needs only the drops, leaves them to the
+//! next load: no script code runs in between). The Lua side is `packets.lua` (embedded), loaded
 //! into every script's state by [`install`]: it parses headers (VLAN and QinQ tags, IPv6
 //! extension headers, fragments: the rules of [`crate::wire::parse()`]) once per packet and
 //! batch when a layer is first asked for, and checks every access against the frame's length.
@@ -124,6 +125,13 @@ impl Slot {
         u64::from_ne_bytes([l[0], l[1], l[2], l[3], s[0], s[1], 0, 0])
     }
 
+    /// Sets the slot's stream, its length and marks as they were.
+    fn set_stream(&self, stream: u16) {
+        let mut b = self.meta.get().to_ne_bytes();
+        b[4..6].copy_from_slice(&stream.to_ne_bytes());
+        self.meta.set(u64::from_ne_bytes(b));
+    }
+
     #[cfg(test)]
     fn len(&self) -> u32 {
         let b = self.meta.get().to_ne_bytes();
@@ -194,7 +202,7 @@ impl Slot {
     }
 }
 
-/// `struct lr_ctx` of packets.lua: the batch's slots and balance's queues.
+/// `struct lr_ctx` of packets.lua: the batch's slots, balance's queues and the drops.
 #[repr(C)]
 struct Shared {
     n: Cell<u32>,
@@ -206,6 +214,9 @@ struct Shared {
     ck: Cell<u8>,
     pkts: [Slot; BATCH],
     queues: [Cell<i16>; BATCH],
+    /// The packets of this batch the script dropped, bit `i` for packet `i` (`pkt:drop()` sets
+    /// it with the slot's mark): read whole when the batch ends ([`Packets::drops`]).
+    drops: Cell<u64>,
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 64 && BATCH == 64);
@@ -216,7 +227,7 @@ const _: () = assert!(
         && std::mem::offset_of!(Slot, offs) == 24
         && std::mem::offset_of!(Slot, heads) == 32
 );
-const _: () = assert!(std::mem::size_of::<Shared>() == 8 + 64 * 64 + 128);
+const _: () = assert!(std::mem::size_of::<Shared>() == 8 + 64 * 64 + 128 + 8);
 
 /// Loads the packet views into `lua` (before any script runs): keeps the FFI library for them
 /// and takes it out of the script's reach.
@@ -257,6 +268,9 @@ pub struct Packets {
     table: Table,
     queues: Table,
     access: Access,
+    /// How many slots from the first may still point at frames: the last batch's, when it
+    /// ended by [`Packets::drops`], which leaves them for the next load to overwrite.
+    live: Cell<usize>,
 }
 
 impl Packets {
@@ -277,6 +291,7 @@ impl Packets {
                 heads: Default::default(),
             }),
             queues: std::array::from_fn(|_| Cell::new(-1)),
+            drops: Cell::new(0),
         });
         // The state keeps the slots alive as long as it lives: a script's code that runs late
         // (a __gc at close) still finds them (empty).
@@ -289,6 +304,7 @@ impl Packets {
             table,
             queues,
             access,
+            live: Cell::new(0),
         })
     }
 
@@ -302,29 +318,40 @@ impl Packets {
         &self.queues
     }
 
-    /// Points the slots at the batch's frames (`frame(i)`: the bytes of frame `i`; their
-    /// address goes to the Lua side) and parses each ([`parse_frame`]): the Lua side's views
-    /// then find their headers without parsing in Lua, where the parse took most of a simple
-    /// script's time. One pass, each slot written once.
-    fn fill<'a>(&self, n: usize, frame: impl Fn(usize) -> &'a [u8], streams: &[u8]) {
+    /// Points the slots at the batch's frames (their addresses go to the Lua side) and parses
+    /// each ([`parse_frame`]): the Lua side's views then find their headers without parsing in
+    /// Lua, where the parse took most of a simple script's time. One pass, each slot written
+    /// once; returns how many frames (at most [`BATCH`]).
+    #[inline(always)]
+    fn fill<'a>(&self, frames: impl Iterator<Item = &'a [u8]>, streams: &[u8]) -> usize {
         let eth = self.shared.eth.get() != 0;
-        let slots = self.shared.pkts[..n].iter().zip(&self.shared.queues[..n]);
-        for (i, (s, q)) in slots.enumerate() {
-            let b = frame(i);
-            let st = streams.get(i).map_or(0, |&v| u16::from(v));
-            let a = b.as_ptr() as u64;
-            // The common frame's words made in registers and stored whole; any other frame
-            // takes the full parse, out of line. Through `parse_frame` (a `Parsed` on the
-            // stack, zeroed and written in narrow stores, then read back in wide loads), each
-            // frame's words waited on a failed store forwarding: a third of balance -m lua's
-            // master.
-            match common_udp4(b, eth) {
-                Some(stop) => s.put(a, b.len(), st, &Words::common_udp4(a, stop)),
-                None => s.put(a, b.len(), st, &parse_words(b, eth)),
-            }
-            q.set(-1);
+        let slots = self.shared.pkts.iter().zip(frames);
+        // Streams (tests only: the tools' loads have none) set apart, in a second pass: the
+        // loop of every batch looks up no stream.
+        let mut n = 0;
+        for (s, b) in slots {
+            put_frame(s, b, 0, eth);
+            n += 1;
         }
+        for (s, &st) in self.shared.pkts[..n].iter().zip(streams) {
+            s.set_stream(u16::from(st));
+        }
+        self.shared.queues[..n].iter().for_each(|q| q.set(-1));
+        self.settle(n);
+        n
+    }
+
+    /// Ends a load of `n` packets: the slots after them that the last batch left pointing at
+    /// its frames ([`Packets::drops`]) are cleared.
+    #[inline(always)]
+    fn settle(&self, n: usize) {
+        let live = self.live.get().min(BATCH);
+        if live > n {
+            self.shared.pkts[n..live].iter().for_each(Slot::clear);
+        }
+        self.live.set(n);
         self.shared.n.set(n as u32);
+        self.shared.drops.set(0);
     }
 
     /// Shows the packets of `batch` (at most [`BATCH`]) to the script, read-only (the tool's
@@ -334,9 +361,7 @@ impl Packets {
         if self.access.write {
             return Err("the packets of a writing tool need load_mut".into());
         }
-        let n = batch.len().min(BATCH);
-        self.fill(n, |i| batch.data(i), streams);
-        Ok(n)
+        Ok(self.fill(batch.frames(), streams))
     }
 
     /// As [`Packets::load`], with the frames writable by the script.
@@ -349,7 +374,7 @@ impl Packets {
             let d = batch.data_mut(i);
             *a = (d.as_mut_ptr() as u64, d.len());
         }
-        self.fill(n, |i| batch.data(i), streams);
+        self.fill(batch.frames(), streams);
         for (s, &(a, _)) in self.shared.pkts[..n].iter().zip(&at[..n]) {
             debug_assert_eq!(s.addr.get(), a);
             s.addr.set(a);
@@ -396,7 +421,7 @@ impl Packets {
             pa = a;
             s.put(a, len, st, &w);
         }
-        self.shared.n.set(n as u32);
+        self.settle(n);
         n
     }
 
@@ -423,10 +448,19 @@ impl Packets {
     /// finds them empty until the next batch). What the script decided ([`Packets::dropped`],
     /// [`Packets::queue`]) stays readable until the next batch.
     pub fn done(&self) {
-        let n = (self.shared.n.get() as usize).min(BATCH);
+        let n = self.live.replace(0).min(BATCH);
         for s in &self.shared.pkts[..n] {
             s.clear();
         }
+    }
+
+    /// The packets the script dropped (bit `i` for packet `i`, 0-based), ending the batch
+    /// without a pass over its slots: they keep pointing at its frames until the next load
+    /// overwrites or clears them, or [`Packets::done`]. No script code may run in between: a
+    /// tool that ends its batches here calls `done` before its state can run any other code
+    /// (its close, whose `__gc` functions could read the slots).
+    pub fn drops(&self) -> u64 {
+        self.shared.drops.get()
     }
 
     /// Ends the batch as [`Packets::done`] does, in the same pass handing on what the script
@@ -435,6 +469,7 @@ impl Packets {
     /// slots, where [`Packets::dropped`] and [`Packets::queue`] then `done` took two.
     pub fn finish(&self, mut each: impl FnMut(usize, bool, i16)) {
         let n = (self.shared.n.get() as usize).min(BATCH);
+        self.live.set(0);
         let slots = self.shared.pkts[..n].iter().zip(&self.shared.queues[..n]);
         for (i, (s, q)) in slots.enumerate() {
             each(i, s.dropped(), q.get());
@@ -465,6 +500,7 @@ impl Packets {
         let len = frames.count();
         // One pass: each slot's mark read as the slot is cleared ([`Packets::done`]).
         let n = (self.shared.n.get() as usize).min(BATCH);
+        self.live.set(0);
         for (i, s) in self.shared.pkts[..n].iter().enumerate() {
             let dirty = s.dirty();
             s.clear();
@@ -472,6 +508,20 @@ impl Packets {
                 fix(i, frames.frame(i));
             }
         }
+    }
+}
+
+/// Points slot `s` at frame `b` of stream `st`, with its parse: the common frame's words made
+/// in registers and stored whole; any other frame takes the full parse, out of line. Through
+/// `parse_frame` (a `Parsed` on the stack, zeroed and written in narrow stores, then read back
+/// in wide loads), each frame's words waited on a failed store forwarding: a third of balance
+/// -m lua's master.
+#[inline(always)]
+fn put_frame(s: &Slot, b: &[u8], st: u16, eth: bool) {
+    let a = b.as_ptr() as u64;
+    match common_udp4(b, eth) {
+        Some(stop) => s.put(a, b.len(), st, &Words::common_udp4(a, stop)),
+        None => s.put(a, b.len(), st, &parse_words(b, eth)),
     }
 }
 
@@ -1326,6 +1376,46 @@ mod tests {
             assert!(pk.dropped(0) && !pk.dropped(1));
             pk.done();
         }
+    }
+
+    #[test]
+    fn drops_end_a_batch_and_the_next_load_clears_the_slots_it_does_not_reuse() {
+        let fwd = Access {
+            tool: "fwd",
+            write: false,
+            drop: true,
+        };
+        let src = "function f(pkts, n)\n  kept = pkts\n  if n == 3 then held = pkts[3].udp end\n  \
+                   for i = 1, n do if pkts[i].udp.dport == 53 then pkts[i]:drop() end end\nend\n\
+                   function port(i) return kept[i].udp.dport end\n\
+                   function old() return held.dport end";
+        let lua = new_state(&ScriptOptions::default()).unwrap();
+        let pk = Packets::new(&lua, fwd, LinkType::ETHERNET).unwrap();
+        lua.load(src).exec().unwrap();
+        let g = |name: &str| -> mlua::Function { lua.globals().get(name).unwrap() };
+        let three = batch(&[
+            frame(None, false, 1, 53),
+            frame(None, false, 1, 54),
+            frame(None, false, 1, 53),
+        ]);
+        let n = pk.load(&three, &[]).unwrap();
+        g("f").call::<()>((pk.table().clone(), n)).unwrap();
+        assert_eq!(pk.drops(), 0b101);
+        let two = batch(&[frame(None, false, 1, 54), frame(None, false, 1, 53)]);
+        let n = pk.load(&two, &[]).unwrap();
+        // The third slot, left by the first batch, is empty: neither the packet nor a view
+        // of it taken then reaches its frame.
+        assert_eq!(g("port").call::<u16>(2).unwrap(), 53);
+        let e = g("port").call::<u16>(3).unwrap_err().to_string();
+        assert!(e.contains("pkts[3] is not part of this batch of 2"), "{e}");
+        assert!(g("old").call::<u16>(()).is_err());
+        g("f").call::<()>((pk.table().clone(), n)).unwrap();
+        assert_eq!(pk.drops(), 0b10);
+        // done: no slot points at the batch any more.
+        pk.done();
+        assert!(g("port").call::<u16>(1).is_err());
+        let n = pk.load(&two, &[]).unwrap();
+        assert_eq!((n, pk.drops()), (2, 0));
     }
 }
 

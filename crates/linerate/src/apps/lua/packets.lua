@@ -33,20 +33,21 @@ struct lr_pkt {
   uint16_t l3, l4, l3e, pay;
   uint8_t *h[4];
 };
-struct lr_ctx { uint32_t n; uint8_t w, dr, eth, ck; struct lr_pkt p[64]; int16_t q[64]; };
+struct lr_ctx { uint32_t n; uint8_t w, dr, eth, ck; struct lr_pkt p[64]; int16_t q[64]; uint64_t dm; };
 struct lr_view; struct lr_ip4; struct lr_udp; struct lr_tcp; struct lr_icmp;
 ]])
 -- h[0..3]: where this batch's parse found the IPv4, UDP, TCP and ICMP headers (NULL: not
 -- there, or not parsed yet). A layer view (p.ip4, p.udp, ...) is a pointer to its anchor h[k]
 -- of the slot, typed by layer: an incomplete struct, so the script can neither index it by
 -- number nor do arithmetic on it, only the named fields of its metatype.
-assert(ffi.sizeof("struct lr_pkt") == 64 and ffi.sizeof("struct lr_ctx") == 8 + 64 * 64 + 128)
+assert(ffi.sizeof("struct lr_pkt") == 64 and ffi.sizeof("struct lr_ctx") == 8 + 64 * 64 + 128 + 8)
 local HOFF = ffi.offsetof("struct lr_pkt", "h")
 local u8p = ffi.typeof("uint8_t *")
 local u8pp = ffi.typeof("uint8_t **")
 local u16p = ffi.typeof("uint16_t *")
 local i32p = ffi.typeof("int32_t *")
 local slotp = ffi.typeof("struct lr_pkt *")
+local ONE = ffi.new("uint64_t", 1)
 
 local text_addr, parse_addr, parse_mac = ... -- Rust: address text <-> bytes (the slow forms)
 
@@ -717,6 +718,7 @@ PM.drop = function(p)
   local s = pslot(p)
   if C.dr == 0 then fail("drop(): " .. TOOL .. " scripts do not drop packets") end
   s.drop = 1
+  C.dm = bor(C.dm, lshift(ONE, tonumber(s - P))) -- the batch's drops, read whole by Rust
 end
 PM.dropped = function(p) return pslot(p).drop ~= 0 end
 PM.payloadOffset = function(p)
