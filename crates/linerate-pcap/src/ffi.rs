@@ -973,7 +973,11 @@ pub unsafe extern "C" fn pcap_loop(p: Pcap, cnt: c_int, cb: Handler, user: *mut 
     let Some(ep) = REG.get(p as usize) else {
         return code::ERROR;
     };
-    let mut n: c_int = 0;
+    // Without a handler the packets are read and dropped (libpcap would crash): a handler that
+    // does nothing, so that the loop calls one without a test a packet.
+    let cb = cb.unwrap_or(no_handler);
+    // Packets left to hand over (`cnt` ≤ 0: for ever, never counted).
+    let mut left = cnt;
     loop {
         // The per-packet path first, straight to the handler (no `Next` in between: the header
         // is built from the packet's registers); the rest through `read_more`.
@@ -989,22 +993,25 @@ pub unsafe extern "C" fn pcap_loop(p: Pcap, cnt: c_int, cb: Handler, user: *mut 
             },
         };
         let h = header(&pk);
-        if let Some(cb) = cb {
-            // SAFETY: the program's handler, called as libpcap does: the header and the
-            // packet's captured bytes stay valid until it returns.
-            unsafe { cb(user, &h, pk.data) };
-        }
-        n = n.saturating_add(1);
+        // SAFETY: the program's handler, called as libpcap does: the header and the packet's
+        // captured bytes stay valid until it returns.
+        unsafe { cb(user, &h, pk.data) };
         // A pcap_breakloop from the handler (or a signal) stops the loop after this packet,
         // as libpcap's does, not at the end of the batch.
         if REG.take_break(slot) {
             return code::BREAK;
         }
-        if cnt > 0 && n >= cnt {
-            return 0;
+        if cnt > 0 {
+            left -= 1;
+            if left == 0 {
+                return 0;
+            }
         }
     }
 }
+
+/// The handler of a loop called without one: the packet is dropped.
+unsafe extern "C" fn no_handler(_: *mut u8, _: *const PktHdr, _: *const u8) {}
 
 /// How long `pcap_dispatch` keeps answering "nothing yet" (0) after the source ended, before it
 /// reports the end: dumpcap with two or more interfaces reads each in a thread and writes

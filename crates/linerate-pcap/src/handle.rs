@@ -162,10 +162,18 @@ pub struct Handle {
     /// `PREFETCH_AHEAD` ahead is, for the prefetch, without the bounds checks of a slice (a hint
     /// reads nothing; an address, so that the handle stays `Send`).
     base: usize,
-    /// Size in bytes of that memory: a packet handed out by [`Handle::ready`] lies inside it.
+    /// Size in bytes of that memory.
     span: u64,
+    /// What [`Handle::ready`] compares a packet's end with, set per batch and at each change of
+    /// the filter or the direction: `span` + 1 when a packet needs no filter run nor direction
+    /// test (a packet handed out lies inside the pool's memory), 0 otherwise (`ready` hands
+    /// out nothing). One comparison a packet for the three.
+    fast_limit: u64,
     /// The second of the last timestamp handed out, and its first nanosecond: a packet of the
-    /// same second (all but one a second of them) costs a subtraction, no division.
+    /// same second (all but one a second of them) costs a subtraction, no division. Never
+    /// second 0 of the epoch, nor the last second of u64's range (whose nanoseconds run past
+    /// the end and wrap to 0): a time of 0 means "none" and never falls in it (`ready` hands
+    /// over only packets of this second).
     sec: i64,
     sec_start: u64,
     filter: Option<Vec<Insn>>,
@@ -210,9 +218,10 @@ impl Handle {
             batch_now: 0,
             base: 0,
             span: 0,
-            // Second 0 of the epoch: any start that is a whole second, with its second, is right.
-            sec: 0,
-            sec_start: 0,
+            fast_limit: 0,
+            // Second 1 of the epoch: any whole second but 0 and the last, with its second.
+            sec: 1,
+            sec_start: 1_000_000_000,
             filter: None,
             run_filter: None,
             cut: MAX_SNAPLEN,
@@ -287,6 +296,7 @@ impl Handle {
                 self.cut = self.cut.min(one.k);
                 self.filter = None;
                 self.run_filter = None;
+                self.set_fast_limit();
                 return;
             }
         }
@@ -294,6 +304,7 @@ impl Handle {
         // the counters the same: the filter runs here on each frame.
         self.filter = Some(insns);
         self.run_filter = Some(run);
+        self.set_fast_limit();
     }
 
     /// Whether a BPF program runs on each packet (false without one, or for a lone `ret #k`).
@@ -310,36 +321,50 @@ impl Handle {
     #[inline(always)]
     fn split_time(&mut self, ts: u64) -> (i64, i64) {
         let into = ts.wrapping_sub(self.sec_start);
-        let ns = if into < 1_000_000_000 {
-            into
-        } else {
-            let ns = ts % 1_000_000_000;
-            self.sec = (ts / 1_000_000_000) as i64;
+        if into < 1_000_000_000 {
+            return (self.sec, self.frac(into));
+        }
+        let ns = ts % 1_000_000_000;
+        let sec = ts / 1_000_000_000;
+        if sec != 0 && sec != u64::MAX / 1_000_000_000 {
+            self.sec = sec as i64;
             self.sec_start = ts - ns;
-            ns
-        };
-        (
-            self.sec,
-            if self.nano {
-                ns as i64
-            } else {
-                (ns / 1000) as i64
-            },
-        )
+        }
+        (sec as i64, self.frac(ns))
     }
 
-    /// Prefetches the frame of the batch's packet `i`, if there is one.
+    /// Microseconds or nanoseconds (the handle's precision) of `ns` nanoseconds.
     #[inline(always)]
-    fn prefetch(&self, i: usize) {
-        if let Some(d) = self.batch.desc(i) {
-            crate::ffi::prefetch(self.base.wrapping_add(d.addr as usize) as *const u8);
+    fn frac(&self, ns: u64) -> i64 {
+        if self.nano {
+            ns as i64
+        } else {
+            (ns / 1000) as i64
         }
     }
 
+    /// Sets `fast_limit` from the pool's size, the filter and the direction.
+    fn set_fast_limit(&mut self) {
+        self.fast_limit =
+            if self.run_filter.is_none() && self.direction == DIRECTION_INOUT && self.span > 0 {
+                self.span + 1
+            } else {
+                0
+            };
+    }
+
+    /// Prefetches the frame of the batch's packet `i`: a hint, so with no comparison with the
+    /// batch's length (past it, the line of a stale slot's address, harmless).
+    #[inline(always)]
+    fn prefetch(&self, i: usize) {
+        crate::ffi::prefetch(self.base.wrapping_add(self.batch.addr_hint(i) as usize) as *const u8);
+    }
+
     /// The next packet of the batch already received, when handing it out takes nothing but
-    /// its descriptor (no filter runs, both directions wanted, a time stamped): the loops' per
-    /// packet path, inlined into them. None: call [`Handle::next`] (which does the rest, and
-    /// receives the next batch).
+    /// its descriptor (no filter runs, both directions wanted, a time stamped in the second of
+    /// the last packet): the loops' per packet path, inlined into them. None: call
+    /// [`Handle::next`] (which does the rest, a new second's division included, and receives
+    /// the next batch).
     #[inline(always)]
     pub fn ready(&mut self) -> Option<Packet> {
         let i = self.pos;
@@ -347,27 +372,23 @@ impl Handle {
         // The packet's bytes from the pool's address kept at the batch's receive, not through
         // the pool (two loads and a bounds check fewer a packet): inside the pool's memory,
         // as every descriptor of a batch is (a cluster queue's are checked as they are read);
-        // one that is not goes the slow way, as `Batch::data` hands it out.
+        // one that is not goes the slow way, as `Batch::data` hands it out. A time of 0 (none)
+        // is never in the second kept (see `sec_start`).
         let end = d.addr.wrapping_add(u64::from(d.len));
-        if d.ts == 0
-            || self.run_filter.is_some()
-            || self.direction != DIRECTION_INOUT
-            || end > self.span
-            || end < d.addr
-        {
+        let into = d.ts.wrapping_sub(self.sec_start);
+        if into >= 1_000_000_000 || end >= self.fast_limit || end < d.addr {
             return None;
         }
         self.pos = i + 1;
         self.prefetch(i + PREFETCH_AHEAD);
         let ptr = (self.base as *const u8).wrapping_add(d.addr as usize);
         let caplen = d.len.min(self.cut);
-        let (sec, frac) = self.split_time(d.ts);
         Some(Packet {
             data: ptr,
             caplen,
             len: d.wire_len.max(caplen),
-            sec,
-            frac,
+            sec: self.sec,
+            frac: self.frac(into),
         })
     }
 
@@ -458,6 +479,7 @@ impl Handle {
                     (self.base, self.span) = self.batch.pool().map_or((0, 0), |p| {
                         (p.region().as_ptr() as usize, p.region().len() as u64)
                     });
+                    self.set_fast_limit();
                     for i in 0..n.min(PREFETCH_AHEAD) {
                         self.prefetch(i);
                     }
@@ -557,6 +579,7 @@ impl Handle {
             }
         }
         self.direction = dir;
+        self.set_fast_limit();
         0
     }
 
@@ -977,7 +1000,8 @@ mod tests {
 
     /// The timestamp split with the second of the last packet kept gives what dividing each
     /// time gives: within a second, across seconds, going back in time (an unsorted savefile),
-    /// near the epoch and at the largest time, in microseconds and nanoseconds.
+    /// near the epoch and at the largest time, in microseconds and nanoseconds; the second kept
+    /// never holds a time of 0.
     #[test]
     fn timestamps_split_as_by_division_whatever_their_order() {
         let times = [
@@ -1006,6 +1030,12 @@ mod tests {
                     if nano { ns } else { ns / 1000 },
                 );
                 assert_eq!(h.split_time(ts), want, "ts {ts}, nano {nano}");
+                // `ready` hands over a packet of the second kept without a look at its time
+                // but this: a time of 0 (none) must never fall in it.
+                assert!(
+                    0u64.wrapping_sub(h.sec_start) >= 1_000_000_000,
+                    "after ts {ts}, a time of 0 falls in the second kept"
+                );
             }
         }
     }

@@ -6,6 +6,10 @@ use std::sync::Arc;
 
 /// Most descriptors a batch holds: the unit of every call on the data path.
 pub const BATCH: usize = 64;
+const _: () = assert!(
+    BATCH.is_power_of_two(),
+    "Batch::desc masks indices by BATCH - 1"
+);
 
 /// One packet: where its bytes are in the pool, and what we know about it. 32 bytes, `Copy`.
 #[repr(C)]
@@ -342,14 +346,23 @@ impl Batch {
     }
 
     /// The descriptor of packet `i`, if the batch has one (no slice of the batch made: one
-    /// comparison with its length and one with its capacity, no panic path).
+    /// comparison with its length, no panic path: the length is never above `BATCH`, a power
+    /// of two, so the index masked by `BATCH - 1` is `i` and in bounds).
     #[inline(always)]
     pub fn desc(&self, i: usize) -> Option<&Desc> {
         if i < self.len {
-            self.descs.get(i)
+            Some(&self.descs[i & (BATCH - 1)])
         } else {
             None
         }
+    }
+
+    /// The address of slot `i`'s descriptor, with no comparison: packet `i`'s when `i` is
+    /// below the length, otherwise whatever the slot (`i` masked by `BATCH - 1`) last held,
+    /// or 0. Only for hints (a prefetch), never to reach a packet's bytes.
+    #[inline(always)]
+    pub fn addr_hint(&self, i: usize) -> u64 {
+        self.descs[i & (BATCH - 1)].addr
     }
 
     /// The descriptors.
