@@ -589,15 +589,14 @@ fn a_master_that_ends_ends_tcpdump_with_every_packet_of_its_queue() {
     );
 }
 
-/// SIGINT to tcpdump on a queue of a running cluster: it exits 0 with its summary, and its file
-/// is whole and holds what the summary says it captured.
-#[test]
-fn sigint_ends_tcpdump_on_a_queue_with_its_summary_and_a_whole_file() {
-    if !have("tcpdump", "tcpdump") {
-        return;
-    }
-    let dir = Scratch::new("sigint");
-    let id = cluster_id(5);
+/// A one-queue cluster of 16384 slots fed by its source at 5 kpps and tcpdump (with `flags`)
+/// writing its queue 0 to `q0.pcap` in `dir`: the processes, the master's and tcpdump's
+/// indices among them, and the file.
+fn tcpdump_on_a_paced_queue(
+    dir: &Scratch,
+    id: u32,
+    flags: &[&str],
+) -> (Procs, usize, usize, PathBuf) {
     let mut p = Procs(vec![]);
     let m = p.add(master(
         id,
@@ -606,18 +605,32 @@ fn sigint_ends_tcpdump_on_a_queue_with_its_summary_and_a_whole_file() {
         &["--source-rate", "5kpps", "--slots", "16384"],
     ));
     let out = dir.path("q0.pcap");
-    let td = p.add(preloaded(
-        &dir,
-        "tcpdump",
-        "tcpdump",
-        &[
-            "-n",
-            "-i",
-            &format!("cluster:{id}@0"),
-            "-w",
-            out.to_str().unwrap(),
-        ],
-    ));
+    let queue = format!("cluster:{id}@0");
+    let mut args = vec!["-n"];
+    args.extend_from_slice(flags);
+    args.extend(["-i", &queue, "-w", out.to_str().unwrap()]);
+    let td = p.add(preloaded(dir, "tcpdump", "tcpdump", &args));
+    (p, m, td, out)
+}
+
+/// SIGINT to the master `m` of `p` (a child this test started and still holds): its summary,
+/// once it exited 0.
+fn stop_master(p: &mut Procs, m: usize) -> serde_json::Value {
+    linerate::os::signal(p.pid(m), libc::SIGINT).unwrap();
+    let mo = p.finish(m, Duration::from_secs(20));
+    ok(&mo, "the master");
+    summary(&mo)
+}
+
+/// SIGINT to tcpdump on a queue of a running cluster: it exits 0 with its summary, and its file
+/// is whole and holds what the summary says it captured.
+#[test]
+fn sigint_ends_tcpdump_on_a_queue_with_its_summary_and_a_whole_file() {
+    if !have("tcpdump", "tcpdump") {
+        return;
+    }
+    let dir = Scratch::new("sigint");
+    let (mut p, m, td, out) = tcpdump_on_a_paced_queue(&dir, cluster_id(5), &[]);
     std::thread::sleep(Duration::from_millis(1500));
     // The PID of a child this test started and still holds.
     linerate::os::signal(p.pid(td), libc::SIGINT).unwrap();
@@ -644,10 +657,7 @@ fn sigint_ends_tcpdump_on_a_queue_with_its_summary_and_a_whole_file() {
          CRC the captured bytes lack): (wire, captured) {sizes:?}"
     );
     // The master goes on without its consumer.
-    linerate::os::signal(p.pid(m), libc::SIGINT).unwrap();
-    let mo = p.finish(m, Duration::from_secs(20));
-    ok(&mo, "the master");
-    assert_eq!(summary(&mo)["invariant_ok"], true);
+    assert_eq!(stop_master(&mut p, m)["invariant_ok"], true);
 }
 
 /// `tcpdump -c 50` on a queue: it stops mid-batch (its reads come 64 at a time), and the
@@ -659,29 +669,7 @@ fn tcpdump_c_on_a_queue_is_delivered_what_it_captured() {
         return;
     }
     let dir = Scratch::new("count");
-    let id = cluster_id(16);
-    let mut p = Procs(vec![]);
-    let m = p.add(master(
-        id,
-        "source",
-        "1",
-        &["--source-rate", "5kpps", "--slots", "16384"],
-    ));
-    let out = dir.path("q0.pcap");
-    let td = p.add(preloaded(
-        &dir,
-        "tcpdump",
-        "tcpdump",
-        &[
-            "-n",
-            "-c",
-            "50",
-            "-i",
-            &format!("cluster:{id}@0"),
-            "-w",
-            out.to_str().unwrap(),
-        ],
-    ));
+    let (mut p, m, td, out) = tcpdump_on_a_paced_queue(&dir, cluster_id(16), &["-c", "50"]);
     let t = p.finish(td, Duration::from_secs(20));
     let (_, err) = text(&dir, "tcpdump");
     assert_eq!(t.status.code(), Some(0), "tcpdump's exit: {err}");
@@ -690,10 +678,7 @@ fn tcpdump_c_on_a_queue_is_delivered_what_it_captured() {
     assert_eq!(read_pcap(&out).1.len(), 50);
     // The master goes on without its consumer.
     std::thread::sleep(Duration::from_millis(200));
-    linerate::os::signal(p.pid(m), libc::SIGINT).unwrap();
-    let mo = p.finish(m, Duration::from_secs(20));
-    ok(&mo, "the master");
-    let ms = summary(&mo);
+    let ms = stop_master(&mut p, m);
     assert_eq!(ms["invariant_ok"], true, "{ms}");
     assert_eq!(
         delivered(&ms, 0),
