@@ -257,7 +257,11 @@ fn balance_by_vlan_sees_the_tags() {
     let master = Command::new("ip")
         .args(["netns", "exec", pair.ns(Side::B), BIN, "balance"])
         .args(["-i", "afpacket:vB", "-c", &id.to_string(), "-n", "2,1"])
-        .args(["-m", "vlan", "-t", "8", "--wait-consumers", "--json"])
+        // Each queue holds the whole run (N < 8192): what is checked here is where the tags
+        // send frames, not a consumer's pace, and a pcap writer paused for 20 ms on a loaded
+        // CI machine would otherwise see its 4096 slots fill (counted as ring_full, as it should).
+        .args(["-m", "vlan", "-t", "8", "--slots", "8192"])
+        .args(["--wait-consumers", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
