@@ -5,7 +5,10 @@
 #   gen     into pcap:/dev/null, 256 sources x 1000 ports: --flows 256 --sport 1024-2023 vs a
 #           modify() setting p.ip4.src and p.udp.sport (goal >= 0.8x)
 #   gen     8 math.random calls per packet into 4 fields (MoonGen's heavy case) vs the same
-#           fields random by flags (goal >= 0.4x)
+#           fields random by flags (goal >= 0.4x). Every gen run (and OLD's) pinned on one core
+#           (GEN_CORE, default 1: taskset -c), as the fwd rows: unpinned, the scheduler moved
+#           the generator's thread between the two cores in some runs and not in others, and
+#           the flags row spread 36-46 % in one run
 #   balance --threads -i source -n 2 -g 0:1,1: -m lua:F (q[i] = ttl % 2, the fast form) vs -m ip
 #           (goal >= 0.8x); the table form is shown too. One placement for every balance run
 #           (BAL_CORES, default 0:1,1: the master alone on core 0, both consumer threads on core 1,
@@ -40,7 +43,7 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 BIN=$(realpath -e "${1:-target/release/linerate}") || exit 2
 ROUNDS=${2:-5} SECS=${3:-2} PKTS=${PKTS:-10000000}
-ONLY=${ONLY:-} BAL_CORES=${BAL_CORES:-0:1,1} FWD_CORE=${FWD_CORE:-1}
+ONLY=${ONLY:-} BAL_CORES=${BAL_CORES:-0:1,1} FWD_CORE=${FWD_CORE:-1} GEN_CORE=${GEN_CORE:-1}
 OLD=${OLD:-}
 [ -z "$OLD" ] || OLD=$(realpath -e "$OLD") || exit 2
 W=$(mktemp -d /tmp/linerate-lua.XXXXXX)
@@ -120,7 +123,7 @@ except Exception:
 }
 gen_pps() {
   local out
-  out=$("${TIMED[@]}" "$@" 2>/dev/null | jq -r 'select(.type=="summary") | "\(.pps) \(.pkts)"' | tail -1)
+  out=$("${TIMED[@]}" taskset -c "$GEN_CORE" "$@" 2>/dev/null | jq -r 'select(.type=="summary") | "\(.pps) \(.pkts)"' | tail -1)
   echo "${out% *} $(cpu_ns "$W/cpu" "${out#* }")"
 }
 # balance: the master thread's CPU time (the main thread: /proc/PID/task/PID/schedstat, ns,
@@ -178,7 +181,7 @@ if [ -n "$ONLY" ]; then
 fi
 
 echo "# bench/lua.sh, $(date -u +%Y-%m-%dT%H:%MZ), load $(cut -d' ' -f1-3 /proc/loadavg), $ROUNDS rounds, ${SECS}s runs, $PKTS-packet file"
-echo "# BIN $BIN${OLD:+, OLD $OLD}${ONLY:+, ONLY '$ONLY'}; balance placement -g $BAL_CORES (CPU: the master thread's); fwd pinned on core $FWD_CORE"
+echo "# BIN $BIN${OLD:+, OLD $OLD}${ONLY:+, ONLY '$ONLY'}; balance placement -g $BAL_CORES (CPU: the master thread's); gen pinned on core $GEN_CORE, fwd on core $FWD_CORE"
 declare -A V CPU
 NR=${#ROWS[@]}
 for r in $(seq "$ROUNDS"); do

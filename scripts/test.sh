@@ -34,7 +34,10 @@ skips=$(mktemp)
 export LINERATE_SKIP_LOG=$skips
 trap 'rm -f "$log" "$skips"' EXIT
 set +e
-cargo test --workspace --release 2>&1 | tee "$log"
+# The tests check that SIGHUP stops every tool (a closed terminal, `kill -HUP`) and that a
+# SIGHUP ignored at start stays ignored (nohup): they start from its default action even when
+# this script runs under nohup, whose ignored SIGHUP every child would inherit (coreutils' env).
+env --default-signal=HUP cargo test --workspace --release 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 if [ -s "$skips" ]; then
