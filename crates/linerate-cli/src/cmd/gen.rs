@@ -1066,7 +1066,7 @@ fn load_config(a: &Args, stop: &Arc<AtomicBool>) -> anyhow::Result<(ScriptOption
         interrupt: Some(interrupt.clone()),
     };
     let cfg = match &a.script {
-        Some(path) => load_script(path, &sopts)?.config,
+        Some(path) => load_script(path, &sopts)?.config.clone(),
         None => ScriptConfig::default(),
     };
     Ok((sopts, cfg))

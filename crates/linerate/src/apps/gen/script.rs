@@ -184,9 +184,9 @@ impl LuaHook {
 }
 
 /// Recomputes the checksums of packet `i` after a raw write (`fix` on).
-fn fix_packet(fix: bool, i: usize, bytes: &mut [u8], streams: &[u8], layouts: &[Layout]) {
+fn fix_packet(i: usize, bytes: &mut [u8], streams: &[u8], layouts: &[Layout]) {
     let layout = streams.get(i).and_then(|&s| layouts.get(usize::from(s)));
-    if let (true, Some(l)) = (fix, layout) {
+    if let Some(l) = layout {
         // The template's offsets hold while its IPv4 headers keep their 20 bytes; a
         // script that wrote another header length (options) moved what follows: the
         // checksums are then found by parsing the bytes, not written at the template's
@@ -200,6 +200,15 @@ fn fix_packet(fix: bool, i: usize, bytes: &mut [u8], streams: &[u8], layouts: &[
     }
 }
 
+impl Drop for LuaHook {
+    /// The batches end without a pass over the slots ([`Packets::end_written`]): they no
+    /// longer point at the last batch's frames when the state closes (its `__gc` functions run
+    /// then), before the fields drop.
+    fn drop(&mut self) {
+        self.pkts.done();
+    }
+}
+
 impl Hook for LuaHook {
     fn modify(
         &mut self,
@@ -209,10 +218,10 @@ impl Hook for LuaHook {
     ) -> Result<(), String> {
         let n = self.pkts.load_built(batch, streams)?;
         let r = self.call(n);
-        let fix = self.ck;
-        self.pkts.store(batch, |i, bytes| {
-            fix_packet(fix, i, bytes, streams, layouts)
-        });
+        if self.ck {
+            self.pkts
+                .end_written(batch, |i, bytes| fix_packet(i, bytes, streams, layouts));
+        }
         r.map_err(|e| script::error_line(&e, &self.name, &self.lua))
     }
 
@@ -229,10 +238,11 @@ impl Hook for LuaHook {
     ) -> Result<(), String> {
         let n = self.pkts.load_frames(frames, lens, streams);
         let r = self.call(n);
-        let fix = self.ck;
-        self.pkts.store_frames(frames, lens, |i, bytes| {
-            fix_packet(fix, i, bytes, streams, layouts)
-        });
+        if self.ck {
+            self.pkts.end_written_frames(frames, lens, |i, bytes| {
+                fix_packet(i, bytes, streams, layouts)
+            });
+        }
         r.map_err(|e| script::error_line(&e, &self.name, &self.lua))
     }
 }

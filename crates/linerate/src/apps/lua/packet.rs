@@ -6,8 +6,8 @@
 //! array of slots (`struct lr_pkt`: the frame's address and length, its stream, the flags a
 //! script sets), allocated once; its address is handed to the Lua side once, when the packets
 //! are made, and once per batch Rust fills the slots of the batch's frames, calls the script,
-//! reads the flags back and clears the slots (fwd, which needs only the drops, leaves them to the
-//! next load: no script code runs in between). The Lua side is `packets.lua` (embedded), loaded
+//! reads the flags back and clears the slots (fwd and gen, which need only the drops or the
+//! packets to fix, leave them to the next load: no script code runs in between). The Lua side is `packets.lua` (embedded), loaded
 //! into every script's state by [`install`]: it parses headers (VLAN and QinQ tags, IPv6
 //! extension headers, fragments: the rules of [`crate::wire::parse()`]) once per packet and
 //! batch when a layer is first asked for, and checks every access against the frame's length.
@@ -217,6 +217,10 @@ struct Shared {
     /// The packets of this batch the script dropped, bit `i` for packet `i` (`pkt:drop()` sets
     /// it with the slot's mark): read whole when the batch ends ([`Packets::drops`]).
     drops: Cell<u64>,
+    /// The packets of this batch marked for the full recompute of their checksums (written
+    /// otherwise than by the checksum-keeping setters), bit `i` for packet `i`, set with the
+    /// slot's `dirty` mark: read whole when gen's batch ends ([`Packets::end_written`]).
+    dirt: Cell<u64>,
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 64 && BATCH == 64);
@@ -227,7 +231,7 @@ const _: () = assert!(
         && std::mem::offset_of!(Slot, offs) == 24
         && std::mem::offset_of!(Slot, heads) == 32
 );
-const _: () = assert!(std::mem::size_of::<Shared>() == 8 + 64 * 64 + 128 + 8);
+const _: () = assert!(std::mem::size_of::<Shared>() == 8 + 64 * 64 + 128 + 16);
 
 /// Loads the packet views into `lua` (before any script runs): keeps the FFI library for them
 /// and takes it out of the script's reach.
@@ -292,6 +296,7 @@ impl Packets {
             }),
             queues: std::array::from_fn(|_| Cell::new(-1)),
             drops: Cell::new(0),
+            dirt: Cell::new(0),
         });
         // The state keeps the slots alive as long as it lives: a script's code that runs late
         // (a __gc at close) still finds them (empty).
@@ -352,6 +357,7 @@ impl Packets {
         self.live.set(n);
         self.shared.n.set(n as u32);
         self.shared.drops.set(0);
+        self.shared.dirt.set(0);
     }
 
     /// Shows the packets of `batch` (at most [`BATCH`]) to the script, read-only (the tool's
@@ -493,6 +499,38 @@ impl Packets {
         fix: impl FnMut(usize, &mut [u8]),
     ) {
         self.store_with(&mut PortFrames(frames, lens), fix);
+    }
+
+    /// Ends a writing script's batch (gen's) as [`Packets::drops`] ends fwd's, without a pass
+    /// over the slots: they keep pointing at the batch's frames until the next load overwrites
+    /// or clears them, or [`Packets::done`] (no script code may run in between: the tool calls
+    /// `done` before its state closes). `fix(i, frame)` is called for each packet the script
+    /// marked for the full recompute (as [`Packets::store`] does), found in one word of marks.
+    pub fn end_written(&self, batch: &mut Batch, fix: impl FnMut(usize, &mut [u8])) {
+        self.fix_marked(batch, fix);
+    }
+
+    /// As [`Packets::end_written`], for the frames of [`Packets::load_frames`].
+    pub fn end_written_frames(
+        &self,
+        frames: &mut [&mut [u8]],
+        lens: &[u32],
+        fix: impl FnMut(usize, &mut [u8]),
+    ) {
+        self.fix_marked(&mut PortFrames(frames, lens), fix);
+    }
+
+    #[inline(always)]
+    fn fix_marked(&self, frames: &mut impl Frames, mut fix: impl FnMut(usize, &mut [u8])) {
+        let len = frames.count();
+        let mut m = self.shared.dirt.get();
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if i < len {
+                fix(i, frames.frame(i));
+            }
+        }
     }
 
     #[inline(always)]
@@ -1112,8 +1150,13 @@ mod tests {
         pk.set_checksums(on);
         let f: mlua::Function = lua.globals().get("f").unwrap();
         f.call::<()>((pk.table().clone(), n)).unwrap();
+        // gen ends its batches on the word of marks, without a pass over the slots: the same
+        // packets as the slots' own marks (read by `store`, which then clears them).
+        let mut by_word = Vec::new();
+        pk.end_written(&mut b, |i, _| by_word.push(i));
         let mut marked = Vec::new();
         pk.store(&mut b, |i, _| marked.push(i));
+        assert_eq!(by_word, marked, "{src}");
         (b, marked)
     }
 

@@ -33,14 +33,14 @@ struct lr_pkt {
   uint16_t l3, l4, l3e, pay;
   uint8_t *h[4];
 };
-struct lr_ctx { uint32_t n; uint8_t w, dr, eth, ck; struct lr_pkt p[64]; int16_t q[64]; uint64_t dm; };
+struct lr_ctx { uint32_t n; uint8_t w, dr, eth, ck; struct lr_pkt p[64]; int16_t q[64]; uint64_t dm, dk; };
 struct lr_view; struct lr_ip4; struct lr_udp; struct lr_tcp; struct lr_icmp;
 ]])
 -- h[0..3]: where this batch's parse found the IPv4, UDP, TCP and ICMP headers (NULL: not
 -- there, or not parsed yet). A layer view (p.ip4, p.udp, ...) is a pointer to its anchor h[k]
 -- of the slot, typed by layer: an incomplete struct, so the script can neither index it by
 -- number nor do arithmetic on it, only the named fields of its metatype.
-assert(ffi.sizeof("struct lr_pkt") == 64 and ffi.sizeof("struct lr_ctx") == 8 + 64 * 64 + 128 + 8)
+assert(ffi.sizeof("struct lr_pkt") == 64 and ffi.sizeof("struct lr_ctx") == 8 + 64 * 64 + 128 + 16)
 local HOFF = ffi.offsetof("struct lr_pkt", "h")
 local u8p = ffi.typeof("uint8_t *")
 local u8pp = ffi.typeof("uint8_t **")
@@ -219,9 +219,16 @@ local function unparse(s)
   h[0], h[1], h[2], h[3] = nil, nil, nil, nil
 end
 
+-- Marks slot `s` for the full recompute of its checksums after the script (gen): its own mark,
+-- and its bit of the batch's word of marks, which Rust reads whole (no pass over the slots).
+local function mark(s)
+  s.dirty = 1
+  C.dk = bor(C.dk, lshift(ONE, tonumber(s - P)))
+end
+
 local function writable(s, what)
   if C.w == 0 then fail(what .. ": packets are read-only in " .. TOOL .. " scripts") end
-  s.dirty = 1
+  mark(s)
 end
 
 -- Layers: where each starts in slot `s` (nil when the packet does not have it).
@@ -525,7 +532,7 @@ local function field_text(l, f)
   local anchor = format('local b = cast(u8pp, h)[0] if b == nil then b = refind(h, %d, "%s") end ', l, key)
   local get, set
   local bad = f[6] and format('badaddr("%s")', what) or format('range("%s", %d)', what, mask)
-  local fixt = fix == "full" and format("cast(slotp, cast(u8p, h) - %d).dirty = 1 ", HOFF + 8 * FK[l])
+  local fixt = fix == "full" and format("mark(cast(slotp, cast(u8p, h) - %d)) ", HOFF + 8 * FK[l])
     or "if C.ck ~= 0 then " .. CKT[fix or l] .. "end "
   if size == 1 then
     local wo = off - off % 2 -- the 16-bit word of the checksum the byte is part of
@@ -577,10 +584,10 @@ end
 -- What the generated functions see (as upvalues of their chunk: constants to the compiler).
 local function compile(text, name, ...)
   local head = "local C, cast, u8p, u8pp, u16p, i32p, slotp, band, bor, bxor, bnot, rshift, lshift, bswap, tobit, "
-    .. "refind, range, badaddr, sget, sset, T0, T1, T2, T3, VIEWS, prep = ... "
+    .. "refind, range, badaddr, mark, sget, sset, T0, T1, T2, T3, VIEWS, prep = ... "
   local f = assert(loadstring(head .. text, "=linerate packets " .. name))
   return f(C, cast, u8p, u8pp, u16p, i32p, slotp, band, bor, bxor, bnot, rshift, lshift, bswap, tobit,
-    refind, range, badaddr, ...)
+    refind, range, badaddr, mark, ...)
 end
 
 -- The slow getters and setters of fast layer l: FG[l][key], FS[l][key] (h, x), for the
