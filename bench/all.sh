@@ -50,8 +50,8 @@ rm -f "$REPORT.body"
 section count bash bench/count.sh 4 3000000
 section gen bash bench/gen.sh 4
 section fwd bash bench/fwd.sh 2 5
-section cluster env DUR=3 RUNS=3 bash bench/cluster.sh
-section flows env ROUNDS=3 bash bench/flows.sh 3000000 100000
+section cluster env DUR=3 RUNS=5 bash bench/cluster.sh
+section flows env ROUNDS=5 bash bench/flows.sh 3000000 100000
 section pcapng env SIZE=64 bash bench/pcapng.sh 5000000 7
 section kafka env RUNS=3 bash bench/kafka.sh 3000000 100000
 section lua env -u ONLY bash bench/lua.sh target/release/linerate 5 2

@@ -876,19 +876,54 @@ impl Master {
         let n = wants.len();
         let seg = &*self.seg;
         let (cap, nsmall) = (self.cap, self.free.nsmall);
+        // The regular frames' layout in locals: the loop below stores into the descriptors,
+        // which the compiler cannot tell apart from the segment's fields (it reloaded them
+        // for every packet).
+        let (off0, shift, head, fmask) = (
+            seg.frames_off as u64,
+            seg.frame_size.trailing_zeros(),
+            seg.headroom as u64,
+            seg.frame_size as u64 - 1,
+        );
+        let nsmall64 = nsmall as u64;
         let mut frames = [0u32; BATCH];
         for ((d, &w), f) in batch.descs_mut().iter_mut().zip(wants).zip(&mut frames) {
-            // One queue (a single bit), short enough for a regular frame, in one of them.
-            let fr = seg.frame_of(d.addr).unwrap_or(u32::MAX);
-            if w == 0 || w & (w - 1) != 0 || d.len as usize > cap || fr >= nsmall {
+            // One queue (a single bit), short enough for a regular frame, in one of them
+            // (`Segment::frame_of`'s regular case; a big frame's address fails `fr < nsmall`
+            // or the headroom test, and then the general loop takes the batch).
+            let off = d.addr.wrapping_sub(off0);
+            let fr = off >> shift;
+            if w == 0
+                || w & (w - 1) != 0
+                || d.len as usize > cap
+                || d.addr < off0
+                || fr >= nsmall64
+                || off & fmask < head
+            {
                 return false;
             }
-            *f = fr;
+            *f = fr as u32;
             // A frame for one queue: not shared (what the general loop writes too).
             d.flags = 0;
         }
-        for (i, &w) in wants.iter().enumerate() {
-            self.took[w.trailing_zeros() as usize] |= 1 << i;
+        if any.count_ones() <= 4 {
+            // Few queues: each one's packets gathered in a register, with no store per packet
+            // (the store loop below chains every packet of one queue through one word).
+            let mut m = any;
+            while m != 0 {
+                let qi = m.trailing_zeros() as usize;
+                let b = m & m.wrapping_neg();
+                m &= m - 1;
+                let mut t = 0u64;
+                for (i, &w) in wants.iter().enumerate() {
+                    t |= u64::from(w == b) << i;
+                }
+                self.took[qi] = t;
+            }
+        } else {
+            for (i, &w) in wants.iter().enumerate() {
+                self.took[w.trailing_zeros() as usize] |= 1 << i;
+            }
         }
         let descs = batch.descs();
         // Packets no queue had room for: their frames go back.
@@ -919,10 +954,8 @@ impl Master {
             let mut bytes = 0u64;
             q.direct = took & took.wrapping_add(1) == 0; // packets 0..k
             if q.direct {
-                for (j, (d, &f)) in descs[..k].iter().zip(&frames[..k]).enumerate() {
-                    q.ring.tag(j, f | Holds::SOLE);
-                    bytes += d.wire_len as u64;
-                }
+                q.ring.tag_run(&frames[..k], Holds::SOLE);
+                bytes = descs[..k].iter().map(|d| u64::from(d.wire_len)).sum();
             } else {
                 let mut b = took;
                 let mut j = 0;
@@ -966,10 +999,8 @@ impl Master {
             let mut bytes = 0u64;
             q.direct = m & m.wrapping_add(1) == 0; // packets 0..k
             if q.direct {
-                for (j, (d, &tag)) in self.out[..k].iter().zip(&self.out_tags[..k]).enumerate() {
-                    q.ring.tag(j, tag);
-                    bytes += d.wire_len as u64;
-                }
+                q.ring.tag_run(&self.out_tags[..k], 0);
+                bytes = self.out[..k].iter().map(|d| u64::from(d.wire_len)).sum();
             } else {
                 let mut b = m;
                 let mut j = 0;

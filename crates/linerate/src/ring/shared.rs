@@ -312,6 +312,21 @@ impl<T: Copy, M: QueueMem<T>> Lender<T, M> {
         self.tags[i] = tag;
     }
 
+    /// Tags the slots of the next [`Lender::publish`]'s first `tags.len()` items: item `j`
+    /// with `tags[j] | or` ([`Lender::tag`] for each, as at most two runs of the tag array).
+    #[inline(always)]
+    pub fn tag_run(&mut self, tags: &[u32], or: u32) {
+        let at = (self.head as usize) & self.mask;
+        let n = tags.len().min(self.mask + 1);
+        let first = n.min(self.mask + 1 - at);
+        for (t, &g) in self.tags[at..at + first].iter_mut().zip(&tags[..first]) {
+            *t = g | or;
+        }
+        for (t, &g) in self.tags[..n - first].iter_mut().zip(&tags[first..n]) {
+            *t = g | or;
+        }
+    }
+
     /// Address of the slot at cursor `c`, to prefetch it (a hint).
     #[inline(always)]
     pub fn slot_ptr(&self, c: u64) -> *const T {
@@ -656,6 +671,33 @@ mod tests {
             assert_eq!(runs.len() == 2, round > 0, "rounds 1 and 2 wrap: {runs:?}");
             assert_eq!((p.reclaimed(), p.room()), (3 * u64::from(round) + 3, 4));
             runs.clear();
+        }
+    }
+
+    #[test]
+    fn tag_run_tags_as_tag_does_across_the_wrap() {
+        // Two lenders on two rings of 4, three items a round (rounds 1 and 2 wrap): one tags
+        // item by item, the other a run at a time with a flag or-ed in.
+        let (qa, qb) = (HeapQueue::<u64>::new(4), HeapQueue::<u64>::new(4));
+        let (mut a, mut b) = (Lender::new(qa.clone()), Lender::new(qb.clone()));
+        let (mut ca, mut cb) = (Borrower::attach(qa), Borrower::attach(qb));
+        for round in 0..3u32 {
+            let tags: Vec<u32> = (0..3).map(|k| 10 * round + k).collect();
+            for (k, &t) in tags.iter().enumerate() {
+                a.tag(k, t | 1 << 31);
+            }
+            b.tag_run(&tags, 1 << 31);
+            a.publish(&[0, 0, 0]);
+            b.publish(&[0, 0, 0]);
+            for c in [&mut ca, &mut cb] {
+                c.advance(3);
+                c.release();
+            }
+            let (mut ta, mut tb) = (vec![], vec![]);
+            a.reclaim(|t| ta.push(t));
+            b.reclaim(|t| tb.push(t));
+            assert_eq!(ta, tb, "round {round}");
+            assert_eq!(tb, tags.iter().map(|t| t | 1 << 31).collect::<Vec<_>>());
         }
     }
 

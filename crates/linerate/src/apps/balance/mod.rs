@@ -449,8 +449,9 @@ fn two_pass<K: Copy + Default>(
     let n = out.len().min(BATCH);
     let mut keys = [K::default(); BATCH];
     let mut slow = 0u64;
-    for (i, k) in keys[..n].iter_mut().enumerate() {
-        match key(batch.data(i)) {
+    // The pool's bounds looked up once for the batch (`Batch::frames`), not once a packet.
+    for ((i, k), data) in keys[..n].iter_mut().enumerate().zip(batch.frames()) {
+        match key(data) {
             Some(v) => *k = v,
             None => slow |= 1 << i,
         }
