@@ -254,18 +254,9 @@ impl Distributor {
                     d.hash = h;
                     d.flags &= !crate::mem::Desc::F_ORIG_SHORT;
                 }
-                let mut apps = self.apps.iter();
-                if let Some(&(first, nq)) = apps.next() {
-                    let r = FastMod::new(nq);
-                    for (o, &h) in out[..n].iter_mut().zip(&hs[..n]) {
-                        *o = 1 << (first + r.rem(h));
-                    }
-                }
-                for &(first, nq) in apps {
-                    let r = FastMod::new(nq);
-                    for (o, &h) in out[..n].iter_mut().zip(&hs[..n]) {
-                        *o |= 1 << (first + r.rem(h));
-                    }
+                out[..n].fill(0);
+                for &(first, nq) in &self.apps {
+                    queue_bits(&mut out[..n], &hs[..n], first, nq);
                 }
             }
         }
@@ -478,6 +469,24 @@ fn two_pass<K: Copy + Default>(
     }
 }
 
+/// Or-s into `out[i]` the bit of the queue that hash `hs[i]` picks among an application's `nq`
+/// queues starting at `first`: one loop for a power of two (a mask) and one for any other
+/// count (a multiply), so that the choice is made once a batch rather than once a packet.
+#[inline(always)]
+fn queue_bits(out: &mut [u64], hs: &[u32], first: u32, nq: u32) {
+    let r = FastMod::new(nq);
+    if r.d.is_power_of_two() {
+        let m = r.d - 1;
+        for (o, &h) in out.iter_mut().zip(hs) {
+            *o |= 1 << (first + (h & m));
+        }
+    } else {
+        for (o, &h) in out.iter_mut().zip(hs) {
+            *o |= 1 << (first + r.rem_any(h));
+        }
+    }
+}
+
 /// `h % d` for a fixed `d` without a division (Lemire, Kaser and Kurz, "Faster remainder by
 /// direct computation", 2019: exact for every 32-bit `h`), or a mask when `d` is a power of two.
 #[derive(Clone, Copy, Debug)]
@@ -495,13 +504,11 @@ impl FastMod {
         }
     }
 
+    /// `h % d` by the multiply (exact for any `d`, a power of two included; [`queue_bits`]
+    /// masks instead when `d` is one).
     #[inline(always)]
-    fn rem(self, h: u32) -> u32 {
-        if self.d.is_power_of_two() {
-            h & (self.d - 1)
-        } else {
-            ((self.m.wrapping_mul(h as u64) as u128 * self.d as u128) >> 64) as u32
-        }
+    fn rem_any(self, h: u32) -> u32 {
+        ((self.m.wrapping_mul(h as u64) as u128 * self.d as u128) >> 64) as u32
     }
 }
 
@@ -1168,13 +1175,13 @@ mod tests {
         for d in 1..=64u32 {
             let r = FastMod::new(d);
             for x in [0, 1, d - 1, d, d + 1, u32::MAX, u32::MAX - 1, u32::MAX / 2] {
-                assert_eq!(r.rem(x), x % d, "{x} % {d}");
+                assert_eq!(r.rem_any(x), x % d, "{x} % {d}");
             }
             for _ in 0..10_000 {
                 h ^= h << 13;
                 h ^= h >> 17;
                 h ^= h << 5;
-                assert_eq!(r.rem(h), h % d, "{h} % {d}");
+                assert_eq!(r.rem_any(h), h % d, "{h} % {d}");
             }
         }
     }
@@ -1209,6 +1216,13 @@ mod tests {
             if mode != Mode::Mac {
                 // (the source's frames all share one pair of MACs)
                 assert_eq!(seen, 0b1_1111_1111, "{mode:?} spreads over every queue");
+            }
+            // Powers of two (a mask rather than the multiply): 4 queues, then 2.
+            let mut d = Distributor::new(mode, &[4, 2], LinkType::ETHERNET);
+            d.masks(&mut b, None, &mut out);
+            for (i, &got) in out.iter().enumerate() {
+                let h = b.descs()[i].hash;
+                assert_eq!(got, 1 << (h % 4) | 1 << (4 + h % 2), "{mode:?} packet {i}");
             }
         }
     }
