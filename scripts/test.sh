@@ -34,10 +34,12 @@ skips=$(mktemp)
 export LINERATE_SKIP_LOG=$skips
 trap 'rm -f "$log" "$skips"' EXIT
 set +e
-# The tests check that SIGHUP stops every tool (a closed terminal, `kill -HUP`) and that a
-# SIGHUP ignored at start stays ignored (nohup): they start from its default action even when
-# this script runs under nohup, whose ignored SIGHUP every child would inherit (coreutils' env).
-env --default-signal=HUP cargo test --workspace --release 2>&1 | tee "$log"
+# The tests check that every stop signal stops every tool, also one that comes before main
+# (the signal's default action), and that a SIGHUP ignored at start stays ignored (nohup): they
+# start from the default actions even when this script runs under nohup (SIGHUP ignored) or as
+# a background job of a non-interactive shell (SIGINT and SIGQUIT ignored), which every child
+# would inherit; a signal ignored before main is lost, whatever the tool does (coreutils' env).
+env --default-signal=HUP,INT,QUIT,TERM,USR1 cargo test --workspace --release 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 if [ -s "$skips" ]; then
