@@ -243,13 +243,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     {
         // The stop signals of every tool (SIGHUP too: a closed terminal ends the lab and
         // removes its namespaces, unless it was started under nohup).
-        let mut sigs = signal_hook::iterator::Signals::new(crate::common::stop_signals())?;
+        // Each delivery counted in the handler (`count_signals`): the iterator merges two
+        // signals that come before its thread runs into one wake-up, and a second signal must
+        // still end the lab.
+        let list = crate::common::stop_signals();
+        linerate::os::count_signals(&list)?;
+        let first = linerate::os::signal_count();
+        let mut sigs = signal_hook::iterator::Signals::new(list)?;
         let stop = stop.clone();
         let signals = signals.clone();
         std::thread::spawn(move || {
             for _ in sigs.forever() {
                 stop.store(true, Ordering::Relaxed);
-                if signals.fetch_add(1, Ordering::Relaxed) >= 1 {
+                let seen = linerate::os::signal_count().saturating_sub(first);
+                signals.store(seen.max(1), Ordering::Relaxed);
+                if seen >= 2 {
                     // Second signal: clean up from here and leave.
                     let child = CHILD.load(Ordering::Relaxed);
                     if child != 0 {
