@@ -23,7 +23,7 @@ use linerate::port::xdp::XdpMode;
 use linerate::stats::{group, group_f};
 use std::ffi::OsString;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -239,7 +239,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let signals = Arc::new(AtomicU64::new(0));
     {
         // The stop signals of every tool (SIGHUP too: a closed terminal ends the lab and
         // removes its namespaces, unless it was started under nohup).
@@ -251,12 +250,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let first = linerate::os::signal_count();
         let mut sigs = signal_hook::iterator::Signals::new(list)?;
         let stop = stop.clone();
-        let signals = signals.clone();
         std::thread::spawn(move || {
             for _ in sigs.forever() {
                 stop.store(true, Ordering::Relaxed);
                 let seen = linerate::os::signal_count().saturating_sub(first);
-                signals.store(seen.max(1), Ordering::Relaxed);
                 if seen >= 2 {
                     // Second signal: clean up from here and leave.
                     let child = CHILD.load(Ordering::Relaxed);

@@ -488,7 +488,8 @@ fn queue_bits(out: &mut [u64], hs: &[u32], first: u32, nq: u32) {
 }
 
 /// `h % d` for a fixed `d` without a division (Lemire, Kaser and Kurz, "Faster remainder by
-/// direct computation", 2019: exact for every 32-bit `h`), or a mask when `d` is a power of two.
+/// direct computation", 2019: exact for every 32-bit `h`); [`queue_bits`] masks instead when `d`
+/// is a power of two.
 #[derive(Clone, Copy, Debug)]
 struct FastMod {
     d: u32,
