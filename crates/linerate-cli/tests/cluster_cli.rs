@@ -110,6 +110,25 @@ fn json_lines_parse_and_the_summary_accounts_for_everything() {
     assert_eq!(sum["invariant_ok"], true);
     assert_eq!(sum["filtered"], 0, "the source sends UDP only");
     assert_eq!(sum["queues"].as_array().unwrap().len(), 3);
+    // The summary's rates are the whole run's, not its last interval's.
+    let whole = 200_000.0 / (sum["elapsed_ms"].as_f64().unwrap() / 1e3);
+    let pps = sum["rx_pps"].as_f64().unwrap();
+    assert!(
+        (pps - whole).abs() <= whole * 1e-6,
+        "summary rx_pps {pps}, the run's {whole}"
+    );
+    let secs = sum["elapsed_ms"].as_f64().unwrap() / 1e3;
+    for x in sum["queues"].as_array().unwrap() {
+        let (pps, run) = (
+            x["pps"].as_f64().unwrap(),
+            x["delivered"].as_f64().unwrap() / secs,
+        );
+        assert!(
+            (pps - run).abs() <= run * 1e-6,
+            "queue {}: summary pps {pps}, the run's {run}",
+            x["queue"]
+        );
+    }
     let t = sum["threads"].as_array().unwrap();
     let q = sum["queues"].as_array().unwrap();
     let offered = |x: &serde_json::Value| {

@@ -977,9 +977,13 @@ fn finish(
             };
             (SourcePort::pps_of(r), got)
         });
+    // The summary's rates are over the whole run (the last interval may be a few microseconds
+    // with nothing in it), in the text and the JSON alike.
+    let mut whole = t.clone();
+    whole.prev = whole.start.clone();
     if a.json {
         let mut j: serde_json::Value =
-            serde_json::from_str(&json_tick("summary", &t, &final_threads))?;
+            serde_json::from_str(&json_tick("summary", &whole, &final_threads))?;
         j["ended"] = ended.into();
         j["drain_ms"] = (fin.drain.as_secs_f64() * 1e3).into();
         j["invariant_ok"] = inv.is_ok().into();
@@ -992,8 +996,6 @@ fn finish(
         }
         let _ = writeln!(out, "{j}");
     } else {
-        let mut whole = t.clone();
-        whole.prev = whole.start.clone();
         let text = if !final_threads.is_empty() {
             crate::shared::threads_text(
                 &whole,
