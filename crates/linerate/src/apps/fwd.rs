@@ -614,7 +614,8 @@ fn drain_and_check(
 
 /// Applies the input's filters to a received batch: `opts.filter`, then the per-batch hook
 /// (a script); what they reject is counted in `filtered`. A hook that fails: the batch is not
-/// forwarded (counted as filtered, never lost) and its error is returned.
+/// forwarded (counted as filtered, never lost) and its error is returned, with how many packets
+/// that batch held.
 fn filter_batch(
     rx: &mut Batch,
     opts: &FwdOptions,
@@ -628,9 +629,13 @@ fn filter_batch(
         let drops = match h.filter(rx) {
             Ok(d) => d,
             Err(e) => {
-                *filtered += rx.len() as u64;
+                let n = rx.len();
+                *filtered += n as u64;
                 rx.clear();
-                return Err(e);
+                let s = if n == 1 { "" } else { "s" };
+                return Err(format!(
+                    "{e} (the {n} packet{s} of the batch it was given not forwarded, counted as filtered)"
+                ));
             }
         };
         if drops == 0 {
@@ -1160,7 +1165,13 @@ mod tests {
             |_| {},
         );
         assert_eq!(r.ended, Ended::Error);
-        assert_eq!(r.script_error.as_deref(), Some("script.lua:3: boom"));
+        assert_eq!(
+            r.script_error.as_deref(),
+            Some("script.lua:3: boom (the 11 packets of the batch it was given not forwarded, counted as filtered)")
+        );
+        // The 300th frame the first run left unread, then the 10 sent now: one batch.
+        assert_eq!(r.stats.ports[0].received, 11);
+        assert_eq!(r.stats.ports[0].filtered, 11);
         assert!(drain(&mut sink).is_empty());
     }
 
