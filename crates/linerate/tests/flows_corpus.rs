@@ -176,10 +176,25 @@ fn threads_on_a_split_file_give_the_records_of_one_thread() {
 /// packets, not-a-flow counters, flows, the error's text, and the records (sorted).
 type Outcome = (u64, [u64; NotFlow::COUNT], u64, Option<String>, Vec<String>);
 
-fn split_run(path: &str, nt: usize, piece: usize, opts: &FlowOptions) -> Option<Outcome> {
+fn split_run(
+    path: &str,
+    nt: usize,
+    piece: usize,
+    map: bool,
+    opts: &FlowOptions,
+) -> Option<Outcome> {
     use linerate::apps::flow::threads::{run_input, FlowInput};
     let stop = AtomicBool::new(false);
-    let input = FlowInput::open_pieces(path, &PortOptions::default(), nt, piece).ok()?;
+    let input = FlowInput::open_split(path, &PortOptions::default(), nt, piece, map).ok()?;
+    if input.threads() > 1 {
+        // The corpus and the cut files are root's or ours, 0644 or read-only: mappable.
+        assert_eq!(
+            input.plan().contains("mapped read-only"),
+            map,
+            "{path}: {}",
+            input.plan()
+        );
+    }
     let mut recs: Vec<FlowRecord> = Vec::new();
     let mut sink = |r: &[FlowRecord]| recs.extend_from_slice(r);
     let rep = run_input(input, opts, &stop, &mut sink);
@@ -222,13 +237,15 @@ fn small_pieces_give_the_records_of_one_thread() {
     let (mut compared, mut errors) = (0, 0);
     for (k, f) in files.iter().enumerate() {
         let path = f.to_str().unwrap();
-        let Some(one) = split_run(path, 1, 1 << 17, &opts) else {
+        let Some(one) = split_run(path, 1, 1 << 17, true, &opts) else {
             continue;
         };
-        // Pieces smaller and larger than a record, varied over the files.
+        // Pieces smaller and larger than a record, varied over the files; the file read in
+        // place (mapped) and copied with pread.
         let piece = [61, 700, 4000][k % 3];
-        for nt in [2, 3] {
-            let many = split_run(path, nt, piece, &opts).expect("opens with threads as with one");
+        for (nt, map) in [(2, true), (3, true), (2, false), (3, false)] {
+            let many =
+                split_run(path, nt, piece, map, &opts).expect("opens with threads as with one");
             assert_eq!(
                 one.0, many.0,
                 "{path}: packets, {nt} threads, {piece} B pieces"
@@ -290,10 +307,20 @@ fn truncated_files_split_like_one_thread() {
                 let p = tmp.join(format!("cut-{at}.pcap"));
                 std::fs::write(&p, &bytes[..at.min(bytes.len())]).unwrap();
                 let path = p.to_str().unwrap();
-                let one = split_run(path, 1, 1 << 17, &opts).expect("opens");
-                for (nt, piece) in [(2, 1000), (3, 333), (2, 1 << 17)] {
-                    let many = split_run(path, nt, piece, &opts).expect("opens");
-                    let what = format!("{} cut at {at}, {nt} threads, {piece} B", f.display());
+                let one = split_run(path, 1, 1 << 17, true, &opts).expect("opens");
+                for (nt, piece, map) in [
+                    (2, 1000, true),
+                    (3, 333, true),
+                    (2, 1 << 17, true),
+                    (2, 1000, false),
+                    (3, 333, false),
+                    (2, 1 << 17, false),
+                ] {
+                    let many = split_run(path, nt, piece, map, &opts).expect("opens");
+                    let what = format!(
+                        "{} cut at {at}, {nt} threads, {piece} B, mapped {map}",
+                        f.display()
+                    );
                     assert_eq!(one.0, many.0, "{what}: packets");
                     assert_eq!(one.2, many.2, "{what}: flows");
                     assert_eq!(one.3, many.3, "{what}: error");

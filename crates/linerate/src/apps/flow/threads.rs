@@ -4,8 +4,9 @@
 //! - **Sources** ([`FlowInput::open`]): the queues of `xdp:IFACE` and the members of `a,b` are
 //!   spread over the threads (thread t takes parts t, t + n, ...); `afpacket:IFACE` becomes one
 //!   socket per thread in a `PACKET_FANOUT_HASH` group (the kernel's symmetric flow hash); a
-//!   classic pcap file is cut into pieces ([`PcapSplit`]), piece k read by thread k mod n with its
-//!   own `pread`, no lock. An input that cannot be split (`mem:`, a cluster queue, standard
+//!   classic pcap file is cut into pieces ([`PcapSplit`]), piece k read by thread k mod n in
+//!   place from the file mapped read-only (with its own `pread` where mapping is not safe), no
+//!   lock. An input that cannot be split (`mem:`, a cluster queue, standard
 //!   input) is read by thread 0 alone, which then hands flows on; a pcapng file by one thread.
 //! - **Owners**: a flow belongs to the thread its address pair (with VLAN and protocol) hashes
 //!   to, so both directions and every fragment of a datagram meet in one table. A thread parses
@@ -99,6 +100,18 @@ impl FlowInput {
         threads: usize,
         piece: usize,
     ) -> Result<FlowInput, PortError> {
+        Self::open_split(uri, opts, threads, piece, true)
+    }
+
+    /// [`FlowInput::open_pieces`]; with `map` false a split file is copied with `pread` even
+    /// where it could be mapped ([`PcapSplit::open_with`]).
+    pub fn open_split(
+        uri: &str,
+        opts: &PortOptions,
+        threads: usize,
+        piece: usize,
+        map: bool,
+    ) -> Result<FlowInput, PortError> {
         let threads = threads.max(1);
         let parsed = Uri::parse(uri)?;
         let live = parsed.is_live();
@@ -114,7 +127,7 @@ impl FlowInput {
             });
         }
         if let Some(file) = capture_file(&parsed) {
-            let Some(split) = PcapSplit::open_pieces(file, opts, piece)? else {
+            let Some(split) = PcapSplit::open_with(file, opts, piece, map)? else {
                 // A pcapng file's blocks depend on those before (interfaces, time units): it
                 // is read in order by one thread.
                 let p = crate::open_rx(uri, opts)?;
@@ -138,9 +151,15 @@ impl FlowInput {
                     threads,
                     plan: format!(
                         "{threads} threads, each reading its own {} KiB pieces of the file \
-                         (piece k by thread k mod {threads}, no dispatcher); flows counted in \
-                         file order",
-                        piece.max(1) >> 10
+                         (piece k by thread k mod {threads}, no dispatcher; {}); flows counted \
+                         in file order",
+                        piece.max(1) >> 10,
+                        if split.is_mapped() {
+                            "the file mapped read-only, no copy"
+                        } else {
+                            "copied with pread: the file is not one that only its owner can \
+                             shorten while it is mapped, or could not be mapped"
+                        }
                     ),
                     live,
                 });

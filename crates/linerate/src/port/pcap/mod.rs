@@ -448,22 +448,7 @@ impl PcapPort {
         if held.is_some() || !reader.is_classic() || reader.mapped().is_some() {
             return false;
         }
-        let Some(f) = file.as_ref() else {
-            return false;
-        };
-        let Ok(meta) = f.metadata() else {
-            return false;
-        };
-        use std::os::unix::fs::MetadataExt;
-        let owner = meta.uid();
-        if !meta.file_type().is_file()
-            || (owner != crate::sys::process::euid() && owner != 0)
-            || meta.mode() & 0o022 != 0
-            || crate::sys::fs::is_remote_or_user_fs(f).unwrap_or(true)
-        {
-            return false;
-        }
-        let Ok(region) = crate::mem::Region::map_read_only(f) else {
+        let Some(region) = file.as_ref().and_then(map_if_unshortenable) else {
             return false;
         };
         reader.read_mapped(Arc::new(Pool::external(region)))
@@ -473,6 +458,25 @@ impl PcapPort {
     pub fn is_writer(&self) -> bool {
         matches!(self.mode, Mode::Write { .. })
     }
+}
+
+/// `f` mapped read-only, when nobody else can shorten it while it is mapped (a page past a
+/// truncated end would kill the process with SIGBUS): a regular file owned by this user or
+/// root, writable by neither its group nor others, on a local file system (not FUSE, NFS, SMB,
+/// 9p, Ceph, AFS, Coda or a cluster file system, whose files may change size without a local
+/// permission check). None otherwise, or when it cannot be mapped: the caller reads it.
+pub(crate) fn map_if_unshortenable(f: &File) -> Option<crate::mem::Region> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = f.metadata().ok()?;
+    let owner = meta.uid();
+    if !meta.file_type().is_file()
+        || (owner != crate::sys::process::euid() && owner != 0)
+        || meta.mode() & 0o022 != 0
+        || crate::sys::fs::is_remote_or_user_fs(f).unwrap_or(true)
+    {
+        return None;
+    }
+    crate::mem::Region::map_read_only(f).ok()
 }
 
 /// A source that waits at most `wait_ms` for bytes (not at all while `busy`), then says

@@ -2,8 +2,9 @@
 //!
 //! The file is cut into groups by byte ranges: group `g` holds the records whose header starts
 //! in `[g * SPLIT_BYTES, (g + 1) * SPLIT_BYTES)` (the file header aside). Reader `t` of `n` takes
-//! groups `t, t + n, t + 2n, ...`: it reads its group's bytes with its own `pread` into its own
-//! buffer while the others parse theirs, then waits for the group's first record to be known
+//! groups `t, t + n, t + 2n, ...`: it reads its group's bytes while the others parse theirs
+//! (in place, from the file mapped read-only, when nobody else can shorten the file: see
+//! [`super::map_if_unshortenable`]; else with its own `pread` into its own buffer), then waits for the group's first record to be known
 //! (where the previous group's last record ends, handed on by that group's reader through three
 //! atomics, one hand-over per group), walks its record headers and hands the end on at once.
 //! Group numbers let the caller put the groups back in file order. A reader whose group's start
@@ -53,6 +54,9 @@ pub struct PcapSplit {
     /// Groups in the file once its end was found (u64::MAX before).
     total: AtomicU64,
     error: Mutex<Option<PortError>>,
+    /// The whole file mapped read-only (its length when opened), when that is safe: groups are
+    /// then read in place, with no copy.
+    map: Option<crate::mem::Region>,
 }
 
 /// What [`SplitReader::next_group`] found.
@@ -101,6 +105,17 @@ impl PcapSplit {
         opts: &PortOptions,
         piece: usize,
     ) -> Result<Option<Arc<PcapSplit>>, PortError> {
+        Self::open_with(path, opts, piece, true)
+    }
+
+    /// [`PcapSplit::open_pieces`]; with `map` false the readers copy the file with `pread`
+    /// even where it could be mapped (tests compare the two ways).
+    pub fn open_with(
+        path: &str,
+        opts: &PortOptions,
+        piece: usize,
+        map: bool,
+    ) -> Result<Option<Arc<PcapSplit>>, PortError> {
         let io = |source| PortError::Io {
             path: path.into(),
             source,
@@ -121,6 +136,7 @@ impl PcapSplit {
         };
         let limit =
             ((DEFAULT_FRAME_SIZE - DEFAULT_HEADROOM) as usize).min(opts.snaplen.max(1) as usize);
+        let map = map.then(|| super::map_if_unshortenable(&file)).flatten();
         Ok(Some(Arc::new(PcapSplit {
             path: path.into(),
             file,
@@ -134,6 +150,7 @@ impl PcapSplit {
             next_first: AtomicU64::new(0),
             total: AtomicU64::new(u64::MAX),
             error: Mutex::new(None),
+            map,
         })))
     }
 
@@ -165,6 +182,11 @@ impl PcapSplit {
     /// The error that ended the file early (a corrupt or truncated record), once.
     pub fn take_error(&self) -> Option<PortError> {
         self.error.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Whether the readers read the file in place (mapped) rather than copy it.
+    pub fn is_mapped(&self) -> bool {
+        self.map.is_some()
     }
 
     fn bad(&self, offset: u64, why: String) -> PortError {
@@ -236,9 +258,29 @@ impl SplitReader {
         self.split.take_error()
     }
 
-    /// Reads at least `len` more bytes (fewer at the end of the file) after what `buf` holds.
+    /// The bytes read of the group, from file offset `base`.
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        match &self.split.map {
+            Some(m) => {
+                let b = self.base as usize;
+                &m.read_only_bytes()[b..b + self.have]
+            }
+            None => &self.buf[..self.have],
+        }
+    }
+
+    /// Reads at least `len` more bytes (fewer at the end of the file) after what `buf` holds
+    /// (of a mapped file: takes them in view).
     fn more(&mut self, len: usize) -> Result<(), PortError> {
         let from = self.have;
+        if let Some(m) = &self.split.map {
+            let end = m.read_only_bytes().len() as u64;
+            let got = end.saturating_sub(self.base + from as u64).min(len as u64) as usize;
+            self.eof = got < len;
+            self.have = from + got;
+            return Ok(());
+        }
         // Grown (zeroed) once; later reads overwrite it without clearing it first: only the
         // bytes read (`have`) are ever looked at.
         if self.buf.len() < from + len {
@@ -386,7 +428,7 @@ impl SplitReader {
                 return Walk::End(Some(s.bad(at, why)));
             }
             let pos = (at - self.base) as usize;
-            let h = &self.buf[pos..pos + HDR];
+            let h = &self.bytes()[pos..pos + HDR];
             let (sec, frac) = (rd32(h, 0, s.be), rd32(h, 4, s.be));
             let (caplen, wire) = (rd32(h, 8, s.be), rd32(h, 12, s.be));
             if caplen > MAX_CAPLEN {
@@ -425,12 +467,13 @@ impl SplitReader {
     /// The records of the group [`SplitReader::next_group`] gave last.
     pub fn records(&self) -> impl ExactSizeIterator<Item = SplitRecord<'_>> + '_ {
         let limit = self.split.limit;
+        let bytes = self.bytes();
         self.recs.iter().map(move |&(start, len, ts, wire)| {
             let n = len.min(limit);
             SplitRecord {
                 ts,
                 wire_len: wire.max(n as u32),
-                data: &self.buf[start..start + n],
+                data: &bytes[start..start + n],
             }
         })
     }
