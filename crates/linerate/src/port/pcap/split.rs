@@ -4,9 +4,10 @@
 //! in `[g * SPLIT_BYTES, (g + 1) * SPLIT_BYTES)` (the file header aside). Reader `t` of `n` takes
 //! groups `t, t + n, t + 2n, ...`: it reads its group's bytes while the others parse theirs
 //! (in place, from the file mapped read-only, when nobody else can shorten the file: see
-//! [`super::map_if_unshortenable`]; else with its own `pread` into its own buffer), then waits for the group's first record to be known
-//! (where the previous group's last record ends, handed on by that group's reader through three
-//! atomics, one hand-over per group), walks its record headers and hands the end on at once.
+//! [`super::map_if_unshortenable`]; else with its own `pread` into its own buffer), then waits
+//! for the group's first record to be known (where the previous group's last record ends,
+//! handed on by that group's reader through three atomics, one hand-over per group), walks its
+//! record headers and hands the end on at once.
 //! Group numbers let the caller put the groups back in file order. A reader whose group's start
 //! is not known yet gets [`Chunk::NotYet`] and can do other work meanwhile.
 //!
@@ -136,7 +137,13 @@ impl PcapSplit {
         };
         let limit =
             ((DEFAULT_FRAME_SIZE - DEFAULT_HEADROOM) as usize).min(opts.snaplen.max(1) as usize);
-        let map = map.then(|| super::map_if_unshortenable(&file)).flatten();
+        // A mapping shorter than the file header (the file cut after the header was read
+        // above) is not used: every group's reading starts at or after byte 24, and `bytes`
+        // would slice from past its end; `pread` then finds the cut as it would.
+        let map = map
+            .then(|| super::map_if_unshortenable(&file))
+            .flatten()
+            .filter(|m| m.read_only_bytes().len() >= 24);
         Ok(Some(Arc::new(PcapSplit {
             path: path.into(),
             file,
@@ -166,7 +173,12 @@ impl PcapSplit {
             split: self.clone(),
             group: (t as u64).min(n - 1),
             step: n,
-            buf: Vec::with_capacity(SPLIT_BYTES + SPILL),
+            // A mapped file is read in place: no buffer.
+            buf: if self.map.is_some() {
+                Vec::new()
+            } else {
+                Vec::with_capacity(SPLIT_BYTES + SPILL)
+            },
             base: 0,
             have: 0,
             eof: false,
