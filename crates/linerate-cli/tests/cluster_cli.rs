@@ -82,14 +82,14 @@ fn json_lines_parse_and_the_summary_accounts_for_everything() {
             "balance",
             "--threads",
             "-i",
-            "source:200000",
+            "source:2000000",
             "-n",
             "2,1",
             "-m",
             "5tuple",
             "--json",
             "--interval",
-            "20ms",
+            "10ms",
             "-f",
             "udp",
         ],
@@ -105,13 +105,20 @@ fn json_lines_parse_and_the_summary_accounts_for_everything() {
         .map(|l| serde_json::from_str(l).expect("every line is JSON"))
         .collect();
     let sum = lines.last().unwrap();
+    // Interval lines came before the summary: its rates are then not the only ones there were
+    // (a summary that took the last interval's rate would differ from the run's below).
+    assert!(
+        lines.len() >= 2 && lines[0]["type"] != "summary",
+        "no interval line in a 2 M packet run at 10 ms intervals: {} lines",
+        lines.len()
+    );
     assert_eq!(sum["type"], "summary");
-    assert_eq!(sum["rx"], 200_000);
+    assert_eq!(sum["rx"], 2_000_000);
     assert_eq!(sum["invariant_ok"], true);
     assert_eq!(sum["filtered"], 0, "the source sends UDP only");
     assert_eq!(sum["queues"].as_array().unwrap().len(), 3);
     // The summary's rates are the whole run's, not its last interval's.
-    let whole = 200_000.0 / (sum["elapsed_ms"].as_f64().unwrap() / 1e3);
+    let whole = 2_000_000.0 / (sum["elapsed_ms"].as_f64().unwrap() / 1e3);
     let pps = sum["rx_pps"].as_f64().unwrap();
     assert!(
         (pps - whole).abs() <= whole * 1e-6,
@@ -146,12 +153,12 @@ fn json_lines_parse_and_the_summary_accounts_for_everything() {
     }
     assert_eq!(
         offered(&q[2]),
-        200_000,
+        2_000_000,
         "application 1 is offered a full copy"
     );
     assert_eq!(
         offered(&q[0]) + offered(&q[1]),
-        200_000,
+        2_000_000,
         "application 0 is offered each packet once"
     );
 }

@@ -634,7 +634,8 @@ fn filter_batch(
                 rx.clear();
                 let s = if n == 1 { "" } else { "s" };
                 return Err(format!(
-                    "{e} (the {n} packet{s} of the batch it was given not forwarded, counted as filtered)"
+                    "{e} (the {n} packet{s} of the batch it was given not forwarded, counted as \
+                     filtered)"
                 ));
             }
         };
@@ -1167,7 +1168,10 @@ mod tests {
         assert_eq!(r.ended, Ended::Error);
         assert_eq!(
             r.script_error.as_deref(),
-            Some("script.lua:3: boom (the 11 packets of the batch it was given not forwarded, counted as filtered)")
+            Some(
+                "script.lua:3: boom (the 11 packets of the batch it was given not forwarded, \
+                 counted as filtered)"
+            )
         );
         // The 300th frame the first run left unread, then the 10 sent now: one batch.
         assert_eq!(r.stats.ports[0].received, 11);

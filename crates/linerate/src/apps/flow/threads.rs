@@ -156,6 +156,8 @@ impl FlowInput {
                         piece.max(1) >> 10,
                         if split.is_mapped() {
                             "the file mapped read-only, no copy"
+                        } else if !map {
+                            "copied with pread, as asked"
                         } else {
                             "copied with pread: the file is not one that only its owner can \
                              shorten while it is mapped, or could not be mapped"
